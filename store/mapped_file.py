@@ -1,0 +1,288 @@
+"""MappedFile: one fixed-size segment mapped with mmap (seed 000 §4.4.2).
+
+Positions: `wrote_position` (bytes appended), `committed_position` (bytes copied from the
+optional write buffer into the file), `flushed_position` (bytes made durable). Without a
+write buffer, committed == wrote.
+
+Durability uses `os.fdatasync` on the file descriptor: on Linux it writes back every dirty
+page of the file, those dirtied through the shared mapping included (msync(MS_SYNC) is the
+same kernel call on a range), and unlike `mmap.flush` it releases the GIL, so a flush in a
+worker thread does not stall the event loop.
+
+A reader `hold()`s the file while it uses a slice; `destroy()` unmaps only when no reader
+holds it, or after `interval_forcibly` ms have passed since the first attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import threading
+import time
+
+from .transient_store_pool import TransientStorePool
+
+OS_PAGE_SIZE = 4096
+log = logging.getLogger("tidemq.store")
+
+
+def offset_to_file_name(offset: int) -> str:
+    return f"{offset:020d}"
+
+
+class SegmentSizeError(ValueError):
+    """A segment on disk does not have the configured size."""
+
+
+class SelectResult:
+    """A zero-copy slice of a mapped file; release it (or use `with`) when done."""
+
+    __slots__ = ("mapped_file", "start_offset", "view", "_released")
+
+    def __init__(self, mapped_file: MappedFile, start_offset: int, view: memoryview) -> None:
+        self.mapped_file = mapped_file
+        self.start_offset = start_offset  # absolute offset (segment start + position)
+        self.view = view
+        self._released = False
+
+    @property
+    def size(self) -> int:
+        return len(self.view)
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self.view.release()
+            self.mapped_file.release()
+
+    def __enter__(self) -> SelectResult:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class MappedFile:
+    """A fixed-size file named by its start offset, mapped read/write."""
+
+    def __init__(
+        self,
+        path: str,
+        file_size: int,
+        *,
+        pool: TransientStorePool | None = None,
+        expect_existing: bool = False,
+    ) -> None:
+        self.path = path
+        self.file_name = os.path.basename(path)
+        self.file_size = file_size
+        self.file_from_offset = int(self.file_name)
+        exists = os.path.exists(path)
+        if expect_existing and not exists:
+            raise FileNotFoundError(path)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            actual = os.fstat(self._fd).st_size
+            if exists and actual != file_size:
+                raise SegmentSizeError(
+                    f"{path}: segment is {actual} bytes, but the configured size is {file_size}"
+                )
+            if not exists:
+                os.ftruncate(self._fd, file_size)  # sparse, like RocketMQ's RandomAccessFile
+            self.mm = mmap.mmap(self._fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(self._fd)
+            raise
+        self._pool = pool
+        self.write_buffer: mmap.mmap | None = pool.borrow() if pool is not None else None
+        self.wrote_position = 0
+        self.committed_position = 0
+        self.flushed_position = 0
+        self.store_timestamp = 0  # store time of the last message appended
+        self._lock = threading.Lock()
+        self._refs = 1
+        self.available = True
+        self.cleanup_over = False
+        self._first_shutdown_ts = 0.0
+
+    def __repr__(self) -> str:
+        return (
+            f"MappedFile({self.file_name}, wrote={self.wrote_position}, "
+            f"committed={self.committed_position}, flushed={self.flushed_position})"
+        )
+
+    # ---- writing -------------------------------------------------------------------------
+    @property
+    def remaining(self) -> int:
+        return self.file_size - self.wrote_position
+
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    def append(self, data: bytes | bytearray | memoryview) -> bool:
+        """Append at the write position; False if it does not fit."""
+        pos = self.wrote_position
+        n = len(data)
+        if pos + n > self.file_size:
+            return False
+        target = self.write_buffer if self.write_buffer is not None else self.mm
+        target[pos : pos + n] = data
+        self.wrote_position = pos + n
+        if self.write_buffer is None:
+            self.committed_position = self.wrote_position
+        return True
+
+    def set_positions(self, position: int) -> None:
+        """Recovery and truncation: wrote = committed = flushed = position."""
+        self.wrote_position = self.committed_position = self.flushed_position = position
+
+    def get_read_position(self) -> int:
+        """Readers see committed bytes only, so the write buffer's unsaved tail is invisible."""
+        return self.committed_position if self.write_buffer is not None else self.wrote_position
+
+    # ---- commit / flush (blocking: call from a worker thread) -----------------------------
+    def is_able_to_commit(self, least_pages: int) -> bool:
+        if self.is_full():
+            return self.wrote_position > self.committed_position
+        if least_pages > 0:
+            return (self.wrote_position // OS_PAGE_SIZE) - (self.committed_position // OS_PAGE_SIZE) >= least_pages
+        return self.wrote_position > self.committed_position
+
+    def commit(self, least_pages: int) -> int:
+        """Copy [committed, wrote) of the write buffer into the file; returns committed."""
+        if self.write_buffer is None:
+            self.committed_position = self.wrote_position
+            return self.committed_position
+        if self.is_able_to_commit(least_pages) and self.hold():
+            try:
+                start, end = self.committed_position, self.wrote_position
+                view = memoryview(self.write_buffer)[start:end]
+                try:
+                    written = 0
+                    while written < len(view):
+                        written += os.pwrite(self._fd, view[written:], start + written)
+                finally:
+                    view.release()
+                self.committed_position = end
+            finally:
+                self.release()
+        if self.committed_position >= self.file_size and self.write_buffer is not None:
+            self._return_buffer()
+        return self.committed_position
+
+    def is_able_to_flush(self, least_pages: int) -> bool:
+        write = self.get_read_position()
+        if self.is_full():
+            return write > self.flushed_position
+        if least_pages > 0:
+            return (write // OS_PAGE_SIZE) - (self.flushed_position // OS_PAGE_SIZE) >= least_pages
+        return write > self.flushed_position
+
+    def flush(self, least_pages: int) -> int:
+        """Make [flushed, readable) durable with fdatasync; returns the flushed position."""
+        if self.is_able_to_flush(least_pages) and self.hold():
+            try:
+                target = self.get_read_position()
+                os.fdatasync(self._fd)
+                self.flushed_position = max(self.flushed_position, target)
+            finally:
+                self.release()
+        return self.flushed_position
+
+    # ---- reading -------------------------------------------------------------------------
+    def select(self, pos: int, size: int | None = None) -> SelectResult | None:
+        """Zero-copy slice [pos, pos+size) (to the read position when size is None)."""
+        read_pos = self.get_read_position()
+        if size is None:
+            size = read_pos - pos
+        if pos < 0 or size < 0 or pos + size > read_pos:
+            return None
+        if not self.hold():
+            return None
+        view = memoryview(self.mm)[pos : pos + size]
+        return SelectResult(self, self.file_from_offset + pos, view)
+
+    def read(self, pos: int, size: int) -> bytes | None:
+        """Copy [pos, pos+size) out of the map (bounded by the read position)."""
+        if pos < 0 or size < 0 or pos + size > self.get_read_position():
+            return None
+        return self.mm[pos : pos + size]
+
+    @property
+    def last_modified(self) -> float:
+        """mtime in seconds, 0 when the file is gone."""
+        try:
+            return os.path.getmtime(self.path)
+        except OSError:
+            return 0.0
+
+    # ---- reference counting and destruction ------------------------------------------------
+    def hold(self) -> bool:
+        with self._lock:
+            if not self.available or self._refs <= 0:
+                return False
+            self._refs += 1
+            return True
+
+    def release(self) -> None:
+        with self._lock:
+            self._refs -= 1
+            if self._refs > 0:
+                return
+        self._cleanup()
+
+    @property
+    def ref_count(self) -> int:
+        return self._refs
+
+    def shutdown(self, interval_forcibly_ms: int) -> None:
+        """Mark unavailable and drop the owner's reference; force after the interval."""
+        now = time.monotonic()
+        if self.available:
+            self.available = False
+            self._first_shutdown_ts = now
+            self.release()
+        elif self._refs > 0 and (now - self._first_shutdown_ts) * 1000 >= interval_forcibly_ms:
+            with self._lock:
+                self._refs = -1000 - self._refs
+            self._cleanup(force=True)
+
+    def destroy(self, interval_forcibly_ms: int) -> bool:
+        """Shut down and delete the file; True once it is gone from disk."""
+        self.shutdown(interval_forcibly_ms)
+        if not self.cleanup_over:
+            return False
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        log.info("deleted segment %s", self.path)
+        return True
+
+    def _cleanup(self, force: bool = False) -> None:
+        if self.cleanup_over:
+            return
+        if self.available and not force:
+            return
+        self.cleanup_over = True
+        self._return_buffer()
+        try:
+            self.mm.close()
+        except BufferError:
+            # A forced destroy while a reader still holds a slice: the map stays alive
+            # until that view is released; the file itself can still be unlinked.
+            log.warning("segment %s destroyed while a reader still held a slice", self.path)
+        os.close(self._fd)
+
+    def _return_buffer(self) -> None:
+        if self.write_buffer is not None and self._pool is not None:
+            self._pool.give_back(self.write_buffer)
+        self.write_buffer = None
+
+    def close(self) -> None:
+        """Unmap without deleting (store shutdown)."""
+        self.available = False
+        with self._lock:
+            self._refs = 0
+        self._cleanup(force=True)

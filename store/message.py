@@ -1,0 +1,458 @@
+"""CommitLog record codec (FORMATS.md, message format v1; v2 decoded too), properties,
+tagsCode, offset msgId and the masked body CRC.
+
+Everything is big-endian and signed, as a RocketMQ 4.x broker writes it, so stores are
+interchangeable byte for byte.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import ipaddress
+import re
+import struct
+import time
+import zlib
+from collections.abc import Iterable, Mapping
+
+import attrs
+
+MESSAGE_MAGIC_CODE = 0xDAA320A7
+MESSAGE_MAGIC_CODE_V2 = 0xDAA320AB
+BLANK_MAGIC_CODE = 0xCBD43194
+END_FILE_MIN_BLANK_LENGTH = 8
+
+MAX_TOPIC_LENGTH = 127
+MAX_PROPERTIES_LENGTH = 32767
+MAX_RECORD_EXTRA = 64 * 1024  # a record may exceed maxMessageSize by this much (4.9.4+)
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+KEY_SEPARATOR = " "
+
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_WAIT = "WAIT"
+PROPERTY_DELAY = "DELAY"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QID = "REAL_QID"
+
+# offsets of the fields patched under the put lock
+QUEUE_OFFSET_POSITION = 20
+PHYSICAL_OFFSET_POSITION = 28
+SYSFLAG_POSITION = 36
+BORN_HOST_POSITION = 48
+
+
+class SysFlag(enum.IntFlag):
+    COMPRESSED = 0x1
+    MULTI_TAGS = 0x2
+    TRANSACTION_PREPARED = 0x4
+    TRANSACTION_COMMIT = 0x8
+    TRANSACTION_ROLLBACK = 0xC
+    BORNHOST_V6 = 0x10
+    STOREHOST_V6 = 0x20
+
+
+TRANSACTION_MASK = 0xC
+TRANSACTION_NOT = 0x0
+
+
+def transaction_type(sys_flag: int) -> int:
+    return sys_flag & TRANSACTION_MASK
+
+
+# TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP
+_HEAD = struct.Struct(">iIiiiqqiq")
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+_I8 = struct.Struct(">b")
+_SIZE_MAGIC = struct.Struct(">iI")
+# RECONSUMETIMES PREPAREDTRANSACTIONOFFSET BODYLENGTH
+_TAIL = struct.Struct(">iqi")
+
+_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+
+def masked_crc32(data: bytes | memoryview) -> int:
+    """IEEE CRC-32 masked to a non-negative int32, as RocketMQ stores BODYCRC."""
+    return zlib.crc32(data) & 0x7FFFFFFF
+
+
+def java_string_hash(s: str) -> int:
+    """Java String.hashCode: 31*h + c over UTF-16 code units, wrapped to a signed int32."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - 0x1_0000_0000 if h & 0x8000_0000 else h
+
+
+def tags_code(tags: str | None) -> int:
+    """ConsumeQueue tagsCode: the tag's Java hash sign-extended to 64 bits, 0 when no tag."""
+    return java_string_hash(tags) if tags else 0
+
+
+def encode_properties(props: Mapping[str, str]) -> str:
+    """RocketMQ's writer form: name\\x01value joined by \\x02, no trailing separator."""
+    return PROPERTY_SEPARATOR.join(
+        f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in props.items() if v is not None
+    )
+
+
+def decode_properties(text: str) -> dict[str, str]:
+    """RocketMQ 4.9.8's reader: accepts a trailing \\x02, skips malformed segments."""
+    props: dict[str, str] = {}
+    if not text:
+        return props
+    for seg in text.split(PROPERTY_SEPARATOR):
+        name, sep, value = seg.partition(NAME_VALUE_SEPARATOR)
+        if sep and name and value:
+            props[name] = value
+    return props
+
+
+@functools.lru_cache(maxsize=1024)
+def encode_host(host: str) -> bytes:
+    """'ip:port' or '[v6]:port' → address bytes + int32 port (8 or 20 bytes)."""
+    addr, sep, port = host.rpartition(":")
+    if not sep:
+        raise ValueError(f"host must be ip:port, got {host!r}")
+    ip = ipaddress.ip_address(addr.strip("[]"))
+    return ip.packed + _I32.pack(int(port))
+
+
+def decode_host(raw: bytes | memoryview) -> str:
+    ip = ipaddress.ip_address(bytes(raw[:-4]))
+    port = _I32.unpack(raw[-4:])[0]
+    return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
+
+
+def encode_msg_id(store_host: str, commitlog_offset: int) -> str:
+    """Offset msgId: store host address + port + physical offset, upper-case hex."""
+    return (encode_host(store_host) + _I64.pack(commitlog_offset)).hex().upper()
+
+
+def decode_msg_id(msg_id: str) -> tuple[str, int]:
+    """→ (store host 'ip:port', commitlog offset). 32 hex chars = IPv4, 56 = IPv6."""
+    if len(msg_id) not in (32, 56):
+        raise ValueError(f"msgId must be 32 or 56 hex characters, got {len(msg_id)}: {msg_id!r}")
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raise ValueError(f"msgId is not hexadecimal: {msg_id!r}") from None
+    return decode_host(raw[:-8]), _I64.unpack(raw[-8:])[0]
+
+
+def topic_error(topic: str) -> str | None:
+    """Why a topic is not acceptable (RocketMQ TopicValidator), or None."""
+    if not topic or not topic.strip():
+        return "topic is empty"
+    if len(topic) > MAX_TOPIC_LENGTH:
+        return f"topic is {len(topic)} characters long; the limit is {MAX_TOPIC_LENGTH}"
+    if not _TOPIC_RE.match(topic):
+        return f"topic {topic!r} has characters outside [A-Za-z0-9_%|-]"
+    return None
+
+
+def _freeze_props(value: Mapping[str, str] | None) -> dict[str, str]:
+    return dict(value or {})
+
+
+def _freeze_keys(value: Iterable[str] | str | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(k for k in value.split(KEY_SEPARATOR) if k)
+    return tuple(value)
+
+
+@attrs.define
+class Message:
+    """A message to be stored. `tags` and `keys` become the TAGS and KEYS properties."""
+
+    topic: str
+    body: bytes
+    queue_id: int = 0
+    tags: str | None = None
+    keys: tuple[str, ...] = attrs.field(default=(), converter=_freeze_keys)
+    properties: dict[str, str] = attrs.field(factory=dict, converter=_freeze_props)
+    flag: int = 0
+    born_timestamp: int | None = None
+    born_host: str | None = None
+    sys_flag: int = 0
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+    def all_properties(self) -> dict[str, str]:
+        """Properties as stored: the explicit ones plus TAGS and KEYS."""
+        props = dict(self.properties)
+        if self.tags:
+            props[PROPERTY_TAGS] = self.tags
+        if self.keys:
+            props[PROPERTY_KEYS] = KEY_SEPARATOR.join(self.keys)
+        return props
+
+    @property
+    def wait_store_msg_ok(self) -> bool:
+        """WAIT property: absent means true (RocketMQ isWaitStoreMsgOK)."""
+        value = self.properties.get(PROPERTY_WAIT)
+        return value is None or value.strip().lower() == "true"
+
+
+@attrs.frozen
+class StoredMessage:
+    """A decoded CommitLog record; field names follow FORMATS.md in snake_case."""
+
+    size: int
+    magic_version: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    commitlog_offset: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: str
+    store_timestamp: int
+    store_host: str
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body: bytes
+    topic: str
+    properties: dict[str, str]
+    crc_ok: bool = True
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return _freeze_keys(self.properties.get(PROPERTY_KEYS))
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_KEY)
+
+    @property
+    def tags_code(self) -> int:
+        return tags_code(self.tags)
+
+    @property
+    def msg_id(self) -> str:
+        return encode_msg_id(self.store_host, self.commitlog_offset)
+
+
+class EncodeError(ValueError):
+    """The message cannot be encoded; `status` names the PutMessageStatus to report."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def encode_record(msg: Message, store_host: str, max_message_size: int) -> bytearray:
+    """Encode `msg` with QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP as placeholders.
+
+    The put path patches those three under the lock (`patch_record`). Raises EncodeError.
+    """
+    props = msg.all_properties()
+    props.pop(PROPERTY_WAIT, None)  # RocketMQ 4.9.8 keeps WAIT out of the persisted record
+    props_bytes = encode_properties(props).encode("utf-8")
+    if len(props_bytes) > MAX_PROPERTIES_LENGTH:
+        raise EncodeError(
+            "PROPERTIES_SIZE_EXCEEDED",
+            f"properties are {len(props_bytes)} bytes; the limit is {MAX_PROPERTIES_LENGTH}",
+        )
+    topic_bytes = msg.topic.encode("utf-8")
+    if len(topic_bytes) > MAX_TOPIC_LENGTH:
+        raise EncodeError(
+            "MESSAGE_ILLEGAL", f"topic is {len(topic_bytes)} bytes; the limit is {MAX_TOPIC_LENGTH}"
+        )
+    body = msg.body
+    if len(body) > max_message_size:
+        raise EncodeError(
+            "MESSAGE_ILLEGAL",
+            f"body is {len(body)} bytes; maxMessageSize is {max_message_size}",
+        )
+    born = encode_host(msg.born_host or store_host)
+    store = encode_host(store_host)
+    sys_flag = msg.sys_flag & ~(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)
+    if len(born) == 20:
+        sys_flag |= SysFlag.BORNHOST_V6
+    if len(store) == 20:
+        sys_flag |= SysFlag.STOREHOST_V6
+    total = (
+        _HEAD.size + len(born) + 8 + len(store) + _TAIL.size
+        + len(body) + 1 + len(topic_bytes) + 2 + len(props_bytes)
+    )
+    if total > max_message_size + MAX_RECORD_EXTRA:
+        raise EncodeError(
+            "MESSAGE_ILLEGAL",
+            f"record is {total} bytes; the limit is maxMessageSize + 64 KiB = "
+            f"{max_message_size + MAX_RECORD_EXTRA}",
+        )
+    born_ts = msg.born_timestamp if msg.born_timestamp is not None else int(time.time() * 1000)
+    buf = bytearray(total)
+    _HEAD.pack_into(
+        buf, 0, total, MESSAGE_MAGIC_CODE, masked_crc32(body), msg.queue_id, msg.flag,
+        0, 0, sys_flag, born_ts,
+    )
+    pos = _HEAD.size
+    buf[pos : pos + len(born)] = born
+    pos += len(born) + 8  # store timestamp placeholder
+    buf[pos : pos + len(store)] = store
+    pos += len(store)
+    _TAIL.pack_into(buf, pos, msg.reconsume_times, msg.prepared_transaction_offset, len(body))
+    pos += _TAIL.size
+    buf[pos : pos + len(body)] = body
+    pos += len(body)
+    buf[pos] = len(topic_bytes)
+    buf[pos + 1 : pos + 1 + len(topic_bytes)] = topic_bytes
+    pos += 1 + len(topic_bytes)
+    _I16.pack_into(buf, pos, len(props_bytes))
+    buf[pos + 2 :] = props_bytes
+    return buf
+
+
+def store_timestamp_position(sys_flag: int) -> int:
+    return BORN_HOST_POSITION + (20 if sys_flag & SysFlag.BORNHOST_V6 else 8)
+
+
+def patch_record(
+    buf: bytearray, queue_offset: int, physical_offset: int, store_timestamp: int
+) -> None:
+    """Fill the three fields only known under the put lock."""
+    _I64.pack_into(buf, QUEUE_OFFSET_POSITION, queue_offset)
+    _I64.pack_into(buf, PHYSICAL_OFFSET_POSITION, physical_offset)
+    sys_flag = _I32.unpack_from(buf, SYSFLAG_POSITION)[0]
+    _I64.pack_into(buf, store_timestamp_position(sys_flag), store_timestamp)
+
+
+def encode_blank(size: int) -> bytes:
+    """END_OF_FILE filler header: TOTALSIZE = bytes left in the segment, MAGIC = BLANK."""
+    return _SIZE_MAGIC.pack(size, BLANK_MAGIC_CODE)
+
+
+class RecordKind(enum.Enum):
+    MESSAGE = "message"
+    BLANK = "blank"
+    INVALID = "invalid"
+
+
+@attrs.frozen
+class Decoded:
+    """Outcome of reading one record at a position."""
+
+    kind: RecordKind
+    size: int
+    message: StoredMessage | None = None
+    error: str = ""
+
+
+def decode_record(
+    buf: bytes | bytearray | memoryview,
+    pos: int = 0,
+    *,
+    check_crc: bool = True,
+    read_body: bool = True,
+    limit: int | None = None,
+) -> Decoded:
+    """Decode the record at `buf[pos:]` (bounded by `limit`, default len(buf)).
+
+    Never raises on bad data: a torn, zeroed or garbage record is `INVALID` with the reason.
+    """
+    end = len(buf) if limit is None else limit
+    avail = end - pos
+    if avail < 8:
+        return Decoded(RecordKind.INVALID, -1, error=f"only {avail} bytes left, no record header")
+    total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+    if magic == BLANK_MAGIC_CODE:
+        if total < 8 or total > avail:
+            return Decoded(RecordKind.INVALID, -1, error=f"BLANK filler with impossible size {total}")
+        return Decoded(RecordKind.BLANK, total)
+    if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+        if total == 0 and magic == 0:
+            return Decoded(RecordKind.INVALID, -1, error="zeroed bytes (end of written data)")
+        return Decoded(RecordKind.INVALID, -1, error=f"illegal magic code 0x{magic:08X}")
+    if total < _HEAD.size or total > avail:
+        return Decoded(
+            RecordKind.INVALID, -1, error=f"record size {total} does not fit the {avail} bytes left"
+        )
+    try:
+        return _decode_message(buf, pos, total, magic, check_crc, read_body)
+    except (struct.error, ValueError, UnicodeDecodeError) as e:
+        return Decoded(RecordKind.INVALID, -1, error=f"malformed record: {e}")
+
+
+def _decode_message(buf, pos, total, magic, check_crc, read_body) -> Decoded:
+    (
+        _, _, body_crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts,
+    ) = _HEAD.unpack_from(buf, pos)
+    p = pos + _HEAD.size
+    born_len = 20 if sys_flag & SysFlag.BORNHOST_V6 else 8
+    store_len = 20 if sys_flag & SysFlag.STOREHOST_V6 else 8
+    born_host = decode_host(buf[p : p + born_len])
+    p += born_len
+    store_ts = _I64.unpack_from(buf, p)[0]
+    p += 8
+    store_host = decode_host(buf[p : p + store_len])
+    p += store_len
+    reconsume, prepared, body_len = _TAIL.unpack_from(buf, p)
+    p += _TAIL.size
+    if body_len < 0 or p + body_len > pos + total:
+        return Decoded(RecordKind.INVALID, total, error=f"body length {body_len} runs past the record")
+    body_view = buf[p : p + body_len]
+    crc_ok = True
+    if check_crc and read_body:
+        crc_ok = masked_crc32(body_view) == body_crc
+        if not crc_ok:
+            return Decoded(
+                RecordKind.INVALID, -1,
+                error=f"body CRC mismatch at offset {phys}: stored {body_crc}, computed {masked_crc32(body_view)}",
+            )
+    body = bytes(body_view) if read_body else b""
+    p += body_len
+    if magic == MESSAGE_MAGIC_CODE:
+        topic_len = _I8.unpack_from(buf, p)[0]
+        p += 1
+    else:
+        topic_len = _I16.unpack_from(buf, p)[0]
+        p += 2
+    if topic_len < 0:
+        return Decoded(RecordKind.INVALID, total, error=f"negative topic length {topic_len}")
+    topic = bytes(buf[p : p + topic_len]).decode("utf-8")
+    p += topic_len
+    props_len = _I16.unpack_from(buf, p)[0]
+    p += 2
+    if props_len < 0:
+        return Decoded(RecordKind.INVALID, total, error=f"negative properties length {props_len}")
+    props = decode_properties(bytes(buf[p : p + props_len]).decode("utf-8"))
+    p += props_len
+    if p - pos != total:
+        return Decoded(
+            RecordKind.INVALID, total,
+            error=f"TOTALSIZE {total} differs from the {p - pos} bytes its fields take",
+        )
+    msg = StoredMessage(
+        size=total, magic_version=1 if magic == MESSAGE_MAGIC_CODE else 2, body_crc=body_crc,
+        queue_id=queue_id, flag=flag, queue_offset=queue_offset, commitlog_offset=phys,
+        sys_flag=sys_flag, born_timestamp=born_ts, born_host=born_host, store_timestamp=store_ts,
+        store_host=store_host, reconsume_times=reconsume, prepared_transaction_offset=prepared,
+        body=body, topic=topic, properties=props, crc_ok=crc_ok,
+    )
+    return Decoded(RecordKind.MESSAGE, total, msg)
+
+
+def read_total_size(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+    """(TOTALSIZE, MAGIC) at pos, without decoding the rest."""
+    return _SIZE_MAGIC.unpack_from(buf, pos)
+
+
+def read_store_timestamp(buf: bytes | bytearray | memoryview, pos: int) -> int:
+    sys_flag = _I32.unpack_from(buf, pos + SYSFLAG_POSITION)[0]
+    return _I64.unpack_from(buf, pos + store_timestamp_position(sys_flag))[0]
