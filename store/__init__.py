@@ -1,0 +1,20 @@
+"""tidemq's embedded storage engine (RocketMQ 4.x layout): no sockets, no processes."""
+
+from .config import BrokerRole, FlushDiskType, StoreConfig
+from .message import Message, StoredMessage
+from .message_store import MessageStore, StoreLockedError, open_store
+from .status import GetMessageStatus, PutMessageResult, PutMessageStatus
+
+__all__ = [
+    "BrokerRole",
+    "FlushDiskType",
+    "GetMessageStatus",
+    "Message",
+    "MessageStore",
+    "PutMessageResult",
+    "PutMessageStatus",
+    "StoreConfig",
+    "StoreLockedError",
+    "StoredMessage",
+    "open_store",
+]

@@ -11,7 +11,7 @@ import difflib
 import enum
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -191,8 +191,9 @@ def snake_name(key: str) -> str:
     return _ALIASES.get(name, name)
 
 
-def _unknown_key_message(key: str, source: str) -> str:
-    known = [_camel(n) for n in StoreConfig.option_names()]
+def _unknown_key_message(key: str, source: str, extra: Iterable[str] = ()) -> str:
+    """`extra`: more valid key names (e.g. the node's broker keys) to suggest from."""
+    known = [_camel(n) for n in StoreConfig.option_names()] + list(extra)
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     where = f"{source}: " if source else ""

@@ -281,11 +281,12 @@ def encode_record(msg: Message, store_host: str, max_message_size: int) -> bytea
         )
     born = encode_host(msg.born_host or store_host)
     store = encode_host(store_host)
-    sys_flag = msg.sys_flag & ~(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)
+    # int(): ~ on an IntFlag only inverts the defined bits, which would drop 0x40 and up
+    sys_flag = int(msg.sys_flag) & ~int(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)
     if len(born) == 20:
-        sys_flag |= SysFlag.BORNHOST_V6
+        sys_flag |= int(SysFlag.BORNHOST_V6)
     if len(store) == 20:
-        sys_flag |= SysFlag.STOREHOST_V6
+        sys_flag |= int(SysFlag.STOREHOST_V6)
     total = (
         _HEAD.size + len(born) + 8 + len(store) + _TAIL.size
         + len(body) + 1 + len(topic_bytes) + 2 + len(props_bytes)

@@ -1,0 +1,206 @@
+"""The master–slave HA wire protocol, sans-IO: bytes in, events out (like h11 or wsproto).
+
+This module never touches a socket, a clock or an event loop, so the framing rules can be
+tested exhaustively with plain bytes and reused by any transport.
+
+The wire is byte-compatible with RocketMQ 4.x (`HAService`, `HAConnection`); 5.x's default
+HA keeps the same wire. There is no handshake, no magic and no framing beyond this:
+
+- **Slave → master (reports):** a stream of 8-byte big-endian signed int64 values, each the
+  slave's current max CommitLog offset. The master acts on the newest complete value only.
+- **Master → slave (transfers):** frames of a 12-byte header, big-endian int64 ``offset``
+  then int32 ``size``, followed by ``size`` bytes of raw CommitLog data starting at
+  ``offset``. ``size == 0`` is a heartbeat carrying the master's next transfer offset. A body
+  is at most ``haTransferBatchSize`` (32 KiB) and is not message-aligned.
+
+Because the stream has no resynchronisation point, a bad value means the connection must be
+closed: the decoders raise `ProtocolError` and are unusable afterwards. Frames decoded from
+the same chunk before the bad one are dropped with it; that is harmless, since after a
+reconnect the slave reports its offset again and the master resends from there.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import attrs
+
+REPORT_SIZE = 8
+HEADER_SIZE = 12
+DEFAULT_BATCH_SIZE = 32 * 1024
+
+INT64_MAX = 2**63 - 1
+INT32_MAX = 2**31 - 1
+
+_REPORT = struct.Struct(">q")
+_HEADER = struct.Struct(">qi")
+assert _REPORT.size == REPORT_SIZE
+assert _HEADER.size == HEADER_SIZE
+
+# TransferDecoder compacts its buffer once the consumed prefix is at least this large (and at
+# least half the buffer), so partial frames fed in small pieces are not copied repeatedly.
+_COMPACT_THRESHOLD = 64 * 1024
+
+
+class ProtocolError(ValueError):
+    """The peer (or the caller) produced a value the HA wire cannot carry; close the connection."""
+
+
+def _check_offset(offset: int, where: str) -> None:
+    if offset < 0:
+        raise ProtocolError(f"negative offset {offset} in {where}")
+    if offset > INT64_MAX:
+        raise ProtocolError(f"offset {offset} in {where} does not fit in an int64")
+
+
+def encode_report(offset: int) -> bytes:
+    """Encode a slave's max CommitLog offset as the 8 bytes the master expects."""
+    _check_offset(offset, "slave report")
+    return _REPORT.pack(offset)
+
+
+def encode_transfer_header(offset: int, size: int) -> bytes:
+    """Encode a 12-byte master header; lets the sender write a body without copying it."""
+    _check_offset(offset, "master header")
+    if size < 0:
+        raise ProtocolError(f"negative body size {size} in master header")
+    if size > INT32_MAX:
+        raise ProtocolError(f"body size {size} in master header does not fit in an int32")
+    return _HEADER.pack(offset, size)
+
+
+def encode_transfer(offset: int, body: bytes | bytearray | memoryview) -> bytes:
+    """Encode one master frame: header then the CommitLog bytes starting at ``offset``."""
+    body_len = body.nbytes if isinstance(body, memoryview) else len(body)
+    return b"".join((encode_transfer_header(offset, body_len), body))
+
+
+def encode_heartbeat(offset: int) -> bytes:
+    """Encode a master heartbeat: a header with size 0 carrying the next transfer offset."""
+    return encode_transfer_header(offset, 0)
+
+
+class ReportDecoder:
+    """Master side: split the slave's byte stream into 8-byte offset reports.
+
+    A partial report is kept until the rest arrives, so reads may split the stream anywhere
+    (RocketMQ itself assumes 8-byte alignment from the stream start; so do we).
+    """
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._failed = False
+        self.last: int | None = None
+        """The newest complete report, or None before the first; what the master acts on."""
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of an incomplete report held until the next `feed`."""
+        return len(self._buf)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[int]:
+        """Consume ``data``; return every report it completes, oldest first."""
+        if self._failed:
+            raise ProtocolError("report decoder already failed; the connection must be closed")
+        buf = self._buf
+        buf += data
+        complete = len(buf) - len(buf) % REPORT_SIZE
+        if not complete:
+            return []
+        with memoryview(buf) as view:
+            offsets = [value for (value,) in _REPORT.iter_unpack(view[:complete])]
+        for value in offsets:
+            if value < 0:
+                self._failed = True
+                raise ProtocolError(f"negative offset {value} in slave report")
+        del buf[:complete]
+        self.last = offsets[-1]
+        return offsets
+
+
+@attrs.frozen
+class Transfer:
+    """One master frame: ``body`` is the CommitLog data starting at ``offset``."""
+
+    offset: int
+    body: bytes = attrs.field(repr=lambda body: f"<{len(body)} bytes>")
+
+    @property
+    def is_heartbeat(self) -> bool:
+        """An empty body only says where the master will continue."""
+        return not self.body
+
+    @property
+    def end(self) -> int:
+        """The offset just past this body: the slave's max offset after appending it."""
+        return self.offset + len(self.body)
+
+
+class TransferDecoder:
+    """Slave side: split the master's byte stream into `Transfer` frames.
+
+    Data may be split anywhere (inside a header, inside a body, several frames per chunk).
+    A header is validated as soon as its 12 bytes arrive, so an oversized or negative size is
+    rejected before any of its body is buffered.
+    """
+
+    def __init__(self, max_body: int = DEFAULT_BATCH_SIZE) -> None:
+        if not 0 <= max_body <= INT32_MAX:
+            raise ValueError(f"max_body {max_body} must be between 0 and {INT32_MAX}")
+        self.max_body = max_body
+        self._buf = bytearray()
+        self._pos = 0  # start of the unconsumed data in _buf
+        self._header: tuple[int, int] | None = None  # (offset, size) of the frame in progress
+        self._failed = False
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of an incomplete frame (header included) held until the next `feed`."""
+        return len(self._buf) - self._pos + (HEADER_SIZE if self._header is not None else 0)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Transfer]:
+        """Consume ``data``; return every frame it completes, in stream order."""
+        if self._failed:
+            raise ProtocolError("transfer decoder already failed; the connection must be closed")
+        buf = self._buf
+        buf += data
+        frames: list[Transfer] = []
+        pos = self._pos
+        end = len(buf)
+        header = self._header
+        try:
+            while True:
+                if header is None:
+                    if end - pos < HEADER_SIZE:
+                        break
+                    header = self._check_header(*_HEADER.unpack_from(buf, pos))
+                    pos += HEADER_SIZE
+                offset, size = header
+                if end - pos < size:
+                    break
+                with memoryview(buf) as view:
+                    body = bytes(view[pos : pos + size])
+                pos += size
+                frames.append(Transfer(offset, body))
+                header = None
+        except ProtocolError:
+            self._failed = True
+            raise
+        self._header = header
+        if pos == end:
+            buf.clear()
+            pos = 0
+        elif pos >= _COMPACT_THRESHOLD and pos * 2 >= end:
+            del buf[:pos]
+            pos = 0
+        self._pos = pos
+        return frames
+
+    def _check_header(self, offset: int, size: int) -> tuple[int, int]:
+        if offset < 0:
+            raise ProtocolError(f"negative offset {offset} in master header")
+        if size < 0:
+            raise ProtocolError(f"negative body size {size} in master header")
+        if size > self.max_body:
+            raise ProtocolError(f"body size {size} exceeds the batch limit {self.max_body}")
+        return offset, size

@@ -1,0 +1,236 @@
+"""CommitLog: every message of every topic appended to one log of fixed-size segments
+(seed 000 §4.3, §4.5.1; seed 003).
+
+The append is a memory copy into the mapped segment; on the single trio thread it runs
+with no await inside, so it is the put lock's critical section. The store timestamp,
+queue offset and physical offset are patched into the pre-encoded record there. A record
+that does not fit (needs `size + 8` bytes) leaves a BLANK filler and goes to a new segment.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from .allocate import AllocateMappedFileService
+from .config import StoreConfig
+from .mapped_file import SelectResult
+from .mapped_file_queue import MappedFileQueue
+from .message import (
+    END_FILE_MIN_BLANK_LENGTH,
+    TRANSACTION_MASK,
+    Decoded,
+    Message,
+    RecordKind,
+    SysFlag,
+    decode_record,
+    encode_blank,
+    encode_msg_id,
+    patch_record,
+    read_total_size,
+)
+from .status import AppendMessageResult, AppendMessageStatus
+from .transient_store_pool import TransientStorePool
+
+log = logging.getLogger("tidemq.store")
+
+
+def _counts_in_queue(sys_flag: int) -> bool:
+    """Prepared and rollback records take no queue offset (RocketMQ)."""
+    tran = sys_flag & TRANSACTION_MASK
+    return tran in (0, SysFlag.TRANSACTION_COMMIT)
+
+
+class CommitLog:
+    def __init__(
+        self,
+        config: StoreConfig,
+        *,
+        pool: TransientStorePool | None = None,
+        allocator: AllocateMappedFileService | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.file_size = config.mapped_file_size_commit_log
+        self.allocator = allocator
+        self.queue = MappedFileQueue(
+            config.path("commitlog"),
+            self.file_size,
+            pool=pool,
+            allocator=allocator.allocate if allocator else None,
+        )
+        self.store_host = config.store_host
+        # "topic-queueId" -> next logical offset in that queue
+        self.topic_queue_table: dict[str, int] = {}
+        self.begin_time_in_lock = 0.0
+        self._clock = clock
+        self.on_append: list[Callable[[], None]] = []
+
+    def load(self) -> None:
+        self.queue.load()
+
+    # ---- append ------------------------------------------------------------------------------
+    def is_os_page_cache_busy(self) -> bool:
+        begin = self.begin_time_in_lock
+        if begin <= 0:
+            return False
+        held_ms = (time.monotonic() - begin) * 1000
+        return self.config.os_page_cache_busy_timeout_mills < held_ms < 10_000_000
+
+    def _segment_for(self, size: int):
+        """The segment that will take `size` bytes, writing the BLANK filler when needed."""
+        mf = self.queue.get_last_mapped_file(0)
+        if mf is None:
+            return None
+        if size + END_FILE_MIN_BLANK_LENGTH > mf.remaining:
+            if size + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+                return "too_big"
+            self._fill_blank(mf)
+            mf = self.queue.get_last_mapped_file(0)
+        return mf
+
+    def _fill_blank(self, mf) -> None:
+        remaining = mf.remaining
+        filler = encode_blank(remaining)
+        if mf.write_buffer is not None:  # a reused buffer may hold stale bytes: zero the tail
+            filler += bytes(remaining - len(filler))
+            mf.append(filler)
+        else:
+            mf.append(filler)  # the sparse file's tail is already zeros
+            mf.wrote_position = mf.file_size
+        for callback in self.on_append:
+            callback()
+
+    def append_message(self, record: bytearray, msg: Message) -> AppendMessageResult:
+        """Append one encoded record (from message.encode_record)."""
+        return self.append_messages([record], [msg])
+
+    def append_messages(self, records: Sequence[bytearray], msgs: Sequence[Message]) -> AppendMessageResult:
+        """Append records of one topic-queue contiguously in one segment (a batch never spans two)."""
+        total = sum(len(r) for r in records)
+        self.begin_time_in_lock = time.monotonic()
+        try:
+            mf = self._segment_for(total)
+            if mf is None:
+                return AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR)
+            if mf == "too_big":
+                return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
+            now = int(self._clock() * 1000)
+            first = msgs[0]
+            key = f"{first.topic}-{first.queue_id}"
+            queue_offset = self.topic_queue_table.get(key, 0)
+            wrote_offset = mf.file_from_offset + mf.wrote_position
+            phys = wrote_offset
+            next_queue_offset = queue_offset
+            ids = []
+            for record, msg in zip(records, msgs, strict=True):
+                counts = _counts_in_queue(msg.sys_flag)
+                patch_record(record, next_queue_offset if counts else 0, phys, now)
+                ids.append(encode_msg_id(self.store_host, phys))
+                phys += len(record)
+                if counts:
+                    next_queue_offset += 1
+            data = records[0] if len(records) == 1 else b"".join(records)
+            if not mf.append(data):
+                return AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR)
+            mf.store_timestamp = now
+            self.topic_queue_table[key] = next_queue_offset
+        finally:
+            self.begin_time_in_lock = 0.0
+        for callback in self.on_append:
+            callback()
+        return AppendMessageResult(
+            AppendMessageStatus.PUT_OK,
+            wrote_offset=wrote_offset,
+            wrote_bytes=total,
+            msg_id=",".join(ids),
+            store_timestamp=now,
+            queue_offset=queue_offset,
+            msg_num=len(records),
+        )
+
+    def append_data(self, start_offset: int, data: bytes | memoryview) -> bool:
+        """Slave side: append replicated bytes at exactly the log's end (segments line up
+        with the master's, BLANK fillers included)."""
+        if start_offset != self.max_offset():
+            return False
+        mf = self.queue.get_last_mapped_file(start_offset)
+        if mf is None:
+            return False
+        if mf.file_from_offset + mf.wrote_position != start_offset:
+            return False
+        if not mf.append(data):
+            return False
+        for callback in self.on_append:
+            callback()
+        return True
+
+    # ---- reads -------------------------------------------------------------------------------
+    def min_offset(self) -> int:
+        first = self.queue.first()
+        if first is None:
+            return -1
+        if first.available:
+            return first.file_from_offset
+        return self.roll_next_file(first.file_from_offset)
+
+    def max_offset(self) -> int:
+        return self.queue.max_offset()
+
+    def roll_next_file(self, offset: int) -> int:
+        return offset + self.file_size - offset % self.file_size
+
+    def get_data(self, offset: int) -> SelectResult | None:
+        """Everything readable from `offset` to the end of its segment (zero-copy)."""
+        mf = self.queue.find_by_offset(offset, return_first_on_not_found=offset == 0)
+        if mf is None:
+            return None
+        return mf.select(offset % self.file_size)
+
+    def get_message(self, offset: int, size: int) -> SelectResult | None:
+        mf = self.queue.find_by_offset(offset, return_first_on_not_found=offset == 0)
+        if mf is None:
+            return None
+        return mf.select(offset % self.file_size, size)
+
+    def read_record(self, offset: int, *, check_crc: bool = False, read_body: bool = True) -> Decoded | None:
+        """Decode the record at a physical offset, its size read from the record itself."""
+        mf = self.queue.find_by_offset(offset)
+        if mf is None:
+            return None
+        pos = offset % self.file_size
+        limit = mf.get_read_position()
+        if pos + 8 > limit or not mf.hold():
+            return None
+        try:
+            return decode_record(mf.mm, pos, check_crc=check_crc, read_body=read_body, limit=limit)
+        finally:
+            mf.release()
+
+    def record_size_at(self, offset: int) -> int | None:
+        mf = self.queue.find_by_offset(offset)
+        if mf is None or offset % self.file_size + 8 > mf.get_read_position():
+            return None
+        return read_total_size(mf.mm, offset % self.file_size)[0]
+
+    def iter_records(self, from_offset: int, *, check_crc: bool = False):
+        """Yield (offset, Decoded) from `from_offset` up to the readable end; BLANKs are yielded
+        too and move to the next segment. Stops at the first INVALID record (yielded)."""
+        offset = from_offset
+        while offset < self.max_offset():
+            decoded = self.read_record(offset, check_crc=check_crc)
+            if decoded is None:
+                return
+            yield offset, decoded
+            if decoded.kind is RecordKind.BLANK:
+                offset = self.roll_next_file(offset)
+            elif decoded.kind is RecordKind.MESSAGE:
+                offset += decoded.size
+            else:
+                return
+
+    def shutdown(self) -> None:
+        if self.allocator is not None:
+            self.allocator.shutdown()
+        self.queue.shutdown()

@@ -1,0 +1,183 @@
+"""CommitLog flush and commit services (seed 000 §4.8), as trio tasks.
+
+- GroupCommitService (SYNC_FLUSH): callers wait for their end offset; while one fdatasync
+  runs in a worker thread, new requests pile up and share the next one (group commit).
+- FlushRealTimeService (ASYNC_FLUSH): flushes every flushIntervalCommitLog once at least
+  flushCommitLogLeastPages dirty pages piled up, thoroughly every thorough interval.
+- CommitRealTimeService (transient pool): copies write buffers into the files.
+
+Blocking calls (fdatasync, pwrite) run through trio.to_thread, which releases the GIL.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import attrs
+import trio
+
+from .mapped_file_queue import MappedFileQueue
+
+log = logging.getLogger("tidemq.store")
+
+
+@attrs.define(eq=False)
+class _FlushRequest:
+    next_offset: int
+    done: trio.Event = attrs.field(factory=trio.Event)
+
+
+class GroupCommitService:
+    """Sync flush: `await wait_for_flush(end)` returns once `end` is durable."""
+
+    def __init__(self, queue: MappedFileQueue, on_flushed: Callable[[int], None]) -> None:
+        self.queue = queue
+        self._on_flushed = on_flushed
+        self._requests: list[_FlushRequest] = []
+        self._wake = trio.Event()
+        self.flush_count = 0  # fdatasync rounds done, for tests and stats
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    async def wait_for_flush(self, next_offset: int, timeout_s: float) -> bool:
+        """True once flushed_where >= next_offset; False after the timeout."""
+        if self.queue.flushed_where >= next_offset:
+            return True
+        request = _FlushRequest(next_offset)
+        self._requests.append(request)
+        self._wake.set()
+        with trio.move_on_after(timeout_s):
+            await request.done.wait()
+            return True
+        return False
+
+    async def _flush_once(self) -> None:
+        await trio.to_thread.run_sync(self.queue.flush, 0)
+        self.flush_count += 1
+
+    async def _do_commit(self, requests: list[_FlushRequest]) -> list[_FlushRequest]:
+        target = max((r.next_offset for r in requests), default=self.queue.max_offset())
+        # a record that rolled into the next segment needs a second flush
+        for _ in range(2):
+            if self.queue.flushed_where >= target:
+                break
+            await self._flush_once()
+        if self.queue.store_timestamp:
+            self._on_flushed(self.queue.store_timestamp)
+        pending = []
+        for r in requests:
+            if self.queue.flushed_where >= r.next_offset:
+                r.done.set()
+            else:
+                pending.append(r)
+        return pending
+
+    async def run(self) -> None:
+        pending: list[_FlushRequest] = []
+        while True:
+            if not pending:
+                await self._wake.wait()
+            self._wake = trio.Event()
+            requests = pending + self._requests
+            self._requests = []
+            pending = await self._do_commit(requests)
+
+    async def shutdown(self) -> None:
+        await self._do_commit(self._requests)
+        self._requests = []
+
+
+class FlushRealTimeService:
+    """Async flush: periodic, by least pages, thorough every `thorough_interval_ms`."""
+
+    def __init__(
+        self,
+        queue: MappedFileQueue,
+        *,
+        interval_ms: int,
+        least_pages: int,
+        thorough_interval_ms: int,
+        timed: bool,
+        on_flushed: Callable[[int], None],
+    ) -> None:
+        self.queue = queue
+        self.interval_ms = interval_ms
+        self.least_pages = least_pages
+        self.thorough_interval_ms = thorough_interval_ms
+        self.timed = timed
+        self._on_flushed = on_flushed
+        self._wake = trio.Event()
+        self._last_thorough = time.monotonic()
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    async def flush(self, least_pages: int) -> None:
+        await trio.to_thread.run_sync(self.queue.flush, least_pages)
+        if self.queue.store_timestamp:
+            self._on_flushed(self.queue.store_timestamp)
+
+    async def run(self) -> None:
+        while True:
+            if self.timed:
+                await trio.sleep(self.interval_ms / 1000)
+            else:
+                with trio.move_on_after(self.interval_ms / 1000):
+                    await self._wake.wait()
+                self._wake = trio.Event()
+            least = self.least_pages
+            now = time.monotonic()
+            if (now - self._last_thorough) * 1000 >= self.thorough_interval_ms:
+                self._last_thorough = now
+                least = 0
+            await self.flush(least)
+
+    async def shutdown(self) -> None:
+        for _ in range(10):
+            done = await trio.to_thread.run_sync(self.queue.flush, 0)
+            if done and self.queue.flushed_where >= self.queue.max_offset():
+                break
+        if self.queue.store_timestamp:
+            self._on_flushed(self.queue.store_timestamp)
+
+
+class CommitRealTimeService:
+    """Transient pool: copy [committed, wrote) of each write buffer into its file."""
+
+    def __init__(
+        self,
+        queue: MappedFileQueue,
+        *,
+        interval_ms: int,
+        least_pages: int,
+        thorough_interval_ms: int,
+        on_committed: Callable[[], None],
+    ) -> None:
+        self.queue = queue
+        self.interval_ms = interval_ms
+        self.least_pages = least_pages
+        self.thorough_interval_ms = thorough_interval_ms
+        self._on_committed = on_committed
+        self._last_thorough = time.monotonic()
+
+    async def run(self) -> None:
+        while True:
+            await trio.sleep(self.interval_ms / 1000)
+            least = self.least_pages
+            now = time.monotonic()
+            if (now - self._last_thorough) * 1000 >= self.thorough_interval_ms:
+                self._last_thorough = now
+                least = 0
+            nothing = await trio.to_thread.run_sync(self.queue.commit, least)
+            if not nothing:
+                self._on_committed()
+
+    async def shutdown(self) -> None:
+        for _ in range(10):
+            done = await trio.to_thread.run_sync(self.queue.commit, 0)
+            if done and self.queue.committed_where >= self.queue.max_wrote_offset():
+                break
+        self._on_committed()

@@ -1,0 +1,380 @@
+"""MessageStore: the facade over the engine (the seeds' DefaultMessageStore).
+
+`async with open_store(config) as store:` takes the lock file, loads and recovers, starts
+the background services in a nursery, creates the abort file; leaving the block flushes
+everything, writes the checkpoint and removes the abort file last.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Protocol
+
+import trio
+
+from .allocate import AllocateMappedFileService
+from .commit_log import CommitLog
+from .config import BrokerRole, FlushDiskType, StoreConfig
+from .flush import CommitRealTimeService, FlushRealTimeService, GroupCommitService
+from .message import (
+    PROPERTY_DELAY,
+    EncodeError,
+    Message,
+    encode_record,
+    topic_error,
+    transaction_type,
+)
+from .status import (
+    AppendMessageResult,
+    AppendMessageStatus,
+    PutMessageResult,
+    PutMessageStatus,
+    RunningFlags,
+)
+from .transient_store_pool import TransientStorePool
+
+log = logging.getLogger("tidemq.store")
+
+_LOCKED_ROOTS: set[str] = set()  # fcntl locks do not exclude the same process
+
+
+class StoreLockedError(RuntimeError):
+    """Another process (or another store in this process) has the store root open."""
+
+
+class Replicator(Protocol):
+    """What a SYNC_MASTER put needs from the HA service (implemented in ha/)."""
+
+    def is_slave_ok(self, master_put_where: int) -> bool: ...
+
+    async def wait_for_slave(self, next_offset: int, timeout_s: float) -> bool: ...
+
+
+class StoreLock:
+    """`<root>/lock`: fcntl.lockf on byte 0, as a RocketMQ broker takes it."""
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.realpath(root)
+        self.path = os.path.join(self.root, "lock")
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        os.makedirs(self.root, exist_ok=True)
+        if self.root in _LOCKED_ROOTS:
+            raise StoreLockedError(f"store root {self.root} is already open in this process")
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EACCES, errno.EAGAIN):
+                raise StoreLockedError(
+                    f"store root {self.root} is locked by another process ({self.path})"
+                ) from None
+            raise
+        os.pwrite(fd, b"lock", 0)
+        os.fsync(fd)
+        self._fd = fd
+        _LOCKED_ROOTS.add(self.root)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the fcntl lock
+            self._fd = None
+            _LOCKED_ROOTS.discard(self.root)
+
+
+class MessageStore:
+    def __init__(self, config: StoreConfig, *, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.clock = clock
+        self.flags = RunningFlags()
+        self.lock = StoreLock(config.store_path_root_dir)
+        self.pool = (
+            TransientStorePool(config.transient_store_pool_size, config.mapped_file_size_commit_log)
+            if config.transient_pool_active
+            else None
+        )
+        if config.transient_store_pool_enable and not config.transient_pool_active:
+            log.warning(
+                "transientStorePoolEnable is ignored: the pool needs ASYNC_FLUSH on a master "
+                "(flushDiskType=%s, brokerRole=%s)",
+                config.flush_disk_type.value, config.broker_role.value,
+            )
+        self.allocator = AllocateMappedFileService(self.pool)
+        self.commit_log = CommitLog(config, pool=self.pool, allocator=self.allocator, clock=clock)
+        self.physic_msg_timestamp = 0
+        self.group_commit: GroupCommitService | None = None
+        self.flush_service: FlushRealTimeService | None = None
+        self.commit_service: CommitRealTimeService | None = None
+        if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            self.group_commit = GroupCommitService(self.commit_log.queue, self._on_flushed)
+        else:
+            self.flush_service = FlushRealTimeService(
+                self.commit_log.queue,
+                interval_ms=config.flush_interval_commit_log,
+                least_pages=config.flush_commit_log_least_pages,
+                thorough_interval_ms=config.flush_commit_log_thorough_interval,
+                timed=config.flush_commit_log_timed,
+                on_flushed=self._on_flushed,
+            )
+            if self.pool is not None:
+                self.commit_service = CommitRealTimeService(
+                    self.commit_log.queue,
+                    interval_ms=config.commit_interval_commit_log,
+                    least_pages=config.commit_commit_log_least_pages,
+                    thorough_interval_ms=config.commit_commit_log_thorough_interval,
+                    on_committed=self.flush_service.wakeup,
+                )
+        self.replicator: Replicator | None = None
+        self.last_exit_ok = True
+        self.running = False
+        self.shutdown_done = False
+        self._nursery: trio.Nursery | None = None
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    @property
+    def abort_path(self) -> str:
+        return self.config.path("abort")
+
+    def load(self) -> None:
+        """Lock the root, map the segments and recover (blocking; done once at start)."""
+        self.lock.acquire()
+        try:
+            self.last_exit_ok = not os.path.exists(self.abort_path)
+            self.commit_log.load()
+            self._recover()
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _recover(self) -> None:
+        """Set the write position after the last valid record (full recovery: issue 4)."""
+        queue = self.commit_log.queue
+        if not queue.files:
+            return
+        offset = queue.files[max(0, len(queue.files) - 3)].file_from_offset
+        end = offset
+        for mf in queue.files:
+            if mf.file_from_offset < offset:
+                mf.set_positions(self.config.mapped_file_size_commit_log)
+        for mf in queue.files:  # positions are file_size until the scan says otherwise
+            if mf.file_from_offset >= offset:
+                mf.set_positions(self.config.mapped_file_size_commit_log)
+        for rec_offset, decoded in self.commit_log.iter_records(offset, check_crc=self.config.check_crc_on_recover):
+            if decoded.kind.value == "invalid":
+                break
+            end = self.commit_log.roll_next_file(rec_offset) if decoded.kind.value == "blank" else rec_offset + decoded.size
+        queue.flushed_where = queue.committed_where = end
+        queue.truncate_dirty_files(end)
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+        nursery.start_soon(self.allocator.run)
+        if self.group_commit is not None:
+            nursery.start_soon(self.group_commit.run)
+            self.commit_log.on_append.append(self.group_commit.wakeup)
+        if self.flush_service is not None:
+            nursery.start_soon(self.flush_service.run)
+        if self.commit_service is not None:
+            nursery.start_soon(self.commit_service.run)
+        with open(self.abort_path, "wb"):
+            pass
+        self.running = True
+
+    async def shutdown(self) -> None:
+        """Flush everything, then remove the abort file as the very last step."""
+        if self.shutdown_done:
+            return
+        self.running = False
+        with trio.CancelScope(shield=True):
+            if self.commit_service is not None:
+                await self.commit_service.shutdown()
+            if self.group_commit is not None:
+                await self.group_commit.shutdown()
+            if self.flush_service is not None:
+                await self.flush_service.shutdown()
+            else:
+                await trio.to_thread.run_sync(self.commit_log.queue.flush, 0)
+        self.commit_log.shutdown()
+        if self.pool is not None:
+            self.pool.destroy()
+        if self.flags.is_writeable():
+            try:
+                os.unlink(self.abort_path)
+            except FileNotFoundError:
+                pass
+        self.lock.release()
+        self.shutdown_done = True
+
+    def _on_flushed(self, store_timestamp: int) -> None:
+        self.physic_msg_timestamp = store_timestamp
+
+    # ---- puts --------------------------------------------------------------------------------
+    def _check_store_status(self) -> PutMessageResult | None:
+        if not self.running:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store is shut down")
+        if not self.config.broker_role.is_master:
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                error="this node is a SLAVE and refuses writes; send to its master",
+            )
+        if not self.flags.is_writeable():
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error=self.flags.why_not_writeable())
+        if self.commit_log.is_os_page_cache_busy():
+            return PutMessageResult(PutMessageStatus.OS_PAGECACHE_BUSY, error="the put lock is held too long")
+        return None
+
+    def _check_message(self, msg: Message) -> PutMessageResult | None:
+        problem = topic_error(msg.topic)
+        if problem:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=problem)
+        if msg.queue_id < 0:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=f"queue_id {msg.queue_id} is negative")
+        return None
+
+    def _encode(self, msg: Message) -> bytearray | PutMessageResult:
+        try:
+            return encode_record(msg, self.config.store_host, self.config.max_message_size)
+        except EncodeError as e:
+            return PutMessageResult(PutMessageStatus[e.status], error=str(e))
+
+    async def put_message(self, msg: Message) -> PutMessageResult:
+        """Store one message; returns after the flush/replication its WAIT asks for."""
+        bad = self._check_store_status() or self._check_message(msg)
+        if bad:
+            return bad
+        record = self._encode(msg)
+        if isinstance(record, PutMessageResult):
+            return record
+        result = self.commit_log.append_message(record, msg)
+        return await self._finish_put(result, msg.wait_store_msg_ok)
+
+    async def put_messages(self, msgs: Sequence[Message]) -> PutMessageResult:
+        """Store a batch of one topic-queue: contiguous records, one segment, one result."""
+        bad = self._check_store_status()
+        if bad:
+            return bad
+        if not msgs:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error="empty batch")
+        first = msgs[0]
+        for msg in msgs:
+            bad = self._check_message(msg)
+            if bad:
+                return bad
+            if (msg.topic, msg.queue_id) != (first.topic, first.queue_id):
+                return PutMessageResult(
+                    PutMessageStatus.MESSAGE_ILLEGAL, error="a batch must go to one topic and queue"
+                )
+            if transaction_type(msg.sys_flag) or msg.properties.get(PROPERTY_DELAY, "0") not in ("", "0"):
+                return PutMessageResult(
+                    PutMessageStatus.MESSAGE_ILLEGAL, error="a batch may not hold transaction or delayed messages"
+                )
+        total_body = sum(len(m.body) for m in msgs)
+        if total_body > self.config.max_message_size:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                error=f"batch bodies total {total_body} bytes; maxMessageSize is {self.config.max_message_size}",
+            )
+        records = []
+        for msg in msgs:
+            record = self._encode(msg)
+            if isinstance(record, PutMessageResult):
+                return record
+            records.append(record)
+        result = self.commit_log.append_messages(records, msgs)
+        return await self._finish_put(result, all(m.wait_store_msg_ok for m in msgs))
+
+    async def _finish_put(self, result: AppendMessageResult, wait: bool) -> PutMessageResult:
+        if result.status is not AppendMessageStatus.PUT_OK:
+            if result.status is AppendMessageStatus.MESSAGE_SIZE_EXCEEDED:
+                return PutMessageResult(
+                    PutMessageStatus.MESSAGE_ILLEGAL, result,
+                    error="record is larger than a CommitLog segment (mappedFileSizeCommitLog)",
+                )
+            return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED, result, error="could not create a segment")
+        flush_status = PutMessageStatus.PUT_OK
+        replica_status = PutMessageStatus.PUT_OK
+        end = result.end_offset
+
+        async def wait_flush() -> None:
+            nonlocal flush_status
+            if not await self.group_commit.wait_for_flush(end, self.config.sync_flush_timeout / 1000):
+                flush_status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+
+        async def wait_replica() -> None:
+            nonlocal replica_status
+            if self.replicator is None or not self.replicator.is_slave_ok(end):
+                replica_status = PutMessageStatus.SLAVE_NOT_AVAILABLE
+                return
+            if not await self.replicator.wait_for_slave(end, self.config.slave_timeout / 1000):
+                replica_status = PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+
+        flush_wait = self.group_commit is not None and wait
+        replica_wait = self.config.broker_role is BrokerRole.SYNC_MASTER and wait
+        if flush_wait and replica_wait:
+            async with trio.open_nursery() as nursery:  # flush and replication awaited together
+                nursery.start_soon(wait_flush)
+                nursery.start_soon(wait_replica)
+        elif replica_wait:
+            self._wake_flush()
+            await wait_replica()
+        elif flush_wait:
+            await wait_flush()
+        else:
+            self._wake_flush()
+        status = PutMessageStatus.PUT_OK
+        if flush_status is not PutMessageStatus.PUT_OK:
+            status = flush_status
+        if replica_status is not PutMessageStatus.PUT_OK:
+            status = replica_status  # replica wins, as in RocketMQ
+        error = "" if status is PutMessageStatus.PUT_OK else _STATUS_TEXT[status]
+        return PutMessageResult(status, result, error=error)
+
+    def _wake_flush(self) -> None:
+        if self.group_commit is not None:
+            self.group_commit.wakeup()
+        elif self.flush_service is not None:
+            self.flush_service.wakeup()
+
+    # ---- reads (CommitLog level) -------------------------------------------------------------
+    def get_min_phy_offset(self) -> int:
+        return self.commit_log.min_offset()
+
+    def get_max_phy_offset(self) -> int:
+        return self.commit_log.max_offset()
+
+    def look_message_by_offset(self, commitlog_offset: int):
+        decoded = self.commit_log.read_record(commitlog_offset)
+        return decoded.message if decoded is not None else None
+
+
+_STATUS_TEXT = {
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: "stored, but not flushed to disk within syncFlushTimeout",
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: "stored on the master, but no slave acknowledged it within slaveTimeout",
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: "stored on the master only: no slave connected, or it is too far behind",
+}
+
+
+@asynccontextmanager
+async def open_store(config: StoreConfig, *, clock: Callable[[], float] = time.time) -> AsyncIterator[MessageStore]:
+    """Open, recover and start a store; shut it down cleanly when the block exits."""
+    store = MessageStore(config, clock=clock)
+    await trio.to_thread.run_sync(store.load)
+    try:
+        async with trio.open_nursery() as nursery:
+            await store.start(nursery)
+            try:
+                yield store
+            finally:
+                await store.shutdown()
+                nursery.cancel_scope.cancel()
+    finally:
+        if not store.shutdown_done:
+            store.lock.release()

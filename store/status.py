@@ -1,0 +1,142 @@
+"""Put/get statuses and results (RocketMQ 4.9 names), and the store's running flags."""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+
+class PutMessageStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    CREATE_MAPEDFILE_FAILED = "CREATE_MAPEDFILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+    @property
+    def stored(self) -> bool:
+        """The message is in the master's log (RocketMQ counts these four as sent)."""
+        return self in _STORED
+
+
+_STORED = {
+    PutMessageStatus.PUT_OK,
+    PutMessageStatus.FLUSH_DISK_TIMEOUT,
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
+    PutMessageStatus.SLAVE_NOT_AVAILABLE,
+}
+
+
+class AppendMessageStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    END_OF_FILE = "END_OF_FILE"
+    MESSAGE_SIZE_EXCEEDED = "MESSAGE_SIZE_EXCEEDED"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+class GetMessageStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@attrs.define
+class AppendMessageResult:
+    status: AppendMessageStatus
+    wrote_offset: int = 0
+    wrote_bytes: int = 0
+    msg_id: str = ""
+    store_timestamp: int = 0
+    queue_offset: int = 0
+    msg_num: int = 1
+
+    @property
+    def end_offset(self) -> int:
+        return self.wrote_offset + self.wrote_bytes
+
+
+@attrs.define
+class PutMessageResult:
+    """What a put returns. `msg_id` is the offset msgId (comma-joined for a batch)."""
+
+    status: PutMessageStatus
+    append: AppendMessageResult | None = None
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutMessageStatus.PUT_OK
+
+    @property
+    def msg_id(self) -> str:
+        return self.append.msg_id if self.append else ""
+
+    @property
+    def commitlog_offset(self) -> int:
+        return self.append.wrote_offset if self.append else -1
+
+    @property
+    def queue_offset(self) -> int:
+        return self.append.queue_offset if self.append else -1
+
+    @property
+    def msg_num(self) -> int:
+        return self.append.msg_num if self.append else 0
+
+
+class RunningFlags:
+    """RocketMQ's store state bits; DISK_FULL clears itself, the error bits stay until restart."""
+
+    NOT_READABLE = 1
+    NOT_WRITEABLE = 2
+    WRITE_LOGICS_QUEUE_ERROR = 4
+    WRITE_INDEX_FILE_ERROR = 8
+    DISK_FULL = 16
+
+    _NAMES = {
+        1: "NOT_READABLE", 2: "NOT_WRITEABLE", 4: "WRITE_LOGICS_QUEUE_ERROR",
+        8: "WRITE_INDEX_FILE_ERROR", 16: "DISK_FULL",
+    }
+    _NOT_WRITEABLE_MASK = NOT_WRITEABLE | WRITE_LOGICS_QUEUE_ERROR | DISK_FULL | WRITE_INDEX_FILE_ERROR
+
+    def __init__(self) -> None:
+        self.bits = 0
+
+    def set(self, bit: int) -> None:
+        self.bits |= bit
+
+    def clear(self, bit: int) -> None:
+        self.bits &= ~bit
+
+    def is_set(self, bit: int) -> bool:
+        return bool(self.bits & bit)
+
+    def is_writeable(self) -> bool:
+        return not self.bits & self._NOT_WRITEABLE_MASK
+
+    def is_readable(self) -> bool:
+        return not self.bits & self.NOT_READABLE
+
+    def is_cq_writeable(self) -> bool:
+        return not self.bits & (self.NOT_WRITEABLE | self.WRITE_LOGICS_QUEUE_ERROR | self.WRITE_INDEX_FILE_ERROR)
+
+    def names(self) -> list[str]:
+        return [name for bit, name in self._NAMES.items() if self.bits & bit]
+
+    def why_not_writeable(self) -> str:
+        if self.bits & self.DISK_FULL:
+            return "the disk is full (usage above diskSpaceWarningLevelRatio); writes resume after cleanup frees space"
+        return "store is not writeable: " + ", ".join(self.names())
