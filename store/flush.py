@@ -181,3 +181,42 @@ class CommitRealTimeService:
             if done and self.queue.committed_where >= self.queue.max_wrote_offset():
                 break
         self._on_committed()
+
+
+class FlushConsumeQueueService:
+    """Flushes every ConsumeQueue (least pages) each interval; thoroughly, followed by the
+    checkpoint, every thorough interval. The logics timestamp is captured before the flush
+    so the checkpoint never claims more than is on disk."""
+
+    def __init__(
+        self,
+        flush_queues: Callable[[int], None],
+        checkpoint,
+        *,
+        interval_ms: int,
+        least_pages: int,
+        thorough_interval_ms: int,
+    ) -> None:
+        self._flush_queues = flush_queues
+        self.checkpoint = checkpoint
+        self.interval_ms = interval_ms
+        self.least_pages = least_pages
+        self.thorough_interval_ms = thorough_interval_ms
+        self._last_thorough = time.monotonic()
+
+    async def flush(self, least_pages: int) -> None:
+        logics_ts = self.checkpoint.logics_msg_timestamp
+        await trio.to_thread.run_sync(self._flush_queues, least_pages)
+        if least_pages == 0:
+            self.checkpoint.logics_msg_timestamp = logics_ts
+            await trio.to_thread.run_sync(self.checkpoint.flush)
+
+    async def run(self) -> None:
+        while True:
+            await trio.sleep(self.interval_ms / 1000)
+            least = self.least_pages
+            now = time.monotonic()
+            if (now - self._last_thorough) * 1000 >= self.thorough_interval_ms:
+                self._last_thorough = now
+                least = 0
+            await self.flush(least)

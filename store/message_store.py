@@ -13,26 +13,42 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Protocol
 
+import attrs
+import psutil
 import trio
 
 from .allocate import AllocateMappedFileService
+from .checkpoint import StoreCheckpoint
 from .commit_log import CommitLog
-from .config import BrokerRole, FlushDiskType, StoreConfig
-from .flush import CommitRealTimeService, FlushRealTimeService, GroupCommitService
+from .config import CQ_STORE_UNIT_SIZE, BrokerRole, FlushDiskType, StoreConfig
+from .consume_queue import ConsumeQueueTable, is_blank_unit, iter_units
+from .flush import (
+    CommitRealTimeService,
+    FlushConsumeQueueService,
+    FlushRealTimeService,
+    GroupCommitService,
+)
+from .index_file import IndexService
 from .message import (
     PROPERTY_DELAY,
     EncodeError,
     Message,
+    RecordKind,
+    StoredMessage,
+    decode_msg_id,
     encode_record,
+    tags_code,
     topic_error,
     transaction_type,
 )
+from .reput import ReputMessageService
 from .status import (
     AppendMessageResult,
     AppendMessageStatus,
+    GetMessageStatus,
     PutMessageResult,
     PutMessageStatus,
     RunningFlags,
@@ -132,6 +148,11 @@ class MessageStore:
                     thorough_interval_ms=config.commit_commit_log_thorough_interval,
                     on_committed=self.flush_service.wakeup,
                 )
+        self.consume_queues = ConsumeQueueTable(config.path("consumequeue"), config.cq_file_size)
+        self.checkpoint: StoreCheckpoint | None = None
+        self.index: IndexService | None = None
+        self.reput: ReputMessageService | None = None
+        self.flush_cq_service: FlushConsumeQueueService | None = None
         self.replicator: Replicator | None = None
         self.last_exit_ok = True
         self.running = False
@@ -149,16 +170,44 @@ class MessageStore:
         try:
             self.last_exit_ok = not os.path.exists(self.abort_path)
             self.commit_log.load()
-            self._recover()
+            self.consume_queues.load()
+            self.checkpoint = StoreCheckpoint(self.config.path("checkpoint"))
+            self.index = IndexService(
+                self.config.path("index"), self.config.max_hash_slot_num, self.config.max_index_num,
+                self.checkpoint, max_msgs_num_batch=self.config.max_msgs_num_batch,
+                clock=lambda: int(self.clock() * 1000),
+            ) if self.config.message_index_enable else None
+            if self.index is not None:
+                self.index.load(self.last_exit_ok)
+            max_phy_of_cq = self.consume_queues.recover()
+            end = self._recover_commit_log()
+            if max_phy_of_cq >= end:
+                log.info("ConsumeQueues point past the CommitLog end %d: truncating them", end)
+                self.consume_queues.truncate_dirty_logic_files(end)
+            self._recover_topic_queue_table()
+            self.reput = ReputMessageService(
+                self.commit_log, self.consume_queues, self.index, self.checkpoint, self.flags,
+                is_slave=lambda: not self.config.broker_role.is_master,
+            )
         except BaseException:
             self.lock.release()
             raise
 
-    def _recover(self) -> None:
-        """Set the write position after the last valid record (full recovery: issue 4)."""
+    def _recover_topic_queue_table(self) -> None:
+        """Next queue offsets come from the ConsumeQueues (the CommitLog has no table)."""
+        table = {}
+        min_phy = self.commit_log.min_offset()
+        for cq in self.consume_queues:
+            table[f"{cq.topic}-{cq.queue_id}"] = cq.max_offset_in_queue
+            cq.correct_min_offset(min_phy)
+        self.commit_log.topic_queue_table = table
+
+    def _recover_commit_log(self) -> int:
+        """Set the write position after the last valid record; returns that offset."""
         queue = self.commit_log.queue
         if not queue.files:
-            return
+            self.consume_queues.destroy()
+            return 0
         offset = queue.files[max(0, len(queue.files) - 3)].file_from_offset
         end = offset
         for mf in queue.files:
@@ -173,9 +222,29 @@ class MessageStore:
             end = self.commit_log.roll_next_file(rec_offset) if decoded.kind.value == "blank" else rec_offset + decoded.size
         queue.flushed_where = queue.committed_where = end
         queue.truncate_dirty_files(end)
+        return end
 
     async def start(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
+        # dispatch whatever the ConsumeQueues do not cover yet before serving (a store
+        # holding only CommitLog segments rebuilds its queues and index here)
+        self.reput.reput_from_offset = max(
+            self.consume_queues.max_physic_offset_of_all(), self.commit_log.min_offset(), 0
+        )
+        behind = self.reput.dispatch_behind_bytes()
+        if behind:
+            log.info("dispatching %d CommitLog bytes from offset %d", behind, self.reput.reput_from_offset)
+        self.reput.do_reput()
+        self._recover_topic_queue_table()
+        self.commit_log.on_append.append(self.reput.wakeup)
+        nursery.start_soon(self.reput.run)
+        self.flush_cq_service = FlushConsumeQueueService(
+            self.consume_queues.flush, self.checkpoint,
+            interval_ms=self.config.flush_interval_consume_queue,
+            least_pages=self.config.flush_consume_queue_least_pages,
+            thorough_interval_ms=self.config.flush_consume_queue_thorough_interval,
+        )
+        nursery.start_soon(self.flush_cq_service.run)
         nursery.start_soon(self.allocator.run)
         if self.group_commit is not None:
             nursery.start_soon(self.group_commit.run)
@@ -202,19 +271,25 @@ class MessageStore:
                 await self.flush_service.shutdown()
             else:
                 await trio.to_thread.run_sync(self.commit_log.queue.flush, 0)
+            self.reput.do_reput()
+            await self.flush_cq_service.flush(0)
+            if self.index is not None:
+                await trio.to_thread.run_sync(self.index.shutdown)
+            await trio.to_thread.run_sync(self.checkpoint.shutdown)
+        self.consume_queues.shutdown()
         self.commit_log.shutdown()
         if self.pool is not None:
             self.pool.destroy()
-        if self.flags.is_writeable():
-            try:
+        if self.flags.is_writeable() and self.reput.dispatch_behind_bytes() == 0:
+            with suppress(FileNotFoundError):
                 os.unlink(self.abort_path)
-            except FileNotFoundError:
-                pass
         self.lock.release()
         self.shutdown_done = True
 
     def _on_flushed(self, store_timestamp: int) -> None:
         self.physic_msg_timestamp = store_timestamp
+        if self.checkpoint is not None and self.config.broker_role.is_master:
+            self.checkpoint.physic_msg_timestamp = store_timestamp
 
     # ---- puts --------------------------------------------------------------------------------
     def _check_store_status(self) -> PutMessageResult | None:
@@ -343,16 +418,201 @@ class MessageStore:
         elif self.flush_service is not None:
             self.flush_service.wakeup()
 
-    # ---- reads (CommitLog level) -------------------------------------------------------------
+    # ---- reads: plain methods, memory reads --------------------------------------------------
+    def _check_readable(self) -> None:
+        if self.shutdown_done:
+            raise StoreUnavailableError("store is shut down")
+        if not self.flags.is_readable():
+            raise StoreUnavailableError("store is not readable: " + ", ".join(self.flags.names()))
+
     def get_min_phy_offset(self) -> int:
         return self.commit_log.min_offset()
 
     def get_max_phy_offset(self) -> int:
         return self.commit_log.max_offset()
 
-    def look_message_by_offset(self, commitlog_offset: int):
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.consume_queues.find(topic, queue_id)
+        return cq.min_offset_in_queue if cq is not None else 0
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.consume_queues.find(topic, queue_id)
+        return cq.max_offset_in_queue if cq is not None else 0
+
+    def look_message_by_offset(self, commitlog_offset: int, size: int | None = None) -> StoredMessage | None:
+        """The message whose record starts at `commitlog_offset` (None if there is none)."""
+        self._check_readable()
         decoded = self.commit_log.read_record(commitlog_offset)
-        return decoded.message if decoded is not None else None
+        if decoded is None or decoded.kind is not RecordKind.MESSAGE:
+            return None
+        if size is not None and decoded.size != size:
+            return None
+        return decoded.message
+
+    def look_message_by_msg_id(self, msg_id: str) -> StoredMessage | None:
+        """Offset msgIds hold the physical offset: a direct read (raises ValueError on a bad id)."""
+        _host, offset = decode_msg_id(msg_id)
+        msg = self.look_message_by_offset(offset)
+        if msg is None or msg.msg_id != msg_id.upper():
+            return None
+        return msg
+
+    def _store_time_at(self, commitlog_offset: int, size: int) -> int | None:
+        decoded = self.commit_log.read_record(commitlog_offset, read_body=False)
+        if decoded is None or decoded.kind is not RecordKind.MESSAGE:
+            return None
+        return decoded.message.store_timestamp
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        cq = self.consume_queues.find(topic, queue_id)
+        if cq is None:
+            return 0
+        return cq.get_offset_in_queue_by_time(timestamp_ms, self._store_time_at, self.commit_log.min_offset())
+
+    def get_earliest_message_time(self, topic: str | None = None, queue_id: int = 0) -> int | None:
+        """Store time of the oldest message (of one queue, or of the whole CommitLog)."""
+        if topic is None:
+            offset = self.commit_log.min_offset()
+            return self._store_time_at(offset, 0) if offset >= 0 else None
+        cq = self.consume_queues.find(topic, queue_id)
+        if cq is None:
+            return None
+        unit = cq.get_unit(cq.min_offset_in_queue)
+        return self._store_time_at(unit[0], unit[1]) if unit else None
+
+    def get_message(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msgs: int,
+        tag_filter: str | None = None,
+    ) -> GetMessageResult:
+        """Pull up to `max_msgs` messages from a queue, RocketMQ's GetMessageStatus semantics.
+
+        `tag_filter` is "*" / None (everything) or tags joined by "||". The next offset
+        always lets a consumer continue past removed or filtered units.
+        """
+        self._check_readable()
+        cq = self.consume_queues.find(topic, queue_id)
+        if cq is None:
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, next_begin_offset=0)
+        min_off, max_off = cq.min_offset_in_queue, cq.max_offset_in_queue
+        result = GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, min_offset=min_off, max_offset=max_off)
+        if max_off == 0:
+            result.next_begin_offset = 0
+        elif offset < min_off:
+            result.status, result.next_begin_offset = GetMessageStatus.OFFSET_TOO_SMALL, min_off
+        elif offset == max_off:
+            result.status, result.next_begin_offset = GetMessageStatus.OFFSET_OVERFLOW_ONE, offset
+        elif offset > max_off:
+            result.status, result.next_begin_offset = GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_off
+        else:
+            self._read_units(cq, offset, max_msgs, _TagFilter.parse(tag_filter), result)
+        return result
+
+    def _read_units(self, cq, offset: int, max_msgs: int, tags: _TagFilter, result: GetMessageResult) -> None:
+        buf = cq.get_index_buffer(offset)
+        if buf is None:
+            result.status = GetMessageStatus.OFFSET_FOUND_NULL
+            result.next_begin_offset = cq.roll_next_file(offset)
+            return
+        result.status = GetMessageStatus.NO_MATCHED_MESSAGE
+        max_bytes = self.config.max_transfer_bytes_on_message_in_memory
+        max_count = min(max_msgs, self.config.max_transfer_count_on_message_in_memory)
+        max_scan = max(16000, max_msgs * CQ_STORE_UNIT_SIZE)
+        next_phy_file_start = -1
+        total_bytes = 0
+        scanned = 0
+        with buf:
+            for phy, size, code in iter_units(buf.view[:max_scan]):
+                if result.messages and (len(result.messages) >= max_count or total_bytes + size > max_bytes):
+                    break
+                scanned += 1
+                if is_blank_unit(phy, size) or (next_phy_file_start >= 0 and phy < next_phy_file_start):
+                    continue
+                if not tags.matches_code(code):
+                    continue
+                msg = self.look_message_by_offset(phy, size)
+                if msg is None:
+                    if not result.messages:
+                        result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                    next_phy_file_start = self.commit_log.roll_next_file(phy)
+                    continue
+                if not tags.matches_tag(msg.tags):
+                    continue
+                result.messages.append(msg)
+                total_bytes += size
+                result.status = GetMessageStatus.FOUND
+                next_phy_file_start = -1
+        result.next_begin_offset = offset + scanned
+        diff = self.commit_log.max_offset() - (result.messages[-1].commitlog_offset if result.messages else 0)
+        result.suggest_pulling_from_slave = diff > psutil.virtual_memory().total * 0.4
+
+    def query_message(
+        self, topic: str, key: str, max_num: int = 32, begin_ts: int = 0, end_ts: int = 2**63 - 1
+    ) -> list[StoredMessage]:
+        """Messages of `topic` whose KEYS or UNIQ_KEY equal `key`, stored in [begin_ts, end_ts],
+        newest first. The index gives candidates; each is re-read so hash collisions never
+        return another key's message."""
+        self._check_readable()
+        if self.index is None:
+            return []
+        found: list[StoredMessage] = []
+        for offset in self.index.query_offsets(topic, key, self.config.max_msgs_num_batch, begin_ts, end_ts):
+            msg = self.look_message_by_offset(offset)
+            if msg is not None and msg.topic == topic and (key in msg.keys or msg.uniq_key == key):
+                found.append(msg)
+                if len(found) >= max_num:
+                    break
+        return found
+
+    async def wait_for_message(self, topic: str, queue_id: int, offset: int, timeout: float) -> bool:
+        """Long polling: True as soon as the queue holds a message at `offset`, False at timeout."""
+        with trio.move_on_after(timeout):
+            while self.get_max_offset_in_queue(topic, queue_id) <= offset:
+                await self.reput.wait_dispatched()
+            return True
+        return False
+
+    def dispatch_behind_bytes(self) -> int:
+        return self.reput.dispatch_behind_bytes() if self.reput else 0
+
+
+class StoreUnavailableError(RuntimeError):
+    """Reads refused: the store is shut down or flagged NOT_READABLE."""
+
+
+@attrs.define
+class GetMessageResult:
+    status: GetMessageStatus
+    messages: list[StoredMessage] = attrs.field(factory=list)
+    next_begin_offset: int = 0
+    min_offset: int = 0
+    max_offset: int = 0
+    suggest_pulling_from_slave: bool = False
+
+
+@attrs.frozen
+class _TagFilter:
+    """A subscription's tags: None matches everything (also messages without a tag)."""
+
+    tags: frozenset[str] | None
+    codes: frozenset[int] = frozenset()
+
+    @classmethod
+    def parse(cls, expression: str | None) -> _TagFilter:
+        if expression is None or expression.strip() in ("", "*"):
+            return cls(None)
+        tags = frozenset(t.strip() for t in expression.split("||") if t.strip())
+        return cls(tags, frozenset(tags_code(t) for t in tags))
+
+    def matches_code(self, code: int) -> bool:
+        return self.tags is None or code in self.codes
+
+    def matches_tag(self, tag: str | None) -> bool:
+        return self.tags is None or tag in self.tags
 
 
 _STATUS_TEXT = {

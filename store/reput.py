@@ -1,0 +1,138 @@
+"""ReputMessageService: follows the CommitLog and dispatches each new record to its
+ConsumeQueue and the index (seed 000 §4.6), on a master right after the put and on a slave
+right after replicated bytes land.
+
+It is woken by every append (no millisecond polling). Replicated bytes are not record
+aligned, so a record still incomplete at the log's end means "wait for more"; a record that
+cannot be decoded anywhere else stops dispatch with a logged error and a running flag.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import trio
+
+from .checkpoint import StoreCheckpoint
+from .commit_log import CommitLog
+from .consume_queue import ConsumeQueueTable
+from .index_file import IndexService
+from .message import (
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
+    TRANSACTION_MASK,
+    RecordKind,
+    SysFlag,
+    decode_record,
+    read_total_size,
+    tags_code,
+)
+from .status import RunningFlags
+
+log = logging.getLogger("tidemq.store")
+
+
+class ReputMessageService:
+    def __init__(
+        self,
+        commit_log: CommitLog,
+        consume_queues: ConsumeQueueTable,
+        index: IndexService | None,
+        checkpoint: StoreCheckpoint,
+        flags: RunningFlags,
+        *,
+        is_slave: Callable[[], bool],
+    ) -> None:
+        self.commit_log = commit_log
+        self.consume_queues = consume_queues
+        self.index = index
+        self.checkpoint = checkpoint
+        self.flags = flags
+        self.is_slave = is_slave
+        self.reput_from_offset = 0
+        self.stopped_at_error: str | None = None
+        self._wake = trio.Event()
+        self._dispatched = trio.Event()  # replaced after every round; long polls wait on it
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    def dispatch_behind_bytes(self) -> int:
+        return max(0, self.commit_log.max_offset() - self.reput_from_offset)
+
+    async def wait_dispatched(self) -> None:
+        """Return after the next dispatch round that made progress."""
+        await self._dispatched.wait()
+
+    def do_reput(self) -> int:
+        """Dispatch every complete record readable now; returns how many were dispatched."""
+        if self.stopped_at_error is not None:
+            return 0
+        cl = self.commit_log
+        count = 0
+        if self.reput_from_offset < cl.min_offset():
+            log.warning("reput offset %d is below the CommitLog min %d; moving up",
+                        self.reput_from_offset, cl.min_offset())
+            self.reput_from_offset = cl.min_offset()
+        while self.reput_from_offset < cl.max_offset():
+            offset = self.reput_from_offset
+            mf = cl.queue.find_by_offset(offset)
+            if mf is None:
+                break
+            pos = offset % cl.file_size
+            readable = mf.get_read_position()
+            if not mf.hold():
+                break
+            try:
+                if readable - pos < 8:
+                    if mf is cl.queue.last() and not mf.is_full():
+                        break  # a replicated record header still on its way
+                    decoded = None
+                else:
+                    total, magic = read_total_size(mf.mm, pos)
+                    if (magic in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2) and total > readable - pos
+                            and mf is cl.queue.last() and total + pos <= cl.file_size):
+                        break  # a replicated record still incomplete
+                    decoded = decode_record(mf.mm, pos, check_crc=False, read_body=False, limit=readable)
+            finally:
+                mf.release()
+            if decoded is None or decoded.kind is RecordKind.INVALID:
+                reason = decoded.error if decoded else "segment ends without a BLANK filler"
+                self.stopped_at_error = f"cannot decode the CommitLog record at offset {offset}: {reason}"
+                log.error("dispatch stopped: %s", self.stopped_at_error)
+                self.flags.set(RunningFlags.WRITE_LOGICS_QUEUE_ERROR)
+                break
+            if decoded.kind is RecordKind.BLANK:
+                self.reput_from_offset = cl.roll_next_file(offset)
+                continue
+            self._dispatch(decoded.message)
+            self.reput_from_offset = offset + decoded.size
+            count += 1
+        if count:
+            self._dispatched.set()
+            self._dispatched = trio.Event()
+        return count
+
+    def _dispatch(self, msg) -> None:
+        tran = msg.sys_flag & TRANSACTION_MASK
+        if tran in (0, SysFlag.TRANSACTION_COMMIT):
+            cq = self.consume_queues.find_or_create(msg.topic, msg.queue_id)
+            if not cq.put_message_position_info(msg.commitlog_offset, msg.size, tags_code(msg.tags), msg.queue_offset):
+                log.error("could not write the ConsumeQueue unit of %s-%d at offset %d",
+                          msg.topic, msg.queue_id, msg.commitlog_offset)
+                self.flags.set(RunningFlags.WRITE_LOGICS_QUEUE_ERROR)
+            self.checkpoint.logics_msg_timestamp = msg.store_timestamp
+            if self.is_slave():
+                self.checkpoint.physic_msg_timestamp = msg.store_timestamp
+        if self.index is not None and not self.index.build_index(
+            msg.topic, msg.commitlog_offset, msg.store_timestamp, msg.keys, msg.uniq_key, msg.sys_flag
+        ):
+            self.flags.set(RunningFlags.WRITE_INDEX_FILE_ERROR)
+
+    async def run(self) -> None:
+        while True:
+            with trio.move_on_after(1.0):  # a safety net; appends wake it at once
+                await self._wake.wait()
+            self._wake = trio.Event()
+            self.do_reput()
