@@ -1,0 +1,345 @@
+"""The node's config: a RocketMQ-style broker file (TOML or .properties) → `BrokerConfig`.
+
+Files use RocketMQ's camelCase key names (`brokerName`, `brokerRole`, `listenPort`,
+`storePathRootDir`, ...); the snake_case spelling is accepted too. Broker-only keys live in
+`BrokerConfig`; every storage option goes to `store.config.StoreConfig`, whose option list
+is the single source of truth for store keys. Anything else is an error naming the file and
+the key, with the nearest valid name suggested, so a typo never falls back to a default.
+
+Derived values, fixed at load:
+
+- `storeHost` = `brokerIP1:listenPort` (setting it in the file is an error);
+- `haListenPort` absent or <= 0 → `listenPort + 1` (RocketMQ 5's rule);
+- a relative `storePathRootDir` is resolved against the current working directory, or
+  against `base_dir` when the caller passes one (the launcher's `--base-dir`), never against
+  the config file's directory: the same layout can then run in several scratch dirs.
+
+Whether the ports are actually free is checked by `check_ports_free()` when the node starts,
+not at load, so tools can load a config while its node is running.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tomllib
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from store.config import (
+    BrokerRole,
+    ConfigError,
+    StoreConfig,
+    _unknown_key_message,
+    convert_value,
+    snake_name,
+)
+
+MiB = 1024 * 1024
+
+__all__ = [
+    "BrokerConfig",
+    "ConfigError",
+    "check_ports_free",
+    "load_config",
+    "parse_properties",
+]
+
+
+def _port(_inst: Any, attribute: attrs.Attribute, value: int) -> None:
+    if not 1 <= value <= 65535:
+        raise ConfigError(f"{_CAMEL.get(attribute.name, attribute.name)} must be in 1..65535, got {value!r}")
+
+
+def _positive(_inst: Any, attribute: attrs.Attribute, value: int) -> None:
+    if value <= 0:
+        raise ConfigError(f"{_CAMEL.get(attribute.name, attribute.name)} must be > 0, got {value!r}")
+
+
+def _non_empty(_inst: Any, attribute: attrs.Attribute, value: str) -> None:
+    if not value.strip():
+        raise ConfigError(f"{_CAMEL.get(attribute.name, attribute.name)} must not be empty")
+
+
+def _addr_list(_inst: Any, attribute: attrs.Attribute, value: str | None) -> None:
+    """RocketMQ's namesrvAddr: one or more host:port separated by ';'."""
+    if value is None:
+        return
+    for part in value.split(";"):
+        host, sep, port = part.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(
+                f"{_CAMEL.get(attribute.name, attribute.name)} must be host:port[;host:port...], got {value!r}"
+            )
+
+
+@attrs.define(kw_only=True)
+class BrokerConfig:
+    """One node's settings: broker-level keys plus the embedded store's `StoreConfig`.
+
+    Cross-field rules (brokerId vs brokerRole, a slave's haMasterAddress, distinct ports,
+    frame size vs message size) are checked on construction, so every instance is usable.
+    """
+
+    broker_cluster_name: str = attrs.field(default="DefaultCluster", validator=_non_empty)
+    broker_name: str = attrs.field(default="broker-a", validator=_non_empty)
+    broker_id: int = 0
+    broker_ip1: str = attrs.field(default="127.0.0.1", validator=_non_empty)
+    listen_port: int = attrs.field(default=10911, validator=_port)
+    namesrv_addr: str | None = attrs.field(default=None, validator=_addr_list)
+    auto_create_topic_enable: bool = True
+    default_topic_queue_nums: int = attrs.field(default=4, validator=_positive)
+    # Largest client-protocol frame accepted or sent (node/protocol.py).
+    max_frame_size: int = attrs.field(default=8 * MiB, validator=_positive)
+    store: StoreConfig = attrs.field(factory=StoreConfig)
+    # The file this came from, for error messages; not part of the config's value.
+    source: str = attrs.field(default="", eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        problem = _cross_field_problem(self)
+        if problem:
+            raise ConfigError(f"{self.source}: {problem}" if self.source else problem)
+
+    @property
+    def role(self) -> BrokerRole:
+        return self.store.broker_role
+
+    @property
+    def ha_listen_port(self) -> int:
+        return self.store.ha_listen_port
+
+    @property
+    def address(self) -> str:
+        """Client-protocol address, also the store host in offset msgIds."""
+        return f"{self.broker_ip1}:{self.listen_port}"
+
+    @property
+    def ha_address(self) -> str:
+        """The address slaves connect to for replication (when this node is a master)."""
+        return f"{self.broker_ip1}:{self.store.ha_listen_port}"
+
+    @classmethod
+    def option_names(cls) -> list[str]:
+        """Broker-level keys accepted in a file (snake_case)."""
+        return [f.name for f in attrs.fields(cls) if f.name not in _NOT_KEYS]
+
+    @classmethod
+    def from_mapping(
+        cls, values: Mapping[str, Any], *, source: str = "", base_dir: str | None = None
+    ) -> BrokerConfig:
+        """Build from a flat mapping of RocketMQ keys (camelCase or snake_case).
+
+        String values (from .properties) are converted to each option's type; `source`
+        prefixes every error message; `base_dir` anchors a relative storePathRootDir
+        (default: the current working directory).
+        """
+        where = f"{source}: " if source else ""
+        broker_kwargs: dict[str, Any] = {}
+        store_values: dict[str, Any] = {}
+        spelled: dict[str, str] = {}  # snake name → key as written: duplicates, messages
+        for key, value in values.items():
+            name = snake_name(key)
+            if name in spelled:
+                raise ConfigError(f"{where}{key!r} and {spelled[name]!r} set the same option")
+            spelled[name] = key
+            if name == "store_host":
+                raise ConfigError(
+                    f"{where}{key!r} cannot be set: it is derived as brokerIP1:listenPort"
+                )
+            if name in _BROKER_FIELDS:
+                if value == "" and name in _OPTIONAL_STR:
+                    value = None
+                broker_kwargs[name] = convert_value(_BROKER_FIELDS[name], value, key, source)
+            elif name in _STORE_FIELDS:
+                if value == "" and name in _OPTIONAL_STR:
+                    value = None
+                store_values[name] = value
+            else:
+                raise ConfigError(_unknown_key_message(key, source, _BROKER_KEYS))
+
+        # Broker values first: storeHost is derived from them, and a bad listenPort should
+        # be reported as listenPort, not as the storeHost built from it.
+        for name, value in broker_kwargs.items():
+            validator = _BROKER_FIELDS[name].validator
+            if validator is not None:
+                try:
+                    validator(None, _BROKER_FIELDS[name], value)
+                except ConfigError as e:
+                    raise ConfigError(f"{where}{e}") from None
+
+        listen_port = broker_kwargs.get("listen_port", _BROKER_FIELDS["listen_port"].default)
+        broker_ip1 = broker_kwargs.get("broker_ip1", _BROKER_FIELDS["broker_ip1"].default)
+        ha_port = 0
+        if "ha_listen_port" in store_values:
+            key = spelled["ha_listen_port"]
+            ha_port = convert_value(
+                _STORE_FIELDS["ha_listen_port"], store_values["ha_listen_port"], key, source
+            )
+        if ha_port <= 0:
+            ha_port = listen_port + 1
+        store_values["ha_listen_port"] = ha_port
+        store_values["store_host"] = f"{broker_ip1}:{listen_port}"
+        if "store_path_root_dir" in store_values:
+            key = spelled["store_path_root_dir"]
+            raw = convert_value(
+                _STORE_FIELDS["store_path_root_dir"], store_values["store_path_root_dir"], key, source
+            )
+            if not raw:
+                raise ConfigError(f"{where}{key!r} must not be empty")
+            path = os.path.expanduser(raw)
+            store_values["store_path_root_dir"] = os.path.abspath(
+                os.path.join(base_dir if base_dir is not None else os.getcwd(), path)
+            )
+
+        # hand the store its keys as the file spelled them, so its messages quote the file
+        store_mapping = {spelled.get(name, name): value for name, value in store_values.items()}
+        store = StoreConfig.from_mapping(store_mapping, source=source)
+        try:
+            return cls(**broker_kwargs, store=store, source=source)
+        except ConfigError as e:
+            msg = str(e)
+            if source and not msg.startswith(f"{source}: "):
+                msg = f"{source}: {msg}"
+            raise ConfigError(msg) from None
+
+
+# Keys spelled the RocketMQ way where the generic camelCase differs (brokerIP1, not brokerIp1).
+_CAMEL = {
+    "broker_cluster_name": "brokerClusterName",
+    "broker_name": "brokerName",
+    "broker_id": "brokerId",
+    "broker_ip1": "brokerIP1",
+    "listen_port": "listenPort",
+    "namesrv_addr": "namesrvAddr",
+    "auto_create_topic_enable": "autoCreateTopicEnable",
+    "default_topic_queue_nums": "defaultTopicQueueNums",
+    "max_frame_size": "maxFrameSize",
+    "ha_listen_port": "haListenPort",
+    "ha_master_address": "haMasterAddress",
+    "broker_role": "brokerRole",
+}
+_NOT_KEYS = {"store", "source"}
+_BROKER_FIELDS = {f.name: f for f in attrs.fields(BrokerConfig) if f.name not in _NOT_KEYS}
+_STORE_FIELDS = {f.name: f for f in attrs.fields(StoreConfig)}
+_BROKER_KEYS = [_CAMEL[n] for n in _BROKER_FIELDS]
+_OPTIONAL_STR = {"namesrv_addr", "ha_master_address"}
+assert set(_CAMEL) >= set(_BROKER_FIELDS), "every broker key needs its RocketMQ spelling"
+assert not set(_BROKER_FIELDS) & set(_STORE_FIELDS), "a key belongs to the broker or the store"
+
+
+def _cross_field_problem(cfg: BrokerConfig) -> str | None:
+    """The first rule that spans several keys and is broken, or None."""
+    role = cfg.store.broker_role
+    if cfg.broker_id < 0:
+        return f"brokerId must be >= 0 (0 = master, > 0 = slave), got {cfg.broker_id}"
+    if cfg.broker_id == 0 and role is BrokerRole.SLAVE:
+        return "brokerId 0 is the master's id but brokerRole is SLAVE; a slave needs brokerId > 0"
+    if cfg.broker_id > 0 and role is not BrokerRole.SLAVE:
+        return (
+            f"brokerId {cfg.broker_id} is a slave's id but brokerRole is {role.value}; "
+            "a master has brokerId 0"
+        )
+    if role is BrokerRole.SLAVE and not cfg.store.ha_master_address:
+        return "haMasterAddress (host:port of the master's HA port) is required when brokerRole is SLAVE"
+    ha = cfg.store.ha_listen_port
+    if not 1 <= ha <= 65535:
+        return f"haListenPort must be in 1..65535, got {ha} (it defaults to listenPort + 1)"
+    if ha == cfg.listen_port:
+        return f"haListenPort and listenPort must differ, both are {ha}"
+    if cfg.store.ha_master_address in (cfg.ha_address, cfg.address):
+        return f"haMasterAddress {cfg.store.ha_master_address} is this node's own address"
+    if cfg.max_frame_size <= cfg.store.max_message_size:
+        return (
+            f"maxFrameSize ({cfg.max_frame_size}) must exceed maxMessageSize "
+            f"({cfg.store.max_message_size}) so the largest message fits in one frame"
+        )
+    return None
+
+
+def parse_properties(text: str, *, source: str = "") -> dict[str, str]:
+    """Java-style `key=value` lines: `#`/`!` comments, blank lines, whitespace trimmed.
+
+    A subset of java.util.Properties (no `:` separator, escapes or line continuations),
+    enough for RocketMQ's broker files; anything else is an error naming the line rather
+    than a silently different reading. A key given twice is an error too.
+    """
+    where = f"{source}:" if source else "line "
+    values: dict[str, str] = {}
+    first_line: dict[str, int] = {}
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"{where}{lineno}: expected key=value, got {raw.strip()!r}")
+        if key in values:
+            raise ConfigError(f"{where}{lineno}: {key!r} is already set on line {first_line[key]}")
+        values[key] = value.strip()
+        first_line[key] = lineno
+    return values
+
+
+def load_config(path: str, *, base_dir: str | None = None) -> BrokerConfig:
+    """Load a `.toml` or `.properties` broker file; errors name the file and the key.
+
+    A relative storePathRootDir is resolved against `base_dir`, or the current working
+    directory when `base_dir` is None (not against the file's own directory).
+    """
+    ext = os.path.splitext(path)[1].lower()
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read config file: {e.strerror or e}") from None
+    if ext == ".toml":
+        try:
+            values: Mapping[str, Any] = tomllib.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{path}: not UTF-8 text: {e}") from None
+        except tomllib.TOMLDecodeError as e:
+            # the message carries "(at line N, column M)"
+            raise ConfigError(f"{path}: TOML syntax error: {e}") from None
+        for key, value in values.items():
+            if isinstance(value, dict):
+                raise ConfigError(
+                    f"{path}: [{key}] tables are not supported; keys are flat RocketMQ names"
+                )
+    elif ext == ".properties":
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{path}: not UTF-8 text: {e}") from None
+        values = parse_properties(text, source=path)
+    else:
+        raise ConfigError(f"{path}: unknown config format {ext!r}; use .toml or .properties")
+    return BrokerConfig.from_mapping(values, source=path, base_dir=base_dir)
+
+
+def check_ports_free(cfg: BrokerConfig) -> None:
+    """Bind listenPort and haListenPort on brokerIP1 briefly; ConfigError if either is taken.
+
+    Called by the node at start, so a second node on the same ports fails with a message
+    naming the key instead of half-starting. SO_REUSEADDR matches the real listeners, so a
+    port held only by TIME_WAIT connections of a previous run counts as free.
+    """
+    where = f"{cfg.source}: " if cfg.source else ""
+    for key, port in (("listenPort", cfg.listen_port), ("haListenPort", cfg.store.ha_listen_port)):
+        try:
+            infos = socket.getaddrinfo(cfg.broker_ip1, port, type=socket.SOCK_STREAM)
+        except socket.gaierror as e:
+            raise ConfigError(f"{where}brokerIP1 {cfg.broker_ip1!r} does not resolve: {e}") from None
+        family, type_, proto, _canon, sockaddr = infos[0]
+        with socket.socket(family, type_, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(sockaddr)
+                s.listen(1)
+            except OSError as e:
+                raise ConfigError(
+                    f"{where}{key} {port} on {cfg.broker_ip1} is not available: {e.strerror or e}"
+                ) from None
+

@@ -1,0 +1,569 @@
+"""The client protocol, sans-IO: bytes in, request objects out; dicts in, bytes out.
+
+A frame is a 4-byte big-endian unsigned length, then that many bytes holding one CBOR map.
+Requests are `{"v": 1, "op": str, "id": int, ...fields}`; every request gets exactly one
+response `{"id": ..., "status": str, ...}` with the same id. No sockets or trio here (same
+style as h11/wsproto), so the codec is tested without I/O and reused by the client library
+and tools. docs/protocol.md is the reference for ops and fields.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import enum
+import io
+import struct
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import cbor2
+
+from store.message import (
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
+    PROPERTY_WAIT,
+    decode_msg_id,
+    topic_error,
+)
+
+PROTOCOL_VERSION = 1
+HEADER = struct.Struct(">I")
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+INT32_MAX = 2**31 - 1
+MAX_GROUP_LENGTH = 255  # RocketMQ Validators.CHARACTER_MAX_LENGTH
+MAX_QUEUE_NUMS = 1024
+
+__all__ = [
+    "FIELD_TYPES",
+    "OPS",
+    "PROTOCOL_VERSION",
+    "BadRequest",
+    "Field",
+    "FrameDecoder",
+    "FrameError",
+    "Request",
+    "Status",
+    "encode_frame",
+    "error_response",
+    "ok_response",
+    "parse_request",
+    "parse_tag_filter",
+]
+
+
+class Status(enum.Enum):
+    """Response statuses: the store's PutMessageStatus and GetMessageStatus names, plus the
+    node's own. The wire carries the name."""
+
+    # node
+    OK = "OK"
+    BAD_REQUEST = "BAD_REQUEST"
+    NOT_FOUND = "NOT_FOUND"
+    INTERNAL_ERROR = "INTERNAL_ERROR"
+    # PutMessageStatus (ROCKETMQ-FACTS §10)
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    OS_PAGE_CACHE_BUSY = "OS_PAGE_CACHE_BUSY"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+    # GetMessageStatus
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+# ---------------------------------------------------------------- framing
+
+
+class FrameError(Exception):
+    """The byte stream cannot be parsed any further; the connection must be closed.
+
+    `reason` is the human-readable cause, suitable for the error frame sent before closing.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class FrameDecoder:
+    """Incremental frame decoder: feed bytes in any chunking, get complete maps out.
+
+    An oversized length is refused as soon as the 4-byte header is seen, before any of the
+    body is buffered, so a peer cannot make the node allocate more than `max_frame_size`.
+    After a FrameError the decoder stays broken (every later feed raises it again): the
+    stream has lost its framing and nothing after the bad frame can be trusted.
+    """
+
+    def __init__(self, max_frame_size: int) -> None:
+        if max_frame_size <= 0:
+            raise ValueError(f"max_frame_size must be > 0, got {max_frame_size}")
+        self.max_frame_size = max_frame_size
+        self._buf = bytearray()
+        self._need: int | None = None  # body length of the frame being read
+        self._error: FrameError | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as a frame (0 at a frame boundary)."""
+        return len(self._buf)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[dict]:
+        if self._error is not None:
+            raise self._error
+        self._buf += data
+        frames: list[dict] = []
+        try:
+            while True:
+                if self._need is None:
+                    if len(self._buf) < HEADER.size:
+                        break
+                    (size,) = HEADER.unpack_from(self._buf)
+                    if size > self.max_frame_size:
+                        raise FrameError(
+                            f"frame of {size} bytes exceeds the limit {self.max_frame_size}"
+                        )
+                    del self._buf[: HEADER.size]
+                    self._need = size
+                if len(self._buf) < self._need:
+                    break
+                body = bytes(self._buf[: self._need])
+                del self._buf[: self._need]
+                self._need = None
+                frames.append(_decode_body(body))
+        except FrameError as e:
+            self._error = e
+            self._buf.clear()
+            raise
+        return frames
+
+
+def _decode_body(body: bytes) -> dict:
+    if not body:
+        raise FrameError("empty frame: expected one CBOR map")
+    fp = io.BytesIO(body)
+    try:
+        value = cbor2.CBORDecoder(fp).decode()
+    # untrusted bytes: cbor2 reports most problems as CBORDecodeError, but semantic tags
+    # can surface as other ValueError/TypeError/OverflowError subclasses
+    except (cbor2.CBORDecodeError, ValueError, TypeError, OverflowError, RecursionError) as e:
+        raise FrameError(f"frame is not valid CBOR: {e}") from None
+    if fp.tell() != len(body):
+        raise FrameError(
+            f"frame has {len(body) - fp.tell()} bytes after the CBOR value; expected exactly one map"
+        )
+    if not isinstance(value, dict):
+        raise FrameError(f"frame holds a CBOR {_type_name(value)}, expected a map")
+    return value
+
+
+def encode_frame(obj: Mapping[str, Any], *, max_frame_size: int | None = None) -> bytes:
+    """One frame: length + CBOR map. With `max_frame_size`, a larger frame is a FrameError
+    (the sender's own check, so it never emits what the peer would refuse)."""
+    if not isinstance(obj, Mapping):
+        raise TypeError(f"a frame holds a map, got {type(obj).__name__}")
+    body = cbor2.dumps(dict(obj))
+    limit = max_frame_size if max_frame_size is not None else 2**32 - 1
+    if len(body) > limit:
+        raise FrameError(f"frame of {len(body)} bytes exceeds the limit {limit}")
+    return HEADER.pack(len(body)) + body
+
+
+# ---------------------------------------------------------------- requests
+
+
+class BadRequest(Exception):
+    """A well-framed request that is not valid; answered with BAD_REQUEST, the connection
+    stays usable. `request_id` is the frame's id when it had a usable one, else None."""
+
+    def __init__(self, message: str, request_id: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.request_id = request_id
+
+
+@attrs.frozen
+class Request:
+    """A validated request: every field of the op present (defaults filled in), typed."""
+
+    op: str
+    id: int
+    fields: dict[str, Any]
+
+
+@attrs.frozen
+class FieldType:
+    """A wire type: `check(value, path)` returns the value or raises BadRequest."""
+
+    name: str
+    check: Callable[[Any, str], Any]
+
+
+@attrs.frozen
+class Field:
+    """One request field: its type, whether it is required, the default when it is not,
+    and optional extra value checks (`check(value) -> problem | None`)."""
+
+    name: str
+    type: FieldType
+    required: bool = True
+    default: Any = None
+    check: Callable[[Any], str | None] | None = None
+
+
+def _type_name(value: Any) -> str:
+    return {
+        bool: "boolean",
+        int: "integer",
+        float: "float",
+        str: "text string",
+        bytes: "byte string",
+        list: "array",
+        dict: "map",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
+
+
+def _wrong_type(path: str, expected: str, value: Any) -> BadRequest:
+    return BadRequest(f"field {path!r} must be {expected}, got {_type_name(value)}")
+
+
+def _simple(name: str, *types: type) -> FieldType:
+    def check(value: Any, path: str) -> Any:
+        # bool is an int subclass in Python, but never a valid int on the wire
+        if type(value) not in types:
+            raise _wrong_type(path, name, value)
+        return value
+
+    return FieldType(name, check)
+
+
+STR = _simple("a text string", str)
+BYTES = _simple("a byte string", bytes)
+INT = _simple("an integer", int)
+BOOL = _simple("a boolean", bool)
+
+
+def _check_list_str(value: Any, path: str) -> list[str]:
+    if type(value) is not list:
+        raise _wrong_type(path, "an array of text strings", value)
+    for i, item in enumerate(value):
+        if type(item) is not str:
+            raise _wrong_type(f"{path}[{i}]", "a text string", item)
+    return list(value)
+
+
+def _check_dict_str(value: Any, path: str) -> dict[str, str]:
+    if type(value) is not dict:
+        raise _wrong_type(path, "a map of text strings to text strings", value)
+    for k, v in value.items():
+        if type(k) is not str:
+            raise _wrong_type(f"{path} key {k!r}", "a text string", k)
+        if type(v) is not str:
+            raise _wrong_type(f"{path}[{k!r}]", "a text string", v)
+    return dict(value)
+
+
+LIST_STR = FieldType("an array of text strings", _check_list_str)
+DICT_STR_STR = FieldType("a map of text strings to text strings", _check_dict_str)
+
+
+# value checks (return a problem or None)
+
+
+def _range(lo: int, hi: int) -> Callable[[int], str | None]:
+    def check(v: int) -> str | None:
+        if not lo <= v <= hi:
+            return f"must be in {lo}..{hi}, got {v}"
+        return None
+
+    return check
+
+
+_INT64 = _range(INT64_MIN, INT64_MAX)
+_NON_NEG64 = _range(0, INT64_MAX)
+_QUEUE_ID = _range(0, INT32_MAX)
+_POSITIVE32 = _range(1, INT32_MAX)
+_INT32 = _range(-(2**31), INT32_MAX)
+
+
+def _topic(v: str) -> str | None:
+    return topic_error(v)
+
+
+def _group(v: str) -> str | None:
+    problem = topic_error(v[:127])  # same character set as a topic
+    if problem:
+        return problem.replace("topic", "group")
+    if len(v) > MAX_GROUP_LENGTH:
+        return f"group is {len(v)} characters long; the limit is {MAX_GROUP_LENGTH}"
+    return None
+
+
+def _body(v: bytes) -> str | None:
+    return "message body is empty; an empty body is not sent" if not v else None
+
+
+def _tags(v: str) -> str | None:
+    if not v:
+        return "must not be empty (omit the field for no tag)"
+    if NAME_VALUE_SEPARATOR in v or PROPERTY_SEPARATOR in v:
+        return "must not contain the characters \\x01 or \\x02"
+    return None
+
+
+def _keys(v: list[str]) -> str | None:
+    for k in v:
+        if not k or " " in k:
+            return f"each key must be non-empty and without spaces (keys are stored space-separated), got {k!r}"
+        if NAME_VALUE_SEPARATOR in k or PROPERTY_SEPARATOR in k:
+            return f"key {k!r} contains \\x01 or \\x02"
+    return None
+
+
+_DEDICATED = {PROPERTY_TAGS: "tags", PROPERTY_KEYS: "keys", PROPERTY_WAIT: "wait"}
+
+
+def _properties(v: dict[str, str]) -> str | None:
+    for name, value in v.items():
+        if name in _DEDICATED:
+            return f"property {name!r} is set through the field {_DEDICATED[name]!r}"
+        if not name or not value:
+            return f"property names and values must be non-empty, got {name!r}={value!r}"
+        for s in (name, value):
+            if NAME_VALUE_SEPARATOR in s or PROPERTY_SEPARATOR in s:
+                return f"property {name!r} contains \\x01 or \\x02"
+    return None
+
+
+def _msg_id(v: str) -> str | None:
+    try:
+        decode_msg_id(v)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _perm(v: int) -> str | None:
+    return None if 0 <= v <= 7 else f"must be READ(4) | WRITE(2) | INHERIT(1), 0..7, got {v}"
+
+
+def _non_empty(v: str) -> str | None:
+    return None if v else "must not be empty"
+
+
+def parse_tag_filter(expr: str) -> frozenset[str] | None:
+    """RocketMQ subscription expression → the set of tags, or None for "all" ("*" or "")."""
+    expr = expr.strip()
+    if expr in ("", "*"):
+        return None
+    tags = frozenset(t.strip() for t in expr.split("||") if t.strip())
+    if not tags:
+        raise ValueError(f"tag filter {expr!r} names no tag; use '*' for all")
+    return tags
+
+
+def _tag_filter(v: str) -> str | None:
+    try:
+        parse_tag_filter(v)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _f(name: str, type_: FieldType, check: Callable[[Any], str | None] | None = None) -> Field:
+    if check is None and type_ is INT:
+        check = _INT64
+    return Field(name, type_, True, None, check)
+
+
+def _opt(
+    name: str, type_: FieldType, default: Any, check: Callable[[Any], str | None] | None = None
+) -> Field:
+    if check is None and type_ is INT:
+        check = _INT64
+    return Field(name, type_, False, default, check)
+
+
+TOPIC = _f("topic", STR, _topic)
+QUEUE_ID = _f("queue_id", INT, _QUEUE_ID)
+GROUP = _f("group", STR, _group)
+
+BODY = _f("body", BYTES, _body)
+TAGS = _opt("tags", STR, None, _tags)
+KEYS = _opt("keys", LIST_STR, [], _keys)
+PROPERTIES = _opt("properties", DICT_STR_STR, {}, _properties)
+FLAG = _opt("flag", INT, 0, _INT32)
+WAIT = _opt("wait", BOOL, True)
+OPT_QUEUE_ID = _opt("queue_id", INT, None, _QUEUE_ID)
+_MESSAGE_FIELDS: tuple[Field, ...] = (BODY, TAGS, KEYS, PROPERTIES, FLAG)
+
+
+def _check_messages(value: Any, path: str) -> list[dict[str, Any]]:
+    if type(value) is not list:
+        raise _wrong_type(path, "an array of maps", value)
+    if not value:
+        raise BadRequest(f"field {path!r} must hold at least one message")
+    out = []
+    for i, item in enumerate(value):
+        if type(item) is not dict:
+            raise _wrong_type(f"{path}[{i}]", "a map", item)
+        out.append(_parse_fields(item, _MESSAGE_FIELDS, f"{path}[{i}].", "send_batch"))
+    return out
+
+
+MESSAGES = FieldType("an array of maps", _check_messages)
+
+OPS: dict[str, tuple[Field, ...]] = {
+    "send": (
+        TOPIC,
+        BODY,
+        OPT_QUEUE_ID,
+        TAGS,
+        KEYS,
+        PROPERTIES,
+        FLAG,
+        _opt("born_timestamp", INT, None, _NON_NEG64),
+        WAIT,
+    ),
+    "send_batch": (TOPIC, _f("messages", MESSAGES), OPT_QUEUE_ID, WAIT),
+    "pull": (
+        TOPIC,
+        QUEUE_ID,
+        _f("offset", INT, _NON_NEG64),
+        _opt("max_msgs", INT, 32, _POSITIVE32),
+        _opt("tag_filter", STR, "*", _tag_filter),
+        _opt("timeout_ms", INT, 0, _range(0, INT32_MAX)),
+        _opt("group", STR, None, _group),
+    ),
+    "query_by_key": (
+        TOPIC,
+        _f("key", STR, _non_empty),
+        _opt("max_num", INT, 32, _POSITIVE32),
+        _opt("begin_ts", INT, 0, _NON_NEG64),
+        _opt("end_ts", INT, INT64_MAX, _NON_NEG64),
+    ),
+    "get_by_msg_id": (_f("msg_id", STR, _msg_id),),
+    "offset_by_time": (TOPIC, QUEUE_ID, _f("timestamp", INT)),
+    "min_offset": (TOPIC, QUEUE_ID),
+    "max_offset": (TOPIC, QUEUE_ID),
+    "commit_offset": (GROUP, TOPIC, QUEUE_ID, _f("offset", INT, _NON_NEG64)),
+    "fetch_offset": (GROUP, TOPIC, QUEUE_ID),
+    "topic_create": (
+        TOPIC,
+        _opt("read_queue_nums", INT, 4, _range(1, MAX_QUEUE_NUMS)),
+        _opt("write_queue_nums", INT, 4, _range(1, MAX_QUEUE_NUMS)),
+        _opt("perm", INT, 6, _perm),
+    ),
+    "topic_list": (),
+    "status": (),
+    "admin.delete_expired_files": (),
+}
+
+# Every scalar/compound wire type a field can have, for docs and tests.
+FIELD_TYPES = (STR, BYTES, INT, BOOL, LIST_STR, DICT_STR_STR, MESSAGES)
+_ENVELOPE = ("v", "op", "id")
+
+
+def _parse_fields(
+    frame: Mapping[Any, Any], schema: tuple[Field, ...], prefix: str, op: str
+) -> dict[str, Any]:
+    names = {f.name for f in schema}
+    for key in frame:
+        if key in names or (not prefix and key in _ENVELOPE):
+            continue
+        close = difflib.get_close_matches(str(key), sorted(names), n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise BadRequest(f"unknown field {prefix + str(key)!r} for op {op!r}{hint}")
+    out: dict[str, Any] = {}
+    for field in schema:
+        path = prefix + field.name
+        if field.name not in frame:
+            if field.required:
+                raise BadRequest(f"missing field {path!r} for op {op!r}")
+            out[field.name] = copy.copy(field.default)
+            continue
+        value = field.type.check(frame[field.name], path)
+        if field.check is not None:
+            problem = field.check(value)
+            if problem:
+                raise BadRequest(f"field {path!r} of op {op!r}: {problem}")
+        out[field.name] = value
+    return out
+
+
+def parse_request(frame: Mapping[Any, Any]) -> Request:
+    """Validate a decoded frame against its op's schema; BadRequest names what is wrong.
+
+    Unknown fields are refused (with the nearest valid name) rather than ignored, so a
+    misspelt optional field such as `queueId` never silently falls back to its default.
+    """
+    raw_id = frame.get("id")
+    request_id = raw_id if type(raw_id) is int and INT64_MIN <= raw_id <= INT64_MAX else None
+    try:
+        if "v" not in frame:
+            raise BadRequest("missing field 'v' (protocol version)")
+        if type(frame["v"]) is not int or frame["v"] != PROTOCOL_VERSION:
+            raise BadRequest(
+                f"unsupported protocol version {frame['v']!r}; this node speaks v {PROTOCOL_VERSION}"
+            )
+        if "id" not in frame:
+            raise BadRequest("missing field 'id'")
+        if request_id is None:
+            raise BadRequest(f"field 'id' must be a 64-bit integer, got {_type_name(raw_id)}")
+        if "op" not in frame:
+            raise BadRequest("missing field 'op'")
+        op = frame["op"]
+        if type(op) is not str:
+            raise _wrong_type("op", "a text string", op)
+        if op not in OPS:
+            close = difflib.get_close_matches(op, list(OPS), n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise BadRequest(f"unknown op {op!r}{hint}")
+        fields = _parse_fields(frame, OPS[op], "", op)
+    except BadRequest as e:
+        e.request_id = request_id
+        raise
+    return Request(op=op, id=request_id, fields=fields)
+
+
+# ---------------------------------------------------------------- responses
+
+
+def _status_name(status: Status | str) -> str:
+    if isinstance(status, Status):
+        return status.value
+    try:
+        return Status(status).value
+    except ValueError:
+        raise ValueError(f"unknown response status {status!r}") from None
+
+
+def ok_response(id: int, status: Status | str = Status.OK, **fields: Any) -> dict[str, Any]:
+    """A success response map; `status` defaults to OK (send uses PUT_OK, pull FOUND, ...)."""
+    for reserved in ("id", "error"):
+        if reserved in fields:
+            raise ValueError(f"{reserved!r} is not a response field of ok_response")
+    return {"id": id, "status": _status_name(status), **fields}
+
+
+def error_response(id: int | None, status: Status | str, error: str) -> dict[str, Any]:
+    """A failure response: status name + human-readable `error`. `id` is None only when the
+    request had no usable id."""
+    return {"id": id, "status": _status_name(status), "error": error}

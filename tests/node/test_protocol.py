@@ -1,0 +1,413 @@
+"""node.protocol: framing, CBOR decoding errors, request validation, response helpers."""
+
+from __future__ import annotations
+
+import re
+import struct
+from pathlib import Path
+
+import cbor2
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from node.protocol import (
+    INT64_MAX,
+    OPS,
+    BadRequest,
+    FrameDecoder,
+    FrameError,
+    Request,
+    Status,
+    encode_frame,
+    error_response,
+    ok_response,
+    parse_request,
+    parse_tag_filter,
+)
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
+MSG_ID = "7F00000100007A2F0000000000000000"  # 127.0.0.1:31279, offset 0
+
+
+def raw_frame(body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + body
+
+
+# ---------------------------------------------------------------- framing
+
+
+def test_round_trip_one_frame():
+    obj = {"v": 1, "op": "send", "id": 7, "topic": "T", "body": b"\x00\xff", "keys": ["k"]}
+    frame = encode_frame(obj)
+    assert frame[:4] == struct.pack(">I", len(frame) - 4)
+    assert FrameDecoder(1024).feed(frame) == [obj]
+
+
+def test_several_frames_in_one_feed_and_byte_by_byte():
+    objs = [{"id": i, "status": "OK", "x": "y" * i} for i in range(5)]
+    data = b"".join(encode_frame(o) for o in objs)
+    assert FrameDecoder(1024).feed(data) == objs
+    dec = FrameDecoder(1024)
+    out = []
+    for b in data:
+        out += dec.feed(bytes([b]))
+    assert out == objs
+    assert dec.buffered == 0
+
+
+json_like = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text() | st.binary(),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+maps = st.dictionaries(st.text(max_size=8), json_like, max_size=6)
+
+
+@given(objs=st.lists(maps, min_size=1, max_size=8), data=st.data())
+def test_random_chunking_yields_the_same_frames(objs, data):
+    stream = b"".join(encode_frame(o) for o in objs)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=20)))
+    dec = FrameDecoder(1 << 20)
+    out = []
+    prev = 0
+    for cut in [*cuts, len(stream)]:
+        out += dec.feed(stream[prev:cut])
+        prev = cut
+    assert out == objs
+    assert dec.buffered == 0
+
+
+def test_frame_at_the_limit_is_accepted():
+    body = cbor2.dumps({"a": b"x" * 100})
+    assert FrameDecoder(len(body)).feed(raw_frame(body)) == [{"a": b"x" * 100}]
+
+
+def test_oversized_frame_rejected_from_the_header_alone():
+    dec = FrameDecoder(1000)
+    assert dec.feed(struct.pack(">I", 1001)[:3]) == []
+    with pytest.raises(FrameError) as exc:
+        dec.feed(struct.pack(">I", 1001)[3:])  # no body byte sent at all
+    assert exc.value.reason == "frame of 1001 bytes exceeds the limit 1000"
+    assert str(exc.value) == exc.value.reason
+    assert dec.buffered == 0
+
+
+def test_oversized_header_does_not_buffer_the_body():
+    dec = FrameDecoder(1000)
+    with pytest.raises(FrameError, match="frame of 4294967295 bytes exceeds the limit 1000"):
+        dec.feed(b"\xff\xff\xff\xff" + b"x" * 5000)
+    assert dec.buffered == 0
+
+
+def test_decoder_stays_broken_after_an_error():
+    dec = FrameDecoder(10)
+    with pytest.raises(FrameError):
+        dec.feed(struct.pack(">I", 11))
+    with pytest.raises(FrameError, match="exceeds the limit 10"):
+        dec.feed(encode_frame({}))
+
+
+def test_valid_frames_before_a_bad_one_are_lost_with_the_stream():
+    # the stream is unusable after a bad frame; the caller closes after an error frame
+    dec = FrameDecoder(100)
+    with pytest.raises(FrameError):
+        dec.feed(encode_frame({"id": 1}) + raw_frame(b"\xff"))
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (b"\xff", "not valid CBOR"),  # a lone break code
+        (b"\xa1\x61", "not valid CBOR"),  # truncated map
+        (b"\x62\xff\xfe", "not valid CBOR"),  # text string that is not UTF-8
+        (b"", "empty frame"),
+        (b"\xa0\x00", "1 bytes after the CBOR value"),
+    ],
+)
+def test_garbage_cbor_is_a_frame_error(body, words):
+    with pytest.raises(FrameError) as exc:
+        FrameDecoder(100).feed(raw_frame(body))
+    assert words in exc.value.reason
+
+
+@pytest.mark.parametrize(
+    ("value", "name"),
+    [([1, 2], "array"), (5, "integer"), ("op", "text string"), (b"x", "byte string"), (None, "null")],
+)
+def test_non_map_cbor_is_a_frame_error(value, name):
+    with pytest.raises(FrameError, match=f"frame holds a CBOR {name}, expected a map"):
+        FrameDecoder(100).feed(raw_frame(cbor2.dumps(value)))
+
+
+def test_encode_frame_checks_type_and_own_limit():
+    with pytest.raises(TypeError):
+        encode_frame([1, 2])  # type: ignore[arg-type]
+    with pytest.raises(FrameError, match="exceeds the limit 10"):
+        encode_frame({"body": b"x" * 20}, max_frame_size=10)
+
+
+def test_decoder_rejects_a_nonpositive_limit():
+    with pytest.raises(ValueError):
+        FrameDecoder(0)
+
+
+# ---------------------------------------------------------------- requests
+
+
+def req(op: str, **fields) -> dict:
+    return {"v": 1, "op": op, "id": 1, **fields}
+
+
+MINIMAL = {
+    "send": {"topic": "T", "body": b"x"},
+    "send_batch": {"topic": "T", "messages": [{"body": b"x"}]},
+    "pull": {"topic": "T", "queue_id": 0, "offset": 0},
+    "query_by_key": {"topic": "T", "key": "k"},
+    "get_by_msg_id": {"msg_id": MSG_ID},
+    "offset_by_time": {"topic": "T", "queue_id": 0, "timestamp": 0},
+    "min_offset": {"topic": "T", "queue_id": 0},
+    "max_offset": {"topic": "T", "queue_id": 0},
+    "commit_offset": {"group": "G", "topic": "T", "queue_id": 0, "offset": 5},
+    "fetch_offset": {"group": "G", "topic": "T", "queue_id": 0},
+    "topic_create": {"topic": "T"},
+    "topic_list": {},
+    "status": {},
+    "admin.delete_expired_files": {},
+}
+
+
+def test_minimal_covers_every_op():
+    assert set(MINIMAL) == set(OPS)
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_every_op_parses_with_required_fields_and_gets_defaults(op):
+    r = parse_request(req(op, **MINIMAL[op]))
+    assert isinstance(r, Request)
+    assert (r.op, r.id) == (op, 1)
+    assert set(r.fields) == {f.name for f in OPS[op]}
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_every_required_field_is_required(op):
+    for name in MINIMAL[op]:
+        fields = {k: v for k, v in MINIMAL[op].items() if k != name}
+        with pytest.raises(BadRequest, match=f"^missing field '{name}' for op '{re.escape(op)}'$"):
+            parse_request(req(op, **fields))
+
+
+def test_defaults():
+    send = parse_request(req("send", topic="T", body=b"x")).fields
+    assert send == {
+        "topic": "T",
+        "body": b"x",
+        "queue_id": None,
+        "tags": None,
+        "keys": [],
+        "properties": {},
+        "flag": 0,
+        "born_timestamp": None,
+        "wait": True,
+    }
+    pull = parse_request(req("pull", topic="T", queue_id=1, offset=9)).fields
+    assert pull == {
+        "topic": "T",
+        "queue_id": 1,
+        "offset": 9,
+        "max_msgs": 32,
+        "tag_filter": "*",
+        "timeout_ms": 0,
+        "group": None,
+    }
+    q = parse_request(req("query_by_key", topic="T", key="k")).fields
+    assert (q["max_num"], q["begin_ts"], q["end_ts"]) == (32, 0, INT64_MAX)
+    t = parse_request(req("topic_create", topic="T")).fields
+    assert (t["read_queue_nums"], t["write_queue_nums"], t["perm"]) == (4, 4, 6)
+    batch = parse_request(req("send_batch", topic="T", messages=[{"body": b"a"}])).fields
+    assert batch["messages"] == [{"body": b"a", "tags": None, "keys": [], "properties": {}, "flag": 0}]
+    assert (batch["queue_id"], batch["wait"]) == (None, True)
+
+
+def test_defaults_are_not_shared_between_requests():
+    a = parse_request(req("send", topic="T", body=b"x"))
+    a.fields["keys"].append("mutated")
+    a.fields["properties"]["p"] = "q"
+    b = parse_request(req("send", topic="T", body=b"x"))
+    assert b.fields["keys"] == [] and b.fields["properties"] == {}
+
+
+def test_full_send():
+    fields = {
+        "topic": "T",
+        "body": b"hello",
+        "queue_id": 3,
+        "tags": "TagA",
+        "keys": ["k1", "k2"],
+        "properties": {"a": "b"},
+        "flag": 7,
+        "born_timestamp": 1_700_000_000_000,
+        "wait": False,
+    }
+    assert parse_request(req("send", **fields)).fields == fields
+
+
+def test_envelope_problems():
+    with pytest.raises(BadRequest, match="missing field 'v'"):
+        parse_request({"op": "status", "id": 1})
+    with pytest.raises(BadRequest, match="unsupported protocol version 2") as exc:
+        parse_request({"v": 2, "op": "status", "id": 4})
+    assert exc.value.request_id == 4
+    with pytest.raises(BadRequest, match="unsupported protocol version True"):
+        parse_request({"v": True, "op": "status", "id": 1})
+    with pytest.raises(BadRequest, match="^missing field 'id'$") as exc:
+        parse_request({"v": 1, "op": "status"})
+    assert exc.value.request_id is None
+    with pytest.raises(BadRequest, match="field 'id' must be a 64-bit integer, got text string"):
+        parse_request({"v": 1, "op": "status", "id": "1"})
+    with pytest.raises(BadRequest, match="field 'id' must be a 64-bit integer"):
+        parse_request({"v": 1, "op": "status", "id": 2**64})
+    with pytest.raises(BadRequest, match="^missing field 'op'$") as exc:
+        parse_request({"v": 1, "id": 9})
+    assert exc.value.request_id == 9
+    with pytest.raises(BadRequest, match="field 'op' must be a text string, got integer"):
+        parse_request({"v": 1, "op": 3, "id": 1})
+
+
+def test_unknown_op():
+    with pytest.raises(BadRequest, match="^unknown op 'x'$") as exc:
+        parse_request(req("x"))
+    assert exc.value.request_id == 1
+    with pytest.raises(BadRequest, match="^unknown op 'sned'; did you mean 'send'\\?$"):
+        parse_request(req("sned"))
+
+
+def test_unknown_field_is_refused_with_a_suggestion():
+    with pytest.raises(BadRequest, match="unknown field 'queueId' for op 'send'; did you mean 'queue_id'"):
+        parse_request(req("send", topic="T", body=b"x", queueId=1))
+    with pytest.raises(BadRequest, match="unknown field 'messages\\[0\\].tag' for op 'send_batch'"):
+        parse_request(req("send_batch", topic="T", messages=[{"body": b"x", "tag": "a"}]))
+
+
+WRONG_TYPES = [
+    ("send", {"topic": 5, "body": b"x"}, "topic", "a text string", "integer"),
+    ("send", {"topic": "T", "body": "x"}, "body", "a byte string", "text string"),
+    ("send", {"topic": "T", "body": b"x", "queue_id": "1"}, "queue_id", "an integer", "text string"),
+    ("send", {"topic": "T", "body": b"x", "queue_id": True}, "queue_id", "an integer", "boolean"),
+    ("send", {"topic": "T", "body": b"x", "flag": 1.0}, "flag", "an integer", "float"),
+    ("send", {"topic": "T", "body": b"x", "wait": 1}, "wait", "a boolean", "integer"),
+    ("send", {"topic": "T", "body": b"x", "keys": "k"}, "keys", "an array of text strings", "text string"),
+    ("send", {"topic": "T", "body": b"x", "keys": ["a", 1]}, "keys[1]", "a text string", "integer"),
+    ("send", {"topic": "T", "body": b"x", "properties": ["a"]}, "properties", "a map of text strings", "array"),
+    ("send", {"topic": "T", "body": b"x", "properties": {"a": 1}}, "properties['a']", "a text string", "integer"),
+    ("send", {"topic": "T", "body": b"x", "tags": None}, "tags", "a text string", "null"),
+    ("send_batch", {"topic": "T", "messages": {"body": b"x"}}, "messages", "an array of maps", "map"),
+    ("send_batch", {"topic": "T", "messages": [b"x"]}, "messages[0]", "a map", "byte string"),
+    ("send_batch", {"topic": "T", "messages": [{"body": 1}]}, "messages[0].body", "a byte string", "integer"),
+    ("pull", {"topic": "T", "queue_id": 0, "offset": "0"}, "offset", "an integer", "text string"),
+    ("pull", {"topic": "T", "queue_id": 0, "offset": 0, "tag_filter": ["a"]}, "tag_filter", "a text string", "array"),
+    ("get_by_msg_id", {"msg_id": b"\x00"}, "msg_id", "a text string", "byte string"),
+    ("topic_create", {"topic": "T", "perm": "rw"}, "perm", "an integer", "text string"),
+]
+
+
+@pytest.mark.parametrize(("op", "fields", "path", "expected", "got"), WRONG_TYPES)
+def test_wrong_type_names_field_and_expected_type(op, fields, path, expected, got):
+    with pytest.raises(BadRequest) as exc:
+        parse_request(req(op, **fields))
+    msg = exc.value.message
+    assert msg.startswith(f"field {path!r} must be {expected}"), msg
+    assert msg.endswith(f"got {got}"), msg
+    assert exc.value.request_id == 1
+
+
+BAD_VALUES = [
+    ("send", {"topic": "T", "body": b""}, "body", "message body is empty"),
+    ("send_batch", {"topic": "T", "messages": [{"body": b""}]}, "messages[0].body", "message body is empty"),
+    ("send_batch", {"topic": "T", "messages": []}, "messages", "at least one message"),
+    ("send", {"topic": "", "body": b"x"}, "topic", "topic is empty"),
+    ("send", {"topic": "a b", "body": b"x"}, "topic", "characters outside"),
+    ("send", {"topic": "t" * 128, "body": b"x"}, "topic", "limit is 127"),
+    ("send", {"topic": "T", "body": b"x", "queue_id": -1}, "queue_id", "must be in 0.."),
+    ("send", {"topic": "T", "body": b"x", "tags": ""}, "tags", "must not be empty"),
+    ("send", {"topic": "T", "body": b"x", "keys": ["a b"]}, "keys", "without spaces"),
+    ("send", {"topic": "T", "body": b"x", "properties": {"TAGS": "a"}}, "properties", "field 'tags'"),
+    ("send", {"topic": "T", "body": b"x", "properties": {"a": ""}}, "properties", "non-empty"),
+    ("send", {"topic": "T", "body": b"x", "properties": {"a": "b\x01c"}}, "properties", "\\x01"),
+    ("send", {"topic": "T", "body": b"x", "flag": 2**31}, "flag", "must be in"),
+    ("pull", {"topic": "T", "queue_id": 0, "offset": -1}, "offset", "must be in 0.."),
+    ("pull", {"topic": "T", "queue_id": 0, "offset": 2**63}, "offset", "must be in 0.."),
+    ("pull", {"topic": "T", "queue_id": 0, "offset": 0, "max_msgs": 0}, "max_msgs", "must be in 1.."),
+    ("pull", {"topic": "T", "queue_id": 0, "offset": 0, "timeout_ms": -5}, "timeout_ms", "must be in 0.."),
+    ("pull", {"topic": "T", "queue_id": 0, "offset": 0, "tag_filter": "||"}, "tag_filter", "names no tag"),
+    ("pull", {"topic": "T", "queue_id": 0, "offset": 0, "group": "g g"}, "group", "group"),
+    ("query_by_key", {"topic": "T", "key": ""}, "key", "must not be empty"),
+    ("get_by_msg_id", {"msg_id": "abc"}, "msg_id", "32 or 56 hex"),
+    ("get_by_msg_id", {"msg_id": "Z" * 32}, "msg_id", "not hexadecimal"),
+    ("topic_create", {"topic": "T", "perm": 8}, "perm", "0..7"),
+    ("topic_create", {"topic": "T", "read_queue_nums": 0}, "read_queue_nums", "must be in 1..1024"),
+]
+
+
+@pytest.mark.parametrize(("op", "fields", "path", "words"), BAD_VALUES)
+def test_bad_values_name_the_field(op, fields, path, words):
+    with pytest.raises(BadRequest) as exc:
+        parse_request(req(op, **fields))
+    msg = exc.value.message
+    assert msg.startswith(f"field {path!r}"), msg
+    assert words in msg, msg
+
+
+def test_tag_filter():
+    assert parse_tag_filter("*") is None
+    assert parse_tag_filter("") is None
+    assert parse_tag_filter(" a || b ||") == frozenset({"a", "b"})
+    with pytest.raises(ValueError):
+        parse_tag_filter("||")
+
+
+def test_request_from_decoded_frame():
+    frame = encode_frame(req("pull", topic="T", queue_id=2, offset=10, tag_filter="a||b"))
+    (decoded,) = FrameDecoder(1024).feed(frame)
+    r = parse_request(decoded)
+    assert r.fields["tag_filter"] == "a||b" and r.fields["queue_id"] == 2
+
+
+# ---------------------------------------------------------------- responses
+
+
+def test_ok_response():
+    assert ok_response(3) == {"id": 3, "status": "OK"}
+    assert ok_response(4, Status.PUT_OK, msg_id=MSG_ID) == {"id": 4, "status": "PUT_OK", "msg_id": MSG_ID}
+    assert ok_response(5, status="FOUND", messages=[]) == {"id": 5, "status": "FOUND", "messages": []}
+    with pytest.raises(ValueError, match="unknown response status"):
+        ok_response(1, "PUT_MAYBE")
+    with pytest.raises(ValueError):
+        ok_response(1, error="x")
+
+
+def test_error_response_round_trips():
+    resp = error_response(None, Status.BAD_REQUEST, "missing field 'id'")
+    assert resp == {"id": None, "status": "BAD_REQUEST", "error": "missing field 'id'"}
+    (decoded,) = FrameDecoder(1024).feed(encode_frame(error_response(9, "SERVICE_NOT_AVAILABLE", "slave")))
+    assert decoded == {"id": 9, "status": "SERVICE_NOT_AVAILABLE", "error": "slave"}
+
+
+def test_statuses_include_store_and_node_names():
+    names = {s.value for s in Status}
+    assert {"OK", "BAD_REQUEST", "NOT_FOUND", "SERVICE_NOT_AVAILABLE", "INTERNAL_ERROR"} <= names
+    assert {"PUT_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE"} <= names
+    assert {"FOUND", "NO_MATCHED_MESSAGE", "OFFSET_OVERFLOW_ONE", "NO_MATCHED_LOGIC_QUEUE"} <= names
+
+
+# ---------------------------------------------------------------- docs
+
+
+def test_docs_cover_every_op_and_field():
+    text = DOC.read_text()
+    for op, schema in OPS.items():
+        assert f"### `{op}`" in text, op
+        section = text.split(f"### `{op}`", 1)[1].split("\n### ", 1)[0]
+        for field in schema:
+            assert f"`{field.name}`" in section, (op, field.name)
