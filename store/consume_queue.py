@@ -154,10 +154,11 @@ class ConsumeQueue:
             for pos in range(0, self.file_size, CQ_STORE_UNIT_SIZE):
                 offset, size, _tags = UNIT.unpack_from(mm, pos)
                 if offset < 0 or size <= 0 or offset >= phy_offset:
-                    return
+                    break
                 mf.set_positions(pos + CQ_STORE_UNIT_SIZE)
                 if not is_blank_unit(offset, size):
                     self.max_physic_offset = offset + size
+            mf.zero_tail(mf.wrote_position)  # stale units must not come back at the next recovery
             return
 
     def correct_min_offset(self, min_phy_offset: int) -> None:

@@ -303,6 +303,9 @@ class IndexService:
         self.clock = clock
         self.files: list[IndexFile] = []
         self._lock = threading.RLock()
+        # lowest CommitLog offset whose keys were in a destroyed file: recovery dispatches
+        # from there again so no acknowledged key goes missing from the index
+        self.rebuild_from: int | None = None
 
     # ---- loading ------------------------------------------------------------------------------
     def load(self, last_exit_ok: bool) -> None:
@@ -324,11 +327,27 @@ class IndexService:
             if not last_exit_ok and f.end_timestamp > self.checkpoint.index_msg_timestamp:
                 log.info("destroy index file %s: endTimestamp %d is newer than the checkpoint's %d",
                          path, f.end_timestamp, self.checkpoint.index_msg_timestamp)
+                self._note_rebuild(f)
                 f.destroy(0)
                 continue
             log.info("load index file OK: %s", path)
             with self._lock:
                 self.files.append(f)
+
+    def _note_rebuild(self, f: IndexFile) -> None:
+        start = f.begin_phy_offset if f.index_count > 1 else f.end_phy_offset
+        self.rebuild_from = start if self.rebuild_from is None else min(self.rebuild_from, start)
+
+    def truncate(self, phy_offset: int) -> None:
+        """Destroy files holding entries at or past `phy_offset` (the CommitLog was cut
+        there), newest first; `rebuild_from` says where dispatch must index again."""
+        with self._lock:
+            while self.files and self.files[-1].end_phy_offset > phy_offset:
+                f = self.files.pop()
+                log.warning("recovery: index file %s covers offsets up to %d past the CommitLog end %d; "
+                            "destroying it to rebuild", f.path, f.end_phy_offset, phy_offset)
+                self._note_rebuild(f)
+                f.destroy(0)
 
     # ---- building ----------------------------------------------------------------------------
     def get_and_create_last_index_file(self) -> IndexFile | None:

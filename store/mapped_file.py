@@ -15,6 +15,9 @@ holds it, or after `interval_forcibly` ms have passed since the first attempt.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
 import logging
 import mmap
 import os
@@ -25,6 +28,19 @@ from .transient_store_pool import TransientStorePool
 
 OS_PAGE_SIZE = 4096
 log = logging.getLogger("tidemq.store")
+
+
+_FALLOC_FL_KEEP_SIZE = 0x01
+_FALLOC_FL_PUNCH_HOLE = 0x02
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+
+
+def _punch_hole(fd: int, offset: int, length: int) -> bool:
+    fallocate = getattr(_libc, "fallocate", None)
+    if fallocate is None:
+        return False
+    mode = _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE
+    return fallocate(fd, mode, ctypes.c_long(offset), ctypes.c_long(length)) == 0
 
 
 def offset_to_file_name(offset: int) -> str:
@@ -136,6 +152,20 @@ class MappedFile:
     def set_positions(self, position: int) -> None:
         """Recovery and truncation: wrote = committed = flushed = position."""
         self.wrote_position = self.committed_position = self.flushed_position = position
+
+    def zero_tail(self, position: int) -> None:
+        """Zero [position, file_size) so truncated bytes cannot come back: punch a hole
+        (sparse again, no page written) where the file system can, else write zeros."""
+        length = self.file_size - position
+        if length <= 0:
+            return
+        if not _punch_hole(self._fd, position, length):
+            chunk = 1 << 20
+            for start in range(position, self.file_size, chunk):
+                end = min(self.file_size, start + chunk)
+                self.mm[start:end] = bytes(end - start)
+        if self.write_buffer is not None:
+            self.write_buffer[position:] = bytes(length)
 
     def get_read_position(self) -> int:
         """Readers see committed bytes only, so the write buffer's unsaved tail is invisible."""
@@ -253,10 +283,8 @@ class MappedFile:
         self.shutdown(interval_forcibly_ms)
         if not self.cleanup_over:
             return False
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
-        except FileNotFoundError:
-            pass
         log.info("deleted segment %s", self.path)
         return True
 

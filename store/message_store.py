@@ -33,6 +33,8 @@ from .flush import (
 )
 from .index_file import IndexService
 from .message import (
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
     PROPERTY_DELAY,
     EncodeError,
     Message,
@@ -40,9 +42,12 @@ from .message import (
     StoredMessage,
     decode_msg_id,
     encode_record,
+    read_store_timestamp,
+    read_total_size,
     tags_code,
     topic_error,
     transaction_type,
+    validate_record,
 )
 from .reput import ReputMessageService
 from .status import (
@@ -155,6 +160,7 @@ class MessageStore:
         self.flush_cq_service: FlushConsumeQueueService | None = None
         self.replicator: Replicator | None = None
         self.last_exit_ok = True
+        self._dispatch_from: int | None = None
         self.running = False
         self.shutdown_done = False
         self._nursery: trio.Nursery | None = None
@@ -182,8 +188,14 @@ class MessageStore:
             max_phy_of_cq = self.consume_queues.recover()
             end = self._recover_commit_log()
             if max_phy_of_cq >= end:
-                log.info("ConsumeQueues point past the CommitLog end %d: truncating them", end)
+                log.warning("recovery: ConsumeQueues point past the CommitLog end %d: truncating them", end)
                 self.consume_queues.truncate_dirty_logic_files(end)
+            if self.index is not None:
+                self.index.truncate(end)
+                if self.index.rebuild_from is not None:
+                    rebuild = max(self.index.rebuild_from, self.commit_log.min_offset(), 0)
+                    log.info("recovery: rebuilding the index from CommitLog offset %d", rebuild)
+                    self._dispatch_from = rebuild if self._dispatch_from is None else min(self._dispatch_from, rebuild)
             self._recover_topic_queue_table()
             self.reput = ReputMessageService(
                 self.commit_log, self.consume_queues, self.index, self.checkpoint, self.flags,
@@ -203,26 +215,83 @@ class MessageStore:
         self.commit_log.topic_queue_table = table
 
     def _recover_commit_log(self) -> int:
-        """Set the write position after the last valid record; returns that offset."""
+        """Find the end of valid data, truncate everything after it; returns that offset.
+
+        After a clean exit validation starts at the third-last segment. After a crash it
+        starts at the newest segment whose first record is no newer than the checkpoint
+        says is safe, and everything from there is dispatched again at start.
+        """
         queue = self.commit_log.queue
-        if not queue.files:
+        files = queue.files
+        if not files:
+            if len(self.consume_queues):
+                log.info("recovery: no CommitLog segments; destroying every ConsumeQueue")
             self.consume_queues.destroy()
             return 0
-        offset = queue.files[max(0, len(queue.files) - 3)].file_from_offset
-        end = offset
-        for mf in queue.files:
-            if mf.file_from_offset < offset:
-                mf.set_positions(self.config.mapped_file_size_commit_log)
-        for mf in queue.files:  # positions are file_size until the scan says otherwise
-            if mf.file_from_offset >= offset:
-                mf.set_positions(self.config.mapped_file_size_commit_log)
-        for rec_offset, decoded in self.commit_log.iter_records(offset, check_crc=self.config.check_crc_on_recover):
-            if decoded.kind.value == "invalid":
-                break
-            end = self.commit_log.roll_next_file(rec_offset) if decoded.kind.value == "blank" else rec_offset + decoded.size
+        if self.last_exit_ok:
+            index = max(0, len(files) - 3)
+        else:
+            index = self._abnormal_recovery_start()
+            self._dispatch_from = files[index].file_from_offset
+        end = self._scan_valid_end(index)
         queue.flushed_where = queue.committed_where = end
+        doomed = [mf for mf in files if mf.file_from_offset > end]
+        holder = queue.find_by_offset(end)
+        if holder is not None and end % self.commit_log.file_size:
+            holder.zero_tail(end % self.commit_log.file_size)
         queue.truncate_dirty_files(end)
+        if doomed:
+            log.warning("recovery: deleted %d CommitLog segment(s) after the valid end %d: %s",
+                        len(doomed), end, ", ".join(os.path.basename(mf.path) for mf in doomed))
+        log.info("recovery (%s exit): CommitLog valid up to offset %d (validated from segment %s)",
+                 "clean" if self.last_exit_ok else "abnormal", end, files[index].file_name if files else "-")
         return end
+
+    def _abnormal_recovery_start(self) -> int:
+        """Index of the newest segment whose first record is stored no later than the
+        checkpoint's safe time (RocketMQ isMappedFileMatchedRecover); 0 when none is."""
+        cp = self.checkpoint
+        safe = (cp.min_timestamp_index if self.config.message_index_enable and self.config.message_index_safe
+                else cp.min_timestamp)
+        files = self.commit_log.queue.files
+        for i in range(len(files) - 1, -1, -1):
+            mm = files[i].mm
+            _size, magic = read_total_size(mm, 0)
+            if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+                continue
+            ts = read_store_timestamp(mm, 0)
+            if ts != 0 and ts <= safe:
+                log.info("abnormal recovery starts at segment %s (first record stored at %d <= %d)",
+                         files[i].file_name, ts, safe)
+                return i
+        return 0
+
+    def _scan_valid_end(self, index: int) -> int:
+        """Validate records from segment `index` on; the offset right after the last good one."""
+        files = self.commit_log.queue.files
+        size = self.commit_log.file_size
+        check_crc = self.config.check_crc_on_recover
+        offset = files[index].file_from_offset
+        while index < len(files):
+            mf = files[index]
+            pos = 0
+            while True:
+                kind, rec_size, error = validate_record(mf.mm, pos, size, check_crc=check_crc)
+                if kind is RecordKind.MESSAGE:
+                    pos += rec_size
+                    continue
+                if kind is RecordKind.BLANK:
+                    break
+                offset = mf.file_from_offset + pos
+                if error.startswith("zeroed"):
+                    log.info("recovery: data ends at offset %d", offset)
+                else:
+                    log.warning("recovery: invalid record at offset %d (%s); truncating the CommitLog there",
+                                offset, error)
+                return offset
+            index += 1
+            offset = mf.file_from_offset + size
+        return offset
 
     async def start(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
@@ -231,6 +300,8 @@ class MessageStore:
         self.reput.reput_from_offset = max(
             self.consume_queues.max_physic_offset_of_all(), self.commit_log.min_offset(), 0
         )
+        if self._dispatch_from is not None:  # abnormal recovery: dispatch again from there
+            self.reput.reput_from_offset = min(self.reput.reput_from_offset, self._dispatch_from)
         behind = self.reput.dispatch_behind_bytes()
         if behind:
             log.info("dispatching %d CommitLog bytes from offset %d", behind, self.reput.reput_from_offset)
