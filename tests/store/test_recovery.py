@@ -1,0 +1,218 @@
+"""Recovery after damage: each case comes back to the last valid record, says so in the log,
+loses nothing before it, and leaves a store that `verify` calls clean."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+
+import pytest
+
+from store import GetMessageStatus, Message, StoreConfig, open_store
+from store.mapped_file import SegmentSizeError
+from store.tools import verify
+
+SEGMENT = 8192
+TOPIC = "RecoverTopic"
+
+
+def make_config(root) -> StoreConfig:
+    return StoreConfig(
+        store_path_root_dir=str(root),
+        mapped_file_size_commit_log=SEGMENT,
+        mapped_file_size_consume_queue=20 * 50,
+        max_hash_slot_num=101,
+        max_index_num=300,
+    )
+
+
+def body(i: int) -> bytes:
+    return random.Random(i).randbytes(60 + i % 80)
+
+
+async def write_messages(config: StoreConfig, count: int) -> list[tuple[int, int, str]]:
+    """Put `count` messages round-robin over 2 queues; (commitlog_offset, size, msg_id) each."""
+    placed = []
+    async with open_store(config) as store:
+        for i in range(count):
+            r = await store.put_message(Message(TOPIC, body(i), queue_id=i % 2, keys=[f"key-{i}"]))
+            assert r.ok, r.error
+            size = store.look_message_by_offset(r.commitlog_offset).size
+            placed.append((r.commitlog_offset, size, r.msg_id))
+    return placed
+
+
+def segment_path(config: StoreConfig, offset: int) -> str:
+    start = offset - offset % SEGMENT
+    return os.path.join(config.store_path_root_dir, "commitlog", f"{start:020d}")
+
+
+def patch_file(path: str, pos: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        f.write(data)
+
+
+def mark_crashed(config: StoreConfig) -> None:
+    open(os.path.join(config.store_path_root_dir, "abort"), "wb").close()
+
+
+async def check_survivors(config: StoreConfig, placed, survivors: int, end_offset: int) -> None:
+    """The first `survivors` messages are intact by queue, key and msgId; nothing after."""
+    async with open_store(config) as store:
+        assert store.get_max_phy_offset() == end_offset
+        for qid in (0, 1):
+            expected = [i for i in range(survivors) if i % 2 == qid]
+            assert store.get_max_offset_in_queue(TOPIC, qid) == len(expected)
+            got = []
+            offset = 0
+            while offset < len(expected):
+                res = store.get_message("g", TOPIC, qid, offset, 32)
+                assert res.status is GetMessageStatus.FOUND
+                got.extend(res.messages)
+                offset = res.next_begin_offset
+            assert [m.body for m in got] == [body(i) for i in expected]
+            assert [m.queue_offset for m in got] == list(range(len(expected)))
+        for i in range(survivors):
+            by_key = store.query_message(TOPIC, f"key-{i}", 4)
+            assert [m.body for m in by_key] == [body(i)], f"key-{i}"
+            assert store.look_message_by_msg_id(placed[i][2]).body == body(i)
+        for i in range(survivors, len(placed)):
+            assert store.query_message(TOPIC, f"key-{i}", 4) == []
+        # writing goes on right after the valid end, queue offsets continue
+        r = await store.put_message(Message(TOPIC, b"after", queue_id=survivors % 2, keys=["after"]))
+        assert r.ok and r.commitlog_offset == end_offset
+        assert r.queue_offset == len([i for i in range(survivors) if i % 2 == survivors % 2])
+        assert await store.wait_for_message(TOPIC, survivors % 2, r.queue_offset, timeout=5)
+        assert [m.body for m in store.query_message(TOPIC, "after")] == [b"after"]
+    summary = verify(config.store_path_root_dir)
+    assert summary["clean"], summary["damage"]
+
+
+@pytest.fixture
+def config(tmp_path) -> StoreConfig:
+    return make_config(tmp_path / "store")
+
+
+@pytest.mark.parametrize("crashed", [False, True], ids=["clean-exit", "crash"])
+async def test_torn_tail_mid_record(config, caplog, crashed):
+    placed = await write_messages(config, 150)
+    victim = len(placed) - 5
+    offset, size, _ = placed[victim]
+    path = segment_path(config, offset)
+    pos = offset % SEGMENT
+    patch_file(path, pos + size // 2, bytes(SEGMENT - pos - size // 2))  # torn write: tail zeroed
+    if crashed:
+        mark_crashed(config)
+    caplog.set_level(logging.INFO, logger="tidemq.store")
+    await check_survivors(config, placed, victim, offset)
+    assert f"invalid record at offset {offset}" in caplog.text
+
+
+async def test_garbage_after_the_valid_end(config, caplog):
+    placed = await write_messages(config, 120)
+    last_offset, last_size, _ = placed[-1]
+    end = last_offset + last_size
+    patch_file(segment_path(config, end), end % SEGMENT, random.Random(7).randbytes(300))
+    mark_crashed(config)
+    caplog.set_level(logging.INFO, logger="tidemq.store")
+    await check_survivors(config, placed, len(placed), end)
+    assert f"invalid record at offset {end}" in caplog.text
+
+
+async def test_zeroed_page_in_the_last_segment(config, caplog):
+    placed = await write_messages(config, 150)
+    last_start = placed[-1][0] - placed[-1][0] % SEGMENT
+    page = last_start + 4096
+    assert placed[-1][0] > page, "the last segment must reach past its first page"
+    victim = next(i for i, (off, size, _) in enumerate(placed) if off + size > page)
+    patch_file(segment_path(config, page), 4096, bytes(4096))
+    mark_crashed(config)
+    caplog.set_level(logging.INFO, logger="tidemq.store")
+    await check_survivors(config, placed, victim, placed[victim][0])
+    assert f"invalid record at offset {placed[victim][0]}" in caplog.text
+
+
+async def test_bit_flip_in_a_body_is_caught_by_the_crc(config, caplog):
+    placed = await write_messages(config, 150)
+    victim = len(placed) - 10
+    offset, size, _ = placed[victim]
+    path = segment_path(config, offset)
+    body_pos = offset % SEGMENT + 88 + 3  # inside the body (IPv4 hosts: the body starts at 88)
+    with open(path, "r+b") as f:
+        f.seek(body_pos)
+        byte = f.read(1)[0]
+        f.seek(body_pos)
+        f.write(bytes([byte ^ 0x10]))
+    caplog.set_level(logging.INFO, logger="tidemq.store")
+    await check_survivors(config, placed, victim, offset)
+    assert "body CRC mismatch" in caplog.text
+
+
+async def test_deleted_checkpoint_loses_nothing(config):
+    placed = await write_messages(config, 150)
+    os.unlink(os.path.join(config.store_path_root_dir, "checkpoint"))
+    mark_crashed(config)
+    end = placed[-1][0] + placed[-1][1]
+    await check_survivors(config, placed, len(placed), end)
+
+
+async def test_store_with_only_commitlog_rebuilds_queues_and_index(config):
+    placed = await write_messages(config, 130)
+    root = config.store_path_root_dir
+    for sub in ("consumequeue", "index"):
+        for dirpath, _dirs, files in os.walk(os.path.join(root, sub), topdown=False):
+            for name in files:
+                os.unlink(os.path.join(dirpath, name))
+    os.unlink(os.path.join(root, "checkpoint"))
+    end = placed[-1][0] + placed[-1][1]
+    await check_survivors(config, placed, len(placed), end)
+
+
+async def test_recovery_is_idempotent(config):
+    placed = await write_messages(config, 140)
+    offset, size, _ = placed[-3]
+    patch_file(segment_path(config, offset), offset % SEGMENT + size // 3, b"\xff" * 50)
+    mark_crashed(config)
+
+    def snapshot() -> dict[str, bytes]:
+        files = {}
+        for sub in ("commitlog", "consumequeue"):
+            for dirpath, _dirs, names in os.walk(os.path.join(config.store_path_root_dir, sub)):
+                for name in names:
+                    path = os.path.join(dirpath, name)
+                    files[os.path.relpath(path, config.store_path_root_dir)] = open(path, "rb").read()
+        return files
+
+    async with open_store(config):
+        pass
+    first = snapshot()
+    mark_crashed(config)
+    async with open_store(config):
+        pass
+    assert snapshot() == first
+
+
+async def test_no_valid_segment_gives_an_empty_store(config):
+    await write_messages(config, 10)
+    patch_file(segment_path(config, 0), 0, bytes(SEGMENT))
+    mark_crashed(config)
+    async with open_store(config) as store:
+        assert store.get_max_phy_offset() == 0
+        assert store.get_max_offset_in_queue(TOPIC, 0) == 0
+        res = store.get_message("g", TOPIC, 0, 0, 32)
+        assert res.status in (GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.NO_MATCHED_LOGIC_QUEUE)
+        r = await store.put_message(Message(TOPIC, b"fresh"))
+        assert r.ok and r.commitlog_offset == 0 and r.queue_offset == 0
+
+
+async def test_wrong_segment_size_is_an_error_naming_file_and_sizes(config):
+    placed = await write_messages(config, 60)
+    path = segment_path(config, placed[0][0])
+    os.truncate(path, SEGMENT - 100)
+    with pytest.raises(SegmentSizeError) as info:
+        async with open_store(config):
+            pass
+    text = str(info.value)
+    assert path in text and str(SEGMENT - 100) in text and str(SEGMENT) in text
