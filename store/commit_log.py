@@ -152,8 +152,12 @@ class CommitLog:
 
     def append_data(self, start_offset: int, data: bytes | memoryview) -> bool:
         """Slave side: append replicated bytes at exactly the log's end (segments line up
-        with the master's, BLANK fillers included)."""
-        if start_offset != self.max_offset():
+        with the master's, BLANK fillers included). An empty log starts wherever the master
+        starts shipping (its newest segment), but only at a segment boundary."""
+        if self.queue.last() is None:
+            if start_offset % self.file_size:
+                return False
+        elif start_offset != self.max_offset():
             return False
         mf = self.queue.get_last_mapped_file(start_offset)
         if mf is None:

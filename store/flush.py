@@ -23,6 +23,23 @@ from .mapped_file_queue import MappedFileQueue
 log = logging.getLogger("tidemq.store")
 
 
+def flush_to_end(queue: MappedFileQueue) -> None:
+    """Flush every segment up to the readable end. MappedFileQueue.flush does one segment
+    per call, so a fixed number of calls leaves a backlog of several segments unflushed."""
+    for _ in range(2 * len(queue.files) + 10):
+        if queue.flushed_where >= queue.max_offset():
+            return
+        queue.flush(0)
+
+
+def commit_to_end(queue: MappedFileQueue) -> None:
+    """Commit every write buffer into its file (one segment per MappedFileQueue.commit)."""
+    for _ in range(2 * len(queue.files) + 10):
+        if queue.committed_where >= queue.max_wrote_offset():
+            return
+        queue.commit(0)
+
+
 @attrs.define(eq=False)
 class _FlushRequest:
     next_offset: int
@@ -88,6 +105,9 @@ class GroupCommitService:
     async def shutdown(self) -> None:
         await self._do_commit(self._requests)
         self._requests = []
+        await trio.to_thread.run_sync(flush_to_end, self.queue)  # WAIT=false puts too
+        if self.queue.store_timestamp:
+            self._on_flushed(self.queue.store_timestamp)
 
 
 class FlushRealTimeService:
@@ -136,10 +156,7 @@ class FlushRealTimeService:
             await self.flush(least)
 
     async def shutdown(self) -> None:
-        for _ in range(10):
-            done = await trio.to_thread.run_sync(self.queue.flush, 0)
-            if done and self.queue.flushed_where >= self.queue.max_offset():
-                break
+        await trio.to_thread.run_sync(flush_to_end, self.queue)
         if self.queue.store_timestamp:
             self._on_flushed(self.queue.store_timestamp)
 
@@ -176,10 +193,7 @@ class CommitRealTimeService:
                 self._on_committed()
 
     async def shutdown(self) -> None:
-        for _ in range(10):
-            done = await trio.to_thread.run_sync(self.queue.commit, 0)
-            if done and self.queue.committed_where >= self.queue.max_wrote_offset():
-                break
+        await trio.to_thread.run_sync(commit_to_end, self.queue)
         self._on_committed()
 
 

@@ -109,7 +109,18 @@ class MappedFileQueue:
     def max_offset(self) -> int:
         """End of readable (committed) data."""
         last = self.last()
-        return last.file_from_offset + last.get_read_position() if last is not None else 0
+        if last is None:
+            return 0
+        if self.pool is not None:
+            # With a write-buffer pool, a segment that got no buffer is written (and readable)
+            # at once while an older one may still hold uncommitted bytes: the readable log
+            # ends at the first segment that is not readable to its end.
+            start = self.find_by_offset(self.committed_where)
+            if start is not None:
+                for mf in self.files[self.files.index(start):]:
+                    if mf is last or mf.get_read_position() < self.file_size:
+                        return mf.file_from_offset + mf.get_read_position()
+        return last.file_from_offset + last.get_read_position()
 
     def max_wrote_offset(self) -> int:
         last = self.last()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+from pathlib import Path
 
 import pytest
 
@@ -182,7 +183,7 @@ async def test_recovery_is_idempotent(config):
             for dirpath, _dirs, names in os.walk(os.path.join(config.store_path_root_dir, sub)):
                 for name in names:
                     path = os.path.join(dirpath, name)
-                    files[os.path.relpath(path, config.store_path_root_dir)] = open(path, "rb").read()
+                    files[os.path.relpath(path, config.store_path_root_dir)] = Path(path).read_bytes()
         return files
 
     async with open_store(config):
