@@ -187,7 +187,7 @@ class ConsumeQueue:
         unit is still appended at the write position, as RocketMQ does.
         """
         if offset + size <= self.max_physic_offset:
-            log.warning("maybe try to build consume queue repeatedly: maxPhysicOffset=%d phyOffset=%d",
+            log.debug("maybe try to build consume queue repeatedly: maxPhysicOffset=%d phyOffset=%d",
                         self.max_physic_offset, offset)
             return True
         expect = cq_offset * CQ_STORE_UNIT_SIZE
@@ -204,7 +204,7 @@ class ConsumeQueue:
             log.info("fill pre blank space %s-%d up to %d", self.topic, self.queue_id, expect)
         current = mf.file_from_offset + mf.wrote_position
         if expect < current:
-            log.warning("build consume queue repeatedly: expectLogicOffset=%d currentLogicOffset=%d "
+            log.debug("build consume queue repeatedly: expectLogicOffset=%d currentLogicOffset=%d "
                         "topic=%s qid=%d diff=%d", expect, current, self.topic, self.queue_id,
                         expect - current)
             return True
