@@ -1,0 +1,307 @@
+"""Master side of replication: HAService on the HA port, one HAConnection per slave.
+
+Behaviour follows RocketMQ 4.9's HAService / HAConnection (ROCKETMQ-FACTS.md §9), on trio
+instead of two threads per slave:
+
+- a reader task decodes the slave's 8-byte reports: the first one picks where shipping
+  starts, every one is an ack that raises `push2slave_max_offset` and wakes SYNC_MASTER
+  puts waiting in `wait_for_slave` (RocketMQ's GroupTransferService);
+- a writer task ships CommitLog bytes from the slave's next offset in batches of at most
+  `haTransferBatchSize` that never cross a segment end, sends a heartbeat when idle for
+  `haSendHeartbeatInterval`, and sleeps on a wakeup set by `CommitLog.on_append` when
+  caught up (with a 100 ms fallback, as RocketMQ's `allWaitForRunning(100)`).
+
+Stricter than RocketMQ: a first report beyond the master's max offset, or below its min
+offset (other than 0), is refused and the connection closed, and so is a later report
+beyond the max offset (4.9.3+). The writer never assumes the first report comes at once:
+a RocketMQ 4.9 slave sends it about 5 s after connecting.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Awaitable, Callable
+
+import attrs
+import trio
+
+from store.message_store import MessageStore
+
+from .protocol import ProtocolError, ReportDecoder, encode_heartbeat, encode_transfer_header
+
+log = logging.getLogger("tidemq.ha")
+
+RECEIVE_SIZE = 64 * 1024
+"""Reports are 8 bytes each, so one read of this size covers any backlog."""
+
+WAKEUP_FALLBACK_S = 0.1
+"""A caught-up writer re-checks at least this often even without an append wakeup."""
+
+CONNECTION_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, ProtocolError)
+
+
+@attrs.frozen
+class SlaveStatus:
+    """One connected slave as the master sees it."""
+
+    address: str
+    ack_offset: int
+    """The slave's newest reported max offset; -1 before its first report."""
+    lag_bytes: int
+    """Master max offset minus the ack (the whole log before the first report)."""
+    connected_since: int
+    """Epoch milliseconds of the accept."""
+
+
+@attrs.define(eq=False)
+class HAConnection:
+    """State of one slave connection, shared by its reader and writer tasks."""
+
+    stream: trio.SocketStream
+    address: str
+    connected_since: int
+    ack_offset: int = -1
+    request_offset: int | None = None
+    """The slave's first report; None until it arrives (the writer waits for it)."""
+    start_offset: int = -1
+    """Where shipping starts, derived once from `request_offset`."""
+    started: trio.Event = attrs.field(factory=trio.Event)
+    """Set when the first report was accepted and `start_offset` is known."""
+
+
+class HAService:
+    """Serves slaves on the HA port; implements the store's `Replicator` protocol.
+
+    Start with ``await nursery.start(ha.run)``; ``ha.port`` is the bound port afterwards
+    (useful with port 0). While running it is the store's ``replicator``.
+    """
+
+    def __init__(self, store: MessageStore, *, host: str = "127.0.0.1", port: int | None = None) -> None:
+        self.store = store
+        self.config = store.config
+        self.host = host
+        self.port = self.config.ha_listen_port if port is None else port
+        self.push2slave_max_offset = 0
+        self._connections: set[HAConnection] = set()
+        self._ack_event = trio.Event()  # replaced (after set) whenever push2slave_max_offset grows
+        self._data_event = trio.Event()  # replaced (after set) on an append while writers wait
+        self._writers_waiting = 0
+
+    # ---- Replicator protocol ------------------------------------------------------------
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    def is_slave_ok(self, master_put_where: int) -> bool:
+        """A SYNC_MASTER put waits only if some slave is connected and not too far behind."""
+        return (
+            self.connection_count > 0
+            and master_put_where - self.push2slave_max_offset < self.config.ha_slave_fallbehind_max
+        )
+
+    async def wait_for_slave(self, next_offset: int, timeout_s: float) -> bool:
+        """True once any slave acked `next_offset` (4.x semantics: one ack is enough)."""
+        with trio.move_on_after(timeout_s):
+            while self.push2slave_max_offset < next_offset:
+                await self._ack_event.wait()
+        return self.push2slave_max_offset >= next_offset
+
+    def slave_fall_behind_much(self) -> int:
+        return self.store.commit_log.max_offset() - self.push2slave_max_offset
+
+    def status(self) -> list[SlaveStatus]:
+        max_offset = self.store.commit_log.max_offset()
+        return [
+            SlaveStatus(
+                address=c.address,
+                ack_offset=c.ack_offset,
+                lag_bytes=max(0, max_offset - max(c.ack_offset, 0)),
+                connected_since=c.connected_since,
+            )
+            for c in sorted(self._connections, key=lambda c: c.connected_since)
+        ]
+
+    # ---- serving --------------------------------------------------------------------------
+    async def run(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen and serve slaves until cancelled; reports the bound port to `nursery.start`."""
+        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+        self.port = listeners[0].socket.getsockname()[1]
+        commit_log = self.store.commit_log
+        commit_log.on_append.append(self._on_append)
+        self.store.replicator = self
+        log.info("HA service listening on %s:%d", self.host, self.port)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(trio.serve_listeners, self._handle, listeners)
+                task_status.started(self.port)
+        finally:  # synchronous only: this runs while cancelled
+            commit_log.on_append.remove(self._on_append)
+            if self.store.replicator is self:
+                self.store.replicator = None
+            for listener in listeners:  # serve_listeners closes them too, if it got to run
+                listener.socket.close()
+            log.info("HA service on port %d stopped", self.port)
+
+    def _on_append(self) -> None:
+        """CommitLog append hook: wake caught-up writers (runs inline in the put path)."""
+        if self._writers_waiting:
+            event, self._data_event = self._data_event, trio.Event()
+            event.set()
+
+    def _notify_transfer_some(self, ack: int) -> None:
+        if ack > self.push2slave_max_offset:
+            self.push2slave_max_offset = ack
+            event, self._ack_event = self._ack_event, trio.Event()
+            event.set()
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        """One slave: reader and writer tasks; either ending closes the connection."""
+        stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+        try:
+            host, port = stream.socket.getpeername()[:2]
+            address = f"{host}:{port}"
+        except OSError:
+            address = "?"
+        conn = HAConnection(stream, address, int(time.time() * 1000))
+        self._connections.add(conn)
+        log.info("slave %s connected", address)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._guarded, self._read_loop, conn, nursery.cancel_scope)
+                nursery.start_soon(self._guarded, self._write_loop, conn, nursery.cancel_scope)
+        finally:
+            self._connections.discard(conn)
+            await trio.aclose_forcefully(stream)
+            log.info("slave %s disconnected (ack offset %d)", address, conn.ack_offset)
+
+    async def _guarded(
+        self, side: Callable[[HAConnection], Awaitable[None]], conn: HAConnection, scope: trio.CancelScope
+    ) -> None:
+        """Run one side; a connection error (or a bug) closes this connection, not the service."""
+        try:
+            await side(conn)
+        except CONNECTION_ERRORS as e:
+            log.warning("slave %s: closing the connection: %s", conn.address, e)
+        except Exception:
+            log.exception("slave %s: unexpected error; closing the connection", conn.address)
+        finally:
+            scope.cancel()
+
+    async def _read_loop(self, conn: HAConnection) -> None:
+        """Acks from the slave; returns (closing the connection) on EOF, silence or a bad offset."""
+        decoder = ReportDecoder()
+        housekeeping_s = self.config.ha_housekeeping_interval / 1000
+        commit_log = self.store.commit_log
+        with trio.CancelScope(deadline=trio.current_time() + housekeeping_s) as silence:
+            while True:
+                data = await conn.stream.receive_some(RECEIVE_SIZE)
+                if not data:
+                    log.info("slave %s closed the connection", conn.address)
+                    return
+                silence.deadline = trio.current_time() + housekeeping_s
+                reports = decoder.feed(data)
+                if not reports:
+                    continue
+                max_offset = commit_log.max_offset()
+                if conn.request_offset is None and not self._accept_first(conn, reports[0]):
+                    return
+                for offset in reports:
+                    if offset > max_offset:
+                        log.warning(
+                            "slave %s reported offset %d beyond the master's max offset %d; closing",
+                            conn.address, offset, max_offset,
+                        )
+                        return
+                conn.ack_offset = reports[-1]
+                self._notify_transfer_some(conn.ack_offset)
+        log.warning(
+            "slave %s: nothing read for %d ms (haHousekeepingInterval); closing",
+            conn.address, self.config.ha_housekeeping_interval,
+        )
+
+    def _accept_first(self, conn: HAConnection, offset: int) -> bool:
+        """Apply the first-transfer-offset rule; refuse offsets the master cannot serve."""
+        commit_log = self.store.commit_log
+        max_offset = commit_log.max_offset()
+        min_offset = commit_log.min_offset()
+        if offset > max_offset:
+            log.warning(
+                "refusing slave %s: its first report %d is beyond the master's max offset %d "
+                "(the slave holds data this master never wrote)",
+                conn.address, offset, max_offset,
+            )
+            return False
+        if offset != 0 and offset < min_offset:
+            log.warning(
+                "refusing slave %s: its first report %d is below the master's min offset %d "
+                "(those segments were deleted; clear the slave's store to resync from the newest one)",
+                conn.address, offset, min_offset,
+            )
+            return False
+        conn.request_offset = offset
+        # A report of 0 (an empty slave) starts at the newest segment, never at older ones.
+        conn.start_offset = offset or max_offset - max_offset % commit_log.file_size
+        conn.started.set()
+        log.info(
+            "slave %s reported %d; shipping from offset %d", conn.address, offset, conn.start_offset
+        )
+        return True
+
+    async def _write_loop(self, conn: HAConnection) -> None:
+        """Ship CommitLog bytes from the slave's next offset, heartbeat when idle."""
+        await conn.started.wait()  # no first report yet: send nothing, not even heartbeats
+        commit_log = self.store.commit_log
+        batch_size = self.config.ha_transfer_batch_size
+        heartbeat_s = self.config.ha_send_heartbeat_interval / 1000
+        stream = conn.stream
+        next_offset = conn.start_offset
+        last_write = trio.current_time()
+        while True:
+            size, frame = self._read_batch(next_offset, batch_size)
+            if size:
+                await stream.send_all(frame)
+                next_offset += size
+                last_write = trio.current_time()
+                continue
+            if next_offset < commit_log.min_offset():
+                log.warning(
+                    "slave %s needs offset %d but the master's log now starts at %d; closing",
+                    conn.address, next_offset, commit_log.min_offset(),
+                )
+                return
+            idle = trio.current_time() - last_write
+            if idle >= heartbeat_s:
+                await stream.send_all(encode_heartbeat(next_offset))
+                last_write = trio.current_time()
+                continue
+            await self._wait_for_data(min(WAKEUP_FALLBACK_S, heartbeat_s - idle))
+
+    def _read_batch(self, offset: int, batch_size: int) -> tuple[int, bytes]:
+        """(body size, header + body) for up to `batch_size` bytes from `offset` within its
+        segment; (0, b"") when nothing is readable there yet.
+
+        The bytes are copied out so the segment is not held while the socket is slow: a
+        stalled slave must not keep a segment from being deleted or unmapped.
+        """
+        selected = self.store.commit_log.get_data(offset)
+        if selected is None:
+            return 0, b""
+        with selected:
+            size = min(selected.size, batch_size)
+            if size <= 0 or selected.start_offset != offset:
+                return 0, b""
+            with selected.view[:size] as body:
+                return size, b"".join((encode_transfer_header(offset, size), body))
+
+    async def _wait_for_data(self, timeout_s: float) -> None:
+        if timeout_s <= 0:
+            await trio.lowlevel.checkpoint()
+            return
+        self._writers_waiting += 1
+        try:
+            with trio.move_on_after(timeout_s):
+                await self._data_event.wait()
+        finally:
+            self._writers_waiting -= 1

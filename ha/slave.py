@@ -1,0 +1,242 @@
+"""Slave side of replication: HAClient pulls the master's CommitLog over the HA wire.
+
+Behaviour follows RocketMQ's HAClient (ROCKETMQ-FACTS.md §9) with two deliberate changes:
+the first report goes out at once on connect (4.9 waits ~5 s, leaving the master idle), and
+a connection from which nothing was read for `haHousekeepingInterval` is closed (5.x's
+lastReadTimestamp; 4.9 timed its own writes and so never noticed a silent master).
+
+Each received frame must start at exactly the slave's max offset (checked, as in RocketMQ,
+only once the slave holds data, heartbeats included); anything else drops the connection
+and the slave reconnects and reports again, so the master resends from the right place.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import attrs
+import trio
+
+from store.message_store import MessageStore
+
+from .protocol import ProtocolError, Transfer, TransferDecoder, encode_report
+
+log = logging.getLogger("tidemq.ha")
+
+RECEIVE_SIZE = 256 * 1024
+BACKOFF_START_S = 0.1
+BACKOFF_MAX_S = 5.0
+
+CONNECTION_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, ProtocolError)
+
+
+@attrs.frozen
+class SlaveHAStatus:
+    """What the slave knows about its replication."""
+
+    master_address: str | None
+    connected: bool
+    max_offset: int
+    master_max_offset_seen: int
+    """End of the newest frame (or a heartbeat's offset) received; -1 before any."""
+    lag_bytes: int
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """'host:port' → (host, port); a clear error instead of a crash in the connect loop."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"master HA address must be host:port, got {address!r}")
+    return host.strip("[]"), int(port)
+
+
+class _MismatchError(Exception):
+    """A frame the slave cannot append: drop the connection and report again."""
+
+
+@attrs.define(eq=False)
+class _Session:
+    """One connection to the master."""
+
+    stream: trio.SocketStream
+    address: str
+    progress: trio.Event = attrs.field(factory=trio.Event)
+    """Set by the reader after appending, so the reporter acks promptly."""
+    frames: int = 0
+
+
+class HAClient:
+    """Replicates the master's CommitLog into `store`; run with ``nursery.start(client.run)``."""
+
+    def __init__(self, store: MessageStore, master_address: str | None = None) -> None:
+        self.store = store
+        self.config = store.config
+        self.master_address = master_address if master_address is not None else self.config.ha_master_address
+        if self.master_address is not None:
+            split_address(self.master_address)
+        self.master_max_offset_seen = -1
+        self._session: _Session | None = None
+        self._session_scope: trio.CancelScope | None = None
+        self._address_changed = trio.Event()
+
+    # ---- control and status -------------------------------------------------------------
+    def update_master_address(self, address: str | None) -> None:
+        """Switch masters at run time: drop the current connection, connect to `address`."""
+        if address is not None:
+            split_address(address)
+        if address == self.master_address:
+            return
+        log.info("master HA address changes from %s to %s", self.master_address, address)
+        self.master_address = address
+        if self._session_scope is not None:
+            self._session_scope.cancel()
+        event, self._address_changed = self._address_changed, trio.Event()
+        event.set()
+
+    @property
+    def connected(self) -> bool:
+        return self._session is not None
+
+    def status(self) -> SlaveHAStatus:
+        max_offset = self.store.commit_log.max_offset()
+        return SlaveHAStatus(
+            master_address=self.master_address,
+            connected=self.connected,
+            max_offset=max_offset,
+            master_max_offset_seen=self.master_max_offset_seen,
+            lag_bytes=max(0, self.master_max_offset_seen - max_offset),
+        )
+
+    # ---- the connect loop -----------------------------------------------------------------
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Connect, replicate, reconnect with backoff (100 ms doubling to 5 s) until cancelled."""
+        task_status.started()
+        backoff = BACKOFF_START_S
+        while True:
+            address = self.master_address
+            if address is None:
+                await self._address_changed.wait()
+                continue
+            frames = 0
+            with trio.CancelScope() as scope:
+                self._session_scope = scope
+                frames = await self._connect_and_replicate(address)
+            self._session_scope = None
+            if scope.cancelled_caught:  # the address changed: connect to the new one at once
+                backoff = BACKOFF_START_S
+                continue
+            if frames:
+                backoff = BACKOFF_START_S
+            with trio.move_on_after(backoff):
+                await self._address_changed.wait()
+            backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+    async def _connect_and_replicate(self, address: str) -> int:
+        """One connection's life; returns how many frames it received (0: back off longer)."""
+        host, port = split_address(address)
+        try:
+            with trio.fail_after(self.config.ha_send_heartbeat_interval / 1000):
+                stream = await trio.open_tcp_stream(host, port)
+        except (OSError, trio.TooSlowError) as e:
+            log.info("cannot connect to master %s: %s", address, e or "timed out")
+            return 0
+        session = _Session(stream, address)
+        self._session = session
+        log.info("connected to master %s; reporting offset %d", address, self.store.commit_log.max_offset())
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._guarded, self._read_loop, session, nursery.cancel_scope)
+                nursery.start_soon(self._guarded, self._report_loop, session, nursery.cancel_scope)
+        finally:
+            self._session = None
+            await trio.aclose_forcefully(stream)
+            log.info("disconnected from master %s at offset %d", address, self.store.commit_log.max_offset())
+        return session.frames
+
+    async def _guarded(
+        self, side: Callable[[_Session], Awaitable[None]], session: _Session, scope: trio.CancelScope
+    ) -> None:
+        """Run one side; any failure closes this connection and the run loop reconnects."""
+        try:
+            await side(session)
+        except _MismatchError as e:
+            log.warning("master %s: %s; closing the connection to report again", session.address, e)
+        except CONNECTION_ERRORS as e:
+            log.warning("master %s: closing the connection: %s", session.address, e)
+        except Exception:
+            log.exception("master %s: unexpected error; closing the connection", session.address)
+        finally:
+            scope.cancel()
+
+    async def _report_loop(self, session: _Session) -> None:
+        """Report the max offset now, after each append, and when idle for the heartbeat interval."""
+        commit_log = self.store.commit_log
+        heartbeat_s = self.config.ha_send_heartbeat_interval / 1000
+        reported = commit_log.max_offset()
+        await session.stream.send_all(encode_report(reported))
+        last_write = trio.current_time()
+        while True:
+            progress = session.progress
+            with trio.move_on_at(last_write + heartbeat_s):
+                await progress.wait()
+            if progress.is_set():
+                session.progress = trio.Event()
+            offset = commit_log.max_offset()
+            if offset > reported or trio.current_time() >= last_write + heartbeat_s:
+                await session.stream.send_all(encode_report(offset))
+                reported = offset
+                last_write = trio.current_time()
+
+    async def _read_loop(self, session: _Session) -> None:
+        """Decode frames and append them; returns on EOF or `haHousekeepingInterval` of silence."""
+        decoder = TransferDecoder(max_body=self.config.ha_transfer_batch_size)
+        housekeeping_s = self.config.ha_housekeeping_interval / 1000
+        with trio.CancelScope(deadline=trio.current_time() + housekeeping_s) as silence:
+            while True:
+                data = await session.stream.receive_some(RECEIVE_SIZE)
+                if not data:
+                    log.info("master %s closed the connection", session.address)
+                    return
+                silence.deadline = trio.current_time() + housekeeping_s
+                frames = decoder.feed(data)
+                for frame in frames:
+                    self._apply(frame)
+                    session.frames += 1
+                if frames:
+                    session.progress.set()
+        log.warning(
+            "nothing read from master %s for %d ms (haHousekeepingInterval); closing",
+            session.address, self.config.ha_housekeeping_interval,
+        )
+
+    def _apply(self, frame: Transfer) -> None:
+        """Check one frame's offset against the log's end and append its body."""
+        commit_log = self.store.commit_log
+        max_offset = commit_log.max_offset()
+        if max_offset != 0 and max_offset != frame.offset:
+            raise _MismatchError(
+                f"frame at offset {frame.offset} ({len(frame.body)} bytes) does not continue "
+                f"the slave's log at {max_offset}"
+            )
+        if max_offset == 0 and frame.offset != 0 and commit_log.queue.last() is not None:
+            self._drop_empty_segments()
+        self.master_max_offset_seen = frame.end
+        if frame.is_heartbeat:
+            return
+        if not commit_log.append_data(frame.offset, frame.body):
+            raise _MismatchError(
+                f"could not append {len(frame.body)} bytes at offset {frame.offset} "
+                f"(log end {commit_log.max_offset()}, segment size {commit_log.file_size}; an empty "
+                "log can only start at a segment boundary)"
+            )
+
+    def _drop_empty_segments(self) -> None:
+        """An empty log that still has an empty segment 0 (e.g. a crash right after creating it)
+        must lose it before it can start at the master's newest segment."""
+        queue = self.store.commit_log.queue
+        while queue.files:
+            mf = queue.last()
+            if mf.wrote_position or not queue.delete_file(mf, 0):
+                raise _MismatchError(f"cannot drop empty segment {mf.path} to start elsewhere")
+            log.info("dropped empty segment %s: the master ships from a later segment", mf.path)

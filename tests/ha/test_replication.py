@@ -1,0 +1,600 @@
+"""Master–slave replication end to end: real stores in tmp_path, real TCP on 127.0.0.1.
+
+Small 64 KiB segments make the workloads roll several times. Waits are on conditions with
+deadlines (`wait_until`); time-driven behaviour (heartbeats, housekeeping, a slave that
+stays silent) runs under trio's MockClock with autojump, so it takes no real time.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import trio
+
+from ha.master import HAService
+from ha.protocol import (
+    Transfer,
+    TransferDecoder,
+    encode_heartbeat,
+    encode_report,
+    encode_transfer,
+    encode_transfer_header,
+)
+from ha.slave import HAClient
+from store.config import BrokerRole, StoreConfig
+from store.message import Message
+from store.message_store import MessageStore, open_store
+from store.status import PutMessageStatus
+
+SEG = 64 * 1024
+TOPIC = "TopicTest"
+
+
+# ---- helpers ----------------------------------------------------------------------------------
+def make_config(root: os.PathLike, role: BrokerRole = BrokerRole.ASYNC_MASTER, **kw) -> StoreConfig:
+    kw.setdefault("mapped_file_size_commit_log", SEG)
+    kw.setdefault("broker_role", role)
+    return StoreConfig(store_path_root_dir=str(root), ha_listen_port=0, **kw)
+
+
+def make_message(i: int, size: int = 1500, queue_id: int | None = None, wait: bool = True) -> Message:
+    body = (f"message {i} ".encode() * (size // 8 + 1))[:size]
+    props = {} if wait else {"WAIT": "false"}
+    return Message(
+        topic=TOPIC,
+        body=body,
+        queue_id=i % 4 if queue_id is None else queue_id,
+        tags="TagA",
+        keys=(f"key{i}",),
+        properties=props,
+    )
+
+
+async def put_workload(store: MessageStore, start: int, count: int, *, size: int = 1500) -> None:
+    """Single puts mixed with 5-message batches (one topic-queue each)."""
+    i = start
+    while i < start + count:
+        if i % 3 == 0:
+            batch = [make_message(j, size, queue_id=1) for j in range(i, i + 5)]
+            result = await store.put_messages(batch)
+            i += 5
+        else:
+            result = await store.put_message(make_message(i, size))
+            i += 1
+        assert result.ok, result
+
+
+async def wait_until(pred: Callable[[], bool], timeout: float = 10.0) -> None:
+    with trio.fail_after(timeout):
+        while not pred():
+            await trio.sleep(0.01)  # poll
+
+
+def segment_names(store: MessageStore) -> list[str]:
+    return [mf.file_name for mf in store.commit_log.queue.files]
+
+
+def caught_up(master: MessageStore, slave: MessageStore) -> Callable[[], bool]:
+    return lambda: slave.commit_log.max_offset() == master.commit_log.max_offset()
+
+
+def assert_identical(master: MessageStore, slave: MessageStore, first: str | None = None) -> None:
+    """Same max offset, same segment names (from `first`, default the master's oldest), and
+    every segment byte-identical up to the master's max offset."""
+    max_offset = master.commit_log.max_offset()
+    assert slave.commit_log.max_offset() == max_offset
+    master_names = segment_names(master)
+    first = master_names[0] if first is None else first
+    expected = [n for n in master_names if int(n) >= int(first)]
+    assert segment_names(slave) == expected
+    for name in expected:
+        limit = min(SEG, max_offset - int(name))
+        with open(os.path.join(master.config.path("commitlog"), name), "rb") as f:
+            want = f.read(limit)
+        with open(os.path.join(slave.config.path("commitlog"), name), "rb") as f:
+            got = f.read(limit)
+        assert len(got) == limit
+        assert got == want, f"segment {name} differs"
+
+
+async def slaves_joined(ha: HAService, count: int = 1) -> None:
+    """Wait until `count` slaves made their first report (so none starts at a later segment)."""
+    await wait_until(lambda: sum(s.ack_offset >= 0 for s in ha.status()) >= count)
+
+
+def delete_oldest_segments(store: MessageStore, keep: int) -> None:
+    queue = store.commit_log.queue
+    while len(queue.files) > keep:
+        mf = queue.first()
+        while not queue.delete_file(mf, 0):  # a second call forces a held segment
+            pass
+
+
+@asynccontextmanager
+async def running_master(root: os.PathLike, **kw) -> AsyncIterator[tuple[MessageStore, HAService]]:
+    async with open_store(make_config(root, **kw)) as store, trio.open_nursery() as nursery:
+        ha = HAService(store, port=0)
+        await nursery.start(ha.run)
+        yield store, ha
+        nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def running_slave(root: os.PathLike, port: int, **kw) -> AsyncIterator[tuple[MessageStore, HAClient]]:
+    async with open_store(make_config(root, BrokerRole.SLAVE, **kw)) as store, trio.open_nursery() as nursery:
+        client = HAClient(store, f"127.0.0.1:{port}")
+        await nursery.start(client.run)
+        yield store, client
+        nursery.cancel_scope.cancel()
+
+
+async def start_cancellable(nursery: trio.Nursery, run: Callable[..., Awaitable[object]]) -> trio.CancelScope:
+    """Start `run` (a `task_status` service) under its own scope, so a test can kill it alone."""
+    scope = trio.CancelScope()
+
+    async def wrapper(task_status=trio.TASK_STATUS_IGNORED) -> None:
+        with scope:
+            await run(task_status=task_status)
+
+    await nursery.start(wrapper)
+    return scope
+
+
+class Gate:
+    def __init__(self) -> None:
+        self._open = trio.Event()
+        self._open.set()
+
+    def close(self) -> None:
+        if self._open.is_set():
+            self._open = trio.Event()
+
+    def open(self) -> None:
+        self._open.set()
+
+    async def wait_open(self) -> None:
+        while not self._open.is_set():
+            await self._open.wait()
+
+
+class PausableProxy:
+    """A TCP forwarder between a slave and the master whose directions can be paused: holds
+    a slave's acks (or the master's frames) back while the connection stays open."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = 0
+        self.to_master = Gate()
+        self.to_slave = Gate()
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+        async with trio.open_nursery() as nursery:
+            await nursery.start(trio.serve_listeners, self._handle, listeners)
+            task_status.started(self.port)
+
+    async def _handle(self, down: trio.SocketStream) -> None:
+        try:
+            up = await trio.open_tcp_stream("127.0.0.1", self.target_port)
+        except OSError:
+            await down.aclose()
+            return
+        async with up, down, trio.open_nursery() as nursery:
+            nursery.start_soon(self._pump, down, up, self.to_master, nursery.cancel_scope)
+            nursery.start_soon(self._pump, up, down, self.to_slave, nursery.cancel_scope)
+
+    @staticmethod
+    async def _pump(src: trio.SocketStream, dst: trio.SocketStream, gate: Gate, scope: trio.CancelScope) -> None:
+        try:
+            while True:
+                await gate.wait_open()
+                data = await src.receive_some(65536)
+                if not data:
+                    return
+                await gate.wait_open()
+                await dst.send_all(data)
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+        finally:
+            scope.cancel()
+
+
+async def read_frames(stream: trio.SocketStream, decoder: TransferDecoder, count: int = 1) -> list[Transfer] | None:
+    """Read until `count` frames arrived; None at EOF."""
+    frames: list[Transfer] = []
+    while len(frames) < count:
+        data = await stream.receive_some(65536)
+        if not data:
+            return None
+        frames.extend(decoder.feed(data))
+    return frames
+
+
+async def read_until_eof(stream: trio.SocketStream) -> bytes:
+    chunks = []
+    while data := await stream.receive_some(65536):
+        chunks.append(data)
+    return b"".join(chunks)
+
+
+# ---- async replication ------------------------------------------------------------------------
+async def test_async_master_replicates_across_rolls(tmp_path):
+    async with running_master(tmp_path / "m", ha_transfer_batch_size=8 * 1024) as (master, ha):
+        await put_workload(master, 0, 10)
+        async with running_slave(tmp_path / "s", ha.port, ha_transfer_batch_size=8 * 1024) as (slave, client):
+            await slaves_joined(ha)
+            await put_workload(master, 10, 290)
+            assert len(master.commit_log.queue.files) >= 5
+            await wait_until(caught_up(master, slave))
+            await wait_until(lambda: ha.push2slave_max_offset == master.commit_log.max_offset())
+            assert_identical(master, slave)
+            [st] = ha.status()
+            assert st.ack_offset == master.commit_log.max_offset() and st.lag_bytes == 0
+            cst = client.status()
+            assert cst.connected and cst.lag_bytes == 0
+            assert cst.master_max_offset_seen == master.commit_log.max_offset()
+            # The slave's log decodes record by record like the master's.
+            assert [o for o, _ in slave.commit_log.iter_records(0)] == [
+                o for o, _ in master.commit_log.iter_records(0)
+            ]
+
+
+async def test_empty_slave_joins_at_newest_segment(tmp_path):
+    async with running_master(tmp_path / "m") as (master, ha):
+        await put_workload(master, 0, 200)
+        assert len(master.commit_log.queue.files) >= 4
+        delete_oldest_segments(master, keep=2)
+        assert master.commit_log.min_offset() > 0
+        newest = segment_names(master)[-1]
+        async with running_slave(tmp_path / "s", ha.port) as (slave, _client):
+            await wait_until(caught_up(master, slave))
+            assert segment_names(slave)[0] == newest
+            await put_workload(master, 200, 100)
+            await wait_until(caught_up(master, slave))
+            assert_identical(master, slave, first=newest)
+        # Restarted, a slave whose log starts past 0 recovers and resumes where it was.
+        await put_workload(master, 300, 50)
+        async with running_slave(tmp_path / "s", ha.port) as (slave, _client):
+            assert segment_names(slave)[0] == newest
+            await wait_until(caught_up(master, slave))
+            assert_identical(master, slave, first=newest)
+
+
+async def test_slave_restart_resumes_from_its_own_offset(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="tidemq.ha")
+    async with running_master(tmp_path / "m") as (master, ha):
+        async with running_slave(tmp_path / "s", ha.port) as (slave, _client):
+            await slaves_joined(ha)
+            await put_workload(master, 0, 100)
+            await wait_until(caught_up(master, slave))
+        resumed_from = master.commit_log.max_offset()
+        await wait_until(lambda: ha.connection_count == 0)
+        await put_workload(master, 100, 120)
+        caplog.clear()
+        async with running_slave(tmp_path / "s", ha.port) as (slave, _client):
+            assert slave.commit_log.max_offset() == resumed_from
+            await wait_until(caught_up(master, slave))
+            assert_identical(master, slave)
+        assert f"reported {resumed_from}; shipping from offset {resumed_from}" in caplog.text
+
+
+async def test_master_killed_mid_transfer(tmp_path):
+    config = make_config(tmp_path / "m", ha_transfer_batch_size=4096)
+    async with open_store(config) as master, trio.open_nursery() as nursery:
+        ha = HAService(master, port=0)
+        kill = await start_cancellable(nursery, ha.run)
+        port = ha.port
+        async with running_slave(tmp_path / "s", port, ha_transfer_batch_size=4096) as (slave, client):
+            await slaves_joined(ha)
+            await put_workload(master, 0, 200)
+
+            def kill_master_at_two_segments() -> None:
+                if slave.commit_log.max_offset() >= 2 * SEG:
+                    kill.cancel()
+
+            slave.commit_log.on_append.append(kill_master_at_two_segments)
+            await wait_until(lambda: kill.cancel_called and not client.connected)
+            slave.commit_log.on_append.remove(kill_master_at_two_segments)
+            assert master.replicator is None
+            assert ha._on_append not in master.commit_log.on_append
+            kept = slave.commit_log.max_offset()
+            assert kept >= 2 * SEG
+            await put_workload(master, 200, 100)  # the master keeps taking writes
+            assert slave.commit_log.max_offset() == kept < master.commit_log.max_offset()
+            ha2 = HAService(master, port=port)
+            await nursery.start(ha2.run)
+            await wait_until(caught_up(master, slave))
+            assert_identical(master, slave)
+            assert master.replicator is ha2
+        nursery.cancel_scope.cancel()
+
+
+async def test_two_slaves_at_different_speeds(tmp_path):
+    async with running_master(tmp_path / "m") as (master, ha), trio.open_nursery() as nursery:
+        await put_workload(master, 0, 20)
+        proxy = PausableProxy(ha.port)
+        await nursery.start(proxy.run)
+        async with running_slave(tmp_path / "fast", ha.port) as (fast, _a), running_slave(
+            tmp_path / "slow", proxy.port
+        ) as (slow, _b):
+            await wait_until(lambda: caught_up(master, fast)() and caught_up(master, slow)())
+            proxy.to_slave.close()
+            await put_workload(master, 20, 200)
+            await wait_until(caught_up(master, fast))
+            await wait_until(lambda: ha.push2slave_max_offset == master.commit_log.max_offset())
+            acks = sorted(s.ack_offset for s in ha.status())
+            assert acks[0] < acks[1] == master.commit_log.max_offset()
+            assert slow.commit_log.max_offset() < master.commit_log.max_offset()
+            proxy.to_slave.open()
+            await wait_until(caught_up(master, slow))
+            assert_identical(master, fast)
+            assert_identical(master, slow)
+        nursery.cancel_scope.cancel()
+
+
+async def test_update_master_address_and_backoff(tmp_path):
+    async with running_master(tmp_path / "m") as (master, ha):
+        await put_workload(master, 0, 10)  # all in segment 0: an empty slave starts there
+        # Nothing listens on the address first given: the client keeps retrying with backoff.
+        with trio.socket.socket() as s:
+            await s.bind(("127.0.0.1", 0))
+            dead_port = s.getsockname()[1]
+        async with running_slave(tmp_path / "s", dead_port) as (slave, client):
+            assert not client.status().connected
+            client.update_master_address(f"127.0.0.1:{ha.port}")
+            await slaves_joined(ha)
+            await put_workload(master, 10, 60)
+            await wait_until(caught_up(master, slave))
+            assert client.status().master_address == f"127.0.0.1:{ha.port}"
+            assert_identical(master, slave)
+
+
+# ---- SYNC_MASTER ------------------------------------------------------------------------------
+async def test_sync_master_put_ok_only_after_slave_has_bytes(tmp_path):
+    async with (
+        running_master(tmp_path / "m", broker_role=BrokerRole.SYNC_MASTER, slave_timeout=5000) as (master, ha),
+        running_slave(tmp_path / "s", ha.port) as (slave, _client),
+    ):
+        await slaves_joined(ha)
+        for i in range(60):
+            result = await master.put_message(make_message(i))
+            assert result.status is PutMessageStatus.PUT_OK, result
+            assert slave.commit_log.max_offset() >= result.append.end_offset
+        result = await master.put_messages([make_message(i, queue_id=2) for i in range(5)])
+        assert result.status is PutMessageStatus.PUT_OK
+        assert slave.commit_log.max_offset() >= result.append.end_offset
+        assert_identical(master, slave)
+
+
+async def test_sync_master_flush_slave_timeout_and_slave_not_available(tmp_path):
+    async with running_master(tmp_path / "m", broker_role=BrokerRole.SYNC_MASTER) as (
+        master,
+        ha,
+    ), trio.open_nursery() as nursery:
+        # No slave at all.
+        result = await master.put_message(make_message(0))
+        assert result.status is PutMessageStatus.SLAVE_NOT_AVAILABLE
+        assert result.status.stored
+        proxy = PausableProxy(ha.port)
+        await nursery.start(proxy.run)
+        async with running_slave(tmp_path / "s", proxy.port) as (slave, _client):
+            await wait_until(lambda: ha.push2slave_max_offset == master.commit_log.max_offset())
+            assert (await master.put_message(make_message(1))).status is PutMessageStatus.PUT_OK
+            # Acks held back while the connection stays open: the put times out. (slaveTimeout
+            # is short only here, so the PUT_OK puts have room on a loaded machine.)
+            proxy.to_master.close()
+            master.config.slave_timeout = 300
+            with trio.fail_after(5):
+                result = await master.put_message(make_message(2))
+            master.config.slave_timeout = 3000
+            assert result.status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+            await wait_until(lambda: slave.commit_log.max_offset() >= result.append.end_offset)
+            proxy.to_master.open()
+            await wait_until(lambda: ha.push2slave_max_offset == master.commit_log.max_offset())
+            assert (await master.put_message(make_message(3))).status is PutMessageStatus.PUT_OK
+        # The slave is gone (its store closed): no slave connected.
+        await wait_until(lambda: ha.connection_count == 0)
+        assert (await master.put_message(make_message(4))).status is PutMessageStatus.SLAVE_NOT_AVAILABLE
+        nursery.cancel_scope.cancel()
+
+
+async def test_sync_master_lagging_slave_not_available(tmp_path):
+    async with running_master(
+        tmp_path / "m", broker_role=BrokerRole.SYNC_MASTER, ha_slave_fallbehind_max=4096
+    ) as (master, ha), trio.open_nursery() as nursery:
+        proxy = PausableProxy(ha.port)
+        await nursery.start(proxy.run)
+        async with running_slave(tmp_path / "s", proxy.port) as (slave, _client):
+            await slaves_joined(ha)
+            assert (await master.put_message(make_message(0))).status is PutMessageStatus.PUT_OK
+            proxy.to_slave.close()  # the slave falls behind
+            for i in range(1, 5):  # WAIT=false: stored without waiting for the slave
+                assert (await master.put_message(make_message(i, wait=False))).status is PutMessageStatus.PUT_OK
+            assert ha.slave_fall_behind_much() >= 4096
+            result = await master.put_message(make_message(5))
+            assert result.status is PutMessageStatus.SLAVE_NOT_AVAILABLE
+            proxy.to_slave.open()
+            await wait_until(lambda: ha.push2slave_max_offset == master.commit_log.max_offset())
+            assert (await master.put_message(make_message(6))).status is PutMessageStatus.PUT_OK
+            assert_identical(master, slave)
+        nursery.cancel_scope.cancel()
+
+
+# ---- the master's first-offset rule, with raw sockets as slaves ----------------------------------
+async def test_master_refuses_report_beyond_max_and_below_min(tmp_path):
+    async with running_master(tmp_path / "m") as (master, ha):
+        await put_workload(master, 0, 150)
+        delete_oldest_segments(master, keep=2)
+        max_offset, min_offset = master.commit_log.max_offset(), master.commit_log.min_offset()
+        for bad in (max_offset + 1, min_offset - 100):
+            with trio.fail_after(5):
+                stream = await trio.open_tcp_stream("127.0.0.1", ha.port)
+                async with stream:
+                    await stream.send_all(encode_report(bad))
+                    assert await read_until_eof(stream) == b""
+        # A later report beyond the max closes the connection too.
+        with trio.fail_after(5):
+            stream = await trio.open_tcp_stream("127.0.0.1", ha.port)
+            async with stream:
+                await stream.send_all(encode_report(max_offset))
+                await wait_until(lambda: ha.status() and ha.status()[0].ack_offset == max_offset)
+                await stream.send_all(encode_report(max_offset + 10))
+                await read_until_eof(stream)
+        await wait_until(lambda: ha.connection_count == 0)
+
+
+async def test_master_ships_from_newest_segment_on_report_zero(tmp_path):
+    async with running_master(tmp_path / "m", ha_transfer_batch_size=16 * 1024) as (master, ha):
+        await put_workload(master, 0, 150)
+        newest = master.commit_log.queue.last().file_from_offset
+        assert newest > 0
+        max_offset = master.commit_log.max_offset()
+        with trio.fail_after(5):
+            stream = await trio.open_tcp_stream("127.0.0.1", ha.port)
+            async with stream:
+                await stream.send_all(encode_report(0))
+                decoder = TransferDecoder(16 * 1024)
+                frames: list[Transfer] = []
+                while not frames or frames[-1].end < max_offset:
+                    frames += await read_frames(stream, decoder)
+        assert frames[0].offset == newest
+        assert all(a.end == b.offset for a, b in zip(frames, frames[1:], strict=False))
+        assert all(0 < len(f.body) <= 16 * 1024 for f in frames)
+        with master.commit_log.get_data(newest) as selected:
+            assert b"".join(f.body for f in frames) == bytes(selected.view)
+
+
+# ---- time-driven behaviour under MockClock ---------------------------------------------------------
+async def test_master_waits_for_first_report_then_heartbeats_then_housekeeps(tmp_path, autojump_clock):
+    async with running_master(tmp_path / "m") as (master, ha):
+        await put_workload(master, 0, 10)
+        max_offset = master.commit_log.max_offset()
+        stream = await trio.open_tcp_stream("127.0.0.1", ha.port)
+        async with stream:
+            # Silent like a RocketMQ 4.9 slave for its first ~5 s: nothing is sent meanwhile.
+            with trio.move_on_after(10) as silent:
+                await stream.receive_some(65536)
+            assert silent.cancelled_caught
+            assert ha.connection_count == 1
+            await stream.send_all(encode_report(0))
+            decoder = TransferDecoder()
+            frames = await read_frames(stream, decoder)
+            assert frames[0].offset == 0 and frames[0].end == max_offset  # one batch: < 32 KiB
+            # Caught up and idle: a heartbeat carrying the next offset after haSendHeartbeatInterval.
+            start = trio.current_time()
+            [beat] = await read_frames(stream, decoder)
+            elapsed = trio.current_time() - start
+            assert beat.is_heartbeat and beat.offset == max_offset
+            assert 5.0 <= elapsed < 5.2
+            # No report since the first: closed haHousekeepingInterval after that read.
+            beats = 1
+            while (more := await read_frames(stream, decoder)) is not None:
+                assert all(f.is_heartbeat for f in more)
+                beats += len(more)
+            assert 20.0 <= trio.current_time() - start < 20.2
+            assert beats >= 3
+        await wait_until(lambda: ha.connection_count == 0)
+
+
+async def test_master_closes_a_connection_that_never_reports(tmp_path, autojump_clock):
+    async with running_master(tmp_path / "m") as (master, ha):
+        await put_workload(master, 0, 10)
+        stream = await trio.open_tcp_stream("127.0.0.1", ha.port)
+        async with stream:
+            start = trio.current_time()
+            assert await read_until_eof(stream) == b""  # no data, no heartbeat, then closed
+            assert 20.0 <= trio.current_time() - start < 20.2
+
+
+async def test_slave_reports_at_once_and_closes_a_silent_master(tmp_path, autojump_clock):
+    accepted: trio.MemorySendChannel
+    accepted, connections = trio.open_memory_channel(10)
+
+    async def fake_master(stream: trio.SocketStream) -> None:
+        start = trio.current_time()
+        reports = []
+        async with stream:
+            while data := await stream.receive_some(64):
+                reports.append((trio.current_time() - start, data))
+        await accepted.send((reports, trio.current_time() - start))
+
+    async with trio.open_nursery() as nursery:
+        [listener] = await nursery.start(functools.partial(trio.serve_tcp, fake_master, 0, host="127.0.0.1"))
+        port = listener.socket.getsockname()[1]
+        async with running_slave(tmp_path / "s", port) as (slave, client):
+            reports, lifetime = await connections.receive()
+            assert reports[0][1] == encode_report(0)
+            assert reports[0][0] < 1.0  # reported on connect, not after 5 s as RocketMQ 4.9 does
+            times = [t for t, _ in reports[1:4]]
+            assert all(abs(t - want) < 0.1 for t, want in zip(times, [5.0, 10.0, 15.0], strict=True))
+            assert 20.0 <= lifetime < 20.2  # nothing read for haHousekeepingInterval
+            reports, _ = await connections.receive()  # it reconnects
+            assert reports[0][1] == encode_report(0)
+            assert slave.commit_log.max_offset() == 0
+        nursery.cancel_scope.cancel()
+
+
+# ---- slave-side checks against a fake master --------------------------------------------------------
+async def test_slave_drops_connection_on_bad_frames(tmp_path):
+    """Offset mismatch, an empty log offered a mid-segment start, an oversized body: each
+    closes the connection; the slave reconnects and reports its (unchanged) offset."""
+    script = [  # frames sent on the n-th connection
+        [encode_transfer(SEG + 100, b"x" * 10)],  # empty log: only a segment boundary works
+        [encode_transfer(0, b"a" * 100), encode_transfer(5000, b"b" * 10)],  # mismatch after 100
+        [encode_transfer_header(100, 32 * 1024 + 1)],  # body over the batch limit
+        [encode_heartbeat(100), encode_transfer(100, b"c" * 50)],  # fine; then the master closes
+    ]
+    seen: list[int] = []
+    done = trio.Event()
+
+    async def receive_report(stream: trio.SocketStream) -> int:
+        data = b""
+        while len(data) < 8:
+            more = await stream.receive_some(8 - len(data))
+            assert more
+            data += more
+        return int.from_bytes(data, "big")
+
+    async def fake_master(stream: trio.SocketStream) -> None:
+        async with stream:
+            seen.append(await receive_report(stream))
+            if len(seen) > len(script):
+                done.set()
+                await trio.sleep_forever()
+            for frame in script[len(seen) - 1]:
+                await stream.send_all(frame)
+            if len(seen) == len(script):
+                seen.append(await receive_report(stream))  # the report after the append
+                return
+            await read_until_eof(stream)
+
+    async with trio.open_nursery() as nursery:
+        [listener] = await nursery.start(functools.partial(trio.serve_tcp, fake_master, 0, host="127.0.0.1"))
+        port = listener.socket.getsockname()[1]
+        async with running_slave(tmp_path / "s", port) as (slave, client):
+            with trio.fail_after(10):
+                await done.wait()
+            assert seen == [0, 0, 100, 100, 150, 150]
+            assert segment_names(slave) == ["00000000000000000000"]
+            with slave.commit_log.get_data(0) as selected:
+                assert bytes(selected.view) == b"a" * 100 + b"c" * 50
+            assert client.status().master_max_offset_seen == 150
+        nursery.cancel_scope.cancel()
+
+
+async def test_empty_slave_starts_at_a_later_segment_boundary(tmp_path):
+    """The store fix this relies on: CommitLog.append_data on an empty log creates the first
+    segment at the given boundary (RocketMQ: startOffset - startOffset % fileSize)."""
+    async with open_store(make_config(tmp_path / "s", BrokerRole.SLAVE)) as slave:
+        cl = slave.commit_log
+        assert not cl.append_data(3 * SEG + 8, b"x")  # mid-segment: refused, nothing created
+        assert cl.queue.last() is None
+        assert cl.append_data(3 * SEG, b"y" * 10)
+        assert segment_names(slave) == [f"{3 * SEG:020d}"]
+        assert cl.max_offset() == 3 * SEG + 10 and cl.min_offset() == 3 * SEG
+        assert not cl.append_data(3 * SEG, b"z")  # not at the end any more
