@@ -19,6 +19,7 @@ from .commit_log import CommitLog
 from .consume_queue import ConsumeQueueTable
 from .index_file import IndexService
 from .message import (
+    BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     TRANSACTION_MASK,
@@ -91,6 +92,10 @@ class ReputMessageService:
                     decoded = None
                 else:
                     total, magic = read_total_size(mf.mm, pos)
+                    if magic == BLANK_MAGIC_CODE and pos + total == cl.file_size:
+                        # the filler spans to the segment end (a slave may not have its zeros yet)
+                        self.reput_from_offset = cl.roll_next_file(offset)
+                        continue
                     if (magic in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2) and total > readable - pos
                             and mf is cl.queue.last() and total + pos <= cl.file_size):
                         break  # a replicated record still incomplete
