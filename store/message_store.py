@@ -11,6 +11,7 @@ import errno
 import fcntl
 import logging
 import os
+import struct
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
@@ -22,6 +23,7 @@ import trio
 
 from .allocate import AllocateMappedFileService
 from .checkpoint import StoreCheckpoint
+from .cleanup import CleanCommitLogService, CleanConsumeQueueService, DiskUsage
 from .commit_log import CommitLog
 from .config import CQ_STORE_UNIT_SIZE, BrokerRole, FlushDiskType, StoreConfig
 from .consume_queue import ConsumeQueueTable, is_blank_unit, iter_units
@@ -92,6 +94,9 @@ class StoreLock:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+            # fcntl locks vanish when this process closes *any* fd of the file (e.g. a tool
+            # reading <root>/lock); an flock on our own fd survives that.
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
             os.close(fd)
             if e.errno in (errno.EACCES, errno.EAGAIN):
@@ -112,9 +117,18 @@ class StoreLock:
 
 
 class MessageStore:
-    def __init__(self, config: StoreConfig, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        config: StoreConfig,
+        *,
+        clock: Callable[[], float] = time.time,
+        disk_usage: DiskUsage | None = None,
+    ) -> None:
         self.config = config
         self.clock = clock
+        self.disk_usage = disk_usage  # cleanup's disk probe (None: psutil on the real partition)
+        self.clean_commit_log: CleanCommitLogService | None = None
+        self.clean_consume_queue: CleanConsumeQueueService | None = None
         self.flags = RunningFlags()
         self.lock = StoreLock(config.store_path_root_dir)
         self.pool = (
@@ -187,7 +201,7 @@ class MessageStore:
                 self.index.load(self.last_exit_ok)
             max_phy_of_cq = self.consume_queues.recover()
             end = self._recover_commit_log()
-            if max_phy_of_cq >= end:
+            if max_phy_of_cq > end:
                 log.warning("recovery: ConsumeQueues point past the CommitLog end %d: truncating them", end)
                 self.consume_queues.truncate_dirty_logic_files(end)
             if self.index is not None:
@@ -316,6 +330,10 @@ class MessageStore:
             thorough_interval_ms=self.config.flush_consume_queue_thorough_interval,
         )
         nursery.start_soon(self.flush_cq_service.run)
+        self.clean_commit_log = CleanCommitLogService(self, clock=self.clock, disk_usage=self.disk_usage)
+        self.clean_consume_queue = CleanConsumeQueueService(self)
+        nursery.start_soon(self.clean_commit_log.run)
+        nursery.start_soon(self.clean_consume_queue.run)
         nursery.start_soon(self.allocator.run)
         if self.group_commit is not None:
             nursery.start_soon(self.group_commit.run)
@@ -334,6 +352,9 @@ class MessageStore:
             return
         self.running = False
         with trio.CancelScope(shield=True):
+            for cleaner in (self.clean_commit_log, self.clean_consume_queue):
+                if cleaner is not None:  # no deletion may run while the segments are unmapped
+                    await cleaner.stop()
             if self.commit_service is not None:
                 await self.commit_service.shutdown()
             if self.group_commit is not None:
@@ -390,6 +411,8 @@ class MessageStore:
             return encode_record(msg, self.config.store_host, self.config.max_message_size)
         except EncodeError as e:
             return PutMessageResult(PutMessageStatus[e.status], error=str(e))
+        except (ValueError, struct.error) as e:  # a bad host string, a field out of its range
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=f"cannot encode the message: {e}")
 
     async def put_message(self, msg: Message) -> PutMessageResult:
         """Store one message; returns after the flush/replication its WAIT asks for."""
@@ -444,7 +467,9 @@ class MessageStore:
                     PutMessageStatus.MESSAGE_ILLEGAL, result,
                     error="record is larger than a CommitLog segment (mappedFileSizeCommitLog)",
                 )
-            return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED, result, error="could not create a segment")
+            return PutMessageResult(
+                PutMessageStatus.CREATE_MAPEDFILE_FAILED, result, error=result.error or "could not create a segment"
+            )
         flush_status = PutMessageStatus.PUT_OK
         replica_status = PutMessageStatus.PUT_OK
         end = result.end_offset
@@ -650,6 +675,14 @@ class MessageStore:
     def dispatch_behind_bytes(self) -> int:
         return self.reput.dispatch_behind_bytes() if self.reput else 0
 
+    # ---- admin -------------------------------------------------------------------------------
+    def delete_expired_files_manually(self) -> None:
+        """The admin op: the next 20 cleanup passes delete expired CommitLog files whatever
+        the hour (RocketMQ executeDeleteFilesManually)."""
+        if self.clean_commit_log is None:
+            raise RuntimeError("the store is not started: no cleanup service yet")
+        self.clean_commit_log.execute_delete_files_manually()
+
 
 class StoreUnavailableError(RuntimeError):
     """Reads refused: the store is shut down or flagged NOT_READABLE."""
@@ -694,9 +727,11 @@ _STATUS_TEXT = {
 
 
 @asynccontextmanager
-async def open_store(config: StoreConfig, *, clock: Callable[[], float] = time.time) -> AsyncIterator[MessageStore]:
+async def open_store(
+    config: StoreConfig, *, clock: Callable[[], float] = time.time, disk_usage: DiskUsage | None = None
+) -> AsyncIterator[MessageStore]:
     """Open, recover and start a store; shut it down cleanly when the block exits."""
-    store = MessageStore(config, clock=clock)
+    store = MessageStore(config, clock=clock, disk_usage=disk_usage)
     await trio.to_thread.run_sync(store.load)
     try:
         async with trio.open_nursery() as nursery:
