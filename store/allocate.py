@@ -29,7 +29,7 @@ class AllocateMappedFileService:
         self.preallocated_hits = 0
 
     def _create(self, path: str, file_size: int) -> MappedFile:
-        return MappedFile(path, file_size, pool=self._pool)
+        return MappedFile(path, file_size, pool=self._pool, preallocate=True)
 
     def allocate(self, path: str, file_size: int) -> MappedFile:
         """Hand out the segment at `path` (pre-created if ready) and ask for the next one."""

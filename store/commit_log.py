@@ -112,8 +112,10 @@ class CommitLog:
         self.begin_time_in_lock = time.monotonic()
         try:
             mf = self._segment_for(total)
-            if mf is None:
-                return AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR)
+            if mf is None:  # no segment could be created (disk full, ...): the message is not written
+                return AppendMessageResult(
+                    AppendMessageStatus.UNKNOWN_ERROR, error=self.queue.create_error or "no CommitLog segment"
+                )
             if mf == "too_big":
                 return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
             now = int(self._clock() * 1000)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import errno
 import logging
 import mmap
 import os
@@ -41,6 +42,25 @@ def _punch_hole(fd: int, offset: int, length: int) -> bool:
         return False
     mode = _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE
     return fallocate(fd, mode, ctypes.c_long(offset), ctypes.c_long(length)) == 0
+
+
+_NO_FALLOCATE = {errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS}
+
+
+def _grow(fd: int, path: str, file_size: int, preallocate: bool) -> None:
+    """Size a new segment file. With `preallocate` its blocks are reserved now
+    (posix_fallocate), so a full disk fails here with ENOSPC instead of killing the process
+    with SIGBUS when a write through the map first touches an unbacked page. Without it, or
+    where the file system cannot reserve blocks, the file is sparse (RocketMQ's setLength)."""
+    if preallocate:
+        try:
+            os.posix_fallocate(fd, 0, file_size)
+            return
+        except OSError as e:
+            if e.errno not in _NO_FALLOCATE:
+                raise OSError(e.errno, e.strerror, path) from None
+            log.warning("%s: the file system cannot preallocate (%s); the segment is sparse", path, e.strerror)
+    os.ftruncate(fd, file_size)
 
 
 def offset_to_file_name(offset: int) -> str:
@@ -89,6 +109,7 @@ class MappedFile:
         *,
         pool: TransientStorePool | None = None,
         expect_existing: bool = False,
+        preallocate: bool = False,
     ) -> None:
         self.path = path
         self.file_name = os.path.basename(path)
@@ -105,10 +126,13 @@ class MappedFile:
                     f"{path}: segment is {actual} bytes, but the configured size is {file_size}"
                 )
             if not exists:
-                os.ftruncate(self._fd, file_size)  # sparse, like RocketMQ's RandomAccessFile
+                _grow(self._fd, path, file_size, preallocate)
             self.mm = mmap.mmap(self._fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(self._fd)
+            if not exists:  # never leave a short file under a segment's name
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
             raise
         self._pool = pool
         self.write_buffer: mmap.mmap | None = pool.borrow() if pool is not None else None
@@ -289,11 +313,10 @@ class MappedFile:
         return True
 
     def _cleanup(self, force: bool = False) -> None:
-        if self.cleanup_over:
-            return
-        if self.available and not force:
-            return
-        self.cleanup_over = True
+        with self._lock:  # a forced destroy and a reader's last release may race (threads)
+            if self.cleanup_over or (self.available and not force):
+                return
+            self.cleanup_over = True
         self._return_buffer()
         try:
             self.mm.close()

@@ -6,12 +6,13 @@ truncates dirty tails and deletes expired segments. Never deletes the newest seg
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import time
 from collections.abc import Callable
 
-from .mapped_file import MappedFile, offset_to_file_name
+from .mapped_file import MappedFile, SegmentSizeError, offset_to_file_name
 from .transient_store_pool import TransientStorePool
 
 log = logging.getLogger("tidemq.store")
@@ -37,9 +38,11 @@ class MappedFileQueue:
         self.store_timestamp = 0  # store time of the last message covered by a full flush
         # The CommitLog installs a pre-allocating allocator; others create inline.
         self.allocator: Allocator = allocator or self.create_file
+        # Why the last get_last_mapped_file() could not create a segment ("" = it could).
+        self.create_error = ""
 
     def create_file(self, path: str, file_size: int) -> MappedFile:
-        return MappedFile(path, file_size, pool=self.pool)
+        return MappedFile(path, file_size, pool=self.pool, preallocate=True)
 
     # ---- loading -------------------------------------------------------------------------
     def load(self) -> None:
@@ -60,7 +63,9 @@ class MappedFileQueue:
         return self.files[-1] if self.files else None
 
     def get_last_mapped_file(self, start_offset: int = 0, need_create: bool = True) -> MappedFile | None:
-        """The newest segment, creating one when there is none or the newest is full."""
+        """The newest segment, creating one when there is none or the newest is full.
+
+        None when the segment cannot be created (e.g. ENOSPC); `create_error` says why."""
         last = self.last()
         if last is not None and not last.is_full():
             return last
@@ -70,26 +75,37 @@ class MappedFileQueue:
             create_offset = start_offset - start_offset % self.file_size
         else:
             create_offset = last.file_from_offset + self.file_size
-        os.makedirs(self.store_path, exist_ok=True)
         path = os.path.join(self.store_path, offset_to_file_name(create_offset))
-        mf = self.allocator(path, self.file_size)
+        try:
+            os.makedirs(self.store_path, exist_ok=True)
+            mf = self.allocator(path, self.file_size)
+        except (OSError, SegmentSizeError) as e:
+            if isinstance(e, OSError) and e.strerror:
+                reason = f"{e.strerror} ({errno.errorcode.get(e.errno, e.errno)})"
+            else:
+                reason = str(e)
+            self.create_error = f"cannot create segment {path}: {reason}"
+            log.error("%s", self.create_error)
+            return None
+        self.create_error = ""
         if not self.files:
             self.flushed_where = self.committed_where = create_offset
         self.files.append(mf)
         return mf
 
     def find_by_offset(self, offset: int, return_first_on_not_found: bool = False) -> MappedFile | None:
-        first, last = self.first(), self.last()
-        if first is None or last is None:
+        files = self.files  # one snapshot: flush threads look up while deletion replaces the list
+        if not files:
             return None
+        first, last = files[0], files[-1]
         if offset < first.file_from_offset or offset >= last.file_from_offset + self.file_size:
             return first if return_first_on_not_found else None
         index = offset // self.file_size - first.file_from_offset // self.file_size
-        if 0 <= index < len(self.files):
-            mf = self.files[index]
+        if 0 <= index < len(files):
+            mf = files[index]
             if mf.file_from_offset <= offset < mf.file_from_offset + self.file_size:
                 return mf
-        for mf in self.files:  # a hole in the names: fall back to a scan
+        for mf in files:  # a hole in the names: fall back to a scan
             if mf.file_from_offset <= offset < mf.file_from_offset + self.file_size:
                 return mf
         return first if return_first_on_not_found else None
@@ -179,9 +195,15 @@ class MappedFileQueue:
     def delete_file(self, mf: MappedFile, interval_forcibly_ms: int = 0) -> bool:
         """Destroy one segment (the oldest, normally) and drop it from the queue."""
         if mf.destroy(interval_forcibly_ms):
-            self.files.remove(mf)
+            self.forget(mf)
             return True
         return False
+
+    def forget(self, mf: MappedFile) -> None:
+        """Drop a destroyed segment from the queue. The list is replaced, not changed in place
+        (copy-on-write, as RocketMQ's CopyOnWriteArrayList), so a flush thread that took a
+        snapshot keeps a consistent one. Call it from the thread that appends segments."""
+        self.files = [f for f in self.files if f is not mf]
 
     def delete_expired_by_time(
         self,

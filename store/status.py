@@ -62,6 +62,7 @@ class AppendMessageResult:
     store_timestamp: int = 0
     queue_offset: int = 0
     msg_num: int = 1
+    error: str = ""  # why the append failed (e.g. the segment that could not be created)
 
     @property
     def end_offset(self) -> int:

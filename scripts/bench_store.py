@@ -1,0 +1,235 @@
+"""Store put-path benchmark for `scripts/bench store`: prints ONE JSON object.
+
+Figures (per body size, 128 B and 1 KiB):
+- ASYNC_FLUSH, single puts and batches of 32: puts/s and MB/s of record bytes, against the
+  ceiling of a bare Python loop copying the same record bytes into an mmap
+  (`mm[pos:pos+n] = data`);
+  (the ASYNC put path never yields to trio, so ConsumeQueue dispatch runs after the timed
+  loop; the SYNC figures include it);
+- SYNC_FLUSH with 1, 16 and 64 concurrent producers (trio tasks): against the ceiling of
+  `os.write` + `os.fdatasync` per record on a plain file (what one producer could get with
+  no group commit). A ratio above 1 means group commit beat one fsync per record.
+
+Every store lives in a fresh temp dir under --dir (default: the system temp dir) that is
+removed afterwards. Counts and durations are modest: the whole run takes well under 2 min.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import mmap
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import trio  # noqa: E402
+
+from store import FlushDiskType, Message, StoreConfig, open_store  # noqa: E402
+from store.message import encode_record  # noqa: E402
+
+MiB = 1024 * 1024
+SIZES = {"128B": 128, "1KiB": 1024}
+SEGMENT = 128 * MiB
+STORE_HOST = "127.0.0.1:10911"
+
+
+def _body(n: int) -> bytes:
+    return bytes((i * 31 + 7) % 251 for i in range(n))
+
+
+def _record_len(body: bytes) -> int:
+    return len(encode_record(Message("BenchTopic", body), STORE_HOST, 4 * MiB))
+
+
+def _figure(count: int, seconds: float, record_len: int, body_len: int) -> dict:
+    """mb_s counts whole records (what reaches the log); body_mb_s only the bodies."""
+    puts_s = count / seconds if seconds > 0 else 0.0
+    return {
+        "puts": count,
+        "seconds": round(seconds, 3),
+        "puts_s": round(puts_s, 1),
+        "mb_s": round(puts_s * record_len / MiB, 2),
+        "body_mb_s": round(puts_s * body_len / MiB, 2),
+    }
+
+
+def _config(root: str, flush: FlushDiskType) -> StoreConfig:
+    return StoreConfig(
+        store_path_root_dir=root,
+        store_host=STORE_HOST,
+        mapped_file_size_commit_log=SEGMENT,
+        flush_disk_type=flush,
+        message_index_enable=False,
+    )
+
+
+# ---- ceilings ------------------------------------------------------------------------------
+
+
+def ceiling_mmap(workdir: str, record: bytes, body_len: int, count: int) -> dict:
+    path = os.path.join(workdir, "ceiling.mmap")
+    size = count * len(record)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.ftruncate(fd, size)
+        mm = mmap.mmap(fd, size)
+        n = len(record)
+        pos = 0
+        t0 = time.perf_counter()
+        for _ in range(count):
+            mm[pos : pos + n] = record
+            pos += n
+        elapsed = time.perf_counter() - t0
+        mm.close()
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return _figure(count, elapsed, len(record), body_len)
+
+
+def ceiling_fdatasync(workdir: str, record: bytes, body_len: int, seconds: float) -> dict:
+    path = os.path.join(workdir, "ceiling.sync")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    count = 0
+    try:
+        t0 = time.perf_counter()
+        deadline = t0 + seconds
+        while True:
+            os.write(fd, record)
+            os.fdatasync(fd)
+            count += 1
+            if time.perf_counter() >= deadline:
+                break
+        elapsed = time.perf_counter() - t0
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return _figure(count, elapsed, len(record), body_len)
+
+
+# ---- store figures ---------------------------------------------------------------------------
+
+
+async def bench_async(workdir: str, body: bytes, count: int, batch: int) -> dict:
+    root = tempfile.mkdtemp(prefix="async-", dir=workdir)
+    try:
+        async with open_store(_config(root, FlushDiskType.ASYNC_FLUSH)) as store:
+            msgs = [Message("BenchTopic", body, queue_id=0) for _ in range(batch)]
+            rounds = count // batch
+            t0 = time.perf_counter()
+            if batch == 1:
+                msg = msgs[0]
+                for _ in range(rounds):
+                    r = await store.put_message(msg)
+                    if not r.ok:
+                        raise SystemExit(f"put failed: {r.status.value}: {r.error}")
+            else:
+                for _ in range(rounds):
+                    r = await store.put_messages(msgs)
+                    if not r.ok:
+                        raise SystemExit(f"batch put failed: {r.status.value}: {r.error}")
+            elapsed = time.perf_counter() - t0
+        return _figure(rounds * batch, elapsed, _record_len(body), len(body))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def bench_sync(workdir: str, body: bytes, producers: int, seconds: float) -> dict:
+    root = tempfile.mkdtemp(prefix="sync-", dir=workdir)
+    try:
+        async with open_store(_config(root, FlushDiskType.SYNC_FLUSH)) as store:
+            count = 0
+            before = store.group_commit.flush_count
+            msg = Message("BenchTopic", body, queue_id=0)
+            t0 = time.perf_counter()
+            deadline = t0 + seconds
+
+            async def producer() -> None:
+                nonlocal count
+                while time.perf_counter() < deadline:
+                    r = await store.put_message(msg)
+                    if not r.ok:
+                        raise SystemExit(f"put failed: {r.status.value}: {r.error}")
+                    count += 1
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(producers):
+                    nursery.start_soon(producer)
+            elapsed = time.perf_counter() - t0
+            flushes = store.group_commit.flush_count - before
+        figure = _figure(count, elapsed, _record_len(body), len(body))
+        figure["fdatasyncs"] = flushes
+        figure["puts_per_fdatasync"] = round(count / flushes, 1) if flushes else None
+        return figure
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _ratio(figure: dict, ceiling: dict) -> float | None:
+    return round(figure["puts_s"] / ceiling["puts_s"], 3) if ceiling["puts_s"] else None
+
+
+async def run(args: argparse.Namespace) -> dict:
+    os.makedirs(args.dir, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix="tidemq-bench-", dir=args.dir)
+    out: dict = {
+        "benchmark": "store",
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "dir": args.dir,
+        "segment_bytes": SEGMENT,
+        "async_puts": args.async_puts,
+        "sync_seconds": args.sync_seconds,
+        "sizes": {},
+    }
+    t_start = time.perf_counter()
+    try:
+        for name, n in SIZES.items():
+            body = _body(n)
+            record = bytes(encode_record(Message("BenchTopic", body), STORE_HOST, 4 * MiB))
+            mm_ceiling = ceiling_mmap(workdir, record, n, args.async_puts)
+            sync_ceiling = ceiling_fdatasync(workdir, record, n, args.sync_seconds)
+            res: dict = {"body_bytes": n, "record_bytes": len(record)}
+            res["ceiling_mmap_copy"] = mm_ceiling
+            res["ceiling_write_fdatasync"] = sync_ceiling
+            for label, batch in (("async_single", 1), ("async_batch32", 32)):
+                fig = await bench_async(workdir, body, args.async_puts, batch)
+                fig["ratio_to_ceiling"] = _ratio(fig, mm_ceiling)
+                res[label] = fig
+            for producers in (1, 16, 64):
+                fig = await bench_sync(workdir, body, producers, args.sync_seconds)
+                fig["ratio_to_ceiling"] = _ratio(fig, sync_ceiling)
+                res[f"sync_{producers}_producers"] = fig
+            out["sizes"][name] = res
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    out["total_seconds"] = round(time.perf_counter() - t_start, 1)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/bench store", description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", default=tempfile.gettempdir(),
+                        help="where the temporary stores go (default: %(default)s)")
+    parser.add_argument("--async-puts", type=int, default=50_000,
+                        help="messages per ASYNC_FLUSH figure (default: %(default)s)")
+    parser.add_argument("--sync-seconds", type=float, default=3.0,
+                        help="duration of each SYNC_FLUSH figure and of the fsync ceiling "
+                        "(default: %(default)s)")
+    args = parser.parse_args(argv)
+    if args.async_puts < 32 or args.sync_seconds <= 0:
+        parser.error("--async-puts must be >= 32 and --sync-seconds > 0")
+    result = trio.run(run, args)
+    json.dump(result, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
