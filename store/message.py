@@ -129,7 +129,13 @@ def encode_host(host: str) -> bytes:
 
 
 def decode_host(raw: bytes | memoryview) -> str:
-    ip = ipaddress.ip_address(bytes(raw[:-4]))
+    """Address bytes + int32 port → 'ip:port' ('[v6]:port'); cached, hosts repeat."""
+    return _decode_host(bytes(raw))
+
+
+@functools.lru_cache(maxsize=4096)
+def _decode_host(raw: bytes) -> str:
+    ip = ipaddress.ip_address(raw[:-4])
     port = _I32.unpack(raw[-4:])[0]
     return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
 

@@ -500,6 +500,9 @@ class MessageStore:
             await wait_flush()
         else:
             self._wake_flush()
+            # nothing to wait for: still yield, so dispatch, flush and HA writers get turns
+            # under a tight put loop (a trio checkpoint per put)
+            await trio.lowlevel.checkpoint()
         status = PutMessageStatus.PUT_OK
         if flush_status is not PutMessageStatus.PUT_OK:
             status = flush_status

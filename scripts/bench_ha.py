@@ -1,0 +1,177 @@
+"""`scripts/bench ha`: replication over loopback with the slave in its own OS process.
+
+Measures catch-up throughput (MB/s) of a slave joining a filled master, put latency
+p50/p99 and puts/s for ASYNC_MASTER and SYNC_MASTER with 1 and 16 producers, and the
+slave's lag (bytes) sampled under the steady 16-producer load. Prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import trio
+
+from ha.master import HAService
+from ha.slave import HAClient
+from store import Message, StoreConfig, open_store
+
+SEGMENT = 256 * 1024 * 1024
+
+
+def _config(root: str, role: str, **kw) -> StoreConfig:
+    return StoreConfig(store_path_root_dir=root, broker_role=role, mapped_file_size_commit_log=SEGMENT,
+                       ha_listen_port=0, **kw)
+
+
+async def _slave_main(root: str, port: int) -> None:
+    config = _config(root, "SLAVE", ha_master_address=f"127.0.0.1:{port}")
+    async with open_store(config) as store, trio.open_nursery() as nursery:
+        await nursery.start(HAClient(store).run)
+        print("READY", flush=True)
+        await trio.sleep_forever()
+
+
+def _start_slave(root: str, port: int) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "scripts.bench_ha", "slave", root, str(port)],
+                            stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if line.strip() != "READY":
+        proc.kill()
+        raise RuntimeError(f"slave process did not start: {line!r}")
+    return proc
+
+
+async def _wait(pred, timeout: float) -> None:
+    with trio.fail_after(timeout):
+        while not pred():
+            await trio.sleep(0.005)  # poll: the bench samples progress
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def catch_up(work: str, mb: int, body_bytes: int) -> dict:
+    body = os.urandom(body_bytes)
+    batch = max(1, 32 * 1024 // body_bytes)
+    name = f"c{body_bytes}"
+    async with open_store(_config(os.path.join(work, name + "m"), "ASYNC_MASTER")) as master, \
+            trio.open_nursery() as nursery:
+        ha = HAService(master, port=0)
+        await nursery.start(ha.run)
+        n = 0
+        while master.get_max_phy_offset() < mb * 2**20:
+            r = await master.put_messages([Message("BenchHA", body, queue_id=(n // 32) % 4) for _ in range(batch)])
+            assert r.ok
+            n += batch
+        # a new slave reporting 0 starts at the newest segment: join before the first roll
+        total = master.get_max_phy_offset()
+        t0 = time.perf_counter()
+        proc = _start_slave(os.path.join(work, name + "s"), ha.port)
+        try:
+            await _wait(lambda: ha.push2slave_max_offset >= total, 300)
+            seconds = time.perf_counter() - t0
+        finally:
+            proc.kill()
+            proc.wait()
+        nursery.cancel_scope.cancel()
+    return {"message_body_bytes": body_bytes, "bytes": total, "seconds": round(seconds, 2),
+            "mb_per_s": round(total / 2**20 / seconds, 1)}
+
+
+async def put_latency(work: str, role: str, producers: int, count: int) -> dict:
+    body = os.urandom(1024)
+    name = f"{role.lower()}-{producers}"
+    async with open_store(_config(os.path.join(work, name + "-m"), role)) as master, \
+            trio.open_nursery() as nursery:
+        ha = HAService(master, port=0)
+        await nursery.start(ha.run)
+        proc = _start_slave(os.path.join(work, name + "-s"), ha.port)
+        lags: list[int] = []
+        try:
+            await _wait(lambda: ha.connection_count > 0 and ha.push2slave_max_offset >= 0, 30)
+            latencies: list[float] = []
+            statuses: dict[str, int] = {}
+
+            async def producer(k: int) -> None:
+                for i in range(count // producers):
+                    t = time.perf_counter()
+                    r = await master.put_message(Message("BenchHA", body, queue_id=(k + i) % 4))
+                    latencies.append(time.perf_counter() - t)
+                    statuses[r.status.value] = statuses.get(r.status.value, 0) + 1
+
+            async def sample_lag(cancel: trio.CancelScope) -> None:
+                with cancel:
+                    while True:
+                        lags.append(master.get_max_phy_offset() - ha.push2slave_max_offset)
+                        await trio.sleep(0.02)  # poll: lag sampling
+
+            t0 = time.perf_counter()
+            sampler = trio.CancelScope()
+            async with trio.open_nursery() as inner:
+                inner.start_soon(sample_lag, sampler)
+                async with trio.open_nursery() as prods:
+                    for k in range(producers):
+                        prods.start_soon(producer, k)
+                sampler.cancel()
+            seconds = time.perf_counter() - t0
+        finally:
+            proc.kill()
+            proc.wait()
+        nursery.cancel_scope.cancel()
+    return {
+        "role": role, "producers": producers, "puts": len(latencies),
+        "puts_per_s": round(len(latencies) / seconds),
+        "p50_ms": round(_pct(latencies, 0.50) * 1000, 3), "p99_ms": round(_pct(latencies, 0.99) * 1000, 3),
+        "statuses": statuses,
+        "slave_lag_bytes": {"p50": int(statistics.median(lags)) if lags else 0,
+                            "p99": int(_pct(lags, 0.99)) if lags else 0, "max": max(lags, default=0)},
+    }
+
+
+async def bench(work: str, mb: int, count: int) -> dict:
+    out = {
+        "benchmark": "ha",
+        "message_body_bytes": 1024,
+        # the slave acks after it appended; its dispatch (ConsumeQueue + index per record)
+        # shares the event loop, so small records bound catch-up by records/s
+        "catch_up": [await catch_up(work, mb, 1024), await catch_up(work, mb, 16 * 1024)],
+        "puts": [],
+    }
+    for role in ("ASYNC_MASTER", "SYNC_MASTER"):
+        for producers in (1, 16):
+            out["puts"].append(await put_latency(work, role, producers, count))
+    by = {(p["role"], p["producers"]): p["puts_per_s"] for p in out["puts"]}
+    out["sync_vs_async_at_16"] = round(by[("SYNC_MASTER", 16)] / by[("ASYNC_MASTER", 16)], 2)
+    out["aims"] = {"sync_vs_async_at_16": 0.5, "catch_up_mb_per_s": 200}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "slave":
+        trio.run(_slave_main, argv[1], int(argv[2]))
+        return 0
+    parser = argparse.ArgumentParser(prog="scripts/bench ha", description=__doc__)
+    parser.add_argument("--catch-up-mb", type=int, default=200)
+    parser.add_argument("--puts", type=int, default=4000, help="puts per latency run")
+    args = parser.parse_args(argv)
+    work = tempfile.mkdtemp(prefix="tidemq-bench-ha-")
+    try:
+        print(json.dumps(trio.run(bench, work, args.catch_up_mb, args.puts), indent=2))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
