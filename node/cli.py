@@ -9,7 +9,8 @@ Exit codes: 0 success, 1 the command ran but found a problem (e.g. a damaged sto
 
 Groups:
   store   offline, read-only tools over a store directory (dump, verify)
-  (to come: node start, cluster ..., send, ...)
+  node    run a node in the foreground (start)
+  (to come: cluster ..., send, ...)
 """
 
 from __future__ import annotations
@@ -118,7 +119,80 @@ def _add_store_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# other groups register here: _add_node_commands (node start), _add_cluster_commands, ...
+# node: run one node in the foreground (node/broker.py)
+
+
+def _cmd_node_start(args: argparse.Namespace) -> int:
+    import trio
+
+    from node.broker import Node
+    from node.config import ConfigError, check_ports_free, load_config
+    from node.jsonfile import ConfigFileError
+    from node.logs import setup_logging
+    from store.message_store import StoreLockedError
+
+    try:
+        cfg = load_config(args.config, base_dir=args.base_dir)
+        check_ports_free(cfg)
+    except ConfigError as e:
+        raise CommandError(str(e)) from None
+    setup_logging(cfg)
+    node = Node(cfg)
+    serving = False
+
+    async def serve() -> None:
+        nonlocal serving
+        async with trio.open_nursery() as nursery:
+            address = await nursery.start(node.run)
+            serving = True
+            # the launcher and tests wait for this line
+            print(f"READY {cfg.broker_name} {cfg.broker_id} {address}", flush=True)
+
+    try:
+        trio.run(serve)
+    except KeyboardInterrupt:  # Ctrl-C before the signal handler was installed
+        return 130
+    except Exception as e:
+        cause = _single_cause(e)
+        if isinstance(cause, StoreLockedError | ConfigFileError):
+            raise CommandError(str(cause)) from None
+        if isinstance(cause, OSError) and not serving:  # e.g. a port taken since the check
+            raise CommandError(f"{cfg.source}: cannot start: {cause}") from None
+        raise
+    return EXIT_OK
+
+
+def _single_cause(exc: BaseException) -> BaseException:
+    """The one exception inside nested one-member groups (trio nurseries wrap start-up errors)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _add_node_commands(subparsers: argparse._SubParsersAction) -> None:
+    node = subparsers.add_parser(
+        "node", help="run a node", description="Run one tidemq node (master or slave)."
+    )
+    node.set_defaults(group_parser=node)
+    actions = node.add_subparsers(dest="action", metavar="ACTION")
+    start = actions.add_parser(
+        "start",
+        help="run a node in the foreground until SIGTERM/SIGINT",
+        description="Start the node described by a broker config file (.toml or "
+        ".properties) in the foreground. Prints 'READY <brokerName> <brokerId> <address>' "
+        "on stdout once it serves clients; SIGTERM or SIGINT stops it gracefully (exit 0). "
+        "Exit 2 on a config error or when a port or the store is in use.",
+    )
+    start.add_argument("-c", "--config", required=True, metavar="FILE", help="broker config file")
+    start.add_argument(
+        "--base-dir", metavar="DIR",
+        help="resolve a relative storePathRootDir against DIR (default: the working directory)",
+    )
+    start.set_defaults(handler=_cmd_node_start)
+
+
+# ---------------------------------------------------------------------------------------
+# other groups register here: _add_cluster_commands, ...
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     groups = parser.add_subparsers(dest="group", metavar="COMMAND")
     _add_store_commands(groups)
+    _add_node_commands(groups)
     return parser
 
 

@@ -75,6 +75,14 @@ def _addr_list(_inst: Any, attribute: attrs.Attribute, value: str | None) -> Non
             )
 
 
+def _host_port(_inst: Any, attribute: attrs.Attribute, value: str | None) -> None:
+    if value is None:
+        return
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{_CAMEL.get(attribute.name, attribute.name)} must be host:port, got {value!r}")
+
+
 @attrs.define(kw_only=True)
 class BrokerConfig:
     """One node's settings: broker-level keys plus the embedded store's `StoreConfig`.
@@ -93,6 +101,9 @@ class BrokerConfig:
     default_topic_queue_nums: int = attrs.field(default=4, validator=_positive)
     # Largest client-protocol frame accepted or sent (node/protocol.py).
     max_frame_size: int = attrs.field(default=8 * MiB, validator=_positive)
+    # A slave's view of its master's client address (listenPort, not the HA port): the slave
+    # copies topics and consumer offsets from there every 10 s. Unused on a master.
+    master_addr: str | None = attrs.field(default=None, validator=_host_port)
     store: StoreConfig = attrs.field(factory=StoreConfig)
     # The file this came from, for error messages; not part of the config's value.
     source: str = attrs.field(default="", eq=False)
@@ -216,6 +227,7 @@ _CAMEL = {
     "auto_create_topic_enable": "autoCreateTopicEnable",
     "default_topic_queue_nums": "defaultTopicQueueNums",
     "max_frame_size": "maxFrameSize",
+    "master_addr": "masterAddr",
     "ha_listen_port": "haListenPort",
     "ha_master_address": "haMasterAddress",
     "broker_role": "brokerRole",
@@ -224,7 +236,7 @@ _NOT_KEYS = {"store", "source"}
 _BROKER_FIELDS = {f.name: f for f in attrs.fields(BrokerConfig) if f.name not in _NOT_KEYS}
 _STORE_FIELDS = {f.name: f for f in attrs.fields(StoreConfig)}
 _BROKER_KEYS = [_CAMEL[n] for n in _BROKER_FIELDS]
-_OPTIONAL_STR = {"namesrv_addr", "ha_master_address"}
+_OPTIONAL_STR = {"namesrv_addr", "ha_master_address", "master_addr"}
 assert set(_CAMEL) >= set(_BROKER_FIELDS), "every broker key needs its RocketMQ spelling"
 assert not set(_BROKER_FIELDS) & set(_STORE_FIELDS), "a key belongs to the broker or the store"
 
@@ -250,6 +262,13 @@ def _cross_field_problem(cfg: BrokerConfig) -> str | None:
         return f"haListenPort and listenPort must differ, both are {ha}"
     if cfg.store.ha_master_address in (cfg.ha_address, cfg.address):
         return f"haMasterAddress {cfg.store.ha_master_address} is this node's own address"
+    if cfg.master_addr is not None and cfg.master_addr in (cfg.ha_address, cfg.address):
+        return f"masterAddr {cfg.master_addr} is this node's own address"
+    if cfg.master_addr is not None and cfg.master_addr == cfg.store.ha_master_address:
+        return (
+            f"masterAddr {cfg.master_addr} equals haMasterAddress; masterAddr is the master's "
+            "client address (its listenPort), haMasterAddress its HA port"
+        )
     if cfg.max_frame_size <= cfg.store.max_message_size:
         return (
             f"maxFrameSize ({cfg.max_frame_size}) must exceed maxMessageSize "

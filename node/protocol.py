@@ -465,6 +465,7 @@ OPS: dict[str, tuple[Field, ...]] = {
     "max_offset": (TOPIC, QUEUE_ID),
     "commit_offset": (GROUP, TOPIC, QUEUE_ID, _f("offset", INT, _NON_NEG64)),
     "fetch_offset": (GROUP, TOPIC, QUEUE_ID),
+    "offset_list": (),
     "topic_create": (
         TOPIC,
         _opt("read_queue_nums", INT, 4, _range(1, MAX_QUEUE_NUMS)),

@@ -297,6 +297,20 @@ def test_unknown_extension_and_missing_file(tmp_path):
         load_config(str(tmp_path / "nope.toml"))
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_master_addr(tmp_path, fmt):
+    cfg = load_config(write(tmp_path, fmt, {**SLAVE, "masterAddr": "127.0.0.1:40911"}))
+    assert cfg.master_addr == "127.0.0.1:40911"
+    assert load_config(write(tmp_path, fmt, SLAVE)).master_addr is None
+    for bad, words in (
+        ("40911", "masterAddr must be host:port"),
+        ("127.0.0.1:40912", "masterAddr 127.0.0.1:40912 equals haMasterAddress"),
+        ("127.0.0.1:40913", "is this node's own address"),
+    ):
+        with pytest.raises(ConfigError, match=words):
+            load_config(write(tmp_path, fmt, {**SLAVE, "masterAddr": bad}))
+
+
 def test_direct_construction_is_validated():
     assert BrokerConfig().address == "127.0.0.1:10911"
     with pytest.raises(ConfigError, match="brokerId 1 is a slave's id"):
@@ -369,6 +383,7 @@ def test_layout_ports_distinct_and_slaves_point_at_their_master(layout):
             master = configs[cfg.broker_name]
             assert master.role.is_master
             assert cfg.store.ha_master_address == master.ha_address
+            assert cfg.master_addr == master.address
 
 
 def test_ports_distinct_across_layouts():

@@ -171,6 +171,7 @@ MINIMAL = {
     "max_offset": {"topic": "T", "queue_id": 0},
     "commit_offset": {"group": "G", "topic": "T", "queue_id": 0, "offset": 5},
     "fetch_offset": {"group": "G", "topic": "T", "queue_id": 0},
+    "offset_list": {},
     "topic_create": {"topic": "T"},
     "topic_list": {},
     "status": {},

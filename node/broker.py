@@ -1,0 +1,137 @@
+"""One node's lifecycle: store, replication, client server, tables, graceful shutdown.
+
+`Node(cfg).run()` opens the store, starts the HA service (master) or HA client (slave),
+the client-protocol server on brokerIP1:listenPort, the consumer-offset persister and, on
+a slave with `masterAddr`, the topic/offset sync. It reports the serving address to
+`nursery.start` and runs until SIGTERM/SIGINT (or `stop()`): then it stops accepting,
+answers the requests in flight (long polls return at once) within a grace period,
+persists the offsets and closes the store (flush, checkpoint, abort file removed last).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator
+
+import trio
+
+from ha.master import HAService
+from ha.slave import HAClient
+from store.config import BrokerRole
+from store.message_store import open_store
+
+from .config import BrokerConfig
+from .offsets import ConsumerOffsetManager
+from .ops import NodeServices, handle_request
+from .server import ClientServer
+from .slave_sync import SlaveSync
+from .topics import TopicConfigManager
+
+log = logging.getLogger("tidemq.node")
+
+__all__ = ["Node"]
+
+SHUTDOWN_GRACE_S = 10.0
+"""Upper bound for requests in flight at shutdown (a SYNC_MASTER send waits up to
+slaveTimeout, 3 s by default; long polls are woken at once)."""
+
+
+class Node:
+    """A broker process's services, wired together; see the module docstring."""
+
+    def __init__(
+        self, cfg: BrokerConfig, *, handle_signals: bool = True, grace_s: float = SHUTDOWN_GRACE_S
+    ) -> None:
+        self.cfg = cfg
+        self.handle_signals = handle_signals
+        self.grace_s = grace_s
+        root = cfg.store.store_path_root_dir
+        self.topics = TopicConfigManager(
+            root, auto_create=cfg.auto_create_topic_enable, default_queue_nums=cfg.default_topic_queue_nums
+        )
+        self.offsets = ConsumerOffsetManager(root)
+        self.services: NodeServices | None = None
+        self.server: ClientServer | None = None
+        self._stop = trio.Event()
+
+    def stop(self) -> None:
+        """Begin a graceful shutdown (what SIGTERM does)."""
+        self._stop.set()
+
+    async def run(self, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until stopped; `task_status.started(address)` once clients can connect.
+
+        Raises ConfigFileError (damaged topics/offsets file), StoreLockedError (the store
+        is open elsewhere) or OSError (a port cannot be bound) before serving.
+        """
+        cfg = self.cfg
+        # opened first, so a SIGTERM during start-up is a graceful stop, not a kill
+        receiver = (
+            trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT)
+            if self.handle_signals
+            else contextlib.nullcontext()
+        )
+        with receiver as signals:
+            await trio.to_thread.run_sync(self.topics.load)
+            await trio.to_thread.run_sync(self.offsets.load)
+            async with trio.open_nursery() as outer:
+                if signals is not None:
+                    outer.start_soon(self._watch_signals, signals)
+                try:
+                    await self._serve(task_status)
+                finally:
+                    outer.cancel_scope.cancel()
+        log.info("node %s/%d stopped", cfg.broker_name, cfg.broker_id)
+
+    async def _watch_signals(self, signals: AsyncIterator[int]) -> None:
+        async for signum in signals:
+            log.info("received %s: shutting down", signal.Signals(signum).name)
+            self.stop()
+
+    async def _serve(self, task_status: trio.TaskStatus[str]) -> None:
+        cfg = self.cfg
+        async with open_store(cfg.store) as store:
+            try:
+                async with trio.open_nursery() as nursery:
+                    services = NodeServices(cfg=cfg, store=store, topics=self.topics, offsets=self.offsets)
+                    self.services = services
+                    if cfg.role.is_master:
+                        services.ha_master = HAService(store, host=cfg.broker_ip1, port=cfg.ha_listen_port)
+                        await nursery.start(services.ha_master.run)
+                        if cfg.role is BrokerRole.SYNC_MASTER:
+                            store.replicator = services.ha_master
+                    else:
+                        services.ha_client = HAClient(store)
+                        await nursery.start(services.ha_client.run)
+                        if cfg.master_addr:
+                            sync = SlaveSync(cfg.master_addr, self.topics, self.offsets,
+                                             max_frame_size=cfg.max_frame_size)
+                            services.slave_sync_status = sync.status
+                            await nursery.start(sync.run)
+                        else:
+                            log.warning("masterAddr is not set: topics and consumer offsets are not "
+                                        "synced from the master")
+                    await nursery.start(self.offsets.run_persister)
+                    self.server = ClientServer(
+                        lambda request, peer: handle_request(services, request, peer),
+                        host=cfg.broker_ip1, port=cfg.listen_port, max_frame_size=cfg.max_frame_size,
+                    )
+                    await nursery.start(self.server.run)
+                    log.info("node %s/%d (%s) serving on %s", cfg.broker_name, cfg.broker_id,
+                             cfg.role.value, cfg.address)
+                    task_status.started(f"{cfg.broker_ip1}:{self.server.port}")
+                    await self._stop.wait()
+                    log.info("shutting down: draining requests in flight")
+                    self.server.stop_accepting()
+                    services.stop_long_polls()
+                    await self.server.drain(self.grace_s)
+                    nursery.cancel_scope.cancel()
+            finally:
+                with trio.CancelScope(shield=True):
+                    try:
+                        await self.offsets.persist()
+                    except OSError as e:
+                        log.error("cannot persist consumer offsets to %s: %s", self.offsets.path, e)
+        # leaving open_store: flush, checkpoint, abort file removed

@@ -1,0 +1,393 @@
+"""The client protocol's operations: one validated Request in, one response map out.
+
+docs/protocol.md is the contract. Every failure becomes a response here (store statuses,
+BAD_REQUEST, NOT_FOUND, SERVICE_NOT_AVAILABLE, INTERNAL_ERROR with the cause), so the
+connection layer (node/server.py) only moves frames.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import attrs
+import psutil
+import trio
+
+from ha.master import HAService
+from ha.slave import HAClient
+from store.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_WAIT, Message, StoredMessage
+from store.message_store import GetMessageResult, MessageStore, StoreUnavailableError
+from store.status import GetMessageStatus, PutMessageResult, PutMessageStatus
+
+from .config import BrokerConfig
+from .offsets import ConsumerOffsetManager
+from .protocol import Request, Status, error_response, ok_response
+from .topics import TopicConfigManager
+
+log = logging.getLogger("tidemq.node")
+
+__all__ = ["NodeServices", "handle_request", "message_map"]
+
+# Long polling waits only when a later message could turn the answer into FOUND
+# (RocketMQ's PULL_NOT_FOUND family; NO_MATCHED_MESSAGE continues from next_begin_offset).
+_WAITABLE = {
+    GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+    GetMessageStatus.OFFSET_OVERFLOW_ONE,
+    GetMessageStatus.NO_MATCHED_LOGIC_QUEUE,
+    GetMessageStatus.NO_MATCHED_MESSAGE,
+}
+# Store status names that the protocol spells differently (RocketMQ's "MAPED", "PAGECACHE").
+_PUT_STATUS = {
+    PutMessageStatus.CREATE_MAPEDFILE_FAILED: Status.CREATE_MAPPED_FILE_FAILED,
+    PutMessageStatus.OS_PAGECACHE_BUSY: Status.OS_PAGE_CACHE_BUSY,
+}
+# Room left in a response frame for everything but the messages' bodies and properties.
+_FRAME_MARGIN = 64 * 1024
+_MESSAGE_OVERHEAD = 512
+
+
+class OpError(Exception):
+    """A request that fails with a node status (not a store status)."""
+
+    def __init__(self, status: Status, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@attrs.define(eq=False)
+class NodeServices:
+    """What the operations act on: one node's store, tables and replication services."""
+
+    cfg: BrokerConfig
+    store: MessageStore
+    topics: TopicConfigManager
+    offsets: ConsumerOffsetManager
+    ha_master: HAService | None = None
+    ha_client: HAClient | None = None
+    slave_sync_status: Callable[[], dict[str, Any]] | None = None
+    stopping: bool = False
+    _long_polls: set[trio.CancelScope] = attrs.field(factory=set)
+
+    @property
+    def is_master(self) -> bool:
+        return self.cfg.role.is_master
+
+    @contextlib.contextmanager
+    def long_poll(self, deadline: float) -> Iterator[trio.CancelScope]:
+        """A cancel scope for one pull's wait, cancelled early by `stop_long_polls`."""
+        with trio.CancelScope(deadline=deadline) as scope:
+            self._long_polls.add(scope)
+            try:
+                yield scope
+            finally:
+                self._long_polls.discard(scope)
+
+    def stop_long_polls(self) -> None:
+        """Shutdown: pulls waiting for messages answer now with what they have."""
+        self.stopping = True
+        for scope in list(self._long_polls):
+            scope.cancel()
+
+
+def _refuse_on_slave(services: NodeServices, what: str) -> None:
+    if not services.is_master:
+        raise OpError(
+            Status.SERVICE_NOT_AVAILABLE,
+            f"this node is a SLAVE and refuses {what}; send it to the master of {services.cfg.broker_name}",
+        )
+
+
+def message_map(m: StoredMessage) -> dict[str, Any]:
+    """A stored message as the protocol's message map (TAGS/KEYS have their own fields)."""
+    return {
+        "topic": m.topic,
+        "queue_id": m.queue_id,
+        "queue_offset": m.queue_offset,
+        "commitlog_offset": m.commitlog_offset,
+        "msg_id": m.msg_id,
+        "body": m.body,
+        "tags": m.tags,
+        "keys": list(m.keys),
+        "properties": {k: v for k, v in m.properties.items() if k not in (PROPERTY_TAGS, PROPERTY_KEYS)},
+        "born_timestamp": m.born_timestamp,
+        "store_timestamp": m.store_timestamp,
+        "flag": m.flag,
+        "reconsume_times": m.reconsume_times,
+    }
+
+
+def _fit(messages: list[StoredMessage], budget: int) -> list[StoredMessage]:
+    """The longest prefix whose maps fit a response frame (at least one message: the
+    config guarantees a maxMessageSize body fits maxFrameSize)."""
+    total = 0
+    for i, m in enumerate(messages):
+        total += len(m.body) + _MESSAGE_OVERHEAD + sum(len(k) + len(v) for k, v in m.properties.items())
+        if total > budget and i > 0:
+            return messages[:i]
+    return messages
+
+
+# ---------------------------------------------------------------- writes
+
+
+async def _checked_topic(services: NodeServices, topic: str, queue_id: int | None) -> int:
+    """The queue to write to: the topic must exist (or be auto-created) and be writeable."""
+    config = await services.topics.for_send(topic)
+    if config is None:
+        raise OpError(
+            Status.NOT_FOUND,
+            f"topic {topic!r} does not exist on {services.cfg.broker_name} and autoCreateTopicEnable is off; "
+            "create it with topic_create",
+        )
+    if not config.writeable:
+        raise OpError(Status.SERVICE_NOT_AVAILABLE, f"topic {topic!r} is not writeable here (perm {config.perm})")
+    if queue_id is None:
+        return services.topics.select_queue(config)
+    if queue_id >= config.write_queue_nums:
+        raise OpError(
+            Status.BAD_REQUEST,
+            f"queue_id {queue_id} is out of range: topic {topic!r} has {config.write_queue_nums} write queues",
+        )
+    return queue_id
+
+
+def _message(fields: dict[str, Any], topic: str, queue_id: int, wait: bool, born_host: str | None) -> Message:
+    props = dict(fields["properties"])
+    props[PROPERTY_WAIT] = "true" if wait else "false"
+    return Message(
+        topic=topic,
+        body=fields["body"],
+        queue_id=queue_id,
+        tags=fields["tags"],
+        keys=tuple(fields["keys"]),
+        properties=props,
+        flag=fields["flag"],
+        born_timestamp=fields.get("born_timestamp"),
+        born_host=born_host,
+    )
+
+
+def _put_response(request_id: int, result: PutMessageResult, queue_id: int, *, batch: bool) -> dict[str, Any]:
+    status = _PUT_STATUS.get(result.status) or Status(result.status.value)
+    if not result.status.stored:
+        return error_response(request_id, status, result.error or status.value)
+    ids = result.msg_id.split(",")
+    return ok_response(
+        request_id,
+        status,
+        **({"msg_ids": ids} if batch else {"msg_id": ids[0]}),
+        queue_id=queue_id,
+        queue_offset=result.queue_offset,
+        commitlog_offset=result.commitlog_offset,
+    )
+
+
+async def _send(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    _refuse_on_slave(s, "writes")
+    f = r.fields
+    queue_id = await _checked_topic(s, f["topic"], f["queue_id"])
+    result = await s.store.put_message(_message(f, f["topic"], queue_id, f["wait"], peer))
+    return _put_response(r.id, result, queue_id, batch=False)
+
+
+async def _send_batch(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    _refuse_on_slave(s, "writes")
+    f = r.fields
+    queue_id = await _checked_topic(s, f["topic"], f["queue_id"])
+    msgs = [_message(m, f["topic"], queue_id, f["wait"], peer) for m in f["messages"]]
+    result = await s.store.put_messages(msgs)
+    return _put_response(r.id, result, queue_id, batch=True)
+
+
+# ---------------------------------------------------------------- reads
+
+
+async def _pull(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    f = r.fields
+    topic, queue_id, offset = f["topic"], f["queue_id"], f["offset"]
+    deadline = trio.current_time() + f["timeout_ms"] / 1000
+
+    def read(at: int) -> GetMessageResult:
+        return s.store.get_message(f["group"] or "", topic, queue_id, at, f["max_msgs"], f["tag_filter"])
+
+    result = read(offset)
+    while result.status in _WAITABLE and not s.stopping and trio.current_time() < deadline:
+        if result.status is GetMessageStatus.NO_MATCHED_MESSAGE:
+            offset = result.next_begin_offset  # filtered units: scan on from there
+            if offset < result.max_offset:
+                await trio.lowlevel.checkpoint()
+                result = read(offset)
+                continue
+        with s.long_poll(deadline):
+            await s.store.wait_for_message(topic, queue_id, offset, deadline - trio.current_time())
+        result = read(offset)
+    messages = _fit(result.messages, s.cfg.max_frame_size - _FRAME_MARGIN)
+    next_begin = result.next_begin_offset
+    if len(messages) < len(result.messages):
+        next_begin = result.messages[len(messages)].queue_offset
+    return ok_response(
+        r.id,
+        Status(result.status.value),
+        messages=[message_map(m) for m in messages],
+        next_begin_offset=next_begin,
+        min_offset=result.min_offset,
+        max_offset=result.max_offset,
+    )
+
+
+async def _query_by_key(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    f = r.fields
+    found = s.store.query_message(f["topic"], f["key"], f["max_num"], f["begin_ts"], f["end_ts"])
+    found = _fit(found, s.cfg.max_frame_size - _FRAME_MARGIN)
+    return ok_response(r.id, messages=[message_map(m) for m in found])
+
+
+async def _get_by_msg_id(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    msg = s.store.look_message_by_msg_id(r.fields["msg_id"])
+    if msg is None:
+        raise OpError(Status.NOT_FOUND, f"no message with msgId {r.fields['msg_id']} on this node")
+    return ok_response(r.id, message=message_map(msg))
+
+
+async def _offset_by_time(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    f = r.fields
+    return ok_response(r.id, offset=s.store.get_offset_in_queue_by_time(f["topic"], f["queue_id"], f["timestamp"]))
+
+
+async def _min_offset(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    return ok_response(r.id, offset=s.store.get_min_offset_in_queue(r.fields["topic"], r.fields["queue_id"]))
+
+
+async def _max_offset(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    return ok_response(r.id, offset=s.store.get_max_offset_in_queue(r.fields["topic"], r.fields["queue_id"]))
+
+
+# ---------------------------------------------------------------- offsets and topics
+
+
+async def _commit_offset(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    _refuse_on_slave(s, "offset commits")
+    f = r.fields
+    s.offsets.commit(f["group"], f["topic"], f["queue_id"], f["offset"])
+    return ok_response(r.id)
+
+
+async def _fetch_offset(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    f = r.fields
+    offset = s.offsets.fetch(f["group"], f["topic"], f["queue_id"])
+    if offset is None:
+        raise OpError(
+            Status.NOT_FOUND,
+            f"group {f['group']!r} has no committed offset for {f['topic']}:{f['queue_id']}",
+        )
+    return ok_response(r.id, offset=offset)
+
+
+async def _offset_list(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    return ok_response(r.id, offsets=[e.to_wire() for e in s.offsets.entries()])
+
+
+async def _topic_create(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    _refuse_on_slave(s, "topic changes")
+    f = r.fields
+    config = await s.topics.create(f["topic"], f["read_queue_nums"], f["write_queue_nums"], f["perm"])
+    return ok_response(r.id, topic=config.to_wire())
+
+
+async def _topic_list(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    return ok_response(r.id, topics=[c.to_wire() for c in s.topics.list()])
+
+
+# ---------------------------------------------------------------- admin
+
+
+def _ha_status(s: NodeServices) -> dict[str, Any]:
+    if s.ha_master is not None:
+        return {"slaves": [attrs.asdict(x) for x in s.ha_master.status()]}
+    if s.ha_client is not None:
+        return attrs.asdict(s.ha_client.status())
+    return {}
+
+
+async def _status(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    cfg, store = s.cfg, s.store
+    root = store.config.store_path_root_dir
+    disk = await trio.to_thread.run_sync(psutil.disk_usage, root)
+    fields: dict[str, Any] = {
+        "broker_cluster_name": cfg.broker_cluster_name,
+        "broker_name": cfg.broker_name,
+        "broker_id": cfg.broker_id,
+        "role": cfg.role.value,
+        "address": cfg.address,
+        "ha_address": cfg.ha_address,
+        "min_phy_offset": store.get_min_phy_offset(),
+        "max_phy_offset": store.get_max_phy_offset(),
+        "flushed_offset": store.commit_log.queue.flushed_where,
+        "dispatch_behind_bytes": store.dispatch_behind_bytes(),
+        "running_flags": store.flags.names(),
+        "ha": _ha_status(s),
+        "disk": {
+            "path": root,
+            "total": disk.total,
+            "used": disk.used,
+            "free": disk.free,
+            "used_ratio": round(disk.used / disk.total, 4) if disk.total else 0.0,
+        },
+    }
+    if s.slave_sync_status is not None:
+        fields["sync"] = s.slave_sync_status()
+    return ok_response(r.id, **fields)
+
+
+async def _delete_expired_files(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    delete = getattr(s.store, "delete_expired_files_manually", None)
+    if delete is None:
+        raise OpError(Status.INTERNAL_ERROR, "manual deletion of expired files is not available in this build")
+    result = delete()
+    if inspect.isawaitable(result):
+        result = await result
+    if isinstance(result, bool) or not isinstance(result, int):
+        result = len(result) if isinstance(result, list | tuple) else 0
+    return ok_response(r.id, deleted_files=result)
+
+
+_Handler = Callable[[NodeServices, Request, "str | None"], Awaitable[dict[str, Any]]]
+HANDLERS: dict[str, _Handler] = {
+    "send": _send,
+    "send_batch": _send_batch,
+    "pull": _pull,
+    "query_by_key": _query_by_key,
+    "get_by_msg_id": _get_by_msg_id,
+    "offset_by_time": _offset_by_time,
+    "min_offset": _min_offset,
+    "max_offset": _max_offset,
+    "commit_offset": _commit_offset,
+    "fetch_offset": _fetch_offset,
+    "offset_list": _offset_list,
+    "topic_create": _topic_create,
+    "topic_list": _topic_list,
+    "status": _status,
+    "admin.delete_expired_files": _delete_expired_files,
+}
+
+
+async def handle_request(services: NodeServices, request: Request, peer: str | None) -> dict[str, Any]:
+    """Run one request; never raises (except Cancelled): every failure is a response.
+
+    `peer` is the client's "ip:port", stored as the born host of the messages it sends.
+    """
+    try:
+        return await HANDLERS[request.op](services, request, peer)
+    except OpError as e:
+        return error_response(request.id, e.status, e.message)
+    except StoreUnavailableError as e:
+        return error_response(request.id, Status.SERVICE_NOT_AVAILABLE, str(e))
+    except Exception as e:
+        log.exception("op %s (id %s) failed", request.op, request.id)
+        return error_response(request.id, Status.INTERNAL_ERROR, f"{request.op} failed: {type(e).__name__}: {e}")
+

@@ -1,0 +1,102 @@
+"""A slave's copy of its master's topics and consumer offsets (RocketMQ SlaveSynchronize).
+
+Every `SYNC_INTERVAL_S` (and once at start) the slave asks its master's client address
+(`masterAddr`) for `topic_list` and `offset_list` and takes both tables wholesale, so
+consumers reading from the slave while the master is down resume where they committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import trio
+
+from .client import NodeClient, NodeClientError
+from .jsonfile import ConfigFileError
+from .offsets import ConsumerOffsetManager, OffsetEntry
+from .topics import TopicConfig, TopicConfigManager
+
+log = logging.getLogger("tidemq.node")
+
+SYNC_INTERVAL_S = 10.0
+
+__all__ = ["SYNC_INTERVAL_S", "SlaveSync"]
+
+
+def _offset_entries(raw: Any, source: str) -> list[OffsetEntry]:
+    if not isinstance(raw, list):
+        raise ConfigFileError(f"{source}: 'offsets' must be an array")
+    out = []
+    for item in raw:
+        if not (
+            isinstance(item, dict)
+            and isinstance(item.get("group"), str)
+            and isinstance(item.get("topic"), str)
+            and type(item.get("queue_id")) is int
+            and type(item.get("offset")) is int
+        ):
+            raise ConfigFileError(f"{source}: bad offset entry {item!r}")
+        out.append(OffsetEntry(item["group"], item["topic"], item["queue_id"], item["offset"]))
+    return out
+
+
+def _topic_configs(raw: Any, source: str) -> list[TopicConfig]:
+    if not isinstance(raw, list):
+        raise ConfigFileError(f"{source}: 'topics' must be an array")
+    out = []
+    for item in raw:
+        if not isinstance(item, dict) or not isinstance(item.get("topic"), str):
+            raise ConfigFileError(f"{source}: bad topic entry {item!r}")
+        out.append(TopicConfig.from_json(item["topic"], item, source))
+    return out
+
+
+class SlaveSync:
+    """Periodic pull of the master's tables; failures are logged and retried next round."""
+
+    def __init__(
+        self,
+        master_addr: str,
+        topics: TopicConfigManager,
+        offsets: ConsumerOffsetManager,
+        *,
+        max_frame_size: int,
+        interval_s: float = SYNC_INTERVAL_S,
+    ) -> None:
+        self.master_addr = master_addr
+        self.topics = topics
+        self.offsets = offsets
+        self.max_frame_size = max_frame_size
+        self.interval_s = interval_s
+        self.last_sync_ms: int | None = None
+        self.last_error: str | None = None
+
+    def status(self) -> dict[str, Any]:
+        return {"master_addr": self.master_addr, "last_sync_ms": self.last_sync_ms, "last_error": self.last_error}
+
+    async def sync_once(self) -> None:
+        """One round; raises NodeClientError / ConfigFileError when it cannot complete."""
+        source = f"master {self.master_addr}"
+        async with await NodeClient.connect(self.master_addr, max_frame_size=self.max_frame_size) as client:
+            topics = _topic_configs((await client.request("topic_list")).get("topics"), source)
+            offsets = _offset_entries((await client.request("offset_list")).get("offsets"), source)
+        if await self.topics.replace_all(topics):
+            log.info("synced %d topic(s) from %s", len(topics), self.master_addr)
+        if self.offsets.replace_all(offsets):
+            log.info("synced %d consumer offset(s) from %s", len(offsets), self.master_addr)
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            try:
+                await self.sync_once()
+            except (NodeClientError, ConfigFileError, OSError) as e:
+                if self.last_error != str(e):
+                    log.warning("cannot sync topics and offsets from %s: %s", self.master_addr, e)
+                self.last_error = str(e)
+            else:
+                self.last_sync_ms = int(time.time() * 1000)
+                self.last_error = None
+            await trio.sleep(self.interval_s)
