@@ -66,12 +66,29 @@ def _store_dir(path: str) -> str:
 
 def _cmd_store_dump(args: argparse.Namespace) -> int:
     status = EXIT_OK
-    for record in tools.dump(_store_dir(args.dir), from_offset=args.from_offset, limit=args.limit):
+    if (args.topic is None) != (args.queue is None):
+        raise CommandError("--topic and --queue go together")
+    if args.topic is not None:
+        records = tools.dump_queue(_store_dir(args.dir), args.topic, args.queue, limit=args.limit)
+    else:
+        records = tools.dump(_store_dir(args.dir), from_offset=args.from_offset, limit=args.limit)
+    for record in records:
         _print_json(record)
         if "error" in record:
             status = EXIT_PROBLEM
     sys.stdout.flush()
     return status
+
+
+def _cmd_store_query(args: argparse.Namespace) -> int:
+    found = tools.query_key(
+        _store_dir(args.dir), args.topic, args.key, max_num=args.max,
+        hash_slot_num=args.max_hash_slot_num, index_num=args.max_index_num,
+    )
+    for record in found:
+        _print_json(record)
+    sys.stdout.flush()
+    return EXIT_OK if found else EXIT_PROBLEM
 
 
 def _cmd_store_verify(args: argparse.Namespace) -> int:
@@ -106,7 +123,25 @@ def _add_store_commands(subparsers: argparse._SubParsersAction) -> None:
     dump.add_argument(
         "--limit", metavar="N", type=_non_negative_int, help="print at most N records"
     )
+    dump.add_argument("--topic", help="dump one topic-queue through its ConsumeQueue (with --queue)")
+    dump.add_argument("--queue", type=_non_negative_int, metavar="QUEUE_ID", help="queue id (with --topic)")
     dump.set_defaults(handler=_cmd_store_dump)
+
+    query = actions.add_parser(
+        "query",
+        help="find messages by key through the index files",
+        description="Print, newest first, the messages of TOPIC whose KEYS or UNIQ_KEY is KEY, "
+        "found through the index and re-checked against the CommitLog.",
+    )
+    query.add_argument("dir", metavar="DIR", help="store root directory (storePathRootDir)")
+    query.add_argument("--topic", required=True)
+    query.add_argument("--key", required=True)
+    query.add_argument("--max", type=_non_negative_int, default=64, help="at most this many (default 64)")
+    query.add_argument("--max-hash-slot-num", type=_non_negative_int, default=5_000_000,
+                       help="the store's maxHashSlotNum (default 5000000)")
+    query.add_argument("--max-index-num", type=_non_negative_int, default=20_000_000,
+                       help="the store's maxIndexNum (default 20000000)")
+    query.set_defaults(handler=_cmd_store_query)
 
     verify = actions.add_parser(
         "verify",

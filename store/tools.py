@@ -22,6 +22,8 @@ from typing import Any
 
 import attrs
 
+from store.consume_queue import UNIT, is_blank_unit
+from store.index_file import IndexFile, build_key
 from store.message import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
@@ -400,3 +402,104 @@ def verify(root: str | os.PathLike[str]) -> dict[str, Any]:
     for ev in damage:
         log.debug("damage at %d: %s", ev.offset, ev.reason)
     return summary
+
+
+# ---------------------------------------------------------------------------------------
+# through the ConsumeQueue and the index
+
+
+class _SegmentReader:
+    """Reads records by physical offset, keeping each segment's read-only map open once."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.segments = iter_segments(root)
+        self._stack = contextlib.ExitStack()
+        self._maps: dict[int, Buffer] = {}
+
+    def __enter__(self) -> _SegmentReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def record(self, offset: int) -> tuple[StoredMessage | None, str]:
+        index = _find_segment(self.segments, offset)
+        if index is None:
+            return None, f"offset {offset} is in no CommitLog segment (removed or not written)"
+        if index not in self._maps:
+            self._maps[index] = self._stack.enter_context(_open_segment(self.segments[index][1]))
+        decoded = decode_record(self._maps[index], offset - self.segments[index][0], check_crc=False)
+        if decoded.kind is not RecordKind.MESSAGE:
+            return None, f"no message at offset {offset}: {decoded.error or decoded.kind.value}"
+        return decoded.message, ""
+
+
+def dump_queue(
+    root: str | os.PathLike[str], topic: str, queue_id: int, limit: int | None = None
+) -> Iterator[dict[str, Any]]:
+    """The messages of one topic-queue in queue order, read through its ConsumeQueue files.
+
+    Each dict is `message_to_dict`'s plus "queueOffset" from the unit; a unit whose record
+    is gone or disagrees gives {"queueOffset", "offset", "error"} and the walk goes on.
+    """
+    qdir = os.path.join(os.fspath(root), "consumequeue", topic, str(queue_id))
+    if not os.path.isdir(qdir):
+        raise StoreToolError(f"no ConsumeQueue for {topic}-{queue_id} under {os.fspath(root)}")
+    names = sorted(n for n in os.listdir(qdir) if _SEGMENT_NAME.match(n))
+    emitted = 0
+    with _SegmentReader(root) as reader:
+        for name in names:
+            with _open_segment(os.path.join(qdir, name)) as buf:
+                for pos in range(0, len(buf) - len(buf) % UNIT.size, UNIT.size):
+                    phy, size, _code = UNIT.unpack_from(buf, pos)
+                    if phy < 0 or size <= 0 or (phy == 0 and size == 0):
+                        break  # end of written units
+                    if is_blank_unit(phy, size):
+                        continue
+                    queue_offset = (int(name) + pos) // UNIT.size
+                    msg, error = reader.record(phy)
+                    if msg is not None and (msg.size != size or msg.queue_offset != queue_offset):
+                        msg, error = None, f"record at {phy} is size {msg.size} queue offset {msg.queue_offset}"
+                    if msg is None:
+                        yield {"queueOffset": queue_offset, "offset": phy, "error": error}
+                    else:
+                        yield {**message_to_dict(phy, msg), "queueOffset": queue_offset}
+                    emitted += 1
+                    if limit is not None and emitted >= limit:
+                        return
+
+
+def query_key(
+    root: str | os.PathLike[str],
+    topic: str,
+    key: str,
+    *,
+    max_num: int = 64,
+    hash_slot_num: int = 5_000_000,
+    index_num: int = 20_000_000,
+) -> list[dict[str, Any]]:
+    """Messages of `topic` with KEYS or UNIQ_KEY `key`, newest first, through the index
+    files (their geometry is not stored in them: pass the store's maxHashSlotNum and
+    maxIndexNum). Candidates are re-read, so hash collisions never return another key."""
+    idir = os.path.join(os.fspath(root), "index")
+    if not os.path.isdir(idir):
+        raise StoreToolError(f"no index directory under {os.fspath(root)}")
+    candidates: list[int] = []
+    for name in sorted((n for n in os.listdir(idir) if n.isdigit()), reverse=True):
+        try:
+            index_file = IndexFile(os.path.join(idir, name), hash_slot_num, index_num)
+        except ValueError as e:  # SegmentSizeError: another geometry
+            raise StoreToolError(f"{e} (pass the store's --max-hash-slot-num and --max-index-num)") from None
+        try:
+            index_file.select_phy_offsets(candidates, build_key(topic, key), max_num, 0, 2**63 - 1)
+        finally:
+            index_file.close()
+        if len(candidates) >= max_num:
+            break
+    found = []
+    with _SegmentReader(root) as reader:
+        for offset in candidates:
+            msg, _error = reader.record(offset)
+            if msg is not None and msg.topic == topic and (key in msg.keys or msg.uniq_key == key):
+                found.append(message_to_dict(offset, msg))
+    return found
