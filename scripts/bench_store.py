@@ -171,6 +171,78 @@ async def bench_sync(workdir: str, body: bytes, producers: int, seconds: float) 
         shutil.rmtree(root, ignore_errors=True)
 
 
+async def bench_reads(workdir: str, count: int, index_keys: int, producers: int) -> dict:
+    """Read side (1 KiB bodies): get_message msgs/s at 32 per call against puts/s into the
+    same store; key queries/s on an index holding `index_keys` keys; dispatch lag (put
+    return → visible in its queue) p50/p99 with `producers` concurrent producers."""
+    root = tempfile.mkdtemp(prefix="reads-", dir=workdir)
+    body = _body(1024)
+    try:
+        config = StoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=SEGMENT)
+        async with open_store(config) as store:
+            t0 = time.perf_counter()
+            for i in range(count):
+                r = await store.put_message(Message("ReadTopic", body, queue_id=i % 4))
+                assert r.ok
+            put_s = count / (time.perf_counter() - t0)
+            with trio.fail_after(60):
+                while store.dispatch_behind_bytes():
+                    await trio.sleep(0.01)  # poll: let dispatch finish before timing reads
+            t0 = time.perf_counter()
+            read = 0
+            for q in range(4):
+                offset = 0
+                while True:
+                    res = store.get_message("bench", "ReadTopic", q, offset, 32)
+                    if not res.messages:
+                        break
+                    read += len(res.messages)
+                    offset = res.next_begin_offset
+            read_s = read / (time.perf_counter() - t0)
+
+            # dispatch lag under concurrent producers
+            lags: list[float] = []
+
+            async def producer(k: int) -> None:
+                for _ in range(count // (producers * 4)):
+                    r = await store.put_message(Message("LagTopic", body, queue_id=k))
+                    returned = time.perf_counter()
+                    await store.wait_for_message("LagTopic", k, r.queue_offset, timeout=5)
+                    lags.append(time.perf_counter() - returned)
+
+            async with trio.open_nursery() as nursery:
+                for k in range(producers):
+                    nursery.start_soon(producer, k)
+            lags.sort()
+
+        config = StoreConfig(store_path_root_dir=os.path.join(root, "idx"), mapped_file_size_commit_log=SEGMENT)
+        async with open_store(config) as store:
+            for i in range(0, index_keys, 32):
+                r = await store.put_messages([Message("KeyTopic", b"k", keys=[f"key-{j}"]) for j in range(i, i + 32)])
+                assert r.ok
+            with trio.fail_after(120):
+                while store.dispatch_behind_bytes():
+                    await trio.sleep(0.01)  # poll: the index must hold every key first
+            probes = [f"key-{(i * 7919) % index_keys}" for i in range(5000)]
+            t0 = time.perf_counter()
+            hits = sum(len(store.query_message("KeyTopic", k, 1)) for k in probes)
+            query_s = len(probes) / (time.perf_counter() - t0)
+        return {
+            "messages": count,
+            "puts_s": round(put_s, 1),
+            "get_message_msgs_s": round(read_s, 1),
+            "reads_vs_puts": round(read_s / put_s, 2),
+            "index_keys": index_keys,
+            "key_queries_s": round(query_s, 1),
+            "key_query_hits": hits,
+            "dispatch_lag_producers": producers,
+            "dispatch_lag_ms": {"p50": round(lags[len(lags) // 2] * 1000, 3),
+                                "p99": round(lags[int(len(lags) * 0.99)] * 1000, 3)},
+        }
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def _ratio(figure: dict, ceiling: dict) -> float | None:
     return round(figure["puts_s"] / ceiling["puts_s"], 3) if ceiling["puts_s"] else None
 
@@ -207,6 +279,7 @@ async def run(args: argparse.Namespace) -> dict:
                 fig["ratio_to_ceiling"] = _ratio(fig, sync_ceiling)
                 res[f"sync_{producers}_producers"] = fig
             out["sizes"][name] = res
+        out["reads"] = await bench_reads(workdir, args.async_puts, args.index_keys, 16)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     out["total_seconds"] = round(time.perf_counter() - t_start, 1)
@@ -222,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sync-seconds", type=float, default=3.0,
                         help="duration of each SYNC_FLUSH figure and of the fsync ceiling "
                         "(default: %(default)s)")
+    parser.add_argument("--index-keys", type=int, default=1_000_000,
+                        help="keys in the index for the key-query figure (default: %(default)s)")
     args = parser.parse_args(argv)
     if args.async_puts < 32 or args.sync_seconds <= 0:
         parser.error("--async-puts must be >= 32 and --sync-seconds > 0")
