@@ -40,6 +40,23 @@ def commit_to_end(queue: MappedFileQueue) -> None:
         queue.commit(0)
 
 
+class _LeastPages:
+    """`least_pages` per round, but 0 (everything) once `thorough_interval_ms` has passed
+    since the last thorough round: the rule every flush and commit service shares."""
+
+    def __init__(self, least_pages: int, thorough_interval_ms: int) -> None:
+        self.least_pages = least_pages
+        self.thorough_interval_ms = thorough_interval_ms
+        self._last_thorough = time.monotonic()
+
+    def next(self) -> int:
+        now = time.monotonic()
+        if (now - self._last_thorough) * 1000 >= self.thorough_interval_ms:
+            self._last_thorough = now
+            return 0
+        return self.least_pages
+
+
 @attrs.define(eq=False)
 class _FlushRequest:
     next_offset: int
@@ -125,12 +142,10 @@ class FlushRealTimeService:
     ) -> None:
         self.queue = queue
         self.interval_ms = interval_ms
-        self.least_pages = least_pages
-        self.thorough_interval_ms = thorough_interval_ms
+        self._pages = _LeastPages(least_pages, thorough_interval_ms)
         self.timed = timed
         self._on_flushed = on_flushed
         self._wake = trio.Event()
-        self._last_thorough = time.monotonic()
 
     def wakeup(self) -> None:
         self._wake.set()
@@ -148,11 +163,7 @@ class FlushRealTimeService:
                 with trio.move_on_after(self.interval_ms / 1000):
                     await self._wake.wait()
                 self._wake = trio.Event()
-            least = self.least_pages
-            now = time.monotonic()
-            if (now - self._last_thorough) * 1000 >= self.thorough_interval_ms:
-                self._last_thorough = now
-                least = 0
+            least = self._pages.next()
             await self.flush(least)
 
     async def shutdown(self) -> None:
@@ -175,19 +186,13 @@ class CommitRealTimeService:
     ) -> None:
         self.queue = queue
         self.interval_ms = interval_ms
-        self.least_pages = least_pages
-        self.thorough_interval_ms = thorough_interval_ms
+        self._pages = _LeastPages(least_pages, thorough_interval_ms)
         self._on_committed = on_committed
-        self._last_thorough = time.monotonic()
 
     async def run(self) -> None:
         while True:
             await trio.sleep(self.interval_ms / 1000)
-            least = self.least_pages
-            now = time.monotonic()
-            if (now - self._last_thorough) * 1000 >= self.thorough_interval_ms:
-                self._last_thorough = now
-                least = 0
+            least = self._pages.next()
             nothing = await trio.to_thread.run_sync(self.queue.commit, least)
             if not nothing:
                 self._on_committed()
@@ -214,9 +219,7 @@ class FlushConsumeQueueService:
         self._flush_queues = flush_queues
         self.checkpoint = checkpoint
         self.interval_ms = interval_ms
-        self.least_pages = least_pages
-        self.thorough_interval_ms = thorough_interval_ms
-        self._last_thorough = time.monotonic()
+        self._pages = _LeastPages(least_pages, thorough_interval_ms)
 
     async def flush(self, least_pages: int) -> None:
         logics_ts = self.checkpoint.logics_msg_timestamp
@@ -228,9 +231,5 @@ class FlushConsumeQueueService:
     async def run(self) -> None:
         while True:
             await trio.sleep(self.interval_ms / 1000)
-            least = self.least_pages
-            now = time.monotonic()
-            if (now - self._last_thorough) * 1000 >= self.thorough_interval_ms:
-                self._last_thorough = now
-                least = 0
+            least = self._pages.next()
             await self.flush(least)
