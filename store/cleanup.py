@@ -42,9 +42,11 @@ Deliberate differences from RocketMQ 4.9.8:
   delete acknowledged messages no consumer could ever see, nor bytes not yet on disk.
 - The hanged-file retry first runs one interval after the service starts (RocketMQ: at the
   first pass), so a held segment is not forced in the very pass that first tried it.
-- ConsumeQueue segments are deleted on the trio thread (they are small, and the dispatcher
-  and readers use a queue's segment list without a lock); CommitLog segments and index
-  files, which can be large, are unmapped and unlinked in a worker thread.
+- ConsumeQueue segments are deleted on the trio thread: they are small, and the dispatcher
+  appends to a queue's segment list on that thread without a lock, so the list must not be
+  replaced from another one. CommitLog segments and index files, which can be large, are
+  unmapped and unlinked in a worker thread (the CommitLog list still changes on the trio
+  thread; the index list is under IndexService's lock).
 """
 
 from __future__ import annotations

@@ -63,6 +63,26 @@ def _grow(fd: int, path: str, file_size: int, preallocate: bool) -> None:
     os.ftruncate(fd, file_size)
 
 
+CREATING_SUFFIX = ".creating"
+
+
+def _create(path: str, file_size: int, preallocate: bool) -> None:
+    """Create a segment file of its full size atomically: sized under a temporary name, then
+    renamed, so a crash (even SIGKILL) leaves a full-size segment or none, never a short one
+    that the next load would reject. A leftover temporary file is ignored by loading."""
+    tmp = path + CREATING_SUFFIX
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _grow(fd, path, file_size, preallocate)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    os.close(fd)
+    os.rename(tmp, path)
+
+
 def offset_to_file_name(offset: int) -> str:
     return f"{offset:020d}"
 
@@ -118,15 +138,15 @@ class MappedFile:
         exists = os.path.exists(path)
         if expect_existing and not exists:
             raise FileNotFoundError(path)
+        if not exists:
+            _create(path, file_size, preallocate)
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             actual = os.fstat(self._fd).st_size
-            if exists and actual != file_size:
+            if actual != file_size:
                 raise SegmentSizeError(
                     f"{path}: segment is {actual} bytes, but the configured size is {file_size}"
                 )
-            if not exists:
-                _grow(self._fd, path, file_size, preallocate)
             self.mm = mmap.mmap(self._fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(self._fd)

@@ -12,7 +12,7 @@ import os
 import time
 from collections.abc import Callable
 
-from .mapped_file import MappedFile, SegmentSizeError, offset_to_file_name
+from .mapped_file import CREATING_SUFFIX, MappedFile, SegmentSizeError, offset_to_file_name
 from .transient_store_pool import TransientStorePool
 
 log = logging.getLogger("tidemq.store")
@@ -49,7 +49,12 @@ class MappedFileQueue:
         """Map every segment in name order; a wrong-size segment raises SegmentSizeError."""
         if not os.path.isdir(self.store_path):
             return
-        names = sorted(n for n in os.listdir(self.store_path) if n.isdigit() and len(n) == 20)
+        listing = os.listdir(self.store_path)
+        for name in listing:
+            if name.endswith(CREATING_SUFFIX):  # a creation cut short by a crash
+                log.info("removing unfinished segment %s", os.path.join(self.store_path, name))
+                os.unlink(os.path.join(self.store_path, name))
+        names = sorted(n for n in listing if n.isdigit() and len(n) == 20)
         for name in names:
             mf = MappedFile(os.path.join(self.store_path, name), self.file_size, expect_existing=True)
             mf.set_positions(self.file_size)  # recovery sets the real end

@@ -679,12 +679,17 @@ class MessageStore:
         return self.reput.dispatch_behind_bytes() if self.reput else 0
 
     # ---- admin -------------------------------------------------------------------------------
-    def delete_expired_files_manually(self) -> None:
-        """The admin op: the next 20 cleanup passes delete expired CommitLog files whatever
-        the hour (RocketMQ executeDeleteFilesManually)."""
-        if self.clean_commit_log is None:
+    async def delete_expired_files_manually(self) -> int:
+        """The admin op (RocketMQ executeDeleteFilesManually): the next 20 cleanup passes
+        delete expired CommitLog files whatever the hour, the first of them right now (then
+        the ConsumeQueues and index follow). Returns how many CommitLog files that first
+        pass deleted; fileReservedTime still applies."""
+        if self.clean_commit_log is None or self.clean_consume_queue is None:
             raise RuntimeError("the store is not started: no cleanup service yet")
         self.clean_commit_log.execute_delete_files_manually()
+        deleted = await self.clean_commit_log.run_once()
+        await self.clean_consume_queue.run_once()
+        return deleted
 
 
 class StoreUnavailableError(RuntimeError):

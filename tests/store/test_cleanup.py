@@ -19,7 +19,15 @@ import psutil
 import pytest
 import trio
 
-from store import GetMessageStatus, Message, MessageStore, PutMessageStatus, StoreConfig, open_store
+from store import (
+    FlushDiskType,
+    GetMessageStatus,
+    Message,
+    MessageStore,
+    PutMessageStatus,
+    StoreConfig,
+    open_store,
+)
 from store.cleanup import (
     MAX_MANUAL_DELETE_FILE_TIMES,
     CleanCommitLogService,
@@ -28,7 +36,6 @@ from store.cleanup import (
     is_hour_in,
     used_ratio,
 )
-from store.flush import flush_to_end
 from store.status import RunningFlags
 
 SEG = 4096
@@ -41,6 +48,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def config(root, **kw) -> StoreConfig:
     opts = dict(
         store_path_root_dir=str(root),
+        # a put returns once flushed: cleanup only deletes flushed and dispatched segments
+        flush_disk_type=FlushDiskType.SYNC_FLUSH,
         mapped_file_size_commit_log=SEG,
         mapped_file_size_consume_queue=CQ_UNITS * 20,
         max_hash_slot_num=8,
@@ -98,9 +107,9 @@ async def fill(store, segments: int, start: int = 0) -> list:
 
 
 def settle(store) -> None:
-    """Dispatch and flush everything written so far (deterministic; no waiting)."""
+    """Dispatch everything written so far to the queues and the index (deterministic: the
+    dispatcher runs on this thread; no waiting)."""
     store.reput.do_reput()
-    flush_to_end(store.commit_log.queue)
 
 
 def names(store) -> list[str]:
@@ -329,11 +338,13 @@ async def test_manual_delete_works_outside_the_hour_for_twenty_passes(tmp_path):
         age(tmp_path, [0, 1], clock, 100)
         clean = store.clean_commit_log
         assert await clean.run_once() == 0
-        store.delete_expired_files_manually()
-        assert clean.manual_delete_remaining == MAX_MANUAL_DELETE_FILE_TIMES == 20
-        assert await clean.run_once() == 2  # expired ones only
+        # the admin op: 20 passes, the first one now; expired files only
+        assert await store.delete_expired_files_manually() == 2
+        assert MAX_MANUAL_DELETE_FILE_TIMES == 20
+        assert clean.manual_delete_remaining == 19
         assert names(store)[0] == seg_name(2)
-        for _ in range(18):
+        assert store.get_min_offset_in_queue("T", 0) > 0  # the queues followed at once
+        for _ in range(18):  # passes 2..19
             assert await clean.run_once() == 0
         age(tmp_path, [2], clock, 100)
         assert clean.manual_delete_remaining == 1
@@ -342,12 +353,15 @@ async def test_manual_delete_works_outside_the_hour_for_twenty_passes(tmp_path):
         age(tmp_path, [3], clock, 100)
         assert await clean.run_once() == 0  # the 21st: over
         assert names(store)[0] == seg_name(3)
+        clean.execute_delete_files_manually()  # the service-level trigger alone: counter only
+        assert names(store)[0] == seg_name(3)
+        assert await clean.run_once() == 1
 
 
 async def test_manual_delete_needs_a_started_store(tmp_path):
     store = MessageStore(config(tmp_path))
     with pytest.raises(RuntimeError, match="not started"):
-        store.delete_expired_files_manually()
+        await store.delete_expired_files_manually()
 
 
 # ---- reader-held segments --------------------------------------------------------------
@@ -533,6 +547,20 @@ async def test_a_segment_that_cannot_be_created_fails_the_put_cleanly(tmp_path):
         assert r3.ok and r3.commitlog_offset == SEG
         settle(store)
         assert [m.body for m in read_queue(store)] == [body(i) for i in range(4)]
+
+
+async def test_a_creation_cut_short_by_a_crash_leaves_nothing_behind(tmp_path):
+    async with open_store(config(tmp_path), disk_usage=Disk(0.5)) as store:
+        await fill(store, 2)
+    # a crash between creating and sizing a segment leaves only the temporary name
+    stale = seg_path(tmp_path, 2) + ".creating"
+    with open(stale, "wb"):
+        pass
+    async with open_store(config(tmp_path), disk_usage=Disk(0.5)) as store:
+        assert not os.path.exists(stale)
+        assert names(store) == [seg_name(0), seg_name(1)]
+        await fill(store, 3, start=10)
+        assert os.path.getsize(seg_path(tmp_path, 2)) == SEG
 
 
 # ---- a real full disk --------------------------------------------------------------------
