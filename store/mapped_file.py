@@ -33,15 +33,20 @@ log = logging.getLogger("tidemq.store")
 
 _FALLOC_FL_KEEP_SIZE = 0x01
 _FALLOC_FL_PUNCH_HOLE = 0x02
+_FALLOC_FL_ZERO_RANGE = 0x10
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 
 
-def _punch_hole(fd: int, offset: int, length: int) -> bool:
+def _zero_range(fd: int, offset: int, length: int) -> bool:
+    """Zero a range in the file system, keeping its blocks allocated (a later write into
+    the map cannot hit a full disk); else punch a hole. False when neither is supported."""
     fallocate = getattr(_libc, "fallocate", None)
     if fallocate is None:
         return False
-    mode = _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE
-    return fallocate(fd, mode, ctypes.c_long(offset), ctypes.c_long(length)) == 0
+    for mode in (_FALLOC_FL_ZERO_RANGE | _FALLOC_FL_KEEP_SIZE, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE):
+        if fallocate(fd, mode, ctypes.c_long(offset), ctypes.c_long(length)) == 0:
+            return True
+    return False
 
 
 _NO_FALLOCATE = {errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS}
@@ -198,12 +203,12 @@ class MappedFile:
         self.wrote_position = self.committed_position = self.flushed_position = position
 
     def zero_tail(self, position: int) -> None:
-        """Zero [position, file_size) so truncated bytes cannot come back: punch a hole
-        (sparse again, no page written) where the file system can, else write zeros."""
+        """Zero [position, file_size) so truncated bytes cannot come back: a file-system zero
+        range where it can (no page written through the map), else write zeros."""
         length = self.file_size - position
         if length <= 0:
             return
-        if not _punch_hole(self._fd, position, length):
+        if not _zero_range(self._fd, position, length):
             chunk = 1 << 20
             for start in range(position, self.file_size, chunk):
                 end = min(self.file_size, start + chunk)
