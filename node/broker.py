@@ -3,9 +3,11 @@
 `Node(cfg).run()` opens the store, starts the HA service (master) or HA client (slave),
 the client-protocol server on brokerIP1:listenPort, the consumer-offset persister and, on
 a slave with `masterAddr`, the topic/offset sync. It reports the serving address to
-`nursery.start` and runs until SIGTERM/SIGINT (or `stop()`): then it stops accepting,
-answers the requests in flight (long polls return at once) within a grace period,
-persists the offsets and closes the store (flush, checkpoint, abort file removed last).
+`nursery.start` and runs until SIGTERM/SIGINT (or `stop()`): then it unregisters from
+the name servers, stops accepting, answers the requests in flight (long polls return at
+once) within a grace period, persists the offsets and closes the store (flush,
+checkpoint, abort file removed last). With `namesrvAddr` it registers with the name
+servers once serving (node/registration.py); a name server that fails never stops it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import AsyncIterator
+from functools import partial
 
 import trio
 
@@ -25,6 +28,7 @@ from store.message_store import open_store
 from .config import BrokerConfig
 from .offsets import ConsumerOffsetManager
 from .ops import NodeServices, handle_request
+from .registration import NameServerRegistration
 from .server import ClientServer
 from .slave_sync import SlaveSync
 from .topics import TopicConfigManager
@@ -36,6 +40,8 @@ __all__ = ["Node"]
 SHUTDOWN_GRACE_S = 10.0
 """Upper bound for requests in flight at shutdown (a SYNC_MASTER send waits up to
 slaveTimeout, 3 s by default; long polls are woken at once)."""
+UNREGISTER_TIMEOUT_S = 2.0
+"""How long a shutdown waits for the name servers to acknowledge the unregistration."""
 
 
 class Node:
@@ -90,6 +96,19 @@ class Node:
             log.info("received %s: shutting down", signal.Signals(signum).name)
             self.stop()
 
+    def _on_master(
+        self, services: NodeServices, sync: SlaveSync | None, address: str | None, ha_address: str | None
+    ) -> None:
+        """A registration answer named the group's master: a slave without a static
+        haMasterAddress / masterAddr follows it (RocketMQ's haServerAddr from the name server)."""
+        cfg = self.cfg
+        if cfg.role.is_master:
+            return
+        if ha_address and not cfg.store.ha_master_address and services.ha_client is not None:
+            services.ha_client.update_master_address(ha_address)
+        if address and not cfg.master_addr and sync is not None:
+            sync.set_master_addr(address)
+
     async def _serve(self, task_status: trio.TaskStatus[str]) -> None:
         cfg = self.cfg
         async with open_store(cfg.store) as store:
@@ -97,6 +116,7 @@ class Node:
                 async with trio.open_nursery() as nursery:
                     services = NodeServices(cfg=cfg, store=store, topics=self.topics, offsets=self.offsets)
                     self.services = services
+                    sync: SlaveSync | None = None
                     if cfg.role.is_master:
                         services.ha_master = HAService(store, host=cfg.broker_ip1, port=cfg.ha_listen_port)
                         await nursery.start(services.ha_master.run)
@@ -105,7 +125,7 @@ class Node:
                     else:
                         services.ha_client = HAClient(store)
                         await nursery.start(services.ha_client.run)
-                        if cfg.master_addr:
+                        if cfg.master_addr or cfg.namesrv_addr:  # else: no way to find the master
                             sync = SlaveSync(cfg.master_addr, self.topics, self.offsets,
                                              max_frame_size=cfg.max_frame_size)
                             services.slave_sync_status = sync.status
@@ -119,10 +139,21 @@ class Node:
                         host=cfg.broker_ip1, port=cfg.listen_port, max_frame_size=cfg.max_frame_size,
                     )
                     await nursery.start(self.server.run)
+                    registration = None
+                    if cfg.namesrv_addr:
+                        registration = NameServerRegistration(
+                            cfg, self.topics, store, on_master=partial(self._on_master, services, sync)
+                        )
+                        self.topics.on_change = registration.trigger
+                        services.registration_status = registration.status
+                        await nursery.start(registration.run)
                     log.info("node %s/%d (%s) serving on %s", cfg.broker_name, cfg.broker_id,
                              cfg.role.value, cfg.address)
                     task_status.started(f"{cfg.broker_ip1}:{self.server.port}")
                     await self._stop.wait()
+                    if registration is not None:
+                        self.topics.on_change = None
+                        await registration.shutdown(UNREGISTER_TIMEOUT_S)
                     log.info("shutting down: draining requests in flight")
                     self.server.stop_accepting()
                     services.stop_long_polls()

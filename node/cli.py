@@ -10,7 +10,8 @@ Exit codes: 0 success, 1 the command ran but found a problem (e.g. a damaged sto
 Groups:
   store   offline, read-only tools over a store directory (dump, verify)
   node    run a node in the foreground (start)
-  (to come: cluster ..., send, ...)
+  cluster a local multi-process cluster (up, status, down, kill, start)
+  namesrv, send, consume, query, status   (cluster/cli.py: name server and client commands)
 """
 
 from __future__ import annotations
@@ -227,6 +228,174 @@ def _add_node_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 # ---------------------------------------------------------------------------------------
+# cluster: a local multi-process cluster (cluster/launcher.py)
+
+
+def _launcher_call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run a launcher function; layout/usage problems exit 2, failed actions exit 1."""
+    from cluster.launcher import LauncherError, LayoutError
+
+    try:
+        return fn(*args, **kwargs)
+    except LayoutError as e:
+        raise CommandError(str(e)) from None
+    except LauncherError as e:
+        raise _ClusterFailed(str(e)) from None
+
+
+class _ClusterFailed(Exception):
+    """A cluster action failed (a node did not start, a signal found no process): exit 1."""
+
+
+def _cluster_handler(fn: Handler) -> Handler:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except _ClusterFailed as e:
+            _error(str(e))
+            return EXIT_PROBLEM
+
+    return run
+
+
+def _cmd_cluster_up(args: argparse.Namespace) -> int:
+    from cluster import launcher
+
+    def show(res: launcher.UpResult) -> None:
+        if not args.json:
+            rec = res.record
+            print(f"{res.name:<14} {res.action:<8} {rec.role:<13} {rec.address:<22} {res.note}", flush=True)
+
+    results = _launcher_call(launcher.up, args.conf, args.base_dir, timeout_s=args.timeout, on_result=show)
+    if args.json:
+        _print_json({"base_dir": os.path.abspath(args.base_dir), "nodes": [
+            {"name": r.name, "action": r.action, "role": r.record.role, "address": r.record.address,
+             "pid": r.record.pid, "note": r.note} for r in results]})
+    else:
+        print(f"cluster is up under {os.path.abspath(args.base_dir)}; "
+              f"stop it with: tidemq cluster down --base-dir {args.base_dir}")
+    return EXIT_OK
+
+
+def _cmd_cluster_status(args: argparse.Namespace) -> int:
+    from cluster import launcher
+
+    rows = _launcher_call(launcher.status, args.base_dir, timeout_s=args.timeout)
+    if args.json:
+        print(json.dumps({"base_dir": os.path.abspath(args.base_dir),
+                          "nodes": [r.to_json() for r in rows]}, default=str))
+    else:
+        from rich.console import Console
+
+        console = Console(width=None if sys.stdout.isatty() else 160)
+        console.print(launcher.status_table(rows, title=f"cluster {os.path.abspath(args.base_dir)}"))
+    healthy = all(r.state == "running" and r.error is None for r in rows)
+    return EXIT_OK if healthy else EXIT_PROBLEM
+
+
+def _cmd_cluster_down(args: argparse.Namespace) -> int:
+    from cluster import launcher
+
+    def show(res: launcher.StopResult) -> None:
+        how = {"stopped": f"stopped by SIGTERM in {res.seconds:.2f} s",
+               "killed": f"KILLED: still alive {args.grace:g} s after SIGTERM",
+               "not running": "was not running"}[res.outcome]
+        abort = " (abort file left: the store will recover at next start)" if res.abort_file_left else ""
+        print(f"{res.name:<14} pid {res.pid or '-':<8} {how}{abort}", flush=True)
+
+    results = _launcher_call(launcher.down, args.base_dir, grace_s=args.grace, on_result=show)
+    if not results:
+        print(f"no cluster recorded in {os.path.abspath(args.base_dir)}; nothing to stop")
+    return EXIT_OK
+
+
+def _cmd_cluster_kill(args: argparse.Namespace) -> int:
+    from cluster import launcher
+
+    print(_launcher_call(launcher.kill, args.base_dir, args.node, args.signal))
+    return EXIT_OK
+
+
+def _cmd_cluster_start(args: argparse.Namespace) -> int:
+    from cluster import launcher
+
+    rec = _launcher_call(launcher.start_node, args.base_dir, args.node, timeout_s=args.timeout)
+    print(f"{rec.name} started: pid {rec.pid}, {rec.role}, {rec.address}")
+    return EXIT_OK
+
+
+def _add_cluster_commands(subparsers: argparse._SubParsersAction) -> None:
+    cluster = subparsers.add_parser(
+        "cluster", help="run a local multi-process cluster from a layout in conf/",
+        description="Start, inspect and stop a local cluster: each node (and the name server) "
+        "runs as its own OS process; <base-dir>/cluster.json records them and "
+        "<base-dir>/logs/<node>.out holds their output.",
+    )
+    cluster.set_defaults(group_parser=cluster)
+    actions = cluster.add_subparsers(dest="action", metavar="ACTION")
+
+    def base_dir(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--base-dir", default="data", metavar="DIR",
+                       help="where stores, logs and cluster.json live (default ./data)")
+
+    up = actions.add_parser(
+        "up", help="start every node of a layout that is not running",
+        description="Start the layout's name server (when namesrv.toml exists and this "
+        "installation has `tidemq namesrv`), its masters, then its slaves, each waited for "
+        "until READY. Nodes already running are left alone, so `up` can be repeated. On a "
+        "failure the nodes this call started are stopped and the failing node's log is shown "
+        "(exit 1).",
+    )
+    up.add_argument("--conf", metavar="DIR",
+                    help="layout directory, e.g. conf/1m-1s-dev (default: the one recorded in cluster.json)")
+    base_dir(up)
+    up.add_argument("--timeout", type=float, default=60.0, metavar="S", help="READY deadline per stage (default 60)")
+    up.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
+    up.set_defaults(handler=_cluster_handler(_cmd_cluster_up))
+
+    status = actions.add_parser(
+        "status", help="show each node's process and its `status` answer",
+        description="Show each recorded node: pid, whether that process is alive (a recycled "
+        "pid does not count), role, address and what the node answers to `status`. Exit 1 when "
+        "a node is down or does not answer.",
+    )
+    base_dir(status)
+    status.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    status.add_argument("--timeout", type=float, default=3.0, metavar="S", help="per-node answer deadline")
+    status.set_defaults(handler=_cluster_handler(_cmd_cluster_status))
+
+    down = actions.add_parser(
+        "down", help="stop every node: slaves, masters, then the name server",
+        description="SIGTERM every node, slaves first, then masters, then the name server; a "
+        "node still alive --grace seconds after its SIGTERM gets SIGKILL. Exit 0.",
+    )
+    base_dir(down)
+    down.add_argument("--grace", type=float, default=15.0, metavar="S",
+                      help="seconds each stage may take to exit after SIGTERM (default 15)")
+    down.set_defaults(handler=_cluster_handler(_cmd_cluster_down))
+
+    kill = actions.add_parser(
+        "kill", help="signal one node (failover drills)",
+        description="Send a signal to one node: KILL (default) or TERM wait for it to exit, "
+        "STOP freezes it, CONT resumes it.",
+    )
+    kill.add_argument("node", metavar="NODE", help="node name (its config file's stem, e.g. broker-a)")
+    base_dir(kill)
+    kill.add_argument("--signal", default="KILL", choices=["KILL", "TERM", "STOP", "CONT"])
+    kill.set_defaults(handler=_cluster_handler(_cmd_cluster_kill))
+
+    start = actions.add_parser(
+        "start", help="(re)start one node from its recorded config",
+        description="Start one node that is not running from the config recorded in "
+        "cluster.json, wait for READY and record its new pid.",
+    )
+    start.add_argument("node", metavar="NODE", help="node name (its config file's stem, e.g. broker-a)")
+    base_dir(start)
+    start.add_argument("--timeout", type=float, default=60.0, metavar="S", help="READY deadline (default 60)")
+    start.set_defaults(handler=_cluster_handler(_cmd_cluster_start))
+
+
+# ---------------------------------------------------------------------------------------
 # other groups register here: _add_cluster_commands, ...
 
 
@@ -237,6 +406,12 @@ def build_parser() -> argparse.ArgumentParser:
     groups = parser.add_subparsers(dest="group", metavar="COMMAND")
     _add_store_commands(groups)
     _add_node_commands(groups)
+    _add_cluster_commands(groups)
+    # namesrv, send, consume, query, status live in cluster/cli.py; imported late so node/
+    # does not depend on cluster/ at import time (DESIGN: store <- ha <- node <- cluster)
+    from cluster.cli import add_commands as _add_client_commands
+
+    _add_client_commands(groups)
     return parser
 
 

@@ -1,21 +1,374 @@
-"""A minimal client of the client protocol, for node-to-node calls (a slave's sync).
+"""Clients of the client protocol.
 
-One request at a time on one connection: enough for periodic admin calls. The full client
-library (pipelining, routing, retries) lives in `cluster/`.
+- `Connection`: one TCP connection with many requests in flight, responses paired by id
+  by a reader task, a timeout per request and typed errors (`TidemqError` and its
+  subclasses). The cluster client library (cluster/client.py) and the node's name-server
+  registration are built on it.
+- `NodeClient`: one request at a time, no background task; enough for periodic admin
+  calls (a slave's sync, the launcher's status probe) where opening a nursery is a burden.
+
+Both speak node/protocol.py's framing and never parse more than they need: a response
+carrying `error` is a failure, anything else is returned as the map it is.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
+import math
+import socket
+from types import TracebackType
 from typing import Any
 
+import attrs
 import trio
 
 from .protocol import PROTOCOL_VERSION, FrameDecoder, FrameError, Status, encode_frame
 
-__all__ = ["NodeClient", "NodeClientError"]
+__all__ = [
+    "BadRequest",
+    "Connection",
+    "ConnectionLost",
+    "InternalError",
+    "NodeClient",
+    "NodeClientError",
+    "NotFound",
+    "PutFailed",
+    "RequestTimeout",
+    "ServiceUnavailable",
+    "TidemqError",
+    "connect",
+    "error_for",
+]
+
+log = logging.getLogger("tidemq.client")
 
 RECEIVE_SIZE = 256 * 1024
+DEFAULT_MAX_FRAME_SIZE = 8 * 1024 * 1024
+"""Largest frame a client sends: the node's default maxFrameSize."""
+MAX_RECEIVE_FRAME_SIZE = 64 * 1024 * 1024
+"""Largest frame a client accepts: above any node's sensible maxFrameSize."""
+CONNECTION_LOST = "CONNECTION_LOST"
+TIMEOUT = "TIMEOUT"
+
+_IO_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError)
+
+
+# ---------------------------------------------------------------- errors
+
+
+class TidemqError(Exception):
+    """A request failed. `status` is the node's status name (`SERVICE_NOT_AVAILABLE`, ...)
+    or, for failures seen only by the client, `CONNECTION_LOST` / `TIMEOUT`; `message` is
+    the node's `error` text (or the client's description); `address` the peer, if known."""
+
+    def __init__(self, status: str, message: str, *, address: str | None = None) -> None:
+        super().__init__(f"{address}: {message}" if address else message)
+        self.status = status
+        self.message = message
+        self.address = address
+
+
+class BadRequest(TidemqError):
+    """BAD_REQUEST: the request was invalid (a bug in the caller, not a transient fault)."""
+
+
+class NotFound(TidemqError):
+    """NOT_FOUND: no such msgId, committed offset, topic or route."""
+
+
+class ServiceUnavailable(TidemqError):
+    """SERVICE_NOT_AVAILABLE: a slave refused a write, the node is stopping or not writeable."""
+
+
+class InternalError(TidemqError):
+    """INTERNAL_ERROR: a bug or unexpected failure inside the node."""
+
+
+class PutFailed(TidemqError):
+    """A send the store refused: MESSAGE_ILLEGAL, PROPERTIES_SIZE_EXCEEDED, OS_PAGE_CACHE_BUSY,
+    CREATE_MAPPED_FILE_FAILED, UNKNOWN_ERROR. The message was not stored."""
+
+
+class ConnectionLost(TidemqError):
+    """The node could not be reached, or the connection broke with the request in flight
+    (whether the node acted on it is unknown)."""
+
+    def __init__(self, message: str, *, address: str | None = None) -> None:
+        super().__init__(CONNECTION_LOST, message, address=address)
+
+
+class RequestTimeout(TidemqError):
+    """No response within the request's timeout (whether the node acted on it is unknown)."""
+
+    def __init__(self, message: str, *, address: str | None = None) -> None:
+        super().__init__(TIMEOUT, message, address=address)
+
+
+_BY_STATUS: dict[str, type[TidemqError]] = {
+    Status.BAD_REQUEST.value: BadRequest,
+    Status.NOT_FOUND.value: NotFound,
+    Status.SERVICE_NOT_AVAILABLE.value: ServiceUnavailable,
+    Status.INTERNAL_ERROR.value: InternalError,
+}
+
+
+def error_for(status: str, message: str, *, address: str | None = None) -> TidemqError:
+    """The typed exception for an error response's status."""
+    cls = _BY_STATUS.get(status, PutFailed if status in _PUT_FAILURES else TidemqError)
+    return cls(status, message, address=address)
+
+
+_PUT_FAILURES = {
+    Status.CREATE_MAPPED_FILE_FAILED.value,
+    Status.MESSAGE_ILLEGAL.value,
+    Status.PROPERTIES_SIZE_EXCEEDED.value,
+    Status.OS_PAGE_CACHE_BUSY.value,
+    Status.UNKNOWN_ERROR.value,
+}
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """"host:port" (or "[v6]:port") → (host, port); ValueError when malformed."""
+    host, sep, port = address.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"address must be host:port, got {address!r}")
+    return host.strip("[]"), int(port)
+
+
+# ---------------------------------------------------------------- Connection
+
+
+@attrs.define(eq=False)
+class _Slot:
+    """One request in flight: set by the reader with its response or the connection's error."""
+
+    done: trio.Event = attrs.field(factory=trio.Event)
+    response: dict[str, Any] | None = None
+    error: TidemqError | None = None
+
+
+class Connection:
+    """One TCP connection to a node (or name server), many requests in flight.
+
+    Open with `await Connection.open(address, nursery)` (the reader task runs in `nursery`)
+    or `async with connect(address) as conn:`. `request()` sends a frame and waits for the
+    response with the same id, so a long-polling pull does not hold back a send on the same
+    connection. A broken connection fails every request in flight with ConnectionLost and
+    stays closed: open a new one (cluster/client.py's pool does).
+    """
+
+    def __init__(
+        self,
+        stream: trio.SocketStream,
+        address: str,
+        *,
+        request_timeout: float = 10.0,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    ) -> None:
+        self.address = address
+        self.request_timeout = request_timeout
+        self.max_frame_size = max_frame_size
+        self._stream = stream
+        self._decoder = FrameDecoder(max(max_frame_size, MAX_RECEIVE_FRAME_SIZE))
+        self._ids = itertools.count(1)
+        self._pending: dict[int, _Slot] = {}
+        self._send_lock = trio.Lock()
+        self._closed = trio.Event()
+        self._close_reason = ""
+
+    @classmethod
+    async def open(
+        cls,
+        address: str,
+        nursery: trio.Nursery,
+        *,
+        connect_timeout: float = 5.0,
+        request_timeout: float = 10.0,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    ) -> Connection:
+        """Connect (ConnectionLost when refused or slower than `connect_timeout`) and start
+        the reader in `nursery`."""
+        try:
+            host, port = split_address(address)
+        except ValueError as e:
+            raise ConnectionLost(str(e), address=address) from None
+        try:
+            with trio.fail_after(connect_timeout):
+                stream = await trio.open_tcp_stream(host, port)
+        except trio.TooSlowError:
+            raise ConnectionLost(f"cannot connect within {connect_timeout:g} s", address=address) from None
+        except OSError as e:
+            raise ConnectionLost(f"cannot connect: {e.strerror or e}", address=address) from None
+        with contextlib.suppress(OSError):
+            stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+        conn = cls(stream, address, request_timeout=request_timeout, max_frame_size=max_frame_size)
+        nursery.start_soon(conn._read_loop)
+        return conn
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    @property
+    def close_reason(self) -> str:
+        return self._close_reason
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    async def wait_closed(self) -> None:
+        """Return once the connection is closed (by either side or by an error)."""
+        await self._closed.wait()
+
+    async def aclose(self) -> None:
+        """Close; requests in flight fail with ConnectionLost."""
+        self._abort("closed by the client")
+        await trio.lowlevel.checkpoint()
+
+    async def request(self, op: str, *, timeout: float | None = None, **fields: Any) -> dict[str, Any]:
+        """Send `op` with `fields` and return the response map.
+
+        Raises the TidemqError subclass of an error response's status (BadRequest,
+        NotFound, ServiceUnavailable, PutFailed, ...), ConnectionLost when the connection
+        breaks, RequestTimeout after `timeout` seconds (default `request_timeout`). Store
+        statuses that are not failures (PUT_OK, FLUSH_*_TIMEOUT, SLAVE_NOT_AVAILABLE, FOUND,
+        NO_MESSAGE_IN_QUEUE, ...) are returned: the caller reads `status`.
+        """
+        if self.closed:
+            raise ConnectionLost(f"connection is closed ({self._close_reason})", address=self.address)
+        request_id = next(self._ids)
+        try:
+            frame = encode_frame(
+                {"v": PROTOCOL_VERSION, "op": op, "id": request_id, **fields},
+                max_frame_size=self.max_frame_size,
+            )
+        except FrameError as e:
+            raise BadRequest(Status.BAD_REQUEST.value, f"{op}: {e.reason}", address=self.address) from None
+        slot = _Slot()
+        self._pending[request_id] = slot
+        limit = self.request_timeout if timeout is None else timeout
+        deadline = trio.current_time() + (limit if limit is not None else math.inf)
+        try:
+            with trio.move_on_at(deadline):
+                async with self._send_lock:
+                    # Shielded: cancelling a caller (e.g. one of several long polls) must not
+                    # leave half a frame on a connection other requests share. Only the
+                    # request's own deadline interrupts a send, and that ends the connection.
+                    sent = False
+                    with trio.CancelScope(shield=True, deadline=deadline):
+                        try:
+                            await self._stream.send_all(frame)
+                            sent = True
+                        except _IO_ERRORS as e:
+                            self._abort(f"send failed: {e}")
+                    if not sent:  # a partial frame may be on the wire: the stream is unusable
+                        self._abort(f"{op} could not be sent within {limit:g} s")
+                await slot.done.wait()
+        finally:
+            self._pending.pop(request_id, None)
+        if slot.error is not None:
+            raise slot.error
+        if slot.response is None:
+            raise RequestTimeout(f"no answer to {op} within {limit:g} s", address=self.address)
+        response = slot.response
+        if "error" in response:
+            status = str(response.get("status"))
+            raise error_for(status, f"{op}: {status}: {response['error']}", address=self.address)
+        return response
+
+    def _abort(self, reason: str) -> None:
+        """Mark closed, fail every request in flight, close the socket (wakes the reader)."""
+        if self.closed:
+            return
+        self._close_reason = reason
+        self._closed.set()
+        for slot in self._pending.values():
+            if not slot.done.is_set():
+                slot.error = ConnectionLost(f"connection lost: {reason}", address=self.address)
+                slot.done.set()
+        with contextlib.suppress(OSError):
+            self._stream.socket.close()
+
+    async def _read_loop(self) -> None:
+        reason = "closed by the peer"
+        try:
+            while not self.closed:
+                data = await self._stream.receive_some(RECEIVE_SIZE)
+                if not data:
+                    break
+                for frame in self._decoder.feed(data):
+                    request_id = frame.get("id")
+                    slot = self._pending.get(request_id) if type(request_id) is int else None
+                    if slot is not None:
+                        slot.response = frame
+                        slot.done.set()
+                    elif request_id is None and "error" in frame:  # the peer gave up on the stream
+                        reason = f"the peer closed the stream: {frame['error']}"
+                    else:  # the answer to a request that timed out
+                        log.debug("%s: response to id %r arrived after its request gave up", self.address, request_id)
+        except FrameError as e:
+            reason = f"bad frame from the peer: {e.reason}"
+        except _IO_ERRORS as e:
+            reason = self._close_reason or f"receive failed: {e}"
+        finally:
+            self._abort(reason)
+
+
+class connect:  # noqa: N801 - used like a function: `async with connect(address) as conn:`
+    """`async with connect("host:port") as conn:` — a Connection with its own reader nursery.
+
+    An exception raised in the block comes out as itself, not wrapped in the nursery's
+    ExceptionGroup, so `except NotFound:` around the block works."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        connect_timeout: float = 5.0,
+        request_timeout: float = 10.0,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    ) -> None:
+        self._args = (address, connect_timeout, request_timeout, max_frame_size)
+        self._nursery_cm: Any = None
+        self._conn: Connection | None = None
+
+    async def __aenter__(self) -> Connection:
+        address, connect_timeout, request_timeout, max_frame_size = self._args
+        self._nursery_cm = trio.open_nursery()
+        nursery = await self._nursery_cm.__aenter__()
+        try:
+            self._conn = await Connection.open(
+                address, nursery, connect_timeout=connect_timeout,
+                request_timeout=request_timeout, max_frame_size=max_frame_size,
+            )
+        except BaseException as e:
+            await self._exit(type(e), e, e.__traceback__)
+            raise
+        return self._conn
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        if self._conn is not None:
+            with trio.CancelScope(shield=True):
+                await self._conn.aclose()
+        return await self._exit(exc_type, exc, tb)
+
+    async def _exit(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        try:
+            return await self._nursery_cm.__aexit__(exc_type, exc, tb)
+        except BaseExceptionGroup as group:
+            if exc is not None and len(group.exceptions) == 1 and group.exceptions[0] is exc:
+                return False  # the block's own exception: let it propagate as it was raised
+            raise
+
+
+# ---------------------------------------------------------------- NodeClient
 
 
 class NodeClientError(Exception):
@@ -23,7 +376,10 @@ class NodeClientError(Exception):
 
 
 class NodeClient:
-    """`async with await NodeClient.connect("host:port", ...) as c: await c.request("status")`."""
+    """`async with await NodeClient.connect("host:port", ...) as c: await c.request("status")`.
+
+    One request at a time and no background task; for pipelining and typed errors use
+    `Connection`."""
 
     def __init__(self, stream: trio.SocketStream, address: str, max_frame_size: int) -> None:
         self.stream = stream

@@ -58,6 +58,13 @@ def _positive(_inst: Any, attribute: attrs.Attribute, value: int) -> None:
         raise ConfigError(f"{_CAMEL.get(attribute.name, attribute.name)} must be > 0, got {value!r}")
 
 
+def _register_period(_inst: Any, attribute: attrs.Attribute, value: int) -> None:
+    if not 1000 <= value <= 60_000:
+        raise ConfigError(
+            f"{_CAMEL.get(attribute.name, attribute.name)} must be in 1000..60000 ms, got {value!r}"
+        )
+
+
 def _non_empty(_inst: Any, attribute: attrs.Attribute, value: str) -> None:
     if not value.strip():
         raise ConfigError(f"{_CAMEL.get(attribute.name, attribute.name)} must not be empty")
@@ -97,6 +104,10 @@ class BrokerConfig:
     broker_ip1: str = attrs.field(default="127.0.0.1", validator=_non_empty)
     listen_port: int = attrs.field(default=10911, validator=_port)
     namesrv_addr: str | None = attrs.field(default=None, validator=_addr_list)
+    # How often (ms) the node registers with every name server in namesrvAddr (RocketMQ's
+    # registerNameServerPeriod, 30 s there; 10 s here so a restarted name server is whole
+    # again quickly). It also registers at start and whenever its topics change.
+    register_name_server_period: int = attrs.field(default=10_000, validator=_register_period)
     auto_create_topic_enable: bool = True
     default_topic_queue_nums: int = attrs.field(default=4, validator=_positive)
     # Largest client-protocol frame accepted or sent (node/protocol.py).
@@ -224,6 +235,7 @@ _CAMEL = {
     "broker_ip1": "brokerIP1",
     "listen_port": "listenPort",
     "namesrv_addr": "namesrvAddr",
+    "register_name_server_period": "registerNameServerPeriod",
     "auto_create_topic_enable": "autoCreateTopicEnable",
     "default_topic_queue_nums": "defaultTopicQueueNums",
     "max_frame_size": "maxFrameSize",
@@ -253,8 +265,11 @@ def _cross_field_problem(cfg: BrokerConfig) -> str | None:
             f"brokerId {cfg.broker_id} is a slave's id but brokerRole is {role.value}; "
             "a master has brokerId 0"
         )
-    if role is BrokerRole.SLAVE and not cfg.store.ha_master_address:
-        return "haMasterAddress (host:port of the master's HA port) is required when brokerRole is SLAVE"
+    if role is BrokerRole.SLAVE and not cfg.store.ha_master_address and not cfg.namesrv_addr:
+        return (
+            "haMasterAddress (host:port of the master's HA port) is required when brokerRole is SLAVE "
+            "and namesrvAddr is not set (with namesrvAddr the name server tells the slave its master)"
+        )
     ha = cfg.store.ha_listen_port
     if not 1 <= ha <= 65535:
         return f"haListenPort must be in 1..65535, got {ha} (it defaults to listenPort + 1)"

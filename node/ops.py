@@ -70,6 +70,7 @@ class NodeServices:
     ha_master: HAService | None = None
     ha_client: HAClient | None = None
     slave_sync_status: Callable[[], dict[str, Any]] | None = None
+    registration_status: Callable[[], list[dict[str, Any]]] | None = None
     stopping: bool = False
     _long_polls: set[trio.CancelScope] = attrs.field(factory=set)
 
@@ -341,6 +342,8 @@ async def _status(s: NodeServices, r: Request, peer: str | None) -> dict[str, An
     }
     if s.slave_sync_status is not None:
         fields["sync"] = s.slave_sync_status()
+    if s.registration_status is not None:
+        fields["namesrv"] = s.registration_status()
     return ok_response(r.id, **fields)
 
 

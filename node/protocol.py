@@ -39,11 +39,15 @@ MAX_GROUP_LENGTH = 255  # RocketMQ Validators.CHARACTER_MAX_LENGTH
 MAX_QUEUE_NUMS = 1024
 
 __all__ = [
+    "BOOL",
     "FIELD_TYPES",
+    "INT",
     "OPS",
+    "STR",
     "PROTOCOL_VERSION",
     "BadRequest",
     "Field",
+    "FieldType",
     "FrameDecoder",
     "FrameError",
     "Request",
@@ -53,6 +57,7 @@ __all__ = [
     "ok_response",
     "parse_request",
     "parse_tag_filter",
+    "wrong_type",
 ]
 
 
@@ -240,8 +245,12 @@ def _type_name(value: Any) -> str:
     }.get(type(value), type(value).__name__)
 
 
-def _wrong_type(path: str, expected: str, value: Any) -> BadRequest:
+def wrong_type(path: str, expected: str, value: Any) -> BadRequest:
+    """The BadRequest for a field of the wrong wire type (for schemas built elsewhere)."""
     return BadRequest(f"field {path!r} must be {expected}, got {_type_name(value)}")
+
+
+_wrong_type = wrong_type
 
 
 def _simple(name: str, *types: type) -> FieldType:
@@ -509,11 +518,13 @@ def _parse_fields(
     return out
 
 
-def parse_request(frame: Mapping[Any, Any]) -> Request:
+def parse_request(frame: Mapping[Any, Any], ops: Mapping[str, tuple[Field, ...]] = OPS) -> Request:
     """Validate a decoded frame against its op's schema; BadRequest names what is wrong.
 
     Unknown fields are refused (with the nearest valid name) rather than ignored, so a
     misspelt optional field such as `queueId` never silently falls back to its default.
+    `ops` is the server's op table: the node's `OPS` by default; the name server passes its
+    own (cluster/namesrv.py), so both share the framing, envelope and field rules.
     """
     raw_id = frame.get("id")
     request_id = raw_id if type(raw_id) is int and INT64_MIN <= raw_id <= INT64_MAX else None
@@ -533,11 +544,11 @@ def parse_request(frame: Mapping[Any, Any]) -> Request:
         op = frame["op"]
         if type(op) is not str:
             raise _wrong_type("op", "a text string", op)
-        if op not in OPS:
-            close = difflib.get_close_matches(op, list(OPS), n=1, cutoff=0.6)
+        if op not in ops:
+            close = difflib.get_close_matches(op, list(ops), n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise BadRequest(f"unknown op {op!r}{hint}")
-        fields = _parse_fields(frame, OPS[op], "", op)
+        fields = _parse_fields(frame, ops[op], "", op)
     except BadRequest as e:
         e.request_id = request_id
         raise

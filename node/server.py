@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -24,7 +24,9 @@ import cbor2
 import trio
 
 from .protocol import (
+    OPS,
     BadRequest,
+    Field,
     FrameDecoder,
     FrameError,
     Request,
@@ -36,7 +38,7 @@ from .protocol import (
 
 log = logging.getLogger("tidemq.node")
 
-__all__ = ["ClientServer", "RequestHandler"]
+__all__ = ["ClientServer", "DisconnectHandler", "RequestHandler"]
 
 RECEIVE_SIZE = 256 * 1024
 MAX_IN_FLIGHT = 1024
@@ -45,6 +47,7 @@ ERROR_FRAME_TIMEOUT_S = 2.0
 """How long to try to deliver the error frame before closing a broken connection."""
 
 RequestHandler = Callable[[Request, "str | None"], Awaitable[dict[str, Any]]]
+DisconnectHandler = Callable[["str | None"], None]
 _IO_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 
@@ -73,13 +76,30 @@ def _peer_address(stream: trio.SocketStream) -> str | None:
 
 
 class ClientServer:
-    """Serves the client protocol on `host:port` (port 0 picks one; `port` holds it after start)."""
+    """Serves the client protocol on `host:port` (port 0 picks one; `port` holds it after start).
 
-    def __init__(self, handler: RequestHandler, *, host: str, port: int, max_frame_size: int) -> None:
+    `ops` is the op table requests are validated against (the node's by default; the name
+    server has its own). `on_disconnect(peer)` is called when a connection ends, so a
+    server can forget what it learned through it (the name server marks the brokers that
+    registered over it as not alive).
+    """
+
+    def __init__(
+        self,
+        handler: RequestHandler,
+        *,
+        host: str,
+        port: int,
+        max_frame_size: int,
+        ops: Mapping[str, tuple[Field, ...]] = OPS,
+        on_disconnect: DisconnectHandler | None = None,
+    ) -> None:
         self.handler = handler
         self.host = host
         self.port = port
         self.max_frame_size = max_frame_size
+        self.ops = ops
+        self.on_disconnect = on_disconnect
         self._connections: set[_Connection] = set()
         self._accept_scope: trio.CancelScope | None = None
         self._conn_nursery: trio.Nursery | None = None
@@ -144,6 +164,11 @@ class ClientServer:
                 self._all_closed.set()
             await trio.aclose_forcefully(stream)
             log.debug("client %s disconnected", conn.peer)
+            if self.on_disconnect is not None:
+                try:
+                    self.on_disconnect(conn.peer)
+                except Exception:
+                    log.exception("disconnect handler failed for %s", conn.peer)
 
     async def _serve_connection(self, conn: _Connection) -> None:
         async with trio.open_nursery() as nursery:
@@ -181,7 +206,7 @@ class ClientServer:
         try:
             request_id = frame.get("id") if type(frame.get("id")) is int else None
             try:
-                request = parse_request(frame)
+                request = parse_request(frame, self.ops)
                 response = await self.handler(request, conn.peer)
             except BadRequest as e:
                 response = error_response(e.request_id, Status.BAD_REQUEST, e.message)

@@ -54,11 +54,15 @@ def _topic_configs(raw: Any, source: str) -> list[TopicConfig]:
 
 
 class SlaveSync:
-    """Periodic pull of the master's tables; failures are logged and retried next round."""
+    """Periodic pull of the master's tables; failures are logged and retried next round.
+
+    `master_addr` may be None (no masterAddr in the config): the name server registration
+    fills it in from the group's master (`set_master_addr`) and rounds start then.
+    """
 
     def __init__(
         self,
-        master_addr: str,
+        master_addr: str | None,
         topics: TopicConfigManager,
         offsets: ConsumerOffsetManager,
         *,
@@ -72,12 +76,23 @@ class SlaveSync:
         self.interval_s = interval_s
         self.last_sync_ms: int | None = None
         self.last_error: str | None = None
+        self._address_known = trio.Event()
+        if master_addr is not None:
+            self._address_known.set()
+
+    def set_master_addr(self, address: str) -> None:
+        if address != self.master_addr:
+            log.info("topic/offset sync now follows master %s (was %s)", address, self.master_addr)
+            self.master_addr = address
+            self._address_known.set()
 
     def status(self) -> dict[str, Any]:
         return {"master_addr": self.master_addr, "last_sync_ms": self.last_sync_ms, "last_error": self.last_error}
 
     async def sync_once(self) -> None:
         """One round; raises NodeClientError / ConfigFileError when it cannot complete."""
+        if self.master_addr is None:
+            return
         source = f"master {self.master_addr}"
         async with await NodeClient.connect(self.master_addr, max_frame_size=self.max_frame_size) as client:
             topics = _topic_configs((await client.request("topic_list")).get("topics"), source)
@@ -89,6 +104,7 @@ class SlaveSync:
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
+        await self._address_known.wait()
         while True:
             try:
                 await self.sync_once()

@@ -83,14 +83,16 @@ def store_root(conf: Path) -> Path:
 
 
 class NodeProcess:
-    """One running node; `address` is its client address once READY."""
+    """One running node (or, with `argv`, another `tidemq` server such as `namesrv start`);
+    `address` is its client address once READY."""
 
-    def __init__(self, conf: Path) -> None:
+    def __init__(self, conf: Path, argv: list[str] | None = None) -> None:
         self.conf = conf
         self.stderr_path = conf.with_suffix(f".stderr.{time.monotonic_ns()}")
         self._stderr = open(self.stderr_path, "wb")  # noqa: SIM115 - closed in _reap
+        argv = argv if argv is not None else ["node", "start", "-c", str(conf)]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "node.cli", "node", "start", "-c", str(conf)],
+            [sys.executable, "-m", "node.cli", *argv],
             cwd=conf.parent, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr,
             env={**os.environ, "PYTHONPATH": str(REPO)},
         )
@@ -118,8 +120,9 @@ class NodeProcess:
                 buf += chunk
         line = buf.split(b"\n", 1)[0].decode()
         parts = line.split()
-        assert parts[0] == "READY" and len(parts) == 4, line
-        self.address = parts[3]
+        # "READY <brokerName> <brokerId> <address>" (node) or "READY namesrv <address>"
+        assert parts[0] == "READY" and len(parts) in (3, 4), line
+        self.address = parts[-1]
         return line
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = STOP_TIMEOUT_S) -> int:
@@ -154,8 +157,8 @@ class Nodes:
     def __init__(self) -> None:
         self.started: list[NodeProcess] = []
 
-    def start(self, conf: Path) -> NodeProcess:
-        node = NodeProcess(conf)
+    def start(self, conf: Path, argv: list[str] | None = None) -> NodeProcess:
+        node = NodeProcess(conf, argv)
         self.started.append(node)
         node.wait_ready()
         return node

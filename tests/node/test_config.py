@@ -224,6 +224,8 @@ INVALID = {
     "delete when 25": ({"deleteWhen": "25"}, ["deleteWhen", "0-23"]),
     "queue nums 0": ({"defaultTopicQueueNums": 0}, ["defaultTopicQueueNums", "> 0"]),
     "bad namesrv": ({"namesrvAddr": "127.0.0.1"}, ["namesrvAddr", "host:port"]),
+    "register period too short": ({"registerNameServerPeriod": 999}, ["registerNameServerPeriod", "1000..60000"]),
+    "register period too long": ({"registerNameServerPeriod": 60001}, ["registerNameServerPeriod", "1000..60000"]),
     "empty broker name": ({"brokerName": " "}, ["brokerName", "empty"]),
     "frame smaller than message": (
         {"maxFrameSize": 1024, "maxMessageSize": 4096},
@@ -309,6 +311,18 @@ def test_master_addr(tmp_path, fmt):
     ):
         with pytest.raises(ConfigError, match=words):
             load_config(write(tmp_path, fmt, {**SLAVE, "masterAddr": bad}))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_name_server_keys(tmp_path, fmt):
+    cfg = load_config(write(tmp_path, fmt, {**MASTER, "namesrvAddr": "127.0.0.1:9876"}))
+    assert cfg.register_name_server_period == 10_000
+    cfg = load_config(write(tmp_path, fmt, {**MASTER, "registerNameServerPeriod": 1000}))
+    assert cfg.register_name_server_period == 1000
+    # with a name server, a slave may leave its master to the registration answer
+    slave = {k: v for k, v in SLAVE.items() if k != "haMasterAddress"}
+    cfg = load_config(write(tmp_path, fmt, {**slave, "namesrvAddr": "127.0.0.1:9876"}))
+    assert cfg.store.ha_master_address is None and cfg.role is BrokerRole.SLAVE
 
 
 def test_direct_construction_is_validated():

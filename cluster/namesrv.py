@@ -1,0 +1,468 @@
+"""The name server: brokers register and heartbeat, clients ask where a topic lives.
+
+Like RocketMQ's NameServer it keeps no state on disk: every broker re-registers every
+`registerNameServerPeriod` (node/registration.py) with its identity, addresses, topic
+configs and max CommitLog offset, so a restarted name server is whole again within one
+period. A broker is dropped when it has not registered for `brokerExpireMs` (default 30 s),
+and it is marked `alive: false` at once when the connection it registered over closes
+(a SIGKILLed broker's socket is closed by its kernel), as RocketMQ's
+BrokerHousekeepingService does on a channel close, so clients stop routing to it before
+it expires.
+
+The name server speaks the client protocol's framing and envelope (node/protocol.py) with
+its own op table, `NAMESRV_OPS`; docs/protocol.md ("Name server") is the reference.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import logging
+import os
+import signal
+import time
+import tomllib
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import attrs
+import trio
+
+from node.config import ConfigError, parse_properties
+from node.protocol import (
+    INT,
+    STR,
+    BadRequest,
+    Field,
+    FieldType,
+    Request,
+    Status,
+    error_response,
+    ok_response,
+    wrong_type,
+)
+from node.server import ClientServer
+from store.message import topic_error
+
+log = logging.getLogger("tidemq.namesrv")
+
+__all__ = [
+    "NAMESRV_OPS",
+    "NameServer",
+    "NamesrvConfig",
+    "RouteTable",
+    "load_namesrv_config",
+]
+
+MiB = 1024 * 1024
+DEFAULT_PORT = 9876
+ROLES = ("SYNC_MASTER", "ASYNC_MASTER", "SLAVE")
+SHUTDOWN_GRACE_S = 3.0
+
+
+# ---------------------------------------------------------------- config
+
+
+@attrs.define(kw_only=True)
+class NamesrvConfig:
+    """Name server settings; the file uses the camelCase keys in `_KEYS`."""
+
+    listen_port: int = DEFAULT_PORT
+    listen_address: str = "127.0.0.1"
+    broker_expire_ms: int = 30_000
+    max_frame_size: int = 8 * MiB
+    source: str = attrs.field(default="", eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        where = f"{self.source}: " if self.source else ""
+        if not 0 <= self.listen_port <= 65535:
+            raise ConfigError(f"{where}listenPort must be in 0..65535 (0 picks a free port), got {self.listen_port}")
+        if not self.listen_address.strip():
+            raise ConfigError(f"{where}listenAddress must not be empty")
+        if not 100 <= self.broker_expire_ms <= 3_600_000:
+            raise ConfigError(f"{where}brokerExpireMs must be in 100..3600000, got {self.broker_expire_ms}")
+        if not 64 * 1024 <= self.max_frame_size <= 1024 * MiB:
+            raise ConfigError(f"{where}maxFrameSize must be in 65536..{1024 * MiB}, got {self.max_frame_size}")
+
+
+_KEYS = {
+    "listenPort": ("listen_port", int),
+    "listenAddress": ("listen_address", str),
+    "brokerExpireMs": ("broker_expire_ms", int),
+    "maxFrameSize": ("max_frame_size", int),
+}
+
+
+def namesrv_config_from_mapping(values: Mapping[str, Any], *, source: str = "") -> NamesrvConfig:
+    """Build from RocketMQ-style keys; an unknown key or a wrong type names the key."""
+    where = f"{source}: " if source else ""
+    kwargs: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in _KEYS:
+            close = difflib.get_close_matches(key, list(_KEYS), n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(_KEYS)}"
+            raise ConfigError(f"{where}unknown key {key!r}{hint}")
+        name, type_ = _KEYS[key]
+        if type_ is int and isinstance(value, str):
+            try:
+                value = int(value.strip())
+            except ValueError:
+                raise ConfigError(f"{where}{key} must be an integer, got {value!r}") from None
+        if type(value) is not type_:
+            raise ConfigError(f"{where}{key} must be {'an integer' if type_ is int else 'a string'}, got {value!r}")
+        kwargs[name] = value
+    return NamesrvConfig(**kwargs, source=source)
+
+
+def load_namesrv_config(path: str) -> NamesrvConfig:
+    """Read a namesrv `.toml` (or `.properties`) file, e.g. conf/2m-2s-sync/namesrv.toml."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read config file: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text: {e}") from None
+    if os.path.splitext(path)[1].lower() == ".properties":
+        values: Mapping[str, Any] = parse_properties(text, source=path)
+    else:
+        try:
+            values = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path}: TOML syntax error: {e}") from None
+    return namesrv_config_from_mapping(values, source=path)
+
+
+# ---------------------------------------------------------------- op schema
+
+
+def _non_empty(v: str) -> str | None:
+    return None if v.strip() else "must not be empty"
+
+
+def _address(v: str) -> str | None:
+    host, sep, port = v.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return f"must be host:port, got {v!r}"
+    return None
+
+
+def _role(v: str) -> str | None:
+    return None if v in ROLES else f"must be one of {', '.join(ROLES)}, got {v!r}"
+
+
+def _non_negative(v: int) -> str | None:
+    return None if 0 <= v < 2**63 else f"must be in 0..2^63-1, got {v}"
+
+
+def _topic(v: str) -> str | None:
+    return topic_error(v)
+
+
+_QUEUE_DATA_KEYS = (("read_queue_nums", 1, 1024), ("write_queue_nums", 1, 1024), ("perm", 0, 7))
+
+
+def _check_topics(value: Any, path: str) -> dict[str, dict[str, int]]:
+    """{topic: {read_queue_nums, write_queue_nums, perm}}: the broker's topic table."""
+    if type(value) is not dict:
+        raise wrong_type(path, "a map of topic → queue data", value)
+    out: dict[str, dict[str, int]] = {}
+    for topic, data in value.items():
+        if type(topic) is not str:
+            raise wrong_type(f"{path} key", "a text string", topic)
+        problem = topic_error(topic)
+        if problem:
+            raise _bad(f"field {path!r}: {problem}")
+        if type(data) is not dict:
+            raise wrong_type(f"{path}[{topic!r}]", "a map", data)
+        unknown = set(data) - {k for k, _, _ in _QUEUE_DATA_KEYS}
+        if unknown:
+            raise _bad(f"field {path}[{topic!r}] has unknown key {sorted(map(str, unknown))[0]!r}")
+        entry = {}
+        for key, low, high in _QUEUE_DATA_KEYS:
+            v = data.get(key)
+            if type(v) is not int or not low <= v <= high:
+                raise _bad(f"field {path}[{topic!r}].{key} must be an integer in {low}..{high}, got {v!r}")
+            entry[key] = v
+        out[topic] = entry
+    return out
+
+
+def _bad(message: str) -> BadRequest:
+    return BadRequest(message)
+
+
+TOPICS = FieldType("a map of topic → queue data", _check_topics)
+_CLUSTER = Field("cluster", STR, True, None, _non_empty)
+_BROKER_NAME = Field("broker_name", STR, True, None, _non_empty)
+_BROKER_ID = Field("broker_id", INT, True, None, _non_negative)
+_ADDRESS = Field("address", STR, True, None, _address)
+
+NAMESRV_OPS: dict[str, tuple[Field, ...]] = {
+    "register_broker": (
+        _CLUSTER,
+        _BROKER_NAME,
+        _BROKER_ID,
+        Field("role", STR, True, None, _role),
+        _ADDRESS,
+        Field("ha_address", STR, False, None, _address),
+        Field("topics", TOPICS, False, {}),
+        Field("max_offset", INT, False, 0, _non_negative),
+    ),
+    "unregister_broker": (_CLUSTER, _BROKER_NAME, _BROKER_ID, _ADDRESS),
+    "get_route": (Field("topic", STR, True, None, _topic),),
+    "get_cluster_info": (),
+    "status": (),
+}
+"""The name server's op table (node/protocol.parse_request validates against it)."""
+
+
+# ---------------------------------------------------------------- the table
+
+
+@attrs.define(eq=False)
+class BrokerEntry:
+    """One broker's last registration."""
+
+    cluster: str
+    broker_name: str
+    broker_id: int
+    role: str
+    address: str
+    ha_address: str | None
+    topics: dict[str, dict[str, int]]
+    max_offset: int
+    last_update: float  # time.monotonic()
+    last_update_ms: int  # epoch ms, for people
+    peer: str | None  # the connection it registered over
+    connected: bool = True
+
+    def age_ms(self, now: float) -> int:
+        return int((now - self.last_update) * 1000)
+
+    def broker_map(self, now: float) -> dict[str, Any]:
+        return {
+            "broker_id": self.broker_id,
+            "role": self.role,
+            "address": self.address,
+            "ha_address": self.ha_address,
+            "alive": self.connected,
+            "max_offset": self.max_offset,
+            "age_ms": self.age_ms(now),
+        }
+
+    def info_map(self, now: float) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster,
+            "broker_name": self.broker_name,
+            **self.broker_map(now),
+            "topics": self.topics,
+            "last_update_ms": self.last_update_ms,
+        }
+
+
+class RouteTable:
+    """Brokers by (brokerName, brokerId): what the name server knows. No I/O, so tests and
+    the server share it; `now` is time.monotonic() unless given."""
+
+    def __init__(self, expire_ms: int) -> None:
+        self.expire_s = expire_ms / 1000
+        self._brokers: dict[tuple[str, int], BrokerEntry] = {}
+
+    def __len__(self) -> int:
+        return len(self._brokers)
+
+    def register(self, fields: Mapping[str, Any], peer: str | None, now: float | None = None) -> BrokerEntry:
+        """Record a registration; returns the group's master entry (brokerId 0) or None."""
+        now = time.monotonic() if now is None else now
+        key = (fields["broker_name"], fields["broker_id"])
+        old = self._brokers.get(key)
+        # the same address under another id or name: the node changed identity (promotion)
+        for other_key, other in list(self._brokers.items()):
+            if other_key != key and other.address == fields["address"]:
+                log.info("%s now registers as %s/%d (was %s/%d)", other.address, key[0], key[1], *other_key)
+                del self._brokers[other_key]
+        if old is None:
+            log.info("broker %s/%d (%s, %s) registered", key[0], key[1], fields["role"], fields["address"])
+        elif old.address != fields["address"]:
+            log.warning("broker %s/%d moved from %s to %s", key[0], key[1], old.address, fields["address"])
+        elif not old.connected:
+            log.info("broker %s/%d (%s) is back", key[0], key[1], fields["address"])
+        entry = BrokerEntry(
+            cluster=fields["cluster"],
+            broker_name=fields["broker_name"],
+            broker_id=fields["broker_id"],
+            role=fields["role"],
+            address=fields["address"],
+            ha_address=fields.get("ha_address"),
+            topics=dict(fields.get("topics") or {}),
+            max_offset=fields.get("max_offset") or 0,
+            last_update=now,
+            last_update_ms=int(time.time() * 1000),
+            peer=peer,
+        )
+        self._brokers[key] = entry
+        return entry
+
+    def master_of(self, broker_name: str) -> BrokerEntry | None:
+        return self._brokers.get((broker_name, 0))
+
+    def unregister(self, broker_name: str, broker_id: int, address: str) -> bool:
+        """Remove a broker that stops gracefully; only if `address` is the registered one,
+        so a late unregister of an old process cannot remove its successor."""
+        entry = self._brokers.get((broker_name, broker_id))
+        if entry is None or entry.address != address:
+            return False
+        del self._brokers[(broker_name, broker_id)]
+        log.info("broker %s/%d (%s) unregistered", broker_name, broker_id, address)
+        return True
+
+    def connection_closed(self, peer: str | None) -> None:
+        """The connection `peer` ended: its brokers are not alive (until they register again)."""
+        if peer is None:
+            return
+        for entry in self._brokers.values():
+            if entry.peer == peer and entry.connected:
+                entry.connected = False
+                log.info("broker %s/%d (%s): registration connection closed; marked not alive",
+                         entry.broker_name, entry.broker_id, entry.address)
+
+    def expire(self, now: float | None = None) -> list[BrokerEntry]:
+        """Drop brokers not heard from for brokerExpireMs; returns them."""
+        now = time.monotonic() if now is None else now
+        gone = [e for e in self._brokers.values() if now - e.last_update > self.expire_s]
+        for e in gone:
+            del self._brokers[(e.broker_name, e.broker_id)]
+            log.warning("broker %s/%d (%s) expired: not heard from for %d ms",
+                        e.broker_name, e.broker_id, e.address, e.age_ms(now))
+        return gone
+
+    def route(self, topic: str, now: float | None = None) -> list[dict[str, Any]]:
+        """The groups serving `topic` (any of its brokers has it), by brokerName.
+
+        Each group lists all its brokers (so a consumer can fall back to a slave) and the
+        queue data of its master, or of its lowest-id broker that has the topic when the
+        master is gone.
+        """
+        now = time.monotonic() if now is None else now
+        groups: dict[str, list[BrokerEntry]] = {}
+        for entry in sorted(self._brokers.values(), key=lambda e: (e.broker_name, e.broker_id)):
+            groups.setdefault(entry.broker_name, []).append(entry)
+        out = []
+        for name, members in groups.items():
+            having = [e for e in members if topic in e.topics]
+            if not having:
+                continue
+            out.append({
+                "broker_name": name,
+                "cluster": members[0].cluster,
+                "brokers": [e.broker_map(now) for e in members],
+                "queue_data": having[0].topics[topic],
+            })
+        return out
+
+    def cluster_info(self, now: float | None = None) -> list[dict[str, Any]]:
+        now = time.monotonic() if now is None else now
+        entries = sorted(self._brokers.values(), key=lambda e: (e.cluster, e.broker_name, e.broker_id))
+        return [e.info_map(now) for e in entries]
+
+
+# ---------------------------------------------------------------- the server
+
+
+class NameServer:
+    """The name server process's services: `await NameServer(cfg).run()`."""
+
+    def __init__(self, cfg: NamesrvConfig, *, handle_signals: bool = True) -> None:
+        self.cfg = cfg
+        self.handle_signals = handle_signals
+        self.table = RouteTable(cfg.broker_expire_ms)
+        self.server: ClientServer | None = None
+        self.address = ""
+        self.started_ms = 0
+        self._stop = trio.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until stopped (SIGTERM/SIGINT); `task_status.started(address)` when serving."""
+        receiver = (
+            trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT)
+            if self.handle_signals
+            else contextlib.nullcontext()
+        )
+        with receiver as signals:
+            async with trio.open_nursery() as nursery:
+                if signals is not None:
+                    nursery.start_soon(self._watch_signals, signals)
+                self.server = ClientServer(
+                    self._handle,
+                    host=self.cfg.listen_address,
+                    port=self.cfg.listen_port,
+                    max_frame_size=self.cfg.max_frame_size,
+                    ops=NAMESRV_OPS,
+                    on_disconnect=self.table.connection_closed,
+                )
+                await nursery.start(self.server.run)
+                nursery.start_soon(self._expire_loop)
+                self.address = f"{self.cfg.listen_address}:{self.server.port}"
+                self.started_ms = int(time.time() * 1000)
+                log.info("name server serving on %s (brokerExpireMs %d)", self.address, self.cfg.broker_expire_ms)
+                task_status.started(self.address)
+                await self._stop.wait()
+                log.info("name server shutting down")
+                await self.server.drain(SHUTDOWN_GRACE_S)
+                nursery.cancel_scope.cancel()
+
+    async def _watch_signals(self, signals: AsyncIterator[int]) -> None:
+        async for signum in signals:
+            log.info("received %s: shutting down", signal.Signals(signum).name)
+            self.stop()
+
+    async def _expire_loop(self) -> None:
+        interval = min(1.0, self.table.expire_s / 4)
+        while True:
+            await trio.sleep(interval)
+            self.table.expire()
+
+    async def _handle(self, request: Request, peer: str | None) -> dict[str, Any]:
+        try:
+            return self._dispatch(request, peer)
+        except Exception as e:  # a bug costs one request, never the name server
+            log.exception("op %s (id %s) failed", request.op, request.id)
+            return error_response(request.id, Status.INTERNAL_ERROR, f"{request.op} failed: {type(e).__name__}: {e}")
+
+    def _dispatch(self, request: Request, peer: str | None) -> dict[str, Any]:
+        f, table = request.fields, self.table
+        table.expire()
+        if request.op == "register_broker":
+            table.register(f, peer)
+            master = table.master_of(f["broker_name"])
+            return ok_response(
+                request.id,
+                master_address=master.address if master else None,
+                master_ha_address=master.ha_address if master else None,
+                broker_expire_ms=self.cfg.broker_expire_ms,
+            )
+        if request.op == "unregister_broker":
+            return ok_response(request.id, removed=table.unregister(f["broker_name"], f["broker_id"], f["address"]))
+        if request.op == "get_route":
+            groups = table.route(f["topic"])
+            if not groups:
+                return error_response(request.id, Status.NOT_FOUND, f"no broker serves topic {f['topic']!r}")
+            return ok_response(request.id, topic=f["topic"], groups=groups)
+        if request.op == "get_cluster_info":
+            return ok_response(request.id, brokers=table.cluster_info(), broker_expire_ms=self.cfg.broker_expire_ms)
+        if request.op == "status":
+            return ok_response(
+                request.id,
+                role="NAMESRV",
+                address=self.address,
+                brokers=len(table),
+                broker_expire_ms=self.cfg.broker_expire_ms,
+                started_ms=self.started_ms,
+            )
+        raise AssertionError(f"op {request.op!r} has a schema but no handler")

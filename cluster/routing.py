@@ -1,0 +1,360 @@
+"""Where topics live: route data, connection pooling and the two discovery modes.
+
+A client learns routes either from name servers (`get_route`, `get_cluster_info`, see
+cluster/namesrv.py) or, without a name server, by asking a fixed list of brokers for
+their `status` and `topic_list` and grouping them by brokerName the way the name server
+would. Producer, PullConsumer and Admin (cluster/client.py) share this module: they see
+the same `TopicRoute` whichever mode they run in.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import trio
+
+from node.client import (
+    Connection,
+    ConnectionLost,
+    NotFound,
+    RequestTimeout,
+    TidemqError,
+)
+
+log = logging.getLogger("tidemq.client")
+
+__all__ = [
+    "BrokerInfo",
+    "BrokerRoute",
+    "ConnectionPool",
+    "Discovery",
+    "GroupRoute",
+    "MessageQueue",
+    "NameServerDiscovery",
+    "QueueData",
+    "StaticDiscovery",
+    "TopicRoute",
+    "parse_addresses",
+]
+
+PERM_READ = 4
+PERM_WRITE = 2
+UNREACHABLE = (ConnectionLost, RequestTimeout)
+"""Errors that say nothing about the request, only that the peer did not answer."""
+
+
+def parse_addresses(value: str | Sequence[str] | None, what: str) -> list[str]:
+    """"a:1;b:2" or ["a:1", "b:2"] → ["a:1", "b:2"] (RocketMQ's namesrvAddr form)."""
+    if value is None:
+        return []
+    parts = value.split(";") if isinstance(value, str) else [p for v in value for p in v.split(";")]
+    out = [p.strip() for p in parts if p.strip()]
+    for address in out:
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"{what} must be host:port, got {address!r}")
+    return out
+
+
+# ---------------------------------------------------------------- route data
+
+
+@attrs.frozen
+class QueueData:
+    """A topic's queue counts and PermName bits on one broker group."""
+
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int = PERM_READ | PERM_WRITE
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.perm & PERM_READ)
+
+    @property
+    def writable(self) -> bool:
+        return bool(self.perm & PERM_WRITE)
+
+    @classmethod
+    def from_wire(cls, raw: Mapping[str, Any]) -> QueueData:
+        return cls(int(raw["read_queue_nums"]), int(raw["write_queue_nums"]), int(raw.get("perm", 6)))
+
+
+@attrs.frozen
+class BrokerRoute:
+    """One broker of a group as a route lists it. `alive` is false once the name server saw
+    its registration connection close (until it expires or registers again)."""
+
+    broker_id: int
+    role: str
+    address: str
+    ha_address: str | None = None
+    alive: bool = True
+
+    @property
+    def is_master(self) -> bool:
+        return self.broker_id == 0
+
+
+@attrs.frozen
+class GroupRoute:
+    """One broker group (a brokerName: a master and its slaves) serving a topic."""
+
+    broker_name: str
+    brokers: tuple[BrokerRoute, ...]
+    queue_data: QueueData | None
+    cluster: str = ""
+
+    @property
+    def master(self) -> BrokerRoute | None:
+        return next((b for b in self.brokers if b.is_master), None)
+
+    @property
+    def slaves(self) -> tuple[BrokerRoute, ...]:
+        """Slaves, alive ones first, then by brokerId."""
+        return tuple(sorted((b for b in self.brokers if not b.is_master), key=lambda b: (not b.alive, b.broker_id)))
+
+
+@attrs.frozen
+class TopicRoute:
+    topic: str
+    groups: tuple[GroupRoute, ...]
+
+    def group(self, broker_name: str) -> GroupRoute | None:
+        return next((g for g in self.groups if g.broker_name == broker_name), None)
+
+    @classmethod
+    def from_wire(cls, topic: str, raw_groups: Sequence[Mapping[str, Any]]) -> TopicRoute:
+        groups = []
+        for g in raw_groups:
+            brokers = tuple(
+                BrokerRoute(int(b["broker_id"]), str(b["role"]), str(b["address"]), b.get("ha_address"),
+                            bool(b.get("alive", True)))
+                for b in g.get("brokers", ())
+            )
+            qd = g.get("queue_data")
+            groups.append(GroupRoute(str(g["broker_name"]), brokers, QueueData.from_wire(qd) if qd else None,
+                                     str(g.get("cluster", ""))))
+        return cls(topic, tuple(sorted(groups, key=lambda g: g.broker_name)))
+
+
+@attrs.frozen(order=True)
+class MessageQueue:
+    """One queue of a topic on one broker group (RocketMQ's MessageQueue)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}@{self.broker_name}:{self.queue_id}"
+
+
+@attrs.frozen
+class BrokerInfo:
+    """One broker as the name server last heard from it (or as a broker list probe saw it)."""
+
+    cluster: str
+    broker_name: str
+    broker_id: int
+    role: str
+    address: str
+    ha_address: str | None
+    max_offset: int
+    topics: Mapping[str, QueueData]
+    alive: bool = True
+    age_ms: int | None = None
+    last_update_ms: int | None = None
+
+    @property
+    def is_master(self) -> bool:
+        return self.broker_id == 0
+
+    @classmethod
+    def from_wire(cls, raw: Mapping[str, Any]) -> BrokerInfo:
+        return cls(
+            cluster=str(raw.get("cluster", "")),
+            broker_name=str(raw["broker_name"]),
+            broker_id=int(raw["broker_id"]),
+            role=str(raw["role"]),
+            address=str(raw["address"]),
+            ha_address=raw.get("ha_address"),
+            max_offset=int(raw.get("max_offset", 0)),
+            topics={t: QueueData.from_wire(q) for t, q in (raw.get("topics") or {}).items()},
+            alive=bool(raw.get("alive", True)),
+            age_ms=raw.get("age_ms"),
+            last_update_ms=raw.get("last_update_ms"),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out = attrs.asdict(self, recurse=False)
+        out["topics"] = {t: attrs.asdict(q) for t, q in self.topics.items()}
+        return out
+
+
+def route_from_brokers(topic: str, brokers: Sequence[BrokerInfo]) -> TopicRoute:
+    """Group brokers by brokerName as the name server does: a group serves the topic when
+    any of its brokers has it; queue data from the master, else the lowest-id broker."""
+    by_name: dict[str, list[BrokerInfo]] = {}
+    for b in sorted(brokers, key=lambda b: (b.broker_name, b.broker_id)):
+        by_name.setdefault(b.broker_name, []).append(b)
+    groups = []
+    for name, members in by_name.items():
+        having = [b for b in members if topic in b.topics]
+        if not having:
+            continue
+        routes = tuple(BrokerRoute(b.broker_id, b.role, b.address, b.ha_address, b.alive) for b in members)
+        groups.append(GroupRoute(name, routes, having[0].topics[topic], members[0].cluster))
+    return TopicRoute(topic, tuple(groups))
+
+
+# ---------------------------------------------------------------- connections
+
+
+class ConnectionPool:
+    """One Connection per address, opened on first use and reopened after it broke; reader
+    tasks run in the owner's nursery."""
+
+    def __init__(self, nursery: trio.Nursery, *, connect_timeout: float, request_timeout: float) -> None:
+        self._nursery = nursery
+        self.connect_timeout = connect_timeout
+        self.request_timeout = request_timeout
+        self._conns: dict[str, Connection] = {}
+        self._locks: dict[str, trio.Lock] = {}
+
+    async def get(self, address: str) -> Connection:
+        conn = self._conns.get(address)
+        if conn is not None and not conn.closed:
+            return conn
+        async with self._locks.setdefault(address, trio.Lock()):
+            conn = self._conns.get(address)
+            if conn is None or conn.closed:
+                conn = await Connection.open(
+                    address, self._nursery,
+                    connect_timeout=self.connect_timeout, request_timeout=self.request_timeout,
+                )
+                self._conns[address] = conn
+            return conn
+
+    async def request(self, address: str, op: str, *, timeout: float | None = None, **fields: Any) -> dict[str, Any]:
+        """`op` on `address`'s connection (opened if needed); the typed errors of Connection."""
+        conn = await self.get(address)
+        return await conn.request(op, timeout=timeout, **fields)
+
+    async def aclose(self) -> None:
+        for conn in list(self._conns.values()):
+            await conn.aclose()
+        self._conns.clear()
+
+
+# ---------------------------------------------------------------- discovery
+
+
+class Discovery:
+    """Answers "which groups serve this topic" and "which brokers exist"."""
+
+    description = ""
+
+    async def route(self, topic: str) -> TopicRoute:
+        """The topic's route; NotFound when no broker serves it, ConnectionLost when no
+        source could be reached."""
+        raise NotImplementedError
+
+    async def cluster_info(self) -> list[BrokerInfo]:
+        raise NotImplementedError
+
+
+class NameServerDiscovery(Discovery):
+    """Routes from name servers: asks the last one that answered, then the others."""
+
+    def __init__(self, addresses: Sequence[str], pool: ConnectionPool) -> None:
+        if not addresses:
+            raise ValueError("at least one name server address is required")
+        self.addresses = list(addresses)
+        self.pool = pool
+        self._current = 0
+        self.description = f"name server {';'.join(self.addresses)}"
+
+    async def request(self, op: str, **fields: Any) -> dict[str, Any]:
+        errors = []
+        n = len(self.addresses)
+        for i in range(n):
+            index = (self._current + i) % n
+            address = self.addresses[index]
+            try:
+                response = await self.pool.request(address, op, **fields)
+            except UNREACHABLE as e:
+                errors.append(str(e))
+                continue
+            self._current = index
+            return response
+        raise ConnectionLost(f"no name server reachable ({'; '.join(errors)})")
+
+    async def route(self, topic: str) -> TopicRoute:
+        response = await self.request("get_route", topic=topic)
+        return TopicRoute.from_wire(topic, response.get("groups") or [])
+
+    async def cluster_info(self) -> list[BrokerInfo]:
+        response = await self.request("get_cluster_info")
+        return [BrokerInfo.from_wire(b) for b in response.get("brokers") or []]
+
+
+class StaticDiscovery(Discovery):
+    """Routes from a fixed broker list, no name server: each broker is asked for `status`
+    and `topic_list`. A broker that stops answering stays listed (alive false) with what it
+    said last, so a consumer can still find its group's slave, and come back to it."""
+
+    def __init__(self, addresses: Sequence[str], pool: ConnectionPool) -> None:
+        if not addresses:
+            raise ValueError("at least one broker address is required")
+        self.addresses = list(dict.fromkeys(addresses))
+        self.pool = pool
+        self._known: dict[str, BrokerInfo] = {}
+        self.description = f"broker {';'.join(self.addresses)}"
+
+    async def _probe(self, address: str, out: dict[str, BrokerInfo | TidemqError]) -> None:
+        try:
+            status = await self.pool.request(address, "status")
+            topics = await self.pool.request(address, "topic_list")
+        except TidemqError as e:
+            out[address] = e
+            return
+        out[address] = BrokerInfo(
+            cluster=str(status.get("broker_cluster_name", "")),
+            broker_name=str(status["broker_name"]),
+            broker_id=int(status["broker_id"]),
+            role=str(status["role"]),
+            address=address,
+            ha_address=status.get("ha_address"),
+            max_offset=int(status.get("max_phy_offset", 0)),
+            topics={t["topic"]: QueueData.from_wire(t) for t in topics.get("topics") or []},
+        )
+
+    async def cluster_info(self) -> list[BrokerInfo]:
+        results: dict[str, BrokerInfo | TidemqError] = {}
+        async with trio.open_nursery() as nursery:
+            for address in self.addresses:
+                nursery.start_soon(self._probe, address, results)
+        infos = []
+        errors = []
+        for address in self.addresses:
+            result = results[address]
+            if isinstance(result, BrokerInfo):
+                self._known[address] = result
+                infos.append(result)
+            else:
+                errors.append(str(result))
+                if address in self._known:
+                    infos.append(attrs.evolve(self._known[address], alive=False))
+        if not infos:
+            raise ConnectionLost(f"no broker reachable ({'; '.join(errors)})")
+        return infos
+
+    async def route(self, topic: str) -> TopicRoute:
+        route = route_from_brokers(topic, await self.cluster_info())
+        if not route.groups:
+            raise NotFound("NOT_FOUND", f"no broker serves topic {topic!r}")
+        return route

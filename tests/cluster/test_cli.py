@@ -1,0 +1,112 @@
+"""`tidemq send / consume / query / status / namesrv` as subprocesses, against a real name
+server, SYNC_MASTER and slave (one cluster for the module)."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+import trio
+
+from tests.cluster.helpers import broker_conf, cli, slave_of, start_namesrv, wait_slave_connected
+from tests.node.nodeproc import Nodes, free_port, write_conf
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cli")
+    nodes = Nodes()
+    try:
+        ns = start_namesrv(nodes, tmp)
+        mconf = broker_conf(tmp, "m", "broker-a", ns.address, role="SYNC_MASTER")
+        master = nodes.start(mconf)
+        slave = nodes.start(slave_of(tmp, mconf, "s", ns.address))
+        trio.run(wait_slave_connected, master.address)
+        yield {"namesrv": ns.address, "master": master.address, "slave": slave.address}
+    finally:
+        nodes.cleanup()
+
+
+def lines(result) -> list[dict]:
+    assert result.returncode == 0, result.stderr.decode()
+    return [json.loads(line) for line in result.stdout.decode().splitlines()]
+
+
+def one_line_error(result, code: int = 1) -> str:
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    err = result.stderr.decode().strip()
+    assert err.startswith("tidemq: error: ") and "\n" not in err and "Traceback" not in err, err
+    return err
+
+
+def test_send_consume_commit_and_query(cluster):
+    ns = cluster["namesrv"]
+    sent = lines(cli("send", "--namesrv", ns, "--topic", "CliT", "--tags", "TagA", "--keys", "k1,k2",
+                     "--count", "3", "body {i}"))
+    assert [s["status"] for s in sent] == ["PUT_OK"] * 3  # SYNC_MASTER: the slave has them
+    assert {s["broker_name"] for s in sent} == {"broker-a"} and {s["address"] for s in sent} == {cluster["master"]}
+    assert set(sent[0]) == {"status", "msg_id", "broker_name", "queue_id", "queue_offset",
+                            "commitlog_offset", "address"}
+    binary = lines(cli("send", "--broker", cluster["master"], "--topic", "CliT", "--keys", "bin",
+                       "--no-wait", "-", stdin=b"\xff\x00\xfe"))
+    assert binary[0]["status"] == "PUT_OK"
+
+    first = lines(cli("consume", "--namesrv", ns, "--topic", "CliT", "--group", "G", "--max", "2", "--commit"))
+    assert len(first) == 2
+    rest = lines(cli("consume", "--namesrv", ns, "--topic", "CliT", "--group", "G", "--timeout-ms", "500"))
+    assert len(rest) == 2, "the second run starts where the first committed"
+    everything = first + rest
+    assert sorted(m["msg_id"] for m in everything) == sorted(s["msg_id"] for s in sent + binary)
+    texts = sorted(m["body"] for m in everything if "body" in m)
+    assert texts == ["body 0", "body 1", "body 2"]
+    [raw] = [m for m in everything if "body_base64" in m]
+    assert base64.b64decode(raw["body_base64"]) == b"\xff\x00\xfe" and raw["keys"] == ["bin"]
+    text = next(m for m in everything if m.get("body") == "body 1")
+    assert (text["tags"], text["keys"], text["topic"], text["broker_name"]) == ("TagA", ["k1", "k2"], "CliT", "broker-a")
+    assert {"queue", "offset", "msg_id", "store_timestamp"} <= set(text)
+
+    by_key = lines(cli("query", "--namesrv", ns, "--topic", "CliT", "--key", "k2"))
+    assert sorted(m["body"] for m in by_key) == ["body 0", "body 1", "body 2"]
+    [by_id] = lines(cli("query", "--namesrv", ns, "--msg-id", sent[1]["msg_id"]))
+    assert (by_id["body"], by_id["msg_id"], by_id["broker_name"]) == ("body 1", sent[1]["msg_id"], "broker-a")
+
+    missing = cli("query", "--namesrv", ns, "--topic", "CliT", "--key", "nope")
+    assert "has key 'nope'" in one_line_error(missing)
+
+
+def test_status_json_and_table(cluster):
+    [doc] = lines(cli("status", "--namesrv", cluster["namesrv"], "--json"))
+    brokers = {b["address"]: b for b in doc["brokers"]}
+    assert set(brokers) == {cluster["master"], cluster["slave"]}
+    master, slave = brokers[cluster["master"]], brokers[cluster["slave"]]
+    assert (master["role"], master["broker_id"], master["reachable"]) == ("SYNC_MASTER", 0, True)
+    assert (slave["role"], slave["broker_id"], slave["reachable"]) == ("SLAVE", 1, True)
+    assert isinstance(master["status"]["max_phy_offset"], int) and master["status"]["running_flags"] == []
+    assert slave["status"]["ha"]["connected"] is True
+    assert master["registration"]["alive"] is True
+
+    table = cli("status", "--namesrv", cluster["namesrv"])
+    assert table.returncode == 0, table.stderr.decode()
+    out = table.stdout.decode()
+    for text in ("broker", "role", "max offset", "flushed", "dispatch behind", "HA", "disk", "flags",
+                 "SYNC_MASTER", "SLAVE", cluster["master"], cluster["slave"], "1 slave(s)", "connected"):
+        assert text in out, (text, out)
+
+
+def test_clear_errors(cluster, tmp_path):
+    dead = f"127.0.0.1:{free_port()}"
+    assert "no name server reachable" in one_line_error(cli("status", "--namesrv", dead))
+    assert "no broker reachable" in one_line_error(cli("send", "--broker", dead, "--topic", "T", "x"))
+    assert "no name server reachable" in one_line_error(
+        cli("consume", "--namesrv", dead, "--topic", "T", "--group", "G"))
+    assert "no broker serves topic 'Nowhere'" in one_line_error(
+        cli("consume", "--namesrv", cluster["namesrv"], "--topic", "Nowhere", "--group", "G"))
+
+    assert "--namesrv ADDR" in one_line_error(cli("send", "--topic", "T", "x"), code=2)
+    assert "--msg-id" in one_line_error(cli("query", "--namesrv", dead), code=2)
+    port = cluster["namesrv"].rsplit(":", 1)[1]
+    assert "cannot listen" in one_line_error(cli("namesrv", "start", "--port", port), code=2)
+    bad = write_conf(tmp_path, "bad-namesrv", {"listenPort": 0, "brokerExpiry": 5})
+    assert "unknown key 'brokerExpiry'; did you mean 'brokerExpireMs'?" in one_line_error(
+        cli("namesrv", "start", "-c", str(bad)), code=2)

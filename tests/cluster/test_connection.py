@@ -1,0 +1,63 @@
+"""node.client.Connection against a real node: many requests in flight on one connection,
+answered out of order; a request timeout leaves the connection usable; typed errors; a
+node that goes away fails the requests in flight with ConnectionLost."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from cluster.client import BadRequest, ConnectionLost, NotFound, RequestTimeout, connect
+from tests.node.nodeproc import Nodes, master_conf
+
+
+@pytest.fixture
+def nodes():
+    n = Nodes()
+    yield n
+    n.cleanup()
+
+
+async def test_pipelining_timeouts_errors_and_loss(tmp_path, nodes):
+    node = nodes.start(master_conf(tmp_path, role="ASYNC_MASTER"))
+    async with connect(node.address) as conn:
+        await conn.request("topic_create", topic="P", read_queue_nums=1, write_queue_nums=1)
+        polled = {}
+        async with trio.open_nursery() as nursery:
+            async def poll() -> None:
+                polled["r"] = await conn.request("pull", topic="P", queue_id=0, offset=0, timeout_ms=20_000,
+                                                 timeout=30)
+
+            nursery.start_soon(poll)
+            await trio.testing.wait_all_tasks_blocked()
+            assert conn.in_flight == 1
+            # the parked pull does not hold back later requests on the same connection
+            assert (await conn.request("status"))["role"] == "ASYNC_MASTER"
+            sent = await conn.request("send", topic="P", body=b"wake", queue_id=0, wait=False)
+            assert sent["status"] == "PUT_OK"
+        assert polled["r"]["status"] == "FOUND" and polled["r"]["messages"][0]["body"] == b"wake"
+
+        with pytest.raises(RequestTimeout, match="no answer to pull within 0.2 s") as info:
+            await conn.request("pull", topic="P", queue_id=0, offset=1, timeout_ms=3000, timeout=0.2)
+        assert info.value.status == "TIMEOUT" and info.value.address == node.address
+        assert not conn.closed, "a timeout does not end the connection"
+        assert (await conn.request("max_offset", topic="P", queue_id=0))["offset"] == 1
+
+        with pytest.raises(NotFound) as info:
+            await conn.request("fetch_offset", group="G", topic="P", queue_id=0)
+        assert info.value.status == "NOT_FOUND" and "no committed offset" in info.value.message
+        with pytest.raises(BadRequest, match="unknown field 'queueId'"):
+            await conn.request("max_offset", topic="P", queueId=0)
+
+        async with trio.open_nursery() as nursery:
+            async def doomed() -> None:
+                with pytest.raises(ConnectionLost, match="connection lost"):
+                    await conn.request("pull", topic="P", queue_id=0, offset=1, timeout_ms=20_000, timeout=30)
+
+            nursery.start_soon(doomed)
+            await trio.testing.wait_all_tasks_blocked()
+            node.kill()
+        assert conn.closed
+        with pytest.raises(ConnectionLost, match="connection is closed"):
+            await conn.request("status")

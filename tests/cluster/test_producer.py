@@ -1,0 +1,116 @@
+"""Producer against real processes: round robin over the writable queues of two masters,
+retry on the other group when one master is killed, returned (not raised) durability
+statuses, batches, and typed errors."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+
+import pytest
+
+from cluster.client import (
+    Admin,
+    BadRequest,
+    ConnectionLost,
+    Message,
+    Producer,
+    PullConsumer,
+    Status,
+)
+from tests.cluster.helpers import broker_conf, start_namesrv, wait_for
+from tests.node.nodeproc import Nodes, free_port
+
+
+@pytest.fixture
+def nodes():
+    n = Nodes()
+    yield n
+    n.cleanup()
+
+
+async def test_round_robin_over_two_masters_then_retry_on_the_other_group(tmp_path, nodes, caplog):
+    ns = start_namesrv(nodes, tmp_path)
+    a = nodes.start(broker_conf(tmp_path, "a", "broker-a", ns.address))
+    b = nodes.start(broker_conf(tmp_path, "b", "broker-b", ns.address))
+    async with Admin(namesrv=ns.address) as admin:
+        await wait_for(lambda: _masters(admin, 2), what="both masters registered")
+        await admin.create_topic("RR", read_queue_nums=2, write_queue_nums=2)
+        await wait_for(lambda: _groups(admin, "RR", 2), what="route of RR on both groups")
+
+    async with Producer(namesrv=ns.address, send_timeout=5.0) as producer:
+        # a topic no route knows is created on every master, as with RocketMQ's TBW102
+        auto = [await producer.send("Auto", f"a{i}") for i in range(4)]
+        assert Counter(r.broker_name for r in auto) == {"broker-a": 2, "broker-b": 2}
+        async with Admin(namesrv=ns.address) as admin:
+            await wait_for(lambda: _groups(admin, "Auto", 2), what="Auto routed on both groups")
+
+        results = [await producer.send("RR", f"m{i}", keys=[f"k{i}"]) for i in range(8)]
+        assert all(r.status is Status.PUT_OK for r in results)
+        placed = Counter((r.broker_name, r.queue_id) for r in results)
+        assert placed == {("broker-a", 0): 2, ("broker-a", 1): 2, ("broker-b", 0): 2, ("broker-b", 1): 2}
+        assert {r.address for r in results if r.broker_name == "broker-b"} == {b.address}
+        # RocketMQ's order: the route's queues group by group
+        assert [(r.broker_name, r.queue_id) for r in results[:4]] == [
+            ("broker-a", 0), ("broker-a", 1), ("broker-b", 0), ("broker-b", 1)]
+
+        b.kill()
+        with caplog.at_level(logging.INFO, logger="tidemq.client"):
+            after = [await producer.send("RR", f"n{i}") for i in range(6)]
+        assert all(r.status is Status.PUT_OK and r.broker_name == "broker-a" for r in after)
+        assert {r.queue_id for r in after} == {0, 1}, "round robin goes on over a's queues"
+        retried = [r.getMessage() for r in caplog.records if "failed (attempt 1 of 3)" in r.getMessage()]
+        assert retried and all(b.address in m for m in retried), "the cached route sent to b first"
+
+    # nothing reached b after it died; a holds its four plus the six
+    async with PullConsumer(brokers=[a.address], group="check", topic="RR") as consumer:
+        bodies = [m.body for q in await consumer.queues() for m in (await consumer.pull(q, timeout_ms=0)).messages]
+    assert sorted(bodies) == sorted([f"m{i}".encode() for i in range(8) if results[i].broker_name == "broker-a"]
+                                    + [f"n{i}".encode() for i in range(6)])
+
+    async with Producer(brokers=[b.address], retries=0) as lonely:
+        with pytest.raises(ConnectionLost, match="no broker reachable"):
+            await lonely.send("RR", b"x")
+
+
+async def _masters(admin, n):
+    return len([i for i in await admin.cluster_info() if i.is_master]) == n
+
+
+async def _groups(admin, topic, n):
+    return len((await admin.route(topic, refresh=True)).groups) == n
+
+
+async def test_statuses_batches_and_errors_without_a_name_server(tmp_path, nodes):
+    # a SYNC_MASTER without a slave stores a waiting send but cannot confirm the copy
+    m = nodes.start(broker_conf(tmp_path, "m", "broker-s", None, role="SYNC_MASTER"))
+    async with Producer(brokers=[m.address]) as producer:
+        unconfirmed = await producer.send("St", b"stored anyway", tags="t1", properties={"p": "v"})
+        assert unconfirmed.status is Status.SLAVE_NOT_AVAILABLE and not unconfirmed.ok
+        assert unconfirmed.broker_name == "broker-s" and len(unconfirmed.msg_id) == 32
+        quick = await producer.send("St", b"no wait", wait=False, queue_id=unconfirmed.queue_id)
+        assert quick.status is Status.PUT_OK and quick.queue_offset == unconfirmed.queue_offset + 1
+
+        batch = await producer.send_batch("St", [b"b0", Message("b1", tags="t2", keys=["kb"])],
+                                          queue_id=3, wait=False)
+        assert batch.status is Status.PUT_OK and len(batch.msg_ids) == 2 and batch.msg_id == batch.msg_ids[0]
+        assert (batch.queue_id, batch.queue_offset) == (3, 0)
+
+        with pytest.raises(BadRequest, match="topic 'bad topic' has characters outside"):
+            await producer.send("bad topic", b"x")
+        with pytest.raises(BadRequest, match="queue_id 9 is out of range: topic 'St' has 4 write queues"):
+            await producer.send("St", b"x", queue_id=9)
+
+    async with PullConsumer(brokers=[m.address], group="g", topic="St") as consumer:
+        queue = next(q for q in await consumer.queues() if q.queue_id == unconfirmed.queue_id)
+        got = await consumer.pull(queue, timeout_ms=0)
+        first = got.messages[0]
+        assert (first.body, first.tags, dict(first.properties)) == (b"stored anyway", "t1", {"p": "v"})
+        batch_queue = next(q for q in await consumer.queues() if q.queue_id == 3)
+        assert [(x.body, x.keys) for x in (await consumer.pull(batch_queue, timeout_ms=0)).messages] == [
+            (b"b0", ()), (b"b1", ("kb",))]
+
+    dead = f"127.0.0.1:{free_port()}"
+    async with Producer(namesrv=dead) as producer:
+        with pytest.raises(ConnectionLost, match="no name server reachable"):
+            await producer.send("St", b"x")

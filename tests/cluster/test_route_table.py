@@ -1,0 +1,56 @@
+"""cluster.namesrv.RouteTable without I/O: routes, liveness, expiry, identity changes."""
+
+from __future__ import annotations
+
+from cluster.namesrv import RouteTable
+
+
+def reg(name: str, broker_id: int, address: str, topics: dict | None = None, role: str | None = None) -> dict:
+    return {
+        "cluster": "C", "broker_name": name, "broker_id": broker_id,
+        "role": role or ("SLAVE" if broker_id else "SYNC_MASTER"), "address": address,
+        "ha_address": address + "0", "max_offset": 0,
+        "topics": topics if topics is not None else {"T": {"read_queue_nums": 4, "write_queue_nums": 4, "perm": 6}},
+    }
+
+
+def test_route_groups_brokers_and_falls_back_to_slave_queue_data():
+    table = RouteTable(expire_ms=1000)
+    table.register(reg("b", 0, "h:2", {"T": {"read_queue_nums": 2, "write_queue_nums": 2, "perm": 6}}), "p1", now=0)
+    table.register(reg("a", 1, "h:3", {}), "p2", now=0)  # a slave that has not synced the topic yet
+    table.register(reg("a", 0, "h:1"), "p3", now=0)
+    assert table.route("nope", now=0) == []
+    route = table.route("T", now=0.5)
+    assert [g["broker_name"] for g in route] == ["a", "b"]
+    assert [b["broker_id"] for b in route[0]["brokers"]] == [0, 1], "the slave is listed for reads"
+    assert route[0]["brokers"][0]["age_ms"] == 500
+    assert route[1]["queue_data"]["write_queue_nums"] == 2
+    # the master goes away: the group stays routable through the slave once it has the topic
+    assert table.unregister("a", 0, "h:1")
+    assert table.route("T", now=0.5)[0]["broker_name"] == "b"
+    table.register(reg("a", 1, "h:3"), "p2", now=0.6)
+    assert [g["broker_name"] for g in table.route("T", now=0.6)] == ["a", "b"]
+
+
+def test_connection_close_marks_not_alive_and_expiry_drops():
+    table = RouteTable(expire_ms=1000)
+    table.register(reg("a", 0, "h:1"), "peer-1", now=0)
+    table.register(reg("a", 1, "h:2"), "peer-2", now=0.5)
+    table.connection_closed("peer-1")
+    alive = {b["broker_id"]: b["alive"] for b in table.route("T", now=0.6)[0]["brokers"]}
+    assert alive == {0: False, 1: True}
+    assert [e.broker_id for e in table.expire(now=1.2)] == [0]
+    assert [b["broker_id"] for b in table.cluster_info(now=1.2)] == [1]
+    table.register(reg("a", 0, "h:1"), "peer-3", now=1.3)  # back, over a new connection
+    assert all(b["alive"] for b in table.cluster_info(now=1.3))
+
+
+def test_identity_change_and_stale_unregister():
+    table = RouteTable(expire_ms=1000)
+    table.register(reg("a", 1, "h:2"), "p", now=0)
+    assert table.master_of("a") is None
+    table.register(reg("a", 0, "h:2", role="SYNC_MASTER"), "p", now=0)  # promoted: same address, id 0
+    assert [(b["broker_id"], b["address"]) for b in table.cluster_info(now=0)] == [(0, "h:2")]
+    assert table.master_of("a").address == "h:2"
+    assert not table.unregister("a", 0, "h:9"), "an unregister for another address is ignored"
+    assert len(table) == 1
