@@ -403,7 +403,7 @@ class Producer(_Client):
     Queue selection is round robin over the writable queues of every group whose master
     the route lists (RocketMQ's default), skipping a master that just refused a
     connection (for FAULT_BACKOFF_S) or that the name server saw go away. A send that
-    fails with ConnectionLost, RequestTimeout, SERVICE_NOT_AVAILABLE or OS_PAGE_CACHE_BUSY
+    fails with ConnectionLost, RequestTimeout, SERVICE_NOT_AVAILABLE or OS_PAGECACHE_BUSY
     is retried up to `retries` times on another queue, preferring another group; other
     errors (BAD_REQUEST, NOT_FOUND, MESSAGE_ILLEGAL, ...) are raised at once.
 
@@ -489,7 +489,7 @@ class Producer(_Client):
             try:
                 response = await self.pool.request(target.address, op, timeout=self.send_timeout, **request)
             except (ConnectionLost, RequestTimeout, ServiceUnavailable, PutFailed) as e:
-                if isinstance(e, PutFailed) and e.status != Status.OS_PAGE_CACHE_BUSY.value:
+                if isinstance(e, PutFailed) and e.status != Status.OS_PAGECACHE_BUSY.value:
                     raise
                 if isinstance(e, ConnectionLost):
                     self._down_until[target.address] = trio.current_time() + FAULT_BACKOFF_S

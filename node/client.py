@@ -87,8 +87,8 @@ class InternalError(TidemqError):
 
 
 class PutFailed(TidemqError):
-    """A send the store refused: MESSAGE_ILLEGAL, PROPERTIES_SIZE_EXCEEDED, OS_PAGE_CACHE_BUSY,
-    CREATE_MAPPED_FILE_FAILED, UNKNOWN_ERROR. The message was not stored."""
+    """A send the store refused: MESSAGE_ILLEGAL, PROPERTIES_SIZE_EXCEEDED, OS_PAGECACHE_BUSY,
+    CREATE_MAPEDFILE_FAILED, UNKNOWN_ERROR. The message was not stored."""
 
 
 class ConnectionLost(TidemqError):
@@ -121,10 +121,10 @@ def error_for(status: str, message: str, *, address: str | None = None) -> Tidem
 
 
 _PUT_FAILURES = {
-    Status.CREATE_MAPPED_FILE_FAILED.value,
+    Status.CREATE_MAPEDFILE_FAILED.value,
     Status.MESSAGE_ILLEGAL.value,
     Status.PROPERTIES_SIZE_EXCEEDED.value,
-    Status.OS_PAGE_CACHE_BUSY.value,
+    Status.OS_PAGECACHE_BUSY.value,
     Status.UNKNOWN_ERROR.value,
 }
 

@@ -21,7 +21,7 @@ from ha.master import HAService
 from ha.slave import HAClient
 from store.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_WAIT, Message, StoredMessage
 from store.message_store import GetMessageResult, MessageStore, StoreUnavailableError
-from store.status import GetMessageStatus, PutMessageResult, PutMessageStatus
+from store.status import GetMessageStatus, PutMessageResult
 
 from .config import BrokerConfig
 from .offsets import ConsumerOffsetManager
@@ -39,11 +39,6 @@ _WAITABLE = {
     GetMessageStatus.OFFSET_OVERFLOW_ONE,
     GetMessageStatus.NO_MATCHED_LOGIC_QUEUE,
     GetMessageStatus.NO_MATCHED_MESSAGE,
-}
-# Store status names that the protocol spells differently (RocketMQ's "MAPED", "PAGECACHE").
-_PUT_STATUS = {
-    PutMessageStatus.CREATE_MAPEDFILE_FAILED: Status.CREATE_MAPPED_FILE_FAILED,
-    PutMessageStatus.OS_PAGECACHE_BUSY: Status.OS_PAGE_CACHE_BUSY,
 }
 # Room left in a response frame for everything but the messages' bodies and properties.
 _FRAME_MARGIN = 64 * 1024
@@ -174,7 +169,7 @@ def _message(fields: dict[str, Any], topic: str, queue_id: int, wait: bool, born
 
 
 def _put_response(request_id: int, result: PutMessageResult, queue_id: int, *, batch: bool) -> dict[str, Any]:
-    status = _PUT_STATUS.get(result.status) or Status(result.status.value)
+    status = Status(result.status.value)
     if not result.status.stored:
         return error_response(request_id, status, result.error or status.value)
     ids = result.msg_id.split(",")

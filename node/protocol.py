@@ -29,6 +29,7 @@ from store.message import (
     decode_msg_id,
     topic_error,
 )
+from store.status import GetMessageStatus, PutMessageStatus
 
 PROTOCOL_VERSION = 1
 HEADER = struct.Struct(">I")
@@ -61,36 +62,15 @@ __all__ = [
 ]
 
 
-class Status(enum.Enum):
-    """Response statuses: the store's PutMessageStatus and GetMessageStatus names, plus the
-    node's own. The wire carries the name."""
-
-    # node
-    OK = "OK"
-    BAD_REQUEST = "BAD_REQUEST"
-    NOT_FOUND = "NOT_FOUND"
-    INTERNAL_ERROR = "INTERNAL_ERROR"
-    # PutMessageStatus (ROCKETMQ-FACTS §10)
-    PUT_OK = "PUT_OK"
-    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
-    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
-    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
-    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
-    CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
-    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
-    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
-    OS_PAGE_CACHE_BUSY = "OS_PAGE_CACHE_BUSY"
-    UNKNOWN_ERROR = "UNKNOWN_ERROR"
-    # GetMessageStatus
-    FOUND = "FOUND"
-    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
-    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
-    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
-    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
-    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
-    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
-    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
-    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+# Response statuses: the node's own plus the store's PutMessageStatus and GetMessageStatus
+# names, spelled exactly as the store (RocketMQ 4.9) spells them. The wire carries the name.
+Status = enum.Enum(
+    "Status",
+    [(n, n) for n in ("OK", "BAD_REQUEST", "NOT_FOUND", "INTERNAL_ERROR")]
+    + [(m.name, m.value) for m in PutMessageStatus]
+    + [(m.name, m.value) for m in GetMessageStatus],
+    module=__name__,
+)
 
 
 # ---------------------------------------------------------------- framing
