@@ -15,6 +15,7 @@ import struct
 import time
 import zlib
 from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 import attrs
 
@@ -94,6 +95,7 @@ def java_string_hash(s: str) -> int:
     return h - 0x1_0000_0000 if h & 0x8000_0000 else h
 
 
+@functools.lru_cache(maxsize=4096)
 def tags_code(tags: str | None) -> int:
     """ConsumeQueue tagsCode: the tag's Java hash sign-extended to 64 bits, 0 when no tag."""
     return java_string_hash(tags) if tags else 0
@@ -518,3 +520,73 @@ def validate_record(
         if computed != body_crc:
             return RecordKind.INVALID, -1, f"body CRC mismatch: stored {body_crc}, computed {computed}"
     return RecordKind.MESSAGE, total, ""
+
+
+class DispatchRequest(NamedTuple):
+    """What dispatch needs from a record, read without building a StoredMessage."""
+
+    topic: str
+    queue_id: int
+    commitlog_offset: int
+    size: int
+    tags_code: int
+    store_timestamp: int
+    queue_offset: int
+    keys: str  # the raw KEYS property ("" when absent)
+    uniq_key: str | None
+    sys_flag: int
+
+
+_DISPATCH_HEAD = struct.Struct(">iIiiiqqi")  # ... up to SYSFLAG
+
+
+def decode_dispatch(
+    buf: bytes | bytearray | memoryview, pos: int, limit: int
+) -> tuple[RecordKind, int, DispatchRequest | None, str]:
+    """(kind, size, request, error) for the record at `pos`: the dispatch fast path (no
+    body copy, no host decoding, no message object). Checks structure, not the CRC."""
+    avail = limit - pos
+    if avail < 8:
+        return RecordKind.INVALID, -1, None, f"only {avail} bytes left, no record header"
+    total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+    if magic == BLANK_MAGIC_CODE:
+        if total < 8 or total > avail:
+            return RecordKind.INVALID, -1, None, f"BLANK filler with impossible size {total}"
+        return RecordKind.BLANK, total, None, ""
+    if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+        return RecordKind.INVALID, -1, None, f"illegal magic code 0x{magic:08X}"
+    if total < _HEAD.size + 16 + _TAIL.size or total > avail:
+        return RecordKind.INVALID, -1, None, f"record size {total} does not fit the {avail} bytes left"
+    _, _, _, queue_id, _, queue_offset, phys, sys_flag = _DISPATCH_HEAD.unpack_from(buf, pos)
+    p = pos + _HEAD.size + (20 if sys_flag & BORNHOST_V6_FLAG else 8)
+    store_ts = _I64.unpack_from(buf, p)[0]
+    p += 8 + (20 if sys_flag & STOREHOST_V6_FLAG else 8) + 12
+    end = pos + total
+    body_len = _I32.unpack_from(buf, p)[0]
+    p += 4 + body_len
+    if body_len < 0 or p + 3 > end:
+        return RecordKind.INVALID, -1, None, f"body length {body_len} runs past the record"
+    if magic == MESSAGE_MAGIC_CODE:
+        topic_len = buf[p] if buf[p] < 128 else -1
+        p += 1
+    else:
+        topic_len = _I16.unpack_from(buf, p)[0]
+        p += 2
+    if topic_len < 0 or p + topic_len + 2 > end:
+        return RecordKind.INVALID, -1, None, f"topic length {topic_len} runs past the record"
+    try:
+        topic = str(buf[p : p + topic_len], "utf-8")
+        p += topic_len
+        props_len = _I16.unpack_from(buf, p)[0]
+        p += 2
+        if props_len < 0 or p + props_len != end:
+            return RecordKind.INVALID, -1, None, f"TOTALSIZE {total} differs from what its fields take"
+        props = decode_properties(str(buf[p:end], "utf-8")) if props_len else {}
+    except UnicodeDecodeError as e:
+        return RecordKind.INVALID, -1, None, f"malformed record: {e}"
+    tags = props.get(PROPERTY_TAGS)
+    request = DispatchRequest(
+        topic, queue_id, phys, total, tags_code(tags) if tags else 0, store_ts, queue_offset,
+        props.get(PROPERTY_KEYS, ""), props.get(PROPERTY_UNIQ_KEY), sys_flag,
+    )
+    return RecordKind.MESSAGE, total, request, ""

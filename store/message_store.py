@@ -144,7 +144,6 @@ class MessageStore:
             )
         self.allocator = AllocateMappedFileService(self.pool)
         self.commit_log = CommitLog(config, pool=self.pool, allocator=self.allocator, clock=clock)
-        self.physic_msg_timestamp = 0
         self.group_commit: GroupCommitService | None = None
         self.flush_service: FlushRealTimeService | None = None
         self.commit_service: CommitRealTimeService | None = None
@@ -379,7 +378,6 @@ class MessageStore:
         self.shutdown_done = True
 
     def _on_flushed(self, store_timestamp: int) -> None:
-        self.physic_msg_timestamp = store_timestamp
         if self.checkpoint is not None and self.config.broker_role.is_master:
             self.checkpoint.physic_msg_timestamp = store_timestamp
 

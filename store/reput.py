@@ -23,13 +23,15 @@ from .message import (
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     TRANSACTION_MASK,
+    DispatchRequest,
     RecordKind,
     SysFlag,
-    decode_record,
+    decode_dispatch,
     read_total_size,
-    tags_code,
 )
 from .status import RunningFlags
+
+TRANSACTION_COMMIT = int(SysFlag.TRANSACTION_COMMIT)
 
 log = logging.getLogger("tidemq.store")
 
@@ -89,7 +91,7 @@ class ReputMessageService:
                 if readable - pos < 8:
                     if mf is cl.queue.last() and not mf.is_full():
                         break  # a replicated record header still on its way
-                    decoded = None
+                    kind, size, req, error = RecordKind.INVALID, -1, None, "segment ends without a BLANK filler"
                 else:
                     total, magic = read_total_size(mf.mm, pos)
                     if magic == BLANK_MAGIC_CODE and pos + total == cl.file_size:
@@ -99,45 +101,42 @@ class ReputMessageService:
                     if (magic in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2) and total > readable - pos
                             and mf is cl.queue.last() and total + pos <= cl.file_size):
                         break  # a replicated record still incomplete
-                    decoded = decode_record(mf.mm, pos, check_crc=False, read_body=False, limit=readable)
+                    kind, size, req, error = decode_dispatch(mf.mm, pos, readable)
             finally:
                 mf.release()
-            if decoded is None or decoded.kind is RecordKind.INVALID:
-                reason = decoded.error if decoded else "segment ends without a BLANK filler"
-                self.stopped_at_error = f"cannot decode the CommitLog record at offset {offset}: {reason}"
+            if kind is RecordKind.INVALID:
+                self.stopped_at_error = f"cannot decode the CommitLog record at offset {offset}: {error}"
                 log.error("dispatch stopped: %s", self.stopped_at_error)
                 self.flags.set(RunningFlags.WRITE_LOGICS_QUEUE_ERROR)
                 break
-            if decoded.kind is RecordKind.BLANK:
+            if kind is RecordKind.BLANK:
                 self.reput_from_offset = cl.roll_next_file(offset)
                 continue
-            self._dispatch(decoded.message)
-            self.reput_from_offset = offset + decoded.size
+            self._dispatch(req)
+            self.reput_from_offset = offset + size
             count += 1
         if count:
             self._dispatched.set()
             self._dispatched = trio.Event()
         return count
 
-    def _dispatch(self, msg) -> None:
-        tran = msg.sys_flag & TRANSACTION_MASK
-        if tran in (0, SysFlag.TRANSACTION_COMMIT):
-            cq = self.consume_queues.find_or_create(msg.topic, msg.queue_id)
-            if not cq.put_message_position_info(msg.commitlog_offset, msg.size, tags_code(msg.tags), msg.queue_offset):
+    def _dispatch(self, req: DispatchRequest) -> None:
+        if req.sys_flag & TRANSACTION_MASK in (0, TRANSACTION_COMMIT):
+            cq = self.consume_queues.find_or_create(req.topic, req.queue_id)
+            if not cq.put_message_position_info(req.commitlog_offset, req.size, req.tags_code, req.queue_offset):
                 log.error("could not write the ConsumeQueue unit of %s-%d at offset %d",
-                          msg.topic, msg.queue_id, msg.commitlog_offset)
+                          req.topic, req.queue_id, req.commitlog_offset)
                 self.flags.set(RunningFlags.WRITE_LOGICS_QUEUE_ERROR)
-            self.checkpoint.logics_msg_timestamp = msg.store_timestamp
+            self.checkpoint.logics_msg_timestamp = req.store_timestamp
             if self.is_slave():
-                self.checkpoint.physic_msg_timestamp = msg.store_timestamp
+                self.checkpoint.physic_msg_timestamp = req.store_timestamp
         if self.index is not None and not self.index.build_index(
-            msg.topic, msg.commitlog_offset, msg.store_timestamp, msg.keys, msg.uniq_key, msg.sys_flag
+            req.topic, req.commitlog_offset, req.store_timestamp, req.keys, req.uniq_key, req.sys_flag
         ):
             self.flags.set(RunningFlags.WRITE_INDEX_FILE_ERROR)
 
     async def run(self) -> None:
         while True:
-            with trio.move_on_after(1.0):  # a safety net; appends wake it at once
-                await self._wake.wait()
+            await self._wake.wait()  # every append path (put, BLANK filler, replication) wakes it
             self._wake = trio.Event()
             self.do_reput()

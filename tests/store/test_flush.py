@@ -170,7 +170,7 @@ async def test_async_flush_eventually_reaches_the_max_offset(tmp_path):
         assert flushed_where(store) < end  # async puts never wait for the disk
         await wait_until(lambda: flushed_where(store) >= end, what="async flush")
         assert flushed_where(store) == end
-        assert store.physic_msg_timestamp > 0
+        assert store.checkpoint.physic_msg_timestamp > 0
 
 
 @pytest.mark.parametrize("timed", [False, True])
