@@ -8,11 +8,13 @@ import os
 import shutil
 import struct
 import tempfile
+import threading
 import time
 
 import trio
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from store import GetMessageStatus, Message, StoreConfig, open_store
 from store.index_file import index_key_hash, slot_of
@@ -189,54 +191,114 @@ async def test_queue_and_index_files_match_the_commitlog_byte_by_byte(tmp_path):
         assert (slot_value, results[-1].commitlog_offset) in entries[key_hash]
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(
-    st.one_of(
-        st.tuples(st.just("put"), st.sampled_from(["A", "B"]), st.integers(0, 2), st.binary(max_size=300),
-                  st.sampled_from([None, "x", "y"])),
-        st.tuples(st.just("get"), st.sampled_from(["A", "B"]), st.integers(0, 2), st.integers(0, 40),
-                  st.sampled_from([None, "x", "y||x"])),
-        st.just(("reopen",)),
-    ),
-    min_size=1, max_size=40,
-))
-async def test_random_puts_and_gets_match_a_model(ops):
-    root = tempfile.mkdtemp(prefix="tidemq-model-")
-    model: dict[tuple[str, int], list[tuple[bytes, str | None]]] = {}
-    try:
-        config = make_config(root)
-        i = 0
-        while i < len(ops):
+class StorePortal:
+    """A store open in its own trio thread, so a synchronous hypothesis state machine can
+    drive it (`trio.from_thread`); closing it shuts the store down cleanly."""
+
+    def __init__(self, config: StoreConfig) -> None:
+        self._ready = threading.Event()
+        self._closing: trio.Event | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(config,), daemon=True)
+        self._thread.start()
+        if not self._ready.wait(30) or self._error:
+            raise RuntimeError(f"store did not open: {self._error!r}")
+
+    def _run(self, config: StoreConfig) -> None:
+        async def main() -> None:
             async with open_store(config) as store:
-                while i < len(ops):
-                    op = ops[i]
-                    i += 1
-                    if op[0] == "reopen":
-                        break
-                    if op[0] == "put":
-                        _, topic, qid, data, tag = op
-                        r = await store.put_message(Message(topic, data, queue_id=qid, tags=tag))
-                        assert r.ok
-                        queue = model.setdefault((topic, qid), [])
-                        assert r.queue_offset == len(queue)
-                        queue.append((data, tag))
-                        assert await store.wait_for_message(topic, qid, r.queue_offset, timeout=5)
-                    else:
-                        _, topic, qid, offset, tag_filter = op
-                        res = store.get_message("g", topic, qid, offset, 8, tag_filter=tag_filter)
-                        queue = model.get((topic, qid))
-                        if not queue:
-                            assert not res.messages
-                            continue
-                        if offset >= len(queue):
-                            assert res.status in (GetMessageStatus.OFFSET_OVERFLOW_ONE,
-                                                  GetMessageStatus.OFFSET_OVERFLOW_BADLY)
-                            assert res.next_begin_offset == len(queue)
-                            continue
-                        wanted = None if tag_filter is None else set(tag_filter.split("||"))
-                        scanned = queue[offset:res.next_begin_offset]
-                        expected = [d for d, t in scanned if wanted is None or t in wanted]
-                        assert [m.body for m in res.messages] == expected
-                        assert res.next_begin_offset > offset
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+                self.store, self.token, self._closing = store, trio.lowlevel.current_trio_token(), trio.Event()
+                self._ready.set()
+                await self._closing.wait()
+
+        try:
+            trio.run(main)
+        except BaseException as e:  # reported by __init__ or close
+            self._error = e
+            self._ready.set()
+
+    def call(self, fn, *args):
+        return trio.from_thread.run(fn, *args, trio_token=self.token)
+
+    def call_sync(self, fn, *args):
+        return trio.from_thread.run_sync(fn, *args, trio_token=self.token)
+
+    def close(self) -> None:
+        trio.from_thread.run_sync(self._closing.set, trio_token=self.token)
+        self._thread.join(30)
+        if self._error:
+            raise self._error
+
+
+TOPICS = st.sampled_from(["A", "B"])
+QUEUES = st.integers(0, 2)
+TAGS = st.sampled_from([None, "x", "y"])
+
+
+class StoreModel(RuleBasedStateMachine):
+    """Random puts, batches, gets with tag filters and reopens over several topics, checked
+    against an in-memory model of every queue."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.root = tempfile.mkdtemp(prefix="tidemq-model-")
+        self.config = make_config(self.root)
+        self.portal = StorePortal(self.config)
+        self.model: dict[tuple[str, int], list[tuple[bytes, str | None]]] = {}
+
+    def _visible(self, topic: str, qid: int, offset: int) -> None:
+        assert self.portal.call(self.portal.store.wait_for_message, topic, qid, offset, 5)
+
+    @rule(topic=TOPICS, qid=QUEUES, body=st.binary(max_size=300), tag=TAGS)
+    def put(self, topic, qid, body, tag):
+        r = self.portal.call(self.portal.store.put_message, Message(topic, body, queue_id=qid, tags=tag))
+        assert r.ok, r.error
+        queue = self.model.setdefault((topic, qid), [])
+        assert r.queue_offset == len(queue)
+        queue.append((body, tag))
+        self._visible(topic, qid, r.queue_offset)
+
+    @rule(topic=TOPICS, qid=QUEUES, bodies=st.lists(st.binary(max_size=200), min_size=1, max_size=5), tag=TAGS)
+    def put_batch(self, topic, qid, bodies, tag):
+        msgs = [Message(topic, b, queue_id=qid, tags=tag) for b in bodies]
+        r = self.portal.call(self.portal.store.put_messages, msgs)
+        queue = self.model.setdefault((topic, qid), [])
+        assert r.ok and r.queue_offset == len(queue) and r.msg_num == len(bodies)
+        queue.extend((b, tag) for b in bodies)
+        self._visible(topic, qid, len(queue) - 1)
+
+    @rule(topic=TOPICS, qid=QUEUES, offset=st.integers(0, 40), tag_filter=st.sampled_from([None, "x", "y||x"]))
+    def get(self, topic, qid, offset, tag_filter):
+        res = self.portal.call_sync(self.portal.store.get_message, "g", topic, qid, offset, 8, tag_filter)
+        queue = self.model.get((topic, qid))
+        if not queue:
+            assert not res.messages
+            return
+        if offset >= len(queue):
+            assert res.status in (GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.OFFSET_OVERFLOW_BADLY)
+            assert res.next_begin_offset == len(queue)
+            return
+        wanted = None if tag_filter is None else set(tag_filter.split("||"))
+        scanned = queue[offset:res.next_begin_offset]
+        assert [m.body for m in res.messages] == [d for d, t in scanned if wanted is None or t in wanted]
+        assert res.next_begin_offset > offset, "a consumer must always move on"
+
+    @rule()
+    def reopen(self):
+        self.portal.close()
+        self.portal = StorePortal(self.config)
+
+    @invariant()
+    def queue_lengths_match(self):
+        for (topic, qid), queue in self.model.items():
+            assert self.portal.call_sync(self.portal.store.get_max_offset_in_queue, topic, qid) == len(queue)
+
+    def teardown(self):
+        self.portal.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+StoreModel.TestCase.settings = settings(
+    max_examples=20, stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+test_store_matches_the_model = StoreModel.TestCase
