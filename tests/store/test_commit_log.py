@@ -550,7 +550,7 @@ async def test_concurrent_puts_from_many_tasks_are_all_stored(tmp_path):
             r = await store.put_message(Message("T", f"{p}:{i}".encode() * 9, queue_id=p % 4))
             assert r.ok
             results.append((r, f"{p}:{i}".encode() * 9))
-            await trio.sleep(0)
+            await trio.lowlevel.checkpoint()  # interleave the producers
 
     async with open_store(config(tmp_path)) as store:
         async with trio.open_nursery() as nursery:

@@ -260,7 +260,7 @@ async def test_transient_pool_everything_is_there_after_reopen(tmp_path):
             assert r.ok, r.error
             written.append((r.commitlog_offset, i))
             if i % 7 == 0:
-                await trio.sleep(0)  # let the commit service run now and then
+                await trio.lowlevel.checkpoint()  # interleave with the commit service
         end_wrote = store.commit_log.queue.max_wrote_offset()
         assert end_wrote // SEG >= 40
         # readers eventually see all of it
@@ -286,7 +286,7 @@ async def test_transient_pool_shutdown_commits_a_backlog(tmp_path, commit_interv
             r = await store.put_message(Message("T", body(i, 300)))
             assert r.ok
             written.append((r.commitlog_offset, i))
-            await trio.sleep(0)  # the allocator pre-creates segments (each takes a buffer)
+            await trio.lowlevel.checkpoint()  # interleave: the allocator pre-creates segments (each takes a buffer)
         end = store.commit_log.queue.max_wrote_offset()
         assert end // SEG >= 50
     assert store.commit_log.queue.committed_where == end
