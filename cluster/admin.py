@@ -1,0 +1,197 @@
+"""Admin: status, topics, queries and maintenance across a cluster (see cluster.client)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import trio
+
+from node.client import (
+    BadRequest,
+    NotFound,
+    ServiceUnavailable,
+    TidemqError,
+)
+from node.protocol import Status
+from store.message import decode_msg_id
+
+from .base import (
+    BrokerStatus,
+    ReceivedMessage,
+    TopicInfo,
+    _Client,
+    _with_message,
+)
+from .routing import (
+    UNREACHABLE,
+    BrokerInfo,
+    MessageQueue,
+)
+
+log = logging.getLogger("tidemq.client")
+
+
+# ---------------------------------------------------------------- Admin
+
+
+class Admin(_Client):
+    """Cluster-wide inspection and operations."""
+
+    def __init__(
+        self,
+        namesrv: str | Sequence[str] | None = None,
+        brokers: Sequence[str] | str | None = None,
+        *,
+        request_timeout: float = 5.0,
+        connect_timeout: float = 3.0,
+    ) -> None:
+        super().__init__(namesrv, brokers, connect_timeout=connect_timeout,
+                         request_timeout=request_timeout, route_ttl_s=0.0)
+
+    async def __aenter__(self) -> Admin:
+        return await super().__aenter__()
+
+    async def status(self) -> list[BrokerStatus]:
+        """Every known broker's `status` answer (concurrently), or the reason it gave none."""
+        infos = await self.cluster_info()
+        out: list[BrokerStatus | None] = [None] * len(infos)
+
+        async def one(i: int, info: BrokerInfo) -> None:
+            try:
+                answer = await self.pool.request(info.address, "status")
+            except TidemqError as e:
+                out[i] = BrokerStatus(info.address, info.broker_name, info.broker_id, info.role,
+                                      error=str(e), registration=info)
+                return
+            fields = {k: v for k, v in answer.items() if k not in ("id", "status")}
+            out[i] = BrokerStatus(info.address, fields.get("broker_name", info.broker_name),
+                                  fields.get("broker_id", info.broker_id), fields.get("role", info.role),
+                                  status=fields, registration=info)
+
+        async with trio.open_nursery() as nursery:
+            for i, info in enumerate(infos):
+                nursery.start_soon(one, i, info)
+        return [s for s in out if s is not None]
+
+    async def topics(self) -> list[TopicInfo]:
+        """Every topic per group, from the masters' registrations (a slave's when its master
+        is gone)."""
+        by_group: dict[str, BrokerInfo] = {}
+        for info in sorted(await self.cluster_info(), key=lambda b: b.broker_id, reverse=True):
+            by_group[info.broker_name] = info  # the lowest id (master) wins
+        return sorted(
+            (TopicInfo(t, name, q.read_queue_nums, q.write_queue_nums, q.perm)
+             for name, info in by_group.items() for t, q in info.topics.items()),
+            key=lambda t: (t.topic, t.broker_name),
+        )
+
+    async def create_topic(
+        self,
+        topic: str,
+        *,
+        read_queue_nums: int = 4,
+        write_queue_nums: int = 4,
+        perm: int = 6,
+        broker_names: Iterable[str] | None = None,
+    ) -> list[TopicInfo]:
+        """Create (or update) the topic on every master (or those of `broker_names`)."""
+        wanted = set(broker_names) if broker_names is not None else None
+        masters = [b for b in await self.cluster_info()
+                   if b.is_master and (wanted is None or b.broker_name in wanted)]
+        if not masters:
+            raise NotFound(Status.NOT_FOUND.value, "no master to create the topic on")
+        out = []
+        for master in masters:
+            answer = await self.pool.request(master.address, "topic_create", topic=topic,
+                                             read_queue_nums=read_queue_nums,
+                                             write_queue_nums=write_queue_nums, perm=perm)
+            t = answer["topic"]
+            out.append(TopicInfo(t["topic"], master.broker_name, t["read_queue_nums"],
+                                 t["write_queue_nums"], t["perm"]))
+        self.invalidate(topic)
+        return out
+
+    async def query_by_key(
+        self, topic: str, key: str, *, max_num: int = 32, begin_ts: int = 0, end_ts: int | None = None
+    ) -> list[ReceivedMessage]:
+        """Messages whose KEYS include `key`, from every group serving the topic (master,
+        else a slave), newest first."""
+        route = await self.route(topic)
+        found: dict[str, ReceivedMessage] = {}
+        fields: dict[str, Any] = {"topic": topic, "key": key, "max_num": max_num, "begin_ts": begin_ts}
+        if end_ts is not None:
+            fields["end_ts"] = end_ts
+        for group in route.groups:
+            response, _ = await self._read_group(group, "query_by_key", **fields)
+            for raw in response.get("messages") or ():
+                msg = ReceivedMessage.from_wire(raw, group.broker_name)
+                found.setdefault(msg.msg_id, msg)
+        messages = sorted(found.values(), key=lambda m: (m.store_timestamp, m.commitlog_offset), reverse=True)
+        return messages[:max_num]
+
+    async def get_by_msg_id(self, msg_id: str) -> ReceivedMessage:
+        """The message with this offset msgId. The msgId names the broker that stored it,
+        which is asked directly; when it does not answer, the other brokers of its group
+        (a slave finds its master's msgIds), or every known broker when its group is
+        unknown: a node answers only for the exact msgId, so asking others is safe."""
+        try:
+            address, _ = decode_msg_id(msg_id)
+        except ValueError as e:
+            raise BadRequest(Status.BAD_REQUEST.value, str(e)) from None
+        try:
+            infos = await self.cluster_info()
+        except TidemqError as e:  # the name server is down: the msgId still names the broker
+            log.info("no cluster info (%s); asking %s only", e, address)
+            infos = []
+        names = {b.address: b.broker_name for b in infos}
+        home = names.get(address)
+        others = sorted((b for b in infos if b.address != address and home in (None, b.broker_name)),
+                        key=lambda b: (b.broker_name != home, b.broker_id))
+        errors: list[TidemqError] = []
+        for candidate in [address, *(b.address for b in others)]:
+            try:
+                response = await self.pool.request(candidate, "get_by_msg_id", msg_id=msg_id)
+            except NotFound as e:
+                if candidate == address:
+                    raise  # the broker that stored it no longer has it
+                errors.append(e)
+                continue
+            except (*UNREACHABLE, ServiceUnavailable) as e:
+                errors.append(e)
+                continue
+            return ReceivedMessage.from_wire(response["message"], names.get(candidate, home))
+        not_found = [e for e in errors if isinstance(e, NotFound)]
+        last = not_found[-1] if not_found else errors[-1]
+        raise _with_message(last, f"message {msg_id} not found: "
+                            + "; ".join(str(e) for e in errors))
+
+    async def _queue_read(self, queue: MessageQueue, op: str, **fields: Any) -> dict[str, Any]:
+        route = await self.route(queue.topic)
+        group = route.group(queue.broker_name)
+        if group is None:
+            raise NotFound(Status.NOT_FOUND.value, f"group {queue.broker_name!r} does not serve {queue.topic!r}")
+        response, _ = await self._read_group(group, op, topic=queue.topic, queue_id=queue.queue_id, **fields)
+        return response
+
+    async def offset_by_time(self, queue: MessageQueue, timestamp_ms: int) -> int:
+        """The first logical offset stored at or after `timestamp_ms`."""
+        return int((await self._queue_read(queue, "offset_by_time", timestamp=timestamp_ms))["offset"])
+
+    async def min_offset(self, queue: MessageQueue) -> int:
+        return int((await self._queue_read(queue, "min_offset"))["offset"])
+
+    async def max_offset(self, queue: MessageQueue) -> int:
+        return int((await self._queue_read(queue, "max_offset"))["offset"])
+
+    async def delete_expired_files(self, broker: str) -> int:
+        """Run the expired-file cleanup now on `broker` (an address, or a brokerName for its
+        master); returns the number of CommitLog files removed."""
+        address = broker
+        if ":" not in broker:
+            master = next((b for b in await self.cluster_info() if b.broker_name == broker and b.is_master), None)
+            if master is None:
+                raise NotFound(Status.NOT_FOUND.value, f"no master of {broker!r} is known")
+            address = master.address
+        return int((await self.pool.request(address, "admin.delete_expired_files"))["deleted_files"])

@@ -1,0 +1,327 @@
+"""What the client library's Producer, PullConsumer and Admin share: the data they return,
+constants, and `_Client` (discovery, the connection pool, the nursery)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import attrs
+import trio
+
+from node.client import (
+    ConnectionLost,
+    ServiceUnavailable,
+    TidemqError,
+)
+from node.protocol import Status
+
+from .routing import (
+    UNREACHABLE,
+    BrokerInfo,
+    ConnectionPool,
+    Discovery,
+    GroupRoute,
+    MessageQueue,
+    NameServerDiscovery,
+    StaticDiscovery,
+    TopicRoute,
+    parse_addresses,
+)
+
+log = logging.getLogger("tidemq.client")
+
+
+ROUTE_TTL_S = 30.0
+"""How long a route is used before it is fetched again (RocketMQ polls every 30 s)."""
+FAULT_BACKOFF_S = 5.0
+"""A master that refused a connection is avoided this long by the producer."""
+STORED = {Status.PUT_OK, Status.FLUSH_DISK_TIMEOUT, Status.FLUSH_SLAVE_TIMEOUT, Status.SLAVE_NOT_AVAILABLE}
+"""Send statuses meaning the message is stored on the master."""
+
+
+# ---------------------------------------------------------------- data
+
+
+@attrs.frozen
+class Message:
+    """A message to send in a batch (for single sends, pass the fields to `send`)."""
+
+    body: bytes | str
+    tags: str | None = None
+    keys: Sequence[str] = ()
+    properties: Mapping[str, str] | None = None
+    flag: int = 0
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"body": _body(self.body)}
+        if self.tags is not None:
+            out["tags"] = self.tags
+        if self.keys:
+            out["keys"] = list(self.keys)
+        if self.properties:
+            out["properties"] = dict(self.properties)
+        if self.flag:
+            out["flag"] = self.flag
+        return out
+
+
+@attrs.frozen
+class SendResult:
+    """Where a message was stored. `status` is one of STORED: PUT_OK, or a status saying the
+    message is on the master but the flush / slave copy was not confirmed in time.
+    For a batch, `msg_id` is the first message's and `msg_ids` has them all."""
+
+    status: Status
+    msg_id: str
+    broker_name: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    msg_ids: tuple[str, ...] = ()
+    address: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.PUT_OK
+
+    def to_json(self) -> dict[str, Any]:
+        out = attrs.asdict(self)
+        out["status"] = self.status.value
+        out["msg_ids"] = list(self.msg_ids)
+        return out
+
+
+@attrs.frozen
+class ReceivedMessage:
+    """A stored message as a pull or a query returns it."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    msg_id: str
+    body: bytes
+    tags: str | None
+    keys: tuple[str, ...]
+    properties: Mapping[str, str]
+    born_timestamp: int
+    store_timestamp: int
+    flag: int = 0
+    reconsume_times: int = 0
+    broker_name: str | None = None
+
+    @property
+    def queue(self) -> MessageQueue:
+        return MessageQueue(self.topic, self.broker_name or "", self.queue_id)
+
+    @classmethod
+    def from_wire(cls, raw: Mapping[str, Any], broker_name: str | None) -> ReceivedMessage:
+        return cls(
+            topic=raw["topic"],
+            queue_id=raw["queue_id"],
+            queue_offset=raw["queue_offset"],
+            commitlog_offset=raw["commitlog_offset"],
+            msg_id=raw["msg_id"],
+            body=raw["body"],
+            tags=raw.get("tags"),
+            keys=tuple(raw.get("keys") or ()),
+            properties=dict(raw.get("properties") or {}),
+            born_timestamp=raw.get("born_timestamp", 0),
+            store_timestamp=raw.get("store_timestamp", 0),
+            flag=raw.get("flag", 0),
+            reconsume_times=raw.get("reconsume_times", 0),
+            broker_name=broker_name,
+        )
+
+
+@attrs.frozen
+class PullResult:
+    """One pull: `next_begin_offset` is where the consumer continues (already applied to
+    its position); `address` the node that answered, `from_slave` whether it was a slave."""
+
+    status: Status
+    messages: list[ReceivedMessage]
+    next_begin_offset: int
+    min_offset: int = 0
+    max_offset: int = 0
+    address: str = ""
+    from_slave: bool = False
+
+
+@attrs.frozen
+class TopicInfo:
+    topic: str
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+
+
+@attrs.frozen
+class BrokerStatus:
+    """A broker's answer to `status` (`status`, the node's fields) or why it gave none."""
+
+    address: str
+    broker_name: str | None
+    broker_id: int | None
+    role: str | None
+    status: Mapping[str, Any] | None = None
+    error: str | None = None
+    registration: BrokerInfo | None = None
+
+    @property
+    def reachable(self) -> bool:
+        return self.status is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "address": self.address,
+            "broker_name": self.broker_name,
+            "broker_id": self.broker_id,
+            "role": self.role,
+            "reachable": self.reachable,
+            "status": dict(self.status) if self.status is not None else None,
+            "error": self.error,
+            "registration": (
+                {k: v for k, v in self.registration.to_json().items() if k != "topics"}
+                if self.registration is not None else None
+            ),
+        }
+
+
+def _body(body: bytes | bytearray | memoryview | str) -> bytes:
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    if isinstance(body, bytes | bytearray | memoryview):
+        return bytes(body)
+    raise TypeError(f"a message body is bytes or str, got {type(body).__name__}")
+
+
+def _with_message(error: TidemqError, message: str) -> TidemqError:
+    """The same error (type, status, last address) with a message summing up several
+    attempts (which name their addresses themselves)."""
+    new = type(error).__new__(type(error))  # not copy.copy: it would call cls(*args)
+    new.__dict__.update(error.__dict__)
+    new.message = message
+    new.args = (message,)
+    new.__cause__ = error
+    return new
+
+
+# ---------------------------------------------------------------- shared base
+
+
+class _Client:
+    """What Producer, PullConsumer and Admin share: a nursery, a connection pool, a
+    discovery (name servers or a broker list) and a route cache."""
+
+    def __init__(
+        self,
+        namesrv: str | Sequence[str] | None,
+        brokers: Sequence[str] | str | None,
+        *,
+        connect_timeout: float,
+        request_timeout: float,
+        route_ttl_s: float,
+    ) -> None:
+        self._namesrv = parse_addresses(namesrv, "a name server address")
+        self._brokers = parse_addresses(brokers, "a broker address")
+        if bool(self._namesrv) == bool(self._brokers):
+            raise ValueError("give either namesrv (name server addresses) or brokers (broker addresses)")
+        self.connect_timeout = connect_timeout
+        self.request_timeout = request_timeout
+        self.route_ttl_s = route_ttl_s
+        self._routes: dict[str, tuple[float, TopicRoute]] = {}
+        self._nursery_cm: Any = None
+        self._pool: ConnectionPool | None = None
+        self._discovery: Discovery | None = None
+
+    async def __aenter__(self) -> Any:
+        self._nursery_cm = trio.open_nursery()
+        nursery = await self._nursery_cm.__aenter__()
+        self._pool = ConnectionPool(nursery, connect_timeout=self.connect_timeout,
+                                    request_timeout=self.request_timeout)
+        if self._namesrv:
+            self._discovery = NameServerDiscovery(self._namesrv, self._pool)
+        else:
+            self._discovery = StaticDiscovery(self._brokers, self._pool)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        cm, self._nursery_cm = self._nursery_cm, None
+        with trio.CancelScope(shield=True):  # flush and close even when the block was cancelled
+            try:
+                await self._before_close()
+            except TidemqError as e:
+                log.warning("%s: closing: %s", type(self).__name__, e)
+            await self.pool.aclose()
+        self._pool = self._discovery = None
+        try:
+            return await cm.__aexit__(exc_type, exc, tb)
+        except BaseExceptionGroup as group:
+            # trio wraps the body's exception in a group; hand it back as it was raised so
+            # `except ConnectionLost:` around the `async with` works
+            if exc is not None and len(group.exceptions) == 1 and group.exceptions[0] is exc:
+                return False
+            raise
+
+    async def _before_close(self) -> None:
+        """Subclasses flush what they must before the connections close."""
+
+    @property
+    def pool(self) -> ConnectionPool:
+        if self._pool is None:
+            raise RuntimeError(f"use `async with {type(self).__name__}(...)` before calling it")
+        return self._pool
+
+    @property
+    def discovery(self) -> Discovery:
+        if self._discovery is None:
+            raise RuntimeError(f"use `async with {type(self).__name__}(...)` before calling it")
+        return self._discovery
+
+    async def route(self, topic: str, *, refresh: bool = False) -> TopicRoute:
+        """The topic's route, cached for `route_ttl_s`. When the discovery cannot be reached,
+        a cached route (however old) is used rather than failing."""
+        cached = self._routes.get(topic)
+        now = trio.current_time()
+        if cached is not None and not refresh and now - cached[0] < self.route_ttl_s:
+            return cached[1]
+        try:
+            route = await self.discovery.route(topic)
+        except UNREACHABLE as e:
+            if cached is None:
+                raise
+            log.warning("cannot refresh the route of %s (%s); using the one from %.0f s ago",
+                        topic, e, now - cached[0])
+            return cached[1]
+        self._routes[topic] = (now, route)
+        return route
+
+    def invalidate(self, topic: str) -> None:
+        """Fetch the topic's route again at its next use (after an error)."""
+        self._routes.pop(topic, None)
+
+    async def cluster_info(self) -> list[BrokerInfo]:
+        """Every broker the discovery knows, with its last registration (or probe) data."""
+        return await self.discovery.cluster_info()
+
+    async def _read_group(self, group: GroupRoute, op: str, *, timeout: float | None = None,
+                          **fields: Any) -> tuple[dict[str, Any], str]:
+        """A read on the group's master, else on its slaves (reads work on both)."""
+        candidates = [b.address for b in ([group.master] if group.master else []) + list(group.slaves)]
+        errors: list[TidemqError] = []
+        for address in candidates:
+            try:
+                return await self.pool.request(address, op, timeout=timeout, **fields), address
+            except (*UNREACHABLE, ServiceUnavailable) as e:
+                errors.append(e)
+        if not errors:
+            raise ConnectionLost(f"group {group.broker_name} has no broker in its route")
+        raise _with_message(errors[-1], f"no broker of group {group.broker_name} answered {op}: "
+                            + "; ".join(str(e) for e in errors))

@@ -1,0 +1,402 @@
+"""PullConsumer: long polling, committed offsets, reads from a slave while the master is
+down (see cluster.client)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Literal
+
+import attrs
+import trio
+
+from node.client import (
+    ConnectionLost,
+    NotFound,
+    ServiceUnavailable,
+    TidemqError,
+)
+from node.protocol import Status
+
+from .base import (
+    ROUTE_TTL_S,
+    PullResult,
+    ReceivedMessage,
+    _Client,
+    _with_message,
+)
+from .routing import (
+    UNREACHABLE,
+    MessageQueue,
+    TopicRoute,
+)
+
+log = logging.getLogger("tidemq.client")
+
+
+# ---------------------------------------------------------------- PullConsumer
+
+
+@attrs.define
+class _GroupState:
+    """Which node of a broker group the consumer reads from."""
+
+    broker_name: str
+    master: str | None = None  # last known master address (kept when the route drops it)
+    slaves: list[str] = attrs.field(factory=list)
+    on_slave: bool = False
+    retry_at: float = 0.0
+    backoff: float = 0.0
+
+
+class PullConsumer(_Client):
+    """Pulls one topic for one consumer group, queue by queue, with committed offsets.
+
+    Position: each queue starts at the group's committed offset (`fetch_offset`), or, for
+    a queue the group never committed, at the queue's first offset (`start="first"`) or
+    its end (`start="last"`); every pull moves it to the result's `next_begin_offset`.
+
+    Reads go to the group's master. When the master is unreachable (connection refused or
+    lost, timeout, SERVICE_NOT_AVAILABLE) they go to a slave of the same group, which
+    holds everything the master acknowledged as replicated; the master is tried again
+    after a back-off (`master_retry_s`, doubling up to `master_retry_max_s`) and reads
+    return to it as soon as it answers.
+
+    Commits go to the master only (a slave refuses them). While only a slave is
+    reachable, `commit` keeps the offset in this consumer and returns False; pending
+    offsets are committed when the master answers again (or by `flush_commits`, or on
+    leaving the `async with`). If the process ends first they are lost and the group
+    re-reads from its last committed offset: at-least-once, never a skip.
+    """
+
+    def __init__(
+        self,
+        namesrv: str | Sequence[str] | None = None,
+        brokers: Sequence[str] | str | None = None,
+        *,
+        group: str,
+        topic: str,
+        tag_filter: str | None = None,
+        start: Literal["first", "last"] = "first",
+        request_timeout: float = 5.0,
+        connect_timeout: float = 3.0,
+        master_retry_s: float = 1.0,
+        master_retry_max_s: float = 30.0,
+        route_ttl_s: float = ROUTE_TTL_S,
+    ) -> None:
+        super().__init__(namesrv, brokers, connect_timeout=connect_timeout,
+                         request_timeout=request_timeout, route_ttl_s=route_ttl_s)
+        if start not in ("first", "last"):
+            raise ValueError(f"start must be 'first' or 'last', got {start!r}")
+        self.group = group
+        self.topic = topic
+        self.tag_filter = tag_filter or "*"
+        self.start = start
+        self.master_retry_s = master_retry_s
+        self.master_retry_max_s = master_retry_max_s
+        self._groups: dict[str, _GroupState] = {}
+        self._positions: dict[MessageQueue, int] = {}
+        self._pending_commits: dict[MessageQueue, int] = {}
+
+    async def __aenter__(self) -> PullConsumer:
+        return await super().__aenter__()
+
+    # ---- queues and positions -----------------------------------------------------------
+
+    async def queues(self, *, refresh: bool = False) -> list[MessageQueue]:
+        """The topic's readable queues on every group serving it. Groups the latest route
+        no longer lists (their brokers expired) are kept: their slaves may still serve."""
+        try:
+            route = await self.route(self.topic, refresh=refresh)
+        except NotFound:
+            route = TopicRoute(self.topic, ())
+        self._learn(route)
+        out = set()
+        for group in route.groups:
+            qd = group.queue_data
+            if qd is not None and qd.readable:
+                out.update(MessageQueue(self.topic, group.broker_name, q) for q in range(qd.read_queue_nums))
+        out.update(self._positions)  # queues seen before stay readable
+        return sorted(out)
+
+    def position(self, queue: MessageQueue) -> int | None:
+        """The next offset `pull(queue)` reads, or None before the first pull."""
+        return self._positions.get(queue)
+
+    def seek(self, queue: MessageQueue, offset: int) -> None:
+        """Continue `queue` from `offset` (does not commit)."""
+        self._positions[queue] = offset
+
+    @property
+    def pending_commits(self) -> dict[MessageQueue, int]:
+        """Offsets committed while the master was unreachable, not yet on the master."""
+        return dict(self._pending_commits)
+
+    def reading_from_slave(self, broker_name: str) -> bool:
+        state = self._groups.get(broker_name)
+        return bool(state and state.on_slave)
+
+    # ---- pull ---------------------------------------------------------------------------
+
+    async def pull(
+        self,
+        queue: MessageQueue,
+        max_msgs: int = 32,
+        *,
+        timeout_ms: int = 3000,
+        offset: int | None = None,
+    ) -> PullResult:
+        """Up to `max_msgs` messages from the queue's position (or from `offset`). With
+        `timeout_ms` > 0 the node holds the pull until a message arrives or the time is up
+        (long polling), so an empty result after the wait is normal."""
+        begin = offset if offset is not None else await self._position(queue)
+        response, address, from_slave = await self._read(
+            queue.broker_name, "pull", timeout=timeout_ms / 1000 + self.request_timeout,
+            topic=queue.topic, queue_id=queue.queue_id, offset=begin, max_msgs=max_msgs,
+            tag_filter=self.tag_filter, timeout_ms=timeout_ms, group=self.group,
+        )
+        status = Status(response["status"])
+        messages = [ReceivedMessage.from_wire(m, queue.broker_name) for m in response.get("messages") or ()]
+        following = self._advance(queue, begin, status, response.get("next_begin_offset", begin), from_slave)
+        self._positions[queue] = following
+        return PullResult(status, messages, following, response.get("min_offset", 0),
+                          response.get("max_offset", 0), address, from_slave)
+
+    @staticmethod
+    def _advance(queue: MessageQueue, begin: int, status: Status, reported: int, from_slave: bool) -> int:
+        """Where to pull next. Never backwards on a no-message answer: a slave that lags
+        (or lacks the queue) answers with its own end, which would re-read."""
+        if status in (Status.NO_MESSAGE_IN_QUEUE, Status.OFFSET_OVERFLOW_ONE, Status.NO_MATCHED_LOGIC_QUEUE):
+            return begin
+        if status is Status.OFFSET_OVERFLOW_BADLY:
+            if from_slave:
+                return begin  # the slave has not caught up yet
+            log.warning("%s: offset %d is beyond the queue's end %d; continuing from the end",
+                        queue, begin, reported)
+            return reported
+        if status is Status.OFFSET_TOO_SMALL:
+            log.warning("%s: offset %d was removed; continuing from %d", queue, begin, reported)
+            return reported
+        return max(begin, reported)
+
+    async def messages(
+        self,
+        *,
+        idle_timeout_ms: int | None = None,
+        poll_ms: int = 1000,
+        max_msgs: int = 32,
+        auto_commit: bool = False,
+    ) -> AsyncIterator[ReceivedMessage]:
+        """Every message of the topic, walking all queues from their positions (committed
+        offsets at first). Waits (long polling on all queues at once) when caught up; ends
+        after `idle_timeout_ms` without a message (never, when None). With `auto_commit`,
+        a queue's offset is committed once all messages of a pull were consumed.
+
+        Use `async with contextlib.aclosing(consumer.messages()) as it:` when breaking out."""
+        idle_since = trio.current_time()
+        while True:
+            queues = await self.queues()
+            got = False
+            for queue in queues:
+                result = await self.pull(queue, max_msgs, timeout_ms=0)
+                for msg in result.messages:
+                    got = True
+                    yield msg
+                if auto_commit and result.messages:
+                    await self.commit(queue, result.next_begin_offset)
+            now = trio.current_time()
+            if got:
+                idle_since = now
+                continue
+            wait_ms = poll_ms
+            if idle_timeout_ms is not None:
+                left_ms = int((idle_since + idle_timeout_ms / 1000 - now) * 1000)
+                if left_ms <= 0:
+                    return
+                wait_ms = min(wait_ms, left_ms)
+            await self._wait_any(queues, wait_ms)
+
+    async def _wait_any(self, queues: Sequence[MessageQueue], timeout_ms: int) -> None:
+        """Long-poll every queue at once; return when one has a message or time is up.
+        Nothing is consumed here (positions are not moved); the caller pulls again."""
+        if not queues:
+            await trio.sleep(timeout_ms / 1000)
+            return
+        async with trio.open_nursery() as nursery:
+            async def one(queue: MessageQueue) -> None:
+                begin = await self._position(queue)
+                try:
+                    response, _, _ = await self._read(
+                        queue.broker_name, "pull", timeout=timeout_ms / 1000 + self.request_timeout,
+                        topic=queue.topic, queue_id=queue.queue_id, offset=begin, max_msgs=1,
+                        tag_filter=self.tag_filter, timeout_ms=timeout_ms, group=self.group,
+                    )
+                except TidemqError as e:
+                    log.debug("long poll on %s failed: %s", queue, e)
+                    await trio.sleep(min(timeout_ms / 1000, 1.0))  # do not spin on a dead group
+                    return
+                if response.get("messages") or response.get("next_begin_offset", begin) > begin:
+                    nursery.cancel_scope.cancel()
+
+            for queue in queues:
+                nursery.start_soon(one, queue)
+
+    async def _position(self, queue: MessageQueue) -> int:
+        if queue not in self._positions:
+            committed = await self.fetch_offset(queue)
+            if committed is None:
+                committed = await (self.min_offset(queue) if self.start == "first" else self.max_offset(queue))
+            self._positions.setdefault(queue, committed)
+        return self._positions[queue]
+
+    # ---- offsets ------------------------------------------------------------------------
+
+    async def commit(self, queue: MessageQueue, offset: int) -> bool:
+        """Commit the group's next offset for `queue` on the master: True when the master
+        has it, False when it is kept here until the master is reachable again."""
+        state = await self._state(queue.broker_name)
+        self._pending_commits[queue] = offset
+        now = trio.current_time()
+        if state.master is None or (state.on_slave and now < state.retry_at):
+            return False
+        try:
+            await self.pool.request(state.master, "commit_offset", group=self.group, topic=queue.topic,
+                                    queue_id=queue.queue_id, offset=offset)
+        except (*UNREACHABLE, ServiceUnavailable) as e:
+            self._master_failed(state, e)
+            return False
+        if self._pending_commits.get(queue) == offset:
+            del self._pending_commits[queue]
+        if state.on_slave:
+            await self._master_back(state)
+        return True
+
+    async def flush_commits(self) -> dict[MessageQueue, int]:
+        """Try to commit every pending offset now; returns those still pending."""
+        for queue, offset in list(self._pending_commits.items()):
+            state = await self._state(queue.broker_name)
+            if state.master is None:
+                continue
+            try:
+                await self.pool.request(state.master, "commit_offset", group=self.group, topic=queue.topic,
+                                        queue_id=queue.queue_id, offset=offset)
+            except (*UNREACHABLE, ServiceUnavailable) as e:
+                log.debug("pending commit of %s=%d still waits: %s", queue, offset, e)
+                continue
+            if self._pending_commits.get(queue) == offset:
+                del self._pending_commits[queue]
+        return dict(self._pending_commits)
+
+    async def fetch_offset(self, queue: MessageQueue) -> int | None:
+        """The group's committed offset for `queue` (a pending local commit wins), from the
+        master, or from a slave's synced copy while the master is unreachable; None when
+        the group never committed one."""
+        if queue in self._pending_commits:
+            return self._pending_commits[queue]
+        try:
+            response, _, _ = await self._read(queue.broker_name, "fetch_offset", group=self.group,
+                                              topic=queue.topic, queue_id=queue.queue_id)
+        except NotFound:
+            return None
+        return int(response["offset"])
+
+    async def min_offset(self, queue: MessageQueue) -> int:
+        response, _, _ = await self._read(queue.broker_name, "min_offset", topic=queue.topic, queue_id=queue.queue_id)
+        return int(response["offset"])
+
+    async def max_offset(self, queue: MessageQueue) -> int:
+        response, _, _ = await self._read(queue.broker_name, "max_offset", topic=queue.topic, queue_id=queue.queue_id)
+        return int(response["offset"])
+
+    # ---- master / slave selection -------------------------------------------------------
+
+    def _learn(self, route: TopicRoute) -> None:
+        for group in route.groups:
+            state = self._groups.setdefault(group.broker_name, _GroupState(group.broker_name))
+            if group.master is not None:
+                state.master = group.master.address
+            slaves = [b.address for b in group.slaves]
+            if slaves:
+                state.slaves = slaves
+
+    async def _state(self, broker_name: str) -> _GroupState:
+        if broker_name not in self._groups:
+            with contextlib.suppress(NotFound):
+                self._learn(await self.route(self.topic))
+        if broker_name not in self._groups:
+            with contextlib.suppress(NotFound):
+                self._learn(await self.route(self.topic, refresh=True))
+        if broker_name not in self._groups:
+            raise NotFound(Status.NOT_FOUND.value, f"no group {broker_name!r} serves topic {self.topic!r}")
+        return self._groups[broker_name]
+
+    def _master_failed(self, state: _GroupState, error: TidemqError) -> None:
+        now = trio.current_time()
+        if state.on_slave and state.retry_at > now:
+            return  # a concurrent request already recorded this failure
+        state.backoff = self.master_retry_s if not state.on_slave else min(
+            max(state.backoff * 2, self.master_retry_s), self.master_retry_max_s)
+        if not state.on_slave:
+            log.warning("master %s of %s is unreachable (%s); reading from its slaves, retrying the "
+                        "master in %.1f s", state.master, state.broker_name, error, state.backoff)
+        state.on_slave = True
+        state.retry_at = now + state.backoff
+        self.invalidate(self.topic)
+
+    async def _master_back(self, state: _GroupState) -> None:
+        log.info("master %s of %s answers again; reading from it", state.master, state.broker_name)
+        state.on_slave = False
+        state.backoff = 0.0
+        if any(q.broker_name == state.broker_name for q in self._pending_commits):
+            await self.flush_commits()
+
+    async def _read(self, broker_name: str, op: str, *, timeout: float | None = None,
+                    **fields: Any) -> tuple[dict[str, Any], str, bool]:
+        """`op` on the group's master when it is (or may again be) reachable, else on a
+        slave; returns (response, address, answered_by_slave)."""
+        state = await self._state(broker_name)
+        if state.on_slave and trio.current_time() >= state.retry_at:
+            self._learn_quietly(await self._route_or_none())
+        try_master = state.master is not None and (not state.on_slave or trio.current_time() >= state.retry_at)
+        order = ([state.master] if try_master else []) + [s for s in state.slaves if s != state.master]
+        if not order and state.master is not None:
+            order = [state.master]
+        errors: list[TidemqError] = []
+        for address in order:
+            assert address is not None
+            try:
+                response = await self.pool.request(address, op, timeout=timeout, **fields)
+            except (*UNREACHABLE, ServiceUnavailable) as e:
+                errors.append(e)
+                if address == state.master:
+                    self._master_failed(state, e)
+                continue
+            is_master = address == state.master
+            if is_master and state.on_slave:
+                await self._master_back(state)
+            return response, address, not is_master
+        self.invalidate(self.topic)
+        if not errors:
+            raise ConnectionLost(f"group {broker_name} has no known broker")
+        raise _with_message(errors[-1], f"no broker of group {broker_name} answered {op}: "
+                            + "; ".join(str(e) for e in errors))
+
+    async def _route_or_none(self) -> TopicRoute | None:
+        try:
+            return await self.route(self.topic)
+        except TidemqError:
+            return None
+
+    def _learn_quietly(self, route: TopicRoute | None) -> None:
+        if route is not None:
+            self._learn(route)
+
+    async def _before_close(self) -> None:
+        if self._pending_commits:
+            with trio.move_on_after(self.connect_timeout + self.request_timeout):
+                await self.flush_commits()
+            if self._pending_commits:
+                log.warning("%d offset commit(s) of group %s could not reach the master and are lost; "
+                            "the group will re-read from its last committed offsets",
+                            len(self._pending_commits), self.group)

@@ -1,0 +1,255 @@
+"""Producer: round robin over writable queues, retry on another group (see cluster.client)."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import trio
+
+from node.client import (
+    BadRequest,
+    ConnectionLost,
+    NotFound,
+    PutFailed,
+    RequestTimeout,
+    ServiceUnavailable,
+    TidemqError,
+)
+from node.protocol import Status
+
+from .base import (
+    FAULT_BACKOFF_S,
+    ROUTE_TTL_S,
+    Message,
+    SendResult,
+    _Client,
+    _with_message,
+)
+from .routing import (
+    BrokerInfo,
+    GroupRoute,
+    TopicRoute,
+)
+
+log = logging.getLogger("tidemq.client")
+
+
+# ---------------------------------------------------------------- Producer
+
+
+@attrs.define
+class _Target:
+    broker_name: str | None
+    address: str
+    queue_id: int | None
+
+
+class Producer(_Client):
+    """Sends messages to the masters of the groups serving a topic.
+
+    Queue selection is round robin over the writable queues of every group whose master
+    the route lists (RocketMQ's default), skipping a master that just refused a
+    connection (for FAULT_BACKOFF_S) or that the name server saw go away. A send that
+    fails with ConnectionLost, RequestTimeout, SERVICE_NOT_AVAILABLE or OS_PAGECACHE_BUSY
+    is retried up to `retries` times on another queue, preferring another group; other
+    errors (BAD_REQUEST, NOT_FOUND, MESSAGE_ILLEGAL, ...) are raised at once.
+
+    `send_timeout` bounds each attempt. With `wait=True` on a SYNC_MASTER the node may
+    take up to its slaveTimeout (3 s) before answering FLUSH_SLAVE_TIMEOUT; give a larger
+    send_timeout if that answer matters more than a retry (a retried send may be stored
+    twice). A topic no route knows yet is sent, for one route period (`route_ttl_s`),
+    round robin to every master with no queue id: each node picks the queue and creates
+    the topic (autoCreateTopicEnable), so the topic ends up on every group as with
+    RocketMQ's default-topic route; then the topic's own route is used.
+    """
+
+    def __init__(
+        self,
+        namesrv: str | Sequence[str] | None = None,
+        brokers: Sequence[str] | str | None = None,
+        *,
+        send_timeout: float = 3.0,
+        retries: int = 2,
+        connect_timeout: float = 3.0,
+        route_ttl_s: float = ROUTE_TTL_S,
+    ) -> None:
+        super().__init__(namesrv, brokers, connect_timeout=connect_timeout,
+                         request_timeout=send_timeout, route_ttl_s=route_ttl_s)
+        if retries < 0:
+            raise ValueError(f"retries must be >= 0, got {retries}")
+        self.send_timeout = send_timeout
+        self.retries = retries
+        self._counters: dict[str, itertools.count] = {}
+        self._down_until: dict[str, float] = {}
+        self._creating: dict[str, float] = {}  # topic → until when it is sent without a route
+        self._masters: tuple[float, list[BrokerInfo]] | None = None
+
+    async def __aenter__(self) -> Producer:
+        return await super().__aenter__()
+
+    async def send(
+        self,
+        topic: str,
+        body: bytes | str,
+        *,
+        tags: str | None = None,
+        keys: Iterable[str] = (),
+        properties: Mapping[str, str] | None = None,
+        queue_id: int | None = None,
+        broker_name: str | None = None,
+        wait: bool = True,
+    ) -> SendResult:
+        """Store one message; see the class docstring for selection, retries and statuses.
+        `queue_id` (optionally with `broker_name`) pins the queue."""
+        fields = Message(body, tags, tuple(keys), properties).to_wire()
+        return await self._send("send", topic, fields, queue_id, broker_name, wait)
+
+    async def send_batch(
+        self,
+        topic: str,
+        messages: Iterable[Message | bytes | str],
+        *,
+        queue_id: int | None = None,
+        broker_name: str | None = None,
+        wait: bool = True,
+    ) -> SendResult:
+        """Store several messages atomically in one queue (one put); bodies or Messages."""
+        wire = [(m if isinstance(m, Message) else Message(m)).to_wire() for m in messages]
+        if not wire:
+            raise ValueError("send_batch needs at least one message")
+        return await self._send("send_batch", topic, {"messages": wire}, queue_id, broker_name, wait)
+
+    # ---- internals ----------------------------------------------------------------------
+
+    async def _send(
+        self, op: str, topic: str, fields: dict[str, Any], queue_id: int | None,
+        broker_name: str | None, wait: bool,
+    ) -> SendResult:
+        attempts = 1 + self.retries
+        failed_groups: set[str] = set()
+        errors: list[TidemqError] = []
+        for attempt in range(attempts):
+            target = await self._select(topic, queue_id, broker_name, failed_groups)
+            request = dict(fields, topic=topic, wait=wait)
+            if target.queue_id is not None:
+                request["queue_id"] = target.queue_id
+            try:
+                response = await self.pool.request(target.address, op, timeout=self.send_timeout, **request)
+            except (ConnectionLost, RequestTimeout, ServiceUnavailable, PutFailed) as e:
+                if isinstance(e, PutFailed) and e.status != Status.OS_PAGECACHE_BUSY.value:
+                    raise
+                if isinstance(e, ConnectionLost):
+                    self._down_until[target.address] = trio.current_time() + FAULT_BACKOFF_S
+                errors.append(e)
+                failed_groups.add(target.broker_name or target.address)
+                self.invalidate(topic)
+                log.info("send to %s on %s failed (attempt %d of %d): %s", topic, target.address,
+                         attempt + 1, attempts, e)
+                continue
+            except NotFound:
+                self.invalidate(topic)
+                self._creating.pop(topic, None)
+                raise
+            self._down_until.pop(target.address, None)
+            return self._result(op, response, target)
+        assert errors
+        raise _with_message(errors[-1], f"{op} to topic {topic!r} failed after {attempts} attempt(s): "
+                            + "; ".join(str(e) for e in errors))
+
+    def _result(self, op: str, response: Mapping[str, Any], target: _Target) -> SendResult:
+        ids = tuple(response["msg_ids"]) if op == "send_batch" else (response["msg_id"],)
+        return SendResult(
+            status=Status(response["status"]),
+            msg_id=ids[0],
+            broker_name=target.broker_name or "",
+            queue_id=response["queue_id"],
+            queue_offset=response["queue_offset"],
+            commitlog_offset=response["commitlog_offset"],
+            msg_ids=ids,
+            address=target.address,
+        )
+
+    async def _select(
+        self, topic: str, queue_id: int | None, broker_name: str | None, failed: set[str]
+    ) -> _Target:
+        now = trio.current_time()
+        if self._creating.get(topic, -math.inf) > now:
+            return await self._select_without_route(topic, queue_id, broker_name, failed)
+        try:
+            route = await self.route(topic)
+        except NotFound:
+            # RocketMQ's TBW102: until the next route poll, send to every master, each of
+            # which creates the topic, so a new topic ends up on every group
+            self._creating[topic] = now + self.route_ttl_s
+            return await self._select_without_route(topic, queue_id, broker_name, failed)
+        candidates = self._candidates(route, queue_id, broker_name)
+        if not candidates:
+            route = await self.route(topic, refresh=True)
+            candidates = self._candidates(route, queue_id, broker_name)
+        if not candidates:
+            if queue_id is not None and self._candidates(route, None, broker_name):
+                most = max(g.queue_data.write_queue_nums for g, _ in self._candidates(route, None, broker_name)
+                           if g.queue_data is not None)
+                raise BadRequest(Status.BAD_REQUEST.value,
+                                 f"queue_id {queue_id} is out of range: topic {topic!r} has {most} write queues")
+            raise ServiceUnavailable(Status.SERVICE_NOT_AVAILABLE.value,
+                                     f"no writable master serves topic {topic!r}")
+        now = trio.current_time()
+
+        def rank(c: tuple[GroupRoute, int]) -> tuple[bool, bool]:
+            group = c[0]
+            master = group.master
+            assert master is not None
+            down = not master.alive or self._down_until.get(master.address, 0) > now
+            return (group.broker_name in failed, down)
+
+        # round robin over the best class: queues of groups that neither failed this send
+        # nor look down, else the next best
+        best = min(rank(c) for c in candidates)
+        usable = [c for c in candidates if rank(c) == best]
+        group, qid = usable[next(self._counters.setdefault(topic, itertools.count())) % len(usable)]
+        assert group.master is not None
+        return _Target(group.broker_name, group.master.address, qid)
+
+    @staticmethod
+    def _candidates(route: TopicRoute, queue_id: int | None, broker_name: str | None) -> list[tuple[GroupRoute, int]]:
+        out = []
+        for group in route.groups:
+            qd = group.queue_data
+            if group.master is None or qd is None or not qd.writable:
+                continue
+            if broker_name is not None and group.broker_name != broker_name:
+                continue
+            if queue_id is not None:
+                if queue_id < qd.write_queue_nums:
+                    out.append((group, queue_id))
+            else:
+                out.extend((group, q) for q in range(qd.write_queue_nums))
+        return out
+
+    async def _select_without_route(
+        self, topic: str, queue_id: int | None, broker_name: str | None, failed: set[str]
+    ) -> _Target:
+        """No route for the topic yet: round robin over every master, which creates the
+        topic (autoCreateTopicEnable) and picks the queue."""
+        now = trio.current_time()
+        if self._masters is None or now - self._masters[0] >= self.route_ttl_s or failed:
+            self._masters = (now, [b for b in await self.cluster_info() if b.is_master])
+        masters = [b for b in self._masters[1] if broker_name is None or b.broker_name == broker_name]
+        if not masters:
+            raise NotFound(Status.NOT_FOUND.value,
+                           f"topic {topic!r} has no route and no master is known to create it")
+        now = trio.current_time()
+
+        def rank(b: BrokerInfo) -> tuple[bool, bool]:
+            return (b.broker_name in failed, not b.alive or self._down_until.get(b.address, 0) > now)
+
+        top = min(rank(b) for b in masters)
+        usable = sorted((b for b in masters if rank(b) == top), key=lambda b: b.broker_name)
+        chosen = usable[next(self._counters.setdefault(topic, itertools.count())) % len(usable)]
+        return _Target(chosen.broker_name, chosen.address, queue_id)
