@@ -19,6 +19,8 @@ import os
 import struct
 import threading
 
+from .mapped_file import grow_file
+
 log = logging.getLogger("tidemq.store")
 
 CHECKPOINT_FILE_SIZE = 4096  # RocketMQ maps exactly OS_PAGE_SIZE
@@ -37,8 +39,9 @@ class StoreCheckpoint:
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             if os.fstat(self._fd).st_size < CHECKPOINT_FILE_SIZE:
-                # Java's FileChannel.map extends a short file the same way.
-                os.ftruncate(self._fd, CHECKPOINT_FILE_SIZE)
+                # Java's FileChannel.map extends a short file the same way; the blocks are
+                # reserved so a full disk cannot SIGBUS a later write through the map.
+                grow_file(self._fd, path, CHECKPOINT_FILE_SIZE, preallocate=True)
             self._mm = mmap.mmap(
                 self._fd, CHECKPOINT_FILE_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE
             )

@@ -52,7 +52,7 @@ def _zero_range(fd: int, offset: int, length: int) -> bool:
 _NO_FALLOCATE = {errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS}
 
 
-def _grow(fd: int, path: str, file_size: int, preallocate: bool) -> None:
+def grow_file(fd: int, path: str, file_size: int, preallocate: bool) -> None:
     """Size a new segment file. With `preallocate` its blocks are reserved now
     (posix_fallocate), so a full disk fails here with ENOSPC instead of killing the process
     with SIGBUS when a write through the map first touches an unbacked page. Without it, or
@@ -78,7 +78,7 @@ def _create(path: str, file_size: int, preallocate: bool) -> None:
     tmp = path + CREATING_SUFFIX
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        _grow(fd, path, file_size, preallocate)
+        grow_file(fd, path, file_size, preallocate)
     except BaseException:
         os.close(fd)
         with contextlib.suppress(OSError):

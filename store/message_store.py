@@ -187,6 +187,8 @@ class MessageStore:
         """Lock the root, map the segments and recover (blocking; done once at start)."""
         self.lock.acquire()
         try:
+            if self.pool is not None:
+                self.pool.allocate()
             self.last_exit_ok = not os.path.exists(self.abort_path)
             self.commit_log.load()
             self.consume_queues.load()

@@ -32,15 +32,20 @@ class TransientStorePool:
         self._free: list[mmap.mmap] = []
         self._lock = threading.Lock()
         self.locked_in_memory = True
-        for _ in range(pool_size):
-            buf = mmap.mmap(-1, buffer_size)
-            if self.locked_in_memory and not _mlock(buf, buffer_size):
-                self.locked_in_memory = False
-                log.warning(
-                    "transient store pool: mlock of %d bytes refused (RLIMIT_MEMLOCK); "
-                    "buffers stay unlocked and may be swapped out", buffer_size,
-                )
-            self._free.append(buf)
+
+    def allocate(self) -> None:
+        """Map (and mlock) the buffers: done once the store holds its lock, so a second
+        process failing on the lock never grabs pool_size × segment size of memory."""
+        with self._lock:
+            while len(self._free) < self.pool_size:
+                buf = mmap.mmap(-1, self.buffer_size)
+                if self.locked_in_memory and not _mlock(buf, self.buffer_size):
+                    self.locked_in_memory = False
+                    log.warning(
+                        "transient store pool: mlock of %d bytes refused (RLIMIT_MEMLOCK); "
+                        "buffers stay unlocked and may be swapped out", self.buffer_size,
+                    )
+                self._free.append(buf)
 
     def borrow(self) -> mmap.mmap | None:
         with self._lock:
