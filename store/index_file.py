@@ -90,9 +90,9 @@ class IndexFile:
         self.file_size = index_file_size(hash_slot_num, index_num)
         existed = os.path.exists(path)
         # MappedFile checks an existing file's size (SegmentSizeError) and creates a new one sparse.
-        # preallocated like CommitLog segments: entries are written through the map, and a
-        # full disk must fail the file's creation, not SIGBUS the process at a later write
-        self._mf = MappedFile(path, self.file_size, preallocate=True)
+        # sparse, unlike CommitLog segments: a default index file is 420 MB that fills slowly;
+        # diskSpaceWarningLevelRatio stops writes (and so dispatch) before the disk is full
+        self._mf = MappedFile(path, self.file_size)
         # Everything is readable; nothing is "appended" (writes go straight into the map).
         self._mf.set_positions(self.file_size)
         self._mm = self._mf.mm
