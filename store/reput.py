@@ -32,6 +32,7 @@ from .message import (
 from .status import RunningFlags
 
 TRANSACTION_COMMIT = int(SysFlag.TRANSACTION_COMMIT)
+ROUND_BYTES = 256 * 1024  # CommitLog bytes dispatched before other tasks get a turn
 
 log = logging.getLogger("tidemq.store")
 
@@ -68,18 +69,22 @@ class ReputMessageService:
         """Return after the next dispatch round that made progress."""
         await self._dispatched.wait()
 
-    def do_reput(self) -> int:
-        """Dispatch every complete record readable now; returns how many were dispatched."""
+    def do_reput(self, max_bytes: int | None = None) -> int:
+        """Dispatch complete records readable now (up to about `max_bytes` of CommitLog);
+        returns how many were dispatched."""
         if self.stopped_at_error is not None:
             return 0
         cl = self.commit_log
         count = 0
+        stop_at = None if max_bytes is None else self.reput_from_offset + max_bytes
         if self.reput_from_offset < cl.min_offset():
             log.warning("reput offset %d is below the CommitLog min %d; moving up",
                         self.reput_from_offset, cl.min_offset())
             self.reput_from_offset = cl.min_offset()
         while self.reput_from_offset < cl.max_offset():
             offset = self.reput_from_offset
+            if stop_at is not None and offset >= stop_at:
+                break
             mf = cl.queue.find_by_offset(offset)
             if mf is None:
                 break
@@ -139,4 +144,7 @@ class ReputMessageService:
         while True:
             await self._wake.wait()  # every append path (put, BLANK filler, replication) wakes it
             self._wake = trio.Event()
-            self.do_reput()
+            # a large backlog (a slave catching up) goes in rounds, so the tasks sharing the
+            # loop (HA reads and acks, client requests) are not starved while dispatch trails
+            while self.do_reput(max_bytes=ROUND_BYTES) and self.dispatch_behind_bytes():
+                await trio.lowlevel.checkpoint()
