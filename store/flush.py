@@ -40,6 +40,12 @@ def commit_to_end(queue: MappedFileQueue) -> None:
         queue.commit(0)
 
 
+def _report_flushed(queue: MappedFileQueue, on_flushed: Callable[[int], None]) -> None:
+    """Hand the store time of the last fully flushed message on (the checkpoint's physic time)."""
+    if queue.store_timestamp:
+        on_flushed(queue.store_timestamp)
+
+
 class _LeastPages:
     """`least_pages` per round, but 0 (everything) once `thorough_interval_ms` has passed
     since the last thorough round: the rule every flush and commit service shares."""
@@ -99,8 +105,7 @@ class GroupCommitService:
             if self.queue.flushed_where >= target:
                 break
             await self._flush_once()
-        if self.queue.store_timestamp:
-            self._on_flushed(self.queue.store_timestamp)
+        _report_flushed(self.queue, self._on_flushed)
         pending = []
         for r in requests:
             if self.queue.flushed_where >= r.next_offset:
@@ -123,8 +128,7 @@ class GroupCommitService:
         await self._do_commit(self._requests)
         self._requests = []
         await trio.to_thread.run_sync(flush_to_end, self.queue)  # WAIT=false puts too
-        if self.queue.store_timestamp:
-            self._on_flushed(self.queue.store_timestamp)
+        _report_flushed(self.queue, self._on_flushed)
 
 
 class FlushRealTimeService:
@@ -152,8 +156,7 @@ class FlushRealTimeService:
 
     async def flush(self, least_pages: int) -> None:
         await trio.to_thread.run_sync(self.queue.flush, least_pages)
-        if self.queue.store_timestamp:
-            self._on_flushed(self.queue.store_timestamp)
+        _report_flushed(self.queue, self._on_flushed)
 
     async def run(self) -> None:
         while True:
@@ -168,8 +171,7 @@ class FlushRealTimeService:
 
     async def shutdown(self) -> None:
         await trio.to_thread.run_sync(flush_to_end, self.queue)
-        if self.queue.store_timestamp:
-            self._on_flushed(self.queue.store_timestamp)
+        _report_flushed(self.queue, self._on_flushed)
 
 
 class CommitRealTimeService:

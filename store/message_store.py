@@ -126,6 +126,8 @@ class MessageStore:
     ) -> None:
         self.config = config
         self.clock = clock
+        # RocketMQ's "still in memory" bound for reads: 40% of RAM (read once, not per pull)
+        self._memory_in_page_cache = psutil.virtual_memory().total * 0.4
         self.disk_usage = disk_usage  # cleanup's disk probe (None: psutil on the real partition)
         self.clean_commit_log: CleanCommitLogService | None = None
         self.clean_consume_queue: CleanConsumeQueueService | None = None
@@ -211,7 +213,7 @@ class MessageStore:
                     rebuild = max(self.index.rebuild_from, self.commit_log.min_offset(), 0)
                     log.info("recovery: rebuilding the index from CommitLog offset %d", rebuild)
                     self._dispatch_from = rebuild if self._dispatch_from is None else min(self._dispatch_from, rebuild)
-            self._recover_topic_queue_table()
+            # the topic-queue table is rebuilt in start(), after dispatch has caught up
             self.reput = ReputMessageService(
                 self.commit_log, self.consume_queues, self.index, self.checkpoint, self.flags,
                 is_slave=lambda: not self.config.broker_role.is_master,
@@ -647,7 +649,7 @@ class MessageStore:
                 next_phy_file_start = -1
         result.next_begin_offset = offset + scanned
         diff = self.commit_log.max_offset() - (result.messages[-1].commitlog_offset if result.messages else 0)
-        result.suggest_pulling_from_slave = diff > psutil.virtual_memory().total * 0.4
+        result.suggest_pulling_from_slave = diff > self._memory_in_page_cache
 
     def query_message(
         self, topic: str, key: str, max_num: int = 32, begin_ts: int = 0, end_ts: int = 2**63 - 1
