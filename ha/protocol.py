@@ -37,11 +37,6 @@ _HEADER = struct.Struct(">qi")
 assert _REPORT.size == REPORT_SIZE
 assert _HEADER.size == HEADER_SIZE
 
-# TransferDecoder compacts its buffer once the consumed prefix is at least this large (and at
-# least half the buffer), so partial frames fed in small pieces are not copied repeatedly.
-_COMPACT_THRESHOLD = 64 * 1024
-
-
 class ProtocolError(ValueError):
     """The peer (or the caller) produced a value the HA wire cannot carry; close the connection."""
 
@@ -120,15 +115,19 @@ class ReportDecoder:
 
 @attrs.frozen
 class Transfer:
-    """One master frame: ``body`` is the CommitLog data starting at ``offset``."""
+    """One master frame: ``body`` is the CommitLog data starting at ``offset``.
+
+    The body is read-only: bytes, or a memoryview into the chunk it arrived in (no copy of
+    the CommitLog data on its way from the socket to the slave's log).
+    """
 
     offset: int
-    body: bytes = attrs.field(repr=lambda body: f"<{len(body)} bytes>")
+    body: bytes | memoryview = attrs.field(repr=lambda body: f"<{len(body)} bytes>")
 
     @property
     def is_heartbeat(self) -> bool:
         """An empty body only says where the master will continue."""
-        return not self.body
+        return not len(self.body)
 
     @property
     def end(self) -> int:
@@ -141,60 +140,66 @@ class TransferDecoder:
 
     Data may be split anywhere (inside a header, inside a body, several frames per chunk).
     A header is validated as soon as its 12 bytes arrive, so an oversized or negative size is
-    rejected before any of its body is buffered.
+    rejected before any of its body is buffered. Frames complete within one fed chunk are
+    views into it; only a frame split across chunks is copied together.
     """
 
     def __init__(self, max_body: int = DEFAULT_BATCH_SIZE) -> None:
         if not 0 <= max_body <= INT32_MAX:
             raise ValueError(f"max_body {max_body} must be between 0 and {INT32_MAX}")
         self.max_body = max_body
-        self._buf = bytearray()
-        self._pos = 0  # start of the unconsumed data in _buf
-        self._header: tuple[int, int] | None = None  # (offset, size) of the frame in progress
+        self._pending = bytearray()  # the start of a frame split across chunks
         self._failed = False
 
     @property
     def buffered(self) -> int:
         """Bytes of an incomplete frame (header included) held until the next `feed`."""
-        return len(self._buf) - self._pos + (HEADER_SIZE if self._header is not None else 0)
+        return len(self._pending)
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[Transfer]:
         """Consume ``data``; return every frame it completes, in stream order."""
         if self._failed:
             raise ProtocolError("transfer decoder already failed; the connection must be closed")
-        buf = self._buf
-        buf += data
+        if not isinstance(data, bytes):
+            data = bytes(data)  # the caller may reuse a mutable buffer; frames must not change
+        view = memoryview(data)
+        end = len(view)
         frames: list[Transfer] = []
-        pos = self._pos
-        end = len(buf)
-        header = self._header
         try:
-            while True:
-                if header is None:
-                    if end - pos < HEADER_SIZE:
-                        break
-                    header = self._check_header(*_HEADER.unpack_from(buf, pos))
-                    pos += HEADER_SIZE
-                offset, size = header
-                if end - pos < size:
+            pos = self._finish_pending(view, frames)
+            while end - pos >= HEADER_SIZE:
+                offset, size = self._check_header(*_HEADER.unpack_from(view, pos))
+                if end - pos - HEADER_SIZE < size:
                     break
-                with memoryview(buf) as view:
-                    body = bytes(view[pos : pos + size])
+                pos += HEADER_SIZE
+                frames.append(Transfer(offset, view[pos : pos + size]))
                 pos += size
-                frames.append(Transfer(offset, body))
-                header = None
         except ProtocolError:
             self._failed = True
             raise
-        self._header = header
-        if pos == end:
-            buf.clear()
-            pos = 0
-        elif pos >= _COMPACT_THRESHOLD and pos * 2 >= end:
-            del buf[:pos]
-            pos = 0
-        self._pos = pos
+        if pos < end:
+            self._pending += view[pos:]
         return frames
+
+    def _finish_pending(self, view: memoryview, frames: list[Transfer]) -> int:
+        """Complete a frame begun in an earlier chunk; returns how much of `view` it used."""
+        pending = self._pending
+        if not pending:
+            return 0
+        pos = 0
+        if len(pending) < HEADER_SIZE:
+            pos = min(HEADER_SIZE - len(pending), len(view))
+            pending += view[:pos]
+            if len(pending) < HEADER_SIZE:
+                return pos
+        offset, size = self._check_header(*_HEADER.unpack_from(pending, 0))
+        take = min(HEADER_SIZE + size - len(pending), len(view) - pos)
+        pending += view[pos : pos + take]
+        pos += take
+        if len(pending) == HEADER_SIZE + size:
+            frames.append(Transfer(offset, bytes(pending[HEADER_SIZE:])))
+            pending.clear()
+        return pos
 
     def _check_header(self, offset: int, size: int) -> tuple[int, int]:
         if offset < 0:

@@ -24,7 +24,10 @@ from .protocol import ProtocolError, Transfer, TransferDecoder, encode_report
 
 log = logging.getLogger("tidemq.ha")
 
-RECEIVE_SIZE = 256 * 1024
+RECEIVE_SIZE = 1024 * 1024
+"""One read takes up to this much of a backlog: while the slave catches up, each turn of the
+read loop appends far more than a dispatch round (64 KiB) consumes, so acks run ahead of
+dispatch and the ConsumeQueues catch up afterwards, as with RocketMQ's separate threads."""
 BACKOFF_START_S = 0.1
 BACKOFF_MAX_S = 5.0
 

@@ -32,7 +32,9 @@ from .message import (
 from .status import RunningFlags
 
 TRANSACTION_COMMIT = int(SysFlag.TRANSACTION_COMMIT)
-ROUND_BYTES = 256 * 1024  # CommitLog bytes dispatched before other tasks get a turn
+ROUND_BYTES = 64 * 1024
+"""CommitLog bytes dispatched before other tasks get a turn: small enough that a catching-up
+slave's reads and acks (1 MiB a turn) and client requests are not held behind dispatch."""
 
 log = logging.getLogger("tidemq.store")
 

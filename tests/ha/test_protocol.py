@@ -111,7 +111,7 @@ def test_transfer_round_trip_any_split(frames, cuts):
     decoder = TransferDecoder(max_body=300)
     got = feed_all(decoder, split(stream, cuts))
     assert got == [Transfer(off, body) for off, body in frames]
-    assert all(type(t.body) is bytes for t in got)
+    assert all(isinstance(t.body, bytes) or t.body.readonly for t in got)
     assert decoder.buffered == 0
 
 
@@ -161,7 +161,7 @@ def test_many_frames_in_one_chunk():
 
 
 def test_full_batches_fed_in_small_pieces():
-    """Exercise the buffer compaction path: many max-size bodies, fed 1000 bytes at a time."""
+    """Frames split across many chunks: many max-size bodies, fed 1000 bytes at a time."""
     frames = [Transfer(i * DEFAULT_BATCH_SIZE, bytes([i]) * DEFAULT_BATCH_SIZE) for i in range(12)]
     stream = b"".join(encode_transfer(t.offset, t.body) for t in frames)
     decoder = TransferDecoder()
@@ -287,3 +287,11 @@ def test_bad_header_split_is_detected_once_complete(cut):
 def test_max_body_must_be_sane():
     with pytest.raises(ValueError, match="-1"):
         TransferDecoder(max_body=-1)
+
+
+def test_frames_do_not_change_when_the_fed_buffer_is_reused():
+    """A frame may be a view of the chunk it came in; a mutable chunk is copied first."""
+    chunk = bytearray(encode_transfer(0, b"abc"))
+    (frame,) = TransferDecoder().feed(chunk)
+    chunk[HEADER_SIZE:] = b"xyz"
+    assert frame.body == b"abc"
