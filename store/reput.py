@@ -84,50 +84,66 @@ class ReputMessageService:
                         self.reput_from_offset, cl.min_offset())
             self.reput_from_offset = cl.min_offset()
         while self.reput_from_offset < cl.max_offset():
-            offset = self.reput_from_offset
-            if stop_at is not None and offset >= stop_at:
+            if stop_at is not None and self.reput_from_offset >= stop_at:
                 break
-            mf = cl.queue.find_by_offset(offset)
-            if mf is None:
+            mf = cl.queue.find_by_offset(self.reput_from_offset)
+            if mf is None or not mf.hold():
                 break
-            pos = offset % cl.file_size
-            readable = mf.get_read_position()
-            if not mf.hold():
-                break
-            try:
-                if readable - pos < 8:
-                    if mf is cl.queue.last() and not mf.is_full():
-                        break  # a replicated record header still on its way
-                    kind, size, req, error = RecordKind.INVALID, -1, None, "segment ends without a BLANK filler"
-                else:
-                    total, magic = read_total_size(mf.mm, pos)
-                    if magic == BLANK_MAGIC_CODE and pos + total == cl.file_size:
-                        # the filler spans to the segment end (a slave may not have its zeros yet)
-                        self.reput_from_offset = cl.roll_next_file(offset)
-                        continue
-                    if (magic in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2) and total > readable - pos
-                            and mf is cl.queue.last() and total + pos <= cl.file_size):
-                        break  # a replicated record still incomplete
-                    kind, size, req, error = decode_dispatch(mf.mm, pos, readable)
+            try:  # one hold per segment, not per record
+                more, n = self._reput_segment(mf, stop_at)
             finally:
                 mf.release()
-            if kind is RecordKind.INVALID:
-                self.stopped_at_error = f"cannot decode the CommitLog record at offset {offset}: {error}"
-                log.error("dispatch stopped: %s", self.stopped_at_error)
-                self.flags.set(RunningFlags.WRITE_LOGICS_QUEUE_ERROR)
+            count += n
+            if not more:
                 break
-            if kind is RecordKind.BLANK:
-                self.reput_from_offset = cl.roll_next_file(offset)
-                continue
-            self._dispatch(req)
-            self.reput_from_offset = offset + size
-            count += 1
         if count:
             self._dispatched.set()
             self._dispatched = trio.Event()
         return count
 
-    def _dispatch(self, req: DispatchRequest) -> None:
+    def _reput_segment(self, mf, stop_at: int | None) -> tuple[bool, int]:
+        """Dispatch records of the held segment `mf` from `reput_from_offset`; returns (go on
+        with the next segment, records dispatched)."""
+        cl = self.commit_log
+        file_size = cl.file_size
+        base = mf.file_from_offset
+        pos = self.reput_from_offset - base
+        readable = mf.get_read_position()
+        growing = mf is cl.queue.last() and not mf.is_full()  # replicated bytes may still come
+        mm = mf.mm
+        dispatch = self._dispatch
+        is_slave = self.is_slave()
+        n = 0
+        while stop_at is None or base + pos < stop_at:
+            if readable - pos < 8:
+                if growing:
+                    return False, n  # a record header still on its way (or nothing new)
+                kind, size, req, error = RecordKind.INVALID, -1, None, "segment ends without a BLANK filler"
+            else:
+                total, magic = read_total_size(mm, pos)
+                if magic == BLANK_MAGIC_CODE and pos + total == file_size:
+                    # the filler spans to the segment end (a slave may not have its zeros yet)
+                    self.reput_from_offset = cl.roll_next_file(base + pos)
+                    return True, n
+                if (magic in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2) and total > readable - pos
+                        and growing and total + pos <= file_size):
+                    return False, n  # a replicated record still incomplete
+                kind, size, req, error = decode_dispatch(mm, pos, readable)
+            if kind is RecordKind.INVALID:
+                self.stopped_at_error = f"cannot decode the CommitLog record at offset {base + pos}: {error}"
+                log.error("dispatch stopped: %s", self.stopped_at_error)
+                self.flags.set(RunningFlags.WRITE_LOGICS_QUEUE_ERROR)
+                return False, n
+            if kind is RecordKind.BLANK:
+                self.reput_from_offset = cl.roll_next_file(base + pos)
+                return True, n
+            dispatch(req, is_slave)
+            pos += size
+            self.reput_from_offset = base + pos
+            n += 1
+        return False, n
+
+    def _dispatch(self, req: DispatchRequest, is_slave: bool) -> None:
         if req.sys_flag & TRANSACTION_MASK in (0, TRANSACTION_COMMIT):
             cq = self.consume_queues.find_or_create(req.topic, req.queue_id)
             if not cq.put_message_position_info(req.commitlog_offset, req.size, req.tags_code, req.queue_offset):
@@ -135,9 +151,9 @@ class ReputMessageService:
                           req.topic, req.queue_id, req.commitlog_offset)
                 self.flags.set(RunningFlags.WRITE_LOGICS_QUEUE_ERROR)
             self.checkpoint.logics_msg_timestamp = req.store_timestamp
-            if self.is_slave():
+            if is_slave:
                 self.checkpoint.physic_msg_timestamp = req.store_timestamp
-        if self.index is not None and not self.index.build_index(
+        if (req.keys or req.uniq_key) and self.index is not None and not self.index.build_index(
             req.topic, req.commitlog_offset, req.store_timestamp, req.keys, req.uniq_key, req.sys_flag
         ):
             self.flags.set(RunningFlags.WRITE_INDEX_FILE_ERROR)
