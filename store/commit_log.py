@@ -21,14 +21,14 @@ from .message import (
     END_FILE_MIN_BLANK_LENGTH,
     TRANSACTION_MASK,
     Decoded,
-    Message,
+    PreparedRecord,
     RecordKind,
     SysFlag,
     decode_record,
     encode_blank,
-    encode_msg_id,
-    patch_record,
+    msg_id_prefix,
     read_total_size,
+    record_parts,
 )
 from .status import AppendMessageResult, AppendMessageStatus
 from .transient_store_pool import TransientStorePool
@@ -36,10 +36,8 @@ from .transient_store_pool import TransientStorePool
 log = logging.getLogger("tidemq.store")
 
 
-def _counts_in_queue(sys_flag: int) -> bool:
-    """Prepared and rollback records take no queue offset (RocketMQ)."""
-    tran = sys_flag & TRANSACTION_MASK
-    return tran in (0, SysFlag.TRANSACTION_COMMIT)
+_COUNTED = (0, int(SysFlag.TRANSACTION_COMMIT))
+"""Transaction types that take a queue offset: prepared and rollback records do not (RocketMQ)."""
 
 
 class CommitLog:
@@ -102,13 +100,10 @@ class CommitLog:
         for callback in self.on_append:
             callback()
 
-    def append_message(self, record: bytearray, msg: Message) -> AppendMessageResult:
-        """Append one encoded record (from message.encode_record)."""
-        return self.append_messages([record], [msg])
-
-    def append_messages(self, records: Sequence[bytearray], msgs: Sequence[Message]) -> AppendMessageResult:
-        """Append records of one topic-queue contiguously in one segment (a batch never spans two)."""
-        total = sum(len(r) for r in records)
+    def append_messages(self, records: Sequence[PreparedRecord], topic: str, queue_id: int) -> AppendMessageResult:
+        """Append records of one topic-queue contiguously in one segment (a batch never spans
+        two), filling in their queue offsets, physical offsets and the store timestamp."""
+        total = sum(r.total for r in records)
         self.begin_time_in_lock = time.monotonic()
         try:
             mf = self._segment_for(total)
@@ -119,22 +114,22 @@ class CommitLog:
             if mf == "too_big":
                 return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
             now = int(self._clock() * 1000)
-            first = msgs[0]
-            key = f"{first.topic}-{first.queue_id}"
+            key = f"{topic}-{queue_id}"
             queue_offset = self.topic_queue_table.get(key, 0)
             wrote_offset = mf.file_from_offset + mf.wrote_position
             phys = wrote_offset
             next_queue_offset = queue_offset
+            id_prefix = msg_id_prefix(self.store_host)
             ids = []
-            for record, msg in zip(records, msgs, strict=True):
-                counts = _counts_in_queue(msg.sys_flag)
-                patch_record(record, next_queue_offset if counts else 0, phys, now)
-                ids.append(encode_msg_id(self.store_host, phys))
-                phys += len(record)
+            parts: list[bytes] = []
+            for rec in records:
+                counts = rec.sys_flag & TRANSACTION_MASK in _COUNTED
+                parts += record_parts(rec, next_queue_offset if counts else 0, phys, now)
+                ids.append(f"{id_prefix}{phys:016X}")
+                phys += rec.total
                 if counts:
                     next_queue_offset += 1
-            data = records[0] if len(records) == 1 else b"".join(records)
-            if not mf.append(data):
+            if not mf.append(b"".join(parts)):
                 return AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR)
             mf.store_timestamp = now
             self.topic_queue_table[key] = next_queue_offset

@@ -147,6 +147,12 @@ def encode_msg_id(store_host: str, commitlog_offset: int) -> str:
     return (encode_host(store_host) + _I64.pack(commitlog_offset)).hex().upper()
 
 
+@functools.lru_cache(maxsize=64)
+def msg_id_prefix(store_host: str) -> str:
+    """The host part of `encode_msg_id`: the id is this + the offset as 16 hex digits."""
+    return encode_host(store_host).hex().upper()
+
+
 def decode_msg_id(msg_id: str) -> tuple[str, int]:
     """→ (store host 'ip:port', commitlog offset). 32 hex chars = IPv4, 56 = IPv6."""
     if len(msg_id) not in (32, 56):
@@ -266,10 +272,34 @@ class EncodeError(ValueError):
         self.status = status
 
 
-def encode_record(msg: Message, store_host: str, max_message_size: int) -> bytearray:
-    """Encode `msg` with QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP as placeholders.
+class PreparedRecord(NamedTuple):
+    """A record encoded but for QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP, which are
+    only known at append time (`record_parts` adds them)."""
 
-    The put path patches those three under the lock (`patch_record`). Raises EncodeError.
+    total: int
+    queue_id: int
+    flag: int
+    body_crc: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: bytes
+    store_host: bytes
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body: bytes
+    tail: bytes
+    """TOPICLENGTH TOPIC PROPERTIESLENGTH PROPERTIES."""
+
+
+# the fixed part of a record up to BODYLENGTH when both hosts are IPv4 (the common case)
+_FIXED_V4 = struct.Struct(">iIiiiqqiq8sq8siqi")
+_RANGES = struct.Struct(">iiiqiq")  # QUEUEID FLAG SYSFLAG BORNTIMESTAMP RECONSUMETIMES PREPAREDTRANSACTIONOFFSET
+
+
+def prepare_record(msg: Message, store_host: str, max_message_size: int) -> PreparedRecord:
+    """Validate and encode `msg` but for the three fields known only at append time.
+
+    Raises EncodeError with the PutMessageStatus to report.
     """
     props = msg.all_properties()
     props.pop(PROPERTY_WAIT, None)  # RocketMQ 4.9.8 keeps WAIT out of the persisted record
@@ -309,26 +339,39 @@ def encode_record(msg: Message, store_host: str, max_message_size: int) -> bytea
             f"{max_message_size + MAX_RECORD_EXTRA}",
         )
     born_ts = msg.born_timestamp if msg.born_timestamp is not None else int(time.time() * 1000)
-    buf = bytearray(total)
-    _HEAD.pack_into(
-        buf, 0, total, MESSAGE_MAGIC_CODE, masked_crc32(body), msg.queue_id, msg.flag,
-        0, 0, sys_flag, born_ts,
+    tail = b"".join((bytes((len(topic_bytes),)), topic_bytes, _I16.pack(len(props_bytes)), props_bytes))
+    # fields out of their wire range fail here (struct.error), not later at append time
+    _RANGES.pack(msg.queue_id, msg.flag, sys_flag, born_ts, msg.reconsume_times, msg.prepared_transaction_offset)
+    return PreparedRecord(
+        total, msg.queue_id, msg.flag, masked_crc32(body), sys_flag, born_ts, born, store,
+        msg.reconsume_times, msg.prepared_transaction_offset, body, tail,
     )
-    pos = _HEAD.size
-    buf[pos : pos + len(born)] = born
-    pos += len(born) + 8  # store timestamp placeholder
-    buf[pos : pos + len(store)] = store
-    pos += len(store)
-    _TAIL.pack_into(buf, pos, msg.reconsume_times, msg.prepared_transaction_offset, len(body))
-    pos += _TAIL.size
-    buf[pos : pos + len(body)] = body
-    pos += len(body)
-    buf[pos] = len(topic_bytes)
-    buf[pos + 1 : pos + 1 + len(topic_bytes)] = topic_bytes
-    pos += 1 + len(topic_bytes)
-    _I16.pack_into(buf, pos, len(props_bytes))
-    buf[pos + 2 :] = props_bytes
-    return buf
+
+
+def record_parts(
+    rec: PreparedRecord, queue_offset: int, physical_offset: int, store_timestamp: int
+) -> tuple[bytes, bytes, bytes]:
+    """The record's bytes, in three pieces to join: fixed fields, body, topic and properties."""
+    if len(rec.born_host) == 8 and len(rec.store_host) == 8:
+        fixed = _FIXED_V4.pack(
+            rec.total, MESSAGE_MAGIC_CODE, rec.body_crc, rec.queue_id, rec.flag, queue_offset,
+            physical_offset, rec.sys_flag, rec.born_timestamp, rec.born_host, store_timestamp,
+            rec.store_host, rec.reconsume_times, rec.prepared_transaction_offset, len(rec.body),
+        )
+    else:
+        fixed = b"".join((
+            _HEAD.pack(rec.total, MESSAGE_MAGIC_CODE, rec.body_crc, rec.queue_id, rec.flag, queue_offset,
+                       physical_offset, rec.sys_flag, rec.born_timestamp),
+            rec.born_host, _I64.pack(store_timestamp), rec.store_host,
+            _TAIL.pack(rec.reconsume_times, rec.prepared_transaction_offset, len(rec.body)),
+        ))
+    return fixed, rec.body, rec.tail
+
+
+def encode_record(msg: Message, store_host: str, max_message_size: int) -> bytearray:
+    """Encode `msg` with QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP as placeholders
+    (zeros; `patch_record` fills them). Raises EncodeError."""
+    return bytearray(b"".join(record_parts(prepare_record(msg, store_host, max_message_size), 0, 0, 0)))
 
 
 def store_timestamp_position(sys_flag: int) -> int:

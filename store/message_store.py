@@ -40,10 +40,11 @@ from .message import (
     PROPERTY_DELAY,
     EncodeError,
     Message,
+    PreparedRecord,
     RecordKind,
     StoredMessage,
     decode_msg_id,
-    encode_record,
+    prepare_record,
     read_store_timestamp,
     read_total_size,
     tags_code,
@@ -408,9 +409,10 @@ class MessageStore:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=f"queue_id {msg.queue_id} is negative")
         return None
 
-    def _encode(self, msg: Message) -> bytearray | PutMessageResult:
+    def _prepare(self, msgs: Sequence[Message]) -> list[PreparedRecord] | PutMessageResult:
+        store_host, max_size = self.config.store_host, self.config.max_message_size
         try:
-            return encode_record(msg, self.config.store_host, self.config.max_message_size)
+            return [prepare_record(msg, store_host, max_size) for msg in msgs]
         except EncodeError as e:
             return PutMessageResult(PutMessageStatus[e.status], error=str(e))
         except (ValueError, struct.error) as e:  # a bad host string, a field out of its range
@@ -421,10 +423,10 @@ class MessageStore:
         bad = self._check_store_status() or self._check_message(msg)
         if bad:
             return bad
-        record = self._encode(msg)
-        if isinstance(record, PutMessageResult):
-            return record
-        result = self.commit_log.append_message(record, msg)
+        records = self._prepare((msg,))
+        if isinstance(records, PutMessageResult):
+            return records
+        result = self.commit_log.append_messages(records, msg.topic, msg.queue_id)
         return await self._finish_put(result, msg.wait_store_msg_ok)
 
     async def put_messages(self, msgs: Sequence[Message]) -> PutMessageResult:
@@ -435,12 +437,13 @@ class MessageStore:
         if not msgs:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error="empty batch")
         first = msgs[0]
+        bad = self._check_message(first)
+        if bad:
+            return bad
+        topic, queue_id = first.topic, first.queue_id
         for msg in msgs:
-            bad = self._check_message(msg)
-            if bad:
-                return bad
-            if (msg.topic, msg.queue_id) != (first.topic, first.queue_id):
-                return PutMessageResult(
+            if msg.topic != topic or msg.queue_id != queue_id:
+                return self._check_message(msg) or PutMessageResult(
                     PutMessageStatus.MESSAGE_ILLEGAL, error="a batch must go to one topic and queue"
                 )
             if transaction_type(msg.sys_flag) or msg.properties.get(PROPERTY_DELAY, "0") not in ("", "0"):
@@ -453,13 +456,10 @@ class MessageStore:
                 PutMessageStatus.MESSAGE_ILLEGAL,
                 error=f"batch bodies total {total_body} bytes; maxMessageSize is {self.config.max_message_size}",
             )
-        records = []
-        for msg in msgs:
-            record = self._encode(msg)
-            if isinstance(record, PutMessageResult):
-                return record
-            records.append(record)
-        result = self.commit_log.append_messages(records, msgs)
+        records = self._prepare(msgs)
+        if isinstance(records, PutMessageResult):
+            return records
+        result = self.commit_log.append_messages(records, topic, queue_id)
         return await self._finish_put(result, all(m.wait_store_msg_ok for m in msgs))
 
     async def _finish_put(self, result: AppendMessageResult, wait: bool) -> PutMessageResult:
