@@ -412,3 +412,46 @@ def test_docs_cover_every_op_and_field():
         section = text.split(f"### `{op}`", 1)[1].split("\n### ", 1)[0]
         for field in schema:
             assert f"`{field.name}`" in section, (op, field.name)
+
+
+# ---------------------------------------------------------------- the batch fast path
+
+_message_values = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**40), 2**40), st.binary(max_size=4),
+    st.text(alphabet="ab \x01", max_size=3), st.lists(st.text(max_size=2), max_size=2),
+    st.dictionaries(st.text(max_size=2), st.text(max_size=2), max_size=2),
+)
+_message_maps = st.dictionaries(
+    st.sampled_from(["body", "tags", "keys", "properties", "flag", "bodyy", "tag"]), _message_values, max_size=4
+)
+
+
+def _batch_outcome(message: dict):
+    try:
+        return parse_request({"v": 1, "op": "send_batch", "id": 1, "topic": "T", "messages": [message]}).fields
+    except BadRequest as e:
+        return ("BadRequest", e.message)
+
+
+@given(message=_message_maps)
+def test_plain_batch_messages_parse_as_the_schema_does(message):
+    """The fast path for body(+tags) batch messages answers exactly as the schema path."""
+    from node import protocol
+
+    fast = protocol._plain_message(message)
+    if fast is not None:
+        assert fast == protocol._parse_fields(message, protocol._MESSAGE_FIELDS, "messages[0].", "send_batch")
+    outcome = _batch_outcome(message)
+    if fast is not None:
+        assert outcome["messages"] == [fast]
+
+
+def test_plain_batch_message_fields():
+    fields = parse_request({"v": 1, "op": "send_batch", "id": 1, "topic": "T",
+                            "messages": [{"body": b"x", "tags": "a"}, {"body": b"y"}]}).fields
+    assert fields["messages"] == [
+        {"body": b"x", "tags": "a", "keys": [], "properties": {}, "flag": 0},
+        {"body": b"y", "tags": None, "keys": [], "properties": {}, "flag": 0},
+    ]
+    with pytest.raises(BadRequest, match="tags"):
+        parse_request({"v": 1, "op": "send_batch", "id": 1, "topic": "T", "messages": [{"body": b"x", "tags": ""}]})
