@@ -28,6 +28,7 @@ import attrs
 import trio
 
 from store.message_store import MessageStore
+from store.waiters import OffsetWaiters
 
 from .protocol import ProtocolError, ReportDecoder, encode_heartbeat, encode_transfer_header
 
@@ -85,7 +86,7 @@ class HAService:
         self.port = self.config.ha_listen_port if port is None else port
         self.push2slave_max_offset = 0
         self._connections: set[HAConnection] = set()
-        self._ack_event = trio.Event()  # replaced (after set) whenever push2slave_max_offset grows
+        self._ack_waiters = OffsetWaiters()  # SYNC_MASTER puts (RocketMQ's GroupTransferService)
         self._data_event = trio.Event()  # replaced (after set) on an append while writers wait
         self._writers_waiting = 0
 
@@ -103,10 +104,9 @@ class HAService:
 
     async def wait_for_slave(self, next_offset: int, timeout_s: float) -> bool:
         """True once any slave acked `next_offset` (4.x semantics: one ack is enough)."""
-        with trio.move_on_after(timeout_s):
-            while self.push2slave_max_offset < next_offset:
-                await self._ack_event.wait()
-        return self.push2slave_max_offset >= next_offset
+        if self.push2slave_max_offset >= next_offset:
+            return True
+        return await self._ack_waiters.wait(next_offset, timeout_s)
 
     def slave_fall_behind_much(self) -> int:
         return self.store.commit_log.max_offset() - self.push2slave_max_offset
@@ -134,6 +134,7 @@ class HAService:
         log.info("HA service listening on %s:%d", self.host, self.port)
         try:
             async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._ack_waiters.run_timer)
                 await nursery.start(trio.serve_listeners, self._handle, listeners)
                 task_status.started(self.port)
         finally:  # synchronous only: this runs while cancelled
@@ -153,8 +154,7 @@ class HAService:
     def _notify_transfer_some(self, ack: int) -> None:
         if ack > self.push2slave_max_offset:
             self.push2slave_max_offset = ack
-            event, self._ack_event = self._ack_event, trio.Event()
-            event.set()
+            self._ack_waiters.advance(ack)
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         """One slave: reader and writer tasks; either ending closes the connection."""

@@ -64,8 +64,10 @@ class _Session:
 
     stream: trio.SocketStream
     address: str
-    progress: trio.Event = attrs.field(factory=trio.Event)
-    """Set by the reader after appending, so the reporter acks promptly."""
+    send_lock: trio.Lock = attrs.field(factory=trio.Lock)
+    """The reader (acks) and the heartbeat task both write reports."""
+    reported: int = -1
+    last_write: float = 0.0
     frames: int = 0
 
 
@@ -172,24 +174,24 @@ class HAClient:
         finally:
             scope.cancel()
 
-    async def _report_loop(self, session: _Session) -> None:
-        """Report the max offset now, after each append, and when idle for the heartbeat interval."""
-        commit_log = self.store.commit_log
-        heartbeat_s = self.config.ha_send_heartbeat_interval / 1000
-        reported = commit_log.max_offset()
-        await session.stream.send_all(encode_report(reported))
-        last_write = trio.current_time()
-        while True:
-            progress = session.progress
-            with trio.move_on_at(last_write + heartbeat_s):
-                await progress.wait()
-            if progress.is_set():
-                session.progress = trio.Event()
-            offset = commit_log.max_offset()
-            if offset > reported or trio.current_time() >= last_write + heartbeat_s:
+    async def _report(self, session: _Session, *, heartbeat: bool = False) -> None:
+        """Send the max offset if it grew (an ack), or anyway when `heartbeat`."""
+        async with session.send_lock:
+            offset = self.store.commit_log.max_offset()
+            if offset > session.reported or heartbeat:
                 await session.stream.send_all(encode_report(offset))
-                reported = offset
-                last_write = trio.current_time()
+                session.reported = offset
+                session.last_write = trio.current_time()
+
+    async def _report_loop(self, session: _Session) -> None:
+        """Report the max offset at once, then whenever nothing was written for the
+        heartbeat interval (the reader acks each append itself, without a task switch)."""
+        heartbeat_s = self.config.ha_send_heartbeat_interval / 1000
+        await self._report(session, heartbeat=True)
+        while True:
+            await trio.sleep_until(session.last_write + heartbeat_s)
+            if trio.current_time() >= session.last_write + heartbeat_s:
+                await self._report(session, heartbeat=True)
 
     async def _read_loop(self, session: _Session) -> None:
         """Decode frames and append them; returns on EOF or `haHousekeepingInterval` of silence."""
@@ -207,7 +209,7 @@ class HAClient:
                     self._apply(frame)
                     session.frames += 1
                 if frames:
-                    session.progress.set()
+                    await self._report(session)  # ack before dispatch or anything else runs
         log.warning(
             "nothing read from master %s for %d ms (haHousekeepingInterval); closing",
             session.address, self.config.ha_housekeeping_interval,

@@ -15,10 +15,10 @@ import logging
 import time
 from collections.abc import Callable
 
-import attrs
 import trio
 
 from .mapped_file_queue import MappedFileQueue
+from .waiters import OffsetWaiters
 
 log = logging.getLogger("tidemq.store")
 
@@ -63,19 +63,16 @@ class _LeastPages:
         return self.least_pages
 
 
-@attrs.define(eq=False)
-class _FlushRequest:
-    next_offset: int
-    done: trio.Event = attrs.field(factory=trio.Event)
-
-
 class GroupCommitService:
-    """Sync flush: `await wait_for_flush(end)` returns once `end` is durable."""
+    """Sync flush: `await wait_for_flush(end)` returns once `end` is durable.
+
+    Puts that arrive while an fdatasync runs are all covered by the next one (group commit).
+    """
 
     def __init__(self, queue: MappedFileQueue, on_flushed: Callable[[int], None]) -> None:
         self.queue = queue
         self._on_flushed = on_flushed
-        self._requests: list[_FlushRequest] = []
+        self._waiters = OffsetWaiters()
         self._wake = trio.Event()
         self.flush_count = 0  # fdatasync rounds done, for tests and stats
 
@@ -86,49 +83,39 @@ class GroupCommitService:
         """True once flushed_where >= next_offset; False after the timeout."""
         if self.queue.flushed_where >= next_offset:
             return True
-        request = _FlushRequest(next_offset)
-        self._requests.append(request)
         self._wake.set()
-        with trio.move_on_after(timeout_s):
-            await request.done.wait()
-            return True
-        return False
+        return await self._waiters.wait(next_offset, timeout_s)
 
     async def _flush_once(self) -> None:
         await trio.to_thread.run_sync(self.queue.flush, 0)
         self.flush_count += 1
 
-    async def _do_commit(self, requests: list[_FlushRequest]) -> list[_FlushRequest]:
-        target = max((r.next_offset for r in requests), default=self.queue.max_offset())
+    async def _do_commit(self) -> None:
+        target = max(self._waiters.max_wanted, self.queue.max_offset())
         # a record that rolled into the next segment needs a second flush
         for _ in range(2):
             if self.queue.flushed_where >= target:
                 break
             await self._flush_once()
         _report_flushed(self.queue, self._on_flushed)
-        pending = []
-        for r in requests:
-            if self.queue.flushed_where >= r.next_offset:
-                r.done.set()
-            else:
-                pending.append(r)
-        return pending
+        self._waiters.advance(self.queue.flushed_where)
 
     async def run(self) -> None:
-        pending: list[_FlushRequest] = []
-        while True:
-            if not pending:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._waiters.run_timer)
+            while True:
                 await self._wake.wait()
-            self._wake = trio.Event()
-            requests = pending + self._requests
-            self._requests = []
-            pending = await self._do_commit(requests)
+                self._wake = trio.Event()
+                before = self.queue.flushed_where
+                await self._do_commit()
+                if self._waiters.max_wanted > self.queue.flushed_where > before:
+                    self._wake.set()  # progress, but short of what is wanted: go on
 
     async def shutdown(self) -> None:
-        await self._do_commit(self._requests)
-        self._requests = []
+        await self._do_commit()
         await trio.to_thread.run_sync(flush_to_end, self.queue)  # WAIT=false puts too
         _report_flushed(self.queue, self._on_flushed)
+        self._waiters.advance(self.queue.flushed_where)
 
 
 class FlushRealTimeService:

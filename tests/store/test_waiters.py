@@ -1,0 +1,101 @@
+"""store.waiters.OffsetWaiters: success on advance, failure at each waiter's own deadline."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from store import waiters as waiters_module
+from store.waiters import OffsetWaiters
+
+
+@pytest.fixture
+def clock():
+    return trio.testing.MockClock(autojump_threshold=0)
+
+
+async def _collect(waiters: OffsetWaiters, offset: int, timeout_s: float, out: dict, key) -> None:
+    out[key] = (await waiters.wait(offset, timeout_s), trio.current_time())
+
+
+@pytest.mark.parametrize("timer", [True, False], ids=["timer", "own-cancel-scope"])
+async def test_advance_wakes_only_waiters_at_or_below(clock, timer):
+    w = OffsetWaiters()
+    out: dict = {}
+    async with trio.open_nursery() as nursery:
+        if timer:
+            nursery.start_soon(w.run_timer)
+            await trio.testing.wait_all_tasks_blocked()
+        for offset in (10, 20, 30):
+            nursery.start_soon(_collect, w, offset, 5.0, out, offset)
+        await trio.testing.wait_all_tasks_blocked()
+        assert w.max_wanted == 30 and len(w) == 3
+        w.advance(20)
+        await trio.testing.wait_all_tasks_blocked()
+        assert {k: v[0] for k, v in out.items()} == {10: True, 20: True}
+        w.advance(30)
+        await trio.testing.wait_all_tasks_blocked()
+        assert out[30][0] is True and len(w) == 0
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("timer", [True, False], ids=["timer", "own-cancel-scope"])
+async def test_each_waiter_fails_at_its_own_deadline(clock, timer):
+    w = OffsetWaiters()
+    out: dict = {}
+    async with trio.open_nursery() as nursery:
+        if timer:
+            nursery.start_soon(w.run_timer)
+            await trio.testing.wait_all_tasks_blocked()
+        t0 = trio.current_time()
+        nursery.start_soon(_collect, w, 100, 3.0, out, "late")
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(_collect, w, 100, 1.0, out, "early")  # an earlier deadline re-arms the timer
+        await trio.sleep(5)
+        assert out["early"] == (False, pytest.approx(t0 + 1.0))
+        assert out["late"] == (False, pytest.approx(t0 + 3.0))
+        w.advance(100)  # too late: a timed-out waiter stays failed
+        assert out["early"][0] is False
+        nursery.cancel_scope.cancel()
+
+
+async def test_success_before_the_deadline_is_not_undone(clock):
+    w = OffsetWaiters()
+    out: dict = {}
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(w.run_timer)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(_collect, w, 5, 1.0, out, "a")
+        await trio.sleep(0.5)
+        w.advance(5)
+        await trio.sleep(2)
+        assert out["a"] == (True, pytest.approx(0.5))
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_cancelled_waiter_is_dropped(clock):
+    w = OffsetWaiters()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(w.run_timer)
+        await trio.testing.wait_all_tasks_blocked()
+        with trio.move_on_after(0.1):
+            await w.wait(7, 10.0)
+        assert len(w) == 0
+        w.advance(7)  # nothing left to wake; no error
+        nursery.cancel_scope.cancel()
+
+
+async def test_timed_out_waiters_do_not_pile_up_when_the_offset_is_stuck(clock, monkeypatch):
+    monkeypatch.setattr(waiters_module, "_STALE_REBUILD", 8)
+    w = OffsetWaiters()
+    out: dict = {}
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(w.run_timer)
+        await trio.testing.wait_all_tasks_blocked()
+        for i in range(40):
+            nursery.start_soon(_collect, w, 1000 + i, 1.0, out, i)
+        await trio.sleep(2)
+        assert all(ok is False for ok, _ in out.values()) and len(out) == 40
+        assert len(w._by_offset) <= 8
+        nursery.cancel_scope.cancel()
