@@ -37,6 +37,9 @@ log = logging.getLogger("tidemq.ha")
 RECEIVE_SIZE = 64 * 1024
 """Reports are 8 bytes each, so one read of this size covers any backlog."""
 
+SEND_FRAMES = 8
+"""Frames (of at most haTransferBatchSize each) joined into one socket write when behind."""
+
 WAKEUP_FALLBACK_S = 0.1
 """A caught-up writer re-checks at least this often even without an append wakeup."""
 
@@ -279,8 +282,10 @@ class HAService:
             await self._wait_for_data(min(WAKEUP_FALLBACK_S, heartbeat_s - idle))
 
     def _read_batch(self, offset: int, batch_size: int) -> tuple[int, bytes]:
-        """(body size, header + body) for up to `batch_size` bytes from `offset` within its
-        segment; (0, b"") when nothing is readable there yet.
+        """(bytes of CommitLog, wire bytes) for up to SEND_FRAMES frames of at most
+        `batch_size` bytes each from `offset`, within its segment; (0, b"") when nothing is
+        readable there yet. A backlog goes out in few large writes; every frame on the wire
+        still respects haTransferBatchSize.
 
         The bytes are copied out so the segment is not held while the socket is slow: a
         stalled slave must not keep a segment from being deleted or unmapped.
@@ -289,11 +294,18 @@ class HAService:
         if selected is None:
             return 0, b""
         with selected:
-            size = min(selected.size, batch_size)
-            if size <= 0 or selected.start_offset != offset:
+            if selected.size <= 0 or selected.start_offset != offset or batch_size <= 0:
                 return 0, b""
-            with selected.view[:size] as body:
-                return size, b"".join((encode_transfer_header(offset, size), body))
+            total = min(selected.size, batch_size * SEND_FRAMES)
+            parts = []
+            for start in range(0, total, batch_size):
+                size = min(batch_size, total - start)
+                parts.append(encode_transfer_header(offset + start, size))
+                parts.append(selected.view[start : start + size])
+            data = b"".join(parts)
+            for part in parts[1::2]:
+                part.release()
+            return total, data
 
     async def _wait_for_data(self, timeout_s: float) -> None:
         if timeout_s <= 0:
