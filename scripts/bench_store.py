@@ -3,9 +3,9 @@
 Figures (per body size, 128 B and 1 KiB):
 - ASYNC_FLUSH, single puts and batches of 32: puts/s and MB/s of record bytes, against the
   ceiling of a bare Python loop copying the same record bytes into an mmap
-  (`mm[pos:pos+n] = data`);
-  (the ASYNC put path never yields to trio, so ConsumeQueue dispatch runs after the timed
-  loop; the SYNC figures include it);
+  (`mm[pos:pos+n] = data`), and of the least a Python put could do (CRC, pack, join,
+  copy: `floor_python_put`); each put yields to trio once, so ConsumeQueue dispatch runs
+  inside the timed loop;
 - SYNC_FLUSH with 1, 16 and 64 concurrent producers (trio tasks): against the ceiling of
   `os.write` + `os.fdatasync` per record on a plain file (what one producer could get with
   no group commit). A ratio above 1 means group commit beat one fsync per record.
@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import trio  # noqa: E402
 
 from store import FlushDiskType, Message, StoreConfig, open_store  # noqa: E402
-from store.message import encode_record  # noqa: E402
+from store.message import encode_record, masked_crc32, prepare_record, record_parts  # noqa: E402
 
 MiB = 1024 * 1024
 SIZES = {"128B": 128, "1KiB": 1024}
@@ -91,6 +91,33 @@ def ceiling_mmap(workdir: str, record: bytes, body_len: int, count: int) -> dict
         os.close(fd)
         os.unlink(path)
     return _figure(count, elapsed, len(record), body_len)
+
+
+def floor_python_put(workdir: str, body: bytes, count: int) -> dict:
+    """The least any pure-Python put does per message, with nothing else: CRC the body,
+    pack the fixed fields with the record's offsets, join the record and copy it into an
+    mmap. No validation, no queue offset table, no trio, no dispatch. Its ratio to the
+    bare copy loop bounds what a Python put path can reach."""
+    rec = prepare_record(Message("BenchTopic", body), STORE_HOST, 4 * MiB)
+    path = os.path.join(workdir, "floor.mmap")
+    size = count * rec.total
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.ftruncate(fd, size)
+        mm = mmap.mmap(fd, size)
+        n = rec.total
+        pos = 0
+        t0 = time.perf_counter()
+        for i in range(count):
+            masked_crc32(body)
+            mm[pos : pos + n] = b"".join(record_parts(rec, i, pos, 0))
+            pos += n
+        elapsed = time.perf_counter() - t0
+        mm.close()
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return _figure(count, elapsed, rec.total, len(body))
 
 
 def ceiling_fdatasync(workdir: str, record: bytes, body_len: int, seconds: float) -> dict:
@@ -269,6 +296,9 @@ async def run(args: argparse.Namespace) -> dict:
             sync_ceiling = ceiling_fdatasync(workdir, record, n, args.sync_seconds)
             res: dict = {"body_bytes": n, "record_bytes": len(record)}
             res["ceiling_mmap_copy"] = mm_ceiling
+            floor = floor_python_put(workdir, body, args.async_puts)
+            floor["ratio_to_ceiling"] = _ratio(floor, mm_ceiling)
+            res["floor_python_put"] = floor
             res["ceiling_write_fdatasync"] = sync_ceiling
             for label, batch in (("async_single", 1), ("async_batch32", 32)):
                 fig = await bench_async(workdir, body, args.async_puts, batch)
