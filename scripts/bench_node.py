@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import trio
 
 from cluster import launcher
@@ -102,6 +103,11 @@ async def consume(namesrv: str, limit_s: float) -> dict:
             "msgs_per_s": round(got / elapsed) if elapsed else 0}
 
 
+def _cpu_seconds(proc: psutil.Process) -> float:
+    times = proc.cpu_times()
+    return times.user + times.system
+
+
 def _mode(work: Path, role: str, flush: str, seconds: float) -> dict:
     name = f"{role}-{flush}".lower()
     conf, base = work / name / "conf", work / name / "data"
@@ -112,10 +118,19 @@ def _mode(work: Path, role: str, flush: str, seconds: float) -> dict:
     results = launcher.up(conf, base)
     try:
         namesrv = next(r.record.address for r in results if r.record.stage is launcher.Stage.NAMESRV)
+        procs = {r.record.name: psutil.Process(r.record.pid) for r in results if r.record.pid}
+        procs["bench (producers)"] = psutil.Process()
         runs = []
         for producers in (1, 16):
             for batch in (1, BATCH):
-                runs.append(trio.run(produce, namesrv, producers, batch, seconds))
+                before = {name: _cpu_seconds(p) for name, p in procs.items()}
+                t0 = time.perf_counter()
+                run = trio.run(produce, namesrv, producers, batch, seconds)
+                wall = time.perf_counter() - t0
+                # CPU cores each process used: a node pinned at 1.0 is CPU-bound (one event loop)
+                run["cpu_cores"] = {name: round((_cpu_seconds(p) - before[name]) / wall, 2)
+                                    for name, p in procs.items()}
+                runs.append(run)
         consumer = trio.run(consume, namesrv, 30.0)
     finally:
         launcher.down(base)

@@ -142,7 +142,10 @@ class FlushRealTimeService:
         self._wake.set()
 
     async def flush(self, least_pages: int) -> None:
-        await trio.to_thread.run_sync(self.queue.flush, least_pages)
+        if self.queue.is_able_to_flush(least_pages):
+            await trio.to_thread.run_sync(self.queue.flush, least_pages)
+        else:  # woken by a put with too few dirty pages: no syscall, so no thread hop
+            self.queue.flush(least_pages)
         _report_flushed(self.queue, self._on_flushed)
 
     async def run(self) -> None:

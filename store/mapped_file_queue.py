@@ -154,6 +154,12 @@ class MappedFileQueue:
         return self.max_offset() - self.flushed_where
 
     # ---- commit / flush (blocking: call from a worker thread) ------------------------------
+    def is_able_to_flush(self, least_pages: int) -> bool:
+        """Whether `flush(least_pages)` would write anything. Cheap, for the event loop: an
+        async-flush wakeup per put must not cost a thread hop when there is nothing to do."""
+        mf = self.find_by_offset(self.flushed_where, return_first_on_not_found=self.flushed_where == 0)
+        return mf is not None and mf.is_able_to_flush(least_pages)
+
     def flush(self, least_pages: int) -> bool:
         """Flush the segment holding flushed_where; True when nothing new was flushed."""
         mf = self.find_by_offset(self.flushed_where, return_first_on_not_found=self.flushed_where == 0)
