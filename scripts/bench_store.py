@@ -17,6 +17,7 @@ removed afterwards. Counts and durations are modest: the whole run takes well un
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import mmap
 import os
@@ -25,6 +26,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -72,25 +74,30 @@ def _config(root: str, flush: FlushDiskType) -> StoreConfig:
 # ---- ceilings ------------------------------------------------------------------------------
 
 
-def ceiling_mmap(workdir: str, record: bytes, body_len: int, count: int) -> dict:
-    path = os.path.join(workdir, "ceiling.mmap")
-    size = count * len(record)
+@contextlib.contextmanager
+def _scratch_map(workdir: str, name: str, size: int) -> Iterator[mmap.mmap]:
+    """A fresh file of `size` bytes mapped shared, removed afterwards."""
+    path = os.path.join(workdir, name)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.ftruncate(fd, size)
-        mm = mmap.mmap(fd, size)
-        n = len(record)
+        with mmap.mmap(fd, size) as mm:
+            yield mm
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+def ceiling_mmap(workdir: str, record: bytes, body_len: int, count: int) -> dict:
+    n = len(record)
+    with _scratch_map(workdir, "ceiling.mmap", count * n) as mm:
         pos = 0
         t0 = time.perf_counter()
         for _ in range(count):
             mm[pos : pos + n] = record
             pos += n
         elapsed = time.perf_counter() - t0
-        mm.close()
-    finally:
-        os.close(fd)
-        os.unlink(path)
-    return _figure(count, elapsed, len(record), body_len)
+    return _figure(count, elapsed, n, body_len)
 
 
 def floor_python_put(workdir: str, body: bytes, count: int) -> dict:
@@ -99,13 +106,8 @@ def floor_python_put(workdir: str, body: bytes, count: int) -> dict:
     mmap. No validation, no queue offset table, no trio, no dispatch. Its ratio to the
     bare copy loop bounds what a Python put path can reach."""
     rec = prepare_record(Message("BenchTopic", body), STORE_HOST, 4 * MiB)
-    path = os.path.join(workdir, "floor.mmap")
-    size = count * rec.total
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.ftruncate(fd, size)
-        mm = mmap.mmap(fd, size)
-        n = rec.total
+    n = rec.total
+    with _scratch_map(workdir, "floor.mmap", count * n) as mm:
         pos = 0
         t0 = time.perf_counter()
         for i in range(count):
@@ -113,11 +115,7 @@ def floor_python_put(workdir: str, body: bytes, count: int) -> dict:
             mm[pos : pos + n] = b"".join(record_parts(rec, i, pos, 0))
             pos += n
         elapsed = time.perf_counter() - t0
-        mm.close()
-    finally:
-        os.close(fd)
-        os.unlink(path)
-    return _figure(count, elapsed, rec.total, len(body))
+    return _figure(count, elapsed, n, len(body))
 
 
 def ceiling_fdatasync(workdir: str, record: bytes, body_len: int, seconds: float) -> dict:

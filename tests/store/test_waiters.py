@@ -15,6 +15,11 @@ def clock():
     return trio.testing.MockClock(autojump_threshold=0)
 
 
+async def _start_timer(nursery: trio.Nursery, waiters: OffsetWaiters) -> None:
+    nursery.start_soon(waiters.run_timer)
+    await trio.testing.wait_all_tasks_blocked()  # running before any wait registers
+
+
 async def _collect(waiters: OffsetWaiters, offset: int, timeout_s: float, out: dict, key) -> None:
     out[key] = (await waiters.wait(offset, timeout_s), trio.current_time())
 
@@ -25,8 +30,7 @@ async def test_advance_wakes_only_waiters_at_or_below(clock, timer):
     out: dict = {}
     async with trio.open_nursery() as nursery:
         if timer:
-            nursery.start_soon(w.run_timer)
-            await trio.testing.wait_all_tasks_blocked()
+            await _start_timer(nursery, w)
         for offset in (10, 20, 30):
             nursery.start_soon(_collect, w, offset, 5.0, out, offset)
         await trio.testing.wait_all_tasks_blocked()
@@ -46,8 +50,7 @@ async def test_each_waiter_fails_at_its_own_deadline(clock, timer):
     out: dict = {}
     async with trio.open_nursery() as nursery:
         if timer:
-            nursery.start_soon(w.run_timer)
-            await trio.testing.wait_all_tasks_blocked()
+            await _start_timer(nursery, w)
         t0 = trio.current_time()
         nursery.start_soon(_collect, w, 100, 3.0, out, "late")
         await trio.testing.wait_all_tasks_blocked()
@@ -64,8 +67,7 @@ async def test_success_before_the_deadline_is_not_undone(clock):
     w = OffsetWaiters()
     out: dict = {}
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(w.run_timer)
-        await trio.testing.wait_all_tasks_blocked()
+        await _start_timer(nursery, w)
         nursery.start_soon(_collect, w, 5, 1.0, out, "a")
         await trio.sleep(0.5)
         w.advance(5)
@@ -77,8 +79,7 @@ async def test_success_before_the_deadline_is_not_undone(clock):
 async def test_a_cancelled_waiter_is_dropped(clock):
     w = OffsetWaiters()
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(w.run_timer)
-        await trio.testing.wait_all_tasks_blocked()
+        await _start_timer(nursery, w)
         with trio.move_on_after(0.1):
             await w.wait(7, 10.0)
         assert len(w) == 0
@@ -91,8 +92,7 @@ async def test_timed_out_waiters_do_not_pile_up_when_the_offset_is_stuck(clock, 
     w = OffsetWaiters()
     out: dict = {}
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(w.run_timer)
-        await trio.testing.wait_all_tasks_blocked()
+        await _start_timer(nursery, w)
         for i in range(40):
             nursery.start_soon(_collect, w, 1000 + i, 1.0, out, i)
         await trio.sleep(2)
