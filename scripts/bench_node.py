@@ -97,7 +97,10 @@ async def consume(namesrv: str, limit_s: float) -> dict:
                 pulls += 1
                 got += len(r.messages)
                 if r.next_begin_offset >= ends[q]:
-                    left.remove(q)
+                    # the node may still have been dispatching when the ends were read
+                    ends[q] = max(ends[q], await consumer.max_offset(q))
+                    if r.next_begin_offset >= ends[q]:
+                        left.remove(q)
         elapsed = time.perf_counter() - t0
     return {"msgs": got, "of": sum(ends.values()), "pulls": pulls, "seconds": round(elapsed, 2),
             "msgs_per_s": round(got / elapsed) if elapsed else 0}
