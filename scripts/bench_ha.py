@@ -84,6 +84,9 @@ async def catch_up(work: str, mb: int, body_bytes: int, run: int = 0) -> dict:
         # a new slave reporting 0 starts at the newest segment: join before the first roll
         total = master.get_max_phy_offset()
         await _wait(lambda: not master.reput.dispatch_behind_bytes(), 300)  # a quiet master
+        # and a quiet disk: the fill's (and earlier runs') dirty pages written back first, so
+        # kernel writeback threads do not take this 2-core machine's CPU during the run
+        await trio.to_thread.run_sync(os.sync)
         proc = _start_slave(os.path.join(work, name + "s"), ha.port, total)
         t0, wall0 = time.perf_counter(), time.time()  # the interpreter's start-up is not replication
         try:
