@@ -94,7 +94,12 @@ class OffsetWaiters:
                     waiter.event.set()  # ok stays False: timed out
                 self._drop_finished()
         finally:
+            # no timer, no deadlines: whoever still waits fails now rather than hang (the
+            # service that owns the offset stopped, so it will not move on anyway)
             self._timer_running = False
+            for _, _, waiter in heap:
+                waiter.event.set()
+            heap.clear()
 
     def _drop_finished(self) -> None:
         """Timed-out waiters stay in the offset heap until `advance` passes them; when the

@@ -99,3 +99,24 @@ async def test_timed_out_waiters_do_not_pile_up_when_the_offset_is_stuck(clock, 
         assert all(ok is False for ok, _ in out.values()) and len(out) == 40
         assert len(w._by_offset) <= 8
         nursery.cancel_scope.cancel()
+
+
+async def test_waiters_fail_at_once_when_the_timer_stops(clock):
+    """The owning service stopped: nothing would time them out or advance them."""
+    w = OffsetWaiters()
+    out: dict = {}
+    timer_scope = trio.CancelScope()
+
+    async def timer() -> None:
+        with timer_scope:
+            await w.run_timer()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(timer)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(_collect, w, 9, 60.0, out, "x")
+        await trio.sleep(1)
+        assert out == {}
+        timer_scope.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        assert out["x"] == (False, pytest.approx(1.0))
