@@ -475,33 +475,24 @@ class MessageStore:
         flush_status = PutMessageStatus.PUT_OK
         replica_status = PutMessageStatus.PUT_OK
         end = result.end_offset
-
-        async def wait_flush() -> None:
-            nonlocal flush_status
-            if not await self.group_commit.wait_for_flush(end, self.config.sync_flush_timeout / 1000):
-                flush_status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-
-        async def wait_replica() -> None:
-            nonlocal replica_status
-            if self.replicator is None or not self.replicator.is_slave_ok(end):
-                replica_status = PutMessageStatus.SLAVE_NOT_AVAILABLE
-                return
-            if not await self.replicator.wait_for_slave(end, self.config.slave_timeout / 1000):
-                replica_status = PutMessageStatus.FLUSH_SLAVE_TIMEOUT
-
         flush_wait = self.group_commit is not None and wait
         replica_wait = self.config.broker_role is BrokerRole.SYNC_MASTER and wait
-        if flush_wait and replica_wait:
-            async with trio.open_nursery() as nursery:  # flush and replication awaited together
-                nursery.start_soon(wait_flush)
-                nursery.start_soon(wait_replica)
-        elif replica_wait:
+        if not flush_wait:
             self._wake_flush()
-            await wait_replica()
-        elif flush_wait:
-            await wait_flush()
+        if replica_wait and (self.replicator is None or not self.replicator.is_slave_ok(end)):
+            replica_status = PutMessageStatus.SLAVE_NOT_AVAILABLE
+            replica_wait = False
+        if flush_wait or replica_wait:
+            # Both deadlines count from now, so waiting for one after the other is waiting
+            # for both at once (each offset only grows), without a nursery per put.
+            start = trio.current_time()
+            if flush_wait and not await self.group_commit.wait_for_flush(end, self.config.sync_flush_timeout / 1000):
+                flush_status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+            if replica_wait:
+                left = self.config.slave_timeout / 1000 - (trio.current_time() - start)
+                if not await self.replicator.wait_for_slave(end, max(0.0, left)):
+                    replica_status = PutMessageStatus.FLUSH_SLAVE_TIMEOUT
         else:
-            self._wake_flush()
             # nothing to wait for: still yield, so dispatch, flush and HA writers get turns
             # under a tight put loop (a trio checkpoint per put)
             await trio.lowlevel.checkpoint()

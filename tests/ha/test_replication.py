@@ -25,7 +25,7 @@ from ha.protocol import (
     encode_transfer_header,
 )
 from ha.slave import HAClient
-from store.config import BrokerRole, StoreConfig
+from store.config import BrokerRole, FlushDiskType, StoreConfig
 from store.message import Message
 from store.message_store import MessageStore, open_store
 from store.status import PutMessageStatus
@@ -400,6 +400,36 @@ async def test_sync_master_flush_slave_timeout_and_slave_not_available(tmp_path)
         # The slave is gone (its store closed): no slave connected.
         await wait_until(lambda: ha.connection_count == 0)
         assert (await master.put_message(make_message(4))).status is PutMessageStatus.SLAVE_NOT_AVAILABLE
+        nursery.cancel_scope.cancel()
+
+
+async def test_sync_master_with_sync_flush_waits_for_both_within_slave_timeout(tmp_path):
+    """SYNC_MASTER + SYNC_FLUSH: PUT_OK needs the fdatasync and the slave's ack; with acks
+    held back the put answers FLUSH_SLAVE_TIMEOUT after slaveTimeout, counted from the put
+    (not after the flush wait as well)."""
+    async with running_master(
+        tmp_path / "m", broker_role=BrokerRole.SYNC_MASTER, flush_disk_type=FlushDiskType.SYNC_FLUSH
+    ) as (master, ha), trio.open_nursery() as nursery:
+        proxy = PausableProxy(ha.port)
+        await nursery.start(proxy.run)
+        async with running_slave(tmp_path / "s", proxy.port) as (slave, _client):
+            await slaves_joined(ha)
+            result = await master.put_message(make_message(0))
+            assert result.status is PutMessageStatus.PUT_OK
+            assert master.commit_log.queue.flushed_where >= result.append.end_offset
+            assert ha.push2slave_max_offset >= result.append.end_offset
+            proxy.to_master.close()
+            master.config.slave_timeout = 300
+            t0 = trio.current_time()
+            with trio.fail_after(5):
+                result = await master.put_message(make_message(1))
+            waited = trio.current_time() - t0
+            master.config.slave_timeout = 3000
+            assert result.status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+            assert 0.3 <= waited < 2.0
+            assert master.commit_log.queue.flushed_where >= result.append.end_offset  # flushed all the same
+            proxy.to_master.open()
+            await wait_until(lambda: ha.push2slave_max_offset == master.commit_log.max_offset())
         nursery.cancel_scope.cancel()
 
 
