@@ -1,4 +1,8 @@
-"""store.waiters.OffsetWaiters: success on advance, failure at each waiter's own deadline."""
+"""store.waiters.OffsetWaiters: success on advance, failure at each waiter's own deadline.
+
+Time is a MockClock that moves only when a test jumps it; `_settle` then lets every task
+react before the test looks.
+"""
 
 from __future__ import annotations
 
@@ -12,12 +16,21 @@ from store.waiters import OffsetWaiters
 
 @pytest.fixture
 def clock():
-    return trio.testing.MockClock(autojump_threshold=0)
+    return trio.testing.MockClock()
+
+
+async def _settle() -> None:
+    await trio.testing.wait_all_tasks_blocked()
+
+
+async def _jump(clock: trio.testing.MockClock, seconds: float) -> None:
+    clock.jump(seconds)
+    await _settle()
 
 
 async def _start_timer(nursery: trio.Nursery, waiters: OffsetWaiters) -> None:
     nursery.start_soon(waiters.run_timer)
-    await trio.testing.wait_all_tasks_blocked()  # running before any wait registers
+    await _settle()  # running before any wait registers
 
 
 async def _collect(waiters: OffsetWaiters, offset: int, timeout_s: float, out: dict, key) -> None:
@@ -33,13 +46,13 @@ async def test_advance_wakes_only_waiters_at_or_below(clock, timer):
             await _start_timer(nursery, w)
         for offset in (10, 20, 30):
             nursery.start_soon(_collect, w, offset, 5.0, out, offset)
-        await trio.testing.wait_all_tasks_blocked()
+        await _settle()
         assert w.max_wanted == 30 and len(w) == 3
         w.advance(20)
-        await trio.testing.wait_all_tasks_blocked()
+        await _settle()
         assert {k: v[0] for k, v in out.items()} == {10: True, 20: True}
         w.advance(30)
-        await trio.testing.wait_all_tasks_blocked()
+        await _settle()
         assert out[30][0] is True and len(w) == 0
         nursery.cancel_scope.cancel()
 
@@ -51,15 +64,19 @@ async def test_each_waiter_fails_at_its_own_deadline(clock, timer):
     async with trio.open_nursery() as nursery:
         if timer:
             await _start_timer(nursery, w)
-        t0 = trio.current_time()
         nursery.start_soon(_collect, w, 100, 3.0, out, "late")
-        await trio.testing.wait_all_tasks_blocked()
+        await _settle()
         nursery.start_soon(_collect, w, 100, 1.0, out, "early")  # an earlier deadline re-arms the timer
-        await trio.sleep(5)
-        assert out["early"] == (False, pytest.approx(t0 + 1.0))
-        assert out["late"] == (False, pytest.approx(t0 + 3.0))
+        await _settle()
+        await _jump(clock, 0.9)
+        assert out == {}
+        await _jump(clock, 0.2)
+        assert out == {"early": (False, pytest.approx(1.1))}
+        await _jump(clock, 2.0)
+        assert out["late"] == (False, pytest.approx(3.1))
         w.advance(100)  # too late: a timed-out waiter stays failed
-        assert out["early"][0] is False
+        await _settle()
+        assert out["early"][0] is False and out["late"][0] is False
         nursery.cancel_scope.cancel()
 
 
@@ -69,9 +86,10 @@ async def test_success_before_the_deadline_is_not_undone(clock):
     async with trio.open_nursery() as nursery:
         await _start_timer(nursery, w)
         nursery.start_soon(_collect, w, 5, 1.0, out, "a")
-        await trio.sleep(0.5)
+        await _jump(clock, 0.5)
         w.advance(5)
-        await trio.sleep(2)
+        await _settle()
+        await _jump(clock, 2.0)  # past the deadline: the timer must leave it succeeded
         assert out["a"] == (True, pytest.approx(0.5))
         nursery.cancel_scope.cancel()
 
@@ -80,8 +98,16 @@ async def test_a_cancelled_waiter_is_dropped(clock):
     w = OffsetWaiters()
     async with trio.open_nursery() as nursery:
         await _start_timer(nursery, w)
-        with trio.move_on_after(0.1):
+        scope = trio.CancelScope()
+
+        async def cancel_when_parked() -> None:
+            await _settle()
+            scope.cancel()
+
+        nursery.start_soon(cancel_when_parked)
+        with scope:
             await w.wait(7, 10.0)
+        assert scope.cancelled_caught
         assert len(w) == 0
         w.advance(7)  # nothing left to wake; no error
         nursery.cancel_scope.cancel()
@@ -95,7 +121,8 @@ async def test_timed_out_waiters_do_not_pile_up_when_the_offset_is_stuck(clock, 
         await _start_timer(nursery, w)
         for i in range(40):
             nursery.start_soon(_collect, w, 1000 + i, 1.0, out, i)
-        await trio.sleep(2)
+        await _settle()
+        await _jump(clock, 2.0)
         assert all(ok is False for ok, _ in out.values()) and len(out) == 40
         assert len(w._by_offset) <= 8
         nursery.cancel_scope.cancel()
@@ -113,10 +140,10 @@ async def test_waiters_fail_at_once_when_the_timer_stops(clock):
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(timer)
-        await trio.testing.wait_all_tasks_blocked()
+        await _settle()
         nursery.start_soon(_collect, w, 9, 60.0, out, "x")
-        await trio.sleep(1)
+        await _jump(clock, 1.0)
         assert out == {}
         timer_scope.cancel()
-        await trio.testing.wait_all_tasks_blocked()
+        await _settle()
         assert out["x"] == (False, pytest.approx(1.0))
