@@ -41,7 +41,12 @@ def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, pos: int) -> None
     with memoryview(data) as view:
         done = 0
         while done < len(view):
-            done += os.pwrite(fd, view[done:], pos + done)
+            written = os.pwrite(fd, view[done:], pos + done)
+            if written <= 0:
+                raise OSError(errno.EIO, f"pwrite wrote nothing at {pos + done}")
+            done += written
+
+
 log = logging.getLogger("tidemq.store")
 
 
