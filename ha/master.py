@@ -5,9 +5,11 @@ instead of two threads per slave:
 
 - a reader task decodes the slave's 8-byte reports: the first one picks where shipping
   starts, every one is an ack that raises `push2slave_max_offset` and wakes SYNC_MASTER
-  puts waiting in `wait_for_slave` (RocketMQ's GroupTransferService);
-- a writer task ships CommitLog bytes from the slave's next offset in batches of at most
-  `haTransferBatchSize` that never cross a segment end, sends a heartbeat when idle for
+  puts waiting in `wait_for_slave` (RocketMQ's GroupTransferService: here an
+  OffsetWaiters with one timer for every put's slaveTimeout);
+- a writer task ships CommitLog bytes from the slave's next offset in frames of at most
+  `haTransferBatchSize` that never cross a segment end (a backlog goes out as up to
+  SEND_FRAMES frames per socket write), sends a heartbeat when idle for
   `haSendHeartbeatInterval`, and sleeps on a wakeup set by `CommitLog.on_append` when
   caught up (with a 100 ms fallback, as RocketMQ's `allWaitForRunning(100)`).
 

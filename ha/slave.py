@@ -8,6 +8,9 @@ lastReadTimestamp; 4.9 timed its own writes and so never noticed a silent master
 Each received frame must start at exactly the slave's max offset (checked, as in RocketMQ,
 only once the slave holds data, heartbeats included); anything else drops the connection
 and the slave reconnects and reports again, so the master resends from the right place.
+
+The read loop acks (reports its new max offset) right after appending what one read
+brought, before dispatch gets a turn; a separate task only sends the idle heartbeat.
 """
 
 from __future__ import annotations
