@@ -68,11 +68,23 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def _remove_stores(work: str, name: str) -> None:
+    """A run's master and slave stores go once it is measured (a catch-up's take ~1 GiB)."""
+    for side in ("-m", "-s"):
+        shutil.rmtree(os.path.join(work, name + side), ignore_errors=True)
+
+
+def _median_run(results: list[dict], key: str, runs_field: str) -> dict:
+    """The median run's figures (by `key`), with every run's `key` listed under `runs_field`."""
+    median = sorted(results, key=lambda r: r[key])[len(results) // 2]
+    return {**median, runs_field: [r[key] for r in results]}
+
+
 async def catch_up(work: str, mb: int, body_bytes: int, run: int = 0) -> dict:
     body = os.urandom(body_bytes)
     batch = max(1, 32 * 1024 // body_bytes)
     name = f"c{body_bytes}-{run}"
-    async with open_store(_config(os.path.join(work, name + "m"), "ASYNC_MASTER")) as master, \
+    async with open_store(_config(os.path.join(work, name + "-m"), "ASYNC_MASTER")) as master, \
             trio.open_nursery() as nursery:
         ha = HAService(master, port=0)
         await nursery.start(ha.run)
@@ -87,7 +99,7 @@ async def catch_up(work: str, mb: int, body_bytes: int, run: int = 0) -> dict:
         # and a quiet disk: the fill's (and earlier runs') dirty pages written back first, so
         # kernel writeback threads do not take this 2-core machine's CPU during the run
         await trio.to_thread.run_sync(os.sync)
-        proc = _start_slave(os.path.join(work, name + "s"), ha.port, total)
+        proc = _start_slave(os.path.join(work, name + "-s"), ha.port, total)
         t0, wall0 = time.perf_counter(), time.time()  # the interpreter's start-up is not replication
         try:
             await _wait(lambda: ha.push2slave_max_offset >= total, 300)
@@ -98,8 +110,7 @@ async def catch_up(work: str, mb: int, body_bytes: int, run: int = 0) -> dict:
             proc.kill()
             proc.wait()
         nursery.cancel_scope.cancel()
-    for side in "ms":  # a run's two stores take about 1 GiB
-        shutil.rmtree(os.path.join(work, name + side), ignore_errors=True)
+    _remove_stores(work, name)
     return {"message_body_bytes": body_bytes, "bytes": total, "seconds": round(seconds, 2),
             "mb_per_s": round(total / 2**20 / seconds, 1),
             # the slave's ConsumeQueue and index trail its log and catch up afterwards
@@ -147,8 +158,7 @@ async def put_latency(work: str, role: str, producers: int, count: int, run: int
             proc.kill()
             proc.wait()
         nursery.cancel_scope.cancel()
-    for side in ("-m", "-s"):
-        shutil.rmtree(os.path.join(work, name + side), ignore_errors=True)
+    _remove_stores(work, name)
     return {
         "role": role, "producers": producers, "puts": len(latencies),
         "puts_per_s": round(len(latencies) / seconds),
@@ -161,9 +171,7 @@ async def put_latency(work: str, role: str, producers: int, count: int, run: int
 
 async def catch_up_runs(work: str, mb: int, body_bytes: int, runs: int) -> dict:
     """`runs` catch-ups (fresh stores each); the median run's figures, and every run's MB/s."""
-    results = [await catch_up(work, mb, body_bytes, i) for i in range(runs)]
-    median = sorted(results, key=lambda r: r["mb_per_s"])[len(results) // 2]
-    return {**median, "runs_mb_per_s": [r["mb_per_s"] for r in results]}
+    return _median_run([await catch_up(work, mb, body_bytes, i) for i in range(runs)], "mb_per_s", "runs_mb_per_s")
 
 
 async def bench(work: str, mb: int, count: int, runs: int) -> dict:
@@ -173,7 +181,6 @@ async def bench(work: str, mb: int, count: int, runs: int) -> dict:
         # the slave acks once the bytes are in its log; its dispatch (ConsumeQueue + index
         # per record) shares the event loop and finishes later with small records
         "catch_up": [await catch_up_runs(work, mb, 1024, runs), await catch_up_runs(work, mb, 16 * 1024, runs)],
-        "puts": [],
     }
     # runs interleave the four set-ups, so a slow spell of the machine hits them alike;
     # each figure is the median run's, with every run's puts/s listed
@@ -182,9 +189,7 @@ async def bench(work: str, mb: int, count: int, runs: int) -> dict:
     for i in range(runs):
         for role, producers in setups:
             results[(role, producers)].append(await put_latency(work, role, producers, count, i))
-    for setup in setups:
-        ordered = sorted(results[setup], key=lambda r: r["puts_per_s"])
-        out["puts"].append({**ordered[len(ordered) // 2], "runs_puts_per_s": [r["puts_per_s"] for r in results[setup]]})
+    out["puts"] = [_median_run(results[setup], "puts_per_s", "runs_puts_per_s") for setup in setups]
     by = {(p["role"], p["producers"]): p["puts_per_s"] for p in out["puts"]}
     out["sync_vs_async_at_16"] = round(by[("SYNC_MASTER", 16)] / by[("ASYNC_MASTER", 16)], 2)
     out["aims"] = {"sync_vs_async_at_16": 0.5, "catch_up_mb_per_s": 200}
