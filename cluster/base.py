@@ -13,6 +13,7 @@ import trio
 
 from node.client import (
     ConnectionLost,
+    ConnectionPool,
     ServiceUnavailable,
     TidemqError,
 )
@@ -21,7 +22,6 @@ from node.protocol import Status
 from .routing import (
     UNREACHABLE,
     BrokerInfo,
-    ConnectionPool,
     Discovery,
     GroupRoute,
     MessageQueue,

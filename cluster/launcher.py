@@ -719,17 +719,16 @@ def query_status(addresses: list[str], *, timeout_s: float = 3.0) -> list[tuple[
     """Ask every address for `status` concurrently: (answer, None) or (None, error)."""
     import trio
 
-    from node.client import NodeClient, NodeClientError
+    from node.client import TidemqError, connect
 
     out: list[tuple[dict[str, Any] | None, str | None]] = [(None, None)] * len(addresses)
 
     async def one(i: int, address: str) -> None:
         try:
-            client = await NodeClient.connect(address, max_frame_size=64 * 1024 * 1024, timeout_s=timeout_s)
-            async with client:
-                answer = await client.request("status", timeout_s=timeout_s)
+            async with connect(address, connect_timeout=timeout_s, request_timeout=timeout_s) as conn:
+                answer = await conn.request("status")
             out[i] = ({k: v for k, v in answer.items() if k not in ("id", "status")}, None)
-        except NodeClientError as e:
+        except TidemqError as e:
             out[i] = (None, str(e))
 
     async def main() -> None:

@@ -42,7 +42,10 @@ from node.protocol import (
     wrong_type,
 )
 from node.server import ClientServer
+from store.address import AddressError, format_host_port, split_host_port
 from store.message import topic_error
+
+from .routing import BrokerInfo, QueueData, groups_serving
 
 log = logging.getLogger("tidemq.namesrv")
 
@@ -143,9 +146,10 @@ def _non_empty(v: str) -> str | None:
 
 
 def _address(v: str) -> str | None:
-    host, sep, port = v.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        return f"must be host:port, got {v!r}"
+    try:
+        split_host_port(v)
+    except AddressError as e:
+        return str(e)
     return None
 
 
@@ -223,44 +227,20 @@ NAMESRV_OPS: dict[str, tuple[Field, ...]] = {
 
 
 @attrs.define(eq=False)
-class BrokerEntry:
-    """One broker's last registration."""
+class _Registration:
+    """A broker's last registration: what it said (`broker`), when (time.monotonic()) and
+    over which connection (`peer`), which only the name server needs."""
 
-    cluster: str
-    broker_name: str
-    broker_id: int
-    role: str
-    address: str
-    ha_address: str | None
-    topics: dict[str, dict[str, int]]
-    max_offset: int
-    last_update: float  # time.monotonic()
-    last_update_ms: int  # epoch ms, for people
-    peer: str | None  # the connection it registered over
-    connected: bool = True
+    broker: BrokerInfo
+    last_update: float
+    peer: str | None
 
     def age_ms(self, now: float) -> int:
         return int((now - self.last_update) * 1000)
 
-    def broker_map(self, now: float) -> dict[str, Any]:
-        return {
-            "broker_id": self.broker_id,
-            "role": self.role,
-            "address": self.address,
-            "ha_address": self.ha_address,
-            "alive": self.connected,
-            "max_offset": self.max_offset,
-            "age_ms": self.age_ms(now),
-        }
-
-    def info_map(self, now: float) -> dict[str, Any]:
-        return {
-            "cluster": self.cluster,
-            "broker_name": self.broker_name,
-            **self.broker_map(now),
-            "topics": self.topics,
-            "last_update_ms": self.last_update_ms,
-        }
+    def seen_at(self, now: float) -> BrokerInfo:
+        """The broker as a client is told about it at `now` (with its age)."""
+        return attrs.evolve(self.broker, age_ms=self.age_ms(now))
 
 
 class RouteTable:
@@ -269,51 +249,51 @@ class RouteTable:
 
     def __init__(self, expire_ms: int) -> None:
         self.expire_s = expire_ms / 1000
-        self._brokers: dict[tuple[str, int], BrokerEntry] = {}
+        self._brokers: dict[tuple[str, int], _Registration] = {}
 
     def __len__(self) -> int:
         return len(self._brokers)
 
-    def register(self, fields: Mapping[str, Any], peer: str | None, now: float | None = None) -> BrokerEntry:
-        """Record a registration; returns the group's master entry (brokerId 0) or None."""
+    def register(self, fields: Mapping[str, Any], peer: str | None, now: float | None = None) -> BrokerInfo:
+        """Record a registration (`fields` as `register_broker` validated them); returns the
+        broker as recorded."""
         now = time.monotonic() if now is None else now
         key = (fields["broker_name"], fields["broker_id"])
         old = self._brokers.get(key)
         # the same address under another id or name: the node changed identity (promotion)
         for other_key, other in list(self._brokers.items()):
-            if other_key != key and other.address == fields["address"]:
-                log.info("%s now registers as %s/%d (was %s/%d)", other.address, key[0], key[1], *other_key)
+            if other_key != key and other.broker.address == fields["address"]:
+                log.info("%s now registers as %s/%d (was %s/%d)", fields["address"], key[0], key[1], *other_key)
                 del self._brokers[other_key]
         if old is None:
             log.info("broker %s/%d (%s, %s) registered", key[0], key[1], fields["role"], fields["address"])
-        elif old.address != fields["address"]:
-            log.warning("broker %s/%d moved from %s to %s", key[0], key[1], old.address, fields["address"])
-        elif not old.connected:
+        elif old.broker.address != fields["address"]:
+            log.warning("broker %s/%d moved from %s to %s", key[0], key[1], old.broker.address, fields["address"])
+        elif not old.broker.alive:
             log.info("broker %s/%d (%s) is back", key[0], key[1], fields["address"])
-        entry = BrokerEntry(
+        broker = BrokerInfo(
             cluster=fields["cluster"],
             broker_name=fields["broker_name"],
             broker_id=fields["broker_id"],
             role=fields["role"],
             address=fields["address"],
             ha_address=fields.get("ha_address"),
-            topics=dict(fields.get("topics") or {}),
             max_offset=fields.get("max_offset") or 0,
-            last_update=now,
+            topics={t: QueueData.from_wire(q) for t, q in (fields.get("topics") or {}).items()},
             last_update_ms=int(time.time() * 1000),
-            peer=peer,
         )
-        self._brokers[key] = entry
-        return entry
+        self._brokers[key] = _Registration(broker, now, peer)
+        return broker
 
-    def master_of(self, broker_name: str) -> BrokerEntry | None:
-        return self._brokers.get((broker_name, 0))
+    def master_of(self, broker_name: str) -> BrokerInfo | None:
+        registration = self._brokers.get((broker_name, 0))
+        return registration.broker if registration else None
 
     def unregister(self, broker_name: str, broker_id: int, address: str) -> bool:
         """Remove a broker that stops gracefully; only if `address` is the registered one,
         so a late unregister of an old process cannot remove its successor."""
-        entry = self._brokers.get((broker_name, broker_id))
-        if entry is None or entry.address != address:
+        registration = self._brokers.get((broker_name, broker_id))
+        if registration is None or registration.broker.address != address:
             return False
         del self._brokers[(broker_name, broker_id)]
         log.info("broker %s/%d (%s) unregistered", broker_name, broker_id, address)
@@ -323,21 +303,23 @@ class RouteTable:
         """The connection `peer` ended: its brokers are not alive (until they register again)."""
         if peer is None:
             return
-        for entry in self._brokers.values():
-            if entry.peer == peer and entry.connected:
-                entry.connected = False
+        for registration in self._brokers.values():
+            b = registration.broker
+            if registration.peer == peer and b.alive:
+                registration.broker = attrs.evolve(b, alive=False)
                 log.info("broker %s/%d (%s): registration connection closed; marked not alive",
-                         entry.broker_name, entry.broker_id, entry.address)
+                         b.broker_name, b.broker_id, b.address)
 
-    def expire(self, now: float | None = None) -> list[BrokerEntry]:
+    def expire(self, now: float | None = None) -> list[BrokerInfo]:
         """Drop brokers not heard from for brokerExpireMs; returns them."""
         now = time.monotonic() if now is None else now
-        gone = [e for e in self._brokers.values() if now - e.last_update > self.expire_s]
-        for e in gone:
-            del self._brokers[(e.broker_name, e.broker_id)]
+        gone = [r for r in self._brokers.values() if now - r.last_update > self.expire_s]
+        for r in gone:
+            b = r.broker
+            del self._brokers[(b.broker_name, b.broker_id)]
             log.warning("broker %s/%d (%s) expired: not heard from for %d ms",
-                        e.broker_name, e.broker_id, e.address, e.age_ms(now))
-        return gone
+                        b.broker_name, b.broker_id, b.address, r.age_ms(now))
+        return [r.broker for r in gone]
 
     def route(self, topic: str, now: float | None = None) -> list[dict[str, Any]]:
         """The groups serving `topic` (any of its brokers has it), by brokerName.
@@ -347,26 +329,22 @@ class RouteTable:
         master is gone.
         """
         now = time.monotonic() if now is None else now
-        groups: dict[str, list[BrokerEntry]] = {}
-        for entry in sorted(self._brokers.values(), key=lambda e: (e.broker_name, e.broker_id)):
-            groups.setdefault(entry.broker_name, []).append(entry)
-        out = []
-        for name, members in groups.items():
-            having = [e for e in members if topic in e.topics]
-            if not having:
-                continue
-            out.append({
+        brokers = [r.seen_at(now) for r in self._brokers.values()]
+        return [
+            {
                 "broker_name": name,
                 "cluster": members[0].cluster,
-                "brokers": [e.broker_map(now) for e in members],
-                "queue_data": having[0].topics[topic],
-            })
-        return out
+                "brokers": [b.route_entry() for b in members],
+                "queue_data": attrs.asdict(queue_data),
+            }
+            for name, members, queue_data in groups_serving(topic, brokers)
+        ]
 
     def cluster_info(self, now: float | None = None) -> list[dict[str, Any]]:
         now = time.monotonic() if now is None else now
-        entries = sorted(self._brokers.values(), key=lambda e: (e.cluster, e.broker_name, e.broker_id))
-        return [e.info_map(now) for e in entries]
+        brokers = sorted((r.seen_at(now) for r in self._brokers.values()),
+                         key=lambda b: (b.cluster, b.broker_name, b.broker_id))
+        return [b.to_wire() for b in brokers]
 
 
 # ---------------------------------------------------------------- the server
@@ -408,7 +386,7 @@ class NameServer:
                 )
                 await nursery.start(self.server.run)
                 nursery.start_soon(self._expire_loop)
-                self.address = f"{self.cfg.listen_address}:{self.server.port}"
+                self.address = format_host_port(self.cfg.listen_address, self.server.port)
                 self.started_ms = int(time.time() * 1000)
                 log.info("name server serving on %s (brokerExpireMs %d)", self.address, self.cfg.broker_expire_ms)
                 task_status.started(self.address)

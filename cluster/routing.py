@@ -1,4 +1,4 @@
-"""Where topics live: route data, connection pooling and the two discovery modes.
+"""Where topics live: route data and the two discovery modes.
 
 A client learns routes either from name servers (`get_route`, `get_cluster_info`, see
 cluster/namesrv.py) or, without a name server, by asking a fixed list of brokers for
@@ -10,26 +10,26 @@ the same `TopicRoute` whichever mode they run in.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 import trio
 
 from node.client import (
-    Connection,
     ConnectionLost,
+    ConnectionPool,
     NotFound,
     RequestTimeout,
     TidemqError,
 )
+from store.address import AddressError, parse_address_list
 
 log = logging.getLogger("tidemq.client")
 
 __all__ = [
     "BrokerInfo",
     "BrokerRoute",
-    "ConnectionPool",
     "Discovery",
     "GroupRoute",
     "MessageQueue",
@@ -50,13 +50,12 @@ def parse_addresses(value: str | Sequence[str] | None, what: str) -> list[str]:
     """"a:1;b:2" or ["a:1", "b:2"] → ["a:1", "b:2"] (RocketMQ's namesrvAddr form)."""
     if value is None:
         return []
-    parts = value.split(";") if isinstance(value, str) else [p for v in value for p in v.split(";")]
-    out = [p.strip() for p in parts if p.strip()]
-    for address in out:
-        host, sep, port = address.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise ValueError(f"{what} must be host:port, got {address!r}")
-    return out
+    try:
+        if isinstance(value, str):
+            return parse_address_list(value)
+        return [address for v in value for address in parse_address_list(v)]
+    except AddressError as e:
+        raise AddressError(f"{what} {e}") from None
 
 
 # ---------------------------------------------------------------- route data
@@ -155,7 +154,9 @@ class MessageQueue:
 
 @attrs.frozen
 class BrokerInfo:
-    """One broker as the name server last heard from it (or as a broker list probe saw it)."""
+    """One broker: what it registered with the name server (the name server's route table
+    holds these), what `get_cluster_info` tells a client, or what a broker list probe saw.
+    `age_ms` is how long ago the name server last heard from it (None from a probe)."""
 
     cluster: str
     broker_name: str
@@ -189,65 +190,57 @@ class BrokerInfo:
             last_update_ms=raw.get("last_update_ms"),
         )
 
+    def route_entry(self) -> dict[str, Any]:
+        """The broker as a `get_route` answer lists it (BrokerRoute reads it)."""
+        return {
+            "broker_id": self.broker_id,
+            "role": self.role,
+            "address": self.address,
+            "ha_address": self.ha_address,
+            "alive": self.alive,
+            "max_offset": self.max_offset,
+            "age_ms": self.age_ms,
+        }
+
+    def to_wire(self) -> dict[str, Any]:
+        """The broker as a `get_cluster_info` answer lists it (`from_wire` reads it)."""
+        return {
+            "cluster": self.cluster,
+            "broker_name": self.broker_name,
+            **self.route_entry(),
+            "topics": {t: attrs.asdict(q) for t, q in self.topics.items()},
+            "last_update_ms": self.last_update_ms,
+        }
+
     def to_json(self) -> dict[str, Any]:
         out = attrs.asdict(self, recurse=False)
         out["topics"] = {t: attrs.asdict(q) for t, q in self.topics.items()}
         return out
 
 
-def route_from_brokers(topic: str, brokers: Sequence[BrokerInfo]) -> TopicRoute:
-    """Group brokers by brokerName as the name server does: a group serves the topic when
-    any of its brokers has it; queue data from the master, else the lowest-id broker."""
+def groups_serving(topic: str, brokers: Iterable[BrokerInfo]) -> list[tuple[str, list[BrokerInfo], QueueData]]:
+    """`(brokerName, members by brokerId, queue data)` of each group serving `topic`, by
+    brokerName: a group serves it when any of its brokers has it; the queue data is the
+    master's, else the lowest-id broker's that has it. The name server's routes and a
+    broker-list client's routes are both built by this."""
     by_name: dict[str, list[BrokerInfo]] = {}
     for b in sorted(brokers, key=lambda b: (b.broker_name, b.broker_id)):
         by_name.setdefault(b.broker_name, []).append(b)
-    groups = []
+    out = []
     for name, members in by_name.items():
         having = [b for b in members if topic in b.topics]
-        if not having:
-            continue
+        if having:
+            out.append((name, members, having[0].topics[topic]))
+    return out
+
+
+def route_from_brokers(topic: str, brokers: Sequence[BrokerInfo]) -> TopicRoute:
+    """The route a name server would answer for `topic`, from a broker list."""
+    groups = []
+    for name, members, queue_data in groups_serving(topic, brokers):
         routes = tuple(BrokerRoute(b.broker_id, b.role, b.address, b.ha_address, b.alive) for b in members)
-        groups.append(GroupRoute(name, routes, having[0].topics[topic], members[0].cluster))
+        groups.append(GroupRoute(name, routes, queue_data, members[0].cluster))
     return TopicRoute(topic, tuple(groups))
-
-
-# ---------------------------------------------------------------- connections
-
-
-class ConnectionPool:
-    """One Connection per address, opened on first use and reopened after it broke; reader
-    tasks run in the owner's nursery."""
-
-    def __init__(self, nursery: trio.Nursery, *, connect_timeout: float, request_timeout: float) -> None:
-        self._nursery = nursery
-        self.connect_timeout = connect_timeout
-        self.request_timeout = request_timeout
-        self._conns: dict[str, Connection] = {}
-        self._locks: dict[str, trio.Lock] = {}
-
-    async def get(self, address: str) -> Connection:
-        conn = self._conns.get(address)
-        if conn is not None and not conn.closed:
-            return conn
-        async with self._locks.setdefault(address, trio.Lock()):
-            conn = self._conns.get(address)
-            if conn is None or conn.closed:
-                conn = await Connection.open(
-                    address, self._nursery,
-                    connect_timeout=self.connect_timeout, request_timeout=self.request_timeout,
-                )
-                self._conns[address] = conn
-            return conn
-
-    async def request(self, address: str, op: str, *, timeout: float | None = None, **fields: Any) -> dict[str, Any]:
-        """`op` on `address`'s connection (opened if needed); the typed errors of Connection."""
-        conn = await self.get(address)
-        return await conn.request(op, timeout=timeout, **fields)
-
-    async def aclose(self) -> None:
-        for conn in list(self._conns.values()):
-            await conn.aclose()
-        self._conns.clear()
 
 
 # ---------------------------------------------------------------- discovery

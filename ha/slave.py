@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 import attrs
 import trio
 
+from store.address import AddressError, split_host_port
 from store.message_store import MessageStore
 
 from .protocol import ProtocolError, Transfer, TransferDecoder, encode_report
@@ -51,10 +52,10 @@ class SlaveHAStatus:
 
 def split_address(address: str) -> tuple[str, int]:
     """'host:port' → (host, port); a clear error instead of a crash in the connect loop."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"master HA address must be host:port, got {address!r}")
-    return host.strip("[]"), int(port)
+    try:
+        return split_host_port(address)
+    except AddressError as e:
+        raise AddressError(f"master HA address {e}") from None
 
 
 class _MismatchError(Exception):

@@ -1,13 +1,12 @@
-"""Clients of the client protocol.
+"""The client of the client protocol: `Connection`, and `ConnectionPool` for many peers.
 
-- `Connection`: one TCP connection with many requests in flight, responses paired by id
-  by a reader task, a timeout per request and typed errors (`TidemqError` and its
-  subclasses). The cluster client library (cluster/client.py) and the node's name-server
-  registration are built on it.
-- `NodeClient`: one request at a time, no background task; enough for periodic admin
-  calls (a slave's sync, the launcher's status probe) where opening a nursery is a burden.
+A `Connection` is one TCP connection with many requests in flight, responses paired by id
+by a reader task, a timeout per request and typed errors (`TidemqError` and its
+subclasses). Everything that talks to a node or a name server uses it: the cluster client
+library (through `ConnectionPool`), the node's name-server registration, a slave's
+topic/offset sync and the launcher's status probe (`async with connect(address) as conn`).
 
-Both speak node/protocol.py's framing and never parse more than they need: a response
+It speaks node/protocol.py's framing and never parses more than it needs: a response
 carrying `error` is a failure, anything else is returned as the map it is.
 """
 
@@ -24,15 +23,16 @@ from typing import Any
 import attrs
 import trio
 
+from store.address import AddressError, split_host_port
+
 from .protocol import PROTOCOL_VERSION, FrameDecoder, FrameError, Status, encode_frame
 
 __all__ = [
     "BadRequest",
     "Connection",
     "ConnectionLost",
+    "ConnectionPool",
     "InternalError",
-    "NodeClient",
-    "NodeClientError",
     "NotFound",
     "PutFailed",
     "RequestTimeout",
@@ -129,14 +129,6 @@ _PUT_FAILURES = {
 }
 
 
-def split_address(address: str) -> tuple[str, int]:
-    """"host:port" (or "[v6]:port") → (host, port); ValueError when malformed."""
-    host, sep, port = address.strip().rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"address must be host:port, got {address!r}")
-    return host.strip("[]"), int(port)
-
-
 # ---------------------------------------------------------------- Connection
 
 
@@ -156,7 +148,7 @@ class Connection:
     or `async with connect(address) as conn:`. `request()` sends a frame and waits for the
     response with the same id, so a long-polling pull does not hold back a send on the same
     connection. A broken connection fails every request in flight with ConnectionLost and
-    stays closed: open a new one (cluster/client.py's pool does).
+    stays closed: open a new one (`ConnectionPool` does).
     """
 
     def __init__(
@@ -191,9 +183,9 @@ class Connection:
         """Connect (ConnectionLost when refused or slower than `connect_timeout`) and start
         the reader in `nursery`."""
         try:
-            host, port = split_address(address)
-        except ValueError as e:
-            raise ConnectionLost(str(e), address=address) from None
+            host, port = split_host_port(address)
+        except AddressError as e:
+            raise ConnectionLost(f"address {e}", address=address) from None
         try:
             with trio.fail_after(connect_timeout):
                 stream = await trio.open_tcp_stream(host, port)
@@ -368,73 +360,41 @@ class connect:  # noqa: N801 - used like a function: `async with connect(address
             raise
 
 
-# ---------------------------------------------------------------- NodeClient
+# ---------------------------------------------------------------- ConnectionPool
 
 
-class NodeClientError(Exception):
-    """The peer could not be reached, broke the protocol, or answered with an error status."""
+class ConnectionPool:
+    """One Connection per address, opened on first use and reopened after it broke; reader
+    tasks run in the owner's nursery (the cluster client library's Producer, PullConsumer
+    and Admin each own one)."""
 
+    def __init__(self, nursery: trio.Nursery, *, connect_timeout: float, request_timeout: float) -> None:
+        self._nursery = nursery
+        self.connect_timeout = connect_timeout
+        self.request_timeout = request_timeout
+        self._conns: dict[str, Connection] = {}
+        self._locks: dict[str, trio.Lock] = {}
 
-class NodeClient:
-    """`async with await NodeClient.connect("host:port", ...) as c: await c.request("status")`.
+    async def get(self, address: str) -> Connection:
+        conn = self._conns.get(address)
+        if conn is not None and not conn.closed:
+            return conn
+        async with self._locks.setdefault(address, trio.Lock()):
+            conn = self._conns.get(address)
+            if conn is None or conn.closed:
+                conn = await Connection.open(
+                    address, self._nursery,
+                    connect_timeout=self.connect_timeout, request_timeout=self.request_timeout,
+                )
+                self._conns[address] = conn
+            return conn
 
-    One request at a time and no background task; for pipelining and typed errors use
-    `Connection`."""
-
-    def __init__(self, stream: trio.SocketStream, address: str, max_frame_size: int) -> None:
-        self.stream = stream
-        self.address = address
-        self.max_frame_size = max_frame_size
-        self._decoder = FrameDecoder(max_frame_size)
-        self._pending: list[dict] = []
-        self._ids = itertools.count(1)
-
-    @classmethod
-    async def connect(cls, address: str, *, max_frame_size: int, timeout_s: float = 5.0) -> NodeClient:
-        host, _, port = address.rpartition(":")
-        try:
-            with trio.fail_after(timeout_s):
-                stream = await trio.open_tcp_stream(host.strip("[]"), int(port))
-        except (OSError, trio.TooSlowError) as e:
-            raise NodeClientError(f"cannot connect to {address}: {e or 'timed out'}") from None
-        return cls(stream, address, max_frame_size)
-
-    async def __aenter__(self) -> NodeClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+    async def request(self, address: str, op: str, *, timeout: float | None = None, **fields: Any) -> dict[str, Any]:
+        """`op` on `address`'s connection (opened if needed); the typed errors of Connection."""
+        conn = await self.get(address)
+        return await conn.request(op, timeout=timeout, **fields)
 
     async def aclose(self) -> None:
-        await trio.aclose_forcefully(self.stream)
-
-    async def request(self, op: str, *, timeout_s: float = 10.0, **fields: Any) -> dict[str, Any]:
-        """Send one request and return its response; NodeClientError unless the status is OK."""
-        request_id = next(self._ids)
-        frame = encode_frame({"v": PROTOCOL_VERSION, "op": op, "id": request_id, **fields},
-                             max_frame_size=self.max_frame_size)
-        try:
-            with trio.fail_after(timeout_s):
-                await self.stream.send_all(frame)
-                while True:
-                    for response in self._pending:
-                        if response.get("id") in (request_id, None):
-                            self._pending.remove(response)
-                            return self._check(op, response)
-                    data = await self.stream.receive_some(RECEIVE_SIZE)
-                    if not data:
-                        raise NodeClientError(f"{self.address} closed the connection during {op}")
-                    self._pending += self._decoder.feed(data)
-        except trio.TooSlowError:
-            raise NodeClientError(f"{self.address}: no answer to {op} within {timeout_s} s") from None
-        except FrameError as e:
-            raise NodeClientError(f"{self.address}: bad frame: {e.reason}") from None
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as e:
-            raise NodeClientError(f"{self.address}: {op} failed: {e}") from None
-
-    def _check(self, op: str, response: dict[str, Any]) -> dict[str, Any]:
-        if response.get("status") != Status.OK.value:
-            raise NodeClientError(
-                f"{self.address}: {op} answered {response.get('status')}: {response.get('error', '')}"
-            )
-        return response
+        for conn in list(self._conns.values()):
+            await conn.aclose()
+        self._conns.clear()

@@ -28,6 +28,7 @@ from typing import Any
 
 import attrs
 
+from store.address import AddressError, format_host_port, parse_address_list, split_host_port
 from store.config import (
     BrokerRole,
     ConfigError,
@@ -74,20 +75,22 @@ def _addr_list(_inst: Any, attribute: attrs.Attribute, value: str | None) -> Non
     """RocketMQ's namesrvAddr: one or more host:port separated by ';'."""
     if value is None:
         return
-    for part in value.split(";"):
-        host, sep, port = part.strip().rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(
-                f"{_CAMEL.get(attribute.name, attribute.name)} must be host:port[;host:port...], got {value!r}"
-            )
+    name = _CAMEL.get(attribute.name, attribute.name)
+    try:
+        addresses = parse_address_list(value)
+    except AddressError as e:
+        raise ConfigError(f"{name} {e}") from None
+    if not addresses:
+        raise ConfigError(f"{name} must be host:port[;host:port...], got {value!r}")
 
 
 def _host_port(_inst: Any, attribute: attrs.Attribute, value: str | None) -> None:
     if value is None:
         return
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"{_CAMEL.get(attribute.name, attribute.name)} must be host:port, got {value!r}")
+    try:
+        split_host_port(value)
+    except AddressError as e:
+        raise ConfigError(f"{_CAMEL.get(attribute.name, attribute.name)} {e}") from None
 
 
 @attrs.define(kw_only=True)
@@ -135,12 +138,12 @@ class BrokerConfig:
     @property
     def address(self) -> str:
         """Client-protocol address, also the store host in offset msgIds."""
-        return f"{self.broker_ip1}:{self.listen_port}"
+        return format_host_port(self.broker_ip1, self.listen_port)
 
     @property
     def ha_address(self) -> str:
         """The address slaves connect to for replication (when this node is a master)."""
-        return f"{self.broker_ip1}:{self.store.ha_listen_port}"
+        return format_host_port(self.broker_ip1, self.store.ha_listen_port)
 
     @classmethod
     def option_names(cls) -> list[str]:
@@ -202,7 +205,7 @@ class BrokerConfig:
         if ha_port <= 0:
             ha_port = listen_port + 1
         store_values["ha_listen_port"] = ha_port
-        store_values["store_host"] = f"{broker_ip1}:{listen_port}"
+        store_values["store_host"] = format_host_port(broker_ip1, listen_port)
         if "store_path_root_dir" in store_values:
             key = spelled["store_path_root_dir"]
             raw = convert_value(

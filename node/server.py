@@ -23,6 +23,8 @@ import attrs
 import cbor2
 import trio
 
+from store.address import format_host_port
+
 from .protocol import (
     OPS,
     BadRequest,
@@ -72,7 +74,7 @@ def _peer_address(stream: trio.SocketStream) -> str | None:
         host, port = stream.socket.getpeername()[:2]
     except OSError:
         return None
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return format_host_port(host, port)
 
 
 class ClientServer:

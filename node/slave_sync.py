@@ -13,7 +13,7 @@ from typing import Any
 
 import trio
 
-from .client import NodeClient, NodeClientError
+from .client import TidemqError, connect
 from .jsonfile import ConfigFileError
 from .offsets import ConsumerOffsetManager, OffsetEntry
 from .topics import TopicConfig, TopicConfigManager
@@ -90,13 +90,13 @@ class SlaveSync:
         return {"master_addr": self.master_addr, "last_sync_ms": self.last_sync_ms, "last_error": self.last_error}
 
     async def sync_once(self) -> None:
-        """One round; raises NodeClientError / ConfigFileError when it cannot complete."""
+        """One round; raises TidemqError / ConfigFileError when it cannot complete."""
         if self.master_addr is None:
             return
         source = f"master {self.master_addr}"
-        async with await NodeClient.connect(self.master_addr, max_frame_size=self.max_frame_size) as client:
-            topics = _topic_configs((await client.request("topic_list")).get("topics"), source)
-            offsets = _offset_entries((await client.request("offset_list")).get("offsets"), source)
+        async with connect(self.master_addr, max_frame_size=self.max_frame_size) as conn:
+            topics = _topic_configs((await conn.request("topic_list")).get("topics"), source)
+            offsets = _offset_entries((await conn.request("offset_list")).get("offsets"), source)
         if await self.topics.replace_all(topics):
             log.info("synced %d topic(s) from %s", len(topics), self.master_addr)
         if self.offsets.replace_all(offsets):
@@ -108,7 +108,7 @@ class SlaveSync:
         while True:
             try:
                 await self.sync_once()
-            except (NodeClientError, ConfigFileError, OSError) as e:
+            except (TidemqError, ConfigFileError, OSError) as e:
                 if self.last_error != str(e):
                     log.warning("cannot sync topics and offsets from %s: %s", self.master_addr, e)
                 self.last_error = str(e)

@@ -16,6 +16,8 @@ from typing import Any
 
 import attrs
 
+from .address import AddressError, split_host_port
+
 GiB = 1024 * 1024 * 1024
 MiB = 1024 * 1024
 KiB = 1024
@@ -67,9 +69,10 @@ def _delete_when(_inst: Any, attribute: attrs.Attribute, value: str) -> None:
 def _host_port(_inst: Any, attribute: attrs.Attribute, value: str | None) -> None:
     if value is None:
         return
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"{_camel(attribute.name)} must be host:port, got {value!r}")
+    try:
+        split_host_port(value)
+    except AddressError as e:
+        raise ConfigError(f"{_camel(attribute.name)} {e}") from None
 
 
 @attrs.define(kw_only=True)

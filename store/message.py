@@ -19,6 +19,8 @@ from typing import NamedTuple
 
 import attrs
 
+from .address import AddressError, format_host_port, split_host_port
+
 MESSAGE_MAGIC_CODE = 0xDAA320A7
 MESSAGE_MAGIC_CODE_V2 = 0xDAA320AB
 BLANK_MAGIC_CODE = 0xCBD43194
@@ -123,11 +125,11 @@ def decode_properties(text: str) -> dict[str, str]:
 @functools.lru_cache(maxsize=1024)
 def encode_host(host: str) -> bytes:
     """'ip:port' or '[v6]:port' → address bytes + int32 port (8 or 20 bytes)."""
-    addr, sep, port = host.rpartition(":")
-    if not sep:
-        raise ValueError(f"host must be ip:port, got {host!r}")
-    ip = ipaddress.ip_address(addr.strip("[]"))
-    return ip.packed + _I32.pack(int(port))
+    try:
+        addr, port = split_host_port(host, port_zero=True)
+    except AddressError:
+        raise AddressError(f"host must be ip:port, got {host!r}") from None
+    return ipaddress.ip_address(addr).packed + _I32.pack(port)
 
 
 def decode_host(raw: bytes | memoryview) -> str:
@@ -139,7 +141,7 @@ def decode_host(raw: bytes | memoryview) -> str:
 def _decode_host(raw: bytes) -> str:
     ip = ipaddress.ip_address(raw[:-4])
     port = _I32.unpack(raw[-4:])[0]
-    return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
+    return format_host_port(str(ip), port)
 
 
 def encode_msg_id(store_host: str, commitlog_offset: int) -> str:

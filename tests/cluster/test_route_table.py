@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import attrs
+
 from cluster.namesrv import RouteTable
+from cluster.routing import BrokerInfo, route_from_brokers
 
 
 def reg(name: str, broker_id: int, address: str, topics: dict | None = None, role: str | None = None) -> dict:
@@ -54,3 +57,22 @@ def test_identity_change_and_stale_unregister():
     assert table.master_of("a").address == "h:2"
     assert not table.unregister("a", 0, "h:9"), "an unregister for another address is ignored"
     assert len(table) == 1
+
+
+def test_clients_read_the_table_as_one_broker_class():
+    """The table's wire form is what BrokerInfo reads and writes; a broker-list client
+    groups BrokerInfos into the same route the name server answers."""
+    table = RouteTable(expire_ms=1000)
+    table.register(reg("a", 0, "h:1"), "p1", now=0)
+    table.register(reg("a", 1, "h:2", {}), "p2", now=0)
+    table.connection_closed("p2")
+    wire = table.cluster_info(now=0.25)
+    brokers = [BrokerInfo.from_wire(b) for b in wire]
+    assert [b.to_wire() for b in brokers] == wire
+    assert [b.age_ms for b in brokers] == [250, 250] and [b.alive for b in brokers] == [True, False]
+    assert attrs.evolve(table.master_of("a"), age_ms=250) == brokers[0]
+    served = table.route("T", now=0.25)[0]
+    route = route_from_brokers("T", brokers).groups[0]
+    assert route.broker_name == served["broker_name"] and route.cluster == served["cluster"]
+    assert [(r.broker_id, r.alive) for r in route.brokers] == [(b["broker_id"], b["alive"]) for b in served["brokers"]]
+    assert route.queue_data is not None and route.queue_data.write_queue_nums == served["queue_data"]["write_queue_nums"]

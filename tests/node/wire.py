@@ -12,6 +12,7 @@ from typing import Any
 import trio
 
 from node.protocol import PROTOCOL_VERSION, FrameDecoder, encode_frame
+from store.address import split_host_port
 
 MAX_FRAME = 64 * 1024 * 1024  # a test client accepts anything the node may send
 
@@ -26,8 +27,7 @@ class Wire:
 
     @classmethod
     async def connect(cls, address: str) -> Wire:
-        host, _, port = address.rpartition(":")
-        return cls(await trio.open_tcp_stream(host, int(port)))
+        return cls(await trio.open_tcp_stream(*split_host_port(address)))
 
     async def aclose(self) -> None:
         await trio.aclose_forcefully(self.stream)
