@@ -46,8 +46,9 @@ STORED = {Status.PUT_OK, Status.FLUSH_DISK_TIMEOUT, Status.FLUSH_SLAVE_TIMEOUT, 
 
 
 @attrs.frozen
-class Message:
-    """A message to send in a batch (for single sends, pass the fields to `send`)."""
+class OutgoingMessage:
+    """A message a client sends, in a batch (for single sends, pass the fields to `send`);
+    not store.message.Message, the store's record of it. ReceivedMessage is the other way."""
 
     body: bytes | str
     tags: str | None = None

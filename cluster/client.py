@@ -40,7 +40,7 @@ from node.client import (
 from node.protocol import Status
 
 from .admin import Admin
-from .base import BrokerStatus, Message, PullResult, ReceivedMessage, SendResult, TopicInfo
+from .base import BrokerStatus, OutgoingMessage, PullResult, ReceivedMessage, SendResult, TopicInfo
 from .consumer import PullConsumer
 from .producer import Producer
 from .routing import BrokerInfo, GroupRoute, MessageQueue, QueueData, TopicRoute
@@ -54,7 +54,7 @@ __all__ = [
     "ConnectionLost",
     "GroupRoute",
     "InternalError",
-    "Message",
+    "OutgoingMessage",
     "MessageQueue",
     "NotFound",
     "Producer",

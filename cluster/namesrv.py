@@ -32,9 +32,9 @@ from node.config import ConfigError, parse_properties
 from node.protocol import (
     INT,
     STR,
-    BadRequest,
     Field,
     FieldType,
+    InvalidRequest,
     Request,
     Status,
     error_response,
@@ -194,8 +194,8 @@ def _check_topics(value: Any, path: str) -> dict[str, dict[str, int]]:
     return out
 
 
-def _bad(message: str) -> BadRequest:
-    return BadRequest(message)
+def _bad(message: str) -> InvalidRequest:
+    return InvalidRequest(message)
 
 
 TOPICS = FieldType("a map of topic → queue data", _check_topics)

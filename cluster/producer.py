@@ -25,7 +25,7 @@ from node.protocol import Status
 from .base import (
     FAULT_BACKOFF_S,
     ROUTE_TTL_S,
-    Message,
+    OutgoingMessage,
     SendResult,
     _Client,
     _with_message,
@@ -106,20 +106,20 @@ class Producer(_Client):
     ) -> SendResult:
         """Store one message; see the class docstring for selection, retries and statuses.
         `queue_id` (optionally with `broker_name`) pins the queue."""
-        fields = Message(body, tags, tuple(keys), properties).to_wire()
+        fields = OutgoingMessage(body, tags, tuple(keys), properties).to_wire()
         return await self._send("send", topic, fields, queue_id, broker_name, wait)
 
     async def send_batch(
         self,
         topic: str,
-        messages: Iterable[Message | bytes | str],
+        messages: Iterable[OutgoingMessage | bytes | str],
         *,
         queue_id: int | None = None,
         broker_name: str | None = None,
         wait: bool = True,
     ) -> SendResult:
         """Store several messages atomically in one queue (one put); bodies or Messages."""
-        wire = [(m if isinstance(m, Message) else Message(m)).to_wire() for m in messages]
+        wire = [(m if isinstance(m, OutgoingMessage) else OutgoingMessage(m)).to_wire() for m in messages]
         if not wire:
             raise ValueError("send_batch needs at least one message")
         return await self._send("send_batch", topic, {"messages": wire}, queue_id, broker_name, wait)

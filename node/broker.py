@@ -1,6 +1,6 @@
 """One node's lifecycle: store, replication, client server, tables, graceful shutdown.
 
-`Node(cfg).run()` opens the store, starts the HA service (master) or HA client (slave),
+`Broker` is RocketMQ's BrokerController: `Broker(cfg).run()` opens the store, starts the HA service (master) or HA client (slave),
 the client-protocol server on brokerIP1:listenPort, the consumer-offset persister and, on
 a slave with `masterAddr`, the topic/offset sync. It reports the serving address to
 `nursery.start` and runs until SIGTERM/SIGINT (or `stop()`): then it unregisters from
@@ -35,7 +35,7 @@ from .topics import TopicConfigManager
 
 log = logging.getLogger("tidemq.node")
 
-__all__ = ["Node"]
+__all__ = ["Broker"]
 
 SHUTDOWN_GRACE_S = 10.0
 """Upper bound for requests in flight at shutdown (a SYNC_MASTER send waits up to
@@ -44,8 +44,9 @@ UNREGISTER_TIMEOUT_S = 2.0
 """How long a shutdown waits for the name servers to acknowledge the unregistration."""
 
 
-class Node:
-    """A broker process's services, wired together; see the module docstring."""
+class Broker:
+    """A broker process's services (RocketMQ's BrokerController), wired together; see the
+    module docstring."""
 
     def __init__(
         self, cfg: BrokerConfig, *, handle_signals: bool = True, grace_s: float = SHUTDOWN_GRACE_S

@@ -161,7 +161,7 @@ def _add_store_commands(subparsers: argparse._SubParsersAction) -> None:
 def _cmd_node_start(args: argparse.Namespace) -> int:
     import trio
 
-    from node.broker import Node
+    from node.broker import Broker
     from node.config import ConfigError, check_ports_free, load_config
     from node.jsonfile import ConfigFileError
     from node.logs import setup_logging
@@ -173,7 +173,7 @@ def _cmd_node_start(args: argparse.Namespace) -> int:
     except ConfigError as e:
         raise CommandError(str(e)) from None
     setup_logging(cfg)
-    node = Node(cfg)
+    node = Broker(cfg)
     serving = False
 
     async def serve() -> None:

@@ -45,7 +45,7 @@ __all__ = [
     "OPS",
     "STR",
     "PROTOCOL_VERSION",
-    "BadRequest",
+    "InvalidRequest",
     "Field",
     "FieldType",
     "FrameDecoder",
@@ -172,9 +172,11 @@ def encode_frame(obj: Mapping[str, Any], *, max_frame_size: int | None = None) -
 # ---------------------------------------------------------------- requests
 
 
-class BadRequest(Exception):
-    """A well-framed request that is not valid; answered with BAD_REQUEST, the connection
-    stays usable. `request_id` is the frame's id when it had a usable one, else None."""
+class InvalidRequest(Exception):
+    """A well-framed request that is not valid (raised by `parse_request` and schemas on
+    the serving side); answered with BAD_REQUEST, which a client raises as
+    node.client.BadRequest. The connection stays usable. `request_id` is the frame's id
+    when it had a usable one, else None."""
 
     def __init__(self, message: str, request_id: int | None = None) -> None:
         super().__init__(message)
@@ -193,7 +195,7 @@ class Request:
 
 @attrs.frozen
 class FieldType:
-    """A wire type: `check(value, path)` returns the value or raises BadRequest."""
+    """A wire type: `check(value, path)` returns the value or raises InvalidRequest."""
 
     name: str
     check: Callable[[Any, str], Any]
@@ -224,9 +226,9 @@ def _type_name(value: Any) -> str:
     }.get(type(value), type(value).__name__)
 
 
-def wrong_type(path: str, expected: str, value: Any) -> BadRequest:
-    """The BadRequest for a field of the wrong wire type (for schemas built elsewhere)."""
-    return BadRequest(f"field {path!r} must be {expected}, got {_type_name(value)}")
+def wrong_type(path: str, expected: str, value: Any) -> InvalidRequest:
+    """The InvalidRequest for a field of the wrong wire type (for schemas built elsewhere)."""
+    return InvalidRequest(f"field {path!r} must be {expected}, got {_type_name(value)}")
 
 
 _wrong_type = wrong_type
@@ -407,7 +409,7 @@ def _check_messages(value: Any, path: str) -> list[dict[str, Any]]:
     if type(value) is not list:
         raise _wrong_type(path, "an array of maps", value)
     if not value:
-        raise BadRequest(f"field {path!r} must hold at least one message")
+        raise InvalidRequest(f"field {path!r} must hold at least one message")
     out = []
     for i, item in enumerate(value):
         if type(item) is not dict:
@@ -505,13 +507,13 @@ def _parse_fields(
                 continue
             close = difflib.get_close_matches(str(key), names, n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise BadRequest(f"unknown field {prefix + str(key)!r} for op {op!r}{hint}")
+            raise InvalidRequest(f"unknown field {prefix + str(key)!r} for op {op!r}{hint}")
     out: dict[str, Any] = {}
     for field in schema:
         name = field.name
         if name not in frame:
             if field.required:
-                raise BadRequest(f"missing field {prefix + name!r} for op {op!r}")
+                raise InvalidRequest(f"missing field {prefix + name!r} for op {op!r}")
             default = field.default
             out[name] = default.copy() if type(default) in (list, dict) else default
             continue
@@ -519,13 +521,13 @@ def _parse_fields(
         if field.check is not None:
             problem = field.check(value)
             if problem:
-                raise BadRequest(f"field {prefix + name!r} of op {op!r}: {problem}")
+                raise InvalidRequest(f"field {prefix + name!r} of op {op!r}: {problem}")
         out[name] = value
     return out
 
 
 def parse_request(frame: Mapping[Any, Any], ops: Mapping[str, tuple[Field, ...]] = OPS) -> Request:
-    """Validate a decoded frame against its op's schema; BadRequest names what is wrong.
+    """Validate a decoded frame against its op's schema; InvalidRequest names what is wrong.
 
     Unknown fields are refused (with the nearest valid name) rather than ignored, so a
     misspelt optional field such as `queueId` never silently falls back to its default.
@@ -536,26 +538,26 @@ def parse_request(frame: Mapping[Any, Any], ops: Mapping[str, tuple[Field, ...]]
     request_id = raw_id if type(raw_id) is int and INT64_MIN <= raw_id <= INT64_MAX else None
     try:
         if "v" not in frame:
-            raise BadRequest("missing field 'v' (protocol version)")
+            raise InvalidRequest("missing field 'v' (protocol version)")
         if type(frame["v"]) is not int or frame["v"] != PROTOCOL_VERSION:
-            raise BadRequest(
+            raise InvalidRequest(
                 f"unsupported protocol version {frame['v']!r}; this node speaks v {PROTOCOL_VERSION}"
             )
         if "id" not in frame:
-            raise BadRequest("missing field 'id'")
+            raise InvalidRequest("missing field 'id'")
         if request_id is None:
-            raise BadRequest(f"field 'id' must be a 64-bit integer, got {_type_name(raw_id)}")
+            raise InvalidRequest(f"field 'id' must be a 64-bit integer, got {_type_name(raw_id)}")
         if "op" not in frame:
-            raise BadRequest("missing field 'op'")
+            raise InvalidRequest("missing field 'op'")
         op = frame["op"]
         if type(op) is not str:
             raise _wrong_type("op", "a text string", op)
         if op not in ops:
             close = difflib.get_close_matches(op, list(ops), n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise BadRequest(f"unknown op {op!r}{hint}")
+            raise InvalidRequest(f"unknown op {op!r}{hint}")
         fields = _parse_fields(frame, ops[op], "", op)
-    except BadRequest as e:
+    except InvalidRequest as e:
         e.request_id = request_id
         raise
     return Request(op=op, id=request_id, fields=fields)

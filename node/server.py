@@ -27,10 +27,10 @@ from store.address import format_host_port
 
 from .protocol import (
     OPS,
-    BadRequest,
     Field,
     FrameDecoder,
     FrameError,
+    InvalidRequest,
     Request,
     Status,
     encode_frame,
@@ -210,7 +210,7 @@ class ClientServer:
             try:
                 request = parse_request(frame, self.ops)
                 response = await self.handler(request, conn.peer)
-            except BadRequest as e:
+            except InvalidRequest as e:
                 response = error_response(e.request_id, Status.BAD_REQUEST, e.message)
             except Exception as e:  # the handler answers its own errors; a bug lands here
                 log.exception("request %s (id %s) failed", frame.get("op"), request_id)

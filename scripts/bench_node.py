@@ -26,7 +26,7 @@ import psutil
 import trio
 
 from cluster import launcher
-from cluster.client import Message, Producer, PullConsumer
+from cluster.client import OutgoingMessage, Producer, PullConsumer
 
 REPO = Path(__file__).resolve().parents[1]
 TOPIC = "BenchNode"
@@ -44,7 +44,7 @@ def _pct(values: list[float], q: float) -> float:
 async def produce(namesrv: str, producers: int, batch: int, seconds: float) -> dict:
     """`producers` Producer instances (one connection each), each with one send in flight."""
     body = os.urandom(BODY)
-    batch_msgs = [Message(body, tags="bench")] * batch
+    batch_msgs = [OutgoingMessage(body, tags="bench")] * batch
     latencies: list[float] = []
     statuses: dict[str, int] = {}
     sent = 0

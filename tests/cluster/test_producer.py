@@ -13,7 +13,7 @@ from cluster.client import (
     Admin,
     BadRequest,
     ConnectionLost,
-    Message,
+    OutgoingMessage,
     Producer,
     PullConsumer,
     Status,
@@ -91,7 +91,7 @@ async def test_statuses_batches_and_errors_without_a_name_server(tmp_path, nodes
         quick = await producer.send("St", b"no wait", wait=False, queue_id=unconfirmed.queue_id)
         assert quick.status is Status.PUT_OK and quick.queue_offset == unconfirmed.queue_offset + 1
 
-        batch = await producer.send_batch("St", [b"b0", Message("b1", tags="t2", keys=["kb"])],
+        batch = await producer.send_batch("St", [b"b0", OutgoingMessage("b1", tags="t2", keys=["kb"])],
                                           queue_id=3, wait=False)
         assert batch.status is Status.PUT_OK and len(batch.msg_ids) == 2 and batch.msg_id == batch.msg_ids[0]
         assert (batch.queue_id, batch.queue_offset) == (3, 0)

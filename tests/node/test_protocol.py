@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from node.protocol import (
     INT64_MAX,
     OPS,
-    BadRequest,
     FrameDecoder,
     FrameError,
+    InvalidRequest,
     Request,
     Status,
     encode_frame,
@@ -195,7 +195,7 @@ def test_every_op_parses_with_required_fields_and_gets_defaults(op):
 def test_every_required_field_is_required(op):
     for name in MINIMAL[op]:
         fields = {k: v for k, v in MINIMAL[op].items() if k != name}
-        with pytest.raises(BadRequest, match=f"^missing field '{name}' for op '{re.escape(op)}'$"):
+        with pytest.raises(InvalidRequest, match=f"^missing field '{name}' for op '{re.escape(op)}'$"):
             parse_request(req(op, **fields))
 
 
@@ -255,39 +255,39 @@ def test_full_send():
 
 
 def test_envelope_problems():
-    with pytest.raises(BadRequest, match="missing field 'v'"):
+    with pytest.raises(InvalidRequest, match="missing field 'v'"):
         parse_request({"op": "status", "id": 1})
-    with pytest.raises(BadRequest, match="unsupported protocol version 2") as exc:
+    with pytest.raises(InvalidRequest, match="unsupported protocol version 2") as exc:
         parse_request({"v": 2, "op": "status", "id": 4})
     assert exc.value.request_id == 4
-    with pytest.raises(BadRequest, match="unsupported protocol version True"):
+    with pytest.raises(InvalidRequest, match="unsupported protocol version True"):
         parse_request({"v": True, "op": "status", "id": 1})
-    with pytest.raises(BadRequest, match="^missing field 'id'$") as exc:
+    with pytest.raises(InvalidRequest, match="^missing field 'id'$") as exc:
         parse_request({"v": 1, "op": "status"})
     assert exc.value.request_id is None
-    with pytest.raises(BadRequest, match="field 'id' must be a 64-bit integer, got text string"):
+    with pytest.raises(InvalidRequest, match="field 'id' must be a 64-bit integer, got text string"):
         parse_request({"v": 1, "op": "status", "id": "1"})
-    with pytest.raises(BadRequest, match="field 'id' must be a 64-bit integer"):
+    with pytest.raises(InvalidRequest, match="field 'id' must be a 64-bit integer"):
         parse_request({"v": 1, "op": "status", "id": 2**64})
-    with pytest.raises(BadRequest, match="^missing field 'op'$") as exc:
+    with pytest.raises(InvalidRequest, match="^missing field 'op'$") as exc:
         parse_request({"v": 1, "id": 9})
     assert exc.value.request_id == 9
-    with pytest.raises(BadRequest, match="field 'op' must be a text string, got integer"):
+    with pytest.raises(InvalidRequest, match="field 'op' must be a text string, got integer"):
         parse_request({"v": 1, "op": 3, "id": 1})
 
 
 def test_unknown_op():
-    with pytest.raises(BadRequest, match="^unknown op 'x'$") as exc:
+    with pytest.raises(InvalidRequest, match="^unknown op 'x'$") as exc:
         parse_request(req("x"))
     assert exc.value.request_id == 1
-    with pytest.raises(BadRequest, match="^unknown op 'sned'; did you mean 'send'\\?$"):
+    with pytest.raises(InvalidRequest, match="^unknown op 'sned'; did you mean 'send'\\?$"):
         parse_request(req("sned"))
 
 
 def test_unknown_field_is_refused_with_a_suggestion():
-    with pytest.raises(BadRequest, match="unknown field 'queueId' for op 'send'; did you mean 'queue_id'"):
+    with pytest.raises(InvalidRequest, match="unknown field 'queueId' for op 'send'; did you mean 'queue_id'"):
         parse_request(req("send", topic="T", body=b"x", queueId=1))
-    with pytest.raises(BadRequest, match="unknown field 'messages\\[0\\].tag' for op 'send_batch'"):
+    with pytest.raises(InvalidRequest, match="unknown field 'messages\\[0\\].tag' for op 'send_batch'"):
         parse_request(req("send_batch", topic="T", messages=[{"body": b"x", "tag": "a"}]))
 
 
@@ -315,7 +315,7 @@ WRONG_TYPES = [
 
 @pytest.mark.parametrize(("op", "fields", "path", "expected", "got"), WRONG_TYPES)
 def test_wrong_type_names_field_and_expected_type(op, fields, path, expected, got):
-    with pytest.raises(BadRequest) as exc:
+    with pytest.raises(InvalidRequest) as exc:
         parse_request(req(op, **fields))
     msg = exc.value.message
     assert msg.startswith(f"field {path!r} must be {expected}"), msg
@@ -353,7 +353,7 @@ BAD_VALUES = [
 
 @pytest.mark.parametrize(("op", "fields", "path", "words"), BAD_VALUES)
 def test_bad_values_name_the_field(op, fields, path, words):
-    with pytest.raises(BadRequest) as exc:
+    with pytest.raises(InvalidRequest) as exc:
         parse_request(req(op, **fields))
     msg = exc.value.message
     assert msg.startswith(f"field {path!r}"), msg
@@ -429,8 +429,8 @@ _message_maps = st.dictionaries(
 def _batch_outcome(message: dict):
     try:
         return parse_request({"v": 1, "op": "send_batch", "id": 1, "topic": "T", "messages": [message]}).fields
-    except BadRequest as e:
-        return ("BadRequest", e.message)
+    except InvalidRequest as e:
+        return ("InvalidRequest", e.message)
 
 
 @given(message=_message_maps)
@@ -453,5 +453,5 @@ def test_plain_batch_message_fields():
         {"body": b"x", "tags": "a", "keys": [], "properties": {}, "flag": 0},
         {"body": b"y", "tags": None, "keys": [], "properties": {}, "flag": 0},
     ]
-    with pytest.raises(BadRequest, match="tags"):
+    with pytest.raises(InvalidRequest, match="tags"):
         parse_request({"v": 1, "op": "send_batch", "id": 1, "topic": "T", "messages": [{"body": b"x", "tags": ""}]})
