@@ -13,10 +13,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import trio
-
 from node.client import TidemqError, connect
 from tests.node.nodeproc import REPO, NodeProcess, Nodes, master_conf, slave_conf, write_conf
+from tests.waiting import wait_until
 
 __all__ = [
     "broker_conf",
@@ -30,19 +29,8 @@ __all__ = [
 
 
 async def wait_for(check: Callable[[], Awaitable[Any]], timeout: float = 20.0, what: str = "") -> Any:
-    """Call `check` until it returns something truthy (exceptions count as not yet)."""
-    last: Any = None
-    with trio.move_on_after(timeout):
-        while True:
-            try:
-                last = await check()
-            except TidemqError as e:
-                last = e
-            else:
-                if last:
-                    return last
-            await trio.sleep(0.05)  # poll
-    raise AssertionError(f"{what} (waited {timeout} s; last: {last!r})")
+    """tests/waiting.wait_until with client errors counting as "not yet" (a node starting)."""
+    return await wait_until(check, timeout=timeout, what=what, retry_on=(TidemqError,))
 
 
 def start_namesrv(nodes: Nodes, directory: Path, *, port: int = 0, expire_ms: int | None = None) -> NodeProcess:

@@ -12,6 +12,8 @@ import trio
 from tests.cluster.helpers import broker_conf, cli, slave_of, start_namesrv, wait_slave_connected
 from tests.node.nodeproc import Nodes, free_port, write_conf
 
+pytestmark = pytest.mark.slow  # every test here starts `tidemq` processes
+
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):

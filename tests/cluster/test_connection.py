@@ -11,6 +11,8 @@ import trio.testing
 from cluster.client import BadRequest, ConnectionLost, NotFound, RequestTimeout, connect
 from tests.node.nodeproc import Nodes, master_conf
 
+pytestmark = pytest.mark.slow  # every test here starts node processes
+
 
 @pytest.fixture
 def nodes():

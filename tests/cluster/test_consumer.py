@@ -21,6 +21,8 @@ from tests.cluster.helpers import (
 )
 from tests.node.nodeproc import Nodes
 
+pytestmark = pytest.mark.slow  # every test here starts node processes
+
 NO_MESSAGE = {Status.NO_MESSAGE_IN_QUEUE, Status.OFFSET_OVERFLOW_ONE, Status.NO_MATCHED_LOGIC_QUEUE}
 
 

@@ -95,6 +95,7 @@ def test_layout_order_and_properties_twin(tmp_path: Path) -> None:
     assert specs[1].config.endswith("broker-a.toml")
 
 
+@pytest.mark.slow
 def test_up_status_kill_start_down(cluster_dirs: tuple[Path, Path]) -> None:
     conf, base = cluster_dirs
     cwd = base.parent
@@ -159,6 +160,7 @@ def test_up_status_kill_start_down(cluster_dirs: tuple[Path, Path]) -> None:
     tidemq("cluster", "down", "--base-dir", str(base), cwd=cwd)
 
 
+@pytest.mark.slow
 def test_up_failure_names_the_node_and_stops_what_it_started(cluster_dirs: tuple[Path, Path]) -> None:
     conf, base = cluster_dirs
     slave_port = load_config(str(conf / "broker-a-s.toml")).listen_port
@@ -178,6 +180,7 @@ def test_up_failure_names_the_node_and_stops_what_it_started(cluster_dirs: tuple
     assert code == 1 and not any(n["alive"] for n in nodes.values())
 
 
+@pytest.mark.slow
 def test_a_recycled_pid_is_not_taken_for_the_node(cluster_dirs: tuple[Path, Path]) -> None:
     conf, base = cluster_dirs
     stranger = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
@@ -196,6 +199,7 @@ def test_a_recycled_pid_is_not_taken_for_the_node(cluster_dirs: tuple[Path, Path
         stranger.wait()
 
 
+@pytest.mark.slow
 def test_scripts_run_end_to_end(tmp_path: Path) -> None:
     conf, base = copy_dev_layout(tmp_path), tmp_path / "data"
     env = {**os.environ, "TIDEMQ_BASE_DIR": str(base), "TIDEMQ_CONF": str(conf)}

@@ -20,6 +20,8 @@ from tests.cluster.helpers import (
 )
 from tests.node.nodeproc import Nodes, free_port
 
+pytestmark = pytest.mark.slow  # every test here starts node processes
+
 
 @pytest.fixture
 def nodes():

@@ -21,6 +21,8 @@ from cluster.client import (
 from tests.cluster.helpers import broker_conf, start_namesrv, wait_for
 from tests.node.nodeproc import Nodes, free_port
 
+pytestmark = pytest.mark.slow  # every test here starts node processes
+
 
 @pytest.fixture
 def nodes():

@@ -29,6 +29,7 @@ from store.config import BrokerRole, FlushDiskType, StoreConfig
 from store.message import Message
 from store.message_store import MessageStore, open_store
 from store.status import PutMessageStatus
+from tests.waiting import wait_until
 
 SEG = 64 * 1024
 TOPIC = "TopicTest"
@@ -66,12 +67,6 @@ async def put_workload(store: MessageStore, start: int, count: int, *, size: int
             result = await store.put_message(make_message(i, size))
             i += 1
         assert result.ok, result
-
-
-async def wait_until(pred: Callable[[], bool], timeout: float = 10.0) -> None:
-    with trio.fail_after(timeout):
-        while not pred():
-            await trio.sleep(0.01)  # poll
 
 
 def segment_names(store: MessageStore) -> list[str]:

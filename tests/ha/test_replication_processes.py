@@ -13,6 +13,9 @@ import trio
 
 from tests.node.nodeproc import Nodes, master_conf, slave_conf, store_root
 from tests.node.wire import call
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.slow  # every test here starts node processes
 
 SEGMENT = 256 * 1024
 
@@ -41,9 +44,11 @@ async def max_offset(address: str) -> int:
 
 async def wait_caught_up(master: str, slave: str, timeout: float = 30) -> int:
     target = await max_offset(master)
-    with trio.fail_after(timeout):
-        while await max_offset(slave) != target:
-            await trio.sleep(0.05)  # poll: the slave's status over the protocol
+
+    async def caught_up() -> bool:
+        return await max_offset(slave) == target
+
+    await wait_until(caught_up, timeout=timeout, what=f"the slave at the master's offset {target}")
     return target
 
 

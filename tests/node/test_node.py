@@ -1,7 +1,7 @@
 """Node processes end to end: real `tidemq node start` processes on 127.0.0.1, real files,
 the client protocol spoken raw (tests/node/wire.py).
 
-Waits are on conditions with deadlines (`wait_for`, marked `# poll`); nothing sleeps to
+Waits are on conditions with deadlines (tests/waiting.py); nothing sleeps to
 synchronize. One ASYNC_MASTER without auto-created topics is shared by the module's
 protocol tests (each uses its own topic); the replication, restart and crash tests start
 their own nodes.
@@ -17,7 +17,6 @@ import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,19 +35,11 @@ from tests.node.nodeproc import (
     write_conf,
 )
 from tests.node.wire import Wire, call
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.slow  # every test here starts node processes
 
 NO_MESSAGE = {"NO_MESSAGE_IN_QUEUE", "OFFSET_OVERFLOW_ONE", "NO_MATCHED_LOGIC_QUEUE"}
-
-
-async def wait_for(check: Callable[[], Awaitable[Any]], timeout: float = 15.0, what: str = "") -> Any:
-    """Call `check` until it returns something truthy; its last value on success."""
-    with trio.move_on_after(timeout):
-        while True:
-            value = await check()
-            if value:
-                return value
-            await trio.sleep(0.05)  # poll
-    raise AssertionError(f"{what} (waited {timeout} s)")
 
 
 @pytest.fixture
@@ -150,7 +141,7 @@ async def test_reads_on_master_then_on_its_slave(tmp_path, nodes):
         fetched = await ws.call("fetch_offset", group="G1", topic="Orders", queue_id=1)
         return r1["offset"] == 2 and r2["offset"] == 2 and fetched["status"] == "OK"
 
-    await wait_for(caught_up, what="slave never caught up")
+    await wait_until(caught_up, timeout=15, what="the slave to catch up")
     assert await reads(ws) == on_master
     assert (await ws.call("topic_list"))["topics"] == topics["topics"]
     for op, fields in (

@@ -658,6 +658,7 @@ _CHILD = (
 )
 
 
+@pytest.mark.slow
 def test_a_really_full_disk_fails_puts_cleanly_and_recovers(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")

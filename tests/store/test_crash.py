@@ -76,6 +76,7 @@ async def _run_opener(root) -> subprocess.CompletedProcess:
         )
 
 
+@pytest.mark.slow
 async def test_second_process_fails_at_once_naming_the_root(tmp_path):
     root = os.path.realpath(str(tmp_path))
     async with open_store(config(tmp_path)) as store:
@@ -93,6 +94,7 @@ async def test_second_process_fails_at_once_naming_the_root(tmp_path):
     assert proc.stdout.decode().split() == ["OPENED", str(end)]
 
 
+@pytest.mark.slow
 async def test_reading_the_lock_file_in_the_holding_process_keeps_the_lock(tmp_path):
     """POSIX fcntl locks drop when the process closes any fd of the file: reading <root>/lock
     (as a tool or status page in the node's process might) must not let another process in."""
@@ -192,6 +194,7 @@ def _tail(path: str, limit: int = 4000) -> str:
         return f.read()[-limit:].decode(errors="replace")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(5))
 async def test_sync_flush_survives_sigkill(tmp_path, seed):
     root = str(tmp_path / "store")

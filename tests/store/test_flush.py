@@ -11,6 +11,7 @@ import trio
 
 from store import BrokerRole, FlushDiskType, Message, PutMessageStatus, StoreConfig, open_store
 from store.message import RecordKind
+from tests.waiting import wait_until
 
 SEG = 4096
 
@@ -24,14 +25,6 @@ def config(root, **kw) -> StoreConfig:
 def body(i: int, n: int = 200) -> bytes:
     seed = f"m{i}-".encode()
     return (seed * (n // len(seed) + 1))[:n]
-
-
-async def wait_until(predicate, timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = trio.current_time() + timeout
-    while not predicate():
-        if trio.current_time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await trio.sleep(0.01)  # poll
 
 
 def flushed_where(store) -> int:

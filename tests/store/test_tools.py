@@ -508,6 +508,7 @@ def test_random_damage_never_raises(edits: list[tuple[int, bytes]], truncate: in
 # read-only, lock-free
 
 
+@pytest.mark.slow
 def test_tools_work_while_another_process_holds_the_store_lock(store: Store):
     lock = store.root / "lock"
     lock.write_text("lock")
@@ -547,6 +548,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_cli_verify_clean(store: Store):
     p = run_cli("store", "verify", str(store.root))
     assert p.returncode == 0, p.stderr
@@ -557,6 +559,7 @@ def test_cli_verify_clean(store: Store):
     assert lines[0] == json.dumps(summary, separators=(",", ":"))
 
 
+@pytest.mark.slow
 def test_cli_verify_damaged(store: Store):
     store.write_at(store.end, b"garbage!")
     p = run_cli("store", "verify", str(store.root))
@@ -565,6 +568,7 @@ def test_cli_verify_damaged(store: Store):
     assert summary["clean"] is False and summary["firstInvalidOffset"] == store.end
 
 
+@pytest.mark.slow
 def test_cli_dump(store: Store):
     p = run_cli("store", "dump", str(store.root))
     assert p.returncode == 0, p.stderr
@@ -580,6 +584,7 @@ def test_cli_dump(store: Store):
     ]
 
 
+@pytest.mark.slow
 def test_cli_dump_from_a_non_record_start(store: Store):
     p = run_cli("store", "dump", str(store.root), "--from", str(store.records[1].offset + 3))
     assert p.returncode == 1
@@ -587,6 +592,7 @@ def test_cli_dump_from_a_non_record_start(store: Store):
     assert "error" in json.loads(line)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args",
     [
@@ -607,6 +613,7 @@ def test_cli_usage_errors(args: list[str]):
     assert p.stderr.strip() and "Traceback" not in p.stderr
 
 
+@pytest.mark.slow
 def test_cli_not_a_store(tmp_path: Path):
     p = run_cli("store", "verify", str(tmp_path))
     assert p.returncode == 2

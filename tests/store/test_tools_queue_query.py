@@ -12,6 +12,8 @@ import pytest
 
 from store import Message, StoreConfig, open_store
 
+pytestmark = pytest.mark.slow  # every test here runs the store CLI as a subprocess
+
 GEOMETRY = ["--max-hash-slot-num", "31", "--max-index-num", "50"]
 
 

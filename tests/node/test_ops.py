@@ -1,0 +1,143 @@
+"""node.ops in-process: the node's operations behind a real ClientServer on 127.0.0.1, over
+a real store in tmp_path, reached with the real client (node.client.Connection). The same
+wiring as node/broker.py, without a process, so each op's answers are checked directly."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from node.client import BadRequest, Connection, NotFound, ServiceUnavailable, connect
+from node.config import load_config
+from node.offsets import ConsumerOffsetManager
+from node.ops import NodeServices, handle_request
+from node.server import ClientServer
+from node.topics import TopicConfigManager
+from store.address import format_host_port
+from store.message_store import open_store
+from tests.node.nodeproc import master_conf, slave_conf
+
+
+@asynccontextmanager
+async def serving_ops(conf: Path) -> AsyncIterator[tuple[NodeServices, Connection]]:
+    """A node's store, tables and operations behind a ClientServer on a free port, and a
+    connection to it."""
+    cfg = load_config(str(conf))
+    root = cfg.store.store_path_root_dir
+    topics = TopicConfigManager(root, auto_create=cfg.auto_create_topic_enable,
+                                default_queue_nums=cfg.default_topic_queue_nums)
+    topics.load()
+    offsets = ConsumerOffsetManager(root)
+    offsets.load()
+    async with open_store(cfg.store) as store, trio.open_nursery() as nursery:
+        services = NodeServices(cfg=cfg, store=store, topics=topics, offsets=offsets)
+        server = ClientServer(lambda request, peer: handle_request(services, request, peer),
+                              host="127.0.0.1", port=0, max_frame_size=cfg.max_frame_size)
+        await nursery.start(server.run)
+        async with connect(format_host_port("127.0.0.1", server.port)) as conn:
+            yield services, conn
+        nursery.cancel_scope.cancel()
+
+
+async def send(conn: Connection, topic: str, body: bytes, **fields: Any) -> dict[str, Any]:
+    answer = await conn.request("send", topic=topic, body=body, **fields)
+    assert answer["status"] == "PUT_OK", answer
+    return answer
+
+
+async def test_a_sent_message_reads_back_by_offset_msg_id_and_key(tmp_path):
+    async with serving_ops(master_conf(tmp_path, role="ASYNC_MASTER")) as (services, conn):
+        sent = await send(conn, "Orders", b"order 42", queue_id=1, tags="paid", keys=["o-42", "c-7"],
+                          properties={"region": "eu"})
+        assert (sent["queue_id"], sent["queue_offset"]) == (1, 0)
+        assert sent["commitlog_offset"] == 0 and services.store.get_max_phy_offset() > 0
+
+        pulled = await conn.request("pull", topic="Orders", queue_id=1, offset=0)
+        assert pulled["status"] == "FOUND" and pulled["next_begin_offset"] == 1
+        [m] = pulled["messages"]
+        assert (m["body"], m["tags"], m["keys"], m["msg_id"]) == (b"order 42", "paid", ["o-42", "c-7"],
+                                                                  sent["msg_id"])
+        assert m["properties"]["region"] == "eu" and "TAGS" not in m["properties"]
+
+        by_id = (await conn.request("get_by_msg_id", msg_id=sent["msg_id"]))["message"]
+        assert by_id == m
+        by_key = (await conn.request("query_by_key", topic="Orders", key="c-7"))["messages"]
+        assert [x["msg_id"] for x in by_key] == [sent["msg_id"]]
+        assert (await conn.request("max_offset", topic="Orders", queue_id=1))["offset"] == 1
+        assert (await conn.request("min_offset", topic="Orders", queue_id=1))["offset"] == 0
+
+        filtered = await conn.request("pull", topic="Orders", queue_id=1, offset=0, tag_filter="unpaid")
+        assert filtered["status"] == "NO_MATCHED_MESSAGE" and not filtered["messages"]
+        with pytest.raises(NotFound, match="no message with msgId"):
+            await conn.request("get_by_msg_id", msg_id=sent["msg_id"][:-4] + "FFFF")
+
+
+async def test_a_long_poll_is_woken_by_a_send_and_released_by_shutdown(tmp_path):
+    async with serving_ops(master_conf(tmp_path, role="ASYNC_MASTER")) as (services, conn):
+        answers: list[dict[str, Any]] = []
+
+        async def pull(offset: int) -> None:
+            answers.append(await conn.request("pull", topic="Wake", queue_id=0, offset=offset,
+                                              timeout_ms=60_000, timeout=90))
+
+        await conn.request("topic_create", topic="Wake", read_queue_nums=1, write_queue_nums=1)
+        with trio.fail_after(10):  # long before the pull's own 60 s: the send wakes it
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(pull, 0)
+                await trio.testing.wait_all_tasks_blocked()
+                assert not answers, "nothing to read yet: the pull waits"
+                await send(conn, "Wake", b"now", queue_id=0)
+        assert answers[0]["status"] == "FOUND" and answers[0]["messages"][0]["body"] == b"now"
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(pull, 1)
+                await trio.testing.wait_all_tasks_blocked()
+                services.stop_long_polls()  # what a shutdown does before draining
+        assert answers[1]["status"] == "OFFSET_OVERFLOW_ONE" and answers[1]["messages"] == []
+
+
+async def test_topics_must_exist_when_auto_create_is_off_and_queue_ids_be_in_range(tmp_path):
+    conf = master_conf(tmp_path, role="ASYNC_MASTER", autoCreateTopicEnable=False)
+    async with serving_ops(conf) as (services, conn):
+        with pytest.raises(NotFound, match="topic 'New' does not exist on broker-t"):
+            await conn.request("send", topic="New", body=b"x")
+        created = await conn.request("topic_create", topic="New", read_queue_nums=2, write_queue_nums=2)
+        assert created["topic"]["write_queue_nums"] == 2
+        with pytest.raises(BadRequest, match="queue_id 2 is out of range: topic 'New' has 2 write queues"):
+            await conn.request("send", topic="New", body=b"x", queue_id=2)
+        await send(conn, "New", b"x", queue_id=1)
+        listed = (await conn.request("topic_list"))["topics"]
+        assert [(t["topic"], t["read_queue_nums"]) for t in listed] == [("New", 2)]
+        assert services.topics.list()[0].topic == "New"
+
+
+async def test_committed_offsets_are_fetched_and_listed(tmp_path):
+    async with serving_ops(master_conf(tmp_path, role="ASYNC_MASTER")) as (services, conn):
+        with pytest.raises(NotFound, match="group 'G' has no committed offset for T:3"):
+            await conn.request("fetch_offset", group="G", topic="T", queue_id=3)
+        await conn.request("commit_offset", group="G", topic="T", queue_id=3, offset=17)
+        assert (await conn.request("fetch_offset", group="G", topic="T", queue_id=3))["offset"] == 17
+        assert (await conn.request("offset_list"))["offsets"] == [
+            {"group": "G", "topic": "T", "queue_id": 3, "offset": 17}
+        ]
+        assert services.offsets.fetch("G", "T", 3) == 17
+
+
+async def test_a_slave_refuses_writes_and_reports_its_role(tmp_path):
+    conf = slave_conf(tmp_path, master_conf(tmp_path))
+    async with serving_ops(conf) as (services, conn):
+        with pytest.raises(ServiceUnavailable, match="this node is a SLAVE and refuses writes"):
+            await conn.request("send", topic="T", body=b"x")
+        with pytest.raises(ServiceUnavailable, match="refuses offset commits"):
+            await conn.request("commit_offset", group="G", topic="T", queue_id=0, offset=1)
+        status = await conn.request("status")
+        assert status["role"] == "SLAVE" and status["broker_id"] == 1
+        assert status["max_phy_offset"] == services.store.get_max_phy_offset() == 0
+        assert status["address"] == services.cfg.address and status["disk"]["total"] > 0

@@ -1,0 +1,151 @@
+"""node.server.ClientServer in-process: a real server on 127.0.0.1 (port 0), real sockets,
+the real client (node.client.Connection); the handler is a small function so each test
+controls when an answer is ready. The node's operations are tested in test_ops.py."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from node.client import BadRequest, ConnectionLost, InternalError, connect
+from node.protocol import FrameDecoder, Request, ok_response
+from node.server import ClientServer
+from store.address import format_host_port
+from tests.waiting import wait_until
+
+Handler = Callable[[Request, "str | None"], Awaitable[dict[str, Any]]]
+MAX_FRAME = 64 * 1024
+
+
+@asynccontextmanager
+async def serving(handler: Handler, **kwargs: Any) -> AsyncIterator[ClientServer]:
+    async with trio.open_nursery() as nursery:
+        server = ClientServer(handler, host="127.0.0.1", port=0, max_frame_size=MAX_FRAME, **kwargs)
+        await nursery.start(server.run)
+        yield server
+        nursery.cancel_scope.cancel()
+
+
+def address(server: ClientServer) -> str:
+    return format_host_port(server.host, server.port)
+
+
+class Gate:
+    """A handler whose `pull` answers only once `open()` is called; other ops at once."""
+
+    def __init__(self) -> None:
+        self.opened = trio.Event()
+        self.peers: list[str | None] = []
+
+    def open(self) -> None:
+        self.opened.set()
+
+    async def __call__(self, request: Request, peer: str | None) -> dict[str, Any]:
+        self.peers.append(peer)
+        if request.op == "pull":
+            await self.opened.wait()
+        if request.op == "topic_list":
+            raise RuntimeError("boom")
+        return ok_response(request.id, op=request.op)
+
+
+async def test_answers_are_paired_by_id_not_by_order():
+    gate = Gate()
+    async with serving(gate) as server, connect(address(server)) as conn:
+        answers: dict[str, dict] = {}
+        async with trio.open_nursery() as nursery:
+
+            async def pull() -> None:
+                answers["pull"] = await conn.request("pull", topic="T", queue_id=0, offset=0)
+
+            nursery.start_soon(pull)
+            await trio.testing.wait_all_tasks_blocked()
+            assert server.in_flight == 1, "the pull is parked in the handler"
+            assert (await conn.request("status"))["op"] == "status", "a later request is not held back"
+            assert "pull" not in answers
+            gate.open()
+        assert answers["pull"]["op"] == "pull" and answers["pull"]["status"] == "OK"
+        assert server.in_flight == 0
+    host, port = gate.peers[0].rsplit(":", 1)
+    assert host == "127.0.0.1" and int(port) > 0, "the handler is told the client's address"
+
+
+async def test_an_invalid_request_is_bad_request_and_the_connection_stays():
+    async with serving(Gate()) as server, connect(address(server)) as conn:
+        with pytest.raises(BadRequest, match="unknown op 'sned'; did you mean 'send'"):
+            await conn.request("sned")
+        with pytest.raises(BadRequest, match="missing field 'topic' for op 'pull'"):
+            await conn.request("pull", queue_id=0, offset=0)
+        assert (await conn.request("status"))["status"] == "OK"
+        assert not conn.closed
+
+
+async def test_a_handler_bug_costs_that_request_only():
+    async with serving(Gate()) as server, connect(address(server)) as conn:
+        with pytest.raises(InternalError, match="RuntimeError: boom"):
+            await conn.request("topic_list")
+        assert (await conn.request("status"))["status"] == "OK"
+
+
+async def test_a_broken_frame_gets_an_error_frame_then_close_and_on_disconnect():
+    gone: list[str | None] = []
+    async with serving(Gate(), on_disconnect=gone.append) as server:
+        stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+        me = format_host_port(*stream.socket.getsockname()[:2])
+        await stream.send_all((MAX_FRAME + 1).to_bytes(4, "big"))  # a length over the cap
+        decoder, frames = FrameDecoder(MAX_FRAME), []
+        with trio.fail_after(10):
+            while data := await stream.receive_some(4096):
+                frames += decoder.feed(data)
+        [frame] = frames
+        assert frame["id"] is None and frame["status"] == "BAD_REQUEST"
+        assert str(MAX_FRAME) in frame["error"], frame
+        await stream.aclose()
+        await wait_until(lambda: gone, what="on_disconnect")
+        assert gone == [me], "the server forgets the connection by the client's address"
+        async with connect(address(server)) as conn:  # other clients are not affected
+            assert (await conn.request("status"))["status"] == "OK"
+
+
+async def test_drain_answers_requests_in_flight_and_refuses_new_connections():
+    gate = Gate()
+    async with serving(gate) as server, connect(address(server)) as conn:
+        answers = []
+        async with trio.open_nursery() as nursery:
+
+            async def pull() -> None:
+                answers.append(await conn.request("pull", topic="T", queue_id=0, offset=0))
+
+            nursery.start_soon(pull)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(server.drain, 30.0)
+            await trio.testing.wait_all_tasks_blocked()
+            with pytest.raises(ConnectionLost):
+                async with connect(address(server), connect_timeout=5) as late:
+                    await late.request("status")
+            assert not answers, "the request in flight is still being served"
+            gate.open()
+        assert [a["op"] for a in answers] == ["pull"], "answered before the connection closed"
+        with trio.fail_after(10):
+            await conn.wait_closed()
+
+
+async def test_drain_gives_up_after_the_grace_period():
+    gate = Gate()  # never opened
+    async with serving(gate) as server, connect(address(server)) as conn:
+        async with trio.open_nursery() as nursery:
+
+            async def pull() -> None:
+                with pytest.raises(ConnectionLost):
+                    await conn.request("pull", topic="T", queue_id=0, offset=0)
+
+            nursery.start_soon(pull)
+            await trio.testing.wait_all_tasks_blocked()
+            with trio.fail_after(10):
+                await server.drain(0.05)
+        assert conn.closed, "the unanswered request's connection is closed, not left hanging"
