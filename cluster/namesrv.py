@@ -45,7 +45,7 @@ from node.server import ClientServer
 from store.address import AddressError, format_host_port, split_host_port
 from store.message import topic_error
 
-from .routing import BrokerInfo, QueueData, groups_serving
+from .routing import BrokerInfo, groups_serving
 
 log = logging.getLogger("tidemq.namesrv")
 
@@ -271,17 +271,7 @@ class RouteTable:
             log.warning("broker %s/%d moved from %s to %s", key[0], key[1], old.broker.address, fields["address"])
         elif not old.broker.alive:
             log.info("broker %s/%d (%s) is back", key[0], key[1], fields["address"])
-        broker = BrokerInfo(
-            cluster=fields["cluster"],
-            broker_name=fields["broker_name"],
-            broker_id=fields["broker_id"],
-            role=fields["role"],
-            address=fields["address"],
-            ha_address=fields.get("ha_address"),
-            max_offset=fields.get("max_offset") or 0,
-            topics={t: QueueData.from_wire(q) for t, q in (fields.get("topics") or {}).items()},
-            last_update_ms=int(time.time() * 1000),
-        )
+        broker = attrs.evolve(BrokerInfo.from_wire(fields), last_update_ms=int(time.time() * 1000))
         self._brokers[key] = _Registration(broker, now, peer)
         return broker
 

@@ -9,16 +9,9 @@ import trio
 import trio.testing
 
 from cluster.client import BadRequest, ConnectionLost, NotFound, RequestTimeout, connect
-from tests.node.nodeproc import Nodes, master_conf
+from tests.node.nodeproc import master_conf
 
 pytestmark = pytest.mark.slow  # every test here starts node processes
-
-
-@pytest.fixture
-def nodes():
-    n = Nodes()
-    yield n
-    n.cleanup()
 
 
 async def test_pipelining_timeouts_errors_and_loss(tmp_path, nodes):

@@ -19,18 +19,10 @@ from tests.cluster.helpers import (
     wait_for,
     wait_slave_connected,
 )
-from tests.node.nodeproc import Nodes
 
 pytestmark = pytest.mark.slow  # every test here starts node processes
 
 NO_MESSAGE = {Status.NO_MESSAGE_IN_QUEUE, Status.OFFSET_OVERFLOW_ONE, Status.NO_MATCHED_LOGIC_QUEUE}
-
-
-@pytest.fixture
-def nodes():
-    n = Nodes()
-    yield n
-    n.cleanup()
 
 
 async def create_topic(namesrv: str, topic: str, queues: int) -> None:

@@ -18,16 +18,9 @@ from tests.cluster.helpers import (
     wait_for,
     wait_slave_connected,
 )
-from tests.node.nodeproc import Nodes, free_port
+from tests.node.nodeproc import free_port
 
 pytestmark = pytest.mark.slow  # every test here starts node processes
-
-
-@pytest.fixture
-def nodes():
-    n = Nodes()
-    yield n
-    n.cleanup()
 
 
 def by_id(infos):

@@ -19,16 +19,9 @@ from cluster.client import (
     Status,
 )
 from tests.cluster.helpers import broker_conf, start_namesrv, wait_for
-from tests.node.nodeproc import Nodes, free_port
+from tests.node.nodeproc import free_port
 
 pytestmark = pytest.mark.slow  # every test here starts node processes
-
-
-@pytest.fixture
-def nodes():
-    n = Nodes()
-    yield n
-    n.cleanup()
 
 
 async def test_round_robin_over_two_masters_then_retry_on_the_other_group(tmp_path, nodes, caplog):

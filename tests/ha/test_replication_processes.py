@@ -11,20 +11,13 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.node.nodeproc import Nodes, master_conf, slave_conf, store_root
+from tests.node.nodeproc import master_conf, slave_conf, store_root
 from tests.node.wire import call
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow  # every test here starts node processes
 
 SEGMENT = 256 * 1024
-
-
-@pytest.fixture
-def nodes():
-    n = Nodes()
-    yield n
-    n.cleanup()
 
 
 async def send_workload(address: str, start: int, count: int, size: int = 900) -> int:

@@ -38,7 +38,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _toml(v: Any) -> str:
+def toml_value(v: Any) -> str:
+    """A TOML literal for a config value (bool, string or number)."""
     if isinstance(v, bool):
         return str(v).lower()
     if isinstance(v, str):
@@ -48,7 +49,7 @@ def _toml(v: Any) -> str:
 
 def write_conf(directory: Path, name: str, values: dict[str, Any]) -> Path:
     path = directory / f"{name}.toml"
-    path.write_text("".join(f"{k} = {_toml(v)}\n" for k, v in values.items()))
+    path.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in values.items()))
     return path
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from node.config import BrokerConfig, check_ports_free, load_config, parse_properties
 from store.config import BrokerRole, ConfigError, FlushDiskType, StoreConfig
+from tests.node.nodeproc import toml_value
 
 REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "conf"
@@ -31,19 +32,11 @@ SLAVE = {
 }
 
 
-def _toml_value(v: object) -> str:
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, str):
-        return f'"{v}"'
-    return str(v)
-
-
 def write(tmp_path: Path, fmt: str, values: dict, name: str = "broker") -> str:
     """Write `values` as a .toml or .properties file; returns its path."""
     path = tmp_path / f"{name}.{fmt}"
     if fmt == "toml":
-        text = "".join(f"{k} = {_toml_value(v)}\n" for k, v in values.items())
+        text = "".join(f"{k} = {toml_value(v)}\n" for k, v in values.items())
     else:
         text = "# a comment\n! another\n\n" + "".join(
             f"  {k} = {str(v).lower() if isinstance(v, bool) else v}  \n" for k, v in values.items()
@@ -269,24 +262,20 @@ def test_toml_syntax_error_names_file_and_line(tmp_path):
     assert "line 3" in msg
 
 
-def test_toml_tables_are_refused(tmp_path):
-    path = tmp_path / "t.toml"
-    path.write_text('[store]\nfileReservedTime = 1\n')
-    with pytest.raises(ConfigError, match=r"t\.toml: \[store\] tables are not supported"):
-        load_config(str(path))
-
-
-def test_properties_line_without_equals_names_line(tmp_path):
-    path = tmp_path / "b.properties"
-    path.write_text("brokerName=a\n\nlistenPort 10911\n")
-    with pytest.raises(ConfigError, match=r"b\.properties:3: expected key=value"):
-        load_config(str(path))
-
-
-def test_properties_duplicate_key_names_both_lines(tmp_path):
-    path = tmp_path / "b.properties"
-    path.write_text("brokerName=a\nbrokerName=b\n")
-    with pytest.raises(ConfigError, match=r"b\.properties:2: 'brokerName' is already set on line 1"):
+@pytest.mark.parametrize(
+    ("name", "text", "error"),
+    [
+        ("t.toml", "[store]\nfileReservedTime = 1\n", r"t\.toml: \[store\] tables are not supported"),
+        ("b.properties", "brokerName=a\n\nlistenPort 10911\n", r"b\.properties:3: expected key=value"),
+        ("b.properties", "brokerName=a\nbrokerName=b\n",
+         r"b\.properties:2: 'brokerName' is already set on line 1"),
+    ],
+    ids=["toml-table", "properties-line-without-equals", "properties-duplicate-key"],
+)
+def test_file_syntax_errors_name_the_file_and_line(tmp_path, name, text, error):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=error):
         load_config(str(path))
 
 
@@ -448,3 +437,25 @@ def test_check_ports_free_rejects_a_foreign_address():
     # 192.0.2.0/24 is TEST-NET-1: never an address of this host
     with pytest.raises(ConfigError, match=r"listenPort \d+ on 192\.0\.2\.1 is not available"):
         check_ports_free(_cfg(_free_port(), _free_port(), ip="192.0.2.1"))
+
+
+def test_addresses_are_parsed_once_and_errors_name_key_and_value():
+    """store.address is the one parser: each key's error names the key and the bad value."""
+    with pytest.raises(ConfigError) as exc:
+        BrokerConfig(namesrv_addr="127.0.0.1:9876;ns2")
+    assert str(exc.value) == (
+        "namesrvAddr must be host:port[;host:port...], got '127.0.0.1:9876;ns2' (bad entry 'ns2')"
+    )
+    with pytest.raises(ConfigError, match=r"^namesrvAddr must be host:port\[;host:port\.\.\.\], got ' ; '$"):
+        BrokerConfig(namesrv_addr=" ; ")
+    with pytest.raises(ConfigError, match=r"^masterAddr must be host:port with an IPv6 host in brackets"):
+        BrokerConfig(master_addr="::1:10911")
+    with pytest.raises(ConfigError, match=r"^haMasterAddress must be host:port, got '10\.0\.0\.1:0'$"):
+        StoreConfig(ha_master_address="10.0.0.1:0")
+    assert BrokerConfig(namesrv_addr="a:1; [::1]:2;").namesrv_addr == "a:1; [::1]:2;"
+
+
+def test_an_ipv6_broker_ip_gives_bracketed_addresses(tmp_path):
+    path = write(tmp_path, "toml", {"brokerIP1": "::1", "listenPort": 40911})
+    cfg = load_config(path)
+    assert (cfg.address, cfg.ha_address, cfg.store.store_host) == ("[::1]:40911", "[::1]:40912", "[::1]:40911")

@@ -42,13 +42,6 @@ pytestmark = pytest.mark.slow  # every test here starts node processes
 NO_MESSAGE = {"NO_MESSAGE_IN_QUEUE", "OFFSET_OVERFLOW_ONE", "NO_MATCHED_LOGIC_QUEUE"}
 
 
-@pytest.fixture
-def nodes():
-    n = Nodes()
-    yield n
-    n.cleanup()
-
-
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
     """An ASYNC_MASTER with autoCreateTopicEnable = false, shared by the protocol tests."""
