@@ -1,7 +1,7 @@
 """Real name server and node processes for the cluster tests, on tests/node/nodeproc.py.
 
 Everything runs as `python -m node.cli ...` processes on 127.0.0.1 with free ports and
-config files in tmp_path. Waits are on conditions with deadlines (`wait_for`, `# poll`).
+config files in tmp_path. Waits are on conditions with deadlines (`wait_for`, tests/waiting.py).
 """
 
 from __future__ import annotations
