@@ -10,23 +10,26 @@ config keys, connect targets and name-server registrations. Errors are `AddressE
 
 from __future__ import annotations
 
-__all__ = ["AddressError", "format_host_port", "parse_address_list", "split_host_port"]
+__all__ = ["PORTS", "AddressError", "format_host_port", "parse_address_list", "split_host_port"]
+
+PORTS = range(1, 65536)
+"""Ports a peer can listen on."""
 
 
 class AddressError(ValueError):
     """A malformed `host:port` (or list of them); the message quotes the value."""
 
 
-def split_host_port(address: str, *, port_zero: bool = False) -> tuple[str, int]:
+def split_host_port(address: str, *, ports: range = PORTS) -> tuple[str, int]:
     """`"host:port"` or `"[v6]:port"` → `(host, port)`, the host without brackets.
 
-    Surrounding whitespace is ignored. The port must be 1..65535 (0..65535 with
-    `port_zero`, for addresses that are only recorded, such as a message's born host). An
-    IPv6 host must be bracketed: `::1:80` is ambiguous and rejected.
+    Surrounding whitespace is ignored. The port must be in `ports`: 1..65535 for a peer;
+    the CommitLog codec passes the int32 range, since a record's born/store host holds
+    whatever port was written. An IPv6 host must be bracketed: `::1:80` is ambiguous.
     """
     host, sep, port = address.strip().rpartition(":")
-    low = 0 if port_zero else 1
-    if not sep or not host or not (port.isascii() and port.isdigit()) or not low <= int(port) <= 65535:
+    digits = port[1:] if port.startswith("-") else port
+    if not sep or not host or not (digits.isascii() and digits.isdigit()) or int(port) not in ports:
         raise AddressError(f"must be host:port, got {address!r}")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]

@@ -74,6 +74,8 @@ def transaction_type(sys_flag: int) -> int:
 _HEAD = struct.Struct(">iIiiiqqiq")
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
+_INT32_PORTS = range(-(2**31), 2**31)
+"""A stored host's port is an int32 field: encode whatever decode_host gave."""
 _I16 = struct.Struct(">h")
 _I8 = struct.Struct(">b")
 _SIZE_MAGIC = struct.Struct(">iI")
@@ -126,7 +128,7 @@ def decode_properties(text: str) -> dict[str, str]:
 def encode_host(host: str) -> bytes:
     """'ip:port' or '[v6]:port' → address bytes + int32 port (8 or 20 bytes)."""
     try:
-        addr, port = split_host_port(host, port_zero=True)
+        addr, port = split_host_port(host, ports=_INT32_PORTS)
     except AddressError:
         raise AddressError(f"host must be ip:port, got {host!r}") from None
     return ipaddress.ip_address(addr).packed + _I32.pack(port)

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from store.address import AddressError, format_host_port, parse_address_list, split_host_port
+from store.message import decode_host, encode_host
 
 
 @given(ip=st.ip_addresses(), port=st.integers(1, 65535))
@@ -55,10 +56,15 @@ def test_split_rejects_naming_the_value(text, reason):
     assert isinstance(info.value, ValueError)
 
 
-def test_port_zero_only_when_asked():
-    assert split_host_port("10.0.0.1:0", port_zero=True) == ("10.0.0.1", 0)
+def test_the_port_range_is_the_callers():
+    assert split_host_port("10.0.0.1:0", ports=range(0, 65536)) == ("10.0.0.1", 0)
     with pytest.raises(AddressError):
         split_host_port("10.0.0.1:0")
+    int32 = range(-(2**31), 2**31)
+    assert split_host_port("0.0.0.0:16788127", ports=int32) == ("0.0.0.0", 16788127)
+    assert split_host_port("[::1]:-5", ports=int32) == ("::1", -5)
+    with pytest.raises(AddressError):
+        split_host_port("h:--5", ports=int32)
 
 
 def test_format_keeps_an_already_bracketed_host():
@@ -79,3 +85,11 @@ def test_list_error_names_the_value_and_the_bad_entry():
     with pytest.raises(AddressError) as info:
         parse_address_list("127.0.0.1")
     assert str(info.value) == "must be host:port[;host:port...], got '127.0.0.1'"
+
+
+@given(ip=st.ip_addresses(), port=st.integers(-(2**31), 2**31 - 1))
+def test_the_record_codec_encodes_any_host_it_decodes(ip, port):
+    """A CommitLog record's host is 4 or 16 address bytes and an int32 port: a damaged or
+    foreign record may hold any port, and its msgId must still be computable."""
+    raw = ip.packed + port.to_bytes(4, "big", signed=True)
+    assert encode_host(decode_host(raw)) == raw
