@@ -128,6 +128,15 @@ class PullConsumer(_Client):
         """Continue `queue` from `offset` (does not commit)."""
         self._positions[queue] = offset
 
+    def forget(self, queue: MessageQueue) -> None:
+        """Drop the queue's position: its next pull starts from the committed offset again
+        (a consumer group member that gained the queue from another member)."""
+        self._positions.pop(queue, None)
+
+    async def master_address(self, broker_name: str) -> str | None:
+        """The last known master of a broker group (None when no route named one)."""
+        return (await self._state(broker_name)).master
+
     @property
     def pending_commits(self) -> dict[MessageQueue, int]:
         """Offsets committed while the master was unreachable, not yet on the master."""

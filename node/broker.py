@@ -29,6 +29,7 @@ from .config import BrokerConfig
 from .offsets import ConsumerOffsetManager
 from .ops import NodeServices, handle_request
 from .registration import NameServerRegistration
+from .schedule import ScheduleMessageService
 from .server import ClientServer
 from .slave_sync import SlaveSync
 from .topics import TopicConfigManager
@@ -123,6 +124,9 @@ class Broker:
                         await nursery.start(services.ha_master.run)
                         if cfg.role is BrokerRole.SYNC_MASTER:
                             store.replicator = services.ha_master
+                        services.schedule = ScheduleMessageService(store)
+                        await trio.to_thread.run_sync(services.schedule.load)
+                        await nursery.start(services.schedule.run)
                     else:
                         services.ha_client = HAClient(store)
                         await nursery.start(services.ha_client.run)

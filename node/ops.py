@@ -24,8 +24,10 @@ from store.message_store import GetMessageResult, MessageStore, StoreUnavailable
 from store.status import GetMessageStatus, PutMessageResult
 
 from .config import BrokerConfig
+from .consumers import ConsumerManager
 from .offsets import ConsumerOffsetManager
 from .protocol import Request, Status, error_response, ok_response
+from .schedule import ScheduleMessageService
 from .topics import TopicConfigManager
 
 log = logging.getLogger("tidemq.node")
@@ -66,6 +68,8 @@ class NodeServices:
     ha_client: HAClient | None = None
     slave_sync_status: Callable[[], dict[str, Any]] | None = None
     registration_status: Callable[[], list[dict[str, Any]]] | None = None
+    consumers: ConsumerManager = attrs.field(factory=ConsumerManager)
+    schedule: ScheduleMessageService | None = None
     stopping: bool = False
     _long_polls: set[trio.CancelScope] = attrs.field(factory=set)
 
@@ -339,6 +343,9 @@ async def _status(s: NodeServices, r: Request, peer: str | None) -> dict[str, An
         fields["sync"] = s.slave_sync_status()
     if s.registration_status is not None:
         fields["namesrv"] = s.registration_status()
+    if s.schedule is not None:
+        fields["schedule"] = s.schedule.status()
+    fields["consumer_groups"] = {g: s.consumers.members(g) for g in s.consumers.groups()}
     return ok_response(r.id, **fields)
 
 
@@ -372,6 +379,10 @@ HANDLERS: dict[str, _Handler] = {
     "status": _status,
     "admin.delete_expired_files": _delete_expired_files,
 }
+
+from .consumer_ops import CONSUMER_HANDLERS  # noqa: E402  (it builds on the helpers above)
+
+HANDLERS.update(CONSUMER_HANDLERS)
 
 
 async def handle_request(services: NodeServices, request: Request, peer: str | None) -> dict[str, Any]:

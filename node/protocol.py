@@ -369,6 +369,22 @@ def parse_tag_filter(expr: str) -> frozenset[str] | None:
     return tags
 
 
+def _client_id(v: str) -> str | None:
+    if not v or len(v) > MAX_GROUP_LENGTH:
+        return f"must be 1..{MAX_GROUP_LENGTH} characters, got {len(v)}"
+    if any(c.isspace() or not c.isprintable() for c in v):
+        return "must not contain spaces or control characters"
+    return None
+
+
+def _topics(v: list[str]) -> str | None:
+    for t in v:
+        problem = topic_error(t)
+        if problem:
+            return problem
+    return None
+
+
 def _tag_filter(v: str) -> str | None:
     try:
         parse_tag_filter(v)
@@ -485,6 +501,21 @@ OPS: dict[str, tuple[Field, ...]] = {
         _opt("perm", INT, 6, _perm),
     ),
     "topic_list": (),
+    "consumer_heartbeat": (
+        GROUP,
+        _f("client_id", STR, _client_id),
+        _opt("topics", LIST_STR, [], _topics),
+        _opt("heartbeat_interval_ms", INT, 30_000, _range(1, 3_600_000)),
+    ),
+    "consumer_unregister": (GROUP, _f("client_id", STR, _client_id)),
+    "consumer_list": (GROUP,),
+    "consumer_send_back": (
+        GROUP,
+        _f("commitlog_offset", INT, _NON_NEG64),
+        _opt("delay_level", INT, 0, _range(-1, 1000)),
+        _opt("max_reconsume_times", INT, 16, _range(0, 10_000)),
+        _opt("origin_msg_id", STR, None, _non_empty),
+    ),
     "status": (),
     "admin.delete_expired_files": (),
 }

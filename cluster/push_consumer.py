@@ -1,0 +1,277 @@
+"""Consumer: a handler-style consumer-group member on top of PullConsumer (RocketMQ's
+DefaultMQPushConsumer, concurrent mode).
+
+    async def handle(msg: ReceivedMessage) -> None: ...   # or a plain function
+
+    async with Consumer("billing", "Orders", handle, namesrv="127.0.0.1:9876") as consumer:
+        await trio.sleep_forever()
+
+It subscribes to the topic and to the group's retry topic `%RETRY%<group>`, shares their
+queues with the group's other members (cluster/rebalance.py), pulls each queue it owns,
+calls the handler once per message and commits a queue's offset after the handler has
+returned for every message of a pull. A handler that raises (or returns False) has its
+message sent back (`consumer_send_back`): it comes again after the retry ladder's delay
+(level 3 + reconsume times: 10 s, 30 s, 1 m, ...) with `reconsume_times` + 1, and after
+`max_reconsume_times` (16) retries it goes to `%DLQ%<group>`. A retried message reaches
+the handler with its original topic. When the message's master cannot take the send-back
+(it is down: the queue is read from its slave), the handler is called again locally
+after `local_retry_s` and the queue's offset does not move past it.
+
+Delivery is at least once: a member that crashes re-delivers what it consumed since its
+last commit, and a queue moving between members may deliver a few messages twice.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from types import TracebackType
+from typing import Any, Literal
+
+import attrs
+import trio
+
+from node.client import ServiceUnavailable, TidemqError
+
+from .base import ROUTE_TTL_S, ReceivedMessage
+from .consumer import PullConsumer
+from .rebalance import HEARTBEAT_INTERVAL_S, REBALANCE_INTERVAL_S, RebalanceService
+from .routing import UNREACHABLE, MessageQueue
+
+log = logging.getLogger("tidemq.client")
+
+__all__ = ["Consumer", "ConsumerStats", "Handler"]
+
+Handler = Callable[[ReceivedMessage], Awaitable[Any] | Any]
+MAX_RECONSUME_TIMES = 16
+RETRY_PREFIX = "%RETRY%"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+
+
+@attrs.define
+class ConsumerStats:
+    consumed: int = 0
+    """Handler calls that returned normally."""
+    failed: int = 0
+    """Handler calls that raised or returned False."""
+    retried: int = 0
+    """Messages sent back to the retry topic."""
+    dead: int = 0
+    """Messages sent to the DLQ."""
+
+
+@attrs.define(eq=False)
+class _QueueTask:
+    consumer: PullConsumer
+    queue: MessageQueue
+    stopping: bool = False
+    pull_scope: trio.CancelScope | None = None
+    done: trio.Event = attrs.field(factory=trio.Event)
+
+
+class Consumer:
+    """See the module docstring. `brokers` instead of `namesrv` works too (no name server)."""
+
+    def __init__(
+        self,
+        group: str,
+        topic: str,
+        handler: Handler,
+        *,
+        namesrv: str | Sequence[str] | None = None,
+        brokers: Sequence[str] | str | None = None,
+        tag_filter: str | None = None,
+        start: Literal["first", "last"] = "first",
+        max_reconsume_times: int = MAX_RECONSUME_TIMES,
+        heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
+        rebalance_interval_s: float = REBALANCE_INTERVAL_S,
+        batch: int = 32,
+        poll_ms: int = 1000,
+        local_retry_s: float = 1.0,
+        client_id: str | None = None,
+        request_timeout: float = 5.0,
+        route_ttl_s: float = ROUTE_TTL_S,
+    ) -> None:
+        if max_reconsume_times < 0:
+            raise ValueError(f"max_reconsume_times must be >= 0, got {max_reconsume_times}")
+        self.group = group
+        self.topic = topic
+        self.handler = handler
+        self.max_reconsume_times = max_reconsume_times
+        self.batch = batch
+        self.poll_ms = poll_ms
+        self.local_retry_s = local_retry_s
+        self.stats = ConsumerStats()
+        common = dict(namesrv=namesrv, brokers=brokers, group=group, start=start,
+                      request_timeout=request_timeout, route_ttl_s=route_ttl_s)
+        self._main = PullConsumer(topic=topic, tag_filter=tag_filter, **common)
+        self._retry = PullConsumer(topic=RETRY_PREFIX + group, **common)
+        self.rebalance = RebalanceService(
+            group, [self._main, self._retry], acquire=self._acquire, release=self._release,
+            client_id=client_id, heartbeat_interval_s=heartbeat_interval_s,
+            rebalance_interval_s=rebalance_interval_s,
+        )
+        self._tasks: dict[MessageQueue, _QueueTask] = {}
+        self._nursery: trio.Nursery | None = None
+        self._cm: Any = None
+
+    @property
+    def client_id(self) -> str:
+        return self.rebalance.client_id
+
+    @property
+    def owned(self) -> set[MessageQueue]:
+        """The queues (of the topic and the retry topic) this member consumes now."""
+        return self.rebalance.owned
+
+    async def __aenter__(self) -> Consumer:
+        await self._main.__aenter__()
+        try:
+            await self._retry.__aenter__()
+            self._cm = trio.open_nursery()
+            self._nursery = await self._cm.__aenter__()
+            await self._nursery.start(self.rebalance.run)
+        except BaseException as e:
+            await self._close_clients(type(e), e, e.__traceback__)
+            raise
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        with trio.CancelScope(shield=True):
+            await self.rebalance.close()  # every queue released (committed), then unregistered
+        assert self._nursery is not None
+        self._nursery.cancel_scope.cancel()
+        try:
+            await self._cm.__aexit__(exc_type, exc, tb)
+        finally:
+            await self._close_clients(exc_type, exc, tb)
+        return None
+
+    async def _close_clients(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        for client in (self._retry, self._main):
+            if client._nursery_cm is not None:
+                await client.__aexit__(None, None, None)
+
+    # ---- queue ownership (RebalanceService callbacks) -----------------------------------
+
+    async def _acquire(self, consumer: PullConsumer, queue: MessageQueue) -> None:
+        consumer.forget(queue)  # start from the offset the previous owner committed
+        task = _QueueTask(consumer, queue)
+        self._tasks[queue] = task
+        assert self._nursery is not None
+        self._nursery.start_soon(self._consume_queue, task)
+
+    async def _release(self, consumer: PullConsumer, queue: MessageQueue) -> None:
+        task = self._tasks.pop(queue, None)
+        if task is None:
+            return
+        task.stopping = True
+        if task.pull_scope is not None:
+            task.pull_scope.cancel()
+        await task.done.wait()  # the task commits before it ends
+        consumer.forget(queue)
+
+    # ---- consuming ----------------------------------------------------------------------
+
+    async def _consume_queue(self, task: _QueueTask) -> None:
+        consumer, queue = task.consumer, task.queue
+        try:
+            while not task.stopping:
+                try:
+                    with trio.CancelScope() as scope:
+                        task.pull_scope = scope
+                        result = await consumer.pull(queue, self.batch, timeout_ms=self.poll_ms)
+                    task.pull_scope = None
+                    if scope.cancelled_caught:
+                        break
+                except TidemqError as e:
+                    task.pull_scope = None
+                    log.info("pull of %s failed: %s", queue, e)
+                    await self._pause(task, self.local_retry_s)
+                    continue
+                for msg in result.messages:
+                    if not await self._consume(task, msg):
+                        consumer.seek(queue, msg.queue_offset)  # stopped before it was consumed
+                        break
+                if result.messages or result.next_begin_offset:
+                    await self._commit(consumer, queue)
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._commit(consumer, queue)
+            task.done.set()
+
+    async def _commit(self, consumer: PullConsumer, queue: MessageQueue) -> None:
+        position = consumer.position(queue)
+        if position is None:
+            return
+        try:
+            await consumer.commit(queue, position)
+        except TidemqError as e:
+            log.warning("commit of %s=%d failed: %s", queue, position, e)
+
+    async def _pause(self, task: _QueueTask, seconds: float) -> None:
+        with trio.CancelScope() as scope:
+            task.pull_scope = scope
+            await trio.sleep(seconds)
+        task.pull_scope = None
+
+    async def _consume(self, task: _QueueTask, msg: ReceivedMessage) -> bool:
+        """Handle one message until it is consumed or sent back; False when the queue is
+        being released first (the message stays unconsumed)."""
+        shown = msg
+        original = msg.properties.get(PROPERTY_RETRY_TOPIC)
+        if original and msg.topic.startswith(RETRY_PREFIX):
+            shown = attrs.evolve(msg, topic=original)
+        while True:
+            if await self._call_handler(shown):
+                self.stats.consumed += 1
+                return True
+            self.stats.failed += 1
+            if await self._send_back(task.consumer, msg):
+                return True
+            if task.stopping:
+                return False
+            await self._pause(task, self.local_retry_s)
+            if task.stopping:
+                return False
+
+    async def _call_handler(self, msg: ReceivedMessage) -> bool:
+        try:
+            result = self.handler(msg)
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception:
+            log.warning("handler failed on %s (%s:%d, reconsume %d)", msg.msg_id, msg.topic, msg.queue_offset,
+                        msg.reconsume_times, exc_info=True)
+            return False
+        return result is not False
+
+    async def _send_back(self, consumer: PullConsumer, msg: ReceivedMessage) -> bool:
+        """Store the failed message again for a later retry (or the DLQ) on its master."""
+        assert msg.broker_name is not None
+        try:
+            master = await consumer.master_address(msg.broker_name)
+            if master is None:
+                return False
+            response = await consumer.pool.request(
+                master, "consumer_send_back", group=self.group, commitlog_offset=msg.commitlog_offset,
+                max_reconsume_times=self.max_reconsume_times,
+                origin_msg_id=msg.properties.get("ORIGIN_MESSAGE_ID") or msg.properties.get("UNIQ_KEY")
+                or msg.msg_id,
+            )
+        except (*UNREACHABLE, ServiceUnavailable) as e:
+            log.info("send-back of %s to %s failed (%s); retrying it here", msg.msg_id, msg.broker_name, e)
+            return False
+        except TidemqError as e:
+            log.warning("send-back of %s failed: %s; retrying it here", msg.msg_id, e)
+            return False
+        if str(response.get("topic", "")).startswith("%DLQ%"):
+            self.stats.dead += 1
+            log.warning("%s gave up after %d retries: moved to %s", msg.msg_id, msg.reconsume_times,
+                        response["topic"])
+        else:
+            self.stats.retried += 1
+        return True

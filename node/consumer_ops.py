@@ -1,0 +1,104 @@
+"""Consumer-group operations: member heartbeats, unregistration, the member list, and
+consume-retry (RocketMQ's ClientManageProcessor and SendMessageProcessor.consumerSendMsgBack).
+
+A heartbeat on a master also creates the group's retry topic `%RETRY%<group>` (1 queue),
+as RocketMQ does, so every member finds it in the routes. `consumer_send_back` stores a
+message the group failed to consume again on `%RETRY%<group>` with delay level
+3 + reconsumeTimes (or the level asked for), or on `%DLQ%<group>` once reconsumeTimes
+reaches the maximum (16 by default). tidemq's DLQ is readable and writeable (RocketMQ
+creates it write-only), so `tidemq consume --topic %DLQ%<group>` shows what gave up.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from store.message import PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_WAIT, Message
+
+from .ops import NodeServices, OpError, _put_response, _refuse_on_slave
+from .protocol import Request, Status, ok_response
+from .topics import DEFAULT_PERM
+
+__all__ = ["CONSUMER_HANDLERS", "DLQ_PREFIX", "RETRY_PREFIX", "dlq_topic", "retry_topic"]
+
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+RETRY_DELAY_BASE = 3
+"""The n-th retry (reconsumeTimes n, from 0) goes back with delay level 3 + n."""
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_PREFIX + group
+
+
+async def _heartbeat(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    f = r.fields
+    members = s.consumers.heartbeat(f["group"], f["client_id"], f["topics"], f["heartbeat_interval_ms"])
+    if s.is_master and s.topics.get(retry_topic(f["group"])) is None:
+        await s.topics.create(retry_topic(f["group"]), 1, 1, DEFAULT_PERM)
+    return ok_response(r.id, members=members)
+
+
+async def _unregister(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    f = r.fields
+    removed = s.consumers.unregister(f["group"], f["client_id"])
+    return ok_response(r.id, removed=removed, members=s.consumers.members(f["group"]))
+
+
+async def _list(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    group = r.fields["group"]
+    return ok_response(r.id, members=s.consumers.members(group), details=s.consumers.describe(group))
+
+
+async def _send_back(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    _refuse_on_slave(s, "consume retries")
+    f = r.fields
+    group = f["group"]
+    old = s.store.look_message_by_offset(f["commitlog_offset"])
+    if old is None:
+        raise OpError(Status.NOT_FOUND, f"no message at CommitLog offset {f['commitlog_offset']} on "
+                                        f"{s.cfg.broker_name}")
+    props = {k: v for k, v in old.properties.items() if k not in (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_DELAY)}
+    props.setdefault(PROPERTY_RETRY_TOPIC, old.topic)
+    props[PROPERTY_ORIGIN_MESSAGE_ID] = (
+        f["origin_msg_id"] or props.get(PROPERTY_ORIGIN_MESSAGE_ID) or old.uniq_key or old.msg_id
+    )
+    max_times = f["max_reconsume_times"]
+    level = f["delay_level"]
+    if old.reconsume_times >= max_times or level < 0:
+        topic, level = dlq_topic(group), 0
+    else:
+        topic = retry_topic(group)
+        level = level or RETRY_DELAY_BASE + old.reconsume_times
+        props[PROPERTY_DELAY] = str(level)
+    props[PROPERTY_RECONSUME_TIME] = str(old.reconsume_times + 1)
+    props[PROPERTY_MAX_RECONSUME_TIMES] = str(max_times)
+    props[PROPERTY_WAIT] = "true"
+    if s.topics.get(topic) is None:
+        await s.topics.create(topic, 1, 1, DEFAULT_PERM)
+    msg = Message(
+        topic=topic, body=old.body, queue_id=0, tags=old.tags, keys=old.keys, properties=props,
+        flag=old.flag, born_timestamp=old.born_timestamp, born_host=old.born_host,
+        reconsume_times=old.reconsume_times + 1,
+    )
+    result = await s.store.put_message(msg)
+    response = _put_response(r.id, result, 0, batch=False)
+    if result.status.stored:
+        response.update(topic=topic, delay_level=level, reconsume_times=old.reconsume_times + 1)
+    return response
+
+
+CONSUMER_HANDLERS = {
+    "consumer_heartbeat": _heartbeat,
+    "consumer_unregister": _unregister,
+    "consumer_list": _list,
+    "consumer_send_back": _send_back,
+}

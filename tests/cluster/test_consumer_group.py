@@ -1,0 +1,157 @@
+"""Consumer groups against real processes: AllocateMessageQueueAveragely, members joining,
+leaving cleanly and crashing (dropped after 2 heartbeats + 10 s), nothing skipped."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import trio
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cluster.client import Admin, Producer
+from cluster.push_consumer import Consumer
+from cluster.rebalance import allocate_averagely
+from cluster.routing import MessageQueue
+from tests.cluster.helpers import broker_conf, call, start_namesrv, wait_for
+from tests.node.nodeproc import REPO, Nodes
+
+
+def mqs(n: int) -> list[MessageQueue]:
+    return [MessageQueue("T", f"broker-{'ab'[i % 2]}", i // 2) for i in range(n)]
+
+
+def test_allocate_averagely_matches_rocketmq():
+    queues = mqs(8)
+    ordered = sorted(queues)
+    members = ["c", "a", "b"]
+    # 8 queues over 3 members: 3, 3, 2, contiguous, in sorted member order
+    assert allocate_averagely(queues, members, "a") == ordered[0:3]
+    assert allocate_averagely(queues, members, "b") == ordered[3:6]
+    assert allocate_averagely(queues, members, "c") == ordered[6:8]
+    # more members than queues: one each, the rest nothing
+    assert allocate_averagely(mqs(2), ["a", "b", "c"], "c") == []
+    assert allocate_averagely(mqs(2), ["a", "b", "c"], "b") == sorted(mqs(2))[1:]
+    assert allocate_averagely(queues, members, "stranger") == []
+
+
+@given(st.integers(0, 40), st.integers(1, 12))
+def test_allocation_is_a_partition_of_contiguous_near_equal_slices(n, m):
+    queues = mqs(n)
+    members = [f"m{i:02d}" for i in range(m)]
+    slices = [allocate_averagely(queues, members, c) for c in members]
+    assert [q for s in slices for q in s] == sorted(queues)  # disjoint, complete, in order
+    sizes = [len(s) for s in slices]
+    assert max(sizes) - min(sizes) <= 1
+
+
+@pytest.fixture
+def nodes():
+    n = Nodes()
+    yield n
+    n.cleanup()
+
+
+async def setup_cluster(tmp_path, nodes, topic: str, queues: int):
+    ns = start_namesrv(nodes, tmp_path)
+    master = nodes.start(broker_conf(tmp_path, "m", "broker-a", ns.address))
+    async with Admin(namesrv=ns.address) as admin:
+        await wait_for(lambda: admin.cluster_info(), what="a broker registered")
+        await admin.create_topic(topic, read_queue_nums=queues, write_queue_nums=queues)
+        await wait_for(lambda: admin.route(topic, refresh=True), what="route")
+    return ns, master
+
+
+def partition_ok(consumers, topic: str, n: int) -> bool:
+    owned = [{q for q in c.owned if q.topic == topic} for c in consumers]
+    together = set().union(*owned)
+    return len(together) == n and sum(len(o) for o in owned) == n
+
+
+def owns_all(consumers, topic: str, n: int):
+    async def check() -> bool:
+        return partition_ok(consumers, topic, n)
+    return check
+
+
+@pytest.mark.slow
+async def test_members_share_queues_rebalance_on_join_and_leave_and_skip_nothing(tmp_path, nodes):
+    topic, group = "GT", "grp"
+    ns, master = await setup_cluster(tmp_path, nodes, topic, 4)
+    got: dict[str, list[bytes]] = {}
+
+    def handler(name):
+        def handle(msg):
+            got.setdefault(name, []).append(msg.body)
+        return handle
+
+    opts = dict(namesrv=ns.address, heartbeat_interval_s=0.3, rebalance_interval_s=1.0, poll_ms=200)
+    async with Producer(namesrv=ns.address) as producer, Consumer(group, topic, handler("a"), **opts) as a:
+        await wait_for(owns_all([a], topic, 4),
+                       what="a owns all 4 queues")
+        async with Consumer(group, topic, handler("b"), **opts) as b:
+            async def shared():
+                return partition_ok([a, b], topic, 4) and all(
+                    len([q for q in c.owned if q.topic == topic]) == 2 for c in (a, b))
+            await wait_for(shared, what="a and b own 2 queues each")
+            members = (await call(master.address, "consumer_list", group=group))["members"]
+            assert members == sorted([a.client_id, b.client_id])
+            for i in range(40):
+                await producer.send(topic, f"m{i}".encode())
+
+            async def all_in():
+                return sum(len(v) for v in got.values()) >= 40
+            await wait_for(all_in, what="40 messages consumed")
+            assert got.get("a") and got.get("b"), "both members consumed"
+        # b closed cleanly: unregistered at once, a takes everything back
+        assert (await call(master.address, "consumer_list", group=group))["members"] == [a.client_id]
+        await wait_for(owns_all([a], topic, 4),
+                       timeout=5, what="a owns all 4 queues again")
+        for i in range(40, 60):
+            await producer.send(topic, f"m{i}".encode())
+
+        async def rest_in():
+            return {f"m{i}".encode() for i in range(60)} <= set(got["a"]) | set(got.get("b", []))
+        await wait_for(rest_in, what="every message consumed")
+    # committed offsets cover every queue to its end: nothing left behind
+    async with Admin(namesrv=ns.address) as admin:
+        route = await admin.route(topic)
+        assert route.groups
+    for qid in range(4):
+        committed = (await call(master.address, "fetch_offset", group=group, topic=topic, queue_id=qid))["offset"]
+        end = (await call(master.address, "max_offset", topic=topic, queue_id=qid))["offset"]
+        assert committed == end
+
+
+@pytest.mark.slow
+async def test_a_crashed_member_is_dropped_and_its_queues_taken_over(tmp_path, nodes):
+    topic, group = "CT", "crash"
+    ns, master = await setup_cluster(tmp_path, nodes, topic, 2)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.cluster.group_member", ns.address, group, topic, "0.3", "1.0"],
+        cwd=REPO, stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        opts = dict(namesrv=ns.address, heartbeat_interval_s=0.3, rebalance_interval_s=1.0, poll_ms=200)
+        async with Consumer(group, topic, lambda m: None, **opts) as a:
+            async def two_members():
+                members = (await call(master.address, "consumer_list", group=group))["members"]
+                mine = [q for q in a.owned if q.topic == topic]
+                return len(members) == 2 and len(mine) == 1
+            await wait_for(two_members, what="the other process joined and a owns 1 queue")
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+            crashed_at = trio.current_time()
+            await wait_for(owns_all([a], topic, 2),
+                           timeout=30, what="a owns both queues after the crash")
+            waited = trio.current_time() - crashed_at
+            # dropped after 2 heartbeats + 10 s of silence, then rebalanced within an interval
+            assert 10 <= waited <= 10 + 2 * 0.3 + 1.0 + 5, waited
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
