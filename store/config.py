@@ -66,6 +66,15 @@ def _delete_when(_inst: Any, attribute: attrs.Attribute, value: str) -> None:
             )
 
 
+def _delay_levels(_inst: Any, attribute: attrs.Attribute, value: str) -> None:
+    from .schedule import DelayError, parse_delay_levels  # schedule imports message, not config
+
+    try:
+        parse_delay_levels(value)
+    except DelayError as e:
+        raise ConfigError(str(e)) from None
+
+
 def _host_port(_inst: Any, attribute: attrs.Attribute, value: str | None) -> None:
     if value is None:
         return
@@ -140,6 +149,11 @@ class StoreConfig:
     ha_master_address: str | None = attrs.field(default=None, validator=_host_port)
     ha_slave_fallbehind_max: int = attrs.field(default=256 * MiB, validator=_positive)
     slave_timeout: int = attrs.field(default=3000, validator=_positive)
+
+    # scheduled messages: delay of each DELAY level (store/schedule.py)
+    message_delay_level: str = attrs.field(
+        default="1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h", validator=_delay_levels
+    )
 
     @property
     def cq_file_size(self) -> int:

@@ -53,6 +53,7 @@ from .message import (
     validate_record,
 )
 from .reput import ReputMessageService
+from .schedule import DelayError, parse_delay_levels, rewrite_delayed
 from .status import (
     AppendMessageResult,
     AppendMessageStatus,
@@ -169,6 +170,7 @@ class MessageStore:
                     thorough_interval_ms=config.commit_commit_log_thorough_interval,
                     on_committed=self.flush_service.wakeup,
                 )
+        self.delay_levels = parse_delay_levels(config.message_delay_level)
         self.consume_queues = ConsumeQueueTable(config.path("consumequeue"), config.cq_file_size)
         self.checkpoint: StoreCheckpoint | None = None
         self.index: IndexService | None = None
@@ -217,7 +219,7 @@ class MessageStore:
             # the topic-queue table is rebuilt in start(), after dispatch has caught up
             self.reput = ReputMessageService(
                 self.commit_log, self.consume_queues, self.index, self.checkpoint, self.flags,
-                is_slave=lambda: not self.config.broker_role.is_master,
+                is_slave=lambda: not self.config.broker_role.is_master, delay_levels=self.delay_levels,
             )
         except BaseException:
             self.lock.release()
@@ -423,6 +425,10 @@ class MessageStore:
         bad = self._check_store_status() or self._check_message(msg)
         if bad:
             return bad
+        try:
+            msg = rewrite_delayed(msg, self.delay_levels)  # DELAY > 0: onto SCHEDULE_TOPIC_XXXX
+        except DelayError as e:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=str(e))
         records = self._prepare((msg,))
         if isinstance(records, PutMessageResult):
             return records

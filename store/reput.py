@@ -29,6 +29,7 @@ from .message import (
     decode_dispatch,
     read_total_size,
 )
+from .schedule import SCHEDULE_TOPIC, deliver_timestamp
 from .status import RunningFlags
 
 TRANSACTION_COMMIT = int(SysFlag.TRANSACTION_COMMIT)
@@ -49,6 +50,7 @@ class ReputMessageService:
         flags: RunningFlags,
         *,
         is_slave: Callable[[], bool],
+        delay_levels: tuple[int, ...] = (),
     ) -> None:
         self.commit_log = commit_log
         self.consume_queues = consume_queues
@@ -56,6 +58,7 @@ class ReputMessageService:
         self.checkpoint = checkpoint
         self.flags = flags
         self.is_slave = is_slave
+        self.delay_levels = delay_levels
         self.reput_from_offset = 0
         self.stopped_at_error: str | None = None
         self._wake = trio.Event()
@@ -145,8 +148,11 @@ class ReputMessageService:
 
     def _dispatch(self, req: DispatchRequest, is_slave: bool) -> None:
         if req.sys_flag & TRANSACTION_MASK in (0, TRANSACTION_COMMIT):
+            code = req.tags_code
+            if req.topic == SCHEDULE_TOPIC:  # a scheduled message's unit holds its due time
+                code = deliver_timestamp(req.queue_id, req.store_timestamp, self.delay_levels)
             cq = self.consume_queues.find_or_create(req.topic, req.queue_id)
-            if not cq.put_message_position_info(req.commitlog_offset, req.size, req.tags_code, req.queue_offset):
+            if not cq.put_message_position_info(req.commitlog_offset, req.size, code, req.queue_offset):
                 log.error("could not write the ConsumeQueue unit of %s-%d at offset %d",
                           req.topic, req.queue_id, req.commitlog_offset)
                 self.flags.set(RunningFlags.WRITE_LOGICS_QUEUE_ERROR)
