@@ -12,7 +12,9 @@ calls the handler once per message and commits a queue's offset after the handle
 returned for every message of a pull. A handler that raises (or returns False) has its
 message sent back (`consumer_send_back`): it comes again after the retry ladder's delay
 (level 3 + reconsume times: 10 s, 30 s, 1 m, ...) with `reconsume_times` + 1, and after
-`max_reconsume_times` (16) retries it goes to `%DLQ%<group>`. A retried message reaches
+`max_reconsume_times` (16) retries it goes to `%DLQ%<group>`. With `max_messages` the
+member consumes exactly that many messages (`finished` is set) and leaves the rest for
+the group: a message over the limit is neither handled nor committed. A retried message reaches
 the handler with its original topic. When the message's master cannot take the send-back
 (it is down: the queue is read from its slave), the handler is called again locally
 after `local_retry_s` and the queue's offset does not move past it.
@@ -41,7 +43,7 @@ from .routing import UNREACHABLE, MessageQueue
 
 log = logging.getLogger("tidemq.client")
 
-__all__ = ["Consumer", "ConsumerStats", "Handler"]
+__all__ = ["Consumer", "ConsumerStats", "Handler", "consume_as_member"]
 
 Handler = Callable[[ReceivedMessage], Awaitable[Any] | Any]
 MAX_RECONSUME_TIMES = 16
@@ -92,7 +94,10 @@ class Consumer:
         client_id: str | None = None,
         request_timeout: float = 5.0,
         route_ttl_s: float = ROUTE_TTL_S,
+        max_messages: int | None = None,
     ) -> None:
+        if max_messages is not None and max_messages < 1:
+            raise ValueError(f"max_messages must be >= 1, got {max_messages}")
         if max_reconsume_times < 0:
             raise ValueError(f"max_reconsume_times must be >= 0, got {max_reconsume_times}")
         self.group = group
@@ -103,6 +108,11 @@ class Consumer:
         self.poll_ms = poll_ms
         self.local_retry_s = local_retry_s
         self.stats = ConsumerStats()
+        self.max_messages = max_messages
+        self.finished = trio.Event()
+        """Set once `max_messages` messages were consumed (never without a limit)."""
+        self.last_message_at = trio.current_time()
+        self._taken = 0
         common = dict(namesrv=namesrv, brokers=brokers, group=group, start=start,
                       request_timeout=request_timeout, route_ttl_s=route_ttl_s)
         self._main = PullConsumer(topic=topic, tag_filter=tag_filter, **common)
@@ -225,9 +235,17 @@ class Consumer:
         original = msg.properties.get(PROPERTY_RETRY_TOPIC)
         if original and msg.topic.startswith(RETRY_PREFIX):
             shown = attrs.evolve(msg, topic=original)
+        if self.max_messages is not None:
+            if self._taken >= self.max_messages:
+                task.stopping = True  # over the limit: left unconsumed (and uncommitted)
+                return False
+            self._taken += 1
+        self.last_message_at = trio.current_time()
         while True:
             if await self._call_handler(shown):
                 self.stats.consumed += 1
+                if self.max_messages is not None and self.stats.consumed >= self.max_messages:
+                    self.finished.set()
                 return True
             self.stats.failed += 1
             if await self._send_back(task.consumer, msg):
@@ -275,3 +293,27 @@ class Consumer:
         else:
             self.stats.retried += 1
         return True
+
+
+async def consume_as_member(
+    handler: Handler,
+    *,
+    group: str,
+    topic: str,
+    max_messages: int | None = None,
+    idle_timeout_ms: int | None = 2000,
+    **options: Any,
+) -> ConsumerStats:
+    """Run a Consumer until `max_messages` were consumed or no message came for
+    `idle_timeout_ms` (never, when None); what `tidemq consume` runs. `options` go to
+    Consumer (namesrv or brokers, tag_filter, start, intervals, ...)."""
+    async with Consumer(group, topic, handler, max_messages=max_messages, **options) as consumer:
+        consumer.last_message_at = trio.current_time()
+        while not consumer.finished.is_set():
+            idle_left = (None if idle_timeout_ms is None
+                         else consumer.last_message_at + idle_timeout_ms / 1000 - trio.current_time())
+            if idle_left is not None and idle_left <= 0:
+                break
+            with trio.move_on_after(min(idle_left or 1.0, 1.0)):
+                await consumer.finished.wait()
+    return consumer.stats

@@ -3,6 +3,7 @@ leaving cleanly and crashing (dropped after 2 heartbeats + 10 s), nothing skippe
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -13,7 +14,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cluster.client import Admin, Producer
+from cluster.client import Admin, NotFound, Producer
 from cluster.push_consumer import Consumer
 from cluster.rebalance import allocate_averagely
 from cluster.routing import MessageQueue
@@ -56,9 +57,9 @@ def nodes():
     n.cleanup()
 
 
-async def setup_cluster(tmp_path, nodes, topic: str, queues: int):
+async def setup_cluster(tmp_path, nodes, topic: str, queues: int, **extra):
     ns = start_namesrv(nodes, tmp_path)
-    master = nodes.start(broker_conf(tmp_path, "m", "broker-a", ns.address))
+    master = nodes.start(broker_conf(tmp_path, "m", "broker-a", ns.address, **extra))
     async with Admin(namesrv=ns.address) as admin:
         await wait_for(lambda: admin.cluster_info(), what="a broker registered")
         await admin.create_topic(topic, read_queue_nums=queues, write_queue_nums=queues)
@@ -155,3 +156,27 @@ async def test_a_crashed_member_is_dropped_and_its_queues_taken_over(tmp_path, n
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+@pytest.mark.slow
+async def test_consume_as_member_takes_exactly_max_and_leaves_the_rest_committed_for_the_group(tmp_path, nodes):
+    from cluster.push_consumer import consume_as_member
+
+    ns, master = await setup_cluster(tmp_path, nodes, "MX", 2)
+    async with Producer(namesrv=ns.address) as producer:
+        for i in range(7):
+            await producer.send("MX", f"x{i}".encode())
+    seen: list[bytes] = []
+    opts = dict(namesrv=ns.address, heartbeat_interval_s=0.3, rebalance_interval_s=1.0, poll_ms=200)
+    stats = await consume_as_member(lambda m: seen.append(m.body), group="g", topic="MX", max_messages=3,
+                                    idle_timeout_ms=5000, **opts)
+    assert stats.consumed == 3 == len(seen)
+    committed = 0
+    for qid in range(2):
+        with contextlib.suppress(NotFound):  # a queue never committed
+            committed += (await call(master.address, "fetch_offset", group="g", topic="MX", queue_id=qid))["offset"]
+    assert committed == 3, "exactly what was handled is committed"
+    stats = await consume_as_member(lambda m: seen.append(m.body), group="g", topic="MX",
+                                    idle_timeout_ms=1500, **opts)
+    assert stats.consumed == 4
+    assert sorted(seen) == sorted(f"x{i}".encode() for i in range(7))
