@@ -8,7 +8,10 @@ keeps one member of a group alive on every master serving its topics (heartbeat 
 the masters that answered report), and re-allocates each topic's queues at once when the
 members change, and every `rebalance_interval_s` anyway (a route change: a group of
 brokers gone or back). Queues it loses are released first (the owner commits its offset
-before letting go), then the ones it gains are acquired. `close()` releases everything
+before letting go) and unlocked on their masters; the ones it gains are locked on their
+masters (RocketMQ's RebalanceLockManager) and acquired once granted, so a queue never has
+two owners while its master is up; one still locked by its previous owner is tried again
+after a heartbeat interval. `close()` releases everything
 and unregisters from every master, so the others take over at their next heartbeat.
 """
 
@@ -22,7 +25,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
-from node.client import ServiceUnavailable, TidemqError
+from node.client import ConnectionLost, ServiceUnavailable, TidemqError
 
 from .consumer import PullConsumer
 from .routing import UNREACHABLE, MessageQueue
@@ -89,6 +92,7 @@ class RebalanceService:
         self.rebalance_interval_s = rebalance_interval_s
         self.members: list[str] = []
         self.assigned: dict[str, set[MessageQueue]] = {c.topic: set() for c in self.consumers}
+        self.pending: dict[str, set[MessageQueue]] = {}  # allocated, but locked by another member
         self.rebalances = 0
         self._masters: set[str] = set()
         self._wake = trio.Event()
@@ -111,7 +115,8 @@ class RebalanceService:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._heartbeat_loop)
             while True:
-                with trio.move_on_after(self.rebalance_interval_s):
+                waiting = any(self.pending.values())  # the previous owner lets go at its next heartbeat
+                with trio.move_on_after(self.heartbeat_interval_s if waiting else self.rebalance_interval_s):
                     await self._wake.wait()
                 self._wake = trio.Event()
                 await self.rebalance()
@@ -182,14 +187,41 @@ class RebalanceService:
         current = self.assigned[consumer.topic]
         lost, gained = current - mine, mine - current
         for queue in sorted(lost):
-            await self.release(consumer, queue)
+            await self.release(consumer, queue)  # committed before the lock goes
             current.discard(queue)
-        for queue in sorted(gained):
+        await self._lock_call(consumer, lost, "consumer_unlock")
+        await self._lock_call(consumer, current, "consumer_lock")  # keep ours (a master restarted)
+        granted = await self._lock_call(consumer, gained, "consumer_lock")
+        self.pending[consumer.topic] = gained - granted
+        for queue in sorted(granted):
             await self.acquire(consumer, queue)
             current.add(queue)
-        if lost or gained:
+        if lost or granted:
             log.info("group %s member %s: %s now owns %s", self.group, self.client_id, consumer.topic,
                      ", ".join(str(q) for q in sorted(current)) or "nothing")
+
+    async def _lock_call(self, consumer: PullConsumer, queues: set[MessageQueue], op: str) -> set[MessageQueue]:
+        """Lock (or unlock) queues on their masters; the queues granted. A master that
+        cannot be reached grants nothing and refuses nothing: its queues are taken on
+        the allocation alone (the group's master is down; its slave serves reads)."""
+        granted: set[MessageQueue] = set()
+        for broker_name in sorted({q.broker_name for q in queues}):
+            mine = sorted(q for q in queues if q.broker_name == broker_name)
+            try:
+                master = await consumer.master_address(broker_name)
+                if master is None:
+                    raise ConnectionLost(f"no master of {broker_name} is known")
+                response = await consumer.pool.request(
+                    master, op, group=self.group, client_id=self.client_id, topic=consumer.topic,
+                    queue_ids=[q.queue_id for q in mine])
+            except (*UNREACHABLE, ServiceUnavailable) as e:
+                log.info("group %s: %s on %s not possible (%s); going by the allocation",
+                         self.group, op, broker_name, e)
+                granted.update(mine)
+                continue
+            locked = set(response.get("locked", [q.queue_id for q in mine]))
+            granted.update(q for q in mine if q.queue_id in locked)
+        return granted
 
     async def close(self) -> None:
         """Release every queue (committing), then unregister from every master."""

@@ -55,7 +55,20 @@ async def _unregister(s: NodeServices, r: Request, peer: str | None) -> dict[str
 
 async def _list(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     group = r.fields["group"]
-    return ok_response(r.id, members=s.consumers.members(group), details=s.consumers.describe(group))
+    return ok_response(r.id, members=s.consumers.members(group), details=s.consumers.describe(group),
+                       locks=s.consumers.lock_holders(group))
+
+
+async def _lock(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    f = r.fields
+    held = s.consumers.lock(f["group"], f["client_id"], f["topic"], f["queue_ids"])
+    return ok_response(r.id, locked=held)
+
+
+async def _unlock(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    f = r.fields
+    s.consumers.unlock(f["group"], f["client_id"], f["topic"], f["queue_ids"])
+    return ok_response(r.id)
 
 
 async def _send_back(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
@@ -100,5 +113,7 @@ CONSUMER_HANDLERS = {
     "consumer_heartbeat": _heartbeat,
     "consumer_unregister": _unregister,
     "consumer_list": _list,
+    "consumer_lock": _lock,
+    "consumer_unlock": _unlock,
     "consumer_send_back": _send_back,
 }

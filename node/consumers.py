@@ -5,6 +5,11 @@ from for 2 of its heartbeats + 10 s is dropped (RocketMQ drops a silent channel 
 fixed 120 s; tidemq ties it to the member's own interval so a short interval in tests and
 drills means a short wait). A clean close unregisters at once. The table lives in memory
 only: after a node restart the members' next heartbeats rebuild it.
+
+Queue locks (RocketMQ's RebalanceLockManager) make "one owner per queue" hold while a
+queue changes hands: a member locks a queue here before it consumes it and unlocks it
+after it has committed its offset. A lock belongs to its member while that member is
+live; it goes with the member's unregistration or expiry.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ class ConsumerManager:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self._groups: dict[str, dict[str, MemberInfo]] = {}
+        self._locks: dict[tuple[str, str, int], str] = {}  # (group, topic, queue id) → client id
 
     def heartbeat(self, group: str, client_id: str, topics: list[str], heartbeat_interval_ms: int) -> list[str]:
         """Register or refresh a member; returns the group's live members, sorted."""
@@ -66,6 +72,7 @@ class ConsumerManager:
         if members.pop(client_id, None) is None:
             return False
         log.info("consumer group %s: member %s left", group, client_id)
+        self._drop_locks(group, client_id)
         if not members:
             self._groups.pop(group, None)
         return True
@@ -78,6 +85,7 @@ class ConsumerManager:
                 log.warning("consumer group %s: member %s silent for %.1f s; dropped",
                             group, client_id, now - info.last_seen)
                 del members[client_id]
+                self._drop_locks(group, client_id)
         if not members:
             self._groups.pop(group, None)
         return members
@@ -95,3 +103,34 @@ class ConsumerManager:
         for group in list(self._groups):
             self._expire(group)
         return sorted(self._groups)
+
+    # ---- queue locks ------------------------------------------------------------------
+
+    def _drop_locks(self, group: str, client_id: str) -> None:
+        for key in [k for k, holder in self._locks.items() if k[0] == group and holder == client_id]:
+            del self._locks[key]
+
+    def lock(self, group: str, client_id: str, topic: str, queue_ids: list[int]) -> list[int]:
+        """Lock what is free (or already ours) for a live member; the queue ids it now holds."""
+        live = self._expire(group)
+        if client_id not in live:
+            return []
+        held = []
+        for qid in queue_ids:
+            key = (group, topic, qid)
+            holder = self._locks.get(key)
+            if holder is None or holder == client_id or holder not in live:
+                self._locks[key] = client_id
+                held.append(qid)
+        return held
+
+    def unlock(self, group: str, client_id: str, topic: str, queue_ids: list[int]) -> None:
+        for qid in queue_ids:
+            key = (group, topic, qid)
+            if self._locks.get(key) == client_id:
+                del self._locks[key]
+
+    def lock_holders(self, group: str) -> dict[str, str]:
+        """"topic:queueId" → holder, for status and tests."""
+        live = self._expire(group)
+        return {f"{t}:{q}": c for (g, t, q), c in sorted(self._locks.items()) if g == group and c in live}

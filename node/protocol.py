@@ -271,6 +271,18 @@ def _check_dict_str(value: Any, path: str) -> dict[str, str]:
 
 
 LIST_STR = FieldType("an array of text strings", _check_list_str)
+
+
+def _check_list_int(value: Any, path: str) -> list[int]:
+    if type(value) is not list:
+        raise _wrong_type(path, "an array of integers", value)
+    for i, item in enumerate(value):
+        if type(item) is not int:
+            raise _wrong_type(f"{path}[{i}]", "an integer", item)
+    return list(value)
+
+
+LIST_INT = FieldType("an array of integers", _check_list_int)
 DICT_STR_STR = FieldType("a map of text strings to text strings", _check_dict_str)
 
 
@@ -374,6 +386,12 @@ def _client_id(v: str) -> str | None:
         return f"must be 1..{MAX_GROUP_LENGTH} characters, got {len(v)}"
     if any(c.isspace() or not c.isprintable() for c in v):
         return "must not contain spaces or control characters"
+    return None
+
+
+def _queue_ids(v: list[int]) -> str | None:
+    if len(v) > MAX_QUEUE_NUMS or any(not 0 <= q <= INT32_MAX for q in v):
+        return f"must hold at most {MAX_QUEUE_NUMS} queue ids in 0..{INT32_MAX}"
     return None
 
 
@@ -509,6 +527,8 @@ OPS: dict[str, tuple[Field, ...]] = {
     ),
     "consumer_unregister": (GROUP, _f("client_id", STR, _client_id)),
     "consumer_list": (GROUP,),
+    "consumer_lock": (GROUP, _f("client_id", STR, _client_id), TOPIC, _f("queue_ids", LIST_INT, _queue_ids)),
+    "consumer_unlock": (GROUP, _f("client_id", STR, _client_id), TOPIC, _f("queue_ids", LIST_INT, _queue_ids)),
     "consumer_send_back": (
         GROUP,
         _f("commitlog_offset", INT, _NON_NEG64),
@@ -521,7 +541,7 @@ OPS: dict[str, tuple[Field, ...]] = {
 }
 
 # Every scalar/compound wire type a field can have, for docs and tests.
-FIELD_TYPES = (STR, BYTES, INT, BOOL, LIST_STR, DICT_STR_STR, MESSAGES)
+FIELD_TYPES = (STR, BYTES, INT, BOOL, LIST_STR, LIST_INT, DICT_STR_STR, MESSAGES)
 _ENVELOPE = ("v", "op", "id")
 
 

@@ -99,8 +99,11 @@ async def test_members_share_queues_rebalance_on_join_and_leave_and_skip_nothing
                 return partition_ok([a, b], topic, 4) and all(
                     len([q for q in c.owned if q.topic == topic]) == 2 for c in (a, b))
             await wait_for(shared, what="a and b own 2 queues each")
-            members = (await call(master.address, "consumer_list", group=group))["members"]
-            assert members == sorted([a.client_id, b.client_id])
+            listed = await call(master.address, "consumer_list", group=group)
+            assert listed["members"] == sorted([a.client_id, b.client_id])
+            # each queue is locked on the master by the one member that consumes it
+            expected = {f"{q.topic}:{q.queue_id}": c.client_id for c in (a, b) for q in c.owned}
+            assert listed["locks"] == expected
             for i in range(40):
                 await producer.send(topic, f"m{i}".encode())
 
