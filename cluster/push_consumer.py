@@ -95,6 +95,7 @@ class Consumer:
         request_timeout: float = 5.0,
         route_ttl_s: float = ROUTE_TTL_S,
         max_messages: int | None = None,
+        master_retry_max_s: float = 30.0,
     ) -> None:
         if max_messages is not None and max_messages < 1:
             raise ValueError(f"max_messages must be >= 1, got {max_messages}")
@@ -114,7 +115,8 @@ class Consumer:
         self.last_message_at = trio.current_time()
         self._taken = 0
         common = dict(namesrv=namesrv, brokers=brokers, group=group, start=start,
-                      request_timeout=request_timeout, route_ttl_s=route_ttl_s)
+                      request_timeout=request_timeout, route_ttl_s=route_ttl_s,
+                      master_retry_max_s=master_retry_max_s)
         self._main = PullConsumer(topic=topic, tag_filter=tag_filter, **common)
         self._retry = PullConsumer(topic=RETRY_PREFIX + group, **common)
         self.rebalance = RebalanceService(

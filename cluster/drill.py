@@ -1,0 +1,414 @@
+"""Failover drills: a local 2m-2s-sync cluster under load, one fault, a report.
+
+`tidemq drill NAME` (or `scripts/drill NAME`) copies conf/2m-2s-sync to a scratch
+directory with free ports, starts it (cluster/launcher.py), creates a topic with 4 queues
+on each group, runs producers that send unique keys (UNIQ_KEY) and a consumer group of 2
+members (cluster/push_consumer.py), then runs the drill's script (cluster/drills.py)
+against it, stops the producers, lets the group drain and prints the report: sent,
+acknowledged (PUT_OK), failed, consumed, duplicates by UNIQ_KEY, acknowledged-but-lost,
+time until producers recovered, time until every queue was consumed again, and the
+promises checked. Exit 1 when a promise is broken, 2 when the drill could not run.
+
+A drill is `async def drill(run: DrillRun) -> None` registered with `@drill("name",
+"help")`: it injects faults through `run.kill` / `run.start`, marks the fault with
+`run.fault()`, waits with `run.wait_until`, and records promises with `run.promise`.
+The `promote` and `partition` drills slot in the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from node.client import TidemqError
+
+from . import launcher
+from .admin import Admin
+from .base import STORED, ReceivedMessage
+from .producer import Producer
+from .push_consumer import Consumer
+from .routing import MessageQueue
+
+log = logging.getLogger("tidemq.drill")
+
+__all__ = ["DRILLS", "DrillReport", "DrillRun", "add_commands", "drill", "run_drill"]
+
+REPO = Path(__file__).resolve().parent.parent
+LAYOUT = REPO / "conf" / "2m-2s-sync"
+TOPIC = "DrillTopic"
+GROUP = "drill-group"
+QUEUES = 4
+DRAIN_TIMEOUT_S = 40.0
+# small segments: four nodes start fast and use little disk
+NODE_OVERRIDES = {"mappedFileSizeCommitLog": 16 * 1024 * 1024, "mappedFileSizeConsumeQueue": 60_000,
+                  "messageDelayLevel": " ".join(["1s"] * 18)}
+
+DrillFn = Callable[["DrillRun"], Awaitable[None]]
+DRILLS: dict[str, tuple[str, DrillFn]] = {}
+
+
+def drill(name: str, help: str) -> Callable[[DrillFn], DrillFn]:
+    """Register a drill under `name` (what `tidemq drill NAME` runs)."""
+    def register(fn: DrillFn) -> DrillFn:
+        DRILLS[name] = (help, fn)
+        return fn
+    return register
+
+
+@attrs.define
+class Consumption:
+    at: float
+    member: str
+    queue: MessageQueue
+    from_slave: bool
+
+
+@attrs.define
+class DrillReport:
+    drill: str
+    sent: int = 0
+    acknowledged: int = 0
+    stored_unconfirmed: int = 0
+    failed: int = 0
+    consumed: int = 0
+    duplicates: int = 0
+    lost: list[str] = attrs.field(factory=list)
+    producers_recovered_s: float | None = None
+    consumption_recovered_s: float | None = None
+    consumed_from_slave: int = 0
+    promises: dict[str, bool] = attrs.field(factory=dict)
+    events: list[tuple[float, str]] = attrs.field(factory=list)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and all(self.promises.values())
+
+    def to_json(self) -> dict[str, Any]:
+        out = attrs.asdict(self)
+        out["acknowledged_but_lost"] = len(self.lost)
+        out["lost"] = self.lost[:100]
+        out["events"] = [{"t": round(t, 3), "event": e} for t, e in self.events]
+        out["ok"] = self.ok
+        return out
+
+    def table(self) -> str:
+        def fmt(v: float | None) -> str:
+            return "-" if v is None else f"{v:.2f} s"
+        rows = [
+            ("sent", self.sent), ("acknowledged (PUT_OK)", self.acknowledged),
+            ("stored, unconfirmed", self.stored_unconfirmed), ("failed", self.failed),
+            ("consumed", self.consumed), ("duplicates (UNIQ_KEY)", self.duplicates),
+            ("acknowledged but lost", len(self.lost)), ("consumed from a slave", self.consumed_from_slave),
+            ("producers recovered after", fmt(self.producers_recovered_s)),
+            ("every queue consumed again after", fmt(self.consumption_recovered_s)),
+        ]
+        lines = [f"drill {self.drill}", ""] + [f"  {k:<34} {v}" for k, v in rows] + ["", "promises:"]
+        lines += [f"  [{'ok' if v else 'BROKEN'}] {k}" for k, v in self.promises.items()]
+        if self.error:
+            lines.append(f"error: {self.error}")
+        lines += ["", "events:"] + [f"  {t:7.2f} s  {e}" for t, e in self.events]
+        return "\n".join(lines)
+
+
+class DrillRun:
+    """The running cluster, the load on it and what was observed; see the module docstring."""
+
+    def __init__(self, name: str, base: Path, namesrv: str, nursery: trio.Nursery, *,
+                 heartbeat_s: float, rebalance_s: float, rate: float) -> None:
+        self.name = name
+        self.base = base
+        self.namesrv = namesrv
+        self.nursery = nursery
+        self.heartbeat_s = heartbeat_s
+        self.rebalance_s = rebalance_s
+        self.rate = rate
+        self.report = DrillReport(name)
+        self.t0 = trio.current_time()
+        self.fault_at: float | None = None
+        self.acked: dict[str, float] = {}
+        self.send_log: list[tuple[float, float, bool]] = []  # start, end, ok
+        self.consumed: dict[str, list[Consumption]] = {}
+        self.members: dict[str, Consumer] = {}
+        self.overlaps: list[str] = []
+        self.gate = trio.Event()
+        self.gate.set()
+        self._stop_members: dict[str, trio.Event] = {}
+        self._producing = True
+
+    # ---- observation -------------------------------------------------------------------
+
+    def now(self) -> float:
+        return trio.current_time() - self.t0
+
+    def event(self, text: str) -> None:
+        self.report.events.append((self.now(), text))
+        log.info("drill %s: %s", self.name, text)
+
+    def promise(self, text: str, kept: bool) -> bool:
+        self.report.promises[text] = bool(kept)
+        if not kept:
+            self.event(f"BROKEN: {text}")
+        return bool(kept)
+
+    def fault(self, text: str) -> None:
+        """Mark the fault: recovery times are measured from here."""
+        self.fault_at = self.now()
+        self.event(text)
+
+    async def wait_until(self, check: Callable[[], Awaitable[bool] | bool], timeout: float, what: str) -> bool:
+        """Poll `check` until true or `timeout`; records the event either way."""
+        with trio.move_on_after(timeout):
+            while True:
+                try:
+                    result = check()
+                    if not isinstance(result, bool):
+                        result = await result
+                except TidemqError:
+                    result = False
+                if result:
+                    self.event(what)
+                    return True
+                await trio.sleep(0.05)  # poll
+        self.event(f"timed out after {timeout:g} s waiting for: {what}")
+        return False
+
+    # ---- the cluster -------------------------------------------------------------------
+
+    async def kill(self, node: str, sig: str = "KILL") -> None:
+        self.event(await trio.to_thread.run_sync(launcher.kill, self.base, node, sig))
+
+    async def start(self, node: str) -> None:
+        rec = await trio.to_thread.run_sync(launcher.start_node, self.base, node)
+        self.event(f"{node} restarted (pid {rec.pid})")
+
+    def node_log(self, node: str) -> str:
+        return (self.base / "logs" / f"{node}.out").read_text(errors="replace")
+
+    def address(self, node: str) -> str:
+        state = launcher.load_state(self.base)
+        assert state is not None
+        return state.node(node).address or ""
+
+    # ---- load --------------------------------------------------------------------------
+
+    async def produce(self, producer_id: int) -> None:
+        async with Producer(namesrv=self.namesrv, send_timeout=3.0, retries=2, route_ttl_s=3.0) as producer:
+            seq = 0
+            while self._producing:
+                key = f"p{producer_id}-{seq}"
+                seq += 1
+                started = self.now()
+                self.report.sent += 1
+                try:
+                    result = await producer.send(TOPIC, key.encode(), keys=[key], properties={"UNIQ_KEY": key})
+                except TidemqError as e:
+                    self.report.failed += 1
+                    self.send_log.append((started, self.now(), False))
+                    log.info("send %s failed: %s", key, e)
+                    continue
+                self.send_log.append((started, self.now(), True))
+                if result.ok:
+                    self.acked[key] = self.now()
+                elif result.status in STORED:
+                    self.report.stored_unconfirmed += 1
+                await trio.sleep(1 / self.rate)
+
+    def _handler(self, member: str) -> Callable[[ReceivedMessage], Awaitable[None]]:
+        async def handle(msg: ReceivedMessage) -> None:
+            await self.gate.wait()
+            consumer = self.members.get(member)
+            from_slave = bool(consumer and consumer._main.reading_from_slave(msg.broker_name or ""))
+            key = msg.properties.get("UNIQ_KEY", msg.msg_id)
+            self.consumed.setdefault(key, []).append(Consumption(self.now(), member, msg.queue, from_slave))
+        return handle
+
+    async def start_member(self, member: str) -> None:
+        """Start a group member (in this process, its own client and heartbeats)."""
+        stop = trio.Event()
+        self._stop_members[member] = stop
+        started = trio.Event()
+
+        async def run() -> None:
+            async with Consumer(GROUP, TOPIC, self._handler(member), namesrv=self.namesrv,
+                                heartbeat_interval_s=self.heartbeat_s, rebalance_interval_s=self.rebalance_s,
+                                poll_ms=300, client_id=f"127.0.0.1@drill@{member}", route_ttl_s=3.0,
+                                master_retry_max_s=2.0) as consumer:
+                self.members[member] = consumer
+                started.set()
+                await stop.wait()
+            self.members.pop(member, None)
+
+        self.nursery.start_soon(run)
+        await started.wait()
+        self.event(f"member {member} started")
+
+    async def stop_member(self, member: str) -> None:
+        """A clean close: commits, unlocks, unregisters."""
+        self._stop_members.pop(member).set()
+        await self.wait_until(lambda: member not in self.members, 30, f"member {member} closed")
+
+    async def monitor_ownership(self) -> None:
+        """Sample the members' queues: a queue held by two members at once is an overlap."""
+        while True:
+            seen: dict[MessageQueue, str] = {}
+            for name, consumer in list(self.members.items()):
+                for queue in consumer.owned:
+                    if queue in seen and len(self.overlaps) < 100:
+                        self.overlaps.append(f"{self.now():.2f} s: {queue} owned by {seen[queue]} and {name}")
+                    seen[queue] = name
+            await trio.sleep(0.02)  # poll
+
+    def queues_consumed_since(self, t: float) -> set[MessageQueue]:
+        return {c.queue for cs in self.consumed.values() for c in cs if c.at >= t and c.queue.topic == TOPIC}
+
+    def all_queues(self) -> set[MessageQueue]:
+        return {MessageQueue(TOPIC, b, q) for b in ("broker-a", "broker-b") for q in range(QUEUES)}
+
+    def stop_producing(self) -> None:
+        self._producing = False
+
+    # ---- the report --------------------------------------------------------------------
+
+    def finish(self) -> DrillReport:
+        r = self.report
+        r.acknowledged = len(self.acked)
+        r.consumed = sum(len(v) for v in self.consumed.values())
+        r.duplicates = sum(len(v) - 1 for v in self.consumed.values() if len(v) > 1)
+        r.lost = sorted(k for k in self.acked if k not in self.consumed)
+        r.consumed_from_slave = sum(1 for cs in self.consumed.values() for c in cs if c.from_slave)
+        if self.fault_at is not None:
+            fails = [end for _, end, ok in self.send_log if not ok and end >= self.fault_at]
+            after = max(fails, default=self.fault_at)
+            firsts = [end for start, end, ok in self.send_log if ok and start >= after]
+            r.producers_recovered_s = (min(firsts) - self.fault_at) if firsts else None
+        return r
+
+
+async def run_drill(name: str, *, base_dir: str | None = None, keep: bool = False, heartbeat_s: float = 0.5,
+                    rebalance_s: float = 2.0, rate: float = 50.0, producers: int = 2) -> DrillReport:
+    """Start the cluster, run drill `name` under load, stop everything; the report."""
+    if name not in DRILLS:
+        raise ValueError(f"unknown drill {name!r}; one of {', '.join(sorted(DRILLS))}")
+    base = Path(base_dir) if base_dir else Path(tempfile.mkdtemp(prefix=f"tidemq-drill-{name}-"))
+    conf = base / "conf"
+    stems = [p.stem for p in LAYOUT.glob("broker-*.toml")]
+    launcher.copy_layout(LAYOUT, conf, overrides={s: NODE_OVERRIDES for s in stems})
+    try:
+        await trio.to_thread.run_sync(lambda: launcher.up(conf, base))
+        state = launcher.load_state(base)
+        assert state is not None
+        namesrv = next(r.address for r in state.nodes.values() if r.kind == "namesrv")
+        async with trio.open_nursery() as nursery:
+            run = DrillRun(name, base, namesrv, nursery, heartbeat_s=heartbeat_s, rebalance_s=rebalance_s,
+                           rate=rate)
+            try:
+                await _drive(run, DRILLS[name][1], producers)
+            except (TidemqError, launcher.LauncherError, OSError) as e:
+                run.report.error = f"{type(e).__name__}: {e}"
+            finally:
+                run.stop_producing()
+                for member in list(run._stop_members):
+                    run._stop_members.pop(member).set()
+                with trio.move_on_after(30):
+                    while run.members:
+                        await trio.sleep(0.05)  # poll
+                nursery.cancel_scope.cancel()
+        return run.finish()
+    finally:
+        await trio.to_thread.run_sync(lambda: launcher.down(base))
+        if not keep and not base_dir:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+async def _drive(run: DrillRun, fn: DrillFn, producers: int) -> None:
+    async with Admin(namesrv=run.namesrv) as admin:
+        async def two_masters() -> bool:
+            return len({b.broker_name for b in await admin.cluster_info() if b.is_master}) == 2
+        if not await run.wait_until(two_masters, 30, "both masters registered"):
+            raise launcher.LauncherError("the masters did not register with the name server")
+        await admin.create_topic(TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+
+        async def routed() -> bool:
+            return len((await admin.route(TOPIC, refresh=True)).groups) == 2
+        await run.wait_until(routed, 30, f"{TOPIC} routed on both groups")
+    for i in range(producers):
+        run.nursery.start_soon(run.produce, i)
+    run.nursery.start_soon(run.monitor_ownership)
+    await run.start_member("m1")
+    await run.start_member("m2")
+    await run.wait_until(lambda: run.queues_consumed_since(0) == run.all_queues(), 30,
+                         "every queue consumed (warm-up)")
+    await fn(run)
+    run.stop_producing()
+    run.event("producers stopped")
+
+    def drained() -> bool:
+        return all(k in run.consumed for k in run.acked)
+    run.promise("every acknowledged message is consumed (nothing lost)",
+                await run.wait_until(drained, DRAIN_TIMEOUT_S, "the group consumed every acknowledged message"))
+
+
+# ---------------------------------------------------------------- command line
+
+
+def _cmd_drill(args: argparse.Namespace) -> int:
+    from . import drills  # noqa: F401  (registers the drills)
+
+    if args.name not in DRILLS:
+        print(f"tidemq drill: unknown drill {args.name!r}; one of {', '.join(sorted(DRILLS))}", file=sys.stderr)
+        return 2
+    try:
+        report = trio.run(lambda: run_drill(args.name, base_dir=args.base_dir, keep=args.keep,
+                                            heartbeat_s=args.heartbeat, rebalance_s=args.rebalance,
+                                            rate=args.rate))
+    except (launcher.LauncherError, OSError) as e:
+        print(f"tidemq drill {args.name}: cannot run: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(report.to_json(), indent=2) if args.json else report.table())
+    return 0 if report.ok else 1
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Register `drill NAME` on the `tidemq` parser."""
+    from . import drills  # noqa: F401  (registers the drills)
+
+    p = subparsers.add_parser(
+        "drill", help="run a failover drill on a scratch 2m-2s-sync cluster",
+        description="Start a local 2m-2s-sync cluster in a scratch directory, put producers and a "
+        "2-member consumer group on it, inject one fault and report what it cost. Drills: "
+        + "; ".join(f"{n}: {h}" for n, (h, _) in sorted(DRILLS.items()))
+        + ". Exit 1 when a promise is broken, 2 when the drill could not run.",
+    )
+    p.add_argument("name", metavar="NAME", help="one of: " + ", ".join(sorted(DRILLS)))
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--base-dir", metavar="DIR", help="run the cluster here and keep it (default: a temp dir)")
+    p.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    p.add_argument("--heartbeat", type=float, default=0.5, metavar="S", help="members' heartbeat interval")
+    p.add_argument("--rebalance", type=float, default=2.0, metavar="S", help="members' rebalance interval")
+    p.add_argument("--rate", type=float, default=50.0, metavar="N", help="sends per second per producer")
+    p.set_defaults(handler=_cmd_drill)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    parser = argparse.ArgumentParser(prog="tidemq")
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["drill", *(argv if argv is not None else sys.argv[1:])])
+    return args.handler(args)
+
+
+if __name__ == "__main__":  # run the imported module, where cluster.drills registers the drills
+    from cluster.drill import main as _main
+
+    sys.exit(_main())

@@ -1,0 +1,48 @@
+"""Each drill once, short, with real processes: the report's promises hold and its
+numbers add up; the CLI prints JSON and refuses an unknown drill with exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cluster.drill import DRILLS, add_commands, run_drill
+from tests.node.nodeproc import REPO
+
+
+def test_drill_command_registers_and_refuses_unknown_drills(capsys):
+    parser = argparse.ArgumentParser(prog="tidemq")
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    assert {"kill-master", "rebalance"} <= set(DRILLS)
+    args = parser.parse_args(["drill", "no-such-drill"])
+    assert args.handler(args) == 2
+    assert "unknown drill 'no-such-drill'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+async def test_kill_master_drill_keeps_its_promises(tmp_path):
+    report = await run_drill("kill-master", base_dir=str(tmp_path / "drill"), rate=30)
+    assert report.error is None, report.table()
+    assert report.ok, report.table()
+    assert report.acknowledged > 50 and report.failed == 0
+    assert report.lost == [] and report.consumed >= report.acknowledged
+    assert report.consumed_from_slave > 0
+    assert report.producers_recovered_s is not None and report.consumption_recovered_s is not None
+    # the cluster was stopped: no node of the drill is left running
+    state = json.loads((tmp_path / "drill" / "cluster.json").read_text())
+    assert all(n["pid"] is None for n in state["nodes"])
+
+
+@pytest.mark.slow
+def test_rebalance_drill_cli_json():
+    out = subprocess.run([sys.executable, "-m", "cluster.drill", "rebalance", "--json", "--rate", "30"],
+                         cwd=REPO, capture_output=True, timeout=300)
+    assert out.returncode == 0, out.stdout.decode() + out.stderr.decode()[-3000:]
+    report = json.loads(out.stdout)
+    assert report["ok"] and report["acknowledged_but_lost"] == 0
+    assert report["promises"]["every queue has one owner at a time"]
+    assert report["consumed"] >= report["acknowledged"] > 0
