@@ -240,6 +240,13 @@ def _cmd_consume(args: argparse.Namespace) -> int:
         raise CommandError(f"--max must be >= 1, got {args.max}")
 
     async def main() -> int:
+        if args.commit:  # a member of the group (push_consumer.Consumer): commits what it printed
+            from .push_consumer import consume_as_member
+
+            await consume_as_member(lambda m: _print_json(message_json(m)), group=args.group, topic=args.topic,
+                                    max_messages=args.max, idle_timeout_ms=args.timeout_ms,
+                                    tag_filter=args.tags, start=args.start, **source)
+            return EXIT_OK
         async with PullConsumer(**source, group=args.group, topic=args.topic, tag_filter=args.tags,
                                 start=args.start) as consumer:
             await consumer.route(args.topic)  # NotFound: say so rather than wait for nothing
@@ -271,8 +278,10 @@ def _add_consume_command(subparsers: argparse._SubParsersAction) -> None:
         "when the group never committed), across every queue, and print each message as one "
         "JSON object: topic, broker_name, queue, offset, msg_id, keys, tags, body (text when "
         "UTF-8, else body_base64), properties, store_timestamp. Stops after --max messages or "
-        "when no message arrives for --timeout-ms. With --commit the group's offsets are "
-        "committed past what was printed. Reads fall back to a slave when a master is down.",
+        "when no message arrives for --timeout-ms. With --commit it runs as a member of GROUP "
+        "(sharing the queues with the group's other members, retries and DLQ as in "
+        "docs/consumer-groups.md) and commits exactly what it printed; without, it only reads. "
+        "Reads fall back to a slave when a master is down.",
     )
     _add_source(consume)
     consume.add_argument("--topic", required=True)

@@ -310,6 +310,7 @@ async def consume_as_member(
     `idle_timeout_ms` (never, when None); what `tidemq consume` runs. `options` go to
     Consumer (namesrv or brokers, tag_filter, start, intervals, ...)."""
     async with Consumer(group, topic, handler, max_messages=max_messages, **options) as consumer:
+        await consumer._main.route(topic)  # NotFound / ConnectionLost: say so rather than wait for nothing
         consumer.last_message_at = trio.current_time()
         while not consumer.finished.is_set():
             idle_left = (None if idle_timeout_ms is None
