@@ -228,7 +228,7 @@ class DrillRun:
         async def handle(msg: ReceivedMessage) -> None:
             await self.gate.wait()
             consumer = self.members.get(member)
-            from_slave = bool(consumer and consumer._main.reading_from_slave(msg.broker_name or ""))
+            from_slave = bool(consumer and consumer.reading_from_slave(msg.broker_name or ""))
             key = msg.properties.get("UNIQ_KEY", msg.msg_id)
             self.consumed.setdefault(key, []).append(Consumption(self.now(), member, msg.queue, from_slave))
         return handle
@@ -278,6 +278,16 @@ class DrillRun:
     def stop_producing(self) -> None:
         self._producing = False
 
+    async def wind_down(self) -> None:
+        """Stop the producers and close every member (committing)."""
+        self.stop_producing()
+        for stop in self._stop_members.values():
+            stop.set()
+        self._stop_members.clear()
+        with trio.move_on_after(30):
+            while self.members:
+                await trio.sleep(0.05)  # poll
+
     # ---- the report --------------------------------------------------------------------
 
     def finish(self) -> DrillReport:
@@ -317,12 +327,7 @@ async def run_drill(name: str, *, base_dir: str | None = None, keep: bool = Fals
             except (TidemqError, launcher.LauncherError, OSError) as e:
                 run.report.error = f"{type(e).__name__}: {e}"
             finally:
-                run.stop_producing()
-                for member in list(run._stop_members):
-                    run._stop_members.pop(member).set()
-                with trio.move_on_after(30):
-                    while run.members:
-                        await trio.sleep(0.05)  # poll
+                await run.wind_down()
                 nursery.cancel_scope.cancel()
         return run.finish()
     finally:

@@ -65,7 +65,7 @@ async def kill_master(run: DrillRun) -> None:
                 await run.wait_until(slave_caught_up, 30, "broker-a's slave caught up"))
 
     def back_on_master() -> bool:
-        if any(m._main.reading_from_slave("broker-a") for m in run.members.values()):
+        if any(m.reading_from_slave("broker-a") for m in run.members.values()):
             return False
         return any(c.at >= restart_at and c.queue.broker_name == "broker-a" and not c.from_slave
                    for cs in run.consumed.values() for c in cs)

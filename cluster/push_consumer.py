@@ -137,6 +137,14 @@ class Consumer:
         """The queues (of the topic and the retry topic) this member consumes now."""
         return self.rebalance.owned
 
+    def reading_from_slave(self, broker_name: str) -> bool:
+        """Whether the topic's queues of `broker_name` are read from a slave right now."""
+        return self._main.reading_from_slave(broker_name)
+
+    async def check_topic(self) -> None:
+        """Raise NotFound (no route) or ConnectionLost (no name server) for the topic."""
+        await self._main.route(self.topic)
+
     async def __aenter__(self) -> Consumer:
         await self._main.__aenter__()
         try:
@@ -310,7 +318,7 @@ async def consume_as_member(
     `idle_timeout_ms` (never, when None); what `tidemq consume` runs. `options` go to
     Consumer (namesrv or brokers, tag_filter, start, intervals, ...)."""
     async with Consumer(group, topic, handler, max_messages=max_messages, **options) as consumer:
-        await consumer._main.route(topic)  # NotFound / ConnectionLost: say so rather than wait for nothing
+        await consumer.check_topic()  # say so rather than wait for nothing
         consumer.last_message_at = trio.current_time()
         while not consumer.finished.is_set():
             idle_left = (None if idle_timeout_ms is None

@@ -132,7 +132,8 @@ class Broker:
                         await nursery.start(services.ha_client.run)
                         if cfg.master_addr or cfg.namesrv_addr:  # else: no way to find the master
                             sync = SlaveSync(cfg.master_addr, self.topics, self.offsets,
-                                             max_frame_size=cfg.max_frame_size)
+                                             max_frame_size=cfg.max_frame_size,
+                                             delay_offset_path=ScheduleMessageService.path_in(store))
                             services.slave_sync_status = sync.status
                             await nursery.start(sync.run)
                         else:

@@ -42,13 +42,17 @@ class ScheduleMessageService:
     def __init__(self, store: MessageStore, *, retry_after_s: float = 10.0) -> None:
         self.store = store
         self.levels = store.delay_levels
-        self.path = os.path.join(store.config.store_path_root_dir, "config", "delayOffset.json")
+        self.path = self.path_in(store)
         self.retry_after_s = retry_after_s
         self.offsets: dict[int, int] = {}  # level → next offset of its queue
         self.delivered = 0
         self._counter = 0
         self._persisted: dict[int, int] = {}
         self._lock = trio.Lock()
+
+    @staticmethod
+    def path_in(store: MessageStore) -> str:
+        return os.path.join(store.config.store_path_root_dir, "config", "delayOffset.json")
 
     def load(self) -> None:
         """Read delayOffset.json (or its backup); ConfigFileError when it is damaged.

@@ -3,6 +3,9 @@
 Every `SYNC_INTERVAL_S` (and once at start) the slave asks its master's client address
 (`masterAddr`) for `topic_list` and `offset_list` and takes both tables wholesale, so
 consumers reading from the slave while the master is down resume where they committed.
+It also copies the master's delay-level progress (the `schedule` part of its `status`)
+into its own `config/delayOffset.json`, as RocketMQ's syncDelayOffset does, so a slave
+that becomes master does not deliver the scheduled messages again.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any
 import trio
 
 from .client import TidemqError, connect
-from .jsonfile import ConfigFileError
+from .jsonfile import ConfigFileError, write_json_atomic
 from .offsets import ConsumerOffsetManager, OffsetEntry
 from .topics import TopicConfig, TopicConfigManager
 
@@ -68,12 +71,15 @@ class SlaveSync:
         *,
         max_frame_size: int,
         interval_s: float = SYNC_INTERVAL_S,
+        delay_offset_path: str | None = None,
     ) -> None:
         self.master_addr = master_addr
         self.topics = topics
         self.offsets = offsets
         self.max_frame_size = max_frame_size
         self.interval_s = interval_s
+        self.delay_offset_path = delay_offset_path
+        self._delay_offsets: dict[str, int] | None = None
         self.last_sync_ms: int | None = None
         self.last_error: str | None = None
         self._address_known = trio.Event()
@@ -97,10 +103,24 @@ class SlaveSync:
         async with connect(self.master_addr, max_frame_size=self.max_frame_size) as conn:
             topics = _topic_configs((await conn.request("topic_list")).get("topics"), source)
             offsets = _offset_entries((await conn.request("offset_list")).get("offsets"), source)
+            schedule = (await conn.request("status")).get("schedule") if self.delay_offset_path else None
         if await self.topics.replace_all(topics):
             log.info("synced %d topic(s) from %s", len(topics), self.master_addr)
         if self.offsets.replace_all(offsets):
             log.info("synced %d consumer offset(s) from %s", len(offsets), self.master_addr)
+        if isinstance(schedule, dict):
+            await self._take_delay_offsets(schedule.get("offsets"), source)
+
+    async def _take_delay_offsets(self, raw: Any, source: str) -> None:
+        if not isinstance(raw, dict) or not all(
+            str(k).isdigit() and type(v) is int and v >= 0 for k, v in raw.items()
+        ):
+            raise ConfigFileError(f"{source}: bad delay offsets {raw!r}")
+        if raw == self._delay_offsets or self.delay_offset_path is None:
+            return
+        table = {"offsetTable": dict(raw), "dataVersion": {"counter": 0, "timestamp": int(time.time() * 1000)}}
+        await trio.to_thread.run_sync(write_json_atomic, self.delay_offset_path, table)
+        self._delay_offsets = dict(raw)
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()

@@ -12,7 +12,7 @@ import pytest
 from node.client import PutFailed
 from store.schedule import DelayError, parse_delay_levels
 from tests.cluster.helpers import call, wait_for
-from tests.node.nodeproc import Nodes, master_conf, store_root
+from tests.node.nodeproc import Nodes, master_conf, slave_conf, store_root
 
 LEVELS = "1s 2s 3s 4s 5s 6s 7s 8s 9s 10s 11s 12s 13s 14s 15s 16s 17s 18s"
 
@@ -95,3 +95,22 @@ async def test_delayed_message_is_scheduled_then_delivered_and_survives_restarts
         return b"d4" in got and got
     got = await wait_for(d4, timeout=15, what="d4 delivered after a crash")
     assert got.count(b"d4") == 1 and got.count(b"d3") == 1
+
+
+@pytest.mark.slow
+async def test_a_slave_copies_the_masters_delay_offsets(tmp_path, nodes):
+    mconf = master_conf(tmp_path, "m", "ASYNC_MASTER", messageDelayLevel=LEVELS)
+    master = nodes.start(mconf)
+    await call(master.address, "topic_create", topic="D", read_queue_nums=1, write_queue_nums=1)
+    await call(master.address, "send", topic="D", body=b"d", properties={"DELAY": "1"})
+
+    async def delivered():
+        return (await call(master.address, "status"))["schedule"]["delivered"] == 1
+    await wait_for(delivered, timeout=10, what="the master delivered the delayed message")
+    sconf = slave_conf(tmp_path, mconf, "s", masterAddr=master.address)
+    nodes.start(sconf)
+    path = store_root(sconf) / "config" / "delayOffset.json"
+
+    async def copied():
+        return path.exists() and json.loads(path.read_text())["offsetTable"] == {"1": 1}
+    await wait_for(copied, timeout=15, what="the slave's delayOffset.json matches the master's")
