@@ -69,6 +69,7 @@ class _QueueTask:
     queue: MessageQueue
     stopping: bool = False
     pull_scope: trio.CancelScope | None = None
+    committed: int | None = None
     done: trio.Event = attrs.field(factory=trio.Event)
 
 
@@ -216,21 +217,22 @@ class Consumer:
                     if not await self._consume(task, msg):
                         consumer.seek(queue, msg.queue_offset)  # stopped before it was consumed
                         break
-                if result.messages or result.next_begin_offset:
-                    await self._commit(consumer, queue)
+                await self._commit(task)
         finally:
             with trio.CancelScope(shield=True):
-                await self._commit(consumer, queue)
+                await self._commit(task)
             task.done.set()
 
-    async def _commit(self, consumer: PullConsumer, queue: MessageQueue) -> None:
-        position = consumer.position(queue)
-        if position is None:
+    async def _commit(self, task: _QueueTask) -> None:
+        """Commit the queue's position when it moved since the last commit."""
+        position = task.consumer.position(task.queue)
+        if position is None or position == task.committed:
             return
         try:
-            await consumer.commit(queue, position)
+            if await task.consumer.commit(task.queue, position):
+                task.committed = position
         except TidemqError as e:
-            log.warning("commit of %s=%d failed: %s", queue, position, e)
+            log.warning("commit of %s=%d failed: %s", task.queue, position, e)
 
     async def _pause(self, task: _QueueTask, seconds: float) -> None:
         with trio.CancelScope() as scope:
