@@ -250,13 +250,16 @@ INT = _simple("an integer", int)
 BOOL = _simple("a boolean", bool)
 
 
-def _check_list_str(value: Any, path: str) -> list[str]:
-    if type(value) is not list:
-        raise _wrong_type(path, "an array of text strings", value)
-    for i, item in enumerate(value):
-        if type(item) is not str:
-            raise _wrong_type(f"{path}[{i}]", "a text string", item)
-    return list(value)
+def _list_of(item_type: type, name: str, item_name: str) -> FieldType:
+    def check(value: Any, path: str) -> list[Any]:
+        if type(value) is not list:
+            raise _wrong_type(path, name, value)
+        for i, item in enumerate(value):
+            if type(item) is not item_type:
+                raise _wrong_type(f"{path}[{i}]", item_name, item)
+        return list(value)
+
+    return FieldType(name, check)
 
 
 def _check_dict_str(value: Any, path: str) -> dict[str, str]:
@@ -270,19 +273,8 @@ def _check_dict_str(value: Any, path: str) -> dict[str, str]:
     return dict(value)
 
 
-LIST_STR = FieldType("an array of text strings", _check_list_str)
-
-
-def _check_list_int(value: Any, path: str) -> list[int]:
-    if type(value) is not list:
-        raise _wrong_type(path, "an array of integers", value)
-    for i, item in enumerate(value):
-        if type(item) is not int:
-            raise _wrong_type(f"{path}[{i}]", "an integer", item)
-    return list(value)
-
-
-LIST_INT = FieldType("an array of integers", _check_list_int)
+LIST_STR = _list_of(str, "an array of text strings", "a text string")
+LIST_INT = _list_of(int, "an array of integers", "an integer")
 DICT_STR_STR = FieldType("a map of text strings to text strings", _check_dict_str)
 
 
