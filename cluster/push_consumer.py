@@ -113,7 +113,7 @@ class Consumer:
         self.max_messages = max_messages
         self.finished = trio.Event()
         """Set once `max_messages` messages were consumed (never without a limit)."""
-        self.last_message_at = trio.current_time()
+        self.last_message_at = 0.0  # trio clock of the last message handed to the handler
         self._taken = 0
         common = dict(namesrv=namesrv, brokers=brokers, group=group, start=start,
                       request_timeout=request_timeout, route_ttl_s=route_ttl_s,
