@@ -8,7 +8,7 @@ delay, store order). A put that fails is retried after `retry_after_s` (RocketMQ
 
 Progress is `<storePathRootDir>/config/delayOffset.json` in RocketMQ's shape,
 `{"offsetTable": {"<level>": nextOffset}, "dataVersion": {"counter", "timestamp"}}`
-(level keys as JSON strings; integers are read too), written atomically after every
+(level keys as JSON strings; RocketMQ's bare integer keys are read too), written atomically after every
 round that delivered something and at shutdown. A clean restart therefore neither loses
 nor repeats a delivery; after a crash, deliveries are at least once (a put whose offset
 write did not happen yet is delivered again), never lost. Runs on a master only.
@@ -16,8 +16,10 @@ write did not happen yet is delivered again), never lost. Runs on a master only.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import time
 from typing import Any
 
@@ -34,6 +36,21 @@ log = logging.getLogger("tidemq.node")
 __all__ = ["ScheduleMessageService"]
 
 BATCH = 32
+
+
+_BARE_INT_KEY = re.compile(r'([{,]\s*)(\d+)(\s*:)')
+
+
+def _read_fastjson(path: str) -> Any | None:
+    """The file (or its backup) as RocketMQ's fastjson writes it, integer map keys bare
+    (`{"offsetTable":{1:5}}`); None when neither parses that way either."""
+    for candidate in (path, path + ".bak"):
+        try:
+            with open(candidate, encoding="utf-8") as f:
+                return json.loads(_BARE_INT_KEY.sub(r'\1"\2"\3', f.read()))
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 class ScheduleMessageService:
@@ -57,7 +74,12 @@ class ScheduleMessageService:
     def load(self) -> None:
         """Read delayOffset.json (or its backup); ConfigFileError when it is damaged.
         An offset outside its queue's range is corrected to the nearest end."""
-        raw = read_json(self.path)
+        try:
+            raw = read_json(self.path)
+        except ConfigFileError:
+            raw = _read_fastjson(self.path)
+            if raw is None:
+                raise
         if raw is None:
             return
         table = raw.get("offsetTable") if isinstance(raw, dict) else None

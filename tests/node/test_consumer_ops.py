@@ -83,6 +83,11 @@ async def test_a_damaged_delay_offset_file_or_level_string_stops_the_node_naming
     assert done.returncode == 2, done
     assert str(path) in done.stderr and "seven" in done.stderr
     assert path.read_text() == '{"offsetTable": {"1": "seven"}}', "the file is left for the operator"
+    # RocketMQ's own file (fastjson: integer keys bare) is read
+    path.write_text('{\n\t"offsetTable":{1:0,3:0},"dataVersion":{"counter":2,"timestamp":1}\n}')
+    node = nodes.start(conf)
+    assert (await call(node.address, "status"))["schedule"]["offsets"] == {"1": 0, "3": 0}
+    assert node.stop() == 0
 
     bad = master_conf(tmp_path, "b", "ASYNC_MASTER", messageDelayLevel="1s 5x")
     done = subprocess.run([sys.executable, "-m", "node.cli", "node", "start", "-c", str(bad)],
