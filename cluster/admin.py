@@ -185,6 +185,14 @@ class Admin(_Client):
     async def max_offset(self, queue: MessageQueue) -> int:
         return int((await self._queue_read(queue, "max_offset"))["offset"])
 
+    async def consumer_offset(self, queue: MessageQueue, group: str) -> int | None:
+        """The offset `group` committed for `queue` (its master's, else a slave's copy), or
+        None when it never committed there."""
+        try:
+            return int((await self._queue_read(queue, "fetch_offset", group=group))["offset"])
+        except NotFound:
+            return None
+
     async def delete_expired_files(self, broker: str) -> int:
         """Run the expired-file cleanup now on `broker` (an address, or a brokerName for its
         master); returns the number of CommitLog files removed."""

@@ -312,7 +312,7 @@ class _Client:
         """Every broker the discovery knows, with its last registration (or probe) data."""
         return await self.discovery.cluster_info()
 
-    async def _read_group(self, group: GroupRoute, op: str, *, timeout: float | None = None,
+    async def _read_group(self, group: GroupRoute, op: str, /, *, timeout: float | None = None,
                           **fields: Any) -> tuple[dict[str, Any], str]:
         """A read on the group's master, else on its slaves (reads work on both)."""
         candidates = [b.address for b in ([group.master] if group.master else []) + list(group.slaves)]

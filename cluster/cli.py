@@ -1,13 +1,12 @@
-"""`tidemq` commands of the cluster layer: namesrv, send, consume, query, status.
+"""`tidemq` commands of the cluster layer: namesrv, send, consume, query, status, and the
+`cluster` (cluster/cli_cluster.py) and `admin` (cluster/cli_admin.py) groups.
 
-node/cli.py owns the `tidemq` parser and registers these through `add_commands` (a late
-import, so node/ does not depend on cluster/ at import time). Every command that talks to
-a cluster takes `--namesrv ADDR[;ADDR]` or `--broker ADDR` (repeatable, no name server).
-
-Output is for scripts: `send`, `consume` and `query` print one JSON object per line;
-`status` prints a table (or one JSON object with `--json`). Errors are one line on
+Registered by the `tidemq` entry (tidemq/cli.py) through `add_commands`. Every command that
+talks to a cluster takes `--namesrv ADDR[;ADDR]` or `--broker ADDR` (repeatable, no name
+server). Output is for scripts: `send`, `consume` and `query` print one JSON object per
+line; `status` prints a table (or one JSON object with `--json`). Errors are one line on
 stderr: exit 1 when the cluster could not do it (nothing reachable, not found), exit 2 for
-usage errors.
+usage errors (store/cli.py).
 """
 
 from __future__ import annotations
@@ -15,81 +14,26 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import json
 import logging
 import sys
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
 
-from node.client import TidemqError
+from store.cli import EXIT_OK, EXIT_PROBLEM, UsageError, error, print_json
+from store.message import decode_msg_id
 
-__all__ = ["add_commands", "message_json", "status_table"]
+from .cli_admin import add_admin_commands
+from .cli_cluster import add_cluster_commands
+from .cli_common import add_source, handled, run_async, source
+from .tables import BrokerRow, broker_table
 
-Handler = Callable[[argparse.Namespace], int]
-EXIT_OK = 0
-EXIT_PROBLEM = 1
-EXIT_USAGE = 2
-
-
-class CommandError(Exception):
-    """Unusable input: one line on stderr, exit 2. (Handled here rather than by node/cli.py:
-    under `python -m node.cli` that module is __main__, and its classes are not node.cli's.)"""
-
-
-def _handler(fn: Handler) -> Handler:
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return fn(args)
-        except CommandError as e:
-            _error(str(e))
-            return EXIT_USAGE
-
-    return run
-
-
-def _print_json(obj: Any) -> None:
-    print(json.dumps(obj, separators=(",", ":"), ensure_ascii=False), flush=True)
-
-
-def _error(message: str) -> None:
-    print(f"tidemq: error: {message}", file=sys.stderr, flush=True)
-
-
-def _run(args: argparse.Namespace, main: Callable[[], Awaitable[int]]) -> int:
-    """Run an async command; a TidemqError becomes one line on stderr and exit 1."""
-    logging.basicConfig(level=logging.WARNING if not args.verbose else logging.INFO,
-                        format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    try:
-        return trio.run(main)
-    except TidemqError as e:
-        _error(str(e))
-        return EXIT_PROBLEM
-    except ValueError as e:  # bad addresses and the like
-        raise CommandError(str(e)) from None
-    except KeyboardInterrupt:
-        return 130
-
-
-def _source(args: argparse.Namespace) -> dict[str, Any]:
-    if args.namesrv and args.broker:
-        raise CommandError("give --namesrv or --broker, not both")
-    if not args.namesrv and not args.broker:
-        raise CommandError("--namesrv ADDR (or --broker ADDR) is required")
-    return {"namesrv": args.namesrv} if args.namesrv else {"brokers": args.broker}
-
-
-def _add_source(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--namesrv", metavar="ADDR", help="name server host:port (several separated by ';')")
-    p.add_argument("--broker", metavar="ADDR", action="append",
-                   help="a broker's client address, instead of a name server (repeatable)")
-    p.add_argument("-v", "--verbose", action="store_true", help="log the client's decisions on stderr")
+__all__ = ["add_commands", "message_json", "print_broker_status", "run_query", "status_rows"]
 
 
 def message_json(msg: Any) -> dict[str, Any]:
     """A received message as one JSON object: the body as text when it is UTF-8, else as
-    base64 under `body_base64`."""
+    base64 under `body_base64`; `properties` only when the message has user properties."""
     out: dict[str, Any] = {
         "topic": msg.topic,
         "broker_name": msg.broker_name,
@@ -130,7 +74,7 @@ def _cmd_namesrv_start(args: argparse.Namespace) -> int:
         if overrides:
             cfg = attrs.evolve(cfg, **overrides)
     except ConfigError as e:
-        raise CommandError(str(e)) from None
+        raise UsageError(str(e)) from None
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s [namesrv] %(name)s: %(message)s")
     server = NameServer(cfg)
@@ -150,7 +94,7 @@ def _cmd_namesrv_start(args: argparse.Namespace) -> int:
             cause = cause.exceptions[0]
         if isinstance(cause, OSError) and not server.address:
             where = f"{cfg.source}: " if cfg.source else ""
-            raise CommandError(f"{where}cannot listen on {cfg.listen_address}:{cfg.listen_port}: "
+            raise UsageError(f"{where}cannot listen on {cfg.listen_address}:{cfg.listen_port}: "
                                f"{cause.strerror or cause}") from None
         raise
     return EXIT_OK
@@ -174,7 +118,7 @@ def _add_namesrv_commands(subparsers: argparse._SubParsersAction) -> None:
     start.add_argument("--listen-address", metavar="HOST", help="listen address (default 127.0.0.1)")
     start.add_argument("--broker-expire-ms", type=int, metavar="MS",
                        help="drop a broker not heard from for MS ms (default 30000)")
-    start.set_defaults(handler=_handler(_cmd_namesrv_start))
+    start.set_defaults(handler=handled(_cmd_namesrv_start))
 
 
 # ---------------------------------------------------------------- send
@@ -183,9 +127,9 @@ def _add_namesrv_commands(subparsers: argparse._SubParsersAction) -> None:
 def _cmd_send(args: argparse.Namespace) -> int:
     from .client import Producer
 
-    source = _source(args)
+    src = source(args)
     if args.count < 1:
-        raise CommandError(f"--count must be >= 1, got {args.count}")
+        raise UsageError(f"--count must be >= 1, got {args.count}")
     keys = [k for k in (args.keys or "").split(",") if k]
     if args.body == "-":
         body_template: bytes | None = sys.stdin.buffer.read()
@@ -193,17 +137,17 @@ def _cmd_send(args: argparse.Namespace) -> int:
         body_template = None
 
     async def main() -> int:
-        async with Producer(**source, send_timeout=args.timeout, retries=args.retries) as producer:
+        async with Producer(**src, send_timeout=args.timeout, retries=args.retries) as producer:
             for i in range(args.count):
                 body = body_template if body_template is not None else args.body.replace("{i}", str(i)).encode()
                 result = await producer.send(args.topic, body, tags=args.tags, keys=keys,
                                              queue_id=args.queue_id, wait=args.wait)
                 out = result.to_json()
                 del out["msg_ids"]
-                _print_json(out)
+                print_json(out)
         return EXIT_OK
 
-    return _run(args, main)
+    return run_async(args, main)
 
 
 def _add_send_command(subparsers: argparse._SubParsersAction) -> None:
@@ -215,7 +159,7 @@ def _add_send_command(subparsers: argparse._SubParsersAction) -> None:
         "FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE are printed as results: the message is "
         "stored on the master. Exit 1 when a send fails.",
     )
-    _add_source(send)
+    add_source(send)
     send.add_argument("--topic", required=True)
     send.add_argument("--tags", help="the message's tag")
     send.add_argument("--keys", metavar="K1,K2", help="comma-separated keys (indexed for query --key)")
@@ -226,7 +170,7 @@ def _add_send_command(subparsers: argparse._SubParsersAction) -> None:
     send.add_argument("--timeout", type=float, default=5.0, metavar="S", help="per-attempt timeout (default 5)")
     send.add_argument("--retries", type=int, default=2, metavar="N", help="retries on another queue (default 2)")
     send.add_argument("body", metavar="BODY")
-    send.set_defaults(handler=_handler(_cmd_send))
+    send.set_defaults(handler=handled(_cmd_send))
 
 
 # ---------------------------------------------------------------- consume
@@ -235,26 +179,26 @@ def _add_send_command(subparsers: argparse._SubParsersAction) -> None:
 def _cmd_consume(args: argparse.Namespace) -> int:
     from .client import MessageQueue, PullConsumer
 
-    source = _source(args)
+    src = source(args)
     if args.max is not None and args.max < 1:
-        raise CommandError(f"--max must be >= 1, got {args.max}")
+        raise UsageError(f"--max must be >= 1, got {args.max}")
 
     async def main() -> int:
         if args.commit:  # a member of the group (push_consumer.Consumer): commits what it printed
             from .push_consumer import consume_as_member
 
-            await consume_as_member(lambda m: _print_json(message_json(m)), group=args.group, topic=args.topic,
+            await consume_as_member(lambda m: print_json(message_json(m)), group=args.group, topic=args.topic,
                                     max_messages=args.max, idle_timeout_ms=args.timeout_ms,
-                                    tag_filter=args.tags, start=args.start, **source)
+                                    tag_filter=args.tags, start=args.start, **src)
             return EXIT_OK
-        async with PullConsumer(**source, group=args.group, topic=args.topic, tag_filter=args.tags,
+        async with PullConsumer(**src, group=args.group, topic=args.topic, tag_filter=args.tags,
                                 start=args.start) as consumer:
             await consumer.route(args.topic)  # NotFound: say so rather than wait for nothing
             consumed: dict[MessageQueue, int] = {}
             count = 0
             async with contextlib.aclosing(consumer.messages(idle_timeout_ms=args.timeout_ms)) as stream:
                 async for msg in stream:
-                    _print_json(message_json(msg))
+                    print_json(message_json(msg))
                     consumed[msg.queue] = msg.queue_offset + 1
                     count += 1
                     if args.max is not None and count >= args.max:
@@ -264,11 +208,11 @@ def _cmd_consume(args: argparse.Namespace) -> int:
                 if kept:
                     kept_left = await consumer.flush_commits()
                     if kept_left:
-                        _error(f"the master is unreachable: offsets of {', '.join(kept)} were not committed")
+                        error(f"the master is unreachable: offsets of {', '.join(kept)} were not committed")
                         return EXIT_PROBLEM
         return EXIT_OK
 
-    return _run(args, main)
+    return run_async(args, main)
 
 
 def _add_consume_command(subparsers: argparse._SubParsersAction) -> None:
@@ -277,13 +221,13 @@ def _add_consume_command(subparsers: argparse._SubParsersAction) -> None:
         description="Read TOPIC for GROUP from its committed offsets (the queue's first offset "
         "when the group never committed), across every queue, and print each message as one "
         "JSON object: topic, broker_name, queue, offset, msg_id, keys, tags, body (text when "
-        "UTF-8, else body_base64), properties, store_timestamp. Stops after --max messages or "
+        "UTF-8, else body_base64), properties (only when the message has user properties: `send` sets none), store_timestamp. Stops after --max messages or "
         "when no message arrives for --timeout-ms. With --commit it runs as a member of GROUP "
         "(sharing the queues with the group's other members, retries and DLQ as in "
         "docs/consumer-groups.md) and commits exactly what it printed; without, it only reads. "
         "Reads fall back to a slave when a master is down.",
     )
-    _add_source(consume)
+    add_source(consume)
     consume.add_argument("--topic", required=True)
     consume.add_argument("--group", required=True)
     consume.add_argument("--max", type=int, metavar="N", help="stop after N messages")
@@ -293,35 +237,41 @@ def _add_consume_command(subparsers: argparse._SubParsersAction) -> None:
     consume.add_argument("--tags", metavar="EXPR", help="tag filter, e.g. 'a||b' (default: all)")
     consume.add_argument("--start", choices=["first", "last"], default="first",
                          help="where a group without a committed offset starts (default first)")
-    consume.set_defaults(handler=_handler(_cmd_consume))
+    consume.set_defaults(handler=handled(_cmd_consume))
 
 
 # ---------------------------------------------------------------- query
 
 
-def _cmd_query(args: argparse.Namespace) -> int:
+def run_query(args: argparse.Namespace) -> int:
+    """`tidemq query` and `tidemq admin msg/key`."""
     from .client import Admin
 
-    source = _source(args)
+    src = source(args)
     if bool(args.msg_id) == bool(args.key):
-        raise CommandError("give --msg-id ID, or --topic T with --key K")
+        raise UsageError("give --msg-id ID, or --topic T with --key K")
     if args.key and not args.topic:
-        raise CommandError("--key needs --topic")
+        raise UsageError("--key needs --topic")
+    if args.msg_id:
+        try:
+            decode_msg_id(args.msg_id)
+        except ValueError as e:
+            raise UsageError(f"--msg-id {args.msg_id!r} is not a msgId: {e}") from None
 
     async def main() -> int:
-        async with Admin(**source) as admin:
+        async with Admin(**src) as admin:
             if args.msg_id:
-                _print_json(message_json(await admin.get_by_msg_id(args.msg_id)))
+                print_json(message_json(await admin.get_by_msg_id(args.msg_id)))
                 return EXIT_OK
             messages = await admin.query_by_key(args.topic, args.key, max_num=args.max)
             for msg in messages:
-                _print_json(message_json(msg))
+                print_json(message_json(msg))
             if not messages:
-                _error(f"no message of topic {args.topic!r} has key {args.key!r}")
+                error(f"no message of topic {args.topic!r} has key {args.key!r}")
                 return EXIT_PROBLEM
         return EXIT_OK
 
-    return _run(args, main)
+    return run_async(args, main)
 
 
 def _add_query_command(subparsers: argparse._SubParsersAction) -> None:
@@ -331,108 +281,69 @@ def _add_query_command(subparsers: argparse._SubParsersAction) -> None:
         "message with an offset msgId (asked of the broker it names, else of its group's "
         "slaves), as JSON lines like `consume`. Exit 1 when nothing is found.",
     )
-    _add_source(query)
+    add_source(query)
     query.add_argument("--topic")
     query.add_argument("--key")
     query.add_argument("--msg-id", metavar="ID")
     query.add_argument("--max", type=int, default=32, metavar="N", help="at most N messages (default 32)")
-    query.set_defaults(handler=_handler(_cmd_query))
+    query.set_defaults(handler=handled(run_query))
 
 
 # ---------------------------------------------------------------- status
 
 
-def _size(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+def status_rows(brokers: list[Any]) -> list[BrokerRow]:
+    """cluster.client BrokerStatus answers as table rows."""
+    return [BrokerRow(group=b.broker_name or "?", broker_id=b.broker_id, role=b.role or "?", address=b.address,
+                      answer=b.status, error=None if b.reachable else f"unreachable: {b.error}")
+            for b in brokers]
 
 
-def _ha_cell(status: dict[str, Any]) -> str:
-    ha = status.get("ha") or {}
-    if "slaves" in ha:
-        slaves = ha["slaves"]
-        if not slaves:
-            return "no slave"
-        lag = max(s.get("lag_bytes", 0) for s in slaves)
-        return f"{len(slaves)} slave(s), lag {_size(lag)}"
-    if "connected" in ha:
-        state = "connected" if ha["connected"] else "disconnected"
-        return f"{state}, lag {_size(ha.get('lag_bytes'))}"
-    return "-"
-
-
-def status_table(rows: list[Any], title: str) -> Any:
-    """The rich table `tidemq status` prints (BrokerStatus rows)."""
-    from rich.table import Table
-
-    table = Table(title=title)
-    for column, justify in (("broker", "left"), ("id", "right"), ("role", "left"), ("address", "left"),
-                            ("max offset", "right"), ("flushed", "right"), ("dispatch behind", "right"),
-                            ("HA", "left"), ("disk", "right"), ("flags", "left")):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
-    for row in rows:
-        if row.status is None:
-            table.add_row(row.broker_name or "?", str(row.broker_id), row.role or "?", row.address,
-                          "-", "-", "-", "-", "-", f"[red]unreachable: {row.error}[/red]")
-            continue
-        s = row.status
-        disk = s.get("disk") or {}
-        flags = ", ".join(s.get("running_flags") or []) or "ok"
-        table.add_row(
-            str(s.get("broker_name")), str(s.get("broker_id")), str(s.get("role")), row.address,
-            f"{s.get('max_phy_offset', 0):,}", f"{s.get('flushed_offset', 0):,}",
-            _size(s.get("dispatch_behind_bytes")), _ha_cell(s),
-            f"{disk.get('used_ratio', 0):.0%}" if disk else "-", flags,
-        )
-    return table
-
-
-def _cmd_status(args: argparse.Namespace) -> int:
+def print_broker_status(args: argparse.Namespace) -> int:
+    """`tidemq status` and `tidemq admin brokerStatus`."""
     from .client import Admin
 
-    source = _source(args)
+    src = source(args)
 
     async def main() -> int:
-        async with Admin(**source) as admin:
+        async with Admin(**src) as admin:
             rows = await admin.status()
         if args.json:
-            _print_json({"brokers": [r.to_json() for r in rows]})
+            print_json({"brokers": [r.to_json() for r in rows]})
         elif rows:
             from rich.console import Console
 
             where = f"name server {args.namesrv}" if args.namesrv else f"brokers {', '.join(args.broker)}"
             console = Console(width=None if sys.stdout.isatty() else 200)
-            console.print(status_table(rows, f"tidemq cluster ({where})"))
+            console.print(broker_table(status_rows(rows), f"tidemq cluster ({where})"))
         if not rows:
-            _error("no broker is registered")
+            error("no broker is registered")
             return EXIT_PROBLEM
         return EXIT_OK if all(r.reachable for r in rows) else EXIT_PROBLEM
 
-    return _run(args, main)
+    return run_async(args, main)
 
 
-def _add_status_command(subparsers: argparse._SubParsersAction) -> None:
-    status = subparsers.add_parser(
-        "status", help="every broker's state as a table (or JSON)",
-        description="Ask every broker the name server knows (or every --broker) for its status: "
-        "role, max and flushed CommitLog offsets, dispatch backlog, HA state and lag, disk use, "
-        "running flags. Exit 1 when a broker does not answer or none is registered.",
-    )
-    _add_source(status)
+def add_status_arguments(status: argparse.ArgumentParser) -> None:
+    add_source(status)
     status.add_argument("--json", action="store_true",
                         help="print one JSON object {\"brokers\": [...]} instead of a table")
-    status.set_defaults(handler=_handler(_cmd_status))
+    status.set_defaults(handler=handled(print_broker_status))
+
+
+_STATUS_HELP = ("Ask every broker the name server knows (or every --broker) for its status and show one "
+                "row per broker, grouped by broker group: role, epoch, max CommitLog offset, replication "
+                "lag in bytes and seconds, disk use, put/get TPS of the last minute, HA state and running "
+                "flags. Exit 1 when a broker does not answer or none is registered.")
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Register namesrv, send, consume, query and status on the `tidemq` parser."""
+    """Register namesrv, send, consume, query, status, cluster and admin on the `tidemq` parser."""
     _add_namesrv_commands(subparsers)
     _add_send_command(subparsers)
     _add_consume_command(subparsers)
     _add_query_command(subparsers)
-    _add_status_command(subparsers)
+    add_status_arguments(subparsers.add_parser("status", help="every broker's state as a table (or JSON)",
+                                               description=_STATUS_HELP))
+    add_cluster_commands(subparsers)
+    add_admin_commands(subparsers)

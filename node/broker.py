@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from functools import partial
 
 import trio
@@ -45,14 +46,37 @@ UNREGISTER_TIMEOUT_S = 2.0
 """How long a shutdown waits for the name servers to acknowledge the unregistration."""
 
 
+def write_broker_properties(cfg: BrokerConfig) -> None:
+    """`<storePathRootDir>/config/broker.properties` (RocketMQ keeps the broker's config
+    there too): the offline tools read the index geometry from it, which index files do
+    not record."""
+    store = cfg.store
+    values = {
+        "brokerClusterName": cfg.broker_cluster_name, "brokerName": cfg.broker_name,
+        "brokerId": cfg.broker_id, "brokerRole": cfg.role.value,
+        "mappedFileSizeCommitLog": store.mapped_file_size_commit_log,
+        "mappedFileSizeConsumeQueue": store.mapped_file_size_consume_queue,
+        "maxHashSlotNum": store.max_hash_slot_num, "maxIndexNum": store.max_index_num,
+    }
+    path = os.path.join(store.store_path_root_dir, "config", "broker.properties")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    text = f"# written by the node at start ({cfg.source})\n" + "".join(f"{k}={v}\n" for k, v in values.items())
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
 class Broker:
     """A broker process's services (RocketMQ's BrokerController), wired together; see the
     module docstring."""
 
     def __init__(
-        self, cfg: BrokerConfig, *, handle_signals: bool = True, grace_s: float = SHUTDOWN_GRACE_S
+        self, cfg: BrokerConfig, *, handle_signals: bool = True, grace_s: float = SHUTDOWN_GRACE_S,
+        recovery_progress: Callable[[int, int], None] | None = None,
     ) -> None:
         self.cfg = cfg
+        self.recovery_progress = recovery_progress  # (validated bytes, total) during recovery
         self.handle_signals = handle_signals
         self.grace_s = grace_s
         root = cfg.store.store_path_root_dir
@@ -113,7 +137,10 @@ class Broker:
 
     async def _serve(self, task_status: trio.TaskStatus[str]) -> None:
         cfg = self.cfg
-        async with open_store(cfg.store) as store:
+        # recovery_progress: open_store's (validated, total) callback, once the store has it
+        options = {"recovery_progress": self.recovery_progress} if self.recovery_progress else {}
+        async with open_store(cfg.store, **options) as store:
+            await trio.to_thread.run_sync(write_broker_properties, cfg)
             try:
                 async with trio.open_nursery() as nursery:
                     services = NodeServices(cfg=cfg, store=store, topics=self.topics, offsets=self.offsets)

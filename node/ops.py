@@ -28,6 +28,7 @@ from .consumers import ConsumerManager
 from .offsets import ConsumerOffsetManager
 from .protocol import Request, Status, error_response, ok_response
 from .schedule import ScheduleMessageService
+from .stats import BrokerStats
 from .topics import TopicConfigManager
 
 log = logging.getLogger("tidemq.node")
@@ -70,6 +71,7 @@ class NodeServices:
     registration_status: Callable[[], list[dict[str, Any]]] | None = None
     consumers: ConsumerManager = attrs.field(factory=ConsumerManager)
     schedule: ScheduleMessageService | None = None
+    stats: BrokerStats = attrs.field(factory=BrokerStats)
     stopping: bool = False
     _long_polls: set[trio.CancelScope] = attrs.field(factory=set)
 
@@ -192,6 +194,8 @@ async def _send(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]
     f = r.fields
     queue_id = await _checked_topic(s, f["topic"], f["queue_id"])
     result = await s.store.put_message(_message(f, f["topic"], queue_id, f["wait"], peer))
+    if result.status.stored:
+        s.stats.put.add(result.msg_num)
     return _put_response(r.id, result, queue_id, batch=False)
 
 
@@ -201,6 +205,8 @@ async def _send_batch(s: NodeServices, r: Request, peer: str | None) -> dict[str
     queue_id = await _checked_topic(s, f["topic"], f["queue_id"])
     msgs = [_message(m, f["topic"], queue_id, f["wait"], peer) for m in f["messages"]]
     result = await s.store.put_messages(msgs)
+    if result.status.stored:
+        s.stats.put.add(result.msg_num)
     return _put_response(r.id, result, queue_id, batch=True)
 
 
@@ -227,6 +233,7 @@ async def _pull(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]
             await s.store.wait_for_message(topic, queue_id, offset, deadline - trio.current_time())
         result = read(offset)
     messages = _fit(result.messages, s.cfg.max_frame_size - _FRAME_MARGIN)
+    s.stats.get.add(len(messages))
     next_begin = result.next_begin_offset
     if len(messages) < len(result.messages):
         next_begin = result.messages[len(messages)].queue_offset
@@ -330,6 +337,10 @@ async def _status(s: NodeServices, r: Request, peer: str | None) -> dict[str, An
         "flushed_offset": store.commit_log.queue.flushed_where,
         "dispatch_behind_bytes": store.dispatch_behind_bytes(),
         "running_flags": store.flags.names(),
+        # store time of the newest record dispatched: a slave's lag in seconds is the
+        # master's minus its own
+        "last_store_timestamp": store.checkpoint.logics_msg_timestamp if store.checkpoint else 0,
+        "stats": s.stats.to_json(),
         "ha": _ha_status(s),
         "disk": {
             "path": root,

@@ -86,6 +86,15 @@ class FrameError(Exception):
         self.reason = reason
 
 
+def _oversized(header: bytes, size: int, limit: int) -> str:
+    """Why a length prefix is refused; printable ASCII there ("HTTP" is 1213486160) means
+    the peer speaks another protocol, which says more than the size."""
+    if all(32 <= b < 127 for b in header):
+        return (f"the peer does not speak the tidemq protocol: it sent {header.decode('ascii')!r} "
+                f"where a frame length belongs (an HTTP or other text server?)")
+    return f"frame of {size} bytes exceeds the limit {limit}"
+
+
 class FrameDecoder:
     """Incremental frame decoder: feed bytes in any chunking, get complete maps out.
 
@@ -120,9 +129,7 @@ class FrameDecoder:
                         break
                     (size,) = HEADER.unpack_from(self._buf)
                     if size > self.max_frame_size:
-                        raise FrameError(
-                            f"frame of {size} bytes exceeds the limit {self.max_frame_size}"
-                        )
+                        raise FrameError(_oversized(bytes(self._buf[: HEADER.size]), size, self.max_frame_size))
                     del self._buf[: HEADER.size]
                     self._need = size
                 if len(self._buf) < self._need:

@@ -31,7 +31,7 @@ ORDERS = [("paid", "order {} paid"), ("shipped", "order {} shipped"), ("delivere
 def _tidemq(*args: str, capture: bool = False) -> str:
     """Run one `tidemq` command, showing it; stop the demo (exit 1) when it fails."""
     print(f"$ tidemq {shlex.join(args)}", flush=True)
-    proc = subprocess.run([sys.executable, "-m", "node.cli", *args], text=True,
+    proc = subprocess.run([sys.executable, "-m", "tidemq", *args], text=True,
                           stdout=subprocess.PIPE if capture else None)
     if capture and proc.stdout:
         print(proc.stdout, end="", flush=True)
@@ -75,7 +75,7 @@ def cluster_demo(conf: str, base_dir: str) -> int:
     _tidemq("query", "--namesrv", namesrv, "--topic", TOPIC, "--key", keys[0], capture=True)
     print(f"$ tidemq cluster status --base-dir {shlex.quote(base_dir)}", flush=True)
     # exit 1 means a node is unhealthy: shown in the table, and scripts/run fails with it
-    code = subprocess.run([sys.executable, "-m", "node.cli", "cluster", "status", "--base-dir", base_dir]).returncode
+    code = subprocess.run([sys.executable, "-m", "tidemq", "cluster", "status", "--base-dir", base_dir]).returncode
     print()
     print(f"The cluster keeps running under {os.path.abspath(base_dir)} "
           f"(name server {namesrv}); logs are in {os.path.join(base_dir, 'logs')}.")

@@ -17,13 +17,22 @@ import logging
 import mmap
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
 
 from store.consume_queue import UNIT, is_blank_unit
-from store.index_file import IndexFile, build_key
+from store.index_file import _ENTRY as _INDEX_ENTRY
+from store.index_file import _HEADER as _INDEX_HEADER
+from store.index_file import (
+    HASH_SLOT_SIZE,
+    INDEX_ENTRY_SIZE,
+    INDEX_HEADER_SIZE,
+    IndexFile,
+    build_key,
+    index_file_size,
+)
 from store.message import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
@@ -42,6 +51,14 @@ _SEGMENT_NAME = re.compile(r"^\d{20}$")
 _ZERO_SCAN_CHUNK = 1 << 20
 
 Buffer = bytes | mmap.mmap
+Progress = Callable[[int, int], None]  # (segments done, segments in all)
+
+
+WHERE_STORES_ARE = (
+    "a store is a node's storePathRootDir; a local cluster keeps each node's under "
+    "<base-dir>/store/<node>, e.g. data/store/broker-a (give that, or the base dir to walk "
+    "every node's store)"
+)
 
 
 class StoreToolError(Exception):
@@ -63,7 +80,7 @@ def iter_segments(root: str | os.PathLike[str]) -> list[tuple[int, str]]:
         raise StoreToolError(f"store directory {root!r} does not exist")
     cl = commitlog_dir(root)
     if not os.path.isdir(cl):
-        raise StoreToolError(f"{root!r} is not a store directory: it has no {COMMITLOG_DIR}/")
+        raise StoreToolError(f"{root!r} is not a store directory: it has no {COMMITLOG_DIR}/; {WHERE_STORES_ARE}")
     try:
         names = sorted(os.listdir(cl))
     except OSError as e:
@@ -76,6 +93,32 @@ def iter_segments(root: str | os.PathLike[str]) -> list[tuple[int, str]]:
             continue
         segments.append((int(name), path))
     return segments
+
+
+def is_store(path: str | os.PathLike[str]) -> bool:
+    return os.path.isdir(commitlog_dir(path))
+
+
+def find_stores(path: str | os.PathLike[str]) -> list[tuple[str, str]]:
+    """The stores at `path` as (name, root): the store itself, or every store under a
+    local cluster's base dir (`<base>/store/<node>`) or under a directory of stores.
+
+    StoreToolError says where stores live when there is none."""
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise StoreToolError(f"store directory {path!r} does not exist")
+    if is_store(path):
+        return [(os.path.basename(os.path.normpath(path)) or path, path)]
+    for parent in (os.path.join(path, "store"), path):
+        if os.path.isdir(parent):
+            found = [(name, os.path.join(parent, name)) for name in sorted(os.listdir(parent))
+                     if is_store(os.path.join(parent, name))]
+            if found:
+                return found
+    raise StoreToolError(
+        f"{path!r} is not a store directory (it has no {COMMITLOG_DIR}/) and holds no stores; "
+        f"{WHERE_STORES_ARE}"
+    )
 
 
 @contextlib.contextmanager
@@ -285,7 +328,8 @@ def _find_segment(segments: list[tuple[int, str]], offset: int) -> int | None:
 
 
 def dump(
-    root: str | os.PathLike[str], from_offset: int | None = None, limit: int | None = None
+    root: str | os.PathLike[str], from_offset: int | None = None, limit: int | None = None,
+    progress: Progress | None = None,
 ) -> Iterator[dict[str, Any]]:
     """One dict per record, in log order: messages (see `message_to_dict`) and BLANK
     fillers as {"offset", "blank": size}.
@@ -294,7 +338,8 @@ def dump(
     end of the last segment holding data), otherwise after yielding {"offset", "error"}.
     A CRC mismatch does not stop the dump (the record has "crcOk": false). `from_offset`
     starts at that exact position, which must be a record start (else one error dict).
-    `limit` caps the number of dicts. Raises StoreToolError when `root` is not a store.
+    `limit` caps the number of dicts; `progress` is called after each segment.
+    Raises StoreToolError when `root` is not a store.
     """
     segments = iter_segments(root)
     if limit is not None and limit <= 0:
@@ -321,7 +366,10 @@ def dump(
     if not segments:
         return
     last = _last_data_index(segments)
-    for i in range(index, max(last, index) + 1):
+    end = max(last, index) + 1
+    for i in range(index, end):
+        if progress is not None and i > index:
+            progress(i - index, end - index)
         start, path = segments[i]
         with _open_segment(path) as buf:
             for ev in _walk_segment(buf, start, pos if i == index else 0, i >= last):
@@ -338,13 +386,15 @@ def dump(
                 emitted += 1
                 if ev.fatal or (limit is not None and emitted >= limit):
                     return
+    if progress is not None:
+        progress(end - index, end - index)
 
 
 # ---------------------------------------------------------------------------------------
 # verify
 
 
-def verify(root: str | os.PathLike[str]) -> dict[str, Any]:
+def verify(root: str | os.PathLike[str], progress: Progress | None = None) -> dict[str, Any]:
     """Walk every segment from position 0 and summarise the store's CommitLog.
 
     Keys: segments, segmentSize, messages (structurally intact message records, bad CRC
@@ -355,7 +405,8 @@ def verify(root: str | os.PathLike[str]) -> dict[str, Any]:
 
     A structural failure stops the walk of its segment; the next segment is walked from
     position 0. All-zero segments after the last one holding data are pre-allocated ones,
-    not damage. Raises StoreToolError only when `root` is not a readable store.
+    not damage. `progress` is called after each segment. Raises StoreToolError only when
+    `root` is not a readable store.
     """
     segments = iter_segments(root)
     summary: dict[str, Any] = {
@@ -376,6 +427,8 @@ def verify(root: str | os.PathLike[str]) -> dict[str, Any]:
     topics: dict[str, int] = summary["topics"]
     last = _last_data_index(segments)
     for i in range(last + 1):
+        if progress is not None:
+            progress(i, last + 1)
         start, path = segments[i]
         with _open_segment(path) as buf:
             for ev in _walk_segment(buf, start, 0, i == last):
@@ -393,6 +446,8 @@ def verify(root: str | os.PathLike[str]) -> dict[str, Any]:
                     summary["endOffset"] = ev.offset + ev.size
                 else:
                     record_damage.append(ev)
+    if progress is not None:
+        progress(last + 1, last + 1)
     if record_damage:
         summary["firstInvalidOffset"] = min(ev.offset for ev in record_damage)
     damage.extend(record_damage)
@@ -469,25 +524,92 @@ def dump_queue(
                         return
 
 
+def _read_properties(path: str) -> dict[str, str]:
+    """key=value lines of a RocketMQ .properties file ('#' comments); {} when absent."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return {}
+    out = {}
+    for line in lines:
+        line = line.strip()
+        if line and not line.startswith(("#", "!")) and "=" in line:
+            key, value = line.split("=", 1)
+            out[key.strip()] = value.strip()
+    return out
+
+
+BROKER_PROPERTIES = os.path.join("config", "broker.properties")
+
+
+def _geometry_fits(path: str, size: int, slots: int, entries: int) -> bool:
+    """Whether the header and the last written entry make sense under this geometry."""
+    if index_file_size(slots, entries) != size:
+        return False
+    with open(path, "rb") as f:
+        header = f.read(INDEX_HEADER_SIZE)
+        if len(header) < INDEX_HEADER_SIZE:
+            return False
+        _bts, _ets, begin_phy, end_phy, slot_count, count = _INDEX_HEADER.unpack(header)
+        if not (0 <= count <= entries and 0 <= slot_count <= slots):
+            return False
+        if count <= 1:
+            return True
+        f.seek(INDEX_HEADER_SIZE + slots * HASH_SLOT_SIZE + (count - 1) * INDEX_ENTRY_SIZE)
+        last = f.read(INDEX_ENTRY_SIZE)
+    if len(last) < INDEX_ENTRY_SIZE:
+        return False
+    _hash, phy, time_diff, prev = _INDEX_ENTRY.unpack(last)
+    return begin_phy <= phy <= end_phy and time_diff >= 0 and 0 <= prev < count - 1
+
+
+def index_geometry(root: str | os.PathLike[str], path: str) -> tuple[int, int]:
+    """(maxHashSlotNum, maxIndexNum) of the index file at `path`, which the file does not
+    record: from `<root>/config/broker.properties` (the node writes it at start), else
+    from the file's size under RocketMQ's 1:4 slot/entry ratio, checked against its
+    header and last entry. StoreToolError when neither works."""
+    size = os.path.getsize(path)
+    props = _read_properties(os.path.join(os.fspath(root), BROKER_PROPERTIES))
+    with contextlib.suppress(KeyError, ValueError):
+        slots, entries = int(props["maxHashSlotNum"]), int(props["maxIndexNum"])
+        if index_file_size(slots, entries) == size:
+            return slots, entries
+    body = size - INDEX_HEADER_SIZE
+    unit = HASH_SLOT_SIZE + 4 * INDEX_ENTRY_SIZE
+    if body > 0 and body % unit == 0 and _geometry_fits(path, size, body // unit, 4 * (body // unit)):
+        return body // unit, 4 * (body // unit)
+    raise StoreToolError(
+        f"cannot tell the geometry of index file {path} ({size} bytes): no "
+        f"{BROKER_PROPERTIES} beside the store and not RocketMQ's 1:4 slot/entry ratio; "
+        "pass the store's --max-hash-slot-num and --max-index-num"
+    )
+
+
 def query_key(
     root: str | os.PathLike[str],
     topic: str,
     key: str,
     *,
     max_num: int = 64,
-    hash_slot_num: int = 5_000_000,
-    index_num: int = 20_000_000,
+    hash_slot_num: int | None = None,
+    index_num: int | None = None,
 ) -> list[dict[str, Any]]:
     """Messages of `topic` with KEYS or UNIQ_KEY `key`, newest first, through the index
-    files (their geometry is not stored in them: pass the store's maxHashSlotNum and
-    maxIndexNum). Candidates are re-read, so hash collisions never return another key."""
+    files. Their geometry is worked out per file (`index_geometry`) unless given.
+    Candidates are re-read, so hash collisions never return another key."""
     idir = os.path.join(os.fspath(root), "index")
     if not os.path.isdir(idir):
         raise StoreToolError(f"no index directory under {os.fspath(root)}")
     candidates: list[int] = []
     for name in sorted((n for n in os.listdir(idir) if n.isdigit()), reverse=True):
+        path = os.path.join(idir, name)
+        if hash_slot_num is not None and index_num is not None:
+            slots, entries = hash_slot_num, index_num
+        else:
+            slots, entries = index_geometry(root, path)
         try:
-            index_file = IndexFile(os.path.join(idir, name), hash_slot_num, index_num)
+            index_file = IndexFile(path, slots, entries)
         except ValueError as e:  # SegmentSizeError: another geometry
             raise StoreToolError(f"{e} (pass the store's --max-hash-slot-num and --max-index-num)") from None
         try:

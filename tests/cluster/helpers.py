@@ -1,6 +1,6 @@
 """Real name server and node processes for the cluster tests, on tests/node/nodeproc.py.
 
-Everything runs as `python -m node.cli ...` processes on 127.0.0.1 with free ports and
+Everything runs as `python -m tidemq ...` processes on 127.0.0.1 with free ports and
 config files in tmp_path. Waits are on conditions with deadlines (`wait_for`, tests/waiting.py).
 """
 
@@ -76,6 +76,6 @@ async def wait_slave_connected(master_address: str) -> None:
 def cli(*args: str, stdin: bytes | None = None, timeout: float = 60.0) -> subprocess.CompletedProcess[bytes]:
     """`tidemq ARGS...` as a user runs it."""
     return subprocess.run(
-        [sys.executable, "-m", "node.cli", *args], cwd=REPO, input=stdin, capture_output=True,
+        [sys.executable, "-m", "tidemq", *args], cwd=REPO, input=stdin, capture_output=True,
         timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO)},
     )

@@ -78,6 +78,8 @@ def test_send_consume_commit_and_query(cluster):
 
 
 def test_status_json_and_table(cluster):
+    lines(cli("send", "--namesrv", cluster["namesrv"], "--topic", "StatT", "--count", "2", "x"))
+    lines(cli("consume", "--namesrv", cluster["namesrv"], "--topic", "StatT", "--group", "SG", "--max", "2"))
     [doc] = lines(cli("status", "--namesrv", cluster["namesrv"], "--json"))
     brokers = {b["address"]: b for b in doc["brokers"]}
     assert set(brokers) == {cluster["master"], cluster["slave"]}
@@ -87,13 +89,45 @@ def test_status_json_and_table(cluster):
     assert isinstance(master["status"]["max_phy_offset"], int) and master["status"]["running_flags"] == []
     assert slave["status"]["ha"]["connected"] is True
     assert master["registration"]["alive"] is True
+    stats = master["status"]["stats"]
+    assert stats["put_total"] >= 2 and stats["get_total"] >= 2 and {"put_tps", "get_tps"} <= set(stats)
+    assert master["status"]["last_store_timestamp"] > 0
 
     table = cli("status", "--namesrv", cluster["namesrv"])
     assert table.returncode == 0, table.stderr.decode()
     out = table.stdout.decode()
-    for text in ("broker", "role", "max offset", "flushed", "dispatch behind", "HA", "disk", "flags",
-                 "SYNC_MASTER", "SLAVE", cluster["master"], cluster["slave"], "1 slave(s)", "connected"):
+    for text in ("group", "role", "epoch", "max offset", "lag", "lag s", "disk", "put/s", "get/s", "notes",
+                 "broker-a", "SYNC_MASTER", "SLAVE", cluster["master"], cluster["slave"], "1 slave(s)",
+                 "connected"):
         assert text in out, (text, out)
+    assert out.index("SYNC_MASTER") < out.index("SLAVE "), "the master's row comes first in its group"
+
+    same = cli("admin", "brokerStatus", "--namesrv", cluster["namesrv"])
+    assert same.returncode == 0 and "SYNC_MASTER" in same.stdout.decode(), same.stderr.decode()
+
+
+def test_admin_commands_and_their_mqadmin_aliases(cluster):
+    ns = cluster["namesrv"]
+    sent = lines(cli("send", "--namesrv", ns, "--topic", "AdmT", "--keys", "adm-1", "--count", "3", "m{i}"))
+    lines(cli("consume", "--namesrv", ns, "--topic", "AdmT", "--group", "AG", "--max", "1", "--commit"))
+
+    for name in ("topics", "topicList"):
+        topics = lines(cli("admin", name, "--namesrv", ns))
+        assert any(t["topic"] == "AdmT" and t["broker_name"] == "broker-a" for t in topics), topics
+    [route] = lines(cli("admin", "topicRoute", "--namesrv", ns, "--topic", "AdmT"))
+    assert route["broker_name"] == "broker-a"
+    assert {b["address"] for b in route["brokers"]} == {cluster["master"], cluster["slave"]}
+
+    *queues, total = lines(cli("admin", "consumerProgress", "--namesrv", ns, "--group", "AG", "--topic", "AdmT"))
+    assert sum(q["broker_offset"] for q in queues) == 3
+    assert total == {"group": "AG", "topic": "AdmT", "total_lag": 2}, total
+
+    [by_id] = lines(cli("admin", "queryMsgById", "--namesrv", ns, "--msg-id", sent[0]["msg_id"]))
+    assert by_id["body"] == "m0"
+    by_key = lines(cli("admin", "queryMsgByKey", "--namesrv", ns, "--topic", "AdmT", "--key", "adm-1"))
+    assert sorted(m["body"] for m in by_key) == ["m0", "m1", "m2"]
+    [deleted] = lines(cli("admin", "deleteExpiredCommitLog", "--namesrv", ns))
+    assert deleted == {"address": cluster["master"], "deleted_files": 0}
 
 
 def test_clear_errors(cluster, tmp_path):
@@ -107,6 +141,7 @@ def test_clear_errors(cluster, tmp_path):
 
     assert "--namesrv ADDR" in one_line_error(cli("send", "--topic", "T", "x"), code=2)
     assert "--msg-id" in one_line_error(cli("query", "--namesrv", dead), code=2)
+    assert "is not a msgId" in one_line_error(cli("query", "--namesrv", dead, "--msg-id", "ZZZ"), code=2)
     port = cluster["namesrv"].rsplit(":", 1)[1]
     assert "cannot listen" in one_line_error(cli("namesrv", "start", "--port", port), code=2)
     bad = write_conf(tmp_path, "bad-namesrv", {"listenPort": 0, "brokerExpiry": 5})

@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from cluster import launcher
+from cluster.state import save_state
 from node.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,7 +34,7 @@ def copy_dev_layout(tmp_path: Path) -> Path:
 
 def tidemq(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
-        [sys.executable, "-m", "node.cli", *args], cwd=cwd, capture_output=True, text=True,
+        [sys.executable, "-m", "tidemq", *args], cwd=cwd, capture_output=True, text=True,
         timeout=CMD_TIMEOUT_S, env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     if check and proc.returncode != 0:
@@ -189,7 +190,7 @@ def test_a_recycled_pid_is_not_taken_for_the_node(cluster_dirs: tuple[Path, Path
         for spec in specs:
             spec.pid, spec.started_at = stranger.pid, 1.0
         base.mkdir()
-        launcher._save_state(launcher.ClusterState(str(conf), str(base), {s.name: s for s in specs}))
+        save_state(launcher.ClusterState(str(conf), str(base), {s.name: s for s in specs}))
         code, nodes = status_json(base, base.parent)
         assert code == 1 and all(n["state"] == "dead" for n in nodes.values()), nodes
         tidemq("cluster", "down", "--base-dir", str(base), "--grace", "1", cwd=base.parent)

@@ -1,6 +1,6 @@
 """Real node processes for tests: config files, free ports, start/stop with deadlines.
 
-Nodes run as `python -m node.cli node start -c FILE`, exactly as a user starts one; the
+Nodes run as `python -m tidemq node start -c FILE`, exactly as a user starts one; the
 READY line on stdout is the readiness signal, stderr goes to a file shown on failure.
 """
 
@@ -93,7 +93,7 @@ class NodeProcess:
         self._stderr = open(self.stderr_path, "wb")  # noqa: SIM115 - closed in _reap
         argv = argv if argv is not None else ["node", "start", "-c", str(conf)]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "node.cli", *argv],
+            [sys.executable, "-m", "tidemq", *argv],
             cwd=conf.parent, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr,
             env={**os.environ, "PYTHONPATH": str(REPO)},
         )

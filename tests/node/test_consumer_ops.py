@@ -78,7 +78,7 @@ async def test_a_damaged_delay_offset_file_or_level_string_stops_the_node_naming
     path = store_root(conf) / "config" / "delayOffset.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text('{"offsetTable": {"1": "seven"}}')
-    done = subprocess.run([sys.executable, "-m", "node.cli", "node", "start", "-c", str(conf)],
+    done = subprocess.run([sys.executable, "-m", "tidemq", "node", "start", "-c", str(conf)],
                           cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done
     assert str(path) in done.stderr and "seven" in done.stderr
@@ -90,7 +90,7 @@ async def test_a_damaged_delay_offset_file_or_level_string_stops_the_node_naming
     assert node.stop() == 0
 
     bad = master_conf(tmp_path, "b", "ASYNC_MASTER", messageDelayLevel="1s 5x")
-    done = subprocess.run([sys.executable, "-m", "node.cli", "node", "start", "-c", str(bad)],
+    done = subprocess.run([sys.executable, "-m", "tidemq", "node", "start", "-c", str(bad)],
                           cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "messageDelayLevel entry '5x'" in done.stderr, done.stderr
 

@@ -293,7 +293,7 @@ async def test_graceful_shutdown_persists_offsets_and_restart_keeps_them(tmp_pat
     # a second node on the same store (other ports) is refused while this one runs
     twin = write_conf(tmp_path, "twin", {**tomllib.loads(conf.read_text()),
                                           "listenPort": free_port(), "haListenPort": free_port()})
-    refused = subprocess.run([sys.executable, "-m", "node.cli", "node", "start", "-c", str(twin)],
+    refused = subprocess.run([sys.executable, "-m", "tidemq", "node", "start", "-c", str(twin)],
                              cwd=REPO, capture_output=True, text=True, timeout=30)
     assert refused.returncode == 2 and "is locked by another process" in refused.stderr, refused
 
@@ -356,7 +356,7 @@ def test_config_errors_exit_2_with_the_key_on_stderr(tmp_path):
             (taken, [f"listenPort {port} on 127.0.0.1 is not available"]),
         ):
             done = subprocess.run(
-                [sys.executable, "-m", "node.cli", "node", "start", "-c", str(conf)],
+                [sys.executable, "-m", "tidemq", "node", "start", "-c", str(conf)],
                 cwd=REPO, capture_output=True, text=True, timeout=30,
             )
             assert done.returncode == 2, done

@@ -461,3 +461,10 @@ def test_plain_batch_message_fields():
     ]
     with pytest.raises(InvalidRequest, match="tags"):
         parse_request({"v": 1, "op": "send_batch", "id": 1, "topic": "T", "messages": [{"body": b"x", "tags": ""}]})
+
+
+def test_a_peer_speaking_http_is_named_not_measured():
+    with pytest.raises(FrameError, match="does not speak the tidemq protocol: it sent 'HTTP'"):
+        FrameDecoder(1024).feed(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+    with pytest.raises(FrameError, match="frame of 16777216 bytes exceeds the limit 1024"):
+        FrameDecoder(1024).feed(struct.pack(">I", 1 << 24))

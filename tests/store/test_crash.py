@@ -149,14 +149,6 @@ async def test_lock_is_released_when_the_open_fails(tmp_path):
 # ---- SYNC_FLUSH durability across SIGKILL -----------------------------------------------
 
 
-def _verify_cli_available() -> bool:
-    path = os.path.join(ROOT, "node", "cli.py")
-    if not os.path.exists(path):
-        return False
-    with open(path, encoding="utf-8") as f:
-        return '"verify"' in f.read()
-
-
 async def _crash_writer(root: str, seed: int, stop_after: int) -> list[tuple[int, int, int]]:
     """Run the writer, read acknowledged lines until `stop_after`, SIGKILL it. Its stderr
     goes to a file (a pipe nobody drains would block a chatty writer and hang the test)."""
@@ -206,21 +198,19 @@ async def test_sync_flush_survives_sigkill(tmp_path, seed):
     assert acked_end > SEGMENT  # several segments rolled
 
     # (a) the offline verifier, on the directory exactly as the crash left it
-    verify_summary = None
-    if _verify_cli_available():
-        proc = await trio.run_process(
-            [sys.executable, "-m", "node.cli", "store", "verify", root],
-            cwd=ROOT, capture_stdout=True, capture_stderr=True, check=False,
-        )
-        assert proc.returncode in (0, 1), proc.stderr.decode()
-        verify_summary = json.loads(proc.stdout)
-        assert verify_summary["badCrcs"] == 0
-        assert verify_summary["messages"] >= len(acked)
-        assert verify_summary["endOffset"] >= acked_end
-        # a record torn by the kill can only lie past everything acknowledged
-        for d in verify_summary["damage"]:
-            assert d["offset"] >= acked_end, d
-        assert (proc.returncode == 0) == verify_summary["clean"]
+    proc = await trio.run_process(
+        [sys.executable, "-m", "tidemq", "store", "verify", root],
+        cwd=ROOT, capture_stdout=True, capture_stderr=True, check=False,
+    )
+    assert proc.returncode in (0, 1), proc.stderr.decode()
+    verify_summary = json.loads(proc.stdout)
+    assert verify_summary["badCrcs"] == 0
+    assert verify_summary["messages"] >= len(acked)
+    assert verify_summary["endOffset"] >= acked_end
+    # a record torn by the kill can only lie past everything acknowledged
+    for d in verify_summary["damage"]:
+        assert d["offset"] >= acked_end, d
+    assert (proc.returncode == 0) == verify_summary["clean"]
 
     # (b) recovery keeps every acknowledged message intact
     cfg = store_config(root)
@@ -241,10 +231,6 @@ async def test_sync_flush_survives_sigkill(tmp_path, seed):
     async with open_store(cfg) as store:
         assert store.last_exit_ok
         assert store.look_message_by_offset(r.commitlog_offset).body == b"after the crash"
-
-    if verify_summary is None:
-        pytest.skip("node/cli.py has no `store verify` command yet: part (a) skipped; "
-                    "part (b), every acknowledged message intact after recovery, passed")
 
 
 async def test_crash_writer_bodies_are_deterministic():

@@ -17,7 +17,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node.cli import main
 from store import tools
 from store.message import (
     Message,
@@ -27,6 +26,7 @@ from store.message import (
     masked_crc32,
     patch_record,
 )
+from tidemq.cli import main
 
 SEG = 4096
 STORE_HOST = "10.0.0.1:10911"
@@ -543,7 +543,7 @@ def test_tools_work_while_another_process_holds_the_store_lock(store: Store):
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "node.cli", *args],
+        [sys.executable, "-m", "tidemq", *args],
         capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=60,
     )
 
@@ -556,7 +556,7 @@ def test_cli_verify_clean(store: Store):
     assert len(lines) == 1
     summary = json.loads(lines[0])
     assert summary == tools.verify(store.root)
-    assert lines[0] == json.dumps(summary, separators=(",", ":"))
+    assert lines[0] == json.dumps(summary, separators=(",", ":"), ensure_ascii=False)  # one compact line
 
 
 @pytest.mark.slow

@@ -1,0 +1,189 @@
+"""`tidemq cluster up/status/down/kill/start`: a local multi-process cluster (cluster/launcher.py).
+
+Exit codes (store/cli.py): a bad layout or base dir (LayoutError) is a usage error, 2; an
+action that failed (a node did not start, a signal found no process) is 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from store.cli import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, error, print_json
+
+from . import launcher
+from .health import NodeStatus, cluster_status
+from .state import LauncherError, LayoutError
+from .tables import BrokerRow, broker_table
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _launcher_errors(fn: Handler) -> Handler:
+    """Layout/usage problems exit 2, failed actions exit 1, each as one line on stderr."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except LayoutError as e:
+            error(str(e))
+            return EXIT_USAGE
+        except LauncherError as e:
+            error(str(e))
+            return EXIT_PROBLEM
+
+    return run
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    def show(res: launcher.UpResult) -> None:
+        if not args.json:
+            rec = res.record
+            print(f"{res.name:<14} {res.action:<8} {rec.role:<13} {rec.address:<22} {res.note}", flush=True)
+
+    results = launcher.up(args.conf, args.base_dir, timeout_s=args.timeout, on_result=show)
+    if args.json:
+        print_json({"base_dir": os.path.abspath(args.base_dir), "nodes": [
+            {"name": r.name, "action": r.action, "role": r.record.role, "address": r.record.address,
+             "pid": r.record.pid, "note": r.note} for r in results]})
+    else:
+        print(f"cluster is up under {os.path.abspath(args.base_dir)}; "
+              f"stop it with: tidemq cluster down --base-dir {args.base_dir}")
+    return EXIT_OK
+
+
+def node_rows(rows: list[NodeStatus], base_dir: str) -> list[BrokerRow]:
+    """cluster status rows as table rows (the name server is its own group)."""
+    from .state import load_state
+
+    state = load_state(base_dir)
+    records = state.nodes if state else {}
+    out = []
+    for row in rows:
+        rec = records.get(row.name)
+        answer = row.answer if row.answer and "max_phy_offset" in row.answer else None
+        group = (rec.broker_name if rec and rec.broker_name else None) or row.name
+        broker_id = rec.broker_id if rec else None
+        out.append(BrokerRow(group=group, broker_id=broker_id, role=row.role, address=row.address,
+                             answer=answer, error=row.error, node=row.name, pid=row.pid, state=row.state))
+    return out
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    rows = trio.run(lambda: cluster_status(args.base_dir, timeout_s=args.timeout))
+    if args.json:
+        print(json.dumps({"base_dir": os.path.abspath(args.base_dir),
+                          "nodes": [r.to_json() for r in rows]}, default=str))
+    else:
+        from rich.console import Console
+
+        console = Console(width=None if sys.stdout.isatty() else 200)
+        console.print(broker_table(node_rows(rows, args.base_dir),
+                                   title=f"cluster {os.path.abspath(args.base_dir)}", processes=True))
+    healthy = all(r.state == "running" and r.error is None for r in rows)
+    return EXIT_OK if healthy else EXIT_PROBLEM
+
+
+def _cmd_down(args: argparse.Namespace) -> int:
+    def show(res: launcher.StopResult) -> None:
+        how = {"stopped": f"stopped by SIGTERM in {res.seconds:.2f} s",
+               "killed": f"KILLED: still alive {args.grace:g} s after SIGTERM",
+               "not running": "was not running"}[res.outcome]
+        abort = " (abort file left: the store will recover at next start)" if res.abort_file_left else ""
+        print(f"{res.name:<14} pid {res.pid or '-':<8} {how}{abort}", flush=True)
+
+    results = launcher.down(args.base_dir, grace_s=args.grace, on_result=show)
+    if not results:
+        print(f"no cluster recorded in {os.path.abspath(args.base_dir)}; nothing to stop")
+    return EXIT_OK
+
+
+def _cmd_kill(args: argparse.Namespace) -> int:
+    print(launcher.kill(args.base_dir, args.node, args.signal))
+    return EXIT_OK
+
+
+def _cmd_start(args: argparse.Namespace) -> int:
+    rec = launcher.start_node(args.base_dir, args.node, timeout_s=args.timeout)
+    print(f"{rec.name} started: pid {rec.pid}, {rec.role}, {rec.address}")
+    return EXIT_OK
+
+
+def _base_dir(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--base-dir", default="data", metavar="DIR",
+                   help="where stores, logs and cluster.json live (default ./data)")
+
+
+def add_cluster_commands(subparsers: argparse._SubParsersAction) -> Any:
+    """Register `tidemq cluster ...`; returns the group's action subparsers."""
+    cluster = subparsers.add_parser(
+        "cluster", help="run a local multi-process cluster from a layout in conf/",
+        description="Start, inspect and stop a local cluster: each node (and the name server) "
+        "runs as its own OS process; <base-dir>/cluster.json records them, "
+        "<base-dir>/logs/<node>.out holds their output and <base-dir>/store/<node> their stores.",
+    )
+    cluster.set_defaults(group_parser=cluster)
+    actions = cluster.add_subparsers(dest="action", metavar="ACTION")
+
+    up = actions.add_parser(
+        "up", help="start every node of a layout that is not running",
+        description="Start the layout's name server (when namesrv.toml exists), its masters, then "
+        "its slaves, each waited for until READY. Nodes already running are left alone, so `up` "
+        "can be repeated. On a failure the nodes this call started are stopped and the failing "
+        "node's log is shown (exit 1).",
+    )
+    up.add_argument("--conf", metavar="DIR",
+                    help="layout directory, e.g. conf/1m-1s-dev (default: the one recorded in cluster.json)")
+    _base_dir(up)
+    up.add_argument("--timeout", type=float, default=60.0, metavar="S", help="READY deadline per stage (default 60)")
+    up.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
+    up.set_defaults(handler=_launcher_errors(_cmd_up))
+
+    status = actions.add_parser(
+        "status", help="each node's process, role, offsets, lag, disk and TPS",
+        description="Show each recorded node: pid, whether that process is alive (a recycled pid "
+        "does not count), and what it answers to `status`, one row per node grouped by broker "
+        "group: role, epoch, max offset, lag in bytes and seconds, disk use, put/get TPS of the "
+        "last minute and a slave's catch-up progress. Exit 1 when a node is down or does not answer.",
+    )
+    _base_dir(status)
+    status.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    status.add_argument("--timeout", type=float, default=3.0, metavar="S", help="per-node answer deadline")
+    status.set_defaults(handler=_launcher_errors(_cmd_status))
+
+    down = actions.add_parser(
+        "down", help="stop every node: slaves, masters, then the name server",
+        description="SIGTERM every node, slaves first, then masters, then the name server; a "
+        "node still alive --grace seconds after its SIGTERM gets SIGKILL. Exit 0.",
+    )
+    _base_dir(down)
+    down.add_argument("--grace", type=float, default=15.0, metavar="S",
+                      help="seconds each stage may take to exit after SIGTERM (default 15)")
+    down.set_defaults(handler=_launcher_errors(_cmd_down))
+
+    kill = actions.add_parser(
+        "kill", help="signal one node (failover drills)",
+        description="Send a signal to one node: KILL (default) or TERM wait for it to exit, "
+        "STOP freezes it, CONT resumes it.",
+    )
+    kill.add_argument("node", metavar="NODE", help="node name (its config file's stem, e.g. broker-a)")
+    _base_dir(kill)
+    kill.add_argument("--signal", default="KILL", choices=["KILL", "TERM", "STOP", "CONT"])
+    kill.set_defaults(handler=_launcher_errors(_cmd_kill))
+
+    start = actions.add_parser(
+        "start", help="(re)start one node from its recorded config",
+        description="Start one node that is not running from the config recorded in "
+        "cluster.json, wait for READY and record its new pid.",
+    )
+    start.add_argument("node", metavar="NODE", help="node name (its config file's stem, e.g. broker-a)")
+    _base_dir(start)
+    start.add_argument("--timeout", type=float, default=60.0, metavar="S", help="READY deadline (default 60)")
+    start.set_defaults(handler=_launcher_errors(_cmd_start))
+    return actions

@@ -1,0 +1,77 @@
+"""`tidemq cluster status`: each recorded node's process state and its `status` answer.
+
+The async half of the launcher: the processes are looked at with psutil (cluster/processes.py),
+the nodes are asked over the client protocol concurrently. Callers run `cluster_status` in
+their own trio loop (the CLI with `trio.run`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from node.client import TidemqError, connect
+
+from . import processes
+from .state import require_state
+
+__all__ = ["NodeStatus", "cluster_status", "query_status"]
+
+
+@attrs.define
+class NodeStatus:
+    name: str
+    role: str
+    pid: int | None
+    state: str  # "running", "stopped" (SIGSTOP), "dead" (crashed/killed), "down", "never started"
+    address: str
+    answer: dict[str, Any] | None = None  # the node's `status` op response
+    error: str | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.state in ("running", "stopped")
+
+    def to_json(self) -> dict[str, Any]:
+        return {**attrs.asdict(self), "alive": self.alive}
+
+
+async def query_status(
+    addresses: list[str], *, timeout_s: float = 3.0
+) -> list[tuple[dict[str, Any] | None, str | None]]:
+    """Ask every address for `status` concurrently: (answer, None) or (None, error)."""
+    out: list[tuple[dict[str, Any] | None, str | None]] = [(None, None)] * len(addresses)
+
+    async def one(i: int, address: str) -> None:
+        try:
+            async with connect(address, connect_timeout=timeout_s, request_timeout=timeout_s) as conn:
+                answer = await conn.request("status")
+            out[i] = ({k: v for k, v in answer.items() if k not in ("id", "status")}, None)
+        except TidemqError as e:
+            out[i] = (None, str(e))
+
+    async with trio.open_nursery() as nursery:
+        for i, address in enumerate(addresses):
+            nursery.start_soon(one, i, address)
+    return out
+
+
+async def cluster_status(
+    base_dir: str | os.PathLike[str], *, query: bool = True, timeout_s: float = 3.0
+) -> list[NodeStatus]:
+    """Each recorded node's process state and, when `query`, its answer to the `status` op."""
+    state = require_state(Path(base_dir).resolve())
+    rows = [NodeStatus(r.name, r.role, r.pid, processes.state_of(r), r.address) for r in state.ordered()]
+    if query:
+        targets = [row for row in rows if row.state == "running" and row.address]
+        answers = await query_status([row.address for row in targets], timeout_s=timeout_s)
+        for row, (answer, error) in zip(targets, answers, strict=True):
+            row.answer, row.error = answer, error
+    for row in rows:
+        if row.state == "stopped":
+            row.error = "process is stopped (SIGSTOP); `tidemq cluster kill NODE --signal CONT` resumes it"
+    return rows

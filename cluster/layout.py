@@ -1,0 +1,122 @@
+"""Layouts: a directory of config files in conf/ read as the nodes of a local cluster,
+and copies of one with other ports (tests, benchmarks, drills run beside the original).
+
+A layout holds `namesrv.toml` (optional) and one broker file per node (`.toml`; a
+`.properties` file only when no `.toml` has the same stem, since conf/1m-1s-dev keeps a
+`.properties` twin of broker-a). A node is named by its file's stem.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import socket
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from node.config import ConfigError, load_config
+
+from .state import LayoutError, NodeRecord, Stage
+
+__all__ = ["copy_layout", "free_ports", "read_layout"]
+
+
+def read_layout(conf_dir: str | os.PathLike[str], base_dir: str | os.PathLike[str]) -> list[NodeRecord]:
+    """The nodes of a layout directory in start order; LauncherError names a bad file."""
+    conf = Path(conf_dir).resolve()
+    if not conf.is_dir():
+        raise LayoutError(f"layout directory {conf_dir} does not exist")
+    files = {p.stem: p for p in sorted(conf.glob("*.properties"))}
+    files.update({p.stem: p for p in sorted(conf.glob("*.toml"))})  # .toml wins over a twin
+    records = []
+    for name, path in sorted(files.items()):
+        if name == "namesrv":
+            records.append(_namesrv_record(path))
+            continue
+        try:
+            cfg = load_config(str(path), base_dir=str(base_dir))
+        except ConfigError as e:
+            raise LayoutError(str(e)) from None
+        records.append(NodeRecord(
+            name=name, stage=Stage.MASTER if cfg.role.is_master else Stage.SLAVE,
+            role=cfg.role.value, config=str(path), address=cfg.address,
+            store_root=cfg.store.store_path_root_dir, broker_name=cfg.broker_name,
+            broker_id=cfg.broker_id,
+        ))
+    if not any(r.stage is not Stage.NAMESRV for r in records):
+        raise LayoutError(f"layout {conf} has no broker config files (*.toml, *.properties)")
+    return sorted(records, key=lambda r: (r.stage, r.name))
+
+
+def _namesrv_record(path: Path) -> NodeRecord:
+    try:
+        values = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise LayoutError(f"{path}: cannot read: {e}") from None
+    port = values.get("listenPort")
+    host = values.get("listenAddress", values.get("brokerIP1", "127.0.0.1"))
+    address = f"{host}:{port}" if isinstance(port, int) else ""
+    return NodeRecord(name="namesrv", stage=Stage.NAMESRV, role="NAMESRV", config=str(path), address=address)
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` distinct ports the OS calls free right now (held together, so never repeated)."""
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(n):
+            s = stack.enter_context(socket.socket())
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+        return ports
+
+
+_PORT_KEYS = re.compile(r"^\s*(?:listenPort|haListenPort)\s*[=:]\s*(\d+)", re.MULTILINE)
+
+
+def copy_layout(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    ports: Mapping[int, int] | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[int, int]:
+    """Copy a layout to `dst`, giving it other ports so it can run beside the original.
+
+    Every listenPort/haListenPort found in the layout's files is replaced everywhere it
+    appears in any of them (haMasterAddress, masterAddr, namesrvAddr, comments), by
+    `ports[old]` or else by a free port, so the copy stays consistent. `overrides` maps a
+    node name (file stem) to keys whose TOML values are replaced or appended, e.g.
+    `{"broker-a": {"brokerRole": "ASYNC_MASTER"}}`. Returns the old → new port map.
+    """
+    src_dir, dst_dir = Path(src), Path(dst)
+    texts = {p.name: p.read_text(encoding="utf-8") for p in sorted(src_dir.iterdir())
+             if p.suffix in (".toml", ".properties")}
+    old_ports = sorted({int(m) for text in texts.values() for m in _PORT_KEYS.findall(text)})
+    mapping = dict(ports or {})
+    missing = [p for p in old_ports if p not in mapping]
+    mapping.update(zip(missing, free_ports(len(missing)), strict=True))
+    pattern = re.compile(r"(?<!\d)(" + "|".join(map(str, old_ports)) + r")(?!\d)") if old_ports else None
+    dst_dir.mkdir(parents=True, exist_ok=True)
+    for filename, text in texts.items():
+        if pattern is not None:
+            text = pattern.sub(lambda m: str(mapping[int(m.group(1))]), text)
+        stem, ext = os.path.splitext(filename)
+        for key, value in ((overrides or {}).get(stem) or {}).items():
+            text = _set_key(text, key, value, properties=ext == ".properties")
+        (dst_dir / filename).write_text(text, encoding="utf-8")
+    return mapping
+
+
+def _set_key(text: str, key: str, value: Any, *, properties: bool) -> str:
+    if properties:
+        line = f"{key}={str(value).lower() if isinstance(value, bool) else value}"
+    else:
+        line = f"{key} = {json.dumps(value)}"
+    pattern = re.compile(rf"^\s*{re.escape(key)}\s*=.*$", re.MULTILINE)
+    if pattern.search(text):
+        return pattern.sub(lambda _m: line, text, count=1)
+    return text.rstrip("\n") + "\n" + line + "\n"

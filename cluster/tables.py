@@ -1,0 +1,139 @@
+"""The rich tables of `tidemq status` and `tidemq cluster status`, one row per broker,
+grouped by broker group (RocketMQ's `brokerStatus` columns, one line each).
+
+Per row: role, epoch ("-" until the node's `status` answer has an `epoch`), max CommitLog
+offset, replication lag in bytes and seconds (a master shows its furthest slave), disk use,
+and put/get TPS of the last minute (node/stats.py). `cluster status` adds the process
+columns and a slave's catch-up progress (its max offset over its master's).
+
+The lag in seconds is the master's newest dispatched store time minus the slave's: 0 when
+the slave has every byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+__all__ = ["BrokerRow", "broker_table", "size"]
+
+_STATE_COLORS = {"running": "green", "stopped": "yellow", "dead": "red", "down": "dim", "never started": "dim"}
+
+
+@attrs.frozen
+class BrokerRow:
+    """One node as a table row: what it answered to `status`, or why it did not."""
+
+    group: str
+    broker_id: int | None
+    role: str
+    address: str
+    answer: Mapping[str, Any] | None = None
+    error: str | None = None
+    node: str | None = None  # cluster status: the node's name, pid and process state
+    pid: int | None = None
+    state: str | None = None
+
+
+def size(n: float | None) -> str:
+    """Bytes for people: 512 B, 1.5 KiB, 64.0 MiB."""
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _lag_bytes(answer: Mapping[str, Any]) -> int | None:
+    ha = answer.get("ha") or {}
+    if "slaves" in ha:
+        slaves = ha["slaves"] or []
+        return max((s.get("lag_bytes", 0) for s in slaves), default=None)
+    return ha.get("lag_bytes")
+
+
+def _lag_seconds(row: BrokerRow, master: BrokerRow | None, slaves: list[BrokerRow]) -> float | None:
+    answer = row.answer or {}
+    if row.broker_id == 0:
+        lags = [_lag_seconds(s, row, []) for s in slaves]
+        return max((x for x in lags if x is not None), default=None)
+    if master is None or not master.answer:
+        return None
+    if not _lag_bytes(answer):
+        return 0.0
+    newest = master.answer.get("last_store_timestamp") or 0
+    own = answer.get("last_store_timestamp") or 0
+    return max(0.0, (newest - own) / 1000) if newest else None
+
+
+def _ha_note(answer: Mapping[str, Any]) -> str:
+    ha = answer.get("ha") or {}
+    flags = ", ".join(answer.get("running_flags") or [])
+    if "slaves" in ha:
+        note = f"{len(ha['slaves'])} slave(s)" if ha["slaves"] else "no slave"
+    elif "connected" in ha:
+        note = "connected" if ha["connected"] else "NOT connected to master"
+    else:
+        note = ""
+    return ", ".join(x for x in (note, flags) if x) or "ok"
+
+
+def _catch_up(row: BrokerRow, master: BrokerRow | None) -> Any:
+    if row.broker_id == 0 or not row.answer or master is None or not master.answer:
+        return "-"
+    total = max(int(master.answer.get("max_phy_offset") or 0), 1)
+    done = min(int(row.answer.get("max_phy_offset") or 0), total)
+    bar = Table.grid(padding=(0, 1))
+    bar.add_row(ProgressBar(total=total, completed=done, width=12), f"{done / total:.0%}")
+    return bar
+
+
+def broker_table(rows: Iterable[BrokerRow], title: str, *, processes: bool = False) -> Table:
+    """The table, ordered by group then brokerId; `processes` adds node, pid, state and
+    catch-up columns (cluster status)."""
+    rows = sorted(rows, key=lambda r: (r.group, r.broker_id if r.broker_id is not None else 1 << 30, r.node or ""))
+    table = Table(title=title, title_justify="left")
+    columns = ["group", "id", "role", "address", "epoch", "max offset", "lag", "lag s", "disk",
+               "put/s", "get/s", "notes"]
+    if processes:
+        columns[0:0] = ["node", "pid", "state"]
+        columns.insert(columns.index("notes"), "catch-up")
+    for column in columns:
+        numeric = column in ("id", "pid", "epoch", "max offset", "lag", "lag s", "disk", "put/s", "get/s")
+        table.add_column(column, justify="right" if numeric else "left", no_wrap=column != "notes")
+    groups: dict[str, list[BrokerRow]] = {}
+    for row in rows:
+        groups.setdefault(row.group, []).append(row)
+    for members in groups.values():
+        master = next((r for r in members if r.broker_id == 0), None)
+        slaves = [r for r in members if r.broker_id not in (0, None)]
+        for row in members:
+            a = row.answer or {}
+            stats = a.get("stats") or {}
+            disk = a.get("disk") or {}
+            lag_s = _lag_seconds(row, master, slaves) if a else None
+            cells: list[Any] = [
+                row.group, "-" if row.broker_id is None else str(row.broker_id), row.role, row.address,
+                str(a.get("epoch", "-")),
+                f"{a['max_phy_offset']:,}" if "max_phy_offset" in a else "-",
+                size(_lag_bytes(a)) if a else "-",
+                "-" if lag_s is None else f"{lag_s:.1f}",
+                f"{disk['used_ratio']:.0%}" if "used_ratio" in disk else "-",
+                f"{stats['put_tps']:g}" if "put_tps" in stats else "-",
+                f"{stats['get_tps']:g}" if "get_tps" in stats else "-",
+                # Text, not markup: "[Errno 111]" in an error is not a style
+                Text(row.error, style="red") if row.error else Text(_ha_note(a) if a else "-"),
+            ]
+            if processes:
+                state = row.state or "-"
+                cells[0:0] = [row.node or "-", str(row.pid or "-"), Text(state, style=_STATE_COLORS.get(state, ""))]
+                cells.insert(len(cells) - 1, _catch_up(row, master))
+            table.add_row(*cells)
+    return table

@@ -1,0 +1,53 @@
+"""Put and get counters of one node over the last minute (RocketMQ's BrokerStatsManager).
+
+`status` answers with them so `tidemq status` shows each broker's put/get TPS the way
+RocketMQ's `brokerStatus` does (putTps, getTransferedTps). Counts go into one-second
+buckets of a 60-slot ring; a rate is the sum of the last minute's full seconds divided by
+the seconds covered (less than 60 just after start).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+WINDOW_S = 60
+
+
+class MinuteCounter:
+    """Events per second over a sliding minute, in O(1) per event."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._started = int(clock())
+        self._buckets = [0] * WINDOW_S
+        self._seconds = [-1] * WINDOW_S  # which second each bucket holds
+        self.total = 0
+
+    def add(self, n: int = 1) -> None:
+        now = int(self._clock())
+        i = now % WINDOW_S
+        if self._seconds[i] != now:
+            self._seconds[i], self._buckets[i] = now, 0
+        self._buckets[i] += n
+        self.total += n
+
+    def per_second(self) -> float:
+        """Average events per second over the last full minute (or since start)."""
+        now = int(self._clock())
+        first = max(now - WINDOW_S, self._started)
+        count = sum(b for b, s in zip(self._buckets, self._seconds, strict=True) if first <= s < now)
+        span = now - first
+        return round(count / span, 1) if span > 0 else 0.0
+
+
+class BrokerStats:
+    """Messages stored by puts and messages returned by pulls."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.put = MinuteCounter(clock)
+        self.get = MinuteCounter(clock)
+
+    def to_json(self) -> dict[str, float | int]:
+        return {"put_tps": self.put.per_second(), "get_tps": self.get.per_second(),
+                "put_total": self.put.total, "get_total": self.get.total}

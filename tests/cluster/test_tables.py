@@ -1,0 +1,42 @@
+"""cluster/tables.py: the status table's columns per group, from `status` answers."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from cluster.tables import BrokerRow, broker_table
+
+
+def render(table) -> str:
+    console = Console(width=300, record=True, color_system=None)
+    console.print(table)
+    return console.export_text()
+
+
+def answer(max_offset: int, ts: int, ha: dict, **extra) -> dict:
+    return {"max_phy_offset": max_offset, "last_store_timestamp": ts, "ha": ha, "running_flags": [],
+            "disk": {"used_ratio": 0.42}, "stats": {"put_tps": 12.5, "get_tps": 3.0}, **extra}
+
+
+def test_group_rows_lag_in_bytes_and_seconds_tps_epoch_and_catch_up():
+    master = BrokerRow("broker-a", 0, "SYNC_MASTER", "127.0.0.1:1", node="broker-a", pid=11, state="running",
+                       answer=answer(4096, 10_000, {"slaves": [{"lag_bytes": 2048}]}, epoch=3))
+    slave = BrokerRow("broker-a", 1, "SLAVE", "127.0.0.1:2", node="broker-a-s", pid=12, state="running",
+                      answer=answer(2048, 7_500, {"connected": True, "lag_bytes": 2048}))
+    down = BrokerRow("broker-b", 0, "ASYNC_MASTER", "127.0.0.1:3", node="broker-b", state="dead",
+                     error="connection refused [Errno 111]")
+    text = render(broker_table([down, slave, master], "t", processes=True))
+    rows = [line for line in text.splitlines() if "127.0.0.1" in line]
+    assert [r.split("│")[1].strip() for r in rows] == ["broker-a", "broker-a-s", "broker-b"]  # by group, id
+    m, s, d = rows
+    assert " 3 " in m and "4,096" in m and "2.0 KiB" in m and "2.5" in m, m  # epoch, offset, lag, lag s
+    assert "42%" in m and "12.5" in m and "1 slave(s)" in m
+    assert " - " in s and "2,048" in s and "2.5" in s and "50%" in s and "connected" in s, s  # no epoch yet
+    assert "connection refused [Errno 111]" in d and "dead" in d
+
+
+def test_a_slave_with_every_byte_lags_zero_seconds():
+    master = BrokerRow("g", 0, "ASYNC_MASTER", "a:1", answer=answer(100, 9_000, {"slaves": [{"lag_bytes": 0}]}))
+    slave = BrokerRow("g", 1, "SLAVE", "a:2", answer=answer(100, 5_000, {"connected": True, "lag_bytes": 0}))
+    text = render(broker_table([master, slave], "t"))
+    assert all(" 0.0 " in line for line in text.splitlines() if "a:" in line), text

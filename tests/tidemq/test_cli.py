@@ -1,0 +1,91 @@
+"""The `tidemq` entry: the layers' commands assembled, unknown names named with the nearest
+valid one, the same exit code for the same kind of mistake, no upward imports."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tidemq.cli import build_parser, main
+
+REPO = Path(__file__).resolve().parents[2]
+LAYERS = ["store", "ha", "node", "cluster", "chaos"]
+
+
+def test_every_layer_registers_its_own_groups():
+    groups = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert {"store", "node", "namesrv", "send", "consume", "query", "status", "cluster", "admin"} <= set(groups)
+
+
+@pytest.mark.parametrize(
+    ("argv", "named", "suggested"),
+    [
+        (["send", "--topik", "Orders", "hi"], "--topik", "--topic"),
+        (["consume", "--namesrv", "x:1", "--grup", "g", "--topic", "T"], "--grup", "--group"),
+        (["store", "verify", "--limt", "3", "."], "--limt", None),
+        (["sendd", "hi"], "sendd", "send"),
+        (["admin", "topicLst"], "topicLst", "topicList"),
+        (["cluster", "stauts"], "stauts", "status"),
+    ],
+)
+def test_unknown_names_are_named_with_the_nearest(argv, named, suggested, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"unknown {'option' if named.startswith('-') else 'command'} {named}" in err, err
+    if suggested:
+        assert f"did you mean {suggested}?" in err, err
+    assert "required" not in err, "the unknown name is reported, not a missing option"
+
+
+def test_values_that_look_like_options_are_not_taken_for_names(capsys):
+    # --from's value and a body after `--` are values, whatever they look like
+    assert main(["store", "dump", "/nonexistent/x", "--from", "0x10"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["query", "--namesrv", "127.0.0.1:1", "--msg-id", "ZZZ"],
+        ["query", "--namesrv", "127.0.0.1:1"],
+        ["send", "--topic", "T", "x"],
+        ["store", "verify", "/nonexistent/tidemq"],
+        ["cluster", "status", "--base-dir", "/nonexistent/tidemq"],
+        ["node", "start", "-c", "/nonexistent/broker.toml"],
+        ["admin"],
+        [],
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(argv, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "tidemq: error:" in err and "Traceback" not in err, err
+
+
+def test_python_dash_m_tidemq_runs_the_entry():
+    p = subprocess.run([sys.executable, "-m", "tidemq", "--help"], cwd=REPO, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0 and "admin" in p.stdout and "cluster" in p.stdout, p.stderr
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_no_layer_imports_one_above_it_or_the_entry(layer):
+    above = set(LAYERS[LAYERS.index(layer) + 1:]) | {"tidemq", "pipeline"}
+    for path in sorted((REPO / layer).glob("*.py")):
+        wrong = _imports(path) & above
+        assert not wrong, f"{path.relative_to(REPO)} imports {sorted(wrong)}"

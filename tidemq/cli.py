@@ -1,0 +1,135 @@
+"""The `tidemq` console script: assembles each layer's own commands, and nothing else.
+
+This module sits above every package (store ← ha ← node ← cluster ← chaos, pipeline), so
+no layer imports the one above it to build the command line: each layer's `cli.py` exposes
+`add_commands(subparsers)` and this module calls them in order. An action sets
+`handler=fn` with `fn(args) -> int`, the exit code (store/cli.py: 0 ok, 1 the command ran
+and found a problem, 2 usage error or unusable input).
+
+`TidemqParser` names an unknown option or command and suggests the nearest valid one
+(`tidemq send --topik Orders hi` → "unknown option --topik; did you mean --topic?") before
+argparse would complain about a missing required option instead; every subparser is a
+`TidemqParser` too, since argparse builds subparsers with the parent's class.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+
+import cluster.cli
+import node.cli
+import store.cli
+from store.cli import EXIT_OK, EXIT_USAGE, UsageError, error
+
+Handler = Callable[[argparse.Namespace], int]
+_FLAG = re.compile(r"^--?[A-Za-z]")
+
+# Each layer's command groups, bottom layer first (the coordinator adds chaos and pipeline).
+LAYERS = [store.cli, node.cli, cluster.cli]
+
+
+class TidemqParser(argparse.ArgumentParser):
+    """An ArgumentParser that names an unknown option or command with the nearest valid one."""
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        argv = list(sys.argv[1:] if args is None else args)
+        self._check_names(argv)
+        return super().parse_known_args(argv, namespace)
+
+    def _check_names(self, argv: list[str]) -> None:
+        """Look at this parser's own part of `argv` (up to its subcommand) for unknown
+        options, and at the subcommand name itself."""
+        subcommands = self._subcommands()
+        known = [s for action in self._actions for s in action.option_strings]
+        expects_value = {s for a in self._actions for s in a.option_strings if a.nargs != 0}
+        skip_next = False
+        for token in argv:
+            if skip_next:
+                skip_next = False
+                continue
+            if token == "--":
+                return
+            if _FLAG.match(token):
+                name = token.split("=", 1)[0]
+                if not self._known_option(name, known):
+                    self._unknown("option", name, known)
+                skip_next = "=" not in token and self._resolve(name, known) in expects_value
+                continue
+            if subcommands is not None:  # the first positional is the subcommand
+                if token not in subcommands:
+                    self._unknown("command", token, list(subcommands))
+                return
+
+    def _subcommands(self) -> dict[str, argparse.ArgumentParser] | None:
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                return action.choices  # type: ignore[return-value]
+        return None
+
+    def _resolve(self, name: str, known: list[str]) -> str | None:
+        if name in known:
+            return name
+        prefixed = [k for k in known if k.startswith(name) and name.startswith("--")]
+        return prefixed[0] if len(prefixed) == 1 else None
+
+    def _known_option(self, name: str, known: list[str]) -> bool:
+        if self._resolve(name, known) is not None:
+            return True
+        # "-n5"-style short options with an attached value
+        return len(name) > 2 and not name.startswith("--") and name[:2] in known
+
+    def _unknown(self, kind: str, name: str, valid: list[str]) -> None:
+        near = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
+        hint = f"; did you mean {near[0]}?" if near else ""
+        if kind == "command":
+            hint += f" (commands: {', '.join(valid)})" if not near else ""
+        self.error(f"unknown {kind} {name}{hint}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = TidemqParser(
+        prog="tidemq", description="tidemq: a replicated, RocketMQ-style message store.",
+    )
+    groups = parser.add_subparsers(dest="group", metavar="COMMAND")
+    for layer in LAYERS:
+        layer.add_commands(groups)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line `argv` (default sys.argv[1:]) and return the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse: --help (0) or a usage error (2)
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
+    handler: Handler | None = getattr(args, "handler", None)
+    if handler is None:  # no command at all, or a group without an action
+        group_parser = getattr(args, "group_parser", parser)
+        group_parser.print_usage(sys.stderr)
+        error(f"{args.group!r} needs an action" if args.group else "a command is required")
+        return EXIT_USAGE
+    try:
+        return handler(args)
+    except UsageError as e:
+        error(str(e))
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # the reader went away (e.g. `| head`): not an error; keep Python quiet at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+    except OSError as e:
+        error(f"{e.filename or ''}: {e.strerror or e}".lstrip(": "))
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
