@@ -21,6 +21,7 @@ from typing import Any
 
 from store.cli import EXIT_OK, EXIT_PROBLEM, error, print_json
 
+from .cli_client import print_broker_status, run_query
 from .cli_common import add_source, handled, run_async, source
 
 
@@ -107,18 +108,6 @@ def _cmd_delete_expired(args: argparse.Namespace) -> int:
     return run_async(args, main)
 
 
-def _query(args: argparse.Namespace) -> int:
-    from .cli import run_query
-
-    return run_query(args)
-
-
-def _status(args: argparse.Namespace) -> int:
-    from .cli import print_broker_status
-
-    return print_broker_status(args)
-
-
 def add_admin_commands(subparsers: argparse._SubParsersAction) -> Any:
     """Register `tidemq admin ...`; returns the group's action subparsers."""
     admin = subparsers.add_parser(
@@ -147,15 +136,15 @@ def add_admin_commands(subparsers: argparse._SubParsersAction) -> Any:
     progress.set_defaults(handler=handled(_cmd_progress))
     status = action("status", "brokerStatus", "every broker's status table (as `tidemq status`)")
     status.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    status.set_defaults(handler=handled(_status))
+    status.set_defaults(handler=handled(print_broker_status))
     by_id = action("msg", "queryMsgById", "the message with this msgId")
     by_id.add_argument("--msg-id", required=True, metavar="ID")
-    by_id.set_defaults(handler=handled(_query), topic=None, key=None, max=32)
+    by_id.set_defaults(handler=handled(run_query), topic=None, key=None, max=32)
     by_key = action("key", "queryMsgByKey", "the messages of a topic with this key, newest first")
     by_key.add_argument("--topic", required=True)
     by_key.add_argument("--key", required=True)
     by_key.add_argument("--max", type=int, default=32, metavar="N", help="at most N messages (default 32)")
-    by_key.set_defaults(handler=handled(_query), msg_id=None)
+    by_key.set_defaults(handler=handled(run_query), msg_id=None)
     action("delete-expired", "deleteExpiredCommitLog",
            "ask every master to delete its expired CommitLog, ConsumeQueue and index files now") \
         .set_defaults(handler=handled(_cmd_delete_expired))

@@ -55,7 +55,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 import psutil
@@ -66,7 +66,23 @@ from .mapped_file_queue import MappedFileQueue
 from .status import RunningFlags
 
 if TYPE_CHECKING:
-    from .message_store import MessageStore
+    from .commit_log import CommitLog
+    from .config import StoreConfig
+    from .consume_queue import ConsumeQueueTable
+    from .index_file import IndexService
+    from .reput import ReputMessageService
+
+
+class MessageStore(Protocol):
+    """The parts of the store facade cleanup acts on. A Protocol, not an import of
+    message_store (which imports this module): the dependency points one way."""
+
+    config: StoreConfig
+    commit_log: CommitLog
+    consume_queues: ConsumeQueueTable
+    flags: RunningFlags
+    index: IndexService | None
+    reput: ReputMessageService | None
 
 log = logging.getLogger("tidemq.store")
 

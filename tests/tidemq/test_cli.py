@@ -89,3 +89,34 @@ def test_no_layer_imports_one_above_it_or_the_entry(layer):
     for path in sorted((REPO / layer).glob("*.py")):
         wrong = _imports(path) & above
         assert not wrong, f"{path.relative_to(REPO)} imports {sorted(wrong)}"
+
+
+@pytest.mark.parametrize("package", ["store", "ha", "node", "cluster"])
+def test_no_import_cycle_inside_a_package(package):
+    """Every import counts, TYPE_CHECKING ones included: a cycle there is still a loop to read."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted((REPO / package).glob("*.py")):
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                if node.level == 1 and node.module:
+                    deps.add(node.module.split(".")[0])
+                elif node.level == 1:
+                    deps.update(a.name for a in node.names)
+                elif node.level == 0 and node.module and node.module.startswith(f"{package}."):
+                    deps.add(node.module.split(".")[1])
+        graph[path.stem] = deps - {path.stem}
+
+    def cycle_from(start: str) -> list[str] | None:
+        stack = [(start, [start])]
+        while stack:
+            name, trail = stack.pop()
+            for dep in graph.get(name, ()):
+                if dep == start:
+                    return [*trail, dep]
+                if dep not in trail and dep != "__init__":
+                    stack.append((dep, [*trail, dep]))
+        return None
+
+    cycles = [c for name in graph if name != "__init__" and (c := cycle_from(name))]
+    assert not cycles, f"{package}: import cycle {' -> '.join(cycles[0])}"

@@ -1,0 +1,344 @@
+"""`tidemq namesrv/send/consume/query/status`: the name server and the client commands.
+
+Registered through cluster/cli.py's `add_commands`. Every command that
+talks to a cluster takes `--namesrv ADDR[;ADDR]` or `--broker ADDR` (repeatable, no name
+server). Output is for scripts: `send`, `consume` and `query` print one JSON object per
+line; `status` prints a table (or one JSON object with `--json`). Errors are one line on
+stderr: exit 1 when the cluster could not do it (nothing reachable, not found), exit 2 for
+usage errors (store/cli.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import logging
+import sys
+from typing import Any
+
+import trio
+
+from store.cli import EXIT_OK, EXIT_PROBLEM, UsageError, error, print_json
+from store.message import decode_msg_id
+
+from .cli_common import add_source, handled, run_async, source
+from .tables import BrokerRow, broker_table
+
+__all__ = ["add_client_commands", "message_json", "print_broker_status", "run_query", "status_rows"]
+
+
+def message_json(msg: Any) -> dict[str, Any]:
+    """A received message as one JSON object: the body as text when it is UTF-8, else as
+    base64 under `body_base64`; `properties` only when the message has user properties."""
+    out: dict[str, Any] = {
+        "topic": msg.topic,
+        "broker_name": msg.broker_name,
+        "queue": msg.queue_id,
+        "offset": msg.queue_offset,
+        "msg_id": msg.msg_id,
+        "keys": list(msg.keys),
+        "tags": msg.tags,
+    }
+    try:
+        out["body"] = msg.body.decode("utf-8")
+    except UnicodeDecodeError:
+        out["body_base64"] = base64.b64encode(msg.body).decode("ascii")
+    if msg.properties:
+        out["properties"] = dict(msg.properties)
+    out["store_timestamp"] = msg.store_timestamp
+    return out
+
+
+# ---------------------------------------------------------------- namesrv
+
+
+def _cmd_namesrv_start(args: argparse.Namespace) -> int:
+    import attrs
+
+    from node.config import ConfigError
+
+    from .namesrv import NameServer, NamesrvConfig, load_namesrv_config
+
+    try:
+        cfg = load_namesrv_config(args.config) if args.config else NamesrvConfig()
+        overrides = {
+            name: value
+            for name, value in (("listen_port", args.port), ("listen_address", args.listen_address),
+                                ("broker_expire_ms", args.broker_expire_ms))
+            if value is not None
+        }
+        if overrides:
+            cfg = attrs.evolve(cfg, **overrides)
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s [namesrv] %(name)s: %(message)s")
+    server = NameServer(cfg)
+
+    async def serve() -> None:
+        async with trio.open_nursery() as nursery:
+            address = await nursery.start(server.run)
+            print(f"READY namesrv {address}", flush=True)  # the launcher and tests wait for it
+
+    try:
+        trio.run(serve)
+    except KeyboardInterrupt:
+        return 130
+    except BaseException as e:
+        cause = e
+        while isinstance(cause, BaseExceptionGroup) and len(cause.exceptions) == 1:
+            cause = cause.exceptions[0]
+        if isinstance(cause, OSError) and not server.address:
+            where = f"{cfg.source}: " if cfg.source else ""
+            raise UsageError(f"{where}cannot listen on {cfg.listen_address}:{cfg.listen_port}: "
+                               f"{cause.strerror or cause}") from None
+        raise
+    return EXIT_OK
+
+
+def _add_namesrv_commands(subparsers: argparse._SubParsersAction) -> None:
+    namesrv = subparsers.add_parser(
+        "namesrv", help="run the name server",
+        description="The name server: brokers register with it, clients ask it for routes.",
+    )
+    namesrv.set_defaults(group_parser=namesrv)
+    actions = namesrv.add_subparsers(dest="action", metavar="ACTION")
+    start = actions.add_parser(
+        "start", help="run the name server in the foreground until SIGTERM/SIGINT",
+        description="Start a name server from a namesrv config file (listenPort, listenAddress, "
+        "brokerExpireMs) or from --port. Prints 'READY namesrv <host:port>' once serving; "
+        "SIGTERM or SIGINT stops it (exit 0). Exit 2 on a config error or a port in use.",
+    )
+    start.add_argument("-c", "--config", metavar="FILE", help="namesrv config file, e.g. conf/1m-1s-dev/namesrv.toml")
+    start.add_argument("--port", type=int, metavar="PORT", help="listen port (overrides the file; 0 picks one)")
+    start.add_argument("--listen-address", metavar="HOST", help="listen address (default 127.0.0.1)")
+    start.add_argument("--broker-expire-ms", type=int, metavar="MS",
+                       help="drop a broker not heard from for MS ms (default 30000)")
+    start.set_defaults(handler=handled(_cmd_namesrv_start))
+
+
+# ---------------------------------------------------------------- send
+
+
+def _cmd_send(args: argparse.Namespace) -> int:
+    from .client import Producer
+
+    src = source(args)
+    if args.count < 1:
+        raise UsageError(f"--count must be >= 1, got {args.count}")
+    keys = [k for k in (args.keys or "").split(",") if k]
+    if args.body == "-":
+        body_template: bytes | None = sys.stdin.buffer.read()
+    else:
+        body_template = None
+
+    async def main() -> int:
+        async with Producer(**src, send_timeout=args.timeout, retries=args.retries) as producer:
+            for i in range(args.count):
+                body = body_template if body_template is not None else args.body.replace("{i}", str(i)).encode()
+                result = await producer.send(args.topic, body, tags=args.tags, keys=keys,
+                                             queue_id=args.queue_id, wait=args.wait)
+                out = result.to_json()
+                del out["msg_ids"]
+                print_json(out)
+        return EXIT_OK
+
+    return run_async(args, main)
+
+
+def _add_send_command(subparsers: argparse._SubParsersAction) -> None:
+    send = subparsers.add_parser(
+        "send", help="send messages; one JSON result per line",
+        description="Send BODY to TOPIC (COUNT times; '{i}' in BODY becomes the message's index; "
+        "BODY '-' reads it from stdin). Prints one JSON object per message: status, msg_id, "
+        "broker_name, queue_id, queue_offset, commitlog_offset, address. FLUSH_DISK_TIMEOUT, "
+        "FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE are printed as results: the message is "
+        "stored on the master. Exit 1 when a send fails.",
+    )
+    add_source(send)
+    send.add_argument("--topic", required=True)
+    send.add_argument("--tags", help="the message's tag")
+    send.add_argument("--keys", metavar="K1,K2", help="comma-separated keys (indexed for query --key)")
+    send.add_argument("--count", type=int, default=1, metavar="N", help="send N messages (default 1)")
+    send.add_argument("--queue-id", type=int, metavar="Q", help="pin the queue id")
+    send.add_argument("--wait", action=argparse.BooleanOptionalAction, default=True,
+                      help="wait for the flush / the slave per the node's config (default: --wait)")
+    send.add_argument("--timeout", type=float, default=5.0, metavar="S", help="per-attempt timeout (default 5)")
+    send.add_argument("--retries", type=int, default=2, metavar="N", help="retries on another queue (default 2)")
+    send.add_argument("body", metavar="BODY")
+    send.set_defaults(handler=handled(_cmd_send))
+
+
+# ---------------------------------------------------------------- consume
+
+
+def _cmd_consume(args: argparse.Namespace) -> int:
+    from .client import MessageQueue, PullConsumer
+
+    src = source(args)
+    if args.max is not None and args.max < 1:
+        raise UsageError(f"--max must be >= 1, got {args.max}")
+
+    async def main() -> int:
+        if args.commit:  # a member of the group (push_consumer.Consumer): commits what it printed
+            from .push_consumer import consume_as_member
+
+            await consume_as_member(lambda m: print_json(message_json(m)), group=args.group, topic=args.topic,
+                                    max_messages=args.max, idle_timeout_ms=args.timeout_ms,
+                                    tag_filter=args.tags, start=args.start, **src)
+            return EXIT_OK
+        async with PullConsumer(**src, group=args.group, topic=args.topic, tag_filter=args.tags,
+                                start=args.start) as consumer:
+            await consumer.route(args.topic)  # NotFound: say so rather than wait for nothing
+            consumed: dict[MessageQueue, int] = {}
+            count = 0
+            async with contextlib.aclosing(consumer.messages(idle_timeout_ms=args.timeout_ms)) as stream:
+                async for msg in stream:
+                    print_json(message_json(msg))
+                    consumed[msg.queue] = msg.queue_offset + 1
+                    count += 1
+                    if args.max is not None and count >= args.max:
+                        break
+            if args.commit:
+                kept = [str(q) for q, offset in sorted(consumed.items()) if not await consumer.commit(q, offset)]
+                if kept:
+                    kept_left = await consumer.flush_commits()
+                    if kept_left:
+                        error(f"the master is unreachable: offsets of {', '.join(kept)} were not committed")
+                        return EXIT_PROBLEM
+        return EXIT_OK
+
+    return run_async(args, main)
+
+
+def _add_consume_command(subparsers: argparse._SubParsersAction) -> None:
+    consume = subparsers.add_parser(
+        "consume", help="print a topic's messages as JSON lines",
+        description="Read TOPIC for GROUP from its committed offsets (the queue's first offset "
+        "when the group never committed), across every queue, and print each message as one "
+        "JSON object: topic, broker_name, queue, offset, msg_id, keys, tags, body (text when "
+        "UTF-8, else body_base64), properties (only when the message has user properties: `send` sets none), store_timestamp. Stops after --max messages or "
+        "when no message arrives for --timeout-ms. With --commit it runs as a member of GROUP "
+        "(sharing the queues with the group's other members, retries and DLQ as in "
+        "docs/consumer-groups.md) and commits exactly what it printed; without, it only reads. "
+        "Reads fall back to a slave when a master is down.",
+    )
+    add_source(consume)
+    consume.add_argument("--topic", required=True)
+    consume.add_argument("--group", required=True)
+    consume.add_argument("--max", type=int, metavar="N", help="stop after N messages")
+    consume.add_argument("--timeout-ms", type=int, default=2000, metavar="MS",
+                         help="stop when no message arrives for MS ms (default 2000)")
+    consume.add_argument("--commit", action="store_true", help="commit the offsets of what was printed")
+    consume.add_argument("--tags", metavar="EXPR", help="tag filter, e.g. 'a||b' (default: all)")
+    consume.add_argument("--start", choices=["first", "last"], default="first",
+                         help="where a group without a committed offset starts (default first)")
+    consume.set_defaults(handler=handled(_cmd_consume))
+
+
+# ---------------------------------------------------------------- query
+
+
+def run_query(args: argparse.Namespace) -> int:
+    """`tidemq query` and `tidemq admin msg/key`."""
+    from .client import Admin
+
+    src = source(args)
+    if bool(args.msg_id) == bool(args.key):
+        raise UsageError("give --msg-id ID, or --topic T with --key K")
+    if args.key and not args.topic:
+        raise UsageError("--key needs --topic")
+    if args.msg_id:
+        try:
+            decode_msg_id(args.msg_id)
+        except ValueError as e:
+            raise UsageError(f"--msg-id {args.msg_id!r} is not a msgId: {e}") from None
+
+    async def main() -> int:
+        async with Admin(**src) as admin:
+            if args.msg_id:
+                print_json(message_json(await admin.get_by_msg_id(args.msg_id)))
+                return EXIT_OK
+            messages = await admin.query_by_key(args.topic, args.key, max_num=args.max)
+            for msg in messages:
+                print_json(message_json(msg))
+            if not messages:
+                error(f"no message of topic {args.topic!r} has key {args.key!r}")
+                return EXIT_PROBLEM
+        return EXIT_OK
+
+    return run_async(args, main)
+
+
+def _add_query_command(subparsers: argparse._SubParsersAction) -> None:
+    query = subparsers.add_parser(
+        "query", help="look messages up by key or by msgId",
+        description="Print the messages of TOPIC whose keys include KEY (newest first), or the "
+        "message with an offset msgId (asked of the broker it names, else of its group's "
+        "slaves), as JSON lines like `consume`. Exit 1 when nothing is found.",
+    )
+    add_source(query)
+    query.add_argument("--topic")
+    query.add_argument("--key")
+    query.add_argument("--msg-id", metavar="ID")
+    query.add_argument("--max", type=int, default=32, metavar="N", help="at most N messages (default 32)")
+    query.set_defaults(handler=handled(run_query))
+
+
+# ---------------------------------------------------------------- status
+
+
+def status_rows(brokers: list[Any]) -> list[BrokerRow]:
+    """cluster.client BrokerStatus answers as table rows."""
+    return [BrokerRow(group=b.broker_name or "?", broker_id=b.broker_id, role=b.role or "?", address=b.address,
+                      answer=b.status, error=None if b.reachable else f"unreachable: {b.error}")
+            for b in brokers]
+
+
+def print_broker_status(args: argparse.Namespace) -> int:
+    """`tidemq status` and `tidemq admin brokerStatus`."""
+    from .client import Admin
+
+    src = source(args)
+
+    async def main() -> int:
+        async with Admin(**src) as admin:
+            rows = await admin.status()
+        if args.json:
+            print_json({"brokers": [r.to_json() for r in rows]})
+        elif rows:
+            from rich.console import Console
+
+            where = f"name server {args.namesrv}" if args.namesrv else f"brokers {', '.join(args.broker)}"
+            console = Console(width=None if sys.stdout.isatty() else 200)
+            console.print(broker_table(status_rows(rows), f"tidemq cluster ({where})"))
+        if not rows:
+            error("no broker is registered")
+            return EXIT_PROBLEM
+        return EXIT_OK if all(r.reachable for r in rows) else EXIT_PROBLEM
+
+    return run_async(args, main)
+
+
+def add_status_arguments(status: argparse.ArgumentParser) -> None:
+    add_source(status)
+    status.add_argument("--json", action="store_true",
+                        help="print one JSON object {\"brokers\": [...]} instead of a table")
+    status.set_defaults(handler=handled(print_broker_status))
+
+
+_STATUS_HELP = ("Ask every broker the name server knows (or every --broker) for its status and show one "
+                "row per broker, grouped by broker group: role, epoch, max CommitLog offset, replication "
+                "lag in bytes and seconds, disk use, put/get TPS of the last minute, HA state and running "
+                "flags. Exit 1 when a broker does not answer or none is registered.")
+
+
+def add_client_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Register namesrv, send, consume, query and status."""
+    _add_namesrv_commands(subparsers)
+    _add_send_command(subparsers)
+    _add_consume_command(subparsers)
+    _add_query_command(subparsers)
+    add_status_arguments(subparsers.add_parser("status", help="every broker's state as a table (or JSON)",
+                                               description=_STATUS_HELP))
