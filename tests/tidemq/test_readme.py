@@ -1,0 +1,89 @@
+"""Every command block of README.md runs, as written, on a fresh cluster of real processes.
+
+The README's convention (stated at its top): every ```sh block runs top to bottom from the
+repository root once `scripts/run` has started the default cluster (conf/1m-1s-dev under
+./data), unless the line before it is `<!-- readme-test: skip (why) -->`; every ```python
+block runs the same way with the venv's python; other blocks (```text, ```toml) are output
+or configuration and never run.
+
+So the README cannot drift: a renamed flag, a port no default node has, a path where no store
+lives, a msgId no node produced, fails here. The test runs the README in a scratch directory
+whose conf/1m-1s-dev is the real one with free ports (so it never meets a cluster already on
+the default ports); the default ports in the commands, also inside msgIds, are rewritten to
+the copy's. `scripts/` is the real one (symlinked), `data/` the scratch cluster's.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cluster.layout import copy_layout
+from store.message import decode_msg_id, encode_msg_id
+
+REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
+_BLOCK = re.compile(r"^(?P<before>[^\n]*)\n```(?P<lang>\w*)\n(?P<body>.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+_SKIP = "<!-- readme-test: skip"
+_MSG_ID = re.compile(r"\b[0-9A-F]{32}\b")
+TIMEOUT_S = 180
+
+
+def readme_blocks(text: str) -> list[tuple[str, str]]:
+    """(language, body) of every block the convention runs, in order."""
+    out = []
+    for m in _BLOCK.finditer(text):
+        if m.group("lang") in ("sh", "python") and not m.group("before").strip().startswith(_SKIP):
+            out.append((m.group("lang"), m.group("body")))
+    return out
+
+
+def test_the_convention_is_stated_where_it_is_kept():
+    text = README.read_text(encoding="utf-8")
+    first_section = text.split("\n## ", 1)[0]
+    assert "readme-test" in first_section and "```sh" in first_section, "the convention heads the README"
+    setup = text.split("\n## ", 2)[1]
+    assert re.search(r"```\w*\nscripts/run\b.*\nscripts/test\b", setup), "set-up starts with the two commands"
+    langs = [m.group("lang") for m in _BLOCK.finditer(text)]
+    assert set(langs) <= {"sh", "python", "text", "toml"}, f"a block of another kind: {set(langs)}"
+    assert len(readme_blocks(text)) >= 5
+
+
+def _rewrite(body: str, ports: dict[int, int]) -> str:
+    def msg_id(m: re.Match[str]) -> str:
+        host, offset = decode_msg_id(m.group(0))
+        ip, port = host.rsplit(":", 1)
+        return encode_msg_id(f"{ip}:{ports.get(int(port), int(port))}", offset)
+
+    body = _MSG_ID.sub(msg_id, body)
+    pattern = re.compile(r"(?<!\d)(" + "|".join(map(str, ports)) + r")(?!\d)")
+    return pattern.sub(lambda m: str(ports[int(m.group(1))]), body)
+
+
+@pytest.mark.slow
+def test_every_readme_block_runs_as_written(tmp_path: Path):
+    work = tmp_path / "checkout"
+    (work / "conf").mkdir(parents=True)
+    ports = copy_layout(REPO / "conf" / "1m-1s-dev", work / "conf" / "1m-1s-dev")
+    (work / "scripts").symlink_to(REPO / "scripts")
+    env = {**os.environ, "TIDEMQ_BASE_DIR": str(work / "data"), "TIDEMQ_CONF": str(work / "conf" / "1m-1s-dev")}
+    env.pop("PYTHONPATH", None)
+    run = subprocess.run([str(REPO / "scripts" / "run")], capture_output=True, text=True, env=env, timeout=TIMEOUT_S)
+    try:
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert ". .venv/bin/activate" in run.stdout and "scripts/tidemq" in run.stdout
+        for i, (lang, body) in enumerate(readme_blocks(README.read_text(encoding="utf-8"))):
+            script = _rewrite(body, ports)
+            argv = ["bash", "-euo", "pipefail", "-c", script] if lang == "sh" else [sys.executable, "-c", script]
+            done = subprocess.run(argv, cwd=work, capture_output=True, text=True, env=env, timeout=TIMEOUT_S)
+            assert done.returncode == 0, (
+                f"README block {i + 1} ({lang}) exited {done.returncode}:\n{script}\n"
+                f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
+            )
+    finally:
+        subprocess.run([str(REPO / "scripts" / "run"), "--stop"], capture_output=True, env=env, timeout=TIMEOUT_S)
