@@ -119,7 +119,7 @@ def add_admin_commands(subparsers: argparse._SubParsersAction) -> Any:
     actions = admin.add_subparsers(dest="action", metavar="ACTION")
 
     def action(name: str, alias: str, summary: str) -> argparse.ArgumentParser:
-        p = actions.add_parser(name, aliases=[alias], help=f"{summary} (alias {alias})", description=summary + ".")
+        p = actions.add_parser(name, aliases=[alias], help=summary, description=f"{summary} (mqadmin: {alias}).")
         add_source(p)
         return p
 

@@ -4,7 +4,10 @@ server, SYNC_MASTER and slave (one cluster for the module)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import socket
+import threading
 
 import pytest
 import trio
@@ -128,6 +131,26 @@ def test_admin_commands_and_their_mqadmin_aliases(cluster):
     assert sorted(m["body"] for m in by_key) == ["m0", "m1", "m2"]
     [deleted] = lines(cli("admin", "deleteExpiredCommitLog", "--namesrv", ns))
     assert deleted == {"address": cluster["master"], "deleted_files": 0}
+
+
+def test_a_peer_that_speaks_http_is_named():
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def answer_like_http() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = server.accept()
+            with conn:
+                conn.recv(1024)
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    thread = threading.Thread(target=answer_like_http, daemon=True)
+    thread.start()
+    try:
+        err = one_line_error(cli("status", "--namesrv", f"127.0.0.1:{server.getsockname()[1]}"))
+    finally:
+        server.close()
+        thread.join(10)
+    assert "does not speak the tidemq protocol: it sent 'HTTP'" in err and "1213486160" not in err, err
 
 
 def test_clear_errors(cluster, tmp_path):

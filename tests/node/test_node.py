@@ -304,6 +304,8 @@ async def test_graceful_shutdown_persists_offsets_and_restart_keeps_them(tmp_pat
     assert node.stop() == 0, node.stderr()
     assert not (root / "abort").exists()
     assert (root / "config" / "consumerOffset.json").exists()
+    written = (root / "config" / "broker.properties").read_text()  # the offline tools' geometry
+    assert "maxHashSlotNum=1000\n" in written and "maxIndexNum=4000\n" in written, written
     assert "received SIGTERM" in (root / "logs" / "node.log").read_text()
 
     node = nodes.start(conf)
