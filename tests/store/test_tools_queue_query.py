@@ -123,3 +123,29 @@ async def test_verify_and_dump_report_progress_per_segment(tmp_path):
     seen: list[tuple[int, int]] = []
     assert len(list(tools.dump(root, progress=lambda d, t: seen.append((d, t))))) > 60
     assert seen[-1] == (total, total)
+
+
+async def test_verify_on_a_terminal_shows_a_progress_bar_and_keeps_stdout_clean(tmp_path):
+    import os
+    import pty
+
+    root = await _write(tmp_path / "tty", 25, 100, n=60)
+    master, slave = pty.openpty()
+    try:
+        p = subprocess.run([sys.executable, "-m", "tidemq", "store", "verify", root], stdout=subprocess.PIPE,
+                           stderr=slave, text=True, timeout=60, env={**os.environ, "COLUMNS": "100"})
+        os.close(slave)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the writer side is closed and drained
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(master)
+    assert p.returncode == 0 and json.loads(p.stdout)["clean"] is True
+    assert b"verify tty" in shown and b"segments" in shown, shown[-500:]
+    assert "\x1b" not in p.stdout, "the bar goes to the terminal on stderr, never into the JSON"
