@@ -70,8 +70,10 @@ def node_rows(rows: list[NodeStatus], base_dir: str) -> list[BrokerRow]:
         answer = row.answer if row.answer and "max_phy_offset" in row.answer else None
         group = (rec.broker_name if rec and rec.broker_name else None) or row.name
         broker_id = rec.broker_id if rec else None
+        note = f"{row.answer['brokers']} broker(s) registered" if row.answer and "brokers" in row.answer else ""
         out.append(BrokerRow(group=group, broker_id=broker_id, role=row.role, address=row.address,
-                             answer=answer, error=row.error, node=row.name, pid=row.pid, state=row.state))
+                             answer=answer, error=row.error, node=row.name, pid=row.pid, state=row.state,
+                             note=note))
     return out
 
 

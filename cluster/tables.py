@@ -38,6 +38,7 @@ class BrokerRow:
     node: str | None = None  # cluster status: the node's name, pid and process state
     pid: int | None = None
     state: str | None = None
+    note: str = ""  # what a node that is not a broker (the name server) said
 
 
 def size(n: float | None) -> str:
@@ -129,7 +130,7 @@ def broker_table(rows: Iterable[BrokerRow], title: str, *, processes: bool = Fal
                 f"{stats['put_tps']:g}" if "put_tps" in stats else "-",
                 f"{stats['get_tps']:g}" if "get_tps" in stats else "-",
                 # Text, not markup: "[Errno 111]" in an error is not a style
-                Text(row.error, style="red") if row.error else Text(_ha_note(a) if a else "-"),
+                Text(row.error, style="red") if row.error else Text(_ha_note(a) if a else row.note or "-"),
             ]
             if processes:
                 state = row.state or "-"

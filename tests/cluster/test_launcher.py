@@ -215,6 +215,10 @@ def test_scripts_run_end_to_end(tmp_path: Path) -> None:
         assert all(msg_id in consumed for msg_id in sent), out
         assert "$ tidemq query" in out and "$ tidemq cluster status" in out
         assert re.search(r"broker-a-s .* running", out), out
+        table = out.split("$ tidemq cluster status")[1]
+        for column in ("node", "pid", "state", "epoch", "max offset", "lag s", "put/s", "get/s", "catch-up"):
+            assert column in table, (column, table)
+        assert re.search(r"namesrv .* running .* \d broker\(s\) registered", table), table
         assert "scripts/run --stop" in out
         pids = recorded_pids(base)
 
