@@ -2,7 +2,8 @@
 
 from .config import BrokerRole, FlushDiskType, StoreConfig
 from .message import Message, StoredMessage
-from .message_store import MessageStore, StoreLockedError, open_store
+from .message_store import MessageStore, StoreLockedError, open_store, truncate_store
+from .recovery import TruncateReport
 from .status import GetMessageStatus, PutMessageResult, PutMessageStatus
 
 __all__ = [
@@ -16,5 +17,7 @@ __all__ = [
     "StoreConfig",
     "StoreLockedError",
     "StoredMessage",
+    "TruncateReport",
     "open_store",
+    "truncate_store",
 ]

@@ -30,6 +30,7 @@ from .message import (
     read_total_size,
     record_parts,
 )
+from .recovery import RecoveredLog, RecoveryProgress, recover, truncate
 from .status import AppendMessageResult, AppendMessageStatus
 from .transient_store_pool import TransientStorePool
 
@@ -67,6 +68,27 @@ class CommitLog:
 
     def load(self) -> None:
         self.queue.load()
+
+    # ---- recovery and truncation (store/recovery.py) ----------------------------------------
+    def recover(self, *, safe_timestamp: int | None, progress: RecoveryProgress | None = None) -> RecoveredLog:
+        """Find the end of valid data and cut the log there; `safe_timestamp` is None after a
+        clean exit, else the checkpoint's safe store time (abnormal recovery)."""
+        return recover(self.queue, safe_timestamp=safe_timestamp, check_crc=self.config.check_crc_on_recover,
+                       progress=progress)
+
+    def is_record_boundary(self, offset: int) -> bool:
+        """Whether a record (or the log's end, or a segment) starts at `offset`."""
+        if offset == self.max_offset() or (offset % self.file_size == 0 and self.queue.find_by_offset(offset)):
+            return True
+        for at, _decoded in self.iter_records(offset - offset % self.file_size, read_body=False):
+            if at >= offset:
+                return at == offset
+        return False
+
+    def truncate(self, offset: int) -> tuple[str, ...]:
+        """Cut the log at `offset` (a record boundary); returns the deleted segments' names.
+        The topic-queue table is the caller's to rebuild."""
+        return truncate(self.queue, offset)
 
     # ---- append ------------------------------------------------------------------------------
     def is_os_page_cache_busy(self) -> bool:
@@ -215,12 +237,12 @@ class CommitLog:
             return None
         return read_total_size(mf.mm, offset % self.file_size)[0]
 
-    def iter_records(self, from_offset: int, *, check_crc: bool = False):
+    def iter_records(self, from_offset: int, *, check_crc: bool = False, read_body: bool = True):
         """Yield (offset, Decoded) from `from_offset` up to the readable end; BLANKs are yielded
         too and move to the next segment. Stops at the first INVALID record (yielded)."""
         offset = from_offset
         while offset < self.max_offset():
-            decoded = self.read_record(offset, check_crc=check_crc)
+            decoded = self.read_record(offset, check_crc=check_crc, read_body=read_body)
             if decoded is None:
                 return
             yield offset, decoded

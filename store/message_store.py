@@ -32,11 +32,10 @@ from .flush import (
     FlushConsumeQueueService,
     FlushRealTimeService,
     GroupCommitService,
+    flush_to_end,
 )
 from .index_file import IndexService
 from .message import (
-    MESSAGE_MAGIC_CODE,
-    MESSAGE_MAGIC_CODE_V2,
     PROPERTY_DELAY,
     EncodeError,
     Message,
@@ -45,13 +44,11 @@ from .message import (
     StoredMessage,
     decode_msg_id,
     prepare_record,
-    read_store_timestamp,
-    read_total_size,
     tags_code,
     topic_error,
     transaction_type,
-    validate_record,
 )
+from .recovery import RecoveryProgress, TruncateReport
 from .reput import ReputMessageService
 from .schedule import DelayError, parse_delay_levels, rewrite_delayed
 from .status import (
@@ -188,8 +185,9 @@ class MessageStore:
     def abort_path(self) -> str:
         return self.config.path("abort")
 
-    def load(self) -> None:
-        """Lock the root, map the segments and recover (blocking; done once at start)."""
+    def load(self, recovery_progress: RecoveryProgress | None = None) -> None:
+        """Lock the root, map the segments and recover (blocking; done once at start).
+        `recovery_progress(validated_bytes, total_bytes)` follows CommitLog validation."""
         self.lock.acquire()
         try:
             if self.pool is not None:
@@ -205,17 +203,8 @@ class MessageStore:
             ) if self.config.message_index_enable else None
             if self.index is not None:
                 self.index.load(self.last_exit_ok)
-            max_phy_of_cq = self.consume_queues.recover()
-            end = self._recover_commit_log()
-            if max_phy_of_cq > end:
-                log.warning("recovery: ConsumeQueues point past the CommitLog end %d: truncating them", end)
-                self.consume_queues.truncate_dirty_logic_files(end)
-            if self.index is not None:
-                self.index.truncate(end)
-                if self.index.rebuild_from is not None:
-                    rebuild = max(self.index.rebuild_from, self.commit_log.min_offset(), 0)
-                    log.info("recovery: rebuilding the index from CommitLog offset %d", rebuild)
-                    self._dispatch_from = rebuild if self._dispatch_from is None else min(self._dispatch_from, rebuild)
+            self.consume_queues.recover()
+            self._cut_queues_and_index(self._recover_commit_log(recovery_progress))
             # the topic-queue table is rebuilt in start(), after dispatch has caught up
             self.reput = ReputMessageService(
                 self.commit_log, self.consume_queues, self.index, self.checkpoint, self.flags,
@@ -234,98 +223,108 @@ class MessageStore:
             cq.correct_min_offset(min_phy)
         self.commit_log.topic_queue_table = table
 
-    def _recover_commit_log(self) -> int:
-        """Find the end of valid data, truncate everything after it; returns that offset.
-
-        After a clean exit validation starts at the third-last segment. After a crash it
-        starts at the newest segment whose first record is no newer than the checkpoint
-        says is safe, and everything from there is dispatched again at start.
-        """
-        queue = self.commit_log.queue
-        files = queue.files
-        if not files:
+    def _recover_commit_log(self, progress: RecoveryProgress | None) -> int:
+        """CommitLog recovery (store/recovery.py); returns where valid data ends. After a
+        crash everything from the first validated segment is dispatched again at start."""
+        if not self.commit_log.queue.files:
             if len(self.consume_queues):
                 log.info("recovery: no CommitLog segments; destroying every ConsumeQueue")
             self.consume_queues.destroy()
             return 0
-        if self.last_exit_ok:
-            index = max(0, len(files) - 3)
-        else:
-            index = self._abnormal_recovery_start()
-            self._dispatch_from = files[index].file_from_offset
-        end = self._scan_valid_end(index)
-        queue.flushed_where = queue.committed_where = end
-        doomed = [mf for mf in files if mf.file_from_offset > end]
-        holder = queue.find_by_offset(end)
-        if holder is not None and end % self.commit_log.file_size:
-            holder.zero_tail(end % self.commit_log.file_size)
-        queue.truncate_dirty_files(end)
-        if doomed:
-            log.warning("recovery: deleted %d CommitLog segment(s) after the valid end %d: %s",
-                        len(doomed), end, ", ".join(os.path.basename(mf.path) for mf in doomed))
-        log.info("recovery (%s exit): CommitLog valid up to offset %d (validated from segment %s)",
-                 "clean" if self.last_exit_ok else "abnormal", end, files[index].file_name if files else "-")
-        return end
+        safe = None
+        if not self.last_exit_ok:
+            cp = self.checkpoint
+            safe = (cp.min_timestamp_index if self.config.message_index_enable and self.config.message_index_safe
+                    else cp.min_timestamp)
+        recovered = self.commit_log.recover(safe_timestamp=safe, progress=progress)
+        self._dispatch_again_from(recovered.dispatch_from)
+        return recovered.end
 
-    def _abnormal_recovery_start(self) -> int:
-        """Index of the newest segment whose first record is stored no later than the
-        checkpoint's safe time (RocketMQ isMappedFileMatchedRecover); 0 when none is."""
-        cp = self.checkpoint
-        safe = (cp.min_timestamp_index if self.config.message_index_enable and self.config.message_index_safe
-                else cp.min_timestamp)
-        files = self.commit_log.queue.files
-        for i in range(len(files) - 1, -1, -1):
-            mm = files[i].mm
-            _size, magic = read_total_size(mm, 0)
-            if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
-                continue
-            ts = read_store_timestamp(mm, 0)
-            if ts != 0 and ts <= safe:
-                log.info("abnormal recovery starts at segment %s (first record stored at %d <= %d)",
-                         files[i].file_name, ts, safe)
-                return i
-        return 0
+    def _dispatch_again_from(self, offset: int | None) -> None:
+        if offset is not None:
+            self._dispatch_from = offset if self._dispatch_from is None else min(self._dispatch_from, offset)
 
-    def _scan_valid_end(self, index: int) -> int:
-        """Validate records from segment `index` on; the offset right after the last good one."""
-        files = self.commit_log.queue.files
-        size = self.commit_log.file_size
-        check_crc = self.config.check_crc_on_recover
-        offset = files[index].file_from_offset
-        while index < len(files):
-            mf = files[index]
-            pos = 0
-            while True:
-                kind, rec_size, error = validate_record(mf.mm, pos, size, check_crc=check_crc)
-                if kind is RecordKind.MESSAGE:
-                    pos += rec_size
-                    continue
-                if kind is RecordKind.BLANK:
-                    break
-                offset = mf.file_from_offset + pos
-                if error.startswith("zeroed"):
-                    log.info("recovery: data ends at offset %d", offset)
-                else:
-                    log.warning("recovery: invalid record at offset %d (%s); truncating the CommitLog there",
-                                offset, error)
-                return offset
-            index += 1
-            offset = mf.file_from_offset + size
-        return offset
+    def _cut_queues_and_index(self, end: int) -> None:
+        """After the CommitLog was cut at `end`: drop ConsumeQueue units and index files past it."""
+        if self.consume_queues.max_physic_offset_of_all() > end:
+            log.warning("ConsumeQueues point past the CommitLog end %d: truncating them", end)
+            self.consume_queues.truncate_dirty_logic_files(end)
+        if self.index is not None:
+            self.index.truncate(end)
+            if self.index.rebuild_from is not None:
+                rebuild = max(self.index.rebuild_from, self.commit_log.min_offset(), 0)
+                log.info("rebuilding the index from CommitLog offset %d", rebuild)
+                self._dispatch_again_from(rebuild)
 
-    async def start(self, nursery: trio.Nursery) -> None:
-        self._nursery = nursery
-        # dispatch whatever the ConsumeQueues do not cover yet before serving (a store
-        # holding only CommitLog segments rebuilds its queues and index here)
+    def truncate_to(self, phy_offset: int) -> TruncateReport:
+        """Cut the CommitLog, the ConsumeQueues and the index at `phy_offset` and report what
+        was dropped: a rejoining old master drops its divergent tail this way.
+
+        The store must be loaded and not running (`load()`, or `truncate_store()`): nothing
+        may append, flush or dispatch meanwhile. `phy_offset` must be a record boundary in
+        [min offset, max offset]; anything else raises ValueError and changes nothing.
+        """
+        if self.running or self.checkpoint is None or self.shutdown_done:
+            raise RuntimeError("truncate_to needs a loaded store that is not running (load() it, don't start it)")
+        end = self.commit_log.max_offset()
+        low = max(self.commit_log.min_offset(), 0)
+        if not low <= phy_offset <= end:
+            raise ValueError(f"cannot truncate to offset {phy_offset}: the CommitLog holds [{low}, {end})")
+        if not self.commit_log.is_record_boundary(phy_offset):
+            raise ValueError(f"cannot truncate to offset {phy_offset}: no record starts there")
+        msg_ids = tuple(
+            decoded.message.msg_id
+            for _at, decoded in self.commit_log.iter_records(phy_offset, read_body=False)
+            if decoded.kind is RecordKind.MESSAGE
+        )
+        segments = self.commit_log.truncate(phy_offset)
+        self._cut_queues_and_index(phy_offset)
+        report = TruncateReport(phy_offset, end, len(msg_ids), msg_ids, segments)
+        if phy_offset < end:
+            log.warning("truncated the store to offset %d: dropped [%d, %d), %d message(s), %d segment(s)",
+                        phy_offset, phy_offset, end, len(msg_ids), len(segments))
+        return report
+
+    def close(self) -> None:
+        """Release a store that was loaded but never started (offline tools, `truncate_store`):
+        make everything durable and unlock. The abort file is left as it was."""
+        if self.running:
+            raise RuntimeError("close() is for a store that was not started; a running one shuts down")
+        if self.shutdown_done:
+            return
+        if self.reput is not None:
+            self._catch_up_dispatch()  # an index cut by truncate_to is rebuilt before closing
+        flush_to_end(self.commit_log.queue)
+        self.consume_queues.flush(0)
+        if self.index is not None:
+            self.index.shutdown()
+        if self.checkpoint is not None:
+            self.checkpoint.shutdown()
+        self.consume_queues.shutdown()
+        self.commit_log.shutdown()
+        if self.pool is not None:
+            self.pool.destroy()
+        self.lock.release()
+        self.shutdown_done = True
+
+    def _catch_up_dispatch(self) -> None:
+        """Dispatch whatever the ConsumeQueues and index do not cover yet (a store holding
+        only CommitLog segments rebuilds its queues and index here), from where recovery or
+        a truncation said dispatch is owed."""
         self.reput.reput_from_offset = max(
             self.consume_queues.max_physic_offset_of_all(), self.commit_log.min_offset(), 0
         )
-        if self._dispatch_from is not None:  # abnormal recovery: dispatch again from there
+        if self._dispatch_from is not None:
             self.reput.reput_from_offset = min(self.reput.reput_from_offset, self._dispatch_from)
+            self._dispatch_from = None
         behind = self.reput.dispatch_behind_bytes()
         if behind:
             log.info("dispatching %d CommitLog bytes from offset %d", behind, self.reput.reput_from_offset)
         self.reput.do_reput()
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+        self._catch_up_dispatch()
         self._recover_topic_queue_table()
         self.commit_log.on_append.append(self.reput.wakeup)
         nursery.start_soon(self.reput.run)
@@ -733,13 +732,32 @@ _STATUS_TEXT = {
 }
 
 
+def truncate_store(config: StoreConfig, phy_offset: int) -> TruncateReport:
+    """Load a stopped store, cut it at `phy_offset` (`MessageStore.truncate_to`), close it
+    (blocking). The next `open_store` recovers to the cut state."""
+    store = MessageStore(config)
+    store.load()
+    try:
+        return store.truncate_to(phy_offset)
+    finally:
+        store.close()
+
+
 @asynccontextmanager
 async def open_store(
-    config: StoreConfig, *, clock: Callable[[], float] = time.time, disk_usage: DiskUsage | None = None
+    config: StoreConfig,
+    *,
+    clock: Callable[[], float] = time.time,
+    disk_usage: DiskUsage | None = None,
+    recovery_progress: RecoveryProgress | None = None,
 ) -> AsyncIterator[MessageStore]:
-    """Open, recover and start a store; shut it down cleanly when the block exits."""
+    """Open, recover and start a store; shut it down cleanly when the block exits.
+
+    `recovery_progress(validated_bytes, total_bytes)` is called while the CommitLog is
+    validated (from the loading worker thread), ending with (total, total).
+    """
     store = MessageStore(config, clock=clock, disk_usage=disk_usage)
-    await trio.to_thread.run_sync(store.load)
+    await trio.to_thread.run_sync(store.load, recovery_progress)
     try:
         async with trio.open_nursery() as nursery:
             await store.start(nursery)
