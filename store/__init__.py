@@ -1,8 +1,9 @@
 """tidemq's embedded storage engine (RocketMQ 4.x layout): no sockets, no processes."""
 
 from .config import BrokerRole, FlushDiskType, StoreConfig
+from .markers import StoreLockedError
 from .message import Message, StoredMessage
-from .message_store import MessageStore, StoreLockedError, open_store, truncate_store
+from .message_store import MessageStore, open_store, truncate_store
 from .recovery import TruncateReport
 from .status import GetMessageStatus, PutMessageResult, PutMessageStatus
 

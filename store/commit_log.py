@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from .allocate import AllocateMappedFileService
 from .config import StoreConfig
-from .mapped_file import SelectResult
+from .mapped_file import MappedFile, SelectResult
 from .mapped_file_queue import MappedFileQueue
 from .message import (
     END_FILE_MIN_BLANK_LENGTH,
@@ -39,6 +39,15 @@ log = logging.getLogger("tidemq.store")
 
 _COUNTED = (0, int(SysFlag.TRANSACTION_COMMIT))
 """Transaction types that take a queue offset: prepared and rollback records do not (RocketMQ)."""
+
+
+class _AppendRefused(Exception):
+    """No segment can take the record(s): the append returns this status, nothing written."""
+
+    def __init__(self, status: AppendMessageStatus, error: str = "") -> None:
+        super().__init__(error or status.value)
+        self.status = status
+        self.error = error
 
 
 class CommitLog:
@@ -98,16 +107,21 @@ class CommitLog:
         held_ms = (time.monotonic() - begin) * 1000
         return self.config.os_page_cache_busy_timeout_mills < held_ms < 10_000_000
 
-    def _segment_for(self, size: int):
-        """The segment that will take `size` bytes, writing the BLANK filler when needed."""
+    def _segment_for(self, size: int) -> MappedFile:
+        """The segment that will take `size` bytes, writing the BLANK filler when needed;
+        raises _AppendRefused when no segment can take them."""
         mf = self.queue.get_last_mapped_file(0)
-        if mf is None:
-            return None
+        if mf is None:  # no segment could be created (disk full, ...): nothing is written
+            raise _AppendRefused(AppendMessageStatus.UNKNOWN_ERROR, self.queue.create_error or "no CommitLog segment")
         if size + END_FILE_MIN_BLANK_LENGTH > mf.remaining:
             if size + END_FILE_MIN_BLANK_LENGTH > self.file_size:
-                return "too_big"
+                raise _AppendRefused(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
             self._fill_blank(mf)
             mf = self.queue.get_last_mapped_file(0)
+            if mf is None:
+                raise _AppendRefused(
+                    AppendMessageStatus.UNKNOWN_ERROR, self.queue.create_error or "no CommitLog segment"
+                )
         return mf
 
     def _fill_blank(self, mf) -> None:
@@ -128,13 +142,10 @@ class CommitLog:
         total = sum(r.total for r in records)
         self.begin_time_in_lock = time.monotonic()
         try:
-            mf = self._segment_for(total)
-            if mf is None:  # no segment could be created (disk full, ...): the message is not written
-                return AppendMessageResult(
-                    AppendMessageStatus.UNKNOWN_ERROR, error=self.queue.create_error or "no CommitLog segment"
-                )
-            if mf == "too_big":
-                return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
+            try:
+                mf = self._segment_for(total)
+            except _AppendRefused as refused:
+                return AppendMessageResult(refused.status, error=refused.error)
             now = int(self._clock() * 1000)
             key = f"{topic}-{queue_id}"
             queue_offset = self.topic_queue_table.get(key, 0)

@@ -7,14 +7,11 @@ everything, writes the checkpoint and removes the abort file last.
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import logging
-import os
 import struct
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from typing import Protocol
 
 import attrs
@@ -35,6 +32,8 @@ from .flush import (
     flush_to_end,
 )
 from .index_file import IndexService
+from .markers import AbortFile, StoreLock
+from .markers import StoreLockedError as StoreLockedError  # importable from here, as before
 from .message import (
     PROPERTY_DELAY,
     EncodeError,
@@ -63,56 +62,12 @@ from .transient_store_pool import TransientStorePool
 
 log = logging.getLogger("tidemq.store")
 
-_LOCKED_ROOTS: set[str] = set()  # fcntl locks do not exclude the same process
-
-
-class StoreLockedError(RuntimeError):
-    """Another process (or another store in this process) has the store root open."""
-
-
 class Replicator(Protocol):
     """What a SYNC_MASTER put needs from the HA service (implemented in ha/)."""
 
     def is_slave_ok(self, master_put_where: int) -> bool: ...
 
     async def wait_for_slave(self, next_offset: int, timeout_s: float) -> bool: ...
-
-
-class StoreLock:
-    """`<root>/lock`: fcntl.lockf on byte 0, as a RocketMQ broker takes it."""
-
-    def __init__(self, root: str) -> None:
-        self.root = os.path.realpath(root)
-        self.path = os.path.join(self.root, "lock")
-        self._fd: int | None = None
-
-    def acquire(self) -> None:
-        os.makedirs(self.root, exist_ok=True)
-        if self.root in _LOCKED_ROOTS:
-            raise StoreLockedError(f"store root {self.root} is already open in this process")
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
-            # fcntl locks vanish when this process closes *any* fd of the file (e.g. a tool
-            # reading <root>/lock); an flock on our own fd survives that.
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            os.close(fd)
-            if e.errno in (errno.EACCES, errno.EAGAIN):
-                raise StoreLockedError(
-                    f"store root {self.root} is locked by another process ({self.path})"
-                ) from None
-            raise
-        os.pwrite(fd, b"lock", 0)
-        os.fsync(fd)
-        self._fd = fd
-        _LOCKED_ROOTS.add(self.root)
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing drops the fcntl lock
-            self._fd = None
-            _LOCKED_ROOTS.discard(self.root)
 
 
 class MessageStore:
@@ -132,6 +87,7 @@ class MessageStore:
         self.clean_consume_queue: CleanConsumeQueueService | None = None
         self.flags = RunningFlags()
         self.lock = StoreLock(config.store_path_root_dir)
+        self.abort_file = AbortFile(config.path("abort"))
         self.pool = (
             TransientStorePool(config.transient_store_pool_size, config.mapped_file_size_commit_log)
             if config.transient_pool_active
@@ -183,7 +139,7 @@ class MessageStore:
     # ---- lifecycle ---------------------------------------------------------------------------
     @property
     def abort_path(self) -> str:
-        return self.config.path("abort")
+        return self.abort_file.path
 
     def load(self, recovery_progress: RecoveryProgress | None = None) -> None:
         """Lock the root, map the segments and recover (blocking; done once at start).
@@ -192,7 +148,7 @@ class MessageStore:
         try:
             if self.pool is not None:
                 self.pool.allocate()
-            self.last_exit_ok = not os.path.exists(self.abort_path)
+            self.last_exit_ok = not self.abort_file.exists()
             self.commit_log.load()
             self.consume_queues.load()
             self.checkpoint = StoreCheckpoint(self.config.path("checkpoint"))
@@ -347,8 +303,7 @@ class MessageStore:
             nursery.start_soon(self.flush_service.run)
         if self.commit_service is not None:
             nursery.start_soon(self.commit_service.run)
-        with open(self.abort_path, "wb"):
-            pass
+        self.abort_file.create()
         self.running = True
 
     async def shutdown(self) -> None:
@@ -378,8 +333,7 @@ class MessageStore:
         if self.pool is not None:
             self.pool.destroy()
         if self.flags.is_writeable() and self.reput.dispatch_behind_bytes() == 0:
-            with suppress(FileNotFoundError):
-                os.unlink(self.abort_path)
+            self.abort_file.remove()
         self.lock.release()
         self.shutdown_done = True
 
