@@ -55,34 +55,17 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
 
 import attrs
 import psutil
 import trio
 
+from .config import StoreConfig
+from .consume_queue import ConsumeQueueTable
+from .index_file import IndexService
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
 from .status import RunningFlags
-
-if TYPE_CHECKING:
-    from .commit_log import CommitLog
-    from .config import StoreConfig
-    from .consume_queue import ConsumeQueueTable
-    from .index_file import IndexService
-    from .reput import ReputMessageService
-
-
-class MessageStore(Protocol):
-    """The parts of the store facade cleanup acts on. A Protocol, not an import of
-    message_store (which imports this module): the dependency points one way."""
-
-    config: StoreConfig
-    commit_log: CommitLog
-    consume_queues: ConsumeQueueTable
-    flags: RunningFlags
-    index: IndexService | None
-    reput: ReputMessageService | None
 
 log = logging.getLogger("tidemq.store")
 
@@ -128,9 +111,8 @@ class _Service:
 
     name = "cleanup"
 
-    def __init__(self, store: MessageStore, initial_delay_ms: int | None) -> None:
-        self.store = store
-        self.config = store.config
+    def __init__(self, config: StoreConfig, initial_delay_ms: int | None) -> None:
+        self.config = config
         interval = self.config.clean_resource_interval
         self.initial_delay_ms = interval if initial_delay_ms is None else initial_delay_ms
         self._pass_lock = trio.Lock()
@@ -159,19 +141,32 @@ class _Service:
 
 
 class CleanCommitLogService(_Service):
-    """Deletes expired CommitLog segments and watches the disk (see the module docstring)."""
+    """Deletes expired CommitLog segments and watches the disk (see the module docstring).
+
+    It is handed what it works on: the CommitLog's segment queue, the ConsumeQueue directory
+    (whose partition is watched too), the running flags (DISK_FULL) and `dispatched_to`, the
+    CommitLog offset dispatch has reached (segments past it are not deleted).
+    """
 
     name = "CleanCommitLogService"
 
     def __init__(
         self,
-        store: MessageStore,
+        config: StoreConfig,
+        queue: MappedFileQueue,
         *,
+        consume_queue_path: str,
+        flags: RunningFlags,
+        dispatched_to: Callable[[], int],
         clock: Callable[[], float] = time.time,
         disk_usage: DiskUsage | None = None,
         initial_delay_ms: int | None = None,
     ) -> None:
-        super().__init__(store, initial_delay_ms)
+        super().__init__(config, initial_delay_ms)
+        self.queue = queue
+        self.consume_queue_path = consume_queue_path
+        self.flags = flags
+        self.dispatched_to = dispatched_to
         self.clock = clock
         self.disk_usage: DiskUsage = disk_usage or disk_partition_used_ratio
         self.manual_delete_remaining = 0
@@ -198,7 +193,7 @@ class CleanCommitLogService(_Service):
         """Probe the CommitLog and ConsumeQueue partitions: set clean_immediately, set or
         clear DISK_FULL, and return whether space is to be reclaimed."""
         cfg = self.config
-        paths = dict.fromkeys((self.store.commit_log.queue.store_path, self.store.consume_queues.store_path))
+        paths = dict.fromkeys((self.queue.store_path, self.consume_queue_path))
         readable: list[float] = []
         unreadable: list[str] = []
         for path in paths:
@@ -210,7 +205,7 @@ class CleanCommitLogService(_Service):
         ratio = max(readable) if readable else -1.0
         self.last_ratio = ratio
         self.clean_immediately = False
-        flags = self.store.flags
+        flags = self.flags
         if readable:
             if ratio > cfg.disk_space_warning_level_ratio:
                 self.clean_immediately = True
@@ -264,16 +259,11 @@ class CleanCommitLogService(_Service):
 
     def _safe_end(self) -> int:
         """Segments ending at or below this offset are flushed and dispatched."""
-        queue = self.store.commit_log.queue
-        end = queue.flushed_where
-        reput = self.store.reput
-        if reput is not None:
-            end = min(end, reput.reput_from_offset)
-        return end
+        return min(self.queue.flushed_where, self.dispatched_to())
 
     async def _delete_by_time(self, expired_ms: int, clean_at_once: bool) -> int:
         """MappedFileQueue.deleteExpiredFileByTime, with the injected clock."""
-        queue = self.store.commit_log.queue
+        queue = self.queue
         candidates = queue.files[:-1]  # never the newest
         pause = self.config.delete_commit_log_files_interval / 1000
         deleted = 0
@@ -300,7 +290,7 @@ class CleanCommitLogService(_Service):
         if now_ms - self.last_redelete_ms <= self.config.redelete_hanged_file_interval:
             return 0
         self.last_redelete_ms = now_ms
-        queue = self.store.commit_log.queue
+        queue = self.queue
         first = queue.first()
         if first is None or first is queue.last() or first.available:
             return 0
@@ -334,12 +324,24 @@ class CleanQueuesResult:
 
 
 class CleanConsumeQueueService(_Service):
-    """Deletes ConsumeQueue segments and index files the CommitLog no longer backs."""
+    """Deletes ConsumeQueue segments and index files the CommitLog no longer backs
+    (`commit_log_min_offset` says where it now starts)."""
 
     name = "CleanConsumeQueueService"
 
-    def __init__(self, store: MessageStore, *, initial_delay_ms: int | None = None) -> None:
-        super().__init__(store, initial_delay_ms)
+    def __init__(
+        self,
+        config: StoreConfig,
+        *,
+        commit_log_min_offset: Callable[[], int],
+        consume_queues: ConsumeQueueTable,
+        index: IndexService | None,
+        initial_delay_ms: int | None = None,
+    ) -> None:
+        super().__init__(config, initial_delay_ms)
+        self.commit_log_min_offset = commit_log_min_offset
+        self.consume_queues = consume_queues
+        self.index = index
         self.last_physical_min_offset = 0
 
     async def run_once(self) -> CleanQueuesResult | None:
@@ -347,14 +349,13 @@ class CleanConsumeQueueService(_Service):
         async with self._pass_lock:
             if self._stopped:
                 return None
-            store = self.store
-            min_phy = store.commit_log.min_offset()
+            min_phy = self.commit_log_min_offset()
             if min_phy <= self.last_physical_min_offset:
                 return None
             self.last_physical_min_offset = min_phy
             pause = self.config.delete_consume_queue_files_interval / 1000
             cq_files = 0
-            for cq in store.consume_queues:
+            for cq in self.consume_queues:
                 if self._stopped:
                     break
                 # also corrects the queue's min offset (ConsumeQueue.deleteExpiredFile)
@@ -365,8 +366,8 @@ class CleanConsumeQueueService(_Service):
                 else:
                     await trio.lowlevel.checkpoint()
             index_files = 0
-            if store.index is not None and not self._stopped:
-                index_files = await trio.to_thread.run_sync(store.index.delete_expired_file, min_phy)
+            if self.index is not None and not self._stopped:
+                index_files = await trio.to_thread.run_sync(self.index.delete_expired_file, min_phy)
             if cq_files or index_files:
                 log.info("CommitLog min offset %d: deleted %d ConsumeQueue and %d index files",
                          min_phy, cq_files, index_files)

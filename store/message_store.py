@@ -291,8 +291,15 @@ class MessageStore:
             thorough_interval_ms=self.config.flush_consume_queue_thorough_interval,
         )
         nursery.start_soon(self.flush_cq_service.run)
-        self.clean_commit_log = CleanCommitLogService(self, clock=self.clock, disk_usage=self.disk_usage)
-        self.clean_consume_queue = CleanConsumeQueueService(self)
+        self.clean_commit_log = CleanCommitLogService(
+            self.config, self.commit_log.queue, consume_queue_path=self.consume_queues.store_path,
+            flags=self.flags, dispatched_to=lambda: self.reput.reput_from_offset,
+            clock=self.clock, disk_usage=self.disk_usage,
+        )
+        self.clean_consume_queue = CleanConsumeQueueService(
+            self.config, commit_log_min_offset=self.commit_log.min_offset,
+            consume_queues=self.consume_queues, index=self.index,
+        )
         nursery.start_soon(self.clean_commit_log.run)
         nursery.start_soon(self.clean_consume_queue.run)
         nursery.start_soon(self.allocator.run)
