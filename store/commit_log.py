@@ -133,18 +133,19 @@ class CommitLog:
         else:
             mf.append(filler)  # the sparse file's tail is already zeros
             mf.wrote_position = mf.file_size
-        for callback in self.on_append:
-            callback()
 
     def append_messages(self, records: Sequence[PreparedRecord], topic: str, queue_id: int) -> AppendMessageResult:
         """Append records of one topic-queue contiguously in one segment (a batch never spans
         two), filling in their queue offsets, physical offsets and the store timestamp."""
         total = sum(r.total for r in records)
         self.begin_time_in_lock = time.monotonic()
+        last = self.queue.last()
         try:
             try:
                 mf = self._segment_for(total)
             except _AppendRefused as refused:
+                if self.queue.last() is not last or (last is not None and last.is_full()):
+                    self._notify_append()  # a BLANK filler was written: dispatch must see it
                 return AppendMessageResult(refused.status, error=refused.error)
             now = int(self._clock() * 1000)
             key = f"{topic}-{queue_id}"
@@ -168,8 +169,7 @@ class CommitLog:
             self.topic_queue_table[key] = next_queue_offset
         finally:
             self.begin_time_in_lock = 0.0
-        for callback in self.on_append:
-            callback()
+        self._notify_append()  # once per put, filler included
         return AppendMessageResult(
             AppendMessageStatus.PUT_OK,
             wrote_offset=wrote_offset,
@@ -196,9 +196,12 @@ class CommitLog:
             return False
         if not mf.append(data):
             return False
-        for callback in self.on_append:
-            callback()
+        self._notify_append()
         return True
+
+    def _notify_append(self) -> None:
+        for listener in self.on_append:
+            listener()
 
     # ---- reads -------------------------------------------------------------------------------
     def min_offset(self) -> int:

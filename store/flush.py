@@ -6,6 +6,12 @@
   flushCommitLogLeastPages dirty pages piled up, thoroughly every thorough interval.
 - CommitRealTimeService (transient pool): copies write buffers into the files.
 
+Each CommitLog append wakes the flush service once: the store registers the service's
+`wakeup` as its one flush listener on `CommitLog.on_append` (puts and replicated bytes
+alike); a put waiting for its flush only registers its offset. After a full flush the
+services record the store time of the last flushed message in the checkpoint (on a master:
+a slave's physic time comes from dispatch).
+
 Blocking calls (fdatasync, pwrite) run through trio.to_thread, which releases the GIL.
 """
 
@@ -17,6 +23,7 @@ from collections.abc import Callable
 
 import trio
 
+from .checkpoint import StoreCheckpoint
 from .mapped_file_queue import MappedFileQueue
 from .waiters import OffsetWaiters
 
@@ -40,10 +47,17 @@ def commit_to_end(queue: MappedFileQueue) -> None:
         queue.commit(0)
 
 
-def _report_flushed(queue: MappedFileQueue, on_flushed: Callable[[int], None]) -> None:
-    """Hand the store time of the last fully flushed message on (the checkpoint's physic time)."""
-    if queue.store_timestamp:
-        on_flushed(queue.store_timestamp)
+class FlushedTime:
+    """Writes the store time of the last fully flushed message into the checkpoint's physic
+    time, on a master only (a slave's comes from dispatch)."""
+
+    def __init__(self, checkpoint: StoreCheckpoint, is_master: Callable[[], bool]) -> None:
+        self.checkpoint = checkpoint
+        self.is_master = is_master
+
+    def note(self, queue: MappedFileQueue) -> None:
+        if queue.store_timestamp and self.is_master():
+            self.checkpoint.physic_msg_timestamp = queue.store_timestamp
 
 
 class _LeastPages:
@@ -69,9 +83,9 @@ class GroupCommitService:
     Puts that arrive while an fdatasync runs are all covered by the next one (group commit).
     """
 
-    def __init__(self, queue: MappedFileQueue, on_flushed: Callable[[int], None]) -> None:
+    def __init__(self, queue: MappedFileQueue, flushed_time: FlushedTime) -> None:
         self.queue = queue
-        self._on_flushed = on_flushed
+        self._flushed_time = flushed_time
         self._waiters = OffsetWaiters()
         self._wake = trio.Event()
         self.flush_count = 0  # fdatasync rounds done, for tests and stats
@@ -80,10 +94,10 @@ class GroupCommitService:
         self._wake.set()
 
     async def wait_for_flush(self, next_offset: int, timeout_s: float) -> bool:
-        """True once flushed_where >= next_offset; False after the timeout."""
+        """True once flushed_where >= next_offset; False after the timeout. The append that
+        wrote up to `next_offset` already woke the service."""
         if self.queue.flushed_where >= next_offset:
             return True
-        self._wake.set()
         return await self._waiters.wait(next_offset, timeout_s)
 
     async def _flush_once(self) -> None:
@@ -97,7 +111,7 @@ class GroupCommitService:
             if self.queue.flushed_where >= target:
                 break
             await self._flush_once()
-        _report_flushed(self.queue, self._on_flushed)
+        self._flushed_time.note(self.queue)
         self._waiters.advance(self.queue.flushed_where)
 
     async def run(self) -> None:
@@ -114,7 +128,7 @@ class GroupCommitService:
     async def shutdown(self) -> None:
         await self._do_commit()
         await trio.to_thread.run_sync(flush_to_end, self.queue)  # WAIT=false puts too
-        _report_flushed(self.queue, self._on_flushed)
+        self._flushed_time.note(self.queue)
         self._waiters.advance(self.queue.flushed_where)
 
 
@@ -129,13 +143,13 @@ class FlushRealTimeService:
         least_pages: int,
         thorough_interval_ms: int,
         timed: bool,
-        on_flushed: Callable[[int], None],
+        flushed_time: FlushedTime,
     ) -> None:
         self.queue = queue
         self.interval_ms = interval_ms
         self._pages = _LeastPages(least_pages, thorough_interval_ms)
         self.timed = timed
-        self._on_flushed = on_flushed
+        self._flushed_time = flushed_time
         self._wake = trio.Event()
 
     def wakeup(self) -> None:
@@ -146,7 +160,7 @@ class FlushRealTimeService:
             await trio.to_thread.run_sync(self.queue.flush, least_pages)
         else:  # woken by a put with too few dirty pages: no syscall, so no thread hop
             self.queue.flush(least_pages)
-        _report_flushed(self.queue, self._on_flushed)
+        self._flushed_time.note(self.queue)
 
     async def run(self) -> None:
         while True:
@@ -161,7 +175,7 @@ class FlushRealTimeService:
 
     async def shutdown(self) -> None:
         await trio.to_thread.run_sync(flush_to_end, self.queue)
-        _report_flushed(self.queue, self._on_flushed)
+        self._flushed_time.note(self.queue)
 
 
 class CommitRealTimeService:

@@ -27,6 +27,7 @@ from .consume_queue import ConsumeQueueTable, is_blank_unit, iter_units
 from .flush import (
     CommitRealTimeService,
     FlushConsumeQueueService,
+    FlushedTime,
     FlushRealTimeService,
     GroupCommitService,
     flush_to_end,
@@ -104,25 +105,6 @@ class MessageStore:
         self.group_commit: GroupCommitService | None = None
         self.flush_service: FlushRealTimeService | None = None
         self.commit_service: CommitRealTimeService | None = None
-        if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
-            self.group_commit = GroupCommitService(self.commit_log.queue, self._on_flushed)
-        else:
-            self.flush_service = FlushRealTimeService(
-                self.commit_log.queue,
-                interval_ms=config.flush_interval_commit_log,
-                least_pages=config.flush_commit_log_least_pages,
-                thorough_interval_ms=config.flush_commit_log_thorough_interval,
-                timed=config.flush_commit_log_timed,
-                on_flushed=self._on_flushed,
-            )
-            if self.pool is not None:
-                self.commit_service = CommitRealTimeService(
-                    self.commit_log.queue,
-                    interval_ms=config.commit_interval_commit_log,
-                    least_pages=config.commit_commit_log_least_pages,
-                    thorough_interval_ms=config.commit_commit_log_thorough_interval,
-                    on_committed=self.flush_service.wakeup,
-                )
         self.delay_levels = parse_delay_levels(config.message_delay_level)
         self.consume_queues = ConsumeQueueTable(config.path("consumequeue"), config.cq_file_size)
         self.checkpoint: StoreCheckpoint | None = None
@@ -152,6 +134,7 @@ class MessageStore:
             self.commit_log.load()
             self.consume_queues.load()
             self.checkpoint = StoreCheckpoint(self.config.path("checkpoint"))
+            self._create_flush_services(self.checkpoint)
             self.index = IndexService(
                 self.config.path("index"), self.config.max_hash_slot_num, self.config.max_index_num,
                 self.checkpoint, max_msgs_num_batch=self.config.max_msgs_num_batch,
@@ -169,6 +152,31 @@ class MessageStore:
         except BaseException:
             self.lock.release()
             raise
+
+    def _create_flush_services(self, checkpoint: StoreCheckpoint) -> None:
+        """Group commit (SYNC_FLUSH) or async flush (+ commit, with the pool); they record
+        the flushed store time in the checkpoint, so they are made once it is open."""
+        config = self.config
+        flushed_time = FlushedTime(checkpoint, lambda: config.broker_role.is_master)
+        if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            self.group_commit = GroupCommitService(self.commit_log.queue, flushed_time)
+            return
+        self.flush_service = FlushRealTimeService(
+            self.commit_log.queue,
+            interval_ms=config.flush_interval_commit_log,
+            least_pages=config.flush_commit_log_least_pages,
+            thorough_interval_ms=config.flush_commit_log_thorough_interval,
+            timed=config.flush_commit_log_timed,
+            flushed_time=flushed_time,
+        )
+        if self.pool is not None:
+            self.commit_service = CommitRealTimeService(
+                self.commit_log.queue,
+                interval_ms=config.commit_interval_commit_log,
+                least_pages=config.commit_commit_log_least_pages,
+                thorough_interval_ms=config.commit_commit_log_thorough_interval,
+                on_committed=self.flush_service.wakeup,
+            )
 
     def _recover_topic_queue_table(self) -> None:
         """Next queue offsets come from the ConsumeQueues (the CommitLog has no table)."""
@@ -303,9 +311,9 @@ class MessageStore:
         nursery.start_soon(self.clean_commit_log.run)
         nursery.start_soon(self.clean_consume_queue.run)
         nursery.start_soon(self.allocator.run)
+        self.commit_log.on_append.append(self._wake_flush)  # the one flush wake-up per append
         if self.group_commit is not None:
             nursery.start_soon(self.group_commit.run)
-            self.commit_log.on_append.append(self.group_commit.wakeup)
         if self.flush_service is not None:
             nursery.start_soon(self.flush_service.run)
         if self.commit_service is not None:
@@ -343,10 +351,6 @@ class MessageStore:
             self.abort_file.remove()
         self.lock.release()
         self.shutdown_done = True
-
-    def _on_flushed(self, store_timestamp: int) -> None:
-        if self.checkpoint is not None and self.config.broker_role.is_master:
-            self.checkpoint.physic_msg_timestamp = store_timestamp
 
     # ---- puts --------------------------------------------------------------------------------
     def _check_store_status(self) -> PutMessageResult | None:
@@ -443,8 +447,6 @@ class MessageStore:
         end = result.end_offset
         flush_wait = self.group_commit is not None and wait
         replica_wait = self.config.broker_role is BrokerRole.SYNC_MASTER and wait
-        if not flush_wait:
-            self._wake_flush()
         if replica_wait and (self.replicator is None or not self.replicator.is_slave_ok(end)):
             replica_status = PutMessageStatus.SLAVE_NOT_AVAILABLE
             replica_wait = False
@@ -471,6 +473,7 @@ class MessageStore:
         return PutMessageResult(status, result, error=error)
 
     def _wake_flush(self) -> None:
+        """CommitLog append listener: wake the CommitLog flush (puts and replicated bytes)."""
         if self.group_commit is not None:
             self.group_commit.wakeup()
         elif self.flush_service is not None:
