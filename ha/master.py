@@ -10,7 +10,7 @@ instead of two threads per slave:
 - a writer task ships CommitLog bytes from the slave's next offset in frames of at most
   `haTransferBatchSize` that never cross a segment end (a backlog goes out as up to
   SEND_FRAMES frames per socket write), sends a heartbeat when idle for
-  `haSendHeartbeatInterval`, and sleeps on a wakeup set by `CommitLog.on_append` when
+  `haSendHeartbeatInterval`, and sleeps on a wakeup set by its store append listener when
   caught up (with a 100 ms fallback, as RocketMQ's `allWaitForRunning(100)`).
 
 Stricter than RocketMQ: a first report beyond the master's max offset, or below its min
@@ -81,7 +81,8 @@ class HAService:
     """Serves slaves on the HA port; implements the store's `Replicator` protocol.
 
     Start with ``await nursery.start(ha.run)``; ``ha.port`` is the bound port afterwards
-    (useful with port 0). While running it is the store's ``replicator``.
+    (useful with port 0). While running it is attached as the store's replicator
+    (``store.attach_replicator``) and append listener; SYNC_MASTER puts wait on it.
     """
 
     def __init__(self, store: MessageStore, *, host: str = "127.0.0.1", port: int | None = None) -> None:
@@ -133,9 +134,8 @@ class HAService:
         """Listen and serve slaves until cancelled; reports the bound port to `nursery.start`."""
         listeners = await trio.open_tcp_listeners(self.port, host=self.host)
         self.port = listeners[0].socket.getsockname()[1]
-        commit_log = self.store.commit_log
-        commit_log.on_append.append(self._on_append)
-        self.store.replicator = self
+        self.store.attach_replicator(self)
+        self.store.add_append_listener(self._on_append)
         log.info("HA service listening on %s:%d", self.host, self.port)
         try:
             async with trio.open_nursery() as nursery:
@@ -143,9 +143,8 @@ class HAService:
                 await nursery.start(trio.serve_listeners, self._handle, listeners)
                 task_status.started(self.port)
         finally:  # synchronous only: this runs while cancelled
-            commit_log.on_append.remove(self._on_append)
-            if self.store.replicator is self:
-                self.store.replicator = None
+            self.store.remove_append_listener(self._on_append)
+            self.store.detach_replicator(self)
             for listener in listeners:  # serve_listeners closes them too, if it got to run
                 listener.socket.close()
             log.info("HA service on port %d stopped", self.port)

@@ -23,7 +23,6 @@ import trio
 
 from ha.master import HAService
 from ha.slave import HAClient
-from store.config import BrokerRole
 from store.message_store import open_store
 
 from .config import BrokerConfig
@@ -148,9 +147,7 @@ class Broker:
                     sync: SlaveSync | None = None
                     if cfg.role.is_master:
                         services.ha_master = HAService(store, host=cfg.broker_ip1, port=cfg.ha_listen_port)
-                        await nursery.start(services.ha_master.run)
-                        if cfg.role is BrokerRole.SYNC_MASTER:
-                            store.replicator = services.ha_master
+                        await nursery.start(services.ha_master.run)  # attaches itself as the replicator
                         services.schedule = ScheduleMessageService(store)
                         await trio.to_thread.run_sync(services.schedule.load)
                         await nursery.start(services.schedule.run)

@@ -64,7 +64,8 @@ from .transient_store_pool import TransientStorePool
 log = logging.getLogger("tidemq.store")
 
 class Replicator(Protocol):
-    """What a SYNC_MASTER put needs from the HA service (implemented in ha/)."""
+    """What a SYNC_MASTER put needs from the HA service (ha/master.py's HAService, which
+    attaches itself with `MessageStore.attach_replicator`)."""
 
     def is_slave_ok(self, master_put_where: int) -> bool: ...
 
@@ -111,12 +112,38 @@ class MessageStore:
         self.index: IndexService | None = None
         self.reput: ReputMessageService | None = None
         self.flush_cq_service: FlushConsumeQueueService | None = None
-        self.replicator: Replicator | None = None
+        self._replicator: Replicator | None = None
         self.last_exit_ok = True
         self._dispatch_from: int | None = None
         self.running = False
         self.shutdown_done = False
         self._nursery: trio.Nursery | None = None
+
+    # ---- replication hooks (the HA service attaches itself; see ha/master.py) ----------------
+    @property
+    def replicator(self) -> Replicator | None:
+        """What SYNC_MASTER puts wait on; set only through attach_replicator."""
+        return self._replicator
+
+    def attach_replicator(self, replicator: Replicator) -> None:
+        """Make `replicator` the one SYNC_MASTER puts wait on (until detached)."""
+        if self._replicator is not None and self._replicator is not replicator:
+            raise RuntimeError("another replicator is attached to this store; detach it first")
+        self._replicator = replicator
+
+    def detach_replicator(self, replicator: Replicator) -> None:
+        """Undo attach_replicator; a no-op when `replicator` is not the attached one."""
+        if self._replicator is replicator:
+            self._replicator = None
+
+    def add_append_listener(self, listener: Callable[[], None]) -> None:
+        """Call `listener()` inline after every CommitLog append (puts, BLANK fillers,
+        replicated bytes); it must not block."""
+        self.commit_log.on_append.append(listener)
+
+    def remove_append_listener(self, listener: Callable[[], None]) -> None:
+        if listener in self.commit_log.on_append:
+            self.commit_log.on_append.remove(listener)
 
     # ---- lifecycle ---------------------------------------------------------------------------
     @property
@@ -290,7 +317,7 @@ class MessageStore:
         self._nursery = nursery
         self._catch_up_dispatch()
         self._recover_topic_queue_table()
-        self.commit_log.on_append.append(self.reput.wakeup)
+        self.add_append_listener(self.reput.wakeup)
         nursery.start_soon(self.reput.run)
         self.flush_cq_service = FlushConsumeQueueService(
             self.consume_queues.flush, self.checkpoint,
@@ -311,7 +338,7 @@ class MessageStore:
         nursery.start_soon(self.clean_commit_log.run)
         nursery.start_soon(self.clean_consume_queue.run)
         nursery.start_soon(self.allocator.run)
-        self.commit_log.on_append.append(self._wake_flush)  # the one flush wake-up per append
+        self.add_append_listener(self._wake_flush)  # the one flush wake-up per append
         if self.group_commit is not None:
             nursery.start_soon(self.group_commit.run)
         if self.flush_service is not None:
