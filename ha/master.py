@@ -3,15 +3,20 @@
 Behaviour follows RocketMQ 4.9's HAService / HAConnection (ROCKETMQ-FACTS.md §9), on trio
 instead of two threads per slave:
 
-- a reader task decodes the slave's 8-byte reports: the first one picks where shipping
-  starts, every one is an ack that raises `push2slave_max_offset` and wakes SYNC_MASTER
-  puts waiting in `wait_for_slave` (RocketMQ's GroupTransferService: here an
-  OffsetWaiters with one timer for every put's slaveTimeout);
-- a writer task ships CommitLog bytes from the slave's next offset in frames of at most
-  `haTransferBatchSize` that never cross a segment end (a backlog goes out as up to
-  SEND_FRAMES frames per socket write), sends a heartbeat when idle for
-  `haSendHeartbeatInterval`, and sleeps on a wakeup set by its store append listener when
-  caught up (with a 100 ms fallback, as RocketMQ's `allWaitForRunning(100)`).
+- `HAConnection`'s read side, `HAService._read_loop` (RocketMQ's ReadSocketService),
+  decodes the slave's 8-byte reports: the first one picks where shipping starts, every one
+  is an ack that raises `push2slave_max_offset` and wakes SYNC_MASTER puts waiting in
+  `wait_for_slave`;
+- RocketMQ's GroupTransferService is `HAService._ack_waiters`: an OffsetWaiters with one
+  timer for every waiting put's slaveTimeout, advanced by each ack;
+- the write side, `HAService._write_loop` (RocketMQ's WriteSocketService), ships
+  CommitLog bytes from the slave's next offset in frames of at most `haTransferBatchSize`
+  that never cross a segment end (a backlog goes out as up to SEND_FRAMES frames per
+  socket write), sends a heartbeat when idle for `haSendHeartbeatInterval`, and sleeps on
+  a wakeup set by its store append listener when caught up (with a 100 ms fallback, as
+  RocketMQ's `allWaitForRunning(100)`).
+
+Both sides run under `ha.guard.guarded`: either one ending closes that connection only.
 
 Stricter than RocketMQ: a first report beyond the master's max offset, or below its min
 offset (other than 0), is refused and the connection closed, and so is a later report
@@ -32,7 +37,8 @@ import trio
 from store.message_store import MessageStore
 from store.waiters import OffsetWaiters
 
-from .protocol import ProtocolError, ReportDecoder, encode_heartbeat, encode_transfer_header
+from .guard import guarded
+from .protocol import ReportDecoder, encode_heartbeat, encode_transfer_header
 
 log = logging.getLogger("tidemq.ha")
 
@@ -45,7 +51,6 @@ SEND_FRAMES = 8
 WAKEUP_FALLBACK_S = 0.1
 """A caught-up writer re-checks at least this often even without an append wakeup."""
 
-CONNECTION_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, ProtocolError)
 
 
 @attrs.frozen
@@ -92,7 +97,7 @@ class HAService:
         self.port = self.config.ha_listen_port if port is None else port
         self.push2slave_max_offset = 0
         self._connections: set[HAConnection] = set()
-        self._ack_waiters = OffsetWaiters()  # SYNC_MASTER puts (RocketMQ's GroupTransferService)
+        self._ack_waiters = OffsetWaiters()  # RocketMQ's GroupTransferService: SYNC_MASTER puts
         self._data_event = trio.Event()  # replaced (after set) on an append while writers wait
         self._writers_waiting = 0
 
@@ -184,17 +189,11 @@ class HAService:
         self, side: Callable[[HAConnection], Awaitable[None]], conn: HAConnection, scope: trio.CancelScope
     ) -> None:
         """Run one side; a connection error (or a bug) closes this connection, not the service."""
-        try:
-            await side(conn)
-        except CONNECTION_ERRORS as e:
-            log.warning("slave %s: closing the connection: %s", conn.address, e)
-        except Exception:
-            log.exception("slave %s: unexpected error; closing the connection", conn.address)
-        finally:
-            scope.cancel()
+        await guarded(side, conn, scope, peer=f"slave {conn.address}", log=log)
 
     async def _read_loop(self, conn: HAConnection) -> None:
-        """Acks from the slave; returns (closing the connection) on EOF, silence or a bad offset."""
+        """RocketMQ's ReadSocketService: acks from the slave; returns (closing the
+        connection) on EOF, silence or a bad offset."""
         decoder = ReportDecoder()
         housekeeping_s = self.config.ha_housekeeping_interval / 1000
         commit_log = self.store.commit_log
@@ -254,7 +253,8 @@ class HAService:
         return True
 
     async def _write_loop(self, conn: HAConnection) -> None:
-        """Ship CommitLog bytes from the slave's next offset, heartbeat when idle."""
+        """RocketMQ's WriteSocketService: ship CommitLog bytes from the slave's next offset,
+        heartbeat when idle."""
         await conn.started.wait()  # no first report yet: send nothing, not even heartbeats
         commit_log = self.store.commit_log
         batch_size = self.config.ha_transfer_batch_size

@@ -9,8 +9,10 @@ Each received frame must start at exactly the slave's max offset (checked, as in
 only once the slave holds data, heartbeats included); anything else drops the connection
 and the slave reconnects and reports again, so the master resends from the right place.
 
-The read loop acks (reports its new max offset) right after appending what one read
-brought, before dispatch gets a turn; a separate task only sends the idle heartbeat.
+The read loop (`_read_loop`, RocketMQ's HAClient.processReadEvent) acks, i.e. reports its
+new max offset, right after appending what one read brought, before dispatch gets a turn;
+a separate task (`_report_loop`) only sends the idle heartbeat. Both run under
+`ha.guard.guarded`: either one ending closes the connection and the client reconnects.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import trio
 from store.address import AddressError, split_host_port
 from store.message_store import MessageStore
 
-from .protocol import ProtocolError, Transfer, TransferDecoder, encode_report
+from .guard import guarded
+from .protocol import Transfer, TransferDecoder, encode_report
 
 log = logging.getLogger("tidemq.ha")
 
@@ -35,7 +38,6 @@ dispatch and the ConsumeQueues catch up afterwards, as with RocketMQ's separate 
 BACKOFF_START_S = 0.1
 BACKOFF_MAX_S = 5.0
 
-CONNECTION_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, ProtocolError)
 
 
 @attrs.frozen
@@ -167,16 +169,8 @@ class HAClient:
         self, side: Callable[[_Session], Awaitable[None]], session: _Session, scope: trio.CancelScope
     ) -> None:
         """Run one side; any failure closes this connection and the run loop reconnects."""
-        try:
-            await side(session)
-        except _MismatchError as e:
-            log.warning("master %s: %s; closing the connection to report again", session.address, e)
-        except CONNECTION_ERRORS as e:
-            log.warning("master %s: closing the connection: %s", session.address, e)
-        except Exception:
-            log.exception("master %s: unexpected error; closing the connection", session.address)
-        finally:
-            scope.cancel()
+        await guarded(side, session, scope, peer=f"master {session.address}", log=log,
+                      expected=(_MismatchError,), expected_note="closing the connection to report again")
 
     async def _report(self, session: _Session, *, heartbeat: bool = False) -> None:
         """Send the max offset if it grew (an ack), or anyway when `heartbeat`."""

@@ -29,6 +29,7 @@ from store.message import (
     topic_error,
 )
 from store.status import GetMessageStatus, PutMessageStatus
+from store.tag_filter import parse_tag_expression
 
 PROTOCOL_VERSION = 1
 HEADER = struct.Struct(">I")
@@ -369,15 +370,9 @@ def _non_empty(v: str) -> str | None:
     return None if v else "must not be empty"
 
 
-def parse_tag_filter(expr: str) -> frozenset[str] | None:
-    """RocketMQ subscription expression → the set of tags, or None for "all" ("*" or "")."""
-    expr = expr.strip()
-    if expr in ("", "*"):
-        return None
-    tags = frozenset(t.strip() for t in expr.split("||") if t.strip())
-    if not tags:
-        raise ValueError(f"tag filter {expr!r} names no tag; use '*' for all")
-    return tags
+parse_tag_filter = parse_tag_expression
+"""RocketMQ subscription expression → the set of tags, or None for "all" ("*" or ""): the
+store's parser (store/tag_filter.py), so a request is checked exactly as the pull reads it."""
 
 
 def _client_id(v: str) -> str | None:

@@ -65,7 +65,7 @@ from .consume_queue import ConsumeQueueTable
 from .index_file import IndexService
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
-from .status import RunningFlags
+from .running_flags import RunningFlags
 
 log = logging.getLogger("tidemq.store")
 

@@ -44,12 +44,12 @@ from .message import (
     StoredMessage,
     decode_msg_id,
     prepare_record,
-    tags_code,
     topic_error,
     transaction_type,
 )
 from .recovery import RecoveryProgress, TruncateReport
 from .reput import ReputMessageService
+from .running_flags import RunningFlags
 from .schedule import DelayError, parse_delay_levels, rewrite_delayed
 from .status import (
     AppendMessageResult,
@@ -57,8 +57,8 @@ from .status import (
     GetMessageStatus,
     PutMessageResult,
     PutMessageStatus,
-    RunningFlags,
 )
+from .tag_filter import TagFilter
 from .transient_store_pool import TransientStorePool
 
 log = logging.getLogger("tidemq.store")
@@ -579,8 +579,9 @@ class MessageStore:
     ) -> GetMessageResult:
         """Pull up to `max_msgs` messages from a queue, RocketMQ's GetMessageStatus semantics.
 
-        `tag_filter` is "*" / None (everything) or tags joined by "||". The next offset
-        always lets a consumer continue past removed or filtered units.
+        `tag_filter` is "*" / None (everything) or tags joined by "||" (store/tag_filter.py;
+        one naming no tag raises ValueError). The next offset always lets a consumer continue
+        past removed or filtered units.
         """
         self._check_readable()
         cq = self.consume_queues.find(topic, queue_id)
@@ -597,10 +598,10 @@ class MessageStore:
         elif offset > max_off:
             result.status, result.next_begin_offset = GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_off
         else:
-            self._read_units(cq, offset, max_msgs, _TagFilter.parse(tag_filter), result)
+            self._read_units(cq, offset, max_msgs, TagFilter.parse(tag_filter), result)
         return result
 
-    def _read_units(self, cq, offset: int, max_msgs: int, tags: _TagFilter, result: GetMessageResult) -> None:
+    def _read_units(self, cq, offset: int, max_msgs: int, tags: TagFilter, result: GetMessageResult) -> None:
         buf = cq.get_index_buffer(offset)
         if buf is None:
             result.status = GetMessageStatus.OFFSET_FOUND_NULL
@@ -693,27 +694,6 @@ class GetMessageResult:
     min_offset: int = 0
     max_offset: int = 0
     suggest_pulling_from_slave: bool = False
-
-
-@attrs.frozen
-class _TagFilter:
-    """A subscription's tags: None matches everything (also messages without a tag)."""
-
-    tags: frozenset[str] | None
-    codes: frozenset[int] = frozenset()
-
-    @classmethod
-    def parse(cls, expression: str | None) -> _TagFilter:
-        if expression is None or expression.strip() in ("", "*"):
-            return cls(None)
-        tags = frozenset(t.strip() for t in expression.split("||") if t.strip())
-        return cls(tags, frozenset(tags_code(t) for t in tags))
-
-    def matches_code(self, code: int) -> bool:
-        return self.tags is None or code in self.codes
-
-    def matches_tag(self, tag: str | None) -> bool:
-        return self.tags is None or tag in self.tags
 
 
 _STATUS_TEXT = {

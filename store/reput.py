@@ -29,8 +29,8 @@ from .message import (
     decode_dispatch,
     read_total_size,
 )
+from .running_flags import RunningFlags
 from .schedule import SCHEDULE_TOPIC, deliver_timestamp
-from .status import RunningFlags
 
 TRANSACTION_COMMIT = int(SysFlag.TRANSACTION_COMMIT)
 ROUND_BYTES = 64 * 1024

@@ -36,7 +36,7 @@ from store.cleanup import (
     is_hour_in,
     used_ratio,
 )
-from store.status import RunningFlags
+from store.running_flags import RunningFlags
 
 SEG = 4096
 CQ_UNITS = 10

@@ -28,7 +28,7 @@ from store.message import (
     decode_msg_id,
     encode_msg_id,
 )
-from store.status import RunningFlags
+from store.running_flags import RunningFlags
 
 SEG = 4096
 FIXED = 91  # record overhead with IPv4 hosts: 91 + body + topic + properties

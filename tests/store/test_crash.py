@@ -16,7 +16,7 @@ import trio
 
 from store import FlushDiskType, Message, StoreConfig, StoreLockedError, open_store
 from store.mapped_file import SegmentSizeError
-from store.status import RunningFlags
+from store.running_flags import RunningFlags
 from tests.store.crash_writer import SEGMENT, TOPICS, body_for, store_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
