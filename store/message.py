@@ -1,5 +1,6 @@
-"""CommitLog record codec (FORMATS.md, message format v1; v2 decoded too), properties,
-tagsCode, offset msgId and the masked body CRC.
+"""CommitLog record codec (FORMATS.md, message format v1; v2 decoded too), tagsCode,
+offset msgId and the masked body CRC. The properties codec is in properties.py (its names
+are importable from here too).
 
 Everything is big-endian and signed, as a RocketMQ 4.x broker writes it, so stores are
 interchangeable byte for byte.
@@ -14,12 +15,28 @@ import re
 import struct
 import time
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import attrs
 
 from .address import AddressError, format_host_port, split_host_port
+# The properties codec lives in properties.py; its names stay importable from here.
+from .properties import (
+    KEY_SEPARATOR,
+    NAME_VALUE_SEPARATOR,  # noqa: F401
+    PROPERTY_DELAY,  # noqa: F401
+    PROPERTY_KEYS,
+    PROPERTY_REAL_QID,  # noqa: F401
+    PROPERTY_REAL_TOPIC,  # noqa: F401
+    PROPERTY_SEPARATOR,  # noqa: F401
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_WAIT,
+    decode_properties,
+    encode_properties,
+    split_keys,
+)
 
 MESSAGE_MAGIC_CODE = 0xDAA320A7
 MESSAGE_MAGIC_CODE_V2 = 0xDAA320AB
@@ -29,18 +46,6 @@ END_FILE_MIN_BLANK_LENGTH = 8
 MAX_TOPIC_LENGTH = 127
 MAX_PROPERTIES_LENGTH = 32767
 MAX_RECORD_EXTRA = 64 * 1024  # a record may exceed maxMessageSize by this much (4.9.4+)
-
-NAME_VALUE_SEPARATOR = "\x01"
-PROPERTY_SEPARATOR = "\x02"
-KEY_SEPARATOR = " "
-
-PROPERTY_KEYS = "KEYS"
-PROPERTY_TAGS = "TAGS"
-PROPERTY_WAIT = "WAIT"
-PROPERTY_DELAY = "DELAY"
-PROPERTY_UNIQ_KEY = "UNIQ_KEY"
-PROPERTY_REAL_TOPIC = "REAL_TOPIC"
-PROPERTY_REAL_QID = "REAL_QID"
 
 # offsets of the fields patched under the put lock
 QUEUE_OFFSET_POSITION = 20
@@ -105,25 +110,6 @@ def tags_code(tags: str | None) -> int:
     return java_string_hash(tags) if tags else 0
 
 
-def encode_properties(props: Mapping[str, str]) -> str:
-    """RocketMQ's writer form: name\\x01value joined by \\x02, no trailing separator."""
-    return PROPERTY_SEPARATOR.join(
-        f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in props.items() if v is not None
-    )
-
-
-def decode_properties(text: str) -> dict[str, str]:
-    """RocketMQ 4.9.8's reader: accepts a trailing \\x02, skips malformed segments."""
-    props: dict[str, str] = {}
-    if not text:
-        return props
-    for seg in text.split(PROPERTY_SEPARATOR):
-        name, sep, value = seg.partition(NAME_VALUE_SEPARATOR)
-        if sep and name and value:
-            props[name] = value
-    return props
-
-
 @functools.lru_cache(maxsize=1024)
 def encode_host(host: str) -> bytes:
     """'ip:port' or '[v6]:port' → address bytes + int32 port (8 or 20 bytes)."""
@@ -183,14 +169,6 @@ def _freeze_props(value: Mapping[str, str] | None) -> dict[str, str]:
     return dict(value or {})
 
 
-def _freeze_keys(value: Iterable[str] | str | None) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        return tuple(k for k in value.split(KEY_SEPARATOR) if k)
-    return tuple(value)
-
-
 @attrs.define(on_setattr=attrs.setters.NO_OP)
 class Message:
     """A message to be stored. `tags` and `keys` become the TAGS and KEYS properties.
@@ -204,7 +182,7 @@ class Message:
     body: bytes
     queue_id: int = 0
     tags: str | None = None
-    keys: tuple[str, ...] = attrs.field(default=(), converter=_freeze_keys)
+    keys: tuple[str, ...] = attrs.field(default=(), converter=split_keys)
     properties: dict[str, str] = attrs.field(factory=dict, converter=_freeze_props)
     flag: int = 0
     born_timestamp: int | None = None
@@ -258,7 +236,7 @@ class StoredMessage:
 
     @property
     def keys(self) -> tuple[str, ...]:
-        return _freeze_keys(self.properties.get(PROPERTY_KEYS))
+        return split_keys(self.properties.get(PROPERTY_KEYS))
 
     @property
     def uniq_key(self) -> str | None:
@@ -522,58 +500,6 @@ def read_store_timestamp(buf: bytes | bytearray | memoryview, pos: int) -> int:
     return _I64.unpack_from(buf, pos + store_timestamp_position(sys_flag))[0]
 
 
-def validate_record(
-    buf: bytes | bytearray | memoryview, pos: int, limit: int, *, check_crc: bool = True
-) -> tuple[RecordKind, int, str]:
-    """Recovery's check of the record at `pos`: (kind, size, error), without building a
-    message. Checks the magic, that the field lengths add up to TOTALSIZE, and the body CRC."""
-    avail = limit - pos
-    if avail < 8:
-        return RecordKind.INVALID, -1, f"only {avail} bytes left, no record header"
-    total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
-    if magic == BLANK_MAGIC_CODE:
-        if total < 8 or total > avail:
-            return RecordKind.INVALID, -1, f"BLANK filler with impossible size {total}"
-        return RecordKind.BLANK, total, ""
-    if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
-        if total == 0 and magic == 0:
-            return RecordKind.INVALID, -1, "zeroed bytes (end of written data)"
-        return RecordKind.INVALID, -1, f"illegal magic code 0x{magic:08X}"
-    if total < _HEAD.size + 16 + _TAIL.size or total > avail:
-        return RecordKind.INVALID, -1, f"record size {total} does not fit the {avail} bytes left"
-    body_crc = _I32.unpack_from(buf, pos + 8)[0]
-    sys_flag = _I32.unpack_from(buf, pos + SYSFLAG_POSITION)[0]
-    p = pos + _HEAD.size + (20 if sys_flag & BORNHOST_V6_FLAG else 8) + 8
-    p += (20 if sys_flag & STOREHOST_V6_FLAG else 8) + 12
-    end = pos + total
-    if p + 4 > end:
-        return RecordKind.INVALID, -1, "record too short for its hosts"
-    body_len = _I32.unpack_from(buf, p)[0]
-    p += 4
-    if body_len < 0 or p + body_len + 3 > end:
-        return RecordKind.INVALID, -1, f"body length {body_len} runs past the record"
-    body_at = p
-    p += body_len
-    if magic == MESSAGE_MAGIC_CODE:
-        topic_len = _I8.unpack_from(buf, p)[0]
-        p += 1 + topic_len
-    else:
-        topic_len = _I16.unpack_from(buf, p)[0]
-        p += 2 + topic_len
-    if topic_len < 0 or p + 2 > end:
-        return RecordKind.INVALID, -1, f"topic length {topic_len} runs past the record"
-    props_len = _I16.unpack_from(buf, p)[0]
-    p += 2 + props_len
-    if props_len < 0 or p != end:
-        return RecordKind.INVALID, -1, f"TOTALSIZE {total} differs from the {p - pos} bytes its fields take"
-    if check_crc:
-        with memoryview(buf) as view:
-            computed = masked_crc32(view[body_at : body_at + body_len])
-        if computed != body_crc:
-            return RecordKind.INVALID, -1, f"body CRC mismatch: stored {body_crc}, computed {computed}"
-    return RecordKind.MESSAGE, total, ""
-
-
 class DispatchRequest(NamedTuple):
     """What dispatch needs from a record, read without building a StoredMessage."""
 
@@ -642,3 +568,13 @@ def decode_dispatch(
         props.get(PROPERTY_KEYS, ""), props.get(PROPERTY_UNIQ_KEY), sys_flag,
     )
     return RecordKind.MESSAGE, total, request, ""
+
+
+def __getattr__(name: str):
+    """`validate_record` moved to recovery.py (recovery's check); still importable from here.
+    Imported lazily: recovery.py imports this module."""
+    if name == "validate_record":
+        from .recovery import validate_record
+
+        return validate_record
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Protocol
 
-import attrs
 import psutil
 import trio
 
@@ -22,8 +21,8 @@ from .allocate import AllocateMappedFileService
 from .checkpoint import StoreCheckpoint
 from .cleanup import CleanCommitLogService, CleanConsumeQueueService, DiskUsage
 from .commit_log import CommitLog
-from .config import CQ_STORE_UNIT_SIZE, BrokerRole, FlushDiskType, StoreConfig
-from .consume_queue import ConsumeQueueTable, is_blank_unit, iter_units
+from .config import BrokerRole, FlushDiskType, StoreConfig
+from .consume_queue import ConsumeQueueTable
 from .flush import (
     CommitRealTimeService,
     FlushConsumeQueueService,
@@ -41,12 +40,13 @@ from .message import (
     Message,
     PreparedRecord,
     RecordKind,
-    StoredMessage,
-    decode_msg_id,
     prepare_record,
     topic_error,
     transaction_type,
 )
+from .reads import GetMessageResult as GetMessageResult  # importable from here, as before
+from .reads import MessageReads
+from .reads import StoreUnavailableError as StoreUnavailableError
 from .recovery import RecoveryProgress, TruncateReport
 from .reput import ReputMessageService
 from .running_flags import RunningFlags
@@ -54,11 +54,9 @@ from .schedule import DelayError, parse_delay_levels, rewrite_delayed
 from .status import (
     AppendMessageResult,
     AppendMessageStatus,
-    GetMessageStatus,
     PutMessageResult,
     PutMessageStatus,
 )
-from .tag_filter import TagFilter
 from .transient_store_pool import TransientStorePool
 
 log = logging.getLogger("tidemq.store")
@@ -72,7 +70,7 @@ class Replicator(Protocol):
     async def wait_for_slave(self, next_offset: int, timeout_s: float) -> bool: ...
 
 
-class MessageStore:
+class MessageStore(MessageReads):
     def __init__(
         self,
         config: StoreConfig,
@@ -506,168 +504,6 @@ class MessageStore:
         elif self.flush_service is not None:
             self.flush_service.wakeup()
 
-    # ---- reads: plain methods, memory reads --------------------------------------------------
-    def _check_readable(self) -> None:
-        if self.shutdown_done:
-            raise StoreUnavailableError("store is shut down")
-        if not self.flags.is_readable():
-            raise StoreUnavailableError("store is not readable: " + ", ".join(self.flags.names()))
-
-    def get_min_phy_offset(self) -> int:
-        return self.commit_log.min_offset()
-
-    def get_max_phy_offset(self) -> int:
-        return self.commit_log.max_offset()
-
-    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        cq = self.consume_queues.find(topic, queue_id)
-        return cq.min_offset_in_queue if cq is not None else 0
-
-    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        cq = self.consume_queues.find(topic, queue_id)
-        return cq.max_offset_in_queue if cq is not None else 0
-
-    def look_message_by_offset(self, commitlog_offset: int, size: int | None = None) -> StoredMessage | None:
-        """The message whose record starts at `commitlog_offset` (None if there is none)."""
-        self._check_readable()
-        decoded = self.commit_log.read_record(commitlog_offset)
-        if decoded is None or decoded.kind is not RecordKind.MESSAGE:
-            return None
-        if size is not None and decoded.size != size:
-            return None
-        return decoded.message
-
-    def look_message_by_msg_id(self, msg_id: str) -> StoredMessage | None:
-        """Offset msgIds hold the physical offset: a direct read (raises ValueError on a bad id)."""
-        _host, offset = decode_msg_id(msg_id)
-        msg = self.look_message_by_offset(offset)
-        if msg is None or msg.msg_id != msg_id.upper():
-            return None
-        return msg
-
-    def _store_time_at(self, commitlog_offset: int, size: int) -> int | None:
-        decoded = self.commit_log.read_record(commitlog_offset, read_body=False)
-        if decoded is None or decoded.kind is not RecordKind.MESSAGE:
-            return None
-        return decoded.message.store_timestamp
-
-    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        cq = self.consume_queues.find(topic, queue_id)
-        if cq is None:
-            return 0
-        return cq.get_offset_in_queue_by_time(timestamp_ms, self._store_time_at, self.commit_log.min_offset())
-
-    def get_earliest_message_time(self, topic: str | None = None, queue_id: int = 0) -> int | None:
-        """Store time of the oldest message (of one queue, or of the whole CommitLog)."""
-        if topic is None:
-            offset = self.commit_log.min_offset()
-            return self._store_time_at(offset, 0) if offset >= 0 else None
-        cq = self.consume_queues.find(topic, queue_id)
-        if cq is None:
-            return None
-        unit = cq.get_unit(cq.min_offset_in_queue)
-        return self._store_time_at(unit[0], unit[1]) if unit else None
-
-    def get_message(
-        self,
-        group: str,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_msgs: int,
-        tag_filter: str | None = None,
-    ) -> GetMessageResult:
-        """Pull up to `max_msgs` messages from a queue, RocketMQ's GetMessageStatus semantics.
-
-        `tag_filter` is "*" / None (everything) or tags joined by "||" (store/tag_filter.py;
-        one naming no tag raises ValueError). The next offset always lets a consumer continue
-        past removed or filtered units.
-        """
-        self._check_readable()
-        cq = self.consume_queues.find(topic, queue_id)
-        if cq is None:
-            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, next_begin_offset=0)
-        min_off, max_off = cq.min_offset_in_queue, cq.max_offset_in_queue
-        result = GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, min_offset=min_off, max_offset=max_off)
-        if max_off == 0:
-            result.next_begin_offset = 0
-        elif offset < min_off:
-            result.status, result.next_begin_offset = GetMessageStatus.OFFSET_TOO_SMALL, min_off
-        elif offset == max_off:
-            result.status, result.next_begin_offset = GetMessageStatus.OFFSET_OVERFLOW_ONE, offset
-        elif offset > max_off:
-            result.status, result.next_begin_offset = GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_off
-        else:
-            self._read_units(cq, offset, max_msgs, TagFilter.parse(tag_filter), result)
-        return result
-
-    def _read_units(self, cq, offset: int, max_msgs: int, tags: TagFilter, result: GetMessageResult) -> None:
-        buf = cq.get_index_buffer(offset)
-        if buf is None:
-            result.status = GetMessageStatus.OFFSET_FOUND_NULL
-            result.next_begin_offset = cq.roll_next_file(offset)
-            return
-        result.status = GetMessageStatus.NO_MATCHED_MESSAGE
-        max_bytes = self.config.max_transfer_bytes_on_message_in_memory
-        max_count = min(max_msgs, self.config.max_transfer_count_on_message_in_memory)
-        max_scan = max(16000, max_msgs * CQ_STORE_UNIT_SIZE)
-        next_phy_file_start = -1
-        total_bytes = 0
-        scanned = 0
-        with buf:
-            for phy, size, code in iter_units(buf.view[:max_scan]):
-                if result.messages and (len(result.messages) >= max_count or total_bytes + size > max_bytes):
-                    break
-                scanned += 1
-                if is_blank_unit(phy, size) or (next_phy_file_start >= 0 and phy < next_phy_file_start):
-                    continue
-                if not tags.matches_code(code):
-                    continue
-                msg = self.look_message_by_offset(phy, size)
-                if msg is None:
-                    if not result.messages:
-                        result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
-                    next_phy_file_start = self.commit_log.roll_next_file(phy)
-                    continue
-                if not tags.matches_tag(msg.tags):
-                    continue
-                result.messages.append(msg)
-                total_bytes += size
-                result.status = GetMessageStatus.FOUND
-                next_phy_file_start = -1
-        result.next_begin_offset = offset + scanned
-        diff = self.commit_log.max_offset() - (result.messages[-1].commitlog_offset if result.messages else 0)
-        result.suggest_pulling_from_slave = diff > self._memory_in_page_cache
-
-    def query_message(
-        self, topic: str, key: str, max_num: int = 32, begin_ts: int = 0, end_ts: int = 2**63 - 1
-    ) -> list[StoredMessage]:
-        """Messages of `topic` whose KEYS or UNIQ_KEY equal `key`, stored in [begin_ts, end_ts],
-        newest first. The index gives candidates; each is re-read so hash collisions never
-        return another key's message."""
-        self._check_readable()
-        if self.index is None:
-            return []
-        found: list[StoredMessage] = []
-        for offset in self.index.query_offsets(topic, key, self.config.max_msgs_num_batch, begin_ts, end_ts):
-            msg = self.look_message_by_offset(offset)
-            if msg is not None and msg.topic == topic and (key in msg.keys or msg.uniq_key == key):
-                found.append(msg)
-                if len(found) >= max_num:
-                    break
-        return found
-
-    async def wait_for_message(self, topic: str, queue_id: int, offset: int, timeout: float) -> bool:
-        """Long polling: True as soon as the queue holds a message at `offset`, False at timeout."""
-        with trio.move_on_after(timeout):
-            while self.get_max_offset_in_queue(topic, queue_id) <= offset:
-                await self.reput.wait_dispatched()
-            return True
-        return False
-
-    def dispatch_behind_bytes(self) -> int:
-        return self.reput.dispatch_behind_bytes() if self.reput else 0
-
     # ---- admin -------------------------------------------------------------------------------
     async def delete_expired_files_manually(self) -> int:
         """The admin op (RocketMQ executeDeleteFilesManually): the next 20 cleanup passes
@@ -680,20 +516,6 @@ class MessageStore:
         deleted = await self.clean_commit_log.run_once()
         await self.clean_consume_queue.run_once()
         return deleted
-
-
-class StoreUnavailableError(RuntimeError):
-    """Reads refused: the store is shut down or flagged NOT_READABLE."""
-
-
-@attrs.define
-class GetMessageResult:
-    status: GetMessageStatus
-    messages: list[StoredMessage] = attrs.field(factory=list)
-    next_begin_offset: int = 0
-    min_offset: int = 0
-    max_offset: int = 0
-    suggest_pulling_from_slave: bool = False
 
 
 _STATUS_TEXT = {

@@ -28,13 +28,23 @@ import attrs
 
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
-from .message import (
+from .message import (  # the record layout's structs: validation reads the fields in place
+    _HEAD,
+    _I8,
+    _I16,
+    _I32,
+    _SIZE_MAGIC,
+    _TAIL,
+    BLANK_MAGIC_CODE,
+    BORNHOST_V6_FLAG,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
+    STOREHOST_V6_FLAG,
+    SYSFLAG_POSITION,
     RecordKind,
+    masked_crc32,
     read_store_timestamp,
     read_total_size,
-    validate_record,
 )
 
 log = logging.getLogger("tidemq.store")
@@ -71,6 +81,58 @@ class TruncateReport:
     @property
     def dropped_bytes(self) -> int:
         return self.to_offset - self.from_offset
+
+
+def validate_record(
+    buf: bytes | bytearray | memoryview, pos: int, limit: int, *, check_crc: bool = True
+) -> tuple[RecordKind, int, str]:
+    """Recovery's check of the record at `pos`: (kind, size, error), without building a
+    message. Checks the magic, that the field lengths add up to TOTALSIZE, and the body CRC."""
+    avail = limit - pos
+    if avail < 8:
+        return RecordKind.INVALID, -1, f"only {avail} bytes left, no record header"
+    total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+    if magic == BLANK_MAGIC_CODE:
+        if total < 8 or total > avail:
+            return RecordKind.INVALID, -1, f"BLANK filler with impossible size {total}"
+        return RecordKind.BLANK, total, ""
+    if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+        if total == 0 and magic == 0:
+            return RecordKind.INVALID, -1, "zeroed bytes (end of written data)"
+        return RecordKind.INVALID, -1, f"illegal magic code 0x{magic:08X}"
+    if total < _HEAD.size + 16 + _TAIL.size or total > avail:
+        return RecordKind.INVALID, -1, f"record size {total} does not fit the {avail} bytes left"
+    body_crc = _I32.unpack_from(buf, pos + 8)[0]
+    sys_flag = _I32.unpack_from(buf, pos + SYSFLAG_POSITION)[0]
+    p = pos + _HEAD.size + (20 if sys_flag & BORNHOST_V6_FLAG else 8) + 8
+    p += (20 if sys_flag & STOREHOST_V6_FLAG else 8) + 12
+    end = pos + total
+    if p + 4 > end:
+        return RecordKind.INVALID, -1, "record too short for its hosts"
+    body_len = _I32.unpack_from(buf, p)[0]
+    p += 4
+    if body_len < 0 or p + body_len + 3 > end:
+        return RecordKind.INVALID, -1, f"body length {body_len} runs past the record"
+    body_at = p
+    p += body_len
+    if magic == MESSAGE_MAGIC_CODE:
+        topic_len = _I8.unpack_from(buf, p)[0]
+        p += 1 + topic_len
+    else:
+        topic_len = _I16.unpack_from(buf, p)[0]
+        p += 2 + topic_len
+    if topic_len < 0 or p + 2 > end:
+        return RecordKind.INVALID, -1, f"topic length {topic_len} runs past the record"
+    props_len = _I16.unpack_from(buf, p)[0]
+    p += 2 + props_len
+    if props_len < 0 or p != end:
+        return RecordKind.INVALID, -1, f"TOTALSIZE {total} differs from the {p - pos} bytes its fields take"
+    if check_crc:
+        with memoryview(buf) as view:
+            computed = masked_crc32(view[body_at : body_at + body_len])
+        if computed != body_crc:
+            return RecordKind.INVALID, -1, f"body CRC mismatch: stored {body_crc}, computed {computed}"
+    return RecordKind.MESSAGE, total, ""
 
 
 def recover(
