@@ -1,0 +1,123 @@
+"""store/reput.py: ReputMessageService follows the CommitLog and dispatches each complete
+record to its ConsumeQueue and the index; an incomplete replicated record waits for its
+rest, a record that cannot be decoded stops dispatch with a running flag."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from store import BrokerRole, Message, MessageStore, StoreConfig
+from store.message import SysFlag, encode_record, patch_record, prepare_record
+from store.running_flags import RunningFlags
+
+SEG = 64 * 1024
+HOST = "127.0.0.1:10911"
+
+
+def loaded_store(root, **kw) -> MessageStore:
+    """A loaded, not started store: reput is built but nothing dispatches on its own."""
+    store = MessageStore(StoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=SEG,
+                                     max_hash_slot_num=101, max_index_num=400, **kw))
+    store.load()
+    return store
+
+
+def append(store: MessageStore, msg: Message) -> int:
+    rec = prepare_record(msg, store.config.store_host, store.config.max_message_size)
+    result = store.commit_log.append_messages([rec], msg.topic, msg.queue_id)
+    return result.wrote_offset
+
+
+def test_dispatch_fills_queues_index_and_checkpoint(tmp_path):
+    store = loaded_store(tmp_path)
+    try:
+        reput = store.reput
+        offsets = [append(store, Message("T", b"x" * 50, queue_id=i % 2, keys=[f"k{i}"])) for i in range(6)]
+        assert reput.dispatch_behind_bytes() == store.commit_log.max_offset()
+        assert reput.do_reput() == 6
+        assert reput.dispatch_behind_bytes() == 0 and reput.reput_from_offset == store.commit_log.max_offset()
+        for qid in (0, 1):
+            cq = store.consume_queues.find("T", qid)
+            assert cq.max_offset_in_queue == 3
+            assert [cq.get_unit(i)[0] for i in range(3)] == offsets[qid::2]
+        assert list(store.index.query_offsets("T", "k4", 10, 0, 2**62)) == [offsets[4]]
+        assert store.checkpoint.logics_msg_timestamp > 0
+        assert reput.do_reput() == 0  # nothing new
+    finally:
+        store.close()
+
+
+def test_max_bytes_bounds_a_round(tmp_path):
+    store = loaded_store(tmp_path)
+    try:
+        for _ in range(10):
+            append(store, Message("T", b"y" * 200))
+        size = store.commit_log.max_offset() // 10
+        assert store.reput.do_reput(max_bytes=3 * size) == 3  # a round stops at the bound
+        assert store.reput.do_reput() == 7
+    finally:
+        store.close()
+
+
+def test_prepared_transactions_are_indexed_but_take_no_queue_unit(tmp_path):
+    store = loaded_store(tmp_path)
+    try:
+        append(store, Message("T", b"p", keys=["prep"], sys_flag=int(SysFlag.TRANSACTION_PREPARED)))
+        append(store, Message("T", b"n"))
+        assert store.reput.do_reput() == 2
+        assert store.consume_queues.find("T", 0).max_offset_in_queue == 1
+        assert list(store.index.query_offsets("T", "prep", 10, 0, 2**62)) == [0]
+    finally:
+        store.close()
+
+
+def test_an_incomplete_replicated_record_waits_for_the_rest(tmp_path):
+    store = loaded_store(tmp_path, broker_role=BrokerRole.SLAVE)
+    try:
+        buf = encode_record(Message("T", b"z" * 300), HOST, 4 * 1024 * 1024)
+        patch_record(buf, 0, 0, 1_700_000_000_000)  # as the master stored it
+        record = bytes(buf)
+        assert store.commit_log.append_data(0, record[:100])
+        assert store.reput.do_reput() == 0 and store.reput.stopped_at_error is None
+        assert store.reput.reput_from_offset == 0
+        assert store.commit_log.append_data(100, record[100:])
+        assert store.reput.do_reput() == 1
+        assert store.consume_queues.find("T", 0).max_offset_in_queue == 1
+        assert store.checkpoint.physic_msg_timestamp == 1_700_000_000_000  # a slave's comes from dispatch
+    finally:
+        store.close()
+
+
+def test_an_undecodable_record_stops_dispatch_with_a_flag(tmp_path, caplog):
+    store = loaded_store(tmp_path, broker_role=BrokerRole.SLAVE)
+    try:
+        good = bytes(encode_record(Message("T", b"ok"), HOST, 4 * 1024 * 1024))
+        assert store.commit_log.append_data(0, good)
+        garbage = (64).to_bytes(4, "big") + b"\x12\x34\x56\x78" + bytes(56)  # unknown magic
+        assert store.commit_log.append_data(len(good), garbage)
+        assert store.reput.do_reput() == 1  # the good record, then it stops
+        assert f"offset {len(good)}" in store.reput.stopped_at_error
+        assert store.flags.is_set(RunningFlags.WRITE_LOGICS_QUEUE_ERROR)
+        assert not store.flags.is_writeable()
+        assert "dispatch stopped" in caplog.text
+        assert store.reput.do_reput() == 0  # stays stopped
+    finally:
+        store.close()
+
+
+async def test_run_dispatches_on_wakeup_and_wakes_long_polls(tmp_path):
+    store = loaded_store(tmp_path)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store.reput.run)
+            store.add_append_listener(store.reput.wakeup)
+            with trio.fail_after(10):
+                async with trio.open_nursery() as waiters:
+                    waiters.start_soon(store.reput.wait_dispatched)
+                    await trio.testing.wait_all_tasks_blocked()
+                    append(store, Message("T", b"w"))  # the listener wakes the service
+            assert store.consume_queues.find("T", 0).max_offset_in_queue == 1
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
