@@ -16,7 +16,7 @@ instead of two threads per slave:
   a wakeup set by its store append listener when caught up (with a 100 ms fallback, as
   RocketMQ's `allWaitForRunning(100)`).
 
-Both sides run under `ha.guard.guarded`: either one ending closes that connection only.
+Both sides run under `ha.connection.guarded`: either one ending closes that connection only.
 
 Stricter than RocketMQ: a first report beyond the master's max offset, or below its min
 offset (other than 0), is refused and the connection closed, and so is a later report
@@ -37,7 +37,7 @@ import trio
 from store.message_store import MessageStore
 from store.waiters import OffsetWaiters
 
-from .guard import guarded
+from .connection import ReadEnd, guarded, read_until_closed
 from .protocol import ReportDecoder, encode_heartbeat, encode_transfer_header
 
 log = logging.getLogger("tidemq.ha")
@@ -195,34 +195,37 @@ class HAService:
         """RocketMQ's ReadSocketService: acks from the slave; returns (closing the
         connection) on EOF, silence or a bad offset."""
         decoder = ReportDecoder()
-        housekeeping_s = self.config.ha_housekeeping_interval / 1000
-        commit_log = self.store.commit_log
-        with trio.CancelScope(deadline=trio.current_time() + housekeeping_s) as silence:
-            while True:
-                data = await conn.stream.receive_some(RECEIVE_SIZE)
-                if not data:
-                    log.info("slave %s closed the connection", conn.address)
-                    return
-                silence.deadline = trio.current_time() + housekeeping_s
-                reports = decoder.feed(data)
-                if not reports:
-                    continue
-                max_offset = commit_log.max_offset()
-                if conn.request_offset is None and not self._accept_first(conn, reports[0]):
-                    return
-                for offset in reports:
-                    if offset > max_offset:
-                        log.warning(
-                            "slave %s reported offset %d beyond the master's max offset %d; closing",
-                            conn.address, offset, max_offset,
-                        )
-                        return
-                conn.ack_offset = reports[-1]
-                self._notify_transfer_some(conn.ack_offset)
-        log.warning(
-            "slave %s: nothing read for %d ms (haHousekeepingInterval); closing",
-            conn.address, self.config.ha_housekeeping_interval,
+
+        async def on_data(data: bytes) -> bool:
+            reports = decoder.feed(data)
+            return not reports or self._on_reports(conn, reports)
+
+        end = await read_until_closed(
+            conn.stream, RECEIVE_SIZE, self.config.ha_housekeeping_interval / 1000, on_data
         )
+        if end is ReadEnd.EOF:
+            log.info("slave %s closed the connection", conn.address)
+        elif end is ReadEnd.SILENT:
+            log.warning(
+                "slave %s: nothing read for %d ms (haHousekeepingInterval); closing",
+                conn.address, self.config.ha_housekeeping_interval,
+            )
+
+    def _on_reports(self, conn: HAConnection, reports: list[int]) -> bool:
+        """Take one read's reports as acks; False (close) for an offset the master cannot serve."""
+        max_offset = self.store.commit_log.max_offset()
+        if conn.request_offset is None and not self._accept_first(conn, reports[0]):
+            return False
+        for offset in reports:
+            if offset > max_offset:
+                log.warning(
+                    "slave %s reported offset %d beyond the master's max offset %d; closing",
+                    conn.address, offset, max_offset,
+                )
+                return False
+        conn.ack_offset = reports[-1]
+        self._notify_transfer_some(conn.ack_offset)
+        return True
 
     def _accept_first(self, conn: HAConnection, offset: int) -> bool:
         """Apply the first-transfer-offset rule; refuse offsets the master cannot serve."""

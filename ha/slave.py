@@ -12,7 +12,7 @@ and the slave reconnects and reports again, so the master resends from the right
 The read loop (`_read_loop`, RocketMQ's HAClient.processReadEvent) acks, i.e. reports its
 new max offset, right after appending what one read brought, before dispatch gets a turn;
 a separate task (`_report_loop`) only sends the idle heartbeat. Both run under
-`ha.guard.guarded`: either one ending closes the connection and the client reconnects.
+`ha.connection.guarded`: either one ending closes the connection and the client reconnects.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import trio
 from store.address import AddressError, split_host_port
 from store.message_store import MessageStore
 
-from .guard import guarded
+from .connection import ReadEnd, guarded, read_until_closed
 from .protocol import Transfer, TransferDecoder, encode_report
 
 log = logging.getLogger("tidemq.ha")
@@ -194,24 +194,26 @@ class HAClient:
     async def _read_loop(self, session: _Session) -> None:
         """Decode frames and append them; returns on EOF or `haHousekeepingInterval` of silence."""
         decoder = TransferDecoder(max_body=self.config.ha_transfer_batch_size)
-        housekeeping_s = self.config.ha_housekeeping_interval / 1000
-        with trio.CancelScope(deadline=trio.current_time() + housekeeping_s) as silence:
-            while True:
-                data = await session.stream.receive_some(RECEIVE_SIZE)
-                if not data:
-                    log.info("master %s closed the connection", session.address)
-                    return
-                silence.deadline = trio.current_time() + housekeeping_s
-                frames = decoder.feed(data)
-                for frame in frames:
-                    self._apply(frame)
-                    session.frames += 1
-                if frames:
-                    await self._report(session)  # ack before dispatch or anything else runs
-        log.warning(
-            "nothing read from master %s for %d ms (haHousekeepingInterval); closing",
-            session.address, self.config.ha_housekeeping_interval,
+
+        async def on_data(data: bytes) -> bool:
+            frames = decoder.feed(data)
+            for frame in frames:
+                self._apply(frame)
+                session.frames += 1
+            if frames:
+                await self._report(session)  # ack before dispatch or anything else runs
+            return True
+
+        end = await read_until_closed(
+            session.stream, RECEIVE_SIZE, self.config.ha_housekeeping_interval / 1000, on_data
         )
+        if end is ReadEnd.EOF:
+            log.info("master %s closed the connection", session.address)
+        else:
+            log.warning(
+                "nothing read from master %s for %d ms (haHousekeepingInterval); closing",
+                session.address, self.config.ha_housekeeping_interval,
+            )
 
     def _apply(self, frame: Transfer) -> None:
         """Check one frame's offset against the log's end and append its body."""

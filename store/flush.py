@@ -60,16 +60,23 @@ class FlushedTime:
             self.checkpoint.physic_msg_timestamp = queue.store_timestamp
 
 
-class _LeastPages:
-    """`least_pages` per round, but 0 (everything) once `thorough_interval_ms` has passed
-    since the last thorough round: the rule every flush and commit service shares."""
+class Cadence:
+    """When a periodic flush or commit runs and how much it takes: every `interval_ms`,
+    at least `least_pages` dirty pages, but everything (0) once `thorough_interval_ms` has
+    passed since the last thorough round. The rule every flush and commit service shares."""
 
-    def __init__(self, least_pages: int, thorough_interval_ms: int) -> None:
+    def __init__(self, interval_ms: int, least_pages: int, thorough_interval_ms: int) -> None:
+        self.interval_ms = interval_ms
         self.least_pages = least_pages
         self.thorough_interval_ms = thorough_interval_ms
         self._last_thorough = time.monotonic()
 
+    @property
+    def interval_s(self) -> float:
+        return self.interval_ms / 1000
+
     def next(self) -> int:
+        """Least pages for the round about to run."""
         now = time.monotonic()
         if (now - self._last_thorough) * 1000 >= self.thorough_interval_ms:
             self._last_thorough = now
@@ -135,19 +142,9 @@ class GroupCommitService:
 class FlushRealTimeService:
     """Async flush: periodic, by least pages, thorough every `thorough_interval_ms`."""
 
-    def __init__(
-        self,
-        queue: MappedFileQueue,
-        *,
-        interval_ms: int,
-        least_pages: int,
-        thorough_interval_ms: int,
-        timed: bool,
-        flushed_time: FlushedTime,
-    ) -> None:
+    def __init__(self, queue: MappedFileQueue, cadence: Cadence, *, timed: bool, flushed_time: FlushedTime) -> None:
         self.queue = queue
-        self.interval_ms = interval_ms
-        self._pages = _LeastPages(least_pages, thorough_interval_ms)
+        self.cadence = cadence
         self.timed = timed
         self._flushed_time = flushed_time
         self._wake = trio.Event()
@@ -165,13 +162,12 @@ class FlushRealTimeService:
     async def run(self) -> None:
         while True:
             if self.timed:
-                await trio.sleep(self.interval_ms / 1000)
+                await trio.sleep(self.cadence.interval_s)
             else:
-                with trio.move_on_after(self.interval_ms / 1000):
+                with trio.move_on_after(self.cadence.interval_s):
                     await self._wake.wait()
                 self._wake = trio.Event()
-            least = self._pages.next()
-            await self.flush(least)
+            await self.flush(self.cadence.next())
 
     async def shutdown(self) -> None:
         await trio.to_thread.run_sync(flush_to_end, self.queue)
@@ -181,25 +177,15 @@ class FlushRealTimeService:
 class CommitRealTimeService:
     """Transient pool: copy [committed, wrote) of each write buffer into its file."""
 
-    def __init__(
-        self,
-        queue: MappedFileQueue,
-        *,
-        interval_ms: int,
-        least_pages: int,
-        thorough_interval_ms: int,
-        on_committed: Callable[[], None],
-    ) -> None:
+    def __init__(self, queue: MappedFileQueue, cadence: Cadence, *, on_committed: Callable[[], None]) -> None:
         self.queue = queue
-        self.interval_ms = interval_ms
-        self._pages = _LeastPages(least_pages, thorough_interval_ms)
+        self.cadence = cadence
         self._on_committed = on_committed
 
     async def run(self) -> None:
         while True:
-            await trio.sleep(self.interval_ms / 1000)
-            least = self._pages.next()
-            nothing = await trio.to_thread.run_sync(self.queue.commit, least)
+            await trio.sleep(self.cadence.interval_s)
+            nothing = await trio.to_thread.run_sync(self.queue.commit, self.cadence.next())
             if not nothing:
                 self._on_committed()
 
@@ -213,19 +199,10 @@ class FlushConsumeQueueService:
     checkpoint, every thorough interval. The logics timestamp is captured before the flush
     so the checkpoint never claims more than is on disk."""
 
-    def __init__(
-        self,
-        flush_queues: Callable[[int], None],
-        checkpoint,
-        *,
-        interval_ms: int,
-        least_pages: int,
-        thorough_interval_ms: int,
-    ) -> None:
+    def __init__(self, flush_queues: Callable[[int], None], checkpoint: StoreCheckpoint, cadence: Cadence) -> None:
         self._flush_queues = flush_queues
         self.checkpoint = checkpoint
-        self.interval_ms = interval_ms
-        self._pages = _LeastPages(least_pages, thorough_interval_ms)
+        self.cadence = cadence
 
     async def flush(self, least_pages: int) -> None:
         logics_ts = self.checkpoint.logics_msg_timestamp
@@ -236,6 +213,5 @@ class FlushConsumeQueueService:
 
     async def run(self) -> None:
         while True:
-            await trio.sleep(self.interval_ms / 1000)
-            least = self._pages.next()
-            await self.flush(least)
+            await trio.sleep(self.cadence.interval_s)
+            await self.flush(self.cadence.next())

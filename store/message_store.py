@@ -24,6 +24,7 @@ from .commit_log import CommitLog
 from .config import BrokerRole, FlushDiskType, StoreConfig
 from .consume_queue import ConsumeQueueTable
 from .flush import (
+    Cadence,
     CommitRealTimeService,
     FlushConsumeQueueService,
     FlushedTime,
@@ -188,18 +189,16 @@ class MessageStore(MessageReads):
             return
         self.flush_service = FlushRealTimeService(
             self.commit_log.queue,
-            interval_ms=config.flush_interval_commit_log,
-            least_pages=config.flush_commit_log_least_pages,
-            thorough_interval_ms=config.flush_commit_log_thorough_interval,
+            Cadence(config.flush_interval_commit_log, config.flush_commit_log_least_pages,
+                    config.flush_commit_log_thorough_interval),
             timed=config.flush_commit_log_timed,
             flushed_time=flushed_time,
         )
         if self.pool is not None:
             self.commit_service = CommitRealTimeService(
                 self.commit_log.queue,
-                interval_ms=config.commit_interval_commit_log,
-                least_pages=config.commit_commit_log_least_pages,
-                thorough_interval_ms=config.commit_commit_log_thorough_interval,
+                Cadence(config.commit_interval_commit_log, config.commit_commit_log_least_pages,
+                        config.commit_commit_log_thorough_interval),
                 on_committed=self.flush_service.wakeup,
             )
 
@@ -317,11 +316,11 @@ class MessageStore(MessageReads):
         self._recover_topic_queue_table()
         self.add_append_listener(self.reput.wakeup)
         nursery.start_soon(self.reput.run)
+        config = self.config
         self.flush_cq_service = FlushConsumeQueueService(
             self.consume_queues.flush, self.checkpoint,
-            interval_ms=self.config.flush_interval_consume_queue,
-            least_pages=self.config.flush_consume_queue_least_pages,
-            thorough_interval_ms=self.config.flush_consume_queue_thorough_interval,
+            Cadence(config.flush_interval_consume_queue, config.flush_consume_queue_least_pages,
+                    config.flush_consume_queue_thorough_interval),
         )
         nursery.start_soon(self.flush_cq_service.run)
         self.clean_commit_log = CleanCommitLogService(

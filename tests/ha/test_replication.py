@@ -29,6 +29,7 @@ from store.config import BrokerRole, FlushDiskType, StoreConfig
 from store.message import Message
 from store.message_store import MessageStore, open_store
 from store.status import PutMessageStatus
+from tests.ha.proxy import PausableProxy
 from tests.waiting import wait_until
 
 SEG = 64 * 1024
@@ -137,66 +138,6 @@ async def start_cancellable(nursery: trio.Nursery, run: Callable[..., Awaitable[
 
     await nursery.start(wrapper)
     return scope
-
-
-class Gate:
-    def __init__(self) -> None:
-        self._open = trio.Event()
-        self._open.set()
-
-    def close(self) -> None:
-        if self._open.is_set():
-            self._open = trio.Event()
-
-    def open(self) -> None:
-        self._open.set()
-
-    async def wait_open(self) -> None:
-        while not self._open.is_set():
-            await self._open.wait()
-
-
-class PausableProxy:
-    """A TCP forwarder between a slave and the master whose directions can be paused: holds
-    a slave's acks (or the master's frames) back while the connection stays open."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.port = 0
-        self.to_master = Gate()
-        self.to_slave = Gate()
-
-    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        self.port = listeners[0].socket.getsockname()[1]
-        async with trio.open_nursery() as nursery:
-            await nursery.start(trio.serve_listeners, self._handle, listeners)
-            task_status.started(self.port)
-
-    async def _handle(self, down: trio.SocketStream) -> None:
-        try:
-            up = await trio.open_tcp_stream("127.0.0.1", self.target_port)
-        except OSError:
-            await down.aclose()
-            return
-        async with up, down, trio.open_nursery() as nursery:
-            nursery.start_soon(self._pump, down, up, self.to_master, nursery.cancel_scope)
-            nursery.start_soon(self._pump, up, down, self.to_slave, nursery.cancel_scope)
-
-    @staticmethod
-    async def _pump(src: trio.SocketStream, dst: trio.SocketStream, gate: Gate, scope: trio.CancelScope) -> None:
-        try:
-            while True:
-                await gate.wait_open()
-                data = await src.receive_some(65536)
-                if not data:
-                    return
-                await gate.wait_open()
-                await dst.send_all(data)
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
-            return
-        finally:
-            scope.cancel()
 
 
 async def read_frames(stream: trio.SocketStream, decoder: TransferDecoder, count: int = 1) -> list[Transfer] | None:

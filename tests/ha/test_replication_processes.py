@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from ha.protocol import TransferDecoder
+from tests.ha.proxy import PausableProxy
 from tests.node.nodeproc import master_conf, slave_conf, store_root
 from tests.node.wire import call
 from tests.waiting import wait_until
@@ -81,64 +82,13 @@ async def test_two_processes_replicate_byte_identical(tmp_path, nodes):
     assert_identical_files(store_root(mconf), store_root(sconf), end, min_segments=3)
 
 
-class HoldingProxy:
-    """The slave's HA connection through the test: master→slave bytes flow until `limit`
-    have been forwarded, then are held (the connection stays open) until `release()`. The
-    slave's reports pass freely. What was forwarded is kept, so the test knows exactly
-    which frames the slave can have."""
-
-    def __init__(self, target_port: int, limit: int) -> None:
-        self.target_port = target_port
-        self.limit = limit
-        self.forwarded = bytearray()
-        self._released = trio.Event()
-        self.port = 0
-
-    def release(self) -> None:
-        self._released.set()
-
-    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        self.port = listeners[0].socket.getsockname()[1]
-        await trio.serve_listeners(self._handle, listeners, task_status=task_status)
-
-    async def _handle(self, down: trio.SocketStream) -> None:
-        try:
-            up = await trio.open_tcp_stream("127.0.0.1", self.target_port)
-        except OSError:
-            await down.aclose()
-            return
-        async with up, down, trio.open_nursery() as nursery:
-            nursery.start_soon(self._pump, down, up, False, nursery.cancel_scope)
-            nursery.start_soon(self._pump, up, down, True, nursery.cancel_scope)
-
-    async def _pump(self, src, dst, to_slave: bool, scope: trio.CancelScope) -> None:
-        try:
-            while True:
-                room = 65536
-                if to_slave and not self._released.is_set():
-                    room = self.limit - len(self.forwarded)
-                    if room <= 0:
-                        await self._released.wait()
-                        room = 65536
-                data = await src.receive_some(room)
-                if not data:
-                    return
-                await dst.send_all(data)
-                if to_slave and not self._released.is_set():
-                    self.forwarded += data
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
-            return
-        finally:
-            scope.cancel()
-
-    def applied_end(self) -> int:
-        """Where the slave's log ends once it has appended every complete data frame held."""
-        end = 0
-        for frame in TransferDecoder(max_body=1 << 20).feed(bytes(self.forwarded)):
-            if not frame.is_heartbeat:
-                end = frame.end
-        return end
+def applied_end(forwarded: bytes) -> int:
+    """Where a slave's log ends once it has appended every complete data frame of `forwarded`."""
+    end = 0
+    for frame in TransferDecoder(max_body=1 << 20).feed(forwarded):
+        if not frame.is_heartbeat:
+            end = frame.end
+    return end
 
 
 async def test_master_killed_mid_transfer(tmp_path, nodes):
@@ -152,15 +102,18 @@ async def test_master_killed_mid_transfer(tmp_path, nodes):
     await send_workload(master.address, 0, 304, size=8000)
     total = await max_offset(master.address)
     master_ha_port = int(tomllib.loads(mconf.read_text())["haListenPort"])
-    proxy = HoldingProxy(master_ha_port, limit=10 * (12 + 4096) + 100)
+    proxy = PausableProxy(master_ha_port)
+    limit = 10 * (12 + 4096) + 100
+    proxy.hold_to_slave_after(limit)
     async with trio.open_nursery() as nursery:
         await nursery.start(proxy.run)
         sconf = slave_conf(tmp_path, mconf, haMasterAddress=f"127.0.0.1:{proxy.port}", **big)
         slave = nodes.start(sconf)
         with trio.fail_after(30):
-            while len(proxy.forwarded) < proxy.limit:
-                await trio.sleep(0.01)  # poll: the proxy fills its budget
-        held = proxy.applied_end()
+            while proxy.to_slave.is_open:
+                await trio.sleep(0.01)  # poll: the proxy spends its budget, then holds
+        assert len(proxy.to_slave_forwarded) == limit
+        held = applied_end(bytes(proxy.to_slave_forwarded))
         assert 0 < held < total, (held, total)
         with trio.fail_after(30):
             while await max_offset(slave.address) != held:
@@ -169,7 +122,7 @@ async def test_master_killed_mid_transfer(tmp_path, nodes):
         kept = await max_offset(slave.address)
         assert kept == held < total, (kept, held, total)
         assert await max_offset(slave.address) == kept, "the slave keeps what it has while the master is gone"
-        proxy.release()
+        proxy.to_slave.open()
         master = nodes.start(mconf)
         assert await max_offset(master.address) == total, "the master recovered everything it had"
         await send_workload(master.address, 304, 96, size=8000)
