@@ -21,6 +21,7 @@ from typing import NamedTuple
 import attrs
 
 from .address import AddressError, format_host_port, split_host_port
+
 # The properties codec lives in properties.py; its names stay importable from here.
 from .properties import (
     KEY_SEPARATOR,

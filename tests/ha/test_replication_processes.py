@@ -109,15 +109,15 @@ async def test_master_killed_mid_transfer(tmp_path, nodes):
         await nursery.start(proxy.run)
         sconf = slave_conf(tmp_path, mconf, haMasterAddress=f"127.0.0.1:{proxy.port}", **big)
         slave = nodes.start(sconf)
-        with trio.fail_after(30):
-            while proxy.to_slave.is_open:
-                await trio.sleep(0.01)  # poll: the proxy spends its budget, then holds
+        await wait_until(lambda: not proxy.to_slave.is_open, timeout=30, what="the proxy to spend its budget")
         assert len(proxy.to_slave_forwarded) == limit
         held = applied_end(bytes(proxy.to_slave_forwarded))
         assert 0 < held < total, (held, total)
-        with trio.fail_after(30):
-            while await max_offset(slave.address) != held:
-                await trio.sleep(0.01)  # poll: the slave appends every complete frame it got
+
+        async def slave_holds_every_frame_it_got() -> bool:
+            return await max_offset(slave.address) == held
+
+        await wait_until(slave_holds_every_frame_it_got, timeout=30, what=f"the slave at offset {held}")
         master.stop(signal.SIGKILL)
         kept = await max_offset(slave.address)
         assert kept == held < total, (kept, held, total)

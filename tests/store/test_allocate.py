@@ -9,6 +9,7 @@ import trio
 
 from store.allocate import AllocateMappedFileService
 from store.mapped_file import offset_to_file_name
+from tests.waiting import wait_until
 
 SIZE = 64 * 1024
 
@@ -18,9 +19,7 @@ def seg(tmp_path, offset: int) -> str:
 
 
 async def wait_for_file(path: str) -> None:
-    with trio.fail_after(10):
-        while not os.path.exists(path):
-            await trio.sleep(0.005)  # poll
+    await wait_until(lambda: os.path.exists(path), what=f"{path} to be pre-created")
 
 
 async def test_next_segment_is_precreated_and_handed_out(tmp_path):
@@ -58,9 +57,7 @@ async def test_a_failed_precreation_is_logged_and_allocate_still_works(tmp_path,
         nursery.start_soon(service.run)
         first = service.allocate(str(gone / offset_to_file_name(0)), SIZE)
         gone.rename(moved)  # before the background task runs: its pre-creation fails
-        with trio.fail_after(10):
-            while "could not pre-create" not in caplog.text:
-                await trio.sleep(0.005)  # poll
+        await wait_until(lambda: "could not pre-create" in caplog.text, what="the failed pre-creation logged")
         second = service.allocate(str(moved / offset_to_file_name(SIZE)), SIZE)  # made inline
         assert service.preallocated_hits == 0 and second.file_from_offset == SIZE
         nursery.cancel_scope.cancel()
