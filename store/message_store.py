@@ -62,6 +62,7 @@ from .transient_store_pool import TransientStorePool
 
 log = logging.getLogger("tidemq.store")
 
+
 class Replicator(Protocol):
     """What a SYNC_MASTER put needs from the HA service (ha/master.py's HAService, which
     attaches itself with `MessageStore.attach_replicator`)."""
@@ -72,6 +73,9 @@ class Replicator(Protocol):
 
 
 class MessageStore(MessageReads):
+    """The facade: lifecycle, recovery and truncation, puts, replication hooks; reads come
+    from MessageReads (reads.py)."""
+
     def __init__(
         self,
         config: StoreConfig,
