@@ -136,9 +136,7 @@ class Broker:
 
     async def _serve(self, task_status: trio.TaskStatus[str]) -> None:
         cfg = self.cfg
-        # recovery_progress: open_store's (validated, total) callback, once the store has it
-        options = {"recovery_progress": self.recovery_progress} if self.recovery_progress else {}
-        async with open_store(cfg.store, **options) as store:
+        async with open_store(cfg.store, recovery_progress=self.recovery_progress) as store:
             await trio.to_thread.run_sync(write_broker_properties, cfg)
             try:
                 async with trio.open_nursery() as nursery:

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import inspect
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TextIO
 
 from store.cli import EXIT_OK, EXIT_USAGE, UsageError, error
-
-RecoveryProgress = Callable[[int, int], None]
+from store.recovery import RecoveryProgress
 
 
 @contextlib.contextmanager
@@ -51,14 +49,6 @@ def recovery_progress_bar(stream: TextIO | None = None) -> Iterator[RecoveryProg
         progress.stop()
 
 
-def _store_reports_recovery() -> bool:
-    """Whether open_store takes `recovery_progress` (the store's recovery reports it)."""
-    # TODO(rebase): always true once open_store's recovery_progress is on main; then drop this
-    from store.message_store import open_store
-
-    return "recovery_progress" in inspect.signature(open_store).parameters
-
-
 def _cmd_node_start(args: argparse.Namespace) -> int:
     import trio
 
@@ -77,7 +67,7 @@ def _cmd_node_start(args: argparse.Namespace) -> int:
     serving = False
 
     with recovery_progress_bar() as progress:
-        node = Broker(cfg, recovery_progress=progress if _store_reports_recovery() else None)
+        node = Broker(cfg, recovery_progress=progress)
 
         async def serve() -> None:
             nonlocal serving
