@@ -1,0 +1,224 @@
+"""The history checker: after the faults heal and the nodes are stopped cleanly, read
+every queue of every node from its store files (store.tools, read-only) and compare with
+what the clients were told.
+
+Reported per run: acknowledged-but-missing (on the master, and per node), duplicates by
+key, per-queue order and contiguity breaks, CRC failures and damage, master/slave
+divergence (records that differ in the range both hold, and a slave's bytes past the
+master's end), indeterminate sends that landed or not, failed sends that landed anyway,
+and consumed messages no longer stored. Acknowledged messages below a node's first
+CommitLog offset were removed by cleanup on purpose and are counted apart.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from store.tools import StoreToolError, dump, dump_queue, iter_segments, verify
+
+from .history import FAIL, INFO, OK, History
+from .workload import parse_key
+
+MAX_LISTED = 20  # examples kept per finding
+
+
+@attrs.define
+class NodeReport:
+    name: str
+    messages: int = 0
+    min_offset: int = 0
+    end_offset: int = 0
+    bad_crcs: int = 0
+    damage: list[dict[str, Any]] = attrs.field(factory=list)
+    queue_errors: list[str] = attrs.field(factory=list)  # contiguity / order / unreadable units
+    duplicates: list[str] = attrs.field(factory=list)
+    acked_missing: list[str] = attrs.field(factory=list)
+    expired: int = 0  # acknowledged, below min_offset: removed by cleanup
+
+
+@attrs.define
+class CheckReport:
+    acked: int = 0
+    failed: int = 0
+    indeterminate: int = 0
+    indeterminate_landed: int = 0
+    failed_but_stored: list[str] = attrs.field(factory=list)
+    acked_missing: list[str] = attrs.field(factory=list)  # on the master, the clients' node
+    acked_missing_offsets: list[int] = attrs.field(factory=list)  # their acknowledged CommitLog offsets
+    acked_moved: list[str] = attrs.field(factory=list)  # found, but not at the acknowledged queue offset
+    duplicates: list[str] = attrs.field(factory=list)
+    order_breaks: list[str] = attrs.field(factory=list)
+    contiguity_breaks: list[str] = attrs.field(factory=list)
+    crc_failures: int = 0
+    damage: list[str] = attrs.field(factory=list)
+    divergence: list[str] = attrs.field(factory=list)
+    slave_ahead_bytes: int = 0
+    consumed: int = 0
+    consumed_missing: list[str] = attrs.field(factory=list)
+    expired: int = 0
+    nodes: dict[str, NodeReport] = attrs.field(factory=dict)
+    statuses: dict[str, int] = attrs.field(factory=dict)
+
+    @property
+    def losses(self) -> int:
+        return len(self.acked_missing)
+
+    def to_json(self) -> dict[str, Any]:
+        out = attrs.asdict(self)
+        for key, value in list(out.items()):
+            if isinstance(value, list):
+                out[key] = {"count": len(value), "examples": value[:MAX_LISTED]}
+        for node in out["nodes"].values():
+            for key in ("queue_errors", "duplicates", "acked_missing"):
+                node[key] = {"count": len(node[key]), "examples": node[key][:MAX_LISTED]}
+        return out
+
+
+def _read_node(name: str, root: str, topic: str, queues: int) -> tuple[NodeReport, dict[str, list[tuple[int, int]]]]:
+    """The node's summary and key → [(queue_id, queue_offset)] for the topic."""
+    rep = NodeReport(name)
+    where: dict[str, list[tuple[int, int]]] = {}
+    try:
+        summary = verify(root)
+        segments = iter_segments(root)
+    except StoreToolError as e:
+        rep.damage.append({"offset": -1, "reason": str(e)})
+        return rep, where
+    rep.bad_crcs = summary["badCrcs"]
+    rep.damage = summary["damage"]
+    rep.end_offset = summary["endOffset"] or 0
+    rep.min_offset = segments[0][0] if segments else 0
+    for qid in range(queues):
+        expected: int | None = None
+        last_seq: dict[int, int] = {}
+        try:
+            records = list(dump_queue(root, topic, qid))
+        except StoreToolError:
+            continue  # the node never had this queue
+        for rec in records:
+            q_off = rec["queueOffset"]
+            if expected is not None and q_off != expected:
+                rep.queue_errors.append(f"{topic}-{qid}: offset {q_off} follows {expected - 1}")
+            expected = q_off + 1
+            if "error" in rec:
+                rep.queue_errors.append(f"{topic}-{qid}@{q_off}: {rec['error']}")
+                continue
+            rep.messages += 1
+            for key in rec["keys"]:
+                where.setdefault(key, []).append((qid, q_off))
+                parsed = parse_key(key)
+                if parsed is not None:
+                    process, seq = parsed
+                    if seq <= last_seq.get(process, -1):
+                        rep.queue_errors.append(f"order: {topic}-{qid}@{q_off} producer {process} "
+                                                f"seq {seq} after {last_seq[process]}")
+                    last_seq[process] = seq
+    rep.duplicates = sorted(k for k, places in where.items() if len(places) > 1)
+    return rep, where
+
+
+def _divergence(master_root: str, slave_root: str, limit: int = MAX_LISTED) -> tuple[list[str], int]:
+    """Records that differ between the two CommitLogs where both hold data, and how many
+    bytes the slave holds past the master's end."""
+    out: list[str] = []
+    try:
+        master = {r["offset"]: r for r in dump(master_root) if "error" not in r}
+        slave = {r["offset"]: r for r in dump(slave_root) if "error" not in r}
+    except StoreToolError as e:
+        return [f"cannot compare: {e}"], 0
+
+    def end(records: Mapping[int, dict[str, Any]]) -> int:
+        if not records:
+            return 0
+        last = max(records)
+        return last + (records[last].get("size") or records[last].get("blank") or 0)
+
+    common_start = max(min(master, default=0), min(slave, default=0))
+    common_end = min(end(master), end(slave))
+    for offset in sorted(o for o in slave if common_start <= o < common_end):
+        m, s = master.get(offset), slave[offset]
+        same = m is not None and m.get("msgId") == s.get("msgId") and m.get("bodyCrc") == s.get("bodyCrc") \
+            and m.get("blank") == s.get("blank")
+        if not same:
+            out.append(f"offset {offset}: master {_label(m)} / slave {_label(s)}")
+            if len(out) >= limit:
+                break
+    return out, max(0, end(slave) - end(master))
+
+
+def _label(rec: Mapping[str, Any] | None) -> str:
+    if rec is None:
+        return "no record"
+    if "blank" in rec:
+        return f"blank {rec['blank']}"
+    keys = rec.get("keys") or [base64.b64decode(rec.get("body", ""))[:16]]
+    return f"{rec.get('msgId')} {keys[0]!r}"
+
+
+def check(history: History, roots: Mapping[str, str], *, master: str, topic: str, queues: int,
+          consumed: Mapping[str, int] | None = None) -> CheckReport:
+    """Compare `history` with the stores at `roots` (node name → storePathRootDir)."""
+    report = CheckReport(statuses=history.statuses())
+    found: dict[str, dict[str, list[tuple[int, int]]]] = {}
+    for name, root in roots.items():
+        if not os.path.isdir(root):
+            continue
+        node, where = _read_node(name, root, topic, queues)
+        report.nodes[name] = node
+        found[name] = where
+    on_master = found.get(master, {})
+    master_min = report.nodes[master].min_offset if master in report.nodes else 0
+    for op in history.ops:
+        outcome = op.outcome or INFO
+        if outcome == OK:
+            report.acked += 1
+            for name, where in found.items():
+                if op.key in where:
+                    continue
+                node = report.nodes[name]
+                if op.commitlog_offset is not None and op.commitlog_offset < node.min_offset:
+                    node.expired += 1
+                    if name == master:
+                        report.expired += 1
+                    continue
+                node.acked_missing.append(op.key)
+                if name == master:
+                    report.acked_missing.append(op.key)
+                    report.acked_missing_offsets.append(op.commitlog_offset or 0)
+            places = on_master.get(op.key)
+            if places and (op.queue_id, op.queue_offset) not in places:
+                report.acked_moved.append(f"{op.key}: acked at {op.queue_id}@{op.queue_offset}, stored at {places}")
+        elif outcome == FAIL:
+            report.failed += 1
+            if op.key in on_master:
+                report.failed_but_stored.append(f"{op.key} ({op.status})")
+        else:
+            report.indeterminate += 1
+            if op.key in on_master:
+                report.indeterminate_landed += 1
+    for name, node in report.nodes.items():
+        report.duplicates += [f"{name}: {k}" for k in node.duplicates]
+        for err in node.queue_errors:
+            (report.order_breaks if err.startswith("order") else report.contiguity_breaks).append(f"{name}: {err}")
+        report.crc_failures += node.bad_crcs
+        report.damage += [f"{name}@{d['offset']}: {d['reason']}" for d in node.damage]
+    for name, root in roots.items():
+        if name != master and name in report.nodes and master in report.nodes:
+            diffs, ahead = _divergence(roots[master], root)
+            report.divergence += [f"{name}: {d}" for d in diffs]
+            report.slave_ahead_bytes = max(report.slave_ahead_bytes, ahead)
+    if consumed:
+        report.consumed = len(consumed)
+        report.consumed_missing = sorted(
+            k for k in consumed if k not in on_master and not _expired(history, k, master_min))
+    return report
+
+
+def _expired(history: History, key: str, min_offset: int) -> bool:
+    op = next((o for o in history.ops if o.key == key), None)
+    return op is not None and op.commitlog_offset is not None and op.commitlog_offset < min_offset

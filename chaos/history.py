@@ -1,0 +1,85 @@
+"""The history of a workload: every operation a client invoked and what it was told.
+
+Jepsen's model: an op is invoked, then completes as `ok` (acknowledged: the node said the
+message is stored, with status, msgId, queue and offset), `fail` (the node said it is NOT
+stored: SERVICE_NOT_AVAILABLE, MESSAGE_ILLEGAL, ...) or `info` (indeterminate: timeout or
+lost connection, it may or may not have landed). Each completion is appended to a
+JSON-lines file as it happens, so a crashed run still leaves its history.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from typing import IO, Any
+
+import attrs
+
+OK, FAIL, INFO = "ok", "fail", "info"
+
+
+@attrs.define
+class Op:
+    """One send. `key` is unique in the run; `seq` counts per producer from 0."""
+
+    process: int
+    seq: int
+    key: str
+    invoked_at: float
+    outcome: str | None = None  # None while in flight
+    completed_at: float | None = None
+    status: str | None = None
+    msg_id: str | None = None
+    queue_id: int | None = None
+    queue_offset: int | None = None
+    commitlog_offset: int | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in attrs.asdict(self).items() if v is not None}
+
+
+class History:
+    """Ops in invocation order, mirrored to `path` (one line per completion)."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.ops: list[Op] = []
+        self._file: IO[str] | None = open(path, "a", encoding="utf-8") if path else None  # noqa: SIM115
+
+    def invoke(self, process: int, seq: int, key: str) -> Op:
+        op = Op(process, seq, key, time.time())
+        self.ops.append(op)
+        return op
+
+    def complete(self, op: Op, outcome: str, **fields: Any) -> None:
+        op.outcome = outcome
+        op.completed_at = time.time()
+        for name, value in fields.items():
+            setattr(op, name, value)
+        if self._file is not None:
+            self._file.write(json.dumps(op.to_json()) + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def by_outcome(self, outcome: str) -> Iterator[Op]:
+        return (op for op in self.ops if op.outcome == outcome)
+
+    def counts(self) -> dict[str, int]:
+        out = {OK: 0, FAIL: 0, INFO: 0}
+        for op in self.ops:
+            out[op.outcome or INFO] += 1  # still in flight at the end = indeterminate
+        return out
+
+    def statuses(self) -> dict[str, int]:
+        """How often each send status / error status was seen."""
+        out: dict[str, int] = {}
+        for op in self.ops:
+            if op.status:
+                out[op.status] = out.get(op.status, 0) + 1
+        return out

@@ -1,0 +1,155 @@
+"""A chaos cluster: one group (master + slave) and a name server, whose master↔slave HA
+link and client link go through Toxiproxy proxies, started with cluster.launcher.
+
+The launcher has no proxy flag (yet), so this module writes the layout itself: the
+slave's `haMasterAddress` names the "ha" proxy, whose upstream is the master's HA port,
+and the workload sends to the "client" proxy, whose upstream is the master's client port.
+A scenario can then cut, slow or slice exactly one link. Nodes are named as in conf/:
+`namesrv`, `broker-a` (master), `broker-a-s` (slave).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+from toxiproxy import Toxiproxy
+from toxiproxy.proxy import Proxy
+
+from cluster import launcher
+
+MASTER, SLAVE, NAMESRV = "broker-a", "broker-a-s", "namesrv"
+BROKER_NAME = "broker-a"
+
+SMALL_STORE: dict[str, Any] = {
+    "mappedFileSizeCommitLog": 1024 * 1024,
+    "mappedFileSizeConsumeQueue": 20 * 4000,
+    "maxHashSlotNum": 1000,
+    "maxIndexNum": 4000,
+    "haHousekeepingInterval": 3000,
+    "haSendHeartbeatInterval": 500,
+    "slaveTimeout": 1000,
+    "syncFlushTimeout": 2000,
+    "cleanResourceInterval": 500,
+    "registerNameServerPeriod": 2000,
+    "flushIntervalCommitLog": 100,
+}
+"""Small files and short intervals: a scenario of seconds sees rolls, timeouts, recovery."""
+
+
+def parse_mode(mode: str) -> tuple[str, str]:
+    """"SYNC_MASTER+SYNC_FLUSH" → (brokerRole, flushDiskType); ValueError names the choices."""
+    role, _, flush = mode.partition("+")
+    if role not in ("SYNC_MASTER", "ASYNC_MASTER") or flush not in ("SYNC_FLUSH", "ASYNC_FLUSH"):
+        raise ValueError(f"mode must be (SYNC_MASTER|ASYNC_MASTER)+(SYNC_FLUSH|ASYNC_FLUSH), got {mode!r}")
+    return role, flush
+
+
+MODES = tuple(f"{r}+{f}" for r in ("SYNC_MASTER", "ASYNC_MASTER") for f in ("SYNC_FLUSH", "ASYNC_FLUSH"))
+
+
+@attrs.define
+class ChaosCluster:
+    """The files, addresses and proxies of one scenario's cluster under `base_dir`."""
+
+    base_dir: Path
+    mode: str
+    ports: dict[str, int]
+    store_roots: dict[str, str]
+    proxies: dict[str, Proxy] = attrs.field(factory=dict)
+
+    @property
+    def conf_dir(self) -> Path:
+        return self.base_dir / "conf"
+
+    @property
+    def namesrv(self) -> str:
+        return f"127.0.0.1:{self.ports['namesrv']}"
+
+    @property
+    def master_address(self) -> str:
+        return f"127.0.0.1:{self.ports['master']}"
+
+    @property
+    def slave_address(self) -> str:
+        return f"127.0.0.1:{self.ports['slave']}"
+
+    @property
+    def master_ha_address(self) -> str:
+        return f"127.0.0.1:{self.ports['master_ha']}"
+
+    @property
+    def client_address(self) -> str:
+        """Where producers send: the client proxy in front of the master."""
+        return self.proxies["client"].listen
+
+    def address_of(self, node: str) -> str:
+        return {MASTER: self.master_address, SLAVE: self.slave_address, NAMESRV: self.namesrv}[node]
+
+    # ---- lifecycle (blocking: call through trio.to_thread from async code)
+
+    def up(self) -> None:
+        launcher.up(self.conf_dir, self.base_dir)
+
+    def down(self) -> list[launcher.StopResult]:
+        return launcher.down(self.base_dir)
+
+    def signal(self, node: str, sig: str) -> str:
+        return launcher.kill(self.base_dir, node, sig)
+
+    def start(self, node: str) -> None:
+        launcher.start_node(self.base_dir, node)
+
+    def alive(self, node: str) -> bool:
+        state = launcher.load_state(self.base_dir)
+        rec = state.nodes.get(node) if state else None
+        return rec is not None and launcher._process(rec) is not None
+
+    def remove_proxies(self) -> None:
+        for proxy in self.proxies.values():
+            proxy.destroy()
+        self.proxies.clear()
+
+
+def write_cluster(
+    base_dir: str | os.PathLike[str],
+    mode: str,
+    client: Toxiproxy,
+    *,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    store_roots: Mapping[str, str] | None = None,
+) -> ChaosCluster:
+    """Write the layout's config files under `base_dir/conf` and create its two proxies.
+
+    `overrides` maps a node name to extra keys; `store_roots` replaces a node's
+    storePathRootDir (e.g. a tmpfs mount for the full-disk scenario)."""
+    role, flush = parse_mode(mode)
+    base = Path(base_dir).resolve()
+    conf = base / "conf"
+    conf.mkdir(parents=True, exist_ok=True)
+    ports = dict(zip(("namesrv", "master", "master_ha", "slave", "slave_ha"), launcher.free_ports(5), strict=True))
+    roots = {MASTER: str(base / "store" / MASTER), SLAVE: str(base / "store" / SLAVE)}
+    roots.update(store_roots or {})
+    cluster = ChaosCluster(base, mode, ports, roots)
+    suffix = f"{os.getpid()}-{ports['master']}"
+    cluster.proxies["ha"] = client.create(upstream=cluster.master_ha_address, name=f"ha-{suffix}")
+    cluster.proxies["client"] = client.create(upstream=cluster.master_address, name=f"client-{suffix}")
+    common = {"brokerClusterName": "ChaosCluster", "brokerName": BROKER_NAME, "brokerIP1": "127.0.0.1",
+              "namesrvAddr": cluster.namesrv, "flushDiskType": flush, **SMALL_STORE}
+    nodes: dict[str, dict[str, Any]] = {
+        MASTER: {**common, "brokerId": 0, "brokerRole": role, "listenPort": ports["master"],
+                 "haListenPort": ports["master_ha"], "storePathRootDir": roots[MASTER]},
+        SLAVE: {**common, "brokerId": 1, "brokerRole": "SLAVE", "listenPort": ports["slave"],
+                "haListenPort": ports["slave_ha"], "storePathRootDir": roots[SLAVE],
+                "haMasterAddress": cluster.proxies["ha"].listen, "masterAddr": cluster.master_address},
+        NAMESRV: {"listenPort": ports["namesrv"], "brokerExpireMs": 10_000},
+    }
+    for name, values in nodes.items():
+        values.update((overrides or {}).get(name) or {})
+        text = "".join(f"{key} = {json.dumps(value)}\n" for key, value in values.items())
+        (conf / f"{name}.toml").write_text(f"# written by chaos.layout for mode {mode}\n{text}", encoding="utf-8")
+    return cluster

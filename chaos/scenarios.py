@@ -1,0 +1,182 @@
+"""The chaos scenarios: each is a fault function that injects its fault into a running
+FaultContext and heals it, plus what its modes promise (chaos.expectations).
+
+Scenarios that need slave promotion (promotion under load, a returning old master) are
+listed with `fault=None` and a `pending` reason until the failover feature lands; they
+slot in here as ordinary fault functions using cluster.failover.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+
+from .layout import MASTER, MODES, NAMESRV, SLAVE
+from .runner import FaultContext
+
+Fault = Callable[[FaultContext], Awaitable[None]]
+
+
+@attrs.frozen
+class Scenario:
+    name: str
+    summary: str
+    fault: Fault | None
+    ci_modes: tuple[str, ...] = ("SYNC_MASTER+SYNC_FLUSH",)  # the modes CI runs it in
+    lossless_in_every_mode: bool = True  # process faults: the page cache survives a SIGKILL
+    slave_statuses: bool = False  # SYNC_MASTER producers must see the slave fall behind
+    disk_refusal: bool = False
+    slave_ahead_ok: bool = False
+    overrides: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    workload: dict[str, Any] = attrs.field(factory=dict)  # WorkloadConfig fields
+    tmpfs_mb: int = 0
+    pending: str = ""
+
+
+# ---------------------------------------------------------------- process faults
+
+
+async def kill_master(ctx: FaultContext) -> None:
+    sig = "KILL" if ctx.rng.random() < 0.75 else "TERM"
+    ctx.schedule["signal"] = sig
+    await ctx.signal(MASTER, sig)
+    await ctx.hold(ctx.schedule["fault_for"])
+    await ctx.restart(MASTER)
+
+
+async def kill_slave(ctx: FaultContext) -> None:
+    await ctx.signal(SLAVE, "KILL")
+    await ctx.hold(ctx.schedule["fault_for"])
+    await ctx.restart(SLAVE)
+
+
+async def kill_namesrv(ctx: FaultContext) -> None:
+    await ctx.signal(NAMESRV, "KILL")
+    await ctx.hold(ctx.schedule["fault_for"])
+    await ctx.restart(NAMESRV)
+
+    async def broker_registered() -> bool:
+        from cluster.admin import Admin
+        try:
+            async with Admin(ctx.cluster.namesrv) as admin:
+                return any(b.broker_name == "broker-a" for b in await admin.cluster_info())
+        except Exception:
+            return False
+
+    await ctx.until(broker_registered, 20.0, "the restarted name server learning broker-a again")
+    ctx.note("heal: broker-a registered with the restarted name server")
+
+
+async def pause_master(ctx: FaultContext) -> None:
+    """SIGSTOP longer than haHousekeepingInterval: both HA ends give up on the link."""
+    await ctx.signal(MASTER, "STOP")
+    await ctx.hold(ctx.schedule["fault_for"])
+    await ctx.signal(MASTER, "CONT")
+
+
+def _segments(root: str) -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(os.path.join(root, "commitlog")) if n.isdigit())
+    except FileNotFoundError:
+        return []
+
+
+async def kill_during_roll(ctx: FaultContext) -> None:
+    """SIGKILL the master the moment a new CommitLog segment appears."""
+    root = ctx.cluster.store_roots[MASTER]
+    before = _segments(root)[-1:]
+    await ctx.until(lambda: _segments(root)[-1:] != before, 30.0, "a CommitLog roll on the master")
+    await ctx.signal(MASTER, "KILL")
+    ctx.note(f"fault: killed as segment {_segments(root)[-1]} appeared")
+    await ctx.hold(ctx.schedule["fault_for"] / 2)
+    await ctx.restart(MASTER)
+
+
+async def kill_during_cleanup(ctx: FaultContext) -> None:
+    """SIGKILL the master the moment cleanup removes a CommitLog segment."""
+    root = ctx.cluster.store_roots[MASTER]
+    await ctx.until(lambda: len(_segments(root)) >= 3, 30.0, "three CommitLog segments on the master")
+    first = _segments(root)[0]
+    await ctx.until(lambda: (_segments(root) or [first])[0] != first, 30.0, "cleanup removing a segment")
+    await ctx.signal(MASTER, "KILL")
+    ctx.note(f"fault: killed as cleanup removed segment {first}")
+    await ctx.hold(ctx.schedule["fault_for"] / 2)
+    await ctx.restart(MASTER)
+
+
+# ---------------------------------------------------------------- network faults
+
+
+async def cut_ha_link(ctx: FaultContext) -> None:
+    proxy = ctx.cluster.proxies["ha"]
+    await ctx.toxiproxy(proxy.disable)
+    ctx.note("fault: master↔slave link cut")
+    await ctx.hold(ctx.schedule["fault_for"])
+    await ctx.toxiproxy(proxy.enable)
+    ctx.note("heal: master↔slave link restored")
+
+
+async def slow_ha_link(ctx: FaultContext) -> None:
+    proxy = ctx.cluster.proxies["ha"]
+    latency = ctx.rng.randrange(600, 1200)
+    ctx.schedule["ha_latency_ms"] = latency
+    await ctx.toxiproxy(proxy.add_toxic, name="slow", type="latency", stream="downstream",
+                        attributes={"latency": latency, "jitter": latency // 10})
+    await ctx.toxiproxy(proxy.add_toxic, name="narrow", type="bandwidth", stream="downstream",
+                        attributes={"rate": 8})
+    ctx.note(f"fault: master→slave data delayed {latency} ms, limited to 8 KB/s")
+    await ctx.hold(ctx.schedule["fault_for"] * 1.5)
+    for name in ("slow", "narrow"):
+        await ctx.toxiproxy(proxy.destroy_toxic, name)
+    ctx.note("heal: toxics removed")
+
+
+async def slice_client_link(ctx: FaultContext) -> None:
+    proxy = ctx.cluster.proxies["client"]
+    size = ctx.rng.randrange(3, 24)
+    ctx.schedule["slice_bytes"] = size
+    for stream in ("upstream", "downstream"):
+        await ctx.toxiproxy(proxy.add_toxic, name=f"slice-{stream}", type="slicer", stream=stream,
+                            attributes={"average_size": size, "size_variation": size // 2, "delay": 300})
+        await ctx.toxiproxy(proxy.add_toxic, name=f"delay-{stream}", type="latency", stream=stream,
+                            attributes={"latency": 40, "jitter": 20})
+    ctx.note(f"fault: client link sliced into ~{size} B pieces and delayed 40±20 ms")
+    await ctx.hold(ctx.schedule["fault_for"] * 1.5)
+    for stream in ("upstream", "downstream"):
+        for name in (f"slice-{stream}", f"delay-{stream}"):
+            await ctx.toxiproxy(proxy.destroy_toxic, name)
+    ctx.note("heal: toxics removed")
+
+
+# ---------------------------------------------------------------- registry
+
+_HA_FAST = {"haHousekeepingInterval": 1000}
+_PROMOTION = "needs slave promotion (the failover issue); add it when cluster failover has landed"
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
+    Scenario("kill-master", "SIGKILL (sometimes SIGTERM) the master mid-load, restart it", kill_master,
+             ci_modes=MODES),
+    Scenario("kill-slave", "SIGKILL the slave mid-load, restart it", kill_slave, slave_statuses=True),
+    Scenario("kill-roll", "SIGKILL the master as a new CommitLog segment appears", kill_during_roll,
+             overrides={MASTER: {"mappedFileSizeCommitLog": 64 * 1024},
+                        SLAVE: {"mappedFileSizeCommitLog": 64 * 1024}}),
+    Scenario("kill-cleanup", "SIGKILL the master while cleanup removes CommitLog segments", kill_during_cleanup,
+             overrides={MASTER: {"mappedFileSizeCommitLog": 64 * 1024, "diskSpaceCleanForciblyRatio": 0.01,
+                                 "diskMaxUsedSpaceRatio": 10, "cleanResourceInterval": 200},
+                        SLAVE: {"mappedFileSizeCommitLog": 64 * 1024}}),
+    Scenario("kill-namesrv", "SIGKILL the name server, restart it, wait for re-registration", kill_namesrv),
+    Scenario("pause-master", "SIGSTOP the master beyond haHousekeepingInterval, then SIGCONT", pause_master,
+             overrides={MASTER: _HA_FAST, SLAVE: _HA_FAST}),
+    Scenario("cut-ha", "cut the master↔slave link (proxy disabled), restore it", cut_ha_link,
+             slave_statuses=True),
+    Scenario("slow-ha", "delay and throttle master→slave data until the slave falls behind", slow_ha_link,
+             slave_statuses=True, overrides={MASTER: {"slaveTimeout": 500}}),
+    Scenario("slice-client", "slice the client link into tiny pieces and delay them", slice_client_link,
+             workload={"send_timeout": 8.0}),
+    Scenario("promote-under-load", "promote the slave while producers write", None, pending=_PROMOTION),
+    Scenario("old-master-returns", "the old master rejoins as a slave after a promotion", None,
+             pending=_PROMOTION),
+]}

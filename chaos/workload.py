@@ -1,0 +1,178 @@
+"""The chaos workload: producers with unique keys and per-producer sequence numbers, a
+consumer group, and a monitor that remembers each node's offsets (to name the window a
+fault could lose).
+
+Producers send to one address (the client proxy in front of the master) over the node
+client protocol, one connection each, pinned queue `seq % queues`, and record every
+outcome in the History; a lost connection is reopened after a short back-off. They do not
+retry a send: an indeterminate send stays indeterminate, so a duplicate in the store is
+the store's doing. The consumer is a cluster.client PullConsumer through the name server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import Any
+
+import attrs
+import trio
+
+from cluster.consumer import PullConsumer
+from node.client import ConnectionLost, RequestTimeout, TidemqError, connect
+
+from .history import FAIL, INFO, OK, History
+
+log = logging.getLogger("tidemq.chaos")
+
+TOPIC = "ChaosTopic"
+CONSUMER_GROUP = "chaos-consumer"
+
+
+@attrs.define
+class WorkloadConfig:
+    producers: int = 3
+    rate: float = 60.0  # sends per second per producer (a pace, not a target)
+    body_size: int = 300
+    queues: int = 4
+    send_timeout: float = 4.0
+    topic: str = TOPIC
+
+
+def key_of(run_id: str, process: int, seq: int) -> str:
+    return f"{run_id}-p{process}-{seq}"
+
+
+def parse_key(key: str) -> tuple[int, int] | None:
+    """(process, seq) from a workload key, None for a key of another run."""
+    try:
+        _run, p, seq = key.rsplit("-", 2)
+        return int(p[1:]), int(seq)
+    except ValueError:
+        return None
+
+
+@attrs.define
+class NodeSample:
+    at: float
+    max_phy_offset: int
+    flushed_offset: int
+    min_phy_offset: int
+    slave_ack: int | None  # master only: the best slave's acknowledged offset
+    running_flags: list[str]
+
+
+class Workload:
+    """Runs until `stop` is set; outcomes go to `history`, consumed keys to `consumed`."""
+
+    def __init__(self, send_address: str, namesrv: str, status_addresses: dict[str, str],
+                 history: History, run_id: str, cfg: WorkloadConfig | None = None) -> None:
+        self.send_address = send_address
+        self.namesrv = namesrv
+        self.status_addresses = status_addresses
+        self.history = history
+        self.run_id = run_id
+        self.cfg = cfg or WorkloadConfig()
+        self.consumed: dict[str, int] = {}
+        self.samples: dict[str, NodeSample] = {}
+        self.consumer_errors = 0
+
+    async def create_topic(self) -> None:
+        async with connect(self.send_address, connect_timeout=5.0, request_timeout=10.0) as conn:
+            await conn.request("topic_create", topic=self.cfg.topic, read_queue_nums=self.cfg.queues,
+                               write_queue_nums=self.cfg.queues)
+
+    async def run(self, stop: trio.Event, *, consume: bool = True) -> None:
+        async with trio.open_nursery() as nursery:
+            for p in range(self.cfg.producers):
+                nursery.start_soon(self._producer, p, stop)
+            if consume:
+                nursery.start_soon(self._consumer, stop)
+            nursery.start_soon(self._monitor, stop)
+
+    # ---- producers
+
+    async def _producer(self, process: int, stop: trio.Event) -> None:
+        seq = 0
+        interval = 1.0 / self.cfg.rate if self.cfg.rate > 0 else 0.0
+        next_at = trio.current_time()
+        while not stop.is_set():
+            try:
+                async with connect(self.send_address, connect_timeout=2.0,
+                                   request_timeout=self.cfg.send_timeout) as conn:
+                    while not stop.is_set():
+                        op = self.history.invoke(process, seq, key_of(self.run_id, process, seq))
+                        body = op.key.encode().ljust(self.cfg.body_size, b".")
+                        seq += 1
+                        if not await self._send(conn, op, body):
+                            break
+                        next_at = max(next_at + interval, trio.current_time() - 1.0)
+                        with trio.move_on_at(next_at):
+                            await stop.wait()  # pace; wakes at once on stop
+            except TidemqError as e:  # connect failed: the node or the link is down
+                log.debug("producer %d: %s", process, e)
+            with trio.move_on_after(0.2):
+                await stop.wait()  # back off before reconnecting
+
+    async def _send(self, conn: Any, op: Any, body: bytes) -> bool:
+        """One send; False when the connection is unusable afterwards."""
+        try:
+            r = await conn.request("send", topic=self.cfg.topic, body=body, keys=[op.key],
+                                   queue_id=op.seq % self.cfg.queues)
+        except (ConnectionLost, RequestTimeout) as e:
+            self.history.complete(op, INFO, error=str(e)[:200])
+            return False
+        except TidemqError as e:
+            self.history.complete(op, FAIL, status=e.status, error=str(e)[:200])
+            return True
+        self.history.complete(op, OK, status=r["status"], msg_id=r["msg_id"], queue_id=r["queue_id"],
+                              queue_offset=r["queue_offset"], commitlog_offset=r["commitlog_offset"])
+        return True
+
+    # ---- consumer and monitor
+
+    async def _consumer(self, stop: trio.Event) -> None:
+        with trio.CancelScope() as scope:
+            async def cancel_on_stop() -> None:
+                await stop.wait()
+                scope.cancel()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(cancel_on_stop)
+                while True:
+                    try:
+                        async with PullConsumer(self.namesrv, group=CONSUMER_GROUP, topic=self.cfg.topic,
+                                                request_timeout=3.0, master_retry_s=0.5) as consumer, \
+                                contextlib.aclosing(consumer.messages(poll_ms=300, auto_commit=True)) as it:
+                            async for msg in it:
+                                for key in msg.keys:
+                                    self.consumed[key] = self.consumed.get(key, 0) + 1
+                    except TidemqError as e:
+                        self.consumer_errors += 1
+                        log.debug("consumer: %s", e)
+                    with trio.move_on_after(0.3):
+                        await stop.wait()  # back off, then a fresh consumer
+
+    async def _monitor(self, stop: trio.Event) -> None:
+        while not stop.is_set():
+            for name, address in self.status_addresses.items():
+                sample = await sample_node(address)
+                if sample is not None:
+                    self.samples[name] = sample
+            with trio.move_on_after(0.25):
+                await stop.wait()
+
+
+async def sample_node(address: str, timeout: float = 1.0) -> NodeSample | None:
+    """The node's offsets from its `status`, None when it does not answer in time."""
+    try:
+        with trio.fail_after(timeout + 1.0):
+            async with connect(address, connect_timeout=timeout, request_timeout=timeout) as conn:
+                s = await conn.request("status")
+    except (TidemqError, trio.TooSlowError):
+        return None
+    slaves = (s.get("ha") or {}).get("slaves")
+    ack = max((x["ack_offset"] for x in slaves), default=None) if slaves is not None else None
+    return NodeSample(time.time(), s["max_phy_offset"], s["flushed_offset"], s["min_phy_offset"], ack,
+                      list(s.get("running_flags") or []))
