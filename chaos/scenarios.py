@@ -8,14 +8,18 @@ slot in here as ordinary fault functions using cluster.failover.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
+import trio
 
 from .layout import MASTER, MODES, NAMESRV, SLAVE
 from .runner import FaultContext
+from .workload import sample_node
 
 Fault = Callable[[FaultContext], Awaitable[None]]
 
@@ -90,7 +94,7 @@ async def kill_during_roll(ctx: FaultContext) -> None:
     before = _segments(root)[-1:]
     await ctx.until(lambda: _segments(root)[-1:] != before, 30.0, "a CommitLog roll on the master")
     await ctx.signal(MASTER, "KILL")
-    ctx.note(f"fault: killed as segment {_segments(root)[-1]} appeared")
+    ctx.note(f"at: killed as segment {_segments(root)[-1]} appeared")
     await ctx.hold(ctx.schedule["fault_for"] / 2)
     await ctx.restart(MASTER)
 
@@ -102,9 +106,38 @@ async def kill_during_cleanup(ctx: FaultContext) -> None:
     first = _segments(root)[0]
     await ctx.until(lambda: (_segments(root) or [first])[0] != first, 30.0, "cleanup removing a segment")
     await ctx.signal(MASTER, "KILL")
-    ctx.note(f"fault: killed as cleanup removed segment {first}")
+    ctx.note(f"at: killed as cleanup removed segment {first}")
     await ctx.hold(ctx.schedule["fault_for"] / 2)
     await ctx.restart(MASTER)
+    await _resync_stranded_slave(ctx)
+
+
+async def _resync_stranded_slave(ctx: FaultContext) -> None:
+    """Forced cleanup deletes segments whatever the slave has (as RocketMQ's does), so a
+    slave that fell behind during the kill can be left below the master's min offset; the
+    master then refuses it. The documented remedy: clear the slave's store and restart it,
+    and it resyncs from the master's newest segment."""
+    seen: dict[str, Any] = {}
+
+    async def settled() -> bool:
+        master = await sample_node(ctx.cluster.master_address)
+        slave = await sample_node(ctx.cluster.slave_address)
+        if master is None or slave is None:
+            return False
+        seen.update(master=master, slave=slave)
+        stranded = slave.max_phy_offset < master.min_phy_offset
+        return stranded or (master.slave_ack or -1) >= master.max_phy_offset - 64 * 1024
+
+    with contextlib.suppress(TimeoutError):  # neither: the runner's catch-up wait reports it
+        await ctx.until(settled, 15.0, "the slave replicating again or found stranded")
+    master, slave = seen.get("master"), seen.get("slave")
+    if master is None or slave is None or slave.max_phy_offset >= master.min_phy_offset:
+        return
+    ctx.note(f"at: slave stranded at {slave.max_phy_offset}, below the master's min offset "
+             f"{master.min_phy_offset}; clearing its store")
+    await trio.to_thread.run_sync(ctx.cluster.signal, SLAVE, "TERM")
+    await trio.to_thread.run_sync(shutil.rmtree, ctx.cluster.store_roots[SLAVE])
+    await ctx.restart(SLAVE)
 
 
 # ---------------------------------------------------------------- network faults

@@ -64,7 +64,8 @@ class NodeSample:
 
 
 class Workload:
-    """Runs until `stop` is set; outcomes go to `history`, consumed keys to `consumed`."""
+    """Runs until `stop` is set; outcomes go to `history`, consumed keys to
+    `consumed` (key → CommitLog offset)."""
 
     def __init__(self, send_address: str, namesrv: str, status_addresses: dict[str, str],
                  history: History, run_id: str, cfg: WorkloadConfig | None = None) -> None:
@@ -147,7 +148,7 @@ class Workload:
                                 contextlib.aclosing(consumer.messages(poll_ms=300, auto_commit=True)) as it:
                             async for msg in it:
                                 for key in msg.keys:
-                                    self.consumed[key] = self.consumed.get(key, 0) + 1
+                                    self.consumed[key] = msg.commitlog_offset
                     except TidemqError as e:
                         self.consumer_errors += 1
                         log.debug("consumer: %s", e)
