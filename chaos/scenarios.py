@@ -11,12 +11,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
 import trio
 
+from . import disk
 from .layout import MASTER, MODES, NAMESRV, SLAVE
 from .runner import FaultContext
 from .workload import sample_node
@@ -184,6 +186,72 @@ async def slice_client_link(ctx: FaultContext) -> None:
     ctx.note("heal: toxics removed")
 
 
+# ---------------------------------------------------------------- disk faults
+
+
+async def torn_tail(ctx: FaultContext) -> None:
+    """Stop the slave, cut its last record short, restart it: recovery truncates the torn
+    record and the slave fetches it again from the master."""
+    await ctx.signal(SLAVE, "KILL")
+    done = await trio.to_thread.run_sync(disk.tear_tail, ctx.cluster.store_roots[SLAVE], ctx.rng)
+    ctx.note(f"fault: {done}")
+    await ctx.restart(SLAVE)
+
+
+async def garbage_tail(ctx: FaultContext) -> None:
+    """Stop the master, write garbage after its last record, restart it: recovery stops at
+    the garbage and nothing acknowledged is lost."""
+    await ctx.signal(MASTER, "KILL")
+    done = await trio.to_thread.run_sync(disk.garbage_tail, ctx.cluster.store_roots[MASTER], ctx.rng)
+    ctx.note(f"fault: {done}")
+    await ctx.restart(MASTER)
+
+
+async def full_disk(ctx: FaultContext) -> None:
+    """Fill the master's small file system past diskSpaceWarningLevelRatio under load;
+    sends must be refused with the disk message; free the space; sends must resume."""
+    mount = os.path.dirname(ctx.cluster.store_roots[MASTER])
+    path, size = await trio.to_thread.run_sync(disk.fill, mount, 0.97)
+    ctx.note(f"fault: filled the master's file system with {size} B")
+
+    def refused() -> bool:
+        return any(op.status == "SERVICE_NOT_AVAILABLE" and "disk" in (op.error or "").lower()
+                   for op in ctx.history.ops[-200:])
+
+    try:
+        await ctx.until(refused, 15.0, "a send refused with the disk-full message")
+    except TimeoutError as e:
+        ctx.findings.append(str(e))
+    await ctx.hold(ctx.schedule["fault_for"])
+    os.remove(path)
+    freed = time.time()
+    ctx.note("heal: filler removed")
+
+    def resumed() -> bool:
+        return any(op.outcome == "ok" and (op.completed_at or 0) > freed for op in ctx.history.ops[-200:])
+
+    try:
+        await ctx.until(resumed, 20.0, "a send acknowledged after the space was freed")
+    except TimeoutError:
+        ctx.disk_resumed = False
+
+
+async def fuzz(ctx: FaultContext) -> None:
+    """Hypothesis-generated client and HA frames against the live master, under load."""
+    from .fuzz import fuzz_node
+
+    ctx.note("fault: fuzzing the master's client and HA ports")
+    seconds = ctx.schedule["fault_for"] * 2
+    try:
+        counts = await trio.to_thread.run_sync(lambda: fuzz_node(
+            ctx.cluster.master_address, ctx.cluster.master_ha_address, seconds=seconds,
+            seed=ctx.rng.randrange(2**32)))
+        ctx.schedule["fuzz"] = counts
+        ctx.note(f"heal: fuzzing done: {counts}")
+    except AssertionError as e:
+        ctx.findings.append(f"fuzz: {e}")
+
+
 # ---------------------------------------------------------------- registry
 
 _HA_FAST = {"haHousekeepingInterval": 1000}
@@ -209,6 +277,15 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              slave_statuses=True, overrides={MASTER: {"slaveTimeout": 500}}),
     Scenario("slice-client", "slice the client link into tiny pieces and delay them", slice_client_link,
              workload={"send_timeout": 8.0}),
+    Scenario("torn-tail", "SIGKILL the slave, tear its last record, restart it", torn_tail),
+    Scenario("garbage-tail", "SIGKILL the master, write garbage after its last record, restart it",
+             garbage_tail),
+    Scenario("full-disk", "fill the master's small tmpfs under load, then free it", full_disk,
+             disk_refusal=True, tmpfs_mb=8,
+             overrides={MASTER: {"mappedFileSizeCommitLog": 256 * 1024, "diskMaxUsedSpaceRatio": 95,
+                                 "diskSpaceCleanForciblyRatio": 0.99, "cleanResourceInterval": 200},
+                        SLAVE: {"mappedFileSizeCommitLog": 256 * 1024}}),
+    Scenario("fuzz", "hypothesis-mutated client-protocol and HA frames against the live master", fuzz),
     Scenario("promote-under-load", "promote the slave while producers write", None, pending=_PROMOTION),
     Scenario("old-master-returns", "the old master rejoins as a slave after a promotion", None,
              pending=_PROMOTION),
