@@ -1,0 +1,283 @@
+"""`tidemq chaos ...`: list, run and soak the chaos scenarios, run the Toxiproxy server.
+
+    tidemq chaos list
+    tidemq chaos run SCENARIO --mode SYNC_MASTER+SYNC_FLUSH --seed N --duration S [--json]
+    tidemq chaos soak --minutes M [--log FILE]
+    tidemq chaos proxy --port 8474
+
+Exit codes: 0 the run met its mode's promises, 1 it did not (the table and the verdict
+say which), 2 usage error (unknown scenario or mode, a scenario pending on failover).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
+
+
+def _error(message: str) -> int:
+    print(f"tidemq chaos: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _scenarios() -> dict[str, Any]:
+    from .scenarios import SCENARIOS
+
+    return SCENARIOS
+
+
+# ---------------------------------------------------------------- list
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    scenarios = _scenarios()
+    if args.json:
+        print(json.dumps([{"name": s.name, "summary": s.summary, "ci_modes": list(s.ci_modes),
+                           "ready": s.fault is not None, "pending": s.pending or None}
+                          for s in scenarios.values()], indent=2))
+        return EXIT_OK
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="chaos scenarios", title_justify="left")
+    for column in ("scenario", "what it does", "CI modes"):
+        table.add_column(column)
+    for s in scenarios.values():
+        modes = ", ".join(s.ci_modes) if s.fault else f"[yellow]pending: {s.pending}[/]"
+        table.add_row(s.name, s.summary, modes)
+    Console().print(table)
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------- run
+
+
+def _check_args(args: argparse.Namespace) -> str | None:
+    from .layout import MODES
+
+    scenarios = _scenarios()
+    if args.scenario not in scenarios:
+        return f"no scenario {args.scenario!r}; `tidemq chaos list` shows them: {', '.join(scenarios)}"
+    if scenarios[args.scenario].fault is None:
+        return f"scenario {args.scenario} is pending: {scenarios[args.scenario].pending}"
+    if args.mode not in MODES:
+        return f"unknown mode {args.mode!r}; use one of {', '.join(MODES)}"
+    if not 3.0 <= args.duration <= 3600:
+        return f"--duration must be 3..3600 seconds, got {args.duration:g}"
+    return None
+
+
+def run_one(scenario: str, mode: str, seed: int, duration: float, *, keep: bool = False,
+            progress: Callable[[float, str], None] | None = None) -> Any:
+    """One scenario run in this process (its own Toxiproxy unless TOXIPROXY_URL is set)."""
+    import trio
+
+    from .network import toxiproxy
+    from .runner import run_scenario
+
+    with toxiproxy() as client:
+        return trio.run(lambda: run_scenario(_scenarios()[scenario], mode, seed, duration, client,
+                                             keep=keep, progress=progress))
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    problem = _check_args(args)
+    if problem:
+        return _error(problem)
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    err = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=err,
+                  transient=True, disable=args.json or not err.is_terminal) as bar:
+        task = bar.add_task(f"{args.scenario} {args.mode} seed {args.seed}", total=1.0)
+
+        def progress(fraction: float, what: str) -> None:
+            bar.update(task, completed=fraction, description=f"{args.scenario} seed {args.seed}: {what}")
+
+        report = run_one(args.scenario, args.mode, args.seed, args.duration, keep=args.keep, progress=progress)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2, default=str))
+    else:
+        Console().print(report_table(report))
+        print(report.verdict)
+    if report.skipped:
+        return EXIT_OK
+    return EXIT_OK if report.passed else EXIT_FOUND
+
+
+def report_table(report: Any) -> Any:
+    """The run's figures as a rich Table."""
+    from rich.table import Table
+
+    table = Table(title=f"{report.scenario} · {report.mode} · seed {report.seed} · {report.duration:g} s",
+                  title_justify="left", show_header=False)
+    table.add_column("what")
+    table.add_column("value")
+    c = report.check
+    rows: list[tuple[str, Any]] = [("schedule", json.dumps(report.schedule)),
+                                   ("faults", "; ".join(w for _, w in report.events) or "-")]
+    if c is not None:
+        rows += [
+            ("sends", f"{c.acked} acknowledged, {c.failed} failed, {c.indeterminate} indeterminate "
+                      f"({c.indeterminate_landed} landed)"),
+            ("statuses", ", ".join(f"{k} {v}" for k, v in sorted(c.statuses.items()))),
+            ("acknowledged but missing", len(c.acked_missing)),
+            ("expired by cleanup", c.expired),
+            ("duplicates / order / contiguity", f"{len(c.duplicates)} / {len(c.order_breaks)} / "
+                                                f"{len(c.contiguity_breaks)}"),
+            ("CRC failures / damage", f"{c.crc_failures} / {len(c.damage)}"),
+            ("master/slave divergence", f"{len(c.divergence)} record(s), slave ahead {c.slave_ahead_bytes} B"),
+            ("consumed (gone since)", f"{c.consumed} ({len(c.consumed_missing)})"),
+        ]
+    if report.expectation is not None:
+        rows.append(("window at the fault", report.expectation.window))
+    rows += [("time to recover", _seconds(report.time_to_recover_s)),
+             ("time until the slave caught up", _seconds(report.time_to_catch_up_s))]
+    for problem in report.violations:
+        rows.append(("[red]broken promise[/]", problem))
+    for what, value in rows:
+        table.add_row(what, str(value))
+    return table
+
+
+def _seconds(value: float | None) -> str:
+    return "did not happen" if value is None else f"{value:.2f} s"
+
+
+# ---------------------------------------------------------------- soak
+
+
+def _cmd_soak(args: argparse.Namespace) -> int:
+    from .layout import MODES
+
+    scenarios = [s for s in _scenarios().values() if s.fault is not None]
+    if args.scenarios:
+        wanted = args.scenarios.split(",")
+        unknown = [w for w in wanted if w not in _scenarios()]
+        if unknown:
+            return _error(f"unknown scenario(s) {', '.join(unknown)}")
+        scenarios = [s for s in scenarios if s.name in wanted]
+    if args.minutes <= 0:
+        return _error(f"--minutes must be positive, got {args.minutes:g}")
+    deadline = time.monotonic() + args.minutes * 60
+    totals = {"runs": 0, "passed": 0, "skipped": 0, "faults": 0, "acked_checked": 0, "losses": 0,
+              "seeds": set(), "scenarios": set()}
+    plan = itertools.count(args.seed)
+    with open(args.log, "a", encoding="utf-8") as log:
+        for seed in plan:
+            if time.monotonic() >= deadline:
+                break
+            scenario = scenarios[(seed - args.seed) % len(scenarios)]
+            mode = MODES[((seed - args.seed) // len(scenarios)) % len(MODES)]
+            report = run_one(scenario.name, mode, seed, args.duration)
+            line = report.to_json()
+            line["check"] = _brief(report)
+            log.write(json.dumps(line, default=str) + "\n")
+            log.flush()
+            totals["runs"] += 1
+            totals["skipped"] += bool(report.skipped)
+            totals["passed"] += report.passed
+            totals["faults"] += report.faults
+            totals["seeds"].add(seed)
+            totals["scenarios"].add(scenario.name)
+            if report.check is not None:
+                totals["acked_checked"] += report.check.acked
+                totals["losses"] += report.check.losses
+            print(report.verdict, flush=True)
+    summary = {**totals, "seeds": len(totals["seeds"]), "scenarios": sorted(totals["scenarios"]),
+               "failed": totals["runs"] - totals["passed"] - totals["skipped"], "log": args.log}
+    print(json.dumps(summary))
+    return EXIT_OK if summary["failed"] == 0 else EXIT_FOUND
+
+
+def _brief(report: Any) -> dict[str, Any] | None:
+    c = report.check
+    if c is None:
+        return None
+    return {"acked": c.acked, "failed": c.failed, "indeterminate": c.indeterminate,
+            "indeterminate_landed": c.indeterminate_landed, "acked_missing": len(c.acked_missing),
+            "duplicates": len(c.duplicates), "order_breaks": len(c.order_breaks),
+            "contiguity_breaks": len(c.contiguity_breaks), "crc_failures": c.crc_failures,
+            "divergence": len(c.divergence), "statuses": c.statuses}
+
+
+# ---------------------------------------------------------------- proxy
+
+
+def _cmd_proxy(args: argparse.Namespace) -> int:
+    from .proxy.__main__ import serve
+
+    return serve(args.host, args.port)
+
+
+# ---------------------------------------------------------------- registration
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Register the `chaos` group (list, run, soak, proxy) on the `tidemq` parser."""
+    chaos = subparsers.add_parser("chaos", help="fault scenarios against a live cluster, with a history checker",
+                                  description="Process, network and disk faults against a live one-group "
+                                  "cluster; see docs/chaos.md.")
+    chaos.set_defaults(group_parser=chaos)
+    actions = chaos.add_subparsers(dest="action", metavar="ACTION")
+
+    listing = actions.add_parser("list", help="the scenarios and the modes CI runs them in")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(handler=_cmd_list)
+
+    run = actions.add_parser("run", help="run one scenario and check the history",
+                             description="Start a proxied cluster, run the workload, inject the "
+                             "scenario's seeded faults, heal, check. Exit 1 when a promise broke.")
+    run.add_argument("scenario")
+    run.add_argument("--mode", default="SYNC_MASTER+SYNC_FLUSH",
+                     help="REPLICATION+FLUSH, e.g. ASYNC_MASTER+ASYNC_FLUSH (default %(default)s)")
+    run.add_argument("--seed", type=int, default=1, help="the same seed replays the same fault schedule")
+    run.add_argument("--duration", type=float, default=10.0, help="seconds of load (default %(default)s)")
+    run.add_argument("--json", action="store_true", help="print the full report as JSON")
+    run.add_argument("--keep", action="store_true", help="keep the run's directory even when it passed")
+    run.set_defaults(handler=_cmd_run)
+
+    soak = actions.add_parser("soak", help="cycle seeded scenarios and modes for M minutes",
+                              description="Run every ready scenario in turn, each mode in turn, one seed "
+                              "per run, for --minutes; one JSON line per run in --log. Exit 1 when a run failed.")
+    soak.add_argument("--minutes", type=float, required=True)
+    soak.add_argument("--duration", type=float, default=8.0, help="seconds of load per run")
+    soak.add_argument("--seed", type=int, default=1, help="the first seed")
+    soak.add_argument("--scenarios", help="comma-separated names (default: every ready scenario)")
+    soak.add_argument("--log", default="chaos-soak.jsonl", help="JSON-lines log (appended)")
+    soak.set_defaults(handler=_cmd_soak)
+
+    proxy = actions.add_parser("proxy", help="run the Toxiproxy-compatible server on its own")
+    proxy.add_argument("--host", default="127.0.0.1")
+    proxy.add_argument("--port", type=int, default=8474)
+    proxy.set_defaults(handler=_cmd_proxy)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m chaos.cli ...` until the top-level `tidemq` assembles this group."""
+    parser = argparse.ArgumentParser(prog="tidemq")
+    add_commands(parser.add_subparsers(dest="group", metavar="COMMAND"))
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        getattr(args, "group_parser", parser).print_usage(sys.stderr)
+        return _error("an action is required")
+    try:
+        return handler(args)
+    except OSError as e:
+        return _error(f"{e.filename or ''}: {e.strerror or e}".lstrip(": "))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

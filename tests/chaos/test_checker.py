@@ -1,0 +1,113 @@
+"""The checker finds what it must: stores written in-process with the real store, and
+histories that claim more than the store holds."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from chaos import disk
+from chaos.checker import check
+from chaos.expectations import Expectation, violations
+from chaos.history import FAIL, INFO, OK, History
+from chaos.workload import key_of
+from store import Message, StoreConfig, open_store
+
+TOPIC = "ChaosTopic"
+
+
+async def write_store(root: str, keys: list[str]) -> list[tuple[str, int, int, int]]:
+    """Store one message per key (queue = index % 2); (key, queue, queue offset, offset)."""
+    cfg = StoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=64 * 1024,
+                      mapped_file_size_consume_queue=20 * 200, max_hash_slot_num=100, max_index_num=400)
+    out = []
+    async with open_store(cfg) as store:
+        for i, key in enumerate(keys):
+            r = await store.put_message(Message(TOPIC, key.encode() * 4, queue_id=i % 2, keys=[key]))
+            assert r.ok and r.append is not None
+            out.append((key, i % 2, r.append.queue_offset, r.append.wrote_offset))
+    return out
+
+
+def history_of(stored: list[tuple[str, int, int, int]]) -> History:
+    h = History()
+    for key, queue, q_off, offset in stored:
+        process, seq = int(key.split("-")[1][1:]), int(key.rsplit("-", 1)[1])
+        op = h.invoke(process, seq, key)
+        h.complete(op, OK, status="PUT_OK", msg_id="x", queue_id=queue, queue_offset=q_off, commitlog_offset=offset)
+    return h
+
+
+LOSSLESS = Expectation("SYNC_MASTER+SYNC_FLUSH", lossless=True, window_start=None, window="none")
+
+
+async def test_clean_run_has_no_findings(tmp_path):
+    keys = [key_of("r1", 0, s) for s in range(20)]
+    stored = await write_store(str(tmp_path / "m"), keys)
+    h = history_of(stored)
+    report = check(h, {"broker-a": str(tmp_path / "m")}, master="broker-a", topic=TOPIC, queues=2)
+    assert report.acked == 20 and report.losses == 0
+    assert violations(report, LOSSLESS, caught_up=True, recovered=True) == []
+
+
+async def test_acknowledged_but_missing_and_failed_but_stored(tmp_path):
+    keys = [key_of("r1", 0, s) for s in range(10)]
+    stored = await write_store(str(tmp_path / "m"), keys)
+    h = history_of(stored[:-1])  # the last one is stored but the client was told it failed
+    op = h.invoke(0, 9, keys[-1])
+    h.complete(op, FAIL, status="SERVICE_NOT_AVAILABLE")
+    ghost = h.invoke(0, 10, key_of("r1", 0, 10))  # acknowledged, never stored
+    h.complete(ghost, OK, status="PUT_OK", queue_id=0, queue_offset=5, commitlog_offset=10_000)
+    maybe = h.invoke(1, 0, key_of("r1", 1, 0))
+    h.complete(maybe, INFO, error="timed out")
+    report = check(h, {"broker-a": str(tmp_path / "m")}, master="broker-a", topic=TOPIC, queues=2)
+    assert report.acked_missing == [ghost.key]
+    assert report.failed_but_stored == [f"{keys[-1]} (SERVICE_NOT_AVAILABLE)"]
+    assert (report.indeterminate, report.indeterminate_landed) == (1, 0)
+    problems = violations(report, LOSSLESS, caught_up=True, recovered=True)
+    assert any("missing on the master" in p for p in problems)
+    assert any("stored anyway" in p for p in problems)
+    # an async mode may lose what lies in its window, and only that
+    window = Expectation("ASYNC_MASTER+ASYNC_FLUSH", lossless=False, window_start=9_000, window="w")
+    assert not any("missing" in p for p in violations(report, window, caught_up=True, recovered=True))
+    narrow = Expectation("ASYNC_MASTER+ASYNC_FLUSH", lossless=False, window_start=20_000, window="w")
+    assert any("missing" in p for p in violations(report, narrow, caught_up=True, recovered=True))
+
+
+async def test_duplicates_order_and_divergence(tmp_path):
+    keys = [key_of("r1", 0, s) for s in (0, 2, 1, 3)] + [key_of("r1", 0, 3)]  # out of order + a duplicate
+    stored = await write_store(str(tmp_path / "m"), keys)
+    await write_store(str(tmp_path / "s"), [key_of("r1", 0, s) for s in (0, 2, 9)])  # differs at the 3rd
+    h = history_of(stored)
+    report = check(h, {"broker-a": str(tmp_path / "m"), "broker-a-s": str(tmp_path / "s")},
+                   master="broker-a", topic=TOPIC, queues=2)
+    assert report.duplicates == [f"broker-a: {key_of('r1', 0, 3)}"]
+    assert report.order_breaks == []  # per queue the seqs still rise: q0 0, 1, 3 and q1 2, 3
+    assert report.divergence and "broker-a-s" in report.divergence[0]
+    assert report.nodes["broker-a-s"].acked_missing  # the slave lacks what the master has
+
+
+async def test_order_break_within_a_queue(tmp_path):
+    keys = [key_of("r1", 0, s) for s in (0, 1, 4, 3, 2, 5)]  # queue 0 gets seqs 0, 4, 2: a break
+    stored = await write_store(str(tmp_path / "m"), keys)
+    report = check(history_of(stored), {"broker-a": str(tmp_path / "m")}, master="broker-a", topic=TOPIC, queues=2)
+    assert report.order_breaks and "seq 2 after 4" in report.order_breaks[0]
+
+
+async def test_crc_damage_is_reported(tmp_path):
+    root = str(tmp_path / "m")
+    stored = await write_store(root, [key_of("r1", 0, s) for s in range(6)])
+    disk.tear_tail(root, random.Random(1))  # the last record cut short, nothing recovered it
+    report = check(history_of(stored), {"broker-a": root}, master="broker-a", topic=TOPIC, queues=2)
+    assert report.damage or report.crc_failures or report.contiguity_breaks
+    assert violations(report, LOSSLESS, caught_up=True, recovered=True)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_seed_replays_its_schedule(seed):
+    from chaos.runner import make_schedule
+
+    a = make_schedule(random.Random(f"kill-master:{seed}"), 10.0)
+    b = make_schedule(random.Random(f"kill-master:{seed}"), 10.0)
+    assert a == b and 2.0 <= a["fault_at"] <= 3.5

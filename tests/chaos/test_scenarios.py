@@ -1,0 +1,47 @@
+"""Every ready chaos scenario once, short, in the modes CI runs it in (kill-master in all
+four): a real proxied cluster, real faults, the history checked against the stores and
+the mode's written expectations. The whole module stays within a few minutes on 2 cores.
+
+The promotion scenarios (promote-under-load, old-master-returns) are pending on the
+failover feature and listed as such; they join this matrix when it lands."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import trio
+
+from chaos.network import toxiproxy
+from chaos.runner import run_scenario
+from chaos.scenarios import SCENARIOS
+
+pytestmark = pytest.mark.slow
+
+DURATION_S = 4.0
+CASES = [(s.name, mode) for s in SCENARIOS.values() if s.fault is not None for mode in s.ci_modes]
+
+
+@pytest.fixture(scope="module")
+def client():
+    with toxiproxy() as c:
+        yield c
+
+
+@pytest.mark.parametrize(("name", "mode"), CASES, ids=[f"{n}-{m}" for n, m in CASES])
+def test_scenario(name, mode, client, tmp_path):
+    report = trio.run(lambda: run_scenario(SCENARIOS[name], mode, 1, DURATION_S, client,
+                                           base_dir=str(tmp_path / "run")))
+    if report.skipped:
+        pytest.skip(report.skipped)
+    detail = json.dumps(report.to_json(), default=str)[:4000]
+    assert report.violations == [], detail
+    assert report.faults >= 1, detail
+    assert report.check is not None and report.check.acked > 0, detail
+    assert report.time_to_catch_up_s is not None, detail
+
+
+def test_promotion_scenarios_are_listed_as_pending():
+    pending = {s.name for s in SCENARIOS.values() if s.fault is None}
+    assert pending == {"promote-under-load", "old-master-returns"}
+    assert all("failover" in SCENARIOS[n].pending for n in pending)
