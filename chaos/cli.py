@@ -77,11 +77,15 @@ def _check_args(args: argparse.Namespace) -> str | None:
 def run_one(scenario: str, mode: str, seed: int, duration: float, *, keep: bool = False,
             progress: Callable[[float, str], None] | None = None) -> Any:
     """One scenario run in this process (its own Toxiproxy unless TOXIPROXY_URL is set)."""
+    import logging
+
     import trio
 
     from .network import toxiproxy
     from .runner import run_scenario
 
+    # the client library warns about every fault the scenario injects on purpose
+    logging.getLogger("tidemq.client").setLevel(logging.ERROR)
     with toxiproxy() as client:
         return trio.run(lambda: run_scenario(_scenarios()[scenario], mode, seed, duration, client,
                                              keep=keep, progress=progress))
