@@ -105,9 +105,8 @@ class ChaosCluster:
         launcher.start_node(self.base_dir, node)
 
     def alive(self, node: str) -> bool:
-        state = launcher.load_state(self.base_dir)
-        rec = state.nodes.get(node) if state else None
-        return rec is not None and launcher._process(rec) is not None
+        rows = launcher.status(self.base_dir, query=False)
+        return any(row.name == node and row.alive for row in rows)
 
     def remove_proxies(self) -> None:
         for proxy in self.proxies.values():

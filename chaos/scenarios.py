@@ -18,8 +18,12 @@ from typing import Any
 import attrs
 import trio
 
+from cluster.admin import Admin
+from cluster.launcher import LauncherError
+from node.client import TidemqError
+
 from . import disk
-from .layout import MASTER, MODES, NAMESRV, SLAVE
+from .layout import BROKER_NAME, MASTER, MODES, NAMESRV, SLAVE
 from .runner import FaultContext
 from .workload import sample_node
 
@@ -65,11 +69,10 @@ async def kill_namesrv(ctx: FaultContext) -> None:
     await ctx.restart(NAMESRV)
 
     async def broker_registered() -> bool:
-        from cluster.admin import Admin
         try:
             async with Admin(ctx.cluster.namesrv) as admin:
-                return any(b.broker_name == "broker-a" for b in await admin.cluster_info())
-        except Exception:
+                return any(b.broker_name == BROKER_NAME for b in await admin.cluster_info())
+        except (TidemqError, OSError):
             return False
 
     await ctx.until(broker_registered, 20.0, "the restarted name server learning broker-a again")
@@ -207,6 +210,32 @@ async def garbage_tail(ctx: FaultContext) -> None:
     await ctx.restart(MASTER)
 
 
+async def unreadable_segment(ctx: FaultContext) -> None:
+    """Stop the slave and cut one of its full segments to half its size (root reads any
+    file, so a wrong size stands in for an unreadable one): the restart must refuse with
+    a message naming the file; with the segment back, it starts and catches up."""
+    root = ctx.cluster.store_roots[SLAVE]
+    await ctx.until(lambda: len(_segments(root)) >= 2, 30.0, "two CommitLog segments on the slave")
+    await ctx.signal(SLAVE, "KILL")
+    name = _segments(root)[0]
+    path = os.path.join(root, "commitlog", name)
+    backup = path + ".chaos-backup"
+    os.replace(path, backup)
+    with open(backup, "rb") as src, open(path, "wb") as dst:
+        dst.write(src.read(os.path.getsize(backup) // 2))
+    ctx.note(f"fault: slave segment {name} cut to half its size")
+    try:
+        await ctx.restart(SLAVE)
+        ctx.findings.append(f"the slave started on a CommitLog segment {name} of the wrong size")
+        await trio.to_thread.run_sync(ctx.cluster.signal, SLAVE, "KILL")
+    except LauncherError as e:
+        if name not in str(e):
+            ctx.findings.append(f"the slave refused the damaged segment without naming it: {str(e)[:300]}")
+        ctx.note(f"at: the slave refused to start: {name} named in the error")
+    os.replace(backup, path)
+    await ctx.restart(SLAVE)
+
+
 async def full_disk(ctx: FaultContext) -> None:
     """Fill the master's small file system past diskSpaceWarningLevelRatio under load;
     sends must be refused with the disk message; free the space; sends must resume."""
@@ -280,6 +309,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("torn-tail", "SIGKILL the slave, tear its last record, restart it", torn_tail),
     Scenario("garbage-tail", "SIGKILL the master, write garbage after its last record, restart it",
              garbage_tail),
+    Scenario("unreadable-segment", "SIGKILL the slave, damage an old segment: the restart must refuse, "
+             "naming it", unreadable_segment, overrides={MASTER: {"mappedFileSizeCommitLog": 128 * 1024},
+                                                         SLAVE: {"mappedFileSizeCommitLog": 128 * 1024}}),
     Scenario("full-disk", "fill the master's small tmpfs under load, then free it", full_disk,
              disk_refusal=True, tmpfs_mb=8,
              overrides={MASTER: {"mappedFileSizeCommitLog": 256 * 1024, "diskMaxUsedSpaceRatio": 95,
