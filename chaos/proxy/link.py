@@ -9,7 +9,8 @@ in Toxiproxy. Whether a toxic applies to a connection is rolled once per connect
 against its toxicity.
 
 Semantics (Toxiproxy 2.x): latency delays each chunk to arrival + latency ± jitter (so a
-stream of chunks keeps its throughput); bandwidth sleeps len/rate per chunk; slicer writes
+stream of chunks keeps its throughput); bandwidth sleeps len/rate per chunk (big chunks
+in 100 ms pieces); slicer writes
 a chunk as pieces of average_size ± size_variation with `delay` µs between them;
 limit_data closes the connection once `bytes` went through that stream; timeout drops data
 and closes the connection `timeout` ms after it began to apply, or with 0 holds the data
@@ -226,7 +227,14 @@ class Link:
                 delay = toxic.attr("latency") + (self._rng.uniform(-jitter, jitter) if jitter else 0)
                 await trio.sleep_until(arrival + max(0.0, delay) / 1000)
             elif kind == "bandwidth" and toxic.attr("rate") > 0:
-                await trio.sleep(len(data) / (toxic.attr("rate") * 1000))
+                rate = toxic.attr("rate") * 1000  # bytes per second, Toxiproxy's KB
+                piece = max(1, rate // 10)  # as Toxiproxy: a big chunk goes as 100 ms pieces
+                rest = toxics[i + 1:]
+                for start in range(0, len(data), piece):
+                    part = data[start:start + piece]
+                    await trio.sleep(len(part) / rate)
+                    await self._through(stream, rest, arrival, part, dst)
+                return
             elif kind == "limit_data":
                 room = toxic.attr("bytes") - self._passed[stream]
                 if len(data) >= room:
