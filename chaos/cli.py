@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import random
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -175,12 +176,15 @@ def _cmd_soak(args: argparse.Namespace) -> int:
     totals = {"runs": 0, "passed": 0, "skipped": 0, "faults": 0, "acked_checked": 0, "losses": 0,
               "seeds": set(), "scenarios": set()}
     plan = itertools.count(args.seed)
+    pairs = [(s, m) for s in scenarios for m in MODES]
     with open(args.log, "a", encoding="utf-8") as log:
         for seed in plan:
             if time.monotonic() >= deadline:
                 break
-            scenario = scenarios[(seed - args.seed) % len(scenarios)]
-            mode = MODES[((seed - args.seed) // len(scenarios)) % len(MODES)]
+            i = seed - args.seed
+            if i % len(pairs) == 0:  # every scenario × mode pairing once per round, in a seeded order
+                random.Random(seed).shuffle(pairs)
+            scenario, mode = pairs[i % len(pairs)]
             report = run_one(scenario.name, mode, seed, args.duration)
             line = report.to_json()
             line["check"] = _brief(report)
