@@ -54,6 +54,7 @@ class RunReport:
     time_to_catch_up_s: float | None = None
     skipped: str | None = None
     base_dir: str = ""
+    elapsed_s: float = 0.0  # wall time of the whole run: start, load, heal, catch-up, stop, check
 
     @property
     def faults(self) -> int:
@@ -79,6 +80,7 @@ class RunReport:
             "counts": self.counts, "faults": self.faults, "passed": self.passed, "verdict": self.verdict,
             "violations": self.violations, "time_to_recover_s": self.time_to_recover_s,
             "time_to_catch_up_s": self.time_to_catch_up_s, "skipped": self.skipped, "base_dir": self.base_dir,
+            "elapsed_s": self.elapsed_s,
             "expectation": attrs.asdict(self.expectation) if self.expectation else None,
             "check": self.check.to_json() if self.check else None,
         }
@@ -198,6 +200,7 @@ async def run_scenario(
         report.skipped = scenario.pending
         return report
     say = progress or (lambda _f, _w: None)
+    started = time.monotonic()
     with contextlib.ExitStack() as stack:
         store_roots: dict[str, str] = {}
         if scenario.tmpfs_mb:
@@ -214,6 +217,7 @@ async def run_scenario(
         finally:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(cluster.down)
+    report.elapsed_s = round(time.monotonic() - started, 2)
     if report.passed and not keep:
         shutil.rmtree(base, ignore_errors=True)
     return report

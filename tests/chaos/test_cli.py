@@ -60,3 +60,16 @@ def test_proxy_command_serves_the_api():
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.mark.slow
+def test_soak_writes_a_json_line_per_run_and_a_summary(tmp_path):
+    log = tmp_path / "soak.jsonl"
+    r = chaos("soak", "--minutes", "0.01", "--duration", "3", "--scenarios", "kill-slave", "--seed", "5",
+              "--log", str(log))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(lines) == 1 and lines[0]["scenario"] == "kill-slave" and lines[0]["seed"] == 5
+    assert lines[0]["passed"] and lines[0]["check"]["acked"] > 0
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert summary["runs"] == 1 and summary["losses"] == 0 and summary["acked_checked"] == lines[0]["check"]["acked"]
