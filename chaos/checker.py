@@ -124,6 +124,11 @@ def _read_node(name: str, root: str, topic: str, queues: int) -> tuple[NodeRepor
     return rep, where
 
 
+_COMPARED = ("blank", "msgId", "bodyCrc", "body", "topic", "queueId", "queueOffset", "properties", "sysFlag")
+"""Record fields that must be equal on master and slave (the body CRC alone misses
+damage to the properties, which no CRC covers)."""
+
+
 def _divergence(master_root: str, slave_root: str, limit: int = MAX_LISTED) -> tuple[list[str], int]:
     """Records that differ between the two CommitLogs where both hold data, and how many
     bytes the slave holds past the master's end."""
@@ -144,8 +149,7 @@ def _divergence(master_root: str, slave_root: str, limit: int = MAX_LISTED) -> t
     common_end = min(end(master), end(slave))
     for offset in sorted(o for o in slave if common_start <= o < common_end):
         m, s = master.get(offset), slave[offset]
-        same = m is not None and m.get("msgId") == s.get("msgId") and m.get("bodyCrc") == s.get("bodyCrc") \
-            and m.get("blank") == s.get("blank")
+        same = m is not None and all(m.get(f) == s.get(f) for f in _COMPARED)
         if not same:
             out.append(f"offset {offset}: master {_label(m)} / slave {_label(s)}")
             if len(out) >= limit:
