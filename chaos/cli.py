@@ -281,8 +281,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         getattr(args, "group_parser", parser).print_usage(sys.stderr)
         return _error("an action is required")
+    return run_handler(handler, args)
+
+
+def run_handler(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run an action; a cluster or proxy that cannot start is a found problem (exit 1)
+    with its message, never a traceback."""
+    from cluster.launcher import LauncherError
+
+    from .network import ProxyServerError
+
     try:
         return handler(args)
+    except (LauncherError, ProxyServerError, TimeoutError) as e:
+        print(f"tidemq chaos: {e}", file=sys.stderr)
+        return EXIT_FOUND
     except OSError as e:
         return _error(f"{e.filename or ''}: {e.strerror or e}".lstrip(": "))
 

@@ -108,6 +108,14 @@ class ChaosCluster:
         rows = launcher.status(self.base_dir, query=False)
         return any(row.name == node and row.alive for row in rows)
 
+    def heal_proxies(self) -> None:
+        """Enable this cluster's proxies and remove their toxics (not POST /reset, which
+        would touch every proxy of a shared Toxiproxy)."""
+        for proxy in self.proxies.values():
+            proxy.enable()
+            for name in proxy.toxics():
+                proxy.destroy_toxic(name)
+
     def remove_proxies(self) -> None:
         for proxy in self.proxies.values():
             proxy.destroy()

@@ -10,7 +10,6 @@ the same fault schedule; the schedule is part of the report.
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 import shutil
 import subprocess
@@ -22,7 +21,10 @@ from typing import Any
 
 import attrs
 import trio
+from requests import RequestException
 from toxiproxy import Toxiproxy
+
+from cluster.launcher import LauncherError
 
 from .checker import CheckReport, check
 from .expectations import Expectation, expectation, violations
@@ -251,7 +253,11 @@ async def _run(scenario: Any, cluster: ChaosCluster, rng: random.Random, schedul
         nursery.start_soon(ticker)
         await ctx.hold(schedule["fault_at"])
         before = workload.samples.get(MASTER)
-        await scenario.fault(ctx)
+        try:
+            await scenario.fault(ctx)
+        except (TimeoutError, LauncherError, OSError, RequestException) as e:
+            ctx.findings.append(f"the fault could not be injected or healed: {e}")
+        await trio.to_thread.run_sync(cluster.heal_proxies)
         healed = time.time()
         ctx.note("healed")
         await ctx.hold(max(0.0, t0 + duration - time.monotonic()))
@@ -268,8 +274,11 @@ async def _run(scenario: Any, cluster: ChaosCluster, rng: random.Random, schedul
     say(1.0, "waiting for the slave to catch up")
     for node in (NAMESRV, MASTER, SLAVE):  # a fault function heals; make sure nothing stayed down
         if not cluster.alive(node):
-            ctx.note(f"heal: {node} was down at the end; restarted")
-            await ctx.restart(node)
+            ctx.note(f"heal: {node} was down at the end; restarting")
+            try:
+                await ctx.restart(node)
+            except LauncherError as e:
+                ctx.findings.append(f"{node} does not start again: {e}")
     report.time_to_catch_up_s = await _caught_up(cluster, CATCH_UP_TIMEOUT_S)
     say(1.0, "stopping the cluster and checking the stores")
     await trio.to_thread.run_sync(cluster.down)
@@ -287,5 +296,3 @@ async def _run(scenario: Any, cluster: ChaosCluster, rng: random.Random, schedul
         recovered=report.time_to_recover_s is not None, disk_refusals=disk_refusals,
         resumed_after_disk=ctx.disk_resumed,
     ) + ctx.findings
-    if os.environ.get("TIDEMQ_CHAOS_DEBUG"):
-        print(report.to_json())
