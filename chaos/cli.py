@@ -229,6 +229,27 @@ def _cmd_proxy(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- registration
 
 
+def _safe(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """The action, with a cluster or proxy that cannot start reported as a found problem
+    (exit 1) and an OS error as unusable input (exit 2): a message, never a traceback,
+    whichever entry point assembles this group."""
+
+    def run(args: argparse.Namespace) -> int:
+        from cluster.launcher import LauncherError
+
+        from .network import ProxyServerError
+
+        try:
+            return handler(args)
+        except (LauncherError, ProxyServerError, TimeoutError) as e:
+            print(f"tidemq chaos: {e}", file=sys.stderr)
+            return EXIT_FOUND
+        except OSError as e:
+            return _error(f"{e.filename or ''}: {e.strerror or e}".lstrip(": "))
+
+    return run
+
+
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Register the `chaos` group (list, run, soak, proxy) on the `tidemq` parser."""
     chaos = subparsers.add_parser("chaos", help="fault scenarios against a live cluster, with a history checker",
@@ -239,7 +260,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
     listing = actions.add_parser("list", help="the scenarios and the modes CI runs them in")
     listing.add_argument("--json", action="store_true")
-    listing.set_defaults(handler=_cmd_list)
+    listing.set_defaults(handler=_safe(_cmd_list))
 
     run = actions.add_parser("run", help="run one scenario and check the history",
                              description="Start a proxied cluster, run the workload, inject the "
@@ -251,7 +272,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--duration", type=float, default=10.0, help="seconds of load (default %(default)s)")
     run.add_argument("--json", action="store_true", help="print the full report as JSON")
     run.add_argument("--keep", action="store_true", help="keep the run's directory even when it passed")
-    run.set_defaults(handler=_cmd_run)
+    run.set_defaults(handler=_safe(_cmd_run))
 
     soak = actions.add_parser("soak", help="cycle seeded scenarios and modes for M minutes",
                               description="Run every ready scenario in turn, each mode in turn, one seed "
@@ -261,12 +282,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     soak.add_argument("--seed", type=int, default=1, help="the first seed")
     soak.add_argument("--scenarios", help="comma-separated names (default: every ready scenario)")
     soak.add_argument("--log", default="chaos-soak.jsonl", help="JSON-lines log (appended)")
-    soak.set_defaults(handler=_cmd_soak)
+    soak.set_defaults(handler=_safe(_cmd_soak))
 
     proxy = actions.add_parser("proxy", help="run the Toxiproxy-compatible server on its own")
     proxy.add_argument("--host", default="127.0.0.1")
     proxy.add_argument("--port", type=int, default=8474)
-    proxy.set_defaults(handler=_cmd_proxy)
+    proxy.set_defaults(handler=_safe(_cmd_proxy))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -281,23 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         getattr(args, "group_parser", parser).print_usage(sys.stderr)
         return _error("an action is required")
-    return run_handler(handler, args)
-
-
-def run_handler(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
-    """Run an action; a cluster or proxy that cannot start is a found problem (exit 1)
-    with its message, never a traceback."""
-    from cluster.launcher import LauncherError
-
-    from .network import ProxyServerError
-
-    try:
-        return handler(args)
-    except (LauncherError, ProxyServerError, TimeoutError) as e:
-        print(f"tidemq chaos: {e}", file=sys.stderr)
-        return EXIT_FOUND
-    except OSError as e:
-        return _error(f"{e.filename or ''}: {e.strerror or e}".lstrip(": "))
+    return handler(args)
 
 
 if __name__ == "__main__":
