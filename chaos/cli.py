@@ -28,9 +28,18 @@ def _error(message: str) -> int:
     return EXIT_USAGE
 
 
-def _scenarios() -> dict[str, Any]:
-    from .scenarios import SCENARIOS
+class MissingExtra(Exception):
+    """The chaos suite's own dependencies (the `chaos` extra) are not installed."""
 
+    def __init__(self, module: str | None) -> None:
+        super().__init__(f"the chaos suite needs {module!r}: pip install 'tidemq[chaos]'")
+
+
+def _scenarios() -> dict[str, Any]:
+    try:
+        from .scenarios import SCENARIOS
+    except ModuleNotFoundError as e:
+        raise MissingExtra(e.name) from e
     return SCENARIOS
 
 
@@ -237,10 +246,14 @@ def _safe(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
     def run(args: argparse.Namespace) -> int:
         from cluster.launcher import LauncherError
 
-        from .network import ProxyServerError
-
+        try:
+            from .network import ProxyServerError
+        except ModuleNotFoundError as e:
+            return _error(str(MissingExtra(e.name)))
         try:
             return handler(args)
+        except MissingExtra as e:
+            return _error(str(e))
         except (LauncherError, ProxyServerError, TimeoutError) as e:
             print(f"tidemq chaos: {e}", file=sys.stderr)
             return EXIT_FOUND

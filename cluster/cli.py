@@ -3,6 +3,7 @@
 - cluster/cli_client.py: `namesrv start`, `send`, `consume`, `query`, `status`
 - cluster/cli_cluster.py: `cluster up/status/down/kill/start` (the local launcher)
 - cluster/cli_admin.py: `admin ...`, with RocketMQ mqadmin's names as aliases
+- cluster/drill.py: `drill NAME`, failover drills on a scratch 2m-2s-sync cluster
 
 Exit codes and output helpers are store/cli.py's.
 """
@@ -14,12 +15,14 @@ import argparse
 from .cli_admin import add_admin_commands
 from .cli_client import add_client_commands
 from .cli_cluster import add_cluster_commands
+from .drill import add_commands as add_drill_commands
 
 __all__ = ["add_commands"]
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Register namesrv, send, consume, query, status, cluster and admin."""
+    """Register namesrv, send, consume, query, status, cluster, admin and drill."""
     add_client_commands(subparsers)
     add_cluster_commands(subparsers)
     add_admin_commands(subparsers)
+    add_drill_commands(subparsers)

@@ -21,6 +21,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 
+import chaos.cli
 import cluster.cli
 import node.cli
 import store.cli
@@ -29,8 +30,8 @@ from store.cli import EXIT_OK, EXIT_USAGE, UsageError, error
 Handler = Callable[[argparse.Namespace], int]
 _FLAG = re.compile(r"^--?[A-Za-z]")
 
-# Each layer's command groups, bottom layer first (the coordinator adds chaos and pipeline).
-LAYERS = [store.cli, node.cli, cluster.cli]
+# Each layer's command groups, bottom layer first.
+LAYERS = [store.cli, node.cli, cluster.cli, chaos.cli]
 
 
 class TidemqParser(argparse.ArgumentParser):
