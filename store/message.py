@@ -292,12 +292,16 @@ def prepare_record(msg: Message, store_host: str, max_message_size: int) -> Prep
     props = msg.all_properties()
     props.pop(PROPERTY_WAIT, None)  # RocketMQ 4.9.8 keeps WAIT out of the persisted record
     props_bytes = encode_properties(props).encode("utf-8")
+    if b"\x00" in props_bytes:
+        raise EncodeError("MESSAGE_ILLEGAL", "a property name or value holds a NUL character")
     if len(props_bytes) > MAX_PROPERTIES_LENGTH:
         raise EncodeError(
             "PROPERTIES_SIZE_EXCEEDED",
             f"properties are {len(props_bytes)} bytes; the limit is {MAX_PROPERTIES_LENGTH}",
         )
     topic_bytes = msg.topic.encode("utf-8")
+    if b"\x00" in topic_bytes:
+        raise EncodeError("MESSAGE_ILLEGAL", "the topic holds a NUL character")
     if len(topic_bytes) > MAX_TOPIC_LENGTH:
         raise EncodeError(
             "MESSAGE_ILLEGAL", f"topic is {len(topic_bytes)} bytes; the limit is {MAX_TOPIC_LENGTH}"
@@ -481,6 +485,9 @@ def _decode_message(buf, pos, total, magic, check_crc, read_body) -> Decoded:
             RecordKind.INVALID, total,
             error=f"TOTALSIZE {total} differs from the {p - pos} bytes its fields take",
         )
+    torn = torn_end_error(buf, p, topic_len, props_len)
+    if torn:
+        return Decoded(RecordKind.INVALID, -1, error=f"{torn} at offset {phys}")
     msg = StoredMessage(
         size=total, magic_version=1 if magic == MESSAGE_MAGIC_CODE else 2, body_crc=body_crc,
         queue_id=queue_id, flag=flag, queue_offset=queue_offset, commitlog_offset=phys,
@@ -489,6 +496,26 @@ def _decode_message(buf, pos, total, magic, check_crc, read_body) -> Decoded:
         body=body, topic=topic, properties=props, crc_ok=crc_ok,
     )
     return Decoded(RecordKind.MESSAGE, total, msg)
+
+
+def torn_end_error(
+    buf: bytes | bytearray | memoryview, end: int, topic_len: int, props_len: int
+) -> str | None:
+    """Why a record whose lengths add up still looks torn, or None.
+
+    The body CRC covers only the body (RocketMQ 4.x), so a crash that zeroed the last page
+    of a record inside its topic or properties would pass every other check. A record's last
+    byte is its last property character, or with no properties the topic's last character
+    before the 2-byte zero length; neither is ever NUL (topics are [A-Za-z0-9_%|-], puts
+    refuse NUL in properties), so a NUL there is zeroed, unwritten bytes.
+    """
+    if props_len:
+        last = end - 1
+    elif topic_len:
+        last = end - 3
+    else:
+        return None
+    return "the record ends in zeroed bytes (a torn write)" if buf[last] == 0 else None
 
 
 def read_total_size(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:

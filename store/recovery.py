@@ -45,6 +45,7 @@ from .message import (  # the record layout's structs: validation reads the fiel
     masked_crc32,
     read_store_timestamp,
     read_total_size,
+    torn_end_error,
 )
 
 log = logging.getLogger("tidemq.store")
@@ -87,7 +88,8 @@ def validate_record(
     buf: bytes | bytearray | memoryview, pos: int, limit: int, *, check_crc: bool = True
 ) -> tuple[RecordKind, int, str]:
     """Recovery's check of the record at `pos`: (kind, size, error), without building a
-    message. Checks the magic, that the field lengths add up to TOTALSIZE, and the body CRC."""
+    message. Checks the magic, that the field lengths add up to TOTALSIZE, that the record
+    does not end in zeroed bytes (`torn_end_error`), and the body CRC."""
     avail = limit - pos
     if avail < 8:
         return RecordKind.INVALID, -1, f"only {avail} bytes left, no record header"
@@ -127,6 +129,9 @@ def validate_record(
     p += 2 + props_len
     if props_len < 0 or p != end:
         return RecordKind.INVALID, -1, f"TOTALSIZE {total} differs from the {p - pos} bytes its fields take"
+    torn = torn_end_error(buf, end, topic_len, props_len)
+    if torn:
+        return RecordKind.INVALID, -1, torn
     if check_crc:
         with memoryview(buf) as view:
             computed = masked_crc32(view[body_at : body_at + body_len])

@@ -111,20 +111,3 @@ def test_a_seed_replays_its_schedule(seed):
     a = make_schedule(random.Random(f"kill-master:{seed}"), 10.0)
     b = make_schedule(random.Random(f"kill-master:{seed}"), 10.0)
     assert a == b and 2.0 <= a["fault_at"] <= 3.5
-
-
-@pytest.mark.xfail(strict=True, reason="known gap found by the torn-tail soak (seed 49): the record CRC covers the "
-                   "body only (as RocketMQ 4.x), so a tail torn inside the properties survives recovery; "
-                   "RocketMQ 5 appends a properties CRC32 for this")
-async def test_a_record_torn_inside_its_properties_is_not_recovered(tmp_path):
-    root = str(tmp_path / "m")
-    await write_store(root, [key_of("r1", 0, s) for s in range(3)])
-    offset, size, path, start = disk._last_record(root)
-    with open(path, "r+b") as f:  # the last 9 bytes: inside the KEYS / UNIQ_KEY properties
-        f.seek(offset - start + size - 9)
-        f.write(bytes(9))
-    (tmp_path / "m" / "abort").touch()  # as after a crash: abnormal recovery checks CRCs
-    cfg = StoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=64 * 1024,
-                      mapped_file_size_consume_queue=20 * 200, max_hash_slot_num=100, max_index_num=400)
-    async with open_store(cfg) as store:
-        assert store.get_max_phy_offset() == offset  # the torn record must be cut off

@@ -49,17 +49,18 @@ def _host(ip: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int) -> str:
 
 
 hosts = st.builds(_host, st.ip_addresses(), ports)
-# the codec takes any UTF-8 topic of at most 127 bytes
-topics = st.text(max_size=60).map(lambda t: t.encode("utf-8")[:127].decode("utf-8", "ignore"))
+# the codec takes any UTF-8 topic of at most 127 bytes without NUL (a NUL last byte reads as torn)
+topics = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=60).map(
+    lambda t: t.encode("utf-8")[:127].decode("utf-8", "ignore"))
 valid_topics = st.from_regex(r"[%|a-zA-Z0-9_-]{1,127}", fullmatch=True)
-# property names/values: non-empty, no separators (the reader drops empty names/values)
+# property names/values: non-empty, no separators (the reader drops empty names/values), no NUL
 prop_text = st.text(
-    st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)),
+    st.characters(blacklist_characters="\x00\x01\x02", blacklist_categories=("Cs",)),
     min_size=1, max_size=20,
 )
 prop_names = prop_text.filter(lambda n: n not in ("TAGS", "KEYS", "WAIT"))
 key_text = st.text(
-    st.characters(blacklist_characters="\x01\x02 ", blacklist_categories=("Cs",)),
+    st.characters(blacklist_characters="\x00\x01\x02 ", blacklist_categories=("Cs",)),
     min_size=1, max_size=16,
 )
 

@@ -111,6 +111,44 @@ async def test_torn_tail_mid_record(config, caplog, crashed):
     assert f"invalid record at offset {offset}" in caplog.text
 
 
+@pytest.mark.parametrize("crashed", [False, True], ids=["clean-exit", "crash"])
+async def test_tail_torn_inside_the_properties_is_cut(config, caplog, crashed):
+    """Every length still adds up and the body CRC passes (it covers only the body): only the
+    zeroed last bytes (found by the chaos suite's torn-tail soak, seed 49) show the tear."""
+    placed = await write_messages(config, 150)
+    offset, size, _ = placed[-1]
+    patch_file(segment_path(config, offset), offset % SEGMENT + size - 5, bytes(5))  # in KEYS
+    if crashed:
+        mark_crashed(config)
+    caplog.set_level(logging.INFO, logger="tidemq.store")
+    await check_survivors(config, placed, len(placed) - 1, offset)
+    assert "zeroed bytes (a torn write)" in caplog.text
+
+
+async def test_tail_torn_inside_the_topic_of_a_record_without_properties(config, caplog):
+    async with open_store(config) as store:
+        first = await store.put_message(Message(TOPIC, b"one", keys=["key-0"]))
+        last = await store.put_message(Message(TOPIC, b"two"))
+        size = store.look_message_by_offset(last.commitlog_offset).size
+    assert last.ok and store.look_message_by_offset is not None
+    # the topic's last byte and the 2-byte zero properties length
+    patch_file(segment_path(config, last.commitlog_offset), last.commitlog_offset % SEGMENT + size - 3,
+               bytes(1))
+    mark_crashed(config)
+    caplog.set_level(logging.INFO, logger="tidemq.store")
+    async with open_store(config) as store:
+        assert store.get_max_phy_offset() == last.commitlog_offset
+        assert store.look_message_by_msg_id(first.msg_id).body == b"one"
+    assert "zeroed bytes (a torn write)" in caplog.text
+
+
+async def test_a_nul_in_a_property_is_refused_so_no_valid_record_looks_torn(config):
+    async with open_store(config) as store:
+        r = await store.put_message(Message(TOPIC, b"x", properties={"k": "v\x00"}))
+        assert r.status.name == "MESSAGE_ILLEGAL" and "NUL" in r.error
+        assert store.get_max_phy_offset() == 0
+
+
 async def test_garbage_after_the_valid_end(config, caplog):
     placed = await write_messages(config, 120)
     last_offset, last_size, _ = placed[-1]
