@@ -193,6 +193,46 @@ class Admin(_Client):
         except NotFound:
             return None
 
+    async def promote(
+        self, broker_name: str, broker_id: int, *, role: str | None = None, timeout: float = 30.0
+    ) -> dict[str, Any]:
+        """Make slave `broker_id` of `broker_name` the group's master (node op `promote`) and
+        wait until it serves as brokerId 0 with its new epoch. `role` (SYNC_MASTER or
+        ASYNC_MASTER) defaults to the role the group's master registered, else the one the
+        slave last learnt. Returns the node's answer plus `address` and `start_offset`."""
+        infos = await self.cluster_info()
+        target = next((b for b in infos if b.broker_name == broker_name and b.broker_id == broker_id), None)
+        if target is None:
+            known = ", ".join(f"{b.broker_name}/{b.broker_id}" for b in infos) or "none"
+            raise NotFound(Status.NOT_FOUND.value,
+                           f"no broker {broker_name}/{broker_id} is registered (known: {known})")
+        if target.is_master:
+            raise BadRequest(Status.BAD_REQUEST.value, f"{broker_name}/0 ({target.address}) is already the master")
+        if role is None:
+            master = next((b for b in infos if b.broker_name == broker_name and b.is_master), None)
+            role = master.role if master is not None and master.role != "SLAVE" else None
+        fields = {"role": role} if role else {}
+        answer = await self.pool.request(target.address, "promote", timeout=timeout, **fields)
+        epoch = answer["epoch"]
+        status: dict[str, Any] = {}
+        with trio.move_on_after(timeout):
+            while True:
+                try:
+                    status = await self.pool.request(target.address, "status")
+                except TidemqError:
+                    status = {}
+                if status.get("broker_id") == 0 and status.get("epoch") == epoch:
+                    break
+                await trio.sleep(0.1)
+        if status.get("epoch") != epoch:
+            raise ServiceUnavailable(Status.SERVICE_NOT_AVAILABLE.value,
+                                     f"{target.address} accepted the promotion to epoch {epoch} but does not "
+                                     f"serve as master {timeout:.0f} s later")
+        entries = status.get("epochs") or []
+        return {**{k: v for k, v in answer.items() if k not in ("id", "status")},
+                "broker_name": broker_name, "address": target.address,
+                "start_offset": entries[-1][1] if entries else None}
+
     async def delete_expired_files(self, broker: str) -> int:
         """Run the expired-file cleanup now on `broker` (an address, or a brokerName for its
         master); returns the number of CommitLog files removed."""

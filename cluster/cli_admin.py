@@ -9,6 +9,7 @@
 | `msg` | `queryMsgById` | a message by msgId |
 | `key` | `queryMsgByKey` | messages by key |
 | `delete-expired` | `deleteExpiredCommitLog` | ask each master to delete its expired files now |
+| `promote` | | make a slave its group's master with a new epoch (docs/failover.md) |
 
 Another action (e.g. `promote`) registers on the subparsers `add_admin_commands` returns.
 Every action prints JSON lines (status: a table unless --json); exit codes as store/cli.py.
@@ -19,7 +20,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from store.cli import EXIT_OK, EXIT_PROBLEM, error, print_json
+from store.cli import EXIT_OK, EXIT_PROBLEM, UsageError, error, print_json
 
 from .cli_client import print_broker_status, run_query
 from .cli_common import add_source, handled, run_async, source
@@ -108,6 +109,26 @@ def _cmd_delete_expired(args: argparse.Namespace) -> int:
     return run_async(args, main)
 
 
+def _cmd_promote(args: argparse.Namespace) -> int:
+    from .client import Admin
+
+    src = source(args)
+    if args.broker_id < 1:
+        raise UsageError(f"BROKER_ID must be a slave's id (1 or more), got {args.broker_id}")
+
+    async def main() -> int:
+        async with Admin(**src) as admin:
+            result = await admin.promote(args.broker_name, args.broker_id, role=args.role, timeout=args.timeout)
+        if args.json:
+            print_json(result)
+        else:
+            print(f"{args.broker_name}: {result['address']} is the master now (brokerId 0, {result['role']}), "
+                  f"epoch {result['epoch']} from CommitLog offset {result['start_offset']}")
+        return EXIT_OK
+
+    return run_async(args, main)
+
+
 def add_admin_commands(subparsers: argparse._SubParsersAction) -> Any:
     """Register `tidemq admin ...`; returns the group's action subparsers."""
     admin = subparsers.add_parser(
@@ -148,4 +169,19 @@ def add_admin_commands(subparsers: argparse._SubParsersAction) -> Any:
     action("delete-expired", "deleteExpiredCommitLog",
            "ask every master to delete its expired CommitLog, ConsumeQueue and index files now") \
         .set_defaults(handler=handled(_cmd_delete_expired))
+    promote = actions.add_parser(
+        "promote", help="make a slave its group's master (a new epoch)",
+        description="Promote slave BROKER_ID of BROKER_NAME: it stops replicating, dispatches what it "
+        "holds, starts epoch N+1 at its max offset and serves as brokerId 0; the group's other slaves "
+        "follow it, and an old master that returns is fenced and rejoins as a slave (docs/failover.md). "
+        "Exit 1 when the broker is unknown or refuses.",
+    )
+    add_source(promote)
+    promote.add_argument("broker_name", metavar="BROKER_NAME", help="the group, e.g. broker-a")
+    promote.add_argument("broker_id", metavar="BROKER_ID", type=int, help="the slave's brokerId, e.g. 1")
+    promote.add_argument("--role", choices=("SYNC_MASTER", "ASYNC_MASTER"),
+                         help="the role to serve (default: the group master's registered role)")
+    promote.add_argument("--timeout", type=float, default=30.0, help="seconds to wait (default 30)")
+    promote.add_argument("--json", action="store_true", help="print the result as JSON")
+    promote.set_defaults(handler=handled(_cmd_promote))
     return actions

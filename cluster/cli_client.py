@@ -23,7 +23,7 @@ from store.cli import EXIT_OK, EXIT_PROBLEM, UsageError, error, print_json
 from store.message import decode_msg_id
 
 from .cli_common import add_source, handled, run_async, source
-from .tables import BrokerRow, broker_table
+from .tables import BrokerRow, broker_table, failover_lines
 
 __all__ = ["add_client_commands", "message_json", "print_broker_status", "run_query", "status_rows"]
 
@@ -312,7 +312,10 @@ def print_broker_status(args: argparse.Namespace) -> int:
 
             where = f"name server {args.namesrv}" if args.namesrv else f"brokers {', '.join(args.broker)}"
             console = Console(width=None if sys.stdout.isatty() else 200)
-            console.print(broker_table(status_rows(rows), f"tidemq cluster ({where})"))
+            table_rows = status_rows(rows)
+            console.print(broker_table(table_rows, f"tidemq cluster ({where})"))
+            for line in failover_lines(table_rows):
+                console.print(line, markup=False, highlight=False)
         if not rows:
             error("no broker is registered")
             return EXIT_PROBLEM

@@ -214,6 +214,7 @@ NAMESRV_OPS: dict[str, tuple[Field, ...]] = {
         Field("ha_address", STR, False, None, _address),
         Field("topics", TOPICS, False, {}),
         Field("max_offset", INT, False, 0, _non_negative),
+        Field("epoch", INT, False, None, _non_negative),
     ),
     "unregister_broker": (_CLUSTER, _BROKER_NAME, _BROKER_ID, _ADDRESS),
     "get_route": (Field("topic", STR, True, None, _topic),),
@@ -254,12 +255,20 @@ class RouteTable:
     def __len__(self) -> int:
         return len(self._brokers)
 
-    def register(self, fields: Mapping[str, Any], peer: str | None, now: float | None = None) -> BrokerInfo:
+    def register(self, fields: Mapping[str, Any], peer: str | None, now: float | None = None) -> BrokerInfo | None:
         """Record a registration (`fields` as `register_broker` validated them); returns the
-        broker as recorded."""
+        broker as recorded, or None when refused: a master (brokerId 0) whose epoch is older
+        than the registered one's stays out (a returning old master must not take the route
+        from the promoted one)."""
         now = time.monotonic() if now is None else now
         key = (fields["broker_name"], fields["broker_id"])
         old = self._brokers.get(key)
+        epoch = fields.get("epoch")
+        if (key[1] == 0 and old is not None and old.broker.address != fields["address"]
+                and old.broker.epoch is not None and (epoch is None or epoch < old.broker.epoch)):
+            log.warning("refused %s as master of %s: its epoch %s is older than %s's epoch %d",
+                        fields["address"], key[0], epoch, old.broker.address, old.broker.epoch)
+            return None
         # the same address under another id or name: the node changed identity (promotion)
         for other_key, other in list(self._brokers.items()):
             if other_key != key and other.broker.address == fields["address"]:
@@ -407,12 +416,15 @@ class NameServer:
         f, table = request.fields, self.table
         table.expire()
         if request.op == "register_broker":
-            table.register(f, peer)
+            registered = table.register(f, peer) is not None
             master = table.master_of(f["broker_name"])
             return ok_response(
                 request.id,
+                registered=registered,
                 master_address=master.address if master else None,
                 master_ha_address=master.ha_address if master else None,
+                master_epoch=master.epoch if master else None,
+                master_role=master.role if master else None,
                 broker_expire_ms=self.cfg.broker_expire_ms,
             )
         if request.op == "unregister_broker":

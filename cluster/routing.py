@@ -169,6 +169,8 @@ class BrokerInfo:
     alive: bool = True
     age_ms: int | None = None
     last_update_ms: int | None = None
+    epoch: int | None = None
+    """Its newest master term (None when it has no epoch history)."""
 
     @property
     def is_master(self) -> bool:
@@ -188,6 +190,7 @@ class BrokerInfo:
             alive=bool(raw.get("alive", True)),
             age_ms=raw.get("age_ms"),
             last_update_ms=raw.get("last_update_ms"),
+            epoch=raw.get("epoch") if type(raw.get("epoch")) is int else None,
         )
 
     def route_entry(self) -> dict[str, Any]:
@@ -199,6 +202,7 @@ class BrokerInfo:
             "ha_address": self.ha_address,
             "alive": self.alive,
             "max_offset": self.max_offset,
+            "epoch": self.epoch,
             "age_ms": self.age_ms,
         }
 

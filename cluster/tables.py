@@ -76,7 +76,7 @@ def _lag_seconds(row: BrokerRow, master: BrokerRow | None, slaves: list[BrokerRo
 
 def _ha_note(answer: Mapping[str, Any]) -> str:
     ha = answer.get("ha") or {}
-    flags = ", ".join(answer.get("running_flags") or [])
+    flags = ", ".join((answer.get("running_flags") or []) + (["FENCED"] if answer.get("fenced") else []))
     if "slaves" in ha:
         note = f"{len(ha['slaves'])} slave(s)" if ha["slaves"] else "no slave"
     elif "connected" in ha:
@@ -94,6 +94,23 @@ def _catch_up(row: BrokerRow, master: BrokerRow | None) -> Any:
     bar = Table.grid(padding=(0, 1))
     bar.add_row(ProgressBar(total=total, completed=done, width=12), f"{done / total:.0%}")
     return bar
+
+
+def failover_lines(rows: Iterable[BrokerRow]) -> list[str]:
+    """One line per broker that is fenced, or that cut its log when it rejoined (what it
+    dropped: range, count, msgIds; docs/failover.md)."""
+    lines = []
+    for row in rows:
+        s = row.answer or {}
+        who = f"{row.group}/{row.broker_id} {row.address}"
+        if s.get("fenced"):
+            lines.append(f"{who}: {s['fenced']}")
+        cut = s.get("last_truncation")
+        if cut:
+            ids = cut.get("msg_ids") or []
+            lines.append(f"{who}: dropped CommitLog [{cut['from_offset']}, {cut['to_offset']}) when it rejoined "
+                         f"({cut['message_count']} message(s)): {', '.join(ids[:20])}{' ...' if len(ids) > 20 else ''}")
+    return lines
 
 
 def broker_table(rows: Iterable[BrokerRow], title: str, *, processes: bool = False) -> Table:

@@ -80,8 +80,17 @@ class _Session:
 class HAClient:
     """Replicates the master's CommitLog into `store`; run with ``nursery.start(client.run)``."""
 
-    def __init__(self, store: MessageStore, master_address: str | None = None) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        master_address: str | None = None,
+        *,
+        admit: Callable[[str], Awaitable[bool]] | None = None,
+    ) -> None:
         self.store = store
+        self.admit = admit
+        """Asked before each connection whether this master may be replicated from (the
+        node's epoch check, over the client protocol: the HA bytes stay RocketMQ 4.x's)."""
         self.config = store.config
         self.master_address = master_address if master_address is not None else self.config.ha_master_address
         if self.master_address is not None:
@@ -122,6 +131,11 @@ class HAClient:
     # ---- the connect loop -----------------------------------------------------------------
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Connect, replicate, reconnect with backoff (100 ms doubling to 5 s) until cancelled."""
+        # the first admission is decided before the caller goes on, so the first connect
+        # follows at once (as without an admission check)
+        admitted = None
+        if self.admit is not None and self.master_address is not None:
+            admitted = (self.master_address, await self.admit(self.master_address))
         task_status.started()
         backoff = BACKOFF_START_S
         while True:
@@ -132,7 +146,13 @@ class HAClient:
             frames = 0
             with trio.CancelScope() as scope:
                 self._session_scope = scope
-                frames = await self._connect_and_replicate(address)
+                if admitted is not None and admitted[0] == address:
+                    ok = admitted[1]
+                else:
+                    ok = self.admit is None or await self.admit(address)
+                admitted = None
+                if ok:
+                    frames = await self._connect_and_replicate(address)
             self._session_scope = None
             if scope.cancelled_caught:  # the address changed: connect to the new one at once
                 backoff = BACKOFF_START_S

@@ -26,6 +26,7 @@ from ha.slave import HAClient
 from store.message_store import open_store
 
 from .config import BrokerConfig
+from .failover import Failover, Transition
 from .offsets import ConsumerOffsetManager
 from .ops import NodeServices, handle_request
 from .registration import NameServerRegistration
@@ -74,7 +75,6 @@ class Broker:
         self, cfg: BrokerConfig, *, handle_signals: bool = True, grace_s: float = SHUTDOWN_GRACE_S,
         recovery_progress: Callable[[int, int], None] | None = None,
     ) -> None:
-        self.cfg = cfg
         self.recovery_progress = recovery_progress  # (validated bytes, total) during recovery
         self.handle_signals = handle_signals
         self.grace_s = grace_s
@@ -83,13 +83,22 @@ class Broker:
             root, auto_create=cfg.auto_create_topic_enable, default_queue_nums=cfg.default_topic_queue_nums
         )
         self.offsets = ConsumerOffsetManager(root)
+        self.failover = Failover(cfg)  # the role stored beside the store overrides the file's
+        self.cfg = self.failover.cfg
+        self.failover.on_transition = self._end_term
         self.services: NodeServices | None = None
         self.server: ClientServer | None = None
         self._stop = trio.Event()
+        self._term_end = trio.Event()
 
     def stop(self) -> None:
         """Begin a graceful shutdown (what SIGTERM does)."""
         self._stop.set()
+        self._term_end.set()
+
+    def _end_term(self) -> None:
+        """A role change (promotion, fencing, a divergent tail): serve again in the new role."""
+        self._term_end.set()
 
     async def run(self, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until stopped; `task_status.started(address)` once clients can connect.
@@ -111,7 +120,18 @@ class Broker:
                 if signals is not None:
                     outer.start_soon(self._watch_signals, signals)
                 try:
-                    await self._serve(task_status)
+                    while True:
+                        self.cfg = self.failover.cfg
+                        self._term_end = trio.Event()
+                        if self._stop.is_set():
+                            break
+                        transition = await self._serve(task_status)
+                        task_status = trio.TASK_STATUS_IGNORED
+                        if transition is None or self._stop.is_set():
+                            break
+                        await trio.to_thread.run_sync(self.failover.apply, transition)
+                        log.warning("serving again as %s/%d (%s)", self.cfg.broker_name,
+                                    self.failover.cfg.broker_id, self.failover.cfg.role.value)
                 finally:
                     outer.cancel_scope.cancel()
         log.info("node %s/%d stopped", cfg.broker_name, cfg.broker_id)
@@ -122,25 +142,41 @@ class Broker:
             self.stop()
 
     def _on_master(
-        self, services: NodeServices, sync: SlaveSync | None, address: str | None, ha_address: str | None
+        self, services: NodeServices, sync: SlaveSync | None, answer: dict
     ) -> None:
         """A registration answer named the group's master: a slave without a static
-        haMasterAddress / masterAddr follows it (RocketMQ's haServerAddr from the name server)."""
+        haMasterAddress / masterAddr follows it (RocketMQ's haServerAddr from the name server),
+        and so does every slave once the master has an epoch (after a promotion the static
+        address names the old master)."""
         cfg = self.cfg
+        self.failover.on_registration(answer)
         if cfg.role.is_master:
             return
-        if ha_address and not cfg.store.ha_master_address and services.ha_client is not None:
+        address, ha_address = answer.get("master_address"), answer.get("master_ha_address")
+        follow = type(answer.get("master_epoch")) is int
+        if (isinstance(ha_address, str) and (follow or not cfg.store.ha_master_address)
+                and services.ha_client is not None and ha_address != cfg.ha_address):
             services.ha_client.update_master_address(ha_address)
-        if address and not cfg.master_addr and sync is not None:
+        if isinstance(address, str) and (follow or not cfg.master_addr) and sync is not None \
+                and address != cfg.address:
             sync.set_master_addr(address)
 
-    async def _serve(self, task_status: trio.TaskStatus[str]) -> None:
+    async def _run_ha_client(self, client: HAClient, task_status: trio.TaskStatus[None]) -> None:
+        """The HA client in a scope of its own, so a promotion can stop just it."""
+        with trio.CancelScope() as scope:
+            self.failover.ha_client_scope = scope
+            await client.run(task_status=task_status)
+
+    async def _serve(self, task_status: trio.TaskStatus[str]) -> Transition | None:
+        """One term: the store and services in the current role until a stop or a role change."""
         cfg = self.cfg
         async with open_store(cfg.store, recovery_progress=self.recovery_progress) as store:
             await trio.to_thread.run_sync(write_broker_properties, cfg)
             try:
                 async with trio.open_nursery() as nursery:
-                    services = NodeServices(cfg=cfg, store=store, topics=self.topics, offsets=self.offsets)
+                    services = NodeServices(cfg=cfg, store=store, topics=self.topics, offsets=self.offsets,
+                                            failover=self.failover)
+                    self.failover.start_term(services)
                     self.services = services
                     sync: SlaveSync | None = None
                     if cfg.role.is_master:
@@ -150,8 +186,8 @@ class Broker:
                         await trio.to_thread.run_sync(services.schedule.load)
                         await nursery.start(services.schedule.run)
                     else:
-                        services.ha_client = HAClient(store)
-                        await nursery.start(services.ha_client.run)
+                        services.ha_client = HAClient(store, admit=self.failover.admit)
+                        await nursery.start(self._run_ha_client, services.ha_client)
                         if cfg.master_addr or cfg.namesrv_addr:  # else: no way to find the master
                             sync = SlaveSync(cfg.master_addr, self.topics, self.offsets,
                                              max_frame_size=cfg.max_frame_size,
@@ -161,6 +197,7 @@ class Broker:
                         else:
                             log.warning("masterAddr is not set: topics and consumer offsets are not "
                                         "synced from the master")
+                    await nursery.start(self.failover.watch)
                     await nursery.start(self.offsets.run_persister)
                     self.server = ClientServer(
                         lambda request, peer: handle_request(services, request, peer),
@@ -170,7 +207,8 @@ class Broker:
                     registration = None
                     if cfg.namesrv_addr:
                         registration = NameServerRegistration(
-                            cfg, self.topics, store, on_master=partial(self._on_master, services, sync)
+                            cfg, self.topics, store, on_master=partial(self._on_master, services, sync),
+                            epoch=lambda: self.failover.epoch,
                         )
                         self.topics.on_change = registration.trigger
                         services.registration_status = registration.status
@@ -178,7 +216,7 @@ class Broker:
                     log.info("node %s/%d (%s) serving on %s", cfg.broker_name, cfg.broker_id,
                              cfg.role.value, cfg.address)
                     task_status.started(f"{cfg.broker_ip1}:{self.server.port}")
-                    await self._stop.wait()
+                    await self._term_end.wait()
                     if registration is not None:
                         self.topics.on_change = None
                         await registration.shutdown(UNREGISTER_TIMEOUT_S)
@@ -187,6 +225,7 @@ class Broker:
                     services.stop_long_polls()
                     await self.server.drain(self.grace_s)
                     nursery.cancel_scope.cancel()
+                    return None if self._stop.is_set() else self.failover.transition
             finally:
                 with trio.CancelScope(shield=True):
                     try:

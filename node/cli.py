@@ -67,7 +67,10 @@ def _cmd_node_start(args: argparse.Namespace) -> int:
     serving = False
 
     with recovery_progress_bar() as progress:
-        node = Broker(cfg, recovery_progress=progress)
+        try:  # reads the role and epoch history stored beside the store
+            node = Broker(cfg, recovery_progress=progress)
+        except ConfigFileError as e:
+            raise UsageError(str(e)) from None
 
         async def serve() -> None:
             nonlocal serving
@@ -75,7 +78,7 @@ def _cmd_node_start(args: argparse.Namespace) -> int:
                 address = await nursery.start(node.run)
                 serving = True
                 # the launcher and tests wait for this line
-                print(f"READY {cfg.broker_name} {cfg.broker_id} {address}", flush=True)
+                print(f"READY {cfg.broker_name} {node.cfg.broker_id} {address}", flush=True)
 
         try:
             trio.run(serve)

@@ -11,7 +11,7 @@ import contextlib
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import psutil
@@ -25,11 +25,15 @@ from store.status import GetMessageStatus, PutMessageResult
 
 from .config import BrokerConfig
 from .consumers import ConsumerManager
+from .failover import FenceError
 from .offsets import ConsumerOffsetManager
 from .protocol import Request, Status, error_response, ok_response
 from .schedule import ScheduleMessageService
 from .stats import BrokerStats
 from .topics import TopicConfigManager
+
+if TYPE_CHECKING:
+    from .failover import Failover  # noqa: F401 - the annotation of NodeServices.failover
 
 log = logging.getLogger("tidemq.node")
 
@@ -72,6 +76,7 @@ class NodeServices:
     consumers: ConsumerManager = attrs.field(factory=ConsumerManager)
     schedule: ScheduleMessageService | None = None
     stats: BrokerStats = attrs.field(factory=BrokerStats)
+    failover: Failover | None = None
     stopping: bool = False
     _long_polls: set[trio.CancelScope] = attrs.field(factory=set)
 
@@ -189,8 +194,15 @@ def _put_response(request_id: int, result: PutMessageResult, queue_id: int, *, b
     )
 
 
-async def _send(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+async def _check_writeable(s: NodeServices) -> None:
+    """A slave refuses writes; a master asks for the group's epoch first when it must (fencing)."""
     _refuse_on_slave(s, "writes")
+    if s.failover is not None:
+        await s.failover.before_write()
+
+
+async def _send(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    await _check_writeable(s)
     f = r.fields
     queue_id = await _checked_topic(s, f["topic"], f["queue_id"])
     result = await s.store.put_message(_message(f, f["topic"], queue_id, f["wait"], peer))
@@ -200,7 +212,7 @@ async def _send(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]
 
 
 async def _send_batch(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
-    _refuse_on_slave(s, "writes")
+    await _check_writeable(s)
     f = r.fields
     queue_id = await _checked_topic(s, f["topic"], f["queue_id"])
     msgs = [_message(m, f["topic"], queue_id, f["wait"], peer) for m in f["messages"]]
@@ -357,7 +369,23 @@ async def _status(s: NodeServices, r: Request, peer: str | None) -> dict[str, An
     if s.schedule is not None:
         fields["schedule"] = s.schedule.status()
     fields["consumer_groups"] = {g: s.consumers.members(g) for g in s.consumers.groups()}
+    if s.failover is not None:
+        fields.update(s.failover.status())
     return ok_response(r.id, **fields)
+
+
+def _failover(s: NodeServices) -> Failover:
+    if s.failover is None:
+        raise OpError(Status.INTERNAL_ERROR, "this node runs without failover support")
+    return s.failover
+
+
+async def _epoch(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    return ok_response(r.id, **_failover(s).epoch_answer())
+
+
+async def _promote(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    return ok_response(r.id, **await _failover(s).promote(r.fields["role"]))
 
 
 async def _delete_expired_files(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
@@ -389,6 +417,8 @@ HANDLERS: dict[str, _Handler] = {
     "topic_list": _topic_list,
     "status": _status,
     "admin.delete_expired_files": _delete_expired_files,
+    "epoch": _epoch,
+    "promote": _promote,
 }
 
 from .consumer_ops import CONSUMER_HANDLERS  # noqa: E402  (it builds on the helpers above)
@@ -404,6 +434,8 @@ async def handle_request(services: NodeServices, request: Request, peer: str | N
     try:
         return await HANDLERS[request.op](services, request, peer)
     except OpError as e:
+        return error_response(request.id, e.status, e.message)
+    except FenceError as e:
         return error_response(request.id, e.status, e.message)
     except StoreUnavailableError as e:
         return error_response(request.id, Status.SERVICE_NOT_AVAILABLE, str(e))

@@ -405,6 +405,10 @@ def _tag_filter(v: str) -> str | None:
     return None
 
 
+def _master_role(v: str) -> str | None:
+    return None if v in ("SYNC_MASTER", "ASYNC_MASTER") else f"must be SYNC_MASTER or ASYNC_MASTER, got {v!r}"
+
+
 def _f(name: str, type_: FieldType, check: Callable[[Any], str | None] | None = None) -> Field:
     if check is None and type_ is INT:
         check = _INT64
@@ -532,6 +536,8 @@ OPS: dict[str, tuple[Field, ...]] = {
     ),
     "status": (),
     "admin.delete_expired_files": (),
+    "epoch": (),
+    "promote": (_opt("role", STR, None, _master_role),),
 }
 
 # Every scalar/compound wire type a field can have, for docs and tests.

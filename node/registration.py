@@ -35,8 +35,9 @@ BACKOFF_START_S = 0.5
 CONNECT_TIMEOUT_S = 3.0
 REQUEST_TIMEOUT_S = 5.0
 
-MasterListener = Callable[["str | None", "str | None"], None]
-"""Called with (master_address, master_ha_address) from every registration answer."""
+MasterListener = Callable[[dict[str, Any]], None]
+"""Called with every registration answer (master_address, master_ha_address, master_epoch,
+master_role)."""
 
 
 @attrs.define(eq=False)
@@ -62,6 +63,7 @@ class NameServerRegistration:
         store: MessageStore,
         *,
         on_master: MasterListener | None = None,
+        epoch: Callable[[], int] | None = None,
     ) -> None:
         if not cfg.namesrv_addr:
             raise ValueError("namesrvAddr is not set")
@@ -69,6 +71,7 @@ class NameServerRegistration:
         self.topics = topics
         self.store = store
         self.on_master = on_master
+        self.epoch = epoch
         self.period_s = cfg.register_name_server_period / 1000
         self.targets = [_Target(a.strip()) for a in cfg.namesrv_addr.split(";") if a.strip()]
         self._nursery: trio.Nursery | None = None
@@ -152,8 +155,12 @@ class NameServerRegistration:
     async def _register(self, target: _Target) -> None:
         cfg = self.cfg
         conn = await self._connection(target)
+        extra = {}
+        if self.epoch is not None and self.epoch() >= 0:
+            extra["epoch"] = self.epoch()
         answer = await conn.request(
             "register_broker",
+            **extra,
             cluster=cfg.broker_cluster_name,
             broker_name=cfg.broker_name,
             broker_id=cfg.broker_id,
@@ -169,11 +176,7 @@ class NameServerRegistration:
         target.last_error = None
         target.last_register_ms = int(time.time() * 1000)
         if self.on_master is not None:
-            master, master_ha = answer.get("master_address"), answer.get("master_ha_address")
-            self.on_master(
-                master if isinstance(master, str) else None,
-                master_ha if isinstance(master_ha, str) else None,
-            )
+            self.on_master(answer)
 
     async def _unregister(self, target: _Target) -> None:
         cfg = self.cfg

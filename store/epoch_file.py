@@ -151,7 +151,10 @@ class EpochFileCache:
                 break
         if problems:
             log.warning("epoch file: %s%s", "; ".join(problems), " (used the backup)" if entries else "")
-        return cls(path, entries)
+        try:
+            return cls(path, entries)
+        except EpochFileError as e:
+            raise EpochFileError(f"{path}: {e}") from None
 
     # ---- queries -----------------------------------------------------------------------------
     @property

@@ -182,11 +182,19 @@ MINIMAL = {
     "topic_list": {},
     "status": {},
     "admin.delete_expired_files": {},
+    "epoch": {},
+    "promote": {},
 }
 
 
 def test_minimal_covers_every_op():
     assert set(MINIMAL) == set(OPS)
+
+
+def test_promote_takes_only_a_master_role():
+    assert parse_request(req("promote", role="ASYNC_MASTER")).fields == {"role": "ASYNC_MASTER"}
+    with pytest.raises(InvalidRequest, match="must be SYNC_MASTER or ASYNC_MASTER, got 'SLAVE'"):
+        parse_request(req("promote", role="SLAVE"))
 
 
 @pytest.mark.parametrize("op", sorted(OPS))

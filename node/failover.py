@@ -1,0 +1,447 @@
+"""Promotion, epochs and fencing: how a node changes role without forking the log.
+
+Every master term has an epoch (store/epoch_file.py). This module keeps one node's side of it:
+
+- **Role beside the store.** `failoverRole.json` in the store root holds the role the node
+  serves after a promotion or a rejoin (brokerId, brokerRole, the epoch a promoted node
+  starts); it overrides the config file's brokerId/brokerRole, which is never rewritten.
+- **Promotion** (`promote`): a slave stops its HA client, dispatches everything it holds,
+  records the role and epoch N+1 (N = the newest epoch it has seen), and the node restarts
+  its services as brokerId 0; the new term starts epoch N+1 at the recovered max offset.
+- **Fencing** (`before_write`): a master that has just started, resumed after a pause
+  longer than haHousekeepingInterval, or lost its last slave asks the name servers and its
+  group's peers for the newest epoch before its next write. On a newer one it fences
+  (writes answer SERVICE_NOT_AVAILABLE naming the epoch) and restarts as a slave.
+- **Admission** (`admit`, before every HA connection): a slave asks the master's client
+  port for its epoch history; it refuses a master whose epoch is older than the newest it
+  has seen, and when its own log has a tail the master's history does not share (RocketMQ's
+  findConsistentPoint) it restarts with that tail cut (store/truncate.py), reporting the
+  offsets, count and msgIds dropped in the log, `lastTruncation.json` and `status`.
+
+The 4.x HA bytes are untouched: epochs travel over the client protocol (`epoch` op) and in
+the name server's registrations, so a node with no epoch history (a RocketMQ 4.x peer)
+replicates as before as long as no epoch is in play.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from store.config import BrokerRole
+from store.epoch_file import EPOCH_FILE_NAME, EpochEntry, EpochFileCache, EpochFileError
+from store.truncate import truncate_closed_store
+
+from .client import TidemqError, connect
+from .config import BrokerConfig, ConfigError
+from .jsonfile import ConfigFileError
+from .protocol import Status
+
+if TYPE_CHECKING:
+    from .ops import NodeServices
+
+log = logging.getLogger("tidemq.node")
+
+__all__ = ["ROLE_FILE", "Failover", "FenceError", "RoleState", "Transition", "effective_config"]
+
+ROLE_FILE = "failoverRole.json"
+TRUNCATION_FILE = "lastTruncation.json"
+TICK_S = 0.2
+"""How often the watcher looks for a pause, a lost slave or a pending check."""
+ASK_TIMEOUT_S = 2.0
+"""Upper bound for one round of asking the name servers and peers for epochs."""
+HA_STOP_TIMEOUT_S = 5.0
+
+
+class FenceError(Exception):
+    """A write refused by fencing or a failover op refused; `status` is the node status."""
+
+    def __init__(self, status: Status, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@attrs.frozen
+class RoleState:
+    """The role a node serves instead of its config file's (failoverRole.json)."""
+
+    broker_id: int
+    broker_role: str
+    reason: str
+    since_ms: int = attrs.field(factory=lambda: int(time.time() * 1000))
+    pending_epoch: int | None = None
+    """A promoted node starts this epoch at its max offset when it next serves as master."""
+
+    @classmethod
+    def load(cls, root: str) -> RoleState | None:
+        path = os.path.join(root, ROLE_FILE)
+        try:
+            with open(path, encoding="utf-8") as f:
+                raw = json.load(f)
+            BrokerRole(raw["brokerRole"])
+            return cls(int(raw["brokerId"]), raw["brokerRole"], str(raw.get("reason", "")),
+                       int(raw.get("sinceMs", 0)), raw.get("pendingEpoch"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise EpochFileError(f"{path}: cannot read the failover role: {e}") from None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"brokerId": self.broker_id, "brokerRole": self.broker_role, "reason": self.reason,
+                "sinceMs": self.since_ms, "pendingEpoch": self.pending_epoch}
+
+    def save(self, root: str) -> None:
+        _write_json(os.path.join(root, ROLE_FILE), self.to_json())
+
+
+def _write_json(path: str, value: Any) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def effective_config(cfg: BrokerConfig, state: RoleState | None) -> BrokerConfig:
+    """The config file's settings with the stored role (if any) in place of its own."""
+    if state is None:
+        return cfg
+    store = attrs.evolve(cfg.store, broker_role=BrokerRole(state.broker_role))
+    return attrs.evolve(cfg, broker_id=state.broker_id, store=store)
+
+
+@attrs.frozen
+class Transition:
+    """A role change: the node closes its services, applies it, and serves again."""
+
+    role: RoleState
+    truncate_to: int | None = None
+
+
+@attrs.define
+class GroupMaster:
+    """The group's master as the name servers last named it."""
+
+    address: str | None = None
+    ha_address: str | None = None
+    epoch: int | None = None
+    role: str | None = None
+
+
+class Failover:
+    """One node's epochs, role and fencing, across its terms (service restarts)."""
+
+    def __init__(self, cfg: BrokerConfig) -> None:
+        self.base_cfg = cfg
+        self.root = cfg.store.store_path_root_dir
+        os.makedirs(self.root, exist_ok=True)
+        try:
+            self.role_state = RoleState.load(self.root)
+            self.cfg = effective_config(cfg, self.role_state)
+            self.cache = EpochFileCache.load(os.path.join(self.root, EPOCH_FILE_NAME))
+        except (EpochFileError, ConfigError) as e:
+            raise ConfigFileError(str(e)) from None
+        self.newest_seen = self.cache.last_epoch()
+        self.master = GroupMaster()
+        self.last_truncation = self._load_truncation()
+        self.transition: Transition | None = None
+        self.on_transition: Callable[[], None] | None = None
+        self.services: NodeServices | None = None
+        self.ha_client_scope: trio.CancelScope | None = None
+        self.fenced: str | None = None
+        self.needs_check = False
+        self.had_slave = False
+        self.last_tick = 0.0
+        self._used_ids: set[int] = set()
+        self._check_lock = trio.Lock()
+
+    # ---- terms -------------------------------------------------------------------------------
+    @property
+    def epoch(self) -> int:
+        return self.cache.last_epoch()
+
+    def start_term(self, services: NodeServices) -> None:
+        """Services are up for `self.cfg`; a master starts its epoch and checks before writing."""
+        self.services = services
+        self.transition = None
+        self.fenced = None
+        self.had_slave = False
+        self.last_tick = trio.current_time()
+        store = services.store
+        if not self.cfg.role.is_master:
+            self.needs_check = False
+            return
+        max_offset = store.get_max_phy_offset()
+        pending = self.role_state.pending_epoch if self.role_state else None
+        if pending is not None and pending > self.cache.last_epoch():
+            self.cache.truncate_suffix_by_offset(max_offset)
+            self.cache.append(EpochEntry(pending, max_offset))
+            log.warning("epoch %d starts at CommitLog offset %d: this node is the master of %s",
+                        pending, max_offset, self.cfg.broker_name)
+        elif not len(self.cache):
+            epoch, start = max(self.newest_seen, 0) + 1, max(store.get_min_phy_offset(), 0)
+            self.cache.append(EpochEntry(epoch, start))
+            log.info("epoch %d starts at CommitLog offset %d (first term with epochs)", epoch, start)
+        self.newest_seen = max(self.newest_seen, self.cache.last_epoch())
+        self.needs_check = True  # a node that starts as master asks before its first write
+
+    def request_transition(self, transition: Transition) -> None:
+        """Save the new role and end the term (the node restarts its services with it)."""
+        if self.transition is not None:
+            return
+        transition.role.save(self.root)
+        self.transition = transition
+        log.warning("role change to brokerId %d (%s): %s", transition.role.broker_id,
+                    transition.role.broker_role, transition.role.reason)
+        if self.on_transition is not None:
+            self.on_transition()
+
+    def apply(self, transition: Transition) -> None:
+        """Between terms, with the store closed: cut the log, then take the new role."""
+        if transition.truncate_to is not None:
+            report = truncate_closed_store(self.cfg.store, transition.truncate_to)
+            self.cache.truncate_suffix_by_offset(transition.truncate_to)
+            if report.message_count or report.dropped_bytes:
+                self.last_truncation = {**report.to_json(), "at_ms": int(time.time() * 1000),
+                                        "reason": transition.role.reason}
+                _write_json(os.path.join(self.root, TRUNCATION_FILE), self.last_truncation)
+                log.warning("dropped CommitLog [%d, %d): %d message(s), msgIds %s", report.from_offset,
+                            report.to_offset, report.message_count, ",".join(report.msg_ids) or "-")
+        self.role_state = transition.role
+        self.cfg = effective_config(self.base_cfg, transition.role)
+
+    def _load_truncation(self) -> dict[str, Any] | None:
+        try:
+            with open(os.path.join(self.root, TRUNCATION_FILE), encoding="utf-8") as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    # ---- what a node tells others ------------------------------------------------------------
+    def epoch_answer(self) -> dict[str, Any]:
+        """The `epoch` op's fields."""
+        store = self.services.store if self.services else None
+        return {
+            "epoch": self.epoch,
+            "entries": [e.to_wire() for e in self.cache.entries],
+            "max_offset": store.get_max_phy_offset() if store else 0,
+            "broker_id": self.cfg.broker_id,
+            "role": self.cfg.role.value,
+            "fenced": self.fenced,
+        }
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "epochs": [e.to_wire() for e in self.cache.entries],
+            "newest_epoch_seen": self.newest_seen,
+            "fenced": self.fenced,
+            "role_file": self.role_state.to_json() if self.role_state else None,
+            "last_truncation": self.last_truncation,
+        }
+
+    # ---- name server answers -----------------------------------------------------------------
+    def on_registration(self, answer: dict[str, Any]) -> None:
+        """A registration answer names the group's master and its epoch."""
+        epoch = answer.get("master_epoch")
+        self.master = GroupMaster(answer.get("master_address"), answer.get("master_ha_address"),
+                                  epoch if type(epoch) is int else None, answer.get("master_role"))
+        if self.master.epoch is None:
+            return
+        self.newest_seen = max(self.newest_seen, self.master.epoch)
+        if (self.cfg.role.is_master and self.master.epoch > self.epoch
+                and self.master.address != self.cfg.address):
+            self._fence(self.master.epoch, self.master.address, "the name server")
+
+    # ---- fencing -----------------------------------------------------------------------------
+    def _observe(self) -> None:
+        """Note a pause of the process or the loss of the last slave (both mean: ask first)."""
+        now = trio.current_time()
+        gap, self.last_tick = now - self.last_tick, now
+        housekeeping_s = self.cfg.store.ha_housekeeping_interval / 1000
+        if gap > housekeeping_s and not self.needs_check:
+            log.warning("this node was paused for %.1f s (more than haHousekeepingInterval): "
+                        "asking for the group's epoch before the next write", gap)
+            self.needs_check = True
+        ha = self.services.ha_master if self.services else None
+        if ha is not None:
+            if ha.connection_count:
+                self.had_slave = True
+            elif self.had_slave:
+                self.had_slave = False
+                log.warning("the last slave disconnected: asking for the group's epoch before the next write")
+                self.needs_check = True
+
+    async def watch(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Per term: notice pauses and lost slaves; run pending checks without waiting for a write."""
+        task_status.started()
+        while True:
+            await trio.sleep(TICK_S)
+            if not self.cfg.role.is_master or self.transition is not None:
+                continue
+            self._observe()
+            if self.needs_check:
+                await self._check()
+
+    async def before_write(self) -> None:
+        """Raise FenceError when this master must not take the write."""
+        if not self.cfg.role.is_master:
+            return
+        self._observe()
+        if self.needs_check and self.fenced is None:
+            await self._check()
+        if self.fenced is not None:
+            raise FenceError(Status.SERVICE_NOT_AVAILABLE, self.fenced)
+
+    async def _check(self) -> None:
+        async with self._check_lock:
+            if not self.needs_check or self.fenced is not None:
+                return
+            views = await self._group_epochs()
+            self.needs_check = False
+            if not views:
+                log.warning("no name server or peer answered with the group's epoch; serving on epoch %d",
+                            self.epoch)
+                return
+            epoch, address, source = max(views, key=lambda v: v[0])
+            self.newest_seen = max(self.newest_seen, epoch)
+            if epoch > self.epoch and address != self.cfg.address:
+                self._fence(epoch, address, source)
+
+    async def _group_epochs(self) -> list[tuple[int, str, str]]:
+        """(epoch, address, source) from every name server and every peer of the group that
+        answers within ASK_TIMEOUT_S."""
+        cfg = self.cfg
+        views: list[tuple[int, str, str]] = []
+        peers: set[str] = set()
+        self._used_ids = set()
+
+        async def ask_namesrv(address: str) -> None:
+            answer = await _ask(address, "get_cluster_info")
+            for b in (answer or {}).get("brokers", []):
+                if b.get("broker_name") != cfg.broker_name or b.get("address") == cfg.address:
+                    continue
+                peers.add(b["address"])
+                self._used_ids.add(b.get("broker_id", 0))
+                if type(b.get("epoch")) is int:
+                    views.append((b["epoch"], b["address"], f"name server {address}"))
+
+        async def ask_peer(address: str) -> None:
+            answer = await _ask(address, "epoch")
+            if answer and type(answer.get("epoch")) is int and not answer.get("fenced"):
+                views.append((answer["epoch"], address, f"peer {address}"))
+
+        with trio.move_on_after(ASK_TIMEOUT_S):
+            async with trio.open_nursery() as nursery:
+                for address in _namesrv_list(cfg):
+                    nursery.start_soon(ask_namesrv, address)
+            async with trio.open_nursery() as nursery:
+                for address in peers:
+                    nursery.start_soon(ask_peer, address)
+        return views
+
+    def _fence(self, epoch: int, address: str | None, source: str) -> None:
+        if self.fenced is not None:
+            return
+        self.fenced = (f"fenced: {self.cfg.broker_name}'s epoch {epoch} (master {address}, from {source}) "
+                       f"is newer than this node's epoch {self.epoch}; it rejoins as a slave")
+        log.warning("%s", self.fenced)
+        used = self._used_ids | {0}
+        slave_id = next(i for i in range(1, len(used) + 2) if i not in used)
+        self.request_transition(Transition(RoleState(slave_id, BrokerRole.SLAVE.value, self.fenced)))
+
+    # ---- a slave's side ----------------------------------------------------------------------
+    def master_client_address(self, ha_address: str) -> str | None:
+        if self.master.ha_address == ha_address and self.master.address:
+            return self.master.address
+        if ha_address == self.cfg.store.ha_master_address:
+            return self.cfg.master_addr
+        return None
+
+    async def admit(self, ha_address: str) -> bool:
+        """May the HA client replicate from the master at `ha_address`? Cuts a divergent tail first."""
+        store = self.services.store if self.services else None
+        if store is None or self.transition is not None:
+            return False
+        address = self.master_client_address(ha_address)
+        answer = await _ask(address, "epoch") if address else None
+        epoch = answer.get("epoch") if answer else None
+        if type(epoch) is not int or epoch < 0:
+            if self.newest_seen < 0:
+                return True  # no epochs in play: a RocketMQ 4.x master replicates as before
+            log.warning("not replicating from %s: its epoch is unknown (client address %s) and this "
+                        "node has seen epoch %d", ha_address, address, self.newest_seen)
+            return False
+        if answer.get("fenced") or answer.get("role") == BrokerRole.SLAVE.value:
+            log.warning("not replicating from %s: it is not serving as master (%s)", ha_address,
+                        answer.get("fenced") or "SLAVE")
+            return False
+        if epoch < self.newest_seen:
+            log.warning("refusing master %s: its epoch %d is older than the newest seen, %d",
+                        address, epoch, self.newest_seen)
+            return False
+        theirs = EpochFileCache(None, [EpochEntry(e, s) for e, s in answer.get("entries", [])])
+        theirs.set_last_end_offset(int(answer.get("max_offset", 0)))
+        max_offset = store.get_max_phy_offset()
+        if len(self.cache):
+            self.cache.set_last_end_offset(max_offset)
+            cut = max(self.cache.find_consistent_point(theirs), 0)
+            if cut < max_offset:
+                reason = (f"this log diverges from master {address} (epoch {epoch}) at offset {cut}; "
+                          f"cutting [{cut}, {max_offset})")
+                self.request_transition(Transition(
+                    RoleState(self.cfg.broker_id, BrokerRole.SLAVE.value, reason), truncate_to=cut))
+                return False
+        self.newest_seen = max(self.newest_seen, epoch)
+        self.cache.replace(theirs.entries)
+        return True
+
+    async def promote(self, role: str | None) -> dict[str, Any]:
+        """Make this slave the group's master (see the module docstring)."""
+        services = self.services
+        if services is None or self.cfg.role.is_master:
+            raise FenceError(Status.BAD_REQUEST, f"{self.cfg.address} is already a master "
+                             f"of {self.cfg.broker_name} (epoch {self.epoch})")
+        if self.transition is not None:
+            raise FenceError(Status.SERVICE_NOT_AVAILABLE, "a role change is already under way")
+        role = role or self.master.role
+        if role not in (BrokerRole.SYNC_MASTER.value, BrokerRole.ASYNC_MASTER.value):
+            raise FenceError(Status.BAD_REQUEST, f"the group's master role is not known here ({role!r}); "
+                             "pass role SYNC_MASTER or ASYNC_MASTER")
+        if self.ha_client_scope is not None:
+            self.ha_client_scope.cancel()
+        client = services.ha_client
+        with trio.move_on_after(HA_STOP_TIMEOUT_S):
+            while client is not None and client.connected:
+                await trio.sleep(0.01)
+        store = services.store
+        while store.reput.do_reput():  # everything received is in the ConsumeQueues
+            await trio.lowlevel.checkpoint()
+        epoch = max(self.newest_seen, self.epoch) + 1
+        max_offset = store.get_max_phy_offset()
+        reason = f"promoted to master of {self.cfg.broker_name} with epoch {epoch} (was brokerId {self.cfg.broker_id})"
+        self.request_transition(Transition(RoleState(0, role, reason, pending_epoch=epoch)))
+        return {"epoch": epoch, "max_offset": max_offset, "broker_id": 0, "role": role}
+
+
+def _namesrv_list(cfg: BrokerConfig) -> list[str]:
+    return [a.strip() for a in (cfg.namesrv_addr or "").split(";") if a.strip()]
+
+
+async def _ask(address: str, op: str) -> dict[str, Any] | None:
+    """One request on a fresh connection; None when it fails."""
+    try:
+        async with connect(address, connect_timeout=ASK_TIMEOUT_S, request_timeout=ASK_TIMEOUT_S) as conn:
+            return await conn.request(op)
+    except (TidemqError, OSError) as e:
+        log.debug("%s %s: %s", address, op, e)
+        return None

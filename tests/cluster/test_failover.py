@@ -1,0 +1,217 @@
+"""Promotion with epochs, fencing and truncation on rejoin, with real node processes.
+
+Each test runs a name server, a master and its slave of group broker-t on 127.0.0.1 with
+small segments, a 1 s registration period and a 2 s haHousekeepingInterval.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from cluster.client import Admin, Producer, Status
+from store.epoch_file import EpochEntry, format_entries
+from tests.cluster.helpers import (
+    broker_conf,
+    call,
+    slave_of,
+    start_namesrv,
+    wait_for,
+    wait_slave_connected,
+)
+from tests.node.nodeproc import NodeProcess, Nodes, store_root
+
+pytestmark = pytest.mark.slow
+
+GROUP = "broker-t"
+TOPIC = "Failover"
+STORED = (Status.PUT_OK, Status.SLAVE_NOT_AVAILABLE, Status.FLUSH_SLAVE_TIMEOUT)
+FAST = {"registerNameServerPeriod": 1000, "haHousekeepingInterval": 2000}
+
+
+@pytest.fixture
+def nodes():
+    n = Nodes()
+    yield n
+    n.cleanup()
+
+
+def group(nodes: Nodes, tmp_path: Path, role: str) -> tuple[NodeProcess, NodeProcess, NodeProcess, Path, Path]:
+    ns = start_namesrv(nodes, tmp_path)
+    m_conf = broker_conf(tmp_path, "m", GROUP, ns.address, role=role, **FAST)
+    s_conf = slave_of(tmp_path, m_conf, "s", ns.address, **FAST)
+    return ns, nodes.start(m_conf), nodes.start(s_conf), m_conf, s_conf
+
+
+async def status(address: str) -> dict[str, Any]:
+    return await call(address, "status")
+
+
+async def send_all(ns: str, n: int, prefix: str) -> list[Any]:
+    """`n` sends with keys prefix0, prefix1, ...; each result gets its key as `.key`."""
+    out = []
+    async with Producer(namesrv=ns, send_timeout=5.0, route_ttl_s=0.5) as producer:
+        for i in range(n):
+            r = await producer.send(TOPIC, f"{prefix}{i}", keys=[f"{prefix}{i}"])
+            out.append(_Sent.of(f"{prefix}{i}", r))
+    return out
+
+
+@attrs.frozen
+class _Sent:
+    key: str
+    status: Status
+    msg_id: str
+    address: str
+    commitlog_offset: int
+
+    @classmethod
+    def of(cls, key: str, r: Any) -> _Sent:
+        return cls(key, r.status, r.msg_id, r.address, r.commitlog_offset)
+
+
+async def key_of(address: str, msg_id: str) -> list[str]:
+    return (await call(address, "get_by_msg_id", msg_id=msg_id))["message"]["keys"]
+
+
+async def serves_as(address: str, broker_id: int, role: str) -> dict[str, Any] | None:
+    s = await status(address)
+    return s if s["broker_id"] == broker_id and s["role"] == role else None
+
+
+async def test_sync_promotion_loses_no_put_ok_and_the_old_master_rejoins(tmp_path, nodes) -> None:
+    ns, m, s, m_conf, _ = group(nodes, tmp_path, "SYNC_MASTER")
+    await call(m.address, "topic_create", topic=TOPIC)
+    await wait_slave_connected(m.address)
+    sent = await send_all(ns.address, 20, "a")
+    acked = [r for r in sent if r.status is Status.PUT_OK]
+    assert len(acked) == 20
+    assert (await status(m.address))["epoch"] == 1
+
+    m.kill()
+    async with Admin(namesrv=ns.address) as admin:
+        result = await admin.promote(GROUP, 1)
+    assert result["epoch"] == 2 and result["role"] == "SYNC_MASTER" and result["address"] == s.address
+    promoted = await status(s.address)
+    assert (promoted["broker_id"], promoted["role"]) == (0, "SYNC_MASTER")
+    assert promoted["epochs"] == [[1, 0], [2, result["start_offset"]]]
+    assert promoted["role_file"]["brokerId"] == 0
+    for r in acked:  # every PUT_OK is on the new master
+        assert await key_of(s.address, r.msg_id) == [r.key]
+
+    after = await send_all(ns.address, 3, "b")  # routed to the new master
+    assert all(r.address == s.address and r.status in STORED for r in after)
+
+    back = nodes.start(m_conf)  # starts as master, learns epoch 2, fences, rejoins as slave
+    rejoined = await wait_for(lambda: serves_as(back.address, 1, "SLAVE"), what="old master rejoined as slave")
+    assert rejoined["fenced"] is None
+    caught_up = await wait_for(
+        lambda: _caught_up(back.address, s.address), what="old master replicating from the new one")
+    assert caught_up["epochs"] == promoted["epochs"]
+    assert caught_up["last_truncation"] is None  # a SYNC group's old master had nothing unreplicated
+    final = await send_all(ns.address, 2, "c")
+    assert all(r.status is Status.PUT_OK for r in final)  # the rejoined slave acks
+
+
+async def _caught_up(slave: str, master: str) -> dict[str, Any] | None:
+    s, m = await status(slave), await status(master)
+    return s if s["ha"].get("connected") and s["max_phy_offset"] == m["max_phy_offset"] else None
+
+
+async def test_async_promotion_truncates_the_unreplicated_tail_and_reports_it(tmp_path, nodes) -> None:
+    ns, m, s, m_conf, s_conf = group(nodes, tmp_path, "ASYNC_MASTER")
+    await call(m.address, "topic_create", topic=TOPIC)
+    await wait_slave_connected(m.address)
+    first = await send_all(ns.address, 10, "a")
+    await wait_for(lambda: _caught_up(s.address, m.address), what="slave caught up")
+    s.kill()  # the slave is gone: what the master takes now is not replicated
+    tail = await send_all(ns.address, 7, "t")
+    assert all(r.status is Status.PUT_OK for r in tail)
+    m_end = (await status(m.address))["max_phy_offset"]
+    m.kill()
+
+    s = nodes.start(s_conf)
+    async with Admin(namesrv=ns.address) as admin:
+        result = await wait_for(lambda: _promote(admin), what="promotion of the slave")
+    start = result["start_offset"]
+    lost = [r for r in first + tail if r.commitlog_offset >= start]
+    assert [r.msg_id for r in lost] == [r.msg_id for r in tail]  # exactly the unreplicated part
+    assert (await status(s.address))["role"] == "ASYNC_MASTER"
+
+    back = nodes.start(m_conf)
+    rejoined = await wait_for(lambda: _truncated(back.address), timeout=30, what="old master truncated")
+    report = rejoined["last_truncation"]
+    assert (report["from_offset"], report["to_offset"]) == (start, m_end)
+    assert report["message_count"] == len(tail)
+    assert report["msg_ids"] == [r.msg_id for r in tail]
+    assert "dropped CommitLog" in back.stderr() and tail[0].msg_id in back.stderr()
+    await wait_for(lambda: _caught_up(back.address, s.address), what="rejoined slave caught up")
+    for r in tail:  # the dropped messages are gone everywhere, the others are kept
+        with pytest.raises(Exception, match="no message"):
+            await call(back.address, "get_by_msg_id", msg_id=r.msg_id)
+    for r in first:
+        assert await key_of(back.address, r.msg_id) == [r.key]
+
+
+async def _promote(admin: Admin) -> dict[str, Any] | None:
+    infos = await admin.cluster_info()
+    if not any(b.broker_name == GROUP and b.broker_id == 1 for b in infos):
+        return None
+    return await admin.promote(GROUP, 1, role="ASYNC_MASTER")
+
+
+async def _truncated(address: str) -> dict[str, Any] | None:
+    s = await status(address)
+    return s if s["role"] == "SLAVE" and s["last_truncation"] else None
+
+
+async def test_a_paused_master_is_fenced_after_the_promotion(tmp_path, nodes) -> None:
+    ns, m, s, _, _ = group(nodes, tmp_path, "SYNC_MASTER")
+    await call(m.address, "topic_create", topic=TOPIC)
+    await wait_slave_connected(m.address)
+    assert all(r.status is Status.PUT_OK for r in await send_all(ns.address, 5, "a"))
+
+    m.proc.send_signal(signal.SIGSTOP)
+    try:
+        # the slave drops the silent master after haHousekeepingInterval
+        await wait_for(lambda: _disconnected(s.address), what="slave dropped the paused master")
+        async with Admin(namesrv=ns.address) as admin:
+            result = await admin.promote(GROUP, 1)
+    finally:
+        m.proc.send_signal(signal.SIGCONT)
+    with pytest.raises(Exception, match=f"epoch {result['epoch']}") as refused:
+        await call(m.address, "send", topic=TOPIC, body=b"after the promotion")
+    assert getattr(refused.value, "status", None) == "SERVICE_NOT_AVAILABLE"
+    await wait_for(lambda: serves_as(m.address, 1, "SLAVE"), what="paused master rejoined as slave")
+
+
+async def _logged(node: NodeProcess, text: str) -> bool:
+    return text in node.stderr()
+
+
+async def _disconnected(address: str) -> bool:
+    return not (await status(address))["ha"]["connected"]
+
+
+async def test_a_slave_refuses_a_master_with_an_older_epoch(tmp_path, nodes) -> None:
+    m_conf = broker_conf(tmp_path, "m", GROUP, None, role="ASYNC_MASTER", **FAST)
+    m = nodes.start(m_conf)  # no name server: nothing tells it about newer epochs; epoch 1
+    s_conf = slave_of(tmp_path, m_conf, "s", None, **FAST)
+    root = store_root(s_conf)
+    root.mkdir(parents=True)
+    # this slave followed a master of epoch 2 before (its history says so)
+    (root / "epochFileCheckpoint").write_text(format_entries([EpochEntry(2, 0)]))
+    s = nodes.start(s_conf)
+    fresh = nodes.start(slave_of(tmp_path, m_conf, "fresh", None, **FAST))
+    await call(m.address, "topic_create", topic=TOPIC)
+    r = await call(m.address, "send", topic=TOPIC, body=b"epoch 1 data")
+    assert r["status"] == "PUT_OK"
+    await wait_for(lambda: _caught_up(fresh.address, m.address), what="a slave without history replicates")
+    await wait_for(lambda: _logged(s, "epoch 1 is older than the newest seen, 2"), what="refusal logged")
+    refused = await status(s.address)
+    assert refused["max_phy_offset"] == 0 and not refused["ha"]["connected"]
+    assert refused["epochs"] == [[2, 0]]
