@@ -1,0 +1,140 @@
+"""The promotion drills `tidemq drill NAME` runs (framework: cluster/drill.py).
+
+- `promote`: SIGKILL broker-a's master, promote its slave (a new epoch), keep producing to
+  broker-a; restart the old master. Promises: the slave serves as master with the next
+  epoch; producers write to broker-a again; the old master truncates any unreplicated
+  tail and rejoins as a slave, its report naming what it dropped; no acknowledged
+  message was among what it dropped; nothing acknowledged is lost (the framework's check).
+- `partition`: SIGSTOP broker-a's master past haHousekeepingInterval (its slave drops it),
+  promote the slave, SIGCONT the old master. Promises: the old master fences itself — a
+  write sent to it answers SERVICE_NOT_AVAILABLE naming the new epoch, so in a SYNC_MASTER
+  group it answers no write PUT_OK after the promotion — and rejoins as a slave; whatever
+  it took before it fenced is reported and truncated (ASYNC_MASTER); nothing
+  acknowledged is lost.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from node.client import TidemqError, connect
+
+from .admin import Admin
+from .drill import TOPIC, DrillRun, drill
+
+GROUP = "broker-a"
+PROMOTE_TIMEOUT_S = 30.0
+REJOIN_TIMEOUT_S = 60.0
+PRODUCERS_RECOVER_S = 15.0
+
+
+async def _status(address: str) -> dict[str, Any]:
+    async with connect(address, connect_timeout=2.0, request_timeout=5.0) as conn:
+        return await conn.request("status")
+
+
+async def _promote(run: DrillRun) -> dict[str, Any] | None:
+    async with Admin(namesrv=run.namesrv) as admin:
+        try:
+            result = await admin.promote(GROUP, 1, timeout=PROMOTE_TIMEOUT_S)
+        except TidemqError as e:
+            run.event(f"promotion failed: {e}")
+            return None
+    run.event(f"{result['address']} promoted: epoch {result['epoch']} from offset {result['start_offset']}, "
+              f"{result['role']}")
+    return result
+
+
+async def _writes_reach(run: DrillRun, address: str, start_offset: int) -> bool:
+    """The producers store on the new master (its log grows past the epoch's start)."""
+    async def grew() -> bool:
+        return (await _status(address))["max_phy_offset"] > start_offset
+    return await run.wait_until(grew, PRODUCERS_RECOVER_S, f"producers write to broker-a's new master {address}")
+
+
+async def _rejoined(run: DrillRun, address: str) -> dict[str, Any] | None:
+    """Wait until the old master serves as a slave of the new one and has caught up."""
+    found: dict[str, Any] = {}
+
+    async def slave() -> bool:
+        s = await _status(address)
+        if s["role"] == "SLAVE" and s["ha"].get("connected"):
+            found.update(s)
+            return True
+        return False
+
+    if not await run.wait_until(slave, REJOIN_TIMEOUT_S, f"the old master {address} rejoined as a slave"):
+        return None
+    return found
+
+
+def _check_truncation(run: DrillRun, rejoined: dict[str, Any], old_address: str) -> None:
+    report = rejoined.get("last_truncation")
+    if report is None:
+        run.event("the old master had nothing to truncate")
+        return
+    run.event(f"the old master truncated [{report['from_offset']}, {report['to_offset']}): "
+              f"{report['message_count']} message(s): {', '.join(report['msg_ids'][:5])}"
+              f"{' ...' if len(report['msg_ids']) > 5 else ''}")
+    run.promise("the truncation report names every dropped message",
+                report["message_count"] == len(report["msg_ids"]) or len(report["msg_ids"]) >= 10_000)
+    run.promise("the truncation is in the old master's log",
+                "dropped CommitLog" in run.node_log("broker-a"))
+
+
+@drill("promote", "SIGKILL broker-a's master, promote its slave, restart the old master: it truncates and rejoins")
+async def promote(run: DrillRun) -> None:
+    await trio.sleep(1.0)  # steady load before the fault
+    old = run.address("broker-a")
+    new = run.address("broker-a-s")
+    run.fault("SIGKILL broker-a (master)")
+    await run.kill("broker-a", "KILL")
+    result = await _promote(run)
+    run.promise("broker-a's slave is promoted with a new epoch", result is not None and result["epoch"] >= 2)
+    if result is None:
+        return
+    run.promise("producers write to broker-a again (its new master)",
+                await _writes_reach(run, new, result["start_offset"]))
+    await trio.sleep(1.0)  # load on the new master
+    await run.start("broker-a")
+    rejoined = await _rejoined(run, old)
+    run.promise("the old master rejoins as a slave", rejoined is not None)
+    if rejoined is not None:
+        run.promise("the old master follows the new epoch", rejoined["epoch"] == result["epoch"])
+        _check_truncation(run, rejoined, old)
+
+
+@drill("partition", "SIGSTOP broker-a's master, promote its slave, SIGCONT: the old master fences itself")
+async def partition(run: DrillRun) -> None:
+    await trio.sleep(1.0)
+    old = run.address("broker-a")
+    new = run.address("broker-a-s")
+    run.fault("SIGSTOP broker-a (master)")
+    await run.kill("broker-a", "STOP")
+    try:
+        async def dropped() -> bool:
+            return not (await _status(new))["ha"].get("connected")
+        run.promise("the slave drops the silent master (haHousekeepingInterval)",
+                    await run.wait_until(dropped, 60, "broker-a's slave dropped its paused master"))
+        result = await _promote(run)
+    finally:
+        await run.kill("broker-a", "CONT")
+    run.promise("broker-a's slave is promoted with a new epoch", result is not None and result["epoch"] >= 2)
+    if result is None:
+        return
+    try:
+        async with connect(old, connect_timeout=2.0, request_timeout=10.0) as conn:
+            answer = await conn.request("send", topic=TOPIC, body=b"probe after the promotion")
+        refused, why = False, f"answered {answer.get('status')}"
+    except TidemqError as e:
+        refused, why = e.status == "SERVICE_NOT_AVAILABLE" and f"epoch {result['epoch']}" in e.message, e.message
+    run.event(f"a write to the old master after SIGCONT: {why}")
+    run.promise("the resumed old master fences itself (no write PUT_OK after the promotion)", refused)
+    run.promise("producers write to broker-a again (its new master)",
+                await _writes_reach(run, new, result["start_offset"]))
+    rejoined = await _rejoined(run, old)
+    run.promise("the fenced old master rejoins as a slave", rejoined is not None)
+    if rejoined is not None:
+        _check_truncation(run, rejoined, old)
