@@ -426,11 +426,29 @@ class Failover:
         store = services.store
         while store.reput.do_reput():  # everything received is in the ConsumeQueues
             await trio.lowlevel.checkpoint()
+        await self._adopt_master_topics(services)
         epoch = max(self.newest_seen, self.epoch) + 1
         max_offset = store.get_max_phy_offset()
         reason = f"promoted to master of {self.cfg.broker_name} with epoch {epoch} (was brokerId {self.cfg.broker_id})"
         self.request_transition(Transition(RoleState(0, role, reason, pending_epoch=epoch)))
         return {"epoch": epoch, "max_offset": max_offset, "broker_id": 0, "role": role}
+
+
+    async def _adopt_master_topics(self, services: NodeServices) -> None:
+        """Topics the old master registered that this slave has not synced yet (the sync runs
+        every 10 s) are created here, so the group keeps serving every topic it served."""
+        tables = []
+        with trio.move_on_after(ASK_TIMEOUT_S):
+            for address in _namesrv_list(self.cfg):
+                answer = await _ask(address, "get_cluster_info")
+                for b in (answer or {}).get("brokers", []):
+                    if b.get("broker_name") == self.cfg.broker_name and b.get("broker_id") == 0:
+                        tables.append(b.get("topics") or {})
+        for table in tables:
+            for topic, q in table.items():
+                if services.topics.get(topic) is None:
+                    await services.topics.create(topic, q["read_queue_nums"], q["write_queue_nums"], q["perm"])
+                    log.info("promotion: topic %s taken over from the old master's registration", topic)
 
 
 def _namesrv_list(cfg: BrokerConfig) -> list[str]:
