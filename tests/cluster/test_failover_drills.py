@@ -1,0 +1,29 @@
+"""The promote and partition drills once each, short, with real processes (they run in
+the drill framework of cluster/drill.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+drill = pytest.importorskip("cluster.drill", reason="the drill framework (issue 10 part 1) is not merged yet")
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_failover_drills_are_registered() -> None:
+    from cluster import drills, failover_drills  # noqa: F401  (register the drills)
+
+    assert {"promote", "partition"} <= set(drill.DRILLS)
+
+
+@pytest.mark.parametrize("name", ["promote", "partition"])
+async def test_failover_drill_keeps_its_promises(tmp_path, name) -> None:
+    from cluster import drills, failover_drills  # noqa: F401
+
+    report = await drill.run_drill(name, base_dir=str(tmp_path / "drill"), rate=30)
+    assert report.error is None, report.table()
+    assert report.ok, report.table()
+    assert report.acknowledged > 30 and report.lost == []
+    promoted = [e for _, e in report.events if "promoted: epoch" in e]
+    assert promoted, report.table()
+    assert any("rejoined as a slave" in e for _, e in report.events), report.table()
