@@ -215,3 +215,30 @@ async def test_a_slave_refuses_a_master_with_an_older_epoch(tmp_path, nodes) -> 
     refused = await status(s.address)
     assert refused["max_phy_offset"] == 0 and not refused["ha"]["connected"]
     assert refused["epochs"] == [[2, 0]]
+
+
+async def test_a_live_master_that_lost_its_slave_to_a_promotion_is_fenced(tmp_path, nodes) -> None:
+    ns, m, s, _, _ = group(nodes, tmp_path, "ASYNC_MASTER")
+    await call(m.address, "topic_create", topic=TOPIC)
+    await wait_slave_connected(m.address)
+    async with Admin(namesrv=ns.address) as admin:
+        result = await admin.promote(GROUP, 1)  # the master never stopped
+    with pytest.raises(Exception, match=f"epoch {result['epoch']}"):
+        await call(m.address, "send", topic=TOPIC, body=b"split brain?")
+    await wait_for(lambda: serves_as(m.address, 1, "SLAVE"), what="the old master rejoined as slave")
+
+
+async def test_the_other_slaves_follow_the_promoted_master(tmp_path, nodes) -> None:
+    ns, m, s, m_conf, _ = group(nodes, tmp_path, "ASYNC_MASTER")
+    s2 = nodes.start(slave_of(tmp_path, m_conf, "s2", ns.address, brokerId=2, **FAST))
+    await call(m.address, "topic_create", topic=TOPIC)
+    await send_all(ns.address, 5, "a")
+    await wait_for(lambda: _caught_up(s2.address, m.address), what="second slave caught up")
+    m.kill()
+    async with Admin(namesrv=ns.address) as admin:
+        await admin.promote(GROUP, 1, role="ASYNC_MASTER")
+    after = await send_all(ns.address, 5, "b")
+    assert all(r.address == s.address for r in after)
+    followed = await wait_for(lambda: _caught_up(s2.address, s.address), what="second slave follows the new master")
+    assert followed["ha"]["master_address"] == (await status(s.address))["ha_address"]
+    assert followed["epochs"] == (await status(s.address))["epochs"]
