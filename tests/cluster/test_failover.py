@@ -6,6 +6,7 @@ small segments, a 1 s registration period and a 2 s haHousekeepingInterval.
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from store.epoch_file import EpochEntry, format_entries
 from tests.cluster.helpers import (
     broker_conf,
     call,
+    cli,
     slave_of,
     start_namesrv,
     wait_for,
@@ -136,7 +138,13 @@ async def test_async_promotion_truncates_the_unreplicated_tail_and_reports_it(tm
 
     s = nodes.start(s_conf)
     async with Admin(namesrv=ns.address) as admin:
-        result = await wait_for(lambda: _promote(admin), what="promotion of the slave")
+        await wait_for(lambda: _registered(admin, 1), what="the slave registered")
+    unknown = cli("admin", "promote", "--namesrv", ns.address, GROUP, "7")
+    assert unknown.returncode == 1 and b"no broker broker-t/7 is registered" in unknown.stderr
+    assert cli("admin", "promote", "--namesrv", ns.address, GROUP, "0").returncode == 2
+    promoted = cli("admin", "promote", "--namesrv", ns.address, GROUP, "1", "--role", "ASYNC_MASTER", "--json")
+    assert promoted.returncode == 0, promoted.stderr
+    result = json.loads(promoted.stdout)
     start = result["start_offset"]
     lost = [r for r in first + tail if r.commitlog_offset >= start]
     assert [r.msg_id for r in lost] == [r.msg_id for r in tail]  # exactly the unreplicated part
@@ -149,6 +157,8 @@ async def test_async_promotion_truncates_the_unreplicated_tail_and_reports_it(tm
     assert report["message_count"] == len(tail)
     assert report["msg_ids"] == [r.msg_id for r in tail]
     assert "dropped CommitLog" in back.stderr() and tail[0].msg_id in back.stderr()
+    shown = cli("status", "--namesrv", ns.address)
+    assert f"dropped CommitLog [{start}, {m_end})" in shown.stdout.decode() and tail[-1].msg_id in shown.stdout.decode()
     await wait_for(lambda: _caught_up(back.address, s.address), what="rejoined slave caught up")
     for r in tail:  # the dropped messages are gone everywhere, the others are kept
         with pytest.raises(Exception, match="no message"):
@@ -157,11 +167,8 @@ async def test_async_promotion_truncates_the_unreplicated_tail_and_reports_it(tm
         assert await key_of(back.address, r.msg_id) == [r.key]
 
 
-async def _promote(admin: Admin) -> dict[str, Any] | None:
-    infos = await admin.cluster_info()
-    if not any(b.broker_name == GROUP and b.broker_id == 1 for b in infos):
-        return None
-    return await admin.promote(GROUP, 1, role="ASYNC_MASTER")
+async def _registered(admin: Admin, broker_id: int) -> bool:
+    return any(b.broker_name == GROUP and b.broker_id == broker_id for b in await admin.cluster_info())
 
 
 async def _truncated(address: str) -> dict[str, Any] | None:
