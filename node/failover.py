@@ -30,7 +30,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import trio
@@ -42,14 +42,12 @@ from store.truncate import truncate_closed_store
 from .client import TidemqError, connect
 from .config import BrokerConfig, ConfigError
 from .jsonfile import ConfigFileError
+from .ops import NodeServices, OpError
 from .protocol import Status
-
-if TYPE_CHECKING:
-    from .ops import NodeServices
 
 log = logging.getLogger("tidemq.node")
 
-__all__ = ["ROLE_FILE", "Failover", "FenceError", "RoleState", "Transition", "effective_config"]
+__all__ = ["ROLE_FILE", "Failover", "RoleState", "Transition", "effective_config"]
 
 ROLE_FILE = "failoverRole.json"
 TRUNCATION_FILE = "lastTruncation.json"
@@ -58,15 +56,6 @@ TICK_S = 0.2
 ASK_TIMEOUT_S = 2.0
 """Upper bound for one round of asking the name servers and peers for epochs."""
 HA_STOP_TIMEOUT_S = 5.0
-
-
-class FenceError(Exception):
-    """A write refused by fencing or a failover op refused; `status` is the node status."""
-
-    def __init__(self, status: Status, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 @attrs.frozen
@@ -293,14 +282,14 @@ class Failover:
                 await self._check()
 
     async def before_write(self) -> None:
-        """Raise FenceError when this master must not take the write."""
+        """Raise OpError (SERVICE_NOT_AVAILABLE) when this master must not take the write."""
         if not self.cfg.role.is_master:
             return
         self._observe()
         if self.needs_check and self.fenced is None:
             await self._check()
         if self.fenced is not None:
-            raise FenceError(Status.SERVICE_NOT_AVAILABLE, self.fenced)
+            raise OpError(Status.SERVICE_NOT_AVAILABLE, self.fenced)
 
     async def _check(self) -> None:
         async with self._check_lock:
@@ -409,13 +398,13 @@ class Failover:
         """Make this slave the group's master (see the module docstring)."""
         services = self.services
         if services is None or self.cfg.role.is_master:
-            raise FenceError(Status.BAD_REQUEST, f"{self.cfg.address} is already a master "
+            raise OpError(Status.BAD_REQUEST, f"{self.cfg.address} is already a master "
                              f"of {self.cfg.broker_name} (epoch {self.epoch})")
         if self.transition is not None:
-            raise FenceError(Status.SERVICE_NOT_AVAILABLE, "a role change is already under way")
+            raise OpError(Status.SERVICE_NOT_AVAILABLE, "a role change is already under way")
         role = role or self.master.role
         if role not in (BrokerRole.SYNC_MASTER.value, BrokerRole.ASYNC_MASTER.value):
-            raise FenceError(Status.BAD_REQUEST, f"the group's master role is not known here ({role!r}); "
+            raise OpError(Status.BAD_REQUEST, f"the group's master role is not known here ({role!r}); "
                              "pass role SYNC_MASTER or ASYNC_MASTER")
         if self.ha_client_scope is not None:
             self.ha_client_scope.cancel()

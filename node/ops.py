@@ -25,7 +25,6 @@ from store.status import GetMessageStatus, PutMessageResult
 
 from .config import BrokerConfig
 from .consumers import ConsumerManager
-from .failover import FenceError
 from .offsets import ConsumerOffsetManager
 from .protocol import Request, Status, error_response, ok_response
 from .schedule import ScheduleMessageService
@@ -434,8 +433,6 @@ async def handle_request(services: NodeServices, request: Request, peer: str | N
     try:
         return await HANDLERS[request.op](services, request, peer)
     except OpError as e:
-        return error_response(request.id, e.status, e.message)
-    except FenceError as e:
         return error_response(request.id, e.status, e.message)
     except StoreUnavailableError as e:
         return error_response(request.id, Status.SERVICE_NOT_AVAILABLE, str(e))
