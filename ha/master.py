@@ -96,6 +96,8 @@ class HAService:
         self.host = host
         self.port = self.config.ha_listen_port if port is None else port
         self.push2slave_max_offset = 0
+        self.slaves_accepted = 0
+        """Slave connections accepted so far (one that came and went is noticed by a count)."""
         self._connections: set[HAConnection] = set()
         self._ack_waiters = OffsetWaiters()  # RocketMQ's GroupTransferService: SYNC_MASTER puts
         self._data_event = trio.Event()  # replaced (after set) on an append while writers wait
@@ -175,6 +177,7 @@ class HAService:
             address = "?"
         conn = HAConnection(stream, address, int(time.time() * 1000))
         self._connections.add(conn)
+        self.slaves_accepted += 1
         log.info("slave %s connected", address)
         try:
             async with trio.open_nursery() as nursery:

@@ -26,7 +26,7 @@ from ha.slave import HAClient
 from store.message_store import open_store
 
 from .config import BrokerConfig
-from .failover import Failover, Transition
+from .failover import Failover, Transition, effective_config
 from .offsets import ConsumerOffsetManager
 from .ops import NodeServices, handle_request
 from .registration import NameServerRegistration
@@ -219,7 +219,15 @@ class Broker:
                     await self._term_end.wait()
                     if registration is not None:
                         self.topics.on_change = None
-                        await registration.shutdown(UNREGISTER_TIMEOUT_S)
+                        transition = None if self._stop.is_set() else self.failover.transition
+                        if transition is not None and transition.role.pending_epoch is not None:
+                            # a promotion: the name servers learn the new master and its epoch
+                            # now, so the old master is fenced while this node restarts
+                            promoted = effective_config(self.failover.base_cfg, transition.role)
+                            await registration.announce(promoted, transition.role.pending_epoch,
+                                                        UNREGISTER_TIMEOUT_S)
+                        else:
+                            await registration.shutdown(UNREGISTER_TIMEOUT_S)
                     log.info("shutting down: draining requests in flight")
                     self.server.stop_accepting()
                     services.stop_long_polls()

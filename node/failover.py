@@ -56,6 +56,11 @@ TICK_S = 0.2
 ASK_TIMEOUT_S = 2.0
 """Upper bound for one round of asking the name servers and peers for epochs."""
 HA_STOP_TIMEOUT_S = 5.0
+LONELY_RECHECK_S = 1.0
+"""A master whose last slave left asks again this often until a slave is back: the slave
+may have been promoted and not yet answer with its new epoch."""
+LONELY_WRITE_RECHECK_S = 0.1
+"""Meanwhile a write waits for an answer no older than this (at most ~10 checks a second)."""
 
 
 @attrs.frozen
@@ -149,6 +154,10 @@ class Failover:
         self.fenced: str | None = None
         self.needs_check = False
         self.had_slave = False
+        self.slaves_seen = 0
+        self.lonely_since: float | None = None
+        """When the last slave left (None: a slave is connected, or none ever was this term)."""
+        self.last_check = 0.0
         self.last_tick = 0.0
         self._used_ids: set[int] = set()
         self._check_lock = trio.Lock()
@@ -164,6 +173,8 @@ class Failover:
         self.transition = None
         self.fenced = None
         self.had_slave = False
+        self.slaves_seen = 0
+        self.lonely_since = None
         self.last_tick = trio.current_time()
         store = services.store
         if not self.cfg.role.is_master:
@@ -263,10 +274,14 @@ class Failover:
             self.needs_check = True
         ha = self.services.ha_master if self.services else None
         if ha is not None:
+            came_and_went = ha.slaves_accepted != self.slaves_seen
+            self.slaves_seen = ha.slaves_accepted
             if ha.connection_count:
                 self.had_slave = True
-            elif self.had_slave:
+                self.lonely_since = None
+            elif self.had_slave or came_and_went:
                 self.had_slave = False
+                self.lonely_since = now
                 log.warning("the last slave disconnected: asking for the group's epoch before the next write")
                 self.needs_check = True
 
@@ -280,23 +295,31 @@ class Failover:
             self._observe()
             if self.needs_check:
                 await self._check()
+            elif (self.lonely_since is not None and self.fenced is None
+                  and trio.current_time() - self.last_check >= LONELY_RECHECK_S):
+                # the lost slave may be mid-promotion, not yet answering with its new epoch:
+                # ask again until a slave is back (here only: writes do not wait for this)
+                await self._check(again=True)
 
     async def before_write(self) -> None:
         """Raise OpError (SERVICE_NOT_AVAILABLE) when this master must not take the write."""
         if not self.cfg.role.is_master:
             return
         self._observe()
+        if self.lonely_since is not None and trio.current_time() - self.last_check >= LONELY_WRITE_RECHECK_S:
+            self.needs_check = True  # slaveless since a slave left: a recent answer only
         if self.needs_check and self.fenced is None:
             await self._check()
         if self.fenced is not None:
             raise OpError(Status.SERVICE_NOT_AVAILABLE, self.fenced)
 
-    async def _check(self) -> None:
+    async def _check(self, *, again: bool = False) -> None:
         async with self._check_lock:
-            if not self.needs_check or self.fenced is not None:
+            if not (self.needs_check or again) or self.fenced is not None:
                 return
             views = await self._group_epochs()
             self.needs_check = False
+            self.last_check = trio.current_time()
             if not views:
                 log.warning("no name server or peer answered with the group's epoch; serving on epoch %d",
                             self.epoch)

@@ -96,6 +96,28 @@ class NameServerRegistration:
                 nursery.start_soon(self._loop, target)
             task_status.started()
 
+    async def announce(self, cfg: BrokerConfig, epoch: int, timeout_s: float) -> None:
+        """Stop registering, then register once more as `cfg` with `epoch` (a promoted node
+        announces itself before it restarts its services in the new role)."""
+        self._stopping = True
+        for target in self.targets:
+            target.scope.cancel()
+        self.cfg, self.epoch = cfg, (lambda: epoch)
+        self.on_master = None
+        with trio.move_on_after(timeout_s):
+            async with trio.open_nursery() as nursery:
+                for target in self.targets:
+                    nursery.start_soon(self._announce_one, target)
+        for target in self.targets:
+            if target.conn is not None:
+                await target.conn.aclose()
+
+    async def _announce_one(self, target: _Target) -> None:
+        try:
+            await self._register(target)
+        except TidemqError as e:
+            log.warning("cannot announce the promotion to name server %s: %s", target.address, e)
+
     async def shutdown(self, timeout_s: float) -> None:
         """Stop registering and unregister from every name server (bounded by `timeout_s`)."""
         self._stopping = True
