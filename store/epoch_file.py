@@ -135,7 +135,8 @@ class EpochFileCache:
 
     @classmethod
     def load(cls, path: str) -> EpochFileCache:
-        """Read `path` (or its `.bak` when it is damaged or empty); a missing file is empty."""
+        """Read `path` (or its `.bak` when it is damaged or empty); a missing file is empty
+        history, a damaged one without a usable backup is an EpochFileError."""
         entries: list[EpochEntry] = []
         problems = []
         for candidate in (path, f"{path}.bak"):
@@ -149,8 +150,11 @@ class EpochFileCache:
                 continue
             if entries:
                 break
+        if problems and not entries:  # the writes are atomic: this is damage, not a torn write
+            raise EpochFileError(f"{'; '.join(problems)}; no usable backup. Move the file away to start "
+                                 "without epoch history (a master then starts epoch 1; fencing needs its peers)")
         if problems:
-            log.warning("epoch file: %s%s", "; ".join(problems), " (used the backup)" if entries else "")
+            log.warning("epoch file: %s (used the backup)", "; ".join(problems))
         try:
             return cls(path, entries)
         except EpochFileError as e:

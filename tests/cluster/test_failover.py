@@ -103,6 +103,8 @@ async def test_sync_promotion_loses_no_put_ok_and_the_old_master_rejoins(tmp_pat
     assert (promoted["broker_id"], promoted["role"]) == (0, "SYNC_MASTER")
     assert promoted["epochs"] == [[1, 0], [2, result["start_offset"]]]
     assert promoted["role_file"]["brokerId"] == 0
+    with pytest.raises(TidemqError, match="is already a master of broker-t"):
+        await call(s.address, "promote")
     for r in acked:  # every PUT_OK is on the new master
         assert await key_of(s.address, r.msg_id) == [r.key]
 
@@ -256,3 +258,17 @@ async def test_the_other_slaves_follow_the_promoted_master(tmp_path, nodes) -> N
     followed = await wait_for(lambda: _caught_up(s2.address, s.address), what="second slave follows the new master")
     assert followed["ha"]["master_address"] == (await status(s.address))["ha_address"]
     assert followed["epochs"] == (await status(s.address))["epochs"]
+
+
+def test_a_damaged_role_or_epoch_file_stops_the_node_with_a_clear_error(tmp_path) -> None:
+    conf = broker_conf(tmp_path, "m", GROUP, None, role="ASYNC_MASTER")
+    root = store_root(conf)
+    root.mkdir(parents=True)
+    (root / "failoverRole.json").write_text('{"brokerId": 0, "brokerRole": "LEADER"}')
+    out = cli("node", "start", "-c", str(conf))
+    assert out.returncode == 2 and b"failoverRole.json: cannot read the failover role" in out.stderr
+    (root / "failoverRole.json").unlink()
+    (root / "epochFileCheckpoint").write_text("2\n0\n1-0\n")  # says 2 entries, holds 1
+    out = cli("node", "start", "-c", str(conf))
+    assert out.returncode == 2 and b"expected 2 entries, found 1; no usable backup" in out.stderr
+    assert (root / "epochFileCheckpoint").read_text() == "2\n0\n1-0\n"  # left as it was

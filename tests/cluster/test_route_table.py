@@ -76,3 +76,28 @@ def test_clients_read_the_table_as_one_broker_class():
     assert route.broker_name == served["broker_name"] and route.cluster == served["cluster"]
     assert [(r.broker_id, r.alive) for r in route.brokers] == [(b["broker_id"], b["alive"]) for b in served["brokers"]]
     assert route.queue_data is not None and route.queue_data.write_queue_nums == served["queue_data"]["write_queue_nums"]
+
+
+def test_a_master_with_an_older_epoch_cannot_take_the_route_back():
+    table = RouteTable(expire_ms=1000)
+    assert table.register({**reg("a", 0, "h:1"), "epoch": 1}, "p1", now=0) is not None
+    assert table.register({**reg("a", 1, "h:2"), "epoch": 1}, "p2", now=0) is not None
+    # the slave is promoted: epoch 2 replaces the master and drops its own slave entry
+    assert table.register({**reg("a", 0, "h:2"), "epoch": 2}, "p2", now=1) is not None
+    assert table.master_of("a").address == "h:2"
+    assert [b["broker_id"] for b in table.route("T", now=1)[0]["brokers"]] == [0]
+    # the old master comes back claiming brokerId 0: refused, with or without an epoch
+    assert table.register({**reg("a", 0, "h:1"), "epoch": 1}, "p3", now=2) is None
+    assert table.register(reg("a", 0, "h:1"), "p3", now=2) is None
+    assert table.master_of("a").address == "h:2" and table.master_of("a").epoch == 2
+    # it rejoins as a slave: accepted; a newer epoch would win brokerId 0 again
+    assert table.register({**reg("a", 1, "h:1"), "epoch": 2}, "p3", now=3) is not None
+    assert table.register({**reg("a", 0, "h:1"), "epoch": 3}, "p3", now=4) is not None
+    assert table.master_of("a").address == "h:1"
+
+
+def test_without_epochs_registrations_replace_as_before():
+    table = RouteTable(expire_ms=1000)
+    table.register(reg("a", 0, "h:1"), "p1", now=0)
+    assert table.register(reg("a", 0, "h:9"), "p2", now=1) is not None  # a RocketMQ 4.x style move
+    assert table.master_of("a").address == "h:9" and table.master_of("a").epoch is None

@@ -75,6 +75,10 @@ def test_write_keeps_a_backup_and_a_damaged_file_is_read_from_it(tmp_path) -> No
         f.write("2\n99\n1-0\n")
     assert EpochFileCache.load(path).entries == [EpochEntry(1, 0)]
     assert EpochFileCache.load(str(tmp_path / "missing")).entries == []
+    with open(path + ".bak", "w") as f:  # and the backup damaged too: an error, not an empty history
+        f.write("garbage")
+    with pytest.raises(EpochFileError, match="epochFileCheckpoint.*no usable backup"):
+        EpochFileCache.load(path)
 
 
 def test_append_refuses_a_term_that_does_not_grow(tmp_path) -> None:
