@@ -33,7 +33,7 @@ pytestmark = pytest.mark.slow
 GROUP = "broker-t"
 TOPIC = "Failover"
 STORED = (Status.PUT_OK, Status.SLAVE_NOT_AVAILABLE, Status.FLUSH_SLAVE_TIMEOUT)
-FAST = {"registerNameServerPeriod": 1000, "haHousekeepingInterval": 2000}
+FAST = {"registerNameServerPeriod": 1000, "haHousekeepingInterval": 2000, "haSendHeartbeatInterval": 500}
 
 
 @pytest.fixture
@@ -197,6 +197,35 @@ async def test_a_paused_master_is_fenced_after_the_promotion(tmp_path, nodes) ->
         await call(m.address, "send", topic=TOPIC, body=b"after the promotion")
     assert getattr(refused.value, "status", None) == "SERVICE_NOT_AVAILABLE"
     await wait_for(lambda: serves_as(m.address, 1, "SLAVE"), what="paused master rejoined as slave")
+
+
+async def test_a_paused_async_master_reports_and_truncates_what_it_took_before_it_fenced(tmp_path, nodes) -> None:
+    ns, m, s, _, s_conf = group(nodes, tmp_path, "ASYNC_MASTER")
+    await call(m.address, "topic_create", topic=TOPIC)
+    await wait_slave_connected(m.address)
+    first = await send_all(ns.address, 5, "a")
+    await wait_for(lambda: _caught_up(s.address, m.address), what="slave caught up")
+    s.kill()  # what the master takes now stays its own
+    tail = await send_all(ns.address, 6, "t")
+    assert all(r.status is Status.PUT_OK for r in tail)
+    m_end = (await status(m.address))["max_phy_offset"]
+    m.proc.send_signal(signal.SIGSTOP)
+    try:
+        s = nodes.start(s_conf)  # its HA connection to the paused master reads nothing and is dropped
+        await wait_for(lambda: _disconnected(s.address), what="slave dropped the paused master")
+        async with Admin(namesrv=ns.address) as admin:
+            result = await admin.promote(GROUP, 1, role="ASYNC_MASTER")
+    finally:
+        m.proc.send_signal(signal.SIGCONT)
+    start = result["start_offset"]
+    assert [r.msg_id for r in first + tail if r.commitlog_offset >= start] == [r.msg_id for r in tail]
+    rejoined = await wait_for(lambda: _truncated(m.address), timeout=30, what="paused master truncated")
+    report = rejoined["last_truncation"]
+    assert (report["from_offset"], report["to_offset"]) == (start, m_end)
+    assert report["msg_ids"] == [r.msg_id for r in tail] and report["message_count"] == len(tail)
+    await wait_for(lambda: _caught_up(m.address, s.address), what="the old master replicates from the new one")
+    for r in first:
+        assert await key_of(m.address, r.msg_id) == [r.key]
 
 
 async def _logged(node: NodeProcess, text: str) -> bool:
