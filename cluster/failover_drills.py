@@ -28,6 +28,7 @@ GROUP = "broker-a"
 PROMOTE_TIMEOUT_S = 30.0
 REJOIN_TIMEOUT_S = 60.0
 PRODUCERS_RECOVER_S = 15.0
+CONSUMPTION_RECOVER_S = 30.0
 
 
 async def _status(address: str) -> dict[str, Any]:
@@ -70,6 +71,17 @@ async def _rejoined(run: DrillRun, address: str) -> dict[str, Any] | None:
     return found
 
 
+async def _consumed_again(run: DrillRun) -> None:
+    """Every queue (broker-a's on its new master) consumed again since the fault."""
+    fault = run.fault_at
+    assert fault is not None
+    again = await run.wait_until(lambda: run.queues_consumed_since(fault) == run.all_queues(),
+                                 CONSUMPTION_RECOVER_S, "every queue consumed again")
+    if again:
+        run.report.consumption_recovered_s = run.now() - fault
+    run.promise(f"every queue is consumed again within {CONSUMPTION_RECOVER_S:g} s", again)
+
+
 def _check_truncation(run: DrillRun, rejoined: dict[str, Any], old_address: str) -> None:
     report = rejoined.get("last_truncation")
     if report is None:
@@ -97,6 +109,7 @@ async def promote(run: DrillRun) -> None:
         return
     run.promise("producers write to broker-a again (its new master)",
                 await _writes_reach(run, new, result["start_offset"]))
+    await _consumed_again(run)
     await trio.sleep(1.0)  # load on the new master
     await run.start("broker-a")
     rejoined = await _rejoined(run, old)
@@ -134,6 +147,7 @@ async def partition(run: DrillRun) -> None:
     run.promise("the resumed old master fences itself (no write PUT_OK after the promotion)", refused)
     run.promise("producers write to broker-a again (its new master)",
                 await _writes_reach(run, new, result["start_offset"]))
+    await _consumed_again(run)
     rejoined = await _rejoined(run, old)
     run.promise("the fenced old master rejoins as a slave", rejoined is not None)
     if rejoined is not None:
