@@ -50,8 +50,11 @@ GROUP = "drill-group"
 QUEUES = 4
 DRAIN_TIMEOUT_S = 40.0
 # small segments: four nodes start fast and use little disk
+# a paused master is dropped by its slave after 3 s (partition drill); heartbeats keep an idle
+# connection inside that
 NODE_OVERRIDES = {"mappedFileSizeCommitLog": 16 * 1024 * 1024, "mappedFileSizeConsumeQueue": 60_000,
-                  "messageDelayLevel": " ".join(["1s"] * 18)}
+                  "messageDelayLevel": " ".join(["1s"] * 18),
+                  "haHousekeepingInterval": 3000, "haSendHeartbeatInterval": 1000}
 
 DrillFn = Callable[["DrillRun"], Awaitable[None]]
 DRILLS: dict[str, tuple[str, DrillFn]] = {}
@@ -145,6 +148,7 @@ class DrillRun:
         self.gate.set()
         self._stop_members: dict[str, trio.Event] = {}
         self._producing = True
+        self.sends_in_flight = 0
 
     # ---- observation -------------------------------------------------------------------
 
@@ -210,6 +214,7 @@ class DrillRun:
                 seq += 1
                 started = self.now()
                 self.report.sent += 1
+                self.sends_in_flight += 1
                 try:
                     result = await producer.send(TOPIC, key.encode(), keys=[key], properties={"UNIQ_KEY": key})
                 except TidemqError as e:
@@ -217,6 +222,8 @@ class DrillRun:
                     self.send_log.append((started, self.now(), False))
                     log.info("send %s failed: %s", key, e)
                     continue
+                finally:
+                    self.sends_in_flight -= 1
                 self.send_log.append((started, self.now(), True))
                 if result.ok:
                     self.acked[key] = self.now()
@@ -356,7 +363,8 @@ async def _drive(run: DrillRun, fn: DrillFn, producers: int) -> None:
                          "every queue consumed (warm-up)")
     await fn(run)
     run.stop_producing()
-    run.event("producers stopped")
+    # a send in flight may still be acknowledged: the drain check covers it too
+    await run.wait_until(lambda: run.sends_in_flight == 0, 30, "producers stopped")
 
     def drained() -> bool:
         return all(k in run.consumed for k in run.acked)

@@ -108,3 +108,6 @@ async def rebalance(run: DrillRun) -> None:
     run.promise("every queue has one owner at a time", not run.overlaps)
     for overlap in run.overlaps[:10]:
         run.event(f"overlap: {overlap}")
+
+
+from . import failover_drills  # noqa: E402,F401  (registers promote and partition)

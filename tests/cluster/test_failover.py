@@ -36,13 +36,6 @@ STORED = (Status.PUT_OK, Status.SLAVE_NOT_AVAILABLE, Status.FLUSH_SLAVE_TIMEOUT)
 FAST = {"registerNameServerPeriod": 1000, "haHousekeepingInterval": 2000, "haSendHeartbeatInterval": 500}
 
 
-@pytest.fixture
-def nodes():
-    n = Nodes()
-    yield n
-    n.cleanup()
-
-
 def group(nodes: Nodes, tmp_path: Path, role: str) -> tuple[NodeProcess, NodeProcess, NodeProcess, Path, Path]:
     ns = start_namesrv(nodes, tmp_path)
     m_conf = broker_conf(tmp_path, "m", GROUP, ns.address, role=role, **FAST)

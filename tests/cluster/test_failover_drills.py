@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import pytest
 
-drill = pytest.importorskip("cluster.drill", reason="the drill framework (issue 10 part 1) is not merged yet")
+from cluster import drill
 
 pytestmark = pytest.mark.slow
 
 
 def test_the_failover_drills_are_registered() -> None:
-    from cluster import drills, failover_drills  # noqa: F401  (register the drills)
+    from cluster import drills  # noqa: F401  (registers every drill)
 
     assert {"promote", "partition"} <= set(drill.DRILLS)
 
 
 @pytest.mark.parametrize("name", ["promote", "partition"])
 async def test_failover_drill_keeps_its_promises(tmp_path, name) -> None:
-    from cluster import drills, failover_drills  # noqa: F401
+    from cluster import drills  # noqa: F401
 
     report = await drill.run_drill(name, base_dir=str(tmp_path / "drill"), rate=30)
     assert report.error is None, report.table()
