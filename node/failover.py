@@ -15,7 +15,7 @@ Every master term has an epoch (store/epoch_file.py). This module keeps one node
 - **Admission** (`admit`, before every HA connection): a slave asks the master's client
   port for its epoch history; it refuses a master whose epoch is older than the newest it
   has seen, and when its own log has a tail the master's history does not share (RocketMQ's
-  findConsistentPoint) it restarts with that tail cut (store/truncate.py), reporting the
+  findConsistentPoint) it restarts with that tail cut (MessageStore.truncate_to), reporting the
   offsets, count and msgIds dropped in the log, `lastTruncation.json` and `status`.
 
 The 4.x HA bytes are untouched: epochs travel over the client protocol (`epoch` op) and in
@@ -35,9 +35,10 @@ from typing import Any
 import attrs
 import trio
 
-from store.config import BrokerRole
+from store.config import BrokerRole, StoreConfig
 from store.epoch_file import EPOCH_FILE_NAME, EpochEntry, EpochFileCache, EpochFileError
-from store.truncate import truncate_closed_store
+from store.message_store import MessageStore
+from store.recovery import TruncateReport
 
 from .client import TidemqError, connect
 from .config import BrokerConfig, ConfigError
@@ -208,11 +209,19 @@ class Failover:
     def apply(self, transition: Transition) -> None:
         """Between terms, with the store closed: cut the log, then take the new role."""
         if transition.truncate_to is not None:
-            report = truncate_closed_store(self.cfg.store, transition.truncate_to)
-            self.cache.truncate_suffix_by_offset(transition.truncate_to)
+            try:
+                report = _truncate_closed_store(self.cfg.store, transition.truncate_to)
+            except ValueError as e:
+                log.error("cannot cut the CommitLog back to %d to rejoin: %s; stopping", transition.truncate_to, e)
+                raise
+            self.cache.truncate_suffix_by_offset(report.from_offset)
             if report.message_count or report.dropped_bytes:
-                self.last_truncation = {**report.to_json(), "at_ms": int(time.time() * 1000),
-                                        "reason": transition.role.reason}
+                self.last_truncation = {
+                    "from_offset": report.from_offset, "to_offset": report.to_offset,
+                    "dropped_bytes": report.dropped_bytes, "message_count": report.message_count,
+                    "msg_ids": list(report.msg_ids), "at_ms": int(time.time() * 1000),
+                    "reason": transition.role.reason,
+                }
                 _write_json(os.path.join(self.root, TRUNCATION_FILE), self.last_truncation)
                 log.warning("dropped CommitLog [%d, %d): %d message(s), msgIds %s", report.from_offset,
                             report.to_offset, report.message_count, ",".join(report.msg_ids) or "-")
@@ -461,6 +470,18 @@ class Failover:
                 if services.topics.get(topic) is None:
                     await services.topics.create(topic, q["read_queue_nums"], q["write_queue_nums"], q["perm"])
                     log.info("promotion: topic %s taken over from the old master's registration", topic)
+
+
+def _truncate_closed_store(config: StoreConfig, offset: int) -> TruncateReport:
+    """store.message_store.truncate_store, except that a point below the log's min offset
+    (no common history with what is left) cuts everything this node still holds."""
+    store = MessageStore(config)
+    store.load()
+    try:
+        end = store.commit_log.max_offset()
+        return store.truncate_to(min(max(offset, store.commit_log.min_offset(), 0), end))
+    finally:
+        store.close()
 
 
 def _namesrv_list(cfg: BrokerConfig) -> list[str]:
