@@ -146,14 +146,14 @@ class Broker:
     ) -> None:
         """A registration answer named the group's master: a slave without a static
         haMasterAddress / masterAddr follows it (RocketMQ's haServerAddr from the name server),
-        and so does every slave once the master has an epoch (after a promotion the static
-        address names the old master)."""
+        and so does every slave once the group moved on to a newer epoch (after a promotion the
+        static address names the old master; Failover.follows_namesrv)."""
         cfg = self.cfg
         self.failover.on_registration(answer)
         if cfg.role.is_master:
             return
         address, ha_address = answer.get("master_address"), answer.get("master_ha_address")
-        follow = type(answer.get("master_epoch")) is int
+        follow = self.failover.follows_namesrv(answer.get("master_epoch"))
         if (isinstance(ha_address, str) and (follow or not cfg.store.ha_master_address)
                 and services.ha_client is not None and ha_address != cfg.ha_address):
             services.ha_client.update_master_address(ha_address)

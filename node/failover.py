@@ -161,6 +161,8 @@ class Failover:
         self.last_check = 0.0
         self.last_tick = 0.0
         self._used_ids: set[int] = set()
+        self.follow_namesrv = False
+        """Set when the configured master was refused: the slave follows the name servers."""
         self._check_lock = trio.Lock()
 
     # ---- terms -------------------------------------------------------------------------------
@@ -381,6 +383,14 @@ class Failover:
         self.request_transition(Transition(RoleState(slave_id, BrokerRole.SLAVE.value, self.fenced)))
 
     # ---- a slave's side ----------------------------------------------------------------------
+    def follows_namesrv(self, master_epoch: Any) -> bool:
+        """Should a slave take the name servers' master over its configured address? Only
+        once the group moved on: a newer epoch than the one it follows, or the configured
+        master refused (not serving as master, or older). Until then a static address wins,
+        so a haMasterAddress that goes through a proxy stays in use."""
+        newer = type(master_epoch) is int and master_epoch > self.epoch >= 1
+        return newer or self.follow_namesrv
+
     def master_client_address(self, ha_address: str) -> str | None:
         if self.master.ha_address == ha_address and self.master.address:
             return self.master.address
@@ -405,10 +415,12 @@ class Failover:
         if answer.get("fenced") or answer.get("role") == BrokerRole.SLAVE.value:
             log.warning("not replicating from %s: it is not serving as master (%s)", ha_address,
                         answer.get("fenced") or "SLAVE")
+            self.follow_namesrv = True
             return False
         if epoch < self.newest_seen:
             log.warning("refusing master %s: its epoch %d is older than the newest seen, %d",
                         address, epoch, self.newest_seen)
+            self.follow_namesrv = True
             return False
         theirs = EpochFileCache(None, [EpochEntry(e, s) for e, s in answer.get("entries", [])])
         theirs.set_last_end_offset(int(answer.get("max_offset", 0)))
