@@ -20,7 +20,7 @@ import attrs
 from toxiproxy import Toxiproxy
 from toxiproxy.proxy import Proxy
 
-from cluster import launcher
+from cluster import launcher, processes
 
 MASTER, SLAVE, NAMESRV = "broker-a", "broker-a-s", "namesrv"
 BROKER_NAME = "broker-a"
@@ -105,8 +105,10 @@ class ChaosCluster:
         launcher.start_node(self.base_dir, node)
 
     def alive(self, node: str) -> bool:
-        rows = launcher.status(self.base_dir, query=False)
-        return any(row.name == node and row.alive for row in rows)
+        """Whether the node's recorded process still exists (a paused one counts)."""
+        state = launcher.load_state(self.base_dir)
+        record = state.nodes.get(node) if state else None
+        return record is not None and processes.process(record) is not None
 
     def heal_proxies(self) -> None:
         """Enable this cluster's proxies and remove their toxics (not POST /reset, which

@@ -27,8 +27,9 @@ from store.message_store import open_store
 
 from .config import BrokerConfig
 from .failover import Failover, Transition, effective_config
+from .handlers import handle_request
 from .offsets import ConsumerOffsetManager
-from .ops import NodeServices, handle_request
+from .ops import NodeServices
 from .registration import NameServerRegistration
 from .schedule import ScheduleMessageService
 from .server import ClientServer

@@ -11,7 +11,7 @@ import contextlib
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
 import psutil
@@ -20,7 +20,7 @@ import trio
 from ha.master import HAService
 from ha.slave import HAClient
 from store.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_WAIT, Message, StoredMessage
-from store.message_store import GetMessageResult, MessageStore, StoreUnavailableError
+from store.message_store import GetMessageResult, MessageStore
 from store.status import GetMessageStatus, PutMessageResult
 
 from .config import BrokerConfig
@@ -31,12 +31,22 @@ from .schedule import ScheduleMessageService
 from .stats import BrokerStats
 from .topics import TopicConfigManager
 
-if TYPE_CHECKING:
-    from .failover import Failover  # noqa: F401 - the annotation of NodeServices.failover
+
+class FailoverHooks(Protocol):
+    """What the ops ask of node/failover.py's Failover: typed here, so ops (below failover,
+    which raises OpError and is handed NodeServices) does not import it."""
+
+    async def before_write(self) -> None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def epoch_answer(self) -> dict[str, Any]: ...
+
+    async def promote(self, role: str | None) -> dict[str, Any]: ...
 
 log = logging.getLogger("tidemq.node")
 
-__all__ = ["NodeServices", "handle_request", "message_map"]
+__all__ = ["CORE_HANDLERS", "Handler", "NodeServices", "OpError", "message_map"]
 
 # Long polling waits only when a later message could turn the answer into FOUND
 # (RocketMQ's PULL_NOT_FOUND family; NO_MATCHED_MESSAGE continues from next_begin_offset).
@@ -75,7 +85,7 @@ class NodeServices:
     consumers: ConsumerManager = attrs.field(factory=ConsumerManager)
     schedule: ScheduleMessageService | None = None
     stats: BrokerStats = attrs.field(factory=BrokerStats)
-    failover: Failover | None = None
+    failover: FailoverHooks | None = None
     stopping: bool = False
     _long_polls: set[trio.CancelScope] = attrs.field(factory=set)
 
@@ -373,7 +383,7 @@ async def _status(s: NodeServices, r: Request, peer: str | None) -> dict[str, An
     return ok_response(r.id, **fields)
 
 
-def _failover(s: NodeServices) -> Failover:
+def _failover(s: NodeServices) -> FailoverHooks:
     if s.failover is None:
         raise OpError(Status.INTERNAL_ERROR, "this node runs without failover support")
     return s.failover
@@ -399,8 +409,8 @@ async def _delete_expired_files(s: NodeServices, r: Request, peer: str | None) -
     return ok_response(r.id, deleted_files=result)
 
 
-_Handler = Callable[[NodeServices, Request, "str | None"], Awaitable[dict[str, Any]]]
-HANDLERS: dict[str, _Handler] = {
+Handler = Callable[[NodeServices, Request, "str | None"], Awaitable[dict[str, Any]]]
+CORE_HANDLERS: dict[str, Handler] = {
     "send": _send,
     "send_batch": _send_batch,
     "pull": _pull,
@@ -419,24 +429,3 @@ HANDLERS: dict[str, _Handler] = {
     "epoch": _epoch,
     "promote": _promote,
 }
-
-from .consumer_ops import CONSUMER_HANDLERS  # noqa: E402  (it builds on the helpers above)
-
-HANDLERS.update(CONSUMER_HANDLERS)
-
-
-async def handle_request(services: NodeServices, request: Request, peer: str | None) -> dict[str, Any]:
-    """Run one request; never raises (except Cancelled): every failure is a response.
-
-    `peer` is the client's "ip:port", stored as the born host of the messages it sends.
-    """
-    try:
-        return await HANDLERS[request.op](services, request, peer)
-    except OpError as e:
-        return error_response(request.id, e.status, e.message)
-    except StoreUnavailableError as e:
-        return error_response(request.id, Status.SERVICE_NOT_AVAILABLE, str(e))
-    except Exception as e:
-        log.exception("op %s (id %s) failed", request.op, request.id)
-        return error_response(request.id, Status.INTERNAL_ERROR, f"{request.op} failed: {type(e).__name__}: {e}")
-

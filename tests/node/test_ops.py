@@ -15,8 +15,9 @@ import trio.testing
 
 from node.client import BadRequest, Connection, NotFound, ServiceUnavailable, connect
 from node.config import load_config
+from node.handlers import handle_request
 from node.offsets import ConsumerOffsetManager
-from node.ops import NodeServices, handle_request
+from node.ops import NodeServices
 from node.server import ClientServer
 from node.topics import TopicConfigManager
 from store.address import format_host_port
