@@ -1,0 +1,404 @@
+"""Batch scan of store directories: partition planning (driver) and partition reads
+(executors), on the store's own read-only decoder (`store.message.decode_record`,
+`store.tools.iter_segments`). No Spark here, so the same code is tested and benchmarked
+without a JVM.
+
+Partitions are one per CommitLog segment, or, for a segment holding more than
+`max_partition_bytes`, byte ranges whose cuts are record starts found by hopping from
+TOTALSIZE to TOTALSIZE (8 bytes read per record). Pruning never decides what a row holds,
+only which ranges need not be read at all:
+
+- time: a range's records were stored between its first record's store time and the next
+  range's (a node's CommitLog is appended in store-time order), so a range wholly before
+  `start_time` or after `end_time` is skipped;
+- topics: when the store has ConsumeQueues, the units of the wanted topics name every
+  CommitLog offset holding them; a range with none of those offsets is skipped, but only
+  below the dispatched end (the furthest offset any ConsumeQueue covers), so records the
+  store had not yet dispatched are still read.
+
+Rows are then filtered exactly. Damage is never skipped silently: FAILFAST raises
+`StoreReadError` naming the file and the offset; PERMISSIVE emits a row whose `_corrupt`
+column says where and why, and goes on with the next partition.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import glob
+import mmap
+import os
+from collections.abc import Iterator
+
+import attrs
+import numpy as np
+import pyarrow as pa
+
+from pipeline.schema import BatchBuilder
+from store.message import (
+    BLANK_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
+    RecordKind,
+    decode_record,
+    masked_crc32,
+    read_store_timestamp,
+    read_total_size,
+)
+from store.tools import StoreToolError, iter_segments
+
+DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
+_MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
+_CQ_UNIT = np.dtype([("phy", ">i8"), ("size", ">i4"), ("code", ">i8")])
+_INT_MAX = 0x7FFFFFFF
+_ZERO_CHUNK = 1 << 20
+
+
+class StoreReadError(Exception):
+    """A store file cannot be read as CommitLog data; the message names file and offset."""
+
+
+@attrs.frozen
+class ScanOptions:
+    topics: frozenset[str] | None = None
+    start_time: int | None = None  # ms since the epoch, inclusive
+    end_time: int | None = None  # ms since the epoch, inclusive
+    verify_crc: bool = True
+    include_body: bool = True
+    permissive: bool = False
+    max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
+    batch_rows: int = 8192
+
+    @classmethod
+    def from_options(cls, options: dict[str, str]) -> ScanOptions:
+        """Spark reader options (names case-insensitive) → ScanOptions; ValueError says
+        which option is wrong."""
+        o = {k.lower(): v for k, v in options.items()}
+        topics = o.get("topics") or o.get("topic")
+        mode = (o.get("mode") or "FAILFAST").upper()
+        if mode not in ("FAILFAST", "PERMISSIVE"):
+            raise ValueError(f"mode must be FAILFAST or PERMISSIVE, got {o['mode']!r}")
+        return cls(
+            topics=frozenset(t.strip() for t in topics.split(",") if t.strip()) if topics else None,
+            start_time=parse_time(o["starttime"], "startTime") if o.get("starttime") else None,
+            end_time=parse_time(o["endtime"], "endTime") if o.get("endtime") else None,
+            verify_crc=parse_bool(o.get("verifycrc", "true"), "verifyCrc"),
+            include_body=parse_bool(o.get("includebody", "true"), "includeBody"),
+            permissive=mode == "PERMISSIVE",
+            max_partition_bytes=parse_positive(
+                o.get("maxpartitionbytes", str(DEFAULT_MAX_PARTITION_BYTES)), "maxPartitionBytes"
+            ),
+        )
+
+
+def parse_bool(value: str, name: str) -> bool:
+    v = str(value).strip().lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no"):
+        return False
+    raise ValueError(f"option {name} must be true or false, got {value!r}")
+
+
+def parse_positive(value: str, name: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise ValueError(f"option {name} must be a whole number, got {value!r}") from None
+    if n <= 0:
+        raise ValueError(f"option {name} must be positive, got {n}")
+    return n
+
+
+def parse_time(value: str, name: str) -> int:
+    """Milliseconds since the epoch, or an ISO-8601 time (UTC when it names no zone)."""
+    v = str(value).strip()
+    if v.lstrip("-").isdigit():
+        return int(v)
+    try:
+        t = dt.datetime.fromisoformat(v)
+    except ValueError:
+        raise ValueError(
+            f"option {name} must be milliseconds since the epoch or an ISO-8601 time, got {value!r}"
+        ) from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.UTC)
+    return int(t.timestamp() * 1000)
+
+
+@attrs.frozen
+class StorePartition:
+    """Bytes [begin, end) of one CommitLog segment file (picklable, sent to executors)."""
+
+    source: str  # the storePathRootDir
+    path: str
+    segment_start: int  # CommitLog offset of the file's byte 0
+    begin: int
+    end: int
+    last_data: bool  # the last segment holding data: zeros after its records are its end
+
+
+def expand_paths(spec: str) -> list[str]:
+    """A comma-separated list of store roots, each possibly a glob → existing roots."""
+    roots: list[str] = []
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        matches = sorted(glob.glob(part)) if glob.has_magic(part) else [part]
+        if not matches:
+            raise StoreToolError(f"no store directory matches {part!r}")
+        roots.extend(matches)
+    if not roots:
+        raise StoreToolError("no store directory given (load(path) with a path, a glob or a list)")
+    return roots
+
+
+def plan(roots: list[str], opts: ScanOptions) -> list[StorePartition]:
+    """Partitions of every store root, after pruning. Raises StoreToolError for a root that
+    is not a store and, in FAILFAST mode, StoreReadError for a segment it cannot read."""
+    parts: list[StorePartition] = []
+    for root in roots:
+        parts.extend(_plan_root(root, opts))
+    return parts
+
+
+@attrs.frozen
+class _Range:
+    part: StorePartition
+    first_ts: int | None  # store time of its first record, when readable
+
+
+def _plan_root(root: str, opts: ScanOptions) -> list[StorePartition]:
+    segments = iter_segments(root)
+    heads = [_head(path) for _, path in segments]
+    last = max((i for i, h in enumerate(heads) if h != b"\0" * 8), default=-1)
+    ranges: list[_Range] = []
+    for i, (start, path) in enumerate(segments[: last + 1]):
+        try:
+            size = os.path.getsize(path)
+        except OSError as e:
+            raise StoreReadError(f"{path}: cannot read the segment: {e.strerror or e}") from None
+        ranges.extend(_cut_segment(root, path, start, size, i == last, opts))
+    keep = []
+    for j, r in enumerate(ranges):
+        after = ranges[j + 1].first_ts if j + 1 < len(ranges) else None
+        if opts.start_time is not None and after is not None and after < opts.start_time:
+            continue
+        if opts.end_time is not None and r.first_ts is not None and r.first_ts > opts.end_time:
+            continue
+        keep.append(r.part)
+    if opts.topics:
+        keep = _prune_by_topics(root, keep, opts.topics)
+    return keep
+
+
+def _head(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(8).ljust(8, b"\0")
+    except OSError:
+        return b"unreadable"  # not zeros: the reader reports it
+
+
+def _cut_segment(
+    root: str, path: str, start: int, size: int, last: bool, opts: ScanOptions
+) -> list[_Range]:
+    """Ranges of one segment: the whole file, or cuts at record starts every
+    max_partition_bytes; a cut never goes past damage (the reader reports it)."""
+    cuts: list[tuple[int, int | None]] = []
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            pos, next_cut = 0, 0
+            while pos + 8 <= size:
+                total, magic = read_total_size(buf, pos)
+                if magic not in _MAGICS or total <= 0 or pos + total > size:
+                    break
+                if pos >= next_cut:
+                    cuts.append((pos, _store_ts(buf, pos, total)))
+                    next_cut = pos + opts.max_partition_bytes
+                    if size - pos <= opts.max_partition_bytes:
+                        break  # the rest fits one partition: no need to hop through it
+                pos += total
+    except (OSError, ValueError):
+        cuts = []  # unreadable or empty: one partition, whose reader reports it
+    if not cuts:
+        cuts = [(0, None)]
+    out = []
+    for k, (begin, ts) in enumerate(cuts):
+        end = cuts[k + 1][0] if k + 1 < len(cuts) else size
+        out.append(_Range(StorePartition(root, path, start, begin, end, last), ts))
+    return out
+
+
+def _store_ts(buf: mmap.mmap, pos: int, total: int) -> int | None:
+    try:
+        return read_store_timestamp(buf, pos) if total >= 64 else None
+    except Exception:
+        return None
+
+
+def _prune_by_topics(
+    root: str, parts: list[StorePartition], topics: frozenset[str]
+) -> list[StorePartition]:
+    """Drop partitions holding no unit of `topics` below the ConsumeQueues' dispatched end."""
+    cq_root = os.path.join(root, "consumequeue")
+    if not os.path.isdir(cq_root):
+        return parts
+    wanted: list[np.ndarray] = []
+    dispatched_end = -1
+    for topic in os.listdir(cq_root):
+        tdir = os.path.join(cq_root, topic)
+        if not os.path.isdir(tdir):
+            continue
+        for qid in os.listdir(tdir):
+            units = _queue_units(os.path.join(tdir, qid))
+            if units.size:
+                dispatched_end = max(dispatched_end, int((units["phy"] + units["size"]).max()))
+                if topic in topics:
+                    wanted.append(units["phy"].astype(np.int64))
+    if dispatched_end < 0:
+        return parts
+    phys = np.sort(np.concatenate(wanted)) if wanted else np.empty(0, np.int64)
+    keep = []
+    for p in parts:
+        lo, hi = p.segment_start + p.begin, p.segment_start + p.end
+        if hi > dispatched_end:
+            keep.append(p)  # partly beyond what the ConsumeQueues cover: read it
+            continue
+        i = int(np.searchsorted(phys, lo))
+        if i < len(phys) and phys[i] < hi:
+            keep.append(p)
+    return keep
+
+
+def _queue_units(qdir: str) -> np.ndarray:
+    """The written units of one queue directory (blank and zero units dropped)."""
+    chunks = []
+    for name in sorted(os.listdir(qdir)):
+        if len(name) == 20 and name.isdigit():
+            path = os.path.join(qdir, name)
+            n = os.path.getsize(path) // _CQ_UNIT.itemsize
+            units = np.fromfile(path, dtype=_CQ_UNIT, count=n)
+            chunks.append(units[(units["size"] > 0) & (units["size"] != _INT_MAX)])
+    return np.concatenate(chunks) if chunks else np.empty(0, _CQ_UNIT)
+
+
+# ---------------------------------------------------------------------------------------
+# reading a partition
+
+
+def read_partition(part: StorePartition, opts: ScanOptions) -> Iterator[pa.RecordBatch]:
+    """Arrow record batches of the partition's messages that pass the filters."""
+    builder = BatchBuilder(permissive=opts.permissive, batch_rows=opts.batch_rows)
+    for _ in _walk(part, opts, builder):
+        batch = builder.flush()
+        if batch is not None:
+            yield batch
+    batch = builder.flush()
+    if batch is not None:
+        yield batch
+
+
+def _walk(part: StorePartition, opts: ScanOptions, b: BatchBuilder) -> Iterator[None]:
+    """Add the partition's rows to `b`, yielding whenever it is full."""
+    try:
+        f = open(part.path, "rb")  # noqa: SIM115 (closed below, with the map)
+    except OSError as e:
+        _damage(part, 0, f"cannot open the segment: {e.strerror or e}", opts, b)
+        return
+    with f:
+        try:
+            buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError) as e:
+            _damage(part, 0, f"cannot map the segment: {e}", opts, b)
+            return
+        with buf:
+            yield from _walk_buffer(part, opts, b, buf)
+
+
+def _walk_buffer(part: StorePartition, opts: ScanOptions, b: BatchBuilder, buf: mmap.mmap) -> Iterator[None]:
+    n = len(buf)
+    pos = part.begin
+    topics, t0, t1 = opts.topics, opts.start_time, opts.end_time
+    need_body = opts.include_body or opts.verify_crc
+    while pos < part.end:
+        d = decode_record(buf, pos, check_crc=False, read_body=need_body)
+        if d.kind is RecordKind.MESSAGE:
+            m = d.message
+            assert m is not None
+            pos += d.size
+            if topics is not None and m.topic not in topics:
+                continue
+            ts = m.store_timestamp
+            if (t0 is not None and ts < t0) or (t1 is not None and ts > t1):
+                continue
+            offset = part.segment_start + pos - d.size
+            problem = None
+            crc_ok = None
+            if opts.verify_crc:
+                computed = masked_crc32(m.body)
+                crc_ok = computed == m.body_crc
+                if not crc_ok:
+                    problem = f"body CRC mismatch: stored {m.body_crc}, computed {computed}"
+            if m.commitlog_offset != offset:
+                problem = (f"PHYSICALOFFSET field {m.commitlog_offset} differs from the record's "
+                           f"position {offset}")
+            if problem is not None:
+                if not opts.permissive:
+                    raise StoreReadError(_where(part, offset) + problem)
+                b.add_stored(m, part.source, crc_ok=crc_ok, include_body=opts.include_body,
+                             corrupt=_where(part, offset) + problem)
+            else:
+                b.add_stored(m, part.source, crc_ok=crc_ok, include_body=opts.include_body)
+            if b.full:
+                yield
+        elif d.kind is RecordKind.BLANK:
+            if pos + d.size != n:
+                _damage(part, pos, f"BLANK filler of size {d.size} does not reach the segment end "
+                                   f"({n - pos} bytes left)", opts, b)
+            return
+        else:
+            reason = _invalid(buf, pos, part, d.error)
+            if reason is not None:
+                _damage(part, pos, reason, opts, b)
+            return
+
+
+def _invalid(buf: mmap.mmap, pos: int, part: StorePartition, error: str) -> str | None:
+    """Why an invalid record at `pos` is damage, or None at the normal end of data."""
+    n = len(buf)
+    if _all_zero(buf, pos, n):
+        if part.last_data:
+            return None
+        return f"segment ends without a BLANK filler: zeroed bytes with {n - pos} bytes left"
+    if pos == 0:
+        return f"not a CommitLog segment: no record at its start ({error})"
+    if pos + 8 <= n:
+        total, magic = read_total_size(buf, pos)
+        if magic in _MAGICS or magic == BLANK_MAGIC_CODE:
+            kind = "torn" if total > n - pos else "corrupt"
+            return f"{kind} record: {error}"
+    return f"garbage after the last valid record: {error}"
+
+
+def _all_zero(buf: mmap.mmap, start: int, end: int) -> bool:
+    for pos in range(start, end, _ZERO_CHUNK):
+        if buf[pos : min(end, pos + _ZERO_CHUNK)].strip(b"\0"):
+            return False
+    return True
+
+
+def _where(part: StorePartition, offset: int) -> str:
+    return f"{part.path}: at CommitLog offset {offset} (byte {offset - part.segment_start} of the file): "
+
+
+def _damage(part: StorePartition, pos: int, reason: str, opts: ScanOptions, b: BatchBuilder) -> None:
+    offset = part.segment_start + pos
+    if not opts.permissive:
+        raise StoreReadError(_where(part, offset) + reason)
+    b.add_corrupt(part.source, offset, _where(part, offset) + reason)
+
+
+def scan(roots: list[str], opts: ScanOptions) -> Iterator[pa.RecordBatch]:
+    """Every partition in order, in this process (tests, the benchmark's baseline)."""
+    for part in plan(roots, opts):
+        yield from read_partition(part, opts)
