@@ -14,6 +14,7 @@ while its master is down; offsets are never committed (Spark's checkpoint owns t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import threading
@@ -206,10 +207,8 @@ def read_range(opts: LiveOptions, r: QueueRange, source: str) -> Iterator[pa.Rec
     finally:
         stop.set()
         while thread.is_alive():
-            try:
+            with contextlib.suppress(queue.Empty):
                 handoff.get(timeout=0.1)  # unblock a producer waiting on a full queue
-            except queue.Empty:
-                pass
         thread.join()
 
 

@@ -138,7 +138,7 @@ class BatchBuilder:
 
     def add_corrupt(self, source: str, offset: int, reason: str) -> None:
         """A bad range (permissive mode): only `commitlog_offset`, `source` and `_corrupt`."""
-        for name, col in self.cols.items():
+        for col in self.cols.values():
             col.append(None)
         self.cols["commitlog_offset"][-1] = offset
         self.cols["source"][-1] = source

@@ -261,13 +261,26 @@ def _prune_by_topics(
     keep = []
     for p in parts:
         lo, hi = p.segment_start + p.begin, p.segment_start + p.end
-        if hi > dispatched_end:
-            keep.append(p)  # partly beyond what the ConsumeQueues cover: read it
+        if hi > dispatched_end and _data_at(p, max(lo, dispatched_end) - p.segment_start):
+            keep.append(p)  # records the ConsumeQueues do not cover yet: read it
             continue
         i = int(np.searchsorted(phys, lo))
         if i < len(phys) and phys[i] < hi:
             keep.append(p)
     return keep
+
+
+def _data_at(part: StorePartition, pos: int) -> bool:
+    """Whether a record (not zeros, not a BLANK filler) starts at byte `pos` of the file."""
+    try:
+        with open(part.path, "rb") as f:
+            f.seek(pos)
+            head = f.read(8)
+    except OSError:
+        return True  # the reader reports it
+    if len(head) < 8 or head == b"\0" * 8:
+        return False
+    return read_total_size(head, 0)[1] != BLANK_MAGIC_CODE
 
 
 def _queue_units(qdir: str) -> np.ndarray:
