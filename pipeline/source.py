@@ -85,6 +85,8 @@ class StoreReader(DataSourceReader):
         return [_Partition(p) for p in store_scan.plan(self.roots, self.opts)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if getattr(partition, "value", None) is None:  # Spark reads once when nothing is planned
+            return iter(())
         return store_scan.read_partition(partition.value, self.opts)
 
 
@@ -98,7 +100,7 @@ class LiveReader(DataSourceReader):
         return [_Partition(r) for r in live.ranges(start, end)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return live.read_range(self.opts, partition.value, self.opts.namesrv or ",".join(self.opts.brokers or ()))
+        return _read_live(self.opts, partition)
 
 
 class LiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -140,10 +142,16 @@ class LiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [_Partition(r) for r in live.ranges(start, end)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return live.read_range(self.opts, partition.value, self.opts.namesrv or ",".join(self.opts.brokers or ()))
+        return _read_live(self.opts, partition)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: Spark's checkpoint holds the offsets; the cluster keeps the data."""
+
+
+def _read_live(opts: live.LiveOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if getattr(partition, "value", None) is None:  # Spark reads once when nothing is planned
+        return iter(())
+    return live.read_range(opts, partition.value, opts.namesrv or ",".join(opts.brokers or ()))
 
 
 class _Report(WriterCommitMessage):
