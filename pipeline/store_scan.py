@@ -24,6 +24,7 @@ column says where and why, and goes on with the next partition.
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import glob
 import mmap
 import os
@@ -50,7 +51,7 @@ DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
 _MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
 _CQ_UNIT = np.dtype([("phy", ">i8"), ("size", ">i4"), ("code", ">i8")])
 _INT_MAX = 0x7FFFFFFF
-_ZERO_CHUNK = 1 << 20
+_ZERO_CHUNK = 16 << 20
 
 
 class StoreReadError(Exception):
@@ -325,10 +326,12 @@ def _walk(part: StorePartition, opts: ScanOptions, b: BatchBuilder) -> Iterator[
             _damage(part, 0, f"cannot map the segment: {e}", opts, b)
             return
         with buf:
-            yield from _walk_buffer(part, opts, b, buf)
+            yield from _walk_buffer(part, opts, b, buf, f.fileno())
 
 
-def _walk_buffer(part: StorePartition, opts: ScanOptions, b: BatchBuilder, buf: mmap.mmap) -> Iterator[None]:
+def _walk_buffer(
+    part: StorePartition, opts: ScanOptions, b: BatchBuilder, buf: mmap.mmap, fd: int
+) -> Iterator[None]:
     n = len(buf)
     pos = part.begin
     topics, t0, t1 = opts.topics, opts.start_time, opts.end_time
@@ -370,16 +373,16 @@ def _walk_buffer(part: StorePartition, opts: ScanOptions, b: BatchBuilder, buf: 
                                    f"({n - pos} bytes left)", opts, b)
             return
         else:
-            reason = _invalid(buf, pos, part, d.error)
+            reason = _invalid(buf, pos, part, d.error, fd)
             if reason is not None:
                 _damage(part, pos, reason, opts, b)
             return
 
 
-def _invalid(buf: mmap.mmap, pos: int, part: StorePartition, error: str) -> str | None:
+def _invalid(buf: mmap.mmap, pos: int, part: StorePartition, error: str, fd: int) -> str | None:
     """Why an invalid record at `pos` is damage, or None at the normal end of data."""
     n = len(buf)
-    if _all_zero(buf, pos, n):
+    if _all_zero(buf, pos, n, fd):
         if part.last_data:
             return None
         return f"segment ends without a BLANK filler: zeroed bytes with {n - pos} bytes left"
@@ -393,11 +396,37 @@ def _invalid(buf: mmap.mmap, pos: int, part: StorePartition, error: str) -> str 
     return f"garbage after the last valid record: {error}"
 
 
-def _all_zero(buf: mmap.mmap, start: int, end: int) -> bool:
-    for pos in range(start, end, _ZERO_CHUNK):
-        if buf[pos : min(end, pos + _ZERO_CHUNK)].strip(b"\0"):
-            return False
+def _all_zero(buf: mmap.mmap, start: int, end: int, fd: int | None = None) -> bool:
+    """Whether buf[start:end] is all zero bytes. Holes of a sparse file are skipped with
+    SEEK_DATA / SEEK_HOLE (a segment's unwritten tail often is one); data regions are
+    checked with numpy, 16 MiB at a time."""
+    pos = start
+    while pos < end:
+        data_end = end
+        if fd is not None:
+            try:
+                pos = os.lseek(fd, pos, os.SEEK_DATA)
+                data_end = min(end, os.lseek(fd, pos, os.SEEK_HOLE))
+            except OSError:  # ENXIO: only a hole after pos (or no SEEK_DATA support)
+                if pos >= start and _seek_data_supported(fd):
+                    return True
+                data_end = end
+            if pos >= end:
+                return True
+        while pos < data_end:
+            n = min(data_end - pos, _ZERO_CHUNK)
+            if np.frombuffer(buf, np.uint8, n, pos).any():
+                return False
+            pos += n
     return True
+
+
+def _seek_data_supported(fd: int) -> bool:
+    try:
+        os.lseek(fd, 0, os.SEEK_DATA)
+        return True
+    except OSError as e:
+        return e.errno == errno.ENXIO  # an all-hole file: supported, nothing there
 
 
 def _where(part: StorePartition, offset: int) -> str:
