@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from cluster.client import Admin, Producer
-from pipeline import live, sink
+from pipeline import jobs, live, sink
 from tests.cluster.helpers import (
     broker_conf,
     slave_of,
@@ -67,7 +67,7 @@ def send(ns: str, topic: str, bodies: list[bytes]) -> None:
     trio.run(run)
 
 
-def test_write_then_read_back_with_offsets(spark, cluster):
+def test_write_then_read_back_with_offsets(spark, cluster, tmp_path):
     ns = cluster["ns"]
     rows = [(TOPIC, f"order-{i}".encode(), [f"k{i}"], "paid" if i % 2 else None, {"n": str(i)}, i % 2)
             for i in range(40)]
@@ -90,6 +90,10 @@ def test_write_then_read_back_with_offsets(spark, cluster):
               .option("endingOffsets", json.dumps({"broker-a": {"0": 10, "1": -1}})).load())
     offsets = sorted((r["queue_id"], r["queue_offset"]) for r in ranged.select("queue_id", "queue_offset").collect())
     assert offsets == [(0, o) for o in range(5, 10)] + [(1, 18), (1, 19)]
+    exported = jobs.export(spark, ns, TOPIC, str(tmp_path / "orders.parquet"))
+    assert exported["rows"] == 40
+    live_stats = jobs.stats(spark, ns, TOPIC)["topics"][TOPIC]
+    assert live_stats["messages"] == 40 and live_stats["bytes"] == sum(len(r[1]) for r in rows)
     latest = spark.read.format("tidemq").option("namesrv", ns).option("topic", TOPIC) \
         .option("startingOffsets", "latest").load()
     assert latest.count() == 0
