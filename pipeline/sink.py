@@ -18,7 +18,7 @@ import attrs
 import pyarrow as pa
 import trio
 
-from cluster.client import Message, Producer, Status, TidemqError
+from cluster.client import OutgoingMessage, Producer, Status, TidemqError
 from pipeline.schema import require_write_columns
 from pipeline.store_scan import parse_bool, parse_positive
 from store.message import PROPERTY_UNIQ_KEY
@@ -90,7 +90,7 @@ def _rows(batches: Iterator[pa.RecordBatch]) -> Iterator[dict[str, Any]]:
 async def _write(opts: WriteOptions, partition: int, batches: Iterator[pa.RecordBatch]) -> WriteReport:
     statuses: dict[str, int] = {}
     sent = nbatches = 0
-    pending: list[Message] = []
+    pending: list[OutgoingMessage] = []
     pending_key: tuple[str, int | None] | None = None
     pending_bytes = 0
 
@@ -128,7 +128,7 @@ async def _write(opts: WriteOptions, partition: int, batches: Iterator[pa.Record
     return WriteReport(partition, sent, nbatches, statuses)
 
 
-def _message(row: dict[str, Any], uniq: str) -> tuple[Message, tuple[str, int | None]]:
+def _message(row: dict[str, Any], uniq: str) -> tuple[OutgoingMessage, tuple[str, int | None]]:
     topic, body = row.get("topic"), row.get("body")
     if not topic or body is None:
         raise ValueError(f"a row to write needs a topic and a body; got topic={topic!r}, body={body!r}")
@@ -140,4 +140,4 @@ def _message(row: dict[str, Any], uniq: str) -> tuple[Message, tuple[str, int | 
     if isinstance(keys, str):
         keys = [k for k in keys.split(" ") if k]
     qid = row.get("queue_id")
-    return Message(bytes(body), row.get("tags"), tuple(keys), props), (topic, qid)
+    return OutgoingMessage(bytes(body), row.get("tags"), tuple(keys), props), (topic, qid)
