@@ -88,7 +88,7 @@ class QueueRange:
 # offsets on the driver
 
 
-async def _bounds(opts: LiveOptions, spec: str | None = None) -> dict[MessageQueue, tuple[int, int]]:
+async def _bounds(opts: LiveOptions) -> dict[MessageQueue, tuple[int, int]]:
     """(min, max) offset of every readable queue of the topic."""
     async with Admin(**opts.client_args(), request_timeout=opts.request_timeout) as admin:
         route = await admin.route(opts.topic, refresh=True)

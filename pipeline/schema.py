@@ -186,9 +186,3 @@ def require_write_columns(names: Sequence[str]) -> None:
             f"tidemq write does not know columns {sorted(extra)}; "
             f"it takes {sorted(WRITE_COLUMNS)}"
         )
-
-
-def as_properties(value: Mapping[str, str] | Sequence[tuple[str, str]] | None) -> dict[str, str]:
-    if value is None:
-        return {}
-    return dict(value)
