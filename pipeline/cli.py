@@ -9,8 +9,10 @@ unusable input (not a store, bad option). Errors are one message on stderr.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from store.tools import StoreToolError
@@ -36,7 +38,7 @@ def add_commands(subparsers: Any) -> None:
     ex.add_argument("--end-time", help="store time until (inclusive)")
     ex.add_argument("--overwrite", action="store_true", help="replace --to if it exists")
     common(ex)
-    ex.set_defaults(handler=_export)
+    ex.set_defaults(handler=_needs_spark(_export))
 
     st = sub.add_parser("stats", help="per topic: counts, bytes, store-time histogram, top keys")
     st.add_argument("source", metavar="STORE_OR_NAMESRV")
@@ -46,14 +48,29 @@ def add_commands(subparsers: Any) -> None:
     st.add_argument("--top", type=int, default=5, help="top keys per topic (default 5)")
     st.add_argument("--json", action="store_true", help="print JSON instead of a table")
     common(st)
-    st.set_defaults(handler=_stats)
+    st.set_defaults(handler=_needs_spark(_stats))
 
     au = sub.add_parser("audit", help="CRC of every record; divergence between the nodes of a group")
     au.add_argument("stores", nargs="+", metavar="STORE",
                     help="store directories (one per node of a group to compare them)")
     au.add_argument("--json", action="store_true", help="print JSON instead of a summary")
     common(au)
-    au.set_defaults(handler=_audit)
+    au.set_defaults(handler=_needs_spark(_audit))
+
+
+def _needs_spark(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """The action, or exit 2 naming the extra when PySpark or pyarrow is not installed (a
+    plain `pip install tidemq` has neither), before any job module imports them."""
+
+    def run(args: argparse.Namespace) -> int:
+        missing = [m for m in ("pyspark", "pyarrow") if importlib.util.find_spec(m) is None]
+        if missing:
+            print(f"tidemq pipeline needs {' and '.join(missing)}: pip install 'tidemq[spark]'",
+                  file=sys.stderr)
+            return 2
+        return handler(args)
+
+    return run
 
 
 def _session(args: argparse.Namespace) -> Any:
@@ -65,11 +82,6 @@ def _session(args: argparse.Namespace) -> Any:
 
 def _run(args: argparse.Namespace, job: Any) -> int:
     """Run `job(spark)` with progress shown; map failures to exit codes and one message."""
-    try:
-        import pyspark  # noqa: F401
-    except ImportError:
-        print("tidemq pipeline needs the spark extra: pip install 'tidemq[spark]'", file=sys.stderr)
-        return 2
     from pyspark.sql import SparkSession
 
     from pipeline.jobs import Progress

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 import chaos.cli
 import cluster.cli
 import node.cli
+import pipeline.cli
 import store.cli
 from store.cli import EXIT_OK, EXIT_USAGE, UsageError, error
 
@@ -31,7 +32,7 @@ Handler = Callable[[argparse.Namespace], int]
 _FLAG = re.compile(r"^--?[A-Za-z]")
 
 # Each layer's command groups, bottom layer first.
-LAYERS = [store.cli, node.cli, cluster.cli, chaos.cli]
+LAYERS = [store.cli, node.cli, cluster.cli, chaos.cli, pipeline.cli]
 
 
 class TidemqParser(argparse.ArgumentParser):
