@@ -28,7 +28,7 @@ from typing import Any
 
 import attrs
 
-from store.address import AddressError, format_host_port, parse_address_list, split_host_port
+from store.address import AddressError, format_host_port, parse_address_list
 from store.config import (
     BrokerRole,
     ConfigError,
@@ -36,6 +36,7 @@ from store.config import (
     _unknown_key_message,
     convert_value,
     snake_name,
+    validate_host_port,
 )
 
 MiB = 1024 * 1024
@@ -84,15 +85,6 @@ def _addr_list(_inst: Any, attribute: attrs.Attribute, value: str | None) -> Non
         raise ConfigError(f"{name} must be host:port[;host:port...], got {value!r}")
 
 
-def _host_port(_inst: Any, attribute: attrs.Attribute, value: str | None) -> None:
-    if value is None:
-        return
-    try:
-        split_host_port(value)
-    except AddressError as e:
-        raise ConfigError(f"{_CAMEL.get(attribute.name, attribute.name)} {e}") from None
-
-
 @attrs.define(kw_only=True)
 class BrokerConfig:
     """One node's settings: broker-level keys plus the embedded store's `StoreConfig`.
@@ -117,7 +109,7 @@ class BrokerConfig:
     max_frame_size: int = attrs.field(default=8 * MiB, validator=_positive)
     # A slave's view of its master's client address (listenPort, not the HA port): the slave
     # copies topics and consumer offsets from there every 10 s. Unused on a master.
-    master_addr: str | None = attrs.field(default=None, validator=_host_port)
+    master_addr: str | None = attrs.field(default=None, validator=validate_host_port)
     store: StoreConfig = attrs.field(factory=StoreConfig)
     # The file this came from, for error messages; not part of the config's value.
     source: str = attrs.field(default="", eq=False)

@@ -75,7 +75,8 @@ def _delay_levels(_inst: Any, attribute: attrs.Attribute, value: str) -> None:
         raise ConfigError(str(e)) from None
 
 
-def _host_port(_inst: Any, attribute: attrs.Attribute, value: str | None) -> None:
+def validate_host_port(_inst: Any, attribute: attrs.Attribute, value: str | None) -> None:
+    """attrs validator of an optional host:port option; the error names the camelCase key."""
     if value is None:
         return
     try:
@@ -90,7 +91,7 @@ class StoreConfig:
 
     store_path_root_dir: str = attrs.field(default=os.path.join(os.path.expanduser("~"), "store"))
     # host:port written as STOREHOSTADDRESS and used in offset msgIds (brokerIP1:listenPort).
-    store_host: str = attrs.field(default="127.0.0.1:10911", validator=_host_port)
+    store_host: str = attrs.field(default="127.0.0.1:10911", validator=validate_host_port)
     broker_role: BrokerRole = attrs.field(default=BrokerRole.ASYNC_MASTER, converter=lambda v: BrokerRole(v) if isinstance(v, str) else v)
     flush_disk_type: FlushDiskType = attrs.field(default=FlushDiskType.ASYNC_FLUSH, converter=lambda v: FlushDiskType(v) if isinstance(v, str) else v)
 
@@ -146,7 +147,7 @@ class StoreConfig:
     ha_send_heartbeat_interval: int = attrs.field(default=5000, validator=_positive)
     ha_housekeeping_interval: int = attrs.field(default=20_000, validator=_positive)
     ha_transfer_batch_size: int = attrs.field(default=32 * KiB, validator=_positive)
-    ha_master_address: str | None = attrs.field(default=None, validator=_host_port)
+    ha_master_address: str | None = attrs.field(default=None, validator=validate_host_port)
     ha_slave_fallbehind_max: int = attrs.field(default=256 * MiB, validator=_positive)
     slave_timeout: int = attrs.field(default=3000, validator=_positive)
 
