@@ -25,7 +25,8 @@ import trio
 
 from store.address import AddressError, split_host_port
 
-from .protocol import PROTOCOL_VERSION, FrameDecoder, FrameError, Status, encode_frame
+from .framing import FrameDecoder, FrameError, encode_frame
+from .protocol import PROTOCOL_VERSION, Status
 
 __all__ = [
     "BadRequest",

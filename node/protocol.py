@@ -1,7 +1,6 @@
 """The client protocol, sans-IO: bytes in, request objects out; dicts in, bytes out.
 
-A frame is a 4-byte big-endian unsigned length, then that many bytes holding one CBOR map.
-Requests are `{"v": 1, "op": str, "id": int, ...fields}`; every request gets exactly one
+Frames (a 4-byte big-endian length, then one CBOR map) are `framing.py`'s. Requests are `{"v": 1, "op": str, "id": int, ...fields}`; every request gets exactly one
 response `{"id": ..., "status": str, ...}` with the same id. No sockets or trio here (same
 style as h11/wsproto), so the codec is tested without I/O and reused by the client library
 and tools. docs/protocol.md is the reference for ops and fields.
@@ -11,13 +10,10 @@ from __future__ import annotations
 
 import difflib
 import enum
-import io
-import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
-import cbor2
 
 from store.message import (
     NAME_VALUE_SEPARATOR,
@@ -31,8 +27,9 @@ from store.message import (
 from store.status import GetMessageStatus, PutMessageStatus
 from store.tag_filter import parse_tag_expression
 
+from .framing import type_name as _type_name
+
 PROTOCOL_VERSION = 1
-HEADER = struct.Struct(">I")
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
@@ -49,11 +46,8 @@ __all__ = [
     "InvalidRequest",
     "Field",
     "FieldType",
-    "FrameDecoder",
-    "FrameError",
     "Request",
     "Status",
-    "encode_frame",
     "error_response",
     "ok_response",
     "parse_request",
@@ -71,110 +65,6 @@ Status = enum.Enum(
     + [(m.name, m.value) for m in GetMessageStatus],
     module=__name__,
 )
-
-
-# ---------------------------------------------------------------- framing
-
-
-class FrameError(Exception):
-    """The byte stream cannot be parsed any further; the connection must be closed.
-
-    `reason` is the human-readable cause, suitable for the error frame sent before closing.
-    """
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-def _oversized(header: bytes, size: int, limit: int) -> str:
-    """Why a length prefix is refused; printable ASCII there ("HTTP" is 1213486160) means
-    the peer speaks another protocol, which says more than the size."""
-    if all(32 <= b < 127 for b in header):
-        return (f"the peer does not speak the tidemq protocol: it sent {header.decode('ascii')!r} "
-                f"where a frame length belongs (an HTTP or other text server?)")
-    return f"frame of {size} bytes exceeds the limit {limit}"
-
-
-class FrameDecoder:
-    """Incremental frame decoder: feed bytes in any chunking, get complete maps out.
-
-    An oversized length is refused as soon as the 4-byte header is seen, before any of the
-    body is buffered, so a peer cannot make the node allocate more than `max_frame_size`.
-    After a FrameError the decoder stays broken (every later feed raises it again): the
-    stream has lost its framing and nothing after the bad frame can be trusted.
-    """
-
-    def __init__(self, max_frame_size: int) -> None:
-        if max_frame_size <= 0:
-            raise ValueError(f"max_frame_size must be > 0, got {max_frame_size}")
-        self.max_frame_size = max_frame_size
-        self._buf = bytearray()
-        self._need: int | None = None  # body length of the frame being read
-        self._error: FrameError | None = None
-
-    @property
-    def buffered(self) -> int:
-        """Bytes received but not yet returned as a frame (0 at a frame boundary)."""
-        return len(self._buf)
-
-    def feed(self, data: bytes | bytearray | memoryview) -> list[dict]:
-        if self._error is not None:
-            raise self._error
-        self._buf += data
-        frames: list[dict] = []
-        try:
-            while True:
-                if self._need is None:
-                    if len(self._buf) < HEADER.size:
-                        break
-                    (size,) = HEADER.unpack_from(self._buf)
-                    if size > self.max_frame_size:
-                        raise FrameError(_oversized(bytes(self._buf[: HEADER.size]), size, self.max_frame_size))
-                    del self._buf[: HEADER.size]
-                    self._need = size
-                if len(self._buf) < self._need:
-                    break
-                body = bytes(self._buf[: self._need])
-                del self._buf[: self._need]
-                self._need = None
-                frames.append(_decode_body(body))
-        except FrameError as e:
-            self._error = e
-            self._buf.clear()
-            raise
-        return frames
-
-
-def _decode_body(body: bytes) -> dict:
-    if not body:
-        raise FrameError("empty frame: expected one CBOR map")
-    fp = io.BytesIO(body)
-    try:
-        value = cbor2.CBORDecoder(fp).decode()
-    # untrusted bytes: cbor2 reports most problems as CBORDecodeError, but semantic tags
-    # can surface as other ValueError/TypeError/OverflowError subclasses
-    except (cbor2.CBORDecodeError, ValueError, TypeError, OverflowError, RecursionError) as e:
-        raise FrameError(f"frame is not valid CBOR: {e}") from None
-    if fp.tell() != len(body):
-        raise FrameError(
-            f"frame has {len(body) - fp.tell()} bytes after the CBOR value; expected exactly one map"
-        )
-    if not isinstance(value, dict):
-        raise FrameError(f"frame holds a CBOR {_type_name(value)}, expected a map")
-    return value
-
-
-def encode_frame(obj: Mapping[str, Any], *, max_frame_size: int | None = None) -> bytes:
-    """One frame: length + CBOR map. With `max_frame_size`, a larger frame is a FrameError
-    (the sender's own check, so it never emits what the peer would refuse)."""
-    if not isinstance(obj, Mapping):
-        raise TypeError(f"a frame holds a map, got {type(obj).__name__}")
-    body = cbor2.dumps(dict(obj))
-    limit = max_frame_size if max_frame_size is not None else 2**32 - 1
-    if len(body) > limit:
-        raise FrameError(f"frame of {len(body)} bytes exceeds the limit {limit}")
-    return HEADER.pack(len(body)) + body
 
 
 # ---------------------------------------------------------------- requests
@@ -219,19 +109,6 @@ class Field:
     required: bool = True
     default: Any = None
     check: Callable[[Any], str | None] | None = None
-
-
-def _type_name(value: Any) -> str:
-    return {
-        bool: "boolean",
-        int: "integer",
-        float: "float",
-        str: "text string",
-        bytes: "byte string",
-        list: "array",
-        dict: "map",
-        type(None): "null",
-    }.get(type(value), type(value).__name__)
 
 
 def wrong_type(path: str, expected: str, value: Any) -> InvalidRequest:

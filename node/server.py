@@ -25,15 +25,13 @@ import trio
 
 from store.address import format_host_port
 
+from .framing import FrameDecoder, FrameError, encode_frame
 from .protocol import (
     OPS,
     Field,
-    FrameDecoder,
-    FrameError,
     InvalidRequest,
     Request,
     Status,
-    encode_frame,
     error_response,
     parse_request,
 )

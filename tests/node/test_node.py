@@ -24,7 +24,7 @@ import cbor2
 import pytest
 import trio
 
-from node.protocol import encode_frame
+from node.framing import encode_frame
 from tests.node.nodeproc import (
     REPO,
     Nodes,

@@ -11,15 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from node.framing import FrameDecoder, FrameError, encode_frame
 from node.protocol import (
     INT64_MAX,
     OPS,
-    FrameDecoder,
-    FrameError,
     InvalidRequest,
     Request,
     Status,
-    encode_frame,
     error_response,
     ok_response,
     parse_request,

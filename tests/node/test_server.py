@@ -13,7 +13,8 @@ import trio
 import trio.testing
 
 from node.client import BadRequest, ConnectionLost, InternalError, connect
-from node.protocol import FrameDecoder, Request, ok_response
+from node.framing import FrameDecoder
+from node.protocol import Request, ok_response
 from node.server import ClientServer
 from store.address import format_host_port
 from tests.waiting import wait_until

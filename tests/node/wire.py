@@ -11,7 +11,8 @@ from typing import Any
 
 import trio
 
-from node.protocol import PROTOCOL_VERSION, FrameDecoder, encode_frame
+from node.framing import FrameDecoder, encode_frame
+from node.protocol import PROTOCOL_VERSION
 from store.address import split_host_port
 
 MAX_FRAME = 64 * 1024 * 1024  # a test client accepts anything the node may send
