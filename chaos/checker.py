@@ -19,7 +19,8 @@ from typing import Any
 
 import attrs
 
-from store.tools import StoreToolError, dump, dump_queue, iter_segments, verify
+from store.queue_tools import dump_queue
+from store.tools import StoreToolError, dump, iter_segments, verify
 
 from .history import FAIL, INFO, OK, History
 from .workload import parse_key

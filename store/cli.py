@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from store import tools
+from store import queue_tools, tools
 
 EXIT_OK = 0
 EXIT_PROBLEM = 1
@@ -101,7 +101,7 @@ def _cmd_dump(args: argparse.Namespace) -> int:
     for name, root in stores:
         with segment_progress(f"dump {name}") as progress:
             if args.topic is not None:
-                records = tools.dump_queue(root, args.topic, args.queue, limit=args.limit)
+                records = queue_tools.dump_queue(root, args.topic, args.queue, limit=args.limit)
             else:
                 records = tools.dump(root, from_offset=args.from_offset, limit=args.limit, progress=progress)
             for record in records:
@@ -117,7 +117,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
     stores = _stores(args.dir)
     found = 0
     for name, root in stores:
-        for record in tools.query_key(root, args.topic, args.key, max_num=args.max,
+        for record in queue_tools.query_key(root, args.topic, args.key, max_num=args.max,
                                       hash_slot_num=args.max_hash_slot_num, index_num=args.max_index_num):
             print_json(_tagged(record, name, len(stores) > 1))
             found += 1

@@ -7,6 +7,7 @@ possibly a record half copied at the write position). Segments are mapped with
 
 The segment size is taken from the first segment file, so a store written with any
 `mappedFileSizeCommitLog` is readable. Records are decoded by `store.message.decode_record`.
+Reads through a ConsumeQueue or the index (`dump_queue`, `query_key`) are `queue_tools.py`'s.
 """
 
 from __future__ import annotations
@@ -22,17 +23,6 @@ from typing import Any
 
 import attrs
 
-from store.consume_queue import UNIT, is_blank_unit
-from store.index_file import _ENTRY as _INDEX_ENTRY
-from store.index_file import _HEADER as _INDEX_HEADER
-from store.index_file import (
-    HASH_SLOT_SIZE,
-    INDEX_ENTRY_SIZE,
-    INDEX_HEADER_SIZE,
-    IndexFile,
-    build_key,
-    index_file_size,
-)
 from store.message import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
@@ -47,7 +37,7 @@ from store.message import (
 log = logging.getLogger(__name__)
 
 COMMITLOG_DIR = "commitlog"
-_SEGMENT_NAME = re.compile(r"^\d{20}$")
+SEGMENT_NAME = re.compile(r"^\d{20}$")
 _ZERO_SCAN_CHUNK = 1 << 20
 
 Buffer = bytes | mmap.mmap
@@ -88,7 +78,7 @@ def iter_segments(root: str | os.PathLike[str]) -> list[tuple[int, str]]:
     segments = []
     for name in names:
         path = os.path.join(cl, name)
-        if not _SEGMENT_NAME.match(name) or not os.path.isfile(path):
+        if not SEGMENT_NAME.match(name) or not os.path.isfile(path):
             log.debug("ignoring %s: not a CommitLog segment", path)
             continue
         segments.append((int(name), path))
@@ -122,7 +112,7 @@ def find_stores(path: str | os.PathLike[str]) -> list[tuple[str, str]]:
 
 
 @contextlib.contextmanager
-def _open_segment(path: str) -> Iterator[Buffer]:
+def open_segment(path: str) -> Iterator[Buffer]:
     """Map a segment read-only (an empty file gives b"")."""
     try:
         with open(path, "rb") as f:
@@ -247,7 +237,7 @@ def _walk_segment(buf: Buffer, seg_start: int, pos: int, last: bool) -> Iterator
 def _last_data_index(segments: list[tuple[int, str]]) -> int:
     """Index of the last segment holding any non-zero byte (later ones are pre-allocated)."""
     for i in range(len(segments) - 1, -1, -1):
-        with _open_segment(segments[i][1]) as buf:
+        with open_segment(segments[i][1]) as buf:
             if _first_nonzero(buf, 0) is not None:
                 return i
     return -1
@@ -320,7 +310,7 @@ def message_to_dict(offset: int, m: StoredMessage) -> dict[str, Any]:
     }
 
 
-def _find_segment(segments: list[tuple[int, str]], offset: int) -> int | None:
+def find_segment(segments: list[tuple[int, str]], offset: int) -> int | None:
     for i, (start, path) in enumerate(segments):
         if start <= offset < start + os.path.getsize(path):
             return i
@@ -347,7 +337,7 @@ def dump(
     emitted = 0
     index, pos = 0, 0
     if from_offset is not None:
-        found = _find_segment(segments, from_offset)
+        found = find_segment(segments, from_offset)
         if found is None:
             span = (
                 f"segments cover [{segments[0][0]}, "
@@ -358,7 +348,7 @@ def dump(
             yield {"offset": from_offset, "error": f"offset {from_offset} is in no segment; {span}"}
             return
         index, pos = found, from_offset - segments[found][0]
-        with _open_segment(segments[index][1]) as buf:
+        with open_segment(segments[index][1]) as buf:
             d = decode_record(buf, pos, check_crc=False)
         if d.kind is RecordKind.INVALID:
             yield {"offset": from_offset, "error": f"not a record start: {d.error}"}
@@ -371,7 +361,7 @@ def dump(
         if progress is not None and i > index:
             progress(i - index, end - index)
         start, path = segments[i]
-        with _open_segment(path) as buf:
+        with open_segment(path) as buf:
             for ev in _walk_segment(buf, start, pos if i == index else 0, i >= last):
                 if ev.kind == "message":
                     assert ev.message is not None
@@ -430,7 +420,7 @@ def verify(root: str | os.PathLike[str], progress: Progress | None = None) -> di
         if progress is not None:
             progress(i, last + 1)
         start, path = segments[i]
-        with _open_segment(path) as buf:
+        with open_segment(path) as buf:
             for ev in _walk_segment(buf, start, 0, i == last):
                 if ev.kind == "message":
                     assert ev.message is not None
@@ -457,171 +447,3 @@ def verify(root: str | os.PathLike[str], progress: Progress | None = None) -> di
     for ev in damage:
         log.debug("damage at %d: %s", ev.offset, ev.reason)
     return summary
-
-
-# ---------------------------------------------------------------------------------------
-# through the ConsumeQueue and the index
-
-
-class _SegmentReader:
-    """Reads records by physical offset, keeping each segment's read-only map open once."""
-
-    def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.segments = iter_segments(root)
-        self._stack = contextlib.ExitStack()
-        self._maps: dict[int, Buffer] = {}
-
-    def __enter__(self) -> _SegmentReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stack.close()
-
-    def record(self, offset: int) -> tuple[StoredMessage | None, str]:
-        index = _find_segment(self.segments, offset)
-        if index is None:
-            return None, f"offset {offset} is in no CommitLog segment (removed or not written)"
-        if index not in self._maps:
-            self._maps[index] = self._stack.enter_context(_open_segment(self.segments[index][1]))
-        decoded = decode_record(self._maps[index], offset - self.segments[index][0], check_crc=False)
-        if decoded.kind is not RecordKind.MESSAGE:
-            return None, f"no message at offset {offset}: {decoded.error or decoded.kind.value}"
-        return decoded.message, ""
-
-
-def dump_queue(
-    root: str | os.PathLike[str], topic: str, queue_id: int, limit: int | None = None
-) -> Iterator[dict[str, Any]]:
-    """The messages of one topic-queue in queue order, read through its ConsumeQueue files.
-
-    Each dict is `message_to_dict`'s plus "queueOffset" from the unit; a unit whose record
-    is gone or disagrees gives {"queueOffset", "offset", "error"} and the walk goes on.
-    """
-    qdir = os.path.join(os.fspath(root), "consumequeue", topic, str(queue_id))
-    if not os.path.isdir(qdir):
-        raise StoreToolError(f"no ConsumeQueue for {topic}-{queue_id} under {os.fspath(root)}")
-    names = sorted(n for n in os.listdir(qdir) if _SEGMENT_NAME.match(n))
-    emitted = 0
-    with _SegmentReader(root) as reader:
-        for name in names:
-            with _open_segment(os.path.join(qdir, name)) as buf:
-                for pos in range(0, len(buf) - len(buf) % UNIT.size, UNIT.size):
-                    phy, size, _code = UNIT.unpack_from(buf, pos)
-                    if phy < 0 or size <= 0 or (phy == 0 and size == 0):
-                        break  # end of written units
-                    if is_blank_unit(phy, size):
-                        continue
-                    queue_offset = (int(name) + pos) // UNIT.size
-                    msg, error = reader.record(phy)
-                    if msg is not None and (msg.size != size or msg.queue_offset != queue_offset):
-                        msg, error = None, f"record at {phy} is size {msg.size} queue offset {msg.queue_offset}"
-                    if msg is None:
-                        yield {"queueOffset": queue_offset, "offset": phy, "error": error}
-                    else:
-                        yield {**message_to_dict(phy, msg), "queueOffset": queue_offset}
-                    emitted += 1
-                    if limit is not None and emitted >= limit:
-                        return
-
-
-def _read_properties(path: str) -> dict[str, str]:
-    """key=value lines of a RocketMQ .properties file ('#' comments); {} when absent."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return {}
-    out = {}
-    for line in lines:
-        line = line.strip()
-        if line and not line.startswith(("#", "!")) and "=" in line:
-            key, value = line.split("=", 1)
-            out[key.strip()] = value.strip()
-    return out
-
-
-BROKER_PROPERTIES = os.path.join("config", "broker.properties")
-
-
-def _geometry_fits(path: str, size: int, slots: int, entries: int) -> bool:
-    """Whether the header and the last written entry make sense under this geometry."""
-    if index_file_size(slots, entries) != size:
-        return False
-    with open(path, "rb") as f:
-        header = f.read(INDEX_HEADER_SIZE)
-        if len(header) < INDEX_HEADER_SIZE:
-            return False
-        _bts, _ets, begin_phy, end_phy, slot_count, count = _INDEX_HEADER.unpack(header)
-        if not (0 <= count <= entries and 0 <= slot_count <= slots):
-            return False
-        if count <= 1:
-            return True
-        f.seek(INDEX_HEADER_SIZE + slots * HASH_SLOT_SIZE + (count - 1) * INDEX_ENTRY_SIZE)
-        last = f.read(INDEX_ENTRY_SIZE)
-    if len(last) < INDEX_ENTRY_SIZE:
-        return False
-    _hash, phy, time_diff, prev = _INDEX_ENTRY.unpack(last)
-    return begin_phy <= phy <= end_phy and time_diff >= 0 and 0 <= prev < count - 1
-
-
-def index_geometry(root: str | os.PathLike[str], path: str) -> tuple[int, int]:
-    """(maxHashSlotNum, maxIndexNum) of the index file at `path`, which the file does not
-    record: from `<root>/config/broker.properties` (the node writes it at start), else
-    from the file's size under RocketMQ's 1:4 slot/entry ratio, checked against its
-    header and last entry. StoreToolError when neither works."""
-    size = os.path.getsize(path)
-    props = _read_properties(os.path.join(os.fspath(root), BROKER_PROPERTIES))
-    with contextlib.suppress(KeyError, ValueError):
-        slots, entries = int(props["maxHashSlotNum"]), int(props["maxIndexNum"])
-        if index_file_size(slots, entries) == size:
-            return slots, entries
-    body = size - INDEX_HEADER_SIZE
-    unit = HASH_SLOT_SIZE + 4 * INDEX_ENTRY_SIZE
-    if body > 0 and body % unit == 0 and _geometry_fits(path, size, body // unit, 4 * (body // unit)):
-        return body // unit, 4 * (body // unit)
-    raise StoreToolError(
-        f"cannot tell the geometry of index file {path} ({size} bytes): no "
-        f"{BROKER_PROPERTIES} beside the store and not RocketMQ's 1:4 slot/entry ratio; "
-        "pass the store's --max-hash-slot-num and --max-index-num"
-    )
-
-
-def query_key(
-    root: str | os.PathLike[str],
-    topic: str,
-    key: str,
-    *,
-    max_num: int = 64,
-    hash_slot_num: int | None = None,
-    index_num: int | None = None,
-) -> list[dict[str, Any]]:
-    """Messages of `topic` with KEYS or UNIQ_KEY `key`, newest first, through the index
-    files. Their geometry is worked out per file (`index_geometry`) unless given.
-    Candidates are re-read, so hash collisions never return another key."""
-    idir = os.path.join(os.fspath(root), "index")
-    if not os.path.isdir(idir):
-        raise StoreToolError(f"no index directory under {os.fspath(root)}")
-    candidates: list[int] = []
-    for name in sorted((n for n in os.listdir(idir) if n.isdigit()), reverse=True):
-        path = os.path.join(idir, name)
-        if hash_slot_num is not None and index_num is not None:
-            slots, entries = hash_slot_num, index_num
-        else:
-            slots, entries = index_geometry(root, path)
-        try:
-            index_file = IndexFile(path, slots, entries)
-        except ValueError as e:  # SegmentSizeError: another geometry
-            raise StoreToolError(f"{e} (pass the store's --max-hash-slot-num and --max-index-num)") from None
-        try:
-            index_file.select_phy_offsets(candidates, build_key(topic, key), max_num, 0, 2**63 - 1)
-        finally:
-            index_file.close()
-        if len(candidates) >= max_num:
-            break
-    found = []
-    with _SegmentReader(root) as reader:
-        for offset in candidates:
-            msg, _error = reader.record(offset)
-            if msg is not None and msg.topic == topic and (key in msg.keys or msg.uniq_key == key):
-                found.append(message_to_dict(offset, msg))
-    return found
