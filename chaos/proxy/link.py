@@ -205,7 +205,7 @@ class Link:
             async for item in chunks:
                 if item is None:
                     delay = max((t.attr("delay") for t in self.active(stream) if t.type == "slow_close"), default=0)
-                    await trio.sleep(delay / 1000)
+                    await trio.sleep(delay / 1000)  # poll-exempt: slow_close's delay is the toxic
                     self.close()
                     return
                 arrival, data = item
@@ -232,7 +232,7 @@ class Link:
                 rest = toxics[i + 1:]
                 for start in range(0, len(data), piece):
                     part = data[start:start + piece]
-                    await trio.sleep(len(part) / rate)
+                    await trio.sleep(len(part) / rate)  # poll-exempt: bandwidth's pacing is the toxic
                     await self._through(stream, rest, arrival, part, dst)
                 return
             elif kind == "limit_data":
@@ -246,7 +246,7 @@ class Link:
                 rest = toxics[i + 1:]
                 for n, piece in enumerate(self._slices(toxic, data)):
                     if n:
-                        await trio.sleep(toxic.attr("delay") / 1_000_000)
+                        await trio.sleep(toxic.attr("delay") / 1_000_000)  # poll-exempt: slicer's delay
                     await self._through(stream, rest, arrival, piece, dst)
                 return
         await self._send(dst, data, stream)
