@@ -174,7 +174,7 @@ def _add_send_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _cmd_consume(args: argparse.Namespace) -> int:
-    from .client import MessageQueue, PullConsumer
+    from .client import PullConsumer
 
     src = source(args)
     if args.max is not None and args.max < 1:
@@ -189,24 +189,15 @@ def _cmd_consume(args: argparse.Namespace) -> int:
                                     tag_filter=args.tags, start=args.start, **src)
             return EXIT_OK
         async with PullConsumer(**src, group=args.group, topic=args.topic, tag_filter=args.tags,
-                                start=args.start) as consumer:
+                                start=args.start) as consumer:  # a reader: commits nothing
             await consumer.route(args.topic)  # NotFound: say so rather than wait for nothing
-            consumed: dict[MessageQueue, int] = {}
             count = 0
             async with contextlib.aclosing(consumer.messages(idle_timeout_ms=args.timeout_ms)) as stream:
                 async for msg in stream:
                     print_json(message_json(msg))
-                    consumed[msg.queue] = msg.queue_offset + 1
                     count += 1
                     if args.max is not None and count >= args.max:
                         break
-            if args.commit:
-                kept = [str(q) for q, offset in sorted(consumed.items()) if not await consumer.commit(q, offset)]
-                if kept:
-                    kept_left = await consumer.flush_commits()
-                    if kept_left:
-                        error(f"the master is unreachable: offsets of {', '.join(kept)} were not committed")
-                        return EXIT_PROBLEM
         return EXIT_OK
 
     return run_async(args, main)
