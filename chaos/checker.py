@@ -51,6 +51,8 @@ class CheckReport:
     failed_but_stored: list[str] = attrs.field(factory=list)
     acked_missing: list[str] = attrs.field(factory=list)  # on the master, the clients' node
     acked_missing_offsets: list[int] = attrs.field(factory=list)  # their acknowledged CommitLog offsets
+    acked_missing_msg_ids: list[str] = attrs.field(factory=list)  # and msgIds
+    acked_missing_statuses: list[str] = attrs.field(factory=list)  # and send statuses
     acked_moved: list[str] = attrs.field(factory=list)  # found, but not at the acknowledged queue offset
     duplicates: list[str] = attrs.field(factory=list)
     order_breaks: list[str] = attrs.field(factory=list)
@@ -61,6 +63,7 @@ class CheckReport:
     slave_ahead_bytes: int = 0
     consumed: int = 0
     consumed_missing: list[str] = attrs.field(factory=list)
+    consumed_missing_offsets: list[int] = attrs.field(factory=list)  # the CommitLog offsets they were read at
     expired: int = 0
     nodes: dict[str, NodeReport] = attrs.field(factory=dict)
     statuses: dict[str, int] = attrs.field(factory=dict)
@@ -198,6 +201,8 @@ def check(history: History, roots: Mapping[str, str], *, master: str, topic: str
                 if name == master:
                     report.acked_missing.append(op.key)
                     report.acked_missing_offsets.append(op.commitlog_offset or 0)
+                    report.acked_missing_msg_ids.append(op.msg_id or "")
+                    report.acked_missing_statuses.append(op.status or "")
             places = on_master.get(op.key)
             if places and (op.queue_id, op.queue_offset) not in places:
                 report.acked_moved.append(f"{op.key}: acked at {op.queue_id}@{op.queue_offset}, stored at {places}")
@@ -222,6 +227,7 @@ def check(history: History, roots: Mapping[str, str], *, master: str, topic: str
             report.slave_ahead_bytes = max(report.slave_ahead_bytes, ahead)
     if consumed:
         report.consumed = len(consumed)
-        report.consumed_missing = sorted(k for k, offset in consumed.items()
-                                         if k not in on_master and offset >= master_min)
+        missing = sorted((k, offset) for k, offset in consumed.items() if k not in on_master and offset >= master_min)
+        report.consumed_missing = [k for k, _ in missing]
+        report.consumed_missing_offsets = [offset for _, offset in missing]
     return report

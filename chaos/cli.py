@@ -6,7 +6,7 @@
     tidemq chaos proxy --port 8474
 
 Exit codes: 0 the run met its mode's promises, 1 it did not (the table and the verdict
-say which), 2 usage error (unknown scenario or mode, a scenario pending on failover).
+say which), 2 usage error (unknown scenario or mode, a scenario listed as pending).
 """
 
 from __future__ import annotations
@@ -152,7 +152,8 @@ def report_table(report: Any) -> Any:
             ("consumed (gone since)", f"{c.consumed} ({len(c.consumed_missing)})"),
         ]
     if report.expectation is not None:
-        rows.append(("window at the fault", report.expectation.window))
+        rows.append(("window at the fault" if report.expectation.truncated is None else "window (truncated on rejoin)",
+                     report.expectation.window))
     rows += [("time to recover", _seconds(report.time_to_recover_s)),
              ("time until the slave caught up", _seconds(report.time_to_catch_up_s))]
     for problem in report.violations:

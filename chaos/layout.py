@@ -61,6 +61,11 @@ class ChaosCluster:
     ports: dict[str, int]
     store_roots: dict[str, str]
     proxies: dict[str, Proxy] = attrs.field(factory=dict)
+    serving_master: str = MASTER  # the node that serves as master now: SLAVE after a promotion
+
+    @property
+    def serving_slave(self) -> str:
+        return SLAVE if self.serving_master == MASTER else MASTER
 
     @property
     def conf_dir(self) -> Path:

@@ -25,6 +25,7 @@ from requests import RequestException
 from toxiproxy import Toxiproxy
 
 from cluster.launcher import LauncherError
+from node.client import TidemqError
 
 from .checker import CheckReport, check
 from .expectations import Expectation, expectation, violations
@@ -71,8 +72,9 @@ class RunReport:
         if self.skipped:
             return f"SKIPPED {self.scenario} ({self.skipped})"
         if self.passed:
+            lost = self.check.losses if self.check else 0  # a promotion's: within the truncated tail
             return (f"PASS {self.scenario} {self.mode} seed {self.seed}: {self.counts.get(OK, 0)} acknowledged, "
-                    f"0 lost, {self.faults} fault(s)")
+                    f"{lost} lost{' (in the window)' if lost else ''}, {self.faults} fault(s)")
         return f"FAIL {self.scenario} {self.mode} seed {self.seed}: " + "; ".join(self.violations[:3])
 
     def to_json(self) -> dict[str, Any]:
@@ -101,6 +103,7 @@ class FaultContext:
     events: list[tuple[float, str]] = attrs.field(factory=list)
     findings: list[str] = attrs.field(factory=list)  # broken promises a fault function saw itself
     disk_resumed: bool = True  # full disk: writes were accepted again after the space was freed
+    truncation: dict[str, Any] | None = None  # a promotion: the old master's `last_truncation` on rejoin
 
     def note(self, what: str) -> None:
         self.events.append((round(time.monotonic() - self.t0, 3), what))
@@ -176,11 +179,12 @@ async def _wait_slave_connected(cluster: ChaosCluster, timeout: float = 30.0) ->
 
 
 async def _caught_up(cluster: ChaosCluster, timeout: float) -> float | None:
-    """Seconds until the slave's max offset equals the master's, None at the deadline."""
+    """Seconds until the slave's max offset equals the master's (the nodes serving so
+    now: swapped after a promotion), None at the deadline."""
     t0 = trio.current_time()
     while trio.current_time() - t0 < timeout:
-        master = await sample_node(cluster.master_address)
-        slave = await sample_node(cluster.slave_address)
+        master = await sample_node(cluster.address_of(cluster.serving_master))
+        slave = await sample_node(cluster.address_of(cluster.serving_slave))
         if master and slave and slave.max_phy_offset == master.max_phy_offset \
                 and (master.slave_ack is None or master.slave_ack >= master.max_phy_offset):
             return round(trio.current_time() - t0, 3)
@@ -255,7 +259,7 @@ async def _run(scenario: Any, cluster: ChaosCluster, rng: random.Random, schedul
         before = workload.samples.get(MASTER)
         try:
             await scenario.fault(ctx)
-        except (TimeoutError, LauncherError, OSError, RequestException) as e:
+        except (TimeoutError, LauncherError, OSError, RequestException, TidemqError) as e:
             ctx.findings.append(f"the fault could not be injected or healed: {e}")
         await trio.to_thread.run_sync(cluster.heal_proxies)
         healed = time.time()
@@ -284,15 +288,15 @@ async def _run(scenario: Any, cluster: ChaosCluster, rng: random.Random, schedul
     await trio.to_thread.run_sync(cluster.down)
     roots = {MASTER: cluster.store_roots[MASTER], SLAVE: cluster.store_roots[SLAVE]}
     checked = await trio.to_thread.run_sync(
-        lambda: check(history, roots, master=MASTER, topic=workload.cfg.topic, queues=workload.cfg.queues,
+        lambda: check(history, roots, master=cluster.serving_master, topic=workload.cfg.topic, queues=workload.cfg.queues,
                       consumed=workload.consumed))
     report.events = ctx.events
     report.counts = history.counts()
     report.check = checked
-    report.expectation = expectation(scenario, cluster.mode, before)
+    report.expectation = expectation(scenario, cluster.mode, before, ctx.truncation)
     disk_refusals = sum(1 for op in history.ops if op.status == "SERVICE_NOT_AVAILABLE" and "disk" in (op.error or "").lower())
     report.violations = violations(
-        checked, report.expectation, caught_up=report.time_to_catch_up_s is not None,
+        checked, report.expectation, master=cluster.serving_master, caught_up=report.time_to_catch_up_s is not None,
         recovered=report.time_to_recover_s is not None, disk_refusals=disk_refusals,
         resumed_after_disk=ctx.disk_resumed,
     ) + ctx.findings

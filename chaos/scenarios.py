@@ -1,9 +1,10 @@
 """The chaos scenarios: each is a fault function that injects its fault into a running
 FaultContext and heals it, plus what its modes promise (chaos.expectations).
 
-Scenarios that need slave promotion (promotion under load, a returning old master) are
-listed with `fault=None` and a `pending` reason until the failover feature lands; they
-slot in here as ordinary fault functions using cluster.failover.
+The promotion scenarios (promote-under-load, old-master-returns) promote the slave with
+`Admin.promote` (docs/failover.md); from then on broker-a-s serves as the master, the
+producers send to it, and the runner's catch-up wait and checker take it as the master.
+A scenario with `fault=None` would be listed with its `pending` reason and not run.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ import trio
 
 from cluster.admin import Admin
 from cluster.launcher import LauncherError
-from node.client import TidemqError
+from node.client import ConnectionLost, RequestTimeout, TidemqError, connect
+from store.message import decode_msg_id
 
 from . import disk
+from .history import OK
 from .layout import BROKER_NAME, MASTER, MODES, NAMESRV, SLAVE
 from .runner import FaultContext
-from .workload import sample_node
+from .workload import node_status, sample_node
 
 Fault = Callable[[FaultContext], Awaitable[None]]
 
@@ -43,6 +46,7 @@ class Scenario:
     overrides: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     workload: dict[str, Any] = attrs.field(factory=dict)  # WorkloadConfig fields
     tmpfs_mb: int = 0
+    promotion: bool = False  # promotes the slave: losses judged by the old master's truncation report
     pending: str = ""
 
 
@@ -143,6 +147,98 @@ async def _resync_stranded_slave(ctx: FaultContext) -> None:
     await trio.to_thread.run_sync(ctx.cluster.signal, SLAVE, "TERM")
     await trio.to_thread.run_sync(shutil.rmtree, ctx.cluster.store_roots[SLAVE])
     await ctx.restart(SLAVE)
+
+
+# ---------------------------------------------------------------- promotion (failover)
+
+PROMOTE_TIMEOUT_S = 30.0
+REJOIN_TIMEOUT_S = 45.0
+
+
+async def promote_under_load(ctx: FaultContext) -> None:
+    """SIGKILL the master, promote the slave, let the producers write to it, restart the
+    old master: it must fence itself and rejoin as a slave, cutting an unreplicated tail."""
+    await ctx.signal(MASTER, "KILL")
+    promotion = await _promote_slave(ctx)
+    await ctx.hold(ctx.schedule["fault_for"])  # load on the new master, the old one down
+    await ctx.restart(MASTER)
+    await _old_master_rejoins(ctx, promotion)
+
+
+async def old_master_returns(ctx: FaultContext) -> None:
+    """SIGSTOP the master past haHousekeepingInterval (the slave drops it), promote the
+    slave, SIGCONT the old master: a write to it must be refused as fenced, it must
+    acknowledge no write sent after the promotion and rejoin as a slave."""
+    await ctx.signal(MASTER, "STOP")
+    try:
+        await ctx.hold(ctx.schedule["fault_for"])
+
+        async def dropped() -> bool:
+            status = await node_status(ctx.cluster.slave_address)
+            return status is not None and not (status.get("ha") or {}).get("connected")
+
+        await ctx.until(dropped, 20.0, "the slave dropping its paused master")
+        promotion = await _promote_slave(ctx)
+    finally:
+        await ctx.signal(MASTER, "CONT")
+    await _probe_fenced(ctx, promotion["epoch"])
+    await _old_master_rejoins(ctx, promotion)
+
+
+async def _promote_slave(ctx: FaultContext) -> dict[str, Any]:
+    """Promote broker-a-s through the name server; from now on the producers send to it
+    and the runner takes it as the master. Admin.promote's answer (`epoch`,
+    `start_offset`) plus `promoted_at`, the wall-clock time it returned."""
+    async with Admin(ctx.cluster.namesrv) as admin:
+        result = await admin.promote(BROKER_NAME, 1, timeout=PROMOTE_TIMEOUT_S)
+    ctx.cluster.serving_master = SLAVE
+    ctx.workload.send_address = ctx.cluster.slave_address
+    ctx.note(f"heal: {SLAVE} promoted: epoch {result['epoch']} from CommitLog offset {result['start_offset']}")
+    return {**result, "promoted_at": time.time()}
+
+
+async def _probe_fenced(ctx: FaultContext, epoch: int) -> None:
+    """One write straight to the resumed old master: it must be refused as fenced (naming
+    the new epoch), or as a slave once it has rejoined, or lose the connection while it
+    restarts; stored, or refused for another reason, is a broken promise."""
+    try:
+        async with connect(ctx.cluster.master_address, connect_timeout=2.0, request_timeout=5.0) as conn:
+            answer = await conn.request("send", topic=ctx.workload.cfg.topic, body=b"probe after the promotion")
+        ctx.findings.append(f"the resumed old master stored a write after the promotion: {answer.get('status')}")
+    except (ConnectionLost, RequestTimeout) as e:
+        ctx.note(f"at: a write to the resumed old master: {e}")
+    except TidemqError as e:
+        ctx.note(f"at: a write to the resumed old master: {e}")
+        if e.status != "SERVICE_NOT_AVAILABLE" or not (f"epoch {epoch}" in str(e) or "is a SLAVE" in str(e)):
+            ctx.findings.append(f"the resumed old master refused a write but not as fenced by epoch {epoch}: {e}")
+
+
+async def _old_master_rejoins(ctx: FaultContext, promotion: dict[str, Any]) -> None:
+    """Wait until broker-a serves as a slave of the new master on its epoch and keep its
+    truncation report for the expectations. The old master must acknowledge no write sent
+    after the promotion. A send in flight at the SIGSTOP may be answered after the
+    SIGCONT: whether its record survived is the loss check's (SYNC_MASTER: the new master
+    holds it; ASYNC_MASTER: or the old master reported dropping it)."""
+    epoch = promotion["epoch"]
+
+    async def as_slave() -> dict[str, Any] | None:
+        status = await node_status(ctx.cluster.master_address)
+        if status and status.get("role") == "SLAVE" and (status.get("ha") or {}).get("connected"):
+            return status
+        return None
+
+    status = await ctx.until(as_slave, REJOIN_TIMEOUT_S, f"the old master {MASTER} rejoining as a slave")
+    if status.get("epoch") != epoch:
+        ctx.findings.append(f"the old master rejoined on epoch {status.get('epoch')}, not {epoch}")
+    cut = ctx.truncation = status.get("last_truncation")
+    ctx.note(f"heal: {MASTER} rejoined as a slave; " + (
+        f"it dropped CommitLog [{cut['from_offset']}, {cut['to_offset']}): {cut['message_count']} message(s)"
+        if cut else "it dropped nothing"))
+    address = ctx.cluster.master_address
+    late = [op.key for op in ctx.history.ops if op.outcome == OK and op.invoked_at > promotion["promoted_at"]
+            and op.msg_id and decode_msg_id(op.msg_id)[0] == address]
+    if late:
+        ctx.findings.append(f"the old master acknowledged {len(late)} write(s) sent after the promotion: {late[:3]}")
 
 
 # ---------------------------------------------------------------- network faults
@@ -284,7 +380,6 @@ async def fuzz(ctx: FaultContext) -> None:
 # ---------------------------------------------------------------- registry
 
 _HA_FAST = {"haHousekeepingInterval": 1000}
-_PROMOTION = "needs slave promotion (the failover issue); add it when cluster failover has landed"
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("kill-master", "SIGKILL (sometimes SIGTERM) the master mid-load, restart it", kill_master,
@@ -318,7 +413,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
                                  "diskSpaceCleanForciblyRatio": 0.99, "cleanResourceInterval": 200},
                         SLAVE: {"mappedFileSizeCommitLog": 256 * 1024}}),
     Scenario("fuzz", "hypothesis-mutated client-protocol and HA frames against the live master", fuzz),
-    Scenario("promote-under-load", "promote the slave while producers write", None, pending=_PROMOTION),
-    Scenario("old-master-returns", "the old master rejoins as a slave after a promotion", None,
-             pending=_PROMOTION),
+    Scenario("promote-under-load", "SIGKILL the master, promote the slave under load, restart the old master: "
+             "it rejoins as a slave", promote_under_load, promotion=True,
+             ci_modes=("ASYNC_MASTER+ASYNC_FLUSH",)),
+    Scenario("old-master-returns", "SIGSTOP the master, promote the slave, SIGCONT: the old master fences "
+             "itself and rejoins as a slave", old_master_returns, promotion=True,
+             overrides={MASTER: _HA_FAST, SLAVE: _HA_FAST}),
 ]}

@@ -165,13 +165,20 @@ class Workload:
                 await stop.wait()
 
 
-async def sample_node(address: str, timeout: float = 1.0) -> NodeSample | None:
-    """The node's offsets from its `status`, None when it does not answer in time."""
+async def node_status(address: str, timeout: float = 1.0) -> dict[str, Any] | None:
+    """The node's `status` answer, None when it does not answer in time."""
     try:
         with trio.fail_after(timeout + 1.0):
             async with connect(address, connect_timeout=timeout, request_timeout=timeout) as conn:
-                s = await conn.request("status")
+                return await conn.request("status")
     except (TidemqError, trio.TooSlowError):
+        return None
+
+
+async def sample_node(address: str, timeout: float = 1.0) -> NodeSample | None:
+    """The node's offsets from its `status`, None when it does not answer in time."""
+    s = await node_status(address, timeout)
+    if s is None:
         return None
     slaves = (s.get("ha") or {}).get("slaves")
     ack = max((x["ack_offset"] for x in slaves), default=None) if slaves is not None else None

@@ -9,8 +9,9 @@ import pytest
 
 from chaos import disk
 from chaos.checker import check
-from chaos.expectations import Expectation, violations
+from chaos.expectations import Expectation, expectation, violations
 from chaos.history import FAIL, INFO, OK, History
+from chaos.scenarios import SCENARIOS
 from chaos.workload import key_of
 from store import Message, StoreConfig, open_store
 
@@ -73,6 +74,42 @@ async def test_acknowledged_but_missing_and_failed_but_stored(tmp_path):
     assert not any("missing" in p for p in violations(report, window, caught_up=True, recovered=True))
     narrow = Expectation("ASYNC_MASTER+ASYNC_FLUSH", lossless=False, window_start=20_000, window="w")
     assert any("missing" in p for p in violations(report, narrow, caught_up=True, recovered=True))
+
+
+async def test_after_a_promotion_only_what_the_old_master_dropped_may_be_missing(tmp_path):
+    root = str(tmp_path / "new-master")
+    h = history_of(await write_store(root, [key_of("r1", 0, s) for s in range(4)]))
+    dropped_id, other_id = "7F000001000027100000000000001388", "7F000001000027100000000000001770"
+    dropped = h.invoke(0, 4, key_of("r1", 0, 4))  # acknowledged by the old master, cut when it rejoined
+    h.complete(dropped, OK, status="PUT_OK", msg_id=dropped_id, queue_id=0, queue_offset=2, commitlog_offset=5000)
+    other = h.invoke(0, 5, key_of("r1", 0, 5))  # acknowledged, gone, and not in the report
+    h.complete(other, OK, status="PUT_OK", msg_id=other_id, queue_id=1, queue_offset=2, commitlog_offset=6000)
+    report = check(h, {"broker-a-s": root}, master="broker-a-s", topic=TOPIC, queues=2,
+                   consumed={dropped.key: 5000, other.key: 6000})
+    assert report.acked_missing == [dropped.key, other.key]
+    truncation = {"from_offset": 5000, "to_offset": 5419, "dropped_bytes": 419, "message_count": 1,
+                  "msg_ids": [dropped_id]}
+    promotion = SCENARIOS["promote-under-load"]
+
+    async_exp = expectation(promotion, "ASYNC_MASTER+ASYNC_FLUSH", None, truncation)
+    assert dropped_id in async_exp.window and "[5000, 5419)" in async_exp.window
+    problems = violations(report, async_exp, master="broker-a-s", caught_up=True, recovered=True)
+    missing = [p for p in problems if "missing on the master" in p]
+    assert len(missing) == 1 and other.key in missing[0] and dropped.key not in missing[0]
+    consumed = [p for p in problems if "consumed" in p]
+    assert len(consumed) == 1 and other.key in consumed[0] and dropped.key not in consumed[0]
+
+    sync_exp = expectation(promotion, "SYNC_MASTER+ASYNC_FLUSH", None, truncation)  # a PUT_OK is never lost
+    assert any("2 acknowledged message(s) missing" in p
+               for p in violations(report, sync_exp, master="broker-a-s", caught_up=True, recovered=True))
+    dropped.status = "FLUSH_SLAVE_TIMEOUT"  # stored on the old master only: may be cut, if reported
+    report = check(h, {"broker-a-s": root}, master="broker-a-s", topic=TOPIC, queues=2)
+    missing = [p for p in violations(report, sync_exp, master="broker-a-s", caught_up=True, recovered=True)
+               if "missing on the master" in p]
+    assert len(missing) == 1 and "1 acknowledged" in missing[0] and dropped.key not in missing[0]
+    nothing_dropped = expectation(promotion, "ASYNC_MASTER+SYNC_FLUSH", None, None)
+    assert any("2 acknowledged message(s) missing" in p
+               for p in violations(report, nothing_dropped, master="broker-a-s", caught_up=True, recovered=True))
 
 
 async def test_duplicates_order_and_divergence(tmp_path):
