@@ -6,7 +6,7 @@
     tidemq chaos proxy --port 8474
 
 Exit codes: 0 the run met its mode's promises, 1 it did not (the table and the verdict
-say which), 2 usage error (unknown scenario or mode, a scenario listed as pending).
+say which), 2 usage error (unknown scenario or mode).
 """
 
 from __future__ import annotations
@@ -49,8 +49,7 @@ def _scenarios() -> dict[str, Any]:
 def _cmd_list(args: argparse.Namespace) -> int:
     scenarios = _scenarios()
     if args.json:
-        print(json.dumps([{"name": s.name, "summary": s.summary, "ci_modes": list(s.ci_modes),
-                           "ready": s.fault is not None, "pending": s.pending or None}
+        print(json.dumps([{"name": s.name, "summary": s.summary, "ci_modes": list(s.ci_modes)}
                           for s in scenarios.values()], indent=2))
         return EXIT_OK
     from rich.console import Console
@@ -60,8 +59,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     for column in ("scenario", "what it does", "CI modes"):
         table.add_column(column)
     for s in scenarios.values():
-        modes = ", ".join(s.ci_modes) if s.fault else f"[yellow]pending: {s.pending}[/]"
-        table.add_row(s.name, s.summary, modes)
+        table.add_row(s.name, s.summary, ", ".join(s.ci_modes))
     Console().print(table)
     return EXIT_OK
 
@@ -75,8 +73,6 @@ def _check_args(args: argparse.Namespace) -> str | None:
     scenarios = _scenarios()
     if args.scenario not in scenarios:
         return f"no scenario {args.scenario!r}; `tidemq chaos list` shows them: {', '.join(scenarios)}"
-    if scenarios[args.scenario].fault is None:
-        return f"scenario {args.scenario} is pending: {scenarios[args.scenario].pending}"
     if args.mode not in MODES:
         return f"unknown mode {args.mode!r}; use one of {', '.join(MODES)}"
     if not 3.0 <= args.duration <= 3600:
@@ -173,7 +169,7 @@ def _seconds(value: float | None) -> str:
 def _cmd_soak(args: argparse.Namespace) -> int:
     from .layout import MODES
 
-    scenarios = [s for s in _scenarios().values() if s.fault is not None]
+    scenarios = [s for s in _scenarios().values()]
     if args.scenarios:
         wanted = args.scenarios.split(",")
         unknown = [w for w in wanted if w not in _scenarios()]

@@ -202,9 +202,6 @@ async def run_scenario(
     schedule = make_schedule(rng, duration)
     base = Path(base_dir or tempfile.mkdtemp(prefix=f"tidemq-chaos-{scenario.name}-"))
     report = RunReport(scenario.name, mode, seed, duration, schedule, [], {}, None, None, [], base_dir=str(base))
-    if scenario.fault is None:
-        report.skipped = scenario.pending
-        return report
     say = progress or (lambda _f, _w: None)
     started = time.monotonic()
     with contextlib.ExitStack() as stack:

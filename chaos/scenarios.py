@@ -4,7 +4,6 @@ FaultContext and heals it, plus what its modes promise (chaos.expectations).
 The promotion scenarios (promote-under-load, old-master-returns) promote the slave with
 `Admin.promote` (docs/failover.md); from then on broker-a-s serves as the master, the
 producers send to it, and the runner's catch-up wait and checker take it as the master.
-A scenario with `fault=None` would be listed with its `pending` reason and not run.
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ Fault = Callable[[FaultContext], Awaitable[None]]
 class Scenario:
     name: str
     summary: str
-    fault: Fault | None
+    fault: Fault
     ci_modes: tuple[str, ...] = ("SYNC_MASTER+SYNC_FLUSH",)  # the modes CI runs it in
     lossless_in_every_mode: bool = True  # process faults: the page cache survives a SIGKILL
     slave_statuses: bool = False  # SYNC_MASTER producers must see the slave fall behind
@@ -47,7 +46,6 @@ class Scenario:
     workload: dict[str, Any] = attrs.field(factory=dict)  # WorkloadConfig fields
     tmpfs_mb: int = 0
     promotion: bool = False  # promotes the slave: losses judged by the old master's truncation report
-    pending: str = ""
 
 
 # ---------------------------------------------------------------- process faults
