@@ -169,7 +169,7 @@ def _seconds(value: float | None) -> str:
 def _cmd_soak(args: argparse.Namespace) -> int:
     from .layout import MODES
 
-    scenarios = [s for s in _scenarios().values()]
+    scenarios = list(_scenarios().values())
     if args.scenarios:
         wanted = args.scenarios.split(",")
         unknown = [w for w in wanted if w not in _scenarios()]
