@@ -19,7 +19,7 @@ import random
 import signal
 import subprocess
 import sys
-import time
+import threading
 
 import attrs
 import trio
@@ -114,18 +114,23 @@ def _spawn_and_kill(root: str, mode: str, seed: int, kill_after: int, timeout: f
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
     acks: list[Ack] = []
-    deadline = time.monotonic() + timeout
+    # a child that stops printing would block the read below for ever: the watchdog kills
+    # it at the deadline, which ends the read
+    watchdog = threading.Timer(timeout, proc.kill)
+    watchdog.start()
     try:
         for line in proc.stdout:
             parts = line.split()
             if parts and parts[0] == "ACK":
                 acks.append(Ack(int(parts[1]), parts[2], int(parts[3]), int(parts[4]), parts[5]))
-            if len(acks) >= kill_after or time.monotonic() > deadline:
+            if len(acks) >= kill_after:
                 break
     finally:
+        watchdog.cancel()
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         proc.stdout.close()
+    # killed by the watchdog is a crash point like any other; exiting on its own is not
     if len(acks) < kill_after and proc.returncode != -signal.SIGKILL:
         raise RuntimeError(f"crash child (seed {seed}, {mode}) exited early with {proc.returncode}")
     return acks
