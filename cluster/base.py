@@ -113,6 +113,10 @@ class ReceivedMessage:
     flag: int = 0
     reconsume_times: int = 0
     broker_name: str | None = None
+    size: int | None = None  # the CommitLog record's total size
+    sys_flag: int | None = None
+    born_host: str | None = None
+    body_crc: int | None = None  # the CRC the store holds for the body (a reader may recheck it)
 
     @property
     def queue(self) -> MessageQueue:
@@ -135,6 +139,10 @@ class ReceivedMessage:
             flag=raw.get("flag", 0),
             reconsume_times=raw.get("reconsume_times", 0),
             broker_name=broker_name,
+            size=raw.get("size"),
+            sys_flag=raw.get("sys_flag"),
+            born_host=raw.get("born_host"),
+            body_crc=raw.get("body_crc"),
         )
 
 

@@ -134,6 +134,12 @@ def message_map(m: StoredMessage) -> dict[str, Any]:
         "store_timestamp": m.store_timestamp,
         "flag": m.flag,
         "reconsume_times": m.reconsume_times,
+        # the record's own fields, so a reader (the pipeline's live source) sees what a
+        # store scan sees and can check the body against the stored CRC
+        "size": m.size,
+        "sys_flag": m.sys_flag,
+        "born_host": m.born_host,
+        "body_crc": m.body_crc,
     }
 
 

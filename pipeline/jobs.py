@@ -108,14 +108,13 @@ def stats(spark: Any, source: str, topic: str | None = None, *, bins: int = 24, 
     equal buckets over the whole time span, and the `top` most frequent keys."""
     from pyspark.sql import functions as F
 
-    # a store gives each record's size without the body; a pull does not, so live bytes
-    # are body bytes
-    live = is_namesrv(source)
-    df = read_source(spark, source, topic=topic, options={**(options or {}), "includeBody": str(live).lower()})
+    # bytes are CommitLog record bytes, which a store scan and a pull both carry, so the
+    # body need not be read
+    df = read_source(spark, source, topic=topic, options={**(options or {}), "includeBody": "false"})
     df = df.where(F.col("topic").isNotNull()).cache()
     try:
         per_topic = df.groupBy("topic").agg(
-            F.count("*").alias("messages"), F.sum(F.coalesce("size", F.length("body"))).alias("bytes"),
+            F.count("*").alias("messages"), F.sum("size").alias("bytes"),
             F.min("store_timestamp").alias("first"), F.max("store_timestamp").alias("last"),
         ).collect()
         topics: dict[str, dict[str, Any]] = {

@@ -98,7 +98,9 @@ class BatchBuilder:
 
     def add_received(self, m: Any, source: str, body_crc: int, include_body: bool) -> None:
         """One message from a pull (cluster.client ReceivedMessage): TAGS and KEYS go back
-        into `properties` so rows read live and from a store directory compare equal."""
+        into `properties` so rows read live and from a store directory compare equal.
+        `body_crc` is the CRC of the body as received; `crc_ok` compares it with the CRC the
+        store holds (null when the node did not send one)."""
         props = dict(m.properties)
         if m.tags:
             props[PROPERTY_TAGS] = m.tags
@@ -109,9 +111,10 @@ class BatchBuilder:
         except ValueError:
             store_host = None
         self.rows.append((
-            m.topic, m.queue_id, m.queue_offset, m.commitlog_offset, None,
-            m.body if include_body else None, body_crc, None, m.flag, None,
-            m.born_timestamp, None, m.store_timestamp, store_host, m.reconsume_times,
+            m.topic, m.queue_id, m.queue_offset, m.commitlog_offset, m.size,
+            m.body if include_body else None, body_crc,
+            None if m.body_crc is None else m.body_crc == body_crc, m.flag, m.sys_flag,
+            m.born_timestamp, m.born_host, m.store_timestamp, store_host, m.reconsume_times,
             m.tags, list(m.keys), props, m.msg_id, source, None,
         ))
 

@@ -83,7 +83,12 @@ def test_write_then_read_back_with_offsets(spark, cluster, tmp_path):
     r7 = got[b"order-7"]
     assert (r7["queue_id"], r7["tags"], r7["keys"], r7["properties"]["n"]) == (1, "paid", ["k7"], "7")
     assert r7["properties"]["TAGS"] == "paid" and len(r7["properties"]["UNIQ_KEY"]) == 32
-    assert r7["crc_ok"] is None and r7["store_host"] and r7["msg_id"]
+    assert r7["crc_ok"] is True and r7["store_host"] and r7["msg_id"]
+    # the record's own fields read live equal what a scan of the master's files says
+    fields = ["size", "body_crc", "crc_ok", "sysflag", "born_host", "store_host", "born_timestamp", "commitlog_offset"]
+    scanned = spark.read.format("tidemq").load(str(cluster["dir"] / "store" / "m")).where(f"topic = '{TOPIC}'")
+    on_disk = {r["msg_id"]: [r[f] for f in fields] for r in scanned.collect()}
+    assert {r["msg_id"]: [r[f] for f in fields] for r in got.values()} == on_disk
     assert len({r["properties"]["UNIQ_KEY"] for r in got.values()}) == 40
 
     ranged = (spark.read.format("tidemq").option("namesrv", ns).option("topic", TOPIC)
@@ -94,7 +99,7 @@ def test_write_then_read_back_with_offsets(spark, cluster, tmp_path):
     exported = jobs.export(spark, ns, TOPIC, str(tmp_path / "orders.parquet"))
     assert exported["rows"] == 40
     live_stats = jobs.stats(spark, ns, TOPIC)["topics"][TOPIC]
-    assert live_stats["messages"] == 40 and live_stats["bytes"] == sum(len(r[1]) for r in rows)
+    assert live_stats["messages"] == 40 and live_stats["bytes"] == sum(v[0] for v in on_disk.values())
     latest = spark.read.format("tidemq").option("namesrv", ns).option("topic", TOPIC) \
         .option("startingOffsets", "latest").load()
     assert latest.count() == 0
