@@ -76,7 +76,8 @@ def _lag_seconds(row: BrokerRow, master: BrokerRow | None, slaves: list[BrokerRo
 
 def _ha_note(answer: Mapping[str, Any]) -> str:
     ha = answer.get("ha") or {}
-    flags = ", ".join((answer.get("running_flags") or []) + (["FENCED"] if answer.get("fenced") else []))
+    flags = ", ".join((answer.get("running_flags") or []) + (["FENCED"] if answer.get("fenced") else [])
+                      + (["REPLICATION REFUSED"] if answer.get("replication_refused") else []))
     if "slaves" in ha:
         note = f"{len(ha['slaves'])} slave(s)" if ha["slaves"] else "no slave"
     elif "connected" in ha:
@@ -97,14 +98,16 @@ def _catch_up(row: BrokerRow, master: BrokerRow | None) -> Any:
 
 
 def failover_lines(rows: Iterable[BrokerRow]) -> list[str]:
-    """One line per broker that is fenced, or that cut its log when it rejoined (what it
-    dropped: range, count, msgIds; docs/failover.md)."""
+    """One line per broker that is fenced, that refuses to replicate from its master, or
+    that cut its log when it rejoined (what it dropped: range, count, msgIds; docs/failover.md)."""
     lines = []
     for row in rows:
         s = row.answer or {}
         who = f"{row.group}/{row.broker_id} {row.address}"
         if s.get("fenced"):
             lines.append(f"{who}: {s['fenced']}")
+        if s.get("replication_refused"):
+            lines.append(f"{who}: {s['replication_refused']}")
         cut = s.get("last_truncation")
         if cut:
             ids = cut.get("msg_ids") or []

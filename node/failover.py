@@ -163,6 +163,9 @@ class Failover:
         self._used_ids: set[int] = set()
         self.follow_namesrv = False
         """Set when the configured master was refused: the slave follows the name servers."""
+        self.replication_refused: str | None = None
+        """Why the HA client may not replicate from the master it found (a config mismatch
+        that would corrupt this store); None while replication is allowed."""
         self._check_lock = trio.Lock()
 
     # ---- terms -------------------------------------------------------------------------------
@@ -248,6 +251,7 @@ class Failover:
             "broker_id": self.cfg.broker_id,
             "role": self.cfg.role.value,
             "fenced": self.fenced,
+            "mapped_file_size_commit_log": self.cfg.store.mapped_file_size_commit_log,
         }
 
     def status(self) -> dict[str, Any]:
@@ -258,6 +262,7 @@ class Failover:
             "fenced": self.fenced,
             "role_file": self.role_state.to_json() if self.role_state else None,
             "last_truncation": self.last_truncation,
+            "replication_refused": self.replication_refused,
         }
 
     # ---- name server answers -----------------------------------------------------------------
@@ -405,6 +410,8 @@ class Failover:
             return False
         address = self.master_client_address(ha_address)
         answer = await _ask(address, "epoch") if address else None
+        if answer is not None and not self._same_geometry(address, answer):
+            return False
         epoch = answer.get("epoch") if answer else None
         if type(epoch) is not int or epoch < 0:
             if self.newest_seen < 0:
@@ -437,6 +444,22 @@ class Failover:
         self.newest_seen = max(self.newest_seen, epoch)
         self.cache.replace(theirs.entries)
         return True
+
+    def _same_geometry(self, address: str | None, answer: dict[str, Any]) -> bool:
+        """Replication copies the master's CommitLog byte for byte, blanks at segment ends
+        included, so a slave whose segments are sized differently would split records across
+        its files: refuse (and say so in the log and status) instead of corrupting the store."""
+        theirs = answer.get("mapped_file_size_commit_log")
+        ours = self.cfg.store.mapped_file_size_commit_log
+        if type(theirs) is not int or theirs == ours:
+            self.replication_refused = None
+            return True
+        reason = (f"master {address} has mappedFileSizeCommitLog={theirs} and this slave {ours}: "
+                  f"replicating would corrupt this store; give both the same value")
+        if reason != self.replication_refused:
+            log.error("not replicating: %s", reason)
+        self.replication_refused = reason
+        return False
 
     async def promote(self, role: str | None) -> dict[str, Any]:
         """Make this slave the group's master (see the module docstring)."""

@@ -388,3 +388,31 @@ async def test_admin_delete_expired_files_moves_consumers_to_the_new_minimum(tmp
     assert pulled["status"] == "OFFSET_TOO_SMALL" and pulled["next_begin_offset"] > 0
     resumed = await call(node.address, "pull", topic="Old", queue_id=0, offset=pulled["next_begin_offset"], max_msgs=4)
     assert resumed["status"] == "FOUND"
+
+
+@pytest.mark.slow
+def test_a_slave_with_other_segment_sizes_refuses_to_replicate(tmp_path):
+    """Replicating into segments of another size would split records across files: the
+    slave says why in its status and keeps its store empty, while the master serves on."""
+    nodes = Nodes()
+    try:
+        mconf = master_conf(tmp_path, role="ASYNC_MASTER")
+        master = nodes.start(mconf)
+        slave = nodes.start(slave_conf(tmp_path, mconf, mappedFileSizeCommitLog=128 * 1024))
+
+        async def run():
+            for i in range(5):
+                r = await call(master.address, "send", topic="Geo", body=f"m{i}".encode())
+                assert r["status"] == "PUT_OK"
+
+            async def refused() -> bool:
+                return bool((await call(slave.address, "status")).get("replication_refused"))
+
+            await wait_until(refused, what="the slave refusing its master")
+            s = await call(slave.address, "status")
+            assert "mappedFileSizeCommitLog=262144 and this slave 131072" in s["replication_refused"]
+            assert s["max_phy_offset"] == 0
+
+        trio.run(run)
+    finally:
+        nodes.cleanup()
