@@ -156,10 +156,10 @@ class Broker:
         address, ha_address = answer.get("master_address"), answer.get("master_ha_address")
         follow = self.failover.follows_namesrv(answer.get("master_epoch"))
         if (isinstance(ha_address, str) and (follow or not cfg.store.ha_master_address)
-                and services.ha_client is not None and ha_address != cfg.ha_address):
+                and services.ha_client is not None and ha_address not in cfg.own_addresses()):
             services.ha_client.update_master_address(ha_address)
         if isinstance(address, str) and (follow or not cfg.master_addr) and sync is not None \
-                and address != cfg.address:
+                and address not in cfg.own_addresses():
             sync.set_master_addr(address)
 
     async def _run_ha_client(self, client: HAClient, task_status: trio.TaskStatus[None]) -> None:
@@ -214,8 +214,9 @@ class Broker:
                         self.topics.on_change = registration.trigger
                         services.registration_status = registration.status
                         await nursery.start(registration.run)
-                    log.info("node %s/%d (%s) serving on %s", cfg.broker_name, cfg.broker_id,
-                             cfg.role.value, cfg.address)
+                    log.info("node %s/%d (%s) serving on %s%s", cfg.broker_name, cfg.broker_id,
+                             cfg.role.value, cfg.bind_address,
+                             f", advertised as {cfg.address}" if cfg.address != cfg.bind_address else "")
                     task_status.started(f"{cfg.broker_ip1}:{self.server.port}")
                     await self._term_end.wait()
                     if registration is not None:

@@ -8,7 +8,13 @@ the key, with the nearest valid name suggested, so a typo never falls back to a 
 
 Derived values, fixed at load:
 
-- `storeHost` = `brokerIP1:listenPort` (setting it in the file is an error);
+- `storeHost` = `brokerIP1:listenPort` (setting it in the file is an error), whatever the
+  node advertises: it is written into every record and msgId, so it names the node that
+  stored a message, not a proxy that may be gone tomorrow;
+- the addresses the node advertises (registers with the name server, so clients and
+  slaves connect there): `advertisedAddress` / `haAdvertisedAddress` when set (a proxy or
+  NAT in front of the node), else what it binds, `brokerIP1:listenPort` /
+  `brokerIP1:haListenPort`;
 - `haListenPort` absent or <= 0 → `listenPort + 1` (RocketMQ 5's rule);
 - a relative `storePathRootDir` is resolved against the current working directory, or
   against `base_dir` when the caller passes one (the launcher's `--base-dir`), never against
@@ -110,6 +116,12 @@ class BrokerConfig:
     # A slave's view of its master's client address (listenPort, not the HA port): the slave
     # copies topics and consumer offsets from there every 10 s. Unused on a master.
     master_addr: str | None = attrs.field(default=None, validator=validate_host_port)
+    # host:port the node registers with the name server instead of the ones it binds, when
+    # something (a proxy, NAT) stands in front of it: clients routed by the name server
+    # connect to `advertisedAddress`, slaves that learn their master there replicate from
+    # `haAdvertisedAddress`. The launcher's --proxy-url sets both. Unset: what it binds.
+    advertised_address: str | None = attrs.field(default=None, validator=validate_host_port)
+    ha_advertised_address: str | None = attrs.field(default=None, validator=validate_host_port)
     store: StoreConfig = attrs.field(factory=StoreConfig)
     # The file this came from, for error messages; not part of the config's value.
     source: str = attrs.field(default="", eq=False)
@@ -128,14 +140,29 @@ class BrokerConfig:
         return self.store.ha_listen_port
 
     @property
-    def address(self) -> str:
-        """Client-protocol address, also the store host in offset msgIds."""
+    def bind_address(self) -> str:
+        """Where the client-protocol server listens, also the store host in offset msgIds."""
         return format_host_port(self.broker_ip1, self.listen_port)
 
     @property
-    def ha_address(self) -> str:
-        """The address slaves connect to for replication (when this node is a master)."""
+    def ha_bind_address(self) -> str:
+        """Where the HA service listens (when this node is a master)."""
         return format_host_port(self.broker_ip1, self.store.ha_listen_port)
+
+    @property
+    def address(self) -> str:
+        """The client address this node advertises: registered with the name server."""
+        return self.advertised_address or self.bind_address
+
+    @property
+    def ha_address(self) -> str:
+        """The HA address it advertises: slaves that learn their master from the name
+        server replicate from here."""
+        return self.ha_advertised_address or self.ha_bind_address
+
+    def own_addresses(self) -> set[str]:
+        """Every address that reaches this node, bound or advertised."""
+        return {self.bind_address, self.ha_bind_address, self.address, self.ha_address}
 
     @classmethod
     def option_names(cls) -> list[str]:
@@ -235,6 +262,8 @@ _CAMEL = {
     "default_topic_queue_nums": "defaultTopicQueueNums",
     "max_frame_size": "maxFrameSize",
     "master_addr": "masterAddr",
+    "advertised_address": "advertisedAddress",
+    "ha_advertised_address": "haAdvertisedAddress",
     "ha_listen_port": "haListenPort",
     "ha_master_address": "haMasterAddress",
     "broker_role": "brokerRole",
@@ -243,7 +272,7 @@ _NOT_KEYS = {"store", "source"}
 _BROKER_FIELDS = {f.name: f for f in attrs.fields(BrokerConfig) if f.name not in _NOT_KEYS}
 _STORE_FIELDS = {f.name: f for f in attrs.fields(StoreConfig)}
 _BROKER_KEYS = [_CAMEL[n] for n in _BROKER_FIELDS]
-_OPTIONAL_STR = {"namesrv_addr", "ha_master_address", "master_addr"}
+_OPTIONAL_STR = {"namesrv_addr", "ha_master_address", "master_addr", "advertised_address", "ha_advertised_address"}
 assert set(_CAMEL) >= set(_BROKER_FIELDS), "every broker key needs its RocketMQ spelling"
 assert not set(_BROKER_FIELDS) & set(_STORE_FIELDS), "a key belongs to the broker or the store"
 
@@ -270,9 +299,14 @@ def _cross_field_problem(cfg: BrokerConfig) -> str | None:
         return f"haListenPort must be in 1..65535, got {ha} (it defaults to listenPort + 1)"
     if ha == cfg.listen_port:
         return f"haListenPort and listenPort must differ, both are {ha}"
-    if cfg.store.ha_master_address in (cfg.ha_address, cfg.address):
+    if cfg.advertised_address is not None and cfg.advertised_address == cfg.ha_advertised_address:
+        return (
+            f"advertisedAddress and haAdvertisedAddress must differ, both are {cfg.advertised_address} "
+            "(the client and HA protocols need their own ports)"
+        )
+    if cfg.store.ha_master_address in cfg.own_addresses():
         return f"haMasterAddress {cfg.store.ha_master_address} is this node's own address"
-    if cfg.master_addr is not None and cfg.master_addr in (cfg.ha_address, cfg.address):
+    if cfg.master_addr is not None and cfg.master_addr in cfg.own_addresses():
         return f"masterAddr {cfg.master_addr} is this node's own address"
     if cfg.master_addr is not None and cfg.master_addr == cfg.store.ha_master_address:
         return (

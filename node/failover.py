@@ -275,7 +275,7 @@ class Failover:
             return
         self.newest_seen = max(self.newest_seen, self.master.epoch)
         if (self.cfg.role.is_master and self.master.epoch > self.epoch
-                and self.master.address != self.cfg.address):
+                and self.master.address not in self.cfg.own_addresses()):
             self._fence(self.master.epoch, self.master.address, "the name server")
 
     # ---- fencing -----------------------------------------------------------------------------
@@ -342,7 +342,7 @@ class Failover:
                 return
             epoch, address, source = max(views, key=lambda v: v[0])
             self.newest_seen = max(self.newest_seen, epoch)
-            if epoch > self.epoch and address != self.cfg.address:
+            if epoch > self.epoch and address not in self.cfg.own_addresses():
                 self._fence(epoch, address, source)
 
     async def _group_epochs(self) -> list[tuple[int, str, str]]:
@@ -356,7 +356,7 @@ class Failover:
         async def ask_namesrv(address: str) -> None:
             answer = await _ask(address, "get_cluster_info")
             for b in (answer or {}).get("brokers", []):
-                if b.get("broker_name") != cfg.broker_name or b.get("address") == cfg.address:
+                if b.get("broker_name") != cfg.broker_name or b.get("address") in cfg.own_addresses():
                     continue
                 peers.add(b["address"])
                 self._used_ids.add(b.get("broker_id", 0))

@@ -357,8 +357,10 @@ async def _status(s: NodeServices, r: Request, peer: str | None) -> dict[str, An
         "broker_name": cfg.broker_name,
         "broker_id": cfg.broker_id,
         "role": cfg.role.value,
-        "address": cfg.address,
+        "address": cfg.address,  # advertised (registered): a proxy's when one stands in front
         "ha_address": cfg.ha_address,
+        "bind_address": cfg.bind_address,
+        "ha_bind_address": cfg.ha_bind_address,
         "min_phy_offset": store.get_min_phy_offset(),
         "max_phy_offset": store.get_max_phy_offset(),
         "flushed_offset": store.commit_log.queue.flushed_where,

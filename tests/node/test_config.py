@@ -303,6 +303,36 @@ def test_master_addr(tmp_path, fmt):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
+def test_advertised_addresses(tmp_path, fmt):
+    """A node behind a proxy registers the proxy's addresses; it still binds brokerIP1 and
+    its msgIds still name brokerIP1:listenPort."""
+    plain = load_config(write(tmp_path, fmt, MASTER))
+    assert (plain.address, plain.ha_address) == (plain.bind_address, plain.ha_bind_address) \
+        == ("127.0.0.1:40911", "127.0.0.1:40912")
+    cfg = load_config(write(tmp_path, fmt, {**MASTER, "advertisedAddress": "10.0.0.9:5001",
+                                            "haAdvertisedAddress": "10.0.0.9:5002"}))
+    assert (cfg.address, cfg.ha_address) == ("10.0.0.9:5001", "10.0.0.9:5002")
+    assert (cfg.bind_address, cfg.ha_bind_address) == ("127.0.0.1:40911", "127.0.0.1:40912")
+    assert cfg.store.store_host == "127.0.0.1:40911"
+    only_client = load_config(write(tmp_path, fmt, {**MASTER, "advertisedAddress": "10.0.0.9:5001"}))
+    assert only_client.ha_address == "127.0.0.1:40912"
+    # a slave must not name any of its own addresses, advertised ones included, as its master
+    with pytest.raises(ConfigError, match="haMasterAddress 10.0.0.9:5002 is this node's own address"):
+        load_config(write(tmp_path, fmt, {**SLAVE, "haAdvertisedAddress": "10.0.0.9:5002",
+                                          "haMasterAddress": "10.0.0.9:5002"}))
+    for values, words in (
+        ({"advertisedAddress": "10.0.0.9"}, r"advertisedAddress must be host:port, got '10.0.0.9'"),
+        ({"haAdvertisedAddress": "h:0"}, r"haAdvertisedAddress must be host:port, got 'h:0'"),
+        ({"advertisedAddress": "h:1", "haAdvertisedAddress": "h:1"},
+         "advertisedAddress and haAdvertisedAddress must differ"),
+    ):
+        path = write(tmp_path, fmt, {**MASTER, **values})
+        with pytest.raises(ConfigError, match=words) as e:
+            load_config(path)
+        assert str(e.value).startswith(path)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_name_server_keys(tmp_path, fmt):
     cfg = load_config(write(tmp_path, fmt, {**MASTER, "namesrvAddr": "127.0.0.1:9876"}))
     assert cfg.register_name_server_period == 10_000
