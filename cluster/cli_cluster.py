@@ -47,7 +47,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
             rec = res.record
             print(f"{res.name:<14} {res.action:<8} {rec.role:<13} {rec.address:<22} {res.note}", flush=True)
 
-    results = launcher.up(args.conf, args.base_dir, timeout_s=args.timeout, on_result=show)
+    results = launcher.up(args.conf, args.base_dir, timeout_s=args.timeout, on_result=show,
+                          proxy_url=args.proxy_url, proxy_prefix=args.proxy_prefix)
     if args.json:
         print_json({"base_dir": os.path.abspath(args.base_dir), "nodes": [
             {"name": r.name, "action": r.action, "role": r.record.role, "address": r.record.address,
@@ -77,18 +78,44 @@ def node_rows(rows: list[NodeStatus], base_dir: str) -> list[BrokerRow]:
     return out
 
 
+def _proxy_rows(base_dir: str) -> list[dict[str, Any]]:
+    """The cluster's proxies as recorded and as the proxy server reports them now."""
+    from . import proxies
+    from .state import load_state
+
+    state = load_state(base_dir)
+    if state is None or not state.proxy_url:
+        return []
+    return proxies.describe(state.proxy_url, state.proxies.values())
+
+
+def _proxy_line(row: dict[str, Any]) -> str:
+    if "error" in row:
+        how = f"ERROR: {row['error']}"
+    else:
+        how = ("enabled" if row["enabled"] else "DISABLED (link cut)") + (
+            f", toxics: {', '.join(row['toxics'])}" if row["toxics"] else "")
+    return f"proxy {row['name']:<22} {row['listen']:<22} -> {row['upstream']:<22} {how}"
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     rows = trio.run(lambda: cluster_status(args.base_dir, timeout_s=args.timeout))
+    proxy_rows = _proxy_rows(args.base_dir)
     if args.json:
-        print(json.dumps({"base_dir": os.path.abspath(args.base_dir),
-                          "nodes": [r.to_json() for r in rows]}, default=str))
+        doc: dict[str, Any] = {"base_dir": os.path.abspath(args.base_dir), "nodes": [r.to_json() for r in rows]}
+        if proxy_rows:
+            doc["proxies"] = proxy_rows
+        print(json.dumps(doc, default=str))
     else:
         from rich.console import Console
 
         console = Console(width=None if sys.stdout.isatty() else 200)
         console.print(broker_table(node_rows(rows, args.base_dir),
                                    title=f"cluster {os.path.abspath(args.base_dir)}", processes=True))
-    healthy = all(r.state == "running" and r.error is None for r in rows)
+        for row in proxy_rows:
+            print(_proxy_line(row))
+    healthy = all(r.state == "running" and r.error is None for r in rows) and all(
+        "error" not in p and p["enabled"] for p in proxy_rows)
     return EXIT_OK if healthy else EXIT_PROBLEM
 
 
@@ -145,6 +172,12 @@ def add_cluster_commands(subparsers: argparse._SubParsersAction) -> Any:
     _base_dir(up)
     up.add_argument("--timeout", type=float, default=60.0, metavar="S", help="READY deadline per stage (default 60)")
     up.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
+    up.add_argument("--proxy-url", metavar="URL",
+                    help="route every broker's client and HA link through proxies created on this "
+                    "running Toxiproxy server (real, or `tidemq chaos proxy`), e.g. http://127.0.0.1:8474; "
+                    "each broker then advertises its proxies (advertisedAddress, haAdvertisedAddress)")
+    up.add_argument("--proxy-prefix", default="", metavar="P",
+                    help="prefix of the proxies' names, <P><node>-client and <P><node>-ha (default none)")
     up.set_defaults(handler=_launcher_errors(_cmd_up))
 
     status = actions.add_parser(
@@ -152,7 +185,9 @@ def add_cluster_commands(subparsers: argparse._SubParsersAction) -> Any:
         description="Show each recorded node: pid, whether that process is alive (a recycled pid "
         "does not count), and what it answers to `status`, one row per node grouped by broker "
         "group: role, epoch, max offset, lag in bytes and seconds, disk use, put/get TPS of the "
-        "last minute and a slave's catch-up progress. Exit 1 when a node is down or does not answer.",
+        "last minute and a slave's catch-up progress; then, for a cluster started with "
+        "--proxy-url, each proxy: its address, upstream, whether it is enabled and its toxics. "
+        "Exit 1 when a node is down or does not answer, or a proxy is missing or disabled.",
     )
     _base_dir(status)
     status.add_argument("--json", action="store_true", help="print one JSON object instead of a table")

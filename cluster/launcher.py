@@ -12,6 +12,7 @@ launchers on one base dir do not start a node twice.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
@@ -21,7 +22,7 @@ from pathlib import Path
 import attrs
 import psutil
 
-from . import processes
+from . import processes, proxies
 from .layout import copy_layout, free_ports, read_layout
 from .processes import StopResult
 from .state import (
@@ -56,6 +57,8 @@ __all__ = [  # the layout and state names are re-exported: drills and benchmarks
     "up",
 ]
 
+log = logging.getLogger("tidemq.cluster")
+
 READY_TIMEOUT_S = 60.0
 STOP_GRACE_S = 15.0
 
@@ -78,12 +81,16 @@ def up(
     *,
     timeout_s: float = READY_TIMEOUT_S,
     on_result: Callable[[UpResult], None] | None = None,
+    proxy_url: str | None = None,
+    proxy_prefix: str = "",
 ) -> list[UpResult]:
     """Start every node of the layout that is not already running, stage by stage.
 
     Nodes of one stage start together and are waited for together. On failure the nodes
     this call started are stopped again and LauncherError says which node failed and why.
-    `conf_dir` None reuses the layout recorded in cluster.json.
+    `conf_dir` None reuses the layout (and proxy URL) recorded in cluster.json.
+    `proxy_url` routes every broker's client and HA link through proxies on that
+    Toxiproxy server, named `<proxy_prefix><node>-client` / `-ha` (cluster/proxies.py).
     """
     base = Path(base_dir).resolve()
     with locked(base):
@@ -92,17 +99,25 @@ def up(
             if old is None:
                 raise LayoutError(f"no cluster recorded in {base}; give the layout (--conf)")
             conf_dir = old.layout
+            proxy_url = proxy_url or old.proxy_url
         layout = str(Path(conf_dir).resolve())
         specs = read_layout(layout, base)
+        alive = [r.name for r in old.ordered() if processes.process(r) is not None] if old else []
+        if old is not None and alive and (old.layout, old.proxy_url) != (layout, proxy_url):
+            runs = f"layout {old.layout}" + (f" through proxies at {old.proxy_url}" if old.proxy_url else "")
+            raise LauncherError(
+                f"{base} runs {runs} ({', '.join(alive)} alive); "
+                f"stop it first (tidemq cluster down --base-dir {base_dir})"
+            )
         if old is not None and old.layout != layout:
-            alive = [r.name for r in old.ordered() if processes.process(r) is not None]
-            if alive:
-                raise LauncherError(
-                    f"{base} runs layout {old.layout} ({', '.join(alive)} alive); "
-                    f"stop it first (tidemq cluster down --base-dir {base_dir})"
-                )
             old = None
-        state = ClusterState(layout=layout, base_dir=str(base))
+        state = ClusterState(layout=layout, base_dir=str(base), proxy_url=proxy_url)
+        if proxy_url:
+            client = proxies.connect(proxy_url)
+            # a fresh start takes fresh ports; a running cluster keeps the addresses it advertises
+            state.proxies = proxies.plan(specs, proxy_prefix, old.proxies if old and alive else {})
+            proxies.ensure(client, state.proxies.values(), proxies.listen_host(proxy_url))
+            proxies.write_configs(specs, state.proxies, base)
         results: list[UpResult] = []
         launched: list[processes.Launch] = []
 
@@ -149,6 +164,9 @@ def start_node(base_dir: str | os.PathLike[str], name: str, *, timeout_s: float 
         proc = processes.process(rec)
         if proc is not None:
             raise LauncherError(f"{name} is already running (pid {rec.pid})")
+        if state.proxy_url:  # `down` deleted them: back at the addresses the configs advertise
+            mine = [p for p in state.proxies.values() if p.node == name]
+            proxies.ensure(proxies.connect(state.proxy_url), mine, proxies.listen_host(state.proxy_url))
         if not os.path.exists(rec.config):
             raise LauncherError(f"{name}: config file {rec.config} no longer exists")
         launch = processes.spawn(rec, base)
@@ -200,7 +218,8 @@ def down(
     base_dir: str | os.PathLike[str], *, grace_s: float = STOP_GRACE_S,
     on_result: Callable[[StopResult], None] | None = None,
 ) -> list[StopResult]:
-    """Stop every recorded node: slaves, then masters, then the name server."""
+    """Stop every recorded node: slaves, then masters, then the name server; then delete
+    the cluster's proxies (kept in cluster.json: `start` and `up` bring them back)."""
     base = Path(base_dir).resolve()
     with locked(base):
         state = load_state(base)
@@ -211,4 +230,11 @@ def down(
             rec.pid = None
             rec.create_time = None
         save_state(state)
+        if state.proxy_url and state.proxies:
+            try:
+                problems = proxies.remove(proxies.connect(state.proxy_url), state.proxies.values())
+            except LauncherError as e:
+                problems = [str(e)]
+            for problem in problems:  # the nodes are down: a proxy left behind is only noted
+                log.warning("%s", problem)
         return results

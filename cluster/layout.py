@@ -22,7 +22,7 @@ from node.config import ConfigError, load_config
 
 from .state import LayoutError, NodeRecord, Stage
 
-__all__ = ["copy_layout", "free_ports", "read_layout"]
+__all__ = ["copy_layout", "free_ports", "read_layout", "set_key"]
 
 
 def read_layout(conf_dir: str | os.PathLike[str], base_dir: str | os.PathLike[str]) -> list[NodeRecord]:
@@ -43,7 +43,7 @@ def read_layout(conf_dir: str | os.PathLike[str], base_dir: str | os.PathLike[st
             raise LayoutError(str(e)) from None
         records.append(NodeRecord(
             name=name, stage=Stage.MASTER if cfg.role.is_master else Stage.SLAVE,
-            role=cfg.role.value, config=str(path), address=cfg.address,
+            role=cfg.role.value, config=str(path), address=cfg.bind_address,
             store_root=cfg.store.store_path_root_dir, broker_name=cfg.broker_name,
             broker_id=cfg.broker_id,
         ))
@@ -106,12 +106,13 @@ def copy_layout(
             text = pattern.sub(lambda m: str(mapping[int(m.group(1))]), text)
         stem, ext = os.path.splitext(filename)
         for key, value in ((overrides or {}).get(stem) or {}).items():
-            text = _set_key(text, key, value, properties=ext == ".properties")
+            text = set_key(text, key, value, properties=ext == ".properties")
         (dst_dir / filename).write_text(text, encoding="utf-8")
     return mapping
 
 
-def _set_key(text: str, key: str, value: Any, *, properties: bool) -> str:
+def set_key(text: str, key: str, value: Any, *, properties: bool) -> str:
+    """`text` of a .toml or .properties file with `key` set to `value` (replaced or appended)."""
     if properties:
         line = f"{key}={str(value).lower() if isinstance(value, bool) else value}"
     else:

@@ -27,6 +27,7 @@ __all__ = [
     "LauncherError",
     "LayoutError",
     "NodeRecord",
+    "ProxyRecord",
     "Stage",
     "load_state",
     "locked",
@@ -89,12 +90,26 @@ class NodeRecord:
 
 
 @attrs.define
+class ProxyRecord:
+    """A Toxiproxy proxy in front of one link of one node (cluster/proxies.py)."""
+
+    name: str  # `<prefix><node>-<link>`
+    node: str
+    link: str  # "client" (listenPort) or "ha" (haListenPort)
+    upstream: str  # the node's bound address
+    listen: str = ""  # the proxy's address, advertised by the node; "" until created
+
+
+@attrs.define
 class ClusterState:
-    """cluster.json: the layout a base dir runs and its nodes, in start order."""
+    """cluster.json: the layout a base dir runs and its nodes, in start order, and the
+    proxies its links go through when it was started with a proxy URL."""
 
     layout: str
     base_dir: str
     nodes: dict[str, NodeRecord] = attrs.field(factory=dict)
+    proxy_url: str | None = None
+    proxies: dict[str, ProxyRecord] = attrs.field(factory=dict)
 
     def ordered(self, *, reverse: bool = False) -> list[NodeRecord]:
         return sorted(self.nodes.values(), key=lambda r: (r.stage, r.name), reverse=reverse)
@@ -127,7 +142,9 @@ def load_state(base_dir: str | os.PathLike[str]) -> ClusterState | None:
         raise LauncherError(f"{path}: cannot read: {e}") from None
     try:
         nodes = {n["name"]: NodeRecord.from_json(n) for n in raw["nodes"]}
-        return ClusterState(layout=raw["layout"], base_dir=raw["base_dir"], nodes=nodes)
+        proxies = {p["name"]: ProxyRecord(**p) for p in raw.get("proxies") or ()}
+        return ClusterState(layout=raw["layout"], base_dir=raw["base_dir"], nodes=nodes,
+                            proxy_url=raw.get("proxy_url"), proxies=proxies)
     except (KeyError, TypeError, ValueError) as e:
         raise LauncherError(f"{path}: not a cluster file ({e!r})") from None
 
@@ -137,6 +154,8 @@ def save_state(state: ClusterState) -> None:
     path = _state_path(Path(state.base_dir))
     obj = {"layout": state.layout, "base_dir": state.base_dir, "updated_at": time.time(),
            "nodes": [r.to_json() for r in state.ordered()]}
+    if state.proxy_url:
+        obj.update(proxy_url=state.proxy_url, proxies=[attrs.asdict(p) for p in state.proxies.values()])
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(obj, f, indent=2)
