@@ -1,10 +1,15 @@
-"""A chaos cluster: one group (master + slave) and a name server, whose master↔slave HA
-link and client link go through Toxiproxy proxies, started with cluster.launcher.
+"""A chaos cluster: one group (master + slave) and a name server, started with
+cluster.launcher's proxy routing, so every broker's client link and HA link go through a
+Toxiproxy proxy.
 
-The launcher has no proxy flag (yet), so this module writes the layout itself: the
-slave's `haMasterAddress` names the "ha" proxy, whose upstream is the master's HA port,
-and the workload sends to the "client" proxy, whose upstream is the master's client port.
-A scenario can then cut, slow or slice exactly one link. Nodes are named as in conf/:
+This module writes a plain layout (the slave names its master's bound addresses) and
+starts it with `launcher.up(..., proxy_url=...)`: the launcher creates
+`<prefix><node>-client` and `<prefix><node>-ha` for both brokers, each broker advertises
+its proxies to the name server, and the slave's haMasterAddress / masterAddr are
+rewritten to the master's proxies. Producers send to the serving master's client proxy,
+the consumer is routed there by the name server (and to the slave's client proxy while
+the master is unreachable), the slave replicates through the master's HA proxy. A
+scenario can then cut, slow or slice exactly one link. Nodes are named as in conf/:
 `namesrv`, `broker-a` (master), `broker-a-s` (slave).
 """
 
@@ -21,6 +26,8 @@ from toxiproxy import Toxiproxy
 from toxiproxy.proxy import Proxy
 
 from cluster import launcher, processes
+
+from .network import api_address
 
 MASTER, SLAVE, NAMESRV = "broker-a", "broker-a-s", "namesrv"
 BROKER_NAME = "broker-a"
@@ -60,7 +67,10 @@ class ChaosCluster:
     mode: str
     ports: dict[str, int]
     store_roots: dict[str, str]
-    proxies: dict[str, Proxy] = attrs.field(factory=dict)
+    proxy_url: str
+    proxy_prefix: str
+    client: Toxiproxy
+    proxies: dict[tuple[str, str], Proxy] = attrs.field(factory=dict)  # (node, link) → proxy, after up()
     serving_master: str = MASTER  # the node that serves as master now: SLAVE after a promotion
 
     @property
@@ -87,10 +97,14 @@ class ChaosCluster:
     def master_ha_address(self) -> str:
         return f"127.0.0.1:{self.ports['master_ha']}"
 
+    def proxy(self, link: str, node: str | None = None) -> Proxy:
+        """The proxy in front of `node`'s (default: the serving master's) "client" or "ha" link."""
+        return self.proxies[(node or self.serving_master, link)]
+
     @property
     def client_address(self) -> str:
-        """Where producers send: the client proxy in front of the master."""
-        return self.proxies["client"].listen
+        """Where producers send: the client proxy in front of the serving master."""
+        return self.proxy("client").listen
 
     def address_of(self, node: str) -> str:
         return {MASTER: self.master_address, SLAVE: self.slave_address, NAMESRV: self.namesrv}[node]
@@ -98,7 +112,11 @@ class ChaosCluster:
     # ---- lifecycle (blocking: call through trio.to_thread from async code)
 
     def up(self) -> None:
-        launcher.up(self.conf_dir, self.base_dir)
+        launcher.up(self.conf_dir, self.base_dir, proxy_url=self.proxy_url, proxy_prefix=self.proxy_prefix)
+        state = launcher.load_state(self.base_dir)
+        assert state is not None
+        live = self.client.proxies()
+        self.proxies = {(p.node, p.link): live[p.name] for p in state.proxies.values()}
 
     def down(self) -> list[launcher.StopResult]:
         return launcher.down(self.base_dir)
@@ -117,16 +135,11 @@ class ChaosCluster:
 
     def heal_proxies(self) -> None:
         """Enable this cluster's proxies and remove their toxics (not POST /reset, which
-        would touch every proxy of a shared Toxiproxy)."""
+        would touch every proxy of a shared Toxiproxy). `down()` deletes them."""
         for proxy in self.proxies.values():
             proxy.enable()
             for name in proxy.toxics():
                 proxy.destroy_toxic(name)
-
-    def remove_proxies(self) -> None:
-        for proxy in self.proxies.values():
-            proxy.destroy()
-        self.proxies.clear()
 
 
 def write_cluster(
@@ -137,7 +150,8 @@ def write_cluster(
     overrides: Mapping[str, Mapping[str, Any]] | None = None,
     store_roots: Mapping[str, str] | None = None,
 ) -> ChaosCluster:
-    """Write the layout's config files under `base_dir/conf` and create its two proxies.
+    """Write the layout's config files under `base_dir/conf`; `up()` starts it with its
+    links through proxies on `client`'s Toxiproxy server.
 
     `overrides` maps a node name to extra keys; `store_roots` replaces a node's
     storePathRootDir (e.g. a tmpfs mount for the full-disk scenario)."""
@@ -148,10 +162,9 @@ def write_cluster(
     ports = dict(zip(("namesrv", "master", "master_ha", "slave", "slave_ha"), launcher.free_ports(5), strict=True))
     roots = {MASTER: str(base / "store" / MASTER), SLAVE: str(base / "store" / SLAVE)}
     roots.update(store_roots or {})
-    cluster = ChaosCluster(base, mode, ports, roots)
-    suffix = f"{os.getpid()}-{ports['master']}"
-    cluster.proxies["ha"] = client.create(upstream=cluster.master_ha_address, name=f"ha-{suffix}")
-    cluster.proxies["client"] = client.create(upstream=cluster.master_address, name=f"client-{suffix}")
+    # proxy names unique per run: a shared TOXIPROXY_URL may serve several runs at once
+    cluster = ChaosCluster(base, mode, ports, roots, proxy_url=f"http://{api_address()}",
+                           proxy_prefix=f"c{os.getpid()}-{ports['master']}-", client=client)
     common = {"brokerClusterName": "ChaosCluster", "brokerName": BROKER_NAME, "brokerIP1": "127.0.0.1",
               "namesrvAddr": cluster.namesrv, "flushDiskType": flush, **SMALL_STORE}
     nodes: dict[str, dict[str, Any]] = {
@@ -159,7 +172,7 @@ def write_cluster(
                  "haListenPort": ports["master_ha"], "storePathRootDir": roots[MASTER]},
         SLAVE: {**common, "brokerId": 1, "brokerRole": "SLAVE", "listenPort": ports["slave"],
                 "haListenPort": ports["slave_ha"], "storePathRootDir": roots[SLAVE],
-                "haMasterAddress": cluster.proxies["ha"].listen, "masterAddr": cluster.master_address},
+                "haMasterAddress": cluster.master_ha_address, "masterAddr": cluster.master_address},
         NAMESRV: {"listenPort": ports["namesrv"], "brokerExpireMs": 10_000},
     }
     for name, values in nodes.items():

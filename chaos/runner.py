@@ -1,4 +1,4 @@
-"""Run one scenario: start a proxied cluster, run the workload, inject the scenario's
+"""Run one scenario: start a cluster whose links go through proxies, run the workload, inject the scenario's
 seeded faults, heal, measure recovery and catch-up, stop the cluster cleanly, check the
 stores against the history and the mode's expectations.
 
@@ -214,7 +214,6 @@ async def run_scenario(
                 return report
             store_roots[MASTER] = str(mount / MASTER)
         cluster = write_cluster(base, mode, client, overrides=scenario.overrides, store_roots=store_roots)
-        stack.callback(cluster.remove_proxies)
         try:
             await _run(scenario, cluster, rng, schedule, report, say, workload_cfg)
         finally:

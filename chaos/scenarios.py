@@ -190,7 +190,7 @@ async def _promote_slave(ctx: FaultContext) -> dict[str, Any]:
     async with Admin(ctx.cluster.namesrv) as admin:
         result = await admin.promote(BROKER_NAME, 1, timeout=PROMOTE_TIMEOUT_S)
     ctx.cluster.serving_master = SLAVE
-    ctx.workload.send_address = ctx.cluster.slave_address
+    ctx.workload.send_address = ctx.cluster.client_address  # the promoted node's client proxy
     ctx.note(f"heal: {SLAVE} promoted: epoch {result['epoch']} from CommitLog offset {result['start_offset']}")
     return {**result, "promoted_at": time.time()}
 
@@ -243,7 +243,7 @@ async def _old_master_rejoins(ctx: FaultContext, promotion: dict[str, Any]) -> N
 
 
 async def cut_ha_link(ctx: FaultContext) -> None:
-    proxy = ctx.cluster.proxies["ha"]
+    proxy = ctx.cluster.proxy("ha")
     await ctx.toxiproxy(proxy.disable)
     ctx.note("fault: master↔slave link cut")
     await ctx.hold(ctx.schedule["fault_for"])
@@ -252,7 +252,7 @@ async def cut_ha_link(ctx: FaultContext) -> None:
 
 
 async def slow_ha_link(ctx: FaultContext) -> None:
-    proxy = ctx.cluster.proxies["ha"]
+    proxy = ctx.cluster.proxy("ha")
     latency = ctx.rng.randrange(600, 1200)
     ctx.schedule["ha_latency_ms"] = latency
     await ctx.toxiproxy(proxy.add_toxic, name="slow", type="latency", stream="downstream",
@@ -267,7 +267,8 @@ async def slow_ha_link(ctx: FaultContext) -> None:
 
 
 async def slice_client_link(ctx: FaultContext) -> None:
-    proxy = ctx.cluster.proxies["client"]
+    """The master's client link, which the producers and the consumer both use."""
+    proxy = ctx.cluster.proxy("client")
     size = ctx.rng.randrange(3, 24)
     ctx.schedule["slice_bytes"] = size
     for stream in ("upstream", "downstream"):
@@ -281,6 +282,41 @@ async def slice_client_link(ctx: FaultContext) -> None:
         for name in (f"slice-{stream}", f"delay-{stream}"):
             await ctx.toxiproxy(proxy.destroy_toxic, name)
     ctx.note("heal: toxics removed")
+
+
+async def cut_client_link(ctx: FaultContext) -> None:
+    """Cut the master's client link. The producers lose it, and so does the consumer, which
+    the name server routed through the proxy: it must turn to the slave (through the
+    slave's own client proxy) while the link is cut, return, and by the end of the heal
+    have consumed every message acknowledged before the cut."""
+    proxy = ctx.cluster.proxy("client")
+    acked_before = {op.key for op in ctx.history.ops if op.outcome == OK}
+    await ctx.toxiproxy(proxy.disable)
+    ctx.note("fault: the master's client link cut (producers and consumer)")
+
+    def consumer_on_slave() -> bool:
+        consumer = ctx.workload.consumer
+        return consumer is not None and consumer.reading_from_slave(BROKER_NAME)
+
+    try:
+        await ctx.until(consumer_on_slave, max(ctx.schedule["fault_for"], 5.0),
+                        "the consumer turning to the slave while its master link is cut")
+        ctx.note("at: the consumer reads from the slave")
+    except TimeoutError as e:
+        ctx.findings.append(f"{e}: its link to the master does not go through the client proxy")
+    await ctx.hold(ctx.schedule["fault_for"])
+    await ctx.toxiproxy(proxy.enable)
+    ctx.note("heal: the master's client link restored")
+
+    def drained() -> bool:
+        return acked_before <= ctx.workload.consumed.keys()
+
+    try:
+        await ctx.until(drained, 20.0, "the consumer having every message acknowledged before the cut")
+        ctx.note(f"at: the consumer has all {len(acked_before)} messages acknowledged before the cut")
+    except TimeoutError as e:
+        missing = sorted(acked_before - ctx.workload.consumed.keys())
+        ctx.findings.append(f"{e}: {len(missing)} not consumed, e.g. {missing[:3]}")
 
 
 # ---------------------------------------------------------------- disk faults
@@ -399,6 +435,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              slave_statuses=True, overrides={MASTER: {"slaveTimeout": 500}}),
     Scenario("slice-client", "slice the client link into tiny pieces and delay them", slice_client_link,
              workload={"send_timeout": 8.0}),
+    Scenario("cut-client", "cut the master's client link: producers and the consumer lose it; the "
+             "consumer reads from the slave, returns and misses nothing", cut_client_link),
     Scenario("torn-tail", "SIGKILL the slave, tear its last record, restart it", torn_tail),
     Scenario("garbage-tail", "SIGKILL the master, write garbage after its last record, restart it",
              garbage_tail),

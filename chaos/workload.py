@@ -2,11 +2,12 @@
 consumer group, and a monitor that remembers each node's offsets (to name the window a
 fault could lose).
 
-Producers send to one address (the client proxy in front of the master) over the node
-client protocol, one connection each, pinned queue `seq % queues`, and record every
+Producers send to one address (the client proxy in front of the serving master) over the
+node client protocol, one connection each, pinned queue `seq % queues`, and record every
 outcome in the History; a lost connection is reopened after a short back-off. They do not
 retry a send: an indeterminate send stays indeterminate, so a duplicate in the store is
-the store's doing. The consumer is a cluster.client PullConsumer through the name server.
+the store's doing. The consumer is a cluster.client PullConsumer through the name server,
+which hands it the brokers' advertised addresses: their client proxies.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class Workload:
         self.consumed: dict[str, int] = {}
         self.samples: dict[str, NodeSample] = {}
         self.consumer_errors = 0
+        self.consumer: PullConsumer | None = None  # the live one: scenarios ask where it reads
 
     async def create_topic(self) -> None:
         async with connect(self.send_address, connect_timeout=5.0, request_timeout=10.0) as conn:
@@ -146,6 +148,7 @@ class Workload:
                         async with PullConsumer(self.namesrv, group=CONSUMER_GROUP, topic=self.cfg.topic,
                                                 request_timeout=3.0, master_retry_s=0.5) as consumer, \
                                 contextlib.aclosing(consumer.messages(poll_ms=300, auto_commit=True)) as it:
+                            self.consumer = consumer
                             async for msg in it:
                                 for key in msg.keys:
                                     self.consumed[key] = msg.commitlog_offset

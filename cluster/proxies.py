@@ -82,19 +82,35 @@ def listen_host(url: str) -> str:
     return "127.0.0.1" if host == "localhost" else host
 
 
-def plan(specs: Iterable[NodeRecord], prefix: str, old: dict[str, ProxyRecord]) -> dict[str, ProxyRecord]:
-    """The proxies of a layout's brokers, keeping the listen address of recorded ones."""
+def plan(specs: list[NodeRecord], prefix: str, old: dict[str, ProxyRecord]) -> dict[str, ProxyRecord]:
+    """The proxies of a layout's brokers, keeping the listen address of recorded ones.
+    LayoutError, before any proxy exists, when a broker's static master address names no
+    broker of the layout (that link could not go through a proxy)."""
     out: dict[str, ProxyRecord] = {}
-    for spec in specs:
-        if spec.stage is Stage.NAMESRV:
-            continue
+    brokers = [s for s in specs if s.stage is not Stage.NAMESRV]
+    for spec in brokers:
         cfg = _config(spec)
         for link, upstream in (("client", cfg.bind_address), ("ha", cfg.ha_bind_address)):
             name = f"{prefix}{spec.name}-{link}"
             kept = old.get(name)
             listen = kept.listen if kept is not None and kept.upstream == upstream else ""
             out[name] = ProxyRecord(name=name, node=spec.name, link=link, upstream=upstream, listen=listen)
+    links = {(p.upstream, p.link) for p in out.values()}
+    for spec in brokers:
+        for key, address, link in _static_masters(_config(spec)):
+            if (_normal(address), link) not in links:
+                raise LayoutError(
+                    f"{spec.config}: {key} {address} names no broker of the layout, so that link "
+                    "cannot go through a proxy; leave it to the name server (remove the key) or "
+                    "start without --proxy-url"
+                )
     return out
+
+
+def _static_masters(cfg: Any) -> list[tuple[str, str, str]]:
+    """(key, address, link) of the master addresses a broker's config names."""
+    pairs = (("haMasterAddress", cfg.store.ha_master_address, "ha"), ("masterAddr", cfg.master_addr, "client"))
+    return [(key, address, link) for key, address, link in pairs if address is not None]
 
 
 def ensure(client: Any, proxies: Iterable[ProxyRecord], host: str) -> None:
@@ -163,8 +179,7 @@ def describe(url: str, proxies: Iterable[ProxyRecord]) -> list[dict[str, Any]]:
 
 def write_configs(specs: list[NodeRecord], proxies: dict[str, ProxyRecord], base: Path) -> None:
     """Write each broker's proxied config under `<base>/proxied-conf/` and point its
-    record there. LayoutError when a static master address names no broker of the layout
-    (it could not be routed through a proxy)."""
+    record there (`plan` checked that every static master address has a proxy)."""
     by_link = {(p.upstream, p.link): p.listen for p in proxies.values()}
     out = base / PROXIED_CONF
     out.mkdir(parents=True, exist_ok=True)
@@ -174,18 +189,8 @@ def write_configs(specs: list[NodeRecord], proxies: dict[str, ProxyRecord], base
         cfg = _config(spec)
         values = {"advertisedAddress": by_link[(cfg.bind_address, "client")],
                   "haAdvertisedAddress": by_link[(cfg.ha_bind_address, "ha")]}
-        for key, address, link in (("haMasterAddress", cfg.store.ha_master_address, "ha"),
-                                   ("masterAddr", cfg.master_addr, "client")):
-            if address is None:
-                continue
-            listen = by_link.get((_normal(address), link))
-            if listen is None:
-                raise LayoutError(
-                    f"{spec.config}: {key} {address} names no broker of the layout, so that link "
-                    "cannot go through a proxy; leave it to the name server (remove the key) or "
-                    "start without --proxy-url"
-                )
-            values[key] = listen
+        for key, address, link in _static_masters(cfg):
+            values[key] = by_link[(_normal(address), link)]
         source = Path(spec.config)
         text = source.read_text(encoding="utf-8")
         for key, value in values.items():

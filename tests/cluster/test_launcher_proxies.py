@@ -1,0 +1,176 @@
+"""`tidemq cluster up --proxy-url`: every broker's client and HA link through a proxy on a
+real Toxiproxy-compatible server (chaos.proxy as its own process), driven by the real
+toxiproxy-python client, with real node processes on a copy of conf/1m-1s-dev."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+from toxiproxy import Toxiproxy
+
+from chaos.network import start_proxy_process
+from cluster import launcher, proxies
+from cluster.admin import Admin
+from cluster.consumer import PullConsumer
+from cluster.state import LauncherError, LayoutError
+from node.client import TidemqError, connect
+from node.config import load_config
+from store.message import decode_msg_id
+from tests.cluster.test_launcher import copy_dev_layout, status_json, tidemq
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.slow
+
+NODES = ("broker-a", "broker-a-s")
+
+
+@pytest.fixture(scope="module")
+def proxy_url():
+    with start_proxy_process() as (host, port):
+        yield f"http://{host}:{port}"
+
+
+@pytest.fixture
+def client(proxy_url):
+    return proxies.connect(proxy_url)
+
+
+@pytest.fixture
+def dirs(tmp_path: Path):
+    conf, base = copy_dev_layout(tmp_path), tmp_path / "data"
+    yield conf, base
+    launcher.down(base, grace_s=5)
+
+
+async def _status(address: str) -> dict:
+    async with connect(address, connect_timeout=2.0, request_timeout=3.0) as conn:
+        return await conn.request("status")
+
+
+def test_every_link_goes_through_its_proxy(dirs, proxy_url: str, client: Toxiproxy) -> None:
+    conf, base = dirs
+    cwd = base.parent
+    tidemq("cluster", "up", "--conf", str(conf), "--base-dir", str(base), "--proxy-url", proxy_url, cwd=cwd)
+    state = launcher.load_state(base)
+    assert state is not None and state.proxy_url == proxy_url
+    byname = {p.name: p for p in state.proxies.values()}
+    assert set(byname) == {f"{n}-{link}" for n in NODES for link in ("client", "ha")}
+    live = client.proxies()
+    for p in byname.values():  # on the server, in front of the node's bound port
+        assert live[p.name].listen == p.listen and live[p.name].upstream == p.upstream
+    master = load_config(str(conf / "broker-a.toml"))
+    assert byname["broker-a-client"].upstream == master.bind_address
+    assert byname["broker-a-ha"].upstream == master.ha_bind_address
+
+    code, doc = status_json(base, cwd)
+    assert code == 0, doc
+    listed = json.loads(tidemq("cluster", "status", "--base-dir", str(base), "--json", cwd=cwd).stdout)["proxies"]
+    assert {(r["name"], r["listen"], r["enabled"]) for r in listed} == {(p.name, p.listen, True) for p in byname.values()}
+    assert "proxy broker-a-ha" in tidemq("cluster", "status", "--base-dir", str(base), cwd=cwd).stdout
+
+    namesrv = state.nodes["namesrv"].address
+    direct = {n: state.nodes[n].address for n in NODES}
+
+    async def routes() -> None:
+        # the name server hands out the proxies: consumers and slaves connect through them
+        async with Admin(namesrv) as admin:
+            infos = {b.broker_id: b for b in await admin.cluster_info()}
+        assert infos[0].address == byname["broker-a-client"].listen
+        assert infos[1].address == byname["broker-a-s-client"].listen
+        slave = await _status(direct["broker-a-s"])
+        assert slave["address"] == byname["broker-a-s-client"].listen
+        assert slave["bind_address"] == direct["broker-a-s"]
+        assert slave["ha"]["master_address"] == byname["broker-a-ha"].listen
+        assert slave["sync"]["master_addr"] == byname["broker-a-client"].listen
+
+        # a message sent through the master's proxy keeps the bound address in its msgId
+        async with connect(byname["broker-a-client"].listen) as conn:
+            await conn.request("topic_create", topic="Px", read_queue_nums=1, write_queue_nums=1)
+            sent = await conn.request("send", topic="Px", body=b"through the proxy", queue_id=0)
+        assert decode_msg_id(sent["msg_id"])[0] == master.bind_address
+
+        # cut the HA proxy: the slave loses its master; restore it: it reconnects
+        ha = live["broker-a-ha"]
+        await trio.to_thread.run_sync(ha.disable)
+
+        async def ha_connected() -> bool:
+            return bool((await _status(direct["broker-a-s"]))["ha"].get("connected"))
+
+        await wait_until(lambda: _not(ha_connected), timeout=20, what="the slave losing its HA link")
+        code, doc = await trio.to_thread.run_sync(status_json, base, cwd)
+        assert code == 1  # a disabled proxy: a link is cut
+        await trio.to_thread.run_sync(ha.enable)
+        await wait_until(ha_connected, timeout=20, what="the slave reconnecting through the HA proxy")
+
+        # cut both client proxies: a consumer routed by the name server cannot pull; restored, it reads it
+        clients = [live["broker-a-client"], live["broker-a-s-client"]]
+        for p in clients:
+            await trio.to_thread.run_sync(p.disable)
+        async with PullConsumer(namesrv, group="px", topic="Px", request_timeout=2.0) as consumer:
+            (queue,) = await consumer.queues()
+            with pytest.raises(TidemqError):
+                await consumer.pull(queue, 8, timeout_ms=0)
+            for p in clients:
+                await trio.to_thread.run_sync(p.enable)
+            got = await wait_until(lambda: consumer.pull(queue, 8, timeout_ms=0), timeout=20,
+                                   what="a pull after restoring", retry_on=(TidemqError,))
+            assert [m.body for m in got.messages] == [b"through the proxy"]
+            assert got.address in {p.listen for p in clients}  # it read through a proxy
+
+    trio.run(routes)
+
+    # down deletes the proxies; up (the recorded layout and URL) makes them again, on fresh ports
+    tidemq("cluster", "down", "--base-dir", str(base), cwd=cwd)
+    assert not set(byname) & set(client.proxies())
+    tidemq("cluster", "up", "--base-dir", str(base), cwd=cwd)
+    assert set(byname) <= set(client.proxies())
+    assert status_json(base, cwd)[0] == 0
+    # a killed and restarted node keeps advertising the same, still existing, proxies
+    tidemq("cluster", "kill", "broker-a-s", "--base-dir", str(base), cwd=cwd)
+    before = launcher.load_state(base).proxies
+    tidemq("cluster", "start", "broker-a-s", "--base-dir", str(base), cwd=cwd)
+    assert launcher.load_state(base).proxies == before
+
+
+async def _not(check) -> bool:
+    return not await check()
+
+
+def test_bad_proxy_urls_and_layouts_are_refused(dirs, proxy_url: str, client: Toxiproxy) -> None:
+    conf, base = dirs
+    cwd = base.parent
+    bad = tidemq("cluster", "up", "--conf", str(conf), "--base-dir", str(base), "--proxy-url", "ftp://x:1",
+                 cwd=cwd, check=False)
+    assert bad.returncode == 2 and "--proxy-url must be http://host:port" in bad.stderr, bad.stderr
+    nobody = tidemq("cluster", "up", "--conf", str(conf), "--base-dir", str(base),
+                    "--proxy-url", "http://127.0.0.1:1", cwd=cwd, check=False)
+    assert nobody.returncode == 1 and "no Toxiproxy server answers at http://127.0.0.1:1" in nobody.stderr
+    assert "tidemq chaos proxy" in nobody.stderr
+    assert launcher.load_state(base) is None  # nothing was started
+
+    # a static master address that names no broker of the layout cannot be proxied
+    slave = conf / "broker-a-s.toml"
+    text = slave.read_text()
+    slave.write_text(text.replace("masterAddr = ", 'masterAddr = "10.9.9.9:1" # was '))
+    with pytest.raises(LayoutError, match=r"broker-a-s.toml: masterAddr 10.9.9.9:1 names no broker"):
+        launcher.up(conf, base, proxy_url=proxy_url, proxy_prefix="t-")
+    assert not any(name.startswith("t-") for name in client.proxies())  # refused before creating any
+    slave.write_text(text)
+
+    # a proxy of that name in front of something else is not taken over
+    client.create(upstream="127.0.0.1:9", name="t2-broker-a-client")
+    try:
+        with pytest.raises(LauncherError, match="proxy t2-broker-a-client exists with upstream 127.0.0.1:9"):
+            launcher.up(conf, base, proxy_url=proxy_url, proxy_prefix="t2-")
+    finally:
+        client.get_proxy("t2-broker-a-client").destroy()
+
+
+def test_a_missing_client_library_is_named(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "toxiproxy", None)  # what `import toxiproxy` sees when not installed
+    with pytest.raises(LayoutError, match=r"toxiproxy-python client, which is not installed: pip install 'tidemq\[chaos\]'"):
+        proxies.connect("http://127.0.0.1:8474")
