@@ -99,19 +99,23 @@ def up(
             if old is None:
                 raise LayoutError(f"no cluster recorded in {base}; give the layout (--conf)")
             conf_dir = old.layout
-            proxy_url = proxy_url or old.proxy_url
+            if proxy_url is None:
+                proxy_url, proxy_prefix = old.proxy_url, old.proxy_prefix
         layout = str(Path(conf_dir).resolve())
         specs = read_layout(layout, base)
         alive = [r.name for r in old.ordered() if processes.process(r) is not None] if old else []
-        if old is not None and alive and (old.layout, old.proxy_url) != (layout, proxy_url):
-            runs = f"layout {old.layout}" + (f" through proxies at {old.proxy_url}" if old.proxy_url else "")
+        if old is not None and alive and (old.layout, old.proxy_url, old.proxy_prefix if old.proxy_url else "") \
+                != (layout, proxy_url, proxy_prefix if proxy_url else ""):
+            runs = f"layout {old.layout}" + (
+                f" through proxies {old.proxy_prefix}* at {old.proxy_url}" if old.proxy_url else "")
             raise LauncherError(
                 f"{base} runs {runs} ({', '.join(alive)} alive); "
                 f"stop it first (tidemq cluster down --base-dir {base_dir})"
             )
         if old is not None and old.layout != layout:
             old = None
-        state = ClusterState(layout=layout, base_dir=str(base), proxy_url=proxy_url)
+        state = ClusterState(layout=layout, base_dir=str(base), proxy_url=proxy_url,
+                             proxy_prefix=proxy_prefix if proxy_url else "")
         if proxy_url:
             client = proxies.connect(proxy_url)
             # a fresh start takes fresh ports; a running cluster keeps the addresses it advertises

@@ -109,6 +109,7 @@ class ClusterState:
     base_dir: str
     nodes: dict[str, NodeRecord] = attrs.field(factory=dict)
     proxy_url: str | None = None
+    proxy_prefix: str = ""
     proxies: dict[str, ProxyRecord] = attrs.field(factory=dict)
 
     def ordered(self, *, reverse: bool = False) -> list[NodeRecord]:
@@ -144,7 +145,8 @@ def load_state(base_dir: str | os.PathLike[str]) -> ClusterState | None:
         nodes = {n["name"]: NodeRecord.from_json(n) for n in raw["nodes"]}
         proxies = {p["name"]: ProxyRecord(**p) for p in raw.get("proxies") or ()}
         return ClusterState(layout=raw["layout"], base_dir=raw["base_dir"], nodes=nodes,
-                            proxy_url=raw.get("proxy_url"), proxies=proxies)
+                            proxy_url=raw.get("proxy_url"), proxy_prefix=raw.get("proxy_prefix", ""),
+                            proxies=proxies)
     except (KeyError, TypeError, ValueError) as e:
         raise LauncherError(f"{path}: not a cluster file ({e!r})") from None
 
@@ -155,7 +157,7 @@ def save_state(state: ClusterState) -> None:
     obj = {"layout": state.layout, "base_dir": state.base_dir, "updated_at": time.time(),
            "nodes": [r.to_json() for r in state.ordered()]}
     if state.proxy_url:
-        obj.update(proxy_url=state.proxy_url, proxies=[attrs.asdict(p) for p in state.proxies.values()])
+        obj.update(proxy_url=state.proxy_url, proxy_prefix=state.proxy_prefix, proxies=[attrs.asdict(p) for p in state.proxies.values()])
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(obj, f, indent=2)
