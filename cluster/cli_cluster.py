@@ -47,7 +47,9 @@ def _cmd_up(args: argparse.Namespace) -> int:
             rec = res.record
             print(f"{res.name:<14} {res.action:<8} {rec.role:<13} {rec.address:<22} {res.note}", flush=True)
 
-    results = launcher.up(args.conf, args.base_dir, timeout_s=args.timeout, on_result=show)
+    results = launcher.up(args.conf, args.base_dir, timeout_s=args.timeout, on_result=show,
+                          controller=args.controller,
+                          on_etcd=None if args.json else (lambda said: print(said, flush=True)))
     if args.json:
         print_json({"base_dir": os.path.abspath(args.base_dir), "nodes": [
             {"name": r.name, "action": r.action, "role": r.record.role, "address": r.record.address,
@@ -145,6 +147,9 @@ def add_cluster_commands(subparsers: argparse._SubParsersAction) -> Any:
     _base_dir(up)
     up.add_argument("--timeout", type=float, default=60.0, metavar="S", help="READY deadline per stage (default 60)")
     up.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
+    up.add_argument("--controller", choices=["etcd"],
+                    help="start a local etcd for automatic failover (conf/2m-2s-sync-auto; a layout "
+                    "whose nodes set controllerMode = \"etcd\" starts it anyway)")
     up.set_defaults(handler=_launcher_errors(_cmd_up))
 
     status = actions.add_parser(

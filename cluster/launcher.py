@@ -21,7 +21,7 @@ from pathlib import Path
 import attrs
 import psutil
 
-from . import processes
+from . import launcher_etcd, processes
 from .layout import copy_layout, free_ports, read_layout
 from .processes import StopResult
 from .state import (
@@ -78,6 +78,8 @@ def up(
     *,
     timeout_s: float = READY_TIMEOUT_S,
     on_result: Callable[[UpResult], None] | None = None,
+    controller: str | None = None,
+    on_etcd: Callable[[str], None] | None = None,
 ) -> list[UpResult]:
     """Start every node of the layout that is not already running, stage by stage.
 
@@ -94,6 +96,7 @@ def up(
             conf_dir = old.layout
         layout = str(Path(conf_dir).resolve())
         specs = read_layout(layout, base)
+        endpoint = launcher_etcd.etcd_endpoint(specs, base, controller)
         if old is not None and old.layout != layout:
             alive = [r.name for r in old.ordered() if processes.process(r) is not None]
             if alive:
@@ -112,6 +115,10 @@ def up(
                 on_result(result)
 
         try:
+            if endpoint is not None:  # beside the name server, before any node needs it
+                said = launcher_etcd.start_etcd(base, endpoint)
+                if on_etcd:
+                    on_etcd(said)
             for stage in Stage:
                 launches = []
                 for spec in (s for s in specs if s.stage is stage):
@@ -211,4 +218,5 @@ def down(
             rec.pid = None
             rec.create_time = None
         save_state(state)
+        launcher_etcd.stop_etcd(base, grace_s)
         return results

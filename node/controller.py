@@ -118,9 +118,10 @@ class EtcdController:
     def check_write(self) -> None:
         """Raise OpError (SERVICE_NOT_AVAILABLE) unless this node holds a live lease."""
         if not self.leading:
-            holder = (self.leader or {}).get("address", "none")
-            raise OpError(Status.SERVICE_NOT_AVAILABLE,
-                          f"not the elected master of {self.cfg.broker_name} (etcd holder: {holder})")
+            holder = (self.leader or {}).get("address")
+            why = f"etcd holder: {holder}" if holder and holder != self.cfg.address else \
+                "its leadership lease expired" if holder else "no holder elected yet"
+            raise OpError(Status.SERVICE_NOT_AVAILABLE, f"not the elected master of {self.cfg.broker_name} ({why})")
         if trio.current_time() >= self.lease_deadline:
             raise OpError(Status.SERVICE_NOT_AVAILABLE,
                           f"fenced: the leadership lease of {self.cfg.broker_name} ran out "
