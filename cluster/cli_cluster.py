@@ -20,7 +20,7 @@ from store.cli import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, error, print_json
 from . import launcher
 from .health import NodeStatus, cluster_status
 from .state import LauncherError, LayoutError
-from .tables import BrokerRow, broker_table
+from .tables import BrokerRow, broker_table, failover_lines
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -88,8 +88,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
         from rich.console import Console
 
         console = Console(width=None if sys.stdout.isatty() else 200)
-        console.print(broker_table(node_rows(rows, args.base_dir),
-                                   title=f"cluster {os.path.abspath(args.base_dir)}", processes=True))
+        table_rows = node_rows(rows, args.base_dir)
+        console.print(broker_table(table_rows, title=f"cluster {os.path.abspath(args.base_dir)}", processes=True))
+        for line in failover_lines(table_rows):
+            console.print(line, markup=False, highlight=False)
     healthy = all(r.state == "running" and r.error is None for r in rows)
     return EXIT_OK if healthy else EXIT_PROBLEM
 
