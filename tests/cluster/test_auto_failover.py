@@ -7,6 +7,8 @@ controllerMode etcd and a 2 s lease; waits are conditions with deadlines.
 from __future__ import annotations
 
 import json
+import os
+import random
 import signal
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ import pytest
 import trio
 
 from cluster.etcd_server import EtcdServer
-from node.client import TidemqError
+from node.client import TidemqError, connect
 from node.controller import key_prefix
 from node.etcd import EtcdClient, parse_endpoints
 from tests.cluster.helpers import broker_conf, call, slave_of, start_namesrv, wait_for
@@ -189,3 +191,59 @@ async def test_etcd_stopped_fences_at_the_lease_deadline_and_writes_resume(tmp_p
             return False
     await wait_for(writes_again, timeout=ELECTION_S, what="writes resumed once etcd was back")
     assert (await status(g.m.address))["controller"]["etcd_reachable"] is True
+
+
+ROUNDS = int(os.environ.get("TIDEMQ_AUTO_ROUNDS", "3"))
+"""Seeded kill/pause rounds: 3 in CI; `TIDEMQ_AUTO_ROUNDS=20 pytest -k rounds` for the issue's 20."""
+SEED = int(os.environ.get("TIDEMQ_AUTO_SEED", "14"))
+
+
+async def test_seeded_kill_pause_rounds_lose_no_acknowledged_message(tmp_path, nodes, etcd) -> None:
+    g = await started_group(nodes, tmp_path, etcd)
+    rng = random.Random(SEED)
+    procs = {g.m.address: (g.m, g.m_conf), g.s.address: (g.s, g.s_conf)}
+    acked: dict[str, str] = {}
+    target = [g.m.address]
+    counter = [0]
+
+    async def writer() -> None:
+        """Sends to the current leader all along, faults included; records every PUT_OK."""
+        while True:
+            key = f"k{counter[0]}"
+            counter[0] += 1
+            try:
+                async with connect(target[0], connect_timeout=1.0, request_timeout=2.0) as conn:
+                    r = await conn.request("send", topic=TOPIC, body=key.encode(), keys=[key])
+                if r["status"] == "PUT_OK":
+                    acked[key] = r["msg_id"]
+            except TidemqError:
+                await trio.sleep(0.05)  # poll: the leader is changing
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer)
+        for i in range(ROUNDS):
+            leader = target[0]
+            follower = next(a for a in procs if a != leader)
+            await wait_for(lambda f=follower: in_sync(g, f), timeout=ELECTION_S, what=f"round {i}: follower in sync")
+            before = len(acked)
+            await wait_for(lambda n=before + 5: len(acked) >= n, timeout=ELECTION_S, what=f"round {i}: writes")
+            proc, conf = procs[leader]
+            fault = rng.choice(["kill", "pause"])
+            if fault == "kill":
+                proc.kill()
+            else:
+                proc.proc.send_signal(signal.SIGSTOP)
+            try:
+                await wait_for(lambda f=follower: leading(procs[f][0]), timeout=ELECTION_S,
+                               what=f"round {i} ({fault}): {follower} elected")
+            finally:
+                if fault == "pause":
+                    proc.proc.send_signal(signal.SIGCONT)
+            target[0] = follower
+            if fault == "kill":
+                procs[leader] = (nodes.start(conf), conf)
+            await wait_for(lambda a=leader: _serves_as_slave(a), timeout=ELECTION_S,
+                           what=f"round {i} ({fault}): the old leader rejoined")
+        nursery.cancel_scope.cancel()
+    assert len(acked) >= 5 * ROUNDS
+    await keys_on(target[0], acked)  # every PUT_OK of every term is on the last leader
