@@ -203,6 +203,7 @@ async def test_seeded_kill_pause_rounds_lose_no_acknowledged_message(tmp_path, n
     rng = random.Random(SEED)
     procs = {g.m.address: (g.m, g.m_conf), g.s.address: (g.s, g.s_conf)}
     acked: dict[str, str] = {}
+    epochs = [(await status(g.m.address))["epoch"]]
     target = [g.m.address]
     counter = [0]
 
@@ -234,8 +235,9 @@ async def test_seeded_kill_pause_rounds_lose_no_acknowledged_message(tmp_path, n
             else:
                 proc.proc.send_signal(signal.SIGSTOP)
             try:
-                await wait_for(lambda f=follower: leading(procs[f][0]), timeout=ELECTION_S,
-                               what=f"round {i} ({fault}): {follower} elected")
+                elected = await wait_for(lambda f=follower: leading(procs[f][0]), timeout=ELECTION_S,
+                                         what=f"round {i} ({fault}): {follower} elected")
+                epochs.append(elected["epoch"])
             finally:
                 if fault == "pause":
                     proc.proc.send_signal(signal.SIGCONT)
@@ -246,4 +248,5 @@ async def test_seeded_kill_pause_rounds_lose_no_acknowledged_message(tmp_path, n
                            what=f"round {i} ({fault}): the old leader rejoined")
         nursery.cancel_scope.cancel()
     assert len(acked) >= 5 * ROUNDS
+    assert epochs == sorted(set(epochs)), epochs  # every term a new, newer epoch
     await keys_on(target[0], acked)  # every PUT_OK of every term is on the last leader
