@@ -30,7 +30,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
 import trio
@@ -46,8 +46,19 @@ from .jsonfile import ConfigFileError
 from .ops import NodeServices, OpError
 from .protocol import Status
 
-if TYPE_CHECKING:
-    from .controller import EtcdController
+
+class ControllerHooks(Protocol):
+    """What Failover asks of node/controller.py's EtcdController (typed here, so the two
+    modules do not import each other)."""
+
+    leader: dict[str, Any] | None
+
+    async def before_write(self) -> None: ...
+
+    def check_write(self) -> None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
 
 log = logging.getLogger("tidemq.node")
 
@@ -170,7 +181,7 @@ class Failover:
         """Why the HA client may not replicate from the master it found (a config mismatch
         that would corrupt this store); None while replication is allowed."""
         self._check_lock = trio.Lock()
-        self.controller: EtcdController | None = None
+        self.controller: ControllerHooks | None = None
         """With controllerMode etcd: the election decides who writes (node/controller.py)."""
 
     # ---- terms -------------------------------------------------------------------------------
