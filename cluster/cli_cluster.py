@@ -20,7 +20,7 @@ from store.cli import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, error, print_json
 from . import launcher
 from .health import NodeStatus, cluster_status
 from .state import LauncherError, LayoutError
-from .tables import BrokerRow, broker_table
+from .tables import BrokerRow, broker_table, failover_lines
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -48,7 +48,9 @@ def _cmd_up(args: argparse.Namespace) -> int:
             print(f"{res.name:<14} {res.action:<8} {rec.role:<13} {rec.address:<22} {res.note}", flush=True)
 
     results = launcher.up(args.conf, args.base_dir, timeout_s=args.timeout, on_result=show,
-                          proxy_url=args.proxy_url, proxy_prefix=args.proxy_prefix)
+                          proxy_url=args.proxy_url, proxy_prefix=args.proxy_prefix,
+                          controller=args.controller,
+                          on_etcd=None if args.json else (lambda said: print(said, flush=True)))
     if args.json:
         print_json({"base_dir": os.path.abspath(args.base_dir), "nodes": [
             {"name": r.name, "action": r.action, "role": r.record.role, "address": r.record.address,
@@ -110,8 +112,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
         from rich.console import Console
 
         console = Console(width=None if sys.stdout.isatty() else 200)
-        console.print(broker_table(node_rows(rows, args.base_dir),
-                                   title=f"cluster {os.path.abspath(args.base_dir)}", processes=True))
+        table_rows = node_rows(rows, args.base_dir)
+        console.print(broker_table(table_rows, title=f"cluster {os.path.abspath(args.base_dir)}", processes=True))
+        for line in failover_lines(table_rows):
+            console.print(line, markup=False, highlight=False)
         for row in proxy_rows:
             print(_proxy_line(row))
     healthy = all(r.state == "running" and r.error is None for r in rows) and all(
@@ -178,6 +182,9 @@ def add_cluster_commands(subparsers: argparse._SubParsersAction) -> Any:
                     "each broker then advertises its proxies (advertisedAddress, haAdvertisedAddress)")
     up.add_argument("--proxy-prefix", default="", metavar="P",
                     help="prefix of the proxies' names, <P><node>-client and <P><node>-ha (default none)")
+    up.add_argument("--controller", choices=["etcd"],
+                    help="start a local etcd for automatic failover (conf/2m-2s-sync-auto; a layout "
+                    "whose nodes set controllerMode = \"etcd\" starts it anyway)")
     up.set_defaults(handler=_launcher_errors(_cmd_up))
 
     status = actions.add_parser(

@@ -58,12 +58,16 @@ NODE_OVERRIDES = {"mappedFileSizeCommitLog": 16 * 1024 * 1024, "mappedFileSizeCo
 
 DrillFn = Callable[["DrillRun"], Awaitable[None]]
 DRILLS: dict[str, tuple[str, DrillFn]] = {}
+LAYOUTS: dict[str, Path] = {}
+"""A drill's layout when not LAYOUT (the auto-failover drills run conf/2m-2s-sync-auto)."""
 
 
-def drill(name: str, help: str) -> Callable[[DrillFn], DrillFn]:
+def drill(name: str, help: str, *, layout: Path | None = None) -> Callable[[DrillFn], DrillFn]:
     """Register a drill under `name` (what `tidemq drill NAME` runs)."""
     def register(fn: DrillFn) -> DrillFn:
         DRILLS[name] = (help, fn)
+        if layout is not None:
+            LAYOUTS[name] = layout
         return fn
     return register
 
@@ -319,8 +323,9 @@ async def run_drill(name: str, *, base_dir: str | None = None, keep: bool = Fals
         raise ValueError(f"unknown drill {name!r}; one of {', '.join(sorted(DRILLS))}")
     base = Path(base_dir) if base_dir else Path(tempfile.mkdtemp(prefix=f"tidemq-drill-{name}-"))
     conf = base / "conf"
-    stems = [p.stem for p in LAYOUT.glob("broker-*.toml")]
-    launcher.copy_layout(LAYOUT, conf, overrides={s: NODE_OVERRIDES for s in stems})
+    layout = LAYOUTS.get(name, LAYOUT)
+    stems = [p.stem for p in layout.glob("broker-*.toml")]
+    launcher.copy_layout(layout, conf, overrides={s: NODE_OVERRIDES for s in stems})
     try:
         await trio.to_thread.run_sync(lambda: launcher.up(conf, base))
         state = launcher.load_state(base)

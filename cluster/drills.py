@@ -110,4 +110,4 @@ async def rebalance(run: DrillRun) -> None:
         run.event(f"overlap: {overlap}")
 
 
-from . import failover_drills  # noqa: E402,F401  (registers promote and partition)
+from . import auto_drills, failover_drills  # noqa: E402,F401  (promote, partition; auto-*, etcd-down)

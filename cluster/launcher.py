@@ -22,7 +22,7 @@ from pathlib import Path
 import attrs
 import psutil
 
-from . import processes, proxies
+from . import launcher_etcd, processes, proxies
 from .layout import copy_layout, free_ports, read_layout
 from .processes import StopResult
 from .state import (
@@ -83,6 +83,8 @@ def up(
     on_result: Callable[[UpResult], None] | None = None,
     proxy_url: str | None = None,
     proxy_prefix: str = "",
+    controller: str | None = None,
+    on_etcd: Callable[[str], None] | None = None,
 ) -> list[UpResult]:
     """Start every node of the layout that is not already running, stage by stage.
 
@@ -112,6 +114,7 @@ def up(
                 f"{base} runs {runs} ({', '.join(alive)} alive); "
                 f"stop it first (tidemq cluster down --base-dir {base_dir})"
             )
+        endpoint = launcher_etcd.etcd_endpoint(specs, base, controller)
         if old is not None and old.layout != layout:
             old = None
         state = ClusterState(layout=layout, base_dir=str(base), proxy_url=proxy_url,
@@ -131,6 +134,10 @@ def up(
                 on_result(result)
 
         try:
+            if endpoint is not None:  # beside the name server, before any node needs it
+                said = launcher_etcd.start_etcd(base, endpoint)
+                if on_etcd:
+                    on_etcd(said)
             for stage in Stage:
                 launches = []
                 for spec in (s for s in specs if s.stage is stage):
@@ -241,4 +248,5 @@ def down(
                 problems = [str(e)]
             for problem in problems:  # the nodes are down: a proxy left behind is only noted
                 log.warning("%s", problem)
+        launcher_etcd.stop_etcd(base, grace_s)
         return results

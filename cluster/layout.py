@@ -75,6 +75,7 @@ def free_ports(n: int) -> list[int]:
 
 
 _PORT_KEYS = re.compile(r"^\s*(?:listenPort|haListenPort)\s*[=:]\s*(\d+)", re.MULTILINE)
+_ETCD_PORTS = re.compile(r"^\s*etcdEndpoints\s*[=:]\s*\"?[^:\n]+:(\d+)", re.MULTILINE)
 
 
 def copy_layout(
@@ -95,7 +96,8 @@ def copy_layout(
     src_dir, dst_dir = Path(src), Path(dst)
     texts = {p.name: p.read_text(encoding="utf-8") for p in sorted(src_dir.iterdir())
              if p.suffix in (".toml", ".properties")}
-    old_ports = sorted({int(m) for text in texts.values() for m in _PORT_KEYS.findall(text)})
+    old_ports = sorted({int(m) for text in texts.values()
+                        for keys in (_PORT_KEYS, _ETCD_PORTS) for m in keys.findall(text)})
     mapping = dict(ports or {})
     missing = [p for p in old_ports if p not in mapping]
     mapping.update(zip(missing, free_ports(len(missing)), strict=True))

@@ -108,12 +108,28 @@ def failover_lines(rows: Iterable[BrokerRow]) -> list[str]:
             lines.append(f"{who}: {s['fenced']}")
         if s.get("replication_refused"):
             lines.append(f"{who}: {s['replication_refused']}")
+        if s.get("controller"):
+            lines.append(f"{who}: {controller_line(s['controller'])}")
         cut = s.get("last_truncation")
         if cut:
             ids = cut.get("msg_ids") or []
             lines.append(f"{who}: dropped CommitLog [{cut['from_offset']}, {cut['to_offset']}) when it rejoined "
                          f"({cut['message_count']} message(s)): {', '.join(ids[:20])}{' ...' if len(ids) > 20 else ''}")
     return lines
+
+
+def controller_line(c: Mapping[str, Any]) -> str:
+    """A node's view of the etcd election (docs/auto-failover.md)."""
+    holder = c.get("lease_holder") or {}
+    sync = c.get("sync_state_set") or {}
+    if c.get("leading"):
+        text = (f"etcd lease holder, epoch {holder.get('epoch', '-')}, lease {c.get('lease_left_ms', 0)} ms left, "
+                f"in-sync set: {', '.join([sync.get('master', '?'), *(sync.get('in_sync') or [])])}")
+    else:
+        text = f"etcd holder {holder.get('address', 'none')} (epoch {holder.get('epoch', '-')})"
+    if c.get("etcd_reachable") is False:
+        text += f"; etcd UNREACHABLE: {c.get('last_error')}"
+    return text
 
 
 def broker_table(rows: Iterable[BrokerRow], title: str, *, processes: bool = False) -> Table:

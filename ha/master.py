@@ -80,6 +80,8 @@ class HAConnection:
     """Where shipping starts, derived once from `request_offset`."""
     started: trio.Event = attrs.field(factory=trio.Event)
     """Set when the first report was accepted and `start_offset` is known."""
+    last_ack_at: float | None = None
+    """trio.current_time() of the newest report (the in-sync rule's haMaxTimeSlaveNotCatchup)."""
 
 
 class HAService:
@@ -120,6 +122,15 @@ class HAService:
         if self.push2slave_max_offset >= next_offset:
             return True
         return await self._ack_waiters.wait(next_offset, timeout_s)
+
+    def in_sync(self, max_gap: int, max_silence_s: float) -> list[str]:
+        """Peer addresses of the slaves within `max_gap` bytes that reported within
+        `max_silence_s` (RocketMQ 5's haMaxGapNotInSync / haMaxTimeSlaveNotCatchup)."""
+        max_offset = self.store.commit_log.max_offset()
+        now = trio.current_time()
+        return sorted(c.address for c in self._connections
+                      if c.ack_offset >= 0 and max_offset - c.ack_offset <= max_gap
+                      and c.last_ack_at is not None and now - c.last_ack_at <= max_silence_s)
 
     def slave_fall_behind_much(self) -> int:
         return self.store.commit_log.max_offset() - self.push2slave_max_offset
@@ -227,6 +238,7 @@ class HAService:
                 )
                 return False
         conn.ack_offset = reports[-1]
+        conn.last_ack_at = trio.current_time()
         self._notify_transfer_some(conn.ack_offset)
         return True
 

@@ -118,6 +118,18 @@ class HAClient:
     def connected(self) -> bool:
         return self._session is not None
 
+    @property
+    def local_address(self) -> str | None:
+        """host:port of this end of the current connection: the address the master sees
+        (the controller matches it to this node in the in-sync set)."""
+        if self._session is None:
+            return None
+        try:
+            host, port = self._session.stream.socket.getsockname()[:2]
+        except OSError:
+            return None
+        return f"{host}:{port}"
+
     def status(self) -> SlaveHAStatus:
         max_offset = self.store.commit_log.max_offset()
         return SlaveHAStatus(

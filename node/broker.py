@@ -26,6 +26,7 @@ from ha.slave import HAClient
 from store.message_store import open_store
 
 from .config import BrokerConfig
+from .controller import EtcdController
 from .failover import Failover, Transition, effective_config
 from .handlers import handle_request
 from .offsets import ConsumerOffsetManager
@@ -87,6 +88,9 @@ class Broker:
         self.failover = Failover(cfg)  # the role stored beside the store overrides the file's
         self.cfg = self.failover.cfg
         self.failover.on_transition = self._end_term
+        self.controller: EtcdController | None = None
+        if cfg.controller_mode == "etcd":  # the election decides who is master
+            self.controller = self.failover.controller = EtcdController(cfg, self.failover)
         self.services: NodeServices | None = None
         self.server: ClientServer | None = None
         self._stop = trio.Event()
@@ -120,6 +124,8 @@ class Broker:
             async with trio.open_nursery() as outer:
                 if signals is not None:
                     outer.start_soon(self._watch_signals, signals)
+                if self.controller is not None:
+                    await outer.start(self.controller.run)
                 try:
                     while True:
                         self.cfg = self.failover.cfg
@@ -194,6 +200,8 @@ class Broker:
                                              max_frame_size=cfg.max_frame_size,
                                              delay_offset_path=ScheduleMessageService.path_in(store))
                             services.slave_sync_status = sync.status
+                            if self.controller is not None:
+                                self.controller.sync = sync
                             await nursery.start(sync.run)
                         else:
                             log.warning("masterAddr is not set: topics and consumer offsets are not "

@@ -91,6 +91,21 @@ def _addr_list(_inst: Any, attribute: attrs.Attribute, value: str | None) -> Non
         raise ConfigError(f"{name} must be host:port[;host:port...], got {value!r}")
 
 
+CONTROLLER_MODES = ("etcd",)
+
+
+def _controller_mode(_inst: Any, attribute: attrs.Attribute, value: str | None) -> None:
+    if value is not None and value not in CONTROLLER_MODES:
+        raise ConfigError(f"controllerMode must be one of {', '.join(CONTROLLER_MODES)} "
+                          f"(or unset for manual promotion), got {value!r}")
+
+
+def _lease_ms(_inst: Any, attribute: attrs.Attribute, value: int) -> None:
+    if not 1000 <= value <= 60_000 or value % 1000:
+        raise ConfigError(f"controllerLeaseMs must be a whole number of seconds in 1000..60000 ms "
+                          f"(etcd leases count seconds), got {value!r}")
+
+
 @attrs.define(kw_only=True)
 class BrokerConfig:
     """One node's settings: broker-level keys plus the embedded store's `StoreConfig`.
@@ -122,6 +137,17 @@ class BrokerConfig:
     # `haAdvertisedAddress`. The launcher's --proxy-url sets both. Unset: what it binds.
     advertised_address: str | None = attrs.field(default=None, validator=validate_host_port)
     ha_advertised_address: str | None = attrs.field(default=None, validator=validate_host_port)
+    # ---- automatic failover (docs/auto-failover.md); unset: manual promotion only
+    # "etcd": each group's master is elected under an etcd lease (node/controller.py).
+    controller_mode: str | None = attrs.field(default=None, validator=_controller_mode)
+    # etcd client endpoints, host:port[;host:port...] (required with controllerMode).
+    etcd_endpoints: str | None = attrs.field(default=None, validator=_addr_list)
+    # The leadership lease's TTL (ms, whole seconds in etcd; kept alive at a third of it).
+    controller_lease_ms: int = attrs.field(default=3000, validator=_lease_ms)
+    # RocketMQ 5's in-sync rule: a slave within this many bytes of the master ...
+    ha_max_gap_not_in_sync: int = attrs.field(default=256 * 1024, validator=_positive)
+    # ... that acknowledged within this many ms belongs to the in-sync set.
+    ha_max_time_slave_not_catchup: int = attrs.field(default=15_000, validator=_positive)
     store: StoreConfig = attrs.field(factory=StoreConfig)
     # The file this came from, for error messages; not part of the config's value.
     source: str = attrs.field(default="", eq=False)
@@ -267,12 +293,18 @@ _CAMEL = {
     "ha_listen_port": "haListenPort",
     "ha_master_address": "haMasterAddress",
     "broker_role": "brokerRole",
+    "controller_mode": "controllerMode",
+    "etcd_endpoints": "etcdEndpoints",
+    "controller_lease_ms": "controllerLeaseMs",
+    "ha_max_gap_not_in_sync": "haMaxGapNotInSync",
+    "ha_max_time_slave_not_catchup": "haMaxTimeSlaveNotCatchup",
 }
 _NOT_KEYS = {"store", "source"}
 _BROKER_FIELDS = {f.name: f for f in attrs.fields(BrokerConfig) if f.name not in _NOT_KEYS}
 _STORE_FIELDS = {f.name: f for f in attrs.fields(StoreConfig)}
 _BROKER_KEYS = [_CAMEL[n] for n in _BROKER_FIELDS]
-_OPTIONAL_STR = {"namesrv_addr", "ha_master_address", "master_addr", "advertised_address", "ha_advertised_address"}
+_OPTIONAL_STR = {"namesrv_addr", "ha_master_address", "master_addr", "advertised_address",
+                 "ha_advertised_address", "controller_mode", "etcd_endpoints"}
 assert set(_CAMEL) >= set(_BROKER_FIELDS), "every broker key needs its RocketMQ spelling"
 assert not set(_BROKER_FIELDS) & set(_STORE_FIELDS), "a key belongs to the broker or the store"
 
@@ -313,6 +345,10 @@ def _cross_field_problem(cfg: BrokerConfig) -> str | None:
             f"masterAddr {cfg.master_addr} equals haMasterAddress; masterAddr is the master's "
             "client address (its listenPort), haMasterAddress its HA port"
         )
+    if cfg.controller_mode is not None and not cfg.etcd_endpoints:
+        return f"controllerMode {cfg.controller_mode} needs etcdEndpoints (host:port[;host:port...])"
+    if cfg.etcd_endpoints and cfg.controller_mode is None:
+        return 'etcdEndpoints is set but controllerMode is not; set controllerMode = "etcd" to use it'
     if cfg.max_frame_size <= cfg.store.max_message_size:
         return (
             f"maxFrameSize ({cfg.max_frame_size}) must exceed maxMessageSize "

@@ -30,7 +30,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import trio
@@ -45,6 +45,20 @@ from .config import BrokerConfig, ConfigError
 from .jsonfile import ConfigFileError
 from .ops import NodeServices, OpError
 from .protocol import Status
+
+
+class ControllerHooks(Protocol):
+    """What Failover asks of node/controller.py's EtcdController (typed here, so the two
+    modules do not import each other)."""
+
+    leader: dict[str, Any] | None
+
+    async def before_write(self) -> None: ...
+
+    def check_write(self) -> None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
 
 log = logging.getLogger("tidemq.node")
 
@@ -167,6 +181,8 @@ class Failover:
         """Why the HA client may not replicate from the master it found (a config mismatch
         that would corrupt this store); None while replication is allowed."""
         self._check_lock = trio.Lock()
+        self.controller: ControllerHooks | None = None
+        """With controllerMode etcd: the election decides who writes (node/controller.py)."""
 
     # ---- terms -------------------------------------------------------------------------------
     @property
@@ -199,6 +215,18 @@ class Failover:
             log.info("epoch %d starts at CommitLog offset %d (first term with epochs)", epoch, start)
         self.newest_seen = max(self.newest_seen, self.cache.last_epoch())
         self.needs_check = True  # a node that starts as master asks before its first write
+
+    def begin_epoch(self, epoch: int) -> None:
+        """A master elected by the controller starts `epoch` at its max offset (an empty
+        term of its own that starts there is replaced)."""
+        if self.services is None or epoch <= self.cache.last_epoch():
+            return
+        max_offset = self.services.store.get_max_phy_offset()
+        self.cache.truncate_suffix_by_offset(max_offset)
+        self.cache.append(EpochEntry(epoch, max_offset))
+        self.newest_seen = max(self.newest_seen, epoch)
+        log.warning("epoch %d starts at CommitLog offset %d: this node is the elected master of %s",
+                    epoch, max_offset, self.cfg.broker_name)
 
     def request_transition(self, transition: Transition) -> None:
         """Save the new role and end the term (the node restarts its services with it)."""
@@ -263,12 +291,15 @@ class Failover:
             "role_file": self.role_state.to_json() if self.role_state else None,
             "last_truncation": self.last_truncation,
             "replication_refused": self.replication_refused,
+            "controller": self.controller.status() if self.controller else None,
         }
 
     # ---- name server answers -----------------------------------------------------------------
     def on_registration(self, answer: dict[str, Any]) -> None:
         """A registration answer names the group's master and its epoch."""
         epoch = answer.get("master_epoch")
+        if self.controller is not None and self.controller.leader is not None:
+            return  # etcd names the master: a name server's view may lag behind it
         self.master = GroupMaster(answer.get("master_address"), answer.get("master_ha_address"),
                                   epoch if type(epoch) is int else None, answer.get("master_role"))
         if self.master.epoch is None:
@@ -321,6 +352,8 @@ class Failover:
         """Raise OpError (SERVICE_NOT_AVAILABLE) when this master must not take the write."""
         if not self.cfg.role.is_master:
             return
+        if self.controller is not None:
+            await self.controller.before_write()
         self._observe()
         if self.lonely_since is not None and trio.current_time() - self.last_check >= LONELY_WRITE_RECHECK_S:
             self.needs_check = True  # slaveless since a slave left: a recent answer only
@@ -328,6 +361,12 @@ class Failover:
             await self._check()
         if self.fenced is not None:
             raise OpError(Status.SERVICE_NOT_AVAILABLE, self.fenced)
+
+    def after_write(self) -> None:
+        """Raise OpError when the lease ran out while the write waited (flush, slave ack):
+        it is not acknowledged."""
+        if self.controller is not None and self.cfg.role.is_master:
+            self.controller.check_write()
 
     async def _check(self, *, again: bool = False) -> None:
         async with self._check_lock:
@@ -376,6 +415,24 @@ class Failover:
                 for address in peers:
                     nursery.start_soon(ask_peer, address)
         return views
+
+    def set_master(self, address: str, ha_address: str, epoch: int, role: str | None) -> None:
+        self.master = GroupMaster(address, ha_address, epoch, role)
+
+    def fence(self, epoch: int, address: str | None, source: str) -> None:
+        """Stop taking writes and rejoin as a slave: `address` serves a newer `epoch`."""
+        self._fence(epoch, address, source)
+
+    async def refresh_epochs(self, address: str) -> None:
+        """A slave replicating from `address` takes its history once it grew (an election
+        started a new epoch there): the log it copied is that master's up to here."""
+        answer = await _ask(address, "epoch")
+        if not answer or answer.get("fenced") or type(answer.get("epoch")) is not int:
+            return
+        if answer["epoch"] > self.cache.last_epoch() and self.transition is None:
+            self.cache.replace(EpochEntry(e, s) for e, s in answer.get("entries", []))
+            self.newest_seen = max(self.newest_seen, answer["epoch"])
+            log.info("adopted master %s's epoch history (epoch %d)", address, answer["epoch"])
 
     def _fence(self, epoch: int, address: str | None, source: str) -> None:
         if self.fenced is not None:
@@ -461,8 +518,9 @@ class Failover:
         self.replication_refused = reason
         return False
 
-    async def promote(self, role: str | None) -> dict[str, Any]:
-        """Make this slave the group's master (see the module docstring)."""
+    async def promote(self, role: str | None, *, epoch: int | None = None) -> dict[str, Any]:
+        """Make this slave the group's master (see the module docstring); `epoch` is the
+        controller's (etcd's), else N+1."""
         services = self.services
         if services is None or self.cfg.role.is_master:
             raise OpError(Status.BAD_REQUEST, f"{self.cfg.address} is already a master "
@@ -483,7 +541,7 @@ class Failover:
         while store.reput.do_reput():  # everything received is in the ConsumeQueues
             await trio.lowlevel.checkpoint()
         await self._adopt_master_topics(services)
-        epoch = max(self.newest_seen, self.epoch) + 1
+        epoch = epoch if epoch is not None else max(self.newest_seen, self.epoch) + 1
         max_offset = store.get_max_phy_offset()
         reason = f"promoted to master of {self.cfg.broker_name} with epoch {epoch} (was brokerId {self.cfg.broker_id})"
         self.request_transition(Transition(RoleState(0, role, reason, pending_epoch=epoch)))

@@ -38,6 +38,8 @@ class FailoverHooks(Protocol):
 
     async def before_write(self) -> None: ...
 
+    def after_write(self) -> None: ...
+
     def status(self) -> dict[str, Any]: ...
 
     def epoch_answer(self) -> dict[str, Any]: ...
@@ -216,11 +218,18 @@ async def _check_writeable(s: NodeServices) -> None:
         await s.failover.before_write()
 
 
+def _confirm_write(s: NodeServices) -> None:
+    """A write stored while this master's lease ran out is not acknowledged (controller)."""
+    if s.failover is not None:
+        s.failover.after_write()
+
+
 async def _send(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     await _check_writeable(s)
     f = r.fields
     queue_id = await _checked_topic(s, f["topic"], f["queue_id"])
     result = await s.store.put_message(_message(f, f["topic"], queue_id, f["wait"], peer))
+    _confirm_write(s)
     if result.status.stored:
         s.stats.put.add(result.msg_num)
     return _put_response(r.id, result, queue_id, batch=False)
@@ -232,6 +241,7 @@ async def _send_batch(s: NodeServices, r: Request, peer: str | None) -> dict[str
     queue_id = await _checked_topic(s, f["topic"], f["queue_id"])
     msgs = [_message(m, f["topic"], queue_id, f["wait"], peer) for m in f["messages"]]
     result = await s.store.put_messages(msgs)
+    _confirm_write(s)
     if result.status.stored:
         s.stats.put.add(result.msg_num)
     return _put_response(r.id, result, queue_id, batch=True)

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from cluster.etcd_server import EtcdServer, etcd_binary
 from tests.node.nodeproc import Nodes
 
 
@@ -15,3 +16,15 @@ def nodes() -> Iterator[Nodes]:
     n = Nodes()
     yield n
     n.cleanup()
+
+
+@pytest.fixture
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    """A real single-member etcd on free loopback ports with a scratch data dir (scripts/test
+    installs Debian's etcd-server when `etcd` is missing)."""
+    if etcd_binary() is None:
+        pytest.fail("etcd is not installed: run scripts/test, or apt-get install etcd-server")
+    server = EtcdServer(tmp_path_factory.mktemp("etcd") / "data")
+    server.start()
+    yield server
+    server.stop()

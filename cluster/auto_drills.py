@@ -1,0 +1,134 @@
+"""The automatic-failover drills (conf/2m-2s-sync-auto: etcd elects each group's master).
+
+- `auto-kill-master`: SIGKILL broker-a's master. Promises: etcd elects its in-sync slave
+  within the lease TTL + ELECTED_WITHIN_S, with a newer epoch; producers write to broker-a
+  again; the old master, restarted, fences, rejoins as a slave; nothing acknowledged lost.
+- `auto-partition`: SIGSTOP broker-a's master until its slave is elected, then SIGCONT.
+  Promises: the slave is elected; the resumed old master answers a write
+  SERVICE_NOT_AVAILABLE (no PUT_OK after its lease ran out) and rejoins as a slave.
+- `etcd-down`: stop etcd under load, start it again. Promises: the masters stop
+  acknowledging at their lease deadline (no node takes over), writes resume once etcd is
+  back, nothing acknowledged is lost.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from node.client import TidemqError, connect
+
+from . import launcher_etcd
+from .drill import REPO, TOPIC, DrillRun, drill
+from .failover_drills import _consumed_again, _rejoined, _status, _writes_reach
+
+LAYOUT = REPO / "conf" / "2m-2s-sync-auto"
+LEASE_S = 3.0
+ELECTED_WITHIN_S = 15.0
+"""Beyond the lease TTL: the election tick, the promotion's store reopen, a loaded machine."""
+ETCD_BACK_S = 30.0
+
+
+async def _elected(run: DrillRun, address: str) -> dict[str, Any] | None:
+    found: dict[str, Any] = {}
+
+    async def leading() -> bool:
+        s = await _status(address)
+        if s["broker_id"] == 0 and (s.get("controller") or {}).get("leading"):
+            found.update(s)
+            return True
+        return False
+
+    t0 = run.now()
+    if not await run.wait_until(leading, LEASE_S + ELECTED_WITHIN_S, f"{address} elected master of broker-a"):
+        return None
+    run.event(f"{address} elected with epoch {found['epoch']} {run.now() - t0:.1f} s after the fault")
+    return found
+
+
+async def _probe_write(address: str) -> tuple[bool, str]:
+    """(refused with SERVICE_NOT_AVAILABLE, what it answered)."""
+    try:
+        async with connect(address, connect_timeout=2.0, request_timeout=10.0) as conn:
+            answer = await conn.request("send", topic=TOPIC, body=b"probe")
+        return False, f"answered {answer.get('status')}"
+    except TidemqError as e:
+        return e.status == "SERVICE_NOT_AVAILABLE", e.message
+
+
+async def _fail_over(run: DrillRun, sig: str) -> None:
+    await trio.sleep(1.0)  # steady load before the fault
+    old, new = run.address("broker-a"), run.address("broker-a-s")
+
+    async def slave_in_sync() -> bool:
+        sync = (await _status(old))["controller"]["sync_state_set"] or {}
+        return new in (sync.get("in_sync") or [])
+    run.promise("broker-a's slave joins the in-sync set under load",
+                await run.wait_until(slave_in_sync, 30, "broker-a's slave in the in-sync set"))
+    epoch = (await _status(old))["epoch"]
+    run.fault(f"SIG{sig} broker-a (master)")
+    await run.kill("broker-a", sig)
+    try:
+        elected = await _elected(run, new)
+    finally:
+        if sig == "STOP":
+            await run.kill("broker-a", "CONT")
+    run.promise(f"etcd elects broker-a's slave within the lease + {ELECTED_WITHIN_S:g} s with a newer epoch",
+                elected is not None and elected["epoch"] > epoch)
+    if elected is None:
+        return
+    if sig == "STOP":
+        refused, why = await _probe_write(old)
+        run.event(f"a write to the resumed old master: {why}")
+        run.promise("the resumed old master acknowledges nothing (its lease ran out)", refused)
+    start = elected["epochs"][-1][1]
+    run.promise("producers write to broker-a again (its elected master)", await _writes_reach(run, new, start))
+    await _consumed_again(run)
+    if sig == "KILL":
+        await run.start("broker-a")
+    rejoined = await _rejoined(run, old)
+    run.promise("the old master rejoins as a slave", rejoined is not None)
+    if rejoined is not None and rejoined.get("last_truncation"):
+        run.event(f"the old master truncated: {rejoined['last_truncation']}")
+
+
+@drill("auto-kill-master", "etcd mode: SIGKILL broker-a's master; its slave is elected; the old master rejoins",
+       layout=LAYOUT)
+async def auto_kill_master(run: DrillRun) -> None:
+    await _fail_over(run, "KILL")
+
+
+@drill("auto-partition", "etcd mode: SIGSTOP broker-a's master until its slave is elected, SIGCONT: it "
+       "acknowledges nothing and rejoins", layout=LAYOUT)
+async def auto_partition(run: DrillRun) -> None:
+    await _fail_over(run, "STOP")
+
+
+@drill("etcd-down", "etcd mode: stop etcd under load: writes stop at the lease deadline, resume when it is back",
+       layout=LAYOUT)
+async def etcd_down(run: DrillRun) -> None:
+    await trio.sleep(1.0)
+    master = run.address("broker-a")
+    endpoint = (await _status(master))["controller"]["endpoints"][0].split("://")[-1]
+    run.fault("etcd stopped")
+    said = await trio.to_thread.run_sync(launcher_etcd.stop_etcd, run.base)
+    run.event(said or "etcd was not running")
+
+    async def fenced() -> bool:
+        return (await _probe_write(master))[0]
+    run.promise("broker-a's master stops acknowledging at its lease deadline",
+                await run.wait_until(fenced, LEASE_S + 10, "broker-a's master fenced"))
+    s = await _status(run.address("broker-a-s"))
+    run.promise("no slave takes over while etcd is down", s["role"] == "SLAVE")
+    await trio.sleep(1.0)  # etcd stays down a moment under load
+    run.event(await trio.to_thread.run_sync(launcher_etcd.start_etcd, run.base, endpoint))
+    back = run.now()
+
+    async def writes() -> bool:
+        return (await _probe_write(master))[1] == "answered PUT_OK"
+    resumed = await run.wait_until(writes, ETCD_BACK_S, "writes to broker-a resumed")
+    run.promise(f"writes resume within {ETCD_BACK_S:g} s of etcd's return", resumed)
+    if resumed:
+        run.event(f"writes resumed {run.now() - back:.1f} s after etcd came back")
+    await _consumed_again(run)

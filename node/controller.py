@@ -1,0 +1,346 @@
+"""Automatic failover on etcd (controllerMode = "etcd"): leases elect each group's master.
+
+Keys, under `/tidemq/<brokerClusterName>/<brokerName>/`:
+
+- `master`: the leadership key, held under the holder's lease (TTL controllerLeaseMs, kept
+  alive every third of it). Its value names the holder (client and HA address, role) and
+  its epoch.
+- `epoch`: a counter bumped in the same transaction that takes `master` (compare: `master`
+  absent and `epoch` unchanged since read), so no two masters ever share an epoch and
+  every new one is newer than any this node has seen.
+- `syncStateSet`: RocketMQ 5's SyncStateSet, written only by the holder (compare: `master`
+  is under its lease): the slaves within haMaxGapNotInSync bytes that acknowledged within
+  haMaxTimeSlaveNotCatchup. Only the master it names and its members may campaign; before
+  any set exists only a node serving as master does.
+- `replicas/<address>`: each slave's HA connection address as the master sees it (under
+  the slave's lease), so the master can name its in-sync slaves by client address.
+
+Each node runs one `EtcdController` across its terms. The holder writes only while
+`trio.current_time()` is before its lease deadline (the time it *sent* the last successful
+keep-alive plus the TTL: never later than etcd's own expiry), checked before and after every
+put. A winner that serves as slave promotes itself through `Failover.promote` (what `tidemq
+admin promote` runs) with the epoch from etcd; a master that finds another holder fences
+and rejoins as a slave (Failover's rejoin, truncation included); slaves re-point their HA
+client and topic sync to the holder. In a SYNC_MASTER group the holder removes its slaves
+from the set before a write that cannot wait for one (answered SLAVE_NOT_AVAILABLE), so a
+member always holds every PUT_OK message.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from store.config import BrokerRole
+
+from .config import BrokerConfig
+from .etcd import (
+    EtcdClient,
+    EtcdError,
+    KeyValue,
+    cmp_absent,
+    cmp_lease,
+    cmp_mod_revision,
+    op_get,
+    op_put,
+    parse_endpoints,
+)
+from .ops import OpError
+from .protocol import Status
+
+if TYPE_CHECKING:
+    from .failover import Failover
+    from .slave_sync import SlaveSync
+
+log = logging.getLogger("tidemq.node")
+
+__all__ = ["EtcdController", "key_prefix"]
+
+REVOKE_TIMEOUT_S = 1.0
+
+
+def key_prefix(cluster: str, broker_name: str) -> str:
+    return f"/tidemq/{cluster}/{broker_name}/"
+
+
+def _json(kv: KeyValue | None) -> dict[str, Any] | None:
+    if kv is None:
+        return None
+    try:
+        value = kv.json()
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class EtcdController:
+    """One node's side of the election; see the module docstring."""
+
+    def __init__(self, cfg: BrokerConfig, failover: Failover) -> None:
+        assert cfg.etcd_endpoints is not None
+        self.failover = failover
+        prefix = key_prefix(cfg.broker_cluster_name, cfg.broker_name)
+        self.key_master, self.key_epoch = prefix + "master", prefix + "epoch"
+        self.key_sync, self.replicas_prefix = prefix + "syncStateSet", prefix + "replicas/"
+        self.ttl_s = cfg.controller_lease_ms // 1000
+        self.interval_s = cfg.controller_lease_ms / 3000
+        self.endpoints = parse_endpoints(cfg.etcd_endpoints)
+        self.etcd = EtcdClient(self.endpoints, timeout_s=min(1.0, self.interval_s))
+        self.lease = 0
+        self.lease_deadline = -math.inf
+        self.leading = False
+        self.leader: dict[str, Any] | None = None
+        self.sync_set: dict[str, Any] | None = None
+        self.reachable: bool | None = None
+        self.last_error: str | None = None
+        self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=20)
+        self.sync: SlaveSync | None = None
+        """The current term's topic/offset sync (a slave's), re-pointed with the HA client."""
+        self._published_replica: str | None = None
+        self._publish_lock = trio.Lock()
+
+    @property
+    def cfg(self) -> BrokerConfig:
+        return self.failover.cfg  # the role served changes across terms
+
+    def _event(self, text: str, *args: Any) -> None:
+        message = text % args if args else text
+        log.warning("controller: %s", message)
+        self.events.append({"at_ms": int(time.time() * 1000), "event": message})
+
+    # ---- the write path (cheap: a flag and a monotonic compare) ------------------------------
+    def check_write(self) -> None:
+        """Raise OpError (SERVICE_NOT_AVAILABLE) unless this node holds a live lease."""
+        if not self.leading:
+            holder = (self.leader or {}).get("address")
+            why = f"etcd holder: {holder}" if holder and holder != self.cfg.address else \
+                "its leadership lease expired" if holder else "no holder elected yet"
+            raise OpError(Status.SERVICE_NOT_AVAILABLE, f"not the elected master of {self.cfg.broker_name} ({why})")
+        if trio.current_time() >= self.lease_deadline:
+            raise OpError(Status.SERVICE_NOT_AVAILABLE,
+                          f"fenced: the leadership lease of {self.cfg.broker_name} ran out "
+                          f"({self.last_error or 'not renewed in time'}); no write until it is renewed")
+
+    async def before_write(self) -> None:
+        """check_write, and in a SYNC_MASTER group shrink the in-sync set first when the
+        write cannot wait for a slave (it will answer SLAVE_NOT_AVAILABLE)."""
+        self.check_write()
+        services = self.failover.services
+        members = (self.sync_set or {}).get("in_sync")
+        if self.cfg.role is not BrokerRole.SYNC_MASTER or not members or services is None:
+            return
+        ha = services.ha_master
+        if ha is not None and ha.is_slave_ok(services.store.get_max_phy_offset() + 1):
+            return
+        try:
+            await self._publish_sync(shrink=True)
+        except EtcdError as e:
+            raise OpError(Status.SERVICE_NOT_AVAILABLE,
+                          f"no slave to acknowledge and the in-sync set cannot be shrunk: {e}") from None
+        self.check_write()
+
+    # ---- the loop ----------------------------------------------------------------------------
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Tick every third of the lease TTL until cancelled; a held lease is revoked at the
+        end (a clean stop hands leadership over at once)."""
+        task_status.started()
+        try:
+            while True:
+                await self.tick()
+                await trio.sleep(self.interval_s)
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(REVOKE_TIMEOUT_S):
+                if self.lease:
+                    try:
+                        await self.etcd.revoke(self.lease)
+                        log.info("controller: lease revoked (leadership released)")
+                    except EtcdError as e:
+                        log.warning("controller: cannot revoke the lease: %s", e)
+                await self.etcd.aclose()
+
+    async def tick(self) -> None:
+        try:
+            await self._renew()
+            result = await self.etcd.txn([], [op_get(self.key_master), op_get(self.key_sync),
+                                              op_get(self.key_epoch)], [])
+            master_kv, sync_kv, epoch_kv = (r[0] if r else None for r in result.ranges)
+            self.sync_set = _json(sync_kv)
+            await self._decide(master_kv, epoch_kv)
+            await self._publish_replica()
+        except EtcdError as e:
+            self.last_error = f"etcd unreachable: {e}"
+            if self.reachable is not False:
+                self._event("etcd unreachable (%s); %s", e, "writes stop at the lease deadline"
+                            if self.leading else "keeping the current role")
+            self.reachable = False
+            return
+        if self.reachable is False:
+            self._event("etcd reachable again")
+        self.reachable, self.last_error = True, None
+
+    async def _renew(self) -> None:
+        sent = trio.current_time()
+        if self.lease:
+            ttl = await self.etcd.keepalive(self.lease)
+            if ttl > 0:
+                self.lease_deadline = sent + ttl
+                return
+            self._event("lease %x expired%s", self.lease, " (leadership lost)" if self.leading else "")
+            self.lease, self.leading = 0, False
+        self.lease = await self.etcd.grant(self.ttl_s)
+        self.lease_deadline = sent + self.ttl_s
+        self._published_replica = None
+
+    async def _decide(self, master_kv: KeyValue | None, epoch_kv: KeyValue | None) -> None:
+        failover = self.failover
+        busy = failover.transition is not None or failover.services is None
+        if master_kv is None:
+            if self.leading:
+                self._event("the leadership key is gone (lease %x)", self.lease)
+            self.leader, self.leading = None, False
+            if not busy and self._eligible():
+                await self._campaign(epoch_kv)
+            return
+        info = _json(master_kv) or {}
+        self.leader = info
+        if master_kv.lease == self.lease:
+            self.leading = True
+            if self.cfg.role.is_master and not busy:
+                await self._publish_sync()
+            return
+        self.leading = False
+        if not busy:
+            await self._follow(info)
+
+    def _eligible(self) -> bool:
+        """Only the set's master and its in-sync members campaign; a new group (no set yet)
+        is started by whichever node serves as master."""
+        if self.failover.fenced is not None:
+            return False
+        if self.sync_set is None:
+            return self.cfg.role.is_master
+        me = self.cfg.address
+        return me == self.sync_set.get("master") or me in (self.sync_set.get("in_sync") or [])
+
+    async def _campaign(self, epoch_kv: KeyValue | None) -> None:
+        failover = self.failover
+        counter = int(epoch_kv.value or b"0") if epoch_kv else 0
+        epoch = max(counter, failover.newest_seen, failover.epoch) + 1
+        role = self.cfg.role.value if self.cfg.role.is_master else (self.sync_set or {}).get("role")
+        if role not in (BrokerRole.SYNC_MASTER.value, BrokerRole.ASYNC_MASTER.value):
+            role = failover.master.role or BrokerRole.SYNC_MASTER.value
+        info = {"address": self.cfg.address, "ha_address": self.cfg.ha_address, "epoch": epoch,
+                "role": role, "since_ms": int(time.time() * 1000)}
+        result = await self.etcd.txn(
+            [cmp_absent(self.key_master), cmp_mod_revision(self.key_epoch, epoch_kv.mod_revision if epoch_kv else 0)],
+            [op_put(self.key_master, json.dumps(info), lease=self.lease), op_put(self.key_epoch, str(epoch))], [])
+        if not result.succeeded:
+            return  # another node won (or the counter moved): the next tick follows it
+        self.leading, self.leader = True, info
+        if self.cfg.role.is_master:
+            self._event("elected master of %s with epoch %d", self.cfg.broker_name, epoch)
+            failover.begin_epoch(epoch)
+            await self._publish_sync(force=True)
+            return
+        self._event("elected master of %s with epoch %d: promoting this slave (%s)",
+                    self.cfg.broker_name, epoch, role)
+        try:
+            await failover.promote(role, epoch=epoch)
+        except OpError as e:
+            self._event("promotion failed (%s): releasing the lease", e.message)
+            await self._resign()
+
+    async def _resign(self) -> None:
+        lease, self.lease, self.leading = self.lease, 0, False
+        if lease:
+            await self.etcd.revoke(lease)
+
+    async def _follow(self, info: dict[str, Any]) -> None:
+        """Another node holds the key: a master fences, a slave follows the holder."""
+        failover, cfg = self.failover, self.cfg
+        epoch, address, ha_address = info.get("epoch"), info.get("address"), info.get("ha_address")
+        if type(epoch) is not int or not isinstance(address, str) or not isinstance(ha_address, str):
+            return
+        failover.newest_seen = max(failover.newest_seen, epoch)
+        failover.set_master(address, ha_address, epoch, info.get("role"))
+        if address == cfg.address:
+            return  # a key left by this node's previous run: it expires with that lease
+        if cfg.role.is_master:
+            if failover.fenced is None:
+                self._event("%s holds the leadership of %s with epoch %d: fencing and rejoining as a slave",
+                            address, cfg.broker_name, epoch)
+                failover.fence(epoch, address, f"etcd {self.endpoints[0]}")
+            return
+        services = failover.services
+        client = services.ha_client if services else None
+        if client is None:
+            return
+        if client.master_address != ha_address:
+            self._event("following master %s (HA %s, epoch %d)", address, ha_address, epoch)
+            client.update_master_address(ha_address)
+        if self.sync is not None:
+            self.sync.set_master_addr(address)
+        if client.connected and client.master_address == ha_address and epoch > failover.epoch:
+            await failover.refresh_epochs(address)
+
+    async def _publish_sync(self, *, force: bool = False, shrink: bool = False) -> None:
+        """Write the in-sync set (only while this node holds the key under its lease)."""
+        async with self._publish_lock:
+            services = self.failover.services
+            cfg = self.cfg
+            members: list[str] = []
+            ha = services.ha_master if services else None
+            if ha is not None and not shrink:
+                peers = set(ha.in_sync(cfg.ha_max_gap_not_in_sync, cfg.ha_max_time_slave_not_catchup / 1000))
+                if peers:
+                    for kv in await self.etcd.get_prefix(self.replicas_prefix):
+                        replica = _json(kv) or {}
+                        if replica.get("ha_local") in peers and isinstance(replica.get("address"), str):
+                            members.append(replica["address"])
+            value = {"master": cfg.address, "epoch": self.failover.epoch, "role": cfg.role.value,
+                     "in_sync": sorted(members)}
+            if not force and self.sync_set is not None and {k: self.sync_set.get(k) for k in value} == value:
+                return
+            result = await self.etcd.txn([cmp_lease(self.key_master, self.lease)],
+                                         [op_put(self.key_sync, json.dumps(value))], [])
+            if not result.succeeded:
+                self.leading = False
+                raise EtcdError("the leadership key is no longer under this node's lease")
+            before = (self.sync_set or {}).get("in_sync")
+            self.sync_set = value
+            if before != value["in_sync"]:
+                self._event("in-sync set of %s: master %s, slaves %s", cfg.broker_name, cfg.address,
+                            ", ".join(value["in_sync"]) or "none")
+
+    async def _publish_replica(self) -> None:
+        """A slave tells the master which HA connection is its own."""
+        services = self.failover.services
+        client = services.ha_client if services else None
+        local = client.local_address if client is not None and not self.cfg.role.is_master else None
+        if local is None or local == self._published_replica or not self.lease:
+            return
+        value = {"address": self.cfg.address, "ha_local": local, "broker_id": self.cfg.broker_id}
+        await self.etcd.put(self.replicas_prefix + self.cfg.address, json.dumps(value), lease=self.lease)
+        self._published_replica = local
+
+    # ---- status ------------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        now = trio.current_time()
+        return {
+            "mode": "etcd",
+            "endpoints": self.endpoints,
+            "lease": f"{self.lease:x}" if self.lease else None,
+            "lease_left_ms": max(0, int((self.lease_deadline - now) * 1000)) if self.lease else 0,
+            "leading": self.leading and now < self.lease_deadline,
+            "lease_holder": self.leader,
+            "sync_state_set": self.sync_set,
+            "etcd_reachable": self.reachable,
+            "last_error": self.last_error,
+            "events": list(self.events),
+        }

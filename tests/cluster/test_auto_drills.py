@@ -1,0 +1,30 @@
+"""The automatic-failover drills once each, short, with real etcd and node processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster import drill
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_auto_drills_are_registered() -> None:
+    from cluster import drills  # noqa: F401  (registers every drill)
+
+    assert {"auto-kill-master", "auto-partition", "etcd-down"} <= set(drill.DRILLS)
+    assert drill.LAYOUTS["etcd-down"].name == "2m-2s-sync-auto"
+
+
+# auto-kill-master runs the same election as auto-partition and test_auto_failover's kill test:
+# `scripts/drill auto-kill-master` runs it; CI keeps the suite's time down
+@pytest.mark.parametrize("name", ["auto-partition", "etcd-down"])
+async def test_auto_drill_keeps_its_promises(tmp_path, name) -> None:
+    from cluster import drills  # noqa: F401
+
+    report = await drill.run_drill(name, base_dir=str(tmp_path / "drill"), rate=30)
+    assert report.error is None, report.table()
+    assert report.ok, report.table()
+    assert report.acknowledged > 30 and report.lost == []
+    if name != "etcd-down":
+        assert any("elected with epoch" in e for _, e in report.events), report.table()

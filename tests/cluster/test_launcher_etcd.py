@@ -1,0 +1,54 @@
+"""`tidemq cluster up --controller etcd`: a local etcd beside the name server, shown in
+status, stopped by `down`; a layout without etcd is a usage error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psutil
+import pytest
+import trio
+
+from cluster.drill import REPO
+from cluster.launcher import copy_layout
+from cluster.launcher_etcd import ETCD_STATE
+from tests.cluster.helpers import call, cli, wait_for
+
+pytestmark = pytest.mark.slow
+
+SMALL = {"mappedFileSizeCommitLog": 1024 * 1024, "mappedFileSizeConsumeQueue": 6000}
+
+
+def test_controller_etcd_needs_an_etcd_layout(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    copy_layout(REPO / "conf" / "2m-2s-sync", conf)
+    r = cli("cluster", "up", "--conf", str(conf), "--base-dir", str(tmp_path / "base"), "--controller", "etcd")
+    assert r.returncode == 2 and b"needs a layout whose nodes set controllerMode" in r.stderr
+    assert not (tmp_path / "base" / ETCD_STATE).exists()
+
+
+async def test_up_starts_etcd_status_shows_the_election_and_down_stops_it(tmp_path: Path) -> None:
+    conf, base = tmp_path / "conf", tmp_path / "base"
+    layout = REPO / "conf" / "2m-2s-sync-auto"
+    copy_layout(layout, conf, overrides={p.stem: SMALL for p in layout.glob("broker-*.toml")})
+    up = await trio.to_thread.run_sync(lambda: cli("cluster", "up", "--conf", str(conf), "--base-dir", str(base),
+                                                   "--controller", "etcd", timeout=120))
+    try:
+        assert up.returncode == 0, up.stderr
+        assert b"etcd           started" in up.stdout
+        pid = json.loads((base / ETCD_STATE).read_text())["pid"]
+        assert psutil.pid_exists(pid)
+        nodes = json.loads((base / "cluster.json").read_text())["nodes"]
+        master = next(n["address"] for n in nodes if n["name"] == "broker-a")
+
+        async def leading() -> bool:
+            return bool((await call(master, "status"))["controller"]["leading"])
+        await wait_for(leading, timeout=30, what="broker-a elected")
+        shown = await trio.to_thread.run_sync(lambda: cli("cluster", "status", "--base-dir", str(base)))
+        assert b"etcd lease holder, epoch" in shown.stdout, shown.stdout
+    finally:
+        down = await trio.to_thread.run_sync(lambda: cli("cluster", "down", "--base-dir", str(base), timeout=120))
+    assert down.returncode == 0
+    assert not (base / ETCD_STATE).exists()
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
