@@ -40,6 +40,7 @@ HEADER = struct.Struct(">I")
 BODY_BYTES = 1024
 TOPIC = "BenchCompare"
 DRAIN_TIMEOUT_S = 10.0
+WAIT_TIMEOUT_MS = 5000  # Redis WAIT: a reply with fewer replicas is counted as failed
 
 
 class TidemqCodec:
@@ -88,8 +89,9 @@ class TidemqCodec:
 
 
 class RespCodec:
-    """Redis `XADD key MAXLEN ~ cap * body <body>`, then `WAIT replicas 0` when `replicas`:
-    one request, one or two replies, answered in order."""
+    """Redis `XADD key MAXLEN ~ cap * body <body>`, then `WAIT replicas 5000` when
+    `replicas`: one request, one or two replies, answered in order. The stream is capped
+    (approximately, which trims whole nodes cheaply) so a run does not fill the memory."""
 
     def __init__(self, *, body: bytes, key: str = "bench", replicas: int = 0, maxlen: int = 100_000) -> None:
         self.body, self.key, self.replicas, self.maxlen = body, key, replicas, maxlen
@@ -116,7 +118,7 @@ class RespCodec:
     def request(self, slot: int) -> bytes:
         req = self.command("XADD", self.key, "MAXLEN", "~", str(self.maxlen), "*", "body", self.body)
         if self.replicas:
-            req += self.command("WAIT", str(self.replicas), "0")
+            req += self.command("WAIT", str(self.replicas), str(WAIT_TIMEOUT_MS))
         return req
 
     def sent(self, slot: int) -> None:
