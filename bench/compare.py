@@ -221,6 +221,24 @@ async def _run(settings: Settings, work: Path, procs: Processes, bases: list[Pat
     return out
 
 
+def _one(group: BaseExceptionGroup) -> BaseException:
+    """What to report of a group: Ctrl-C if it is in there, else its only (first) error."""
+    interrupted, _ = group.split(KeyboardInterrupt)
+    if interrupted is not None:
+        return KeyboardInterrupt()
+    leaves: list[BaseException] = []
+
+    def walk(e: BaseException) -> None:
+        if isinstance(e, BaseExceptionGroup):
+            for inner in e.exceptions:
+                walk(inner)
+        else:
+            leaves.append(e)
+
+    walk(group)
+    return leaves[0]
+
+
 def run(settings: Settings, work: Path, log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
     """Run the comparison in `work` (created, left for the caller to remove); returns the
     raw results. Every process started is stopped before this returns or raises."""
@@ -235,6 +253,8 @@ def run(settings: Settings, work: Path, log: Callable[[str], None] = lambda s: N
     t0 = time.monotonic()
     try:
         out = trio.run(_run, settings, work, procs, bases, log)
+    except BaseExceptionGroup as group:  # trio's nurseries group what their tasks raised
+        raise _one(group) from None
     finally:
         procs.stop_all()
         for base in list(bases):
