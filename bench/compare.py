@@ -43,13 +43,15 @@ class Case:
     connections: int
     in_flight: int
     batch: int = 1  # tidemq / floor: messages per send_batch
+    short: str = ""  # the chart's label
 
 
 CASES = {
-    "1x1": Case("1x1", "1 connection, 1 in flight", 1, 1),
-    "16x1": Case("16x1", "16 connections, 1 in flight each", 16, 1),
-    "1x64": Case("1x64", "1 connection, 64 single sends in flight", 1, 64),
-    "16xB": Case("16xB", "16 connections, send_batch 32 (Redis: 64 pipelined XADD)", 16, 1, 32),
+    "1x1": Case("1x1", "1 connection, 1 in flight", 1, 1, short="1 × 1"),
+    "16x1": Case("16x1", "16 connections, 1 in flight each", 16, 1, short="16 × 1"),
+    "1x64": Case("1x64", "1 connection, 64 single sends in flight", 1, 64, short="1 × 64 in flight"),
+    "16xB": Case("16xB", "16 connections, send_batch 32 (Redis: 64 pipelined XADD)", 16, 1, 32,
+                 short="16 × send_batch 32\n(Redis: 64 pipelined)"),
 }
 ALL = tuple(CASES)
 FAN_IN = ("16x1",)
@@ -129,10 +131,15 @@ def _cpu(p: psutil.Process) -> float:
         return math.nan
 
 
-async def _sample_rss(proc: psutil.Process, into: list[float]) -> None:
+async def _sample_rss(proc: psutil.Process, into: list[float], anon: list[float] | None = None) -> None:
+    """RSS samples (MB); `anon` gets RSS less its file-backed/shared part (mapped segments
+    that are resident count in RSS, and the goal wants them not to be)."""
     while True:
         with contextlib.suppress(psutil.Error):
-            into.append(proc.memory_info().rss / 1e6)
+            mem = proc.memory_info()
+            into.append(mem.rss / 1e6)
+            if anon is not None:
+                anon.append((mem.rss - mem.shared) / 1e6)
         await trio.sleep(RSS_SAMPLE_S)  # poll: a periodic sample, cancelled when the case ends
 
 
@@ -142,9 +149,10 @@ async def run_case(target: peers.Target, case: Case, seconds: float, warmup: flo
 
     before = {name: _cpu(p) for name, p in target.procs.items()}
     rss: list[float] = []
+    anon: list[float] = []
     async with trio.open_nursery() as nursery:
         if target.master is not None:
-            nursery.start_soon(_sample_rss, target.master, rss)
+            nursery.start_soon(_sample_rss, target.master, rss, anon)
         done = await trio.run_process(_lean_argv(target, case, seconds, warmup), capture_stdout=True,
                                       capture_stderr=True, check=False, cwd=REPO, start_new_session=True)
         nursery.cancel_scope.cancel()
@@ -155,16 +163,18 @@ async def run_case(target: peers.Target, case: Case, seconds: float, warmup: flo
     loaded = warmup + seconds  # the servers are idle while the client starts and drains
     result["cpu_cores"] = {name: round((_cpu(p) - before[name]) / loaded, 2) for name, p in target.procs.items()}
     if rss:
-        result["master_rss_mb"] = {"max": round(max(rss), 1), "last": round(rss[-1], 1)}
+        result["master_rss_mb"] = {"max": round(max(rss), 1), "last": round(rss[-1], 1),
+                                   "anon_max": round(max(anon), 1)}
     return result
 
 
 async def _soak(target: peers.Target, minutes: float, log: Callable[[str], None]) -> dict[str, Any]:
     """16 × send_batch load on a master for `minutes`, its RSS sampled throughout."""
     rss: list[float] = []
+    anon: list[float] = []
     t_end = time.monotonic() + minutes * 60
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_sample_rss, target.master, rss)
+        nursery.start_soon(_sample_rss, target.master, rss, anon)
         while (left := t_end - time.monotonic()) > 1:
             await run_case(target, CASES["16xB"], min(30.0, left), 0.0)
             log(f"soak: {minutes * 60 - max(0.0, t_end - time.monotonic()):.0f} s, RSS {rss[-1]:.0f} MB")
@@ -172,6 +182,7 @@ async def _soak(target: peers.Target, minutes: float, log: Callable[[str], None]
     tenth = max(1, len(rss) // 10)
     early, late = statistics.median(rss[tenth:2 * tenth + 1]), statistics.median(rss[-tenth:])
     return {"minutes": minutes, "samples": len(rss), "rss_mb_max": round(max(rss), 1),
+            "anon_mb_max": round(max(anon), 1),
             "rss_mb_early": round(early, 1), "rss_mb_late": round(late, 1),
             "grows": late > early * 1.10 + 20}
 

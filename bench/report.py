@@ -57,11 +57,15 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
                 "cpu_cores": {n: _median([r["cpu_cores"][n] for r in runs]) for n in cpu_names},
                 "client_cpu_cores": _median([r["client_cpu_cores"] for r in runs]),
             }
-    rss = {}
+    rss, anon = {}, {}
     for system in MODES:
-        samples = [r["master_rss_mb"]["max"] for r in raw["runs"] if r["system"] == system and "master_rss_mb" in r]
+        samples = [r["master_rss_mb"] for r in raw["runs"] if r["system"] == system and "master_rss_mb" in r]
         if samples:
-            rss[system] = round(max(samples), 1)
+            rss[system] = round(max(s["max"] for s in samples), 1)
+            anon[system] = round(max(s["anon_max"] for s in samples), 1)
+    if "soak" in raw:  # the soak loads the async master: its samples count too
+        rss["tidemq-async"] = max(rss.get("tidemq-async", 0.0), raw["soak"]["rss_mb_max"])
+        anon["tidemq-async"] = max(anon.get("tidemq-async", 0.0), raw["soak"]["anon_mb_max"])
     fio = {
         "sequential_mb_per_s": _median([f["sequential"]["mb_per_s"] for f in raw["fio"]]),
         "fdatasync_p99_ms": _median([f["fdatasync_4k"]["fdatasync_p99_ms"] for f in raw["fio"]]),
@@ -69,7 +73,8 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
     } if raw["fio"] else {}
     catch_up = {"mb_per_s": _median([c["mb_per_s"] for c in raw["catch_up"]]),
                 "mb": raw["catch_up"][0]["mb"]} if raw["catch_up"] else {}
-    return {"table": table, "master_rss_mb_max": rss, "fio": fio, "catch_up": catch_up}
+    return {"table": table, "master_rss_mb_max": rss, "master_anon_mb_max": anon, "fio": fio,
+            "catch_up": catch_up, "soak": raw.get("soak")}
 
 
 def _get(summary: dict[str, Any], system: str, case: str, field: str = "msgs_per_s") -> float | None:
@@ -128,6 +133,11 @@ def goals(summary: dict[str, Any]) -> list[dict[str, Any]]:
         top = max(rss.values())
         g.append({"goal": "master RSS < 300 MB at steady load, 1 GiB segments", "measured": top,
                   "reference": 300, "against": "MB", "ratio": round(top / 300, 3), "met": top < 300})
+    if summary.get("soak"):
+        s = summary["soak"]
+        g.append({"goal": f"master RSS does not grow over a {s['minutes']:g}-minute run", "measured": s["rss_mb_late"],
+                  "reference": s["rss_mb_early"], "against": "RSS early in the run (MB)",
+                  "ratio": round(s["rss_mb_late"] / s["rss_mb_early"], 3), "met": not s["grows"]})
     return g
 
 
@@ -173,6 +183,19 @@ def markdown(raw: dict[str, Any], summary: dict[str, Any], goal_rows: list[dict[
                 continue
             cells = [f"{v / ref:.2f}" if (v := _get(summary, c, key)) is not None else "—" for c in cols]
             lines.append(f"| {case.title} | " + " | ".join(cells) + " |")
+    peer_cols = [c for c in cols if c.startswith(("redis-", "js-"))]
+    rows = []
+    for mode in (c for c in cols if c in MODES):
+        for key, case in CASES.items():
+            value = _get(summary, mode, key)
+            cells = [f"{value / ref:.2f}" if value is not None and (ref := _get(summary, p, key)) else "—"
+                     for p in peer_cols]
+            if any(x != "—" for x in cells):
+                rows.append(f"| {TITLES[mode]}, {case.title} | " + " | ".join(cells) + " |")
+    if rows:
+        lines += ["", "## tidemq ÷ each peer (same case)", "",
+                  "| tidemq mode, case | " + " | ".join(TITLES[c] for c in peer_cols) + " |",
+                  "|---|" + "---|" * len(peer_cols), *rows]
     lines += ["", "## Goals (issue 13)", "", "| goal | measured | against | ratio | verdict |", "|---|---|---|---|---|"]
     for g in goal_rows:
         measured = g["measured"] if isinstance(g["measured"], str) else _fmt(g["measured"])
@@ -192,8 +215,9 @@ def markdown(raw: dict[str, Any], summary: dict[str, Any], goal_rows: list[dict[
         extra.append(f"Catch-up of a new slave: {summary['catch_up']['mb_per_s']} MB/s over "
                      f"{summary['catch_up']['mb']} MB of 1 KiB records.")
     if summary["master_rss_mb_max"]:
-        extra.append("Master RSS max (MB): " + ", ".join(
-            f"{TITLES[k]} {v}" for k, v in summary["master_rss_mb_max"].items()) + ".")
+        extra.append("Master RSS max, MB (of it not file-backed): " + ", ".join(
+            f"{TITLES[k]} {v} ({summary['master_anon_mb_max'][k]})" for k, v in summary["master_rss_mb_max"].items())
+            + ". Resident pages of the mapped 1 GiB segments count in RSS.")
     if "soak" in raw:
         s = raw["soak"]
         extra.append(f"Soak {s['minutes']:g} min: RSS {s['rss_mb_early']} → {s['rss_mb_late']} MB "
@@ -226,7 +250,7 @@ def chart(summary: dict[str, Any], path: Path, when: str) -> bool:
         xs = [j + i * width for j in range(len(cases))]
         ax.bar(xs, [_get(summary, c, k) or 0 for k in cases], width, label=TITLES[c])
     ax.set_xticks([j + width * (len(cols) - 1) / 2 for j in range(len(cases))])
-    ax.set_xticklabels([CASES[k].title for k in cases], fontsize=8)
+    ax.set_xticklabels([CASES[k].short for k in cases], fontsize=9)
     ax.set_yscale("log")
     ax.set_ylabel("msgs/s (log)")
     ax.set_title(f"scripts/bench compare, 1 KiB messages — {when}")
