@@ -11,6 +11,7 @@ Everything started is stopped at the end, on an error and on Ctrl-C / SIGTERM.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import signal
@@ -145,8 +146,6 @@ async def _sample_rss(proc: psutil.Process, into: list[float], anon: list[float]
 
 async def run_case(target: peers.Target, case: Case, seconds: float, warmup: float) -> dict[str, Any]:
     """One lean-client run against `target`; its JSON plus server CPU cores and master RSS."""
-    import json
-
     before = {name: _cpu(p) for name, p in target.procs.items()}
     rss: list[float] = []
     anon: list[float] = []

@@ -246,9 +246,11 @@ def chart(summary: dict[str, Any], path: Path, when: str) -> bool:
     cases = [k for k in CASES if any(_get(summary, c, k) for c in cols)]
     fig, ax = plt.subplots(figsize=(12, 5.5))
     width = 0.8 / max(1, len(cols))
+    colors = plt.get_cmap("tab20").colors  # 11 systems: tab10 would repeat a colour
     for i, c in enumerate(cols):
         xs = [j + i * width for j in range(len(cases))]
-        ax.bar(xs, [_get(summary, c, k) or 0 for k in cases], width, label=TITLES[c])
+        ax.bar(xs, [_get(summary, c, k) or 0 for k in cases], width, label=TITLES[c],
+               color=colors[(2 * i) % 20 if i < 10 else 2 * (i - 10) + 1])
     ax.set_xticks([j + width * (len(cols) - 1) / 2 for j in range(len(cases))])
     ax.set_xticklabels([CASES[k].short for k in cases], fontsize=9)
     ax.set_yscale("log")
