@@ -240,7 +240,8 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.ready = asyncio.get_running_loop().create_future()
         self.lost = asyncio.get_running_loop().create_future()
-        self._track = getattr(codec, "sent", None)
+        self._track = getattr(codec, "sent", None)  # RespCodec pairs replies in send order
+        self._outstanding = 0  # this connection's requests in flight
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -264,8 +265,6 @@ class _Connection(asyncio.Protocol):
         self._outstanding = 0
         if run.in_flight <= 0:
             run.drained.set()
-
-    _outstanding = 0
 
     def fire(self) -> None:
         """Put every slot in flight (the start of the run)."""
