@@ -256,7 +256,7 @@ def run(settings: Settings, work: Path, log: Callable[[str], None] = lambda s: N
     if unknown:
         raise ValueError(f"unknown system(s) {', '.join(unknown)}; choose from {', '.join(SYSTEMS)}")
     tools = sorted({t for s in settings.systems for t in SYSTEMS[s].tools})
-    installed = ensure_tools(tools) if settings.install else []
+    installed = ensure_tools(tools, install=settings.install)
     work.mkdir(parents=True, exist_ok=True)
     procs = Processes(work / "logs")
     bases: list[Path] = []

@@ -123,13 +123,19 @@ async def wait_port(port: int, started: Started, timeout_s: float = 20.0) -> Non
 TOOLS = {"redis-server": "redis-server", "nats-server": "nats-server", "fio": "fio"}
 
 
-def ensure_tools(tools: list[str]) -> list[str]:
-    """Install the Debian packages of the missing `tools` with apt-get (as root); returns
-    what was installed. Raises RuntimeError when a tool stays missing."""
+def ensure_tools(tools: list[str], *, install: bool = True) -> list[str]:
+    """Install the Debian packages of the missing `tools` with apt-get (as root) when
+    `install`; returns what was installed. RuntimeError names what stays missing."""
+    unknown = [t for t in tools if t not in TOOLS]
+    if unknown:
+        raise ValueError(f"no Debian package known for {', '.join(unknown)}")
     missing = [t for t in tools if shutil.which(t) is None]
     if not missing:
         return []
     packages = sorted({TOOLS[t] for t in missing})
+    if not install:
+        raise RuntimeError(f"{', '.join(missing)} not installed (--no-install): "
+                           f"apt-get install {' '.join(packages)}, or leave out the systems that need them")
     if os.geteuid() != 0:
         raise RuntimeError(f"{', '.join(missing)} missing and not root: apt-get install {' '.join(packages)}")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")

@@ -119,3 +119,29 @@ def test_sigint_stops_every_server_it_started(tmp_path):
     assert "interrupted; every server it started is stopped" in err
     assert tree.left_alive() == []
     assert not (tmp_path / "out" / "compare.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args, message", [
+    (["--only", "floor,mongodb"], "unknown system(s) mongodb"),
+    (["--runs", "0"], "--runs must be >= 1"),
+    (["--seconds", "-1"], "--seconds must be > 0"),
+])
+def test_bad_options_are_usage_errors(tmp_path, args, message):
+    done = subprocess.run([sys.executable, "-m", "scripts.bench_compare", "--out", str(tmp_path / "out"), *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_a_missing_server_with_no_install_says_what_to_install(tmp_path):
+    bin_dir = tmp_path / "bin"  # a PATH with python but no redis-server
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(sys.executable)
+    done = subprocess.run([sys.executable, "-m", "scripts.bench_compare", "--no-install", "--only", "floor,redis-always",
+                           "--out", str(tmp_path / "out")], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={"PATH": str(bin_dir)})
+    assert done.returncode == 1, done.stderr
+    assert "redis-server not installed (--no-install): apt-get install redis-server" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()
