@@ -21,6 +21,7 @@ from ha.master import HAService
 from ha.slave import HAClient
 from store.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_WAIT, Message, StoredMessage
 from store.message_store import GetMessageResult, MessageStore
+from store.puts import Appended
 from store.status import GetMessageStatus, PutMessageResult
 
 from .config import BrokerConfig
@@ -46,7 +47,7 @@ class FailoverHooks(Protocol):
 
 log = logging.getLogger("tidemq.node")
 
-__all__ = ["CORE_HANDLERS", "Handler", "NodeServices", "OpError", "message_map"]
+__all__ = ["CORE_HANDLERS", "Handler", "NodeServices", "OpError", "PendingPut", "finish_sends", "message_map"]
 
 # Long polling waits only when a later message could turn the answer into FOUND
 # (RocketMQ's PULL_NOT_FOUND family; NO_MATCHED_MESSAGE continues from next_begin_offset).
@@ -216,25 +217,49 @@ async def _check_writeable(s: NodeServices) -> None:
         await s.failover.before_write()
 
 
-async def _send(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+@attrs.define(slots=True, eq=False)
+class PendingPut:
+    """A send appended to the CommitLog whose answer waits for `finish_sends` (the flush or
+    slave its WAIT asks for, judged once for a whole group of sends)."""
+
+    request_id: int
+    appended: Appended
+    wait: bool
+    queue_id: int
+    batch: bool
+    at: float
+    """trio time of the append: the group's timeouts count from its first append."""
+    waits: bool
+    """Whether finishing may wait (SYNC_FLUSH / SYNC_MASTER and WAIT): the server finishes
+    the others inline."""
+
+
+async def _send(s: NodeServices, r: Request, peer: str | None) -> PendingPut:
     await _check_writeable(s)
     f = r.fields
     queue_id = await _checked_topic(s, f["topic"], f["queue_id"])
-    result = await s.store.put_message(_message(f, f["topic"], queue_id, f["wait"], peer))
-    if result.status.stored:
-        s.stats.put.add(result.msg_num)
-    return _put_response(r.id, result, queue_id, batch=False)
+    appended = s.store.append_message(_message(f, f["topic"], queue_id, f["wait"], peer))
+    return PendingPut(r.id, appended, f["wait"], queue_id, False, trio.current_time(), s.store.put_waits(f["wait"]))
 
 
-async def _send_batch(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+async def _send_batch(s: NodeServices, r: Request, peer: str | None) -> PendingPut:
     await _check_writeable(s)
     f = r.fields
     queue_id = await _checked_topic(s, f["topic"], f["queue_id"])
     msgs = [_message(m, f["topic"], queue_id, f["wait"], peer) for m in f["messages"]]
-    result = await s.store.put_messages(msgs)
-    if result.status.stored:
-        s.stats.put.add(result.msg_num)
-    return _put_response(r.id, result, queue_id, batch=True)
+    return PendingPut(r.id, s.store.append_batch(msgs), f["wait"], queue_id, True, trio.current_time(),
+                      s.store.put_waits(f["wait"]))
+
+
+async def finish_sends(s: NodeServices, pending: list[PendingPut]) -> list[dict[str, Any]]:
+    """The responses to appended sends, in order: one wait for the group (store.finish_puts)."""
+    since = min(p.at for p in pending)
+    results = await s.store.finish_puts([(p.appended, p.wait) for p in pending], since=since)
+    stored = sum(result.msg_num for result in results if result.status.stored)
+    if stored:
+        s.stats.put.add(stored)
+    return [_put_response(p.request_id, result, p.queue_id, batch=p.batch)
+            for p, result in zip(pending, results, strict=True)]
 
 
 # ---------------------------------------------------------------- reads
@@ -415,7 +440,7 @@ async def _delete_expired_files(s: NodeServices, r: Request, peer: str | None) -
     return ok_response(r.id, deleted_files=result)
 
 
-Handler = Callable[[NodeServices, Request, "str | None"], Awaitable[dict[str, Any]]]
+Handler = Callable[[NodeServices, Request, "str | None"], Awaitable["dict[str, Any] | PendingPut"]]
 CORE_HANDLERS: dict[str, Handler] = {
     "send": _send,
     "send_batch": _send_batch,
