@@ -27,7 +27,7 @@ from store.message_store import open_store
 
 from .config import BrokerConfig
 from .failover import Failover, Transition, effective_config
-from .handlers import BATCHED_OPS, finish_requests, handle_now
+from .handlers import BATCHED_OPS, append_requests, finish_requests, handle_now
 from .offsets import ConsumerOffsetManager
 from .ops import NodeServices
 from .registration import NameServerRegistration
@@ -203,7 +203,8 @@ class Broker:
                     self.server = ClientServer(
                         partial(handle_now, services),
                         host=cfg.broker_ip1, port=cfg.listen_port, max_frame_size=cfg.max_frame_size,
-                        batched_ops=BATCHED_OPS, finish=partial(finish_requests, services),
+                        batched_ops=BATCHED_OPS, commit=partial(append_requests, services),
+                        finish=partial(finish_requests, services),
                     )
                     await nursery.start(self.server.run)
                     registration = None

@@ -4,9 +4,10 @@ The handlers live by concept — `ops.py` the core ops (send, pull, offsets, top
 failover), `consumer_ops.py` the consumer-group ops (heartbeats, locks, send-back) — and
 this module is the one place that joins them, so neither imports the other's table.
 
-Sends answer in two steps: `handle_now` appends and returns a PendingPut, and
-`finish_requests` answers a whole group of them after one wait (node/server.py groups
-what a connection has ready); `handle_request` does both for one request.
+Sends answer in steps: `handle_now` checks and encodes one into a PendingPut,
+`append_requests` appends a batch of them as one CommitLog group, and `finish_requests`
+answers a group after one wait for its flush / slave (node/server.py groups what a
+connection has ready); `handle_request` does all three for one request.
 """
 
 from __future__ import annotations
@@ -15,12 +16,21 @@ import logging
 from typing import Any
 
 from store.message_store import StoreUnavailableError
+from store.status import PutMessageResult, PutMessageStatus
 
 from .consumer_ops import CONSUMER_HANDLERS
-from .ops import CORE_HANDLERS, Handler, NodeServices, OpError, PendingPut, finish_sends
+from .ops import (
+    CORE_HANDLERS,
+    Handler,
+    NodeServices,
+    OpError,
+    PendingPut,
+    append_sends,
+    finish_sends,
+)
 from .protocol import Request, Status, error_response
 
-__all__ = ["BATCHED_OPS", "HANDLERS", "finish_requests", "handle_now", "handle_request"]
+__all__ = ["BATCHED_OPS", "HANDLERS", "append_requests", "finish_requests", "handle_now", "handle_request"]
 
 log = logging.getLogger("tidemq.node")
 
@@ -45,6 +55,18 @@ async def handle_now(services: NodeServices, request: Request, peer: str | None)
     except Exception as e:
         log.exception("op %s (id %s) failed", request.op, request.id)
         return error_response(request.id, Status.INTERNAL_ERROR, f"{request.op} failed: {type(e).__name__}: {e}")
+
+
+def append_requests(services: NodeServices, pending: list[PendingPut]) -> None:
+    """Append a batch's sends in arrival order as one group (a failure fails them all)."""
+    try:
+        append_sends(services, pending)
+    except Exception as e:
+        log.exception("appending %d send(s) failed", len(pending))
+        for p in pending:
+            if p.appended is None:
+                p.prepared = p.appended = PutMessageResult(
+                    PutMessageStatus.UNKNOWN_ERROR, error=f"append failed: {type(e).__name__}: {e}")
 
 
 async def finish_requests(services: NodeServices, pending: list[PendingPut]) -> list[dict[str, Any]]:

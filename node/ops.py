@@ -21,7 +21,7 @@ from ha.master import HAService
 from ha.slave import HAClient
 from store.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_WAIT, Message, StoredMessage
 from store.message_store import GetMessageResult, MessageStore
-from store.puts import Appended
+from store.puts import Appended, Prepared
 from store.status import GetMessageStatus, PutMessageResult
 
 from .config import BrokerConfig
@@ -47,7 +47,7 @@ class FailoverHooks(Protocol):
 
 log = logging.getLogger("tidemq.node")
 
-__all__ = ["CORE_HANDLERS", "Handler", "NodeServices", "OpError", "PendingPut", "finish_sends", "message_map"]
+__all__ = ["CORE_HANDLERS", "Handler", "NodeServices", "OpError", "PendingPut", "append_sends", "finish_sends", "message_map"]
 
 # Long polling waits only when a later message could turn the answer into FOUND
 # (RocketMQ's PULL_NOT_FOUND family; NO_MATCHED_MESSAGE continues from next_begin_offset).
@@ -219,27 +219,29 @@ async def _check_writeable(s: NodeServices) -> None:
 
 @attrs.define(slots=True, eq=False)
 class PendingPut:
-    """A send appended to the CommitLog whose answer waits for `finish_sends` (the flush or
-    slave its WAIT asks for, judged once for a whole group of sends)."""
+    """A send checked and encoded: `append_sends` appends it with the rest of its group and
+    `finish_sends` answers it after the flush or slave its WAIT asks for (one wait for the
+    whole group)."""
 
     request_id: int
-    appended: Appended
+    prepared: Prepared | PutMessageResult
     wait: bool
     queue_id: int
     batch: bool
-    at: float
-    """trio time of the append: the group's timeouts count from its first append."""
     waits: bool
     """Whether finishing may wait (SYNC_FLUSH / SYNC_MASTER and WAIT): the server finishes
     the others inline."""
+    appended: Appended | None = None
+    at: float = 0.0
+    """trio time of the append: the group's timeouts count from its first append."""
 
 
 async def _send(s: NodeServices, r: Request, peer: str | None) -> PendingPut:
     await _check_writeable(s)
     f = r.fields
     queue_id = await _checked_topic(s, f["topic"], f["queue_id"])
-    appended = s.store.append_message(_message(f, f["topic"], queue_id, f["wait"], peer))
-    return PendingPut(r.id, appended, f["wait"], queue_id, False, trio.current_time(), s.store.put_waits(f["wait"]))
+    prepared = s.store.prepare_message(_message(f, f["topic"], queue_id, f["wait"], peer))
+    return PendingPut(r.id, prepared, f["wait"], queue_id, False, s.store.put_waits(f["wait"]))
 
 
 async def _send_batch(s: NodeServices, r: Request, peer: str | None) -> PendingPut:
@@ -247,13 +249,23 @@ async def _send_batch(s: NodeServices, r: Request, peer: str | None) -> PendingP
     f = r.fields
     queue_id = await _checked_topic(s, f["topic"], f["queue_id"])
     msgs = [_message(m, f["topic"], queue_id, f["wait"], peer) for m in f["messages"]]
-    return PendingPut(r.id, s.store.append_batch(msgs), f["wait"], queue_id, True, trio.current_time(),
-                      s.store.put_waits(f["wait"]))
+    return PendingPut(r.id, s.store.prepare_batch(msgs), f["wait"], queue_id, True, s.store.put_waits(f["wait"]))
+
+
+def append_sends(s: NodeServices, pending: list[PendingPut]) -> None:
+    """Append prepared sends, in order, as one CommitLog group."""
+    now = trio.current_time()
+    for p, appended in zip(pending, s.store.append_prepared([p.prepared for p in pending]), strict=True):
+        p.appended = appended
+        p.at = now
 
 
 async def finish_sends(s: NodeServices, pending: list[PendingPut]) -> list[dict[str, Any]]:
     """The responses to appended sends, in order: one wait for the group (store.finish_puts)."""
     since = min(p.at for p in pending)
+    if any(p.appended is None for p in pending):  # a send finished on its own
+        append_sends(s, [p for p in pending if p.appended is None])
+        since = min(p.at for p in pending)
     results = await s.store.finish_puts([(p.appended, p.wait) for p in pending], since=since)
     stored = sum(result.msg_num for result in results if result.status.stored)
     if stored:

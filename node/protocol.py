@@ -422,12 +422,24 @@ FIELD_TYPES = (STR, BYTES, INT, BOOL, LIST_STR, LIST_INT, DICT_STR_STR, MESSAGES
 _ENVELOPE = ("v", "op", "id")
 
 
+_ALLOWED: dict[tuple[int, bool], tuple[tuple[Field, ...], frozenset[str]]] = {}
+
+
+def _allowed(schema: tuple[Field, ...], top_level: bool) -> frozenset[str]:
+    """The field names a map of `schema` may hold (with the envelope at the top level),
+    worked out once per schema (op tables are constants) rather than per request."""
+    key = (id(schema), top_level)
+    known = _ALLOWED.get(key)
+    if known is None or known[0] is not schema:  # the schema is kept, so its id stays its own
+        names = frozenset({f.name for f in schema} | (set(_ENVELOPE) if top_level else set()))
+        known = _ALLOWED[key] = (schema, names)
+    return known[1]
+
+
 def _parse_fields(
     frame: Mapping[Any, Any], schema: tuple[Field, ...], prefix: str, op: str
 ) -> dict[str, Any]:
-    allowed = {f.name for f in schema}
-    if not prefix:
-        allowed.update(_ENVELOPE)
+    allowed = _allowed(schema, not prefix)
     if not allowed.issuperset(frame):
         names = sorted(f.name for f in schema)
         for key in frame:

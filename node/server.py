@@ -57,6 +57,9 @@ FINISH_ON_ERROR_S = 10.0
 RequestHandler = Callable[[Request, "str | None"], Awaitable[Any]]
 """Answers a request with its response map; a batched op may answer with a deferred
 result instead (any object with a `waits` flag), for `GroupFinisher`."""
+GroupAppender = Callable[[list[Any]], None]
+"""Commits a batch's deferred results, in arrival order, before any of them is finished
+(the node appends the batch's sends to the CommitLog as one group)."""
 GroupFinisher = Callable[[list[Any]], Awaitable[list[dict[str, Any]]]]
 """Turns deferred results into their responses, in order (one wait for the group)."""
 DisconnectHandler = Callable[["str | None"], None]
@@ -114,8 +117,8 @@ class ClientServer:
     server has its own). `on_disconnect(peer)` is called when a connection ends, so a
     server can forget what it learned through it (the name server marks the brokers that
     registered over it as not alive). `batched_ops` run inline in the reader and may answer
-    with deferred results, which `finish` answers a group at a time (node/handlers.py's
-    BATCHED_OPS and finish_requests).
+    with deferred results, which `commit` takes once per batch and `finish` answers a group
+    at a time (node/handlers.py's BATCHED_OPS, append_requests and finish_requests).
     """
 
     def __init__(
@@ -128,12 +131,14 @@ class ClientServer:
         ops: Mapping[str, tuple[Field, ...]] = OPS,
         on_disconnect: DisconnectHandler | None = None,
         batched_ops: frozenset[str] = frozenset(),
+        commit: GroupAppender | None = None,
         finish: GroupFinisher | None = None,
     ) -> None:
-        if batched_ops and finish is None:
-            raise ValueError("batched ops need a finish for their deferred results")
+        if batched_ops and (finish is None or commit is None):
+            raise ValueError("batched ops need a commit and a finish for their deferred results")
         self.handler = handler
         self.batched_ops = batched_ops
+        self.commit = commit
         self.finish = finish
         self.host = host
         self.port = port
@@ -266,8 +271,7 @@ class ClientServer:
         """Run the batched ops inline in order, start a task for each other op, send the
         answers ready now in one write and leave the deferred ones to the finisher."""
         out: list[bytes] = []
-        deferred: list[Any] = []
-        ready: list[Any] = []
+        placed: list[Any] = []
         for frame in frames:
             conn.in_flight += 1
             if frame.get("op") in self.batched_ops:
@@ -275,14 +279,18 @@ class ClientServer:
                 if type(result) is dict:
                     out.append(self._encode(result))
                     conn.answered(1)
-                elif result.waits:
-                    deferred.append(result)
                 else:
-                    ready.append(result)  # finishing will not wait: answer in this write
+                    placed.append(result)
             else:
                 conn.nursery.start_soon(self._serve_request, conn, frame)
-        if deferred:
-            conn.defer(deferred)
+        if not placed:
+            if out:
+                await self._send(conn, b"".join(out))
+            return
+        self.commit(placed)
+        ready = [r for r in placed if not r.waits]  # finishing will not wait: answer in this write
+        if len(ready) < len(placed):
+            conn.defer([r for r in placed if r.waits])
         if ready:
             out += map(self._encode, await self._finish(ready))
             conn.answered(len(ready))

@@ -1,6 +1,7 @@
-"""The store's put API (DefaultMessageStore's putMessage / putMessages), split in two so a
-caller holding many requests can group them: `append_message` / `append_batch` check,
-encode and append at once (no await: the put lock's critical section), and
+"""The store's put API (DefaultMessageStore's putMessage / putMessages), split in steps so a
+caller holding many requests can group them: `prepare_message` / `prepare_batch` check and
+encode, `append_prepared` appends a group in order (no await: the put lock's critical
+section; `append_message` / `append_batch` do both for one put), and
 `finish_puts` waits once for the flush and the slave a whole group of appends asks for
 (RocketMQ's GroupCommitService / GroupTransferService serve one request per group the
 same way). `put_message` / `put_messages` are the two steps for one put.
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import trio
 
@@ -40,6 +41,14 @@ class Replicator(Protocol):
     def is_slave_ok(self, master_put_where: int) -> bool: ...
 
     async def wait_for_slave(self, next_offset: int, timeout_s: float) -> bool: ...
+
+
+class Prepared(NamedTuple):
+    """A put checked and encoded, to append: its records and the topic-queue they go to."""
+
+    records: list[PreparedRecord]
+    topic: str
+    queue_id: int
 
 
 Appended = AppendMessageResult | PutMessageResult
@@ -96,9 +105,10 @@ class MessagePuts:
         except (ValueError, struct.error) as e:  # a bad host string, a field out of its range
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=f"cannot encode the message: {e}")
 
-    # ---- step 1: append (no await) -------------------------------------------------------
-    def append_message(self, msg: Message) -> Appended:
-        """Check, encode and append one message; finish it with `finish_puts`."""
+    # ---- step 1: prepare and append (no await) --------------------------------------------
+    def prepare_message(self, msg: Message) -> Prepared | PutMessageResult:
+        """Check and encode one message for `append_prepared` (a PutMessageResult when it
+        is refused: nothing will be written)."""
         bad = self._check_store_status() or self._check_message(msg)
         if bad:
             return bad
@@ -109,11 +119,11 @@ class MessagePuts:
         records = self._prepare((msg,))
         if isinstance(records, PutMessageResult):
             return records
-        return self.commit_log.append_messages(records, msg.topic, msg.queue_id)
+        return Prepared(records, msg.topic, msg.queue_id)
 
-    def append_batch(self, msgs: Sequence[Message]) -> Appended:
-        """Check, encode and append a batch of one topic-queue: contiguous records, one
-        segment, one result; finish it with `finish_puts`."""
+    def prepare_batch(self, msgs: Sequence[Message]) -> Prepared | PutMessageResult:
+        """Check and encode a batch of one topic-queue (contiguous records, one segment, one
+        result) for `append_prepared`."""
         bad = self._check_store_status()
         if bad:
             return bad
@@ -142,7 +152,26 @@ class MessagePuts:
         records = self._prepare(msgs)
         if isinstance(records, PutMessageResult):
             return records
-        return self.commit_log.append_messages(records, topic, queue_id)
+        return Prepared(records, topic, queue_id)
+
+    def append_prepared(self, puts: Sequence[Prepared | PutMessageResult]) -> list[Appended]:
+        """Append prepared puts in order as one group (CommitLog.append_group: one lock, one
+        write per segment, one notification); refused ones stay as they are."""
+        group = [p for p in puts if type(p) is Prepared]
+        if not group:
+            return list(puts)
+        if len(group) == len(puts):
+            return self.commit_log.append_group(group)
+        appended = iter(self.commit_log.append_group(group))
+        return [next(appended) if type(p) is Prepared else p for p in puts]
+
+    def append_message(self, msg: Message) -> Appended:
+        """Check, encode and append one message; finish it with `finish_puts`."""
+        return self.append_prepared((self.prepare_message(msg),))[0]
+
+    def append_batch(self, msgs: Sequence[Message]) -> Appended:
+        """Check, encode and append a batch of one topic-queue; finish it with `finish_puts`."""
+        return self.append_prepared((self.prepare_batch(msgs),))[0]
 
     # ---- step 2: wait for what the puts ask for, once for the group -----------------------
     async def finish_puts(

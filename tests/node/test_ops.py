@@ -16,7 +16,7 @@ import trio.testing
 
 from node.client import BadRequest, Connection, NotFound, ServiceUnavailable, connect
 from node.config import load_config
-from node.handlers import BATCHED_OPS, finish_requests, handle_now
+from node.handlers import BATCHED_OPS, append_requests, finish_requests, handle_now
 from node.offsets import ConsumerOffsetManager
 from node.ops import NodeServices
 from node.server import ClientServer
@@ -41,6 +41,7 @@ async def serving_ops(conf: Path) -> AsyncIterator[tuple[NodeServices, Connectio
         services = NodeServices(cfg=cfg, store=store, topics=topics, offsets=offsets)
         server = ClientServer(partial(handle_now, services), host="127.0.0.1", port=0,
                               max_frame_size=cfg.max_frame_size, batched_ops=BATCHED_OPS,
+                              commit=partial(append_requests, services),
                               finish=partial(finish_requests, services))
         await nursery.start(server.run)
         async with connect(format_host_port("127.0.0.1", server.port)) as conn:
