@@ -160,7 +160,7 @@ def _fit(messages: list[StoredMessage], budget: int) -> list[StoredMessage]:
 
 async def _checked_topic(services: NodeServices, topic: str, queue_id: int | None) -> int:
     """The queue to write to: the topic must exist (or be auto-created) and be writeable."""
-    config = await services.topics.for_send(topic)
+    config = services.topics.get(topic) or await services.topics.for_send(topic)
     if config is None:
         raise OpError(
             Status.NOT_FOUND,
@@ -196,18 +196,19 @@ def _message(fields: dict[str, Any], topic: str, queue_id: int, wait: bool, born
 
 
 def _put_response(request_id: int, result: PutMessageResult, queue_id: int, *, batch: bool) -> dict[str, Any]:
-    status = Status(result.status.value)
-    if not result.status.stored:
-        return error_response(request_id, status, result.error or status.value)
-    ids = result.msg_id.split(",")
-    return ok_response(
-        request_id,
-        status,
-        **({"msg_ids": ids} if batch else {"msg_id": ids[0]}),
-        queue_id=queue_id,
-        queue_offset=result.queue_offset,
-        commitlog_offset=result.commitlog_offset,
-    )
+    status = result.status
+    if not status.stored:
+        return error_response(request_id, Status(status.value), result.error or status.value)
+    append = result.append
+    ids = append.msg_id.split(",") if batch else None
+    return {
+        "id": request_id,
+        "status": status.value,  # a PutMessageStatus name is the Status name (node/protocol.py)
+        **({"msg_ids": ids} if batch else {"msg_id": append.msg_id}),
+        "queue_id": queue_id,
+        "queue_offset": append.queue_offset,
+        "commitlog_offset": append.wrote_offset,
+    }
 
 
 async def _check_writeable(s: NodeServices) -> None:

@@ -55,6 +55,9 @@ Appended = AppendMessageResult | PutMessageResult
 """What an append returns: the AppendMessageResult to finish, or a PutMessageResult when
 the put already failed (nothing was written)."""
 
+_GOOD_TOPICS: set[str] = set()
+"""Topics that passed topic_error (puts name the same few topics over and over)."""
+
 _STATUS_TEXT = {
     PutMessageStatus.FLUSH_DISK_TIMEOUT: "stored, but not flushed to disk within syncFlushTimeout",
     PutMessageStatus.FLUSH_SLAVE_TIMEOUT: "stored on the master, but no slave acknowledged it within slaveTimeout",
@@ -89,9 +92,12 @@ class MessagePuts:
 
     @staticmethod
     def _check_message(msg: Message) -> PutMessageResult | None:
-        problem = topic_error(msg.topic)
-        if problem:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=problem)
+        if msg.topic not in _GOOD_TOPICS:
+            problem = topic_error(msg.topic)
+            if problem:
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=problem)
+            if len(_GOOD_TOPICS) < 4096:
+                _GOOD_TOPICS.add(msg.topic)
         if msg.queue_id < 0:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=f"queue_id {msg.queue_id} is negative")
         return None
