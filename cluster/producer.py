@@ -59,6 +59,8 @@ class Producer(_Client):
     is retried up to `retries` times on another queue, preferring another group; other
     errors (BAD_REQUEST, NOT_FOUND, MESSAGE_ILLEGAL, ...) are raised at once.
 
+    Sends may run concurrently from several tasks: they share one connection per master,
+    pipelined (answers pair by id); `send_many` does that for a list of messages.
     `send_timeout` bounds each attempt. With `wait=True` on a SYNC_MASTER the node may
     take up to its slaveTimeout (3 s) before answering FLUSH_SLAVE_TIMEOUT; give a larger
     send_timeout if that answer matters more than a retry (a retried send may be stored
@@ -124,7 +126,85 @@ class Producer(_Client):
             raise ValueError("send_batch needs at least one message")
         return await self._send("send_batch", topic, {"messages": wire}, queue_id, broker_name, wait)
 
+    async def send_many(
+        self,
+        topic: str,
+        messages: Iterable[OutgoingMessage | bytes | str],
+        *,
+        batch_size: int = 32,
+        in_flight: int = 8,
+        queue_id: int | None = None,
+        broker_name: str | None = None,
+        wait: bool = True,
+    ) -> list[SendResult]:
+        """Store many messages fast: `send_batch`es of up to `batch_size` messages, chosen
+        round robin as `send_batch` chooses, sent `in_flight` at a time pipelined in one
+        write per master (answers pair by id). A batch whose attempt fails the way
+        `send_batch` retries is retried the same way, on its own; any other error is raised
+        once the batches in flight are answered. Returns one SendResult per batch, in the
+        order of `messages`. With a pinned queue the batches are stored in order, unless a
+        retry sends one again."""
+        if batch_size < 1 or in_flight < 1:
+            raise ValueError(f"batch_size and in_flight must be >= 1, got {batch_size} and {in_flight}")
+        wire = [(m if isinstance(m, OutgoingMessage) else OutgoingMessage(m)).to_wire() for m in messages]
+        chunks = [wire[i:i + batch_size] for i in range(0, len(wire), batch_size)]
+        results: list[SendResult] = []
+        for start in range(0, len(chunks), in_flight):
+            window = chunks[start:start + in_flight]
+            targets = [await self._select(topic, queue_id, broker_name, set()) for _ in window]
+            answers: list[dict[str, Any] | TidemqError] = [None] * len(window)  # type: ignore[list-item]
+            by_address: dict[str, list[int]] = {}
+            for i, target in enumerate(targets):
+                by_address.setdefault(target.address, []).append(i)
+
+            async def send_to(indexes: list[int], answers=answers, targets=targets, window=window) -> None:
+                requests = [self._batch_request(topic, window[i], targets[i], wait) for i in indexes]
+                got = await self._request_many(targets[indexes[0]].address, "send_batch", requests)
+                for i, answer in zip(indexes, got, strict=True):
+                    answers[i] = answer
+
+            async with trio.open_nursery() as nursery:
+                for indexes in by_address.values():
+                    nursery.start_soon(send_to, indexes)
+            errors = []
+            for i, answer in enumerate(answers):
+                if not isinstance(answer, TidemqError):
+                    self._down_until.pop(targets[i].address, None)
+                    results.append(self._result("send_batch", answer, targets[i]))
+                elif _retried(answer) and self.retries:
+                    log.info("send_many to %s on %s failed: %s; retrying the batch", topic, targets[i].address,
+                             answer)
+                    self.invalidate(topic)
+                    results.append(await self._send("send_batch", topic, {"messages": window[i]}, queue_id,
+                                                    broker_name, wait))
+                else:
+                    errors.append(answer)
+            if errors:
+                if any(isinstance(e, NotFound) for e in errors):
+                    self.invalidate(topic)
+                    self._creating.pop(topic, None)
+                raise errors[0]
+        return results
+
     # ---- internals ----------------------------------------------------------------------
+
+    @staticmethod
+    def _batch_request(topic: str, messages: list[dict[str, Any]], target: _Target, wait: bool) -> dict[str, Any]:
+        request: dict[str, Any] = {"topic": topic, "wait": wait, "messages": messages}
+        if target.queue_id is not None:
+            request["queue_id"] = target.queue_id
+        return request
+
+    async def _request_many(
+        self, address: str, op: str, requests: list[dict[str, Any]]
+    ) -> list[dict[str, Any] | TidemqError]:
+        """Pipeline `requests` on `address`'s connection; each one's answer or error."""
+        try:
+            conn = await self.pool.get(address)
+        except TidemqError as error:
+            self._down_until[address] = trio.current_time() + FAULT_BACKOFF_S
+            return [error] * len(requests)
+        return await conn.request_many(op, requests, timeout=self.send_timeout)
 
     async def _send(
         self, op: str, topic: str, fields: dict[str, Any], queue_id: int | None,
@@ -141,7 +221,7 @@ class Producer(_Client):
             try:
                 response = await self.pool.request(target.address, op, timeout=self.send_timeout, **request)
             except (ConnectionLost, RequestTimeout, ServiceUnavailable, PutFailed) as e:
-                if isinstance(e, PutFailed) and e.status != Status.OS_PAGECACHE_BUSY.value:
+                if not _retried(e):
                     raise
                 if isinstance(e, ConnectionLost):
                     self._down_until[target.address] = trio.current_time() + FAULT_BACKOFF_S
@@ -253,3 +333,11 @@ class Producer(_Client):
         usable = sorted((b for b in masters if rank(b) == top), key=lambda b: b.broker_name)
         chosen = usable[next(self._counters.setdefault(topic, itertools.count())) % len(usable)]
         return _Target(chosen.broker_name, chosen.address, queue_id)
+
+
+def _retried(error: TidemqError) -> bool:
+    """Whether a send that failed this way is tried again (on another queue, preferring
+    another group): the connection or the master failed, not the request."""
+    if isinstance(error, PutFailed):
+        return error.status == Status.OS_PAGECACHE_BUSY.value
+    return isinstance(error, ConnectionLost | RequestTimeout | ServiceUnavailable)

@@ -28,7 +28,7 @@ from store.message_store import open_store
 from .config import BrokerConfig
 from .controller import EtcdController
 from .failover import Failover, Transition, effective_config
-from .handlers import handle_request
+from .handlers import BATCHED_OPS, append_requests, finish_requests, handle_now
 from .offsets import ConsumerOffsetManager
 from .ops import NodeServices
 from .registration import NameServerRegistration
@@ -209,8 +209,10 @@ class Broker:
                     await nursery.start(self.failover.watch)
                     await nursery.start(self.offsets.run_persister)
                     self.server = ClientServer(
-                        lambda request, peer: handle_request(services, request, peer),
+                        partial(handle_now, services),
                         host=cfg.broker_ip1, port=cfg.listen_port, max_frame_size=cfg.max_frame_size,
+                        batched_ops=BATCHED_OPS, commit=partial(append_requests, services),
+                        finish=partial(finish_requests, services),
                     )
                     await nursery.start(self.server.run)
                     registration = None

@@ -17,6 +17,7 @@ import itertools
 import logging
 import math
 import socket
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -230,46 +231,73 @@ class Connection:
         statuses that are not failures (PUT_OK, FLUSH_*_TIMEOUT, SLAVE_NOT_AVAILABLE, FOUND,
         NO_MESSAGE_IN_QUEUE, ...) are returned: the caller reads `status`.
         """
+        (answer,) = await self.request_many(op, [fields], timeout=timeout)
+        if isinstance(answer, TidemqError):
+            raise answer
+        return answer
+
+    async def request_many(
+        self, op: str, requests: Sequence[Mapping[str, Any]], *, timeout: float | None = None
+    ) -> list[dict[str, Any] | TidemqError]:
+        """Send one `op` request per fields map, pipelined in one write, and return each
+        one's response map or its error (as `request` would raise it), in order, once all
+        are answered or `timeout` (default `request_timeout`) is up."""
         if self.closed:
-            raise ConnectionLost(f"connection is closed ({self._close_reason})", address=self.address)
-        request_id = next(self._ids)
-        try:
-            frame = encode_frame(
-                {"v": PROTOCOL_VERSION, "op": op, "id": request_id, **fields},
-                max_frame_size=self.max_frame_size,
-            )
-        except FrameError as e:
-            raise BadRequest(Status.BAD_REQUEST.value, f"{op}: {e.reason}", address=self.address) from None
-        slot = _Slot()
-        self._pending[request_id] = slot
+            lost = ConnectionLost(f"connection is closed ({self._close_reason})", address=self.address)
+            return [lost] * len(requests)
+        answers: list[dict[str, Any] | TidemqError | None] = [None] * len(requests)
+        slots: list[tuple[int, int, _Slot]] = []  # (index, request id, slot)
+        frames: list[bytes] = []
+        for index, fields in enumerate(requests):
+            request_id = next(self._ids)
+            try:
+                frames.append(encode_frame(
+                    {"v": PROTOCOL_VERSION, "op": op, "id": request_id, **fields},
+                    max_frame_size=self.max_frame_size,
+                ))
+            except FrameError as e:
+                answers[index] = BadRequest(Status.BAD_REQUEST.value, f"{op}: {e.reason}", address=self.address)
+                continue
+            slot = _Slot()
+            self._pending[request_id] = slot
+            slots.append((index, request_id, slot))
         limit = self.request_timeout if timeout is None else timeout
         deadline = trio.current_time() + (limit if limit is not None else math.inf)
         try:
             with trio.move_on_at(deadline):
-                async with self._send_lock:
-                    # Shielded: cancelling a caller (e.g. one of several long polls) must not
-                    # leave half a frame on a connection other requests share. Only the
-                    # request's own deadline interrupts a send, and that ends the connection.
-                    sent = False
-                    with trio.CancelScope(shield=True, deadline=deadline):
-                        try:
-                            await self._stream.send_all(frame)
-                            sent = True
-                        except _IO_ERRORS as e:
-                            self._abort(f"send failed: {e}")
-                    if not sent:  # a partial frame may be on the wire: the stream is unusable
-                        self._abort(f"{op} could not be sent within {limit:g} s")
-                await slot.done.wait()
+                if frames:
+                    async with self._send_lock:
+                        # Shielded: cancelling a caller (e.g. one of several long polls) must
+                        # not leave half a frame on a connection other requests share. Only
+                        # the request's own deadline interrupts a send, and that ends the
+                        # connection.
+                        sent = False
+                        with trio.CancelScope(shield=True, deadline=deadline):
+                            try:
+                                await self._stream.send_all(b"".join(frames))
+                                sent = True
+                            except _IO_ERRORS as e:
+                                self._abort(f"send failed: {e}")
+                        if not sent:  # a partial frame may be on the wire: the stream is unusable
+                            self._abort(f"{op} could not be sent within {limit:g} s")
+                for _, _, slot in slots:
+                    await slot.done.wait()
         finally:
-            self._pending.pop(request_id, None)
+            for _, request_id, _ in slots:
+                self._pending.pop(request_id, None)
+        for index, _, slot in slots:
+            answers[index] = self._answer(op, slot, limit)
+        return answers  # type: ignore[return-value]  # every index was filled above
+
+    def _answer(self, op: str, slot: _Slot, limit: float | None) -> dict[str, Any] | TidemqError:
         if slot.error is not None:
-            raise slot.error
+            return slot.error
         if slot.response is None:
-            raise RequestTimeout(f"no answer to {op} within {limit:g} s", address=self.address)
+            return RequestTimeout(f"no answer to {op} within {limit:g} s", address=self.address)
         response = slot.response
         if "error" in response:
             status = str(response.get("status"))
-            raise error_for(status, f"{op}: {status}: {response['error']}", address=self.address)
+            return error_for(status, f"{op}: {status}: {response['error']}", address=self.address)
         return response
 
     def _abort(self, reason: str) -> None:

@@ -61,8 +61,18 @@ class FrameDecoder:
         return len(self._buf)
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[dict]:
+        """The frames `data` completes; FrameError when the stream broke (the frames before
+        the bad one are lost: a server that answers them uses `feed_all`)."""
+        frames, error = self.feed_all(data)
+        if error is not None:
+            raise error
+        return frames
+
+    def feed_all(self, data: bytes | bytearray | memoryview) -> tuple[list[dict], FrameError | None]:
+        """The frames `data` completes, and the FrameError that ended the stream after them
+        (None while the framing holds)."""
         if self._error is not None:
-            raise self._error
+            return [], self._error
         self._buf += data
         frames: list[dict] = []
         try:
@@ -84,8 +94,8 @@ class FrameDecoder:
         except FrameError as e:
             self._error = e
             self._buf.clear()
-            raise
-        return frames
+            return frames, e
+        return frames, None
 
 
 def _decode_body(body: bytes) -> dict:

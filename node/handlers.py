@@ -3,6 +3,11 @@
 The handlers live by concept — `ops.py` the core ops (send, pull, offsets, topics, status,
 failover), `consumer_ops.py` the consumer-group ops (heartbeats, locks, send-back) — and
 this module is the one place that joins them, so neither imports the other's table.
+
+Sends answer in steps: `handle_now` checks and encodes one into a PendingPut,
+`append_requests` appends a batch of them as one CommitLog group, and `finish_requests`
+answers a group after one wait for its flush / slave (node/server.py groups what a
+connection has ready); `handle_request` does all three for one request.
 """
 
 from __future__ import annotations
@@ -11,20 +16,33 @@ import logging
 from typing import Any
 
 from store.message_store import StoreUnavailableError
+from store.status import PutMessageResult, PutMessageStatus
 
 from .consumer_ops import CONSUMER_HANDLERS
-from .ops import CORE_HANDLERS, Handler, NodeServices, OpError
+from .ops import (
+    CORE_HANDLERS,
+    Handler,
+    NodeServices,
+    OpError,
+    PendingPut,
+    append_sends,
+    finish_sends,
+)
 from .protocol import Request, Status, error_response
 
-__all__ = ["HANDLERS", "handle_request"]
+__all__ = ["BATCHED_OPS", "HANDLERS", "append_requests", "finish_requests", "handle_now", "handle_request"]
 
 log = logging.getLogger("tidemq.node")
 
 HANDLERS: dict[str, Handler] = {**CORE_HANDLERS, **CONSUMER_HANDLERS}
+BATCHED_OPS = frozenset({"send", "send_batch"})
+"""Ops whose handler never waits long before answering with a PendingPut: the server runs
+them inline, in arrival order, and finishes them as a group."""
 
 
-async def handle_request(services: NodeServices, request: Request, peer: str | None) -> dict[str, Any]:
-    """Run one request; never raises (except Cancelled): every failure is a response.
+async def handle_now(services: NodeServices, request: Request, peer: str | None) -> dict[str, Any] | PendingPut:
+    """Run one request up to its answer, or up to the wait a send asks for (a PendingPut
+    for `finish_requests`); never raises (except Cancelled): every failure is a response.
 
     `peer` is the client's "ip:port", stored as the born host of the messages it sends.
     """
@@ -37,3 +55,33 @@ async def handle_request(services: NodeServices, request: Request, peer: str | N
     except Exception as e:
         log.exception("op %s (id %s) failed", request.op, request.id)
         return error_response(request.id, Status.INTERNAL_ERROR, f"{request.op} failed: {type(e).__name__}: {e}")
+
+
+def append_requests(services: NodeServices, pending: list[PendingPut]) -> None:
+    """Append a batch's sends in arrival order as one group (a failure fails them all)."""
+    try:
+        append_sends(services, pending)
+    except Exception as e:
+        log.exception("appending %d send(s) failed", len(pending))
+        for p in pending:
+            if p.appended is None:
+                p.prepared = p.appended = PutMessageResult(
+                    PutMessageStatus.UNKNOWN_ERROR, error=f"append failed: {type(e).__name__}: {e}")
+
+
+async def finish_requests(services: NodeServices, pending: list[PendingPut]) -> list[dict[str, Any]]:
+    """The responses to appended sends, in order, after one wait for the whole group."""
+    try:
+        return await finish_sends(services, pending)
+    except Exception as e:
+        log.exception("finishing %d send(s) failed", len(pending))
+        return [error_response(p.request_id, Status.INTERNAL_ERROR, f"send failed: {type(e).__name__}: {e}")
+                for p in pending]
+
+
+async def handle_request(services: NodeServices, request: Request, peer: str | None) -> dict[str, Any]:
+    """Run one request to its response (both steps)."""
+    result = await handle_now(services, request, peer)
+    if isinstance(result, PendingPut):
+        return (await finish_requests(services, [result]))[0]
+    return result

@@ -21,6 +21,7 @@ from ha.master import HAService
 from ha.slave import HAClient
 from store.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_WAIT, Message, StoredMessage
 from store.message_store import GetMessageResult, MessageStore
+from store.puts import Appended, Prepared
 from store.status import GetMessageStatus, PutMessageResult
 
 from .config import BrokerConfig
@@ -48,7 +49,7 @@ class FailoverHooks(Protocol):
 
 log = logging.getLogger("tidemq.node")
 
-__all__ = ["CORE_HANDLERS", "Handler", "NodeServices", "OpError", "message_map"]
+__all__ = ["CORE_HANDLERS", "Handler", "NodeServices", "OpError", "PendingPut", "append_sends", "finish_sends", "message_map"]
 
 # Long polling waits only when a later message could turn the answer into FOUND
 # (RocketMQ's PULL_NOT_FOUND family; NO_MATCHED_MESSAGE continues from next_begin_offset).
@@ -161,7 +162,7 @@ def _fit(messages: list[StoredMessage], budget: int) -> list[StoredMessage]:
 
 async def _checked_topic(services: NodeServices, topic: str, queue_id: int | None) -> int:
     """The queue to write to: the topic must exist (or be auto-created) and be writeable."""
-    config = await services.topics.for_send(topic)
+    config = services.topics.get(topic) or await services.topics.for_send(topic)
     if config is None:
         raise OpError(
             Status.NOT_FOUND,
@@ -197,18 +198,19 @@ def _message(fields: dict[str, Any], topic: str, queue_id: int, wait: bool, born
 
 
 def _put_response(request_id: int, result: PutMessageResult, queue_id: int, *, batch: bool) -> dict[str, Any]:
-    status = Status(result.status.value)
-    if not result.status.stored:
-        return error_response(request_id, status, result.error or status.value)
-    ids = result.msg_id.split(",")
-    return ok_response(
-        request_id,
-        status,
-        **({"msg_ids": ids} if batch else {"msg_id": ids[0]}),
-        queue_id=queue_id,
-        queue_offset=result.queue_offset,
-        commitlog_offset=result.commitlog_offset,
-    )
+    status = result.status
+    if not status.stored:
+        return error_response(request_id, Status(status.value), result.error or status.value)
+    append = result.append
+    ids = append.msg_id.split(",") if batch else None
+    return {
+        "id": request_id,
+        "status": status.value,  # a PutMessageStatus name is the Status name (node/protocol.py)
+        **({"msg_ids": ids} if batch else {"msg_id": append.msg_id}),
+        "queue_id": queue_id,
+        "queue_offset": append.queue_offset,
+        "commitlog_offset": append.wrote_offset,
+    }
 
 
 async def _check_writeable(s: NodeServices) -> None:
@@ -224,27 +226,65 @@ def _confirm_write(s: NodeServices) -> None:
         s.failover.after_write()
 
 
-async def _send(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+@attrs.define(slots=True, eq=False)
+class PendingPut:
+    """A send checked and encoded: `append_sends` appends it with the rest of its group and
+    `finish_sends` answers it after the flush or slave its WAIT asks for (one wait for the
+    whole group)."""
+
+    request_id: int
+    prepared: Prepared | PutMessageResult
+    wait: bool
+    queue_id: int
+    batch: bool
+    waits: bool
+    """Whether finishing may wait (SYNC_FLUSH / SYNC_MASTER and WAIT): the server finishes
+    the others inline."""
+    appended: Appended | None = None
+    at: float = 0.0
+    """trio time of the append: the group's timeouts count from its first append."""
+
+
+async def _send(s: NodeServices, r: Request, peer: str | None) -> PendingPut:
     await _check_writeable(s)
     f = r.fields
     queue_id = await _checked_topic(s, f["topic"], f["queue_id"])
-    result = await s.store.put_message(_message(f, f["topic"], queue_id, f["wait"], peer))
-    _confirm_write(s)
-    if result.status.stored:
-        s.stats.put.add(result.msg_num)
-    return _put_response(r.id, result, queue_id, batch=False)
+    prepared = s.store.prepare_message(_message(f, f["topic"], queue_id, f["wait"], peer))
+    return PendingPut(r.id, prepared, f["wait"], queue_id, False, s.store.put_waits(f["wait"]))
 
 
-async def _send_batch(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+async def _send_batch(s: NodeServices, r: Request, peer: str | None) -> PendingPut:
     await _check_writeable(s)
     f = r.fields
     queue_id = await _checked_topic(s, f["topic"], f["queue_id"])
     msgs = [_message(m, f["topic"], queue_id, f["wait"], peer) for m in f["messages"]]
-    result = await s.store.put_messages(msgs)
-    _confirm_write(s)
-    if result.status.stored:
-        s.stats.put.add(result.msg_num)
-    return _put_response(r.id, result, queue_id, batch=True)
+    return PendingPut(r.id, s.store.prepare_batch(msgs), f["wait"], queue_id, True, s.store.put_waits(f["wait"]))
+
+
+def append_sends(s: NodeServices, pending: list[PendingPut]) -> None:
+    """Append prepared sends, in order, as one CommitLog group."""
+    now = trio.current_time()
+    for p, appended in zip(pending, s.store.append_prepared([p.prepared for p in pending]), strict=True):
+        p.appended = appended
+        p.at = now
+
+
+async def finish_sends(s: NodeServices, pending: list[PendingPut]) -> list[dict[str, Any]]:
+    """The responses to appended sends, in order: one wait for the group (store.finish_puts)."""
+    since = min(p.at for p in pending)
+    if any(p.appended is None for p in pending):  # a send finished on its own
+        append_sends(s, [p for p in pending if p.appended is None])
+        since = min(p.at for p in pending)
+    results = await s.store.finish_puts([(p.appended, p.wait) for p in pending], since=since)
+    stored = sum(result.msg_num for result in results if result.status.stored)
+    if stored:
+        s.stats.put.add(stored)
+    try:
+        _confirm_write(s)
+    except OpError as e:  # stored, but the lease ran out before the answer: not acknowledged
+        return [error_response(p.request_id, e.status, e.message) for p in pending]
+    return [_put_response(p.request_id, result, p.queue_id, batch=p.batch)
+            for p, result in zip(pending, results, strict=True)]
 
 
 # ---------------------------------------------------------------- reads
@@ -427,7 +467,7 @@ async def _delete_expired_files(s: NodeServices, r: Request, peer: str | None) -
     return ok_response(r.id, deleted_files=result)
 
 
-Handler = Callable[[NodeServices, Request, "str | None"], Awaitable[dict[str, Any]]]
+Handler = Callable[[NodeServices, Request, "str | None"], Awaitable["dict[str, Any] | PendingPut"]]
 CORE_HANDLERS: dict[str, Handler] = {
     "send": _send,
     "send_batch": _send_batch,

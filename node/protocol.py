@@ -182,8 +182,17 @@ _POSITIVE32 = _range(1, INT32_MAX)
 _INT32 = _range(-(2**31), INT32_MAX)
 
 
+_GOOD_TOPICS: set[str] = set()
+"""Topics that passed the check (a send names the same few topics over and over)."""
+
+
 def _topic(v: str) -> str | None:
-    return topic_error(v)
+    if v in _GOOD_TOPICS:
+        return None
+    problem = topic_error(v)
+    if problem is None and len(_GOOD_TOPICS) < 4096:
+        _GOOD_TOPICS.add(v)
+    return problem
 
 
 def _group(v: str) -> str | None:
@@ -422,12 +431,35 @@ FIELD_TYPES = (STR, BYTES, INT, BOOL, LIST_STR, LIST_INT, DICT_STR_STR, MESSAGES
 _ENVELOPE = ("v", "op", "id")
 
 
+@attrs.frozen
+class _Compiled:
+    """A schema worked out once (op tables are constants) rather than per request: the
+    field names a map may hold, and per field what `_parse_fields` needs, unpacked."""
+
+    schema: tuple[Field, ...]
+    allowed: frozenset[str]
+    fields: tuple[tuple[str, bool, Any, bool, Callable[[Any, str], Any], Callable[[Any], str | None] | None], ...]
+
+
+_COMPILED: dict[tuple[int, bool], _Compiled] = {}
+
+
+def _compiled(schema: tuple[Field, ...], top_level: bool) -> _Compiled:
+    key = (id(schema), top_level)
+    known = _COMPILED.get(key)
+    if known is None or known.schema is not schema:  # the schema is kept, so its id stays its own
+        names = frozenset({f.name for f in schema} | (set(_ENVELOPE) if top_level else set()))
+        fields = tuple((f.name, f.required, f.default, type(f.default) in (list, dict), f.type.check, f.check)
+                       for f in schema)
+        known = _COMPILED[key] = _Compiled(schema, names, fields)
+    return known
+
+
 def _parse_fields(
     frame: Mapping[Any, Any], schema: tuple[Field, ...], prefix: str, op: str
 ) -> dict[str, Any]:
-    allowed = {f.name for f in schema}
-    if not prefix:
-        allowed.update(_ENVELOPE)
+    compiled = _compiled(schema, not prefix)
+    allowed = compiled.allowed
     if not allowed.issuperset(frame):
         names = sorted(f.name for f in schema)
         for key in frame:
@@ -437,17 +469,15 @@ def _parse_fields(
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise InvalidRequest(f"unknown field {prefix + str(key)!r} for op {op!r}{hint}")
     out: dict[str, Any] = {}
-    for field in schema:
-        name = field.name
+    for name, required, default, copy_default, type_check, value_check in compiled.fields:
         if name not in frame:
-            if field.required:
+            if required:
                 raise InvalidRequest(f"missing field {prefix + name!r} for op {op!r}")
-            default = field.default
-            out[name] = default.copy() if type(default) in (list, dict) else default
+            out[name] = default.copy() if copy_default else default
             continue
-        value = field.type.check(frame[name], prefix + name)
-        if field.check is not None:
-            problem = field.check(value)
+        value = type_check(frame[name], prefix + name)
+        if value_check is not None:
+            problem = value_check(value)
             if problem:
                 raise InvalidRequest(f"field {prefix + name!r} of op {op!r}: {problem}")
         out[name] = value

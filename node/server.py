@@ -1,10 +1,16 @@
 """The client-protocol server: TCP connections, frames, requests in flight.
 
-Per connection a reader decodes frames and starts one task per request, so a long-polling
-pull or a send waiting for its slave never holds back the requests behind it; responses go
-out as they are ready (paired by id) through one write lock, so frames never interleave.
-A frame that cannot be decoded ends the connection after an error frame with id null;
-everything else is answered by `handler` (node/ops.py) and the connection stays usable.
+Per connection a reader takes what one receive holds as one batch: it decodes every
+complete frame, runs the batched ops (sends) inline in arrival order, so per-queue order
+holds and no task is made per request, and writes the answers it has with one send. A
+batched op that waits for a flush or a slave answers with a deferred result; the
+connection's finisher task finishes everything deferred so far as one group (`finish`:
+one wait for the group) and writes those answers with one send, while the reader goes on.
+Other ops (a long-polling pull, status) run as a task each, so they never hold back the
+requests behind them. Responses pair with requests by id; one write lock keeps frames
+whole. A frame that cannot be decoded ends the connection after the frames before it are
+answered and an error frame with id null; everything else is answered by `handler`
+(node/handlers.py) and the connection stays usable.
 
 Shutdown (`stop_accepting`, then `drain`): stop accepting, stop reading new requests, let
 the requests in flight finish within a grace period, then close every connection.
@@ -45,8 +51,17 @@ MAX_IN_FLIGHT = 1024
 """Requests one connection may have in flight; the reader waits (TCP backpressure) beyond."""
 ERROR_FRAME_TIMEOUT_S = 2.0
 """How long to try to deliver the error frame before closing a broken connection."""
+FINISH_ON_ERROR_S = 10.0
+"""How long a broken connection waits for its deferred answers (above the sync timeouts)."""
 
-RequestHandler = Callable[[Request, "str | None"], Awaitable[dict[str, Any]]]
+RequestHandler = Callable[[Request, "str | None"], Awaitable[Any]]
+"""Answers a request with its response map; a batched op may answer with a deferred
+result instead (any object with a `waits` flag), for `GroupFinisher`."""
+GroupAppender = Callable[[list[Any]], None]
+"""Commits a batch's deferred results, in arrival order, before any of them is finished
+(the node appends the batch's sends to the CommitLog as one group)."""
+GroupFinisher = Callable[[list[Any]], Awaitable[list[dict[str, Any]]]]
+"""Turns deferred results into their responses, in order (one wait for the group)."""
 DisconnectHandler = Callable[["str | None"], None]
 _IO_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
@@ -56,14 +71,34 @@ class _Connection:
     stream: trio.SocketStream
     peer: str | None
     write_lock: trio.Lock = attrs.field(factory=trio.Lock)
-    in_flight: trio.Semaphore = attrs.field(factory=lambda: trio.Semaphore(MAX_IN_FLIGHT))
-    read_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    in_flight: int = 0
+    room: trio.Event | None = None  # set when in_flight drops below MAX_IN_FLIGHT
+    stop_reading: bool = False
+    receive_scope: trio.CancelScope | None = None
     nursery: trio.Nursery | None = None
+    deferred: list[Any] = attrs.field(factory=list)  # for the finisher, in arrival order
+    deferred_added: trio.Event = attrs.field(factory=trio.Event)
+    reading_done: bool = False
+    finisher_done: trio.Event = attrs.field(factory=trio.Event)
 
     def close_now(self) -> None:
         """Drop the connection: in-flight requests are cancelled unanswered."""
         if self.nursery is not None:
             self.nursery.cancel_scope.cancel()
+
+    def answered(self, n: int) -> None:
+        self.in_flight -= n
+        if self.room is not None and self.in_flight < MAX_IN_FLIGHT:
+            self.room.set()
+            self.room = None
+
+    def defer(self, results: list[Any]) -> None:
+        self.deferred += results
+        self.deferred_added.set()
+
+    def end_reading(self) -> None:
+        self.reading_done = True
+        self.deferred_added.set()
 
 
 def _peer_address(stream: trio.SocketStream) -> str | None:
@@ -81,7 +116,9 @@ class ClientServer:
     `ops` is the op table requests are validated against (the node's by default; the name
     server has its own). `on_disconnect(peer)` is called when a connection ends, so a
     server can forget what it learned through it (the name server marks the brokers that
-    registered over it as not alive).
+    registered over it as not alive). `batched_ops` run inline in the reader and may answer
+    with deferred results, which `commit` takes once per batch and `finish` answers a group
+    at a time (node/handlers.py's BATCHED_OPS, append_requests and finish_requests).
     """
 
     def __init__(
@@ -93,8 +130,16 @@ class ClientServer:
         max_frame_size: int,
         ops: Mapping[str, tuple[Field, ...]] = OPS,
         on_disconnect: DisconnectHandler | None = None,
+        batched_ops: frozenset[str] = frozenset(),
+        commit: GroupAppender | None = None,
+        finish: GroupFinisher | None = None,
     ) -> None:
+        if batched_ops and (finish is None or commit is None):
+            raise ValueError("batched ops need a commit and a finish for their deferred results")
         self.handler = handler
+        self.batched_ops = batched_ops
+        self.commit = commit
+        self.finish = finish
         self.host = host
         self.port = port
         self.max_frame_size = max_frame_size
@@ -108,7 +153,7 @@ class ClientServer:
 
     @property
     def in_flight(self) -> int:
-        return sum(MAX_IN_FLIGHT - c.in_flight.value for c in self._connections)
+        return sum(c.in_flight for c in self._connections)
 
     async def run(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen and serve until `drain` finishes (or the task is cancelled)."""
@@ -130,7 +175,9 @@ class ClientServer:
         if self._accept_scope is not None:
             self._accept_scope.cancel()
         for conn in self._connections:
-            conn.read_scope.cancel()
+            conn.stop_reading = True
+            if conn.receive_scope is not None:
+                conn.receive_scope.cancel()
         if not self._connections:
             self._all_closed.set()
 
@@ -173,49 +220,124 @@ class ClientServer:
     async def _serve_connection(self, conn: _Connection) -> None:
         async with trio.open_nursery() as nursery:
             conn.nursery = nursery
-            error: str | None = None
-            with conn.read_scope:
+            if self.finish is not None:
+                nursery.start_soon(self._finisher, conn)
+            else:
+                conn.finisher_done.set()
+            try:
                 error = await self._read_loop(conn)
+            finally:
+                conn.end_reading()
             if error is not None:
                 log.info("client %s: %s; closing the connection", conn.peer, error)
+                with trio.move_on_after(FINISH_ON_ERROR_S):
+                    await conn.finisher_done.wait()  # the frames before the bad one are answered
                 with trio.move_on_after(ERROR_FRAME_TIMEOUT_S):
                     await self._send(conn, encode_frame(error_response(None, Status.BAD_REQUEST, error)))
                 conn.close_now()
             # otherwise (EOF or shutdown) the nursery waits for the requests in flight
 
-    async def _read_loop(self, conn: _Connection) -> str | None:
-        """Read frames and start their requests; the reason when the framing broke, else None."""
-        decoder = FrameDecoder(self.max_frame_size)
-        while True:
+    async def _receive(self, conn: _Connection) -> bytes | None:
+        """The next chunk; None at EOF, on shutdown, or when the peer is gone."""
+        if conn.stop_reading:
+            return None
+        with trio.CancelScope() as conn.receive_scope:
             try:
-                data = await conn.stream.receive_some(RECEIVE_SIZE)
+                return await conn.stream.receive_some(RECEIVE_SIZE)
             except _IO_ERRORS:
                 conn.close_now()  # the peer is gone: nobody to answer
                 return None
+            finally:
+                conn.receive_scope = None
+        return None  # cancelled by stop_accepting
+
+    async def _read_loop(self, conn: _Connection) -> str | None:
+        """Read and serve batches of frames; the reason when the framing broke, else None.
+        Only the receive is cancelled at shutdown: a batch that was read is served whole."""
+        decoder = FrameDecoder(self.max_frame_size)
+        while True:
+            data = await self._receive(conn)
             if not data:
                 return None
-            try:
-                frames = decoder.feed(data)
-            except FrameError as e:
-                return e.reason
-            for frame in frames:
-                await conn.in_flight.acquire()
+            frames, error = decoder.feed_all(data)
+            await self._serve_batch(conn, frames)
+            if error is not None:
+                return error.reason
+            if conn.in_flight >= MAX_IN_FLIGHT:
+                conn.room = trio.Event()
+                await conn.room.wait()
+
+    async def _serve_batch(self, conn: _Connection, frames: list[dict]) -> None:
+        """Run the batched ops inline in order, start a task for each other op, send the
+        answers ready now in one write and leave the deferred ones to the finisher."""
+        out: list[bytes] = []
+        placed: list[Any] = []
+        for frame in frames:
+            conn.in_flight += 1
+            if frame.get("op") in self.batched_ops:
+                result = await self._run(conn, frame)
+                if type(result) is dict:
+                    out.append(self._encode(result))
+                    conn.answered(1)
+                else:
+                    placed.append(result)
+            else:
                 conn.nursery.start_soon(self._serve_request, conn, frame)
+        if not placed:
+            if out:
+                await self._send(conn, b"".join(out))
+            return
+        self.commit(placed)
+        ready = [r for r in placed if not r.waits]  # finishing will not wait: answer in this write
+        if len(ready) < len(placed):
+            conn.defer([r for r in placed if r.waits])
+        if ready:
+            out += map(self._encode, await self._finish(ready))
+            conn.answered(len(ready))
+        if out:
+            await self._send(conn, b"".join(out))
+
+    async def _run(self, conn: _Connection, frame: dict) -> Any:
+        """Parse and handle one request: its response map, or a deferred result."""
+        try:
+            return await self.handler(parse_request(frame, self.ops), conn.peer)
+        except InvalidRequest as e:
+            return error_response(e.request_id, Status.BAD_REQUEST, e.message)
+        except Exception as e:  # the handler answers its own errors; a bug lands here
+            request_id = frame.get("id") if type(frame.get("id")) is int else None
+            log.exception("request %s (id %s) failed", frame.get("op"), request_id)
+            return error_response(request_id, Status.INTERNAL_ERROR, f"{type(e).__name__}: {e}")
+
+    async def _finish(self, results: list[Any]) -> list[dict[str, Any]]:
+        assert self.finish is not None
+        return await self.finish(results)
+
+    async def _finisher(self, conn: _Connection) -> None:
+        """Answer the deferred results: everything deferred while the last group waited
+        is the next group (one wait, one write)."""
+        try:
+            while True:
+                if not conn.deferred:
+                    if conn.reading_done:
+                        return
+                    await conn.deferred_added.wait()
+                    conn.deferred_added = trio.Event()
+                    continue
+                group, conn.deferred = conn.deferred, []
+                responses = await self._finish(group)
+                await self._send(conn, b"".join(map(self._encode, responses)))
+                conn.answered(len(group))
+        finally:
+            conn.finisher_done.set()
 
     async def _serve_request(self, conn: _Connection, frame: dict) -> None:
         try:
-            request_id = frame.get("id") if type(frame.get("id")) is int else None
-            try:
-                request = parse_request(frame, self.ops)
-                response = await self.handler(request, conn.peer)
-            except InvalidRequest as e:
-                response = error_response(e.request_id, Status.BAD_REQUEST, e.message)
-            except Exception as e:  # the handler answers its own errors; a bug lands here
-                log.exception("request %s (id %s) failed", frame.get("op"), request_id)
-                response = error_response(request_id, Status.INTERNAL_ERROR, f"{type(e).__name__}: {e}")
+            response = await self._run(conn, frame)
+            if type(response) is not dict:  # a deferred result from an op run as a task
+                (response,) = await self._finish([response])
             await self._send(conn, self._encode(response))
         finally:
-            conn.in_flight.release()
+            conn.answered(1)
 
     def _encode(self, response: dict[str, Any]) -> bytes:
         try:
@@ -227,9 +349,18 @@ class ClientServer:
             )
 
     async def _send(self, conn: _Connection, data: bytes) -> None:
+        lock = conn.write_lock
         try:
-            async with conn.write_lock:
+            # an uncontended lock is taken without `acquire`'s own scheduling round (one
+            # per write); send_all checkpoints anyway
+            try:
+                lock.acquire_nowait()
+            except trio.WouldBlock:
+                await lock.acquire()
+            try:
                 await conn.stream.send_all(data)
+            finally:
+                lock.release()
         except _IO_ERRORS as e:
             log.debug("client %s: cannot send (%s); closing", conn.peer, e)
             conn.close_now()

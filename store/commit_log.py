@@ -13,6 +13,8 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
+import attrs
+
 from .allocate import AllocateMappedFileService
 from .config import StoreConfig
 from .mapped_file import MappedFile, SelectResult
@@ -50,6 +52,17 @@ class _AppendRefused(Exception):
         self.error = error
 
 
+@attrs.define(slots=True, eq=False)
+class _Run:
+    """Puts of a group placed in one segment, not yet written."""
+
+    mf: MappedFile | None
+    parts: list[bytes] = attrs.Factory(list)
+    size: int = 0
+    placed: int = 0
+    queue_offsets: dict[str, int] = attrs.Factory(dict)
+
+
 class CommitLog:
     def __init__(
         self,
@@ -73,6 +86,7 @@ class CommitLog:
         self.topic_queue_table: dict[str, int] = {}
         self.begin_time_in_lock = 0.0
         self._clock = clock
+        self._id_prefix = ("", "")  # (store host, its msgId prefix)
         self.on_append: list[Callable[[], None]] = []
 
     def load(self) -> None:
@@ -137,39 +151,63 @@ class CommitLog:
     def append_messages(self, records: Sequence[PreparedRecord], topic: str, queue_id: int) -> AppendMessageResult:
         """Append records of one topic-queue contiguously in one segment (a batch never spans
         two), filling in their queue offsets, physical offsets and the store timestamp."""
-        total = sum(r.total for r in records)
+        return self.append_group(((records, topic, queue_id),))[0]
+
+    def append_group(self, puts: Sequence[tuple[Sequence[PreparedRecord], str, int]]) -> list[AppendMessageResult]:
+        """Append several puts, each `(records, topic, queue_id)` as `append_messages`
+        would, in order, under one lock: one store timestamp, one write per segment they
+        land in, one append notification. A put that fails does not stop the ones after."""
+        results: list[AppendMessageResult] = []
         self.begin_time_in_lock = time.monotonic()
-        last = self.queue.last()
+        now = int(self._clock() * 1000)
+        run = _Run(self.queue.last())
+        wrote = False
         try:
-            try:
-                mf = self._segment_for(total)
-            except _AppendRefused as refused:
-                if self.queue.last() is not last or (last is not None and last.is_full()):
-                    self._notify_append()  # a BLANK filler was written: dispatch must see it
-                return AppendMessageResult(refused.status, error=refused.error)
-            now = int(self._clock() * 1000)
-            key = f"{topic}-{queue_id}"
-            queue_offset = self.topic_queue_table.get(key, 0)
-            wrote_offset = mf.file_from_offset + mf.wrote_position
-            phys = wrote_offset
-            next_queue_offset = queue_offset
-            id_prefix = msg_id_prefix(self.store_host)
-            ids = []
-            parts: list[bytes] = []
-            for rec in records:
-                counts = rec.sys_flag & TRANSACTION_MASK in _COUNTED
-                parts += record_parts(rec, next_queue_offset if counts else 0, phys, now)
-                ids.append(f"{id_prefix}{phys:016X}")
-                phys += rec.total
-                if counts:
-                    next_queue_offset += 1
-            if not mf.append(b"".join(parts)):
-                return AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR)
-            mf.store_timestamp = now
-            self.topic_queue_table[key] = next_queue_offset
+            for records, topic, queue_id in puts:
+                total = sum(r.total for r in records)
+                if run.mf is None or total + END_FILE_MIN_BLANK_LENGTH > run.mf.remaining - run.size:
+                    wrote |= self._write(run, results, now)
+                    last = self.queue.last()
+                    try:
+                        run = _Run(self._segment_for(total))
+                    except _AppendRefused as refused:
+                        if self.queue.last() is not last or (last is not None and last.is_full()):
+                            wrote = True  # a BLANK filler was written: dispatch must see it
+                        results.append(AppendMessageResult(refused.status, error=refused.error))
+                        run = _Run(None)
+                        continue
+                results.append(self._place(run, records, topic, queue_id, total, now))
+            wrote |= self._write(run, results, now)
         finally:
             self.begin_time_in_lock = 0.0
-        self._notify_append()  # once per put, filler included
+        if wrote:
+            self._notify_append()  # once per group, fillers included
+        return results
+
+    def _place(self, run: _Run, records: Sequence[PreparedRecord], topic: str, queue_id: int, total: int,
+               now: int) -> AppendMessageResult:
+        """Encode one put at the end of `run` (written by `_write`)."""
+        key = f"{topic}-{queue_id}"
+        queue_offset = run.queue_offsets.get(key)
+        if queue_offset is None:
+            queue_offset = self.topic_queue_table.get(key, 0)
+        wrote_offset = phys = run.mf.file_from_offset + run.mf.wrote_position + run.size
+        next_queue_offset = queue_offset
+        if self._id_prefix[0] != self.store_host:
+            self._id_prefix = (self.store_host, msg_id_prefix(self.store_host))
+        id_prefix = self._id_prefix[1]
+        ids = []
+        parts = run.parts
+        for rec in records:
+            counts = rec.sys_flag & TRANSACTION_MASK in _COUNTED
+            parts += record_parts(rec, next_queue_offset if counts else 0, phys, now)
+            ids.append(f"{id_prefix}{phys:016X}")
+            phys += rec.total
+            if counts:
+                next_queue_offset += 1
+        run.size += total
+        run.queue_offsets[key] = next_queue_offset
+        run.placed += 1
         return AppendMessageResult(
             AppendMessageStatus.PUT_OK,
             wrote_offset=wrote_offset,
@@ -179,6 +217,18 @@ class CommitLog:
             queue_offset=queue_offset,
             msg_num=len(records),
         )
+
+    def _write(self, run: _Run, results: list[AppendMessageResult], now: int) -> bool:
+        """Write a run's bytes with one append and commit its queue offsets; when the write
+        fails, the run's puts (the last `run.placed` results) fail with nothing counted."""
+        if not run.placed:
+            return False
+        if not run.mf.append(b"".join(run.parts)):
+            results[-run.placed:] = [AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR)] * run.placed
+            return False
+        run.mf.store_timestamp = now
+        self.topic_queue_table.update(run.queue_offsets)
+        return True
 
     def append_data(self, start_offset: int, data: bytes | memoryview) -> bool:
         """Slave side: append replicated bytes at exactly the log's end (segments line up

@@ -150,7 +150,11 @@ class FlushRealTimeService:
         self._wake = trio.Event()
 
     def wakeup(self) -> None:
-        self._wake.set()
+        """An append happened: wake the service only once a flush has enough pages to take,
+        so appends of less than `least_pages` pages cost no task switch (the interval's
+        round, thorough ones included, runs anyway)."""
+        if not self._wake.is_set() and self.queue.is_able_to_flush(self.cadence.least_pages):
+            self._wake.set()
 
     async def flush(self, least_pages: int) -> None:
         if self.queue.is_able_to_flush(least_pages):

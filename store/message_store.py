@@ -8,11 +8,9 @@ everything, writes the checkpoint and removes the abort file last.
 from __future__ import annotations
 
 import logging
-import struct
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Protocol
 
 import psutil
 import trio
@@ -21,7 +19,7 @@ from .allocate import AllocateMappedFileService
 from .checkpoint import StoreCheckpoint
 from .cleanup import CleanCommitLogService, CleanConsumeQueueService, DiskUsage
 from .commit_log import CommitLog
-from .config import BrokerRole, FlushDiskType, StoreConfig
+from .config import FlushDiskType, StoreConfig
 from .consume_queue import ConsumeQueueTable
 from .flush import (
     Cadence,
@@ -36,43 +34,23 @@ from .index_file import IndexService
 from .markers import AbortFile, StoreLock
 from .markers import StoreLockedError as StoreLockedError  # importable from here, as before
 from .message import (
-    PROPERTY_DELAY,
-    EncodeError,
-    Message,
-    PreparedRecord,
     RecordKind,
-    prepare_record,
-    topic_error,
-    transaction_type,
 )
+from .puts import MessagePuts
+from .puts import Replicator as Replicator  # importable from here, as before
 from .reads import GetMessageResult as GetMessageResult  # importable from here, as before
 from .reads import MessageReads
 from .reads import StoreUnavailableError as StoreUnavailableError
 from .recovery import RecoveryProgress, TruncateReport
 from .reput import ReputMessageService
 from .running_flags import RunningFlags
-from .schedule import DelayError, parse_delay_levels, rewrite_delayed
-from .status import (
-    AppendMessageResult,
-    AppendMessageStatus,
-    PutMessageResult,
-    PutMessageStatus,
-)
+from .schedule import parse_delay_levels
 from .transient_store_pool import TransientStorePool
 
 log = logging.getLogger("tidemq.store")
 
 
-class Replicator(Protocol):
-    """What a SYNC_MASTER put needs from the HA service (ha/master.py's HAService, which
-    attaches itself with `MessageStore.attach_replicator`)."""
-
-    def is_slave_ok(self, master_put_where: int) -> bool: ...
-
-    async def wait_for_slave(self, next_offset: int, timeout_s: float) -> bool: ...
-
-
-class MessageStore(MessageReads):
+class MessageStore(MessageReads, MessagePuts):
     """The facade: lifecycle, recovery and truncation, puts, replication hooks; reads come
     from MessageReads (reads.py)."""
 
@@ -380,126 +358,6 @@ class MessageStore(MessageReads):
         self.lock.release()
         self.shutdown_done = True
 
-    # ---- puts --------------------------------------------------------------------------------
-    def _check_store_status(self) -> PutMessageResult | None:
-        if not self.running:
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store is shut down")
-        if not self.config.broker_role.is_master:
-            return PutMessageResult(
-                PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                error="this node is a SLAVE and refuses writes; send to its master",
-            )
-        if not self.flags.is_writeable():
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error=self.flags.why_not_writeable())
-        if self.commit_log.is_os_page_cache_busy():
-            return PutMessageResult(PutMessageStatus.OS_PAGECACHE_BUSY, error="the put lock is held too long")
-        return None
-
-    def _check_message(self, msg: Message) -> PutMessageResult | None:
-        problem = topic_error(msg.topic)
-        if problem:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=problem)
-        if msg.queue_id < 0:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=f"queue_id {msg.queue_id} is negative")
-        return None
-
-    def _prepare(self, msgs: Sequence[Message]) -> list[PreparedRecord] | PutMessageResult:
-        store_host, max_size = self.config.store_host, self.config.max_message_size
-        try:
-            return [prepare_record(msg, store_host, max_size) for msg in msgs]
-        except EncodeError as e:
-            return PutMessageResult(PutMessageStatus[e.status], error=str(e))
-        except (ValueError, struct.error) as e:  # a bad host string, a field out of its range
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=f"cannot encode the message: {e}")
-
-    async def put_message(self, msg: Message) -> PutMessageResult:
-        """Store one message; returns after the flush/replication its WAIT asks for."""
-        bad = self._check_store_status() or self._check_message(msg)
-        if bad:
-            return bad
-        try:
-            msg = rewrite_delayed(msg, self.delay_levels)  # DELAY > 0: onto SCHEDULE_TOPIC_XXXX
-        except DelayError as e:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=str(e))
-        records = self._prepare((msg,))
-        if isinstance(records, PutMessageResult):
-            return records
-        result = self.commit_log.append_messages(records, msg.topic, msg.queue_id)
-        return await self._finish_put(result, msg.wait_store_msg_ok)
-
-    async def put_messages(self, msgs: Sequence[Message]) -> PutMessageResult:
-        """Store a batch of one topic-queue: contiguous records, one segment, one result."""
-        bad = self._check_store_status()
-        if bad:
-            return bad
-        if not msgs:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error="empty batch")
-        first = msgs[0]
-        bad = self._check_message(first)
-        if bad:
-            return bad
-        topic, queue_id = first.topic, first.queue_id
-        for msg in msgs:
-            if msg.topic != topic or msg.queue_id != queue_id:
-                return self._check_message(msg) or PutMessageResult(
-                    PutMessageStatus.MESSAGE_ILLEGAL, error="a batch must go to one topic and queue"
-                )
-            if transaction_type(msg.sys_flag) or msg.properties.get(PROPERTY_DELAY, "0") not in ("", "0"):
-                return PutMessageResult(
-                    PutMessageStatus.MESSAGE_ILLEGAL, error="a batch may not hold transaction or delayed messages"
-                )
-        total_body = sum(len(m.body) for m in msgs)
-        if total_body > self.config.max_message_size:
-            return PutMessageResult(
-                PutMessageStatus.MESSAGE_ILLEGAL,
-                error=f"batch bodies total {total_body} bytes; maxMessageSize is {self.config.max_message_size}",
-            )
-        records = self._prepare(msgs)
-        if isinstance(records, PutMessageResult):
-            return records
-        result = self.commit_log.append_messages(records, topic, queue_id)
-        return await self._finish_put(result, all(m.wait_store_msg_ok for m in msgs))
-
-    async def _finish_put(self, result: AppendMessageResult, wait: bool) -> PutMessageResult:
-        if result.status is not AppendMessageStatus.PUT_OK:
-            if result.status is AppendMessageStatus.MESSAGE_SIZE_EXCEEDED:
-                return PutMessageResult(
-                    PutMessageStatus.MESSAGE_ILLEGAL, result,
-                    error="record is larger than a CommitLog segment (mappedFileSizeCommitLog)",
-                )
-            return PutMessageResult(
-                PutMessageStatus.CREATE_MAPEDFILE_FAILED, result, error=result.error or "could not create a segment"
-            )
-        flush_status = PutMessageStatus.PUT_OK
-        replica_status = PutMessageStatus.PUT_OK
-        end = result.end_offset
-        flush_wait = self.group_commit is not None and wait
-        replica_wait = self.config.broker_role is BrokerRole.SYNC_MASTER and wait
-        if replica_wait and (self.replicator is None or not self.replicator.is_slave_ok(end)):
-            replica_status = PutMessageStatus.SLAVE_NOT_AVAILABLE
-            replica_wait = False
-        if flush_wait or replica_wait:
-            # Both deadlines count from now, so waiting for one after the other is waiting
-            # for both at once (each offset only grows), without a nursery per put.
-            start = trio.current_time()
-            if flush_wait and not await self.group_commit.wait_for_flush(end, self.config.sync_flush_timeout / 1000):
-                flush_status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-            if replica_wait:
-                left = self.config.slave_timeout / 1000 - (trio.current_time() - start)
-                if not await self.replicator.wait_for_slave(end, max(0.0, left)):
-                    replica_status = PutMessageStatus.FLUSH_SLAVE_TIMEOUT
-        else:
-            # nothing to wait for: still yield, so dispatch, flush and HA writers get turns
-            # under a tight put loop (a trio checkpoint per put)
-            await trio.lowlevel.checkpoint()
-        status = PutMessageStatus.PUT_OK
-        if flush_status is not PutMessageStatus.PUT_OK:
-            status = flush_status
-        if replica_status is not PutMessageStatus.PUT_OK:
-            status = replica_status  # replica wins, as in RocketMQ
-        error = "" if status is PutMessageStatus.PUT_OK else _STATUS_TEXT[status]
-        return PutMessageResult(status, result, error=error)
-
     def _wake_flush(self) -> None:
         """CommitLog append listener: wake the CommitLog flush (puts and replicated bytes)."""
         if self.group_commit is not None:
@@ -519,13 +377,6 @@ class MessageStore(MessageReads):
         deleted = await self.clean_commit_log.run_once()
         await self.clean_consume_queue.run_once()
         return deleted
-
-
-_STATUS_TEXT = {
-    PutMessageStatus.FLUSH_DISK_TIMEOUT: "stored, but not flushed to disk within syncFlushTimeout",
-    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: "stored on the master, but no slave acknowledged it within slaveTimeout",
-    PutMessageStatus.SLAVE_NOT_AVAILABLE: "stored on the master only: no slave connected, or it is too far behind",
-}
 
 
 def truncate_store(config: StoreConfig, phy_offset: int) -> TruncateReport:

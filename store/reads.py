@@ -189,7 +189,7 @@ class MessageReads:
         """Long polling: True as soon as the queue holds a message at `offset`, False at timeout."""
         with trio.move_on_after(timeout):
             while self.get_max_offset_in_queue(topic, queue_id) <= offset:
-                await self.reput.wait_dispatched()
+                await self.reput.wait_dispatched(topic, queue_id)
             return True
         return False
 

@@ -62,7 +62,10 @@ class ReputMessageService:
         self.reput_from_offset = 0
         self.stopped_at_error: str | None = None
         self._wake = trio.Event()
-        self._dispatched = trio.Event()  # replaced after every round; long polls wait on it
+        self._dispatched = trio.Event()  # replaced after every round that made progress
+        # long polls by queue: set (and dropped) when a unit of that queue is dispatched, so
+        # a round wakes only the waiters whose queue grew, not every waiter of every queue
+        self._queue_waiters: dict[tuple[str, int], trio.Event] = {}
 
     def wakeup(self) -> None:
         self._wake.set()
@@ -70,9 +73,17 @@ class ReputMessageService:
     def dispatch_behind_bytes(self) -> int:
         return max(0, self.commit_log.max_offset() - self.reput_from_offset)
 
-    async def wait_dispatched(self) -> None:
-        """Return after the next dispatch round that made progress."""
-        await self._dispatched.wait()
+    async def wait_dispatched(self, topic: str | None = None, queue_id: int = 0) -> None:
+        """Return after the next dispatch round that made progress; with `topic`, once a
+        unit of `topic`/`queue_id` is dispatched."""
+        if topic is None:
+            await self._dispatched.wait()
+            return
+        key = (topic, queue_id)
+        event = self._queue_waiters.get(key)
+        if event is None:
+            event = self._queue_waiters[key] = trio.Event()
+        await event.wait()
 
     def do_reput(self, max_bytes: int | None = None) -> int:
         """Dispatch complete records readable now (up to about `max_bytes` of CommitLog);
@@ -156,6 +167,10 @@ class ReputMessageService:
                 log.error("could not write the ConsumeQueue unit of %s-%d at offset %d",
                           req.topic, req.queue_id, req.commitlog_offset)
                 self.flags.set(RunningFlags.WRITE_LOGICS_QUEUE_ERROR)
+            if self._queue_waiters:
+                waiting = self._queue_waiters.pop((req.topic, req.queue_id), None)
+                if waiting is not None:
+                    waiting.set()
             self.checkpoint.logics_msg_timestamp = req.store_timestamp
             if is_slave:
                 self.checkpoint.physic_msg_timestamp = req.store_timestamp

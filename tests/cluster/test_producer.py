@@ -109,3 +109,29 @@ async def test_statuses_batches_and_errors_without_a_name_server(tmp_path, nodes
     async with Producer(namesrv=dead) as producer:
         with pytest.raises(ConnectionLost, match="no name server reachable"):
             await producer.send("St", b"x")
+
+
+async def test_send_many_pipelines_batches_in_order(tmp_path, nodes):
+    """send_many: batches of `batch_size`, several in flight on one connection, stored in
+    order on a pinned queue; results in message order; a bad message raises."""
+    m = nodes.start(broker_conf(tmp_path, "m", "broker-p", None))
+    bodies = [f"p{i}".encode() for i in range(203)]
+    async with Producer(brokers=[m.address]) as producer:
+        results = await producer.send_many("Pipe", bodies, batch_size=10, in_flight=6, queue_id=1)
+        assert [len(r.msg_ids) for r in results] == [10] * 20 + [3]
+        assert all(r.status is Status.PUT_OK and r.queue_id == 1 for r in results)
+        assert [r.queue_offset for r in results] == list(range(0, 203, 10))
+        spread = await producer.send_many("Pipe", bodies[:40], batch_size=5, wait=False)
+        assert len(spread) == 8 and len({r.queue_id for r in spread}) == 4  # round robin
+        with pytest.raises(BadRequest, match="body"):
+            await producer.send_many("Pipe", [b"ok", b""], batch_size=1)
+        with pytest.raises(ValueError, match="batch_size"):
+            await producer.send_many("Pipe", bodies, batch_size=0)
+    async with PullConsumer(brokers=[m.address], group="g", topic="Pipe") as consumer:
+        queue = next(q for q in await consumer.queues() if q.queue_id == 1)
+        got: list[bytes] = []
+        while len(got) < len(bodies):
+            pulled = await consumer.pull(queue, offset=len(got), timeout_ms=0)
+            assert pulled.messages, f"queue 1 holds only {len(got)} messages"
+            got += [msg.body for msg in pulled.messages]
+    assert got[:len(bodies)] == bodies

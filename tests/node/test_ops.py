@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import trio.testing
 
 from node.client import BadRequest, Connection, NotFound, ServiceUnavailable, connect
 from node.config import load_config
-from node.handlers import handle_request
+from node.handlers import BATCHED_OPS, append_requests, finish_requests, handle_now
 from node.offsets import ConsumerOffsetManager
 from node.ops import NodeServices
 from node.server import ClientServer
@@ -38,8 +39,10 @@ async def serving_ops(conf: Path) -> AsyncIterator[tuple[NodeServices, Connectio
     offsets.load()
     async with open_store(cfg.store) as store, trio.open_nursery() as nursery:
         services = NodeServices(cfg=cfg, store=store, topics=topics, offsets=offsets)
-        server = ClientServer(lambda request, peer: handle_request(services, request, peer),
-                              host="127.0.0.1", port=0, max_frame_size=cfg.max_frame_size)
+        server = ClientServer(partial(handle_now, services), host="127.0.0.1", port=0,
+                              max_frame_size=cfg.max_frame_size, batched_ops=BATCHED_OPS,
+                              commit=partial(append_requests, services),
+                              finish=partial(finish_requests, services))
         await nursery.start(server.run)
         async with connect(format_host_port("127.0.0.1", server.port)) as conn:
             yield services, conn

@@ -29,6 +29,7 @@ from store.message import (
     encode_msg_id,
 )
 from store.running_flags import RunningFlags
+from store.status import AppendMessageStatus
 
 SEG = 4096
 FIXED = 91  # record overhead with IPv4 hosts: 91 + body + topic + properties
@@ -224,6 +225,26 @@ async def test_batch_never_spans_two_segments(tmp_path):
         assert rb2.ok and rb2.commitlog_offset == SEG + 1600
         assert store.get_max_phy_offset() == 2 * SEG - 8
     assert_blank(segment_bytes(tmp_path, 0), 2500)
+
+
+async def test_a_group_append_rolls_segments_and_survives_a_refused_put(tmp_path):
+    """append_group: puts land in order with consecutive queue offsets per queue, a put
+    that does not fit rolls to the next segment behind a BLANK (the ones after it follow
+    it there), and a put larger than a segment fails alone."""
+    async with open_store(config(tmp_path)) as store:
+        sizes = [1500, 1500, SEG + 100, 800, 1200]  # 1500 + 1500 + 800 = 3800 fit; 1200 rolls
+        puts = [store.prepare_message(Message("T", body_for_record(n) if n < SEG else b"x" * n,
+                                              queue_id=i % 2))
+                for i, n in enumerate(sizes)]
+        results = store.append_prepared(puts)
+        assert [r.status for r in results] == [AppendMessageStatus.PUT_OK] * 2 + [
+            AppendMessageStatus.MESSAGE_SIZE_EXCEEDED] + [AppendMessageStatus.PUT_OK] * 2
+        ok = [results[i] for i in (0, 1, 3, 4)]
+        assert [r.wrote_offset for r in ok] == [0, 1500, 3000, SEG]
+        assert [(r.queue_offset, store.look_message_by_offset(r.wrote_offset).queue_id) for r in ok] == [
+            (0, 0), (0, 1), (1, 1), (1, 0)]
+        assert store.commit_log.topic_queue_table == {"T-0": 2, "T-1": 2}
+    assert_blank(segment_bytes(tmp_path, 0), 3800)
 
 
 # ---- rejections: status, a meaningful error, nothing written --------------------------------

@@ -52,3 +52,47 @@ async def test_attach_detach_and_append_listeners(tmp_path):
         assert len(appends) == 1  # the removed listener heard nothing more
         with pytest.raises(AttributeError):
             store.replicator = other  # one owner: only attach_replicator sets it
+
+
+class AckUpTo:
+    """A replicator whose slave acked up to `acked` and no further."""
+
+    def __init__(self, acked: int) -> None:
+        self.acked = acked
+        self.waits: list[tuple[int, float]] = []
+
+    def is_slave_ok(self, master_put_where: int) -> bool:
+        return True
+
+    async def wait_for_slave(self, next_offset: int, timeout_s: float) -> bool:
+        self.waits.append((next_offset, timeout_s))
+        return next_offset <= self.acked
+
+
+async def test_a_group_of_puts_waits_once_and_each_put_gets_its_own_status(tmp_path):
+    """finish_puts: one wait for the group's largest end offset; after its timeout each
+    put is judged by its own end: acked ones PUT_OK, the rest FLUSH_SLAVE_TIMEOUT, puts
+    without WAIT PUT_OK, a refused one keeps its status."""
+    config = StoreConfig(store_path_root_dir=str(tmp_path), broker_role=BrokerRole.SYNC_MASTER,
+                         mapped_file_size_commit_log=64 * 1024)
+    async with open_store(config) as store:
+        msgs = [Message("G", b"m%d" % i) for i in range(4)]
+        prepared = [store.prepare_message(m) for m in msgs]
+        prepared.insert(2, store.prepare_message(Message("G", b"x", queue_id=-1)))  # refused
+        appended = store.append_prepared(prepared)
+        ends = [a.end_offset for i, a in enumerate(appended) if i != 2]
+        replicator = AckUpTo(ends[1])
+        store.attach_replicator(replicator)
+        results = await store.finish_puts([(a, i != 3) for i, a in enumerate(appended)])
+        assert [r.status for r in results] == [
+            PutMessageStatus.PUT_OK, PutMessageStatus.PUT_OK, PutMessageStatus.MESSAGE_ILLEGAL,
+            PutMessageStatus.PUT_OK,  # no WAIT
+            PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
+        ]
+        assert replicator.waits[0][0] == ends[3]  # the group's one real wait: its largest end
+        assert all(timeout == 0.0 for _, timeout in replicator.waits[1:])
+        # one group, one write: contiguous records in put order
+        assert [r.commitlog_offset for r in results if r.append] == sorted(r.commitlog_offset for r in results
+                                                                           if r.append)
+        assert [store.look_message_by_offset(r.commitlog_offset).body for r in results if r.append] == [
+            b"m0", b"m1", b"m2", b"m3"]

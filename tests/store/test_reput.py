@@ -121,3 +121,37 @@ async def test_run_dispatches_on_wakeup_and_wakes_long_polls(tmp_path):
             nursery.cancel_scope.cancel()
     finally:
         store.close()
+
+
+async def test_a_long_poll_by_queue_wakes_only_when_its_queue_grows(tmp_path):
+    """wait_dispatched(topic, queue_id): a dispatch round into other queues leaves the
+    waiter waiting (no wake-up of every long poll per round); one into its queue ends it."""
+    store = loaded_store(tmp_path)
+    woken: list[str] = []
+
+    async def poll(topic: str, queue_id: int) -> None:
+        await store.reput.wait_dispatched(topic, queue_id)
+        woken.append(f"{topic}-{queue_id}")
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store.reput.run)
+            store.add_append_listener(store.reput.wakeup)
+            with trio.fail_after(10):
+                async with trio.open_nursery() as waiters:
+                    waiters.start_soon(poll, "A", 1)
+                    waiters.start_soon(poll, "B", 0)
+                    await trio.testing.wait_all_tasks_blocked()
+                    append(store, Message("A", b"other queue", queue_id=0))
+                    append(store, Message("C", b"other topic", queue_id=1))
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert store.consume_queues.find("C", 1).max_offset_in_queue == 1  # dispatched
+                    assert woken == []
+                    append(store, Message("A", b"its queue", queue_id=1))
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert woken == ["A-1"]
+                    append(store, Message("B", b"the other one"))
+            assert woken == ["A-1", "B-0"]
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()

@@ -1,0 +1,287 @@
+"""The store's put API (DefaultMessageStore's putMessage / putMessages), split in steps so a
+caller holding many requests can group them: `prepare_message` / `prepare_batch` check and
+encode, `append_prepared` appends a group in order (no await: the put lock's critical
+section; `append_message` / `append_batch` do both for one put), and
+`finish_puts` waits once for the flush and the slave a whole group of appends asks for
+(RocketMQ's GroupCommitService / GroupTransferService serve one request per group the
+same way). `put_message` / `put_messages` are the two steps for one put.
+MessageStore inherits it; the attributes it reads are set up in message_store.py."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+import trio
+
+from .config import BrokerRole, StoreConfig
+from .message import (
+    PROPERTY_DELAY,
+    EncodeError,
+    Message,
+    PreparedRecord,
+    prepare_record,
+    topic_error,
+    transaction_type,
+)
+from .schedule import DelayError, rewrite_delayed
+from .status import AppendMessageResult, AppendMessageStatus, PutMessageResult, PutMessageStatus
+
+if TYPE_CHECKING:
+    from .commit_log import CommitLog
+    from .flush import GroupCommitService
+    from .running_flags import RunningFlags
+
+
+class Replicator(Protocol):
+    """What a SYNC_MASTER put needs from the HA service (ha/master.py's HAService, which
+    attaches itself with `MessageStore.attach_replicator`)."""
+
+    def is_slave_ok(self, master_put_where: int) -> bool: ...
+
+    async def wait_for_slave(self, next_offset: int, timeout_s: float) -> bool: ...
+
+
+class Prepared(NamedTuple):
+    """A put checked and encoded, to append: its records and the topic-queue they go to."""
+
+    records: list[PreparedRecord]
+    topic: str
+    queue_id: int
+
+
+Appended = AppendMessageResult | PutMessageResult
+"""What an append returns: the AppendMessageResult to finish, or a PutMessageResult when
+the put already failed (nothing was written)."""
+
+_GOOD_TOPICS: set[str] = set()
+"""Topics that passed topic_error (puts name the same few topics over and over)."""
+
+_STATUS_TEXT = {
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: "stored, but not flushed to disk within syncFlushTimeout",
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: "stored on the master, but no slave acknowledged it within slaveTimeout",
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: "stored on the master only: no slave connected, or it is too far behind",
+}
+
+
+class MessagePuts:
+    """Puts of a MessageStore (mixed into it)."""
+
+    config: StoreConfig
+    commit_log: CommitLog
+    flags: RunningFlags
+    running: bool
+    delay_levels: dict[int, int]
+    group_commit: GroupCommitService | None
+    replicator: Replicator | None
+
+    def _check_store_status(self) -> PutMessageResult | None:
+        if not self.running:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store is shut down")
+        if not self.config.broker_role.is_master:
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                error="this node is a SLAVE and refuses writes; send to its master",
+            )
+        if not self.flags.is_writeable():
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error=self.flags.why_not_writeable())
+        if self.commit_log.is_os_page_cache_busy():
+            return PutMessageResult(PutMessageStatus.OS_PAGECACHE_BUSY, error="the put lock is held too long")
+        return None
+
+    @staticmethod
+    def _check_message(msg: Message) -> PutMessageResult | None:
+        if msg.topic not in _GOOD_TOPICS:
+            problem = topic_error(msg.topic)
+            if problem:
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=problem)
+            if len(_GOOD_TOPICS) < 4096:
+                _GOOD_TOPICS.add(msg.topic)
+        if msg.queue_id < 0:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=f"queue_id {msg.queue_id} is negative")
+        return None
+
+    def _prepare(self, msgs: Sequence[Message]) -> list[PreparedRecord] | PutMessageResult:
+        store_host, max_size = self.config.store_host, self.config.max_message_size
+        try:
+            return [prepare_record(msg, store_host, max_size) for msg in msgs]
+        except EncodeError as e:
+            return PutMessageResult(PutMessageStatus[e.status], error=str(e))
+        except (ValueError, struct.error) as e:  # a bad host string, a field out of its range
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=f"cannot encode the message: {e}")
+
+    # ---- step 1: prepare and append (no await) --------------------------------------------
+    def prepare_message(self, msg: Message) -> Prepared | PutMessageResult:
+        """Check and encode one message for `append_prepared` (a PutMessageResult when it
+        is refused: nothing will be written)."""
+        bad = self._check_store_status() or self._check_message(msg)
+        if bad:
+            return bad
+        try:
+            msg = rewrite_delayed(msg, self.delay_levels)  # DELAY > 0: onto SCHEDULE_TOPIC_XXXX
+        except DelayError as e:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error=str(e))
+        records = self._prepare((msg,))
+        if isinstance(records, PutMessageResult):
+            return records
+        return Prepared(records, msg.topic, msg.queue_id)
+
+    def prepare_batch(self, msgs: Sequence[Message]) -> Prepared | PutMessageResult:
+        """Check and encode a batch of one topic-queue (contiguous records, one segment, one
+        result) for `append_prepared`."""
+        bad = self._check_store_status()
+        if bad:
+            return bad
+        if not msgs:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, error="empty batch")
+        first = msgs[0]
+        bad = self._check_message(first)
+        if bad:
+            return bad
+        topic, queue_id = first.topic, first.queue_id
+        for msg in msgs:
+            if msg.topic != topic or msg.queue_id != queue_id:
+                return self._check_message(msg) or PutMessageResult(
+                    PutMessageStatus.MESSAGE_ILLEGAL, error="a batch must go to one topic and queue"
+                )
+            if transaction_type(msg.sys_flag) or msg.properties.get(PROPERTY_DELAY, "0") not in ("", "0"):
+                return PutMessageResult(
+                    PutMessageStatus.MESSAGE_ILLEGAL, error="a batch may not hold transaction or delayed messages"
+                )
+        total_body = sum(len(m.body) for m in msgs)
+        if total_body > self.config.max_message_size:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                error=f"batch bodies total {total_body} bytes; maxMessageSize is {self.config.max_message_size}",
+            )
+        records = self._prepare(msgs)
+        if isinstance(records, PutMessageResult):
+            return records
+        return Prepared(records, topic, queue_id)
+
+    def append_prepared(self, puts: Sequence[Prepared | PutMessageResult]) -> list[Appended]:
+        """Append prepared puts in order as one group (CommitLog.append_group: one lock, one
+        write per segment, one notification); refused ones stay as they are."""
+        group = [p for p in puts if type(p) is Prepared]
+        if not group:
+            return list(puts)
+        if len(group) == len(puts):
+            return self.commit_log.append_group(group)
+        appended = iter(self.commit_log.append_group(group))
+        return [next(appended) if type(p) is Prepared else p for p in puts]
+
+    def append_message(self, msg: Message) -> Appended:
+        """Check, encode and append one message; finish it with `finish_puts`."""
+        return self.append_prepared((self.prepare_message(msg),))[0]
+
+    def append_batch(self, msgs: Sequence[Message]) -> Appended:
+        """Check, encode and append a batch of one topic-queue; finish it with `finish_puts`."""
+        return self.append_prepared((self.prepare_batch(msgs),))[0]
+
+    # ---- step 2: wait for what the puts ask for, once for the group -----------------------
+    async def finish_puts(
+        self, appended: Sequence[tuple[Appended, bool]], *, since: float | None = None
+    ) -> list[PutMessageResult]:
+        """The results of appends, each `(append result, wait)`: a put with `wait` on a
+        SYNC_FLUSH store waits for the flush, on a SYNC_MASTER for a slave's ack. The group
+        waits once, for its largest end offset, within the timeouts counted from `since`
+        (trio time of the group's first append; default now); then each put is judged by
+        its own end offset, so a timeout goes to exactly the puts it concerns. Returns
+        without a checkpoint when nothing waits."""
+        flush_end = replica_end = -1
+        sync_master = self.config.broker_role is BrokerRole.SYNC_MASTER
+        replicator = self.replicator
+        no_slave: set[int] = set()
+        for i, (result, wait) in enumerate(appended):
+            if not wait or not isinstance(result, AppendMessageResult) or result.status is not AppendMessageStatus.PUT_OK:
+                continue
+            end = result.end_offset
+            if self.group_commit is not None:
+                flush_end = max(flush_end, end)
+            if sync_master:
+                if replicator is None or not replicator.is_slave_ok(end):
+                    no_slave.add(i)
+                else:
+                    replica_end = max(replica_end, end)
+        flushed = replicated = -1  # the largest end offset known flushed / acked
+        if flush_end >= 0 or replica_end >= 0:
+            start = trio.current_time() if since is None else since
+            if flush_end >= 0:
+                flushed = await self._reached(
+                    self.group_commit.wait_for_flush, self._ends(appended, flush_end),
+                    self.config.sync_flush_timeout / 1000 - (trio.current_time() - start))
+            if replica_end >= 0:
+                replicated = await self._reached(
+                    replicator.wait_for_slave, self._ends(appended, replica_end),
+                    self.config.slave_timeout / 1000 - (trio.current_time() - start))
+        results = []
+        for i, (result, wait) in enumerate(appended):
+            if not isinstance(result, AppendMessageResult):
+                results.append(result)
+            elif result.status is not AppendMessageStatus.PUT_OK:
+                results.append(_refused(result))
+            else:
+                status = PutMessageStatus.PUT_OK
+                if wait and flush_end >= 0 and result.end_offset > flushed:
+                    status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+                if i in no_slave:
+                    status = PutMessageStatus.SLAVE_NOT_AVAILABLE  # replica wins, as in RocketMQ
+                elif wait and replica_end >= 0 and result.end_offset > replicated:
+                    status = PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+                error = "" if status is PutMessageStatus.PUT_OK else _STATUS_TEXT[status]
+                results.append(PutMessageResult(status, result, error=error))
+        return results
+
+    @staticmethod
+    def _ends(appended: Sequence[tuple[Appended, bool]], limit: int) -> list[int]:
+        """The distinct end offsets of the waiting puts, up to `limit`, ascending."""
+        return sorted({r.end_offset for r, wait in appended
+                       if wait and isinstance(r, AppendMessageResult) and r.status is AppendMessageStatus.PUT_OK
+                       and r.end_offset <= limit})
+
+    @staticmethod
+    async def _reached(wait_for, ends: list[int], timeout_s: float) -> int:
+        """The largest of `ends` that `wait_for(offset, timeout)` reached: one wait for the
+        largest; after a timeout, the smaller ones are checked (they were reached or not
+        by then, so only the first miss can cost a timer round)."""
+        if await wait_for(ends[-1], max(0.0, timeout_s)):
+            return ends[-1]
+        reached = -1
+        for end in ends[:-1]:
+            if not await wait_for(end, 0.0):
+                break
+            reached = end
+        return reached
+
+    async def put_message(self, msg: Message) -> PutMessageResult:
+        """Store one message; returns after the flush/replication its WAIT asks for."""
+        return await self._put(self.append_message(msg), msg.wait_store_msg_ok)
+
+    async def put_messages(self, msgs: Sequence[Message]) -> PutMessageResult:
+        """Store a batch of one topic-queue: contiguous records, one segment, one result."""
+        return await self._put(self.append_batch(msgs), bool(msgs) and all(m.wait_store_msg_ok for m in msgs))
+
+    async def _put(self, appended: Appended, wait: bool) -> PutMessageResult:
+        before = trio.current_time()
+        (result,) = await self.finish_puts(((appended, wait),), since=before)
+        if result.status is PutMessageStatus.PUT_OK and not self.put_waits(wait):
+            # nothing was waited for: still yield, so dispatch, flush and HA writers get
+            # turns under a tight put loop (a trio checkpoint per put)
+            await trio.lowlevel.checkpoint()
+        return result
+
+    def put_waits(self, wait: bool) -> bool:
+        """Whether `finish_puts` may wait for a put with this WAIT (SYNC_FLUSH or SYNC_MASTER)."""
+        return wait and (self.group_commit is not None or self.config.broker_role is BrokerRole.SYNC_MASTER)
+
+
+def _refused(result: AppendMessageResult) -> PutMessageResult:
+    if result.status is AppendMessageStatus.MESSAGE_SIZE_EXCEEDED:
+        return PutMessageResult(
+            PutMessageStatus.MESSAGE_ILLEGAL, result,
+            error="record is larger than a CommitLog segment (mappedFileSizeCommitLog)",
+        )
+    return PutMessageResult(
+        PutMessageStatus.CREATE_MAPEDFILE_FAILED, result, error=result.error or "could not create a segment"
+    )
