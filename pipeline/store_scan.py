@@ -45,6 +45,7 @@ from store.message import (
     read_store_timestamp,
     read_total_size,
 )
+from store.record_rows import scan_rows
 from store.tools import StoreToolError, iter_segments
 
 DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
@@ -336,7 +337,17 @@ def _walk_buffer(
     pos = part.begin
     topics, t0, t1 = opts.topics, opts.start_time, opts.end_time
     need_body = opts.include_body or opts.verify_crc
+    extra = (part.source, None)  # the source and _corrupt columns
     while pos < part.end:
+        # clean rows in bulk (compiled when built); the record it stops at is handled below
+        pos = scan_rows(buf, pos, part.end, part.segment_start, b.rows, b.batch_rows,
+                        verify_crc=opts.verify_crc, include_body=opts.include_body, topics=topics,
+                        start_time=t0, end_time=t1, extra=extra)
+        if b.full:
+            yield
+            continue
+        if pos >= part.end:
+            return
         d = decode_record(buf, pos, check_crc=False, read_body=need_body)
         if d.kind is RecordKind.MESSAGE:
             m = d.message

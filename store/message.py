@@ -13,6 +13,7 @@ import functools
 import ipaddress
 import re
 import struct
+import sys
 import time
 import zlib
 from collections.abc import Mapping
@@ -20,6 +21,7 @@ from typing import NamedTuple
 
 import attrs
 
+from .accel import forced_pure, load_compiled
 from .address import AddressError, format_host_port, split_host_port
 
 # The properties codec lives in properties.py; its names stay importable from here.
@@ -596,6 +598,17 @@ def decode_dispatch(
         props.get(PROPERTY_KEYS, ""), props.get(PROPERTY_UNIQ_KEY), sys_flag,
     )
     return RecordKind.MESSAGE, total, request, ""
+
+
+# The compiled accelerator (store/_accel.pyx, see store/accel.py) replaces the decoders when
+# it was built and TIDEMQ_PURE is not set; the pure functions stay as py_* (the reference).
+py_decode_record = decode_record
+py_decode_dispatch = decode_dispatch
+COMPILED = None if forced_pure() else load_compiled()
+if COMPILED is not None:
+    COMPILED.bind(sys.modules[__name__])
+    decode_record = COMPILED.decode_record  # noqa: F811
+    decode_dispatch = COMPILED.decode_dispatch  # noqa: F811
 
 
 def __getattr__(name: str):
