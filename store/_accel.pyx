@@ -15,7 +15,9 @@ from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
+from cpython.memoryview cimport PyMemoryView_FromMemory
+from cpython.buffer cimport PyBUF_READ
 
 import zlib
 
@@ -393,3 +395,318 @@ def bind_rows(scan_rows_reference) -> None:
     """Take the reference scan_rows (store.record_rows), for buffers read indirectly."""
     global _py_scan_rows
     _py_scan_rows = scan_rows_reference
+
+
+# ---------------------------------------------------------------------------------------
+# columns: clean message records as column buffers (Arrow's layouts), no object per row
+
+from libc.stdlib cimport free, realloc
+
+
+cdef char _NOTHING = 0
+
+
+cdef class Buf:
+    """A growable byte buffer."""
+    cdef char* data
+    cdef Py_ssize_t size, cap
+
+    def __dealloc__(self):
+        free(self.data)
+
+    cdef int reserve(self, Py_ssize_t n) except -1:
+        cdef Py_ssize_t cap = self.cap or 4096
+        cdef char* p
+        if self.size + n <= self.cap:
+            return 0
+        while cap < self.size + n:
+            cap *= 2
+        p = <char*>realloc(self.data, cap)
+        if p == NULL:
+            raise MemoryError()
+        self.data, self.cap = p, cap
+        return 0
+
+    cdef inline int put(self, const void* src, Py_ssize_t n) except -1:
+        if self.size + n > self.cap:
+            self.reserve(n)
+        memcpy(self.data + self.size, src, n)
+        self.size += n
+        return 0
+
+    cdef inline int i32(self, int32_t v) except -1:
+        return self.put(&v, 4)  # native order, as Arrow stores it
+
+    cdef inline int i64(self, int64_t v) except -1:
+        return self.put(&v, 8)
+
+    cdef Buf value(self):
+        """Itself, to be read through the buffer protocol (no copy); written no more."""
+        return self
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        view.buf = self.data if self.data != NULL else &_NOTHING  # Arrow wants an address
+        view.len = self.size
+        view.obj = self
+        view.readonly = 1
+        view.itemsize = 1
+        view.format = NULL
+        view.ndim = 1
+        view.shape = NULL
+        view.strides = NULL
+        view.suboffsets = NULL
+        view.internal = NULL
+
+    def __releasebuffer__(self, Py_buffer* view):
+        pass
+
+    def __len__(self):
+        return self.size
+
+
+cdef class Text:
+    """A string or binary column: int32 offsets and data (and validity bits if nullable)."""
+    cdef Buf offsets, data, valid
+    cdef Py_ssize_t n, nulls
+
+    def __cinit__(self):
+        self.offsets, self.data, self.valid = Buf(), Buf(), Buf()
+        self.offsets.i32(0)
+
+    cdef inline int add(self, const void* p, Py_ssize_t length) except -1:
+        self.data.put(p, length)
+        self.offsets.i32(<int32_t>self.data.size)
+        self._bit(1)
+        return 0
+
+    cdef inline int null(self) except -1:
+        self.offsets.i32(<int32_t>self.data.size)
+        self._bit(0)
+        self.nulls += 1
+        return 0
+
+    cdef inline int _bit(self, bint on) except -1:
+        cdef uint8_t zero = 0
+        if self.n % 8 == 0:
+            self.valid.put(&zero, 1)
+        if on:
+            (<uint8_t*>self.valid.data)[self.n // 8] |= <uint8_t>(1 << (self.n % 8))
+        self.n += 1
+        return 0
+
+    cdef tuple parts(self):
+        return (self.valid if self.nulls else None, self.offsets, self.data)
+
+
+cdef inline bint valid_utf8(const uint8_t* p, Py_ssize_t n):
+    """Whether n bytes are UTF-8 as Python's strict decoder reads it (ASCII checked here)."""
+    cdef Py_ssize_t i
+    for i in range(n):
+        if p[i] >= 0x80:
+            return utf8(p, n) is not None
+    return True
+
+
+cdef dict _host_cols = {}  # (host bytes, is a store host) → host_col's answer
+
+
+cdef class HostCache:
+    """The last host a scan met (hosts rarely change between records) and its columns."""
+    cdef uint8_t[20] raw
+    cdef Py_ssize_t length
+    cdef bint store
+    cdef bytes text, prefix
+
+    def __cinit__(self, bint store):
+        self.store = store
+        self.length = -1
+
+    cdef inline int get(self, const uint8_t* p, bint v6) except -1:
+        cdef Py_ssize_t n = 20 if v6 else 8
+        if n == self.length and memcmp(p, self.raw, n) == 0:
+            return 0
+        got = host_col(p, v6, self.store)
+        self.text, self.prefix = got
+        memcpy(self.raw, p, n)
+        self.length = n
+        return 0
+
+
+cdef tuple host_col(const uint8_t* p, bint v6, bint store):
+    """(host text as UTF-8, and for a store host its msgId prefix as ASCII)."""
+    raw = PyBytes_FromStringAndSize(<const char*>p, 20 if v6 else 8)
+    got = _host_cols.get((raw, store))
+    if got is None:
+        text = _decode_host(raw)
+        got = (text.encode("utf-8"), _msg_id_prefix(text).encode("ascii") if store else None)
+        if len(_host_cols) >= 4096:
+            _host_cols.clear()
+        _host_cols[(raw, store)] = got
+    return got
+
+
+cdef char* HEX = "0123456789ABCDEF"
+
+
+cdef inline void hex16(char* out, uint64_t v) noexcept nogil:
+    cdef int i
+    for i in range(15, -1, -1):
+        out[i] = HEX[v & 0xF]
+        v >>= 4
+
+
+cdef int add_props(const uint8_t* p, Py_ssize_t n, Buf map_offsets, Text names, Text values,
+                   Text tags, Buf key_offsets, Text keys) except -2:
+    """Add one record's properties to the map, tags and keys columns; -1 (adding nothing)
+    when they need the reference's reading: a malformed segment (the reference drops it), a
+    repeated name (the reference keeps the first position, the last value) or bytes that
+    are not UTF-8."""
+    cdef Py_ssize_t i = 0, start, sep, j, k, count = 0, seg
+    cdef Py_ssize_t tag_at = -1, tag_len = 0, keys_at = -1, keys_len = 0
+    cdef Py_ssize_t[64] name_at, name_len
+    while i < n:
+        start = i
+        sep = -1
+        while i < n and p[i] != 2:
+            if p[i] == 1 and sep < 0:
+                sep = i
+            i += 1
+        if not (sep > start and sep + 1 < i) or count == 64:
+            return -1
+        if not valid_utf8(p + start, i - start):
+            return -1
+        for seg in range(count):
+            if name_len[seg] == sep - start and memcmp(p + name_at[seg], p + start, sep - start) == 0:
+                return -1
+        name_at[count], name_len[count] = start, sep - start
+        count += 1
+        if sep - start == 4 and memcmp(p + start, b"TAGS", 4) == 0:
+            tag_at, tag_len = sep + 1, i - sep - 1
+        elif sep - start == 4 and memcmp(p + start, b"KEYS", 4) == 0:
+            keys_at, keys_len = sep + 1, i - sep - 1
+        i += 1  # past the 0x02 (a trailing one ends the loop)
+    # all checked: add
+    i = 0
+    while i < n:
+        start = i
+        sep = -1
+        while i < n and p[i] != 2:
+            if p[i] == 1 and sep < 0:
+                sep = i
+            i += 1
+        names.add(p + start, sep - start)
+        values.add(p + sep + 1, i - sep - 1)
+        i += 1
+    map_offsets.i32(<int32_t>names.n)
+    if tag_at >= 0:
+        tags.add(p + tag_at, tag_len)
+    else:
+        tags.null()
+    if keys_at >= 0:
+        j = keys_at
+        k = keys_at + keys_len
+        while j < k:
+            start = j
+            while j < k and p[j] != 32:
+                j += 1
+            if j > start:
+                keys.add(p + start, j - start)
+            j += 1
+    key_offsets.i32(<int32_t>keys.n)
+    return 0
+
+
+def scan_columns(buf, Py_ssize_t pos, Py_ssize_t end, int64_t segment_start,
+                 Py_ssize_t max_rows, *, bint verify_crc, bint include_body, topics,
+                 start_time, end_time):
+    """The rows store.record_rows.scan_rows would give (without `extra`), as columns:
+    (position it stopped at, rows, {column: buffers}). Fixed-width columns are native-order
+    int32/int64 bytes; text and binary columns (validity or None, int32 offsets, data);
+    keys and properties add their list/map offsets. It also stops (for the caller's row
+    path) at a record whose properties the reference reads specially (see add_props), and
+    before a batch's body bytes would pass 1 GiB."""
+    cdef Py_buffer view
+    cdef Fields f
+    cdef const uint8_t* b
+    cdef bint need_body = include_body or verify_crc
+    cdef bint has_t0 = start_time is not None, has_t1 = end_time is not None
+    cdef int64_t t0 = start_time if has_t0 else 0, t1 = end_time if has_t1 else 0
+    cdef Py_ssize_t rows = 0, mark_names, mark_keys
+    cdef char[17] hexbuf
+    cdef Buf queue_id = Buf(), queue_offset = Buf(), phys = Buf(), size = Buf(), crc = Buf()
+    cdef Buf flag = Buf(), sysflag = Buf(), born_ts = Buf(), store_ts = Buf(), reconsume = Buf()
+    cdef Buf map_offsets = Buf(), key_offsets = Buf()
+    cdef Text topic = Text(), body = Text(), born_host = Text(), store_host = Text()
+    cdef Text tags = Text(), keys = Text(), names = Text(), values = Text(), msg_id = Text()
+    cdef HostCache born = HostCache(False), stored = HostCache(True)
+    map_offsets.i32(0)
+    if include_body:
+        body.data.reserve(min(end - pos, 1 << 26))  # grown by copying otherwise
+    key_offsets.i32(0)
+    if not get_buffer(buf, &view):
+        return pos, 0, None
+    b = <const uint8_t*>view.buf
+    try:
+        while pos < end and rows < max_rows:
+            if pos < 0 or view.len - pos < 8 or not parse_fields(b, pos, view.len, &f):
+                break
+            if not valid_utf8(b + f.topic_at, f.topic_len):
+                break
+            if topics is not None or has_t0 or has_t1:
+                if topics is not None and utf8(b + f.topic_at, f.topic_len) not in topics:
+                    if utf8(b + f.props_at, f.props_len) is None:
+                        break  # the reference rejects the record even when filtered out
+                    pos += f.total
+                    continue
+                if (has_t0 and f.store_ts < t0) or (has_t1 and f.store_ts > t1):
+                    if utf8(b + f.props_at, f.props_len) is None:
+                        break
+                    pos += f.total
+                    continue
+            if f.phys != segment_start + pos:
+                break
+            if need_body:
+                if verify_crc and (_crc32(PyMemoryView_FromMemory(
+                        <char*>(b + f.body_at), f.body_len, PyBUF_READ)) & 0x7FFFFFFF) != f.body_crc:
+                    break
+                if include_body and rows and body.data.size + f.body_len > (1 << 30):
+                    break
+            mark_names, mark_keys = names.n, keys.n
+            if add_props(b + f.props_at, f.props_len, map_offsets, names, values, tags,
+                         key_offsets, keys) < 0:
+                break
+            topic.add(b + f.topic_at, f.topic_len)
+            if include_body:
+                body.add(b + f.body_at, f.body_len)
+            born.get(b + f.born_at, f.sys_flag & BORNHOST_V6)
+            born_host.add(PyBytes_AS_STRING(born.text), PyBytes_GET_SIZE(born.text))
+            stored.get(b + f.store_host_at, f.sys_flag & STOREHOST_V6)
+            store_host.add(PyBytes_AS_STRING(stored.text), PyBytes_GET_SIZE(stored.text))
+            hex16(hexbuf, <uint64_t>f.phys)
+            msg_id.data.put(PyBytes_AS_STRING(stored.prefix), PyBytes_GET_SIZE(stored.prefix))
+            msg_id.add(hexbuf, 16)
+            queue_id.i32(f.queue_id)
+            queue_offset.i64(f.queue_offset)
+            phys.i64(f.phys)
+            size.i32(f.total)
+            crc.i32(f.body_crc)
+            flag.i32(f.flag)
+            sysflag.i32(f.sys_flag)
+            born_ts.i64(f.born_ts)
+            store_ts.i64(f.store_ts)
+            reconsume.i32(f.reconsume)
+            rows += 1
+            pos += f.total
+    finally:
+        PyBuffer_Release(&view)
+    return pos, rows, {
+        "topic": topic.parts(), "queue_id": queue_id.value(), "queue_offset": queue_offset.value(),
+        "commitlog_offset": phys.value(), "size": size.value(),
+        "body": body.parts() if include_body else None, "body_crc": crc.value(),
+        "flag": flag.value(), "sysflag": sysflag.value(), "born_timestamp": born_ts.value(),
+        "born_host": born_host.parts(), "store_timestamp": store_ts.value(),
+        "store_host": store_host.parts(), "reconsume_times": reconsume.value(),
+        "tags": tags.parts(), "keys": (key_offsets.value(), keys.parts()),
+        "properties": (map_offsets.value(), names.parts(), values.parts()),
+        "msg_id": msg_id.parts(),
+    }
