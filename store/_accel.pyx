@@ -710,3 +710,155 @@ def scan_columns(buf, Py_ssize_t pos, Py_ssize_t end, int64_t segment_start,
         "properties": (map_offsets.value(), names.parts(), values.parts()),
         "msg_id": msg_id.parts(),
     }
+
+
+# ---------------------------------------------------------------------------------------
+# encoding
+
+import time as _time
+
+cdef object _PreparedRecord, _encode_host, _py_prepare_record, _py_record_parts
+cdef object _tuple_new = tuple.__new__
+cdef int64_t MAX_PROPS = 32767, MAX_TOPIC = 127, MAX_EXTRA = 64 * 1024
+
+
+def bind_encoder(m) -> None:
+    global _PreparedRecord, _encode_host, _py_prepare_record, _py_record_parts
+    _PreparedRecord, _encode_host = m.PreparedRecord, m.encode_host
+    _py_prepare_record, _py_record_parts = m.py_prepare_record, m.py_record_parts
+
+
+cdef object properties_bytes(msg):
+    """encode_properties(all_properties() without WAIT) as UTF-8, or None for the reference
+    (a name or value that is not a str)."""
+    props = msg.properties
+    tags = msg.tags
+    keys = msg.keys
+    if tags or keys or "WAIT" in props:
+        props = dict(props)
+        if tags:
+            props["TAGS"] = tags
+        if keys:
+            props["KEYS"] = " ".join(keys)
+        props.pop("WAIT", None)
+    parts = []
+    for k, v in props.items():
+        if v is None:
+            continue
+        if type(k) is not str or type(v) is not str:
+            return None
+        parts.append(k + "\x01" + v)
+    return "\x02".join(parts).encode("utf-8")
+
+
+def prepare_record(msg, store_host, max_message_size):
+    """store.message.prepare_record, compiled; every refusal is the reference's."""
+    try:
+        got = _prepare(msg, store_host, max_message_size)
+    except Exception:
+        got = None
+    if got is None:
+        return _py_prepare_record(msg, store_host, max_message_size)
+    return got
+
+
+cdef object _prepare(msg, store_host, max_message_size):
+    cdef int64_t total, limit, sys_flag
+    cdef int32_t q, fl, rc
+    cdef int64_t born_ts, prepared
+    props_bytes = properties_bytes(msg)
+    if props_bytes is None or b"\x00" in props_bytes or len(props_bytes) > MAX_PROPS:
+        return None
+    topic = msg.topic
+    if type(topic) is not str:
+        return None
+    topic_bytes = topic.encode("utf-8")
+    if b"\x00" in topic_bytes or len(topic_bytes) > MAX_TOPIC:
+        return None
+    body = msg.body
+    if type(body) is not bytes or type(max_message_size) is not int or len(body) > max_message_size:
+        return None
+    born = _encode_host(msg.born_host or store_host)
+    store = _encode_host(store_host)
+    if type(msg.sys_flag) is not int:
+        return None
+    sys_flag = (<int64_t>msg.sys_flag) & ~(BORNHOST_V6 | STOREHOST_V6)
+    if len(born) == 20:
+        sys_flag |= BORNHOST_V6
+    if len(store) == 20:
+        sys_flag |= STOREHOST_V6
+    total = 48 + len(born) + 8 + len(store) + 16 + len(body) + 1 + len(topic_bytes) + 2 + len(props_bytes)
+    limit = max_message_size
+    if total > limit + MAX_EXTRA or not (-2**31 <= sys_flag < 2**31):
+        return None
+    born_ts = msg.born_timestamp if msg.born_timestamp is not None else int(_time.time() * 1000)
+    q, fl, rc, prepared = msg.queue_id, msg.flag, msg.reconsume_times, msg.prepared_transaction_offset
+    if (type(msg.queue_id) is not int or type(msg.flag) is not int
+            or type(msg.reconsume_times) is not int or type(msg.prepared_transaction_offset) is not int):
+        return None  # the reference packs what struct takes (an IntEnum...); it decides
+    tail = PyBytes_FromStringAndSize(NULL, 1 + len(topic_bytes) + 2 + len(props_bytes))
+    cdef uint8_t* t = <uint8_t*>PyBytes_AS_STRING(tail)
+    t[0] = <uint8_t>len(topic_bytes)
+    memcpy(t + 1, PyBytes_AS_STRING(topic_bytes), len(topic_bytes))
+    t += 1 + len(topic_bytes)
+    t[0] = <uint8_t>(len(props_bytes) >> 8)
+    t[1] = <uint8_t>(len(props_bytes) & 0xFF)
+    memcpy(t + 2, PyBytes_AS_STRING(props_bytes), len(props_bytes))
+    return _tuple_new(_PreparedRecord, (  # a NamedTuple's own __new__ is Python code
+        total, q, fl, _crc32(body) & 0x7FFFFFFF, sys_flag, born_ts, born, store, rc, prepared,
+        body, tail,
+    ))
+
+
+cdef inline void put32(uint8_t* p, uint32_t u) noexcept nogil:
+    p[0] = u >> 24
+    p[1] = (u >> 16) & 0xFF
+    p[2] = (u >> 8) & 0xFF
+    p[3] = u & 0xFF
+
+
+cdef inline void put64(uint8_t* p, uint64_t u) noexcept nogil:
+    put32(p, <uint32_t>(u >> 32))
+    put32(p + 4, <uint32_t>u)
+
+
+def record_parts(rec, queue_offset, physical_offset, store_timestamp):
+    """store.message.record_parts, compiled; values out of range go to the reference."""
+    cdef int64_t qo, po, st
+    cdef Py_ssize_t born_len, store_len, n
+    cdef uint8_t* p
+    try:
+        qo, po, st = queue_offset, physical_offset, store_timestamp
+        born, store = rec.born_host, rec.store_host
+        born_len, store_len = len(born), len(store)
+        if born_len not in (8, 20) or store_len not in (8, 20):
+            raise ValueError
+        fields = (rec.total, rec.body_crc, rec.queue_id, rec.flag, rec.sys_flag, rec.reconsume_times)
+        for v in fields:
+            if not -2**31 <= v < 2**31:
+                raise OverflowError
+        if not -2**63 <= rec.born_timestamp < 2**63 or not -2**63 <= rec.prepared_transaction_offset < 2**63:
+            raise OverflowError
+    except (TypeError, ValueError, OverflowError):
+        return _py_record_parts(rec, queue_offset, physical_offset, store_timestamp)
+    n = 48 + born_len + 8 + store_len + 16
+    fixed = PyBytes_FromStringAndSize(NULL, n)
+    p = <uint8_t*>PyBytes_AS_STRING(fixed)
+    put32(p, <uint32_t><int64_t>rec.total)
+    put32(p + 4, MAGIC_V1)
+    put32(p + 8, <uint32_t><int64_t>rec.body_crc)
+    put32(p + 12, <uint32_t><int64_t>rec.queue_id)
+    put32(p + 16, <uint32_t><int64_t>rec.flag)
+    put64(p + 20, <uint64_t>qo)
+    put64(p + 28, <uint64_t>po)
+    put32(p + 36, <uint32_t><int64_t>rec.sys_flag)
+    put64(p + 40, <uint64_t><int64_t>rec.born_timestamp)
+    memcpy(p + 48, PyBytes_AS_STRING(born), born_len)
+    p += 48 + born_len
+    put64(p, <uint64_t>st)
+    memcpy(p + 8, PyBytes_AS_STRING(store), store_len)
+    p += 8 + store_len
+    put32(p, <uint32_t><int64_t>rec.reconsume_times)
+    put64(p + 4, <uint64_t><int64_t>rec.prepared_transaction_offset)
+    put32(p + 12, <uint32_t>len(rec.body))
+    return fixed, rec.body, rec.tail

@@ -602,13 +602,14 @@ def decode_dispatch(
 
 # The compiled accelerator (store/_accel.pyx, see store/accel.py) replaces the decoders when
 # it was built and TIDEMQ_PURE is not set; the pure functions stay as py_* (the reference).
-py_decode_record = decode_record
-py_decode_dispatch = decode_dispatch
+py_decode_record, py_decode_dispatch = decode_record, decode_dispatch
+py_prepare_record, py_record_parts = prepare_record, record_parts
 COMPILED = None if forced_pure() else load_compiled()
 if COMPILED is not None:
     COMPILED.bind(sys.modules[__name__])
-    decode_record = COMPILED.decode_record  # noqa: F811
-    decode_dispatch = COMPILED.decode_dispatch  # noqa: F811
+    COMPILED.bind_encoder(sys.modules[__name__])
+    decode_record, decode_dispatch = COMPILED.decode_record, COMPILED.decode_dispatch
+    prepare_record, record_parts = COMPILED.prepare_record, COMPILED.record_parts
 
 
 def __getattr__(name: str):

@@ -218,3 +218,83 @@ def test_row_fields_are_the_pipeline_row_layout():
     """The pipeline's BatchBuilder takes scan rows as they are: same columns, same order."""
     schema = pytest.importorskip("pipeline.schema")
     assert (*record_rows.ROW_FIELDS, "source", schema.CORRUPT_COLUMN) == schema._ROW
+
+
+# ---------------------------------------------------------------------------------------
+# encoding: prepare_record, record_parts
+
+
+def outcome(fn, *args):
+    """What a call gives: its value, or its exception's type, text and status."""
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001 (compared, not handled)
+        return type(e), str(e), getattr(e, "status", None)
+
+
+@needs_compiled
+@SETTINGS
+@given(msg=messages(), store_host=hosts, max_size=st.sampled_from([0, 100, MAX_MESSAGE_SIZE]),
+       offsets=st.tuples(int64, int64, int64))
+def test_encoding_identical(msg, store_host, max_size, offsets):
+    pure = outcome(message.py_prepare_record, msg, store_host, max_size)
+    assert pure == outcome(COMPILED.prepare_record, msg, store_host, max_size)
+    if isinstance(pure, message.PreparedRecord):
+        assert b"".join(message.py_record_parts(pure, *offsets)) == b"".join(COMPILED.record_parts(pure, *offsets))
+
+
+ODD_MESSAGES = [
+    dict(topic="T", body=b"x", properties={"WAIT": "false", "a": "b"}),
+    dict(topic="T", body=b"x", tags="t", properties={"TAGS": "old", "x": "y"}),
+    dict(topic="T", body=b"x", keys=["a", "b"], properties={"KEYS": "old"}),
+    dict(topic="T", body=b"x", properties={"a": None, "b": "c"}),
+    dict(topic="T", body=b"x", properties={"a": 1}),
+    dict(topic="T", body=b"x", properties={"a": "b\x00"}),
+    dict(topic="T", body=b"x", properties={"a": "x" * 40000}),
+    dict(topic="T", body=b"x", properties={"a": "\ud800"}),
+    dict(topic="T\x00", body=b"x"),
+    dict(topic="T" * 128, body=b"x"),
+    dict(topic=5, body=b"x"),
+    dict(topic="T", body=bytearray(b"xy")),
+    dict(topic="T", body=b"x" * 200),
+    dict(topic="T", body=b"x", born_host="nowhere"),
+    dict(topic="T", body=b"x", born_host="[::1]:5"),
+    dict(topic="T", body=b"x", sys_flag=message.SysFlag.MULTI_TAGS | message.SysFlag.BORNHOST_V6),
+    dict(topic="T", body=b"x", sys_flag=2**31),
+    dict(topic="T", body=b"x", sys_flag=0x7F),
+    dict(topic="T", body=b"x", queue_id=True),
+    dict(topic="T", body=b"x", queue_id=2**31),
+    dict(topic="T", body=b"x", flag=-(2**31) - 1),
+    dict(topic="T", body=b"x", reconsume_times=1.5),
+    dict(topic="T", body=b"x", prepared_transaction_offset=2**63),
+    dict(topic="T", body=b"x", born_timestamp=-(2**63) - 1),
+]
+
+
+@needs_compiled
+@pytest.mark.parametrize("fields", ODD_MESSAGES)
+@pytest.mark.parametrize("store_host", ["127.0.0.1:10911", "[2001:db8::1]:10911", "bad"])
+def test_odd_messages_encode_identically(fields, store_host):
+    msg = message.Message(born_timestamp=fields.pop("born_timestamp", 1), **fields)
+    pure = outcome(message.py_prepare_record, msg, store_host, 100)
+    assert pure == outcome(COMPILED.prepare_record, msg, store_host, 100)
+    if isinstance(pure, message.PreparedRecord):
+        for offsets in ((0, 0, 0), (2**63 - 1, -(2**63), 1), (2**63, 0, 0), (0, 0, "x")):
+            assert outcome(message.py_record_parts, pure, *offsets) == outcome(COMPILED.record_parts, pure, *offsets)
+
+
+@needs_compiled
+def test_odd_prepared_records_pack_identically():
+    rec = message.py_prepare_record(message.Message("T", b"x", born_timestamp=1), "127.0.0.1:1", 100)
+    for odd in (rec._replace(total=2**31), rec._replace(born_host=b"\1" * 9),
+                rec._replace(born_timestamp=2**63), rec._replace(queue_id=None), rec._replace(body=b"")):
+        assert outcome(message.py_record_parts, odd, 1, 2, 3) == outcome(COMPILED.record_parts, odd, 1, 2, 3)
+
+
+@needs_compiled
+def test_born_timestamp_defaults_to_now():
+    import time
+
+    before = int(time.time() * 1000)
+    rec = COMPILED.prepare_record(message.Message("T", b"x"), "127.0.0.1:1", 100)
+    assert before <= rec.born_timestamp <= int(time.time() * 1000)
