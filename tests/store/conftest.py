@@ -1,0 +1,29 @@
+"""`both_codecs`: run a test module once with the compiled codec (store._accel) and once
+with the pure-Python reference, by pointing every imported codec name at one of them."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from store import message
+
+CODEC_NAMES = ("decode_record", "decode_dispatch", "prepare_record", "record_parts")
+
+
+@pytest.fixture(scope="module", params=["compiled", "pure"])
+def both_codecs(request):
+    if request.param == "compiled" and message.COMPILED is None:
+        pytest.skip("store._accel not loaded (TIDEMQ_PURE=1 or not built)")
+    with pytest.MonkeyPatch.context() as mp:
+        if request.param == "pure" and message.COMPILED is not None:
+            for mod in [m for name, m in sys.modules.items()
+                        if name.startswith(("store.", "tests.store."))]:
+                for name in CODEC_NAMES:
+                    if getattr(mod, name, None) is getattr(message.COMPILED, name):
+                        mp.setattr(mod, name, getattr(message, f"py_{name}"))
+            from store import reput
+
+            assert reput.decode_dispatch is message.py_decode_dispatch
+        yield request.param
