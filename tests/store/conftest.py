@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from store import message
+# every store module that imports a codec name, loaded before a fixture repoints them
+from store import commit_log, message, message_store, queue_tools, reput, tools  # noqa: F401
 
 CODEC_NAMES = ("decode_record", "decode_dispatch", "prepare_record", "record_parts")
 
@@ -23,7 +24,5 @@ def both_codecs(request):
                 for name in CODEC_NAMES:
                     if getattr(mod, name, None) is getattr(message.COMPILED, name):
                         mp.setattr(mod, name, getattr(message, f"py_{name}"))
-            from store import reput
-
             assert reput.decode_dispatch is message.py_decode_dispatch
         yield request.param
