@@ -19,10 +19,11 @@ def both_codecs(request):
         pytest.skip("store._accel not loaded (TIDEMQ_PURE=1 or not built)")
     with pytest.MonkeyPatch.context() as mp:
         if request.param == "pure" and message.COMPILED is not None:
+            compiled = {name: getattr(message.COMPILED, name) for name in CODEC_NAMES}
             for mod in [m for name, m in sys.modules.items()
-                        if name.startswith(("store.", "tests.store."))]:
+                        if name.startswith(("store.", "tests.store.")) and m is not message.COMPILED]:
                 for name in CODEC_NAMES:
-                    if getattr(mod, name, None) is getattr(message.COMPILED, name):
+                    if getattr(mod, name, None) is compiled[name]:
                         mp.setattr(mod, name, getattr(message, f"py_{name}"))
             assert reput.decode_dispatch is message.py_decode_dispatch
         yield request.param
