@@ -1,7 +1,9 @@
 """Batch scan of store directories: partition planning (driver) and partition reads
 (executors), on the store's own read-only decoder (`store.message.decode_record`,
 `store.tools.iter_segments`). No Spark here, so the same code is tested and benchmarked
-without a JVM.
+without a JVM. Clean records are read in bulk: as Arrow column buffers by the compiled
+accelerator (`store._accel.scan_columns`, docs/accelerator.md) or as row tuples
+(`store.record_rows.scan_rows`); any other record goes through the one-record path below.
 
 Partitions are one per CommitLog segment, or, for a segment holding more than
 `max_partition_bytes`, byte ranges whose cuts are record starts found by hopping from
