@@ -36,6 +36,7 @@ cdef object _EMPTY = b""
 cdef dict _hosts = {}  # 8 IPv4 host bytes as an int → 'ip:port'
 cdef tuple _stored_fields = (), _decoded_fields = ()
 cdef object _new = object.__new__
+cdef object _tuple_new = tuple.__new__
 
 
 def bind(m) -> None:
@@ -115,6 +116,18 @@ cdef object utf8(const uint8_t* p, Py_ssize_t n):
         return None
 
 
+cdef inline Py_ssize_t segment_end(const uint8_t* p, Py_ssize_t n, Py_ssize_t i,
+                                   Py_ssize_t* sep) noexcept nogil:
+    """The end of the properties segment starting at i (the next 0x02, or n); *sep is its
+    first 0x01, or -1."""
+    sep[0] = -1
+    while i < n and p[i] != 2:
+        if p[i] == 1 and sep[0] < 0:
+            sep[0] = i
+        i += 1
+    return i
+
+
 cdef object properties_at(const uint8_t* p, Py_ssize_t n):
     """decode_properties(bytes.decode('utf-8')) of n bytes, or None when any byte is not
     UTF-8 (the caller then runs the reference). The separators 0x01 and 0x02 never occur
@@ -124,11 +137,7 @@ cdef object properties_at(const uint8_t* p, Py_ssize_t n):
     cdef Py_ssize_t i = 0, start, sep
     while i <= n:
         start = i
-        sep = -1
-        while i < n and p[i] != 2:
-            if p[i] == 1 and sep < 0:
-                sep = i
-            i += 1
+        i = segment_end(p, n, i, &sep)
         # segment [start, i)
         if sep > start and sep + 1 < i:
             name = utf8(p + start, sep - start)
@@ -293,10 +302,10 @@ def decode_dispatch(buf, Py_ssize_t pos, Py_ssize_t limit):
     if not ok:
         return _py_decode_dispatch(buf, pos, limit)
     tags = props.get("TAGS")
-    request = _DispatchRequest(
+    request = _tuple_new(_DispatchRequest, (  # a NamedTuple's own __new__ is Python code
         topic, f.queue_id, f.phys, f.total, _tags_code(tags) if tags else 0, f.store_ts,
         f.queue_offset, props.get("KEYS", ""), props.get("UNIQ_KEY"), f.sys_flag,
-    )
+    ))
     return _MESSAGE, f.total, request, ""
 
 
@@ -566,11 +575,7 @@ cdef int add_props(const uint8_t* p, Py_ssize_t n, Buf map_offsets, Text names, 
     cdef Py_ssize_t[64] name_at, name_len
     while i < n:
         start = i
-        sep = -1
-        while i < n and p[i] != 2:
-            if p[i] == 1 and sep < 0:
-                sep = i
-            i += 1
+        i = segment_end(p, n, i, &sep)
         if not (sep > start and sep + 1 < i) or count == 64:
             return -1
         if not valid_utf8(p + start, i - start):
@@ -589,11 +594,7 @@ cdef int add_props(const uint8_t* p, Py_ssize_t n, Buf map_offsets, Text names, 
     i = 0
     while i < n:
         start = i
-        sep = -1
-        while i < n and p[i] != 2:
-            if p[i] == 1 and sep < 0:
-                sep = i
-            i += 1
+        i = segment_end(p, n, i, &sep)
         names.add(p + start, sep - start)
         values.add(p + sep + 1, i - sep - 1)
         i += 1
@@ -718,7 +719,6 @@ def scan_columns(buf, Py_ssize_t pos, Py_ssize_t end, int64_t segment_start,
 import time as _time
 
 cdef object _PreparedRecord, _encode_host, _py_prepare_record, _py_record_parts
-cdef object _tuple_new = tuple.__new__
 cdef int64_t MAX_PROPS = 32767, MAX_TOPIC = 127, MAX_EXTRA = 64 * 1024
 
 
