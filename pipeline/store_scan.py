@@ -1,7 +1,9 @@
 """Batch scan of store directories: partition planning (driver) and partition reads
 (executors), on the store's own read-only decoder (`store.message.decode_record`,
 `store.tools.iter_segments`). No Spark here, so the same code is tested and benchmarked
-without a JVM.
+without a JVM. Clean records are read in bulk: as Arrow column buffers by the compiled
+accelerator (`store._accel.scan_columns`, docs/accelerator.md) or as row tuples
+(`store.record_rows.scan_rows`); any other record goes through the one-record path below.
 
 Partitions are one per CommitLog segment, or, for a segment holding more than
 `max_partition_bytes`, byte ranges whose cuts are record starts found by hopping from
@@ -34,9 +36,11 @@ import attrs
 import numpy as np
 import pyarrow as pa
 
+from pipeline.columns import batch_from_columns
 from pipeline.schema import BatchBuilder
 from store.message import (
     BLANK_MAGIC_CODE,
+    COMPILED,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     RecordKind,
@@ -45,6 +49,7 @@ from store.message import (
     read_store_timestamp,
     read_total_size,
 )
+from store.record_rows import scan_rows
 from store.tools import StoreToolError, iter_segments
 
 DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
@@ -303,17 +308,22 @@ def _queue_units(qdir: str) -> np.ndarray:
 def read_partition(part: StorePartition, opts: ScanOptions) -> Iterator[pa.RecordBatch]:
     """Arrow record batches of the partition's messages that pass the filters."""
     builder = BatchBuilder(permissive=opts.permissive, batch_rows=opts.batch_rows)
-    for _ in _walk(part, opts, builder):
+    for ready in _walk(part, opts, builder):
         batch = builder.flush()
         if batch is not None:
             yield batch
+        if ready is not None:
+            yield ready
     batch = builder.flush()
     if batch is not None:
         yield batch
 
 
-def _walk(part: StorePartition, opts: ScanOptions, b: BatchBuilder) -> Iterator[None]:
-    """Add the partition's rows to `b`, yielding whenever it is full."""
+def _walk(
+    part: StorePartition, opts: ScanOptions, b: BatchBuilder
+) -> Iterator[pa.RecordBatch | None]:
+    """Add the partition's rows to `b`, yielding None whenever it is full, or a batch made
+    from column buffers (after the rows `b` holds)."""
     try:
         f = open(part.path, "rb")  # noqa: SIM115 (closed below, with the map)
     except OSError as e:
@@ -331,12 +341,35 @@ def _walk(part: StorePartition, opts: ScanOptions, b: BatchBuilder) -> Iterator[
 
 def _walk_buffer(
     part: StorePartition, opts: ScanOptions, b: BatchBuilder, buf: mmap.mmap, fd: int
-) -> Iterator[None]:
+) -> Iterator[pa.RecordBatch | None]:
     n = len(buf)
     pos = part.begin
     topics, t0, t1 = opts.topics, opts.start_time, opts.end_time
     need_body = opts.include_body or opts.verify_crc
+    extra = (part.source, None)  # the source and _corrupt columns
+    scan_columns = COMPILED.scan_columns if COMPILED is not None else None
     while pos < part.end:
+        if scan_columns is not None and not b.rows:
+            # clean rows as column buffers (compiled); the record it stops at goes below
+            pos, count, cols = scan_columns(
+                buf, pos, part.end, part.segment_start, opts.batch_rows,
+                verify_crc=opts.verify_crc, include_body=opts.include_body, topics=topics,
+                start_time=t0, end_time=t1)
+            if count:
+                yield batch_from_columns(b.schema, count, cols, part.source, verify_crc=opts.verify_crc)
+                continue
+            if pos >= part.end:
+                return
+        # clean rows as tuples (in bulk when pure, one record after the columns stopped)
+        pos = scan_rows(buf, pos, part.end, part.segment_start, b.rows,
+                        b.batch_rows if scan_columns is None else len(b.rows) + 1,
+                        verify_crc=opts.verify_crc, include_body=opts.include_body, topics=topics,
+                        start_time=t0, end_time=t1, extra=extra)
+        if b.full or (scan_columns is not None and b.rows):
+            yield None
+            continue
+        if pos >= part.end:
+            return
         d = decode_record(buf, pos, check_crc=False, read_body=need_body)
         if d.kind is RecordKind.MESSAGE:
             m = d.message

@@ -32,7 +32,7 @@ from pathlib import Path
 import trio
 
 from pipeline import local_session, store_scan
-from store import tools
+from store import accel, tools
 from store.message import (
     Message,
     RecordKind,
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     warm = sp["warm"]["rows_per_s"]
     per_core = warm / 2
     print(json.dumps({
-        "benchmark": "pipeline", "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
+        "benchmark": "pipeline", "codec": accel.implementation(), "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
         "message_body_bytes": BODY, "store": store, "decoder_1proc": decoder, "scan_1proc": one, "spark_local2": sp,
         "aim": {
             "rows_per_s": AIM_ROWS_PER_S, "measured_rows_per_s": warm, "met_rows_per_s": warm >= AIM_ROWS_PER_S,

@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import trio  # noqa: E402
 
-from store import FlushDiskType, Message, StoreConfig, open_store  # noqa: E402
+from store import FlushDiskType, Message, StoreConfig, accel, open_store  # noqa: E402
 from store.message import encode_record, masked_crc32, prepare_record, record_parts  # noqa: E402
 
 MiB = 1024 * 1024
@@ -277,6 +277,7 @@ async def run(args: argparse.Namespace) -> dict:
     workdir = tempfile.mkdtemp(prefix="tidemq-bench-", dir=args.dir)
     out: dict = {
         "benchmark": "store",
+        "codec": accel.implementation(),  # compiled (store._accel) or pure (TIDEMQ_PURE=1)
         "python": platform.python_version(),
         "platform": platform.platform(),
         "dir": args.dir,

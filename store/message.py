@@ -13,6 +13,7 @@ import functools
 import ipaddress
 import re
 import struct
+import sys
 import time
 import zlib
 from collections.abc import Mapping
@@ -20,6 +21,7 @@ from typing import NamedTuple
 
 import attrs
 
+from .accel import forced_pure, load_compiled
 from .address import AddressError, format_host_port, split_host_port
 
 # The properties codec lives in properties.py; its names stay importable from here.
@@ -596,6 +598,18 @@ def decode_dispatch(
         props.get(PROPERTY_KEYS, ""), props.get(PROPERTY_UNIQ_KEY), sys_flag,
     )
     return RecordKind.MESSAGE, total, request, ""
+
+
+# The compiled accelerator (store/_accel.pyx, see store/accel.py) replaces the decoders when
+# it was built and TIDEMQ_PURE is not set; the pure functions stay as py_* (the reference).
+py_decode_record, py_decode_dispatch = decode_record, decode_dispatch
+py_prepare_record, py_record_parts = prepare_record, record_parts
+COMPILED = None if forced_pure() else load_compiled()
+if COMPILED is not None:
+    COMPILED.bind(sys.modules[__name__])
+    COMPILED.bind_encoder(sys.modules[__name__])
+    decode_record, decode_dispatch = COMPILED.decode_record, COMPILED.decode_dispatch
+    prepare_record, record_parts = COMPILED.prepare_record, COMPILED.record_parts
 
 
 def __getattr__(name: str):

@@ -33,6 +33,8 @@ from store.message import (
     topic_error,
 )
 
+pytestmark = pytest.mark.usefixtures("both_codecs")  # compiled and pure (conftest.py)
+
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 STORE_V4 = "10.0.0.1:10911"
 

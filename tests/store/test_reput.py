@@ -4,12 +4,15 @@ rest, a record that cannot be decoded stops dispatch with a running flag."""
 
 from __future__ import annotations
 
+import pytest
 import trio
 import trio.testing
 
 from store import BrokerRole, Message, MessageStore, StoreConfig
 from store.message import SysFlag, encode_record, patch_record, prepare_record
 from store.running_flags import RunningFlags
+
+pytestmark = pytest.mark.usefixtures("both_codecs")  # compiled and pure (conftest.py)
 
 SEG = 64 * 1024
 HOST = "127.0.0.1:10911"
