@@ -59,8 +59,9 @@ def _cmd_route(args: argparse.Namespace) -> int:
                 "topic": route.topic, "broker_name": g.broker_name, "cluster": g.cluster,
                 "read_queue_nums": qd.read_queue_nums if qd else None,
                 "write_queue_nums": qd.write_queue_nums if qd else None, "perm": qd.perm if qd else None,
-                "brokers": [{"broker_id": b.broker_id, "role": b.role, "address": b.address, "alive": b.alive}
-                            for b in g.brokers],
+                **g.controller_view(),
+                "brokers": [{"broker_id": b.broker_id, "role": b.role, "address": b.address, "alive": b.alive,
+                             "epoch": b.epoch} for b in g.brokers],
             })
         return EXIT_OK
 

@@ -31,6 +31,7 @@ import trio
 from node.config import ConfigError, parse_properties
 from node.protocol import (
     INT,
+    LIST_STR,
     STR,
     Field,
     FieldType,
@@ -153,6 +154,10 @@ def _address(v: str) -> str | None:
     return None
 
 
+def _addresses(v: list[str]) -> str | None:
+    return next((f"[{i}] {problem}" for i, a in enumerate(v) if (problem := _address(a))), None)
+
+
 def _role(v: str) -> str | None:
     return None if v in ROLES else f"must be one of {', '.join(ROLES)}, got {v!r}"
 
@@ -215,6 +220,9 @@ NAMESRV_OPS: dict[str, tuple[Field, ...]] = {
         Field("topics", TOPICS, False, {}),
         Field("max_offset", INT, False, 0, _non_negative),
         Field("epoch", INT, False, None, _non_negative),
+        # controllerMode etcd: the group's lease holder and in-sync slaves, as this broker sees them
+        Field("lease_holder", STR, False, None, _address),
+        Field("in_sync", LIST_STR, False, None, _addresses),
     ),
     "unregister_broker": (_CLUSTER, _BROKER_NAME, _BROKER_ID, _ADDRESS),
     "get_route": (Field("topic", STR, True, None, _topic),),

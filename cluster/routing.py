@@ -92,6 +92,11 @@ class BrokerRoute:
     address: str
     ha_address: str | None = None
     alive: bool = True
+    epoch: int | None = None
+    lease_holder: str | None = None
+    """controllerMode etcd: who holds the group's leadership lease, as this broker sees it."""
+    in_sync: tuple[str, ...] | None = None
+    """controllerMode etcd: the group's in-sync slaves, as this broker sees them."""
 
     @property
     def is_master(self) -> bool:
@@ -110,6 +115,14 @@ class GroupRoute:
     @property
     def master(self) -> BrokerRoute | None:
         return next((b for b in self.brokers if b.is_master), None)
+
+    def controller_view(self) -> dict[str, Any]:
+        """controllerMode etcd: the lease holder and in-sync slaves as the group's master
+        registered them (else as its first broker that did); empty without a controller."""
+        for b in sorted(self.brokers, key=lambda b: b.broker_id):
+            if b.lease_holder is not None or b.in_sync is not None:
+                return {"lease_holder": b.lease_holder, "in_sync": list(b.in_sync or ())}
+        return {}
 
     @property
     def slaves(self) -> tuple[BrokerRoute, ...]:
@@ -131,7 +144,8 @@ class TopicRoute:
         for g in raw_groups:
             brokers = tuple(
                 BrokerRoute(int(b["broker_id"]), str(b["role"]), str(b["address"]), b.get("ha_address"),
-                            bool(b.get("alive", True)))
+                            bool(b.get("alive", True)), b.get("epoch"), b.get("lease_holder"),
+                            tuple(b["in_sync"]) if b.get("in_sync") is not None else None)
                 for b in g.get("brokers", ())
             )
             qd = g.get("queue_data")
@@ -171,6 +185,10 @@ class BrokerInfo:
     last_update_ms: int | None = None
     epoch: int | None = None
     """Its newest master term (None when it has no epoch history)."""
+    lease_holder: str | None = None
+    """controllerMode etcd: the address holding its group's leadership lease, as it sees it."""
+    in_sync: tuple[str, ...] | None = None
+    """controllerMode etcd: its group's in-sync slaves (SyncStateSet), as it sees them."""
 
     @property
     def is_master(self) -> bool:
@@ -191,6 +209,8 @@ class BrokerInfo:
             age_ms=raw.get("age_ms"),
             last_update_ms=raw.get("last_update_ms"),
             epoch=raw.get("epoch") if type(raw.get("epoch")) is int else None,
+            lease_holder=raw.get("lease_holder"),
+            in_sync=tuple(raw["in_sync"]) if raw.get("in_sync") is not None else None,
         )
 
     def route_entry(self) -> dict[str, Any]:
@@ -203,6 +223,8 @@ class BrokerInfo:
             "alive": self.alive,
             "max_offset": self.max_offset,
             "epoch": self.epoch,
+            "lease_holder": self.lease_holder,
+            "in_sync": list(self.in_sync) if self.in_sync is not None else None,
             "age_ms": self.age_ms,
         }
 

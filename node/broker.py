@@ -220,8 +220,11 @@ class Broker:
                         registration = NameServerRegistration(
                             cfg, self.topics, store, on_master=partial(self._on_master, services, sync),
                             epoch=lambda: self.failover.epoch,
+                            controller=self.controller.route_view if self.controller else None,
                         )
                         self.topics.on_change = registration.trigger
+                        if self.controller is not None:
+                            self.controller.on_change = registration.trigger
                         services.registration_status = registration.status
                         await nursery.start(registration.run)
                     log.info("node %s/%d (%s) serving on %s%s", cfg.broker_name, cfg.broker_id,
@@ -231,6 +234,8 @@ class Broker:
                     await self._term_end.wait()
                     if registration is not None:
                         self.topics.on_change = None
+                        if self.controller is not None:
+                            self.controller.on_change = None
                         transition = None if self._stop.is_set() else self.failover.transition
                         if transition is not None and transition.role.pending_epoch is not None:
                             # a promotion: the name servers learn the new master and its epoch

@@ -33,6 +33,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -102,6 +103,9 @@ class EtcdController:
         self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=20)
         self.sync: SlaveSync | None = None
         """The current term's topic/offset sync (a slave's), re-pointed with the HA client."""
+        self.on_change: Callable[[], None] | None = None
+        """Called when the lease holder or the in-sync set changes (registers again, so
+        routes show it at once)."""
         self._published_replica: str | None = None
         self._publish_lock = trio.Lock()
 
@@ -165,6 +169,14 @@ class EtcdController:
                 await self.etcd.aclose()
 
     async def tick(self) -> None:
+        view = self.route_view()
+        try:
+            await self._tick()
+        finally:
+            if self.on_change is not None and self.route_view() != view:
+                self.on_change()
+
+    async def _tick(self) -> None:
         try:
             await self._renew()
             result = await self.etcd.txn([], [op_get(self.key_master), op_get(self.key_sync),
@@ -330,6 +342,18 @@ class EtcdController:
         self._published_replica = local
 
     # ---- status ------------------------------------------------------------------------------
+    def route_view(self) -> dict[str, Any]:
+        """What this node registers with the name servers: the lease holder's address and the
+        in-sync slaves (RocketMQ 5's SyncStateSet), as this node last read them from etcd."""
+        view: dict[str, Any] = {}
+        holder = (self.leader or {}).get("address")
+        if isinstance(holder, str):
+            view["lease_holder"] = holder
+        members = (self.sync_set or {}).get("in_sync")
+        if isinstance(members, list) and all(isinstance(m, str) for m in members):
+            view["in_sync"] = list(members)
+        return view
+
     def status(self) -> dict[str, Any]:
         now = trio.current_time()
         return {

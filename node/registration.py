@@ -64,6 +64,7 @@ class NameServerRegistration:
         *,
         on_master: MasterListener | None = None,
         epoch: Callable[[], int] | None = None,
+        controller: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         if not cfg.namesrv_addr:
             raise ValueError("namesrvAddr is not set")
@@ -72,6 +73,8 @@ class NameServerRegistration:
         self.store = store
         self.on_master = on_master
         self.epoch = epoch
+        self.controller = controller
+        """controllerMode etcd: the lease holder and in-sync set to register (routes show them)."""
         self.period_s = cfg.register_name_server_period / 1000
         self.targets = [_Target(a.strip()) for a in cfg.namesrv_addr.split(";") if a.strip()]
         self._nursery: trio.Nursery | None = None
@@ -180,6 +183,8 @@ class NameServerRegistration:
         extra = {}
         if self.epoch is not None and self.epoch() >= 0:
             extra["epoch"] = self.epoch()
+        if self.controller is not None:
+            extra.update(self.controller())
         answer = await conn.request(
             "register_broker",
             **extra,

@@ -17,6 +17,7 @@ import pytest
 import trio
 
 from cluster.etcd_server import EtcdServer
+from cluster.routing import TopicRoute
 from node.client import TidemqError, connect
 from node.controller import key_prefix
 from node.etcd import EtcdClient, parse_endpoints
@@ -85,9 +86,26 @@ async def started_group(nodes: Nodes, tmp_path: Path, etcd: EtcdServer) -> Group
     return g
 
 
+async def route_view(g: Group) -> dict[str, Any]:
+    """The name server's route for TOPIC: broker-t's controller view, brokers by address."""
+    groups = (await call(g.ns.address, "get_route", topic=TOPIC))["groups"]
+    route = TopicRoute.from_wire(TOPIC, groups).group(GROUP)
+    assert route is not None
+    return {**route.controller_view(), "brokers": {b.address: b for b in route.brokers}}
+
+
 async def test_election_on_start_reelection_after_kill_and_the_old_master_rejoins(tmp_path, nodes, etcd) -> None:
     g = await started_group(nodes, tmp_path, etcd)
     epoch = (await status(g.m.address))["epoch"]
+
+    async def routed(holder: str, members: list[str], epoch: int | None = None) -> dict[str, Any] | None:
+        view = await route_view(g)
+        master = view["brokers"].get(holder)
+        return view if (view.get("lease_holder") == holder and view.get("in_sync") == members and master
+                        and master.is_master and (epoch is None or master.epoch == epoch)) else None
+    # routes name the lease holder, its epoch and the in-sync set (registered again on a change)
+    await wait_for(lambda: routed(g.m.address, [g.s.address], epoch), timeout=ELECTION_S,
+                   what="the route showing the holder, its epoch and the in-sync set")
     acked = {}
     for i in range(10):
         r = await send(g.m.address, f"a{i}")
@@ -113,6 +131,8 @@ async def test_election_on_start_reelection_after_kill_and_the_old_master_rejoin
     st = await wait_for(rejoined, timeout=ELECTION_S, what="the old master rejoined as a slave")
     assert st["last_truncation"] is None  # a SYNC master's log had nothing the slave lacked
     await wait_for(lambda: in_sync(g, back.address), timeout=ELECTION_S, what="the rejoined node in sync")
+    await wait_for(lambda: routed(g.s.address, [back.address], promoted["epoch"]), timeout=ELECTION_S,
+                   what="the route showing the new holder and the rejoined node in sync")
     r = await send(g.s.address, "after")
     assert r["status"] == "PUT_OK"
 

@@ -94,6 +94,20 @@ async def test_register_answer_names_the_master_and_schema_is_checked(tmp_path, 
         with pytest.raises(BadRequest, match=r"read_queue_nums must be an integer in 1\.\.1024"):
             await conn.request("register_broker", broker_id=1, address="127.0.0.1:1",
                                **{**base, "topics": {"T": {"read_queue_nums": 0, "write_queue_nums": 1, "perm": 6}}})
+        # controllerMode etcd: the lease holder and in-sync set ride on the registration
+        await conn.request("register_broker", **{**base, "role": "SYNC_MASTER", "ha_address": "127.0.0.1:11"},
+                           broker_id=0, address="127.0.0.1:10", epoch=3, lease_holder="127.0.0.1:10",
+                           in_sync=["127.0.0.1:1"])
+        [group] = (await conn.request("get_route", topic="T"))["groups"]
+        [master] = [b for b in group["brokers"] if b["broker_id"] == 0]
+        assert (master["epoch"], master["lease_holder"], master["in_sync"]) == (3, "127.0.0.1:10", ["127.0.0.1:1"])
+        with pytest.raises(BadRequest, match=r"field 'in_sync' of op 'register_broker': \[1\]"):
+            await conn.request("register_broker", broker_id=0, address="127.0.0.1:10", epoch=3,
+                               in_sync=["127.0.0.1:1", "nowhere"], **{**base, "role": "SYNC_MASTER"})
+        with pytest.raises(BadRequest, match="field 'in_sync'"):
+            await conn.request("register_broker", broker_id=0, address="127.0.0.1:10", epoch=3,
+                               in_sync="127.0.0.1:1", **{**base, "role": "SYNC_MASTER"})
+
         with pytest.raises(BadRequest, match="unknown op 'send'"):
             await conn.request("send", topic="T", body=b"x")  # a name server is not a broker
         assert (await conn.request("status"))["role"] == "NAMESRV"
