@@ -15,7 +15,9 @@ Keys, under `/tidemq/<brokerClusterName>/<brokerName>/`:
 - `replicas/<address>`: each slave's HA connection address as the master sees it (under
   the slave's lease), so the master can name its in-sync slaves by client address.
 
-Each node runs one `EtcdController` across its terms. The holder writes only while
+Each node runs one `EtcdController` across its terms. It ticks every third of the TTL (renew,
+read the keys, decide) and sooner when its /v3/watch on the group's keys sees the
+leadership key change, so a released key is taken at once. The holder writes only while
 `trio.current_time()` is before its lease deadline (the time it *sent* the last successful
 keep-alive plus the TTL: never later than etcd's own expiry), checked before and after every
 put. A winner that serves as slave promotes itself through `Failover.promote` (what `tidemq
@@ -45,6 +47,7 @@ from .etcd import (
     EtcdClient,
     EtcdError,
     KeyValue,
+    WatchEvent,
     cmp_absent,
     cmp_lease,
     cmp_mod_revision,
@@ -106,6 +109,11 @@ class EtcdController:
         self.on_change: Callable[[], None] | None = None
         """Called when the lease holder or the in-sync set changes (registers again, so
         routes show it at once)."""
+        self.watching = False
+        """True while the /v3/watch stream on the group's keys is open."""
+        self.watch_events = 0
+        """Changes of the leadership key the watch delivered."""
+        self._wake = trio.Event()
         self._published_replica: str | None = None
         self._publish_lock = trio.Lock()
 
@@ -155,9 +163,13 @@ class EtcdController:
         end (a clean stop hands leadership over at once)."""
         task_status.started()
         try:
-            while True:
-                await self.tick()
-                await trio.sleep(self.interval_s)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._watch_loop)
+                while True:
+                    await self.tick()
+                    with trio.move_on_after(self.interval_s):
+                        await self._wake.wait()
+                    self._wake = trio.Event()
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(REVOKE_TIMEOUT_S):
                 if self.lease:
@@ -167,6 +179,36 @@ class EtcdController:
                     except EtcdError as e:
                         log.warning("controller: cannot revoke the lease: %s", e)
                 await self.etcd.aclose()
+
+    async def _watch_loop(self) -> None:
+        """Watch the group's keys through /v3/watch, so a released or expired leadership key
+        starts a campaign (and a new holder is followed) at once rather than at the next
+        tick; the ticks still poll, so a broken watch only costs speed. It is re-opened a
+        tick interval after it ends or fails."""
+        prefix = key_prefix(self.cfg.broker_cluster_name, self.cfg.broker_name)
+        while True:
+            try:
+                await self.etcd.watch(prefix, self._on_watch, on_created=self._on_watch_created)
+            except EtcdError as e:
+                if self.watching:
+                    log.info("controller: the etcd watch ended (%s); ticks continue", e)
+            self.watching = False
+            await trio.sleep(self.interval_s)
+
+    def _on_watch_created(self) -> None:
+        self.watching = True
+
+    def _on_watch(self, events: list[WatchEvent]) -> None:
+        for event in events:
+            if event.kv.key != self.key_master:
+                continue
+            self.watch_events += 1
+            if event.type == "DELETE":
+                holder = (_json(event.prev) or {}).get("address") if event.prev else None
+                if holder != self.cfg.address:
+                    self._event("etcd watch: the leadership key of %s is gone (holder %s): released or expired",
+                                self.cfg.broker_name, holder or "unknown")
+            self._wake.set()
 
     async def tick(self) -> None:
         view = self.route_view()
@@ -365,6 +407,8 @@ class EtcdController:
             "lease_holder": self.leader,
             "sync_state_set": self.sync_set,
             "etcd_reachable": self.reachable,
+            "watching": self.watching,
+            "watch_events": self.watch_events,
             "last_error": self.last_error,
             "events": list(self.events),
         }

@@ -1,23 +1,26 @@
 """A small etcd v3 client over etcd's JSON gateway (grpc-gateway), for the controller.
 
-Only what leader election needs: leases (grant, keep-alive, revoke), range, put and
-transactions. The gateway speaks JSON with keys and values base64-encoded and 64-bit
+Only what leader election needs: leases (grant, keep-alive, revoke), range, put,
+transactions and watches. The gateway speaks JSON with keys and values base64-encoded and 64-bit
 integers as strings, and leaves out fields at their zero value (`succeeded: false`,
 `TTL: 0`, an empty `kvs`). HTTP is httpx (its httpcore backend runs natively under
 trio); each call tries the endpoints in order and gives up with `EtcdError` when none
-answers within the timeout.
+answers within the timeout. A watch is one streamed POST whose answer is a JSON object per
+line: first `{"result": {"created": true}}`, then one per batch of events (a PUT event has
+no `type`, its zero value).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 import httpx
 
-__all__ = ["EtcdClient", "EtcdError", "KeyValue", "TxnResult", "parse_endpoints"]
+__all__ = ["EtcdClient", "EtcdError", "KeyValue", "TxnResult", "WatchEvent", "parse_endpoints"]
 
 
 class EtcdError(Exception):
@@ -67,6 +70,15 @@ class KeyValue:
 
     def json(self) -> Any:
         return json.loads(self.value)
+
+
+@attrs.frozen
+class WatchEvent:
+    type: str
+    """PUT or DELETE (a lease that ends deletes its keys: DELETE)."""
+    kv: KeyValue
+    prev: KeyValue | None
+    """The key's value before the event (the watch asks for it)."""
 
 
 @attrs.frozen
@@ -153,6 +165,33 @@ class EtcdClient:
         answer = await self._call("/v3/kv/put", body)
         return int(answer.get("header", {}).get("revision", 0))
 
+    # ---- watches -----------------------------------------------------------------------------
+    async def watch(self, prefix: str, on_events: Callable[[list[WatchEvent]], None],
+                    *, on_created: Callable[[], None] | None = None) -> None:
+        """Stream every change of a key under `prefix` into `on_events` until cancelled.
+        Returns when etcd ends the stream; raises EtcdError when no endpoint accepts the
+        watch or the stream breaks. `on_created` runs once etcd confirmed the watch."""
+        body = {"create_request": {"key": _b64(prefix), "range_end": _b64(prefix_end(prefix)), "prev_kv": True}}
+        timeout = httpx.Timeout(self.timeout_s, read=None)  # quiet for as long as nothing changes
+        errors = []
+        for i in range(len(self.endpoints)):
+            url = self.endpoints[(self._preferred + i) % len(self.endpoints)] + "/v3/watch"
+            try:
+                async with self._http.stream("POST", url, json=body, timeout=timeout) as response:
+                    if response.status_code != 200:
+                        raise EtcdError(f"{url}: HTTP {response.status_code}: {(await response.aread())[:200]!r}")
+                    async for line in response.aiter_lines():
+                        result = _watch_result(url, line)
+                        if result.get("created") and on_created is not None:
+                            on_created()
+                        events = [_watch_event(e) for e in result.get("events") or ()]
+                        if events:
+                            on_events(events)
+                return
+            except httpx.HTTPError as e:
+                errors.append(f"{url}: {type(e).__name__} {e}".strip())
+        raise EtcdError("no etcd endpoint kept a watch: " + "; ".join(errors))
+
     async def txn(self, compare: list[dict[str, Any]], success: list[dict[str, Any]],
                   failure: list[dict[str, Any]]) -> TxnResult:
         """One etcd transaction; build its parts with `cmp_*`, `op_put` and `op_get`."""
@@ -161,6 +200,25 @@ class EtcdClient:
                   for r in answer.get("responses") or [] if "response_range" in r]
         return TxnResult(bool(answer.get("succeeded", False)),
                          int(answer.get("header", {}).get("revision", 0)), ranges)
+
+
+def _watch_result(url: str, line: str) -> dict[str, Any]:
+    try:
+        answer = json.loads(line) if line.strip() else {}
+    except ValueError:
+        raise EtcdError(f"{url}: watch sent a line that is not JSON: {line[:200]!r}") from None
+    if "error" in answer:
+        raise EtcdError(f"{url}: watch failed: {answer['error']}")
+    result = answer.get("result") or {}
+    if result.get("canceled"):
+        raise EtcdError(f"{url}: etcd cancelled the watch: {result.get('cancel_reason', 'no reason given')}")
+    return result
+
+
+def _watch_event(raw: dict[str, Any]) -> WatchEvent:
+    prev = raw.get("prev_kv")
+    return WatchEvent(raw.get("type", "PUT"), KeyValue.from_json(raw.get("kv") or {}),
+                      KeyValue.from_json(prev) if prev else None)
 
 
 def prefix_end(prefix: str) -> bytes:

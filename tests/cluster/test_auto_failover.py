@@ -137,6 +137,23 @@ async def test_election_on_start_reelection_after_kill_and_the_old_master_rejoin
     assert r["status"] == "PUT_OK"
 
 
+async def test_a_stopped_master_releases_its_lease_and_the_watch_hands_over(tmp_path, nodes, etcd) -> None:
+    g = await started_group(nodes, tmp_path, etcd)
+
+    async def watching() -> bool:
+        return (await status(g.s.address))["controller"]["watching"] is True
+    await wait_for(watching, timeout=ELECTION_S, what="the slave's etcd watch open")
+    r = await send(g.m.address, "before-the-stop")
+    assert r["status"] == "PUT_OK"
+    await trio.to_thread.run_sync(g.m.stop)  # a clean stop revokes the lease: the key goes at once
+    promoted = await wait_for(lambda: leading(g.s), timeout=ELECTION_S, what="the slave elected")
+    events = [e["event"] for e in promoted["controller"]["events"]]
+    assert any(f"etcd watch: the leadership key of {GROUP} is gone (holder {g.m.address})" in e
+               for e in events), events
+    assert promoted["controller"]["watch_events"] >= 1
+    await keys_on(g.s.address, {"before-the-stop": r["msg_id"]})
+
+
 async def test_a_paused_master_is_fenced_by_its_lease_deadline(tmp_path, nodes, etcd) -> None:
     g = await started_group(nodes, tmp_path, etcd)
     assert (await send(g.m.address, "before"))["status"] == "PUT_OK"

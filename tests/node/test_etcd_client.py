@@ -9,6 +9,7 @@ from cluster.etcd_server import EtcdServer
 from node.etcd import (
     EtcdClient,
     EtcdError,
+    WatchEvent,
     cmp_absent,
     cmp_lease,
     op_get,
@@ -56,6 +57,37 @@ async def test_campaign_has_one_winner_and_the_key_dies_with_its_lease(etcd: Etc
         assert (await c.txn([cmp_absent("/t/m")], [op_put("/t/m", "b", lease=b)], [])).succeeded
         await c.revoke(b)
         assert await c.get("/t/m") is None
+
+
+async def test_watch_streams_puts_and_deletes_under_a_prefix_with_the_previous_value(etcd: EtcdServer) -> None:
+    seen: list[WatchEvent] = []
+    created = trio.Event()
+    async with client(etcd) as c, trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: c.watch("/w/", seen.extend, on_created=created.set))
+        with trio.fail_after(5):
+            await created.wait()
+        lease = await c.grant(5)
+        await c.put("/w/m", "one", lease=lease)
+        await c.put("/elsewhere", "not watched")
+        await c.put("/w/m", "two", lease=lease)
+        await c.revoke(lease)  # the lease's end deletes its keys: a DELETE event
+
+        async def three() -> None:
+            while len(seen) < 3:
+                await trio.sleep(0.05)  # poll: the events arrive on the stream
+        with trio.fail_after(5):
+            await three()
+        nursery.cancel_scope.cancel()
+    assert [(e.type, e.kv.key, e.kv.value) for e in seen] == [("PUT", "/w/m", b"one"), ("PUT", "/w/m", b"two"),
+                                                              ("DELETE", "/w/m", b"")]
+    assert seen[0].kv.lease == lease and seen[2].prev is not None and seen[2].prev.value == b"two"
+
+
+async def test_a_watch_on_a_dead_endpoint_is_an_error_naming_it() -> None:
+    port = free_port()
+    async with EtcdClient(parse_endpoints(f"127.0.0.1:{port}"), timeout_s=0.5) as c:
+        with pytest.raises(EtcdError, match=f"kept a watch.*127.0.0.1:{port}"):
+            await c.watch("/w/", lambda events: None)
 
 
 async def test_unreachable_endpoint_is_an_error_naming_it() -> None:
