@@ -100,6 +100,15 @@ class HAService:
         self.push2slave_max_offset = 0
         self.slaves_accepted = 0
         """Slave connections accepted so far (one that came and went is noticed by a count)."""
+        self.ack_members: frozenset[str] | None = None
+        """controllerMode etcd: the peer addresses of the in-sync set's slaves. While it is
+        not empty a SYNC_MASTER put waits until every one of them acked (RocketMQ 5's
+        allAckInSyncStateSet), so any member may be elected; else one ack is enough."""
+        self.confirmed_offset = 0
+        """The largest offset SYNC_MASTER puts were released at: no PUT_OK lies beyond it."""
+        self.on_ack_timeout: Callable[[int], Awaitable[bool]] | None = None
+        """Called when a put's wait for the members ran out; True when the controller shrank
+        the set to slaves that hold `next_offset` (the put is then acknowledged)."""
         self._connections: set[HAConnection] = set()
         self._ack_waiters = OffsetWaiters()  # RocketMQ's GroupTransferService: SYNC_MASTER puts
         self._data_event = trio.Event()  # replaced (after set) on an append while writers wait
@@ -118,10 +127,30 @@ class HAService:
         )
 
     async def wait_for_slave(self, next_offset: int, timeout_s: float) -> bool:
-        """True once any slave acked `next_offset` (4.x semantics: one ack is enough)."""
-        if self.push2slave_max_offset >= next_offset:
+        """True once the slaves a put needs acked `next_offset`: any one (4.x semantics), or
+        every member of `ack_members`; after a timeout `on_ack_timeout` may still say yes."""
+        if self.acked_offset() >= next_offset:
             return True
-        return await self._ack_waiters.wait(next_offset, timeout_s)
+        if await self._ack_waiters.wait(next_offset, timeout_s):
+            return True
+        return self.on_ack_timeout is not None and await self.on_ack_timeout(next_offset)
+
+    def acked_offset(self) -> int:
+        """What the slaves a put needs have all acked (see `ack_members`)."""
+        members = self.ack_members
+        if not members:
+            return self.push2slave_max_offset
+        acks = {c.address: c.ack_offset for c in self._connections}
+        return min(acks.get(m, -1) for m in members)
+
+    def acked_by(self, offset: int) -> list[str]:
+        """Peer addresses of the connected slaves that acked `offset` (hold everything below it)."""
+        return sorted(c.address for c in self._connections if c.ack_offset >= offset)
+
+    def set_ack_members(self, members: frozenset[str] | None) -> None:
+        """Change whose acks SYNC_MASTER puts need; puts the new set already covers finish."""
+        self.ack_members = members
+        self._advance()
 
     def in_sync(self, max_gap: int, max_silence_s: float) -> list[str]:
         """Peer addresses of the slaves within `max_gap` bytes that reported within
@@ -176,7 +205,14 @@ class HAService:
     def _notify_transfer_some(self, ack: int) -> None:
         if ack > self.push2slave_max_offset:
             self.push2slave_max_offset = ack
-            self._ack_waiters.advance(ack)
+        if ack > self.confirmed_offset:
+            self._advance()
+
+    def _advance(self) -> None:
+        acked = self.acked_offset()
+        if acked > self.confirmed_offset:
+            self.confirmed_offset = acked
+            self._ack_waiters.advance(acked)
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         """One slave: reader and writer tasks; either ending closes the connection."""

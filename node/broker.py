@@ -188,6 +188,8 @@ class Broker:
                     sync: SlaveSync | None = None
                     if cfg.role.is_master:
                         services.ha_master = HAService(store, host=cfg.broker_ip1, port=cfg.ha_listen_port)
+                        if self.controller is not None:  # shrinks the in-sync set past a lagging member
+                            services.ha_master.on_ack_timeout = self.controller.on_ack_timeout
                         await nursery.start(services.ha_master.run)  # attaches itself as the replicator
                         services.schedule = ScheduleMessageService(store)
                         await trio.to_thread.run_sync(services.schedule.load)

@@ -23,9 +23,15 @@ keep-alive plus the TTL: never later than etcd's own expiry), checked before and
 put. A winner that serves as slave promotes itself through `Failover.promote` (what `tidemq
 admin promote` runs) with the epoch from etcd; a master that finds another holder fences
 and rejoins as a slave (Failover's rejoin, truncation included); slaves re-point their HA
-client and topic sync to the holder. In a SYNC_MASTER group the holder removes its slaves
-from the set before a write that cannot wait for one (answered SLAVE_NOT_AVAILABLE), so a
-member always holds every PUT_OK message.
+client and topic sync to the holder.
+
+In a SYNC_MASTER group a put waits for every member's ack (RocketMQ 5's
+allAckInSyncStateSet), so whichever member wins holds every PUT_OK message: a slave joins
+the set only once it acked every offset answered PUT_OK, a member that does not ack in
+time is removed before the put is answered (it is acknowledged if another slave holds
+it), and before a write that cannot wait for any slave (answered SLAVE_NOT_AVAILABLE) all
+members are. A winner's term starts with a set of itself alone, written in the election
+transaction.
 """
 
 from __future__ import annotations
@@ -291,12 +297,17 @@ class EtcdController:
             role = failover.master.role or BrokerRole.SYNC_MASTER.value
         info = {"address": self.cfg.address, "ha_address": self.cfg.ha_address, "epoch": epoch,
                 "role": role, "since_ms": int(time.time() * 1000)}
+        # the winner's term starts with a set of itself alone (as RocketMQ 5's controller
+        # elects), written in the same transaction: a slave that acks the new term's first
+        # writes cannot be outvoted by the old set's members, who may lack them
+        previous, own_set = self.sync_set, {"master": self.cfg.address, "epoch": epoch, "role": role, "in_sync": []}
         result = await self.etcd.txn(
             [cmp_absent(self.key_master), cmp_mod_revision(self.key_epoch, epoch_kv.mod_revision if epoch_kv else 0)],
-            [op_put(self.key_master, json.dumps(info), lease=self.lease), op_put(self.key_epoch, str(epoch))], [])
+            [op_put(self.key_master, json.dumps(info), lease=self.lease), op_put(self.key_epoch, str(epoch)),
+             op_put(self.key_sync, json.dumps(own_set))], [])
         if not result.succeeded:
             return  # another node won (or the counter moved): the next tick follows it
-        self.leading, self.leader = True, info
+        self.leading, self.leader, self.sync_set = True, info, own_set
         if self.cfg.role.is_master:
             self._event("elected master of %s with epoch %d", self.cfg.broker_name, epoch)
             failover.begin_epoch(epoch)
@@ -308,10 +319,14 @@ class EtcdController:
             await failover.promote(role, epoch=epoch)
         except OpError as e:
             self._event("promotion failed (%s): releasing the lease", e.message)
-            await self._resign()
+            await self._resign(previous)
 
-    async def _resign(self) -> None:
+    async def _resign(self, sync_set: dict[str, Any] | None = None) -> None:
+        """Give the leadership up; `sync_set` (the set this node was elected from) is put
+        back first, so its other members may still campaign."""
         lease, self.lease, self.leading = self.lease, 0, False
+        if lease and sync_set is not None:
+            await self.etcd.txn([cmp_lease(self.key_master, lease)], [op_put(self.key_sync, json.dumps(sync_set))], [])
         if lease:
             await self.etcd.revoke(lease)
 
@@ -344,23 +359,48 @@ class EtcdController:
             await failover.refresh_epochs(address)
 
     async def _publish_sync(self, *, force: bool = False, shrink: bool = False) -> None:
-        """Write the in-sync set (only while this node holds the key under its lease)."""
+        """Write the in-sync set (only while this node holds the key under its lease).
+
+        A slave joins once the master's in-sync rule holds for it (haMaxGapNotInSync,
+        haMaxTimeSlaveNotCatchup) and it acked every offset a PUT_OK was answered for; a
+        member leaves when the rule no longer holds (or, `shrink`, all leave). The HA
+        service waits for a joining slave's acks before etcd names it and for a leaving
+        one's until etcd no longer does, so every member always holds every PUT_OK."""
         async with self._publish_lock:
             services = self.failover.services
-            cfg = self.cfg
-            members: list[str] = []
             ha = services.ha_master if services else None
+            peers: list[str] = []
             if ha is not None and not shrink:
-                peers = set(ha.in_sync(cfg.ha_max_gap_not_in_sync, cfg.ha_max_time_slave_not_catchup / 1000))
-                if peers:
-                    for kv in await self.etcd.get_prefix(self.replicas_prefix):
-                        replica = _json(kv) or {}
-                        if replica.get("ha_local") in peers and isinstance(replica.get("address"), str):
-                            members.append(replica["address"])
-            value = {"master": cfg.address, "epoch": self.failover.epoch, "role": cfg.role.value,
-                     "in_sync": sorted(members)}
-            if not force and self.sync_set is not None and {k: self.sync_set.get(k) for k in value} == value:
-                return
+                peers = ha.in_sync(self.cfg.ha_max_gap_not_in_sync, self.cfg.ha_max_time_slave_not_catchup / 1000)
+            await self._write_sync(await self._named(peers), force=force)
+
+    async def _named(self, peers: list[str]) -> dict[str, str]:
+        """HA connection → client address of the slave on it (from its `replicas/` entry),
+        for the connections that can be named."""
+        if not peers:
+            return {}
+        named = {}
+        for kv in await self.etcd.get_prefix(self.replicas_prefix):
+            replica = _json(kv) or {}
+            if replica.get("ha_local") in peers and isinstance(replica.get("address"), str):
+                named[replica["ha_local"]] = replica["address"]
+        return named
+
+    async def _write_sync(self, named: dict[str, str], *, force: bool = False) -> None:
+        """Publish the set of these slaves (HA connection → client address); a slave not yet
+        a member joins only if it acked every offset answered PUT_OK (checked with no await
+        before the HA service starts waiting for it)."""
+        cfg = self.cfg
+        services = self.failover.services
+        ha = services.ha_master if services else None
+        if ha is not None:
+            keep = ha.ack_members or frozenset()
+            acks = {s.address: s.ack_offset for s in ha.status()}
+            named = {p: a for p, a in named.items() if p in keep or acks.get(p, -1) >= ha.confirmed_offset}
+            ha.set_ack_members(keep | frozenset(named))  # joining slaves: waited for from now on
+        members = sorted(set(named.values()))
+        value = {"master": cfg.address, "epoch": self.failover.epoch, "role": cfg.role.value, "in_sync": members}
+        if force or self.sync_set is None or {k: self.sync_set.get(k) for k in value} != value:
             result = await self.etcd.txn([cmp_lease(self.key_master, self.lease)],
                                          [op_put(self.key_sync, json.dumps(value))], [])
             if not result.succeeded:
@@ -368,9 +408,33 @@ class EtcdController:
                 raise EtcdError("the leadership key is no longer under this node's lease")
             before = (self.sync_set or {}).get("in_sync")
             self.sync_set = value
-            if before != value["in_sync"]:
+            if before != members:
                 self._event("in-sync set of %s: master %s, slaves %s", cfg.broker_name, cfg.address,
-                            ", ".join(value["in_sync"]) or "none")
+                            ", ".join(members) or "none")
+        if ha is not None:  # leaving slaves: no longer waited for once etcd no longer names them
+            ha.set_ack_members(frozenset(named))
+
+    async def on_ack_timeout(self, next_offset: int) -> bool:
+        """The HA service's hook when a SYNC_MASTER put's wait for the members ran out:
+        shrink the set to the slaves holding `next_offset` (RocketMQ 5 shrinks before it
+        stops waiting), so the put is acknowledged; False when none does, or etcd refuses
+        (the put then answers FLUSH_SLAVE_TIMEOUT)."""
+        services = self.failover.services
+        ha = services.ha_master if services else None
+        if ha is None or not self.leading:
+            return False
+        try:
+            async with self._publish_lock:
+                if ha.acked_offset() >= next_offset:
+                    return True  # another put's shrink already covered this one
+                named = await self._named(ha.acked_by(next_offset))
+                if not named:
+                    return False
+                await self._write_sync(named)
+        except EtcdError as e:
+            self._event("cannot shrink the in-sync set past a lagging slave: %s", e)
+            return False
+        return ha.acked_offset() >= next_offset
 
     async def _publish_replica(self) -> None:
         """A slave tells the master which HA connection is its own."""

@@ -36,10 +36,10 @@ FAST = {"registerNameServerPeriod": 1000, "haHousekeepingInterval": 2000, "haSen
 
 
 class Group:
-    def __init__(self, nodes: Nodes, tmp_path: Path, etcd: EtcdServer) -> None:
+    def __init__(self, nodes: Nodes, tmp_path: Path, etcd: EtcdServer, *, slave_timeout_ms: int = 3000) -> None:
         self.nodes, self.etcd = nodes, etcd
         self.ns = start_namesrv(nodes, tmp_path)
-        extra = {**FAST, "etcdEndpoints": etcd.endpoint}
+        self.extra = extra = {**FAST, "etcdEndpoints": etcd.endpoint, "slaveTimeout": slave_timeout_ms}
         self.m_conf = broker_conf(tmp_path, "m", GROUP, self.ns.address, role="SYNC_MASTER", **extra)
         self.s_conf = slave_of(tmp_path, self.m_conf, "s", self.ns.address, **extra)
         self.m = nodes.start(self.m_conf)
@@ -199,6 +199,48 @@ async def test_only_in_sync_slaves_are_elected(tmp_path, nodes, etcd) -> None:
     g.m = nodes.start(g.m_conf)  # the set's master comes back and is elected again
     await wait_for(lambda: leading(g.m), timeout=ELECTION_S, what="the old master re-elected")
     assert (await call(g.m.address, "get_by_msg_id", msg_id=r["msg_id"]))["message"]["keys"] == ["alone"]
+
+
+async def test_two_slaves_every_member_acks_and_a_lagging_one_leaves_before_the_answer(tmp_path, nodes, etcd) -> None:
+    """With two slaves a PUT_OK needs both members' acks; a paused member is removed from
+    the set before the put is answered, so it cannot win the next election."""
+    g = Group(nodes, tmp_path, etcd, slave_timeout_ms=1000)
+    s2_conf = slave_of(tmp_path, g.m_conf, "s2", g.ns.address, brokerId=2, **g.extra)
+    s2 = nodes.start(s2_conf)
+    await wait_for(lambda: leading(g.m), timeout=ELECTION_S, what="the master elected at start")
+    await call(g.m.address, "topic_create", topic=TOPIC)
+
+    async def both_in_sync() -> bool:
+        return sorted((await g.etcd_value("syncStateSet"))["in_sync"]) == sorted([g.s.address, s2.address])
+    await wait_for(both_in_sync, timeout=ELECTION_S, what="both slaves in the in-sync set")
+    acked = {}
+    for i in range(5):
+        r = await send(g.m.address, f"both{i}")
+        assert r["status"] == "PUT_OK"
+        acked[f"both{i}"] = r["msg_id"]
+
+    s2.proc.send_signal(signal.SIGSTOP)
+    try:
+        r = await send(g.m.address, "s2-paused")  # waits slaveTimeout for s2, then s2 leaves
+        assert r["status"] == "PUT_OK", r
+        acked["s2-paused"] = r["msg_id"]
+        assert (await g.etcd_value("syncStateSet"))["in_sync"] == [g.s.address]
+        events = [e["event"] for e in (await status(g.m.address))["controller"]["events"]]
+        assert f"in-sync set of {GROUP}: master {g.m.address}, slaves {g.s.address}" in events, events
+        r = await send(g.m.address, "s2-still-paused")  # no wait for a non-member
+        assert r["status"] == "PUT_OK"
+        acked["s2-still-paused"] = r["msg_id"]
+        g.m.kill()
+        promoted = await wait_for(lambda: leading(g.s), timeout=ELECTION_S, what="the in-sync slave elected")
+    finally:
+        s2.proc.send_signal(signal.SIGCONT)
+    await keys_on(promoted["address"], acked)
+    assert (await status(s2.address))["role"] == "SLAVE"  # it lacked PUT_OK messages: never a candidate
+
+    async def s2_caught_up() -> bool:  # and it follows the new master
+        return (await status(s2.address))["max_phy_offset"] == (await status(g.s.address))["max_phy_offset"]
+    await wait_for(s2_caught_up, timeout=ELECTION_S, what="the paused slave following the new master")
+    await keys_on(s2.address, acked)
 
 
 async def test_etcd_stopped_fences_at_the_lease_deadline_and_writes_resume(tmp_path, nodes, etcd) -> None:
