@@ -115,6 +115,12 @@ def up(
                 f"stop it first (tidemq cluster down --base-dir {base_dir})"
             )
         endpoint = launcher_etcd.etcd_endpoint(specs, base, controller)
+        if endpoint is not None and proxy_url:
+            raise LayoutError(
+                "proxies (--proxy-url) and controllerMode etcd do not go together: an etcd master names "
+                "its in-sync slaves by the address of their HA connection, which a proxy replaces with "
+                "its own, so no slave could join the in-sync set and no failover could happen "
+                "(docs/auto-failover.md)")
         if old is not None and old.layout != layout:
             old = None
         state = ClusterState(layout=layout, base_dir=str(base), proxy_url=proxy_url,

@@ -73,6 +73,8 @@ log = logging.getLogger("tidemq.node")
 __all__ = ["EtcdController", "key_prefix"]
 
 REVOKE_TIMEOUT_S = 1.0
+UNNAMED_TICKS = 3
+"""In-sync checks an HA connection may stay unnamed before it is reported."""
 
 
 def key_prefix(cluster: str, broker_name: str) -> str:
@@ -122,6 +124,7 @@ class EtcdController:
         self._wake = trio.Event()
         self._published_replica: str | None = None
         self._publish_lock = trio.Lock()
+        self._unnamed: dict[str, int] = {}
 
     @property
     def cfg(self) -> BrokerConfig:
@@ -372,7 +375,9 @@ class EtcdController:
             peers: list[str] = []
             if ha is not None and not shrink:
                 peers = ha.in_sync(self.cfg.ha_max_gap_not_in_sync, self.cfg.ha_max_time_slave_not_catchup / 1000)
-            await self._write_sync(await self._named(peers), force=force)
+            named = await self._named(peers)
+            self._note_unnamed([p for p in peers if p not in named])
+            await self._write_sync(named, force=force)
 
     async def _named(self, peers: list[str]) -> dict[str, str]:
         """HA connection → client address of the slave on it (from its `replicas/` entry),
@@ -385,6 +390,16 @@ class EtcdController:
             if replica.get("ha_local") in peers and isinstance(replica.get("address"), str):
                 named[replica["ha_local"]] = replica["address"]
         return named
+
+    def _note_unnamed(self, peers: list[str]) -> None:
+        """A slave publishes its HA connection's local address within a tick of connecting;
+        one still unnamed after UNNAMED_TICKS is reported (a proxy or NAT on the HA link
+        hides it: that slave can never join the in-sync set)."""
+        self._unnamed = {p: self._unnamed.get(p, 0) + 1 for p in peers}
+        for peer, ticks in self._unnamed.items():
+            if ticks == UNNAMED_TICKS:
+                self._event("cannot name the slave on HA connection %s: no replicas/ entry has that address "
+                            "(a proxy or NAT on the HA link?); it cannot join the in-sync set", peer)
 
     async def _write_sync(self, named: dict[str, str], *, force: bool = False) -> None:
         """Publish the set of these slaves (HA connection → client address); a slave not yet
@@ -471,6 +486,7 @@ class EtcdController:
             "lease_holder": self.leader,
             "sync_state_set": self.sync_set,
             "etcd_reachable": self.reachable,
+            "unnamed_slaves": sorted(p for p, n in self._unnamed.items() if n >= UNNAMED_TICKS),
             "watching": self.watching,
             "watch_events": self.watch_events,
             "last_error": self.last_error,

@@ -16,13 +16,15 @@ from typing import Any
 import pytest
 import trio
 
+from chaos.network import start_proxy_process
+from cluster import proxies
 from cluster.etcd_server import EtcdServer
 from cluster.routing import TopicRoute
 from node.client import TidemqError, connect
 from node.controller import key_prefix
 from node.etcd import EtcdClient, parse_endpoints
 from tests.cluster.helpers import broker_conf, call, slave_of, start_namesrv, wait_for
-from tests.node.nodeproc import NodeProcess, Nodes
+from tests.node.nodeproc import NodeProcess, Nodes, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -46,9 +48,7 @@ class Group:
         self.s = nodes.start(self.s_conf)
 
     async def etcd_value(self, name: str) -> Any:
-        async with EtcdClient(parse_endpoints(self.etcd.endpoint)) as c:
-            kv = await c.get(key_prefix("DefaultCluster", GROUP) + name)
-        return json.loads(kv.value) if kv else None
+        return await g_etcd_value(self.etcd, name)
 
 
 async def status(address: str) -> dict[str, Any]:
@@ -241,6 +241,39 @@ async def test_two_slaves_every_member_acks_and_a_lagging_one_leaves_before_the_
         return (await status(s2.address))["max_phy_offset"] == (await status(g.s.address))["max_phy_offset"]
     await wait_for(s2_caught_up, timeout=ELECTION_S, what="the paused slave following the new master")
     await keys_on(s2.address, acked)
+
+
+async def test_a_slave_behind_a_proxy_is_reported_and_never_joins_the_set(tmp_path, nodes, etcd) -> None:
+    """A proxy on the HA link hides the slave's connection address: the master cannot name
+    it, says so in status, and keeps it out of the in-sync set (it could not be waited for)."""
+    ns = start_namesrv(nodes, tmp_path)
+    extra = {**FAST, "etcdEndpoints": etcd.endpoint}
+    m_ha = free_port()
+    with start_proxy_process() as (host, port):
+        # as `cluster up --proxy-url` does: the master advertises the proxy as its HA address
+        proxy = proxies.connect(f"http://{host}:{port}").create(
+            upstream=f"127.0.0.1:{m_ha}", name="ha", listen="127.0.0.1:0")
+        m_conf = broker_conf(tmp_path, "m", GROUP, ns.address, role="SYNC_MASTER", haListenPort=m_ha,
+                             haAdvertisedAddress=proxy.listen, **extra)
+        m = nodes.start(m_conf)
+        s = nodes.start(slave_of(tmp_path, m_conf, "s", ns.address, haMasterAddress=proxy.listen, **extra))
+        await wait_for(lambda: leading(m), timeout=ELECTION_S, what="the master elected")
+
+        async def reported() -> dict[str, Any] | None:
+            c = (await status(m.address))["controller"]
+            return c if c["unnamed_slaves"] else None
+        c = await wait_for(reported, timeout=ELECTION_S, what="the proxied slave reported as unnamed")
+        assert any("cannot name the slave on HA connection" in e["event"] for e in c["events"])
+        assert c["sync_state_set"]["in_sync"] == []
+        ha = (await status(s.address))["ha"]
+        assert ha["connected"] and ha["master_address"] == proxy.listen  # replication itself works
+        assert (await g_etcd_value(etcd, "syncStateSet"))["in_sync"] == []
+
+
+async def g_etcd_value(etcd: EtcdServer, name: str) -> Any:
+    async with EtcdClient(parse_endpoints(etcd.endpoint)) as c:
+        kv = await c.get(key_prefix("DefaultCluster", GROUP) + name)
+    return json.loads(kv.value) if kv else None
 
 
 async def test_etcd_stopped_fences_at_the_lease_deadline_and_writes_resume(tmp_path, nodes, etcd) -> None:

@@ -28,6 +28,15 @@ def test_controller_etcd_needs_an_etcd_layout(tmp_path: Path) -> None:
     assert not (tmp_path / "base" / ETCD_STATE).exists()
 
 
+def test_proxies_and_an_etcd_layout_are_refused_before_anything_starts(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    copy_layout(REPO / "conf" / "2m-2s-sync-auto", conf)
+    r = cli("cluster", "up", "--conf", str(conf), "--base-dir", str(tmp_path / "base"),
+            "--proxy-url", "http://127.0.0.1:1")
+    assert r.returncode == 2 and b"proxies (--proxy-url) and controllerMode etcd do not go together" in r.stderr
+    assert not (tmp_path / "base" / ETCD_STATE).exists()
+
+
 async def test_up_starts_etcd_status_shows_the_election_and_down_stops_it(tmp_path: Path) -> None:
     conf, base = tmp_path / "conf", tmp_path / "base"
     layout = REPO / "conf" / "2m-2s-sync-auto"
