@@ -6,6 +6,10 @@
 - `auto-partition`: SIGSTOP broker-a's master until its slave is elected, then SIGCONT.
   Promises: the slave is elected; the resumed old master answers a write
   SERVICE_NOT_AVAILABLE (no PUT_OK after its lease ran out) and rejoins as a slave.
+- `auto-soak`: `--rounds` (default 20) faults drawn from `--seed`: SIGKILL or SIGSTOP whichever
+  node of broker-a is master once its peer is in sync. Promises, per round: the peer is
+  elected with a newer epoch and the old master rejoins as a slave; at the end, nothing
+  acknowledged is lost.
 - `etcd-down`: stop etcd under load, start it again. Promises: the masters stop
   acknowledging at their lease deadline (no node takes over), writes resume once etcd is
   back, nothing acknowledged is lost.
@@ -13,6 +17,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import trio
@@ -103,6 +108,43 @@ async def auto_kill_master(run: DrillRun) -> None:
        "acknowledges nothing and rejoins", layout=LAYOUT)
 async def auto_partition(run: DrillRun) -> None:
     await _fail_over(run, "STOP")
+
+
+@drill("auto-soak", "etcd mode: --rounds seeded SIGKILL/SIGSTOP faults on broker-a's current master; each "
+       "time its in-sync peer is elected and the old master rejoins; nothing acknowledged is lost", layout=LAYOUT)
+async def auto_soak(run: DrillRun) -> None:
+    rng = random.Random(run.seed)
+    nodes = ("broker-a", "broker-a-s")
+    leader = nodes[0]
+    for i in range(run.rounds):
+        follower = nodes[1 - nodes.index(leader)]
+        old, new = run.address(leader), run.address(follower)
+
+        async def in_sync(old: str = old, new: str = new) -> bool:
+            sync = (await _status(old))["controller"]["sync_state_set"] or {}
+            return new in (sync.get("in_sync") or [])
+        if not run.promise(f"round {i}: {follower} in the in-sync set",
+                           await run.wait_until(in_sync, 30, f"round {i}: {follower} in the in-sync set")):
+            return
+        await trio.sleep(rng.uniform(0.2, 1.0))  # writes land between faults
+        epoch = (await _status(old))["epoch"]
+        sig = rng.choice(["KILL", "STOP"])
+        run.fault(f"round {i}: SIG{sig} {leader} (master)")
+        await run.kill(leader, sig)
+        try:
+            elected = await _elected(run, new)
+        finally:
+            if sig == "STOP":
+                await run.kill(leader, "CONT")
+        if not run.promise(f"round {i}: {follower} elected with a newer epoch",
+                           elected is not None and elected["epoch"] > epoch):
+            return
+        if sig == "KILL":
+            await run.start(leader)
+        if not run.promise(f"round {i}: {leader} rejoins as a slave", await _rejoined(run, old) is not None):
+            return
+        leader = follower
+    await _consumed_again(run)
 
 
 @drill("etcd-down", "etcd mode: stop etcd under load: writes stop at the lease deadline, resume when it is back",

@@ -132,7 +132,7 @@ class DrillRun:
     """The running cluster, the load on it and what was observed; see the module docstring."""
 
     def __init__(self, name: str, base: Path, namesrv: str, nursery: trio.Nursery, *,
-                 heartbeat_s: float, rebalance_s: float, rate: float) -> None:
+                 heartbeat_s: float, rebalance_s: float, rate: float, rounds: int = 1, seed: int = 0) -> None:
         self.name = name
         self.base = base
         self.namesrv = namesrv
@@ -140,6 +140,9 @@ class DrillRun:
         self.heartbeat_s = heartbeat_s
         self.rebalance_s = rebalance_s
         self.rate = rate
+        self.rounds = rounds
+        """Faults for drills that repeat one (auto-soak), each drawn from `seed`."""
+        self.seed = seed
         self.report = DrillReport(name)
         self.t0 = trio.current_time()
         self.fault_at: float | None = None
@@ -317,7 +320,8 @@ class DrillRun:
 
 
 async def run_drill(name: str, *, base_dir: str | None = None, keep: bool = False, heartbeat_s: float = 0.5,
-                    rebalance_s: float = 2.0, rate: float = 50.0, producers: int = 2) -> DrillReport:
+                    rebalance_s: float = 2.0, rate: float = 50.0, producers: int = 2, rounds: int = 1,
+                    seed: int = 0) -> DrillReport:
     """Start the cluster, run drill `name` under load, stop everything; the report."""
     if name not in DRILLS:
         raise ValueError(f"unknown drill {name!r}; one of {', '.join(sorted(DRILLS))}")
@@ -333,7 +337,7 @@ async def run_drill(name: str, *, base_dir: str | None = None, keep: bool = Fals
         namesrv = next(r.address for r in state.nodes.values() if r.kind == "namesrv")
         async with trio.open_nursery() as nursery:
             run = DrillRun(name, base, namesrv, nursery, heartbeat_s=heartbeat_s, rebalance_s=rebalance_s,
-                           rate=rate)
+                           rate=rate, rounds=rounds, seed=seed)
             try:
                 await _drive(run, DRILLS[name][1], producers)
             except (TidemqError, launcher.LauncherError, OSError) as e:
@@ -389,12 +393,22 @@ def _cmd_drill(args: argparse.Namespace) -> int:
     try:
         report = trio.run(lambda: run_drill(args.name, base_dir=args.base_dir, keep=args.keep,
                                             heartbeat_s=args.heartbeat, rebalance_s=args.rebalance,
-                                            rate=args.rate))
+                                            rate=args.rate, rounds=args.rounds, seed=args.seed))
     except (launcher.LauncherError, OSError) as e:
         print(f"tidemq drill {args.name}: cannot run: {e}", file=sys.stderr)
         return 2
     print(json.dumps(report.to_json(), indent=2) if args.json else report.table())
     return 0 if report.ok else 1
+
+
+def _positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}")
+    return n
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -415,6 +429,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--heartbeat", type=float, default=0.5, metavar="S", help="members' heartbeat interval")
     p.add_argument("--rebalance", type=float, default=2.0, metavar="S", help="members' rebalance interval")
     p.add_argument("--rate", type=float, default=50.0, metavar="N", help="sends per second per producer")
+    p.add_argument("--rounds", type=_positive_int, default=20, metavar="N",
+                   help="faults of a repeating drill (auto-soak; default 20)")
+    p.add_argument("--seed", type=int, default=14, metavar="S", help="seed of a repeating drill's faults")
     p.set_defaults(handler=_cmd_drill)
 
 

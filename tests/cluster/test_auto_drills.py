@@ -12,8 +12,16 @@ pytestmark = pytest.mark.slow
 def test_the_auto_drills_are_registered() -> None:
     from cluster import drills  # noqa: F401  (registers every drill)
 
-    assert {"auto-kill-master", "auto-partition", "etcd-down"} <= set(drill.DRILLS)
+    assert {"auto-kill-master", "auto-partition", "auto-soak", "etcd-down"} <= set(drill.DRILLS)
     assert drill.LAYOUTS["etcd-down"].name == "2m-2s-sync-auto"
+
+
+@pytest.mark.parametrize("bad", ["0", "-3", "x"])
+def test_auto_soak_refuses_a_round_count_that_is_not_positive(bad: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exited:
+        drill.main(["auto-soak", "--rounds", bad])
+    assert exited.value.code == 2
+    assert f"expected a whole number >= 1, got {bad!r}" in capsys.readouterr().err
 
 
 # auto-kill-master runs the same election as auto-partition and test_auto_failover's kill test:
