@@ -104,7 +104,7 @@ def test_quick_run_writes_json_and_markdown_and_leaves_nothing_running(tmp_path)
 
 @pytest.mark.slow
 def test_sigint_stops_every_server_it_started(tmp_path):
-    proc = _start(tmp_path, "--only", "floor,tidemq-syncmaster", "--seconds", "5")
+    proc = _start(tmp_path, "--only", "floor,tidemq-syncmaster", "--seconds", "1.5")
     tree = Descendants(proc.pid)
     deadline = time.monotonic() + DEADLINE_S
     # wait until the master and its slave run and a lean client is driving them
