@@ -91,6 +91,8 @@ class HAClient:
         self.admit = admit
         """Asked before each connection whether this master may be replicated from (the
         node's epoch check, over the client protocol: the HA bytes stay RocketMQ 4.x's)."""
+        self.on_connect: Callable[[], None] | None = None
+        """Called once a connection is up (the etcd controller publishes its address then)."""
         self.config = store.config
         self.master_address = master_address if master_address is not None else self.config.ha_master_address
         if self.master_address is not None:
@@ -187,6 +189,8 @@ class HAClient:
         session = _Session(stream, address)
         self._session = session
         log.info("connected to master %s; reporting offset %d", address, self.store.commit_log.max_offset())
+        if self.on_connect is not None:
+            self.on_connect()
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._guarded, self._read_loop, session, nursery.cancel_scope)

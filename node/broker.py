@@ -196,6 +196,8 @@ class Broker:
                         await nursery.start(services.schedule.run)
                     else:
                         services.ha_client = HAClient(store, admit=self.failover.admit)
+                        if self.controller is not None:  # names its connection in etcd at once
+                            services.ha_client.on_connect = self.controller.wake
                         await nursery.start(self._run_ha_client, services.ha_client)
                         if cfg.master_addr or cfg.namesrv_addr:  # else: no way to find the master
                             sync = SlaveSync(cfg.master_addr, self.topics, self.offsets,

@@ -17,7 +17,8 @@ Keys, under `/tidemq/<brokerClusterName>/<brokerName>/`:
 
 Each node runs one `EtcdController` across its terms. It ticks every third of the TTL (renew,
 read the keys, decide) and sooner when its /v3/watch on the group's keys sees the
-leadership key change, so a released key is taken at once. The holder writes only while
+leadership key change (a released key is taken at once), when its HA client connects
+(a slave names its connection at once) and, on the holder, when a slave named one. The holder writes only while
 `trio.current_time()` is before its lease deadline (the time it *sent* the last successful
 keep-alive plus the TTL: never later than etcd's own expiry), checked before and after every
 put. A winner that serves as slave promotes itself through `Failover.promote` (what `tidemq
@@ -207,8 +208,15 @@ class EtcdController:
     def _on_watch_created(self) -> None:
         self.watching = True
 
+    def wake(self) -> None:
+        """Tick now (a slave's HA client connected: publish which connection is its own)."""
+        self._wake.set()
+
     def _on_watch(self, events: list[WatchEvent]) -> None:
         for event in events:
+            if event.kv.key.startswith(self.replicas_prefix) and event.type == "PUT" and self.leading:
+                self._wake.set()  # a slave named its connection: it may join the set now
+                continue
             if event.kv.key != self.key_master:
                 continue
             self.watch_events += 1

@@ -38,10 +38,12 @@ FAST = {"registerNameServerPeriod": 1000, "haHousekeepingInterval": 2000, "haSen
 
 
 class Group:
-    def __init__(self, nodes: Nodes, tmp_path: Path, etcd: EtcdServer, *, slave_timeout_ms: int = 3000) -> None:
+    def __init__(self, nodes: Nodes, tmp_path: Path, etcd: EtcdServer, *, slave_timeout_ms: int = 3000,
+                 lease_ms: int = LEASE_MS) -> None:
         self.nodes, self.etcd = nodes, etcd
         self.ns = start_namesrv(nodes, tmp_path)
-        self.extra = extra = {**FAST, "etcdEndpoints": etcd.endpoint, "slaveTimeout": slave_timeout_ms}
+        self.extra = extra = {**FAST, "etcdEndpoints": etcd.endpoint, "slaveTimeout": slave_timeout_ms,
+                              "controllerLeaseMs": lease_ms}
         self.m_conf = broker_conf(tmp_path, "m", GROUP, self.ns.address, role="SYNC_MASTER", **extra)
         self.s_conf = slave_of(tmp_path, self.m_conf, "s", self.ns.address, **extra)
         self.m = nodes.start(self.m_conf)
@@ -76,8 +78,8 @@ async def keys_on(address: str, acked: dict[str, str]) -> None:
         assert message["keys"] == [key]
 
 
-async def started_group(nodes: Nodes, tmp_path: Path, etcd: EtcdServer) -> Group:
-    g = Group(nodes, tmp_path, etcd)
+async def started_group(nodes: Nodes, tmp_path: Path, etcd: EtcdServer, **kwargs: Any) -> Group:
+    g = Group(nodes, tmp_path, etcd, **kwargs)
     first = await wait_for(lambda: leading(g.m), timeout=ELECTION_S, what="the master elected at start")
     holder = await g.etcd_value("master")
     assert holder["address"] == g.m.address and holder["epoch"] == first["epoch"] >= 1
@@ -315,7 +317,7 @@ SEED = int(os.environ.get("TIDEMQ_AUTO_SEED", "14"))
 
 
 async def test_seeded_kill_pause_rounds_lose_no_acknowledged_message(tmp_path, nodes, etcd) -> None:
-    g = await started_group(nodes, tmp_path, etcd)
+    g = await started_group(nodes, tmp_path, etcd, lease_ms=int(os.environ.get("TIDEMQ_AUTO_LEASE_MS", LEASE_MS)))
     rng = random.Random(SEED)
     procs = {g.m.address: (g.m, g.m_conf), g.s.address: (g.s, g.s_conf)}
     acked: dict[str, str] = {}
