@@ -311,8 +311,8 @@ async def test_etcd_stopped_fences_at_the_lease_deadline_and_writes_resume(tmp_p
 
 
 ROUNDS = int(os.environ.get("TIDEMQ_AUTO_ROUNDS", "20"))
-"""Seeded kill/pause rounds (about 4 s each); `scripts/drill auto-soak --rounds N` soaks longer
-under producers and a consumer group."""
+"""Seeded kill/pause rounds (about 3 s each with the 2 s lease; TIDEMQ_AUTO_LEASE_MS sets another);
+`scripts/drill auto-soak --rounds N` soaks longer under producers and a consumer group."""
 SEED = int(os.environ.get("TIDEMQ_AUTO_SEED", "14"))
 
 
