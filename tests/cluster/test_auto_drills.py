@@ -36,3 +36,16 @@ async def test_auto_drill_keeps_its_promises(tmp_path, name) -> None:
     assert report.acknowledged > 30 and report.lost == []
     if name != "etcd-down":
         assert any("elected with epoch" in e for _, e in report.events), report.table()
+
+
+async def test_auto_soak_runs_its_seeded_rounds(tmp_path) -> None:
+    from cluster import drills  # noqa: F401
+
+    report = await drill.run_drill("auto-soak", base_dir=str(tmp_path / "drill"), rate=30, rounds=2, seed=14)
+    assert report.error is None, report.table()
+    assert report.ok, report.table()
+    assert report.acknowledged > 30 and report.lost == []
+    assert [k for k in report.promises if k.startswith("round ")] == [
+        f"round {i}: {what}" for i, (peer, old) in enumerate([("broker-a-s", "broker-a"), ("broker-a", "broker-a-s")])
+        for what in (f"{peer} in the in-sync set", f"{peer} elected with a newer epoch", f"{old} rejoins as a slave")]
+    assert sum("elected with epoch" in e for _, e in report.events) == 2, report.table()
