@@ -127,6 +127,9 @@ def controller_line(c: Mapping[str, Any]) -> str:
                 f"in-sync set: {', '.join([sync.get('master', '?'), *(sync.get('in_sync') or [])])}")
     else:
         text = f"etcd holder {holder.get('address', 'none')} (epoch {holder.get('epoch', '-')})"
+    if c.get("unnamed_slaves"):
+        text += (f"; cannot name the slave(s) on HA connection(s) {', '.join(c['unnamed_slaves'])} "
+                 "(a proxy or NAT?): kept out of the in-sync set")
     if c.get("etcd_reachable") is False:
         text += f"; etcd UNREACHABLE: {c.get('last_error')}"
     return text

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from cluster.tables import BrokerRow, broker_table
+from cluster.tables import BrokerRow, broker_table, controller_line
 
 
 def render(table) -> str:
@@ -40,3 +40,15 @@ def test_a_slave_with_every_byte_lags_zero_seconds():
     slave = BrokerRow("g", 1, "SLAVE", "a:2", answer=answer(100, 5_000, {"connected": True, "lag_bytes": 0}))
     text = render(broker_table([master, slave], "t"))
     assert all(" 0.0 " in line for line in text.splitlines() if "a:" in line), text
+
+
+def test_controller_line_names_the_holder_the_set_and_what_is_wrong():
+    holder = {"address": "127.0.0.1:1", "epoch": 4}
+    leading = {"leading": True, "lease_holder": holder, "lease_left_ms": 1900, "etcd_reachable": True,
+               "sync_state_set": {"master": "127.0.0.1:1", "in_sync": ["127.0.0.1:2"]}, "unnamed_slaves": []}
+    assert controller_line(leading) == ("etcd lease holder, epoch 4, lease 1900 ms left, "
+                                        "in-sync set: 127.0.0.1:1, 127.0.0.1:2")
+    troubled = {**leading, "unnamed_slaves": ["127.0.0.1:9"], "etcd_reachable": False, "last_error": "refused"}
+    line = controller_line(troubled)
+    assert "cannot name the slave(s) on HA connection(s) 127.0.0.1:9" in line and "etcd UNREACHABLE: refused" in line
+    assert controller_line({"leading": False, "lease_holder": holder}) == "etcd holder 127.0.0.1:1 (epoch 4)"
