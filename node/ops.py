@@ -452,7 +452,13 @@ async def _epoch(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any
 
 
 async def _promote(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
-    return ok_response(r.id, **await _failover(s).promote(r.fields["role"]))
+    failover = _failover(s)
+    if failover.controller is not None:  # a manual promotion would be fenced at the next tick
+        raise OpError(Status.BAD_REQUEST,
+                      f"controllerMode etcd: etcd elects {s.cfg.broker_name}'s master, so a manual promotion "
+                      "is refused; stop the current master (its lease is revoked and an in-sync slave is "
+                      "elected) to move the leadership")
+    return ok_response(r.id, **await failover.promote(r.fields["role"]))
 
 
 async def _delete_expired_files(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:

@@ -116,6 +116,10 @@ async def test_election_on_start_reelection_after_kill_and_the_old_master_rejoin
     with pytest.raises(TidemqError, match="is a slave|SLAVE") as refused:
         await send(g.s.address, "to-the-slave")
     assert refused.value.status != "PUT_OK"
+    with pytest.raises(TidemqError, match="controllerMode etcd: etcd elects broker-t's master") as manual:
+        await call(g.s.address, "promote")  # `tidemq admin promote` would fight the election
+    assert manual.value.status == "BAD_REQUEST"
+    assert (await status(g.s.address))["role"] == "SLAVE"
 
     g.m.kill()
     promoted = await wait_for(lambda: leading(g.s), timeout=ELECTION_S, what="the slave elected")
