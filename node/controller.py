@@ -59,6 +59,7 @@ from .etcd import (
     cmp_lease,
     cmp_mod_revision,
     op_get,
+    op_get_prefix,
     op_put,
     parse_endpoints,
 )
@@ -126,6 +127,8 @@ class EtcdController:
         self._published_replica: str | None = None
         self._publish_lock = trio.Lock()
         self._unnamed: dict[str, int] = {}
+        self._replicas: dict[str, str] = {}
+        """HA connection address → client address, from the `replicas/` entries (each tick)."""
 
     @property
     def cfg(self) -> BrokerConfig:
@@ -239,9 +242,12 @@ class EtcdController:
         try:
             await self._renew()
             result = await self.etcd.txn([], [op_get(self.key_master), op_get(self.key_sync),
-                                              op_get(self.key_epoch)], [])
-            master_kv, sync_kv, epoch_kv = (r[0] if r else None for r in result.ranges)
+                                              op_get(self.key_epoch), op_get_prefix(self.replicas_prefix)], [])
+            *keys, replicas = result.ranges
+            master_kv, sync_kv, epoch_kv = (r[0] if r else None for r in keys)
             self.sync_set = _json(sync_kv)
+            self._replicas = {r["ha_local"]: r["address"] for r in map(_json, replicas)
+                              if r and isinstance(r.get("ha_local"), str) and isinstance(r.get("address"), str)}
             await self._decide(master_kv, epoch_kv)
             await self._publish_replica()
         except EtcdError as e:
@@ -383,21 +389,13 @@ class EtcdController:
             peers: list[str] = []
             if ha is not None and not shrink:
                 peers = ha.in_sync(self.cfg.ha_max_gap_not_in_sync, self.cfg.ha_max_time_slave_not_catchup / 1000)
-            named = await self._named(peers)
-            self._note_unnamed([p for p in peers if p not in named])
-            await self._write_sync(named, force=force)
+            self._note_unnamed([p for p in peers if p not in self._replicas])
+            await self._write_sync(self._named(peers), force=force)
 
-    async def _named(self, peers: list[str]) -> dict[str, str]:
-        """HA connection → client address of the slave on it (from its `replicas/` entry),
-        for the connections that can be named."""
-        if not peers:
-            return {}
-        named = {}
-        for kv in await self.etcd.get_prefix(self.replicas_prefix):
-            replica = _json(kv) or {}
-            if replica.get("ha_local") in peers and isinstance(replica.get("address"), str):
-                named[replica["ha_local"]] = replica["address"]
-        return named
+    def _named(self, peers: list[str]) -> dict[str, str]:
+        """HA connection → client address of the slave on it, for the connections a
+        `replicas/` entry names (as the last tick read them)."""
+        return {p: self._replicas[p] for p in peers if p in self._replicas}
 
     def _note_unnamed(self, peers: list[str]) -> None:
         """A slave publishes its HA connection's local address within a tick of connecting;
@@ -450,7 +448,7 @@ class EtcdController:
             async with self._publish_lock:
                 if ha.acked_offset() >= next_offset:
                     return True  # another put's shrink already covered this one
-                named = await self._named(ha.acked_by(next_offset))
+                named = self._named(ha.acked_by(next_offset))
                 if not named:
                     return False
                 await self._write_sync(named)

@@ -154,7 +154,7 @@ class EtcdClient:
 
     async def get_prefix(self, prefix: str) -> list[KeyValue]:
         """Every key that starts with `prefix`."""
-        answer = await self._call("/v3/kv/range", {"key": _b64(prefix), "range_end": _b64(prefix_end(prefix))})
+        answer = await self._call("/v3/kv/range", op_get_prefix(prefix)["request_range"])
         return [KeyValue.from_json(kv) for kv in answer.get("kvs") or []]
 
     async def put(self, key: str, value: str | bytes, *, lease: int = 0) -> int:
@@ -252,3 +252,8 @@ def op_put(key: str, value: str | bytes, *, lease: int = 0) -> dict[str, Any]:
 
 def op_get(key: str) -> dict[str, Any]:
     return {"request_range": {"key": _b64(key)}}
+
+
+def op_get_prefix(prefix: str) -> dict[str, Any]:
+    """Every key that starts with `prefix`."""
+    return {"request_range": {"key": _b64(prefix), "range_end": _b64(prefix_end(prefix))}}
