@@ -31,6 +31,7 @@ import attrs
 import trio
 
 from node.client import TidemqError
+from store.cli import positive_int
 
 from . import launcher
 from .admin import Admin
@@ -401,16 +402,6 @@ def _cmd_drill(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def _positive_int(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}")
-    return n
-
-
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Register `drill NAME` on the `tidemq` parser."""
     from . import drills  # noqa: F401  (registers the drills)
@@ -429,7 +420,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--heartbeat", type=float, default=0.5, metavar="S", help="members' heartbeat interval")
     p.add_argument("--rebalance", type=float, default=2.0, metavar="S", help="members' rebalance interval")
     p.add_argument("--rate", type=float, default=50.0, metavar="N", help="sends per second per producer")
-    p.add_argument("--rounds", type=_positive_int, default=20, metavar="N",
+    p.add_argument("--rounds", type=positive_int, default=20, metavar="N",
                    help="faults of a repeating drill (auto-soak; default 20)")
     p.add_argument("--seed", type=int, default=14, metavar="S", help="seed of a repeating drill's faults")
     p.set_defaults(handler=_cmd_drill)

@@ -39,15 +39,20 @@ def error(message: str) -> None:
     print(f"tidemq: error: {message}", file=sys.stderr, flush=True)
 
 
-def non_negative_int(text: str) -> int:
-    """argparse type: an integer >= 0 (decimal, or 0x... hex)."""
+def non_negative_int(text: str, *, least: int = 0) -> int:
+    """argparse type: an integer >= `least` (decimal, or 0x... hex)."""
     try:
         value = int(text, 0)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be >= {least}, got {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    return non_negative_int(text, least=1)
 
 
 # ---------------------------------------------------------------------------------------

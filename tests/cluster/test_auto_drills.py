@@ -16,12 +16,13 @@ def test_the_auto_drills_are_registered() -> None:
     assert drill.LAYOUTS["etcd-down"].name == "2m-2s-sync-auto"
 
 
-@pytest.mark.parametrize("bad", ["0", "-3", "x"])
-def test_auto_soak_refuses_a_round_count_that_is_not_positive(bad: str, capsys) -> None:
+@pytest.mark.parametrize("bad, why", [("0", "must be >= 1, got 0"), ("-3", "must be >= 1, got -3"),
+                                      ("x", "not an integer: 'x'")])
+def test_auto_soak_refuses_a_round_count_that_is_not_positive(bad: str, why: str, capsys) -> None:
     with pytest.raises(SystemExit) as exited:
         drill.main(["auto-soak", "--rounds", bad])
     assert exited.value.code == 2
-    assert f"expected a whole number >= 1, got {bad!r}" in capsys.readouterr().err
+    assert f"argument --rounds: {why}" in capsys.readouterr().err
 
 
 # auto-kill-master runs the same election as auto-partition and test_auto_failover's kill test:
