@@ -82,6 +82,11 @@ class QueueData:
         return cls(int(raw["read_queue_nums"]), int(raw["write_queue_nums"]), int(raw.get("perm", 6)))
 
 
+def _in_sync(raw: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """A wire entry's `in_sync` (controllerMode etcd), None when it has none."""
+    return tuple(raw["in_sync"]) if raw.get("in_sync") is not None else None
+
+
 @attrs.frozen
 class BrokerRoute:
     """One broker of a group as a route lists it. `alive` is false once the name server saw
@@ -145,7 +150,7 @@ class TopicRoute:
             brokers = tuple(
                 BrokerRoute(int(b["broker_id"]), str(b["role"]), str(b["address"]), b.get("ha_address"),
                             bool(b.get("alive", True)), b.get("epoch"), b.get("lease_holder"),
-                            tuple(b["in_sync"]) if b.get("in_sync") is not None else None)
+                            _in_sync(b))
                 for b in g.get("brokers", ())
             )
             qd = g.get("queue_data")
@@ -210,7 +215,7 @@ class BrokerInfo:
             last_update_ms=raw.get("last_update_ms"),
             epoch=raw.get("epoch") if type(raw.get("epoch")) is int else None,
             lease_holder=raw.get("lease_holder"),
-            in_sync=tuple(raw["in_sync"]) if raw.get("in_sync") is not None else None,
+            in_sync=_in_sync(raw),
         )
 
     def route_entry(self) -> dict[str, Any]:

@@ -416,8 +416,8 @@ class EtcdController:
         ha = services.ha_master if services else None
         if ha is not None:
             keep = ha.ack_members or frozenset()
-            acks = {s.address: s.ack_offset for s in ha.status()}
-            named = {p: a for p, a in named.items() if p in keep or acks.get(p, -1) >= ha.confirmed_offset}
+            holders = set(ha.acked_by(ha.confirmed_offset))
+            named = {p: a for p, a in named.items() if p in keep or p in holders}
             ha.set_ack_members(keep | frozenset(named))  # joining slaves: waited for from now on
         members = sorted(set(named.values()))
         value = {"master": cfg.address, "epoch": self.failover.epoch, "role": cfg.role.value, "in_sync": members}

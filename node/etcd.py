@@ -152,11 +152,6 @@ class EtcdClient:
         kvs = answer.get("kvs") or []
         return KeyValue.from_json(kvs[0]) if kvs else None
 
-    async def get_prefix(self, prefix: str) -> list[KeyValue]:
-        """Every key that starts with `prefix`."""
-        answer = await self._call("/v3/kv/range", op_get_prefix(prefix)["request_range"])
-        return [KeyValue.from_json(kv) for kv in answer.get("kvs") or []]
-
     async def put(self, key: str, value: str | bytes, *, lease: int = 0) -> int:
         """Set the key; the store revision after the put."""
         body: dict[str, Any] = {"key": _b64(key), "value": _b64(value)}
@@ -171,7 +166,7 @@ class EtcdClient:
         """Stream every change of a key under `prefix` into `on_events` until cancelled.
         Returns when etcd ends the stream; raises EtcdError when no endpoint accepts the
         watch or the stream breaks. `on_created` runs once etcd confirmed the watch."""
-        body = {"create_request": {"key": _b64(prefix), "range_end": _b64(prefix_end(prefix)), "prev_kv": True}}
+        body = {"create_request": {**op_get_prefix(prefix)["request_range"], "prev_kv": True}}
         timeout = httpx.Timeout(self.timeout_s, read=None)  # quiet for as long as nothing changes
         errors = []
         for i in range(len(self.endpoints)):
