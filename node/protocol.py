@@ -58,9 +58,12 @@ __all__ = [
 
 # Response statuses: the node's own plus the store's PutMessageStatus and GetMessageStatus
 # names, spelled exactly as the store (RocketMQ 4.9) spells them. The wire carries the name.
+# INDETERMINATE: a write this node stored but may no longer acknowledge (it was fenced, or
+# its lease ran out, while the write waited): it may or may not survive the failover, so a
+# client reports it as neither acknowledged nor failed.
 Status = enum.Enum(
     "Status",
-    [(n, n) for n in ("OK", "BAD_REQUEST", "NOT_FOUND", "INTERNAL_ERROR")]
+    [(n, n) for n in ("OK", "BAD_REQUEST", "NOT_FOUND", "INTERNAL_ERROR", "INDETERMINATE")]
     + [(m.name, m.value) for m in PutMessageStatus]
     + [(m.name, m.value) for m in GetMessageStatus],
     module=__name__,
