@@ -16,6 +16,7 @@ from node.client import (
     ConnectionPool,
     ServiceUnavailable,
     TidemqError,
+    exit_nursery,
 )
 from node.protocol import Status
 
@@ -270,14 +271,9 @@ class _Client:
                 log.warning("%s: closing: %s", type(self).__name__, e)
             await self.pool.aclose()
         self._pool = self._discovery = None
-        try:
-            return await cm.__aexit__(exc_type, exc, tb)
-        except BaseExceptionGroup as group:
-            # trio wraps the body's exception in a group; hand it back as it was raised so
-            # `except ConnectionLost:` around the `async with` works
-            if exc is not None and len(group.exceptions) == 1 and group.exceptions[0] is exc:
-                return False
-            raise
+        # the body's exception comes back as it was raised, not in trio's group, so
+        # `except ConnectionLost:` around the `async with` works
+        return await exit_nursery(cm, exc_type, exc, tb)
 
     async def _before_close(self) -> None:
         """Subclasses flush what they must before the connections close."""

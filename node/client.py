@@ -42,6 +42,7 @@ __all__ = [
     "TidemqError",
     "connect",
     "error_for",
+    "exit_nursery",
 ]
 
 log = logging.getLogger("tidemq.client")
@@ -381,12 +382,31 @@ class connect:  # noqa: N801 - used like a function: `async with connect(address
     async def _exit(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool | None:
-        try:
-            return await self._nursery_cm.__aexit__(exc_type, exc, tb)
-        except BaseExceptionGroup as group:
-            if exc is not None and len(group.exceptions) == 1 and group.exceptions[0] is exc:
-                return False  # the block's own exception: let it propagate as it was raised
-            raise
+        return await exit_nursery(self._nursery_cm, exc_type, exc, tb)
+
+
+async def exit_nursery(
+    nursery_cm: Any, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+) -> bool | None:
+    """Leave a nursery that a context manager opened around its caller's block, so the
+    block's own exception comes out as itself rather than inside trio's ExceptionGroup,
+    `except ConnectionLost:` around the block keeps working. That holds too when an outer
+    cancellation put `Cancelled` beside it (a connection lost while the node shuts down for
+    a role change): the Cancelled is dropped here and raised again at the caller's next
+    checkpoint, since its scope is still cancelled. Any other error keeps its group."""
+    try:
+        return await nursery_cm.__aexit__(exc_type, exc, tb)
+    except BaseExceptionGroup as group:
+        if exc is not None and all(e is exc or isinstance(e, trio.Cancelled) for e in _leaves(group)):
+            return False  # the block's own exception: let it propagate as it was raised
+        raise
+
+
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    out: list[BaseException] = []
+    for e in group.exceptions:
+        out.extend(_leaves(e) if isinstance(e, BaseExceptionGroup) else [e])
+    return out
 
 
 # ---------------------------------------------------------------- ConnectionPool

@@ -126,12 +126,18 @@ class SlaveSync:
         task_status.started()
         await self._address_known.wait()
         while True:
+            failed: BaseException | None = None
             try:
                 await self.sync_once()
-            except (TidemqError, ConfigFileError, OSError) as e:
-                if self.last_error != str(e):
-                    log.warning("cannot sync topics and offsets from %s: %s", self.master_addr, e)
-                self.last_error = str(e)
+            except* (TidemqError, ConfigFileError, OSError) as group:
+                # except*: a connection's nursery may group its error with a Cancelled (the
+                # node shutting down for a role change): the error is logged, the Cancelled
+                # goes on and ends this task instead of the process
+                failed = group.exceptions[0]
+            if failed is not None:
+                if self.last_error != str(failed):
+                    log.warning("cannot sync topics and offsets from %s: %s", self.master_addr, failed)
+                self.last_error = str(failed)
             else:
                 self.last_sync_ms = int(time.time() * 1000)
                 self.last_error = None

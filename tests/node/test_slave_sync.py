@@ -1,0 +1,64 @@
+"""A connection lost while the node shuts down for a role change: the client's `connect`
+hands the error back as itself even with a Cancelled beside it, and SlaveSync's loop ends
+with the cancellation instead of taking the process down (issue 21, part 2)."""
+
+from __future__ import annotations
+
+import random
+from functools import partial
+
+import pytest
+import trio
+
+from node.client import ConnectionLost, connect
+from node.offsets import ConsumerOffsetManager
+from node.slave_sync import SlaveSync
+from node.topics import TopicConfigManager
+from tests.waiting import wait_until
+
+
+async def _listen(nursery: trio.Nursery, handler) -> str:
+    listeners = await nursery.start(partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
+    return f"127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+
+
+async def test_connect_hands_back_the_block_error_beside_an_outer_cancel() -> None:
+    async def idle(stream: trio.SocketStream) -> None:
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        address = await _listen(nursery, idle)
+        outer = trio.CancelScope()
+        with pytest.raises(ConnectionLost, match="lost mid-shutdown"), outer:  # not an ExceptionGroup
+            async with connect(address):
+                await trio.sleep(0.01)  # the reader task is parked in receive
+                outer.cancel()  # the term's scope: Cancelled reaches the reader
+                raise ConnectionLost("lost mid-shutdown")
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("seed", range(3))
+async def test_slave_sync_ends_cleanly_when_cancelled_amid_lost_connections(tmp_path, seed: int) -> None:
+    """A master whose connections are cut again and again (accepted, then closed after a
+    random delay) while the term is cancelled at random moments: every run of the loop
+    ends by cancellation alone, having logged the lost connections."""
+    rng = random.Random(seed)
+
+    async def cut(stream: trio.SocketStream) -> None:
+        await trio.sleep(rng.random() * 0.01)
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        address = await _listen(nursery, cut)
+        for _ in range(15):
+            sync = SlaveSync(address, TopicConfigManager(str(tmp_path), auto_create=True, default_queue_nums=4), ConsumerOffsetManager(str(tmp_path)),
+                             max_frame_size=1 << 20, interval_s=0.001)
+            with trio.CancelScope() as term:
+                async with trio.open_nursery() as inner:
+                    await inner.start(sync.run)
+                    await wait_until(lambda s=sync: s.last_error, what="a lost connection", timeout=5)
+                    await trio.sleep(rng.random() * 0.02)
+                    term.cancel()
+            assert term.cancelled_caught
+            assert "connection" in sync.last_error
+        nursery.cancel_scope.cancel()
