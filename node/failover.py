@@ -8,10 +8,27 @@ Every master term has an epoch (store/epoch_file.py). This module keeps one node
 - **Promotion** (`promote`): a slave stops its HA client, dispatches everything it holds,
   records the role and epoch N+1 (N = the newest epoch it has seen), and the node restarts
   its services as brokerId 0; the new term starts epoch N+1 at the recovered max offset.
-- **Fencing** (`before_write`): a master that has just started, resumed after a pause
-  longer than haHousekeepingInterval, or lost its last slave asks the name servers and its
-  group's peers for the newest epoch before its next write. On a newer one it fences
-  (writes answer SERVICE_NOT_AVAILABLE naming the epoch) and restarts as a slave.
+- **Fencing** (`before_write`, `after_write`): a master that has just started, stalled, or
+  lost its last slave asks the name servers and its group's peers for the newest epoch
+  before its next write. On a newer one it fences (writes answer SERVICE_NOT_AVAILABLE
+  naming the epoch) and restarts as a slave.
+- **Stalls** (`_beat`): a task notes the monotonic time every STALL_TICK_S; a gap over
+  STALL_S means the process did not run (SIGSTOP, a frozen VM, swapping) and its peers may
+  have promoted a slave meanwhile, while its sockets buffered sends. Every write admitted
+  before the stall is then answered only after an epoch check that started after it:
+  PUT_OK if no newer epoch is registered, INDETERMINATE if one is (the write is stored here
+  and is cut on rejoin, unless it reached the new master first). Until a name server or
+  peer answers, writes are refused. CLOCK_MONOTONIC runs on while a process is stopped, so
+  the gap measures the pause; it stops while the whole host is suspended, which freezes the
+  host's other nodes with it. A promoted slave waits PROMOTE_SETTLE_S (> STALL_S) between
+  leaving its master and announcing its epoch, so no pause can span a promotion unseen.
+- **Slaves that left**: while fewer slaves are connected than were this term (one may be
+  the slave being promoted), every write is answered after an epoch check that started
+  after the write was admitted (checks are shared by the writes waiting for them). So once
+  a newer epoch is registered, this node answers no PUT_OK: only a check that a name server
+  answered before the registration can confirm a write, and that write was decided before.
+  With no name server or peer answering, such writes are answered as before (a node cut off
+  from all of them cannot learn of a promotion: use etcd mode's leases for that).
 - **Admission** (`admit`, before every HA connection): a slave asks the master's client
   port for its epoch history; it refuses a master whose epoch is older than the newest it
   has seen, and when its own log has a tail the master's history does not share (RocketMQ's
@@ -27,6 +44,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -76,6 +94,15 @@ LONELY_RECHECK_S = 1.0
 may have been promoted and not yet answer with its new epoch."""
 LONELY_WRITE_RECHECK_S = 0.1
 """Meanwhile a write waits for an answer no older than this (at most ~10 checks a second)."""
+STALL_TICK_S = 0.05
+"""How often `_beat` notes that the event loop runs."""
+STALL_S = 0.25
+"""A gap between two beats above this is a stall: writes wait for a fresh epoch check. It
+is well above the gaps a busy loop shows (a false stall costs one round trip to the name
+servers)."""
+PROMOTE_SETTLE_S = 2 * STALL_S
+"""A promoted slave waits this long after leaving its master before it announces its epoch,
+so no pause of the old master can span the promotion without being a stall."""
 
 
 @attrs.frozen
@@ -168,12 +195,7 @@ class Failover:
         self.ha_client_scope: trio.CancelScope | None = None
         self.fenced: str | None = None
         self.needs_check = False
-        self.had_slave = False
-        self.slaves_seen = 0
-        self.lonely_since: float | None = None
-        """When the last slave left (None: a slave is connected, or none ever was this term)."""
-        self.last_check = 0.0
-        self.last_tick = 0.0
+        self._reset_watch(0.0)
         self._used_ids: set[int] = set()
         self.follow_namesrv = False
         """Set when the configured master was refused: the slave follows the name servers."""
@@ -183,6 +205,29 @@ class Failover:
         self._check_lock = trio.Lock()
         self.controller: ControllerHooks | None = None
         """With controllerMode etcd: the election decides who writes (node/controller.py)."""
+
+    def _reset_watch(self, now: float) -> None:
+        """What the fencing watch knows of a term (see "Stalls" and "Slaves that left" above)."""
+        self.accepted_seen = self.open_seen = self.peak_slaves = 0
+        self.degraded_since: float | None = None
+        """When a slave connection of this term ended (None: as many are open as ever were)."""
+        self.last_check = -math.inf
+        """When the last epoch check started."""
+        self.confirmed_at = -math.inf
+        """When the last epoch check that confirmed this node's epoch started (a name server
+        or peer answered, or there is none to ask)."""
+        self.last_beat = now
+        self.stalls = 0
+        self.stalled_at = -math.inf
+        self.last_stall_s: float | None = None
+
+    @property
+    def held(self) -> str | None:
+        """Why writes are held: a stall that no epoch check has answered since."""
+        if self.stalled_at <= self.confirmed_at:
+            return None
+        return (f"this node stalled for {self.last_stall_s:.1f} s (its peers may have promoted a slave "
+                "meanwhile) and no name server or peer has confirmed its epoch since")
 
     # ---- terms -------------------------------------------------------------------------------
     @property
@@ -194,10 +239,7 @@ class Failover:
         self.services = services
         self.transition = None
         self.fenced = None
-        self.had_slave = False
-        self.slaves_seen = 0
-        self.lonely_since = None
-        self.last_tick = trio.current_time()
+        self._reset_watch(trio.current_time())
         store = services.store
         if not self.cfg.role.is_master:
             self.needs_check = False
@@ -288,6 +330,10 @@ class Failover:
             "epochs": [e.to_wire() for e in self.cache.entries],
             "newest_epoch_seen": self.newest_seen,
             "fenced": self.fenced,
+            "stalls": self.stalls,
+            "last_stall_s": self.last_stall_s,
+            "writes_held": self.held,
+            "slave_left": self.degraded_since is not None,
             "role_file": self.role_state.to_json() if self.role_state else None,
             "last_truncation": self.last_truncation,
             "replication_refused": self.replication_refused,
@@ -310,31 +356,49 @@ class Failover:
             self._fence(self.master.epoch, self.master.address, "the name server")
 
     # ---- fencing -----------------------------------------------------------------------------
-    def _observe(self) -> None:
-        """Note a pause of the process or the loss of the last slave (both mean: ask first)."""
+    def _observe_stall(self) -> None:
+        """Note a stall: the loop did not run for over STALL_S since the last beat."""
         now = trio.current_time()
-        gap, self.last_tick = now - self.last_tick, now
-        housekeeping_s = self.cfg.store.ha_housekeeping_interval / 1000
-        if gap > housekeeping_s and not self.needs_check:
-            log.warning("this node was paused for %.1f s (more than haHousekeepingInterval): "
-                        "asking for the group's epoch before the next write", gap)
+        gap, self.last_beat = now - self.last_beat, now
+        if gap > STALL_S and self.cfg.role.is_master:
+            self.stalls += 1
+            self.stalled_at, self.last_stall_s = now, gap
             self.needs_check = True
+            log.warning("this node stalled for %.2f s: asking for the group's epoch before "
+                        "answering any write", gap)
+
+    async def _beat(self) -> None:
+        while True:
+            await trio.sleep(STALL_TICK_S)
+            self._observe_stall()
+
+    def _observe(self) -> None:
+        """Note a stall, and a slave connection that ended (both mean: confirm the epoch)."""
+        self._observe_stall()
         ha = self.services.ha_master if self.services else None
-        if ha is not None:
-            came_and_went = ha.slaves_accepted != self.slaves_seen
-            self.slaves_seen = ha.slaves_accepted
-            if ha.connection_count:
-                self.had_slave = True
-                self.lonely_since = None
-            elif self.had_slave or came_and_went:
-                self.had_slave = False
-                self.lonely_since = now
-                log.warning("the last slave disconnected: asking for the group's epoch before the next write")
-                self.needs_check = True
+        if ha is None:
+            return
+        count, accepted = ha.connection_count, ha.slaves_accepted
+        ended = self.open_seen + (accepted - self.accepted_seen) - count
+        self.open_seen, self.accepted_seen = count, accepted
+        self.peak_slaves = max(self.peak_slaves, count, count + ended)
+        if ended > 0:
+            if self.degraded_since is None:
+                self.degraded_since = trio.current_time()
+            log.warning("a slave disconnected (%d of %d left): every write is answered after an epoch "
+                        "check that started after it", count, self.peak_slaves)
+            self.needs_check = True
+        elif count >= self.peak_slaves:
+            self.degraded_since = None
 
     async def watch(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Per term: notice pauses and lost slaves; run pending checks without waiting for a write."""
-        task_status.started()
+        """Per term: notice stalls and lost slaves; run pending checks without waiting for a write."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._beat)
+            task_status.started()
+            await self._watch_loop()
+
+    async def _watch_loop(self) -> None:
         while True:
             await trio.sleep(TICK_S)
             if not self.cfg.role.is_master or self.transition is not None:
@@ -342,58 +406,109 @@ class Failover:
             self._observe()
             if self.needs_check:
                 await self._check()
-            elif (self.lonely_since is not None and self.fenced is None
+            elif ((self.degraded_since is not None or self.held) and self.fenced is None
                   and trio.current_time() - self.last_check >= LONELY_RECHECK_S):
                 # the lost slave may be mid-promotion, not yet answering with its new epoch:
-                # ask again until a slave is back (here only: writes do not wait for this)
+                # ask again until a slave is back (writes do not wait for these)
                 await self._check(again=True)
 
-    async def before_write(self) -> None:
-        """Raise OpError (SERVICE_NOT_AVAILABLE) when this master must not take the write."""
+    async def before_write(self) -> float:
+        """Raise OpError (SERVICE_NOT_AVAILABLE) when this master must not take the write;
+        else return when it was admitted, for `after_write`."""
         if not self.cfg.role.is_master:
-            return
+            return trio.current_time()
         if self.controller is not None:
             await self.controller.before_write()
         self._observe()
-        if self.lonely_since is not None and trio.current_time() - self.last_check >= LONELY_WRITE_RECHECK_S:
-            self.needs_check = True  # slaveless since a slave left: a recent answer only
+        if ((self.degraded_since is not None or self.held)
+                and trio.current_time() - self.last_check >= LONELY_WRITE_RECHECK_S):
+            self.needs_check = True  # a fresh answer first, so a fenced node stores nothing
         if self.needs_check and self.fenced is None:
             await self._check()
         if self.fenced is not None:
             raise OpError(Status.SERVICE_NOT_AVAILABLE, self.fenced)
+        if self.held is not None:
+            raise OpError(Status.SERVICE_NOT_AVAILABLE, f"{self.held}: no write until one does")
+        return trio.current_time()
 
-    def after_write(self) -> None:
-        """Raise OpError when the lease ran out while the write waited (flush, slave ack):
-        it is not acknowledged."""
-        if self.controller is not None and self.cfg.role.is_master:
-            self.controller.check_write()
+    async def after_write(self, admitted: float) -> None:
+        """Before a stored write is answered: raise OpError (INDETERMINATE) when this node may
+        no longer acknowledge it. A write admitted before a stall, or while a slave of the
+        term is gone (it may be the one being promoted), is answered only after an epoch check
+        that started after the stall / the admission: if that check finds a newer epoch, or
+        after a stall no one answers, the write was stored but is not acknowledged. So is one
+        whose controller lease ran out. Costs a clock read when nothing happened."""
+        if not self.cfg.role.is_master:
+            return
+        self._observe()
+        stalled = self.stalled_at > admitted
+        need = max(self.stalled_at if stalled else -math.inf,
+                   admitted if self.degraded_since is not None else -math.inf)
+        confirmed = await self._confirm_since(need)
+        if self.controller is not None:
+            try:
+                self.controller.check_write()
+            except OpError as e:
+                raise OpError(Status.INDETERMINATE, f"stored, but not acknowledged: {e.message}") from None
+        if self.fenced is not None:
+            raise OpError(Status.INDETERMINATE, f"stored, but not acknowledged: {self.fenced}")
+        if stalled and not confirmed:
+            raise OpError(Status.INDETERMINATE, f"stored, but not acknowledged: {self.held or 'stalled'}")
 
-    async def _check(self, *, again: bool = False) -> None:
+    async def _confirm_since(self, since: float) -> bool:
+        """Run epoch checks until one that started at or after `since` confirmed this node's
+        epoch (True), or it is fenced or no one answered (False)."""
+        for _ in range(3):  # a check that stalled, or began before `since`, is followed by one more
+            if self.fenced is not None:
+                return False
+            if self.confirmed_at >= since:
+                return True
+            if not await self._check(since=since):
+                return False
+        return self.confirmed_at >= since
+
+    async def _check(self, *, again: bool = False, since: float | None = None) -> bool:
+        """Ask the name servers and peers for the group's epoch; fence on a newer one. False
+        when a name server is configured and no one answered."""
         async with self._check_lock:
-            if not (self.needs_check or again) or self.fenced is not None:
-                return
-            views = await self._group_epochs()
-            self.needs_check = False
-            self.last_check = trio.current_time()
-            if not views:
-                log.warning("no name server or peer answered with the group's epoch; serving on epoch %d",
-                            self.epoch)
-                return
-            epoch, address, source = max(views, key=lambda v: v[0])
-            self.newest_seen = max(self.newest_seen, epoch)
-            if epoch > self.epoch and address not in self.cfg.own_addresses():
-                self._fence(epoch, address, source)
+            if self.fenced is not None:
+                return False
+            if since is not None:
+                if self.confirmed_at >= since:
+                    return True  # a check that ran while this one waited for the lock did it
+            elif not (self.needs_check or again):
+                return True
+            start, stalls, self.needs_check = trio.current_time(), self.stalls, False
+            views, answered = await self._group_epochs()
+            self.last_check = start
+            if views:
+                epoch, address, source = max(views, key=lambda v: v[0])
+                self.newest_seen = max(self.newest_seen, epoch)
+                if epoch > self.epoch and address not in self.cfg.own_addresses():
+                    self._fence(epoch, address, source)
+                    return False
+            if self.stalls != stalls:
+                return True  # stalled while asking: the answers may predate a promotion (needs_check is set)
+            if answered or not _namesrv_list(self.cfg):
+                self.confirmed_at = max(self.confirmed_at, start)
+                return True
+            log.warning("no name server or peer answered with the group's epoch%s",
+                        ": writes stay held after the stall" if self.held else f"; serving on epoch {self.epoch}")
+            return False
 
-    async def _group_epochs(self) -> list[tuple[int, str, str]]:
+    async def _group_epochs(self) -> tuple[list[tuple[int, str, str]], int]:
         """(epoch, address, source) from every name server and every peer of the group that
-        answers within ASK_TIMEOUT_S."""
+        answers within ASK_TIMEOUT_S, and how many of them answered."""
         cfg = self.cfg
         views: list[tuple[int, str, str]] = []
+        answered = 0
         peers: set[str] = set()
         self._used_ids = set()
 
         async def ask_namesrv(address: str) -> None:
+            nonlocal answered
             answer = await _ask(address, "get_cluster_info")
+            answered += answer is not None
             for b in (answer or {}).get("brokers", []):
                 if b.get("broker_name") != cfg.broker_name or b.get("address") in cfg.own_addresses():
                     continue
@@ -403,7 +518,9 @@ class Failover:
                     views.append((b["epoch"], b["address"], f"name server {address}"))
 
         async def ask_peer(address: str) -> None:
+            nonlocal answered
             answer = await _ask(address, "epoch")
+            answered += answer is not None
             if answer and type(answer.get("epoch")) is int and not answer.get("fenced"):
                 views.append((answer["epoch"], address, f"peer {address}"))
 
@@ -414,7 +531,7 @@ class Failover:
             async with trio.open_nursery() as nursery:
                 for address in peers:
                     nursery.start_soon(ask_peer, address)
-        return views
+        return views, answered
 
     def set_master(self, address: str, ha_address: str, epoch: int, role: str | None) -> None:
         self.master = GroupMaster(address, ha_address, epoch, role)
@@ -537,6 +654,10 @@ class Failover:
         with trio.move_on_after(HA_STOP_TIMEOUT_S):
             while client is not None and client.connected:
                 await trio.sleep(0.01)
+        # An old master paused across everything from here to the announcement then sees a
+        # stall (> STALL_S) and re-checks its epoch before answering what its sockets
+        # buffered; one that ran meanwhile saw its slave leave and checks every write.
+        await trio.sleep(PROMOTE_SETTLE_S)
         store = services.store
         while store.reput.do_reput():  # everything received is in the ConsumeQueues
             await trio.lowlevel.checkpoint()

@@ -37,9 +37,9 @@ class FailoverHooks(Protocol):
     """What the ops ask of node/failover.py's Failover: typed here, so ops (below failover,
     which raises OpError and is handed NodeServices) does not import it."""
 
-    async def before_write(self) -> None: ...
+    async def before_write(self) -> int: ...
 
-    def after_write(self) -> None: ...
+    async def after_write(self, checked: int) -> None: ...
 
     def status(self) -> dict[str, Any]: ...
 
@@ -213,17 +213,21 @@ def _put_response(request_id: int, result: PutMessageResult, queue_id: int, *, b
     }
 
 
-async def _check_writeable(s: NodeServices) -> None:
-    """A slave refuses writes; a master asks for the group's epoch first when it must (fencing)."""
+async def _check_writeable(s: NodeServices) -> int:
+    """A slave refuses writes; a master asks for the group's epoch first when it must
+    (fencing). Returns the token `_confirm_write` takes (Failover's stall count)."""
     _refuse_on_slave(s, "writes")
     if s.failover is not None:
-        await s.failover.before_write()
+        return await s.failover.before_write()
+    return 0
 
 
-def _confirm_write(s: NodeServices) -> None:
-    """A write stored while this master's lease ran out is not acknowledged (controller)."""
+async def _confirm_write(s: NodeServices, checked: int) -> None:
+    """A stored write is not acknowledged by a node that a newer epoch replaced, or whose
+    lease ran out, or that stalled since `checked` and cannot confirm its epoch: raises
+    OpError(INDETERMINATE)."""
     if s.failover is not None:
-        s.failover.after_write()
+        await s.failover.after_write(checked)
 
 
 @attrs.define(slots=True, eq=False)
@@ -243,22 +247,25 @@ class PendingPut:
     appended: Appended | None = None
     at: float = 0.0
     """trio time of the append: the group's timeouts count from its first append."""
+    checked: int = 0
+    """What the write check returned (`_check_writeable`), for `_confirm_write`."""
 
 
 async def _send(s: NodeServices, r: Request, peer: str | None) -> PendingPut:
-    await _check_writeable(s)
+    checked = await _check_writeable(s)
     f = r.fields
     queue_id = await _checked_topic(s, f["topic"], f["queue_id"])
     prepared = s.store.prepare_message(_message(f, f["topic"], queue_id, f["wait"], peer))
-    return PendingPut(r.id, prepared, f["wait"], queue_id, False, s.store.put_waits(f["wait"]))
+    return PendingPut(r.id, prepared, f["wait"], queue_id, False, s.store.put_waits(f["wait"]), checked=checked)
 
 
 async def _send_batch(s: NodeServices, r: Request, peer: str | None) -> PendingPut:
-    await _check_writeable(s)
+    checked = await _check_writeable(s)
     f = r.fields
     queue_id = await _checked_topic(s, f["topic"], f["queue_id"])
     msgs = [_message(m, f["topic"], queue_id, f["wait"], peer) for m in f["messages"]]
-    return PendingPut(r.id, s.store.prepare_batch(msgs), f["wait"], queue_id, True, s.store.put_waits(f["wait"]))
+    return PendingPut(r.id, s.store.prepare_batch(msgs), f["wait"], queue_id, True, s.store.put_waits(f["wait"]),
+                      checked=checked)
 
 
 def append_sends(s: NodeServices, pending: list[PendingPut]) -> None:
@@ -280,9 +287,11 @@ async def finish_sends(s: NodeServices, pending: list[PendingPut]) -> list[dict[
     if stored:
         s.stats.put.add(stored)
     try:
-        _confirm_write(s)
-    except OpError as e:  # stored, but the lease ran out before the answer: not acknowledged
-        return [error_response(p.request_id, e.status, e.message) for p in pending]
+        await _confirm_write(s, min(p.checked for p in pending))
+    except OpError as e:  # stored, but this node may no longer acknowledge it
+        return [error_response(p.request_id, e.status, e.message) if result.status.stored
+                else _put_response(p.request_id, result, p.queue_id, batch=p.batch)
+                for p, result in zip(pending, results, strict=True)]
     return [_put_response(p.request_id, result, p.queue_id, batch=p.batch)
             for p, result in zip(pending, results, strict=True)]
 

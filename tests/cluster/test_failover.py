@@ -13,9 +13,11 @@ from typing import Any
 
 import attrs
 import pytest
+import trio
+import trio.testing
 
 from cluster.client import Admin, Producer, Status
-from node.client import TidemqError
+from node.client import Connection, TidemqError
 from store.epoch_file import EpochEntry, format_entries
 from tests.cluster.helpers import (
     broker_conf,
@@ -294,3 +296,54 @@ def test_a_damaged_role_or_epoch_file_stops_the_node_with_a_clear_error(tmp_path
     out = cli("node", "start", "-c", str(conf))
     assert out.returncode == 2 and b"expected 2 entries, found 1; no usable backup" in out.stderr
     assert (root / "epochFileCheckpoint").read_text() == "2\n0\n1-0\n"  # left as it was
+
+
+async def test_a_short_pause_across_a_promotion_answers_no_put_ok(tmp_path, nodes) -> None:
+    """Issue 21.1: an ASYNC_MASTER paused (SIGSTOP) for less than every interval of its
+    config while its slave is promoted answers none of the sends its sockets buffered
+    meanwhile with PUT_OK: each is refused (SERVICE_NOT_AVAILABLE, not stored) or
+    INDETERMINATE (stored, then cut on rejoin). Every PUT_OK is on the new master."""
+    ns = start_namesrv(nodes, tmp_path)
+    m_conf = broker_conf(tmp_path, "m", GROUP, ns.address, role="ASYNC_MASTER")  # default intervals
+    s_conf = slave_of(tmp_path, m_conf, "s", ns.address)
+    m, s = nodes.start(m_conf), nodes.start(s_conf)
+    await call(m.address, "topic_create", topic=TOPIC)
+    await wait_slave_connected(m.address)
+    before = await send_all(ns.address, 10, "a")
+    assert all(r.status is Status.PUT_OK for r in before)
+    await wait_for(lambda: _caught_up(s.address, m.address), what="slave caught up")
+
+    answers: list[dict[str, Any] | TidemqError] = []
+    async with trio.open_nursery() as nursery:
+        conns = [await Connection.open(m.address, nursery, request_timeout=30) for _ in range(4)]
+
+        async def send(conn: Connection, key: str) -> None:
+            try:
+                answers.append(await conn.request("send", topic=TOPIC, body=key.encode(), keys=[key]))
+            except TidemqError as e:
+                answers.append(e)
+
+        m.proc.send_signal(signal.SIGSTOP)
+        try:
+            for i in range(12):  # written into the paused master's sockets
+                nursery.start_soon(send, conns[i % len(conns)], f"p{i}")
+            await trio.testing.wait_all_tasks_blocked()
+            async with Admin(namesrv=ns.address) as admin:
+                result = await admin.promote(GROUP, 1, role="ASYNC_MASTER")
+        finally:
+            m.proc.send_signal(signal.SIGCONT)
+    assert len(answers) == 12
+    put_ok = [a for a in answers if isinstance(a, dict) and a["status"] == "PUT_OK"]
+    assert not put_ok, f"the replaced master acknowledged {len(put_ok)} send(s) after epoch {result['epoch']}"
+    assert all(isinstance(a, TidemqError) and a.status in ("SERVICE_NOT_AVAILABLE", "INDETERMINATE")
+               for a in answers), answers
+    assert "stalled for" in m.stderr()  # the pause was seen as one
+    print("answers:", sorted(a.status for a in answers))
+    rejoined = await wait_for(lambda: serves_as(m.address, 1, "SLAVE"), timeout=30, what="old master rejoined")
+    truncated = set((rejoined["last_truncation"] or {}).get("msg_ids", []))
+    indeterminate = [a for a in answers if a.status == "INDETERMINATE"]
+    assert all("stored, but not acknowledged" in a.message for a in indeterminate)
+    await wait_for(lambda: _caught_up(m.address, s.address), what="the old master replicates from the new one")
+    for r in before:  # every PUT_OK survived the promotion
+        assert await key_of(s.address, r.msg_id) == [r.key]
+        assert r.msg_id not in truncated
