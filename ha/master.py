@@ -147,6 +147,11 @@ class HAService:
         """Peer addresses of the connected slaves that acked `offset` (hold everything below it)."""
         return sorted(c.address for c in self._connections if c.ack_offset >= offset)
 
+    def missing_members(self) -> list[str]:
+        """Members of `ack_members` with no connection (a put cannot get their acks)."""
+        connected = {c.address for c in self._connections}
+        return sorted(m for m in self.ack_members or () if m not in connected)
+
     def set_ack_members(self, members: frozenset[str] | None) -> None:
         """Change whose acks SYNC_MASTER puts need; puts the new set already covers finish."""
         self.ack_members = members

@@ -140,8 +140,19 @@ class EtcdController:
         self.events.append({"at_ms": int(time.time() * 1000), "event": message})
 
     # ---- the write path (cheap: a flag and a monotonic compare) ------------------------------
+    @property
+    def riding_out_outage(self) -> bool:
+        """etcd is unreachable and this SYNC_MASTER held the leadership when it last reached
+        it: it keeps writing while every in-sync member acks each write (the module
+        docstring says why no PUT_OK can be lost that way)."""
+        return (self.leading and self.reachable is False and self.failover.fenced is None
+                and self.cfg.role is BrokerRole.SYNC_MASTER)
+
     def check_write(self) -> None:
-        """Raise OpError (SERVICE_NOT_AVAILABLE) unless this node holds a live lease."""
+        """Raise OpError (SERVICE_NOT_AVAILABLE) unless this node holds a live lease, or
+        rides out an etcd outage (`riding_out_outage`)."""
+        if self.riding_out_outage:
+            return
         if not self.leading:
             holder = (self.leader or {}).get("address")
             why = f"etcd holder: {holder}" if holder and holder != self.cfg.address else \
@@ -161,6 +172,14 @@ class EtcdController:
         if self.cfg.role is not BrokerRole.SYNC_MASTER or not members or services is None:
             return
         ha = services.ha_master
+        if self.riding_out_outage:  # the set cannot shrink: a member gone means no PUT_OK
+            missing = ha.missing_members() if ha is not None else sorted(members)
+            if missing:
+                raise OpError(Status.SERVICE_NOT_AVAILABLE,
+                              f"etcd is unreachable ({self.last_error}) and in-sync slave(s) "
+                              f"{', '.join(missing)} of {self.cfg.broker_name} are not connected: "
+                              "no write can be acknowledged by every member until one is back")
+            return
         if ha is not None and ha.is_slave_ok(services.store.get_max_phy_offset() + 1):
             return
         try:
@@ -282,6 +301,7 @@ class EtcdController:
                 self._event("the leadership key is gone (lease %x)", self.lease)
             self.leader, self.leading = None, False
             if not busy and self._eligible():
+                self._stop_acking()
                 await self._campaign(epoch_kv)
             return
         info = _json(master_kv) or {}
@@ -304,6 +324,18 @@ class EtcdController:
             return self.cfg.role.is_master
         me = self.cfg.address
         return me == self.sync_set.get("master") or me in (self.sync_set.get("in_sync") or [])
+
+    def _stop_acking(self) -> None:
+        """A slave about to campaign first leaves the master whose lease is gone: a master
+        riding out an etcd outage cut off from etcd alone then stops acknowledging before
+        this node is elected (it needs every member's ack). The HA client follows whichever
+        node wins (`_follow`)."""
+        services = self.failover.services
+        client = services.ha_client if services else None
+        if client is not None and client.master_address is not None and not self.cfg.role.is_master:
+            self._event("the leadership key is gone: leaving master HA %s before campaigning",
+                        client.master_address)
+            client.update_master_address(None)
 
     async def _campaign(self, epoch_kv: KeyValue | None) -> None:
         failover = self.failover
@@ -442,8 +474,8 @@ class EtcdController:
         (the put then answers FLUSH_SLAVE_TIMEOUT)."""
         services = self.failover.services
         ha = services.ha_master if services else None
-        if ha is None or not self.leading:
-            return False
+        if ha is None or not self.leading or self.reachable is False:
+            return False  # (etcd unreachable: the set cannot shrink, the put is not acknowledged)
         try:
             async with self._publish_lock:
                 if ha.acked_offset() >= next_offset:

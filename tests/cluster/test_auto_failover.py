@@ -282,36 +282,112 @@ async def g_etcd_value(etcd: EtcdServer, name: str) -> Any:
     return json.loads(kv.value) if kv else None
 
 
-async def test_etcd_stopped_fences_at_the_lease_deadline_and_writes_resume(tmp_path, nodes, etcd) -> None:
+ETCD_DOWN_S = float(os.environ.get("TIDEMQ_ETCD_DOWN_S", "30"))
+"""How long the outage test keeps etcd stopped under load (issue 21: 30 s)."""
+
+
+class Load:
+    """Paced sends (about 50 a second) to whichever node of the group answers, recording
+    each key's answer: the PUT_OK ones must all survive."""
+
+    def __init__(self, addresses: list[str]) -> None:
+        self.addresses = addresses
+        self.acked: dict[str, dict[str, Any]] = {}
+        self.other: dict[str, str] = {}
+        self.n = 0
+
+    async def run(self, stop: trio.Event) -> None:
+        while not stop.is_set():
+            key = f"k{self.n}"
+            self.n += 1
+            for address in self.addresses:
+                try:
+                    r = await send(address, key)
+                except TidemqError as e:
+                    self.other[key] = f"{address}: {e.status}"
+                    continue
+                if r["status"] == "PUT_OK":
+                    self.acked[key] = {**r, "address": address, "at": trio.current_time()}
+                else:
+                    self.other[key] = r["status"]
+                break
+            await trio.sleep(0.02)  # pacing, not synchronisation
+
+    def acked_since(self, t: float) -> int:
+        return sum(1 for r in self.acked.values() if r["at"] >= t)
+
+
+async def test_etcd_stopped_under_load_sync_writes_go_on_and_nothing_is_lost(tmp_path, nodes, etcd) -> None:
+    """Issue 21.3: a SYNC_MASTER that loses etcd keeps answering PUT_OK while every in-sync
+    member acks (no one can be elected meanwhile, and a member that acks is not promoted)."""
     g = await started_group(nodes, tmp_path, etcd)
-    assert (await send(g.m.address, "before"))["status"] == "PUT_OK"
-    etcd.stop()
+    load, stop = Load([g.m.address, g.s.address]), trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(load.run, stop)
+        await wait_for(lambda: _acked(load, 5), what="the load acknowledged")
+        etcd.stop()
+        down = trio.current_time()
+        await trio.sleep(ETCD_DOWN_S)  # etcd stays down under load
+        st = await status(g.m.address)
+        assert st["controller"]["etcd_reachable"] is False and st["role"] == "SYNC_MASTER"
+        assert any("etcd unreachable" in e["event"] for e in st["controller"]["events"])
+        assert (await status(g.s.address))["role"] == "SLAVE"  # nobody else took over
+        past_lease = load.acked_since(down + 2 * LEASE_MS / 1000)
+        assert past_lease > 0.5 * (ETCD_DOWN_S - 2 * LEASE_MS / 1000) * 10, (past_lease, load.other)
+        etcd.start()  # same data dir and ports
+        back = trio.current_time()
+        await wait_for(lambda: _acked_after(load, back), timeout=ELECTION_S, what="writes acknowledged with etcd back")
+        stop.set()
+    master = g.m if await leading(g.m) else g.s
+    await wait_for(lambda: leading(master), timeout=ELECTION_S, what="a master elected with etcd back")
+    await keys_on(master.address, {k: r["msg_id"] for k, r in load.acked.items()})
 
-    async def fenced() -> str | None:
-        try:
-            await send(g.m.address, "during")
-        except TidemqError as e:
-            return e.message if e.status == "SERVICE_NOT_AVAILABLE" else None
-        return None
-    message = await wait_for(fenced, timeout=ELECTION_S, what="the master fenced without etcd")
-    assert "lease" in message
-    st = await status(g.m.address)
-    assert st["role"] == "SYNC_MASTER" and st["controller"]["etcd_reachable"] is False
-    assert any("etcd unreachable" in e["event"] for e in st["controller"]["events"])
-    assert (await status(g.s.address))["role"] == "SLAVE"  # nobody else took over
 
-    etcd.start()  # same data dir and ports
+async def _acked(load: Load, n: int) -> bool:
+    return len(load.acked) >= n
 
-    async def writes_again() -> bool:
-        try:
-            return (await send(g.m.address, "after"))["status"] == "PUT_OK"
-        except TidemqError:
-            return False
-    await wait_for(writes_again, timeout=ELECTION_S, what="writes resumed once etcd was back")
 
-    async def reachable() -> bool:  # the lease's renewal and the status flag are set apart
-        return (await status(g.m.address))["controller"]["etcd_reachable"] is True
-    await wait_for(reachable, timeout=ELECTION_S, what="status saying etcd is reachable again")
+async def _acked_after(load: Load, t: float) -> bool:
+    return load.acked_since(t) > 0
+
+
+async def test_etcd_cut_from_the_master_alone_it_stops_acknowledging_before_the_new_term(tmp_path, nodes, etcd) -> None:
+    """Issue 21.3: the master alone loses etcd (a proxy on its etcd link is disabled), the
+    slave sees the lease expire, leaves the master and is elected: every PUT_OK the old
+    master answered lies before the new term's start, and is on the new master."""
+    ns = start_namesrv(nodes, tmp_path)
+    extra = {**FAST, "slaveTimeout": 1000}
+    with start_proxy_process() as (host, port):
+        proxy = proxies.connect(f"http://{host}:{port}").create(
+            upstream=etcd.endpoint.split("://")[-1], name="etcd-m", listen="127.0.0.1:0")
+        m_conf = broker_conf(tmp_path, "m", GROUP, ns.address, role="SYNC_MASTER", etcdEndpoints=proxy.listen, **extra)
+        s_conf = slave_of(tmp_path, m_conf, "s", ns.address, etcdEndpoints=etcd.endpoint, **extra)
+        m, s = nodes.start(m_conf), nodes.start(s_conf)
+        await wait_for(lambda: leading(m), timeout=ELECTION_S, what="the master elected")
+        await call(m.address, "topic_create", topic=TOPIC)
+
+        async def slave_in_sync() -> bool:
+            value = await g_etcd_value(etcd, "syncStateSet")
+            return bool(value) and s.address in value["in_sync"]
+        await wait_for(slave_in_sync, timeout=ELECTION_S, what="the slave in sync")
+        load, stop = Load([m.address]), trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(load.run, stop)
+            await wait_for(lambda: _acked(load, 5), what="the load acknowledged")
+            proxy.disable()  # the master alone is cut from etcd
+            promoted = await wait_for(lambda: leading(s), timeout=ELECTION_S, what="the slave elected")
+            stop.set()
+        events = [e["event"] for e in promoted["controller"]["events"]]
+        assert any("leaving master HA" in e for e in events), events
+        start = promoted["epochs"][-1][1]  # the new term's start offset
+        old = [r for r in load.acked.values() if r["address"] == m.address]
+        assert old and all(r["commitlog_offset"] < start for r in old)
+        with pytest.raises(TidemqError) as refused:  # a member gone: no write is acknowledged
+            await send(m.address, "after-the-election")
+        assert refused.value.status == "SERVICE_NOT_AVAILABLE" and "not connected" in refused.value.message
+        await keys_on(s.address, {k: r["msg_id"] for k, r in load.acked.items()})
+        proxy.enable()  # the old master reaches etcd again: it fences and rejoins
+        await wait_for(lambda: _serves_as_slave(m.address), timeout=ELECTION_S, what="the old master rejoined")
 
 
 ROUNDS = int(os.environ.get("TIDEMQ_AUTO_ROUNDS", "20"))
