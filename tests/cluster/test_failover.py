@@ -347,3 +347,29 @@ async def test_a_short_pause_across_a_promotion_answers_no_put_ok(tmp_path, node
     for r in before:  # every PUT_OK survived the promotion
         assert await key_of(s.address, r.msg_id) == [r.key]
         assert r.msg_id not in truncated
+
+
+async def test_the_rejoin_survives_repeated_kills_of_the_new_master(tmp_path, nodes) -> None:
+    """Issue 21.2: while the fenced old master shuts down and rejoins, the new master is
+    SIGKILLed and restarted again and again; every connection the rejoining node holds to
+    it (topic sync, HA, epoch asks) is lost mid-flight. The node stays up and ends as a
+    slave replicating from the new master."""
+    ns, m, s, _, s_conf = group(nodes, tmp_path, "ASYNC_MASTER")
+    await call(m.address, "topic_create", topic=TOPIC)
+    await wait_slave_connected(m.address)
+    async with Admin(namesrv=ns.address) as admin:
+        await admin.promote(GROUP, 1)  # the old master never stopped: it fences and rejoins
+    for _ in range(4):
+        s.kill()
+        s = nodes.start(s_conf)  # as master of the new epoch (its role file says so)
+        assert m.proc.poll() is None, m.stderr()[-3000:]
+    rejoined = await wait_for(lambda: _slave(m.address), timeout=30, what="the old master rejoined")
+    assert rejoined["fenced"] is None and rejoined["broker_id"] > 0
+    await wait_for(lambda: _caught_up(m.address, s.address), timeout=30, what="replicating from the new master")
+    assert m.proc.poll() is None
+    assert "ExceptionGroup" not in m.stderr() and "Traceback" not in m.stderr()
+
+
+async def _slave(address: str) -> dict[str, Any] | None:
+    s = await status(address)
+    return s if s["role"] == "SLAVE" else None
