@@ -1,0 +1,102 @@
+"""Failover's fencing decisions in one process: a real name server in the same trio run, a
+MockClock whose jump is what a stall looks like to the node (monotonic time moved while its
+loop did not run). Issue 21.1: a write admitted before a stall is acknowledged only after an
+epoch check that started after it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from cluster.namesrv import NameServer, NamesrvConfig
+from node.client import connect
+from node.config import load_config
+from node.failover import STALL_S, Failover
+from node.ops import OpError
+from node.protocol import Status
+from tests.node.nodeproc import free_port, master_conf
+
+
+@pytest.fixture
+def clock() -> trio.testing.MockClock:
+    return trio.testing.MockClock()
+
+
+async def _failover(tmp_path, namesrv: str) -> Failover:
+    return Failover(load_config(str(master_conf(tmp_path, role="ASYNC_MASTER", namesrvAddr=namesrv))))
+
+
+async def _register_newer_master(namesrv: str, epoch: int) -> None:
+    async with connect(namesrv) as conn:
+        await conn.request("register_broker", cluster="DefaultCluster", broker_name="broker-t", broker_id=0,
+                           role="ASYNC_MASTER", address=f"127.0.0.1:{free_port()}",
+                           ha_address=f"127.0.0.1:{free_port()}", topics={}, max_offset=0, epoch=epoch)
+
+
+async def _with_namesrv(body: Any) -> None:
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(NameServer(NamesrvConfig(listen_port=0), handle_signals=False).run)
+        await body(address)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_write_admitted_before_a_stall_across_a_promotion_is_indeterminate(tmp_path, clock) -> None:
+    async def body(namesrv: str) -> None:
+        f = await _failover(tmp_path, namesrv)
+        admitted = await f.before_write()
+        clock.jump(STALL_S * 4)  # paused with the write in flight ...
+        await _register_newer_master(namesrv, 2)  # ... while a slave was promoted
+        with pytest.raises(OpError) as refused:
+            await f.after_write(admitted)
+        assert refused.value.status is Status.INDETERMINATE
+        assert "stored, but not acknowledged" in refused.value.message and "epoch 2" in refused.value.message
+        assert f.stalls == 1 and f.fenced is not None
+        with pytest.raises(OpError) as after:  # the next write is refused before it is stored
+            await f.before_write()
+        assert after.value.status is Status.SERVICE_NOT_AVAILABLE
+
+    await _with_namesrv(body)
+
+
+async def test_a_stall_with_no_promotion_costs_one_check_and_acknowledges(tmp_path, clock) -> None:
+    async def body(namesrv: str) -> None:
+        f = await _failover(tmp_path, namesrv)
+        admitted = await f.before_write()
+        clock.jump(STALL_S * 4)
+        await f.after_write(admitted)  # a check after the stall found no newer epoch: PUT_OK
+        assert f.stalls == 1 and f.fenced is None and f.held is None
+        assert f.confirmed_at >= f.stalled_at
+        clock.jump(STALL_S / 2)  # a gap under STALL_S is no stall
+        admitted = await f.before_write()
+        await f.after_write(admitted)
+        assert f.stalls == 1
+
+    await _with_namesrv(body)
+
+
+async def test_after_a_stall_with_no_name_server_answering_writes_are_held(tmp_path, clock) -> None:
+    f = await _failover(tmp_path, f"127.0.0.1:{free_port()}")  # nothing listens there
+    admitted = await f.before_write()
+    clock.jump(STALL_S * 4)
+    with pytest.raises(OpError) as unconfirmed:
+        await f.after_write(admitted)
+    assert unconfirmed.value.status is Status.INDETERMINATE and "stalled for 1.0 s" in unconfirmed.value.message
+    with pytest.raises(OpError) as held:
+        await f.before_write()
+    assert held.value.status is Status.SERVICE_NOT_AVAILABLE and "no write until one does" in held.value.message
+    assert f.status()["writes_held"]
+
+
+async def test_without_a_stall_after_write_asks_nothing(tmp_path, clock) -> None:
+    """The common path: no stall, every slave there: no check, whatever the name server says."""
+    async def body(namesrv: str) -> None:
+        f = await _failover(tmp_path, namesrv)
+        admitted = await f.before_write()
+        await _register_newer_master(namesrv, 2)
+        await f.after_write(admitted)  # not asked: the registration answer fences it, later
+        assert f.fenced is None and f.last_check == float("-inf")
+
+    await _with_namesrv(body)
