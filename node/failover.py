@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import time
 from collections.abc import Callable
@@ -60,6 +59,7 @@ from store.recovery import TruncateReport
 
 from .client import TidemqError, connect
 from .config import BrokerConfig, ConfigError
+from .fencing import STALL_S, CheckOutcome, Fencing
 from .jsonfile import ConfigFileError
 from .ops import NodeServices, OpError
 from .protocol import Status
@@ -95,11 +95,7 @@ may have been promoted and not yet answer with its new epoch."""
 LONELY_WRITE_RECHECK_S = 0.1
 """Meanwhile a write waits for an answer no older than this (at most ~10 checks a second)."""
 STALL_TICK_S = 0.05
-"""How often `_beat` notes that the event loop runs."""
-STALL_S = 0.25
-"""A gap between two beats above this is a stall: writes wait for a fresh epoch check. It
-is well above the gaps a busy loop shows (a false stall costs one round trip to the name
-servers)."""
+"""How often `_beat` notes that the event loop runs (a gap over fencing.STALL_S is a stall)."""
 PROMOTE_SETTLE_S = 2 * STALL_S
 """A promoted slave waits this long after leaving its master before it announces its epoch,
 so no pause of the old master can span the promotion without being a stall."""
@@ -194,8 +190,7 @@ class Failover:
         self.services: NodeServices | None = None
         self.ha_client_scope: trio.CancelScope | None = None
         self.fenced: str | None = None
-        self.needs_check = False
-        self._reset_watch(0.0)
+        self.fencing = Fencing(last_beat=0.0)
         self._used_ids: set[int] = set()
         self.follow_namesrv = False
         """Set when the configured master was refused: the slave follows the name servers."""
@@ -205,29 +200,6 @@ class Failover:
         self._check_lock = trio.Lock()
         self.controller: ControllerHooks | None = None
         """With controllerMode etcd: the election decides who writes (node/controller.py)."""
-
-    def _reset_watch(self, now: float) -> None:
-        """What the fencing watch knows of a term (see "Stalls" and "Slaves that left" above)."""
-        self.accepted_seen = self.open_seen = self.peak_slaves = 0
-        self.degraded_since: float | None = None
-        """When a slave connection of this term ended (None: as many are open as ever were)."""
-        self.last_check = -math.inf
-        """When the last epoch check started."""
-        self.confirmed_at = -math.inf
-        """When the last epoch check that confirmed this node's epoch started (a name server
-        or peer answered, or there is none to ask)."""
-        self.last_beat = now
-        self.stalls = 0
-        self.stalled_at = -math.inf
-        self.last_stall_s: float | None = None
-
-    @property
-    def held(self) -> str | None:
-        """Why writes are held: a stall that no epoch check has answered since."""
-        if self.stalled_at <= self.confirmed_at:
-            return None
-        return (f"this node stalled for {self.last_stall_s:.1f} s (its peers may have promoted a slave "
-                "meanwhile) and no name server or peer has confirmed its epoch since")
 
     # ---- terms -------------------------------------------------------------------------------
     @property
@@ -239,10 +211,9 @@ class Failover:
         self.services = services
         self.transition = None
         self.fenced = None
-        self._reset_watch(trio.current_time())
+        self.fencing = Fencing(last_beat=trio.current_time())
         store = services.store
         if not self.cfg.role.is_master:
-            self.needs_check = False
             return
         max_offset = store.get_max_phy_offset()
         pending = self.role_state.pending_epoch if self.role_state else None
@@ -256,7 +227,7 @@ class Failover:
             self.cache.append(EpochEntry(epoch, start))
             log.info("epoch %d starts at CommitLog offset %d (first term with epochs)", epoch, start)
         self.newest_seen = max(self.newest_seen, self.cache.last_epoch())
-        self.needs_check = True  # a node that starts as master asks before its first write
+        self.fencing.needs_check = True  # a node that starts as master asks before its first write
 
     def begin_epoch(self, epoch: int) -> None:
         """A master elected by the controller starts `epoch` at its max offset (an empty
@@ -330,10 +301,10 @@ class Failover:
             "epochs": [e.to_wire() for e in self.cache.entries],
             "newest_epoch_seen": self.newest_seen,
             "fenced": self.fenced,
-            "stalls": self.stalls,
-            "last_stall_s": self.last_stall_s,
-            "writes_held": self.held,
-            "slave_left": self.degraded_since is not None,
+            "stalls": self.fencing.stalls,
+            "last_stall_s": self.fencing.last_stall_s,
+            "writes_held": self.fencing.held_reason(),
+            "slave_left": self.fencing.slave_left_at is not None,
             "role_file": self.role_state.to_json() if self.role_state else None,
             "last_truncation": self.last_truncation,
             "replication_refused": self.replication_refused,
@@ -355,15 +326,12 @@ class Failover:
                 and self.master.address not in self.cfg.own_addresses()):
             self._fence(self.master.epoch, self.master.address, "the name server")
 
-    # ---- fencing -----------------------------------------------------------------------------
+    # ---- fencing (the decisions are node/fencing.py's) -------------------------------------
     def _observe_stall(self) -> None:
-        """Note a stall: the loop did not run for over STALL_S since the last beat."""
-        now = trio.current_time()
-        gap, self.last_beat = now - self.last_beat, now
-        if gap > STALL_S and self.cfg.role.is_master:
-            self.stalls += 1
-            self.stalled_at, self.last_stall_s = now, gap
-            self.needs_check = True
+        if not self.cfg.role.is_master:
+            return
+        gap = self.fencing.beat(trio.current_time())
+        if gap is not None:
             log.warning("this node stalled for %.2f s: asking for the group's epoch before "
                         "answering any write", gap)
 
@@ -376,20 +344,9 @@ class Failover:
         """Note a stall, and a slave connection that ended (both mean: confirm the epoch)."""
         self._observe_stall()
         ha = self.services.ha_master if self.services else None
-        if ha is None:
-            return
-        count, accepted = ha.connection_count, ha.slaves_accepted
-        ended = self.open_seen + (accepted - self.accepted_seen) - count
-        self.open_seen, self.accepted_seen = count, accepted
-        self.peak_slaves = max(self.peak_slaves, count, count + ended)
-        if ended > 0:
-            if self.degraded_since is None:
-                self.degraded_since = trio.current_time()
+        if ha is not None and self.fencing.slaves(trio.current_time(), ha.connection_count, ha.slaves_accepted):
             log.warning("a slave disconnected (%d of %d left): every write is answered after an epoch "
-                        "check that started after it", count, self.peak_slaves)
-            self.needs_check = True
-        elif count >= self.peak_slaves:
-            self.degraded_since = None
+                        "check that started after it", ha.connection_count, self.fencing.peak_slaves)
 
     async def watch(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Per term: notice stalls and lost slaves; run pending checks without waiting for a write."""
@@ -404,13 +361,10 @@ class Failover:
             if not self.cfg.role.is_master or self.transition is not None:
                 continue
             self._observe()
-            if self.needs_check:
+            # a lost slave may be mid-promotion, not yet answering with its new epoch: ask
+            # again every LONELY_RECHECK_S until a slave is back (writes do not wait for these)
+            if self.fenced is None and self.fencing.wants_check(trio.current_time(), LONELY_RECHECK_S):
                 await self._check()
-            elif ((self.degraded_since is not None or self.held) and self.fenced is None
-                  and trio.current_time() - self.last_check >= LONELY_RECHECK_S):
-                # the lost slave may be mid-promotion, not yet answering with its new epoch:
-                # ask again until a slave is back (writes do not wait for these)
-                await self._check(again=True)
 
     async def before_write(self) -> float:
         """Raise OpError (SERVICE_NOT_AVAILABLE) when this master must not take the write;
@@ -420,31 +374,25 @@ class Failover:
         if self.controller is not None:
             await self.controller.before_write()
         self._observe()
-        if ((self.degraded_since is not None or self.held)
-                and trio.current_time() - self.last_check >= LONELY_WRITE_RECHECK_S):
-            self.needs_check = True  # a fresh answer first, so a fenced node stores nothing
-        if self.needs_check and self.fenced is None:
+        # a fresh answer first (at most LONELY_WRITE_RECHECK_S old), so a fenced node stores nothing
+        if self.fenced is None and self.fencing.wants_check(trio.current_time(), LONELY_WRITE_RECHECK_S):
             await self._check()
         if self.fenced is not None:
             raise OpError(Status.SERVICE_NOT_AVAILABLE, self.fenced)
-        if self.held is not None:
-            raise OpError(Status.SERVICE_NOT_AVAILABLE, f"{self.held}: no write until one does")
+        held = self.fencing.held_reason()
+        if held is not None:
+            raise OpError(Status.SERVICE_NOT_AVAILABLE, f"{held}: no write until one does")
         return trio.current_time()
 
     async def after_write(self, admitted: float) -> None:
         """Before a stored write is answered: raise OpError (INDETERMINATE) when this node may
-        no longer acknowledge it. A write admitted before a stall, or while a slave of the
-        term is gone (it may be the one being promoted), is answered only after an epoch check
-        that started after the stall / the admission: if that check finds a newer epoch, or
-        after a stall no one answers, the write was stored but is not acknowledged. So is one
-        whose controller lease ran out. Costs a clock read when nothing happened."""
+        no longer acknowledge it: it was fenced, its controller lease ran out, or it was
+        admitted before a stall or while a slave was gone and no check that started after
+        that confirmed the epoch (Fencing.needed_for). A clock read when nothing happened."""
         if not self.cfg.role.is_master:
             return
         self._observe()
-        stalled = self.stalled_at > admitted
-        need = max(self.stalled_at if stalled else -math.inf,
-                   admitted if self.degraded_since is not None else -math.inf)
-        confirmed = await self._confirm_since(need)
+        confirmed = await self._confirm_since(self.fencing.needed_for(admitted))
         if self.controller is not None:
             try:
                 self.controller.check_write()
@@ -452,8 +400,9 @@ class Failover:
                 raise OpError(Status.INDETERMINATE, f"stored, but not acknowledged: {e.message}") from None
         if self.fenced is not None:
             raise OpError(Status.INDETERMINATE, f"stored, but not acknowledged: {self.fenced}")
-        if stalled and not confirmed:
-            raise OpError(Status.INDETERMINATE, f"stored, but not acknowledged: {self.held or 'stalled'}")
+        if not confirmed and self.fencing.stalled_since(admitted):
+            raise OpError(Status.INDETERMINATE,
+                          f"stored, but not acknowledged: {self.fencing.held_reason() or 'stalled'}")
 
     async def _confirm_since(self, since: float) -> bool:
         """Run epoch checks until one that started at or after `since` confirmed this node's
@@ -461,40 +410,38 @@ class Failover:
         for _ in range(3):  # a check that stalled, or began before `since`, is followed by one more
             if self.fenced is not None:
                 return False
-            if self.confirmed_at >= since:
+            if self.fencing.confirmed_at >= since:
                 return True
-            if not await self._check(since=since):
+            if await self._check(since=since) is CheckOutcome.UNANSWERED:
                 return False
-        return self.confirmed_at >= since
+        return self.fencing.confirmed_at >= since
 
-    async def _check(self, *, again: bool = False, since: float | None = None) -> bool:
-        """Ask the name servers and peers for the group's epoch; fence on a newer one. False
-        when a name server is configured and no one answered."""
+    async def _check(self, *, since: float | None = None) -> CheckOutcome | None:
+        """Ask the name servers and peers for the group's epoch; fence on a newer one. None
+        when it did not ask (fenced, or a check that ran meanwhile made it needless)."""
         async with self._check_lock:
+            fencing = self.fencing
             if self.fenced is not None:
-                return False
+                return None
             if since is not None:
-                if self.confirmed_at >= since:
-                    return True  # a check that ran while this one waited for the lock did it
-            elif not (self.needs_check or again):
-                return True
-            start, stalls, self.needs_check = trio.current_time(), self.stalls, False
+                if fencing.confirmed_at >= since:
+                    return None  # a check that ran while this one waited for the lock did it
+            elif not fencing.wants_check(trio.current_time(), LONELY_WRITE_RECHECK_S):
+                return None
+            check = fencing.start_check(trio.current_time())
             views, answered = await self._group_epochs()
-            self.last_check = start
             if views:
                 epoch, address, source = max(views, key=lambda v: v[0])
                 self.newest_seen = max(self.newest_seen, epoch)
                 if epoch > self.epoch and address not in self.cfg.own_addresses():
                     self._fence(epoch, address, source)
-                    return False
-            if self.stalls != stalls:
-                return True  # stalled while asking: the answers may predate a promotion (needs_check is set)
-            if answered or not _namesrv_list(self.cfg):
-                self.confirmed_at = max(self.confirmed_at, start)
-                return True
-            log.warning("no name server or peer answered with the group's epoch%s",
-                        ": writes stay held after the stall" if self.held else f"; serving on epoch {self.epoch}")
-            return False
+                    return None
+            outcome = fencing.finish_check(check, answered=bool(answered) or not _namesrv_list(self.cfg))
+            if outcome is CheckOutcome.UNANSWERED:
+                log.warning("no name server or peer answered with the group's epoch%s",
+                            ": writes stay held after the stall" if fencing.held
+                            else f"; serving on epoch {self.epoch}")
+            return outcome
 
     async def _group_epochs(self) -> tuple[list[tuple[int, str, str]], int]:
         """(epoch, address, source) from every name server and every peer of the group that

@@ -1,0 +1,143 @@
+"""When a master may take and acknowledge writes: the fencing watch's decisions, without I/O.
+
+node/failover.py feeds `Fencing` what it observes (beats of its event loop, the HA service's
+slave counts, epoch checks started and finished) and asks it what to do: check before this
+write, hold writes, what a write admitted at time t needs before it is acknowledged. Times
+are the caller's monotonic clock (`trio.current_time()`), passed in, so the decisions are
+tested by feeding events (tests/node/test_fencing.py) as h11 and wsproto test theirs.
+
+The rules (docs/failover.md, "Fencing and rejoining"):
+
+- **A stall** is a gap over `stall_s` between two beats: the process did not run (SIGSTOP, a
+  frozen VM) while a slave may have been promoted and its sockets buffered sends. A write
+  admitted before it is acknowledged only after a check that started after it; until one
+  confirms, writes are held.
+- **A slave that left** (fewer connections than this term had: it may be the one being
+  promoted): every write is acknowledged only after a check that started after its
+  admission.
+- **A check** confirms when a name server or peer answered (or there is none to ask) and no
+  stall happened while it was asked: answers sent before a stall may predate a promotion.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+
+import attrs
+
+__all__ = ["STALL_S", "Check", "CheckOutcome", "Fencing"]
+
+STALL_S = 0.25
+"""A gap between two beats above this is a stall. It is well above the gaps a busy loop
+shows (a false stall costs one round trip to the name servers)."""
+
+
+class CheckOutcome(enum.Enum):
+    CONFIRMED = "confirmed"
+    """Answered, no stall meanwhile: writes admitted before the check started may be acked."""
+    STALE = "stale"
+    """A stall happened while asking: the answers may predate a promotion; ask again."""
+    UNANSWERED = "unanswered"
+    """No name server or peer answered."""
+
+
+@attrs.frozen
+class Check:
+    """An epoch check under way: when it started and the stalls seen by then."""
+
+    started: float
+    stalls: int
+
+
+@attrs.define
+class Fencing:
+    """One master term's fencing state; see the module docstring."""
+
+    last_beat: float
+    stall_s: float = STALL_S
+    stalls: int = 0
+    stalled_at: float = -math.inf
+    """When the last stall was noted (the end of the gap)."""
+    last_stall_s: float | None = None
+    open_seen: int = 0
+    accepted_seen: int = 0
+    peak_slaves: int = 0
+    slave_left_at: float | None = None
+    """When a slave connection of this term ended (None: as many are open as ever were)."""
+    last_check: float = -math.inf
+    """When the last finished check started."""
+    confirmed_at: float = -math.inf
+    """When the last check that confirmed this node's epoch started."""
+    needs_check: bool = False
+
+    # ---- what happens ------------------------------------------------------------------------
+    def beat(self, now: float) -> float | None:
+        """The loop runs at `now`: the gap since the last beat when it is a stall, else None."""
+        gap, self.last_beat = now - self.last_beat, now
+        if gap <= self.stall_s:
+            return None
+        self.stalls += 1
+        self.stalled_at, self.last_stall_s = now, gap
+        self.needs_check = True
+        return gap
+
+    def slaves(self, now: float, open_count: int, accepted: int) -> int:
+        """The HA service's open connections and connections accepted so far, at `now`: how
+        many slave connections ended since the last call (a check is then due)."""
+        ended = self.open_seen + (accepted - self.accepted_seen) - open_count
+        self.open_seen, self.accepted_seen = open_count, accepted
+        self.peak_slaves = max(self.peak_slaves, open_count, open_count + ended)
+        if ended > 0:
+            if self.slave_left_at is None:
+                self.slave_left_at = now
+            self.needs_check = True
+        elif open_count >= self.peak_slaves:
+            self.slave_left_at = None
+        return max(ended, 0)
+
+    def start_check(self, now: float) -> Check:
+        self.needs_check = False  # set again by a stall or a slave leaving while asking
+        return Check(now, self.stalls)
+
+    def finish_check(self, check: Check, *, answered: bool) -> CheckOutcome:
+        """`answered`: a name server or peer answered without a newer epoch, or there was
+        none to ask (a newer epoch is the caller's to act on: it fences)."""
+        self.last_check = max(self.last_check, check.started)
+        if self.stalls != check.stalls:
+            return CheckOutcome.STALE
+        if not answered:
+            return CheckOutcome.UNANSWERED
+        self.confirmed_at = max(self.confirmed_at, check.started)
+        return CheckOutcome.CONFIRMED
+
+    # ---- what to do --------------------------------------------------------------------------
+    @property
+    def held(self) -> bool:
+        """A stall no check has confirmed since: writes are refused."""
+        return self.stalled_at > self.confirmed_at
+
+    def wants_check(self, now: float, recheck_s: float) -> bool:
+        """Ask before going on: a check is due, or (a slave left / writes held) the last one
+        started over `recheck_s` ago."""
+        return self.needs_check or (
+            (self.slave_left_at is not None or self.held) and now - self.last_check >= recheck_s)
+
+    def needed_for(self, admitted: float) -> float:
+        """The start time a confirming check must have before a write admitted at `admitted`
+        is acknowledged (-inf: none needed)."""
+        need = -math.inf
+        if self.stalled_at > admitted:
+            need = self.stalled_at
+        if self.slave_left_at is not None:
+            need = max(need, admitted)
+        return need
+
+    def stalled_since(self, admitted: float) -> bool:
+        return self.stalled_at > admitted
+
+    def held_reason(self) -> str | None:
+        if not self.held:
+            return None
+        return (f"this node stalled for {self.last_stall_s:.1f} s (its peers may have promoted a slave "
+                "meanwhile) and no name server or peer has confirmed its epoch since")
