@@ -98,6 +98,8 @@ class HAClient:
         if self.master_address is not None:
             split_address(self.master_address)
         self.master_max_offset_seen = -1
+        self.stopped = trio.Event()
+        """Set once `run` has ended (cancelled): no connection is left open."""
         self._session: _Session | None = None
         self._session_scope: trio.CancelScope | None = None
         self._address_changed = trio.Event()
@@ -147,6 +149,12 @@ class HAClient:
         """Connect, replicate, reconnect with backoff (100 ms doubling to 5 s) until cancelled."""
         # the first admission is decided before the caller goes on, so the first connect
         # follows at once (as without an admission check)
+        try:
+            await self._run(task_status)
+        finally:
+            self.stopped.set()
+
+    async def _run(self, task_status: trio.TaskStatus[None]) -> None:
         admitted = None
         if self.admit is not None and self.master_address is not None:
             admitted = (self.master_address, await self.admit(self.master_address))

@@ -598,9 +598,9 @@ class Failover:
         if self.ha_client_scope is not None:
             self.ha_client_scope.cancel()
         client = services.ha_client
-        with trio.move_on_after(HA_STOP_TIMEOUT_S):
-            while client is not None and client.connected:
-                await trio.sleep(0.01)
+        if client is not None:
+            with trio.move_on_after(HA_STOP_TIMEOUT_S):
+                await client.stopped.wait()
         # An old master paused across everything from here to the announcement then sees a
         # stall (> STALL_S) and re-checks its epoch before answering what its sockets
         # buffered; one that ran meanwhile saw its slave leave and checks every write.
