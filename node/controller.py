@@ -33,6 +33,14 @@ time is removed before the put is answered (it is acknowledged if another slave 
 it), and before a write that cannot wait for any slave (answered SLAVE_NOT_AVAILABLE) all
 members are. A winner's term starts with a set of itself alone, written in the election
 transaction.
+
+While etcd is unreachable a SYNC_MASTER that held the key keeps writing past its lease
+deadline (`riding_out_outage`), answering PUT_OK only for writes every in-sync member acked
+and refusing at once while a member is not connected (the set cannot shrink without etcd).
+No PUT_OK can be lost that way: a new master needs etcd and comes from the set, and a slave
+leaves its master before it campaigns (`_stop_acking`), so the old master stops
+acknowledging before any member can win, and the winner holds every PUT_OK message. An
+ASYNC_MASTER stops at its lease deadline.
 """
 
 from __future__ import annotations
