@@ -32,7 +32,9 @@ class MissingExtra(Exception):
     """The chaos suite's own dependencies (the `chaos` extra) are not installed."""
 
     def __init__(self, module: str | None) -> None:
-        super().__init__(f"the chaos suite needs {module!r}: pip install 'tidemq[chaos]'")
+        from cluster.proxies import CHAOS_EXTRA_INSTALL
+
+        super().__init__(f"the chaos suite needs {module!r} from the `chaos` extra: {CHAOS_EXTRA_INSTALL}")
 
 
 def _scenarios() -> dict[str, Any]:

@@ -238,6 +238,8 @@ def down(
     """Stop every recorded node: slaves, then masters, then the name server; then delete
     the cluster's proxies (kept in cluster.json: `start` and `up` bring them back)."""
     base = Path(base_dir).resolve()
+    if not (base / STATE_FILE).exists():
+        return []  # nothing was started here: leave no directory or lock file behind
     with locked(base):
         state = load_state(base)
         if state is None:

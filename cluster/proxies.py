@@ -36,13 +36,18 @@ LINKS = ("client", "ha")
 PROXIED_CONF = "proxied-conf"
 
 
+CHAOS_EXTRA_INSTALL = ".venv/bin/pip install -e '.[chaos]' (in the repository)"
+"""How to install the `chaos` extra (h11, toxiproxy-python, hypothesis) beside scripts/run's
+install, for the messages that need it."""
+
+
 def _client_module() -> Any:
     try:
         import toxiproxy
     except ImportError:
         raise LayoutError(
-            "--proxy-url needs the toxiproxy-python client, which is not installed: "
-            "pip install 'tidemq[chaos]'"
+            "--proxy-url needs the toxiproxy-python client of the `chaos` extra, which is not "
+            f"installed: {CHAOS_EXTRA_INSTALL}"
         ) from None
     return toxiproxy
 

@@ -79,7 +79,9 @@ def cluster_demo(conf: str, base_dir: str) -> int:
     print()
     print(f"The cluster keeps running under {os.path.abspath(base_dir)} "
           f"(name server {namesrv}); logs are in {os.path.join(base_dir, 'logs')}.")
-    print("Stop it with: scripts/run --stop")
+    where = "" if os.path.abspath(base_dir) == os.path.abspath("data") else \
+        f"TIDEMQ_BASE_DIR={shlex.quote(base_dir)} "
+    print(f"Stop it with: {where}scripts/run --stop")
     print("Run tidemq yourself with scripts/tidemq (e.g. `scripts/tidemq status --namesrv "
           f"{namesrv}`), or put it on your PATH with: . .venv/bin/activate")
     return code

@@ -219,7 +219,7 @@ def test_scripts_run_end_to_end(tmp_path: Path) -> None:
         for column in ("node", "pid", "state", "epoch", "max offset", "lag s", "put/s", "get/s", "catch-up"):
             assert column in table, (column, table)
         assert re.search(r"namesrv .* running .* \d broker\(s\) registered", table), table
-        assert "scripts/run --stop" in out
+        assert f"Stop it with: TIDEMQ_BASE_DIR={base} scripts/run --stop" in out  # the base dir it ran with
         pids = recorded_pids(base)
 
         # a second run reuses the running cluster
@@ -231,3 +231,10 @@ def test_scripts_run_end_to_end(tmp_path: Path) -> None:
     assert stop.returncode == 0, stop.stdout + stop.stderr
     assert pids and all(gone(pid) for pid in pids.values())
     assert not list(base.glob("store/*/abort"))
+
+
+def test_down_with_nothing_started_leaves_nothing_behind(tmp_path: Path) -> None:
+    """`scripts/run --stop` (`cluster down`) where no cluster ran: no base dir, no lock file."""
+    base = tmp_path / "data"
+    assert launcher.down(base) == []
+    assert not base.exists()
