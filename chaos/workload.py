@@ -21,7 +21,7 @@ import attrs
 import trio
 
 from cluster.consumer import PullConsumer
-from node.client import ConnectionLost, RequestTimeout, TidemqError, connect
+from node.client import ConnectionLost, Indeterminate, OutcomeUnknown, TidemqError, connect
 
 from .history import FAIL, INFO, OK, History
 
@@ -123,8 +123,11 @@ class Workload:
         try:
             r = await conn.request("send", topic=self.cfg.topic, body=body, keys=[op.key],
                                    queue_id=op.seq % self.cfg.queues)
-        except (ConnectionLost, RequestTimeout) as e:
-            self.history.complete(op, INFO, error=str(e)[:200])
+        except OutcomeUnknown as e:  # timed out, lost after writing, INDETERMINATE: may be stored
+            self.history.complete(op, INFO, status=e.status, error=str(e)[:200])
+            return isinstance(e, Indeterminate)  # the connection is still good only then
+        except ConnectionLost as e:  # lost before the request was written: not stored
+            self.history.complete(op, FAIL, status=e.status, error=str(e)[:200])
             return False
         except TidemqError as e:
             self.history.complete(op, FAIL, status=e.status, error=str(e)[:200])

@@ -19,11 +19,15 @@ from typing import Any
 
 import trio
 
+from node.client import OutcomeUnknown
 from store.cli import EXIT_OK, EXIT_PROBLEM, UsageError, error, print_json
 from store.message import decode_msg_id
 
 from .cli_common import add_source, handled, run_async, source
 from .tables import BrokerRow, broker_table, failover_lines
+
+EXIT_INDETERMINATE = 3
+"""`send`: no send failed, but some outcome is unknown (those messages may be stored)."""
 
 __all__ = ["add_client_commands", "message_json", "print_broker_status", "run_query", "status_rows"]
 
@@ -134,15 +138,22 @@ def _cmd_send(args: argparse.Namespace) -> int:
         body_template = None
 
     async def main() -> int:
+        unknown = 0
         async with Producer(**src, send_timeout=args.timeout, retries=args.retries) as producer:
             for i in range(args.count):
                 body = body_template if body_template is not None else args.body.replace("{i}", str(i)).encode()
-                result = await producer.send(args.topic, body, tags=args.tags, keys=keys,
-                                             queue_id=args.queue_id, wait=args.wait)
+                try:
+                    result = await producer.send(args.topic, body, tags=args.tags, keys=keys,
+                                                 queue_id=args.queue_id, wait=args.wait)
+                except OutcomeUnknown as e:  # not failed: it may be stored
+                    unknown += 1
+                    print_json({"status": "INDETERMINATE", "index": i, "error": e.message})
+                    error(f"message {i}: outcome unknown, it may be stored: {e}")
+                    continue
                 out = result.to_json()
                 del out["msg_ids"]
                 print_json(out)
-        return EXIT_OK
+        return EXIT_INDETERMINATE if unknown else EXIT_OK
 
     return run_async(args, main)
 
@@ -154,7 +165,10 @@ def _add_send_command(subparsers: argparse._SubParsersAction) -> None:
         "BODY '-' reads it from stdin). Prints one JSON object per message: status, msg_id, "
         "broker_name, queue_id, queue_offset, commitlog_offset, address. FLUSH_DISK_TIMEOUT, "
         "FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE are printed as results: the message is "
-        "stored on the master. Exit 1 when a send fails.",
+        "stored on the master. A send whose outcome is unknown (timed out, connection lost after "
+        "writing, or INDETERMINATE: the node was replaced while it waited) prints status "
+        "INDETERMINATE with the error, and the others go on. Exit 1 when a send fails (nothing "
+        "was stored), 3 when none failed but some outcome is unknown.",
     )
     add_source(send)
     send.add_argument("--topic", required=True)

@@ -13,10 +13,15 @@ a fixed list of broker addresses (`brokers=[...]`, no name server needed):
 
 Failures raise the typed errors of `node.client` (re-exported here): `TidemqError(status,
 message)` and its subclasses `BadRequest`, `NotFound`, `ServiceUnavailable`, `PutFailed`,
-`InternalError`, `ConnectionLost`, `RequestTimeout`.
+`InternalError`, `ConnectionLost`, and `OutcomeUnknown` for a request the node may have
+acted on: `RequestTimeout`, `ConnectionLostInFlight` (also a ConnectionLost) and
+`Indeterminate` (a node that stored a write but may no longer acknowledge it).
 
 Delivery is at least once: a send that times out or loses its connection is retried on
-another queue (preferring another broker group), and may then be stored twice. The send
+another queue (preferring another broker group), and may then be stored twice. A send
+whose every attempt failed raises OutcomeUnknown when any attempt's outcome is unknown (it
+may be stored: report it as indeterminate), and another error only when no attempt can
+have stored it. The send
 statuses FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE are *returned*,
 not raised: the message is stored on the master, only the requested durability (disk
 flush, slave copy) was not confirmed in time. Retrying such a send would duplicate it.
@@ -29,8 +34,11 @@ from node.client import (
     BadRequest,
     Connection,
     ConnectionLost,
+    ConnectionLostInFlight,
+    Indeterminate,
     InternalError,
     NotFound,
+    OutcomeUnknown,
     PutFailed,
     RequestTimeout,
     ServiceUnavailable,
@@ -52,11 +60,14 @@ __all__ = [
     "BrokerStatus",
     "Connection",
     "ConnectionLost",
+    "ConnectionLostInFlight",
     "GroupRoute",
+    "Indeterminate",
     "InternalError",
     "OutgoingMessage",
     "MessageQueue",
     "NotFound",
+    "OutcomeUnknown",
     "Producer",
     "PullConsumer",
     "PullResult",

@@ -30,7 +30,7 @@ from typing import Any
 import attrs
 import trio
 
-from node.client import TidemqError
+from node.client import OutcomeUnknown, TidemqError
 from store.cli import positive_int
 
 from . import launcher
@@ -87,7 +87,12 @@ class DrillReport:
     sent: int = 0
     acknowledged: int = 0
     stored_unconfirmed: int = 0
+    indeterminate: int = 0
+    """Sends whose outcome is unknown (timed out, lost after writing, INDETERMINATE): each
+    may or may not be stored; never counted as failed."""
     failed: int = 0
+    """Sends that were not stored (the drill checks that none was consumed)."""
+    failed_stored: list[str] = attrs.field(factory=list)
     consumed: int = 0
     duplicates: int = 0
     lost: list[str] = attrs.field(factory=list)
@@ -105,6 +110,7 @@ class DrillReport:
     def to_json(self) -> dict[str, Any]:
         out = attrs.asdict(self)
         out["acknowledged_but_lost"] = len(self.lost)
+        out["failed_stored"] = self.failed_stored[:100]
         out["lost"] = self.lost[:100]
         out["events"] = [{"t": round(t, 3), "event": e} for t, e in self.events]
         out["ok"] = self.ok
@@ -115,7 +121,9 @@ class DrillReport:
             return "-" if v is None else f"{v:.2f} s"
         rows = [
             ("sent", self.sent), ("acknowledged (PUT_OK)", self.acknowledged),
-            ("stored, unconfirmed", self.stored_unconfirmed), ("failed", self.failed),
+            ("stored, unconfirmed", self.stored_unconfirmed),
+            ("indeterminate (outcome unknown)", self.indeterminate), ("failed", self.failed),
+            ("failed but stored", len(self.failed_stored)),
             ("consumed", self.consumed), ("duplicates (UNIQ_KEY)", self.duplicates),
             ("acknowledged but lost", len(self.lost)), ("consumed from a slave", self.consumed_from_slave),
             ("producers recovered after", fmt(self.producers_recovered_s)),
@@ -148,6 +156,7 @@ class DrillRun:
         self.t0 = trio.current_time()
         self.fault_at: float | None = None
         self.acked: dict[str, float] = {}
+        self.failed_keys: set[str] = set()
         self.send_log: list[tuple[float, float, bool]] = []  # start, end, ok
         self.consumed: dict[str, list[Consumption]] = {}
         self.members: dict[str, Consumer] = {}
@@ -225,8 +234,14 @@ class DrillRun:
                 self.sends_in_flight += 1
                 try:
                     result = await producer.send(TOPIC, key.encode(), keys=[key], properties={"UNIQ_KEY": key})
+                except OutcomeUnknown as e:  # may be stored: neither acknowledged nor failed
+                    self.report.indeterminate += 1
+                    self.send_log.append((started, self.now(), False))
+                    log.info("send %s: outcome unknown: %s", key, e)
+                    continue
                 except TidemqError as e:
                     self.report.failed += 1
+                    self.failed_keys.add(key)
                     self.send_log.append((started, self.now(), False))
                     log.info("send %s failed: %s", key, e)
                     continue
@@ -311,6 +326,7 @@ class DrillRun:
         r.consumed = sum(len(v) for v in self.consumed.values())
         r.duplicates = sum(len(v) - 1 for v in self.consumed.values() if len(v) > 1)
         r.lost = sorted(k for k in self.acked if k not in self.consumed)
+        r.failed_stored = sorted(k for k in self.failed_keys if k in self.consumed)
         r.consumed_from_slave = sum(1 for cs in self.consumed.values() for c in cs if c.from_slave)
         if self.fault_at is not None:
             fails = [end for _, end, ok in self.send_log if not ok and end >= self.fault_at]
@@ -380,6 +396,9 @@ async def _drive(run: DrillRun, fn: DrillFn, producers: int) -> None:
         return all(k in run.consumed for k in run.acked)
     run.promise("every acknowledged message is consumed (nothing lost)",
                 await run.wait_until(drained, DRAIN_TIMEOUT_S, "the group consumed every acknowledged message"))
+    stored = sorted(k for k in run.failed_keys if k in run.consumed)
+    run.promise(f"no send reported failed was stored ({len(stored)} were: {', '.join(stored[:5]) or '-'})",
+                not stored)
 
 
 # ---------------------------------------------------------------- command line

@@ -15,8 +15,8 @@ from node.client import (
     BadRequest,
     ConnectionLost,
     NotFound,
+    OutcomeUnknown,
     PutFailed,
-    RequestTimeout,
     ServiceUnavailable,
     TidemqError,
 )
@@ -55,9 +55,12 @@ class Producer(_Client):
     Queue selection is round robin over the writable queues of every group whose master
     the route lists (RocketMQ's default), skipping a master that just refused a
     connection (for FAULT_BACKOFF_S) or that the name server saw go away. A send that
-    fails with ConnectionLost, RequestTimeout, SERVICE_NOT_AVAILABLE or OS_PAGECACHE_BUSY
-    is retried up to `retries` times on another queue, preferring another group; other
-    errors (BAD_REQUEST, NOT_FOUND, MESSAGE_ILLEGAL, ...) are raised at once.
+    fails with ConnectionLost, an unknown outcome (RequestTimeout, ConnectionLostInFlight,
+    INDETERMINATE), SERVICE_NOT_AVAILABLE or OS_PAGECACHE_BUSY is retried up to `retries`
+    times on another queue, preferring another group, with the topic's route fetched again
+    first; other errors (BAD_REQUEST, NOT_FOUND, MESSAGE_ILLEGAL, ...) are raised at once.
+    When every attempt failed, the error raised is an OutcomeUnknown if any attempt's
+    outcome was unknown (the message may be stored), else the last attempt's.
 
     Sends may run concurrently from several tasks: they share one connection per master,
     pipelined (answers pair by id); `send_many` does that for a list of messages.
@@ -176,7 +179,7 @@ class Producer(_Client):
                              answer)
                     self.invalidate(topic)
                     results.append(await self._send("send_batch", topic, {"messages": window[i]}, queue_id,
-                                                    broker_name, wait))
+                                                    broker_name, wait, prior=[answer]))
                 else:
                     errors.append(answer)
             if errors:
@@ -208,11 +211,13 @@ class Producer(_Client):
 
     async def _send(
         self, op: str, topic: str, fields: dict[str, Any], queue_id: int | None,
-        broker_name: str | None, wait: bool,
+        broker_name: str | None, wait: bool, *, prior: Sequence[TidemqError] = (),
     ) -> SendResult:
+        """Send with retries; `prior`: errors of attempts made before (send_many's batch),
+        counted when deciding whether a final failure is one or an unknown outcome."""
         attempts = 1 + self.retries
         failed_groups: set[str] = set()
-        errors: list[TidemqError] = []
+        errors: list[TidemqError] = list(prior)
         for attempt in range(attempts):
             target = await self._select(topic, queue_id, broker_name, failed_groups)
             request = dict(fields, topic=topic, wait=wait)
@@ -220,7 +225,7 @@ class Producer(_Client):
                 request["queue_id"] = target.queue_id
             try:
                 response = await self.pool.request(target.address, op, timeout=self.send_timeout, **request)
-            except (ConnectionLost, RequestTimeout, ServiceUnavailable, PutFailed) as e:
+            except (ConnectionLost, OutcomeUnknown, ServiceUnavailable, PutFailed) as e:
                 if not _retried(e):
                     raise
                 if isinstance(e, ConnectionLost):
@@ -238,7 +243,11 @@ class Producer(_Client):
             self._down_until.pop(target.address, None)
             return self._result(op, response, target)
         assert errors
-        raise _with_message(errors[-1], f"{op} to topic {topic!r} failed after {attempts} attempt(s): "
+        unknown = [e for e in errors if isinstance(e, OutcomeUnknown)]
+        if unknown:  # an attempt may have stored it: never report that as failed
+            raise _with_message(unknown[-1], f"{op} to topic {topic!r}: outcome unknown after {len(errors)} "
+                                "attempt(s), the message may be stored: " + "; ".join(str(e) for e in errors))
+        raise _with_message(errors[-1], f"{op} to topic {topic!r} failed after {len(errors)} attempt(s): "
                             + "; ".join(str(e) for e in errors))
 
     def _result(self, op: str, response: Mapping[str, Any], target: _Target) -> SendResult:
@@ -340,4 +349,4 @@ def _retried(error: TidemqError) -> bool:
     another group): the connection or the master failed, not the request."""
     if isinstance(error, PutFailed):
         return error.status == Status.OS_PAGECACHE_BUSY.value
-    return isinstance(error, ConnectionLost | RequestTimeout | ServiceUnavailable)
+    return isinstance(error, ConnectionLost | OutcomeUnknown | ServiceUnavailable)

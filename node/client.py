@@ -33,9 +33,12 @@ __all__ = [
     "BadRequest",
     "Connection",
     "ConnectionLost",
+    "ConnectionLostInFlight",
+    "Indeterminate",
     "ConnectionPool",
     "InternalError",
     "NotFound",
+    "OutcomeUnknown",
     "PutFailed",
     "RequestTimeout",
     "ServiceUnavailable",
@@ -94,15 +97,32 @@ class PutFailed(TidemqError):
     CREATE_MAPEDFILE_FAILED, UNKNOWN_ERROR. The message was not stored."""
 
 
+class OutcomeUnknown(TidemqError):
+    """Whether the node acted on the request is unknown: no answer in time
+    (RequestTimeout), the connection broke after the request was written
+    (ConnectionLostInFlight), or the node answered INDETERMINATE (Indeterminate). A send
+    that ends this way may be stored: report it as indeterminate, never as failed."""
+
+
 class ConnectionLost(TidemqError):
-    """The node could not be reached, or the connection broke with the request in flight
-    (whether the node acted on it is unknown)."""
+    """The node could not be reached, or the connection broke before the request was
+    written: the node never saw it. (Broken after it was written: ConnectionLostInFlight,
+    which is one of these too.)"""
 
     def __init__(self, message: str, *, address: str | None = None) -> None:
         super().__init__(CONNECTION_LOST, message, address=address)
 
 
-class RequestTimeout(TidemqError):
+class ConnectionLostInFlight(ConnectionLost, OutcomeUnknown):
+    """The connection broke with the request written and unanswered."""
+
+
+class Indeterminate(OutcomeUnknown):
+    """INDETERMINATE: the node stored the write but may no longer acknowledge it (fenced,
+    or its lease ran out, while it waited); it may or may not survive the failover."""
+
+
+class RequestTimeout(OutcomeUnknown):
     """No response within the request's timeout (whether the node acted on it is unknown)."""
 
     def __init__(self, message: str, *, address: str | None = None) -> None:
@@ -114,6 +134,7 @@ _BY_STATUS: dict[str, type[TidemqError]] = {
     Status.NOT_FOUND.value: NotFound,
     Status.SERVICE_NOT_AVAILABLE.value: ServiceUnavailable,
     Status.INTERNAL_ERROR.value: InternalError,
+    Status.INDETERMINATE.value: Indeterminate,
 }
 
 
@@ -142,6 +163,8 @@ class _Slot:
     done: trio.Event = attrs.field(factory=trio.Event)
     response: dict[str, Any] | None = None
     error: TidemqError | None = None
+    written: bool = False
+    """Its frame went (or started to go) to the socket: a lost connection leaves the outcome unknown."""
 
 
 class Connection:
@@ -273,6 +296,8 @@ class Connection:
                         # the request's own deadline interrupts a send, and that ends the
                         # connection.
                         sent = False
+                        for _, _, slot in slots:
+                            slot.written = True
                         with trio.CancelScope(shield=True, deadline=deadline):
                             try:
                                 await self._stream.send_all(b"".join(frames))
@@ -309,7 +334,8 @@ class Connection:
         self._closed.set()
         for slot in self._pending.values():
             if not slot.done.is_set():
-                slot.error = ConnectionLost(f"connection lost: {reason}", address=self.address)
+                lost = ConnectionLostInFlight if slot.written else ConnectionLost
+                slot.error = lost(f"connection lost: {reason}", address=self.address)
                 slot.done.set()
         with contextlib.suppress(OSError):
             self._stream.socket.close()

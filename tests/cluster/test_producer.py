@@ -4,21 +4,27 @@ statuses, batches, and typed errors."""
 
 from __future__ import annotations
 
+import json
 import logging
+import signal
 from collections import Counter
 
 import pytest
+import trio
 
 from cluster.client import (
     Admin,
     BadRequest,
     ConnectionLost,
+    OutcomeUnknown,
     OutgoingMessage,
     Producer,
     PullConsumer,
+    RequestTimeout,
     Status,
+    connect,
 )
-from tests.cluster.helpers import broker_conf, start_namesrv, wait_for
+from tests.cluster.helpers import broker_conf, cli, start_namesrv, wait_for
 from tests.node.nodeproc import free_port
 
 pytestmark = pytest.mark.slow  # every test here starts node processes
@@ -135,3 +141,46 @@ async def test_send_many_pipelines_batches_in_order(tmp_path, nodes):
             assert pulled.messages, f"queue 1 holds only {len(got)} messages"
             got += [msg.body for msg in pulled.messages]
     assert got[:len(bodies)] == bodies
+
+
+async def test_an_unknown_outcome_is_raised_as_such_never_as_a_failure(tmp_path, nodes) -> None:
+    """Issue 21.4: a send that timed out on a paused master may be stored (it is, once the
+    master resumes): Producer.send, send_many and `tidemq send` report it as an unknown
+    outcome; a send no node can have seen (connection refused) is a plain failure."""
+    ns = start_namesrv(nodes, tmp_path)
+    m = nodes.start(broker_conf(tmp_path, "m", "broker-a", ns.address))
+    dead = f"127.0.0.1:{free_port()}"
+    async with Admin(namesrv=ns.address) as admin:
+        await wait_for(lambda: _masters(admin, 1), what="the master registered")
+        await admin.create_topic("Unknown", read_queue_nums=1, write_queue_nums=1)
+        await wait_for(lambda: _groups(admin, "Unknown", 1), what="Unknown routed")
+    async with Producer(namesrv=ns.address, send_timeout=0.5, retries=1) as producer:
+        assert (await producer.send("Unknown", "warm", keys=["warm"])).ok
+        m.proc.send_signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(OutcomeUnknown, match="outcome unknown after 2 attempt") as single:
+                await producer.send("Unknown", "paused", keys=["paused"])
+            assert isinstance(single.value, RequestTimeout)
+            with pytest.raises(OutcomeUnknown):
+                await producer.send_many("Unknown", [f"b{i}" for i in range(4)], batch_size=2)
+            cli_out = await trio.to_thread.run_sync(lambda: cli(
+                "send", "--namesrv", ns.address, "--topic", "Unknown", "--keys", "by-cli",
+                "--timeout", "0.5", "--retries", "0", "by-cli"))
+        finally:
+            m.proc.send_signal(signal.SIGCONT)
+    assert cli_out.returncode == 3, cli_out.stderr
+    line = json.loads(cli_out.stdout.decode().splitlines()[0])
+    assert line["status"] == "INDETERMINATE" and "outcome unknown" in cli_out.stderr.decode()
+    async with connect(m.address) as conn:  # the paused master took them once it ran again
+        for key in ("paused", "by-cli"):
+            found = await wait_for(lambda k=key: _by_key(conn, k), what=f"{key} stored after the pause")
+            assert found
+
+    async with Producer(brokers=[dead], send_timeout=0.5, retries=1) as producer:
+        with pytest.raises(ConnectionLost) as refused:
+            await producer.send("Unknown", "never")
+        assert not isinstance(refused.value, OutcomeUnknown)  # nothing was written anywhere
+
+
+async def _by_key(conn, key: str) -> list:
+    return (await conn.request("query_by_key", topic="Unknown", key=key))["messages"]
