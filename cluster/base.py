@@ -4,6 +4,7 @@ constants, and `_Client` (discovery, the connection pool, the nursery)."""
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -38,7 +39,8 @@ log = logging.getLogger("tidemq.client")
 ROUTE_TTL_S = 30.0
 """How long a route is used before it is fetched again (RocketMQ polls every 30 s)."""
 FAULT_BACKOFF_S = 5.0
-"""A master that refused a connection is avoided this long by the producer."""
+"""A master that refused a connection or a write (SERVICE_NOT_AVAILABLE) is avoided this long by
+the producer (its route is fetched again meanwhile: producer.ROUTE_RECHECK_S)."""
 STORED = {Status.PUT_OK, Status.FLUSH_DISK_TIMEOUT, Status.FLUSH_SLAVE_TIMEOUT, Status.SLAVE_NOT_AVAILABLE}
 """Send statuses meaning the message is stored on the master."""
 
@@ -307,6 +309,11 @@ class _Client:
             return cached[1]
         self._routes[topic] = (now, route)
         return route
+
+    def route_age(self, topic: str) -> float:
+        """Seconds since the topic's cached route was fetched (inf: none cached)."""
+        cached = self._routes.get(topic)
+        return math.inf if cached is None else trio.current_time() - cached[0]
 
     def invalidate(self, topic: str) -> None:
         """Fetch the topic's route again at its next use (after an error)."""

@@ -38,6 +38,12 @@ from .routing import (
 
 log = logging.getLogger("tidemq.client")
 
+ROUTE_RECHECK_S = 0.5
+"""While a group's master is avoided (it failed a send, or the name server saw it go), the
+topic's route is fetched again at most this often, so a promoted or restarted master takes
+sends as soon as it registered rather than when the cached route expires (RocketMQ's
+latency fault tolerance, with the route refreshed)."""
+
 
 # ---------------------------------------------------------------- Producer
 
@@ -228,7 +234,7 @@ class Producer(_Client):
             except (ConnectionLost, OutcomeUnknown, ServiceUnavailable, PutFailed) as e:
                 if not _retried(e):
                     raise
-                if isinstance(e, ConnectionLost):
+                if isinstance(e, ConnectionLost | ServiceUnavailable):  # refused or gone: avoid it a while
                     self._down_until[target.address] = trio.current_time() + FAULT_BACKOFF_S
                 errors.append(e)
                 failed_groups.add(target.broker_name or target.address)
@@ -277,7 +283,8 @@ class Producer(_Client):
             self._creating[topic] = now + self.route_ttl_s
             return await self._select_without_route(topic, queue_id, broker_name, failed)
         candidates = self._candidates(route, queue_id, broker_name)
-        if not candidates:
+        if not candidates or (self.route_age(topic) >= ROUTE_RECHECK_S
+                              and any(self._avoided(g.master, now) for g, _ in candidates)):
             route = await self.route(topic, refresh=True)
             candidates = self._candidates(route, queue_id, broker_name)
         if not candidates:
@@ -291,11 +298,7 @@ class Producer(_Client):
         now = trio.current_time()
 
         def rank(c: tuple[GroupRoute, int]) -> tuple[bool, bool]:
-            group = c[0]
-            master = group.master
-            assert master is not None
-            down = not master.alive or self._down_until.get(master.address, 0) > now
-            return (group.broker_name in failed, down)
+            return (c[0].broker_name in failed, self._avoided(c[0].master, now))
 
         # round robin over the best class: queues of groups that neither failed this send
         # nor look down, else the next best
@@ -304,6 +307,10 @@ class Producer(_Client):
         group, qid = usable[next(self._counters.setdefault(topic, itertools.count())) % len(usable)]
         assert group.master is not None
         return _Target(group.broker_name, group.master.address, qid)
+
+    def _avoided(self, master: BrokerInfo | None, now: float) -> bool:
+        """The name server saw this master go, or it failed a send within FAULT_BACKOFF_S."""
+        return master is None or not master.alive or self._down_until.get(master.address, 0) > now
 
     @staticmethod
     def _candidates(route: TopicRoute, queue_id: int | None, broker_name: str | None) -> list[tuple[GroupRoute, int]]:
@@ -336,7 +343,7 @@ class Producer(_Client):
         now = trio.current_time()
 
         def rank(b: BrokerInfo) -> tuple[bool, bool]:
-            return (b.broker_name in failed, not b.alive or self._down_until.get(b.address, 0) > now)
+            return (b.broker_name in failed, self._avoided(b, now))
 
         top = min(rank(b) for b in masters)
         usable = sorted((b for b in masters if rank(b) == top), key=lambda b: b.broker_name)

@@ -22,9 +22,10 @@ from cluster.client import (
     PullConsumer,
     RequestTimeout,
     Status,
+    TidemqError,
     connect,
 )
-from tests.cluster.helpers import broker_conf, cli, start_namesrv, wait_for
+from tests.cluster.helpers import broker_conf, cli, slave_of, start_namesrv, wait_for
 from tests.node.nodeproc import free_port
 
 pytestmark = pytest.mark.slow  # every test here starts node processes
@@ -184,3 +185,44 @@ async def test_an_unknown_outcome_is_raised_as_such_never_as_a_failure(tmp_path,
 
 async def _by_key(conn, key: str) -> list:
     return (await conn.request("query_by_key", topic="Unknown", key=key))["messages"]
+
+
+async def test_sends_resume_on_a_promoted_master_within_a_second(tmp_path, nodes) -> None:
+    """Issue 21.5: after its master dies, a group's promoted slave takes sends within 1 s of
+    serving, although routes are cached for 30 s: a producer that avoids a failed master
+    fetches the route again (at most every ROUTE_RECHECK_S) until the group is back."""
+    ns = start_namesrv(nodes, tmp_path)
+    fast = {"registerNameServerPeriod": 1000}
+    m_conf = broker_conf(tmp_path, "am", "broker-a", ns.address, **fast)
+    am, bm = nodes.start(m_conf), nodes.start(broker_conf(tmp_path, "bm", "broker-b", ns.address, **fast))
+    a_s = nodes.start(slave_of(tmp_path, m_conf, "as", ns.address, **fast))
+    async with Admin(namesrv=ns.address) as admin:
+        await wait_for(lambda: _masters(admin, 2), what="both masters registered")
+        await admin.create_topic("Resume", read_queue_nums=2, write_queue_nums=2)
+        await wait_for(lambda: _groups(admin, "Resume", 2), what="Resume routed on both groups")
+    landed: list[tuple[float, str]] = []
+    async with Producer(namesrv=ns.address, send_timeout=2.0) as producer, trio.open_nursery() as nursery:
+        async def load() -> None:
+            while True:
+                try:
+                    r = await producer.send("Resume", b"x")
+                    landed.append((trio.current_time(), r.address))
+                except TidemqError:
+                    pass
+                await trio.sleep(0.02)  # pacing
+
+        nursery.start_soon(load)
+        await wait_for(lambda: _landed_on(landed, am.address, 0), what="sends on broker-a")
+        am.kill()
+        async with Admin(namesrv=ns.address) as admin:
+            await admin.promote("broker-a", 1, role="ASYNC_MASTER")
+        serving = trio.current_time()
+        await wait_for(lambda: _landed_on(landed, a_s.address, serving), timeout=10, what="sends on the new master")
+        nursery.cancel_scope.cancel()
+    first = min(t for t, address in landed if address == a_s.address and t >= serving)
+    assert first - serving <= 1.0, f"the first send reached the new master {first - serving:.2f} s after it served"
+    assert any(address == bm.address for t, address in landed if t >= serving)
+
+
+async def _landed_on(landed: list[tuple[float, str]], address: str, since: float) -> bool:
+    return any(a == address and t >= since for t, a in landed)
