@@ -29,6 +29,7 @@ from .config import BrokerConfig
 from .controller import EtcdController
 from .failover import Failover, Transition, effective_config
 from .handlers import BATCHED_OPS, append_requests, finish_requests, handle_now
+from .logs import name_role
 from .offsets import ConsumerOffsetManager
 from .ops import NodeServices
 from .registration import NameServerRegistration
@@ -177,6 +178,7 @@ class Broker:
     async def _serve(self, task_status: trio.TaskStatus[str]) -> Transition | None:
         """One term: the store and services in the current role until a stop or a role change."""
         cfg = self.cfg
+        name_role(cfg)  # log lines name the role this term serves
         async with open_store(cfg.store, recovery_progress=self.recovery_progress) as store:
             await trio.to_thread.run_sync(write_broker_properties, cfg)
             try:

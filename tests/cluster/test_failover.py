@@ -115,6 +115,9 @@ async def test_sync_promotion_loses_no_put_ok_and_the_old_master_rejoins(tmp_pat
     assert caught_up["last_truncation"] is None  # a SYNC group's old master had nothing unreplicated
     final = await send_all(ns.address, 2, "c")
     assert all(r.status is Status.PUT_OK for r in final)  # the rejoined slave acks
+    # log lines name the role served now (issue 21.5)
+    assert f"[{GROUP}/1 SLAVE]" in s.stderr() and f"[{GROUP}/0 SYNC_MASTER]" in s.stderr()
+    assert f"[{GROUP}/1 SLAVE]" in back.stderr().split("role change to brokerId 1 (SLAVE)")[-1]
 
 
 async def _caught_up(slave: str, master: str) -> dict[str, Any] | None:
