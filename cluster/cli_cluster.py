@@ -18,7 +18,7 @@ import trio
 from store.cli import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, error, print_json
 
 from . import launcher
-from .health import NodeStatus, cluster_status
+from .health import NodeStatus, cluster_status, served
 from .state import LauncherError, LayoutError
 from .tables import BrokerRow, broker_table, failover_lines
 
@@ -45,7 +45,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
     def show(res: launcher.UpResult) -> None:
         if not args.json:
             rec = res.record
-            print(f"{res.name:<14} {res.action:<8} {rec.role:<13} {rec.address:<22} {res.note}", flush=True)
+            print(f"{res.name:<14} {res.action:<8} {_served(rec):<28} {rec.address:<22} {res.note}", flush=True)
 
     results = launcher.up(args.conf, args.base_dir, timeout_s=args.timeout, on_result=show,
                           proxy_url=args.proxy_url, proxy_prefix=args.proxy_prefix,
@@ -53,12 +53,19 @@ def _cmd_up(args: argparse.Namespace) -> int:
                           on_etcd=None if args.json else (lambda said: print(said, flush=True)))
     if args.json:
         print_json({"base_dir": os.path.abspath(args.base_dir), "nodes": [
-            {"name": r.name, "action": r.action, "role": r.record.role, "address": r.record.address,
-             "pid": r.record.pid, "note": r.note} for r in results]})
+            {"name": r.name, "action": r.action, "role": _served(r.record), "config_role": r.record.role,
+             "address": r.record.address, "pid": r.record.pid, "note": r.note} for r in results]})
     else:
         print(f"cluster is up under {os.path.abspath(args.base_dir)}; "
               f"stop it with: tidemq cluster down --base-dir {args.base_dir}")
     return EXIT_OK
+
+
+def _served(rec: Any) -> str:
+    """A started node's role as it serves it (after a failover, not its config file's)."""
+    if rec.kind != "node" or not rec.address or rec.pid is None:
+        return rec.role
+    return served(rec.address, rec.role)
 
 
 def node_rows(rows: list[NodeStatus], base_dir: str) -> list[BrokerRow]:
@@ -72,7 +79,7 @@ def node_rows(rows: list[NodeStatus], base_dir: str) -> list[BrokerRow]:
         rec = records.get(row.name)
         answer = row.answer if row.answer and "max_phy_offset" in row.answer else None
         group = (rec.broker_name if rec and rec.broker_name else None) or row.name
-        broker_id = rec.broker_id if rec else None
+        broker_id = answer.get("broker_id") if answer else rec.broker_id if rec else None  # as served
         note = f"{row.answer['brokers']} broker(s) registered" if row.answer and "brokers" in row.answer else ""
         out.append(BrokerRow(group=group, broker_id=broker_id, role=row.role, address=row.address,
                              answer=answer, error=row.error, node=row.name, pid=row.pid, state=row.state,
@@ -144,7 +151,7 @@ def _cmd_kill(args: argparse.Namespace) -> int:
 
 def _cmd_start(args: argparse.Namespace) -> int:
     rec = launcher.start_node(args.base_dir, args.node, timeout_s=args.timeout)
-    print(f"{rec.name} started: pid {rec.pid}, {rec.role}, {rec.address}")
+    print(f"{rec.name} started: pid {rec.pid}, {_served(rec)}, {rec.address}")
     return EXIT_OK
 
 

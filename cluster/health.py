@@ -8,6 +8,7 @@ their own trio loop (the CLI with `trio.run`).
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,18 +20,21 @@ from node.client import TidemqError, connect
 from . import processes
 from .state import require_state
 
-__all__ = ["NodeStatus", "cluster_status", "query_status"]
+__all__ = ["NodeStatus", "cluster_status", "query_status", "served"]
 
 
 @attrs.define
 class NodeStatus:
     name: str
     role: str
+    """The role the node serves (its `status` answer), else its config file's (`config_role`):
+    they differ after a failover."""
     pid: int | None
     state: str  # "running", "stopped" (SIGSTOP), "dead" (crashed/killed), "down", "never started"
     address: str
     answer: dict[str, Any] | None = None  # the node's `status` op response
     error: str | None = None
+    config_role: str = ""
 
     @property
     def alive(self) -> bool:
@@ -65,13 +69,26 @@ async def cluster_status(
 ) -> list[NodeStatus]:
     """Each recorded node's process state and, when `query`, its answer to the `status` op."""
     state = require_state(Path(base_dir).resolve())
-    rows = [NodeStatus(r.name, r.role, r.pid, processes.state_of(r), r.address) for r in state.ordered()]
+    rows = [NodeStatus(r.name, r.role, r.pid, processes.state_of(r), r.address, config_role=r.role)
+            for r in state.ordered()]
     if query:
         targets = [row for row in rows if row.state == "running" and row.address]
         answers = await query_status([row.address for row in targets], timeout_s=timeout_s)
         for row, (answer, error) in zip(targets, answers, strict=True):
             row.answer, row.error = answer, error
+            if answer and isinstance(answer.get("role"), str):
+                row.role = answer["role"]  # as served: a promotion or a rejoin changed it
     for row in rows:
         if row.state == "stopped":
             row.error = "process is stopped (SIGSTOP); `tidemq cluster kill NODE --signal CONT` resumes it"
     return rows
+
+
+def served(address: str, fallback: str, *, timeout_s: float = 2.0) -> str:
+    """`ROLE id N epoch E` as the node at `address` serves now, else `fallback` (the config
+    file's role): what `cluster up` and `cluster start` print. Runs its own trio loop."""
+    [(answer, _)] = trio.run(partial(query_status, [address], timeout_s=timeout_s))
+    if not answer or not isinstance(answer.get("role"), str):
+        return fallback
+    epoch = answer.get("epoch")
+    return f"{answer['role']} id {answer.get('broker_id')}" + (f" epoch {epoch}" if type(epoch) is int and epoch >= 0 else "")

@@ -9,6 +9,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -238,3 +239,34 @@ def test_down_with_nothing_started_leaves_nothing_behind(tmp_path: Path) -> None
     base = tmp_path / "data"
     assert launcher.down(base) == []
     assert not base.exists()
+
+
+def test_after_a_failover_the_tools_show_the_roles_served(cluster_dirs: tuple[Path, Path]) -> None:
+    """Issue 21.5: `cluster status` and `cluster start` print each node's live role and
+    epoch after a promotion, not its config file's."""
+    conf, base = cluster_dirs
+    cwd = base.parent
+    tidemq("cluster", "up", "--conf", str(conf), "--base-dir", str(base), cwd=cwd)
+    namesrv = launcher.load_state(base).node("namesrv").address
+    tidemq("admin", "promote", "--namesrv", namesrv, "broker-a", "1", cwd=cwd)  # the master never stopped
+
+    def served() -> dict[str, dict[str, Any]] | None:
+        code, nodes = status_json(base, cwd)
+        ok = (nodes["broker-a-s"]["role"] == "SYNC_MASTER" and nodes["broker-a"]["role"] == "SLAVE"
+              and all(n["answer"] for n in nodes.values()))
+        return nodes if ok else None
+    nodes = None
+    for _ in range(100):  # the old master fences and rejoins: poll with a deadline
+        nodes = served()
+        if nodes:
+            break
+        time.sleep(0.2)
+    assert nodes, "the old master did not rejoin as a slave"
+    assert nodes["broker-a-s"]["config_role"] == "SLAVE" and nodes["broker-a-s"]["answer"]["epoch"] == 2
+    table = tidemq("cluster", "status", "--base-dir", str(base), cwd=cwd).stdout
+    assert re.search(r"broker-a\s+│\s*0\s*│\s*SYNC_MASTER\s*│", table), table  # the promoted node, id 0
+    assert re.search(r"broker-a\s+│\s*1\s*│\s*SLAVE\s*│", table), table
+
+    tidemq("cluster", "kill", "broker-a", "--base-dir", str(base), cwd=cwd)
+    started = tidemq("cluster", "start", "broker-a", "--base-dir", str(base), cwd=cwd).stdout
+    assert re.search(r"broker-a started: pid \d+, SLAVE id 1 epoch 2,", started), started
