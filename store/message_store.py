@@ -18,6 +18,7 @@ import trio
 from .allocate import AllocateMappedFileService
 from .checkpoint import StoreCheckpoint
 from .cleanup import CleanCommitLogService, CleanConsumeQueueService, DiskUsage
+from .cold_pages import ColdPageService
 from .commit_log import CommitLog
 from .config import FlushDiskType, StoreConfig
 from .consume_queue import ConsumeQueueTable
@@ -67,6 +68,7 @@ class MessageStore(MessageReads, MessagePuts):
         self._memory_in_page_cache = psutil.virtual_memory().total * 0.4
         self.disk_usage = disk_usage  # cleanup's disk probe (None: psutil on the real partition)
         self.clean_commit_log: CleanCommitLogService | None = None
+        self.cold_pages: ColdPageService | None = None
         self.clean_consume_queue: CleanConsumeQueueService | None = None
         self.flags = RunningFlags()
         self.lock = StoreLock(config.store_path_root_dir)
@@ -316,6 +318,8 @@ class MessageStore(MessageReads, MessagePuts):
         )
         nursery.start_soon(self.clean_commit_log.run)
         nursery.start_soon(self.clean_consume_queue.run)
+        self.cold_pages = ColdPageService(self.commit_log.queue, lambda: self.reput.reput_from_offset)
+        nursery.start_soon(self.cold_pages.run)
         nursery.start_soon(self.allocator.run)
         self.add_append_listener(self._wake_flush)  # the one flush wake-up per append
         if self.group_commit is not None:
