@@ -3,7 +3,7 @@
 - cluster/cli_client.py: `namesrv start`, `send`, `consume`, `query`, `status`
 - cluster/cli_cluster.py: `cluster up/status/down/kill/start` (the local launcher)
 - cluster/cli_admin.py: `admin ...`, with RocketMQ mqadmin's names as aliases
-- cluster/drill.py: `drill NAME`, failover drills on a scratch 2m-2s-sync cluster
+- cluster/drill_cli.py: `drill NAME`, failover drills on a scratch 2m-2s-sync cluster (cluster/drill.py)
 
 Exit codes and output helpers are store/cli.py's.
 """
@@ -15,7 +15,7 @@ import argparse
 from .cli_admin import add_admin_commands
 from .cli_client import add_client_commands
 from .cli_cluster import add_cluster_commands
-from .drill import add_commands as add_drill_commands
+from .drill_cli import add_commands as add_drill_commands
 
 __all__ = ["add_commands"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster import drill
+from cluster import drill, drill_cli
 
 pytestmark = pytest.mark.slow
 
@@ -20,7 +20,7 @@ def test_the_auto_drills_are_registered() -> None:
                                       ("x", "not an integer: 'x'")])
 def test_auto_soak_refuses_a_round_count_that_is_not_positive(bad: str, why: str, capsys) -> None:
     with pytest.raises(SystemExit) as exited:
-        drill.main(["auto-soak", "--rounds", bad])
+        drill_cli.main(["auto-soak", "--rounds", bad])
     assert exited.value.code == 2
     assert f"argument --rounds: {why}" in capsys.readouterr().err
 
