@@ -172,5 +172,6 @@ def test_bad_proxy_urls_and_layouts_are_refused(dirs, proxy_url: str, client: To
 
 def test_a_missing_client_library_is_named(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "toxiproxy", None)  # what `import toxiproxy` sees when not installed
-    with pytest.raises(LayoutError, match=r"toxiproxy-python client, which is not installed: pip install 'tidemq\[chaos\]'"):
+    with pytest.raises(LayoutError, match=r"toxiproxy-python client of the `chaos` extra, which is not installed: "
+                       r"\.venv/bin/pip install -e '\.\[chaos\]'"):
         proxies.connect("http://127.0.0.1:8474")
