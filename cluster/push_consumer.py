@@ -34,7 +34,7 @@ from typing import Any, Literal
 import attrs
 import trio
 
-from node.client import ServiceUnavailable, TidemqError
+from node.client import ServiceUnavailable, TidemqError, exit_nursery
 
 from .base import ROUTE_TTL_S, ReceivedMessage
 from .consumer import PullConsumer
@@ -153,8 +153,15 @@ class Consumer:
             self._cm = trio.open_nursery()
             self._nursery = await self._cm.__aenter__()
             await self._nursery.start(self.rebalance.run)
-        except BaseException as e:
-            await self._close_clients(type(e), e, e.__traceback__)
+        except BaseException as e:  # e.g. cancelled while the first rebalance ran
+            # leave the nurseries in the reverse order of entering them, and in no other
+            # cancel scope: anything else corrupts trio's scope stack
+            try:
+                if self._nursery is not None:
+                    self._nursery.cancel_scope.cancel()
+                    await exit_nursery(self._cm, type(e), e, e.__traceback__)
+            finally:
+                await self._close_clients(type(e), e, e.__traceback__)
             raise
         return self
 
@@ -172,9 +179,14 @@ class Consumer:
         return None
 
     async def _close_clients(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        for client in (self._retry, self._main):
-            if client._nursery_cm is not None:
-                await client.__aexit__(None, None, None)
+        """Leave the retry topic's client, then the topic's (the reverse of entering), the
+        second even when leaving the first raised (a Cancelled of the caller's scope)."""
+        try:
+            if self._retry._nursery_cm is not None:
+                await self._retry.__aexit__(None, None, None)
+        finally:
+            if self._main._nursery_cm is not None:
+                await self._main.__aexit__(None, None, None)
 
     # ---- queue ownership (RebalanceService callbacks) -----------------------------------
 
