@@ -23,7 +23,7 @@ from node.client import OutcomeUnknown
 from store.cli import EXIT_OK, EXIT_PROBLEM, UsageError, error, print_json
 from store.message import decode_msg_id
 
-from .cli_common import add_source, handled, run_async, source
+from .cli_common import add_source, handled, run_async, source, until_signal
 from .tables import BrokerRow, broker_table, failover_lines
 
 EXIT_INDETERMINATE = 3
@@ -214,7 +214,7 @@ def _cmd_consume(args: argparse.Namespace) -> int:
                         break
         return EXIT_OK
 
-    return run_async(args, main)
+    return run_async(args, lambda: until_signal(main))
 
 
 def _add_consume_command(subparsers: argparse._SubParsersAction) -> None:
@@ -227,7 +227,8 @@ def _add_consume_command(subparsers: argparse._SubParsersAction) -> None:
         "when no message arrives for --timeout-ms. With --commit it runs as a member of GROUP "
         "(sharing the queues with the group's other members, retries and DLQ as in "
         "docs/consumer-groups.md) and commits exactly what it printed; without, it only reads. "
-        "Reads fall back to a slave when a master is down.",
+        "Reads fall back to a slave when a master is down. SIGTERM or Ctrl-C stops it cleanly: "
+        "a member leaves the group and commits what it printed; exit 143 / 130.",
     )
     add_source(consume)
     consume.add_argument("--topic", required=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -42,6 +43,28 @@ def run_async(args: argparse.Namespace, main: Callable[[], Awaitable[int]]) -> i
         return EXIT_PROBLEM
     except ValueError as e:  # bad addresses and the like
         raise UsageError(str(e)) from None
+
+
+async def until_signal(body: Callable[[], Awaitable[int]]) -> int:
+    """Run `body`; SIGTERM or SIGINT cancels it, so its context managers leave cleanly
+    (a consumer releases its queues, commits and leaves its group), then one line on stderr
+    and 128 + the signal (143, 130) instead of a traceback."""
+    got: list[int] = []
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            async def watch() -> None:
+                async for signum in signals:
+                    got.append(signum)
+                    nursery.cancel_scope.cancel()
+                    return
+
+            nursery.start_soon(watch)
+            code = await body()
+            nursery.cancel_scope.cancel()
+    if got:
+        error(f"stopped by {signal.Signals(got[0]).name}: what was done so far is kept")
+        return 128 + got[0]
+    return code
 
 
 def source(args: argparse.Namespace) -> dict[str, Any]:

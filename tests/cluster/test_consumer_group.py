@@ -4,6 +4,7 @@ leaving cleanly and crashing (dropped after 2 heartbeats + 10 s), nothing skippe
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -183,3 +184,46 @@ async def test_consume_as_member_takes_exactly_max_and_leaves_the_rest_committed
                                     idle_timeout_ms=1500, **opts)
     assert stats.consumed == 4
     assert sorted(seen) == sorted(f"x{i}".encode() for i in range(7))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+async def test_consume_commit_stops_cleanly_on_a_signal(tmp_path, nodes: Nodes, sig, code) -> None:
+    """Issue 24: `tidemq consume --commit` stopped by SIGTERM or Ctrl-C leaves its group,
+    commits what it printed and exits 143 / 130 with one line, no traceback."""
+    ns = start_namesrv(nodes, tmp_path)
+    m = nodes.start(broker_conf(tmp_path, "m", "broker-a", ns.address))
+    async with Admin(namesrv=ns.address) as admin:
+        await admin.create_topic("Stop", read_queue_nums=2, write_queue_nums=2)
+        await wait_for(lambda: _routed(admin, "Stop"), what="Stop routed")
+    async with Producer(namesrv=ns.address) as producer:
+        for i in range(6):
+            await producer.send("Stop", f"s{i}")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tidemq", "consume", "--namesrv", ns.address, "--topic", "Stop",
+         "--group", "G", "--commit", "--timeout-ms", "60000"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        with trio.fail_after(30):
+            printed = [await trio.to_thread.run_sync(proc.stdout.readline) for _ in range(6)]
+        assert sorted(json.loads(line)["body"] for line in printed) == [f"s{i}" for i in range(6)], printed
+        proc.send_signal(sig)
+        returncode = await trio.to_thread.run_sync(lambda: proc.wait(timeout=30))
+        err = proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert returncode == code, err
+    assert f"stopped by {sig.name}" in err and "Traceback" not in err, err
+    committed = 0
+    for queue_id in range(2):
+        committed += (await call(m.address, "fetch_offset", group="G", topic="Stop", queue_id=queue_id))["offset"]
+    assert committed == 6  # exactly what it printed
+    assert (await call(m.address, "consumer_list", group="G"))["members"] == []  # it left the group
+
+
+async def _routed(admin: Admin, topic: str) -> bool:
+    try:
+        return bool((await admin.route(topic, refresh=True)).groups)
+    except NotFound:
+        return False
