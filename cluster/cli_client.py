@@ -21,7 +21,7 @@ import trio
 
 from node.client import OutcomeUnknown
 from store.cli import EXIT_OK, EXIT_PROBLEM, UsageError, error, print_json
-from store.message import decode_msg_id
+from store.message import PROPERTY_DELAY, decode_msg_id
 
 from .cli_common import add_source, handled, run_async, source, until_signal
 from .tables import BrokerRow, broker_table, failover_lines
@@ -132,6 +132,11 @@ def _cmd_send(args: argparse.Namespace) -> int:
     if args.count < 1:
         raise UsageError(f"--count must be >= 1, got {args.count}")
     keys = [k for k in (args.keys or "").split(",") if k]
+    properties = _properties(args.property or [])
+    if args.delay_level is not None:
+        if args.delay_level < 1:
+            raise UsageError(f"--delay-level must be >= 1, got {args.delay_level}")
+        properties[PROPERTY_DELAY] = str(args.delay_level)
     if args.body == "-":
         body_template: bytes | None = sys.stdin.buffer.read()
     else:
@@ -144,7 +149,7 @@ def _cmd_send(args: argparse.Namespace) -> int:
                 body = body_template if body_template is not None else args.body.replace("{i}", str(i)).encode()
                 try:
                     result = await producer.send(args.topic, body, tags=args.tags, keys=keys,
-                                                 queue_id=args.queue_id, wait=args.wait)
+                                                 properties=properties, queue_id=args.queue_id, wait=args.wait)
                 except OutcomeUnknown as e:  # not failed: it may be stored
                     unknown += 1
                     print_json({"status": "INDETERMINATE", "index": i, "error": e.message})
@@ -156,6 +161,18 @@ def _cmd_send(args: argparse.Namespace) -> int:
         return EXIT_INDETERMINATE if unknown else EXIT_OK
 
     return run_async(args, main)
+
+
+def _properties(pairs: list[str]) -> dict[str, str]:
+    """`--property K=V` (repeatable) as a map; a pair without `=`, or with an empty key or
+    value (the node refuses those), is a usage error."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key.strip() or not value:
+            raise UsageError(f"--property takes KEY=VALUE (both non-empty), got {pair!r}")
+        out[key.strip()] = value
+    return out
 
 
 def _add_send_command(subparsers: argparse._SubParsersAction) -> None:
@@ -174,6 +191,10 @@ def _add_send_command(subparsers: argparse._SubParsersAction) -> None:
     send.add_argument("--topic", required=True)
     send.add_argument("--tags", help="the message's tag")
     send.add_argument("--keys", metavar="K1,K2", help="comma-separated keys (indexed for query --key)")
+    send.add_argument("--property", action="append", metavar="K=V",
+                      help="a user property (repeatable), as mqadmin sendMessage's")
+    send.add_argument("--delay-level", type=int, metavar="N",
+                      help="deliver after delay level N (1 = 1 s, 2 = 5 s, 3 = 10 s, ... messageDelayLevel)")
     send.add_argument("--count", type=int, default=1, metavar="N", help="send N messages (default 1)")
     send.add_argument("--queue-id", type=int, metavar="Q", help="pin the queue id")
     send.add_argument("--wait", action=argparse.BooleanOptionalAction, default=True,

@@ -170,3 +170,26 @@ def test_clear_errors(cluster, tmp_path):
     bad = write_conf(tmp_path, "bad-namesrv", {"listenPort": 0, "brokerExpiry": 5})
     assert "unknown key 'brokerExpiry'; did you mean 'brokerExpireMs'?" in one_line_error(
         cli("namesrv", "start", "-c", str(bad)), code=2)
+
+
+def test_send_with_a_delay_level_and_properties(cluster):
+    """Issue 24: `tidemq send --delay-level N --property K=V` (mqadmin sendMessage's flags)."""
+    ns = cluster["namesrv"]
+    sent = lines(cli("send", "--namesrv", ns, "--topic", "DelayT", "--keys", "late", "--delay-level", "1",
+                     "--property", "color=red", "--property", "size=L", "later"))
+    assert sent[0]["status"] == "PUT_OK"
+    found: list[dict] = []
+    for _ in range(100):  # level 1 is 1 s: poll the query (exit 1 while none) against a deadline
+        result = cli("query", "--namesrv", ns, "--topic", "DelayT", "--key", "late")
+        if result.returncode == 0:
+            found = lines(result)
+            break
+        trio.run(trio.sleep, 0.1)
+    assert found and found[0]["body"] == "later"
+    assert found[0]["properties"]["color"] == "red" and found[0]["properties"]["size"] == "L"
+    assert "DELAY" not in found[0]["properties"]  # delivered to the real topic after its delay
+    for bad in ("nokey", "=v", "k="):
+        assert f"--property takes KEY=VALUE (both non-empty), got {bad!r}" in one_line_error(
+            cli("send", "--namesrv", ns, "--topic", "DelayT", "--property", bad, "x"), code=2)
+    assert "--delay-level must be >= 1, got 0" in one_line_error(
+        cli("send", "--namesrv", ns, "--topic", "DelayT", "--delay-level", "0", "x"), code=2)
