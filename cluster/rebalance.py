@@ -12,7 +12,14 @@ before letting go) and unlocked on their masters; the ones it gains are locked o
 masters (RocketMQ's RebalanceLockManager) and acquired once granted, so a queue never has
 two owners while its master is up; one still locked by its previous owner is tried again
 after a heartbeat interval. `close()` releases everything
-and unregisters from every master, so the others take over at their next heartbeat.
+and unregisters from every master.
+
+Members do not wait for those intervals to hear of a change: each keeps a `consumer_watch`
+long poll on every master (RocketMQ's NOTIFY_CONSUMER_IDS_CHANGED, as a parked request on
+the member's own connection). A master answers it when the group changes (a member joined,
+left, or its connection closed; a queue lock was let go), and the member heartbeats and
+rebalances at once; the intervals stay as the safety net, and a master without the op
+(an older node) is simply not watched.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
-from node.client import ConnectionLost, ServiceUnavailable, TidemqError
+from node.client import BadRequest, ConnectionLost, ServiceUnavailable, TidemqError
 
 from .consumer import PullConsumer
 from .routing import UNREACHABLE, MessageQueue
@@ -39,6 +46,10 @@ HEARTBEAT_INTERVAL_S = 30.0
 """RocketMQ's heartbeatBrokerInterval."""
 REBALANCE_INTERVAL_S = 20.0
 """RocketMQ's rocketmq.client.rebalance.waitInterval."""
+WATCH_MS = 30_000
+"""How long one `consumer_watch` long poll waits on a master before it is asked again."""
+WATCH_RETRY_S = 1.0
+"""After a failed watch (the master is down or restarting) it is asked again this soon."""
 
 QueueCallback = Callable[[PullConsumer, MessageQueue], Awaitable[None]]
 
@@ -95,6 +106,8 @@ class RebalanceService:
         self.pending: dict[str, set[MessageQueue]] = {}  # allocated, but locked by another member
         self.rebalances = 0
         self._masters: set[str] = set()
+        self._watched: set[str] = set()
+        self._nursery: trio.Nursery | None = None
         self._wake = trio.Event()
         self._lock = trio.Lock()
         self._closed = False
@@ -113,6 +126,8 @@ class RebalanceService:
         await self.rebalance()
         task_status.started()
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            self._watch_masters()
             nursery.start_soon(self._heartbeat_loop)
             while True:
                 waiting = any(self.pending.values())  # the previous owner lets go at its next heartbeat
@@ -126,6 +141,35 @@ class RebalanceService:
             await trio.sleep(self.heartbeat_interval_s)
             await self.heartbeat()
 
+    def _watch_masters(self) -> None:
+        """A `consumer_watch` long poll on every master heartbeated to (once each)."""
+        if self._nursery is None:
+            return
+        for address in sorted(self._masters - self._watched):
+            self._watched.add(address)
+            self._nursery.start_soon(self._watch, address)
+
+    async def _watch(self, address: str) -> None:
+        """Rebalance as soon as `address` says the group changed (see the module docstring)."""
+        pool = self.consumers[0].pool
+        timeout = WATCH_MS / 1000 + self.consumers[0].request_timeout
+        version = -1
+        while not self._closed:
+            try:
+                answer = await pool.request(address, "consumer_watch", group=self.group, since=version,
+                                            timeout_ms=WATCH_MS, timeout=timeout)
+            except BadRequest:  # a node without the op: the intervals alone
+                log.info("group %s: %s cannot notify changes; rebalancing on the intervals", self.group, address)
+                return
+            except (*UNREACHABLE, ServiceUnavailable) as e:
+                log.debug("consumer_watch on %s failed: %s", address, e)
+                await trio.sleep(WATCH_RETRY_S)
+                continue
+            changed = version != -1 and answer["version"] != version
+            version = answer["version"]
+            if changed and not self._closed:
+                await self.heartbeat()  # the members as every master sees them now
+                self.trigger()
     async def _master_addresses(self) -> set[str]:
         masters = set()
         for consumer in self.consumers:
@@ -136,6 +180,7 @@ class RebalanceService:
                 continue
             masters.update(g.master.address for g in route.groups if g.master is not None)
         self._masters |= masters  # a master the route dropped may come back: keep telling it
+        self._watch_masters()
         return masters or set(self._masters)
 
     async def heartbeat(self) -> None:

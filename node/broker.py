@@ -219,6 +219,7 @@ class Broker:
                         host=cfg.broker_ip1, port=cfg.listen_port, max_frame_size=cfg.max_frame_size,
                         batched_ops=BATCHED_OPS, commit=partial(append_requests, services),
                         finish=partial(finish_requests, services),
+                        on_disconnect=services.consumers.disconnected,  # a member's connection closed: it left
                     )
                     await nursery.start(self.server.run)
                     registration = None

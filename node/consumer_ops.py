@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import trio
+
 from store.message import PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_WAIT, Message
 
 from .ops import NodeServices, OpError, _put_response, _refuse_on_slave
@@ -41,10 +43,20 @@ def dlq_topic(group: str) -> str:
 
 async def _heartbeat(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     f = r.fields
-    members = s.consumers.heartbeat(f["group"], f["client_id"], f["topics"], f["heartbeat_interval_ms"])
+    members = s.consumers.heartbeat(f["group"], f["client_id"], f["topics"], f["heartbeat_interval_ms"], peer)
     if s.is_master and s.topics.get(retry_topic(f["group"])) is None:
         await s.topics.create(retry_topic(f["group"]), 1, 1, DEFAULT_PERM)
-    return ok_response(r.id, members=members)
+    return ok_response(r.id, members=members, version=s.consumers.version(f["group"]))
+
+
+async def _watch(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    """Answer once the group changed since version `since` (a member joined or left, a
+    queue lock was let go), or after `timeout_ms`: members rebalance at once on a change
+    (RocketMQ's NOTIFY_CONSUMER_IDS_CHANGED, as a long poll on the member's connection)."""
+    f = r.fields
+    with s.long_poll(trio.current_time() + f["timeout_ms"] / 1000):
+        await s.consumers.wait_changed(f["group"], f["since"])
+    return ok_response(r.id, version=s.consumers.version(f["group"]), members=s.consumers.members(f["group"]))
 
 
 async def _unregister(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
@@ -112,6 +124,7 @@ async def _send_back(s: NodeServices, r: Request, peer: str | None) -> dict[str,
 CONSUMER_HANDLERS = {
     "consumer_heartbeat": _heartbeat,
     "consumer_unregister": _unregister,
+    "consumer_watch": _watch,
     "consumer_list": _list,
     "consumer_lock": _lock,
     "consumer_unlock": _unlock,

@@ -3,8 +3,14 @@
 Members heartbeat (`consumer_heartbeat`) with the interval they use; a member not heard
 from for 2 of its heartbeats + 10 s is dropped (RocketMQ drops a silent channel after a
 fixed 120 s; tidemq ties it to the member's own interval so a short interval in tests and
-drills means a short wait). A clean close unregisters at once. The table lives in memory
-only: after a node restart the members' next heartbeats rebuild it.
+drills means a short wait). A clean close unregisters at once, and so does the close of
+the connection a member last heartbeated on (`disconnected`: RocketMQ's channel close). The
+table lives in memory only: after a node restart the members' next heartbeats rebuild it.
+
+Every change of a group (a member joins or leaves, a queue lock is let go) bumps its
+version; `wait_changed` returns when the version passes the one a member saw, which is how
+members hear of a change at once (`consumer_watch`, RocketMQ's NOTIFY_CONSUMER_IDS_CHANGED)
+instead of at their next rebalance.
 
 Queue locks (RocketMQ's RebalanceLockManager) make "one owner per queue" hold while a
 queue changes hands: a member locks a queue here before it consumes it and unlocks it
@@ -19,6 +25,7 @@ import time
 from collections.abc import Callable
 
 import attrs
+import trio
 
 log = logging.getLogger("tidemq.node")
 
@@ -36,6 +43,8 @@ class MemberInfo:
     topics: tuple[str, ...]
     heartbeat_interval_ms: int
     last_seen: float  # monotonic seconds
+    peer: str | None = None
+    """The client address of the connection it last heartbeated on."""
 
     def expired(self, now: float) -> bool:
         return now - self.last_seen > 2 * self.heartbeat_interval_ms / 1000 + EXPIRE_EXTRA_S
@@ -56,14 +65,48 @@ class ConsumerManager:
         self.clock = clock
         self._groups: dict[str, dict[str, MemberInfo]] = {}
         self._locks: dict[tuple[str, str, int], str] = {}  # (group, topic, queue id) → client id
+        self._versions: dict[str, int] = {}
+        self._changed: dict[str, trio.Event] = {}
 
-    def heartbeat(self, group: str, client_id: str, topics: list[str], heartbeat_interval_ms: int) -> list[str]:
+    # ---- change notices -----------------------------------------------------------------
+
+    def version(self, group: str) -> int:
+        """Bumped on every change of the group's members or locks."""
+        self._expire(group)
+        return self._versions.get(group, 0)
+
+    def _bump(self, group: str) -> None:
+        self._versions[group] = self._versions.get(group, 0) + 1
+        event = self._changed.pop(group, None)
+        if event is not None:
+            event.set()
+
+    async def wait_changed(self, group: str, since: int) -> int:
+        """Return the group's version once it is not `since` (at once when it already is
+        not); the caller bounds the wait (a long poll's deadline)."""
+        while (current := self.version(group)) == since:
+            await self._changed.setdefault(group, trio.Event()).wait()
+        return current
+
+    def disconnected(self, peer: str | None) -> None:
+        """A client connection closed: drop the members that heartbeated on it (a member
+        that still lives joins again with its next heartbeat)."""
+        gone = [(g, c) for g, members in self._groups.items() for c, m in members.items()
+                if peer is not None and m.peer == peer]
+        for group, client_id in gone:
+            log.info("consumer group %s: member %s's connection %s closed", group, client_id, peer)
+            self.unregister(group, client_id)
+
+    def heartbeat(self, group: str, client_id: str, topics: list[str], heartbeat_interval_ms: int,
+                  peer: str | None = None) -> list[str]:
         """Register or refresh a member; returns the group's live members, sorted."""
         now = self.clock()
+        self._expire(group)
         members = self._groups.setdefault(group, {})
         if client_id not in members:
             log.info("consumer group %s: member %s joined (topics %s)", group, client_id, ", ".join(topics))
-        members[client_id] = MemberInfo(client_id, tuple(topics), heartbeat_interval_ms, now)
+            self._bump(group)
+        members[client_id] = MemberInfo(client_id, tuple(topics), heartbeat_interval_ms, now, peer)
         return self.members(group)
 
     def unregister(self, group: str, client_id: str) -> bool:
@@ -75,6 +118,7 @@ class ConsumerManager:
         self._drop_locks(group, client_id)
         if not members:
             self._groups.pop(group, None)
+        self._bump(group)
         return True
 
     def _expire(self, group: str) -> dict[str, MemberInfo]:
@@ -86,6 +130,7 @@ class ConsumerManager:
                             group, client_id, now - info.last_seen)
                 del members[client_id]
                 self._drop_locks(group, client_id)
+                self._bump(group)
         if not members:
             self._groups.pop(group, None)
         return members
@@ -125,10 +170,14 @@ class ConsumerManager:
         return held
 
     def unlock(self, group: str, client_id: str, topic: str, queue_ids: list[int]) -> None:
+        freed = False
         for qid in queue_ids:
             key = (group, topic, qid)
             if self._locks.get(key) == client_id:
                 del self._locks[key]
+                freed = True
+        if freed:  # a member waiting for one of them takes it now
+            self._bump(group)
 
     def lock_holders(self, group: str) -> dict[str, str]:
         """"topic:queueId" → holder, for status and tests."""

@@ -412,6 +412,11 @@ OPS: dict[str, tuple[Field, ...]] = {
         _opt("topics", LIST_STR, [], _topics),
         _opt("heartbeat_interval_ms", INT, 30_000, _range(1, 3_600_000)),
     ),
+    "consumer_watch": (
+        GROUP,
+        _opt("since", INT, -1, _range(-1, 2**62)),
+        _opt("timeout_ms", INT, 30_000, _range(0, 600_000)),
+    ),
     "consumer_unregister": (GROUP, _f("client_id", STR, _client_id)),
     "consumer_list": (GROUP,),
     "consumer_lock": (GROUP, _f("client_id", STR, _client_id), TOPIC, _f("queue_ids", LIST_INT, _queue_ids)),

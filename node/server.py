@@ -80,6 +80,7 @@ class _Connection:
     deferred_added: trio.Event = attrs.field(factory=trio.Event)
     reading_done: bool = False
     finisher_done: trio.Event = attrs.field(factory=trio.Event)
+    gone_told: bool = False  # on_disconnect was called for it
 
     def close_now(self) -> None:
         """Drop the connection: in-flight requests are cancelled unanswered."""
@@ -211,11 +212,19 @@ class ClientServer:
                 self._all_closed.set()
             await trio.aclose_forcefully(stream)
             log.debug("client %s disconnected", conn.peer)
-            if self.on_disconnect is not None:
-                try:
-                    self.on_disconnect(conn.peer)
-                except Exception:
-                    log.exception("disconnect handler failed for %s", conn.peer)
+            self._tell_gone(conn)
+
+    def _tell_gone(self, conn: _Connection) -> None:
+        """`on_disconnect` once per connection: as soon as its reading ended (EOF, a reset,
+        a broken frame), not after its requests in flight, since a long poll of a peer that
+        is gone (a consumer_watch, a pull) could hold the connection for its whole timeout."""
+        if conn.gone_told or self.on_disconnect is None:
+            return
+        conn.gone_told = True
+        try:
+            self.on_disconnect(conn.peer)
+        except Exception:
+            log.exception("disconnect handler failed for %s", conn.peer)
 
     async def _serve_connection(self, conn: _Connection) -> None:
         async with trio.open_nursery() as nursery:
@@ -228,6 +237,8 @@ class ClientServer:
                 error = await self._read_loop(conn)
             finally:
                 conn.end_reading()
+            if not self._stopping:  # (at shutdown the node leaves as a whole)
+                self._tell_gone(conn)
             if error is not None:
                 log.info("client %s: %s; closing the connection", conn.peer, error)
                 with trio.move_on_after(FINISH_ON_ERROR_S):

@@ -174,6 +174,7 @@ MINIMAL = {
     "consumer_heartbeat": {"group": "G", "client_id": "127.0.0.1@1@a"},
     "consumer_unregister": {"group": "G", "client_id": "127.0.0.1@1@a"},
     "consumer_list": {"group": "G"},
+    "consumer_watch": {"group": "G"},
     "consumer_lock": {"group": "G", "client_id": "c", "topic": "T", "queue_ids": [0, 1]},
     "consumer_unlock": {"group": "G", "client_id": "c", "topic": "T", "queue_ids": [0]},
     "consumer_send_back": {"group": "G", "commitlog_offset": 0},
