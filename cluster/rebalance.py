@@ -153,7 +153,7 @@ class RebalanceService:
         """Rebalance as soon as `address` says the group changed (see the module docstring)."""
         pool = self.consumers[0].pool
         timeout = WATCH_MS / 1000 + self.consumers[0].request_timeout
-        version = -1
+        version, failures = -1, 0
         while not self._closed:
             try:
                 answer = await pool.request(address, "consumer_watch", group=self.group, since=version,
@@ -162,14 +162,20 @@ class RebalanceService:
                 log.info("group %s: %s cannot notify changes; rebalancing on the intervals", self.group, address)
                 return
             except (*UNREACHABLE, ServiceUnavailable) as e:
+                # the connection broke (the master dropped this member with it): ask again at
+                # once on a new one, whose answer re-registers it; then back off
                 log.debug("consumer_watch on %s failed: %s", address, e)
-                await trio.sleep(WATCH_RETRY_S)
+                failures += 1
+                if failures > 1:
+                    await trio.sleep(WATCH_RETRY_S)
                 continue
+            failures = 0
             changed = version != -1 and answer["version"] != version
             version = answer["version"]
             if changed and not self._closed:
                 await self.heartbeat()  # the members as every master sees them now
                 self.trigger()
+
     async def _master_addresses(self) -> set[str]:
         masters = set()
         for consumer in self.consumers:
@@ -235,7 +241,11 @@ class RebalanceService:
             await self.release(consumer, queue)  # committed before the lock goes
             current.discard(queue)
         await self._lock_call(consumer, lost, "consumer_unlock")
-        await self._lock_call(consumer, current, "consumer_lock")  # keep ours (a master restarted)
+        kept = await self._lock_call(consumer, current, "consumer_lock")  # keep ours (a master restarted)
+        for queue in sorted(current - kept):  # another member holds it now (this one was dropped
+            await self.release(consumer, queue)  # meanwhile, e.g. its connection broke): let go,
+            current.discard(queue)  # and take it back only once it is free again
+            gained.add(queue)
         granted = await self._lock_call(consumer, gained, "consumer_lock")
         self.pending[consumer.topic] = gained - granted
         for queue in sorted(granted):

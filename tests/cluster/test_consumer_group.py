@@ -236,3 +236,28 @@ async def test_with_default_intervals_a_joining_member_is_served_within_a_second
         left_at = trio.current_time()
         await wait_for(owns_all([a], topic, 4), timeout=5, what="a owns the 4 queues again")
         assert trio.current_time() - left_at <= 1.0  # b left cleanly: a is told at once
+
+
+@pytest.mark.slow
+async def test_a_member_whose_connection_broke_lets_go_and_rejoins(tmp_path, nodes):
+    """A live member's connection to the master breaks: the master drops it, the other takes
+    its queues at once; the member hears of it on a new connection, lets go of what it no
+    longer holds the lock of, rejoins, and the group settles on the even split again."""
+    topic, group = "BT", "blip"
+    ns, master = await setup_cluster(tmp_path, nodes, topic, 4)
+    async with Consumer(group, topic, lambda m: None, namesrv=ns.address) as a, \
+            Consumer(group, topic, lambda m: None, namesrv=ns.address) as b:
+        async def even() -> bool:
+            return partition_ok([a, b], topic, 4) and len([q for q in a.owned if q.topic == topic]) == 2
+        await wait_for(even, timeout=10, what="a and b own 2 queues each")
+        before = b.rebalance.rebalances
+        await a._main.pool.aclose()  # a's connections to the master break (a network reset)
+
+        async def settled() -> bool:  # b rebalanced for the drop and for the rejoin
+            return b.rebalance.rebalances >= before + 2 and await even()
+        await wait_for(settled, timeout=5, what="the even split again after a rejoined")
+        members = (await call(master.address, "consumer_list", group=group))["members"]
+        assert sorted(members) == sorted([a.client_id, b.client_id])
+        locks = (await call(master.address, "consumer_list", group=group))["locks"]
+        mine = {f"{topic}:{q.queue_id}" for q in a.owned if q.topic == topic}
+        assert {k for k, holder in locks.items() if holder == a.client_id and k.startswith(topic)} == mine
