@@ -50,6 +50,8 @@ async def until_signal(body: Callable[[], Awaitable[int]]) -> int:
     (a consumer releases its queues, commits and leaves its group), then one line on stderr
     and 128 + the signal (143, 130) instead of a traceback."""
     got: list[int] = []
+    failed: Exception | None = None
+    code = 0
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             async def watch() -> None:
@@ -59,8 +61,13 @@ async def until_signal(body: Callable[[], Awaitable[int]]) -> int:
                     return
 
             nursery.start_soon(watch)
-            code = await body()
+            try:
+                code = await body()
+            except Exception as e:  # raised below as itself, not in the nursery's group
+                failed = e
             nursery.cancel_scope.cancel()
+    if failed is not None:
+        raise failed
     if got:
         error(f"stopped by {signal.Signals(got[0]).name}: what was done so far is kept")
         return 128 + got[0]
