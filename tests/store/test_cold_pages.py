@@ -36,12 +36,15 @@ async def test_released_pages_leave_rss_and_read_back_intact(tmp_path) -> None:
     cfg = StoreConfig(store_path_root_dir=str(tmp_path), mapped_file_size_commit_log=8 * MiB,
                       flush_disk_type=FlushDiskType.ASYNC_FLUSH)
     async with open_store(cfg) as store:
-        store.cold_pages.hot_bytes = 0
+        cold = store.cold_pages
+        # only this test releases: the running service would otherwise drop the pages
+        # (32 MiB became cold) before `written` is measured
+        cold.interval_s, cold.step_bytes, cold.hot_bytes = 3600.0, 1 << 40, 0
         before = _shared_rss()
         await _write(store, 0, 12_000)  # ~36 MiB over five segments
         written = _shared_rss() - before
         assert written > 24 * MiB, written  # the map's pages are resident
-        advised = await store.cold_pages.release_once()
+        advised = await cold.release_once()
         assert advised >= 32 * MiB
         assert _shared_rss() - before < written / 4
         for i in (0, 2_731, 6_000, 11_999):  # faulted back from the page cache
