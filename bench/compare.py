@@ -26,7 +26,7 @@ import attrs
 import psutil
 import trio
 
-from cluster import launcher
+from cluster.launch import launcher
 
 from . import disk, peers
 from .procs import Processes, ensure_tools

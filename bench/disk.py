@@ -18,7 +18,7 @@ from pathlib import Path
 
 import trio
 
-from cluster import launcher
+from cluster.launch import launcher
 
 from .peers import REPO, SEGMENT_BYTES, tidemq_status
 

@@ -19,7 +19,7 @@ import attrs
 import psutil
 import trio
 
-from cluster import launcher
+from cluster.launch import launcher
 from node.client import connect
 
 from .lean import NatsCodec, RespCodec

@@ -32,7 +32,7 @@ class MissingExtra(Exception):
     """The chaos suite's own dependencies (the `chaos` extra) are not installed."""
 
     def __init__(self, module: str | None) -> None:
-        from cluster.proxies import CHAOS_EXTRA_INSTALL
+        from cluster.launch.proxies import CHAOS_EXTRA_INSTALL
 
         super().__init__(f"the chaos suite needs {module!r} from the `chaos` extra: {CHAOS_EXTRA_INSTALL}")
 
@@ -243,7 +243,7 @@ def _safe(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
     whichever entry point assembles this group."""
 
     def run(args: argparse.Namespace) -> int:
-        from cluster.launcher import LauncherError
+        from cluster.launch.launcher import LauncherError
 
         try:
             from .network import ProxyServerError

@@ -1,5 +1,5 @@
 """A chaos cluster: one group (master + slave) and a name server, started with
-cluster.launcher's proxy routing, so every broker's client link and HA link go through a
+cluster.launch.launcher's proxy routing, so every broker's client link and HA link go through a
 Toxiproxy proxy.
 
 This module writes a plain layout (the slave names its master's bound addresses) and
@@ -25,7 +25,7 @@ import attrs
 from toxiproxy import Toxiproxy
 from toxiproxy.proxy import Proxy
 
-from cluster import launcher, processes
+from cluster.launch import launcher, processes
 
 from .network import api_address
 

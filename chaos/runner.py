@@ -24,7 +24,7 @@ import trio
 from requests import RequestException
 from toxiproxy import Toxiproxy
 
-from cluster.launcher import LauncherError
+from cluster.launch.launcher import LauncherError
 from node.client import TidemqError
 
 from .checker import CheckReport, check

@@ -18,8 +18,8 @@ from typing import Any
 import attrs
 import trio
 
-from cluster.admin import Admin
-from cluster.launcher import LauncherError
+from cluster.client.admin import Admin
+from cluster.launch.launcher import LauncherError
 from node.client import ConnectionLost, RequestTimeout, TidemqError, connect
 from store.message import decode_msg_id
 

@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 import trio
 
-from cluster.consumer import PullConsumer
+from cluster.client.consumer import PullConsumer
 from node.client import ConnectionLost, Indeterminate, OutcomeUnknown, TidemqError, connect
 
 from .history import FAIL, INFO, OK, History

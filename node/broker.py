@@ -26,8 +26,8 @@ from ha.slave import HAClient
 from store.message_store import open_store
 
 from .config import BrokerConfig
-from .controller import EtcdController
-from .failover import Failover, Transition, effective_config
+from .failover.controller import EtcdController
+from .failover.promotion import Failover, Transition, effective_config
 from .handlers import BATCHED_OPS, append_requests, finish_requests, handle_now
 from .logs import name_role
 from .offsets import ConsumerOffsetManager

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterator
 from typing import TextIO
 
-from store.cli import EXIT_OK, EXIT_USAGE, UsageError, error
+from store.cli import EXIT_OK, UsageError, handled
 from store.recovery import RecoveryProgress
 
 
@@ -101,14 +101,6 @@ def _single_cause(exc: BaseException) -> BaseException:
     return exc
 
 
-def _handled(args: argparse.Namespace) -> int:
-    try:
-        return _cmd_node_start(args)
-    except UsageError as e:
-        error(str(e))
-        return EXIT_USAGE
-
-
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Register `tidemq node start`."""
     node = subparsers.add_parser(
@@ -129,4 +121,4 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "--base-dir", metavar="DIR",
         help="resolve a relative storePathRootDir against DIR (default: the working directory)",
     )
-    start.set_defaults(handler=_handled)
+    start.set_defaults(handler=handled(_cmd_node_start))

@@ -138,7 +138,7 @@ class BrokerConfig:
     advertised_address: str | None = attrs.field(default=None, validator=validate_host_port)
     ha_advertised_address: str | None = attrs.field(default=None, validator=validate_host_port)
     # ---- automatic failover (docs/auto-failover.md); unset: manual promotion only
-    # "etcd": each group's master is elected under an etcd lease (node/controller.py).
+    # "etcd": each group's master is elected under an etcd lease (node/failover/controller.py).
     controller_mode: str | None = attrs.field(default=None, validator=_controller_mode)
     # etcd client endpoints, host:port[;host:port...] (required with controllerMode).
     etcd_endpoints: str | None = attrs.field(default=None, validator=_addr_list)

@@ -34,7 +34,7 @@ from .topics import TopicConfigManager
 
 
 class FailoverHooks(Protocol):
-    """What the ops ask of node/failover.py's Failover: typed here, so ops (below failover,
+    """What the ops ask of node/failover/promotion.py's Failover: typed here, so ops (below failover,
     which raises OpError and is handed NodeServices) does not import it."""
 
     async def before_write(self) -> int: ...

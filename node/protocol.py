@@ -498,7 +498,7 @@ def parse_request(frame: Mapping[Any, Any], ops: Mapping[str, tuple[Field, ...]]
     Unknown fields are refused (with the nearest valid name) rather than ignored, so a
     misspelt optional field such as `queueId` never silently falls back to its default.
     `ops` is the server's op table: the node's `OPS` by default; the name server passes its
-    own (cluster/namesrv.py), so both share the framing, envelope and field rules.
+    own (cluster/namesrv/server.py), so both share the framing, envelope and field rules.
     """
     raw_id = frame.get("id")
     request_id = raw_id if type(raw_id) is int and INT64_MIN <= raw_id <= INT64_MAX else None

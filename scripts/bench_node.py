@@ -25,8 +25,8 @@ from pathlib import Path
 import psutil
 import trio
 
-from cluster import launcher
 from cluster.client import OutgoingMessage, Producer, PullConsumer
+from cluster.launch import launcher
 
 REPO = Path(__file__).resolve().parents[1]
 TOPIC = "BenchNode"

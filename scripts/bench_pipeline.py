@@ -135,8 +135,8 @@ def bench_spark(spark, root: Path) -> dict:
 
 
 def bench_lag(spark, work: Path, rate: int, seconds: float) -> dict:
-    from cluster import launcher
     from cluster.client import Admin, Producer
+    from cluster.launch import launcher
 
     conf, base = work / "lag" / "conf", work / "lag" / "data"
     launcher.copy_layout(REPO / "conf" / "1m-1s-dev", conf, overrides={"broker-a": {"brokerRole": "ASYNC_MASTER"}})

@@ -42,7 +42,7 @@ def _tidemq(*args: str, capture: bool = False) -> str:
 
 
 def _namesrv_address(base_dir: str) -> str:
-    from cluster.launcher import load_state
+    from cluster.launch.launcher import load_state
 
     state = load_state(base_dir)
     rec = state.nodes.get("namesrv") if state else None

@@ -142,15 +142,30 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_OK if clean else EXIT_PROBLEM
 
 
-def _handled(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+Handler = Callable[[argparse.Namespace], int]
+
+
+def handled(fn: Handler, usage: tuple[type[Exception], ...] = (),
+            problem: tuple[type[Exception], ...] = ()) -> Handler:
+    """Every layer's command wrapper: `fn` with UsageError and the `usage` errors as one
+    line on stderr and exit 2 (unusable input), the `problem` errors exit 1 (it ran and
+    found a problem), whichever entry point (tidemq, scripts/drill, ...) calls it."""
+
     def run(args: argparse.Namespace) -> int:
         try:
             return fn(args)
-        except (UsageError, tools.StoreToolError) as e:
+        except (UsageError, *usage) as e:
             error(str(e))
             return EXIT_USAGE
+        except problem as e:
+            error(str(e))
+            return EXIT_PROBLEM
 
     return run
+
+
+def _handled(fn: Handler) -> Handler:
+    return handled(fn, usage=(tools.StoreToolError,))
 
 
 _DIR_HELP = ("a store (a node's storePathRootDir, e.g. data/store/broker-a), or a cluster base dir "

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cluster.etcd_server import EtcdServer, etcd_binary
+from cluster.launch.etcd_server import EtcdServer, etcd_binary
 from tests.node.nodeproc import Nodes
 
 

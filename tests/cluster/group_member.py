@@ -8,7 +8,7 @@ import sys
 
 import trio
 
-from cluster.push_consumer import Consumer
+from cluster.client.push_consumer import Consumer
 
 
 async def main(namesrv: str, group: str, topic: str, heartbeat_s: float, rebalance_s: float) -> None:

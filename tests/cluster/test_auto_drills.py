@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from cluster import drill, drill_cli
+from cluster.drills import cli as drill_cli
+from cluster.drills import framework as drill
 
 pytestmark = pytest.mark.slow
 
 
 def test_the_auto_drills_are_registered() -> None:
-    from cluster import drills  # noqa: F401  (registers every drill)
+    from cluster.drills import basic  # noqa: F401  (registers every drill)
 
     assert {"auto-kill-master", "auto-partition", "auto-soak", "etcd-down"} <= set(drill.DRILLS)
     assert drill.LAYOUTS["etcd-down"].name == "2m-2s-sync-auto"
@@ -29,7 +30,7 @@ def test_auto_soak_refuses_a_round_count_that_is_not_positive(bad: str, why: str
 # `scripts/drill auto-kill-master` runs it; CI keeps the suite's time down
 @pytest.mark.parametrize("name", ["auto-partition", "etcd-down"])
 async def test_auto_drill_keeps_its_promises(tmp_path, name) -> None:
-    from cluster import drills  # noqa: F401
+    from cluster.drills import basic  # noqa: F401
 
     report = await drill.run_drill(name, base_dir=str(tmp_path / "drill"), rate=30)
     assert report.error is None, report.table()
@@ -40,7 +41,7 @@ async def test_auto_drill_keeps_its_promises(tmp_path, name) -> None:
 
 
 async def test_auto_soak_runs_its_seeded_rounds(tmp_path) -> None:
-    from cluster import drills  # noqa: F401
+    from cluster.drills import basic  # noqa: F401
 
     report = await drill.run_drill("auto-soak", base_dir=str(tmp_path / "drill"), rate=30, rounds=2, seed=14)
     assert report.error is None, report.table()

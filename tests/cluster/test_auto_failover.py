@@ -1,4 +1,4 @@
-"""Automatic failover on etcd (node/controller.py) with a real etcd and real node processes.
+"""Automatic failover on etcd (node/failover/controller.py) with a real etcd and real node processes.
 
 Each test runs etcd, a name server, and group broker-t (a SYNC_MASTER and its slave) with
 controllerMode etcd and a 2 s lease; waits are conditions with deadlines.
@@ -17,12 +17,12 @@ import pytest
 import trio
 
 from chaos.network import start_proxy_process
-from cluster import proxies
-from cluster.etcd_server import EtcdServer
-from cluster.routing import TopicRoute
+from cluster.client.routing import TopicRoute
+from cluster.launch import proxies
+from cluster.launch.etcd_server import EtcdServer
 from node.client import TidemqError, connect
-from node.controller import key_prefix
-from node.etcd import EtcdClient, parse_endpoints
+from node.failover.controller import key_prefix
+from node.failover.etcd import EtcdClient, parse_endpoints
 from tests.cluster.helpers import broker_conf, call, slave_of, start_namesrv, wait_for
 from tests.node.nodeproc import NodeProcess, Nodes, free_port
 

@@ -9,8 +9,8 @@ from functools import partial
 import pytest
 import trio
 
+from cluster.client.push_consumer import Consumer
 from cluster.namesrv import NameServer, NamesrvConfig
-from cluster.push_consumer import Consumer
 
 
 async def _nothing(msg) -> None:

@@ -16,9 +16,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cluster.client import Admin, NotFound, Producer
-from cluster.push_consumer import Consumer
-from cluster.rebalance import allocate_averagely
-from cluster.routing import MessageQueue
+from cluster.client.push_consumer import Consumer
+from cluster.client.rebalance import allocate_averagely
+from cluster.client.routing import MessageQueue
 from tests.cluster.helpers import broker_conf, call, start_namesrv, wait_for
 from tests.node.nodeproc import REPO, Nodes
 
@@ -164,7 +164,7 @@ async def test_a_crashed_member_is_dropped_and_its_queues_taken_over(tmp_path, n
 
 @pytest.mark.slow
 async def test_consume_as_member_takes_exactly_max_and_leaves_the_rest_committed_for_the_group(tmp_path, nodes):
-    from cluster.push_consumer import consume_as_member
+    from cluster.client.push_consumer import consume_as_member
 
     ns, master = await setup_cluster(tmp_path, nodes, "MX", 2)
     async with Producer(namesrv=ns.address) as producer:

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from cluster.drill import DRILLS, run_drill
-from cluster.drill_cli import add_commands
+from cluster.drills.cli import add_commands
+from cluster.drills.framework import DRILLS, run_drill
 from tests.node.nodeproc import REPO
 
 
@@ -40,7 +40,7 @@ async def test_kill_master_drill_keeps_its_promises(tmp_path):
 
 @pytest.mark.slow
 def test_rebalance_drill_cli_json():
-    out = subprocess.run([sys.executable, "-m", "cluster.drill_cli", "rebalance", "--json", "--rate", "30"],
+    out = subprocess.run([sys.executable, "-m", "cluster.drills.cli", "rebalance", "--json", "--rate", "30"],
                          cwd=REPO, capture_output=True, timeout=300)
     assert out.returncode == 0, out.stdout.decode() + out.stderr.decode()[-3000:]
     report = json.loads(out.stdout)

@@ -1,24 +1,24 @@
 """The promote and partition drills once each, short, with real processes (they run in
-the drill framework of cluster/drill.py)."""
+the drill framework of cluster/drills/framework.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from cluster import drill
+from cluster.drills import framework as drill
 
 pytestmark = pytest.mark.slow
 
 
 def test_the_failover_drills_are_registered() -> None:
-    from cluster import drills  # noqa: F401  (registers every drill)
+    from cluster.drills import basic  # noqa: F401  (registers every drill)
 
     assert {"promote", "partition"} <= set(drill.DRILLS)
 
 
 @pytest.mark.parametrize("name", ["promote", "partition"])
 async def test_failover_drill_keeps_its_promises(tmp_path, name) -> None:
-    from cluster import drills  # noqa: F401
+    from cluster.drills import basic  # noqa: F401
 
     report = await drill.run_drill(name, base_dir=str(tmp_path / "drill"), rate=30)
     assert report.error is None, report.table()

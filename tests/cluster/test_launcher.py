@@ -17,8 +17,8 @@ from typing import Any
 import psutil
 import pytest
 
-from cluster import launcher
-from cluster.state import save_state
+from cluster.launch import launcher
+from cluster.launch.state import save_state
 from node.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]

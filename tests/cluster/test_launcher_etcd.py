@@ -10,9 +10,9 @@ import psutil
 import pytest
 import trio
 
-from cluster.drill import REPO
-from cluster.launcher import copy_layout
-from cluster.launcher_etcd import ETCD_STATE
+from cluster.drills.framework import REPO
+from cluster.launch.launcher import copy_layout
+from cluster.launch.launcher_etcd import ETCD_STATE
 from tests.cluster.helpers import call, cli, wait_for
 
 pytestmark = pytest.mark.slow

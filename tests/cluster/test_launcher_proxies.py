@@ -13,10 +13,10 @@ import trio
 from toxiproxy import Toxiproxy
 
 from chaos.network import start_proxy_process
-from cluster import launcher, proxies
-from cluster.admin import Admin
-from cluster.consumer import PullConsumer
-from cluster.state import LauncherError, LayoutError
+from cluster.client.admin import Admin
+from cluster.client.consumer import PullConsumer
+from cluster.launch import launcher, proxies
+from cluster.launch.state import LauncherError, LayoutError
 from node.client import TidemqError, connect
 from node.config import load_config
 from store.message import decode_msg_id

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import attrs
 
+from cluster.client.routing import BrokerInfo, route_from_brokers
 from cluster.namesrv import RouteTable
-from cluster.routing import BrokerInfo, route_from_brokers
 
 
 def reg(name: str, broker_id: int, address: str, topics: dict | None = None, role: str | None = None) -> dict:

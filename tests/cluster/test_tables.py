@@ -1,10 +1,10 @@
-"""cluster/tables.py: the status table's columns per group, from `status` answers."""
+"""cluster/cli/tables.py: the status table's columns per group, from `status` answers."""
 
 from __future__ import annotations
 
 from rich.console import Console
 
-from cluster.tables import BrokerRow, broker_table, controller_line
+from cluster.cli.tables import BrokerRow, broker_table, controller_line
 
 
 def render(table) -> str:

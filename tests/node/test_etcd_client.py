@@ -1,12 +1,12 @@
-"""node/etcd.py against a real etcd: leases, keys, the election transaction, errors."""
+"""node/failover/etcd.py against a real etcd: leases, keys, the election transaction, errors."""
 
 from __future__ import annotations
 
 import pytest
 import trio
 
-from cluster.etcd_server import EtcdServer
-from node.etcd import (
+from cluster.launch.etcd_server import EtcdServer
+from node.failover.etcd import (
     EtcdClient,
     EtcdError,
     WatchEvent,

@@ -14,8 +14,8 @@ import trio.testing
 from cluster.namesrv import NameServer, NamesrvConfig
 from node.client import connect
 from node.config import load_config
-from node.failover import Failover
-from node.fencing import STALL_S
+from node.failover.fencing import STALL_S
+from node.failover.promotion import Failover
 from node.ops import OpError
 from node.protocol import Status
 from tests.node.nodeproc import free_port, master_conf

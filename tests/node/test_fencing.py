@@ -1,4 +1,4 @@
-"""node/fencing.py's decisions, fed events directly (no clock, no sockets): hypothesis
+"""node/failover/fencing.py's decisions, fed events directly (no clock, no sockets): hypothesis
 drives beats, slave connections and epoch checks in any order and checks the gate against
 the rules stated in docs/failover.md."""
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from node.fencing import STALL_S, CheckOutcome, Fencing
+from node.failover.fencing import STALL_S, CheckOutcome, Fencing
 
 
 def test_a_stall_holds_writes_until_a_check_that_started_after_it_confirms() -> None:

@@ -12,7 +12,7 @@ import trio
 from cluster.namesrv import NameServer, NamesrvConfig
 from node.client import connect
 from node.config import load_config
-from node.failover import ROLE_FILE, RoleState
+from node.failover.promotion import ROLE_FILE, RoleState
 from node.registration import NameServerRegistration
 from node.topics import TopicConfigManager
 from store.config import BrokerRole

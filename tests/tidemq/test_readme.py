@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.layout import copy_layout
+from cluster.launch.layout import copy_layout
 from store.message import decode_msg_id, encode_msg_id
 
 REPO = Path(__file__).resolve().parents[2]

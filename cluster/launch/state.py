@@ -1,4 +1,4 @@
-"""cluster.json and its lock: what a local cluster's base dir runs (cluster/launcher.py).
+"""cluster.json and its lock: what a local cluster's base dir runs (cluster/launch/launcher.py).
 
 `<base-dir>/cluster.json` records the layout and, per node, its config, pid, process start
 time, address and role, so later commands find the processes after the launcher exited. It
@@ -91,7 +91,7 @@ class NodeRecord:
 
 @attrs.define
 class ProxyRecord:
-    """A Toxiproxy proxy in front of one link of one node (cluster/proxies.py)."""
+    """A Toxiproxy proxy in front of one link of one node (cluster/launch/proxies.py)."""
 
     name: str  # `<prefix><node>-<link>`
     node: str

@@ -1,4 +1,4 @@
-"""The promotion drills `tidemq drill NAME` runs (framework: cluster/drill.py).
+"""The promotion drills `tidemq drill NAME` runs (framework: cluster/drills/framework.py).
 
 - `promote`: SIGKILL broker-a's master, promote its slave (a new epoch), keep producing to
   broker-a; restart the old master. Promises: the slave serves as master with the next
@@ -21,8 +21,8 @@ import trio
 
 from node.client import TidemqError, connect
 
-from .admin import Admin
-from .drill import TOPIC, DrillRun, drill
+from ..client.admin import Admin
+from .framework import TOPIC, DrillRun, drill
 
 GROUP = "broker-a"
 PROMOTE_TIMEOUT_S = 30.0

@@ -13,22 +13,9 @@ from typing import Any
 import trio
 
 from node.client import TidemqError
-from store.cli import EXIT_PROBLEM, EXIT_USAGE, UsageError, error
+from store.cli import EXIT_PROBLEM, UsageError, error, handled
 
-Handler = Callable[[argparse.Namespace], int]
-
-
-def handled(fn: Handler) -> Handler:
-    """`fn` with UsageError as one line on stderr and exit 2."""
-
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return fn(args)
-        except UsageError as e:
-            error(str(e))
-            return EXIT_USAGE
-
-    return run
+__all__ = ["add_source", "handled", "run_async", "source", "until_signal"]
 
 
 def run_async(args: argparse.Namespace, main: Callable[[], Awaitable[int]]) -> int:

@@ -1,9 +1,9 @@
 """Failover drills: a local 2m-2s-sync cluster under load, one fault, a report.
 
 `tidemq drill NAME` (or `scripts/drill NAME`) copies conf/2m-2s-sync to a scratch
-directory with free ports, starts it (cluster/launcher.py), creates a topic with 4 queues
+directory with free ports, starts it (cluster/launch/launcher.py), creates a topic with 4 queues
 on each group, runs producers that send unique keys (UNIQ_KEY) and a consumer group of 2
-members (cluster/push_consumer.py), then runs the drill's script (cluster/drills.py)
+members (cluster/client/push_consumer.py), then runs the drill's script (cluster/drills/basic.py)
 against it, stops the producers, lets the group drain and prints the report: sent,
 acknowledged (PUT_OK), failed, consumed, duplicates by UNIQ_KEY, acknowledged-but-lost,
 time until producers recovered, time until every queue was consumed again, and the
@@ -29,12 +29,12 @@ import trio
 
 from node.client import OutcomeUnknown, TidemqError
 
-from . import launcher
-from .admin import Admin
-from .base import STORED, ReceivedMessage
-from .producer import Producer
-from .push_consumer import Consumer
-from .routing import MessageQueue
+from ..client.admin import Admin
+from ..client.base import STORED, ReceivedMessage
+from ..client.producer import Producer
+from ..client.push_consumer import Consumer
+from ..client.routing import MessageQueue
+from ..launch import launcher
 
 log = logging.getLogger("tidemq.drill")
 

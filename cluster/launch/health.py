@@ -1,6 +1,6 @@
 """`tidemq cluster status`: each recorded node's process state and its `status` answer.
 
-The async half of the launcher: the processes are looked at with psutil (cluster/processes.py),
+The async half of the launcher: the processes are looked at with psutil (cluster/launch/processes.py),
 the nodes are asked over the client protocol concurrently. Callers run `cluster_status` in
 their own trio loop (the CLI with `trio.run`).
 """

@@ -22,12 +22,12 @@ from typing import Any
 
 from store.cli import EXIT_OK, EXIT_PROBLEM, UsageError, error, print_json
 
-from .cli_client import print_broker_status, run_query
-from .cli_common import add_source, handled, run_async, source
+from .client import print_broker_status, run_query
+from .common import add_source, handled, run_async, source
 
 
 def _cmd_topics(args: argparse.Namespace) -> int:
-    from .client import Admin
+    from ..client import Admin
 
     src = source(args)
 
@@ -46,7 +46,7 @@ def _cmd_topics(args: argparse.Namespace) -> int:
 
 
 def _cmd_route(args: argparse.Namespace) -> int:
-    from .client import Admin
+    from ..client import Admin
 
     src = source(args)
 
@@ -69,7 +69,7 @@ def _cmd_route(args: argparse.Namespace) -> int:
 
 
 def _cmd_progress(args: argparse.Namespace) -> int:
-    from .client import Admin, MessageQueue
+    from ..client import Admin, MessageQueue
 
     src = source(args)
 
@@ -93,7 +93,7 @@ def _cmd_progress(args: argparse.Namespace) -> int:
 
 
 def _cmd_delete_expired(args: argparse.Namespace) -> int:
-    from .client import Admin
+    from ..client import Admin
 
     src = source(args)
 
@@ -111,7 +111,7 @@ def _cmd_delete_expired(args: argparse.Namespace) -> int:
 
 
 def _cmd_promote(args: argparse.Namespace) -> int:
-    from .client import Admin
+    from ..client import Admin
 
     src = source(args)
     if args.broker_id < 1:

@@ -1,6 +1,6 @@
 """When a master may take and acknowledge writes: the fencing watch's decisions, without I/O.
 
-node/failover.py feeds `Fencing` what it observes (beats of its event loop, the HA service's
+node/failover/promotion.py feeds `Fencing` what it observes (beats of its event loop, the HA service's
 slave counts, epoch checks started and finished) and asks it what to do: check before this
 write, hold writes, what a write admitted at time t needs before it is acknowledged. Times
 are the caller's monotonic clock (`trio.current_time()`), passed in, so the decisions are

@@ -7,7 +7,7 @@ DefaultMQPushConsumer, concurrent mode).
         await trio.sleep_forever()
 
 It subscribes to the topic and to the group's retry topic `%RETRY%<group>`, shares their
-queues with the group's other members (cluster/rebalance.py), pulls each queue it owns,
+queues with the group's other members (cluster/client/rebalance.py), pulls each queue it owns,
 calls the handler once per message and commits a queue's offset after the handler has
 returned for every message of a pull. A handler that raises (or returns False) has its
 message sent back (`consumer_send_back`): it comes again after the retry ladder's delay

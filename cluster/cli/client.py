@@ -1,6 +1,6 @@
 """`tidemq namesrv/send/consume/query/status`: the name server and the client commands.
 
-Registered through cluster/cli.py's `add_commands`. Every command that
+Registered through cluster/cli/__init__.py's `add_commands`. Every command that
 talks to a cluster takes `--namesrv ADDR[;ADDR]` or `--broker ADDR` (repeatable, no name
 server). Output is for scripts: `send`, `consume` and `query` print one JSON object per
 line; `status` prints a table (or one JSON object with `--json`). Errors are one line on
@@ -23,7 +23,7 @@ from node.client import OutcomeUnknown
 from store.cli import EXIT_OK, EXIT_PROBLEM, UsageError, error, print_json
 from store.message import PROPERTY_DELAY, decode_msg_id
 
-from .cli_common import add_source, handled, run_async, source, until_signal
+from .common import add_source, handled, run_async, source, until_signal
 from .tables import BrokerRow, broker_table, failover_lines
 
 EXIT_INDETERMINATE = 3
@@ -62,7 +62,7 @@ def _cmd_namesrv_start(args: argparse.Namespace) -> int:
 
     from node.config import ConfigError
 
-    from .namesrv import NameServer, NamesrvConfig, load_namesrv_config
+    from ..namesrv import NameServer, NamesrvConfig, load_namesrv_config
 
     try:
         cfg = load_namesrv_config(args.config) if args.config else NamesrvConfig()
@@ -126,7 +126,7 @@ def _add_namesrv_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _cmd_send(args: argparse.Namespace) -> int:
-    from .client import Producer
+    from ..client import Producer
 
     src = source(args)
     if args.count < 1:
@@ -209,7 +209,7 @@ def _add_send_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _cmd_consume(args: argparse.Namespace) -> int:
-    from .client import PullConsumer
+    from ..client import PullConsumer
 
     src = source(args)
     if args.max is not None and args.max < 1:
@@ -217,7 +217,7 @@ def _cmd_consume(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         if args.commit:  # a member of the group (push_consumer.Consumer): commits what it printed
-            from .push_consumer import consume_as_member
+            from ..client.push_consumer import consume_as_member
 
             await consume_as_member(lambda m: print_json(message_json(m)), group=args.group, topic=args.topic,
                                     max_messages=args.max, idle_timeout_ms=args.timeout_ms,
@@ -269,7 +269,7 @@ def _add_consume_command(subparsers: argparse._SubParsersAction) -> None:
 
 def run_query(args: argparse.Namespace) -> int:
     """`tidemq query` and `tidemq admin msg/key`."""
-    from .client import Admin
+    from ..client import Admin
 
     src = source(args)
     if bool(args.msg_id) == bool(args.key):
@@ -325,7 +325,7 @@ def status_rows(brokers: list[Any]) -> list[BrokerRow]:
 
 def print_broker_status(args: argparse.Namespace) -> int:
     """`tidemq status` and `tidemq admin brokerStatus`."""
-    from .client import Admin
+    from ..client import Admin
 
     src = source(args)
 

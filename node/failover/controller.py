@@ -57,7 +57,9 @@ import trio
 
 from store.config import BrokerRole
 
-from .config import BrokerConfig
+from ..config import BrokerConfig
+from ..ops import OpError
+from ..protocol import Status
 from .etcd import (
     EtcdClient,
     EtcdError,
@@ -71,12 +73,10 @@ from .etcd import (
     op_put,
     parse_endpoints,
 )
-from .ops import OpError
-from .protocol import Status
 
 if TYPE_CHECKING:
-    from .failover import Failover
-    from .slave_sync import SlaveSync
+    from ..slave_sync import SlaveSync
+    from .promotion import Failover
 
 log = logging.getLogger("tidemq.node")
 

@@ -1,4 +1,4 @@
-"""`tidemq cluster up/status/down/kill/start`: a local multi-process cluster (cluster/launcher.py).
+"""`tidemq cluster up/status/down/kill/start`: a local multi-process cluster (cluster/launch/launcher.py).
 
 Exit codes (store/cli.py): a bad layout or base dir (LayoutError) is a usage error, 2; an
 action that failed (a node did not start, a signal found no process) is 1.
@@ -15,11 +15,11 @@ from typing import Any
 
 import trio
 
-from store.cli import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, error, print_json
+from store.cli import EXIT_OK, EXIT_PROBLEM, handled, print_json
 
-from . import launcher
-from .health import NodeStatus, cluster_status, served
-from .state import LauncherError, LayoutError
+from ..launch import launcher
+from ..launch.health import NodeStatus, cluster_status, served
+from ..launch.state import LauncherError, LayoutError
 from .tables import BrokerRow, broker_table, failover_lines
 
 Handler = Callable[[argparse.Namespace], int]
@@ -27,18 +27,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 def _launcher_errors(fn: Handler) -> Handler:
     """Layout/usage problems exit 2, failed actions exit 1, each as one line on stderr."""
-
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return fn(args)
-        except LayoutError as e:
-            error(str(e))
-            return EXIT_USAGE
-        except LauncherError as e:
-            error(str(e))
-            return EXIT_PROBLEM
-
-    return run
+    return handled(fn, usage=(LayoutError,), problem=(LauncherError,))
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
@@ -70,7 +59,7 @@ def _served(rec: Any) -> str:
 
 def node_rows(rows: list[NodeStatus], base_dir: str) -> list[BrokerRow]:
     """cluster status rows as table rows (the name server is its own group)."""
-    from .state import load_state
+    from ..launch.state import load_state
 
     state = load_state(base_dir)
     records = state.nodes if state else {}
@@ -89,8 +78,8 @@ def node_rows(rows: list[NodeStatus], base_dir: str) -> list[BrokerRow]:
 
 def _proxy_rows(base_dir: str) -> list[dict[str, Any]]:
     """The cluster's proxies as recorded and as the proxy server reports them now."""
-    from . import proxies
-    from .state import load_state
+    from ..launch import proxies
+    from ..launch.state import load_state
 
     state = load_state(base_dir)
     if state is None or not state.proxy_url:

@@ -1,9 +1,9 @@
 """Where topics live: route data and the two discovery modes.
 
 A client learns routes either from name servers (`get_route`, `get_cluster_info`, see
-cluster/namesrv.py) or, without a name server, by asking a fixed list of brokers for
+cluster/namesrv/server.py) or, without a name server, by asking a fixed list of brokers for
 their `status` and `topic_list` and grouping them by brokerName the way the name server
-would. Producer, PullConsumer and Admin (cluster/client.py) share this module: they see
+would. Producer, PullConsumer and Admin (cluster/client/) share this module: they see
 the same `TopicRoute` whichever mode they run in.
 """
 

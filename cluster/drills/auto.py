@@ -25,9 +25,9 @@ import trio
 
 from node.client import TidemqError, connect
 
-from . import launcher_etcd
-from .drill import REPO, TOPIC, DrillRun, drill
-from .failover_drills import _consumed_again, _rejoined, _status, _writes_reach
+from ..launch import launcher_etcd
+from .framework import REPO, TOPIC, DrillRun, drill
+from .promotion import _consumed_again, _rejoined, _status, _writes_reach
 
 LAYOUT = REPO / "conf" / "2m-2s-sync-auto"
 LEASE_S = 3.0

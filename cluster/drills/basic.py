@@ -1,4 +1,4 @@
-"""The drills `tidemq drill NAME` runs (framework: cluster/drill.py).
+"""The drills `tidemq drill NAME` runs (framework: cluster/drills/framework.py).
 
 - `kill-master`: SIGKILL broker-a's master under load. Promises: producers move to
   broker-b within 10 s with no send failing beyond the retry budget; the group consumes
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import trio
 
-from .drill import DrillRun, drill
-from .rebalance import allocate_averagely
+from ..client.rebalance import allocate_averagely
+from .framework import DrillRun, drill
 
 PRODUCERS_RECOVER_S = 10.0
 CONSUMPTION_RECOVER_S = 30.0
@@ -54,7 +54,7 @@ async def kill_master(run: DrillRun) -> None:
                 "recovery (abnormal exit)" in run.node_log("broker-a"))
 
     async def slave_caught_up() -> bool:
-        from .admin import Admin
+        from ..client.admin import Admin
 
         async with Admin(namesrv=run.namesrv) as admin:
             rows = {s.broker_id: s.status for s in await admin.status() if s.broker_name == "broker-a"}
@@ -110,4 +110,4 @@ async def rebalance(run: DrillRun) -> None:
         run.event(f"overlap: {overlap}")
 
 
-from . import auto_drills, failover_drills  # noqa: E402,F401  (promote, partition; auto-*, etcd-down)
+from . import auto, promotion  # noqa: E402,F401  (promote, partition; auto-*, etcd-down)

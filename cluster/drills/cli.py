@@ -1,6 +1,6 @@
-"""`tidemq drill NAME` (and `python -m cluster.drill_cli NAME`, what scripts/drill runs): the
-command line of the drill framework (cluster/drill.py). Importing it registers every drill
-(cluster/drills.py), so the framework itself imports none of them."""
+"""`tidemq drill NAME` (and `python -m cluster.drills.cli NAME`, what scripts/drill runs): the
+command line of the drill framework (cluster/drills/framework.py). Importing it registers every drill
+(cluster/drills/basic.py), so the framework itself imports none of them."""
 
 from __future__ import annotations
 
@@ -13,11 +13,9 @@ import trio
 
 from store.cli import positive_int
 
-from . import (
-    drills,  # noqa: F401  (registers the drills)
-    launcher,
-)
-from .drill import DRILLS, run_drill
+from ..launch import launcher
+from . import basic  # noqa: F401  (registers the drills)
+from .framework import DRILLS, run_drill
 
 __all__ = ["add_commands", "main"]
 

@@ -57,16 +57,16 @@ from store.epoch_file import EPOCH_FILE_NAME, EpochEntry, EpochFileCache, EpochF
 from store.message_store import MessageStore
 from store.recovery import TruncateReport
 
-from .client import TidemqError, connect
-from .config import BrokerConfig, ConfigError
+from ..client import TidemqError, connect
+from ..config import BrokerConfig, ConfigError
+from ..jsonfile import ConfigFileError
+from ..ops import NodeServices, OpError
+from ..protocol import Status
 from .fencing import STALL_S, CheckOutcome, Fencing
-from .jsonfile import ConfigFileError
-from .ops import NodeServices, OpError
-from .protocol import Status
 
 
 class ControllerHooks(Protocol):
-    """What Failover asks of node/controller.py's EtcdController (typed here, so the two
+    """What Failover asks of node/failover/controller.py's EtcdController (typed here, so the two
     modules do not import each other)."""
 
     leader: dict[str, Any] | None
@@ -199,7 +199,7 @@ class Failover:
         that would corrupt this store); None while replication is allowed."""
         self._check_lock = trio.Lock()
         self.controller: ControllerHooks | None = None
-        """With controllerMode etcd: the election decides who writes (node/controller.py)."""
+        """With controllerMode etcd: the election decides who writes (node/failover/controller.py)."""
 
     # ---- terms -------------------------------------------------------------------------------
     @property
@@ -326,7 +326,7 @@ class Failover:
                 and self.master.address not in self.cfg.own_addresses()):
             self._fence(self.master.epoch, self.master.address, "the name server")
 
-    # ---- fencing (the decisions are node/fencing.py's) -------------------------------------
+    # ---- fencing (the decisions are node/failover/fencing.py's) -------------------------------------
     def _observe_stall(self) -> None:
         if not self.cfg.role.is_master:
             return

@@ -1,9 +1,9 @@
 """Local multi-process cluster: start a layout from `conf/`, track it, stop it.
 
-The commands `tidemq cluster up/start/kill/down` run; `status` is cluster/health.py (it
-asks the nodes over the network) and the tables are cluster/tables.py. A layout is read
-by cluster/layout.py, processes are spawned and watched by cluster/processes.py, and
-cluster.json with its lock is cluster/state.py.
+The commands `tidemq cluster up/start/kill/down` run; `status` is cluster/launch/health.py (it
+asks the nodes over the network) and the tables are cluster/cli/tables.py. A layout is read
+by cluster/launch/layout.py, processes are spawned and watched by cluster/launch/processes.py, and
+cluster.json with its lock is cluster/launch/state.py.
 
 Start order is name server, masters, slaves (a slave's first report needs its master);
 stop order is the reverse. Mutating commands hold `<base-dir>/cluster.lock`, so two
@@ -92,7 +92,7 @@ def up(
     this call started are stopped again and LauncherError says which node failed and why.
     `conf_dir` None reuses the layout (and proxy URL) recorded in cluster.json.
     `proxy_url` routes every broker's client and HA link through proxies on that
-    Toxiproxy server, named `<proxy_prefix><node>-client` / `-ha` (cluster/proxies.py).
+    Toxiproxy server, named `<proxy_prefix><node>-client` / `-ha` (cluster/launch/proxies.py).
     """
     base = Path(base_dir).resolve()
     with locked(base):

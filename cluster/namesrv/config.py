@@ -1,0 +1,88 @@
+"""The name server's config file (TOML or .properties): `NamesrvConfig`."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tomllib
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from node.config import ConfigError, parse_properties
+
+MiB = 1024 * 1024
+DEFAULT_PORT = 9876
+
+
+@attrs.define(kw_only=True)
+class NamesrvConfig:
+    """Name server settings; the file uses the camelCase keys in `_KEYS`."""
+
+    listen_port: int = DEFAULT_PORT
+    listen_address: str = "127.0.0.1"
+    broker_expire_ms: int = 30_000
+    max_frame_size: int = 8 * MiB
+    source: str = attrs.field(default="", eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        where = f"{self.source}: " if self.source else ""
+        if not 0 <= self.listen_port <= 65535:
+            raise ConfigError(f"{where}listenPort must be in 0..65535 (0 picks a free port), got {self.listen_port}")
+        if not self.listen_address.strip():
+            raise ConfigError(f"{where}listenAddress must not be empty")
+        if not 100 <= self.broker_expire_ms <= 3_600_000:
+            raise ConfigError(f"{where}brokerExpireMs must be in 100..3600000, got {self.broker_expire_ms}")
+        if not 64 * 1024 <= self.max_frame_size <= 1024 * MiB:
+            raise ConfigError(f"{where}maxFrameSize must be in 65536..{1024 * MiB}, got {self.max_frame_size}")
+
+
+_KEYS = {
+    "listenPort": ("listen_port", int),
+    "listenAddress": ("listen_address", str),
+    "brokerExpireMs": ("broker_expire_ms", int),
+    "maxFrameSize": ("max_frame_size", int),
+}
+
+
+def namesrv_config_from_mapping(values: Mapping[str, Any], *, source: str = "") -> NamesrvConfig:
+    """Build from RocketMQ-style keys; an unknown key or a wrong type names the key."""
+    where = f"{source}: " if source else ""
+    kwargs: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in _KEYS:
+            close = difflib.get_close_matches(key, list(_KEYS), n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(_KEYS)}"
+            raise ConfigError(f"{where}unknown key {key!r}{hint}")
+        name, type_ = _KEYS[key]
+        if type_ is int and isinstance(value, str):
+            try:
+                value = int(value.strip())
+            except ValueError:
+                raise ConfigError(f"{where}{key} must be an integer, got {value!r}") from None
+        if type(value) is not type_:
+            raise ConfigError(f"{where}{key} must be {'an integer' if type_ is int else 'a string'}, got {value!r}")
+        kwargs[name] = value
+    return NamesrvConfig(**kwargs, source=source)
+
+
+def load_namesrv_config(path: str) -> NamesrvConfig:
+    """Read a namesrv `.toml` (or `.properties`) file, e.g. conf/2m-2s-sync/namesrv.toml."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read config file: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text: {e}") from None
+    if os.path.splitext(path)[1].lower() == ".properties":
+        values: Mapping[str, Any] = parse_properties(text, source=path)
+    else:
+        try:
+            values = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path}: TOML syntax error: {e}") from None
+    return namesrv_config_from_mapping(values, source=path)

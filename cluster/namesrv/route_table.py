@@ -1,0 +1,132 @@
+"""RouteTable: which brokers the name server knows, without I/O (tests and the server share it)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from ..client.routing import BrokerInfo, groups_serving
+
+log = logging.getLogger("tidemq.namesrv")
+
+@attrs.define(eq=False)
+class _Registration:
+    """A broker's last registration: what it said (`broker`), when (time.monotonic()) and
+    over which connection (`peer`), which only the name server needs."""
+
+    broker: BrokerInfo
+    last_update: float
+    peer: str | None
+
+    def age_ms(self, now: float) -> int:
+        return int((now - self.last_update) * 1000)
+
+    def seen_at(self, now: float) -> BrokerInfo:
+        """The broker as a client is told about it at `now` (with its age)."""
+        return attrs.evolve(self.broker, age_ms=self.age_ms(now))
+
+
+class RouteTable:
+    """Brokers by (brokerName, brokerId): what the name server knows. No I/O, so tests and
+    the server share it; `now` is time.monotonic() unless given."""
+
+    def __init__(self, expire_ms: int) -> None:
+        self.expire_s = expire_ms / 1000
+        self._brokers: dict[tuple[str, int], _Registration] = {}
+
+    def __len__(self) -> int:
+        return len(self._brokers)
+
+    def register(self, fields: Mapping[str, Any], peer: str | None, now: float | None = None) -> BrokerInfo | None:
+        """Record a registration (`fields` as `register_broker` validated them); returns the
+        broker as recorded, or None when refused: a master (brokerId 0) whose epoch is older
+        than the registered one's stays out (a returning old master must not take the route
+        from the promoted one)."""
+        now = time.monotonic() if now is None else now
+        key = (fields["broker_name"], fields["broker_id"])
+        old = self._brokers.get(key)
+        epoch = fields.get("epoch")
+        if (key[1] == 0 and old is not None and old.broker.address != fields["address"]
+                and old.broker.epoch is not None and (epoch is None or epoch < old.broker.epoch)):
+            log.warning("refused %s as master of %s: its epoch %s is older than %s's epoch %d",
+                        fields["address"], key[0], epoch, old.broker.address, old.broker.epoch)
+            return None
+        # the same address under another id or name: the node changed identity (promotion)
+        for other_key, other in list(self._brokers.items()):
+            if other_key != key and other.broker.address == fields["address"]:
+                log.info("%s now registers as %s/%d (was %s/%d)", fields["address"], key[0], key[1], *other_key)
+                del self._brokers[other_key]
+        if old is None:
+            log.info("broker %s/%d (%s, %s) registered", key[0], key[1], fields["role"], fields["address"])
+        elif old.broker.address != fields["address"]:
+            log.warning("broker %s/%d moved from %s to %s", key[0], key[1], old.broker.address, fields["address"])
+        elif not old.broker.alive:
+            log.info("broker %s/%d (%s) is back", key[0], key[1], fields["address"])
+        broker = attrs.evolve(BrokerInfo.from_wire(fields), last_update_ms=int(time.time() * 1000))
+        self._brokers[key] = _Registration(broker, now, peer)
+        return broker
+
+    def master_of(self, broker_name: str) -> BrokerInfo | None:
+        registration = self._brokers.get((broker_name, 0))
+        return registration.broker if registration else None
+
+    def unregister(self, broker_name: str, broker_id: int, address: str) -> bool:
+        """Remove a broker that stops gracefully; only if `address` is the registered one,
+        so a late unregister of an old process cannot remove its successor."""
+        registration = self._brokers.get((broker_name, broker_id))
+        if registration is None or registration.broker.address != address:
+            return False
+        del self._brokers[(broker_name, broker_id)]
+        log.info("broker %s/%d (%s) unregistered", broker_name, broker_id, address)
+        return True
+
+    def connection_closed(self, peer: str | None) -> None:
+        """The connection `peer` ended: its brokers are not alive (until they register again)."""
+        if peer is None:
+            return
+        for registration in self._brokers.values():
+            b = registration.broker
+            if registration.peer == peer and b.alive:
+                registration.broker = attrs.evolve(b, alive=False)
+                log.info("broker %s/%d (%s): registration connection closed; marked not alive",
+                         b.broker_name, b.broker_id, b.address)
+
+    def expire(self, now: float | None = None) -> list[BrokerInfo]:
+        """Drop brokers not heard from for brokerExpireMs; returns them."""
+        now = time.monotonic() if now is None else now
+        gone = [r for r in self._brokers.values() if now - r.last_update > self.expire_s]
+        for r in gone:
+            b = r.broker
+            del self._brokers[(b.broker_name, b.broker_id)]
+            log.warning("broker %s/%d (%s) expired: not heard from for %d ms",
+                        b.broker_name, b.broker_id, b.address, r.age_ms(now))
+        return [r.broker for r in gone]
+
+    def route(self, topic: str, now: float | None = None) -> list[dict[str, Any]]:
+        """The groups serving `topic` (any of its brokers has it), by brokerName.
+
+        Each group lists all its brokers (so a consumer can fall back to a slave) and the
+        queue data of its master, or of its lowest-id broker that has the topic when the
+        master is gone.
+        """
+        now = time.monotonic() if now is None else now
+        brokers = [r.seen_at(now) for r in self._brokers.values()]
+        return [
+            {
+                "broker_name": name,
+                "cluster": members[0].cluster,
+                "brokers": [b.route_entry() for b in members],
+                "queue_data": attrs.asdict(queue_data),
+            }
+            for name, members, queue_data in groups_serving(topic, brokers)
+        ]
+
+    def cluster_info(self, now: float | None = None) -> list[dict[str, Any]]:
+        now = time.monotonic() if now is None else now
+        brokers = sorted((r.seen_at(now) for r in self._brokers.values()),
+                         key=lambda b: (b.cluster, b.broker_name, b.broker_id))
+        return [b.to_wire() for b in brokers]

@@ -1,0 +1,144 @@
+"""The name server: brokers register and heartbeat, clients ask where a topic lives.
+
+Like RocketMQ's NameServer it keeps no state on disk: every broker re-registers every
+`registerNameServerPeriod` (node/registration.py) with its identity, addresses, topic
+configs and max CommitLog offset, so a restarted name server is whole again within one
+period. A broker is dropped when it has not registered for `brokerExpireMs` (default 30 s),
+and it is marked `alive: false` at once when the connection it registered over closes
+(a SIGKILLed broker's socket is closed by its kernel), as RocketMQ's
+BrokerHousekeepingService does on a channel close, so clients stop routing to it before
+it expires.
+
+The name server speaks the client protocol's framing and envelope (node/protocol.py) with
+its own op table, `NAMESRV_OPS`; docs/protocol.md ("Name server") is the reference.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import trio
+
+from node.protocol import (
+    Request,
+    Status,
+    error_response,
+    ok_response,
+)
+from node.server import ClientServer
+from store.address import format_host_port
+
+from .config import NamesrvConfig
+from .ops import NAMESRV_OPS
+from .route_table import RouteTable
+
+log = logging.getLogger("tidemq.namesrv")
+
+__all__ = ["NameServer"]
+
+SHUTDOWN_GRACE_S = 3.0
+
+
+
+class NameServer:
+    """The name server process's services: `await NameServer(cfg).run()`."""
+
+    def __init__(self, cfg: NamesrvConfig, *, handle_signals: bool = True) -> None:
+        self.cfg = cfg
+        self.handle_signals = handle_signals
+        self.table = RouteTable(cfg.broker_expire_ms)
+        self.server: ClientServer | None = None
+        self.address = ""
+        self.started_ms = 0
+        self._stop = trio.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until stopped (SIGTERM/SIGINT); `task_status.started(address)` when serving."""
+        receiver = (
+            trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT)
+            if self.handle_signals
+            else contextlib.nullcontext()
+        )
+        with receiver as signals:
+            async with trio.open_nursery() as nursery:
+                if signals is not None:
+                    nursery.start_soon(self._watch_signals, signals)
+                self.server = ClientServer(
+                    self._handle,
+                    host=self.cfg.listen_address,
+                    port=self.cfg.listen_port,
+                    max_frame_size=self.cfg.max_frame_size,
+                    ops=NAMESRV_OPS,
+                    on_disconnect=self.table.connection_closed,
+                )
+                await nursery.start(self.server.run)
+                nursery.start_soon(self._expire_loop)
+                self.address = format_host_port(self.cfg.listen_address, self.server.port)
+                self.started_ms = int(time.time() * 1000)
+                log.info("name server serving on %s (brokerExpireMs %d)", self.address, self.cfg.broker_expire_ms)
+                task_status.started(self.address)
+                await self._stop.wait()
+                log.info("name server shutting down")
+                await self.server.drain(SHUTDOWN_GRACE_S)
+                nursery.cancel_scope.cancel()
+
+    async def _watch_signals(self, signals: AsyncIterator[int]) -> None:
+        async for signum in signals:
+            log.info("received %s: shutting down", signal.Signals(signum).name)
+            self.stop()
+
+    async def _expire_loop(self) -> None:
+        interval = min(1.0, self.table.expire_s / 4)
+        while True:
+            await trio.sleep(interval)
+            self.table.expire()
+
+    async def _handle(self, request: Request, peer: str | None) -> dict[str, Any]:
+        try:
+            return self._dispatch(request, peer)
+        except Exception as e:  # a bug costs one request, never the name server
+            log.exception("op %s (id %s) failed", request.op, request.id)
+            return error_response(request.id, Status.INTERNAL_ERROR, f"{request.op} failed: {type(e).__name__}: {e}")
+
+    def _dispatch(self, request: Request, peer: str | None) -> dict[str, Any]:
+        f, table = request.fields, self.table
+        table.expire()
+        if request.op == "register_broker":
+            registered = table.register(f, peer) is not None
+            master = table.master_of(f["broker_name"])
+            return ok_response(
+                request.id,
+                registered=registered,
+                master_address=master.address if master else None,
+                master_ha_address=master.ha_address if master else None,
+                master_epoch=master.epoch if master else None,
+                master_role=master.role if master else None,
+                broker_expire_ms=self.cfg.broker_expire_ms,
+            )
+        if request.op == "unregister_broker":
+            return ok_response(request.id, removed=table.unregister(f["broker_name"], f["broker_id"], f["address"]))
+        if request.op == "get_route":
+            groups = table.route(f["topic"])
+            if not groups:
+                return error_response(request.id, Status.NOT_FOUND, f"no broker serves topic {f['topic']!r}")
+            return ok_response(request.id, topic=f["topic"], groups=groups)
+        if request.op == "get_cluster_info":
+            return ok_response(request.id, brokers=table.cluster_info(), broker_expire_ms=self.cfg.broker_expire_ms)
+        if request.op == "status":
+            return ok_response(
+                request.id,
+                role="NAMESRV",
+                address=self.address,
+                brokers=len(table),
+                broker_expire_ms=self.cfg.broker_expire_ms,
+                started_ms=self.started_ms,
+            )
+        raise AssertionError(f"op {request.op!r} has a schema but no handler")
