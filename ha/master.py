@@ -94,6 +94,7 @@ class HAService:
 
     def __init__(self, store: MessageStore, *, host: str = "127.0.0.1", port: int | None = None) -> None:
         self.store = store
+        self.log = store.replica_log
         self.config = store.config
         self.host = host
         self.port = self.config.ha_listen_port if port is None else port
@@ -160,17 +161,17 @@ class HAService:
     def in_sync(self, max_gap: int, max_silence_s: float) -> list[str]:
         """Peer addresses of the slaves within `max_gap` bytes that reported within
         `max_silence_s` (RocketMQ 5's haMaxGapNotInSync / haMaxTimeSlaveNotCatchup)."""
-        max_offset = self.store.commit_log.max_offset()
+        max_offset = self.log.end()
         now = trio.current_time()
         return sorted(c.address for c in self._connections
                       if c.ack_offset >= 0 and max_offset - c.ack_offset <= max_gap
                       and c.last_ack_at is not None and now - c.last_ack_at <= max_silence_s)
 
     def slave_fall_behind_much(self) -> int:
-        return self.store.commit_log.max_offset() - self.push2slave_max_offset
+        return self.log.end() - self.push2slave_max_offset
 
     def status(self) -> list[SlaveStatus]:
-        max_offset = self.store.commit_log.max_offset()
+        max_offset = self.log.end()
         return [
             SlaveStatus(
                 address=c.address,
@@ -186,8 +187,8 @@ class HAService:
         """Listen and serve slaves until cancelled; reports the bound port to `nursery.start`."""
         listeners = await trio.open_tcp_listeners(self.port, host=self.host)
         self.port = listeners[0].socket.getsockname()[1]
-        self.store.attach_replicator(self)
-        self.store.add_append_listener(self._on_append)
+        self.log.attach_replicator(self)
+        self.log.add_append_listener(self._on_append)
         log.info("HA service listening on %s:%d", self.host, self.port)
         try:
             async with trio.open_nursery() as nursery:
@@ -195,8 +196,8 @@ class HAService:
                 await nursery.start(trio.serve_listeners, self._handle, listeners)
                 task_status.started(self.port)
         finally:  # synchronous only: this runs while cancelled
-            self.store.remove_append_listener(self._on_append)
-            self.store.detach_replicator(self)
+            self.log.remove_append_listener(self._on_append)
+            self.log.detach_replicator(self)
             for listener in listeners:  # serve_listeners closes them too, if it got to run
                 listener.socket.close()
             log.info("HA service on port %d stopped", self.port)
@@ -268,7 +269,7 @@ class HAService:
 
     def _on_reports(self, conn: HAConnection, reports: list[int]) -> bool:
         """Take one read's reports as acks; False (close) for an offset the master cannot serve."""
-        max_offset = self.store.commit_log.max_offset()
+        max_offset = self.log.end()
         if conn.request_offset is None and not self._accept_first(conn, reports[0]):
             return False
         for offset in reports:
@@ -285,9 +286,8 @@ class HAService:
 
     def _accept_first(self, conn: HAConnection, offset: int) -> bool:
         """Apply the first-transfer-offset rule; refuse offsets the master cannot serve."""
-        commit_log = self.store.commit_log
-        max_offset = commit_log.max_offset()
-        min_offset = commit_log.min_offset()
+        max_offset = self.log.end()
+        min_offset = self.log.start()
         if offset > max_offset:
             log.warning(
                 "refusing slave %s: its first report %d is beyond the master's max offset %d "
@@ -304,7 +304,7 @@ class HAService:
             return False
         conn.request_offset = offset
         # A report of 0 (an empty slave) starts at the newest segment, never at older ones.
-        conn.start_offset = offset or max_offset - max_offset % commit_log.file_size
+        conn.start_offset = offset or self.log.segment_start(max_offset)
         conn.started.set()
         log.info(
             "slave %s reported %d; shipping from offset %d", conn.address, offset, conn.start_offset
@@ -315,7 +315,6 @@ class HAService:
         """RocketMQ's WriteSocketService: ship CommitLog bytes from the slave's next offset,
         heartbeat when idle."""
         await conn.started.wait()  # no first report yet: send nothing, not even heartbeats
-        commit_log = self.store.commit_log
         batch_size = self.config.ha_transfer_batch_size
         heartbeat_s = self.config.ha_send_heartbeat_interval / 1000
         stream = conn.stream
@@ -328,10 +327,10 @@ class HAService:
                 next_offset += size
                 last_write = trio.current_time()
                 continue
-            if next_offset < commit_log.min_offset():
+            if next_offset < self.log.start():
                 log.warning(
                     "slave %s needs offset %d but the master's log now starts at %d; closing",
-                    conn.address, next_offset, commit_log.min_offset(),
+                    conn.address, next_offset, self.log.start(),
                 )
                 return
             idle = trio.current_time() - last_write
@@ -350,7 +349,7 @@ class HAService:
         The bytes are copied out so the segment is not held while the socket is slow: a
         stalled slave must not keep a segment from being deleted or unmapped.
         """
-        selected = self.store.commit_log.get_data(offset)
+        selected = self.log.read(offset)
         if selected is None:
             return 0, b""
         with selected:

@@ -25,6 +25,7 @@ import trio
 
 from store.address import AddressError, split_host_port
 from store.message_store import MessageStore
+from store.replica_log import FollowerAppendError
 
 from .connection import ReadEnd, guarded, read_until_closed
 from .protocol import Transfer, TransferDecoder, encode_report
@@ -60,10 +61,6 @@ def split_address(address: str) -> tuple[str, int]:
         raise AddressError(f"master HA address {e}") from None
 
 
-class _MismatchError(Exception):
-    """A frame the slave cannot append: drop the connection and report again."""
-
-
 @attrs.define(eq=False)
 class _Session:
     """One connection to the master."""
@@ -88,6 +85,7 @@ class HAClient:
         admit: Callable[[str], Awaitable[bool]] | None = None,
     ) -> None:
         self.store = store
+        self.log = store.replica_log
         self.admit = admit
         """Asked before each connection whether this master may be replicated from (the
         node's epoch check, over the client protocol: the HA bytes stay RocketMQ 4.x's)."""
@@ -135,7 +133,7 @@ class HAClient:
         return f"{host}:{port}"
 
     def status(self) -> SlaveHAStatus:
-        max_offset = self.store.commit_log.max_offset()
+        max_offset = self.log.end()
         return SlaveHAStatus(
             master_address=self.master_address,
             connected=self.connected,
@@ -196,7 +194,7 @@ class HAClient:
             return 0
         session = _Session(stream, address)
         self._session = session
-        log.info("connected to master %s; reporting offset %d", address, self.store.commit_log.max_offset())
+        log.info("connected to master %s; reporting offset %d", address, self.log.end())
         if self.on_connect is not None:
             self.on_connect()
         try:
@@ -206,7 +204,7 @@ class HAClient:
         finally:
             self._session = None
             await trio.aclose_forcefully(stream)
-            log.info("disconnected from master %s at offset %d", address, self.store.commit_log.max_offset())
+            log.info("disconnected from master %s at offset %d", address, self.log.end())
         return session.frames
 
     async def _guarded(
@@ -214,12 +212,12 @@ class HAClient:
     ) -> None:
         """Run one side; any failure closes this connection and the run loop reconnects."""
         await guarded(side, session, scope, peer=f"master {session.address}", log=log,
-                      expected=(_MismatchError,), expected_note="closing the connection to report again")
+                      expected=(FollowerAppendError,), expected_note="closing the connection to report again")
 
     async def _report(self, session: _Session, *, heartbeat: bool = False) -> None:
         """Send the max offset if it grew (an ack), or anyway when `heartbeat`."""
         async with session.send_lock:
-            offset = self.store.commit_log.max_offset()
+            offset = self.log.end()
             if offset > session.reported or heartbeat:
                 await session.stream.send_all(encode_report(offset))
                 session.reported = offset
@@ -260,32 +258,7 @@ class HAClient:
             )
 
     def _apply(self, frame: Transfer) -> None:
-        """Check one frame's offset against the log's end and append its body."""
-        commit_log = self.store.commit_log
-        max_offset = commit_log.max_offset()
-        if max_offset != 0 and max_offset != frame.offset:
-            raise _MismatchError(
-                f"frame at offset {frame.offset} ({len(frame.body)} bytes) does not continue "
-                f"the slave's log at {max_offset}"
-            )
-        if max_offset == 0 and frame.offset != 0 and commit_log.queue.last() is not None:
-            self._drop_empty_segments()
+        """Append one frame's body at the log's end (a heartbeat only moves what was seen)."""
+        for path in self.log.append_as_follower(frame.offset, b"" if frame.is_heartbeat else frame.body):
+            log.info("dropped empty segment %s: the master ships from a later segment", path)
         self.master_max_offset_seen = frame.end
-        if frame.is_heartbeat:
-            return
-        if not commit_log.append_data(frame.offset, frame.body):
-            raise _MismatchError(
-                f"could not append {len(frame.body)} bytes at offset {frame.offset} "
-                f"(log end {commit_log.max_offset()}, segment size {commit_log.file_size}; an empty "
-                "log can only start at a segment boundary)"
-            )
-
-    def _drop_empty_segments(self) -> None:
-        """An empty log that still has an empty segment 0 (e.g. a crash right after creating it)
-        must lose it before it can start at the master's newest segment."""
-        queue = self.store.commit_log.queue
-        while queue.files:
-            mf = queue.last()
-            if mf.wrote_position or not queue.delete_file(mf, 0):
-                raise _MismatchError(f"cannot drop empty segment {mf.path} to start elsewhere")
-            log.info("dropped empty segment %s: the master ships from a later segment", mf.path)

@@ -422,7 +422,7 @@ async def _status(s: NodeServices, r: Request, peer: str | None) -> dict[str, An
         "ha_bind_address": cfg.ha_bind_address,
         "min_phy_offset": store.get_min_phy_offset(),
         "max_phy_offset": store.get_max_phy_offset(),
-        "flushed_offset": store.commit_log.queue.flushed_where,
+        "flushed_offset": store.replica_log.flushed(),
         "dispatch_behind_bytes": store.dispatch_behind_bytes(),
         "running_flags": store.flags.names(),
         # store time of the newest record dispatched: a slave's lag in seconds is the

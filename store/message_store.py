@@ -43,6 +43,7 @@ from .reads import GetMessageResult as GetMessageResult  # importable from here,
 from .reads import MessageReads
 from .reads import StoreUnavailableError as StoreUnavailableError
 from .recovery import RecoveryProgress, TruncateReport
+from .replica_log import ReplicaLog
 from .reput import ReputMessageService
 from .running_flags import RunningFlags
 from .schedule import parse_delay_levels
@@ -95,38 +96,31 @@ class MessageStore(MessageReads, MessagePuts):
         self.index: IndexService | None = None
         self.reput: ReputMessageService | None = None
         self.flush_cq_service: FlushConsumeQueueService | None = None
-        self._replicator: Replicator | None = None
         self.last_exit_ok = True
         self._dispatch_from: int | None = None
         self.running = False
         self.shutdown_done = False
         self._nursery: trio.Nursery | None = None
+        self.replica_log = ReplicaLog(self.commit_log)
+        """The CommitLog as ha/ and failover see it (their one door to the log)."""
 
-    # ---- replication hooks (the HA service attaches itself; see ha/master.py) ----------------
+    # ---- replication hooks (the HA service attaches itself through replica_log) -------------
     @property
     def replicator(self) -> Replicator | None:
-        """What SYNC_MASTER puts wait on; set only through attach_replicator."""
-        return self._replicator
+        """What SYNC_MASTER puts wait on (ReplicaLog.attach_replicator)."""
+        return self.replica_log.replicator
 
     def attach_replicator(self, replicator: Replicator) -> None:
-        """Make `replicator` the one SYNC_MASTER puts wait on (until detached)."""
-        if self._replicator is not None and self._replicator is not replicator:
-            raise RuntimeError("another replicator is attached to this store; detach it first")
-        self._replicator = replicator
+        self.replica_log.attach_replicator(replicator)
 
     def detach_replicator(self, replicator: Replicator) -> None:
-        """Undo attach_replicator; a no-op when `replicator` is not the attached one."""
-        if self._replicator is replicator:
-            self._replicator = None
+        self.replica_log.detach_replicator(replicator)
 
     def add_append_listener(self, listener: Callable[[], None]) -> None:
-        """Call `listener()` inline after every CommitLog append (puts, BLANK fillers,
-        replicated bytes); it must not block."""
-        self.commit_log.on_append.append(listener)
+        self.replica_log.add_append_listener(listener)
 
     def remove_append_listener(self, listener: Callable[[], None]) -> None:
-        if listener in self.commit_log.on_append:
-            self.commit_log.on_append.remove(listener)
+        self.replica_log.remove_append_listener(listener)
 
     # ---- lifecycle ---------------------------------------------------------------------------
     @property
@@ -383,12 +377,17 @@ class MessageStore(MessageReads, MessagePuts):
         return deleted
 
 
-def truncate_store(config: StoreConfig, phy_offset: int) -> TruncateReport:
+def truncate_store(config: StoreConfig, phy_offset: int, *, clamp: bool = False) -> TruncateReport:
     """Load a stopped store, cut it at `phy_offset` (`MessageStore.truncate_to`), close it
-    (blocking). The next `open_store` recovers to the cut state."""
+    (blocking). The next `open_store` recovers to the cut state. With `clamp` an offset
+    outside the log is brought inside: one below its start (no common history with a new
+    leader) cuts everything the store still holds."""
     store = MessageStore(config)
     store.load()
     try:
+        if clamp:
+            end = store.commit_log.max_offset()
+            phy_offset = min(max(phy_offset, store.commit_log.min_offset(), 0), end)
         return store.truncate_to(phy_offset)
     finally:
         store.close()

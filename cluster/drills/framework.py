@@ -40,7 +40,7 @@ log = logging.getLogger("tidemq.drill")
 
 __all__ = ["DRILLS", "DrillReport", "DrillRun", "drill", "run_drill"]
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 LAYOUT = REPO / "conf" / "2m-2s-sync"
 TOPIC = "DrillTopic"
 GROUP = "drill-group"

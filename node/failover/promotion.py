@@ -52,10 +52,9 @@ from typing import Any, Protocol
 import attrs
 import trio
 
-from store.config import BrokerRole, StoreConfig
+from store.config import BrokerRole
 from store.epoch_file import EPOCH_FILE_NAME, EpochEntry, EpochFileCache, EpochFileError
-from store.message_store import MessageStore
-from store.recovery import TruncateReport
+from store.message_store import truncate_store
 
 from ..client import TidemqError, connect
 from ..config import BrokerConfig, ConfigError
@@ -256,7 +255,7 @@ class Failover:
         """Between terms, with the store closed: cut the log, then take the new role."""
         if transition.truncate_to is not None:
             try:
-                report = _truncate_closed_store(self.cfg.store, transition.truncate_to)
+                report = truncate_store(self.cfg.store, transition.truncate_to, clamp=True)
             except ValueError as e:
                 log.error("cannot cut the CommitLog back to %d to rejoin: %s; stopping", transition.truncate_to, e)
                 raise
@@ -631,18 +630,6 @@ class Failover:
                 if services.topics.get(topic) is None:
                     await services.topics.create(topic, q["read_queue_nums"], q["write_queue_nums"], q["perm"])
                     log.info("promotion: topic %s taken over from the old master's registration", topic)
-
-
-def _truncate_closed_store(config: StoreConfig, offset: int) -> TruncateReport:
-    """store.message_store.truncate_store, except that a point below the log's min offset
-    (no common history with what is left) cuts everything this node still holds."""
-    store = MessageStore(config)
-    store.load()
-    try:
-        end = store.commit_log.max_offset()
-        return store.truncate_to(min(max(offset, store.commit_log.min_offset(), 0), end))
-    finally:
-        store.close()
 
 
 def _namesrv_list(cfg: BrokerConfig) -> list[str]:

@@ -1,0 +1,107 @@
+"""The CommitLog as replication sees it: the one door ha/ and failover go through.
+
+Kafka gives its replica fetcher one object (UnifiedLog) and nothing else of the log; this is
+ours. The HA master reads ranges from it and waits on its appends; the HA client appends as
+a follower; a rejoining node cuts it back (through `truncate_store`, on a closed store). No
+caller reaches into the CommitLog's segments, so the rules of where a follower's log may
+start (a segment boundary) and of what an empty log may drop live here once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .mapped_file import SelectResult
+
+if TYPE_CHECKING:
+    from .commit_log import CommitLog
+    from .puts import Replicator
+
+__all__ = ["FollowerAppendError", "ReplicaLog"]
+
+
+class FollowerAppendError(Exception):
+    """Replicated bytes that do not continue this log (the follower must reconnect)."""
+
+
+class ReplicaLog:
+    """One store's CommitLog for replication: end, start, read, append as follower."""
+
+    def __init__(self, commit_log: CommitLog) -> None:
+        self._commit_log = commit_log
+        self.segment_size = commit_log.file_size
+        self.replicator: Replicator | None = None
+        """What SYNC_MASTER puts wait on; set only through attach_replicator."""
+
+    # ---- positions ---------------------------------------------------------------------------
+    def end(self) -> int:
+        """The offset the next byte lands at (the max physical offset)."""
+        return self._commit_log.max_offset()
+
+    def start(self) -> int:
+        """The first offset still held (-1 for an empty log)."""
+        return self._commit_log.min_offset()
+
+    def flushed(self) -> int:
+        return self._commit_log.queue.flushed_where
+
+    def segment_start(self, offset: int) -> int:
+        """The start of the segment holding `offset` (where an empty follower starts)."""
+        return offset - offset % self.segment_size
+
+    # ---- the leader's side -------------------------------------------------------------------
+    def read(self, offset: int) -> SelectResult | None:
+        """Everything readable from `offset` to the end of its segment (zero-copy; release it)."""
+        return self._commit_log.get_data(offset)
+
+    def attach_replicator(self, replicator: Replicator) -> None:
+        """Make `replicator` the one SYNC_MASTER puts wait on (until detached)."""
+        if self.replicator is not None and self.replicator is not replicator:
+            raise RuntimeError("another replicator is attached to this store; detach it first")
+        self.replicator = replicator
+
+    def detach_replicator(self, replicator: Replicator) -> None:
+        """Undo attach_replicator; a no-op when `replicator` is not the attached one."""
+        if self.replicator is replicator:
+            self.replicator = None
+
+    def add_append_listener(self, listener: Callable[[], None]) -> None:
+        """Call `listener()` inline after every CommitLog append (puts, BLANK fillers,
+        replicated bytes); it must not block."""
+        self._commit_log.on_append.append(listener)
+
+    def remove_append_listener(self, listener: Callable[[], None]) -> None:
+        if listener in self._commit_log.on_append:
+            self._commit_log.on_append.remove(listener)
+
+    # ---- the follower's side -----------------------------------------------------------------
+    def append_as_follower(self, offset: int, data: bytes | memoryview) -> list[str]:
+        """Append the leader's bytes at `offset`, which must be this log's end, or for an empty
+        log a segment boundary (the leader ships an empty follower its newest segment). An
+        empty log that still holds empty segments drops them first; returns their paths.
+        Raises FollowerAppendError, changing nothing, when the bytes do not continue the log."""
+        end = self.end()
+        dropped: list[str] = []
+        if end != 0 and end != offset:
+            raise FollowerAppendError(
+                f"frame at offset {offset} ({len(data)} bytes) does not continue the slave's log at {end}")
+        if end == 0 and offset != 0:
+            dropped = self._drop_empty_segments()
+        if data and not self._commit_log.append_data(offset, data):
+            raise FollowerAppendError(
+                f"could not append {len(data)} bytes at offset {offset} (log end {self.end()}, "
+                f"segment size {self.segment_size}; an empty log can only start at a segment boundary)")
+        return dropped
+
+    def _drop_empty_segments(self) -> list[str]:
+        """An empty log that still has an empty segment 0 (e.g. a crash right after creating
+        it) must lose it before it can start at the leader's newest segment."""
+        queue = self._commit_log.queue
+        dropped = []
+        while queue.files:
+            mf = queue.last()
+            if mf.wrote_position or not queue.delete_file(mf, 0):
+                raise FollowerAppendError(f"cannot drop empty segment {mf.path} to start elsewhere")
+            dropped.append(mf.path)
+        return dropped
