@@ -61,6 +61,7 @@ from ..config import BrokerConfig, ConfigError
 from ..jsonfile import ConfigFileError
 from ..ops import NodeServices, OpError
 from ..protocol import Status
+from .epochs import Cut, EpochView, Refuse, admission, newer_master
 from .fencing import STALL_S, CheckOutcome, Fencing
 
 
@@ -429,12 +430,11 @@ class Failover:
                 return None
             check = fencing.start_check(trio.current_time())
             views, answered = await self._group_epochs()
-            if views:
-                epoch, address, source = max(views, key=lambda v: v[0])
-                self.newest_seen = max(self.newest_seen, epoch)
-                if epoch > self.epoch and address not in self.cfg.own_addresses():
-                    self._fence(epoch, address, source)
-                    return None
+            self.newest_seen = max([self.newest_seen, *(v.epoch for v in views)])
+            newer = newer_master(views, self.epoch, self.cfg.own_addresses())
+            if newer is not None:
+                self._fence(newer.epoch, newer.address, newer.source)
+                return None
             outcome = fencing.finish_check(check, answered=bool(answered) or not _namesrv_list(self.cfg))
             if outcome is CheckOutcome.UNANSWERED:
                 log.warning("no name server or peer answered with the group's epoch%s",
@@ -442,11 +442,11 @@ class Failover:
                             else f"; serving on epoch {self.epoch}")
             return outcome
 
-    async def _group_epochs(self) -> tuple[list[tuple[int, str, str]], int]:
+    async def _group_epochs(self) -> tuple[list[EpochView], int]:
         """(epoch, address, source) from every name server and every peer of the group that
         answers within ASK_TIMEOUT_S, and how many of them answered."""
         cfg = self.cfg
-        views: list[tuple[int, str, str]] = []
+        views: list[EpochView] = []
         answered = 0
         peers: set[str] = set()
         self._used_ids = set()
@@ -461,14 +461,14 @@ class Failover:
                 peers.add(b["address"])
                 self._used_ids.add(b.get("broker_id", 0))
                 if type(b.get("epoch")) is int:
-                    views.append((b["epoch"], b["address"], f"name server {address}"))
+                    views.append(EpochView(b["epoch"], b["address"], f"name server {address}"))
 
         async def ask_peer(address: str) -> None:
             nonlocal answered
             answer = await _ask(address, "epoch")
             answered += answer is not None
             if answer and type(answer.get("epoch")) is int and not answer.get("fenced"):
-                views.append((answer["epoch"], address, f"peer {address}"))
+                views.append(EpochView(answer["epoch"], address, f"peer {address}"))
 
         with trio.move_on_after(ASK_TIMEOUT_S):
             async with trio.open_nursery() as nursery:
@@ -524,62 +524,35 @@ class Failover:
         return None
 
     async def admit(self, ha_address: str) -> bool:
-        """May the HA client replicate from the master at `ha_address`? Cuts a divergent tail first."""
+        """May the HA client replicate from the master at `ha_address`? Cuts a divergent
+        tail first (the decision is epochs.admission's)."""
         store = self.services.store if self.services else None
         if store is None or self.transition is not None:
             return False
         address = self.master_client_address(ha_address)
         answer = await _ask(address, "epoch") if address else None
-        if answer is not None and not self._same_geometry(address, answer):
+        decision = admission(answer, address=address, own=self.cache, newest_seen=self.newest_seen,
+                             max_offset=store.get_max_phy_offset(),
+                             segment_size=self.cfg.store.mapped_file_size_commit_log)
+        if isinstance(decision, Refuse) and decision.geometry:
+            if decision.reason != self.replication_refused:
+                log.error("not replicating: %s", decision.reason)
+            self.replication_refused = decision.reason
             return False
-        epoch = answer.get("epoch") if answer else None
-        if type(epoch) is not int or epoch < 0:
-            if self.newest_seen < 0:
-                return True  # no epochs in play: a RocketMQ 4.x master replicates as before
-            log.warning("not replicating from %s: its epoch is unknown (client address %s) and this "
-                        "node has seen epoch %d", ha_address, address, self.newest_seen)
-            return False
-        if answer.get("fenced") or answer.get("role") == BrokerRole.SLAVE.value:
-            log.warning("not replicating from %s: it is not serving as master (%s)", ha_address,
-                        answer.get("fenced") or "SLAVE")
-            self.follow_namesrv = True
-            return False
-        if epoch < self.newest_seen:
-            log.warning("refusing master %s: its epoch %d is older than the newest seen, %d",
-                        address, epoch, self.newest_seen)
-            self.follow_namesrv = True
-            return False
-        theirs = EpochFileCache(None, [EpochEntry(e, s) for e, s in answer.get("entries", [])])
-        theirs.set_last_end_offset(int(answer.get("max_offset", 0)))
-        max_offset = store.get_max_phy_offset()
-        if len(self.cache):
-            self.cache.set_last_end_offset(max_offset)
-            cut = max(self.cache.find_consistent_point(theirs), 0)
-            if cut < max_offset:
-                reason = (f"this log diverges from master {address} (epoch {epoch}) at offset {cut}; "
-                          f"cutting [{cut}, {max_offset})")
-                self.request_transition(Transition(
-                    RoleState(self.cfg.broker_id, BrokerRole.SLAVE.value, reason), truncate_to=cut))
-                return False
-        self.newest_seen = max(self.newest_seen, epoch)
-        self.cache.replace(theirs.entries)
-        return True
-
-    def _same_geometry(self, address: str | None, answer: dict[str, Any]) -> bool:
-        """Replication copies the master's CommitLog byte for byte, blanks at segment ends
-        included, so a slave whose segments are sized differently would split records across
-        its files: refuse (and say so in the log and status) instead of corrupting the store."""
-        theirs = answer.get("mapped_file_size_commit_log")
-        ours = self.cfg.store.mapped_file_size_commit_log
-        if type(theirs) is not int or theirs == ours:
+        if answer is not None:
             self.replication_refused = None
-            return True
-        reason = (f"master {address} has mappedFileSizeCommitLog={theirs} and this slave {ours}: "
-                  f"replicating would corrupt this store; give both the same value")
-        if reason != self.replication_refused:
-            log.error("not replicating: %s", reason)
-        self.replication_refused = reason
-        return False
+        if isinstance(decision, Refuse):
+            log.warning("not replicating from %s: %s", ha_address, decision.reason)
+            self.follow_namesrv = self.follow_namesrv or decision.follow_namesrv
+            return False
+        if isinstance(decision, Cut):
+            self.request_transition(Transition(
+                RoleState(self.cfg.broker_id, BrokerRole.SLAVE.value, decision.reason), truncate_to=decision.offset))
+            return False
+        if decision.epoch is not None:
+            self.newest_seen = max(self.newest_seen, decision.epoch)
+            self.cache.replace(decision.entries)
+        return True
 
     async def promote(self, role: str | None, *, epoch: int | None = None) -> dict[str, Any]:
         """Make this slave the group's master (see the module docstring); `epoch` is the

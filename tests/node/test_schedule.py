@@ -84,6 +84,14 @@ async def test_delayed_message_is_scheduled_then_delivered_and_survives_restarts
     status = await call(addr, "status")
     assert status["schedule"]["offsets"]["3"] == 1
 
+    def d3_persisted():
+        table = json.loads((store_root(conf) / "config" / "delayOffset.json").read_text())["offsetTable"]
+        return table.get("3") == 1
+
+    # delivery is at least once: a crash before delayOffset.json records d3's delivery
+    # would deliver it again (as RocketMQ's would); wait for the write before the kill
+    await wait_for(d3_persisted, timeout=10, what="level 3's delivery persisted")
+
     # SIGKILL with a pending one: recovery keeps it and delivers it
     await call(addr, "send", topic="D", queue_id=0, body=b"d4", properties={"DELAY": "2"})
     node.kill()
