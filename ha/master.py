@@ -92,7 +92,9 @@ class HAService:
     (``store.attach_replicator``) and append listener; SYNC_MASTER puts wait on it.
     """
 
-    def __init__(self, store: MessageStore, *, host: str = "127.0.0.1", port: int | None = None) -> None:
+    def __init__(self, store: MessageStore, *, host: str = "127.0.0.1", port: int | None = None,
+                 on_ack_timeout: Callable[[int], Awaitable[bool]] | None = None,
+                 on_connections: Callable[[], None] | None = None) -> None:
         self.store = store
         self.log = store.replica_log
         self.config = store.config
@@ -107,9 +109,11 @@ class HAService:
         allAckInSyncStateSet), so any member may be elected; else one ack is enough."""
         self.confirmed_offset = 0
         """The largest offset SYNC_MASTER puts were released at: no PUT_OK lies beyond it."""
-        self.on_ack_timeout: Callable[[int], Awaitable[bool]] | None = None
+        self.on_ack_timeout = on_ack_timeout
         """Called when a put's wait for the members ran out; True when the controller shrank
         the set to slaves that hold `next_offset` (the put is then acknowledged)."""
+        self.on_connections = on_connections
+        """Called when a slave connects or disconnects (fencing counts the slaves of a term)."""
         self._connections: set[HAConnection] = set()
         self._ack_waiters = OffsetWaiters()  # RocketMQ's GroupTransferService: SYNC_MASTER puts
         self._data_event = trio.Event()  # replaced (after set) on an append while writers wait
@@ -232,12 +236,16 @@ class HAService:
         self._connections.add(conn)
         self.slaves_accepted += 1
         log.info("slave %s connected", address)
+        if self.on_connections is not None:
+            self.on_connections()
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._guarded, self._read_loop, conn, nursery.cancel_scope)
                 nursery.start_soon(self._guarded, self._write_loop, conn, nursery.cancel_scope)
         finally:
             self._connections.discard(conn)
+            if self.on_connections is not None:
+                self.on_connections()
             await trio.aclose_forcefully(stream)
             log.info("slave %s disconnected (ack offset %d)", address, conn.ack_offset)
 

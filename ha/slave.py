@@ -83,14 +83,16 @@ class HAClient:
         master_address: str | None = None,
         *,
         admit: Callable[[str], Awaitable[bool]] | None = None,
+        on_connect: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
         self.log = store.replica_log
         self.admit = admit
         """Asked before each connection whether this master may be replicated from (the
         node's epoch check, over the client protocol: the HA bytes stay RocketMQ 4.x's)."""
-        self.on_connect: Callable[[], None] | None = None
+        self.on_connect = on_connect
         """Called once a connection is up (the etcd controller publishes its address then)."""
+        self._run_scope = trio.CancelScope()
         self.config = store.config
         self.master_address = master_address if master_address is not None else self.config.ha_master_address
         if self.master_address is not None:
@@ -148,9 +150,18 @@ class HAClient:
         # the first admission is decided before the caller goes on, so the first connect
         # follows at once (as without an admission check)
         try:
-            await self._run(task_status)
+            with self._run_scope:
+                await self._run(task_status)
         finally:
             self.stopped.set()
+
+    async def stop(self, timeout_s: float) -> bool:
+        """Stop replicating (a promotion: nothing more may land from the old master) and
+        wait up to `timeout_s` until it has; False when it did not stop in time."""
+        self._run_scope.cancel()
+        with trio.move_on_after(timeout_s):
+            await self.stopped.wait()
+        return self.stopped.is_set()
 
     async def _run(self, task_status: trio.TaskStatus[None]) -> None:
         admitted = None

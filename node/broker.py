@@ -23,7 +23,7 @@ import trio
 
 from ha.master import HAService
 from ha.slave import HAClient
-from store.message_store import open_store
+from store.message_store import MessageStore, open_store
 
 from .config import BrokerConfig
 from .failover.controller import EtcdController
@@ -86,12 +86,12 @@ class Broker:
             root, auto_create=cfg.auto_create_topic_enable, default_queue_nums=cfg.default_topic_queue_nums
         )
         self.offsets = ConsumerOffsetManager(root)
-        self.failover = Failover(cfg)  # the role stored beside the store overrides the file's
+        # the role stored beside the store overrides the file's; with controllerMode etcd the
+        # election decides who is master
+        self.failover = Failover(cfg, on_transition=self._end_term,
+                                 controller=EtcdController if cfg.controller_mode == "etcd" else None)
         self.cfg = self.failover.cfg
-        self.failover.on_transition = self._end_term
-        self.controller: EtcdController | None = None
-        if cfg.controller_mode == "etcd":  # the election decides who is master
-            self.controller = self.failover.controller = EtcdController(cfg, self.failover)
+        self.controller: EtcdController | None = self.failover.controller  # type: ignore[assignment]
         self.services: NodeServices | None = None
         self.server: ClientServer | None = None
         self._stop = trio.Event()
@@ -169,11 +169,37 @@ class Broker:
                 and address not in cfg.own_addresses():
             sync.set_master_addr(address)
 
-    async def _run_ha_client(self, client: HAClient, task_status: trio.TaskStatus[None]) -> None:
-        """The HA client in a scope of its own, so a promotion can stop just it."""
-        with trio.CancelScope() as scope:
-            self.failover.ha_client_scope = scope
-            await client.run(task_status=task_status)
+    def _build_term(self, store: MessageStore) -> tuple[NodeServices, SlaveSync | None,
+                                                        NameServerRegistration | None]:
+        """One term's collaborators, each given what it needs at construction (started by `_serve`)."""
+        cfg, controller = self.cfg, self.controller
+        services = NodeServices(cfg=cfg, store=store, topics=self.topics, offsets=self.offsets,
+                                failover=self.failover)
+        sync = None
+        if cfg.role.is_master:
+            # the controller shrinks the in-sync set past a lagging member
+            services.ha_master = HAService(store, host=cfg.broker_ip1, port=cfg.ha_listen_port,
+                                           on_ack_timeout=controller.on_ack_timeout if controller else None,
+                                           on_connections=self.failover.wake)
+            services.schedule = ScheduleMessageService(store)
+        else:
+            # the controller names the slave's HA connection in etcd as soon as it is up
+            services.ha_client = HAClient(store, admit=self.failover.admit,
+                                          on_connect=controller.wake if controller else None)
+            if cfg.master_addr or cfg.namesrv_addr:  # else: no way to find the master
+                sync = SlaveSync(cfg.master_addr, self.topics, self.offsets, max_frame_size=cfg.max_frame_size,
+                                 delay_offset_path=ScheduleMessageService.path_in(store))
+                services.slave_sync_status = sync.status
+        registration = None
+        if cfg.namesrv_addr:
+            registration = NameServerRegistration(
+                cfg, self.topics, store, on_master=partial(self._on_master, services, sync),
+                epoch=lambda: self.failover.epoch,
+                controller=controller.route_view if controller else None,
+                changes=[self.topics.changes] + ([controller.changes] if controller else []),
+            )
+            services.registration_status = registration.status
+        return services, sync, registration
 
     async def _serve(self, task_status: trio.TaskStatus[str]) -> Transition | None:
         """One term: the store and services in the current role until a stop or a role change."""
@@ -183,35 +209,20 @@ class Broker:
             await trio.to_thread.run_sync(write_broker_properties, cfg)
             try:
                 async with trio.open_nursery() as nursery:
-                    services = NodeServices(cfg=cfg, store=store, topics=self.topics, offsets=self.offsets,
-                                            failover=self.failover)
-                    self.failover.start_term(services)
+                    services, sync, registration = self._build_term(store)
+                    self.failover.start_term(services, sync)
                     self.services = services
-                    sync: SlaveSync | None = None
-                    if cfg.role.is_master:
-                        services.ha_master = HAService(store, host=cfg.broker_ip1, port=cfg.ha_listen_port)
-                        if self.controller is not None:  # shrinks the in-sync set past a lagging member
-                            services.ha_master.on_ack_timeout = self.controller.on_ack_timeout
+                    if services.ha_master is not None:
                         await nursery.start(services.ha_master.run)  # attaches itself as the replicator
-                        services.schedule = ScheduleMessageService(store)
                         await trio.to_thread.run_sync(services.schedule.load)
                         await nursery.start(services.schedule.run)
-                    else:
-                        services.ha_client = HAClient(store, admit=self.failover.admit)
-                        if self.controller is not None:  # names its connection in etcd at once
-                            services.ha_client.on_connect = self.controller.wake
-                        await nursery.start(self._run_ha_client, services.ha_client)
-                        if cfg.master_addr or cfg.namesrv_addr:  # else: no way to find the master
-                            sync = SlaveSync(cfg.master_addr, self.topics, self.offsets,
-                                             max_frame_size=cfg.max_frame_size,
-                                             delay_offset_path=ScheduleMessageService.path_in(store))
-                            services.slave_sync_status = sync.status
-                            if self.controller is not None:
-                                self.controller.sync = sync
-                            await nursery.start(sync.run)
-                        else:
-                            log.warning("masterAddr is not set: topics and consumer offsets are not "
-                                        "synced from the master")
+                    if services.ha_client is not None:
+                        await nursery.start(services.ha_client.run)
+                    if sync is not None:
+                        await nursery.start(sync.run)
+                    elif not cfg.role.is_master:
+                        log.warning("masterAddr is not set: topics and consumer offsets are not "
+                                    "synced from the master")
                     await nursery.start(self.failover.watch)
                     await nursery.start(self.offsets.run_persister)
                     self.server = ClientServer(
@@ -222,17 +233,7 @@ class Broker:
                         on_disconnect=services.consumers.disconnected,  # a member's connection closed: it left
                     )
                     await nursery.start(self.server.run)
-                    registration = None
-                    if cfg.namesrv_addr:
-                        registration = NameServerRegistration(
-                            cfg, self.topics, store, on_master=partial(self._on_master, services, sync),
-                            epoch=lambda: self.failover.epoch,
-                            controller=self.controller.route_view if self.controller else None,
-                        )
-                        self.topics.on_change = registration.trigger
-                        if self.controller is not None:
-                            self.controller.on_change = registration.trigger
-                        services.registration_status = registration.status
+                    if registration is not None:
                         await nursery.start(registration.run)
                     log.info("node %s/%d (%s) serving on %s%s", cfg.broker_name, cfg.broker_id,
                              cfg.role.value, cfg.bind_address,
@@ -240,9 +241,6 @@ class Broker:
                     task_status.started(f"{cfg.broker_ip1}:{self.server.port}")
                     await self._term_end.wait()
                     if registration is not None:
-                        self.topics.on_change = None
-                        if self.controller is not None:
-                            self.controller.on_change = None
                         transition = None if self._stop.is_set() else self.failover.transition
                         if transition is not None and transition.role.pending_epoch is not None:
                             # a promotion: the name servers learn the new master and its epoch

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -23,6 +23,7 @@ import trio
 
 from store.message_store import MessageStore
 
+from .changes import Changes
 from .client import Connection, TidemqError, connect
 from .config import BrokerConfig
 from .topics import TopicConfigManager
@@ -65,6 +66,7 @@ class NameServerRegistration:
         on_master: MasterListener | None = None,
         epoch: Callable[[], int] | None = None,
         controller: Callable[[], dict[str, Any]] | None = None,
+        changes: Sequence[Changes] = (),
     ) -> None:
         if not cfg.namesrv_addr:
             raise ValueError("namesrvAddr is not set")
@@ -75,6 +77,8 @@ class NameServerRegistration:
         self.epoch = epoch
         self.controller = controller
         """controllerMode etcd: the lease holder and in-sync set to register (routes show them)."""
+        self.changes = tuple(changes)
+        """What makes it register again at once: the topic table, the controller's route view."""
         self.period_s = cfg.register_name_server_period / 1000
         self.targets = [_Target(a.strip()) for a in cfg.namesrv_addr.split(";") if a.strip()]
         self._nursery: trio.Nursery | None = None
@@ -97,7 +101,15 @@ class NameServerRegistration:
             self._nursery = nursery
             for target in self.targets:
                 nursery.start_soon(self._loop, target)
+            for changes in self.changes:
+                nursery.start_soon(self._register_on, changes)
             task_status.started()
+
+    async def _register_on(self, changes: Changes) -> None:
+        seen = changes.version
+        while True:
+            seen = await changes.wait_after(seen)
+            self.trigger()
 
     async def announce(self, cfg: BrokerConfig, epoch: int, timeout_s: float) -> None:
         """Stop registering, then register once more as `cfg` with `epoch` (a promoted node

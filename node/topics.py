@@ -12,12 +12,13 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
 import trio
 
+from .changes import Changes
 from .jsonfile import ConfigFileError, read_json, write_json_atomic
 
 log = logging.getLogger("tidemq.node")
@@ -94,9 +95,9 @@ class TopicConfigManager:
         self._topics: dict[str, TopicConfig] = {}
         self._rr: dict[str, itertools.count] = {}
         self._lock = trio.Lock()
-        # called after a change is persisted: the node re-registers with the name servers
-        # so routes learn a new topic at once rather than at the next period
-        self.on_change: Callable[[], None] | None = None
+        self.changes = Changes()
+        """Bumped after a change is persisted: the node re-registers with the name servers
+        so routes learn a new topic at once rather than at the next period."""
 
     def load(self) -> None:
         """Read the file (or its backup); ConfigFileError when it is damaged."""
@@ -123,7 +124,7 @@ class TopicConfigManager:
             self._topics[topic] = config
             await self._persist()
             log.info("topic %s: read %d, write %d, perm %d", topic, read_queue_nums, write_queue_nums, perm)
-            self._changed()
+            self.changes.bump()
         return config
 
     async def for_send(self, topic: str) -> TopicConfig | None:
@@ -146,12 +147,8 @@ class TopicConfigManager:
             return False
         self._topics = table
         await self._persist()
-        self._changed()
+        self.changes.bump()
         return True
-
-    def _changed(self) -> None:
-        if self.on_change is not None:
-            self.on_change()
 
     async def _persist(self) -> None:
         async with self._lock:  # one writer at a time; each writes the newest table

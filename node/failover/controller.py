@@ -50,13 +50,13 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from store.config import BrokerRole
 
+from ..changes import Changes
 from ..config import BrokerConfig
 from ..ops import OpError
 from ..protocol import Status
@@ -75,7 +75,6 @@ from .etcd import (
 )
 
 if TYPE_CHECKING:
-    from ..slave_sync import SlaveSync
     from .promotion import Failover
 
 log = logging.getLogger("tidemq.node")
@@ -122,11 +121,9 @@ class EtcdController:
         self.reachable: bool | None = None
         self.last_error: str | None = None
         self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=20)
-        self.sync: SlaveSync | None = None
-        """The current term's topic/offset sync (a slave's), re-pointed with the HA client."""
-        self.on_change: Callable[[], None] | None = None
-        """Called when the lease holder or the in-sync set changes (registers again, so
-        routes show it at once)."""
+        self.changes = Changes()
+        """Bumped when the lease holder or the in-sync set changes (the node registers
+        again, so routes show it at once)."""
         self.watching = False
         """True while the /v3/watch stream on the group's keys is open."""
         self.watch_events = 0
@@ -262,8 +259,8 @@ class EtcdController:
         try:
             await self._tick()
         finally:
-            if self.on_change is not None and self.route_view() != view:
-                self.on_change()
+            if self.route_view() != view:
+                self.changes.bump()
 
     async def _tick(self) -> None:
         try:
@@ -410,8 +407,8 @@ class EtcdController:
         if client.master_address != ha_address:
             self._event("following master %s (HA %s, epoch %d)", address, ha_address, epoch)
             client.update_master_address(ha_address)
-        if self.sync is not None:
-            self.sync.set_master_addr(address)
+        if failover.sync is not None:
+            failover.sync.set_master_addr(address)
         if client.connected and client.master_address == ha_address and epoch > failover.epoch:
             await failover.refresh_epochs(address)
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -58,11 +59,13 @@ from store.message_store import truncate_store
 
 from ..client import TidemqError, connect
 from ..config import BrokerConfig, ConfigError
-from ..jsonfile import ConfigFileError
+from ..jsonfile import ConfigFileError, write_json_atomic
 from ..ops import NodeServices, OpError
 from ..protocol import Status
+from ..slave_sync import SlaveSync
 from .epochs import Cut, EpochView, Refuse, admission, newer_master
 from .fencing import STALL_S, CheckOutcome, Fencing
+from .role import ROLE_FILE, RoleState, Transition, effective_config
 
 
 class ControllerHooks(Protocol):
@@ -80,12 +83,9 @@ class ControllerHooks(Protocol):
 
 log = logging.getLogger("tidemq.node")
 
-__all__ = ["ROLE_FILE", "Failover", "RoleState", "Transition", "effective_config"]
+__all__ = ["ROLE_FILE", "Failover", "RoleState", "Transition", "effective_config"]  # role.py's re-exported
 
-ROLE_FILE = "failoverRole.json"
 TRUNCATION_FILE = "lastTruncation.json"
-TICK_S = 0.2
-"""How often the watcher looks for a pause, a lost slave or a pending check."""
 ASK_TIMEOUT_S = 2.0
 """Upper bound for one round of asking the name servers and peers for epochs."""
 HA_STOP_TIMEOUT_S = 5.0
@@ -101,64 +101,6 @@ PROMOTE_SETTLE_S = 2 * STALL_S
 so no pause of the old master can span the promotion without being a stall."""
 
 
-@attrs.frozen
-class RoleState:
-    """The role a node serves instead of its config file's (failoverRole.json)."""
-
-    broker_id: int
-    broker_role: str
-    reason: str
-    since_ms: int = attrs.field(factory=lambda: int(time.time() * 1000))
-    pending_epoch: int | None = None
-    """A promoted node starts this epoch at its max offset when it next serves as master."""
-
-    @classmethod
-    def load(cls, root: str) -> RoleState | None:
-        path = os.path.join(root, ROLE_FILE)
-        try:
-            with open(path, encoding="utf-8") as f:
-                raw = json.load(f)
-            BrokerRole(raw["brokerRole"])
-            return cls(int(raw["brokerId"]), raw["brokerRole"], str(raw.get("reason", "")),
-                       int(raw.get("sinceMs", 0)), raw.get("pendingEpoch"))
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise EpochFileError(f"{path}: cannot read the failover role: {e}") from None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"brokerId": self.broker_id, "brokerRole": self.broker_role, "reason": self.reason,
-                "sinceMs": self.since_ms, "pendingEpoch": self.pending_epoch}
-
-    def save(self, root: str) -> None:
-        _write_json(os.path.join(root, ROLE_FILE), self.to_json())
-
-
-def _write_json(path: str, value: Any) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=2)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def effective_config(cfg: BrokerConfig, state: RoleState | None) -> BrokerConfig:
-    """The config file's settings with the stored role (if any) in place of its own."""
-    if state is None:
-        return cfg
-    store = attrs.evolve(cfg.store, broker_role=BrokerRole(state.broker_role))
-    return attrs.evolve(cfg, broker_id=state.broker_id, store=store)
-
-
-@attrs.frozen
-class Transition:
-    """A role change: the node closes its services, applies it, and serves again."""
-
-    role: RoleState
-    truncate_to: int | None = None
-
-
 @attrs.define
 class GroupMaster:
     """The group's master as the name servers last named it."""
@@ -172,7 +114,10 @@ class GroupMaster:
 class Failover:
     """One node's epochs, role and fencing, across its terms (service restarts)."""
 
-    def __init__(self, cfg: BrokerConfig) -> None:
+    def __init__(self, cfg: BrokerConfig, *, on_transition: Callable[[], None] | None = None,
+                 controller: Callable[[BrokerConfig, Failover], ControllerHooks] | None = None) -> None:
+        """`on_transition`: the node ends its term (it serves again in the new role).
+        `controller`: builds the etcd controller (controllerMode etcd) that decides who writes."""
         self.base_cfg = cfg
         self.root = cfg.store.store_path_root_dir
         os.makedirs(self.root, exist_ok=True)
@@ -186,9 +131,10 @@ class Failover:
         self.master = GroupMaster()
         self.last_truncation = self._load_truncation()
         self.transition: Transition | None = None
-        self.on_transition: Callable[[], None] | None = None
+        self.on_transition = on_transition
         self.services: NodeServices | None = None
-        self.ha_client_scope: trio.CancelScope | None = None
+        self.sync: SlaveSync | None = None
+        """A slave term's topic/offset sync, re-pointed with the HA client on a new master."""
         self.fenced: str | None = None
         self.fencing = Fencing(last_beat=0.0)
         self._used_ids: set[int] = set()
@@ -198,7 +144,8 @@ class Failover:
         """Why the HA client may not replicate from the master it found (a config mismatch
         that would corrupt this store); None while replication is allowed."""
         self._check_lock = trio.Lock()
-        self.controller: ControllerHooks | None = None
+        self._wake = trio.Event()
+        self.controller = controller(self.cfg, self) if controller is not None else None
         """With controllerMode etcd: the election decides who writes (node/failover/controller.py)."""
 
     # ---- terms -------------------------------------------------------------------------------
@@ -206,9 +153,10 @@ class Failover:
     def epoch(self) -> int:
         return self.cache.last_epoch()
 
-    def start_term(self, services: NodeServices) -> None:
-        """Services are up for `self.cfg`; a master starts its epoch and checks before writing."""
+    def start_term(self, services: NodeServices, sync: SlaveSync | None = None) -> None:
+        """Services are built for `self.cfg`; a master starts its epoch and checks before writing."""
         self.services = services
+        self.sync = sync
         self.transition = None
         self.fenced = None
         self.fencing = Fencing(last_beat=trio.current_time())
@@ -268,7 +216,7 @@ class Failover:
                     "msg_ids": list(report.msg_ids), "at_ms": int(time.time() * 1000),
                     "reason": transition.role.reason,
                 }
-                _write_json(os.path.join(self.root, TRUNCATION_FILE), self.last_truncation)
+                write_json_atomic(os.path.join(self.root, TRUNCATION_FILE), self.last_truncation)
                 log.warning("dropped CommitLog [%d, %d): %d message(s), msgIds %s", report.from_offset,
                             report.to_offset, report.message_count, ",".join(report.msg_ids) or "-")
         self.role_state = transition.role
@@ -327,18 +275,25 @@ class Failover:
             self._fence(self.master.epoch, self.master.address, "the name server")
 
     # ---- fencing (the decisions are node/failover/fencing.py's) -------------------------------------
-    def _observe_stall(self) -> None:
+    def _observe_stall(self) -> bool:
         if not self.cfg.role.is_master:
-            return
+            return False
         gap = self.fencing.beat(trio.current_time())
         if gap is not None:
             log.warning("this node stalled for %.2f s: asking for the group's epoch before "
                         "answering any write", gap)
+        return gap is not None
 
     async def _beat(self) -> None:
         while True:
             await trio.sleep(STALL_TICK_S)
-            self._observe_stall()
+            if self._observe_stall():
+                self.wake()
+
+    def wake(self) -> None:
+        """Something fencing counts happened (a stall, a slave connecting or leaving): the
+        watcher looks now rather than at its next re-check."""
+        self._wake.set()
 
     def _observe(self) -> None:
         """Note a stall, and a slave connection that ended (both mean: confirm the epoch)."""
@@ -356,15 +311,19 @@ class Failover:
             await self._watch_loop()
 
     async def _watch_loop(self) -> None:
+        """Woken by a stall or a slave connection change; while a slave is gone (it may be
+        mid-promotion, not yet answering with its new epoch) or writes are held, it also asks
+        again every LONELY_RECHECK_S (writes do not wait for these)."""
         while True:
-            await trio.sleep(TICK_S)
-            if not self.cfg.role.is_master or self.transition is not None:
-                continue
-            self._observe()
-            # a lost slave may be mid-promotion, not yet answering with its new epoch: ask
-            # again every LONELY_RECHECK_S until a slave is back (writes do not wait for these)
-            if self.fenced is None and self.fencing.wants_check(trio.current_time(), LONELY_RECHECK_S):
-                await self._check()
+            if self.cfg.role.is_master and self.transition is None:
+                self._observe()
+                if self.fenced is None and self.fencing.wants_check(trio.current_time(), LONELY_RECHECK_S):
+                    await self._check()
+            fencing = self.fencing
+            lonely = fencing.slave_left_at is not None or fencing.held
+            with trio.move_on_at(fencing.last_check + LONELY_RECHECK_S if lonely else math.inf):
+                await self._wake.wait()
+            self._wake = trio.Event()
 
     async def before_write(self) -> float:
         """Raise OpError (SERVICE_NOT_AVAILABLE) when this master must not take the write;
@@ -567,12 +526,8 @@ class Failover:
         if role not in (BrokerRole.SYNC_MASTER.value, BrokerRole.ASYNC_MASTER.value):
             raise OpError(Status.BAD_REQUEST, f"the group's master role is not known here ({role!r}); "
                              "pass role SYNC_MASTER or ASYNC_MASTER")
-        if self.ha_client_scope is not None:
-            self.ha_client_scope.cancel()
-        client = services.ha_client
-        if client is not None:
-            with trio.move_on_after(HA_STOP_TIMEOUT_S):
-                await client.stopped.wait()
+        if services.ha_client is not None:
+            await services.ha_client.stop(HA_STOP_TIMEOUT_S)
         # An old master paused across everything from here to the announcement then sees a
         # stall (> STALL_S) and re-checks its epoch before answering what its sockets
         # buffered; one that ran meanwhile saw its slave leave and checks every write.

@@ -49,7 +49,8 @@ async def test_registers_with_every_name_server_at_once_on_a_change_and_unregist
         topics = TopicConfigManager(str(tmp_path / "topics"), auto_create=True, default_queue_nums=4)
         answers: list[dict] = []
         async with open_store(cfg.store) as store:
-            reg = NameServerRegistration(cfg, topics, store, on_master=answers.append, epoch=lambda: 1)
+            reg = NameServerRegistration(cfg, topics, store, on_master=answers.append, epoch=lambda: 1,
+                                         changes=[topics.changes])
             await nursery.start(reg.run)
             registered = await wait_until(lambda: _brokers(namesrv), what="the first registration")
             assert [(b["broker_name"], b["broker_id"], b["epoch"]) for b in registered] == [("broker-t", 0, 1)]
@@ -57,8 +58,8 @@ async def test_registers_with_every_name_server_at_once_on_a_change_and_unregist
             await wait_until(lambda: reg.status()[1]["last_error"], what="the dead name server's error")
             assert reg.status()[0]["last_error"] is None and reg.status()[0]["last_register_ms"]
 
-            topics.on_change = reg.trigger  # a new topic registers at once, not at the next period
-            await topics.create("Fresh", 2, 2, 6)
+            await topics.create(  # registers at once (topics.changes), not at the next period
+                "Fresh", 2, 2, 6)
 
             async def fresh_routed() -> bool:
                 return any("Fresh" in (b.get("topics") or {}) for b in await _brokers(namesrv))
