@@ -60,6 +60,7 @@ from ..changes import Changes
 from ..config import BrokerConfig
 from ..ops import OpError
 from ..protocol import Status
+from .election import Step, eligible, riding_out_outage, step, write_refusal
 from .etcd import (
     EtcdClient,
     EtcdError,
@@ -150,23 +151,18 @@ class EtcdController:
         """etcd is unreachable and this SYNC_MASTER held the leadership when it last reached
         it: it keeps writing while every in-sync member acks each write (the module
         docstring says why no PUT_OK can be lost that way)."""
-        return (self.leading and self.reachable is False and self.failover.fenced is None
-                and self.cfg.role is BrokerRole.SYNC_MASTER)
+        return riding_out_outage(leading=self.leading, reachable=self.reachable,
+                                 fenced=self.failover.fenced is not None, role=self.cfg.role)
 
     def check_write(self) -> None:
         """Raise OpError (SERVICE_NOT_AVAILABLE) unless this node holds a live lease, or
         rides out an etcd outage (`riding_out_outage`)."""
-        if self.riding_out_outage:
-            return
-        if not self.leading:
-            holder = (self.leader or {}).get("address")
-            why = f"etcd holder: {holder}" if holder and holder != self.cfg.address else \
-                "its leadership lease expired" if holder else "no holder elected yet"
-            raise OpError(Status.SERVICE_NOT_AVAILABLE, f"not the elected master of {self.cfg.broker_name} ({why})")
-        if trio.current_time() >= self.lease_deadline:
-            raise OpError(Status.SERVICE_NOT_AVAILABLE,
-                          f"fenced: the leadership lease of {self.cfg.broker_name} ran out "
-                          f"({self.last_error or 'not renewed in time'}); no write until it is renewed")
+        refusal = write_refusal(trio.current_time(), leading=self.leading, lease_deadline=self.lease_deadline,
+                                holder=(self.leader or {}).get("address"), address=self.cfg.address,
+                                broker_name=self.cfg.broker_name, last_error=self.last_error,
+                                riding_out=self.riding_out_outage)
+        if refusal is not None:
+            raise OpError(Status.SERVICE_NOT_AVAILABLE, refusal)
 
     async def before_write(self) -> None:
         """check_write, and in a SYNC_MASTER group shrink the in-sync set first when the
@@ -299,36 +295,27 @@ class EtcdController:
         self._published_replica = None
 
     async def _decide(self, master_kv: KeyValue | None, epoch_kv: KeyValue | None) -> None:
+        """What this tick does is election.step's decision; the state it read is kept here."""
         failover = self.failover
-        busy = failover.transition is not None or failover.services is None
         if master_kv is None:
             if self.leading:
                 self._event("the leadership key is gone (lease %x)", self.lease)
             self.leader, self.leading = None, False
-            if not busy and self._eligible():
-                self._stop_acking()
-                await self._campaign(epoch_kv)
-            return
-        info = _json(master_kv) or {}
-        self.leader = info
-        if master_kv.lease == self.lease:
-            self.leading = True
-            if self.cfg.role.is_master and not busy:
-                await self._publish_sync()
-            return
-        self.leading = False
-        if not busy:
-            await self._follow(info)
-
-    def _eligible(self) -> bool:
-        """Only the set's master and its in-sync members campaign; a new group (no set yet)
-        is started by whichever node serves as master."""
-        if self.failover.fenced is not None:
-            return False
-        if self.sync_set is None:
-            return self.cfg.role.is_master
-        me = self.cfg.address
-        return me == self.sync_set.get("master") or me in (self.sync_set.get("in_sync") or [])
+        else:
+            self.leader, self.leading = _json(master_kv) or {}, master_kv.lease == self.lease
+        may_campaign = master_kv is None and eligible(
+            self.sync_set, address=self.cfg.address, is_master=self.cfg.role.is_master,
+            fenced=failover.fenced is not None)
+        action = step(None if master_kv is None else master_kv.lease, self.lease,
+                      busy=failover.transition is not None or failover.services is None,
+                      may_campaign=may_campaign, is_master=self.cfg.role.is_master)
+        if action is Step.CAMPAIGN:
+            self._stop_acking()
+            await self._campaign(epoch_kv)
+        elif action is Step.PUBLISH:
+            await self._publish_sync()
+        elif action is Step.FOLLOW:
+            await self._follow(self.leader or {})
 
     def _stop_acking(self) -> None:
         """A slave about to campaign first leaves the master whose lease is gone: a master

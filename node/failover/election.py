@@ -1,0 +1,72 @@
+"""The etcd controller's decisions, without I/O (node/failover/controller.py does the I/O).
+
+Each tick the controller reads the group's keys and asks `step` what to do; before each
+write it asks `write_refusal`. Both take what the controller last read from etcd and the
+node's own state as arguments, so the rules of the module docstring of controller.py are
+tested by feeding them (tests/node/test_election.py).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+from store.config import BrokerRole
+
+__all__ = ["Step", "eligible", "riding_out_outage", "step", "write_refusal"]
+
+
+class Step(enum.Enum):
+    CAMPAIGN = "campaign"
+    """No holder: take the key (this node may campaign)."""
+    PUBLISH = "publish"
+    """This node holds the key: as master, publish the in-sync set."""
+    FOLLOW = "follow"
+    """Another node holds it: a master fences, a slave follows the holder."""
+    WAIT = "wait"
+    """Nothing now: a role change is under way, or this node may not campaign."""
+
+
+def eligible(sync_set: Mapping[str, Any] | None, *, address: str, is_master: bool, fenced: bool) -> bool:
+    """Only the set's master and its in-sync members campaign; a new group (no set yet) is
+    started by whichever node serves as master; a fenced node never does."""
+    if fenced:
+        return False
+    if sync_set is None:
+        return is_master
+    return address == sync_set.get("master") or address in (sync_set.get("in_sync") or [])
+
+
+def step(holder_lease: int | None, own_lease: int, *, busy: bool, may_campaign: bool, is_master: bool) -> Step:
+    """`holder_lease`: the lease the leadership key is held under (None: no key). `busy`: a
+    role change is under way (or the term's services are not up)."""
+    if busy:
+        return Step.WAIT
+    if holder_lease is None:
+        return Step.CAMPAIGN if may_campaign else Step.WAIT
+    if holder_lease == own_lease:
+        return Step.PUBLISH if is_master else Step.WAIT
+    return Step.FOLLOW
+
+
+def riding_out_outage(*, leading: bool, reachable: bool | None, fenced: bool, role: BrokerRole) -> bool:
+    """etcd is unreachable and this SYNC_MASTER held the key when it last reached it: it
+    keeps writing while every in-sync member acks each write."""
+    return leading and reachable is False and not fenced and role is BrokerRole.SYNC_MASTER
+
+
+def write_refusal(now: float, *, leading: bool, lease_deadline: float, holder: str | None, address: str,
+                  broker_name: str, last_error: str | None, riding_out: bool) -> str | None:
+    """Why this node may not take a write now (None: it may): it does not hold the key, or
+    its lease ran out, unless it rides out an etcd outage."""
+    if riding_out:
+        return None
+    if not leading:
+        why = (f"etcd holder: {holder}" if holder and holder != address
+               else "its leadership lease expired" if holder else "no holder elected yet")
+        return f"not the elected master of {broker_name} ({why})"
+    if now >= lease_deadline:
+        return (f"fenced: the leadership lease of {broker_name} ran out "
+                f"({last_error or 'not renewed in time'}); no write until it is renewed")
+    return None

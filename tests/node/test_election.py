@@ -1,0 +1,54 @@
+"""node/failover/election.py: the etcd controller's decisions, fed state directly (no etcd)."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from node.failover.election import Step, eligible, riding_out_outage, step, write_refusal
+from store.config import BrokerRole
+
+SET = {"master": "m:1", "in_sync": ["s1:1"], "epoch": 3, "role": "SYNC_MASTER"}
+
+
+def test_only_the_sets_master_and_members_may_campaign() -> None:
+    assert eligible(SET, address="m:1", is_master=False, fenced=False)
+    assert eligible(SET, address="s1:1", is_master=False, fenced=False)
+    assert not eligible(SET, address="s2:1", is_master=False, fenced=False)  # lagging: not in the set
+    assert not eligible(SET, address="s1:1", is_master=False, fenced=True)
+    assert eligible(None, address="m:1", is_master=True, fenced=False)  # a new group: its master starts it
+    assert not eligible(None, address="s1:1", is_master=False, fenced=False)
+
+
+@given(st.one_of(st.none(), st.integers(1, 3)), st.integers(0, 3), st.booleans(), st.booleans(), st.booleans())
+def test_each_tick_does_one_thing(holder, own, busy, may_campaign, is_master) -> None:
+    got = step(holder, own, busy=busy, may_campaign=may_campaign, is_master=is_master)
+    if busy:
+        assert got is Step.WAIT  # a role change is under way: nothing is decided meanwhile
+    elif holder is None:
+        assert got is (Step.CAMPAIGN if may_campaign else Step.WAIT)
+    elif holder == own:
+        assert got is (Step.PUBLISH if is_master else Step.WAIT)
+    else:
+        assert got is Step.FOLLOW
+
+
+def test_writes_need_a_live_lease_unless_riding_out_an_outage() -> None:
+    kw = dict(holder="m:1", address="m:1", broker_name="broker-a", last_error=None)
+    assert write_refusal(5.0, leading=True, lease_deadline=6.0, riding_out=False, **kw) is None
+    ran_out = write_refusal(6.0, leading=True, lease_deadline=6.0, riding_out=False, **kw)
+    assert ran_out is not None and ran_out.startswith("fenced: the leadership lease of broker-a ran out")
+    other = write_refusal(5.0, leading=False, lease_deadline=-math.inf, riding_out=False,
+                          **{**kw, "holder": "s1:1"})
+    assert other == "not the elected master of broker-a (etcd holder: s1:1)"
+    assert write_refusal(9.0, leading=True, lease_deadline=6.0, riding_out=True, **kw) is None
+
+
+def test_only_a_sync_master_that_led_rides_out_an_etcd_outage() -> None:
+    assert riding_out_outage(leading=True, reachable=False, fenced=False, role=BrokerRole.SYNC_MASTER)
+    assert not riding_out_outage(leading=True, reachable=False, fenced=False, role=BrokerRole.ASYNC_MASTER)
+    assert not riding_out_outage(leading=True, reachable=None, fenced=False, role=BrokerRole.SYNC_MASTER)
+    assert not riding_out_outage(leading=False, reachable=False, fenced=False, role=BrokerRole.SYNC_MASTER)
+    assert not riding_out_outage(leading=True, reachable=False, fenced=True, role=BrokerRole.SYNC_MASTER)
