@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
-import psutil
 import trio
 
 from .allocate import AllocateMappedFileService
@@ -34,27 +34,46 @@ from .flush import (
 from .index_file import IndexService
 from .markers import AbortFile, StoreLock
 from .markers import StoreLockedError as StoreLockedError  # importable from here, as before
-from .message import (
-    RecordKind,
-)
-from .puts import MessagePuts
-from .puts import Replicator as Replicator  # importable from here, as before
+from .message import Message, RecordKind, StoredMessage
+from .puts import Appended, MessagePuts, Prepared
 from .reads import GetMessageResult as GetMessageResult  # importable from here, as before
 from .reads import MessageReads
 from .reads import StoreUnavailableError as StoreUnavailableError
 from .recovery import RecoveryProgress, TruncateReport
 from .replica_log import ReplicaLog
+from .replica_log import Replicator as Replicator  # importable from here, as before
 from .reput import ReputMessageService
 from .running_flags import RunningFlags
 from .schedule import parse_delay_levels
+from .status import PutMessageResult
 from .transient_store_pool import TransientStorePool
 
 log = logging.getLogger("tidemq.store")
 
 
-class MessageStore(MessageReads, MessagePuts):
-    """The facade: lifecycle, recovery and truncation, puts, replication hooks; reads come
-    from MessageReads (reads.py)."""
+class MessageStore:
+    """The facade: lifecycle, recovery and truncation, replication hooks; puts and reads are
+    MessagePuts' (puts.py) and MessageReads' (reads.py), handed over to below.
+
+    `MessageStore(config)` opens nothing; `load()` takes the lock, recovers and builds every
+    service (returning the store), `start()` only starts their tasks."""
+
+    checkpoint: StoreCheckpoint
+    index: IndexService | None
+    """None when messageIndexEnable is off."""
+    reput: ReputMessageService
+    group_commit: GroupCommitService | None
+    """SYNC_FLUSH's group commit (else None)."""
+    flush_service: FlushRealTimeService | None
+    """ASYNC_FLUSH's flush (else None)."""
+    commit_service: CommitRealTimeService | None
+    """ASYNC_FLUSH with the transient pool: the copy into the file (else None)."""
+    flush_cq_service: FlushConsumeQueueService
+    clean_commit_log: CleanCommitLogService
+    clean_consume_queue: CleanConsumeQueueService
+    cold_pages: ColdPageService
+    puts: MessagePuts
+    reads: MessageReads
 
     def __init__(
         self,
@@ -65,12 +84,7 @@ class MessageStore(MessageReads, MessagePuts):
     ) -> None:
         self.config = config
         self.clock = clock
-        # RocketMQ's "still in memory" bound for reads: 40% of RAM (read once, not per pull)
-        self._memory_in_page_cache = psutil.virtual_memory().total * 0.4
         self.disk_usage = disk_usage  # cleanup's disk probe (None: psutil on the real partition)
-        self.clean_commit_log: CleanCommitLogService | None = None
-        self.cold_pages: ColdPageService | None = None
-        self.clean_consume_queue: CleanConsumeQueueService | None = None
         self.flags = RunningFlags()
         self.lock = StoreLock(config.store_path_root_dir)
         self.abort_file = AbortFile(config.path("abort"))
@@ -87,19 +101,11 @@ class MessageStore(MessageReads, MessagePuts):
             )
         self.allocator = AllocateMappedFileService(self.pool)
         self.commit_log = CommitLog(config, pool=self.pool, allocator=self.allocator, clock=clock)
-        self.group_commit: GroupCommitService | None = None
-        self.flush_service: FlushRealTimeService | None = None
-        self.commit_service: CommitRealTimeService | None = None
         self.delay_levels = parse_delay_levels(config.message_delay_level)
         self.consume_queues = ConsumeQueueTable(config.path("consumequeue"), config.cq_file_size)
-        self.checkpoint: StoreCheckpoint | None = None
-        self.index: IndexService | None = None
-        self.reput: ReputMessageService | None = None
-        self.flush_cq_service: FlushConsumeQueueService | None = None
+        self.loaded = False
         self.last_exit_ok = True
         self._dispatch_from: int | None = None
-        self.running = False
-        self.shutdown_done = False
         self._nursery: trio.Nursery | None = None
         self.replica_log = ReplicaLog(self.commit_log)
         """The CommitLog as ha/ and failover see it (their one door to the log)."""
@@ -124,10 +130,18 @@ class MessageStore(MessageReads, MessagePuts):
 
     # ---- lifecycle ---------------------------------------------------------------------------
     @property
+    def running(self) -> bool:
+        return self.flags.running
+
+    @property
+    def shutdown_done(self) -> bool:
+        return self.flags.shut_down
+
+    @property
     def abort_path(self) -> str:
         return self.abort_file.path
 
-    def load(self, recovery_progress: RecoveryProgress | None = None) -> None:
+    def load(self, recovery_progress: RecoveryProgress | None = None) -> MessageStore:
         """Lock the root, map the segments and recover (blocking; done once at start).
         `recovery_progress(validated_bytes, total_bytes)` follows CommitLog validation."""
         self.lock.acquire()
@@ -153,15 +167,41 @@ class MessageStore(MessageReads, MessagePuts):
                 self.commit_log, self.consume_queues, self.index, self.checkpoint, self.flags,
                 is_slave=lambda: not self.config.broker_role.is_master, delay_levels=self.delay_levels,
             )
+            self._build_services()
         except BaseException:
             self.lock.release()
             raise
+        self.loaded = True
+        return self
+
+    def _build_services(self) -> None:
+        """Everything `start()` runs and the puts and reads, each handed what it uses."""
+        config = self.config
+        self.puts = MessagePuts(config, self.commit_log, self.flags, self.delay_levels, self.group_commit,
+                                self.replica_log)
+        self.reads = MessageReads(config, self.commit_log, self.consume_queues, self.index, self.reput, self.flags)
+        self.flush_cq_service = FlushConsumeQueueService(
+            self.consume_queues.flush, self.checkpoint,
+            Cadence(config.flush_interval_consume_queue, config.flush_consume_queue_least_pages,
+                    config.flush_consume_queue_thorough_interval),
+        )
+        self.clean_commit_log = CleanCommitLogService(
+            config, self.commit_log.queue, consume_queue_path=self.consume_queues.store_path,
+            flags=self.flags, dispatched_to=lambda: self.reput.reput_from_offset,
+            clock=self.clock, disk_usage=self.disk_usage,
+        )
+        self.clean_consume_queue = CleanConsumeQueueService(
+            config, commit_log_min_offset=self.commit_log.min_offset,
+            consume_queues=self.consume_queues, index=self.index,
+        )
+        self.cold_pages = ColdPageService(self.commit_log.queue, lambda: self.reput.reput_from_offset)
 
     def _create_flush_services(self, checkpoint: StoreCheckpoint) -> None:
         """Group commit (SYNC_FLUSH) or async flush (+ commit, with the pool); they record
         the flushed store time in the checkpoint, so they are made once it is open."""
         config = self.config
         flushed_time = FlushedTime(checkpoint, lambda: config.broker_role.is_master)
+        self.group_commit = self.flush_service = self.commit_service = None
         if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             self.group_commit = GroupCommitService(self.commit_log.queue, flushed_time)
             return
@@ -230,7 +270,7 @@ class MessageStore(MessageReads, MessagePuts):
         may append, flush or dispatch meanwhile. `phy_offset` must be a record boundary in
         [min offset, max offset]; anything else raises ValueError and changes nothing.
         """
-        if self.running or self.checkpoint is None or self.shutdown_done:
+        if self.running or not self.loaded or self.shutdown_done:
             raise RuntimeError("truncate_to needs a loaded store that is not running (load() it, don't start it)")
         end = self.commit_log.max_offset()
         low = max(self.commit_log.min_offset(), 0)
@@ -258,20 +298,20 @@ class MessageStore(MessageReads, MessagePuts):
             raise RuntimeError("close() is for a store that was not started; a running one shuts down")
         if self.shutdown_done:
             return
-        if self.reput is not None:
-            self._catch_up_dispatch()  # an index cut by truncate_to is rebuilt before closing
+        if not self.loaded:
+            raise RuntimeError("close() is for a loaded store; this one was never loaded")
+        self._catch_up_dispatch()  # an index cut by truncate_to is rebuilt before closing
         flush_to_end(self.commit_log.queue)
         self.consume_queues.flush(0)
         if self.index is not None:
             self.index.shutdown()
-        if self.checkpoint is not None:
-            self.checkpoint.shutdown()
+        self.checkpoint.shutdown()
         self.consume_queues.shutdown()
         self.commit_log.shutdown()
         if self.pool is not None:
             self.pool.destroy()
         self.lock.release()
-        self.shutdown_done = True
+        self.flags.shut_down = True
 
     def _catch_up_dispatch(self) -> None:
         """Dispatch whatever the ConsumeQueues and index do not cover yet (a store holding
@@ -294,25 +334,9 @@ class MessageStore(MessageReads, MessagePuts):
         self._recover_topic_queue_table()
         self.add_append_listener(self.reput.wakeup)
         nursery.start_soon(self.reput.run)
-        config = self.config
-        self.flush_cq_service = FlushConsumeQueueService(
-            self.consume_queues.flush, self.checkpoint,
-            Cadence(config.flush_interval_consume_queue, config.flush_consume_queue_least_pages,
-                    config.flush_consume_queue_thorough_interval),
-        )
         nursery.start_soon(self.flush_cq_service.run)
-        self.clean_commit_log = CleanCommitLogService(
-            self.config, self.commit_log.queue, consume_queue_path=self.consume_queues.store_path,
-            flags=self.flags, dispatched_to=lambda: self.reput.reput_from_offset,
-            clock=self.clock, disk_usage=self.disk_usage,
-        )
-        self.clean_consume_queue = CleanConsumeQueueService(
-            self.config, commit_log_min_offset=self.commit_log.min_offset,
-            consume_queues=self.consume_queues, index=self.index,
-        )
         nursery.start_soon(self.clean_commit_log.run)
         nursery.start_soon(self.clean_consume_queue.run)
-        self.cold_pages = ColdPageService(self.commit_log.queue, lambda: self.reput.reput_from_offset)
         nursery.start_soon(self.cold_pages.run)
         nursery.start_soon(self.allocator.run)
         self.add_append_listener(self._wake_flush)  # the one flush wake-up per append
@@ -323,17 +347,16 @@ class MessageStore(MessageReads, MessagePuts):
         if self.commit_service is not None:
             nursery.start_soon(self.commit_service.run)
         self.abort_file.create()
-        self.running = True
+        self.flags.running = True
 
     async def shutdown(self) -> None:
         """Flush everything, then remove the abort file as the very last step."""
         if self.shutdown_done:
             return
-        self.running = False
+        self.flags.running = False
         with trio.CancelScope(shield=True):
             for cleaner in (self.clean_commit_log, self.clean_consume_queue):
-                if cleaner is not None:  # no deletion may run while the segments are unmapped
-                    await cleaner.stop()
+                await cleaner.stop()  # no deletion may run while the segments are unmapped
             if self.commit_service is not None:
                 await self.commit_service.shutdown()
             if self.group_commit is not None:
@@ -354,7 +377,7 @@ class MessageStore(MessageReads, MessagePuts):
         if self.flags.is_writeable() and self.reput.dispatch_behind_bytes() == 0:
             self.abort_file.remove()
         self.lock.release()
-        self.shutdown_done = True
+        self.flags.shut_down = True
 
     def _wake_flush(self) -> None:
         """CommitLog append listener: wake the CommitLog flush (puts and replicated bytes)."""
@@ -363,14 +386,78 @@ class MessageStore(MessageReads, MessagePuts):
         elif self.flush_service is not None:
             self.flush_service.wakeup()
 
+    # ---- puts and reads: MessagePuts' and MessageReads' (async ones hand back their coroutine) --
+    def prepare_message(self, msg: Message) -> Prepared | PutMessageResult:
+        return self.puts.prepare_message(msg)
+
+    def prepare_batch(self, msgs: Sequence[Message]) -> Prepared | PutMessageResult:
+        return self.puts.prepare_batch(msgs)
+
+    def append_prepared(self, puts: Sequence[Prepared | PutMessageResult]) -> list[Appended]:
+        return self.puts.append_prepared(puts)
+
+    def append_message(self, msg: Message) -> Appended:
+        return self.puts.append_message(msg)
+
+    def append_batch(self, msgs: Sequence[Message]) -> Appended:
+        return self.puts.append_batch(msgs)
+
+    def finish_puts(self, appended: Sequence[tuple[Appended, bool]], *, since: float | None = None) -> Coroutine[Any, Any, list[PutMessageResult]]:
+        return self.puts.finish_puts(appended, since=since)
+
+    def put_message(self, msg: Message) -> Coroutine[Any, Any, PutMessageResult]:
+        return self.puts.put_message(msg)
+
+    def put_messages(self, msgs: Sequence[Message]) -> Coroutine[Any, Any, PutMessageResult]:
+        return self.puts.put_messages(msgs)
+
+    def put_waits(self, wait: bool) -> bool:
+        return self.puts.put_waits(wait)
+
+    def get_min_phy_offset(self) -> int:
+        return self.reads.get_min_phy_offset()
+
+    def get_max_phy_offset(self) -> int:
+        return self.reads.get_max_phy_offset()
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        return self.reads.get_min_offset_in_queue(topic, queue_id)
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        return self.reads.get_max_offset_in_queue(topic, queue_id)
+
+    def look_message_by_offset(self, commitlog_offset: int, size: int | None = None) -> StoredMessage | None:
+        return self.reads.look_message_by_offset(commitlog_offset, size)
+
+    def look_message_by_msg_id(self, msg_id: str) -> StoredMessage | None:
+        return self.reads.look_message_by_msg_id(msg_id)
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        return self.reads.get_offset_in_queue_by_time(topic, queue_id, timestamp_ms)
+
+    def get_earliest_message_time(self, topic: str | None = None, queue_id: int = 0) -> int | None:
+        return self.reads.get_earliest_message_time(topic, queue_id)
+
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int, tag_filter: str | None = None) -> GetMessageResult:
+        return self.reads.get_message(group, topic, queue_id, offset, max_msgs, tag_filter)
+
+    def query_message(self, topic: str, key: str, max_num: int = 32, begin_ts: int = 0, end_ts: int = 2**63 - 1) -> list[StoredMessage]:
+        return self.reads.query_message(topic, key, max_num, begin_ts, end_ts)
+
+    def wait_for_message(self, topic: str, queue_id: int, offset: int, timeout: float) -> Coroutine[Any, Any, bool]:
+        return self.reads.wait_for_message(topic, queue_id, offset, timeout)
+
+    def dispatch_behind_bytes(self) -> int:
+        return self.reads.dispatch_behind_bytes()
+
     # ---- admin -------------------------------------------------------------------------------
     async def delete_expired_files_manually(self) -> int:
         """The admin op (RocketMQ executeDeleteFilesManually): the next 20 cleanup passes
         delete expired CommitLog files whatever the hour, the first of them right now (then
         the ConsumeQueues and index follow). Returns how many CommitLog files that first
         pass deleted; fileReservedTime still applies."""
-        if self.clean_commit_log is None or self.clean_consume_queue is None:
-            raise RuntimeError("the store is not started: no cleanup service yet")
+        if not self.running:
+            raise RuntimeError("the store is not started: no cleanup runs")
         self.clean_commit_log.execute_delete_files_manually()
         deleted = await self.clean_commit_log.run_once()
         await self.clean_consume_queue.run_once()

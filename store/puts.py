@@ -5,13 +5,13 @@ section; `append_message` / `append_batch` do both for one put), and
 `finish_puts` waits once for the flush and the slave a whole group of appends asks for
 (RocketMQ's GroupCommitService / GroupTransferService serve one request per group the
 same way). `put_message` / `put_messages` are the two steps for one put.
-MessageStore inherits it; the attributes it reads are set up in message_store.py."""
+MessageStore builds one in `load()`, handing it what it reads."""
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple
 
 import trio
 
@@ -31,16 +31,8 @@ from .status import AppendMessageResult, AppendMessageStatus, PutMessageResult, 
 if TYPE_CHECKING:
     from .commit_log import CommitLog
     from .flush import GroupCommitService
+    from .replica_log import ReplicaLog
     from .running_flags import RunningFlags
-
-
-class Replicator(Protocol):
-    """What a SYNC_MASTER put needs from the HA service (ha/master.py's HAService, which
-    attaches itself with `MessageStore.attach_replicator`)."""
-
-    def is_slave_ok(self, master_put_where: int) -> bool: ...
-
-    async def wait_for_slave(self, next_offset: int, timeout_s: float) -> bool: ...
 
 
 class Prepared(NamedTuple):
@@ -66,18 +58,21 @@ _STATUS_TEXT = {
 
 
 class MessagePuts:
-    """Puts of a MessageStore (mixed into it)."""
+    """The puts of one MessageStore (see the module docstring)."""
 
-    config: StoreConfig
-    commit_log: CommitLog
-    flags: RunningFlags
-    running: bool
-    delay_levels: dict[int, int]
-    group_commit: GroupCommitService | None
-    replicator: Replicator | None
+    def __init__(self, config: StoreConfig, commit_log: CommitLog, flags: RunningFlags,
+                 delay_levels: dict[int, int], group_commit: GroupCommitService | None,
+                 replica_log: ReplicaLog) -> None:
+        self.config = config
+        self.commit_log = commit_log
+        self.flags = flags
+        self.delay_levels = delay_levels
+        self.group_commit = group_commit
+        self.replica_log = replica_log
+        """Its `replicator` (the HA service, once attached) is what SYNC_MASTER puts wait on."""
 
     def _check_store_status(self) -> PutMessageResult | None:
-        if not self.running:
+        if not self.flags.running:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store is shut down")
         if not self.config.broker_role.is_master:
             return PutMessageResult(
@@ -191,7 +186,7 @@ class MessagePuts:
         without a checkpoint when nothing waits."""
         flush_end = replica_end = -1
         sync_master = self.config.broker_role is BrokerRole.SYNC_MASTER
-        replicator = self.replicator
+        replicator = self.replica_log.replicator
         no_slave: set[int] = set()
         for i, (result, wait) in enumerate(appended):
             if not wait or not isinstance(result, AppendMessageResult) or result.status is not AppendMessageStatus.PUT_OK:

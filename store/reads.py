@@ -1,12 +1,13 @@
 """The store's read API (DefaultMessageStore's getMessage, lookMessageByOffset,
 queryMessage, ...): plain methods reading memory, no awaits except long polling.
-MessageStore inherits it; the attributes it reads are set up in message_store.py."""
+MessageStore builds one in `load()`, handing it what it reads."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 import attrs
+import psutil
 import trio
 
 from .config import CQ_STORE_UNIT_SIZE, StoreConfig
@@ -23,20 +24,22 @@ if TYPE_CHECKING:
 
 
 class MessageReads:
-    """Reads of a MessageStore (mixed into it)."""
+    """The reads of one MessageStore (see the module docstring)."""
 
-    config: StoreConfig
-    commit_log: CommitLog
-    consume_queues: ConsumeQueueTable
-    index: IndexService | None
-    reput: ReputMessageService | None
-    flags: RunningFlags
-    shutdown_done: bool
-    _memory_in_page_cache: float
+    def __init__(self, config: StoreConfig, commit_log: CommitLog, consume_queues: ConsumeQueueTable,
+                 index: IndexService | None, reput: ReputMessageService, flags: RunningFlags) -> None:
+        self.config = config
+        self.commit_log = commit_log
+        self.consume_queues = consume_queues
+        self.index = index
+        self.reput = reput
+        self.flags = flags
+        # RocketMQ's "still in memory" bound for reads: 40% of RAM (read once, not per pull)
+        self._memory_in_page_cache = psutil.virtual_memory().total * 0.4
 
     # ---- reads: plain methods, memory reads --------------------------------------------------
     def _check_readable(self) -> None:
-        if self.shutdown_done:
+        if self.flags.shut_down:
             raise StoreUnavailableError("store is shut down")
         if not self.flags.is_readable():
             raise StoreUnavailableError("store is not readable: " + ", ".join(self.flags.names()))

@@ -10,15 +10,23 @@ start (a segment boundary) and of what an empty log may drop live here once.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .mapped_file import SelectResult
 
 if TYPE_CHECKING:
     from .commit_log import CommitLog
-    from .puts import Replicator
 
-__all__ = ["FollowerAppendError", "ReplicaLog"]
+__all__ = ["FollowerAppendError", "ReplicaLog", "Replicator"]
+
+
+class Replicator(Protocol):
+    """What a SYNC_MASTER put needs from the HA service (ha/master.py's HAService, which
+    attaches itself with `ReplicaLog.attach_replicator`)."""
+
+    def is_slave_ok(self, master_put_where: int) -> bool: ...
+
+    async def wait_for_slave(self, next_offset: int, timeout_s: float) -> bool: ...
 
 
 class FollowerAppendError(Exception):

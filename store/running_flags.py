@@ -21,6 +21,10 @@ class RunningFlags:
 
     def __init__(self) -> None:
         self.bits = 0
+        self.running = False
+        """Started and not yet shutting down: puts are taken."""
+        self.shut_down = False
+        """Shut down: reads are refused too."""
 
     def set(self, bit: int) -> None:
         self.bits |= bit
