@@ -1,6 +1,6 @@
-"""CommitLog record codec (FORMATS.md, message format v1; v2 decoded too), tagsCode,
-offset msgId and the masked body CRC. The properties codec is in properties.py (its names
-are importable from here too).
+"""CommitLog record codec (FORMATS.md, message format v1; v2 decoded too), tagsCode and the
+masked body CRC. The properties codec is in properties.py, the host and msgId codec in
+msg_id.py (their names are importable from here too).
 
 Everything is big-endian and signed, as a RocketMQ 4.x broker writes it, so stores are
 interchangeable byte for byte.
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import enum
 import functools
-import ipaddress
 import re
 import struct
 import sys
@@ -21,8 +20,14 @@ from typing import NamedTuple
 
 import attrs
 
-from .accel import forced_pure, load_compiled
-from .address import AddressError, format_host_port, split_host_port
+from .accel import COMPILED
+from .msg_id import (  # the host and msgId codec lives in msg_id.py; its names stay importable here
+    decode_host,
+    decode_msg_id,  # noqa: F401
+    encode_host,
+    encode_msg_id,
+    msg_id_prefix,  # noqa: F401
+)
 
 # The properties codec lives in properties.py; its names stay importable from here.
 from .properties import (
@@ -82,8 +87,6 @@ def transaction_type(sys_flag: int) -> int:
 _HEAD = struct.Struct(">iIiiiqqiq")
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
-_INT32_PORTS = range(-(2**31), 2**31)
-"""A stored host's port is an int32 field: encode whatever decode_host gave."""
 _I16 = struct.Struct(">h")
 _I8 = struct.Struct(">b")
 _SIZE_MAGIC = struct.Struct(">iI")
@@ -111,50 +114,6 @@ def java_string_hash(s: str) -> int:
 def tags_code(tags: str | None) -> int:
     """ConsumeQueue tagsCode: the tag's Java hash sign-extended to 64 bits, 0 when no tag."""
     return java_string_hash(tags) if tags else 0
-
-
-@functools.lru_cache(maxsize=1024)
-def encode_host(host: str) -> bytes:
-    """'ip:port' or '[v6]:port' → address bytes + int32 port (8 or 20 bytes)."""
-    try:
-        addr, port = split_host_port(host, ports=_INT32_PORTS)
-    except AddressError:
-        raise AddressError(f"host must be ip:port, got {host!r}") from None
-    return ipaddress.ip_address(addr).packed + _I32.pack(port)
-
-
-def decode_host(raw: bytes | memoryview) -> str:
-    """Address bytes + int32 port → 'ip:port' ('[v6]:port'); cached, hosts repeat."""
-    return _decode_host(bytes(raw))
-
-
-@functools.lru_cache(maxsize=4096)
-def _decode_host(raw: bytes) -> str:
-    ip = ipaddress.ip_address(raw[:-4])
-    port = _I32.unpack(raw[-4:])[0]
-    return format_host_port(str(ip), port)
-
-
-def encode_msg_id(store_host: str, commitlog_offset: int) -> str:
-    """Offset msgId: store host address + port + physical offset, upper-case hex."""
-    return (encode_host(store_host) + _I64.pack(commitlog_offset)).hex().upper()
-
-
-@functools.lru_cache(maxsize=64)
-def msg_id_prefix(store_host: str) -> str:
-    """The host part of `encode_msg_id`: the id is this + the offset as 16 hex digits."""
-    return encode_host(store_host).hex().upper()
-
-
-def decode_msg_id(msg_id: str) -> tuple[str, int]:
-    """→ (store host 'ip:port', commitlog offset). 32 hex chars = IPv4, 56 = IPv6."""
-    if len(msg_id) not in (32, 56):
-        raise ValueError(f"msgId must be 32 or 56 hex characters, got {len(msg_id)}: {msg_id!r}")
-    try:
-        raw = bytes.fromhex(msg_id)
-    except ValueError:
-        raise ValueError(f"msgId is not hexadecimal: {msg_id!r}") from None
-    return decode_host(raw[:-8]), _I64.unpack(raw[-8:])[0]
 
 
 def topic_error(topic: str) -> str | None:
@@ -604,19 +563,9 @@ def decode_dispatch(
 # it was built and TIDEMQ_PURE is not set; the pure functions stay as py_* (the reference).
 py_decode_record, py_decode_dispatch = decode_record, decode_dispatch
 py_prepare_record, py_record_parts = prepare_record, record_parts
-COMPILED = None if forced_pure() else load_compiled()
 if COMPILED is not None:
     COMPILED.bind(sys.modules[__name__])
     COMPILED.bind_encoder(sys.modules[__name__])
     decode_record, decode_dispatch = COMPILED.decode_record, COMPILED.decode_dispatch
     prepare_record, record_parts = COMPILED.prepare_record, COMPILED.record_parts
 
-
-def __getattr__(name: str):
-    """`validate_record` moved to recovery.py (recovery's check); still importable from here.
-    Imported lazily: recovery.py imports this module."""
-    if name == "validate_record":
-        from .recovery import validate_record
-
-        return validate_record
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
