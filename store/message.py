@@ -374,6 +374,18 @@ def decode_record(
 
     Never raises on bad data: a torn, zeroed or garbage record is `INVALID` with the reason.
     """
+    return _decode(buf, pos, check_crc, read_body, limit, True)
+
+
+def message_extent(buf: bytes | bytearray | memoryview, pos: int, *, check_crc: bool) -> tuple[int, int] | None:
+    """(TOTALSIZE, PHYSICALOFFSET) of the message record at `pos` when `decode_record` would
+    decode it, else None: decode_record's own checks, building nothing (the segment walker's
+    bulk path when pure)."""
+    got = _decode(buf, pos, check_crc, check_crc, None, False)
+    return got if type(got) is tuple else None
+
+
+def _decode(buf, pos, check_crc, read_body, limit, build) -> Decoded | tuple[int, int]:
     end = len(buf) if limit is None else limit
     avail = end - pos
     if avail < 8:
@@ -392,23 +404,25 @@ def decode_record(
             RecordKind.INVALID, -1, error=f"record size {total} does not fit the {avail} bytes left"
         )
     try:
-        return _decode_message(buf, pos, total, magic, check_crc, read_body)
+        return _decode_message(buf, pos, total, magic, check_crc, read_body, build)
     except (struct.error, ValueError, UnicodeDecodeError) as e:
         return Decoded(RecordKind.INVALID, -1, error=f"malformed record: {e}")
 
 
-def _decode_message(buf, pos, total, magic, check_crc, read_body) -> Decoded:
+def _decode_message(buf, pos, total, magic, check_crc, read_body, build) -> Decoded | tuple[int, int]:
+    """Without `build`, (total, phys) once every check passed; host decoding is skipped then,
+    as it can only fail past the buffer's end, where a later read fails too."""
     (
         _, _, body_crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts,
     ) = _HEAD.unpack_from(buf, pos)
     p = pos + _HEAD.size
     born_len = 20 if sys_flag & BORNHOST_V6_FLAG else 8
     store_len = 20 if sys_flag & STOREHOST_V6_FLAG else 8
-    born_host = decode_host(buf[p : p + born_len])
+    born_host = decode_host(buf[p : p + born_len]) if build else ""
     p += born_len
     store_ts = _I64.unpack_from(buf, p)[0]
     p += 8
-    store_host = decode_host(buf[p : p + store_len])
+    store_host = decode_host(buf[p : p + store_len]) if build else ""
     p += store_len
     reconsume, prepared, body_len = _TAIL.unpack_from(buf, p)
     p += _TAIL.size
@@ -423,7 +437,7 @@ def _decode_message(buf, pos, total, magic, check_crc, read_body) -> Decoded:
                 RecordKind.INVALID, -1,
                 error=f"body CRC mismatch at offset {phys}: stored {body_crc}, computed {masked_crc32(body_view)}",
             )
-    body = bytes(body_view) if read_body else b""
+    body = bytes(body_view) if read_body and build else b""
     p += body_len
     if magic == MESSAGE_MAGIC_CODE:
         topic_len = _I8.unpack_from(buf, p)[0]
@@ -439,7 +453,7 @@ def _decode_message(buf, pos, total, magic, check_crc, read_body) -> Decoded:
     p += 2
     if props_len < 0:
         return Decoded(RecordKind.INVALID, total, error=f"negative properties length {props_len}")
-    props = decode_properties(bytes(buf[p : p + props_len]).decode("utf-8"))
+    props_text = bytes(buf[p : p + props_len]).decode("utf-8")
     p += props_len
     if p - pos != total:
         return Decoded(
@@ -449,12 +463,14 @@ def _decode_message(buf, pos, total, magic, check_crc, read_body) -> Decoded:
     torn = torn_end_error(buf, p, topic_len, props_len)
     if torn:
         return Decoded(RecordKind.INVALID, -1, error=f"{torn} at offset {phys}")
+    if not build:
+        return total, phys
     msg = StoredMessage(
         size=total, magic_version=1 if magic == MESSAGE_MAGIC_CODE else 2, body_crc=body_crc,
         queue_id=queue_id, flag=flag, queue_offset=queue_offset, commitlog_offset=phys,
         sys_flag=sys_flag, born_timestamp=born_ts, born_host=born_host, store_timestamp=store_ts,
         store_host=store_host, reconsume_times=reconsume, prepared_transaction_offset=prepared,
-        body=body, topic=topic, properties=props, crc_ok=crc_ok,
+        body=body, topic=topic, properties=decode_properties(props_text), crc_ok=crc_ok,
     )
     return Decoded(RecordKind.MESSAGE, total, msg)
 

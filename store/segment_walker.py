@@ -17,6 +17,10 @@ same rules); this module adds the rules between records:
 A record whose structure is intact but whose body CRC or PHYSICALOFFSET is wrong is still a
 `Record`; `Record.problems` names what is wrong and each caller applies its policy
 (recovery cuts at a bad CRC, verify and the pipeline report both and read on).
+
+`skip_clean` is the bulk path: it hops over clean records without building anything
+(compiled in store/_accel.pyx, as the pipeline's column scan is) and stops where `step`
+must look, so the fast paths end exactly where these rules take over.
 """
 
 from __future__ import annotations
@@ -30,12 +34,14 @@ import attrs
 
 from .message import (
     BLANK_MAGIC_CODE,
+    COMPILED,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     RecordKind,
     StoredMessage,
     decode_record,
     masked_crc32,
+    message_extent,
     read_total_size,
 )
 
@@ -245,3 +251,26 @@ def last_data_index(paths: Sequence[str]) -> int:
         except (OSError, ValueError):
             return i
     return -1
+
+
+# ---------------------------------------------------------------------------------------
+# the bulk path
+
+
+def skip_clean(buf: Buffer, pos: int, stop: int, segment_start: int, check_crc: bool) -> int:
+    """Hop over clean message records from `pos`, building nothing per record; return the
+    first record start at or past `stop`, or the first position `step` must judge: no
+    message there, a PHYSICALOFFSET other than the position, or (with `check_crc`) a body
+    CRC mismatch. Recovery's fast path; store/_accel.pyx has the compiled twin."""
+    while pos < stop:
+        extent = message_extent(buf, pos, check_crc=check_crc)
+        if extent is None or extent[1] != segment_start + pos:
+            break
+        pos += extent[0]
+    return pos
+
+
+py_skip_clean = skip_clean
+if COMPILED is not None:
+    COMPILED.bind_walker(py_skip_clean)
+    skip_clean = COMPILED.skip_clean  # noqa: F811
