@@ -1,6 +1,6 @@
 """Batch scan of store directories: partition planning (driver) and partition reads
-(executors), on the store's own read-only decoder (`store.message.decode_record`,
-`store.tools.iter_segments`). No Spark here, so the same code is tested and benchmarked
+(executors), on the store's own segment reader (`store.segment_walker`, which recovery and
+`tidemq store verify` use too, so the three agree on where valid data ends and why). No Spark here, so the same code is tested and benchmarked
 without a JVM. Clean records are read in bulk: as Arrow column buffers by the compiled
 accelerator (`store._accel.scan_columns`, docs/accelerator.md) or as row tuples
 (`store.record_rows.scan_rows`); any other record goes through the one-record path below.
@@ -26,7 +26,6 @@ column says where and why, and goes on with the next partition.
 from __future__ import annotations
 
 import datetime as dt
-import errno
 import glob
 import mmap
 import os
@@ -43,20 +42,17 @@ from store.message import (
     COMPILED,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
-    RecordKind,
-    decode_record,
-    masked_crc32,
     read_store_timestamp,
     read_total_size,
 )
 from store.record_rows import scan_rows
+from store.segment_walker import Record, last_data_index, step
 from store.tools import StoreToolError, iter_segments
 
 DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
 _MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
 _CQ_UNIT = np.dtype([("phy", ">i8"), ("size", ">i4"), ("code", ">i8")])
 _INT_MAX = 0x7FFFFFFF
-_ZERO_CHUNK = 16 << 20
 
 
 class StoreReadError(Exception):
@@ -175,8 +171,7 @@ class _Range:
 
 def _plan_root(root: str, opts: ScanOptions) -> list[StorePartition]:
     segments = iter_segments(root)
-    heads = [_head(path) for _, path in segments]
-    last = max((i for i, h in enumerate(heads) if h != b"\0" * 8), default=-1)
+    last = last_data_index([path for _, path in segments])
     ranges: list[_Range] = []
     for i, (start, path) in enumerate(segments[: last + 1]):
         try:
@@ -195,14 +190,6 @@ def _plan_root(root: str, opts: ScanOptions) -> list[StorePartition]:
     if opts.topics:
         keep = _prune_by_topics(root, keep, opts.topics)
     return keep
-
-
-def _head(path: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read(8).ljust(8, b"\0")
-    except OSError:
-        return b"unreadable"  # not zeros: the reader reports it
 
 
 def _cut_segment(
@@ -342,7 +329,6 @@ def _walk(
 def _walk_buffer(
     part: StorePartition, opts: ScanOptions, b: BatchBuilder, buf: mmap.mmap, fd: int
 ) -> Iterator[pa.RecordBatch | None]:
-    n = len(buf)
     pos = part.begin
     topics, t0, t1 = opts.topics, opts.start_time, opts.end_time
     need_body = opts.include_body or opts.verify_crc
@@ -370,96 +356,30 @@ def _walk_buffer(
             continue
         if pos >= part.end:
             return
-        d = decode_record(buf, pos, check_crc=False, read_body=need_body)
-        if d.kind is RecordKind.MESSAGE:
-            m = d.message
-            assert m is not None
-            pos += d.size
+        ev = step(buf, pos, segment_start=part.segment_start, last=part.last_data, fd=fd,
+                  check_crc=opts.verify_crc, read_body=need_body)
+        if isinstance(ev, Record):
+            m = ev.message
+            pos += ev.size
             if topics is not None and m.topic not in topics:
                 continue
             ts = m.store_timestamp
             if (t0 is not None and ts < t0) or (t1 is not None and ts > t1):
                 continue
-            offset = part.segment_start + pos - d.size
-            problem = None
-            crc_ok = None
-            if opts.verify_crc:
-                computed = masked_crc32(m.body)
-                crc_ok = computed == m.body_crc
-                if not crc_ok:
-                    problem = f"body CRC mismatch: stored {m.body_crc}, computed {computed}"
-            if m.commitlog_offset != offset:
-                problem = (f"PHYSICALOFFSET field {m.commitlog_offset} differs from the record's "
-                           f"position {offset}")
-            if problem is not None:
+            problems = ev.problems()  # one _corrupt text: the last (PHYSICALOFFSET over CRC)
+            if problems:
                 if not opts.permissive:
-                    raise StoreReadError(_where(part, offset) + problem)
-                b.add_stored(m, part.source, crc_ok=crc_ok, include_body=opts.include_body,
-                             corrupt=_where(part, offset) + problem)
+                    raise StoreReadError(_where(part, ev.offset) + problems[-1])
+                b.add_stored(m, part.source, crc_ok=ev.crc_ok, include_body=opts.include_body,
+                             corrupt=_where(part, ev.offset) + problems[-1])
             else:
-                b.add_stored(m, part.source, crc_ok=crc_ok, include_body=opts.include_body)
+                b.add_stored(m, part.source, crc_ok=ev.crc_ok, include_body=opts.include_body)
             if b.full:
                 yield
-        elif d.kind is RecordKind.BLANK:
-            if pos + d.size != n:
-                _damage(part, pos, f"BLANK filler of size {d.size} does not reach the segment end "
-                                   f"({n - pos} bytes left)", opts, b)
-            return
-        else:
-            reason = _invalid(buf, pos, part, d.error, fd)
-            if reason is not None:
-                _damage(part, pos, reason, opts, b)
-            return
-
-
-def _invalid(buf: mmap.mmap, pos: int, part: StorePartition, error: str, fd: int) -> str | None:
-    """Why an invalid record at `pos` is damage, or None at the normal end of data."""
-    n = len(buf)
-    if _all_zero(buf, pos, n, fd):
-        if part.last_data:
-            return None
-        return f"segment ends without a BLANK filler: zeroed bytes with {n - pos} bytes left"
-    if pos == 0:
-        return f"not a CommitLog segment: no record at its start ({error})"
-    if pos + 8 <= n:
-        total, magic = read_total_size(buf, pos)
-        if magic in _MAGICS or magic == BLANK_MAGIC_CODE:
-            kind = "torn" if total > n - pos else "corrupt"
-            return f"{kind} record: {error}"
-    return f"garbage after the last valid record: {error}"
-
-
-def _all_zero(buf: mmap.mmap, start: int, end: int, fd: int | None = None) -> bool:
-    """Whether buf[start:end] is all zero bytes. Holes of a sparse file are skipped with
-    SEEK_DATA / SEEK_HOLE (a segment's unwritten tail often is one); data regions are
-    checked with numpy, 16 MiB at a time."""
-    pos = start
-    while pos < end:
-        data_end = end
-        if fd is not None:
-            try:
-                pos = os.lseek(fd, pos, os.SEEK_DATA)
-                data_end = min(end, os.lseek(fd, pos, os.SEEK_HOLE))
-            except OSError:  # ENXIO: only a hole after pos (or no SEEK_DATA support)
-                if pos >= start and _seek_data_supported(fd):
-                    return True
-                data_end = end
-            if pos >= end:
-                return True
-        while pos < data_end:
-            n = min(data_end - pos, _ZERO_CHUNK)
-            if np.frombuffer(buf, np.uint8, n, pos).any():
-                return False
-            pos += n
-    return True
-
-
-def _seek_data_supported(fd: int) -> bool:
-    try:
-        os.lseek(fd, 0, os.SEEK_DATA)
-        return True
-    except OSError as e:
-        return e.errno == errno.ENXIO  # an all-hole file: supported, nothing there
+            continue
+        if ev.reason is not None:  # a Blank that does not reach the segment end, or damage
+            _damage(part, pos, ev.reason, opts, b)
+        return
 
 
 def _where(part: StorePartition, offset: int) -> str:

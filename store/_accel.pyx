@@ -714,6 +714,45 @@ def scan_columns(buf, Py_ssize_t pos, Py_ssize_t end, int64_t segment_start,
 
 
 # ---------------------------------------------------------------------------------------
+# the segment walker's bulk path: hop over clean records, build nothing
+
+cdef object _py_skip_clean = None
+
+
+def bind_walker(skip_clean_reference) -> None:
+    """Take the reference skip_clean (store.segment_walker), for buffers read indirectly."""
+    global _py_skip_clean
+    _py_skip_clean = skip_clean_reference
+
+
+def skip_clean(buf, Py_ssize_t pos, Py_ssize_t stop, int64_t segment_start, bint check_crc):
+    """store.segment_walker.skip_clean, compiled: a record is clean when parse_fields takes
+    it, its topic and properties are UTF-8 (what decode_record decodes), its PHYSICALOFFSET
+    is its position and, with check_crc, its body CRC matches."""
+    cdef Py_buffer view
+    cdef Fields f
+    cdef const uint8_t* b
+    if not get_buffer(buf, &view):
+        return _py_skip_clean(buf, pos, stop, segment_start, check_crc)
+    b = <const uint8_t*>view.buf
+    try:
+        while pos < stop:
+            if pos < 0 or view.len - pos < 8 or not parse_fields(b, pos, view.len, &f):
+                break
+            if f.phys != segment_start + pos:
+                break
+            if not valid_utf8(b + f.topic_at, f.topic_len) or not valid_utf8(b + f.props_at, f.props_len):
+                break
+            if check_crc and (_crc32(PyMemoryView_FromMemory(
+                    <char*>(b + f.body_at), f.body_len, PyBUF_READ)) & 0x7FFFFFFF) != f.body_crc:
+                break
+            pos += f.total
+    finally:
+        PyBuffer_Release(&view)
+    return pos
+
+
+# ---------------------------------------------------------------------------------------
 # encoding
 
 import time as _time

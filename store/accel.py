@@ -28,8 +28,11 @@ def load_compiled() -> ModuleType | None:
     return _accel
 
 
+COMPILED: ModuleType | None = None if forced_pure() else load_compiled()
+"""The accelerator the codec modules (message.py, record_rows.py) bind, or None: chosen here,
+once, so they import the choice instead of this module importing them back."""
+
+
 def implementation() -> str:
     """'compiled' or 'pure': what store.message's codec functions are."""
-    from store import message
-
-    return "compiled" if message.COMPILED is not None else "pure"
+    return "compiled" if COMPILED is not None else "pure"

@@ -190,6 +190,11 @@ class MappedFile:
         self.cleanup_over = False
         self._first_shutdown_ts = 0.0
 
+    @property
+    def fd(self) -> int:
+        """The file's descriptor, for reads that skip holes (segment_walker's zero check)."""
+        return self._fd
+
     def __repr__(self) -> str:
         return (
             f"MappedFile({self.file_name}, wrote={self.wrote_position}, "

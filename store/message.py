@@ -1,6 +1,6 @@
-"""CommitLog record codec (FORMATS.md, message format v1; v2 decoded too), tagsCode,
-offset msgId and the masked body CRC. The properties codec is in properties.py (its names
-are importable from here too).
+"""CommitLog record codec (FORMATS.md, message format v1; v2 decoded too), tagsCode and the
+masked body CRC. The properties codec is in properties.py, the host and msgId codec in
+msg_id.py (their names are importable from here too).
 
 Everything is big-endian and signed, as a RocketMQ 4.x broker writes it, so stores are
 interchangeable byte for byte.
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import enum
 import functools
-import ipaddress
 import re
 import struct
 import sys
@@ -21,8 +20,14 @@ from typing import NamedTuple
 
 import attrs
 
-from .accel import forced_pure, load_compiled
-from .address import AddressError, format_host_port, split_host_port
+from .accel import COMPILED
+from .msg_id import (  # the host and msgId codec lives in msg_id.py; its names stay importable here
+    decode_host,
+    decode_msg_id,  # noqa: F401
+    encode_host,
+    encode_msg_id,
+    msg_id_prefix,  # noqa: F401
+)
 
 # The properties codec lives in properties.py; its names stay importable from here.
 from .properties import (
@@ -82,8 +87,6 @@ def transaction_type(sys_flag: int) -> int:
 _HEAD = struct.Struct(">iIiiiqqiq")
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
-_INT32_PORTS = range(-(2**31), 2**31)
-"""A stored host's port is an int32 field: encode whatever decode_host gave."""
 _I16 = struct.Struct(">h")
 _I8 = struct.Struct(">b")
 _SIZE_MAGIC = struct.Struct(">iI")
@@ -111,50 +114,6 @@ def java_string_hash(s: str) -> int:
 def tags_code(tags: str | None) -> int:
     """ConsumeQueue tagsCode: the tag's Java hash sign-extended to 64 bits, 0 when no tag."""
     return java_string_hash(tags) if tags else 0
-
-
-@functools.lru_cache(maxsize=1024)
-def encode_host(host: str) -> bytes:
-    """'ip:port' or '[v6]:port' → address bytes + int32 port (8 or 20 bytes)."""
-    try:
-        addr, port = split_host_port(host, ports=_INT32_PORTS)
-    except AddressError:
-        raise AddressError(f"host must be ip:port, got {host!r}") from None
-    return ipaddress.ip_address(addr).packed + _I32.pack(port)
-
-
-def decode_host(raw: bytes | memoryview) -> str:
-    """Address bytes + int32 port → 'ip:port' ('[v6]:port'); cached, hosts repeat."""
-    return _decode_host(bytes(raw))
-
-
-@functools.lru_cache(maxsize=4096)
-def _decode_host(raw: bytes) -> str:
-    ip = ipaddress.ip_address(raw[:-4])
-    port = _I32.unpack(raw[-4:])[0]
-    return format_host_port(str(ip), port)
-
-
-def encode_msg_id(store_host: str, commitlog_offset: int) -> str:
-    """Offset msgId: store host address + port + physical offset, upper-case hex."""
-    return (encode_host(store_host) + _I64.pack(commitlog_offset)).hex().upper()
-
-
-@functools.lru_cache(maxsize=64)
-def msg_id_prefix(store_host: str) -> str:
-    """The host part of `encode_msg_id`: the id is this + the offset as 16 hex digits."""
-    return encode_host(store_host).hex().upper()
-
-
-def decode_msg_id(msg_id: str) -> tuple[str, int]:
-    """→ (store host 'ip:port', commitlog offset). 32 hex chars = IPv4, 56 = IPv6."""
-    if len(msg_id) not in (32, 56):
-        raise ValueError(f"msgId must be 32 or 56 hex characters, got {len(msg_id)}: {msg_id!r}")
-    try:
-        raw = bytes.fromhex(msg_id)
-    except ValueError:
-        raise ValueError(f"msgId is not hexadecimal: {msg_id!r}") from None
-    return decode_host(raw[:-8]), _I64.unpack(raw[-8:])[0]
 
 
 def topic_error(topic: str) -> str | None:
@@ -415,6 +374,18 @@ def decode_record(
 
     Never raises on bad data: a torn, zeroed or garbage record is `INVALID` with the reason.
     """
+    return _decode(buf, pos, check_crc, read_body, limit, True)
+
+
+def message_extent(buf: bytes | bytearray | memoryview, pos: int, *, check_crc: bool) -> tuple[int, int] | None:
+    """(TOTALSIZE, PHYSICALOFFSET) of the message record at `pos` when `decode_record` would
+    decode it, else None: decode_record's own checks, building nothing (the segment walker's
+    bulk path when pure)."""
+    got = _decode(buf, pos, check_crc, check_crc, None, False)
+    return got if type(got) is tuple else None
+
+
+def _decode(buf, pos, check_crc, read_body, limit, build) -> Decoded | tuple[int, int]:
     end = len(buf) if limit is None else limit
     avail = end - pos
     if avail < 8:
@@ -433,23 +404,25 @@ def decode_record(
             RecordKind.INVALID, -1, error=f"record size {total} does not fit the {avail} bytes left"
         )
     try:
-        return _decode_message(buf, pos, total, magic, check_crc, read_body)
+        return _decode_message(buf, pos, total, magic, check_crc, read_body, build)
     except (struct.error, ValueError, UnicodeDecodeError) as e:
         return Decoded(RecordKind.INVALID, -1, error=f"malformed record: {e}")
 
 
-def _decode_message(buf, pos, total, magic, check_crc, read_body) -> Decoded:
+def _decode_message(buf, pos, total, magic, check_crc, read_body, build) -> Decoded | tuple[int, int]:
+    """Without `build`, (total, phys) once every check passed; host decoding is skipped then,
+    as it can only fail past the buffer's end, where a later read fails too."""
     (
         _, _, body_crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts,
     ) = _HEAD.unpack_from(buf, pos)
     p = pos + _HEAD.size
     born_len = 20 if sys_flag & BORNHOST_V6_FLAG else 8
     store_len = 20 if sys_flag & STOREHOST_V6_FLAG else 8
-    born_host = decode_host(buf[p : p + born_len])
+    born_host = decode_host(buf[p : p + born_len]) if build else ""
     p += born_len
     store_ts = _I64.unpack_from(buf, p)[0]
     p += 8
-    store_host = decode_host(buf[p : p + store_len])
+    store_host = decode_host(buf[p : p + store_len]) if build else ""
     p += store_len
     reconsume, prepared, body_len = _TAIL.unpack_from(buf, p)
     p += _TAIL.size
@@ -464,7 +437,7 @@ def _decode_message(buf, pos, total, magic, check_crc, read_body) -> Decoded:
                 RecordKind.INVALID, -1,
                 error=f"body CRC mismatch at offset {phys}: stored {body_crc}, computed {masked_crc32(body_view)}",
             )
-    body = bytes(body_view) if read_body else b""
+    body = bytes(body_view) if read_body and build else b""
     p += body_len
     if magic == MESSAGE_MAGIC_CODE:
         topic_len = _I8.unpack_from(buf, p)[0]
@@ -480,7 +453,7 @@ def _decode_message(buf, pos, total, magic, check_crc, read_body) -> Decoded:
     p += 2
     if props_len < 0:
         return Decoded(RecordKind.INVALID, total, error=f"negative properties length {props_len}")
-    props = decode_properties(bytes(buf[p : p + props_len]).decode("utf-8"))
+    props_text = bytes(buf[p : p + props_len]).decode("utf-8")
     p += props_len
     if p - pos != total:
         return Decoded(
@@ -490,12 +463,14 @@ def _decode_message(buf, pos, total, magic, check_crc, read_body) -> Decoded:
     torn = torn_end_error(buf, p, topic_len, props_len)
     if torn:
         return Decoded(RecordKind.INVALID, -1, error=f"{torn} at offset {phys}")
+    if not build:
+        return total, phys
     msg = StoredMessage(
         size=total, magic_version=1 if magic == MESSAGE_MAGIC_CODE else 2, body_crc=body_crc,
         queue_id=queue_id, flag=flag, queue_offset=queue_offset, commitlog_offset=phys,
         sys_flag=sys_flag, born_timestamp=born_ts, born_host=born_host, store_timestamp=store_ts,
         store_host=store_host, reconsume_times=reconsume, prepared_transaction_offset=prepared,
-        body=body, topic=topic, properties=props, crc_ok=crc_ok,
+        body=body, topic=topic, properties=decode_properties(props_text), crc_ok=crc_ok,
     )
     return Decoded(RecordKind.MESSAGE, total, msg)
 
@@ -604,19 +579,9 @@ def decode_dispatch(
 # it was built and TIDEMQ_PURE is not set; the pure functions stay as py_* (the reference).
 py_decode_record, py_decode_dispatch = decode_record, decode_dispatch
 py_prepare_record, py_record_parts = prepare_record, record_parts
-COMPILED = None if forced_pure() else load_compiled()
 if COMPILED is not None:
     COMPILED.bind(sys.modules[__name__])
     COMPILED.bind_encoder(sys.modules[__name__])
     decode_record, decode_dispatch = COMPILED.decode_record, COMPILED.decode_dispatch
     prepare_record, record_parts = COMPILED.prepare_record, COMPILED.record_parts
 
-
-def __getattr__(name: str):
-    """`validate_record` moved to recovery.py (recovery's check); still importable from here.
-    Imported lazily: recovery.py imports this module."""
-    if name == "validate_record":
-        from .recovery import validate_record
-
-        return validate_record
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,7 +12,8 @@ import trio
 
 from .config import CQ_STORE_UNIT_SIZE, StoreConfig
 from .consume_queue import ConsumeQueueTable, is_blank_unit, iter_units
-from .message import RecordKind, StoredMessage, decode_msg_id
+from .message import RecordKind, StoredMessage
+from .msg_id import decode_msg_id
 from .status import GetMessageStatus
 from .tag_filter import TagFilter
 

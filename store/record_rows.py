@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from .message import COMPILED, RecordKind, masked_crc32, msg_id_prefix
+from .message import COMPILED, RecordKind, masked_crc32
 from .message import py_decode_record as decode_record
+from .msg_id import msg_id_prefix
 from .properties import PROPERTY_KEYS, PROPERTY_TAGS
 
 ROW_FIELDS = (

@@ -1,7 +1,9 @@
 """CommitLog recovery and truncation (seed 000 §4.7, ROCKETMQ-FACTS §5), owned by CommitLog.
 
 Recovery finds where valid data ends and cuts everything after it, as Kafka's segment
-recovery lives with its log:
+recovery lives with its log. Where valid data ends is decided by store/segment_walker.py,
+the reader `tidemq store verify` and the pipeline use too, so they agree; which segments
+are validated is recovery's:
 
 - after a clean exit validation starts at the third-last segment (RocketMQ
   recoverNormally);
@@ -28,25 +30,13 @@ import attrs
 
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
-from .message import (  # the record layout's structs: validation reads the fields in place
-    _HEAD,
-    _I8,
-    _I16,
-    _I32,
-    _SIZE_MAGIC,
-    _TAIL,
-    BLANK_MAGIC_CODE,
-    BORNHOST_V6_FLAG,
+from .message import (
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
-    STOREHOST_V6_FLAG,
-    SYSFLAG_POSITION,
-    RecordKind,
-    masked_crc32,
     read_store_timestamp,
     read_total_size,
-    torn_end_error,
 )
+from .segment_walker import Blank, Record, holds_data, skip_clean, step
 
 log = logging.getLogger("tidemq.store")
 
@@ -82,62 +72,6 @@ class TruncateReport:
     @property
     def dropped_bytes(self) -> int:
         return self.to_offset - self.from_offset
-
-
-def validate_record(
-    buf: bytes | bytearray | memoryview, pos: int, limit: int, *, check_crc: bool = True
-) -> tuple[RecordKind, int, str]:
-    """Recovery's check of the record at `pos`: (kind, size, error), without building a
-    message. Checks the magic, that the field lengths add up to TOTALSIZE, that the record
-    does not end in zeroed bytes (`torn_end_error`), and the body CRC."""
-    avail = limit - pos
-    if avail < 8:
-        return RecordKind.INVALID, -1, f"only {avail} bytes left, no record header"
-    total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
-    if magic == BLANK_MAGIC_CODE:
-        if total < 8 or total > avail:
-            return RecordKind.INVALID, -1, f"BLANK filler with impossible size {total}"
-        return RecordKind.BLANK, total, ""
-    if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
-        if total == 0 and magic == 0:
-            return RecordKind.INVALID, -1, "zeroed bytes (end of written data)"
-        return RecordKind.INVALID, -1, f"illegal magic code 0x{magic:08X}"
-    if total < _HEAD.size + 16 + _TAIL.size or total > avail:
-        return RecordKind.INVALID, -1, f"record size {total} does not fit the {avail} bytes left"
-    body_crc = _I32.unpack_from(buf, pos + 8)[0]
-    sys_flag = _I32.unpack_from(buf, pos + SYSFLAG_POSITION)[0]
-    p = pos + _HEAD.size + (20 if sys_flag & BORNHOST_V6_FLAG else 8) + 8
-    p += (20 if sys_flag & STOREHOST_V6_FLAG else 8) + 12
-    end = pos + total
-    if p + 4 > end:
-        return RecordKind.INVALID, -1, "record too short for its hosts"
-    body_len = _I32.unpack_from(buf, p)[0]
-    p += 4
-    if body_len < 0 or p + body_len + 3 > end:
-        return RecordKind.INVALID, -1, f"body length {body_len} runs past the record"
-    body_at = p
-    p += body_len
-    if magic == MESSAGE_MAGIC_CODE:
-        topic_len = _I8.unpack_from(buf, p)[0]
-        p += 1 + topic_len
-    else:
-        topic_len = _I16.unpack_from(buf, p)[0]
-        p += 2 + topic_len
-    if topic_len < 0 or p + 2 > end:
-        return RecordKind.INVALID, -1, f"topic length {topic_len} runs past the record"
-    props_len = _I16.unpack_from(buf, p)[0]
-    p += 2 + props_len
-    if props_len < 0 or p != end:
-        return RecordKind.INVALID, -1, f"TOTALSIZE {total} differs from the {p - pos} bytes its fields take"
-    torn = torn_end_error(buf, end, topic_len, props_len)
-    if torn:
-        return RecordKind.INVALID, -1, torn
-    if check_crc:
-        with memoryview(buf) as view:
-            computed = masked_crc32(view[body_at : body_at + body_len])
-        if computed != body_crc:
-            return RecordKind.INVALID, -1, f"body CRC mismatch: stored {body_crc}, computed {computed}"
-    return RecordKind.MESSAGE, total, ""
 
 
 def recover(
@@ -189,41 +123,69 @@ def scan_valid_end(
     check_crc: bool,
     progress: RecoveryProgress | None = None,
 ) -> int:
-    """Validate records from segment `index` on; the offset right after the last good one."""
+    """Validate records from segment `index` on; the offset right after the last good one.
+
+    What is valid is segment_walker's (the reader verify and the pipeline use); recovery's
+    policy on top: the log ends at the first End and, with `check_crc`, at the first body
+    CRC mismatch; a BLANK filler hands over to the next segment (RocketMQ), also one that
+    does not reach the segment end, which is logged as damage like a PHYSICALOFFSET
+    mismatch (the record's structure is intact, so it is kept)."""
     total = (len(files) - index) * file_size
     base = files[index].file_from_offset
-    offset = base
-    end = None
-    while index < len(files):
-        mf = files[index]
-        pos = 0
-        next_report = PROGRESS_STEP
-        while True:
-            kind, rec_size, error = validate_record(mf.mm, pos, file_size, check_crc=check_crc)
-            if kind is RecordKind.MESSAGE:
-                pos += rec_size
-                if progress is not None and pos >= next_report:
-                    progress(mf.file_from_offset - base + pos, total)
-                    next_report = pos + PROGRESS_STEP
-                continue
-            if kind is RecordKind.BLANK:
-                break
-            end = mf.file_from_offset + pos
-            if error.startswith("zeroed"):
-                log.info("recovery: data ends at offset %d", end)
-            else:
-                log.warning("recovery: invalid record at offset %d (%s); truncating the CommitLog there",
-                            end, error)
-            break
-        if end is not None:
-            break
-        index += 1
-        offset = mf.file_from_offset + file_size
+    last = next((i for i in range(len(files) - 1, index - 1, -1) if holds_data(files[i].mm, files[i].fd)), -1)
+
+    def report(offset: int) -> None:
         if progress is not None:
             progress(offset - base, total)
+
+    end = None
+    for i in range(index, len(files)):
+        mf = files[i]
+        end = _segment_end(mf, i >= last, check_crc, report if progress is not None else None)
+        if end is not None:
+            break
+        report(mf.file_from_offset + file_size)
     if progress is not None:
         progress(total, total)
-    return offset if end is None else end
+    return files[-1].file_from_offset + file_size if end is None else end
+
+
+def _segment_end(mf: MappedFile, last: bool, check_crc: bool,
+                 report: Callable[[int], None] | None) -> int | None:
+    """Where the log's valid data ends inside `mf`, or None when the segment is whole and
+    the next one follows. Clean records are skipped in bulk (`skip_clean`, compiled; it
+    stops every PROGRESS_STEP bytes for `report`); `step` judges wherever it stops."""
+    mm, start = mf.mm, mf.file_from_offset
+    pos, next_report = 0, PROGRESS_STEP if report is not None else len(mm)
+    while True:
+        pos = skip_clean(mm, pos, next_report, start, check_crc)
+        if report is not None and pos >= next_report:
+            report(start + pos)
+            next_report = pos + PROGRESS_STEP
+        ev = step(mm, pos, segment_start=start, last=last, fd=mf.fd, check_crc=check_crc, read_body=False)
+        if isinstance(ev, Record):
+            problems = ev.problems()
+            if ev.crc_ok is False:
+                log.warning("recovery: invalid record at offset %d (%s); truncating the CommitLog there",
+                            ev.offset, problems[0])
+                return ev.offset
+            for problem in problems:
+                log.warning("recovery: record at offset %d: %s (kept: its structure is intact)",
+                            ev.offset, problem)
+            pos += ev.size
+            continue
+        if isinstance(ev, Blank):
+            if ev.reason is not None:
+                log.warning("recovery: at offset %d: %s; going on with the next segment", ev.offset, ev.reason)
+            return None
+        if ev.reason is not None:
+            log.warning("recovery: invalid record at offset %d (%s); truncating the CommitLog there",
+                        ev.offset, ev.reason)
+            return ev.offset
+        if pos >= len(mm):
+            return None  # records up to the segment's very end: the next segment follows
+        log.info("recovery: data ends at offset %d", ev.offset)
+        return ev.offset
 
 
 def truncate(queue: MappedFileQueue, end: int) -> tuple[str, ...]:

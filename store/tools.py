@@ -6,7 +6,8 @@ possibly a record half copied at the write position). Segments are mapped with
 `mmap.ACCESS_READ`; every map is closed before the call (or the generator) ends.
 
 The segment size is taken from the first segment file, so a store written with any
-`mappedFileSizeCommitLog` is readable. Records are decoded by `store.message.decode_record`.
+`mappedFileSizeCommitLog` is readable. Segments are read by `store.segment_walker`, the
+reader recovery and the pipeline use too, so all three agree on where valid data ends.
 Reads through a ConsumeQueue or the index (`dump_queue`, `query_key`) are `queue_tools.py`'s.
 """
 
@@ -21,24 +22,13 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import attrs
-
-from store.message import (
-    BLANK_MAGIC_CODE,
-    MESSAGE_MAGIC_CODE,
-    MESSAGE_MAGIC_CODE_V2,
-    RecordKind,
-    StoredMessage,
-    decode_record,
-    masked_crc32,
-    read_total_size,
-)
+from store.message import RecordKind, StoredMessage, decode_record
+from store.segment_walker import Blank, Record, last_data_index, walk
 
 log = logging.getLogger(__name__)
 
 COMMITLOG_DIR = "commitlog"
 SEGMENT_NAME = re.compile(r"^\d{20}$")
-_ZERO_SCAN_CHUNK = 1 << 20
 
 Buffer = bytes | mmap.mmap
 Progress = Callable[[int, int], None]  # (segments done, segments in all)
@@ -114,168 +104,51 @@ def find_stores(path: str | os.PathLike[str]) -> list[tuple[str, str]]:
 @contextlib.contextmanager
 def open_segment(path: str) -> Iterator[Buffer]:
     """Map a segment read-only (an empty file gives b"")."""
+    with _open_segment(path) as (buf, _fd):
+        yield buf
+
+
+@contextlib.contextmanager
+def _open_segment(path: str) -> Iterator[tuple[Buffer, int]]:
+    """The segment mapped read-only, and its file descriptor (the walker's zero check skips
+    holes with it)."""
     try:
-        with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size == 0:
-                yield b""
-                return
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        f = open(path, "rb")  # noqa: SIM115 (closed below, after the map)
     except OSError as e:
         raise StoreToolError(f"cannot read segment {path!r}: {e.strerror or e}") from None
-    try:
-        yield mm
-    finally:
-        mm.close()
+    with f:
+        mm: Buffer = b""
+        try:
+            if os.fstat(f.fileno()).st_size:
+                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except OSError as e:
+            raise StoreToolError(f"cannot read segment {path!r}: {e.strerror or e}") from None
+        try:
+            yield mm, f.fileno()
+        finally:
+            if isinstance(mm, mmap.mmap):
+                mm.close()
 
 
-def _first_nonzero(buf: Buffer, start: int, end: int | None = None) -> int | None:
-    """Position of the first non-zero byte in buf[start:end], or None if all zero."""
-    end = len(buf) if end is None else end
-    pos = start
-    while pos < end:
-        chunk = buf[pos : min(end, pos + _ZERO_SCAN_CHUNK)]
-        rest = chunk.lstrip(b"\x00")
-        if rest:
-            return pos + len(chunk) - len(rest)
-        pos += len(chunk)
-    return None
-
-
-# ---------------------------------------------------------------------------------------
-# the walk shared by dump and verify
-
-
-@attrs.frozen
-class _Event:
-    """One step of a walk: a message, a BLANK filler, or damage at an offset."""
-
-    kind: str  # "message" | "blank" | "damage"
-    offset: int
-    size: int = 0
-    message: StoredMessage | None = None
-    reason: str = ""
-    fatal: bool = False  # the walk of this segment stops here
-
-
-def _damage(offset: int, reason: str, fatal: bool = False) -> _Event:
-    return _Event("damage", offset, reason=reason, fatal=fatal)
-
-
-def _invalid_reason(buf: Buffer, pos: int, seg_start: int, error: str, last: bool) -> str | None:
-    """Why the INVALID record at `pos` is damage, or None when it is the normal end of data."""
-    n = len(buf)
-    left = n - pos
-    nonzero = _first_nonzero(buf, pos)
-    if nonzero is None:
-        if last:
-            return None
-        return f"segment ends without a BLANK filler: zeroed bytes with {left} bytes left"
-    if nonzero >= pos + 8:
-        return (
-            f"{'garbage after valid end' if last else 'zeroed record header'}: "
-            f"non-zero data at offset {seg_start + nonzero}"
-        )
-    if left >= 8:
-        total, magic = read_total_size(buf, pos)
-        if magic in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
-            if total > left:
-                return f"torn record: size {total} does not fit the {left} bytes left"
-            return f"corrupt record: {error}"
-        if magic == BLANK_MAGIC_CODE:
-            return f"corrupt BLANK filler: {error}"
-    elif last:
-        return f"torn record: only {left} bytes left, no record header"
-    return f"garbage after valid end: {error}" if last else f"invalid record: {error}"
-
-
-def _walk_segment(buf: Buffer, seg_start: int, pos: int, last: bool) -> Iterator[_Event]:
-    """Walk one segment from `pos` until a BLANK filler, the segment end, or bad data.
-
-    A CRC or PHYSICALOFFSET mismatch is non-fatal damage: the record structure is intact
-    and the walk goes on. `last` says whether this is the last segment holding data (where
-    an all-zero remainder is the normal end of data).
-    """
-    n = len(buf)
-    while pos < n:
-        offset = seg_start + pos
-        d = decode_record(buf, pos, check_crc=False)
-        if d.kind is RecordKind.MESSAGE:
-            m = d.message
-            assert m is not None
-            computed = masked_crc32(m.body)
-            crc_ok = computed == m.body_crc
-            if not crc_ok:
-                m = attrs.evolve(m, crc_ok=False)
-            yield _Event("message", offset, d.size, message=m)
-            if not crc_ok:
-                yield _damage(
-                    offset, f"body CRC mismatch: stored {m.body_crc}, computed {computed}"
-                )
-            if m.commitlog_offset != offset:
-                yield _damage(
-                    offset,
-                    f"PHYSICALOFFSET field {m.commitlog_offset} differs from the record's "
-                    f"position {offset}",
-                )
-            pos += d.size
-        elif d.kind is RecordKind.BLANK:
-            yield _Event("blank", offset, d.size)
-            if pos + d.size != n:
-                yield _damage(
-                    offset,
-                    f"BLANK filler of size {d.size} does not reach the segment end "
-                    f"({n - pos} bytes left)",
-                )
-            return
-        else:
-            reason = _invalid_reason(buf, pos, seg_start, d.error, last)
-            if reason is not None:
-                yield _damage(offset, reason, fatal=True)
-            return
-
-
-def _last_data_index(segments: list[tuple[int, str]]) -> int:
-    """Index of the last segment holding any non-zero byte (later ones are pre-allocated)."""
-    for i in range(len(segments) - 1, -1, -1):
-        with open_segment(segments[i][1]) as buf:
-            if _first_nonzero(buf, 0) is not None:
-                return i
-    return -1
-
-
-def _segment_damage(segments: list[tuple[int, str]]) -> list[_Event]:
-    """Segments whose size differs from the first one's, or whose name breaks the sequence."""
+def _segment_damage(segments: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """(offset, reason) of segments whose size differs from the first one's, or whose name
+    breaks the sequence."""
     if not segments:
         return []
     out = []
     first_start, first_path = segments[0]
     size = os.path.getsize(first_path)
     if size > 0 and first_start % size:
-        out.append(
-            _damage(
-                first_start,
-                f"first segment starts at {first_start}, not a multiple of its size {size}",
-            )
-        )
+        out.append((first_start, f"first segment starts at {first_start}, not a multiple of its size {size}"))
     for i, (start, path) in enumerate(segments):
         actual = os.path.getsize(path)
         name = os.path.basename(path)
         if actual != size:
-            out.append(
-                _damage(
-                    start,
-                    f"segment {name} is {actual} bytes; the first segment is {size} bytes",
-                )
-            )
+            out.append((start, f"segment {name} is {actual} bytes; the first segment is {size} bytes"))
         expected = first_start + i * size
         if start != expected:
-            out.append(
-                _damage(
-                    start,
-                    f"segment {name} starts at {start}; expected {expected} "
-                    f"(a missing or misnamed segment)",
-                )
-            )
+            out.append((start, f"segment {name} starts at {start}; expected {expected} "
+                               f"(a missing or misnamed segment)"))
     return out
 
 
@@ -355,26 +228,26 @@ def dump(
             return
     if not segments:
         return
-    last = _last_data_index(segments)
+    last = last_data_index([path for _, path in segments])
     end = max(last, index) + 1
     for i in range(index, end):
         if progress is not None and i > index:
             progress(i - index, end - index)
         start, path = segments[i]
-        with open_segment(path) as buf:
-            for ev in _walk_segment(buf, start, pos if i == index else 0, i >= last):
-                if ev.kind == "message":
-                    assert ev.message is not None
+        with _open_segment(path) as (buf, fd):
+            for ev in walk(buf, pos if i == index else 0, segment_start=start, last=i >= last,
+                           fd=fd, check_crc=True):
+                if isinstance(ev, Record):
                     out: dict[str, Any] = message_to_dict(ev.offset, ev.message)
-                elif ev.kind == "blank":
-                    out = {"offset": ev.offset, "blank": ev.size}
-                elif ev.fatal:
+                elif isinstance(ev, Blank):
+                    out = {"offset": ev.offset, "blank": ev.size}  # its damage is verify's to tell
+                elif ev.reason is not None:
                     out = {"offset": ev.offset, "error": ev.reason}
                 else:
-                    continue  # CRC and offset mismatches show in the record itself
+                    break  # the normal end of this segment's data
                 yield out
                 emitted += 1
-                if ev.fatal or (limit is not None and emitted >= limit):
+                if "error" in out or (limit is not None and emitted >= limit):
                     return
     if progress is not None:
         progress(end - index, end - index)
@@ -413,37 +286,38 @@ def verify(root: str | os.PathLike[str], progress: Progress | None = None) -> di
         "clean": True,
     }
     damage = _segment_damage(segments)
-    record_damage: list[_Event] = []
+    record_damage: list[tuple[int, str]] = []
     topics: dict[str, int] = summary["topics"]
-    last = _last_data_index(segments)
+    last = last_data_index([path for _, path in segments])
     for i in range(last + 1):
         if progress is not None:
             progress(i, last + 1)
         start, path = segments[i]
-        with open_segment(path) as buf:
-            for ev in _walk_segment(buf, start, 0, i == last):
-                if ev.kind == "message":
-                    assert ev.message is not None
+        with _open_segment(path) as (buf, fd):
+            for ev in walk(buf, 0, segment_start=start, last=i == last, fd=fd, check_crc=True):
+                if isinstance(ev, Record):
                     summary["messages"] += 1
                     summary["bytes"] += ev.size
                     topics[ev.message.topic] = topics.get(ev.message.topic, 0) + 1
-                    if not ev.message.crc_ok:
+                    if not ev.crc_ok:
                         summary["badCrcs"] += 1
                     summary["endOffset"] = ev.offset + ev.size
-                elif ev.kind == "blank":
+                    record_damage.extend((ev.offset, reason) for reason in ev.problems())
+                    continue
+                if isinstance(ev, Blank):
                     summary["blanks"] += 1
                     summary["bytes"] += ev.size
                     summary["endOffset"] = ev.offset + ev.size
-                else:
-                    record_damage.append(ev)
+                if ev.reason is not None:
+                    record_damage.append((ev.offset, ev.reason))
     if progress is not None:
         progress(last + 1, last + 1)
     if record_damage:
-        summary["firstInvalidOffset"] = min(ev.offset for ev in record_damage)
+        summary["firstInvalidOffset"] = min(offset for offset, _ in record_damage)
     damage.extend(record_damage)
-    damage.sort(key=lambda ev: ev.offset)
-    summary["damage"] = [{"offset": ev.offset, "reason": ev.reason} for ev in damage]
+    damage.sort(key=lambda d: d[0])
+    summary["damage"] = [{"offset": offset, "reason": reason} for offset, reason in damage]
     summary["clean"] = not damage
-    for ev in damage:
-        log.debug("damage at %d: %s", ev.offset, ev.reason)
+    for offset, reason in damage:
+        log.debug("damage at %d: %s", offset, reason)
     return summary

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pipeline import store_scan
 from pipeline.columns import batch_from_columns
 from pipeline.schema import BatchBuilder
-from store import message, record_rows
+from store import message, record_rows, segment_walker
 from store.message import Message, encode_blank, encode_record, patch_record
 from tests.store.test_accel import SETTINGS, int64, segments
 from tests.store.test_message import MAX_MESSAGE_SIZE
@@ -109,7 +109,7 @@ def test_a_partition_reads_the_same_with_and_without_columns(tmp_path, monkeypat
     fast = rows()
     monkeypatch.setattr(store_scan, "COMPILED", None)
     monkeypatch.setattr(store_scan, "scan_rows", record_rows.py_scan_rows)
-    monkeypatch.setattr(store_scan, "decode_record", message.py_decode_record)
+    monkeypatch.setattr(segment_walker, "decode_record", message.py_decode_record)
     assert fast == rows()
     assert len(fast) == 41 and [r["_corrupt"] is not None for r in fast].count(True) == 2
     assert pa.types.is_map(store_scan.BatchBuilder(permissive=True).schema.field("properties").type)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store import accel, message, record_rows
+from store import accel, message, record_rows, segment_walker
 from store.message import (
     MESSAGE_MAGIC_CODE_V2,
     Decoded,
@@ -40,14 +40,16 @@ def test_the_accelerator_is_built():
         assert accel.implementation() == "compiled"
         assert message.decode_record is COMPILED.decode_record
         assert record_rows.scan_rows is COMPILED.scan_rows
+        assert segment_walker.skip_clean is COMPILED.skip_clean
 
 
 @pytest.mark.slow
 def test_tidemq_pure_forces_the_pure_codec():
     env = dict(os.environ, TIDEMQ_PURE="1")
-    code = ("from store import accel, message, record_rows; "
+    code = ("from store import accel, message, record_rows, segment_walker; "
             "assert message.decode_record is message.py_decode_record; "
             "assert record_rows.scan_rows is record_rows.py_scan_rows; "
+            "assert segment_walker.skip_clean is segment_walker.py_skip_clean; "
             "print(accel.implementation())")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=60, check=True)
@@ -212,6 +214,20 @@ def test_scan_rows_identical(seg, verify_crc, include_body, max_rows, begin, top
         assert len(a) == len(record_rows.ROW_FIELDS) + 2
         assert [type(x) for x in a] == [type(x) for x in b]
         assert list(a[17].items()) == list(b[17].items())
+
+
+@needs_compiled
+@SETTINGS
+@given(seg=segments(), check_crc=st.booleans(), begin=st.sampled_from([0, 0, 5]),
+       stop=st.none() | st.integers(0, 600))
+def test_skip_clean_identical(seg, check_crc, begin, stop):
+    """The segment walker's bulk path stops where the reference does: the same position for
+    any segment, stop and buffer type."""
+    buf, start = seg
+    stop = len(buf) if stop is None else stop
+    for view in (buf, bytearray(buf), memoryview(buf)):
+        assert (segment_walker.py_skip_clean(view, begin, stop, start, check_crc)
+                == COMPILED.skip_clean(view, begin, stop, start, check_crc))
 
 
 def test_row_fields_are_the_pipeline_row_layout():
