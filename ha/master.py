@@ -11,8 +11,8 @@ instead of two threads per slave:
   timer for every waiting put's slaveTimeout, advanced by each ack;
 - the write side, `HAService._write_loop` (RocketMQ's WriteSocketService), ships
   CommitLog bytes from the slave's next offset in frames of at most `haTransferBatchSize`
-  that never cross a segment end (a backlog goes out as up to SEND_FRAMES frames per
-  socket write), sends a heartbeat when idle for `haSendHeartbeatInterval`, and sleeps on
+  that never cross a segment end (a backlog goes out as up to SEND_BYTES per socket
+  write), sends a heartbeat when idle for `haSendHeartbeatInterval`, and sleeps on
   a wakeup set by its store append listener when caught up (with a 100 ms fallback, as
   RocketMQ's `allWaitForRunning(100)`).
 
@@ -45,8 +45,10 @@ log = logging.getLogger("tidemq.ha")
 RECEIVE_SIZE = 64 * 1024
 """Reports are 8 bytes each, so one read of this size covers any backlog."""
 
-SEND_FRAMES = 8
-"""Frames (of at most haTransferBatchSize each) joined into one socket write when behind."""
+SEND_BYTES = 4 * 1024 * 1024
+"""A backlog goes out in socket writes of up to this many body bytes (frames of at most
+haTransferBatchSize each, so the wire stays RocketMQ's): a slave catching up gets its bytes
+in few large writes, not one per 32 KiB."""
 
 WAKEUP_FALLBACK_S = 0.1
 """A caught-up writer re-checks at least this often even without an append wakeup."""
@@ -349,7 +351,7 @@ class HAService:
             await self._wait_for_data(min(WAKEUP_FALLBACK_S, heartbeat_s - idle))
 
     def _read_batch(self, offset: int, batch_size: int) -> tuple[int, bytes]:
-        """(bytes of CommitLog, wire bytes) for up to SEND_FRAMES frames of at most
+        """(bytes of CommitLog, wire bytes) for up to SEND_BYTES in frames of at most
         `batch_size` bytes each from `offset`, within its segment; (0, b"") when nothing is
         readable there yet. A backlog goes out in few large writes; every frame on the wire
         still respects haTransferBatchSize.
@@ -363,7 +365,7 @@ class HAService:
         with selected:
             if selected.size <= 0 or selected.start_offset != offset or batch_size <= 0:
                 return 0, b""
-            total = min(selected.size, batch_size * SEND_FRAMES)
+            total = min(selected.size, max(batch_size, SEND_BYTES - SEND_BYTES % batch_size))
             parts = []
             for start in range(0, total, batch_size):
                 size = min(batch_size, total - start)

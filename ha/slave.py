@@ -61,6 +61,20 @@ def split_address(address: str) -> tuple[str, int]:
         raise AddressError(f"master HA address {e}") from None
 
 
+def contiguous_runs(frames: list[Transfer], segment_size: int) -> list[list[Transfer]]:
+    """`frames` in runs that each continue the one before within one segment: each run is
+    appended with one write (a backlog arrives as many 32 KiB frames per read)."""
+    runs: list[list[Transfer]] = []
+    for frame in frames:
+        last = runs[-1][-1] if runs else None
+        if (last is not None and frame.offset == last.end and not frame.is_heartbeat
+                and frame.offset // segment_size == last.offset // segment_size):
+            runs[-1].append(frame)
+        else:
+            runs.append([frame])
+    return runs
+
+
 @attrs.define(eq=False)
 class _Session:
     """One connection to the master."""
@@ -250,9 +264,9 @@ class HAClient:
 
         async def on_data(data: bytes) -> bool:
             frames = decoder.feed(data)
-            for frame in frames:
-                self._apply(frame)
-                session.frames += 1
+            for run in contiguous_runs(frames, self.log.segment_size):
+                self._apply(run)
+            session.frames += len(frames)
             if frames:
                 await self._report(session)  # ack before dispatch or anything else runs
             return True
@@ -268,8 +282,11 @@ class HAClient:
                 session.address, self.config.ha_housekeeping_interval,
             )
 
-    def _apply(self, frame: Transfer) -> None:
-        """Append one frame's body at the log's end (a heartbeat only moves what was seen)."""
-        for path in self.log.append_as_follower(frame.offset, b"" if frame.is_heartbeat else frame.body):
+    def _apply(self, run: list[Transfer]) -> None:
+        """Append a run of frames that continue each other within one segment with one
+        write (a heartbeat appends nothing: it only moves what was seen)."""
+        first = run[0]
+        body = first.body if len(run) == 1 else b"".join([f.body for f in run])
+        for path in self.log.append_as_follower(first.offset, body):
             log.info("dropped empty segment %s: the master ships from a later segment", path)
-        self.master_max_offset_seen = frame.end
+        self.master_max_offset_seen = run[-1].end
