@@ -19,6 +19,7 @@ from pathlib import Path
 import trio
 
 from cluster.launch import launcher
+from store.address import split_host_port
 
 from .peers import REPO, SEGMENT_BYTES, tidemq_status
 
@@ -82,7 +83,7 @@ async def catch_up(work: Path, mb: int, *, bases: list[Path], timeout_s: float =
         master, slave = records["broker-a"], records["broker-a-s"]
         await trio.to_thread.run_sync(launcher.kill, base, "broker-a-s", "TERM")
         shutil.rmtree(base / "store" / "broker-a-s", ignore_errors=True)
-        total = await _fill(master.address, int(master.address.rsplit(":", 1)[1]), mb << 20)
+        total = await _fill(master.address, split_host_port(master.address)[1], mb << 20)
         t_spawn = time.perf_counter()
         await trio.to_thread.run_sync(launcher.start_node, base, "broker-a-s")
         first: tuple[float, int] | None = None

@@ -21,6 +21,7 @@ import trio
 
 from cluster.launch import launcher
 from node.client import connect
+from store.address import split_host_port
 
 from .lean import NatsCodec, RespCodec
 from .procs import Processes, Started, free_port, wait_port
@@ -87,7 +88,7 @@ async def tidemq(work: Path, flush: str, role: str, *, bases: list[Path]) -> Asy
         results = await trio.to_thread.run_sync(lambda: launcher.up(conf, base, timeout_s=60.0))
         master = next(r.record for r in results if r.record.stage is launcher.Stage.MASTER)
         nodes = {r.record.name: psutil.Process(r.record.pid) for r in results if r.record.pid}
-        yield Target(_mode_name(flush, role), "tidemq", [int(master.address.rsplit(":", 1)[1])],
+        yield Target(_mode_name(flush, role), "tidemq", [split_host_port(master.address)[1]],
                      nodes, master=nodes[master.name], address=master.address, base=base)
     finally:
         await trio.to_thread.run_sync(launcher.down, base)

@@ -21,6 +21,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
+from store.address import split_host_port
+
 OPS = ["send", "send_batch", "pull", "query_by_key", "get_by_msg_id", "offset_by_time", "min_offset",
        "max_offset", "commit_offset", "fetch_offset", "offset_list", "topic_list", "status", "nope", ""]
 FIELDS = ["topic", "body", "queue_id", "offset", "max_msgs", "keys", "tags", "properties", "wait",
@@ -71,8 +73,7 @@ def _mutate(data: bytes, at: int, patch: bytes) -> bytes:
 
 
 def _addr(address: str) -> tuple[str, int]:
-    host, port = address.rsplit(":", 1)
-    return host, int(port)
+    return split_host_port(address)
 
 
 def _read_response(sock: socket.socket) -> dict[str, Any] | None:

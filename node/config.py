@@ -156,6 +156,10 @@ class BrokerConfig:
         problem = _cross_field_problem(self)
         if problem:
             raise ConfigError(f"{self.source}: {problem}" if self.source else problem)
+        self.namesrv_addresses = tuple(parse_address_list(self.namesrv_addr)) if self.namesrv_addr else ()
+
+    namesrv_addresses: tuple[str, ...] = attrs.field(init=False, eq=False, repr=False)
+    """namesrvAddr split once, at load: each name server's host:port (empty without one)."""
 
     @property
     def role(self) -> BrokerRole:
@@ -299,7 +303,7 @@ _CAMEL = {
     "ha_max_gap_not_in_sync": "haMaxGapNotInSync",
     "ha_max_time_slave_not_catchup": "haMaxTimeSlaveNotCatchup",
 }
-_NOT_KEYS = {"store", "source"}
+_NOT_KEYS = {"store", "source", "namesrv_addresses"}
 _BROKER_FIELDS = {f.name: f for f in attrs.fields(BrokerConfig) if f.name not in _NOT_KEYS}
 _STORE_FIELDS = {f.name: f for f in attrs.fields(StoreConfig)}
 _BROKER_KEYS = [_CAMEL[n] for n in _BROKER_FIELDS]

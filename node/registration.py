@@ -80,7 +80,7 @@ class NameServerRegistration:
         self.changes = tuple(changes)
         """What makes it register again at once: the topic table, the controller's route view."""
         self.period_s = cfg.register_name_server_period / 1000
-        self.targets = [_Target(a.strip()) for a in cfg.namesrv_addr.split(";") if a.strip()]
+        self.targets = [_Target(a) for a in cfg.namesrv_addresses]
         self._nursery: trio.Nursery | None = None
         self._stopping = False
 

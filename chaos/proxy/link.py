@@ -31,6 +31,8 @@ from typing import Any
 
 import trio
 
+from store.address import split_host_port as address_split
+
 from .toxics import Toxic
 
 log = logging.getLogger("tidemq.chaos.proxy")
@@ -40,10 +42,9 @@ QUEUED_CHUNKS = 64
 
 
 def split_host_port(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise ValueError(f"not a host:port address: {address!r}")
-    return host, int(port)
+    """store.address's parser, with port 0 allowed (a listener asks the kernel for a port);
+    an AddressError is a ValueError, answered 400 by the API."""
+    return address_split(address, ports=range(0, 65536))
 
 
 class Proxy:

@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 
 from node.config import ConfigError, load_config
+from store.address import split_host_port
 
 from .etcd_server import EtcdServer, EtcdUnavailable
 from .state import LauncherError, LayoutError, NodeRecord, Stage
@@ -63,7 +64,7 @@ def start_etcd(base: Path, endpoint: str) -> str:
     proc = _running(base)
     if proc is not None:
         return f"etcd           running  {endpoint} pid {proc.pid}"
-    host, _, port = endpoint.rpartition(":")
+    host, port = split_host_port(endpoint.split("://", 1)[-1].rstrip("/"))
     if host not in ("127.0.0.1", "localhost"):
         raise LayoutError(f"etcdEndpoints {endpoint}: the launcher starts etcd on 127.0.0.1 only")
     (base / "logs").mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,8 @@ from typing import Any
 import attrs
 import httpx
 
+from store.address import AddressError, split_host_port
+
 __all__ = ["EtcdClient", "EtcdError", "KeyValue", "TxnResult", "WatchEvent", "parse_endpoints"]
 
 
@@ -35,10 +37,10 @@ def parse_endpoints(value: str) -> list[str]:
         if not part:
             continue
         url = part if part.startswith(("http://", "https://")) else f"http://{part}"
-        hostport = url.split("://", 1)[1].rstrip("/")
-        host, sep, port = hostport.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-            raise ValueError(f"expected host:port, got {part!r}")
+        try:
+            split_host_port(url.split("://", 1)[1].rstrip("/"))
+        except AddressError:
+            raise ValueError(f"expected host:port, got {part!r}") from None
         urls.append(url.rstrip("/"))
     if not urls:
         raise ValueError("no endpoint given")

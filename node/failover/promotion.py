@@ -394,7 +394,7 @@ class Failover:
             if newer is not None:
                 self._fence(newer.epoch, newer.address, newer.source)
                 return None
-            outcome = fencing.finish_check(check, answered=bool(answered) or not _namesrv_list(self.cfg))
+            outcome = fencing.finish_check(check, answered=bool(answered) or not self.cfg.namesrv_addresses)
             if outcome is CheckOutcome.UNANSWERED:
                 log.warning("no name server or peer answered with the group's epoch%s",
                             ": writes stay held after the stall" if fencing.held
@@ -431,7 +431,7 @@ class Failover:
 
         with trio.move_on_after(ASK_TIMEOUT_S):
             async with trio.open_nursery() as nursery:
-                for address in _namesrv_list(cfg):
+                for address in cfg.namesrv_addresses:
                     nursery.start_soon(ask_namesrv, address)
             async with trio.open_nursery() as nursery:
                 for address in peers:
@@ -548,7 +548,7 @@ class Failover:
         every 10 s) are created here, so the group keeps serving every topic it served."""
         tables = []
         with trio.move_on_after(ASK_TIMEOUT_S):
-            for address in _namesrv_list(self.cfg):
+            for address in self.cfg.namesrv_addresses:
                 answer = await _ask(address, "get_cluster_info")
                 for b in (answer or {}).get("brokers", []):
                     if b.get("broker_name") == self.cfg.broker_name and b.get("broker_id") == 0:
@@ -558,10 +558,6 @@ class Failover:
                 if services.topics.get(topic) is None:
                     await services.topics.create(topic, q["read_queue_nums"], q["write_queue_nums"], q["perm"])
                     log.info("promotion: topic %s taken over from the old master's registration", topic)
-
-
-def _namesrv_list(cfg: BrokerConfig) -> list[str]:
-    return [a.strip() for a in (cfg.namesrv_addr or "").split(";") if a.strip()]
 
 
 async def _ask(address: str, op: str) -> dict[str, Any] | None:

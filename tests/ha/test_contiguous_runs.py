@@ -3,6 +3,8 @@ ever holds frames that continue each other within one segment, in stream order."
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -35,7 +37,7 @@ def test_runs_keep_every_frame_in_order_and_each_run_is_one_write(frames) -> Non
     runs = contiguous_runs(frames, SEG)
     assert [f for run in runs for f in run] == frames
     for run in runs:
-        for before, after in zip(run, run[1:]):
+        for before, after in itertools.pairwise(run):
             assert after.offset == before.end and after.offset // SEG == before.offset // SEG
             assert not after.is_heartbeat
 
