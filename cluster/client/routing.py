@@ -107,6 +107,17 @@ class BrokerRoute:
     def is_master(self) -> bool:
         return self.broker_id == 0
 
+    @classmethod
+    def from_wire(cls, raw: Mapping[str, Any]) -> BrokerRoute:
+        """A `get_route` answer's broker entry (BrokerInfo.route_entry writes it)."""
+        return cls(int(raw["broker_id"]), str(raw["role"]), str(raw["address"]), raw.get("ha_address"),
+                   bool(raw.get("alive", True)), raw.get("epoch"), raw.get("lease_holder"), _in_sync(raw))
+
+    def as_route(self) -> BrokerRoute:
+        """Just the route's fields (a BrokerInfo is a BrokerRoute with more)."""
+        return BrokerRoute(self.broker_id, self.role, self.address, self.ha_address, self.alive, self.epoch,
+                           self.lease_holder, self.in_sync)
+
 
 @attrs.frozen
 class GroupRoute:
@@ -147,12 +158,7 @@ class TopicRoute:
     def from_wire(cls, topic: str, raw_groups: Sequence[Mapping[str, Any]]) -> TopicRoute:
         groups = []
         for g in raw_groups:
-            brokers = tuple(
-                BrokerRoute(int(b["broker_id"]), str(b["role"]), str(b["address"]), b.get("ha_address"),
-                            bool(b.get("alive", True)), b.get("epoch"), b.get("lease_holder"),
-                            _in_sync(b))
-                for b in g.get("brokers", ())
-            )
+            brokers = tuple(BrokerRoute.from_wire(b) for b in g.get("brokers", ()))
             qd = g.get("queue_data")
             groups.append(GroupRoute(str(g["broker_name"]), brokers, QueueData.from_wire(qd) if qd else None,
                                      str(g.get("cluster", ""))))
@@ -171,33 +177,20 @@ class MessageQueue:
         return f"{self.topic}@{self.broker_name}:{self.queue_id}"
 
 
-@attrs.frozen
-class BrokerInfo:
+@attrs.frozen(kw_only=True)
+class BrokerInfo(BrokerRoute):
     """One broker: what it registered with the name server (the name server's route table
-    holds these), what `get_cluster_info` tells a client, or what a broker list probe saw.
-    `age_ms` is how long ago the name server last heard from it (None from a probe)."""
+    holds these), what `get_cluster_info` tells a client, or what a broker list probe saw:
+    a route's broker (`epoch`: its newest master term, None without epoch history) and its
+    group, offsets and topics. `age_ms` is how long ago the name server last heard from it
+    (None from a probe)."""
 
     cluster: str
     broker_name: str
-    broker_id: int
-    role: str
-    address: str
-    ha_address: str | None
     max_offset: int
     topics: Mapping[str, QueueData]
-    alive: bool = True
     age_ms: int | None = None
     last_update_ms: int | None = None
-    epoch: int | None = None
-    """Its newest master term (None when it has no epoch history)."""
-    lease_holder: str | None = None
-    """controllerMode etcd: the address holding its group's leadership lease, as it sees it."""
-    in_sync: tuple[str, ...] | None = None
-    """controllerMode etcd: its group's in-sync slaves (SyncStateSet), as it sees them."""
-
-    @property
-    def is_master(self) -> bool:
-        return self.broker_id == 0
 
     @classmethod
     def from_wire(cls, raw: Mapping[str, Any]) -> BrokerInfo:
@@ -269,7 +262,7 @@ def route_from_brokers(topic: str, brokers: Sequence[BrokerInfo]) -> TopicRoute:
     """The route a name server would answer for `topic`, from a broker list."""
     groups = []
     for name, members, queue_data in groups_serving(topic, brokers):
-        routes = tuple(BrokerRoute(b.broker_id, b.role, b.address, b.ha_address, b.alive) for b in members)
+        routes = tuple(b.as_route() for b in members)
         groups.append(GroupRoute(name, routes, queue_data, members[0].cluster))
     return TopicRoute(topic, tuple(groups))
 
