@@ -4,7 +4,7 @@ grouped by broker group (RocketMQ's `brokerStatus` columns, one line each).
 Per row: role, epoch ("-" until the node's `status` answer has an `epoch`), max CommitLog
 offset, replication lag in bytes and seconds (a master shows its furthest slave), disk use,
 and put/get TPS of the last minute (node/stats.py). `cluster status` adds the process
-columns and a slave's catch-up progress (its max offset over its master's).
+columns and a slave's catch-up progress (a bar and the bytes behind, or "caught up").
 
 The lag in seconds is the master's newest dispatched store time minus the slave's: 0 when
 the slave has every byte.
@@ -90,10 +90,17 @@ def _ha_note(answer: Mapping[str, Any]) -> str:
 def _catch_up(row: BrokerRow, master: BrokerRow | None) -> Any:
     if row.broker_id == 0 or not row.answer or master is None or not master.answer:
         return "-"
-    total = max(int(master.answer.get("max_phy_offset") or 0), 1)
-    done = min(int(row.answer.get("max_phy_offset") or 0), total)
+    target = int(master.answer.get("max_phy_offset") or 0)
+    own = int(row.answer.get("max_phy_offset") or 0)
+    if own >= target:
+        return "caught up"  # an empty group's slave too (nothing to copy is not 0%)
+    # what this slave copies: from where its log starts (a new slave starts at the master's
+    # newest segment) to the master's end
+    start = min(max(int(row.answer.get("min_phy_offset") or 0), 0), own)
+    total, done = target - start, own - start
     bar = Table.grid(padding=(0, 1))
-    bar.add_row(ProgressBar(total=total, completed=done, width=12), f"{done / total:.0%}")
+    bar.add_row(ProgressBar(total=total, completed=done, width=12), f"{done / total:.0%}",
+                f"{size(target - own)} behind")
     return bar
 
 

@@ -32,6 +32,7 @@ def test_group_rows_lag_in_bytes_and_seconds_tps_epoch_and_catch_up():
     assert " 3 " in m and "4,096" in m and "2.0 KiB" in m and "2.5" in m, m  # epoch, offset, lag, lag s
     assert "42%" in m and "12.5" in m and "1 slave(s)" in m
     assert " - " in s and "2,048" in s and "2.5" in s and "50%" in s and "connected" in s, s  # no epoch yet
+    assert "2.0 KiB behind" in s, s
     assert "connection refused [Errno 111]" in d and "dead" in d
 
 
@@ -40,6 +41,18 @@ def test_a_slave_with_every_byte_lags_zero_seconds():
     slave = BrokerRow("g", 1, "SLAVE", "a:2", answer=answer(100, 5_000, {"connected": True, "lag_bytes": 0}))
     text = render(broker_table([master, slave], "t"))
     assert all(" 0.0 " in line for line in text.splitlines() if "a:" in line), text
+
+
+def test_catch_up_counts_from_where_the_slave_starts_and_says_caught_up() -> None:
+    master = BrokerRow("g", 0, "ASYNC_MASTER", "a:1", node="m", answer=answer(0, 0, {"slaves": []}))
+    empty = BrokerRow("g", 1, "SLAVE", "a:2", node="s", answer=answer(0, 0, {"connected": True}))
+    text = render(broker_table([master, empty], "t", processes=True))
+    assert "caught up" in text and "0%" not in text.replace("42%", ""), text  # an empty group: nothing to copy
+    master = BrokerRow("g", 0, "ASYNC_MASTER", "a:1", node="m", answer=answer(3 << 20, 0, {"slaves": []}))
+    late = BrokerRow("g", 1, "SLAVE", "a:2", node="s",  # a new slave starts at the newest segment (2 MiB)
+                     answer=answer((2 << 20) + (512 << 10), 0, {"connected": True}, min_phy_offset=2 << 20))
+    text = render(broker_table([master, late], "t", processes=True))
+    assert "50%" in text and "512.0 KiB behind" in text, text
 
 
 def test_controller_line_names_the_holder_the_set_and_what_is_wrong():
