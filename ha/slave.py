@@ -263,6 +263,8 @@ class HAClient:
         decoder = TransferDecoder(max_body=self.config.ha_transfer_batch_size)
 
         async def on_data(data: bytes) -> bool:
+            if len(data) >= RECEIVE_SIZE // 2:  # more is waiting: the copy goes before dispatch
+                self.log.note_full_read()
             frames = decoder.feed(data)
             for run in contiguous_runs(frames, self.log.segment_size):
                 self._apply(run)

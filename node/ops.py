@@ -255,8 +255,8 @@ async def _send(s: NodeServices, r: Request, peer: str | None) -> PendingPut:
     checked = await _check_writeable(s)
     f = r.fields
     queue_id = await _checked_topic(s, f["topic"], f["queue_id"])
-    prepared = s.store.prepare_message(_message(f, f["topic"], queue_id, f["wait"], peer))
-    return PendingPut(r.id, prepared, f["wait"], queue_id, False, s.store.put_waits(f["wait"]), checked=checked)
+    prepared = s.store.puts.prepare_message(_message(f, f["topic"], queue_id, f["wait"], peer))
+    return PendingPut(r.id, prepared, f["wait"], queue_id, False, s.store.puts.put_waits(f["wait"]), checked=checked)
 
 
 async def _send_batch(s: NodeServices, r: Request, peer: str | None) -> PendingPut:
@@ -264,14 +264,14 @@ async def _send_batch(s: NodeServices, r: Request, peer: str | None) -> PendingP
     f = r.fields
     queue_id = await _checked_topic(s, f["topic"], f["queue_id"])
     msgs = [_message(m, f["topic"], queue_id, f["wait"], peer) for m in f["messages"]]
-    return PendingPut(r.id, s.store.prepare_batch(msgs), f["wait"], queue_id, True, s.store.put_waits(f["wait"]),
+    return PendingPut(r.id, s.store.puts.prepare_batch(msgs), f["wait"], queue_id, True, s.store.puts.put_waits(f["wait"]),
                       checked=checked)
 
 
 def append_sends(s: NodeServices, pending: list[PendingPut]) -> None:
     """Append prepared sends, in order, as one CommitLog group."""
     now = trio.current_time()
-    for p, appended in zip(pending, s.store.append_prepared([p.prepared for p in pending]), strict=True):
+    for p, appended in zip(pending, s.store.puts.append_prepared([p.prepared for p in pending]), strict=True):
         p.appended = appended
         p.at = now
 
@@ -282,7 +282,7 @@ async def finish_sends(s: NodeServices, pending: list[PendingPut]) -> list[dict[
     if any(p.appended is None for p in pending):  # a send finished on its own
         append_sends(s, [p for p in pending if p.appended is None])
         since = min(p.at for p in pending)
-    results = await s.store.finish_puts([(p.appended, p.wait) for p in pending], since=since)
+    results = await s.store.puts.finish_puts([(p.appended, p.wait) for p in pending], since=since)
     stored = sum(result.msg_num for result in results if result.status.stored)
     if stored:
         s.stats.put.add(stored)

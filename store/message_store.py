@@ -166,6 +166,7 @@ class MessageStore:
             self.reput = ReputMessageService(
                 self.commit_log, self.consume_queues, self.index, self.checkpoint, self.flags,
                 is_slave=lambda: not self.config.broker_role.is_master, delay_levels=self.delay_levels,
+                follower_backlog=lambda: self.replica_log.follower_backlog,
             )
             self._build_services()
         except BaseException:

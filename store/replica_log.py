@@ -9,15 +9,21 @@ start (a segment boundary) and of what an empty log may drop live here once.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
+
+import trio
 
 from .mapped_file import SelectResult
 
 if TYPE_CHECKING:
     from .commit_log import CommitLog
 
-__all__ = ["FollowerAppendError", "ReplicaLog", "Replicator"]
+__all__ = ["BACKLOG_WINDOW_S", "FollowerAppendError", "ReplicaLog", "Replicator"]
+
+BACKLOG_WINDOW_S = 0.02
+"""A full read counts as a backlog for this long (a few reads' time at catch-up speed)."""
 
 
 class Replicator(Protocol):
@@ -41,6 +47,19 @@ class ReplicaLog:
         self.segment_size = commit_log.file_size
         self.replicator: Replicator | None = None
         """What SYNC_MASTER puts wait on; set only through attach_replicator."""
+        self.backlog_until = -math.inf
+        """trio time until which the follower counts as receiving a backlog: each read that
+        comes in full (it is behind its leader) moves it BACKLOG_WINDOW_S on. The store's
+        dispatch yields to the copy meanwhile (reput.BACKLOG_YIELD_S), and goes at full
+        speed again as soon as reads stop coming in full."""
+
+    @property
+    def follower_backlog(self) -> bool:
+        return trio.current_time() < self.backlog_until
+
+    def note_full_read(self) -> None:
+        """The follower's read filled its buffer: more is waiting at the leader's side."""
+        self.backlog_until = trio.current_time() + BACKLOG_WINDOW_S
 
     # ---- positions ---------------------------------------------------------------------------
     def end(self) -> int:

@@ -36,6 +36,10 @@ TRANSACTION_COMMIT = int(SysFlag.TRANSACTION_COMMIT)
 ROUND_BYTES = 64 * 1024
 """CommitLog bytes dispatched before other tasks get a turn: small enough that a catching-up
 slave's reads and acks (1 MiB a turn) and client requests are not held behind dispatch."""
+BACKLOG_YIELD_S = 0.005
+"""While a follower receives a backlog, dispatch waits this long between rounds: on one
+event loop the copy (what a SYNC_MASTER's puts wait on) would otherwise share every turn
+with the dispatch of small records. The ConsumeQueues catch up once the copy has."""
 
 log = logging.getLogger("tidemq.store")
 
@@ -51,6 +55,7 @@ class ReputMessageService:
         *,
         is_slave: Callable[[], bool],
         delay_levels: tuple[int, ...] = (),
+        follower_backlog: Callable[[], bool] = lambda: False,
     ) -> None:
         self.commit_log = commit_log
         self.consume_queues = consume_queues
@@ -58,6 +63,9 @@ class ReputMessageService:
         self.checkpoint = checkpoint
         self.flags = flags
         self.is_slave = is_slave
+        self.follower_backlog = follower_backlog
+        """True while this store, as a follower, receives a backlog: dispatch then yields for
+        BACKLOG_YIELD_S between rounds, so the copy and its acks go first."""
         self.delay_levels = delay_levels
         self.reput_from_offset = 0
         self.stopped_at_error: str | None = None
@@ -186,4 +194,7 @@ class ReputMessageService:
             # a large backlog (a slave catching up) goes in rounds, so the tasks sharing the
             # loop (HA reads and acks, client requests) are not starved while dispatch trails
             while self.do_reput(max_bytes=ROUND_BYTES) and self.dispatch_behind_bytes():
-                await trio.lowlevel.checkpoint()
+                if self.follower_backlog():
+                    await trio.sleep(BACKLOG_YIELD_S)
+                else:
+                    await trio.lowlevel.checkpoint()

@@ -7,10 +7,11 @@ from __future__ import annotations
 import os
 
 import pytest
+import trio
 
 from store import Message, MessageStore, StoreConfig
 from store.message import prepare_record
-from store.replica_log import FollowerAppendError
+from store.replica_log import BACKLOG_WINDOW_S, FollowerAppendError
 
 SEGMENT = 64 * 1024
 
@@ -69,3 +70,22 @@ def test_an_empty_follower_starts_at_a_segment_boundary_dropping_empty_segments(
         assert log.segment_start(log.end()) == 3 * SEGMENT
     finally:
         follower.close()
+
+
+async def test_a_backlog_lasts_while_reads_come_in_full_then_dispatch_goes_at_full_speed(tmp_path, autojump_clock):
+    """The follower's full reads hold dispatch back (the copy goes first); a window after the
+    last full read it no longer does (a caught-up slave dispatches at once)."""
+    store = _loaded(tmp_path / "follower")
+    log = store.replica_log
+    try:
+        assert not log.follower_backlog and not store.reput.follower_backlog()
+        log.note_full_read()
+        assert log.follower_backlog and store.reput.follower_backlog()
+        await trio.sleep(BACKLOG_WINDOW_S / 2)
+        log.note_full_read()  # another full read: still behind
+        await trio.sleep(BACKLOG_WINDOW_S * 0.75)
+        assert log.follower_backlog
+        await trio.sleep(BACKLOG_WINDOW_S)
+        assert not log.follower_backlog and not store.reput.follower_backlog()
+    finally:
+        store.close()
