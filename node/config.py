@@ -73,6 +73,11 @@ def _register_period(_inst: Any, attribute: attrs.Attribute, value: int) -> None
         )
 
 
+def _channel_expired(_inst: Any, attribute: attrs.Attribute, value: int) -> None:
+    if not 1000 <= value <= 3_600_000:
+        raise ConfigError(f"channelExpiredTimeout must be in 1000..3600000 ms, got {value!r}")
+
+
 def _non_empty(_inst: Any, attribute: attrs.Attribute, value: str) -> None:
     if not value.strip():
         raise ConfigError(f"{_CAMEL.get(attribute.name, attribute.name)} must not be empty")
@@ -124,6 +129,10 @@ class BrokerConfig:
     # registerNameServerPeriod, 30 s there; 10 s here so a restarted name server is whole
     # again quickly). It also registers at start and whenever its topics change.
     register_name_server_period: int = attrs.field(default=10_000, validator=_register_period)
+    # A consumer-group member silent this long (ms) is dropped (RocketMQ's
+    # channelExpiredTimeout, 120 s), though never before 2 of its own heartbeats + 10 s;
+    # a member whose connection closes is dropped at once.
+    channel_expired_timeout: int = attrs.field(default=120_000, validator=_channel_expired)
     auto_create_topic_enable: bool = True
     default_topic_queue_nums: int = attrs.field(default=4, validator=_positive)
     # Largest client-protocol frame accepted or sent (node/protocol.py).
@@ -288,6 +297,7 @@ _CAMEL = {
     "listen_port": "listenPort",
     "namesrv_addr": "namesrvAddr",
     "register_name_server_period": "registerNameServerPeriod",
+    "channel_expired_timeout": "channelExpiredTimeout",
     "auto_create_topic_enable": "autoCreateTopicEnable",
     "default_topic_queue_nums": "defaultTopicQueueNums",
     "max_frame_size": "maxFrameSize",

@@ -1,10 +1,11 @@
 """ConsumerManager: the live members of each consumer group (RocketMQ's ConsumerManager).
 
 Members heartbeat (`consumer_heartbeat`) with the interval they use; a member not heard
-from for 2 of its heartbeats + 10 s is dropped (RocketMQ drops a silent channel after a
-fixed 120 s; tidemq ties it to the member's own interval so a short interval in tests and
-drills means a short wait). A clean close unregisters at once, and so does the close of
-the connection a member last heartbeated on (`disconnected`: RocketMQ's channel close). The
+from for `channelExpiredTimeout` (120 s, as RocketMQ drops a silent channel) is dropped,
+though never before 2 of its own heartbeats + 10 s. A paused member (SIGSTOP, its
+connection open) is dropped then, and members waiting on a change are woken at that moment.
+A clean close unregisters at once, and so does the close of the connection a member last
+heartbeated on (`disconnected`: RocketMQ's channel close). The
 table lives in memory only: after a node restart the members' next heartbeats rebuild it.
 
 Every change of a group (a member joins or leaves, a queue lock is let go) bumps its
@@ -21,6 +22,7 @@ live; it goes with the member's unregistration or expiry.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 
@@ -29,10 +31,13 @@ import trio
 
 log = logging.getLogger("tidemq.node")
 
-__all__ = ["EXPIRE_EXTRA_S", "ConsumerManager", "MemberInfo"]
+__all__ = ["CHANNEL_EXPIRED_S", "EXPIRE_EXTRA_S", "ConsumerManager", "MemberInfo"]
 
+CHANNEL_EXPIRED_S = 120.0
+"""RocketMQ's channelExpiredTimeout: a member silent this long is dropped (the node's
+`channelExpiredTimeout` key sets it)."""
 EXPIRE_EXTRA_S = 10.0
-"""Slack added to two heartbeat intervals before a silent member is dropped."""
+"""Slack added to two of a member's heartbeat intervals: it is never dropped before that."""
 
 
 @attrs.define
@@ -46,8 +51,9 @@ class MemberInfo:
     peer: str | None = None
     """The client address of the connection it last heartbeated on."""
 
-    def expired(self, now: float) -> bool:
-        return now - self.last_seen > 2 * self.heartbeat_interval_ms / 1000 + EXPIRE_EXTRA_S
+    def expires_at(self, expire_s: float) -> float:
+        """When it is dropped unless it heartbeats again (the manager's clock)."""
+        return self.last_seen + max(expire_s, 2 * self.heartbeat_interval_ms / 1000 + EXPIRE_EXTRA_S)
 
     def to_wire(self, now: float) -> dict[str, object]:
         return {
@@ -61,8 +67,9 @@ class MemberInfo:
 class ConsumerManager:
     """group → client id → MemberInfo; expired members are dropped on every access."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, *, expire_s: float = CHANNEL_EXPIRED_S) -> None:
         self.clock = clock
+        self.expire_s = expire_s
         self._groups: dict[str, dict[str, MemberInfo]] = {}
         self._locks: dict[tuple[str, str, int], str] = {}  # (group, topic, queue id) → client id
         self._versions: dict[str, int] = {}
@@ -85,7 +92,11 @@ class ConsumerManager:
         """Return the group's version once it is not `since` (at once when it already is
         not); the caller bounds the wait (a long poll's deadline)."""
         while (current := self.version(group)) == since:
-            await self._changed.setdefault(group, trio.Event()).wait()
+            # a silent member's expiry is a change too: wake then, not at the next access
+            expiry = min((m.expires_at(self.expire_s) for m in self._groups.get(group, {}).values()),
+                         default=math.inf)
+            with trio.move_on_at(trio.current_time() + (expiry - self.clock())):
+                await self._changed.setdefault(group, trio.Event()).wait()
         return current
 
     def disconnected(self, peer: str | None) -> None:
@@ -125,7 +136,7 @@ class ConsumerManager:
         members = self._groups.get(group, {})
         now = self.clock()
         for client_id, info in list(members.items()):
-            if info.expired(now):
+            if now >= info.expires_at(self.expire_s):
                 log.warning("consumer group %s: member %s silent for %.1f s; dropped",
                             group, client_id, now - info.last_seen)
                 del members[client_id]

@@ -85,7 +85,9 @@ class NodeServices:
     ha_client: HAClient | None = None
     slave_sync_status: Callable[[], dict[str, Any]] | None = None
     registration_status: Callable[[], list[dict[str, Any]]] | None = None
-    consumers: ConsumerManager = attrs.field(factory=ConsumerManager)
+    consumers: ConsumerManager = attrs.field(
+        default=attrs.Factory(lambda s: ConsumerManager(expire_s=s.cfg.channel_expired_timeout / 1000),
+                              takes_self=True))
     schedule: ScheduleMessageService | None = None
     stats: BrokerStats = attrs.field(factory=BrokerStats)
     failover: FailoverHooks | None = None

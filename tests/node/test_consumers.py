@@ -1,0 +1,52 @@
+"""node/consumers.ConsumerManager's expiry (RocketMQ's channelExpiredTimeout), on trio's
+virtual clock: a paused member (connection open, no heartbeats) is dropped at the timeout
+and the members waiting on a change are woken at that moment; a member that heartbeats
+rarely is never dropped between two of its heartbeats."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from node.config import BrokerConfig, ConfigError
+from node.consumers import CHANNEL_EXPIRED_S, EXPIRE_EXTRA_S, ConsumerManager
+
+
+async def test_a_silent_member_is_dropped_at_the_timeout_and_watchers_are_woken(autojump_clock) -> None:
+    consumers = ConsumerManager(clock=trio.current_time)
+    assert consumers.expire_s == CHANNEL_EXPIRED_S == 120.0
+    consumers.heartbeat("G", "paused", ["T"], 1_000)
+    consumers.heartbeat("G", "live", ["T"], 1_000)
+    start, seen = trio.current_time(), consumers.version("G")
+    woken_at: list[float] = []
+
+    async def watch() -> None:
+        await consumers.wait_changed("G", seen)
+        woken_at.append(trio.current_time())
+
+    async def live_member() -> None:
+        while not woken_at:
+            consumers.heartbeat("G", "live", ["T"], 1_000)
+            await trio.sleep(1)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch)
+        nursery.start_soon(live_member)
+    assert woken_at[0] - start == pytest.approx(CHANNEL_EXPIRED_S, abs=0.01)  # not at a later access
+    assert consumers.members("G") == ["live"]
+
+
+async def test_a_member_that_heartbeats_rarely_is_not_dropped_between_its_heartbeats(autojump_clock) -> None:
+    consumers = ConsumerManager(clock=trio.current_time, expire_s=5.0)
+    consumers.heartbeat("G", "slow", ["T"], 100_000)  # every 100 s
+    await trio.sleep(2 * 100 + EXPIRE_EXTRA_S - 1)
+    assert consumers.members("G") == ["slow"]
+    await trio.sleep(2)
+    assert consumers.members("G") == []
+
+
+def test_channel_expired_timeout_is_a_node_key_with_rocketmqs_default() -> None:
+    assert BrokerConfig().channel_expired_timeout == 120_000
+    assert BrokerConfig(channel_expired_timeout=2_000).channel_expired_timeout == 2_000
+    with pytest.raises(ConfigError, match="channelExpiredTimeout must be in 1000..3600000 ms"):
+        BrokerConfig(channel_expired_timeout=10)
