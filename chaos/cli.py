@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from store.cli import until_signal
+
 EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
 
 
@@ -94,9 +96,26 @@ def run_one(scenario: str, mode: str, seed: int, duration: float, *, keep: bool 
 
     # the client library warns about every fault the scenario injects on purpose
     logging.getLogger("tidemq.client").setLevel(logging.ERROR)
+    got: dict[str, Any] = {}
+
+    async def body() -> int:
+        got["report"] = await run_scenario(_scenarios()[scenario], mode, seed, duration, client,
+                                           keep=keep, progress=progress)
+        return 0
+
     with toxiproxy() as client:
-        return trio.run(lambda: run_scenario(_scenarios()[scenario], mode, seed, duration, client,
-                                             keep=keep, progress=progress))
+        code = trio.run(until_signal, body)  # SIGTERM/Ctrl-C: the scenario stops its cluster
+    if "report" not in got:
+        raise Stopped(code)
+    return got["report"]
+
+
+class Stopped(Exception):
+    """A run stopped by SIGTERM or SIGINT; `code` is the exit code (143, 130)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"stopped ({code})")
+        self.code = code
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -251,6 +270,8 @@ def _safe(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
             return _error(str(MissingExtra(e.name)))
         try:
             return handler(args)
+        except Stopped as e:  # until_signal said so on stderr; a soak's log keeps its runs
+            return e.code
         except MissingExtra as e:
             return _error(str(e))
         except (LauncherError, ProxyServerError, TimeoutError) as e:

@@ -15,9 +15,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
+
+import trio
 
 from store import queue_tools, tools
 
@@ -162,6 +165,36 @@ def handled(fn: Handler, usage: tuple[type[Exception], ...] = (),
             return EXIT_PROBLEM
 
     return run
+
+
+async def until_signal(body: Callable[[], Awaitable[int]]) -> int:
+    """Run `body`; SIGTERM or SIGINT cancels it, so its context managers leave cleanly (a
+    consumer releases its queues, commits and leaves its group; a drill stops its cluster),
+    then one line on stderr and 128 + the signal (143, 130) instead of a traceback. Every
+    long-running command runs under it."""
+    got: list[int] = []
+    failed: Exception | None = None
+    code = 0
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            async def watch() -> None:
+                async for signum in signals:
+                    got.append(signum)
+                    nursery.cancel_scope.cancel()
+                    return
+
+            nursery.start_soon(watch)
+            try:
+                code = await body()
+            except Exception as e:  # raised below as itself, not in the nursery's group
+                failed = e
+            nursery.cancel_scope.cancel()
+    if failed is not None:
+        raise failed
+    if got:
+        error(f"stopped by {signal.Signals(got[0]).name}: what was done so far is kept")
+        return 128 + got[0]
+    return code
 
 
 def _handled(fn: Handler) -> Handler:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -13,7 +12,7 @@ from typing import Any
 import trio
 
 from node.client import TidemqError
-from store.cli import EXIT_PROBLEM, UsageError, error, handled
+from store.cli import EXIT_PROBLEM, UsageError, error, handled, until_signal
 
 __all__ = ["add_source", "handled", "run_async", "source", "until_signal"]
 
@@ -30,35 +29,6 @@ def run_async(args: argparse.Namespace, main: Callable[[], Awaitable[int]]) -> i
         return EXIT_PROBLEM
     except ValueError as e:  # bad addresses and the like
         raise UsageError(str(e)) from None
-
-
-async def until_signal(body: Callable[[], Awaitable[int]]) -> int:
-    """Run `body`; SIGTERM or SIGINT cancels it, so its context managers leave cleanly
-    (a consumer releases its queues, commits and leaves its group), then one line on stderr
-    and 128 + the signal (143, 130) instead of a traceback."""
-    got: list[int] = []
-    failed: Exception | None = None
-    code = 0
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async with trio.open_nursery() as nursery:
-            async def watch() -> None:
-                async for signum in signals:
-                    got.append(signum)
-                    nursery.cancel_scope.cancel()
-                    return
-
-            nursery.start_soon(watch)
-            try:
-                code = await body()
-            except Exception as e:  # raised below as itself, not in the nursery's group
-                failed = e
-            nursery.cancel_scope.cancel()
-    if failed is not None:
-        raise failed
-    if got:
-        error(f"stopped by {signal.Signals(got[0]).name}: what was done so far is kept")
-        return 128 + got[0]
-    return code
 
 
 def source(args: argparse.Namespace) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import sys
 
 import trio
 
-from store.cli import positive_int
+from store.cli import positive_int, until_signal
 
 from ..launch import launcher
 from . import basic  # noqa: F401  (registers the drills)
@@ -24,13 +24,22 @@ def _cmd_drill(args: argparse.Namespace) -> int:
     if args.name not in DRILLS:
         print(f"tidemq drill: unknown drill {args.name!r}; one of {', '.join(sorted(DRILLS))}", file=sys.stderr)
         return 2
+    got = {}
+
+    async def body() -> int:
+        got["report"] = await run_drill(args.name, base_dir=args.base_dir, keep=args.keep,
+                                        heartbeat_s=args.heartbeat, rebalance_s=args.rebalance,
+                                        rate=args.rate, rounds=args.rounds, seed=args.seed)
+        return 0
+
     try:
-        report = trio.run(lambda: run_drill(args.name, base_dir=args.base_dir, keep=args.keep,
-                                            heartbeat_s=args.heartbeat, rebalance_s=args.rebalance,
-                                            rate=args.rate, rounds=args.rounds, seed=args.seed))
+        code = trio.run(until_signal, body)  # SIGTERM/Ctrl-C: the drill stops its cluster first
     except (launcher.LauncherError, OSError) as e:
         print(f"tidemq drill {args.name}: cannot run: {e}", file=sys.stderr)
         return 2
+    if "report" not in got:
+        return code
+    report = got["report"]
     print(json.dumps(report.to_json(), indent=2) if args.json else report.table())
     return 0 if report.ok else 1
 

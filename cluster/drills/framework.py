@@ -360,7 +360,8 @@ async def run_drill(name: str, *, base_dir: str | None = None, keep: bool = Fals
                 nursery.cancel_scope.cancel()
         return run.finish()
     finally:
-        await trio.to_thread.run_sync(lambda: launcher.down(base))
+        with trio.CancelScope(shield=True):  # a SIGTERM'd drill still stops its cluster
+            await trio.to_thread.run_sync(lambda: launcher.down(base))
         if not keep and not base_dir:
             shutil.rmtree(base, ignore_errors=True)
 

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 
+import psutil
 import pytest
+import trio
 
 from cluster.drills.cli import add_commands
 from cluster.drills.framework import DRILLS, run_drill
 from tests.node.nodeproc import REPO
+from tests.waiting import wait_until
 
 
 def test_drill_command_registers_and_refuses_unknown_drills(capsys):
@@ -47,3 +51,31 @@ def test_rebalance_drill_cli_json():
     assert report["ok"] and report["acknowledged_but_lost"] == 0
     assert report["promises"]["every queue has one owner at a time"]
     assert report["consumed"] >= report["acknowledged"] > 0
+
+
+@pytest.mark.slow
+async def test_a_sigtermed_drill_stops_its_cluster_and_exits_143(tmp_path):
+    """A drill stopped mid-run (SIGTERM, as an operator's Ctrl-C or a CI timeout sends)
+    leaves no node behind, says so in one line and exits 128 + 15."""
+    base = tmp_path / "drill"
+    proc = subprocess.Popen([sys.executable, "-m", "cluster.drills.cli", "rebalance", "--base-dir", str(base),
+                             "--rate", "30"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        def nodes_up() -> list[int]:
+            try:
+                nodes = json.loads((base / "cluster.json").read_text())["nodes"]
+            except (OSError, ValueError, KeyError):
+                return []
+            pids = [n["pid"] for n in nodes if n.get("pid")]
+            return pids if len(pids) == len(nodes) and pids else []
+
+        pids = await wait_until(nodes_up, timeout=60, what="the drill's cluster running")
+        proc.send_signal(signal.SIGTERM)
+        out, err = await trio.to_thread.run_sync(lambda: proc.communicate(timeout=60))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err.decode()[-2000:]
+    assert err.decode().strip().splitlines()[-1].endswith("stopped by SIGTERM: what was done so far is kept")
+    assert "Traceback" not in err.decode()
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
