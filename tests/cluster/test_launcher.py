@@ -241,6 +241,7 @@ def test_down_with_nothing_started_leaves_nothing_behind(tmp_path: Path) -> None
     assert not base.exists()
 
 
+@pytest.mark.slow
 def test_after_a_failover_the_tools_show_the_roles_served(cluster_dirs: tuple[Path, Path]) -> None:
     """Issue 21.5: `cluster status` and `cluster start` print each node's live role and
     epoch after a promotion, not its config file's."""

@@ -16,3 +16,11 @@ def spark():
     session = local_session("tidemq-tests", **{"spark.ui.showConsoleProgress": "false"})
     yield session
     session.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that needs a SparkSession starts a JVM: it belongs to the slow tier, not to
+    `scripts/test --quick`'s in-process one."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
