@@ -22,7 +22,7 @@ from ha.slave import HAClient
 from store.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_WAIT, Message, StoredMessage
 from store.message_store import GetMessageResult, MessageStore
 from store.puts import Appended, Prepared
-from store.status import GetMessageStatus, PutMessageResult
+from store.status import GetMessageStatus, PutMessageResult, PutMessageStatus
 
 from .config import BrokerConfig
 from .consumers import ConsumerManager
@@ -224,12 +224,13 @@ async def _check_writeable(s: NodeServices) -> int:
     return 0
 
 
-async def _confirm_write(s: NodeServices, checked: int) -> None:
+async def _confirm_write(s: NodeServices, checked: int, *, unreplicated: bool = False) -> None:
     """A stored write is not acknowledged by a node that a newer epoch replaced, or whose
-    lease ran out, or that stalled since `checked` and cannot confirm its epoch: raises
+    lease ran out, or that stalled since `checked` and cannot confirm its epoch, or (some
+    of it `unreplicated`, SLAVE_NOT_AVAILABLE) whose in-sync set cannot shrink: raises
     OpError(INDETERMINATE)."""
     if s.failover is not None:
-        await s.failover.after_write(checked)
+        await s.failover.after_write(checked, unreplicated=unreplicated)
 
 
 @attrs.define(slots=True, eq=False)
@@ -289,7 +290,8 @@ async def finish_sends(s: NodeServices, pending: list[PendingPut]) -> list[dict[
     if stored:
         s.stats.put.add(stored)
     try:
-        await _confirm_write(s, min(p.checked for p in pending))
+        unreplicated = any(r.status is PutMessageStatus.SLAVE_NOT_AVAILABLE for r in results)
+        await _confirm_write(s, min(p.checked for p in pending), unreplicated=unreplicated)
     except OpError as e:  # stored, but this node may no longer acknowledge it
         return [error_response(p.request_id, e.status, e.message) if result.status.stored
                 else _put_response(p.request_id, result, p.queue_id, batch=p.batch)

@@ -183,12 +183,26 @@ class EtcdController:
             return
         if ha is not None and ha.is_slave_ok(services.store.get_max_phy_offset() + 1):
             return
+        await self._shrink_alone(Status.SERVICE_NOT_AVAILABLE, "no slave to acknowledge")
+        self.check_write()
+
+    async def before_unreplicated_answer(self) -> None:
+        """A write admitted while a slave was connected came back SLAVE_NOT_AVAILABLE (the
+        slave left in between): shrink the set as `before_write` would have, before the
+        answer; raise OpError (INDETERMINATE) when it cannot shrink."""
+        if self.cfg.role is not BrokerRole.SYNC_MASTER or not (self.sync_set or {}).get("in_sync"):
+            return
+        if self.riding_out_outage:
+            raise OpError(Status.INDETERMINATE, f"stored on the master only, and etcd is unreachable "
+                          f"({self.last_error}): the in-sync set cannot be shrunk")
+        await self._shrink_alone(Status.INDETERMINATE, "stored on the master only")
+
+    async def _shrink_alone(self, status: Status, what: str) -> None:
+        """Publish a set of the master alone; raise OpError(status) when etcd refuses."""
         try:
             await self._publish_sync(shrink=True)
         except EtcdError as e:
-            raise OpError(Status.SERVICE_NOT_AVAILABLE,
-                          f"no slave to acknowledge and the in-sync set cannot be shrunk: {e}") from None
-        self.check_write()
+            raise OpError(status, f"{what} and the in-sync set cannot be shrunk: {e}") from None
 
     # ---- the loop ----------------------------------------------------------------------------
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

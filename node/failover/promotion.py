@@ -343,13 +343,17 @@ class Failover:
             raise OpError(Status.SERVICE_NOT_AVAILABLE, f"{held}: no write until one does")
         return trio.current_time()
 
-    async def after_write(self, admitted: float) -> None:
+    async def after_write(self, admitted: float, *, unreplicated: bool = False) -> None:
         """Before a stored write is answered: raise OpError (INDETERMINATE) when this node may
         no longer acknowledge it: it was fenced, its controller lease ran out, or it was
         admitted before a stall or while a slave was gone and no check that started after
-        that confirmed the epoch (Fencing.needed_for). A clock read when nothing happened."""
+        that confirmed the epoch (Fencing.needed_for). A clock read when nothing happened.
+        `unreplicated`: some of it is answered SLAVE_NOT_AVAILABLE (the controller shrinks
+        the in-sync set first)."""
         if not self.cfg.role.is_master:
             return
+        if unreplicated and self.controller is not None:
+            await self.controller.before_unreplicated_answer()
         self._observe()
         confirmed = await self._confirm_since(self.fencing.needed_for(admitted))
         if self.controller is not None:
