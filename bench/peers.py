@@ -21,6 +21,7 @@ import trio
 
 from cluster.launch import launcher
 from node.client import connect
+from node.protocol import GetStatus
 from store.address import split_host_port
 
 from .lean import NatsCodec, RespCodec
@@ -97,7 +98,7 @@ async def tidemq(work: Path, flush: str, role: str, *, bases: list[Path]) -> Asy
 
 async def tidemq_status(address: str) -> dict:
     async with connect(address) as conn:
-        return await conn.request("status", timeout=10.0)
+        return await conn.request(GetStatus(), timeout=10.0)
 
 
 # ---------------------------------------------------------------- Redis

@@ -21,6 +21,7 @@ import trio
 from cluster.client.admin import Admin
 from cluster.launch.launcher import LauncherError
 from node.client import ConnectionLost, RequestTimeout, TidemqError, connect
+from node.protocol import Send
 from store.message import decode_msg_id
 
 from . import disk
@@ -201,7 +202,7 @@ async def _probe_fenced(ctx: FaultContext, epoch: int) -> None:
     restarts; stored, or refused for another reason, is a broken promise."""
     try:
         async with connect(ctx.cluster.master_address, connect_timeout=2.0, request_timeout=5.0) as conn:
-            answer = await conn.request("send", topic=ctx.workload.cfg.topic, body=b"probe after the promotion")
+            answer = await conn.request(Send(topic=ctx.workload.cfg.topic, body=b"probe after the promotion"))
         ctx.findings.append(f"the resumed old master stored a write after the promotion: {answer.get('status')}")
     except (ConnectionLost, RequestTimeout) as e:
         ctx.note(f"at: a write to the resumed old master: {e}")

@@ -22,6 +22,7 @@ import trio
 
 from cluster.client.consumer import PullConsumer
 from node.client import ConnectionLost, Indeterminate, OutcomeUnknown, TidemqError, connect
+from node.protocol import GetStatus, Send, TopicCreate
 
 from .history import FAIL, INFO, OK, History
 
@@ -83,8 +84,8 @@ class Workload:
 
     async def create_topic(self) -> None:
         async with connect(self.send_address, connect_timeout=5.0, request_timeout=10.0) as conn:
-            await conn.request("topic_create", topic=self.cfg.topic, read_queue_nums=self.cfg.queues,
-                               write_queue_nums=self.cfg.queues)
+            await conn.request(TopicCreate(topic=self.cfg.topic, read_queue_nums=self.cfg.queues,
+                                           write_queue_nums=self.cfg.queues))
 
     async def run(self, stop: trio.Event, *, consume: bool = True) -> None:
         async with trio.open_nursery() as nursery:
@@ -121,8 +122,8 @@ class Workload:
     async def _send(self, conn: Any, op: Any, body: bytes) -> bool:
         """One send; False when the connection is unusable afterwards."""
         try:
-            r = await conn.request("send", topic=self.cfg.topic, body=body, keys=[op.key],
-                                   queue_id=op.seq % self.cfg.queues)
+            r = await conn.request(Send(topic=self.cfg.topic, body=body, keys=[op.key],
+                                        queue_id=op.seq % self.cfg.queues))
         except OutcomeUnknown as e:  # timed out, lost after writing, INDETERMINATE: may be stored
             self.history.complete(op, INFO, status=e.status, error=str(e)[:200])
             return isinstance(e, Indeterminate)  # the connection is still good only then
@@ -176,7 +177,7 @@ async def node_status(address: str, timeout: float = 1.0) -> dict[str, Any] | No
     try:
         with trio.fail_after(timeout + 1.0):
             async with connect(address, connect_timeout=timeout, request_timeout=timeout) as conn:
-                return await conn.request("status")
+                return await conn.request(GetStatus())
     except (TidemqError, trio.TooSlowError):
         return None
 

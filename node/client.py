@@ -27,7 +27,7 @@ import trio
 from store.address import AddressError, split_host_port
 
 from .framing import FrameDecoder, FrameError, encode_frame
-from .protocol import PROTOCOL_VERSION, Status
+from .protocol import PROTOCOL_VERSION, Status, WireRequest
 
 __all__ = [
     "BadRequest",
@@ -246,8 +246,10 @@ class Connection:
         self._abort("closed by the client")
         await trio.lowlevel.checkpoint()
 
-    async def request(self, op: str, *, timeout: float | None = None, **fields: Any) -> dict[str, Any]:
-        """Send `op` with `fields` and return the response map.
+    async def request(self, op: WireRequest | str, *, timeout: float | None = None, **fields: Any) -> dict[str, Any]:
+        """Send a request (a node/protocol request class, or an op name with its fields as
+        keywords: the raw form, for tools and tests that speak the wire by hand) and return
+        the response map.
 
         Raises the TidemqError subclass of an error response's status (BadRequest,
         NotFound, ServiceUnavailable, PutFailed, ...), ConnectionLost when the connection
@@ -255,6 +257,10 @@ class Connection:
         statuses that are not failures (PUT_OK, FLUSH_*_TIMEOUT, SLAVE_NOT_AVAILABLE, FOUND,
         NO_MESSAGE_IN_QUEUE, ...) are returned: the caller reads `status`.
         """
+        if isinstance(op, WireRequest):
+            if fields:
+                raise TypeError(f"{op.OP}: the request object holds its fields; got {sorted(fields)} too")
+            op, fields = op.OP, op.wire_fields()
         (answer,) = await self.request_many(op, [fields], timeout=timeout)
         if isinstance(answer, TidemqError):
             raise answer
@@ -464,7 +470,8 @@ class ConnectionPool:
                 self._conns[address] = conn
             return conn
 
-    async def request(self, address: str, op: str, *, timeout: float | None = None, **fields: Any) -> dict[str, Any]:
+    async def request(self, address: str, op: WireRequest | str, *, timeout: float | None = None,
+                      **fields: Any) -> dict[str, Any]:
         """`op` on `address`'s connection (opened if needed); the typed errors of Connection."""
         conn = await self.get(address)
         return await conn.request(op, timeout=timeout, **fields)

@@ -43,10 +43,10 @@ def dlq_topic(group: str) -> str:
 
 async def _heartbeat(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     f = r.fields
-    members = s.consumers.heartbeat(f["group"], f["client_id"], f["topics"], f["heartbeat_interval_ms"], peer)
-    if s.is_master and s.topics.get(retry_topic(f["group"])) is None:
-        await s.topics.create(retry_topic(f["group"]), 1, 1, DEFAULT_PERM)
-    return ok_response(r.id, members=members, version=s.consumers.version(f["group"]))
+    members = s.consumers.heartbeat(f.group, f.client_id, f.topics, f.heartbeat_interval_ms, peer)
+    if s.is_master and s.topics.get(retry_topic(f.group)) is None:
+        await s.topics.create(retry_topic(f.group), 1, 1, DEFAULT_PERM)
+    return ok_response(r.id, members=members, version=s.consumers.version(f.group))
 
 
 async def _watch(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
@@ -54,50 +54,50 @@ async def _watch(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any
     queue lock was let go), or after `timeout_ms`: members rebalance at once on a change
     (RocketMQ's NOTIFY_CONSUMER_IDS_CHANGED, as a long poll on the member's connection)."""
     f = r.fields
-    with s.long_poll(trio.current_time() + f["timeout_ms"] / 1000):
-        await s.consumers.wait_changed(f["group"], f["since"])
-    return ok_response(r.id, version=s.consumers.version(f["group"]), members=s.consumers.members(f["group"]))
+    with s.long_poll(trio.current_time() + f.timeout_ms / 1000):
+        await s.consumers.wait_changed(f.group, f.since)
+    return ok_response(r.id, version=s.consumers.version(f.group), members=s.consumers.members(f.group))
 
 
 async def _unregister(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     f = r.fields
-    removed = s.consumers.unregister(f["group"], f["client_id"])
-    return ok_response(r.id, removed=removed, members=s.consumers.members(f["group"]))
+    removed = s.consumers.unregister(f.group, f.client_id)
+    return ok_response(r.id, removed=removed, members=s.consumers.members(f.group))
 
 
 async def _list(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
-    group = r.fields["group"]
+    group = r.fields.group
     return ok_response(r.id, members=s.consumers.members(group), details=s.consumers.describe(group),
                        locks=s.consumers.lock_holders(group))
 
 
 async def _lock(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     f = r.fields
-    held = s.consumers.lock(f["group"], f["client_id"], f["topic"], f["queue_ids"])
+    held = s.consumers.lock(f.group, f.client_id, f.topic, f.queue_ids)
     return ok_response(r.id, locked=held)
 
 
 async def _unlock(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     f = r.fields
-    s.consumers.unlock(f["group"], f["client_id"], f["topic"], f["queue_ids"])
+    s.consumers.unlock(f.group, f.client_id, f.topic, f.queue_ids)
     return ok_response(r.id)
 
 
 async def _send_back(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     _refuse_on_slave(s, "consume retries")
     f = r.fields
-    group = f["group"]
-    old = s.store.look_message_by_offset(f["commitlog_offset"])
+    group = f.group
+    old = s.store.look_message_by_offset(f.commitlog_offset)
     if old is None:
-        raise OpError(Status.NOT_FOUND, f"no message at CommitLog offset {f['commitlog_offset']} on "
+        raise OpError(Status.NOT_FOUND, f"no message at CommitLog offset {f.commitlog_offset} on "
                                         f"{s.cfg.broker_name}")
     props = {k: v for k, v in old.properties.items() if k not in (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_DELAY)}
     props.setdefault(PROPERTY_RETRY_TOPIC, old.topic)
     props[PROPERTY_ORIGIN_MESSAGE_ID] = (
-        f["origin_msg_id"] or props.get(PROPERTY_ORIGIN_MESSAGE_ID) or old.uniq_key or old.msg_id
+        f.origin_msg_id or props.get(PROPERTY_ORIGIN_MESSAGE_ID) or old.uniq_key or old.msg_id
     )
-    max_times = f["max_reconsume_times"]
-    level = f["delay_level"]
+    max_times = f.max_reconsume_times
+    level = f.delay_level
     if old.reconsume_times >= max_times or level < 0:
         topic, level = dlq_topic(group), 0
     else:

@@ -27,7 +27,7 @@ from store.status import GetMessageStatus, PutMessageResult, PutMessageStatus
 from .config import BrokerConfig
 from .consumers import ConsumerManager
 from .offsets import ConsumerOffsetManager
-from .protocol import Request, Status, error_response, ok_response
+from .protocol import BatchMessage, Request, Send, Status, error_response, ok_response
 from .schedule import ScheduleMessageService
 from .stats import BrokerStats
 from .topics import TopicConfigManager
@@ -183,18 +183,19 @@ async def _checked_topic(services: NodeServices, topic: str, queue_id: int | Non
     return queue_id
 
 
-def _message(fields: dict[str, Any], topic: str, queue_id: int, wait: bool, born_host: str | None) -> Message:
-    props = dict(fields["properties"])
+def _message(m: Send | BatchMessage, topic: str, queue_id: int, wait: bool, born_host: str | None,
+             born_timestamp: int | None = None) -> Message:
+    props = dict(m.properties)
     props[PROPERTY_WAIT] = "true" if wait else "false"
     return Message(
         topic=topic,
-        body=fields["body"],
+        body=m.body,
         queue_id=queue_id,
-        tags=fields["tags"],
-        keys=tuple(fields["keys"]),
+        tags=m.tags,
+        keys=tuple(m.keys),
         properties=props,
-        flag=fields["flag"],
-        born_timestamp=fields.get("born_timestamp"),
+        flag=m.flag,
+        born_timestamp=born_timestamp,
         born_host=born_host,
     )
 
@@ -257,17 +258,17 @@ class PendingPut:
 async def _send(s: NodeServices, r: Request, peer: str | None) -> PendingPut:
     checked = await _check_writeable(s)
     f = r.fields
-    queue_id = await _checked_topic(s, f["topic"], f["queue_id"])
-    prepared = s.store.puts.prepare_message(_message(f, f["topic"], queue_id, f["wait"], peer))
-    return PendingPut(r.id, prepared, f["wait"], queue_id, False, s.store.puts.put_waits(f["wait"]), checked=checked)
+    queue_id = await _checked_topic(s, f.topic, f.queue_id)
+    prepared = s.store.puts.prepare_message(_message(f, f.topic, queue_id, f.wait, peer, f.born_timestamp))
+    return PendingPut(r.id, prepared, f.wait, queue_id, False, s.store.puts.put_waits(f.wait), checked=checked)
 
 
 async def _send_batch(s: NodeServices, r: Request, peer: str | None) -> PendingPut:
     checked = await _check_writeable(s)
     f = r.fields
-    queue_id = await _checked_topic(s, f["topic"], f["queue_id"])
-    msgs = [_message(m, f["topic"], queue_id, f["wait"], peer) for m in f["messages"]]
-    return PendingPut(r.id, s.store.puts.prepare_batch(msgs), f["wait"], queue_id, True, s.store.puts.put_waits(f["wait"]),
+    queue_id = await _checked_topic(s, f.topic, f.queue_id)
+    msgs = [_message(m, f.topic, queue_id, f.wait, peer) for m in f.messages]
+    return PendingPut(r.id, s.store.puts.prepare_batch(msgs), f.wait, queue_id, True, s.store.puts.put_waits(f.wait),
                       checked=checked)
 
 
@@ -305,11 +306,11 @@ async def finish_sends(s: NodeServices, pending: list[PendingPut]) -> list[dict[
 
 async def _pull(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     f = r.fields
-    topic, queue_id, offset = f["topic"], f["queue_id"], f["offset"]
-    deadline = trio.current_time() + f["timeout_ms"] / 1000
+    topic, queue_id, offset = f.topic, f.queue_id, f.offset
+    deadline = trio.current_time() + f.timeout_ms / 1000
 
     def read(at: int) -> GetMessageResult:
-        return s.store.get_message(f["group"] or "", topic, queue_id, at, f["max_msgs"], f["tag_filter"])
+        return s.store.get_message(f.group or "", topic, queue_id, at, f.max_msgs, f.tag_filter)
 
     result = read(offset)
     while result.status in _WAITABLE and not s.stopping and trio.current_time() < deadline:
@@ -339,29 +340,29 @@ async def _pull(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]
 
 async def _query_by_key(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     f = r.fields
-    found = s.store.query_message(f["topic"], f["key"], f["max_num"], f["begin_ts"], f["end_ts"])
+    found = s.store.query_message(f.topic, f.key, f.max_num, f.begin_ts, f.end_ts)
     found = _fit(found, s.cfg.max_frame_size - _FRAME_MARGIN)
     return ok_response(r.id, messages=[message_map(m) for m in found])
 
 
 async def _get_by_msg_id(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
-    msg = s.store.look_message_by_msg_id(r.fields["msg_id"])
+    msg = s.store.look_message_by_msg_id(r.fields.msg_id)
     if msg is None:
-        raise OpError(Status.NOT_FOUND, f"no message with msgId {r.fields['msg_id']} on this node")
+        raise OpError(Status.NOT_FOUND, f"no message with msgId {r.fields.msg_id} on this node")
     return ok_response(r.id, message=message_map(msg))
 
 
 async def _offset_by_time(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     f = r.fields
-    return ok_response(r.id, offset=s.store.get_offset_in_queue_by_time(f["topic"], f["queue_id"], f["timestamp"]))
+    return ok_response(r.id, offset=s.store.get_offset_in_queue_by_time(f.topic, f.queue_id, f.timestamp))
 
 
 async def _min_offset(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
-    return ok_response(r.id, offset=s.store.get_min_offset_in_queue(r.fields["topic"], r.fields["queue_id"]))
+    return ok_response(r.id, offset=s.store.get_min_offset_in_queue(r.fields.topic, r.fields.queue_id))
 
 
 async def _max_offset(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
-    return ok_response(r.id, offset=s.store.get_max_offset_in_queue(r.fields["topic"], r.fields["queue_id"]))
+    return ok_response(r.id, offset=s.store.get_max_offset_in_queue(r.fields.topic, r.fields.queue_id))
 
 
 # ---------------------------------------------------------------- offsets and topics
@@ -370,17 +371,17 @@ async def _max_offset(s: NodeServices, r: Request, peer: str | None) -> dict[str
 async def _commit_offset(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     _refuse_on_slave(s, "offset commits")
     f = r.fields
-    s.offsets.commit(f["group"], f["topic"], f["queue_id"], f["offset"])
+    s.offsets.commit(f.group, f.topic, f.queue_id, f.offset)
     return ok_response(r.id)
 
 
 async def _fetch_offset(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     f = r.fields
-    offset = s.offsets.fetch(f["group"], f["topic"], f["queue_id"])
+    offset = s.offsets.fetch(f.group, f.topic, f.queue_id)
     if offset is None:
         raise OpError(
             Status.NOT_FOUND,
-            f"group {f['group']!r} has no committed offset for {f['topic']}:{f['queue_id']}",
+            f"group {f.group!r} has no committed offset for {f.topic}:{f.queue_id}",
         )
     return ok_response(r.id, offset=offset)
 
@@ -392,7 +393,7 @@ async def _offset_list(s: NodeServices, r: Request, peer: str | None) -> dict[st
 async def _topic_create(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     _refuse_on_slave(s, "topic changes")
     f = r.fields
-    config = await s.topics.create(f["topic"], f["read_queue_nums"], f["write_queue_nums"], f["perm"])
+    config = await s.topics.create(f.topic, f.read_queue_nums, f.write_queue_nums, f.perm)
     return ok_response(r.id, topic=config.to_wire())
 
 
@@ -471,7 +472,7 @@ async def _promote(s: NodeServices, r: Request, peer: str | None) -> dict[str, A
                       f"controllerMode etcd: etcd elects {s.cfg.broker_name}'s master, so a manual promotion "
                       "is refused; stop the current master (its lease is revoked and an in-sync slave is "
                       "elected) to move the leadership")
-    return ok_response(r.id, **await failover.promote(r.fields["role"]))
+    return ok_response(r.id, **await failover.promote(r.fields.role))
 
 
 async def _delete_expired_files(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from store.message_store import MessageStore
 from .changes import Changes
 from .client import Connection, TidemqError, connect
 from .config import BrokerConfig
+from .protocol.namesrv import RegisterBroker, UnregisterBroker
 from .topics import TopicConfigManager
 
 log = logging.getLogger("tidemq.node")
@@ -197,8 +198,7 @@ class NameServerRegistration:
             extra["epoch"] = self.epoch()
         if self.controller is not None:
             extra.update(self.controller())
-        answer = await conn.request(
-            "register_broker",
+        answer = await conn.request(RegisterBroker(
             **extra,
             cluster=cfg.broker_cluster_name,
             broker_name=cfg.broker_name,
@@ -208,7 +208,7 @@ class NameServerRegistration:
             ha_address=cfg.ha_address,
             topics={c.topic: c.to_json() for c in self.topics.list()},
             max_offset=self.store.get_max_phy_offset(),
-        )
+        ))
         if not target.registered or target.last_error is not None:
             log.info("registered with name server %s", target.address)
         target.registered = True
@@ -219,19 +219,15 @@ class NameServerRegistration:
 
     async def _unregister(self, target: _Target) -> None:
         cfg = self.cfg
-        fields = {
-            "cluster": cfg.broker_cluster_name,
-            "broker_name": cfg.broker_name,
-            "broker_id": cfg.broker_id,
-            "address": cfg.address,
-        }
+        request = UnregisterBroker(cluster=cfg.broker_cluster_name, broker_name=cfg.broker_name,
+                                   broker_id=cfg.broker_id, address=cfg.address)
         try:
             if target.conn is not None and not target.conn.closed:
-                await target.conn.request("unregister_broker", **fields)
+                await target.conn.request(request)
             else:  # the run nursery may be gone: a connection of its own
                 async with connect(target.address, connect_timeout=CONNECT_TIMEOUT_S,
                                    request_timeout=REQUEST_TIMEOUT_S) as conn:
-                    await conn.request("unregister_broker", **fields)
+                    await conn.request(request)
             log.info("unregistered from name server %s", target.address)
         except TidemqError as e:
             log.warning("cannot unregister from name server %s: %s", target.address, e)

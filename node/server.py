@@ -33,13 +33,13 @@ from store.address import format_host_port
 
 from .framing import FrameDecoder, FrameError, encode_frame
 from .protocol import (
-    OPS,
-    Field,
+    NODE_REQUESTS,
     InvalidRequest,
     Request,
     Status,
+    WireRequest,
     error_response,
-    parse_request,
+    parse_with,
 )
 
 log = logging.getLogger("tidemq.node")
@@ -114,7 +114,7 @@ def _peer_address(stream: trio.SocketStream) -> str | None:
 class ClientServer:
     """Serves the client protocol on `host:port` (port 0 picks one; `port` holds it after start).
 
-    `ops` is the op table requests are validated against (the node's by default; the name
+    `requests` is the op table (op → request class) frames are validated against (the node's by default; the name
     server has its own). `on_disconnect(peer)` is called when a connection ends, so a
     server can forget what it learned through it (the name server marks the brokers that
     registered over it as not alive). `batched_ops` run inline in the reader and may answer
@@ -129,7 +129,7 @@ class ClientServer:
         host: str,
         port: int,
         max_frame_size: int,
-        ops: Mapping[str, tuple[Field, ...]] = OPS,
+        requests: Mapping[str, type[WireRequest]] = NODE_REQUESTS,
         on_disconnect: DisconnectHandler | None = None,
         batched_ops: frozenset[str] = frozenset(),
         commit: GroupAppender | None = None,
@@ -144,7 +144,7 @@ class ClientServer:
         self.host = host
         self.port = port
         self.max_frame_size = max_frame_size
-        self.ops = ops
+        self.requests = requests
         self.on_disconnect = on_disconnect
         self._connections: set[_Connection] = set()
         self._accept_scope: trio.CancelScope | None = None
@@ -311,7 +311,7 @@ class ClientServer:
     async def _run(self, conn: _Connection, frame: dict) -> Any:
         """Parse and handle one request: its response map, or a deferred result."""
         try:
-            return await self.handler(parse_request(frame, self.ops), conn.peer)
+            return await self.handler(parse_with(frame, self.requests), conn.peer)
         except InvalidRequest as e:
             return error_response(e.request_id, Status.BAD_REQUEST, e.message)
         except Exception as e:  # the handler answers its own errors; a bug lands here

@@ -19,6 +19,7 @@ import trio
 from .client import TidemqError, connect
 from .jsonfile import ConfigFileError, write_json_atomic
 from .offsets import ConsumerOffsetManager, OffsetEntry
+from .protocol import GetStatus, OffsetList, TopicList
 from .topics import TopicConfig, TopicConfigManager
 
 log = logging.getLogger("tidemq.node")
@@ -101,9 +102,9 @@ class SlaveSync:
             return
         source = f"master {self.master_addr}"
         async with connect(self.master_addr, max_frame_size=self.max_frame_size) as conn:
-            topics = _topic_configs((await conn.request("topic_list")).get("topics"), source)
-            offsets = _offset_entries((await conn.request("offset_list")).get("offsets"), source)
-            schedule = (await conn.request("status")).get("schedule") if self.delay_offset_path else None
+            topics = _topic_configs((await conn.request(TopicList())).get("topics"), source)
+            offsets = _offset_entries((await conn.request(OffsetList())).get("offsets"), source)
+            schedule = (await conn.request(GetStatus())).get("schedule") if self.delay_offset_path else None
         if await self.topics.replace_all(topics):
             log.info("synced %d topic(s) from %s", len(topics), self.master_addr)
         if self.offsets.replace_all(offsets):

@@ -18,7 +18,7 @@ import trio
 from store.cli import EXIT_OK, EXIT_PROBLEM, handled, print_json
 
 from ..launch import launcher
-from ..launch.health import NodeStatus, cluster_status, served
+from ..launch.health import GetStatus, cluster_status, served
 from ..launch.state import LauncherError, LayoutError
 from .tables import BrokerRow, broker_table, failover_lines
 
@@ -57,7 +57,7 @@ def _served(rec: Any) -> str:
     return served(rec.address, rec.role)
 
 
-def node_rows(rows: list[NodeStatus], base_dir: str) -> list[BrokerRow]:
+def node_rows(rows: list[GetStatus], base_dir: str) -> list[BrokerRow]:
     """cluster status rows as table rows (the name server is its own group)."""
     from ..launch.state import load_state
 

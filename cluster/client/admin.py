@@ -14,7 +14,21 @@ from node.client import (
     ServiceUnavailable,
     TidemqError,
 )
-from node.protocol import Status
+from node.protocol import (
+    INT64_MAX,
+    DeleteExpiredFiles,
+    FetchOffset,
+    GetByMsgId,
+    GetStatus,
+    MaxOffset,
+    MinOffset,
+    OffsetByTime,
+    Promote,
+    QueryByKey,
+    Status,
+    TopicCreate,
+    WireRequest,
+)
 from store.message import decode_msg_id
 
 from .base import (
@@ -60,7 +74,7 @@ class Admin(_Client):
 
         async def one(i: int, info: BrokerInfo) -> None:
             try:
-                answer = await self.pool.request(info.address, "status")
+                answer = await self.pool.request(info.address, GetStatus())
             except TidemqError as e:
                 out[i] = BrokerStatus(info.address, info.broker_name, info.broker_id, info.role,
                                       error=str(e), registration=info)
@@ -104,9 +118,8 @@ class Admin(_Client):
             raise NotFound(Status.NOT_FOUND.value, "no master to create the topic on")
         out = []
         for master in masters:
-            answer = await self.pool.request(master.address, "topic_create", topic=topic,
-                                             read_queue_nums=read_queue_nums,
-                                             write_queue_nums=write_queue_nums, perm=perm)
+            answer = await self.pool.request(master.address, TopicCreate(
+                topic=topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm))
             t = answer["topic"]
             out.append(TopicInfo(t["topic"], master.broker_name, t["read_queue_nums"],
                                  t["write_queue_nums"], t["perm"]))
@@ -120,11 +133,10 @@ class Admin(_Client):
         else a slave), newest first."""
         route = await self.route(topic)
         found: dict[str, ReceivedMessage] = {}
-        fields: dict[str, Any] = {"topic": topic, "key": key, "max_num": max_num, "begin_ts": begin_ts}
-        if end_ts is not None:
-            fields["end_ts"] = end_ts
+        request = QueryByKey(topic=topic, key=key, max_num=max_num, begin_ts=begin_ts,
+                             end_ts=INT64_MAX if end_ts is None else end_ts)
         for group in route.groups:
-            response, _ = await self._read_group(group, "query_by_key", **fields)
+            response, _ = await self._read_group(group, request)
             for raw in response.get("messages") or ():
                 msg = ReceivedMessage.from_wire(raw, group.broker_name)
                 found.setdefault(msg.msg_id, msg)
@@ -152,7 +164,7 @@ class Admin(_Client):
         errors: list[TidemqError] = []
         for candidate in [address, *(b.address for b in others)]:
             try:
-                response = await self.pool.request(candidate, "get_by_msg_id", msg_id=msg_id)
+                response = await self.pool.request(candidate, GetByMsgId(msg_id=msg_id))
             except NotFound as e:
                 if candidate == address:
                     raise  # the broker that stored it no longer has it
@@ -167,29 +179,30 @@ class Admin(_Client):
         raise _with_message(last, f"message {msg_id} not found: "
                             + "; ".join(str(e) for e in errors))
 
-    async def _queue_read(self, queue: MessageQueue, op: str, **fields: Any) -> dict[str, Any]:
+    async def _queue_read(self, queue: MessageQueue, request: type[WireRequest], **fields: Any) -> dict[str, Any]:
+        """`request` (a class taking topic and queue_id) for `queue`, on its group."""
         route = await self.route(queue.topic)
         group = route.group(queue.broker_name)
         if group is None:
             raise NotFound(Status.NOT_FOUND.value, f"group {queue.broker_name!r} does not serve {queue.topic!r}")
-        response, _ = await self._read_group(group, op, topic=queue.topic, queue_id=queue.queue_id, **fields)
+        response, _ = await self._read_group(group, request(topic=queue.topic, queue_id=queue.queue_id, **fields))
         return response
 
     async def offset_by_time(self, queue: MessageQueue, timestamp_ms: int) -> int:
         """The first logical offset stored at or after `timestamp_ms`."""
-        return int((await self._queue_read(queue, "offset_by_time", timestamp=timestamp_ms))["offset"])
+        return int((await self._queue_read(queue, OffsetByTime, timestamp=timestamp_ms))["offset"])
 
     async def min_offset(self, queue: MessageQueue) -> int:
-        return int((await self._queue_read(queue, "min_offset"))["offset"])
+        return int((await self._queue_read(queue, MinOffset))["offset"])
 
     async def max_offset(self, queue: MessageQueue) -> int:
-        return int((await self._queue_read(queue, "max_offset"))["offset"])
+        return int((await self._queue_read(queue, MaxOffset))["offset"])
 
     async def consumer_offset(self, queue: MessageQueue, group: str) -> int | None:
         """The offset `group` committed for `queue` (its master's, else a slave's copy), or
         None when it never committed there."""
         try:
-            return int((await self._queue_read(queue, "fetch_offset", group=group))["offset"])
+            return int((await self._queue_read(queue, FetchOffset, group=group))["offset"])
         except NotFound:
             return None
 
@@ -211,14 +224,13 @@ class Admin(_Client):
         if role is None:
             master = next((b for b in infos if b.broker_name == broker_name and b.is_master), None)
             role = master.role if master is not None and master.role != "SLAVE" else None
-        fields = {"role": role} if role else {}
-        answer = await self.pool.request(target.address, "promote", timeout=timeout, **fields)
+        answer = await self.pool.request(target.address, Promote(role=role), timeout=timeout)
         epoch = answer["epoch"]
         status: dict[str, Any] = {}
         with trio.move_on_after(timeout):
             while True:
                 try:
-                    status = await self.pool.request(target.address, "status")
+                    status = await self.pool.request(target.address, GetStatus())
                 except TidemqError:
                     status = {}
                 if status.get("broker_id") == 0 and status.get("epoch") == epoch:
@@ -242,4 +254,4 @@ class Admin(_Client):
             if master is None:
                 raise NotFound(Status.NOT_FOUND.value, f"no master of {broker!r} is known")
             address = master.address
-        return int((await self.pool.request(address, "admin.delete_expired_files"))["deleted_files"])
+        return int((await self.pool.request(address, DeleteExpiredFiles()))["deleted_files"])

@@ -19,7 +19,7 @@ from node.client import (
     TidemqError,
     exit_nursery,
 )
-from node.protocol import Status
+from node.protocol import BatchMessage, Status, WireRequest
 
 from .routing import (
     UNREACHABLE,
@@ -59,17 +59,10 @@ class OutgoingMessage:
     properties: Mapping[str, str] | None = None
     flag: int = 0
 
-    def to_wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"body": _body(self.body)}
-        if self.tags is not None:
-            out["tags"] = self.tags
-        if self.keys:
-            out["keys"] = list(self.keys)
-        if self.properties:
-            out["properties"] = dict(self.properties)
-        if self.flag:
-            out["flag"] = self.flag
-        return out
+    def to_request(self) -> BatchMessage:
+        """The protocol's message (a `send_batch` entry; `send` takes the same fields)."""
+        return BatchMessage(body=_body(self.body), tags=self.tags, keys=list(self.keys),
+                            properties=dict(self.properties or {}), flag=self.flag)
 
 
 @attrs.frozen
@@ -323,17 +316,17 @@ class _Client:
         """Every broker the discovery knows, with its last registration (or probe) data."""
         return await self.discovery.cluster_info()
 
-    async def _read_group(self, group: GroupRoute, op: str, /, *, timeout: float | None = None,
-                          **fields: Any) -> tuple[dict[str, Any], str]:
+    async def _read_group(self, group: GroupRoute, request: WireRequest, /, *,
+                          timeout: float | None = None) -> tuple[dict[str, Any], str]:
         """A read on the group's master, else on its slaves (reads work on both)."""
         candidates = [b.address for b in ([group.master] if group.master else []) + list(group.slaves)]
         errors: list[TidemqError] = []
         for address in candidates:
             try:
-                return await self.pool.request(address, op, timeout=timeout, **fields), address
+                return await self.pool.request(address, request, timeout=timeout), address
             except (*UNREACHABLE, ServiceUnavailable) as e:
                 errors.append(e)
         if not errors:
             raise ConnectionLost(f"group {group.broker_name} has no broker in its route")
-        raise _with_message(errors[-1], f"no broker of group {group.broker_name} answered {op}: "
+        raise _with_message(errors[-1], f"no broker of group {group.broker_name} answered {request.OP}: "
                             + "; ".join(str(e) for e in errors))

@@ -17,7 +17,7 @@ from node.client import (
     ServiceUnavailable,
     TidemqError,
 )
-from node.protocol import Status
+from node.protocol import CommitOffset, FetchOffset, MaxOffset, MinOffset, Pull, Status, WireRequest
 
 from .base import (
     ROUTE_TTL_S,
@@ -161,9 +161,9 @@ class PullConsumer(_Client):
         (long polling), so an empty result after the wait is normal."""
         begin = offset if offset is not None else await self._position(queue)
         response, address, from_slave = await self._read(
-            queue.broker_name, "pull", timeout=timeout_ms / 1000 + self.request_timeout,
-            topic=queue.topic, queue_id=queue.queue_id, offset=begin, max_msgs=max_msgs,
-            tag_filter=self.tag_filter, timeout_ms=timeout_ms, group=self.group,
+            queue.broker_name, Pull(topic=queue.topic, queue_id=queue.queue_id, offset=begin, max_msgs=max_msgs,
+                                    tag_filter=self.tag_filter, timeout_ms=timeout_ms, group=self.group),
+            timeout=timeout_ms / 1000 + self.request_timeout,
         )
         status = Status(response["status"])
         messages = [ReceivedMessage.from_wire(m, queue.broker_name) for m in response.get("messages") or ()]
@@ -237,9 +237,10 @@ class PullConsumer(_Client):
                 begin = await self._position(queue)
                 try:
                     response, _, _ = await self._read(
-                        queue.broker_name, "pull", timeout=timeout_ms / 1000 + self.request_timeout,
-                        topic=queue.topic, queue_id=queue.queue_id, offset=begin, max_msgs=1,
-                        tag_filter=self.tag_filter, timeout_ms=timeout_ms, group=self.group,
+                        queue.broker_name,
+                        Pull(topic=queue.topic, queue_id=queue.queue_id, offset=begin, max_msgs=1,
+                             tag_filter=self.tag_filter, timeout_ms=timeout_ms, group=self.group),
+                        timeout=timeout_ms / 1000 + self.request_timeout,
                     )
                 except TidemqError as e:
                     log.debug("long poll on %s failed: %s", queue, e)
@@ -270,8 +271,7 @@ class PullConsumer(_Client):
         if state.master is None or (state.on_slave and now < state.retry_at):
             return False
         try:
-            await self.pool.request(state.master, "commit_offset", group=self.group, topic=queue.topic,
-                                    queue_id=queue.queue_id, offset=offset)
+            await self.pool.request(state.master, self._commit(queue, offset))
         except (*UNREACHABLE, ServiceUnavailable) as e:
             self._master_failed(state, e)
             return False
@@ -288,8 +288,7 @@ class PullConsumer(_Client):
             if state.master is None:
                 continue
             try:
-                await self.pool.request(state.master, "commit_offset", group=self.group, topic=queue.topic,
-                                        queue_id=queue.queue_id, offset=offset)
+                await self.pool.request(state.master, self._commit(queue, offset))
             except (*UNREACHABLE, ServiceUnavailable) as e:
                 log.debug("pending commit of %s=%d still waits: %s", queue, offset, e)
                 continue
@@ -304,18 +303,18 @@ class PullConsumer(_Client):
         if queue in self._pending_commits:
             return self._pending_commits[queue]
         try:
-            response, _, _ = await self._read(queue.broker_name, "fetch_offset", group=self.group,
-                                              topic=queue.topic, queue_id=queue.queue_id)
+            response, _, _ = await self._read(
+                queue.broker_name, FetchOffset(group=self.group, topic=queue.topic, queue_id=queue.queue_id))
         except NotFound:
             return None
         return int(response["offset"])
 
     async def min_offset(self, queue: MessageQueue) -> int:
-        response, _, _ = await self._read(queue.broker_name, "min_offset", topic=queue.topic, queue_id=queue.queue_id)
+        response, _, _ = await self._read(queue.broker_name, MinOffset(topic=queue.topic, queue_id=queue.queue_id))
         return int(response["offset"])
 
     async def max_offset(self, queue: MessageQueue) -> int:
-        response, _, _ = await self._read(queue.broker_name, "max_offset", topic=queue.topic, queue_id=queue.queue_id)
+        response, _, _ = await self._read(queue.broker_name, MaxOffset(topic=queue.topic, queue_id=queue.queue_id))
         return int(response["offset"])
 
     # ---- master / slave selection -------------------------------------------------------
@@ -360,9 +359,12 @@ class PullConsumer(_Client):
         if any(q.broker_name == state.broker_name for q in self._pending_commits):
             await self.flush_commits()
 
-    async def _read(self, broker_name: str, op: str, *, timeout: float | None = None,
-                    **fields: Any) -> tuple[dict[str, Any], str, bool]:
-        """`op` on the group's master when it is (or may again be) reachable, else on a
+    def _commit(self, queue: MessageQueue, offset: int) -> CommitOffset:
+        return CommitOffset(group=self.group, topic=queue.topic, queue_id=queue.queue_id, offset=offset)
+
+    async def _read(self, broker_name: str, request: WireRequest, *,
+                    timeout: float | None = None) -> tuple[dict[str, Any], str, bool]:
+        """`request` on the group's master when it is (or may again be) reachable, else on a
         slave; returns (response, address, answered_by_slave)."""
         state = await self._state(broker_name)
         if state.on_slave and trio.current_time() >= state.retry_at:
@@ -375,7 +377,7 @@ class PullConsumer(_Client):
         for address in order:
             assert address is not None
             try:
-                response = await self.pool.request(address, op, timeout=timeout, **fields)
+                response = await self.pool.request(address, request, timeout=timeout)
             except (*UNREACHABLE, ServiceUnavailable) as e:
                 errors.append(e)
                 if address == state.master:
@@ -388,7 +390,7 @@ class PullConsumer(_Client):
         self.invalidate(self.topic)
         if not errors:
             raise ConnectionLost(f"group {broker_name} has no known broker")
-        raise _with_message(errors[-1], f"no broker of group {broker_name} answered {op}: "
+        raise _with_message(errors[-1], f"no broker of group {broker_name} answered {request.OP}: "
                             + "; ".join(str(e) for e in errors))
 
     async def _route_or_none(self) -> TopicRoute | None:

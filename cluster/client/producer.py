@@ -20,7 +20,7 @@ from node.client import (
     ServiceUnavailable,
     TidemqError,
 )
-from node.protocol import Status
+from node.protocol import BatchMessage, Send, SendBatch, Status
 
 from .base import (
     FAULT_BACKOFF_S,
@@ -117,8 +117,10 @@ class Producer(_Client):
     ) -> SendResult:
         """Store one message; see the class docstring for selection, retries and statuses.
         `queue_id` (optionally with `broker_name`) pins the queue."""
-        fields = OutgoingMessage(body, tags, tuple(keys), properties).to_wire()
-        return await self._send("send", topic, fields, queue_id, broker_name, wait)
+        m = OutgoingMessage(body, tags, tuple(keys), properties).to_request()
+        request = Send(topic=topic, body=m.body, tags=m.tags, keys=m.keys, properties=m.properties,
+                       flag=m.flag, wait=wait)
+        return await self._send(request, queue_id, broker_name)
 
     async def send_batch(
         self,
@@ -130,10 +132,10 @@ class Producer(_Client):
         wait: bool = True,
     ) -> SendResult:
         """Store several messages atomically in one queue (one put); bodies or Messages."""
-        wire = [(m if isinstance(m, OutgoingMessage) else OutgoingMessage(m)).to_wire() for m in messages]
-        if not wire:
+        batch = _messages(messages)
+        if not batch:
             raise ValueError("send_batch needs at least one message")
-        return await self._send("send_batch", topic, {"messages": wire}, queue_id, broker_name, wait)
+        return await self._send(SendBatch(topic=topic, messages=batch, wait=wait), queue_id, broker_name)
 
     async def send_many(
         self,
@@ -155,8 +157,8 @@ class Producer(_Client):
         retry sends one again."""
         if batch_size < 1 or in_flight < 1:
             raise ValueError(f"batch_size and in_flight must be >= 1, got {batch_size} and {in_flight}")
-        wire = [(m if isinstance(m, OutgoingMessage) else OutgoingMessage(m)).to_wire() for m in messages]
-        chunks = [wire[i:i + batch_size] for i in range(0, len(wire), batch_size)]
+        batch = _messages(messages)
+        chunks = [batch[i:i + batch_size] for i in range(0, len(batch), batch_size)]
         results: list[SendResult] = []
         for start in range(0, len(chunks), in_flight):
             window = chunks[start:start + in_flight]
@@ -167,8 +169,9 @@ class Producer(_Client):
                 by_address.setdefault(target.address, []).append(i)
 
             async def send_to(indexes: list[int], answers=answers, targets=targets, window=window) -> None:
-                requests = [self._batch_request(topic, window[i], targets[i], wait) for i in indexes]
-                got = await self._request_many(targets[indexes[0]].address, "send_batch", requests)
+                requests = [SendBatch(topic=topic, messages=window[i], queue_id=targets[i].queue_id, wait=wait)
+                            for i in indexes]
+                got = await self._request_many(targets[indexes[0]].address, requests)
                 for i, answer in zip(indexes, got, strict=True):
                     answers[i] = answer
 
@@ -179,13 +182,13 @@ class Producer(_Client):
             for i, answer in enumerate(answers):
                 if not isinstance(answer, TidemqError):
                     self._down_until.pop(targets[i].address, None)
-                    results.append(self._result("send_batch", answer, targets[i]))
+                    results.append(self._result(True, answer, targets[i]))
                 elif _retried(answer) and self.retries:
                     log.info("send_many to %s on %s failed: %s; retrying the batch", topic, targets[i].address,
                              answer)
                     self.invalidate(topic)
-                    results.append(await self._send("send_batch", topic, {"messages": window[i]}, queue_id,
-                                                    broker_name, wait, prior=[answer]))
+                    results.append(await self._send(SendBatch(topic=topic, messages=window[i], wait=wait),
+                                                    queue_id, broker_name, prior=[answer]))
                 else:
                     errors.append(answer)
             if errors:
@@ -197,40 +200,30 @@ class Producer(_Client):
 
     # ---- internals ----------------------------------------------------------------------
 
-    @staticmethod
-    def _batch_request(topic: str, messages: list[dict[str, Any]], target: _Target, wait: bool) -> dict[str, Any]:
-        request: dict[str, Any] = {"topic": topic, "wait": wait, "messages": messages}
-        if target.queue_id is not None:
-            request["queue_id"] = target.queue_id
-        return request
-
-    async def _request_many(
-        self, address: str, op: str, requests: list[dict[str, Any]]
-    ) -> list[dict[str, Any] | TidemqError]:
+    async def _request_many(self, address: str, requests: list[SendBatch]) -> list[dict[str, Any] | TidemqError]:
         """Pipeline `requests` on `address`'s connection; each one's answer or error."""
         try:
             conn = await self.pool.get(address)
         except TidemqError as error:
             self._down_until[address] = trio.current_time() + FAULT_BACKOFF_S
             return [error] * len(requests)
-        return await conn.request_many(op, requests, timeout=self.send_timeout)
+        return await conn.request_many(SendBatch.OP, [r.wire_fields() for r in requests], timeout=self.send_timeout)
 
     async def _send(
-        self, op: str, topic: str, fields: dict[str, Any], queue_id: int | None,
-        broker_name: str | None, wait: bool, *, prior: Sequence[TidemqError] = (),
+        self, request: Send | SendBatch, queue_id: int | None, broker_name: str | None, *,
+        prior: Sequence[TidemqError] = (),
     ) -> SendResult:
         """Send with retries; `prior`: errors of attempts made before (send_many's batch),
         counted when deciding whether a final failure is one or an unknown outcome."""
+        topic, op = request.topic, request.OP
         attempts = 1 + self.retries
         failed_groups: set[str] = set()
         errors: list[TidemqError] = list(prior)
         for attempt in range(attempts):
             target = await self._select(topic, queue_id, broker_name, failed_groups)
-            request = dict(fields, topic=topic, wait=wait)
-            if target.queue_id is not None:
-                request["queue_id"] = target.queue_id
+            request.queue_id = target.queue_id
             try:
-                response = await self.pool.request(target.address, op, timeout=self.send_timeout, **request)
+                response = await self.pool.request(target.address, request, timeout=self.send_timeout)
             except (ConnectionLost, OutcomeUnknown, ServiceUnavailable, PutFailed) as e:
                 if not _retried(e):
                     raise
@@ -247,7 +240,7 @@ class Producer(_Client):
                 self._creating.pop(topic, None)
                 raise
             self._down_until.pop(target.address, None)
-            return self._result(op, response, target)
+            return self._result(isinstance(request, SendBatch), response, target)
         assert errors
         unknown = [e for e in errors if isinstance(e, OutcomeUnknown)]
         if unknown:  # an attempt may have stored it: never report that as failed
@@ -256,8 +249,8 @@ class Producer(_Client):
         raise _with_message(errors[-1], f"{op} to topic {topic!r} failed after {len(errors)} attempt(s): "
                             + "; ".join(str(e) for e in errors))
 
-    def _result(self, op: str, response: Mapping[str, Any], target: _Target) -> SendResult:
-        ids = tuple(response["msg_ids"]) if op == "send_batch" else (response["msg_id"],)
+    def _result(self, batch: bool, response: Mapping[str, Any], target: _Target) -> SendResult:
+        ids = tuple(response["msg_ids"]) if batch else (response["msg_id"],)
         return SendResult(
             status=Status(response["status"]),
             msg_id=ids[0],
@@ -357,3 +350,7 @@ def _retried(error: TidemqError) -> bool:
     if isinstance(error, PutFailed):
         return error.status == Status.OS_PAGECACHE_BUSY.value
     return isinstance(error, ConnectionLost | OutcomeUnknown | ServiceUnavailable)
+
+
+def _messages(messages: Iterable[OutgoingMessage | bytes | str]) -> list[BatchMessage]:
+    return [(m if isinstance(m, OutgoingMessage) else OutgoingMessage(m)).to_request() for m in messages]

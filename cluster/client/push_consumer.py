@@ -35,6 +35,7 @@ import attrs
 import trio
 
 from node.client import ServiceUnavailable, TidemqError, exit_nursery
+from node.protocol import ConsumerSendBack
 
 from .base import ROUTE_TTL_S, ReceivedMessage
 from .consumer import PullConsumer
@@ -298,12 +299,12 @@ class Consumer:
             master = await consumer.master_address(msg.broker_name)
             if master is None:
                 return False
-            response = await consumer.pool.request(
-                master, "consumer_send_back", group=self.group, commitlog_offset=msg.commitlog_offset,
+            response = await consumer.pool.request(master, ConsumerSendBack(
+                group=self.group, commitlog_offset=msg.commitlog_offset,
                 max_reconsume_times=self.max_reconsume_times,
                 origin_msg_id=msg.properties.get("ORIGIN_MESSAGE_ID") or msg.properties.get("UNIQ_KEY")
                 or msg.msg_id,
-            )
+            ))
         except (*UNREACHABLE, ServiceUnavailable) as e:
             log.info("send-back of %s to %s failed (%s); retrying it here", msg.msg_id, msg.broker_name, e)
             return False

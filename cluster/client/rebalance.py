@@ -33,6 +33,13 @@ from collections.abc import Awaitable, Callable, Sequence
 import trio
 
 from node.client import BadRequest, ConnectionLost, ServiceUnavailable, TidemqError
+from node.protocol import (
+    ConsumerHeartbeat,
+    ConsumerLock,
+    ConsumerUnlock,
+    ConsumerUnregister,
+    ConsumerWatch,
+)
 
 from .consumer import PullConsumer
 from .routing import UNREACHABLE, MessageQueue
@@ -156,8 +163,8 @@ class RebalanceService:
         version, failures = -1, 0
         while not self._closed:
             try:
-                answer = await pool.request(address, "consumer_watch", group=self.group, since=version,
-                                            timeout_ms=WATCH_MS, timeout=timeout)
+                answer = await pool.request(address, ConsumerWatch(group=self.group, since=version, timeout_ms=WATCH_MS),
+                                            timeout=timeout)
             except BadRequest:  # a node without the op: the intervals alone
                 log.info("group %s: %s cannot notify changes; rebalancing on the intervals", self.group, address)
                 return
@@ -197,9 +204,9 @@ class RebalanceService:
 
         async def one(address: str) -> None:
             try:
-                response = await pool.request(address, "consumer_heartbeat", group=self.group,
-                                              client_id=self.client_id, topics=topics,
-                                              heartbeat_interval_ms=int(self.heartbeat_interval_s * 1000))
+                response = await pool.request(address, ConsumerHeartbeat(
+                    group=self.group, client_id=self.client_id, topics=topics,
+                    heartbeat_interval_ms=int(self.heartbeat_interval_s * 1000)))
             except (*UNREACHABLE, ServiceUnavailable) as e:
                 log.debug("heartbeat to %s failed: %s", address, e)
                 return
@@ -240,13 +247,13 @@ class RebalanceService:
         for queue in sorted(lost):
             await self.release(consumer, queue)  # committed before the lock goes
             current.discard(queue)
-        await self._lock_call(consumer, lost, "consumer_unlock")
-        kept = await self._lock_call(consumer, current, "consumer_lock")  # keep ours (a master restarted)
+        await self._lock_call(consumer, lost, ConsumerUnlock)
+        kept = await self._lock_call(consumer, current, ConsumerLock)  # keep ours (a master restarted)
         for queue in sorted(current - kept):  # another member holds it now (this one was dropped
             await self.release(consumer, queue)  # meanwhile, e.g. its connection broke): let go,
             current.discard(queue)  # and take it back only once it is free again
             gained.add(queue)
-        granted = await self._lock_call(consumer, gained, "consumer_lock")
+        granted = await self._lock_call(consumer, gained, ConsumerLock)
         self.pending[consumer.topic] = gained - granted
         for queue in sorted(granted):
             await self.acquire(consumer, queue)
@@ -255,7 +262,8 @@ class RebalanceService:
             log.info("group %s member %s: %s now owns %s", self.group, self.client_id, consumer.topic,
                      ", ".join(str(q) for q in sorted(current)) or "nothing")
 
-    async def _lock_call(self, consumer: PullConsumer, queues: set[MessageQueue], op: str) -> set[MessageQueue]:
+    async def _lock_call(self, consumer: PullConsumer, queues: set[MessageQueue],
+                         op: type[ConsumerLock | ConsumerUnlock]) -> set[MessageQueue]:
         """Lock (or unlock) queues on their masters; the queues granted. A master that
         cannot be reached grants nothing and refuses nothing: its queues are taken on
         the allocation alone (the group's master is down; its slave serves reads)."""
@@ -266,12 +274,12 @@ class RebalanceService:
                 master = await consumer.master_address(broker_name)
                 if master is None:
                     raise ConnectionLost(f"no master of {broker_name} is known")
-                response = await consumer.pool.request(
-                    master, op, group=self.group, client_id=self.client_id, topic=consumer.topic,
-                    queue_ids=[q.queue_id for q in mine])
+                response = await consumer.pool.request(master, op(
+                    group=self.group, client_id=self.client_id, topic=consumer.topic,
+                    queue_ids=[q.queue_id for q in mine]))
             except (*UNREACHABLE, ServiceUnavailable) as e:
                 log.info("group %s: %s on %s not possible (%s); going by the allocation",
-                         self.group, op, broker_name, e)
+                         self.group, op.OP, broker_name, e)
                 granted.update(mine)
                 continue
             locked = set(response.get("locked", [q.queue_id for q in mine]))
@@ -288,7 +296,7 @@ class RebalanceService:
 
         async def one(address: str) -> None:
             try:
-                await pool.request(address, "consumer_unregister", group=self.group, client_id=self.client_id)
+                await pool.request(address, ConsumerUnregister(group=self.group, client_id=self.client_id))
             except (*UNREACHABLE, ServiceUnavailable) as e:
                 log.debug("unregister at %s failed: %s", address, e)
 

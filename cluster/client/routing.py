@@ -23,6 +23,8 @@ from node.client import (
     RequestTimeout,
     TidemqError,
 )
+from node.protocol import GetStatus, TopicList, WireRequest
+from node.protocol.namesrv import ClusterInfo, GetRoute
 from store.address import AddressError, parse_address_list
 
 log = logging.getLogger("tidemq.client")
@@ -295,14 +297,14 @@ class NameServerDiscovery(Discovery):
         self._current = 0
         self.description = f"name server {';'.join(self.addresses)}"
 
-    async def request(self, op: str, **fields: Any) -> dict[str, Any]:
+    async def request(self, request: WireRequest) -> dict[str, Any]:
         errors = []
         n = len(self.addresses)
         for i in range(n):
             index = (self._current + i) % n
             address = self.addresses[index]
             try:
-                response = await self.pool.request(address, op, **fields)
+                response = await self.pool.request(address, request)
             except UNREACHABLE as e:
                 errors.append(str(e))
                 continue
@@ -311,11 +313,11 @@ class NameServerDiscovery(Discovery):
         raise ConnectionLost(f"no name server reachable ({'; '.join(errors)})")
 
     async def route(self, topic: str) -> TopicRoute:
-        response = await self.request("get_route", topic=topic)
+        response = await self.request(GetRoute(topic=topic))
         return TopicRoute.from_wire(topic, response.get("groups") or [])
 
     async def cluster_info(self) -> list[BrokerInfo]:
-        response = await self.request("get_cluster_info")
+        response = await self.request(ClusterInfo())
         return [BrokerInfo.from_wire(b) for b in response.get("brokers") or []]
 
 
@@ -334,8 +336,8 @@ class StaticDiscovery(Discovery):
 
     async def _probe(self, address: str, out: dict[str, BrokerInfo | TidemqError]) -> None:
         try:
-            status = await self.pool.request(address, "status")
-            topics = await self.pool.request(address, "topic_list")
+            status = await self.pool.request(address, GetStatus())
+            topics = await self.pool.request(address, TopicList())
         except TidemqError as e:
             out[address] = e
             return

@@ -24,6 +24,7 @@ from typing import Any
 import trio
 
 from node.client import TidemqError, connect
+from node.protocol import Send
 
 from ..launch import launcher_etcd
 from .framework import REPO, TOPIC, DrillRun, drill
@@ -59,7 +60,7 @@ async def _probe_write(address: str) -> tuple[bool, str]:
     """(refused with SERVICE_NOT_AVAILABLE, what it answered)."""
     try:
         async with connect(address, connect_timeout=2.0, request_timeout=10.0) as conn:
-            answer = await conn.request("send", topic=TOPIC, body=b"probe")
+            answer = await conn.request(Send(topic=TOPIC, body=b"probe"))
         return False, f"answered {answer.get('status')}"
     except TidemqError as e:
         return e.status == "SERVICE_NOT_AVAILABLE", e.message

@@ -20,6 +20,7 @@ from typing import Any
 import trio
 
 from node.client import TidemqError, connect
+from node.protocol import GetStatus, Send
 
 from ..client.admin import Admin
 from .framework import TOPIC, DrillRun, drill
@@ -33,7 +34,7 @@ CONSUMPTION_RECOVER_S = 30.0
 
 async def _status(address: str) -> dict[str, Any]:
     async with connect(address, connect_timeout=2.0, request_timeout=5.0) as conn:
-        return await conn.request("status")
+        return await conn.request(GetStatus())
 
 
 async def _promote(run: DrillRun) -> dict[str, Any] | None:
@@ -139,7 +140,7 @@ async def partition(run: DrillRun) -> None:
         return
     try:
         async with connect(old, connect_timeout=2.0, request_timeout=10.0) as conn:
-            answer = await conn.request("send", topic=TOPIC, body=b"probe after the promotion")
+            answer = await conn.request(Send(topic=TOPIC, body=b"probe after the promotion"))
         refused, why = False, f"answered {answer.get('status')}"
     except TidemqError as e:
         refused, why = e.status == "SERVICE_NOT_AVAILABLE" and f"epoch {result['epoch']}" in e.message, e.message

@@ -16,6 +16,7 @@ import attrs
 import trio
 
 from node.client import TidemqError, connect
+from node.protocol import GetStatus
 
 from . import processes
 from .state import require_state
@@ -53,7 +54,7 @@ async def query_status(
     async def one(i: int, address: str) -> None:
         try:
             async with connect(address, connect_timeout=timeout_s, request_timeout=timeout_s) as conn:
-                answer = await conn.request("status")
+                answer = await conn.request(GetStatus())
             out[i] = ({k: v for k, v in answer.items() if k not in ("id", "status")}, None)
         except TidemqError as e:
             out[i] = (None, str(e))

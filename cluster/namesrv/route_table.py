@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import attrs
+
+from node.protocol.namesrv import RegisterBroker
 
 from ..client.routing import BrokerInfo, groups_serving
 
@@ -41,32 +42,32 @@ class RouteTable:
     def __len__(self) -> int:
         return len(self._brokers)
 
-    def register(self, fields: Mapping[str, Any], peer: str | None, now: float | None = None) -> BrokerInfo | None:
-        """Record a registration (`fields` as `register_broker` validated them); returns the
+    def register(self, r: RegisterBroker, peer: str | None, now: float | None = None) -> BrokerInfo | None:
+        """Record a registration (a validated `register_broker`); returns the
         broker as recorded, or None when refused: a master (brokerId 0) whose epoch is older
         than the registered one's stays out (a returning old master must not take the route
         from the promoted one)."""
         now = time.monotonic() if now is None else now
-        key = (fields["broker_name"], fields["broker_id"])
+        key = (r.broker_name, r.broker_id)
         old = self._brokers.get(key)
-        epoch = fields.get("epoch")
-        if (key[1] == 0 and old is not None and old.broker.address != fields["address"]
+        epoch = r.epoch
+        if (key[1] == 0 and old is not None and old.broker.address != r.address
                 and old.broker.epoch is not None and (epoch is None or epoch < old.broker.epoch)):
             log.warning("refused %s as master of %s: its epoch %s is older than %s's epoch %d",
-                        fields["address"], key[0], epoch, old.broker.address, old.broker.epoch)
+                        r.address, key[0], epoch, old.broker.address, old.broker.epoch)
             return None
         # the same address under another id or name: the node changed identity (promotion)
         for other_key, other in list(self._brokers.items()):
-            if other_key != key and other.broker.address == fields["address"]:
-                log.info("%s now registers as %s/%d (was %s/%d)", fields["address"], key[0], key[1], *other_key)
+            if other_key != key and other.broker.address == r.address:
+                log.info("%s now registers as %s/%d (was %s/%d)", r.address, key[0], key[1], *other_key)
                 del self._brokers[other_key]
         if old is None:
-            log.info("broker %s/%d (%s, %s) registered", key[0], key[1], fields["role"], fields["address"])
-        elif old.broker.address != fields["address"]:
-            log.warning("broker %s/%d moved from %s to %s", key[0], key[1], old.broker.address, fields["address"])
+            log.info("broker %s/%d (%s, %s) registered", key[0], key[1], r.role, r.address)
+        elif old.broker.address != r.address:
+            log.warning("broker %s/%d moved from %s to %s", key[0], key[1], old.broker.address, r.address)
         elif not old.broker.alive:
-            log.info("broker %s/%d (%s) is back", key[0], key[1], fields["address"])
-        broker = attrs.evolve(BrokerInfo.from_wire(fields), last_update_ms=int(time.time() * 1000))
+            log.info("broker %s/%d (%s) is back", key[0], key[1], r.address)
+        broker = attrs.evolve(BrokerInfo.from_wire(attrs.asdict(r)), last_update_ms=int(time.time() * 1000))
         self._brokers[key] = _Registration(broker, now, peer)
         return broker
 

@@ -10,7 +10,7 @@ BrokerHousekeepingService does on a channel close, so clients stop routing to it
 it expires.
 
 The name server speaks the client protocol's framing and envelope (node/protocol.py) with
-its own op table, `NAMESRV_OPS`; docs/protocol.md ("Name server") is the reference.
+its own op table, `NAMESRV_REQUESTS` (node/protocol/namesrv.py); docs/protocol.md ("Name server") is the reference.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from node.protocol import (
     error_response,
     ok_response,
 )
+from node.protocol.namesrv import NAMESRV_REQUESTS
 from node.server import ClientServer
 from store.address import format_host_port
 
 from .config import NamesrvConfig
-from .ops import NAMESRV_OPS
 from .route_table import RouteTable
 
 log = logging.getLogger("tidemq.namesrv")
@@ -76,7 +76,7 @@ class NameServer:
                     host=self.cfg.listen_address,
                     port=self.cfg.listen_port,
                     max_frame_size=self.cfg.max_frame_size,
-                    ops=NAMESRV_OPS,
+                    requests=NAMESRV_REQUESTS,
                     on_disconnect=self.table.connection_closed,
                 )
                 await nursery.start(self.server.run)
@@ -113,7 +113,7 @@ class NameServer:
         table.expire()
         if request.op == "register_broker":
             registered = table.register(f, peer) is not None
-            master = table.master_of(f["broker_name"])
+            master = table.master_of(f.broker_name)
             return ok_response(
                 request.id,
                 registered=registered,
@@ -124,12 +124,12 @@ class NameServer:
                 broker_expire_ms=self.cfg.broker_expire_ms,
             )
         if request.op == "unregister_broker":
-            return ok_response(request.id, removed=table.unregister(f["broker_name"], f["broker_id"], f["address"]))
+            return ok_response(request.id, removed=table.unregister(f.broker_name, f.broker_id, f.address))
         if request.op == "get_route":
-            groups = table.route(f["topic"])
+            groups = table.route(f.topic)
             if not groups:
-                return error_response(request.id, Status.NOT_FOUND, f"no broker serves topic {f['topic']!r}")
-            return ok_response(request.id, topic=f["topic"], groups=groups)
+                return error_response(request.id, Status.NOT_FOUND, f"no broker serves topic {f.topic!r}")
+            return ok_response(request.id, topic=f.topic, groups=groups)
         if request.op == "get_cluster_info":
             return ok_response(request.id, brokers=table.cluster_info(), broker_expire_ms=self.cfg.broker_expire_ms)
         if request.op == "status":

@@ -6,15 +6,17 @@ import attrs
 
 from cluster.client.routing import BrokerInfo, route_from_brokers
 from cluster.namesrv import RouteTable
+from node.protocol.namesrv import RegisterBroker
 
 
-def reg(name: str, broker_id: int, address: str, topics: dict | None = None, role: str | None = None) -> dict:
-    return {
-        "cluster": "C", "broker_name": name, "broker_id": broker_id,
-        "role": role or ("SLAVE" if broker_id else "SYNC_MASTER"), "address": address,
-        "ha_address": address + "0", "max_offset": 0,
-        "topics": topics if topics is not None else {"T": {"read_queue_nums": 4, "write_queue_nums": 4, "perm": 6}},
-    }
+def reg(name: str, broker_id: int, address: str, topics: dict | None = None, role: str | None = None,
+        **more) -> RegisterBroker:
+    return RegisterBroker(
+        cluster="C", broker_name=name, broker_id=broker_id,
+        role=role or ("SLAVE" if broker_id else "SYNC_MASTER"), address=address,
+        ha_address=address + "0", max_offset=0,
+        topics=topics if topics is not None else {"T": {"read_queue_nums": 4, "write_queue_nums": 4, "perm": 6}},
+        **more)
 
 
 def test_route_groups_brokers_and_falls_back_to_slave_queue_data():
@@ -80,19 +82,19 @@ def test_clients_read_the_table_as_one_broker_class():
 
 def test_a_master_with_an_older_epoch_cannot_take_the_route_back():
     table = RouteTable(expire_ms=1000)
-    assert table.register({**reg("a", 0, "h:1"), "epoch": 1}, "p1", now=0) is not None
-    assert table.register({**reg("a", 1, "h:2"), "epoch": 1}, "p2", now=0) is not None
+    assert table.register(reg("a", 0, "h:1", epoch=1), "p1", now=0) is not None
+    assert table.register(reg("a", 1, "h:2", epoch=1), "p2", now=0) is not None
     # the slave is promoted: epoch 2 replaces the master and drops its own slave entry
-    assert table.register({**reg("a", 0, "h:2"), "epoch": 2}, "p2", now=1) is not None
+    assert table.register(reg("a", 0, "h:2", epoch=2), "p2", now=1) is not None
     assert table.master_of("a").address == "h:2"
     assert [b["broker_id"] for b in table.route("T", now=1)[0]["brokers"]] == [0]
     # the old master comes back claiming brokerId 0: refused, with or without an epoch
-    assert table.register({**reg("a", 0, "h:1"), "epoch": 1}, "p3", now=2) is None
+    assert table.register(reg("a", 0, "h:1", epoch=1), "p3", now=2) is None
     assert table.register(reg("a", 0, "h:1"), "p3", now=2) is None
     assert table.master_of("a").address == "h:2" and table.master_of("a").epoch == 2
     # it rejoins as a slave: accepted; a newer epoch would win brokerId 0 again
-    assert table.register({**reg("a", 1, "h:1"), "epoch": 2}, "p3", now=3) is not None
-    assert table.register({**reg("a", 0, "h:1"), "epoch": 3}, "p3", now=4) is not None
+    assert table.register(reg("a", 1, "h:1", epoch=2), "p3", now=3) is not None
+    assert table.register(reg("a", 0, "h:1", epoch=3), "p3", now=4) is not None
     assert table.master_of("a").address == "h:1"
 
 

@@ -6,6 +6,7 @@ import re
 import struct
 from pathlib import Path
 
+import attrs
 import cbor2
 import pytest
 from hypothesis import given
@@ -17,6 +18,7 @@ from node.protocol import (
     OPS,
     InvalidRequest,
     Request,
+    Send,
     Status,
     error_response,
     ok_response,
@@ -191,7 +193,7 @@ def test_minimal_covers_every_op():
 
 
 def test_promote_takes_only_a_master_role():
-    assert parse_request(req("promote", role="ASYNC_MASTER")).fields == {"role": "ASYNC_MASTER"}
+    assert attrs.asdict(parse_request(req("promote", role="ASYNC_MASTER")).fields) == {"role": "ASYNC_MASTER"}
     with pytest.raises(InvalidRequest, match="must be SYNC_MASTER or ASYNC_MASTER, got 'SLAVE'"):
         parse_request(req("promote", role="SLAVE"))
 
@@ -201,7 +203,8 @@ def test_every_op_parses_with_required_fields_and_gets_defaults(op):
     r = parse_request(req(op, **MINIMAL[op]))
     assert isinstance(r, Request)
     assert (r.op, r.id) == (op, 1)
-    assert set(r.fields) == {f.name for f in OPS[op]}
+    assert {a.name for a in attrs.fields(type(r.fields))} == {f.name for f in OPS[op]}
+    assert op == type(r.fields).OP
 
 
 @pytest.mark.parametrize("op", sorted(OPS))
@@ -213,7 +216,7 @@ def test_every_required_field_is_required(op):
 
 
 def test_defaults():
-    send = parse_request(req("send", topic="T", body=b"x")).fields
+    send = attrs.asdict(parse_request(req("send", topic="T", body=b"x")).fields)
     assert send == {
         "topic": "T",
         "body": b"x",
@@ -225,7 +228,7 @@ def test_defaults():
         "born_timestamp": None,
         "wait": True,
     }
-    pull = parse_request(req("pull", topic="T", queue_id=1, offset=9)).fields
+    pull = attrs.asdict(parse_request(req("pull", topic="T", queue_id=1, offset=9)).fields)
     assert pull == {
         "topic": "T",
         "queue_id": 1,
@@ -236,20 +239,20 @@ def test_defaults():
         "group": None,
     }
     q = parse_request(req("query_by_key", topic="T", key="k")).fields
-    assert (q["max_num"], q["begin_ts"], q["end_ts"]) == (32, 0, INT64_MAX)
+    assert (q.max_num, q.begin_ts, q.end_ts) == (32, 0, INT64_MAX)
     t = parse_request(req("topic_create", topic="T")).fields
-    assert (t["read_queue_nums"], t["write_queue_nums"], t["perm"]) == (4, 4, 6)
-    batch = parse_request(req("send_batch", topic="T", messages=[{"body": b"a"}])).fields
+    assert (t.read_queue_nums, t.write_queue_nums, t.perm) == (4, 4, 6)
+    batch = attrs.asdict(parse_request(req("send_batch", topic="T", messages=[{"body": b"a"}])).fields)
     assert batch["messages"] == [{"body": b"a", "tags": None, "keys": [], "properties": {}, "flag": 0}]
     assert (batch["queue_id"], batch["wait"]) == (None, True)
 
 
 def test_defaults_are_not_shared_between_requests():
     a = parse_request(req("send", topic="T", body=b"x"))
-    a.fields["keys"].append("mutated")
-    a.fields["properties"]["p"] = "q"
+    a.fields.keys.append("mutated")
+    a.fields.properties["p"] = "q"
     b = parse_request(req("send", topic="T", body=b"x"))
-    assert b.fields["keys"] == [] and b.fields["properties"] == {}
+    assert b.fields.keys == [] and b.fields.properties == {}
 
 
 def test_full_send():
@@ -264,7 +267,8 @@ def test_full_send():
         "born_timestamp": 1_700_000_000_000,
         "wait": False,
     }
-    assert parse_request(req("send", **fields)).fields == fields
+    assert attrs.asdict(parse_request(req("send", **fields)).fields) == fields
+    assert Send(**fields).to_wire(1) == req("send", **fields)
 
 
 def test_envelope_problems():
@@ -385,7 +389,7 @@ def test_request_from_decoded_frame():
     frame = encode_frame(req("pull", topic="T", queue_id=2, offset=10, tag_filter="a||b"))
     (decoded,) = FrameDecoder(1024).feed(frame)
     r = parse_request(decoded)
-    assert r.fields["tag_filter"] == "a||b" and r.fields["queue_id"] == 2
+    assert r.fields.tag_filter == "a||b" and r.fields.queue_id == 2
 
 
 # ---------------------------------------------------------------- responses
@@ -441,7 +445,8 @@ _message_maps = st.dictionaries(
 
 def _batch_outcome(message: dict):
     try:
-        return parse_request({"v": 1, "op": "send_batch", "id": 1, "topic": "T", "messages": [message]}).fields
+        return attrs.asdict(
+            parse_request({"v": 1, "op": "send_batch", "id": 1, "topic": "T", "messages": [message]}).fields)
     except InvalidRequest as e:
         return ("InvalidRequest", e.message)
 
@@ -449,19 +454,19 @@ def _batch_outcome(message: dict):
 @given(message=_message_maps)
 def test_plain_batch_messages_parse_as_the_schema_does(message):
     """The fast path for body(+tags) batch messages answers exactly as the schema path."""
-    from node import protocol
+    from node.protocol import codec, requests
 
-    fast = protocol._plain_message(message)
+    fast = requests._plain_message(message)
     if fast is not None:
-        assert fast == protocol._parse_fields(message, protocol._MESSAGE_FIELDS, "messages[0].", "send_batch")
+        assert fast == codec.parse_fields(message, requests.BatchMessage, "messages[0].", "send_batch")
     outcome = _batch_outcome(message)
     if fast is not None:
-        assert outcome["messages"] == [fast]
+        assert outcome["messages"] == [attrs.asdict(fast)]
 
 
 def test_plain_batch_message_fields():
-    fields = parse_request({"v": 1, "op": "send_batch", "id": 1, "topic": "T",
-                            "messages": [{"body": b"x", "tags": "a"}, {"body": b"y"}]}).fields
+    fields = attrs.asdict(parse_request({"v": 1, "op": "send_batch", "id": 1, "topic": "T",
+                                         "messages": [{"body": b"x", "tags": "a"}, {"body": b"y"}]}).fields)
     assert fields["messages"] == [
         {"body": b"x", "tags": "a", "keys": [], "properties": {}, "flag": 0},
         {"body": b"y", "tags": None, "keys": [], "properties": {}, "flag": 0},

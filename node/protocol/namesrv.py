@@ -1,20 +1,20 @@
-"""The name server's requests: its op table, validated by node/protocol.parse_request."""
+"""The name server's requests: one attrs class per op (the node registers with these, the
+clients ask for routes with them), validated by `codec.parse_with` against NAMESRV_REQUESTS.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from node.protocol import (
-    INT,
-    LIST_STR,
-    STR,
-    Field,
-    FieldType,
-    InvalidRequest,
-    wrong_type,
-)
+import attrs
+
 from store.address import AddressError, split_host_port
 from store.message import topic_error
+
+from .codec import INT, LIST_STR, STR, FieldType, InvalidRequest, WireRequest, wire, wrong_type
+
+__all__ = ["NAMESRV_REQUESTS", "ROLES", "ClusterInfo", "GetRoute", "NamesrvStatus", "RegisterBroker",
+           "UnregisterBroker"]
 
 ROLES = ("SYNC_MASTER", "ASYNC_MASTER", "SLAVE")
 
@@ -80,29 +80,52 @@ def _bad(message: str) -> InvalidRequest:
 
 
 TOPICS = FieldType("a map of topic → queue data", _check_topics)
-_CLUSTER = Field("cluster", STR, True, None, _non_empty)
-_BROKER_NAME = Field("broker_name", STR, True, None, _non_empty)
-_BROKER_ID = Field("broker_id", INT, True, None, _non_negative)
-_ADDRESS = Field("address", STR, True, None, _address)
 
-NAMESRV_OPS: dict[str, tuple[Field, ...]] = {
-    "register_broker": (
-        _CLUSTER,
-        _BROKER_NAME,
-        _BROKER_ID,
-        Field("role", STR, True, None, _role),
-        _ADDRESS,
-        Field("ha_address", STR, False, None, _address),
-        Field("topics", TOPICS, False, {}),
-        Field("max_offset", INT, False, 0, _non_negative),
-        Field("epoch", INT, False, None, _non_negative),
-        # controllerMode etcd: the group's lease holder and in-sync slaves, as this broker sees them
-        Field("lease_holder", STR, False, None, _address),
-        Field("in_sync", LIST_STR, False, None, _addresses),
-    ),
-    "unregister_broker": (_CLUSTER, _BROKER_NAME, _BROKER_ID, _ADDRESS),
-    "get_route": (Field("topic", STR, True, None, _topic),),
-    "get_cluster_info": (),
-    "status": (),
-}
-"""The name server's op table (node/protocol.parse_request validates against it)."""
+
+@attrs.define(kw_only=True)
+class RegisterBroker(WireRequest):
+    """A broker's registration (every `registerBrokerIntervalMs`, and at once on a change)."""
+
+    OP = "register_broker"
+    cluster: str = wire(STR, _non_empty)
+    broker_name: str = wire(STR, _non_empty)
+    broker_id: int = wire(INT, _non_negative)
+    role: str = wire(STR, _role)
+    address: str = wire(STR, _address)
+    ha_address: str | None = wire(STR, _address, default=None)
+    topics: dict[str, dict[str, int]] = wire(TOPICS, default={})
+    max_offset: int = wire(INT, _non_negative, default=0)
+    epoch: int | None = wire(INT, _non_negative, default=None)
+    # controllerMode etcd: the group's lease holder and in-sync slaves, as this broker sees them
+    lease_holder: str | None = wire(STR, _address, default=None)
+    in_sync: list[str] | None = wire(LIST_STR, _addresses, default=None)
+
+
+@attrs.define(kw_only=True)
+class UnregisterBroker(WireRequest):
+    OP = "unregister_broker"
+    cluster: str = wire(STR, _non_empty)
+    broker_name: str = wire(STR, _non_empty)
+    broker_id: int = wire(INT, _non_negative)
+    address: str = wire(STR, _address)
+
+
+@attrs.define(kw_only=True)
+class GetRoute(WireRequest):
+    OP = "get_route"
+    topic: str = wire(STR, _topic)
+
+
+@attrs.define(kw_only=True)
+class ClusterInfo(WireRequest):
+    OP = "get_cluster_info"
+
+
+@attrs.define(kw_only=True)
+class NamesrvStatus(WireRequest):
+    OP = "status"
+
+
+NAMESRV_REQUESTS: dict[str, type[WireRequest]] = {cls.OP: cls for cls in (
+    RegisterBroker, UnregisterBroker, GetRoute, ClusterInfo, NamesrvStatus)}
+"""The name server's op table: op name → request class."""

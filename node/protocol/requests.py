@@ -1,0 +1,460 @@
+"""The node's requests: one attrs class per op, its fields declared with `wire()` (wire type,
+value check, default). The server parses a frame into one (`parse_request`), the clients
+build one and send `to_wire(id)`; docs/protocol.md is the reference for ops and fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from store.message import (
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
+    PROPERTY_WAIT,
+    decode_msg_id,
+    topic_error,
+)
+from store.tag_filter import parse_tag_expression
+
+from .codec import (
+    BOOL,
+    BYTES,
+    DICT_STR_STR,
+    INT,
+    INT32,
+    INT32_MAX,
+    INT64_MAX,
+    LIST_INT,
+    LIST_STR,
+    MAX_GROUP_LENGTH,
+    MAX_QUEUE_NUMS,
+    NON_NEG64,
+    POSITIVE32,
+    QUEUE_ID_RANGE,
+    STR,
+    Field,
+    FieldType,
+    InvalidRequest,
+    Request,
+    WireRequest,
+    parse_fields,
+    parse_with,
+    schema_of,
+    value_range,
+    wire,
+    wrong_type,
+)
+
+_GOOD_TOPICS: set[str] = set()
+"""Topics that passed the check (a send names the same few topics over and over)."""
+
+
+def _topic(v: str) -> str | None:
+    if v in _GOOD_TOPICS:
+        return None
+    problem = topic_error(v)
+    if problem is None and len(_GOOD_TOPICS) < 4096:
+        _GOOD_TOPICS.add(v)
+    return problem
+
+
+def _group(v: str) -> str | None:
+    problem = topic_error(v[:127])  # same character set as a topic
+    if problem:
+        return problem.replace("topic", "group")
+    if len(v) > MAX_GROUP_LENGTH:
+        return f"group is {len(v)} characters long; the limit is {MAX_GROUP_LENGTH}"
+    return None
+
+
+def _body(v: bytes) -> str | None:
+    return "message body is empty; an empty body is not sent" if not v else None
+
+
+def _tags(v: str) -> str | None:
+    if not v:
+        return "must not be empty (omit the field for no tag)"
+    if NAME_VALUE_SEPARATOR in v or PROPERTY_SEPARATOR in v:
+        return "must not contain the characters \\x01 or \\x02"
+    return None
+
+
+def _keys(v: list[str]) -> str | None:
+    for k in v:
+        if not k or " " in k:
+            return f"each key must be non-empty and without spaces (keys are stored space-separated), got {k!r}"
+        if NAME_VALUE_SEPARATOR in k or PROPERTY_SEPARATOR in k:
+            return f"key {k!r} contains \\x01 or \\x02"
+    return None
+
+
+_DEDICATED = {PROPERTY_TAGS: "tags", PROPERTY_KEYS: "keys", PROPERTY_WAIT: "wait"}
+
+
+def _properties(v: dict[str, str]) -> str | None:
+    for name, value in v.items():
+        if name in _DEDICATED:
+            return f"property {name!r} is set through the field {_DEDICATED[name]!r}"
+        if not name or not value:
+            return f"property names and values must be non-empty, got {name!r}={value!r}"
+        for s in (name, value):
+            if NAME_VALUE_SEPARATOR in s or PROPERTY_SEPARATOR in s:
+                return f"property {name!r} contains \\x01 or \\x02"
+    return None
+
+
+def _msg_id(v: str) -> str | None:
+    try:
+        decode_msg_id(v)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _perm(v: int) -> str | None:
+    return None if 0 <= v <= 7 else f"must be READ(4) | WRITE(2) | INHERIT(1), 0..7, got {v}"
+
+
+def _non_empty(v: str) -> str | None:
+    return None if v else "must not be empty"
+
+
+parse_tag_filter = parse_tag_expression
+"""RocketMQ subscription expression → the set of tags, or None for "all" ("*" or ""): the
+store's parser (store/tag_filter.py), so a request is checked exactly as the pull reads it."""
+
+
+def _client_id(v: str) -> str | None:
+    if not v or len(v) > MAX_GROUP_LENGTH:
+        return f"must be 1..{MAX_GROUP_LENGTH} characters, got {len(v)}"
+    if any(c.isspace() or not c.isprintable() for c in v):
+        return "must not contain spaces or control characters"
+    return None
+
+
+def _queue_ids(v: list[int]) -> str | None:
+    if len(v) > MAX_QUEUE_NUMS or any(not 0 <= q <= INT32_MAX for q in v):
+        return f"must hold at most {MAX_QUEUE_NUMS} queue ids in 0..{INT32_MAX}"
+    return None
+
+
+def _topics(v: list[str]) -> str | None:
+    for t in v:
+        problem = topic_error(t)
+        if problem:
+            return problem
+    return None
+
+
+def _tag_filter(v: str) -> str | None:
+    try:
+        parse_tag_filter(v)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _master_role(v: str) -> str | None:
+    return None if v in ("SYNC_MASTER", "ASYNC_MASTER") else f"must be SYNC_MASTER or ASYNC_MASTER, got {v!r}"
+
+
+
+# ---------------------------------------------------------------- messages
+
+
+@attrs.define(kw_only=True)
+class BatchMessage(WireRequest):
+    """One message of a `send_batch` (the topic, queue and wait are the batch's)."""
+
+    body: bytes = wire(BYTES, _body)
+    tags: str | None = wire(STR, _tags, default=None)
+    keys: list[str] = wire(LIST_STR, _keys, default=[])
+    properties: dict[str, str] = wire(DICT_STR_STR, _properties, default={})
+    flag: int = wire(INT, INT32, default=0)
+
+
+_MESSAGE_NAMES = frozenset(f.name for f in schema_of(BatchMessage))
+
+
+def _plain_message(item: dict) -> BatchMessage | None:
+    """A batch message of a body and optional tags (the common case), as the schema path
+    would parse it; None for anything else: the schema path then checks it and names any
+    problem. A batch of 32 spent most of its parsing walking the schema per message."""
+    if len(item) > 2 or not _MESSAGE_NAMES.issuperset(item):
+        return None
+    body = item.get("body")
+    if type(body) is not bytes or not body:
+        return None
+    tags = item.get("tags")
+    if tags is None:
+        if len(item) == 2:  # the other field is not tags (or tags is null): the schema path
+            return None
+    elif type(tags) is not str or _tags(tags):
+        return None
+    return BatchMessage(body=body, tags=tags)
+
+
+def _check_messages(value: Any, path: str) -> list[BatchMessage]:
+    if type(value) is not list:
+        raise wrong_type(path, "an array of maps", value)
+    if not value:
+        raise InvalidRequest(f"field {path!r} must hold at least one message")
+    out = []
+    for i, item in enumerate(value):
+        if type(item) is not dict:
+            raise wrong_type(f"{path}[{i}]", "a map", item)
+        parsed = _plain_message(item)
+        out.append(parsed if parsed is not None else parse_fields(item, BatchMessage, f"{path}[{i}].", "send_batch"))
+    return out
+
+
+MESSAGES = FieldType("an array of maps", _check_messages)
+FIELD_TYPES = (STR, BYTES, INT, BOOL, LIST_STR, LIST_INT, DICT_STR_STR, MESSAGES)
+"""Every scalar/compound wire type a field can have, for docs and tests."""
+
+
+def _topic_field() -> Any:
+    return wire(STR, _topic)
+
+
+def _queue_id(**default: Any) -> Any:
+    return wire(INT, QUEUE_ID_RANGE, **default)
+
+
+def _group_field() -> Any:
+    return wire(STR, _group)
+
+
+def _client_id_field() -> Any:
+    return wire(STR, _client_id)
+
+
+__all__ = [
+    "FIELD_TYPES", "MESSAGES", "NODE_REQUESTS", "OPS", "BatchMessage", "CommitOffset", "ConsumerHeartbeat",
+    "ConsumerList", "ConsumerLock", "ConsumerSendBack", "ConsumerUnlock", "ConsumerUnregister", "ConsumerWatch",
+    "DeleteExpiredFiles", "Epoch", "FetchOffset", "GetByMsgId", "MaxOffset", "MinOffset", "GetStatus",
+    "OffsetByTime", "OffsetList", "Promote", "Pull", "QueryByKey", "Send", "SendBatch", "TopicCreate",
+    "TopicList", "parse_request", "parse_tag_filter",
+]
+
+
+# ---------------------------------------------------------------- sends and reads
+
+
+@attrs.define(kw_only=True)
+class Send(WireRequest):
+    OP = "send"
+    topic: str = _topic_field()
+    body: bytes = wire(BYTES, _body)
+    queue_id: int | None = _queue_id(default=None)
+    tags: str | None = wire(STR, _tags, default=None)
+    keys: list[str] = wire(LIST_STR, _keys, default=[])
+    properties: dict[str, str] = wire(DICT_STR_STR, _properties, default={})
+    flag: int = wire(INT, INT32, default=0)
+    born_timestamp: int | None = wire(INT, NON_NEG64, default=None)
+    wait: bool = wire(BOOL, default=True)
+
+
+@attrs.define(kw_only=True)
+class SendBatch(WireRequest):
+    OP = "send_batch"
+    topic: str = _topic_field()
+    messages: list[BatchMessage] = wire(MESSAGES)
+    queue_id: int | None = _queue_id(default=None)
+    wait: bool = wire(BOOL, default=True)
+
+
+@attrs.define(kw_only=True)
+class Pull(WireRequest):
+    OP = "pull"
+    topic: str = _topic_field()
+    queue_id: int = _queue_id()
+    offset: int = wire(INT, NON_NEG64)
+    max_msgs: int = wire(INT, POSITIVE32, default=32)
+    tag_filter: str = wire(STR, _tag_filter, default="*")
+    timeout_ms: int = wire(INT, value_range(0, INT32_MAX), default=0)
+    group: str | None = wire(STR, _group, default=None)
+
+
+@attrs.define(kw_only=True)
+class QueryByKey(WireRequest):
+    OP = "query_by_key"
+    topic: str = _topic_field()
+    key: str = wire(STR, _non_empty)
+    max_num: int = wire(INT, POSITIVE32, default=32)
+    begin_ts: int = wire(INT, NON_NEG64, default=0)
+    end_ts: int = wire(INT, NON_NEG64, default=INT64_MAX)
+
+
+@attrs.define(kw_only=True)
+class GetByMsgId(WireRequest):
+    OP = "get_by_msg_id"
+    msg_id: str = wire(STR, _msg_id)
+
+
+@attrs.define(kw_only=True)
+class OffsetByTime(WireRequest):
+    OP = "offset_by_time"
+    topic: str = _topic_field()
+    queue_id: int = _queue_id()
+    timestamp: int = wire(INT)
+
+
+@attrs.define(kw_only=True)
+class MinOffset(WireRequest):
+    OP = "min_offset"
+    topic: str = _topic_field()
+    queue_id: int = _queue_id()
+
+
+@attrs.define(kw_only=True)
+class MaxOffset(WireRequest):
+    OP = "max_offset"
+    topic: str = _topic_field()
+    queue_id: int = _queue_id()
+
+
+# ---------------------------------------------------------------- consumer offsets and topics
+
+
+@attrs.define(kw_only=True)
+class CommitOffset(WireRequest):
+    OP = "commit_offset"
+    group: str = _group_field()
+    topic: str = _topic_field()
+    queue_id: int = _queue_id()
+    offset: int = wire(INT, NON_NEG64)
+
+
+@attrs.define(kw_only=True)
+class FetchOffset(WireRequest):
+    OP = "fetch_offset"
+    group: str = _group_field()
+    topic: str = _topic_field()
+    queue_id: int = _queue_id()
+
+
+@attrs.define(kw_only=True)
+class OffsetList(WireRequest):
+    OP = "offset_list"
+
+
+@attrs.define(kw_only=True)
+class TopicCreate(WireRequest):
+    OP = "topic_create"
+    topic: str = _topic_field()
+    read_queue_nums: int = wire(INT, value_range(1, MAX_QUEUE_NUMS), default=4)
+    write_queue_nums: int = wire(INT, value_range(1, MAX_QUEUE_NUMS), default=4)
+    perm: int = wire(INT, _perm, default=6)
+
+
+@attrs.define(kw_only=True)
+class TopicList(WireRequest):
+    OP = "topic_list"
+
+
+# ---------------------------------------------------------------- consumer groups
+
+
+@attrs.define(kw_only=True)
+class ConsumerHeartbeat(WireRequest):
+    OP = "consumer_heartbeat"
+    group: str = _group_field()
+    client_id: str = _client_id_field()
+    topics: list[str] = wire(LIST_STR, _topics, default=[])
+    heartbeat_interval_ms: int = wire(INT, value_range(1, 3_600_000), default=30_000)
+
+
+@attrs.define(kw_only=True)
+class ConsumerWatch(WireRequest):
+    OP = "consumer_watch"
+    group: str = _group_field()
+    since: int = wire(INT, value_range(-1, 2**62), default=-1)
+    timeout_ms: int = wire(INT, value_range(0, 600_000), default=30_000)
+
+
+@attrs.define(kw_only=True)
+class ConsumerUnregister(WireRequest):
+    OP = "consumer_unregister"
+    group: str = _group_field()
+    client_id: str = _client_id_field()
+
+
+@attrs.define(kw_only=True)
+class ConsumerList(WireRequest):
+    OP = "consumer_list"
+    group: str = _group_field()
+
+
+@attrs.define(kw_only=True)
+class ConsumerLock(WireRequest):
+    OP = "consumer_lock"
+    group: str = _group_field()
+    client_id: str = _client_id_field()
+    topic: str = _topic_field()
+    queue_ids: list[int] = wire(LIST_INT, _queue_ids)
+
+
+@attrs.define(kw_only=True)
+class ConsumerUnlock(WireRequest):
+    OP = "consumer_unlock"
+    group: str = _group_field()
+    client_id: str = _client_id_field()
+    topic: str = _topic_field()
+    queue_ids: list[int] = wire(LIST_INT, _queue_ids)
+
+
+@attrs.define(kw_only=True)
+class ConsumerSendBack(WireRequest):
+    OP = "consumer_send_back"
+    group: str = _group_field()
+    commitlog_offset: int = wire(INT, NON_NEG64)
+    delay_level: int = wire(INT, value_range(-1, 1000), default=0)
+    max_reconsume_times: int = wire(INT, value_range(0, 10_000), default=16)
+    origin_msg_id: str | None = wire(STR, _non_empty, default=None)
+
+
+# ---------------------------------------------------------------- the node itself
+
+
+@attrs.define(kw_only=True)
+class GetStatus(WireRequest):
+    OP = "status"
+
+
+@attrs.define(kw_only=True)
+class DeleteExpiredFiles(WireRequest):
+    OP = "admin.delete_expired_files"
+
+
+@attrs.define(kw_only=True)
+class Epoch(WireRequest):
+    OP = "epoch"
+
+
+@attrs.define(kw_only=True)
+class Promote(WireRequest):
+    OP = "promote"
+    role: str | None = wire(STR, _master_role, default=None)
+
+
+NODE_REQUESTS: dict[str, type[WireRequest]] = {cls.OP: cls for cls in (
+    Send, SendBatch, Pull, QueryByKey, GetByMsgId, OffsetByTime, MinOffset, MaxOffset,
+    CommitOffset, FetchOffset, OffsetList, TopicCreate, TopicList,
+    ConsumerHeartbeat, ConsumerWatch, ConsumerUnregister, ConsumerList, ConsumerLock, ConsumerUnlock,
+    ConsumerSendBack, GetStatus, DeleteExpiredFiles, Epoch, Promote)}
+"""The node's op table: op name → request class."""
+
+OPS: dict[str, tuple[Field, ...]] = {op: schema_of(cls) for op, cls in NODE_REQUESTS.items()}
+"""Each op's fields, in declaration order (for docs and tests)."""
+
+
+def parse_request(frame: Mapping[Any, Any], requests: Mapping[str, type[WireRequest]] = NODE_REQUESTS) -> Request:
+    """Validate a decoded frame against its op's request class (the node's table unless
+    another is given); InvalidRequest names what is wrong."""
+    return parse_with(frame, requests)
