@@ -32,6 +32,7 @@ from .handlers import BATCHED_OPS, append_requests, finish_requests, handle_now
 from .logs import name_role
 from .offsets import ConsumerOffsetManager
 from .ops import NodeServices
+from .protocol.namesrv import RegisterReply
 from .registration import NameServerRegistration
 from .schedule import ScheduleMessageService
 from .server import ClientServer
@@ -150,7 +151,7 @@ class Broker:
             self.stop()
 
     def _on_master(
-        self, services: NodeServices, sync: SlaveSync | None, answer: dict
+        self, services: NodeServices, sync: SlaveSync | None, answer: RegisterReply
     ) -> None:
         """A registration answer named the group's master: a slave without a static
         haMasterAddress / masterAddr follows it (RocketMQ's haServerAddr from the name server),
@@ -160,8 +161,8 @@ class Broker:
         self.failover.on_registration(answer)
         if cfg.role.is_master:
             return
-        address, ha_address = answer.get("master_address"), answer.get("master_ha_address")
-        follow = self.failover.follows_namesrv(answer.get("master_epoch"))
+        address, ha_address = answer.master_address, answer.master_ha_address
+        follow = self.failover.follows_namesrv(answer.master_epoch)
         if (isinstance(ha_address, str) and (follow or not cfg.store.ha_master_address)
                 and services.ha_client is not None and ha_address not in cfg.own_addresses()):
             services.ha_client.update_master_address(ha_address)

@@ -26,7 +26,7 @@ from store.message_store import MessageStore
 from .changes import Changes
 from .client import Connection, TidemqError, connect
 from .config import BrokerConfig
-from .protocol.namesrv import RegisterBroker, UnregisterBroker
+from .protocol.namesrv import RegisterBroker, RegisterReply, UnregisterBroker
 from .topics import TopicConfigManager
 
 log = logging.getLogger("tidemq.node")
@@ -37,9 +37,8 @@ BACKOFF_START_S = 0.5
 CONNECT_TIMEOUT_S = 3.0
 REQUEST_TIMEOUT_S = 5.0
 
-MasterListener = Callable[[dict[str, Any]], None]
-"""Called with every registration answer (master_address, master_ha_address, master_epoch,
-master_role)."""
+MasterListener = Callable[[RegisterReply], None]
+"""Called with every registration answer (the group's master as the name server knows it)."""
 
 
 @attrs.define(eq=False)
@@ -215,7 +214,7 @@ class NameServerRegistration:
         target.last_error = None
         target.last_register_ms = int(time.time() * 1000)
         if self.on_master is not None:
-            self.on_master(answer)
+            self.on_master(RegisterReply.from_wire(answer))
 
     async def _unregister(self, target: _Target) -> None:
         cfg = self.cfg

@@ -30,7 +30,7 @@ from node.protocol import (
     error_response,
     ok_response,
 )
-from node.protocol.namesrv import NAMESRV_REQUESTS
+from node.protocol.namesrv import NAMESRV_REQUESTS, RegisterReply
 from node.server import ClientServer
 from store.address import format_host_port
 
@@ -114,15 +114,14 @@ class NameServer:
         if request.op == "register_broker":
             registered = table.register(f, peer) is not None
             master = table.master_of(f.broker_name)
-            return ok_response(
-                request.id,
+            return RegisterReply(
                 registered=registered,
                 master_address=master.address if master else None,
                 master_ha_address=master.ha_address if master else None,
                 master_epoch=master.epoch if master else None,
                 master_role=master.role if master else None,
                 broker_expire_ms=self.cfg.broker_expire_ms,
-            )
+            ).to_wire(request.id)
         if request.op == "unregister_broker":
             return ok_response(request.id, removed=table.unregister(f.broker_name, f.broker_id, f.address))
         if request.op == "get_route":

@@ -62,7 +62,7 @@ from ..config import BrokerConfig, ConfigError
 from ..jsonfile import ConfigFileError, write_json_atomic
 from ..ops import NodeServices, OpError
 from ..protocol import Epoch, Status, WireRequest
-from ..protocol.namesrv import ClusterInfo
+from ..protocol.namesrv import ClusterInfo, RegisterReply
 from ..slave_sync import SlaveSync
 from .epochs import Cut, EpochView, Refuse, admission, newer_master
 from .fencing import STALL_S, CheckOutcome, Fencing
@@ -261,13 +261,12 @@ class Failover:
         }
 
     # ---- name server answers -----------------------------------------------------------------
-    def on_registration(self, answer: dict[str, Any]) -> None:
+    def on_registration(self, answer: RegisterReply) -> None:
         """A registration answer names the group's master and its epoch."""
-        epoch = answer.get("master_epoch")
         if self.controller is not None and self.controller.leader is not None:
             return  # etcd names the master: a name server's view may lag behind it
-        self.master = GroupMaster(answer.get("master_address"), answer.get("master_ha_address"),
-                                  epoch if type(epoch) is int else None, answer.get("master_role"))
+        self.master = GroupMaster(answer.master_address, answer.master_ha_address, answer.master_epoch,
+                                  answer.master_role)
         if self.master.epoch is None:
             return
         self.newest_seen = max(self.newest_seen, self.master.epoch)
@@ -472,12 +471,12 @@ class Failover:
         self.request_transition(Transition(RoleState(slave_id, BrokerRole.SLAVE.value, self.fenced)))
 
     # ---- a slave's side ----------------------------------------------------------------------
-    def follows_namesrv(self, master_epoch: Any) -> bool:
+    def follows_namesrv(self, master_epoch: int | None) -> bool:
         """Should a slave take the name servers' master over its configured address? Only
         once the group moved on: a newer epoch than the one it follows, or the configured
         master refused (not serving as master, or older). Until then a static address wins,
         so a haMasterAddress that goes through a proxy stays in use."""
-        newer = type(master_epoch) is int and master_epoch > self.epoch >= 1
+        newer = master_epoch is not None and master_epoch > self.epoch >= 1
         return newer or self.follow_namesrv
 
     def master_client_address(self, ha_address: str) -> str | None:

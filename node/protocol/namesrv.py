@@ -11,10 +11,21 @@ import attrs
 from store.address import AddressError, split_host_port
 from store.message import topic_error
 
-from .codec import INT, LIST_STR, STR, FieldType, InvalidRequest, WireRequest, wire, wrong_type
+from .codec import (
+    INT,
+    LIST_STR,
+    STR,
+    FieldType,
+    InvalidRequest,
+    Status,
+    WireRequest,
+    ok_response,
+    wire,
+    wrong_type,
+)
 
 __all__ = ["NAMESRV_REQUESTS", "ROLES", "ClusterInfo", "GetRoute", "NamesrvStatus", "RegisterBroker",
-           "UnregisterBroker"]
+           "RegisterReply", "UnregisterBroker"]
 
 ROLES = ("SYNC_MASTER", "ASYNC_MASTER", "SLAVE")
 
@@ -99,6 +110,39 @@ class RegisterBroker(WireRequest):
     # controllerMode etcd: the group's lease holder and in-sync slaves, as this broker sees them
     lease_holder: str | None = wire(STR, _address, default=None)
     in_sync: list[str] | None = wire(LIST_STR, _addresses, default=None)
+
+
+def _str_or_none(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+@attrs.frozen(kw_only=True)
+class RegisterReply:
+    """The name server's answer to `register_broker`: whether it took the registration (an
+    older master is refused) and the group's master as it knows it, with its epoch, which a
+    slave follows and a master fences on."""
+
+    registered: bool
+    master_address: str | None = None
+    master_ha_address: str | None = None
+    master_epoch: int | None = None
+    master_role: str | None = None
+    broker_expire_ms: int | None = None
+
+    def to_wire(self, request_id: int) -> dict[str, Any]:
+        return ok_response(request_id, Status.OK, **attrs.asdict(self))
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> RegisterReply:
+        """Read an answer; a value of the wrong type counts as absent (an older or foreign
+        name server must not crash the broker's registration loop)."""
+        epoch, expire = raw.get("master_epoch"), raw.get("broker_expire_ms")
+        return cls(registered=raw.get("registered") is True,
+                   master_address=_str_or_none(raw.get("master_address")),
+                   master_ha_address=_str_or_none(raw.get("master_ha_address")),
+                   master_epoch=epoch if type(epoch) is int else None,
+                   master_role=_str_or_none(raw.get("master_role")),
+                   broker_expire_ms=expire if type(expire) is int else None)
 
 
 @attrs.define(kw_only=True)

@@ -480,3 +480,27 @@ def test_a_peer_speaking_http_is_named_not_measured():
         FrameDecoder(1024).feed(b"HTTP/1.1 400 Bad Request\r\n\r\n")
     with pytest.raises(FrameError, match="frame of 16777216 bytes exceeds the limit 1024"):
         FrameDecoder(1024).feed(struct.pack(">I", 1 << 24))
+
+
+def test_a_register_reply_reads_what_it_wrote_and_drops_wrongly_typed_values():
+    from node.protocol.namesrv import RegisterReply
+
+    reply = RegisterReply(registered=True, master_address="h:1", master_ha_address="h:2", master_epoch=3,
+                          master_role="SYNC_MASTER", broker_expire_ms=120_000)
+    wire = reply.to_wire(9)
+    assert (wire["id"], wire["status"]) == (9, "OK")
+    assert RegisterReply.from_wire(cbor2.loads(cbor2.dumps(wire))) == reply
+    odd = RegisterReply.from_wire({"registered": 1, "master_address": 5, "master_epoch": "3", "master_role": None})
+    assert odd == RegisterReply(registered=False)
+
+
+def test_a_request_object_is_what_the_server_parses():
+    from node.protocol import NODE_REQUESTS, BatchMessage, Pull, SendBatch
+
+    pull = Pull(topic="T", queue_id=2, offset=7, tag_filter="a||b")
+    assert pull.to_wire(4) == {"v": 1, "op": "pull", "id": 4, "topic": "T", "queue_id": 2, "offset": 7,
+                               "tag_filter": "a||b"}  # defaults left out
+    assert parse_request(pull.to_wire(4)).fields == pull
+    batch = SendBatch(topic="T", messages=[BatchMessage(body=b"a", keys=["k"]), BatchMessage(body=b"b")])
+    assert parse_request(cbor2.loads(cbor2.dumps(batch.to_wire(1)))).fields == batch
+    assert set(NODE_REQUESTS) == set(OPS)

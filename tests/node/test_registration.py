@@ -54,7 +54,7 @@ async def test_registers_with_every_name_server_at_once_on_a_change_and_unregist
             await nursery.start(reg.run)
             registered = await wait_until(lambda: _brokers(namesrv), what="the first registration")
             assert [(b["broker_name"], b["broker_id"], b["epoch"]) for b in registered] == [("broker-t", 0, 1)]
-            assert answers and answers[0]["master_address"] == cfg.address and answers[0]["master_epoch"] == 1
+            assert answers and answers[0].master_address == cfg.address and answers[0].master_epoch == 1
             await wait_until(lambda: reg.status()[1]["last_error"], what="the dead name server's error")
             assert reg.status()[0]["last_error"] is None and reg.status()[0]["last_register_ms"]
 
