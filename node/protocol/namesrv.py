@@ -94,15 +94,21 @@ TOPICS = FieldType("a map of topic → queue data", _check_topics)
 
 
 @attrs.define(kw_only=True)
-class RegisterBroker(WireRequest):
-    """A broker's registration (every `registerBrokerIntervalMs`, and at once on a change)."""
+class _BrokerIdentity(WireRequest):
+    """Who a broker is: the fields a registration and an unregistration share."""
 
-    OP = "register_broker"
     cluster: str = wire(STR, _non_empty)
     broker_name: str = wire(STR, _non_empty)
     broker_id: int = wire(INT, _non_negative)
-    role: str = wire(STR, _role)
     address: str = wire(STR, _address)
+
+
+@attrs.define(kw_only=True)
+class RegisterBroker(_BrokerIdentity):
+    """A broker's registration (every `registerBrokerIntervalMs`, and at once on a change)."""
+
+    OP = "register_broker"
+    role: str = wire(STR, _role)
     ha_address: str | None = wire(STR, _address, default=None)
     topics: dict[str, dict[str, int]] = wire(TOPICS, default={})
     max_offset: int = wire(INT, _non_negative, default=0)
@@ -146,12 +152,8 @@ class RegisterReply:
 
 
 @attrs.define(kw_only=True)
-class UnregisterBroker(WireRequest):
+class UnregisterBroker(_BrokerIdentity):
     OP = "unregister_broker"
-    cluster: str = wire(STR, _non_empty)
-    broker_name: str = wire(STR, _non_empty)
-    broker_id: int = wire(INT, _non_negative)
-    address: str = wire(STR, _address)
 
 
 @attrs.define(kw_only=True)
