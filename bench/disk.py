@@ -59,8 +59,8 @@ async def _fill(address: str, port: int, target: int) -> int:
     """send_batch with the lean client until the master's CommitLog holds `target` bytes."""
     while True:
         status = await tidemq_status(address)
-        if status["max_phy_offset"] >= target:
-            return status["max_phy_offset"]
+        if status.max_phy_offset >= target:
+            return status.max_phy_offset
         argv = [sys.executable, "-m", "bench.lean", "tidemq", "--port", str(port), "--connections", "4",
                 "--batch", "32", "--seconds", "2", "--warmup", "0"]
         done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False,
@@ -89,7 +89,7 @@ async def catch_up(work: Path, mb: int, *, bases: list[Path], timeout_s: float =
         first: tuple[float, int] | None = None
         with trio.fail_after(timeout_s):
             while True:
-                offset = (await tidemq_status(slave.address))["max_phy_offset"]
+                offset = (await tidemq_status(slave.address)).max_phy_offset
                 now = time.perf_counter()
                 if first is None:
                     first = (now, offset)

@@ -21,7 +21,7 @@ import trio
 
 from cluster.launch import launcher
 from node.client import connect
-from node.protocol import GetStatus
+from node.protocol import GetStatus, StatusReply
 from store.address import split_host_port
 
 from .lean import NatsCodec, RespCodec
@@ -96,9 +96,9 @@ async def tidemq(work: Path, flush: str, role: str, *, bases: list[Path]) -> Asy
         bases.remove(base)
 
 
-async def tidemq_status(address: str) -> dict:
+async def tidemq_status(address: str) -> StatusReply:
     async with connect(address) as conn:
-        return await conn.request(GetStatus(), timeout=10.0)
+        return await conn.call(GetStatus(), timeout=10.0)
 
 
 # ---------------------------------------------------------------- Redis

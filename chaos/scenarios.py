@@ -21,7 +21,7 @@ import trio
 from cluster.client.admin import Admin
 from cluster.launch.launcher import LauncherError
 from node.client import ConnectionLost, RequestTimeout, TidemqError, connect
-from node.protocol import Send
+from node.protocol import Send, StatusReply
 from store.message import decode_msg_id
 
 from . import disk
@@ -174,7 +174,7 @@ async def old_master_returns(ctx: FaultContext) -> None:
 
         async def dropped() -> bool:
             status = await node_status(ctx.cluster.slave_address)
-            return status is not None and not (status.get("ha") or {}).get("connected")
+            return status is not None and not status.ha.get("connected")
 
         await ctx.until(dropped, 20.0, "the slave dropping its paused master")
         promotion = await _promote_slave(ctx)
@@ -202,8 +202,8 @@ async def _probe_fenced(ctx: FaultContext, epoch: int) -> None:
     restarts; stored, or refused for another reason, is a broken promise."""
     try:
         async with connect(ctx.cluster.master_address, connect_timeout=2.0, request_timeout=5.0) as conn:
-            answer = await conn.request(Send(topic=ctx.workload.cfg.topic, body=b"probe after the promotion"))
-        ctx.findings.append(f"the resumed old master stored a write after the promotion: {answer.get('status')}")
+            answer = await conn.call(Send(topic=ctx.workload.cfg.topic, body=b"probe after the promotion"))
+        ctx.findings.append(f"the resumed old master stored a write after the promotion: {answer.status.value}")
     except (ConnectionLost, RequestTimeout) as e:
         ctx.note(f"at: a write to the resumed old master: {e}")
     except TidemqError as e:
@@ -220,16 +220,16 @@ async def _old_master_rejoins(ctx: FaultContext, promotion: dict[str, Any]) -> N
     holds it; ASYNC_MASTER: or the old master reported dropping it)."""
     epoch = promotion["epoch"]
 
-    async def as_slave() -> dict[str, Any] | None:
+    async def as_slave() -> StatusReply | None:
         status = await node_status(ctx.cluster.master_address)
-        if status and status.get("role") == "SLAVE" and (status.get("ha") or {}).get("connected"):
+        if status and status.role == "SLAVE" and status.ha.get("connected"):
             return status
         return None
 
     status = await ctx.until(as_slave, REJOIN_TIMEOUT_S, f"the old master {MASTER} rejoining as a slave")
-    if status.get("epoch") != epoch:
-        ctx.findings.append(f"the old master rejoined on epoch {status.get('epoch')}, not {epoch}")
-    cut = ctx.truncation = status.get("last_truncation")
+    if status.epoch != epoch:
+        ctx.findings.append(f"the old master rejoined on epoch {status.epoch}, not {epoch}")
+    cut = ctx.truncation = status.last_truncation
     ctx.note(f"heal: {MASTER} rejoined as a slave; " + (
         f"it dropped CommitLog [{cut['from_offset']}, {cut['to_offset']}): {cut['message_count']} message(s)"
         if cut else "it dropped nothing"))

@@ -22,7 +22,7 @@ import trio
 
 from cluster.client.consumer import PullConsumer
 from node.client import ConnectionLost, Indeterminate, OutcomeUnknown, TidemqError, connect
-from node.protocol import GetStatus, Send, TopicCreate
+from node.protocol import GetStatus, Send, SendReply, StatusReply, TopicCreate
 
 from .history import FAIL, INFO, OK, History
 
@@ -122,8 +122,8 @@ class Workload:
     async def _send(self, conn: Any, op: Any, body: bytes) -> bool:
         """One send; False when the connection is unusable afterwards."""
         try:
-            r = await conn.request(Send(topic=self.cfg.topic, body=body, keys=[op.key],
-                                        queue_id=op.seq % self.cfg.queues))
+            r: SendReply = await conn.call(Send(topic=self.cfg.topic, body=body, keys=[op.key],
+                                                queue_id=op.seq % self.cfg.queues))
         except OutcomeUnknown as e:  # timed out, lost after writing, INDETERMINATE: may be stored
             self.history.complete(op, INFO, status=e.status, error=str(e)[:200])
             return isinstance(e, Indeterminate)  # the connection is still good only then
@@ -133,8 +133,8 @@ class Workload:
         except TidemqError as e:
             self.history.complete(op, FAIL, status=e.status, error=str(e)[:200])
             return True
-        self.history.complete(op, OK, status=r["status"], msg_id=r["msg_id"], queue_id=r["queue_id"],
-                              queue_offset=r["queue_offset"], commitlog_offset=r["commitlog_offset"])
+        self.history.complete(op, OK, status=r.status.value, msg_id=r.msg_id, queue_id=r.queue_id,
+                              queue_offset=r.queue_offset, commitlog_offset=r.commitlog_offset)
         return True
 
     # ---- consumer and monitor
@@ -172,12 +172,12 @@ class Workload:
                 await stop.wait()
 
 
-async def node_status(address: str, timeout: float = 1.0) -> dict[str, Any] | None:
+async def node_status(address: str, timeout: float = 1.0) -> StatusReply | None:
     """The node's `status` answer, None when it does not answer in time."""
     try:
         with trio.fail_after(timeout + 1.0):
             async with connect(address, connect_timeout=timeout, request_timeout=timeout) as conn:
-                return await conn.request(GetStatus())
+                return await conn.call(GetStatus())
     except (TidemqError, trio.TooSlowError):
         return None
 
@@ -187,7 +187,6 @@ async def sample_node(address: str, timeout: float = 1.0) -> NodeSample | None:
     s = await node_status(address, timeout)
     if s is None:
         return None
-    slaves = (s.get("ha") or {}).get("slaves")
+    slaves = s.ha.get("slaves")
     ack = max((x["ack_offset"] for x in slaves), default=None) if slaves is not None else None
-    return NodeSample(time.time(), s["max_phy_offset"], s["flushed_offset"], s["min_phy_offset"], ack,
-                      list(s.get("running_flags") or []))
+    return NodeSample(time.time(), s.max_phy_offset, s.flushed_offset, s.min_phy_offset, ack, list(s.running_flags))

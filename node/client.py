@@ -27,9 +27,10 @@ import trio
 from store.address import AddressError, split_host_port
 
 from .framing import FrameDecoder, FrameError, encode_frame
-from .protocol import PROTOCOL_VERSION, Status, WireRequest
+from .protocol import PROTOCOL_VERSION, ReplyError, Status, WireRequest
 
 __all__ = [
+    "BadReply",
     "BadRequest",
     "Connection",
     "ConnectionLost",
@@ -46,6 +47,7 @@ __all__ = [
     "connect",
     "error_for",
     "exit_nursery",
+    "read_reply",
 ]
 
 log = logging.getLogger("tidemq.client")
@@ -95,6 +97,11 @@ class InternalError(TidemqError):
 class PutFailed(TidemqError):
     """A send the store refused: MESSAGE_ILLEGAL, PROPERTIES_SIZE_EXCEEDED, OS_PAGECACHE_BUSY,
     CREATE_MAPEDFILE_FAILED, UNKNOWN_ERROR. The message was not stored."""
+
+
+class BadReply(TidemqError):
+    """An OK answer without the shape of its op's reply (a peer speaking another protocol
+    version): status BAD_REPLY."""
 
 
 class OutcomeUnknown(TidemqError):
@@ -151,6 +158,15 @@ _PUT_FAILURES = {
     Status.OS_PAGECACHE_BUSY.value,
     Status.UNKNOWN_ERROR.value,
 }
+
+
+def read_reply(request: WireRequest | type[WireRequest], answer: dict[str, Any], address: str | None = None) -> Any:
+    """`answer` (a map `request`, or a request of that class, was answered with) as its
+    REPLY class; BadReply when it does not have that shape."""
+    try:
+        return request.REPLY.from_wire(answer)
+    except (ReplyError, ValueError, TypeError) as e:
+        raise BadReply("BAD_REPLY", f"{request.OP}: {e}", address=address) from None
 
 
 # ---------------------------------------------------------------- Connection
@@ -265,6 +281,11 @@ class Connection:
         if isinstance(answer, TidemqError):
             raise answer
         return answer
+
+    async def call(self, request: WireRequest, *, timeout: float | None = None) -> Any:
+        """Send `request` and read its answer as its reply class (`request.REPLY`); the
+        errors of `request`, and BadReply for an answer of another shape."""
+        return read_reply(request, await self.request(request, timeout=timeout), self.address)
 
     async def request_many(
         self, op: str, requests: Sequence[Mapping[str, Any]], *, timeout: float | None = None
@@ -475,6 +496,11 @@ class ConnectionPool:
         """`op` on `address`'s connection (opened if needed); the typed errors of Connection."""
         conn = await self.get(address)
         return await conn.request(op, timeout=timeout, **fields)
+
+    async def call(self, address: str, request: WireRequest, *, timeout: float | None = None) -> Any:
+        """`request` on `address`'s connection, its answer read as its reply class."""
+        conn = await self.get(address)
+        return await conn.call(request, timeout=timeout)
 
     async def aclose(self) -> None:
         for conn in list(self._conns.values()):

@@ -18,7 +18,16 @@ import trio
 from store.message import PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_WAIT, Message
 
 from .ops import NodeServices, OpError, _put_response, _refuse_on_slave
-from .protocol import Request, Status, ok_response
+from .protocol import (
+    ConsumerListReply,
+    ConsumerUnregisterReply,
+    EmptyReply,
+    LockReply,
+    MembersReply,
+    Request,
+    SendBackReply,
+    Status,
+)
 from .topics import DEFAULT_PERM
 
 __all__ = ["CONSUMER_HANDLERS", "DLQ_PREFIX", "RETRY_PREFIX", "dlq_topic", "retry_topic"]
@@ -46,7 +55,7 @@ async def _heartbeat(s: NodeServices, r: Request, peer: str | None) -> dict[str,
     members = s.consumers.heartbeat(f.group, f.client_id, f.topics, f.heartbeat_interval_ms, peer)
     if s.is_master and s.topics.get(retry_topic(f.group)) is None:
         await s.topics.create(retry_topic(f.group), 1, 1, DEFAULT_PERM)
-    return ok_response(r.id, members=members, version=s.consumers.version(f.group))
+    return MembersReply(members=members, version=s.consumers.version(f.group)).to_wire(r.id)
 
 
 async def _watch(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
@@ -56,31 +65,31 @@ async def _watch(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any
     f = r.fields
     with s.long_poll(trio.current_time() + f.timeout_ms / 1000):
         await s.consumers.wait_changed(f.group, f.since)
-    return ok_response(r.id, version=s.consumers.version(f.group), members=s.consumers.members(f.group))
+    return MembersReply(members=s.consumers.members(f.group), version=s.consumers.version(f.group)).to_wire(r.id)
 
 
 async def _unregister(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     f = r.fields
     removed = s.consumers.unregister(f.group, f.client_id)
-    return ok_response(r.id, removed=removed, members=s.consumers.members(f.group))
+    return ConsumerUnregisterReply(removed=removed, members=s.consumers.members(f.group)).to_wire(r.id)
 
 
 async def _list(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     group = r.fields.group
-    return ok_response(r.id, members=s.consumers.members(group), details=s.consumers.describe(group),
-                       locks=s.consumers.lock_holders(group))
+    return ConsumerListReply(members=s.consumers.members(group), details=s.consumers.describe(group),
+                             locks=s.consumers.lock_holders(group)).to_wire(r.id)
 
 
 async def _lock(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     f = r.fields
     held = s.consumers.lock(f.group, f.client_id, f.topic, f.queue_ids)
-    return ok_response(r.id, locked=held)
+    return LockReply(locked=held).to_wire(r.id)
 
 
 async def _unlock(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     f = r.fields
     s.consumers.unlock(f.group, f.client_id, f.topic, f.queue_ids)
-    return ok_response(r.id)
+    return EmptyReply().to_wire(r.id)
 
 
 async def _send_back(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
@@ -115,10 +124,12 @@ async def _send_back(s: NodeServices, r: Request, peer: str | None) -> dict[str,
         reconsume_times=old.reconsume_times + 1,
     )
     result = await s.store.put_message(msg)
-    response = _put_response(r.id, result, 0, batch=False)
-    if result.status.stored:
-        response.update(topic=topic, delay_level=level, reconsume_times=old.reconsume_times + 1)
-    return response
+    if not result.status.stored:
+        return _put_response(r.id, result, 0, batch=False)
+    append = result.append
+    return SendBackReply(status=Status(result.status.value), msg_id=append.msg_id, queue_id=0,
+                         queue_offset=append.queue_offset, commitlog_offset=append.wrote_offset, topic=topic,
+                         delay_level=level, reconsume_times=old.reconsume_times + 1).to_wire(r.id)
 
 
 CONSUMER_HANDLERS = {

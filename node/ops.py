@@ -27,7 +27,27 @@ from store.status import GetMessageStatus, PutMessageResult, PutMessageStatus
 from .config import BrokerConfig
 from .consumers import ConsumerManager
 from .offsets import ConsumerOffsetManager
-from .protocol import BatchMessage, Request, Send, Status, error_response, ok_response
+from .protocol import (
+    BatchMessage,
+    DeletedFilesReply,
+    EmptyReply,
+    EpochReply,
+    MessageReply,
+    MessagesReply,
+    OffsetListReply,
+    OffsetReply,
+    PromoteReply,
+    PullReply,
+    Request,
+    Send,
+    SendBatchReply,
+    SendReply,
+    Status,
+    StatusReply,
+    TopicListReply,
+    TopicReply,
+    error_response,
+)
 from .schedule import ScheduleMessageService
 from .stats import BrokerStats
 from .topics import TopicConfigManager
@@ -205,15 +225,12 @@ def _put_response(request_id: int, result: PutMessageResult, queue_id: int, *, b
     if not status.stored:
         return error_response(request_id, Status(status.value), result.error or status.value)
     append = result.append
-    ids = append.msg_id.split(",") if batch else None
-    return {
-        "id": request_id,
-        "status": status.value,  # a PutMessageStatus name is the Status name (node/protocol.py)
-        **({"msg_ids": ids} if batch else {"msg_id": append.msg_id}),
-        "queue_id": queue_id,
-        "queue_offset": append.queue_offset,
-        "commitlog_offset": append.wrote_offset,
-    }
+    reply_status = Status(status.value)  # a PutMessageStatus name is the Status name
+    if batch:
+        return SendBatchReply(status=reply_status, msg_ids=append.msg_id.split(","), queue_id=queue_id,
+                              queue_offset=append.queue_offset, commitlog_offset=append.wrote_offset).to_wire(request_id)
+    return SendReply(status=reply_status, msg_id=append.msg_id, queue_id=queue_id, queue_offset=append.queue_offset,
+                     commitlog_offset=append.wrote_offset).to_wire(request_id)
 
 
 async def _check_writeable(s: NodeServices) -> int:
@@ -328,41 +345,36 @@ async def _pull(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]
     next_begin = result.next_begin_offset
     if len(messages) < len(result.messages):
         next_begin = result.messages[len(messages)].queue_offset
-    return ok_response(
-        r.id,
-        Status(result.status.value),
-        messages=[message_map(m) for m in messages],
-        next_begin_offset=next_begin,
-        min_offset=result.min_offset,
-        max_offset=result.max_offset,
-    )
+    return PullReply(status=Status(result.status.value), messages=[message_map(m) for m in messages],
+                     next_begin_offset=next_begin, min_offset=result.min_offset,
+                     max_offset=result.max_offset).to_wire(r.id)
 
 
 async def _query_by_key(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     f = r.fields
     found = s.store.query_message(f.topic, f.key, f.max_num, f.begin_ts, f.end_ts)
     found = _fit(found, s.cfg.max_frame_size - _FRAME_MARGIN)
-    return ok_response(r.id, messages=[message_map(m) for m in found])
+    return MessagesReply(messages=[message_map(m) for m in found]).to_wire(r.id)
 
 
 async def _get_by_msg_id(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     msg = s.store.look_message_by_msg_id(r.fields.msg_id)
     if msg is None:
         raise OpError(Status.NOT_FOUND, f"no message with msgId {r.fields.msg_id} on this node")
-    return ok_response(r.id, message=message_map(msg))
+    return MessageReply(message=message_map(msg)).to_wire(r.id)
 
 
 async def _offset_by_time(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     f = r.fields
-    return ok_response(r.id, offset=s.store.get_offset_in_queue_by_time(f.topic, f.queue_id, f.timestamp))
+    return OffsetReply(offset=s.store.get_offset_in_queue_by_time(f.topic, f.queue_id, f.timestamp)).to_wire(r.id)
 
 
 async def _min_offset(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
-    return ok_response(r.id, offset=s.store.get_min_offset_in_queue(r.fields.topic, r.fields.queue_id))
+    return OffsetReply(offset=s.store.get_min_offset_in_queue(r.fields.topic, r.fields.queue_id)).to_wire(r.id)
 
 
 async def _max_offset(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
-    return ok_response(r.id, offset=s.store.get_max_offset_in_queue(r.fields.topic, r.fields.queue_id))
+    return OffsetReply(offset=s.store.get_max_offset_in_queue(r.fields.topic, r.fields.queue_id)).to_wire(r.id)
 
 
 # ---------------------------------------------------------------- offsets and topics
@@ -372,7 +384,7 @@ async def _commit_offset(s: NodeServices, r: Request, peer: str | None) -> dict[
     _refuse_on_slave(s, "offset commits")
     f = r.fields
     s.offsets.commit(f.group, f.topic, f.queue_id, f.offset)
-    return ok_response(r.id)
+    return EmptyReply().to_wire(r.id)
 
 
 async def _fetch_offset(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
@@ -383,22 +395,22 @@ async def _fetch_offset(s: NodeServices, r: Request, peer: str | None) -> dict[s
             Status.NOT_FOUND,
             f"group {f.group!r} has no committed offset for {f.topic}:{f.queue_id}",
         )
-    return ok_response(r.id, offset=offset)
+    return OffsetReply(offset=offset).to_wire(r.id)
 
 
 async def _offset_list(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
-    return ok_response(r.id, offsets=[e.to_wire() for e in s.offsets.entries()])
+    return OffsetListReply(offsets=[e.to_wire() for e in s.offsets.entries()]).to_wire(r.id)
 
 
 async def _topic_create(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     _refuse_on_slave(s, "topic changes")
     f = r.fields
     config = await s.topics.create(f.topic, f.read_queue_nums, f.write_queue_nums, f.perm)
-    return ok_response(r.id, topic=config.to_wire())
+    return TopicReply(topic=config.to_wire()).to_wire(r.id)
 
 
 async def _topic_list(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
-    return ok_response(r.id, topics=[c.to_wire() for c in s.topics.list()])
+    return TopicListReply(topics=[c.to_wire() for c in s.topics.list()]).to_wire(r.id)
 
 
 # ---------------------------------------------------------------- admin
@@ -452,7 +464,7 @@ async def _status(s: NodeServices, r: Request, peer: str | None) -> dict[str, An
     fields["consumer_groups"] = {g: s.consumers.members(g) for g in s.consumers.groups()}
     if s.failover is not None:
         fields.update(s.failover.status())
-    return ok_response(r.id, **fields)
+    return StatusReply(**fields).to_wire(r.id)
 
 
 def _failover(s: NodeServices) -> FailoverHooks:
@@ -462,7 +474,7 @@ def _failover(s: NodeServices) -> FailoverHooks:
 
 
 async def _epoch(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
-    return ok_response(r.id, **_failover(s).epoch_answer())
+    return EpochReply(**_failover(s).epoch_answer()).to_wire(r.id)
 
 
 async def _promote(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
@@ -472,7 +484,7 @@ async def _promote(s: NodeServices, r: Request, peer: str | None) -> dict[str, A
                       f"controllerMode etcd: etcd elects {s.cfg.broker_name}'s master, so a manual promotion "
                       "is refused; stop the current master (its lease is revoked and an in-sync slave is "
                       "elected) to move the leadership")
-    return ok_response(r.id, **await failover.promote(r.fields.role))
+    return PromoteReply(**await failover.promote(r.fields.role)).to_wire(r.id)
 
 
 async def _delete_expired_files(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
@@ -484,7 +496,7 @@ async def _delete_expired_files(s: NodeServices, r: Request, peer: str | None) -
         result = await result
     if isinstance(result, bool) or not isinstance(result, int):
         result = len(result) if isinstance(result, list | tuple) else 0
-    return ok_response(r.id, deleted_files=result)
+    return DeletedFilesReply(deleted_files=result).to_wire(r.id)
 
 
 Handler = Callable[[NodeServices, Request, "str | None"], Awaitable["dict[str, Any] | PendingPut"]]

@@ -102,9 +102,9 @@ class SlaveSync:
             return
         source = f"master {self.master_addr}"
         async with connect(self.master_addr, max_frame_size=self.max_frame_size) as conn:
-            topics = _topic_configs((await conn.request(TopicList())).get("topics"), source)
-            offsets = _offset_entries((await conn.request(OffsetList())).get("offsets"), source)
-            schedule = (await conn.request(GetStatus())).get("schedule") if self.delay_offset_path else None
+            topics = _topic_configs((await conn.call(TopicList())).topics, source)
+            offsets = _offset_entries((await conn.call(OffsetList())).offsets, source)
+            schedule = (await conn.call(GetStatus())).schedule if self.delay_offset_path else None
         if await self.topics.replace_all(topics):
             log.info("synced %d topic(s) from %s", len(topics), self.master_addr)
         if self.offsets.replace_all(offsets):

@@ -15,10 +15,12 @@ from typing import Any
 
 import trio
 
+from node.protocol import StatusReply
+from node.protocol.namesrv import NamesrvStatusReply
 from store.cli import EXIT_OK, EXIT_PROBLEM, handled, print_json
 
 from ..launch import launcher
-from ..launch.health import GetStatus, cluster_status, served
+from ..launch.health import NodeStatus, cluster_status, served
 from ..launch.state import LauncherError, LayoutError
 from .tables import BrokerRow, broker_table, failover_lines
 
@@ -57,7 +59,7 @@ def _served(rec: Any) -> str:
     return served(rec.address, rec.role)
 
 
-def node_rows(rows: list[GetStatus], base_dir: str) -> list[BrokerRow]:
+def node_rows(rows: list[NodeStatus], base_dir: str) -> list[BrokerRow]:
     """cluster status rows as table rows (the name server is its own group)."""
     from ..launch.state import load_state
 
@@ -66,10 +68,10 @@ def node_rows(rows: list[GetStatus], base_dir: str) -> list[BrokerRow]:
     out = []
     for row in rows:
         rec = records.get(row.name)
-        answer = row.answer if row.answer and "max_phy_offset" in row.answer else None
+        answer = row.answer if isinstance(row.answer, StatusReply) else None
         group = (rec.broker_name if rec and rec.broker_name else None) or row.name
-        broker_id = answer.get("broker_id") if answer else rec.broker_id if rec else None  # as served
-        note = f"{row.answer['brokers']} broker(s) registered" if row.answer and "brokers" in row.answer else ""
+        broker_id = answer.broker_id if answer else rec.broker_id if rec else None  # as served
+        note = f"{row.answer.brokers} broker(s) registered" if isinstance(row.answer, NamesrvStatusReply) else ""
         out.append(BrokerRow(group=group, broker_id=broker_id, role=row.role, address=row.address,
                              answer=answer, error=row.error, node=row.name, pid=row.pid, state=row.state,
                              note=note))

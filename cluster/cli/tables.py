@@ -20,6 +20,8 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from node.protocol import StatusReply
+
 __all__ = ["BrokerRow", "broker_table", "size"]
 
 _STATE_COLORS = {"running": "green", "stopped": "yellow", "dead": "red", "down": "dim", "never started": "dim"}
@@ -33,7 +35,7 @@ class BrokerRow:
     broker_id: int | None
     role: str
     address: str
-    answer: Mapping[str, Any] | None = None
+    answer: StatusReply | None = None
     error: str | None = None
     node: str | None = None  # cluster status: the node's name, pid and process state
     pid: int | None = None
@@ -52,32 +54,26 @@ def size(n: float | None) -> str:
     return str(n)
 
 
-def _lag_bytes(answer: Mapping[str, Any]) -> int | None:
-    ha = answer.get("ha") or {}
-    if "slaves" in ha:
-        slaves = ha["slaves"] or []
-        return max((s.get("lag_bytes", 0) for s in slaves), default=None)
-    return ha.get("lag_bytes")
-
-
 def _lag_seconds(row: BrokerRow, master: BrokerRow | None, slaves: list[BrokerRow]) -> float | None:
-    answer = row.answer or {}
+    answer = row.answer
+    if answer is None:
+        return None
     if row.broker_id == 0:
         lags = [_lag_seconds(s, row, []) for s in slaves]
         return max((x for x in lags if x is not None), default=None)
-    if master is None or not master.answer:
+    if master is None or master.answer is None:
         return None
-    if not _lag_bytes(answer):
+    if not answer.lag_bytes():
         return 0.0
-    newest = master.answer.get("last_store_timestamp") or 0
-    own = answer.get("last_store_timestamp") or 0
+    newest = master.answer.last_store_timestamp
+    own = answer.last_store_timestamp
     return max(0.0, (newest - own) / 1000) if newest else None
 
 
-def _ha_note(answer: Mapping[str, Any]) -> str:
-    ha = answer.get("ha") or {}
-    flags = ", ".join((answer.get("running_flags") or []) + (["FENCED"] if answer.get("fenced") else [])
-                      + (["REPLICATION REFUSED"] if answer.get("replication_refused") else []))
+def _ha_note(answer: StatusReply) -> str:
+    ha = answer.ha
+    flags = ", ".join(answer.running_flags + (["FENCED"] if answer.fenced else [])
+                      + (["REPLICATION REFUSED"] if answer.replication_refused else []))
     if "slaves" in ha:
         note = f"{len(ha['slaves'])} slave(s)" if ha["slaves"] else "no slave"
     elif "connected" in ha:
@@ -88,15 +84,15 @@ def _ha_note(answer: Mapping[str, Any]) -> str:
 
 
 def _catch_up(row: BrokerRow, master: BrokerRow | None) -> Any:
-    if row.broker_id == 0 or not row.answer or master is None or not master.answer:
+    if row.broker_id == 0 or row.answer is None or master is None or master.answer is None:
         return "-"
-    target = int(master.answer.get("max_phy_offset") or 0)
-    own = int(row.answer.get("max_phy_offset") or 0)
+    target = master.answer.max_phy_offset
+    own = row.answer.max_phy_offset
     if own >= target:
         return "caught up"  # an empty group's slave too (nothing to copy is not 0%)
     # what this slave copies: from where its log starts (a new slave starts at the master's
     # newest segment) to the master's end
-    start = min(max(int(row.answer.get("min_phy_offset") or 0), 0), own)
+    start = min(max(row.answer.min_phy_offset, 0), own)
     total, done = target - start, own - start
     bar = Table.grid(padding=(0, 1))
     bar.add_row(ProgressBar(total=total, completed=done, width=12), f"{done / total:.0%}",
@@ -109,15 +105,17 @@ def failover_lines(rows: Iterable[BrokerRow]) -> list[str]:
     that cut its log when it rejoined (what it dropped: range, count, msgIds; docs/failover.md)."""
     lines = []
     for row in rows:
-        s = row.answer or {}
+        s = row.answer
+        if s is None:
+            continue
         who = f"{row.group}/{row.broker_id} {row.address}"
-        if s.get("fenced"):
-            lines.append(f"{who}: {s['fenced']}")
-        if s.get("replication_refused"):
-            lines.append(f"{who}: {s['replication_refused']}")
-        if s.get("controller"):
-            lines.append(f"{who}: {controller_line(s['controller'])}")
-        cut = s.get("last_truncation")
+        if s.fenced:
+            lines.append(f"{who}: {s.fenced}")
+        if s.replication_refused:
+            lines.append(f"{who}: {s.replication_refused}")
+        if s.controller:
+            lines.append(f"{who}: {controller_line(s.controller)}")
+        cut = s.last_truncation
         if cut:
             ids = cut.get("msg_ids") or []
             lines.append(f"{who}: dropped CommitLog [{cut['from_offset']}, {cut['to_offset']}) when it rejoined "
@@ -162,15 +160,15 @@ def broker_table(rows: Iterable[BrokerRow], title: str, *, processes: bool = Fal
         master = next((r for r in members if r.broker_id == 0), None)
         slaves = [r for r in members if r.broker_id not in (0, None)]
         for row in members:
-            a = row.answer or {}
-            stats = a.get("stats") or {}
-            disk = a.get("disk") or {}
+            a = row.answer
+            stats = a.stats if a else {}
+            disk = a.disk if a else {}
             lag_s = _lag_seconds(row, master, slaves) if a else None
             cells: list[Any] = [
                 row.group, "-" if row.broker_id is None else str(row.broker_id), row.role, row.address,
-                str(a.get("epoch", "-")),
-                f"{a['max_phy_offset']:,}" if "max_phy_offset" in a else "-",
-                size(_lag_bytes(a)) if a else "-",
+                "-" if a is None or a.epoch is None else str(a.epoch),
+                f"{a.max_phy_offset:,}" if a else "-",
+                size(a.lag_bytes()) if a else "-",
                 "-" if lag_s is None else f"{lag_s:.1f}",
                 f"{disk['used_ratio']:.0%}" if "used_ratio" in disk else "-",
                 f"{stats['put_tps']:g}" if "put_tps" in stats else "-",

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import attrs
 import trio
 
 from node.client import (
@@ -21,12 +22,16 @@ from node.protocol import (
     GetByMsgId,
     GetStatus,
     MaxOffset,
+    MessageReply,
     MinOffset,
     OffsetByTime,
     Promote,
+    PromoteReply,
     QueryByKey,
     Status,
+    StatusReply,
     TopicCreate,
+    TopicReply,
     WireRequest,
 )
 from store.message import decode_msg_id
@@ -74,15 +79,14 @@ class Admin(_Client):
 
         async def one(i: int, info: BrokerInfo) -> None:
             try:
-                answer = await self.pool.request(info.address, GetStatus())
+                answer: StatusReply = await self.pool.call(info.address, GetStatus())
             except TidemqError as e:
                 out[i] = BrokerStatus(info.address, info.broker_name, info.broker_id, info.role,
                                       error=str(e), registration=info)
                 return
-            fields = {k: v for k, v in answer.items() if k not in ("id", "status")}
-            out[i] = BrokerStatus(info.address, fields.get("broker_name", info.broker_name),
-                                  fields.get("broker_id", info.broker_id), fields.get("role", info.role),
-                                  status=fields, registration=info)
+            out[i] = BrokerStatus(info.address, answer.broker_name or info.broker_name,
+                                  info.broker_id if answer.broker_id is None else answer.broker_id,
+                                  answer.role or info.role, status=answer, registration=info)
 
         async with trio.open_nursery() as nursery:
             for i, info in enumerate(infos):
@@ -118,9 +122,9 @@ class Admin(_Client):
             raise NotFound(Status.NOT_FOUND.value, "no master to create the topic on")
         out = []
         for master in masters:
-            answer = await self.pool.request(master.address, TopicCreate(
+            answer: TopicReply = await self.pool.call(master.address, TopicCreate(
                 topic=topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm))
-            t = answer["topic"]
+            t = answer.topic
             out.append(TopicInfo(t["topic"], master.broker_name, t["read_queue_nums"],
                                  t["write_queue_nums"], t["perm"]))
         self.invalidate(topic)
@@ -136,8 +140,8 @@ class Admin(_Client):
         request = QueryByKey(topic=topic, key=key, max_num=max_num, begin_ts=begin_ts,
                              end_ts=INT64_MAX if end_ts is None else end_ts)
         for group in route.groups:
-            response, _ = await self._read_group(group, request)
-            for raw in response.get("messages") or ():
+            response, _ = await self._read_group(group, request)  # a MessagesReply
+            for raw in response.messages:
                 msg = ReceivedMessage.from_wire(raw, group.broker_name)
                 found.setdefault(msg.msg_id, msg)
         messages = sorted(found.values(), key=lambda m: (m.store_timestamp, m.commitlog_offset), reverse=True)
@@ -164,7 +168,7 @@ class Admin(_Client):
         errors: list[TidemqError] = []
         for candidate in [address, *(b.address for b in others)]:
             try:
-                response = await self.pool.request(candidate, GetByMsgId(msg_id=msg_id))
+                response: MessageReply = await self.pool.call(candidate, GetByMsgId(msg_id=msg_id))
             except NotFound as e:
                 if candidate == address:
                     raise  # the broker that stored it no longer has it
@@ -173,13 +177,13 @@ class Admin(_Client):
             except (*UNREACHABLE, ServiceUnavailable) as e:
                 errors.append(e)
                 continue
-            return ReceivedMessage.from_wire(response["message"], names.get(candidate, home))
+            return ReceivedMessage.from_wire(response.message, names.get(candidate, home))
         not_found = [e for e in errors if isinstance(e, NotFound)]
         last = not_found[-1] if not_found else errors[-1]
         raise _with_message(last, f"message {msg_id} not found: "
                             + "; ".join(str(e) for e in errors))
 
-    async def _queue_read(self, queue: MessageQueue, request: type[WireRequest], **fields: Any) -> dict[str, Any]:
+    async def _queue_read(self, queue: MessageQueue, request: type[WireRequest], **fields: Any) -> Any:
         """`request` (a class taking topic and queue_id) for `queue`, on its group."""
         route = await self.route(queue.topic)
         group = route.group(queue.broker_name)
@@ -190,19 +194,19 @@ class Admin(_Client):
 
     async def offset_by_time(self, queue: MessageQueue, timestamp_ms: int) -> int:
         """The first logical offset stored at or after `timestamp_ms`."""
-        return int((await self._queue_read(queue, OffsetByTime, timestamp=timestamp_ms))["offset"])
+        return int((await self._queue_read(queue, OffsetByTime, timestamp=timestamp_ms)).offset)
 
     async def min_offset(self, queue: MessageQueue) -> int:
-        return int((await self._queue_read(queue, MinOffset))["offset"])
+        return int((await self._queue_read(queue, MinOffset)).offset)
 
     async def max_offset(self, queue: MessageQueue) -> int:
-        return int((await self._queue_read(queue, MaxOffset))["offset"])
+        return int((await self._queue_read(queue, MaxOffset)).offset)
 
     async def consumer_offset(self, queue: MessageQueue, group: str) -> int | None:
         """The offset `group` committed for `queue` (its master's, else a slave's copy), or
         None when it never committed there."""
         try:
-            return int((await self._queue_read(queue, FetchOffset, group=group))["offset"])
+            return int((await self._queue_read(queue, FetchOffset, group=group)).offset)
         except NotFound:
             return None
 
@@ -224,24 +228,24 @@ class Admin(_Client):
         if role is None:
             master = next((b for b in infos if b.broker_name == broker_name and b.is_master), None)
             role = master.role if master is not None and master.role != "SLAVE" else None
-        answer = await self.pool.request(target.address, Promote(role=role), timeout=timeout)
-        epoch = answer["epoch"]
-        status: dict[str, Any] = {}
+        answer: PromoteReply = await self.pool.call(target.address, Promote(role=role), timeout=timeout)
+        epoch = answer.epoch
+        status = StatusReply()
         with trio.move_on_after(timeout):
             while True:
                 try:
-                    status = await self.pool.request(target.address, GetStatus())
+                    status = await self.pool.call(target.address, GetStatus())
                 except TidemqError:
-                    status = {}
-                if status.get("broker_id") == 0 and status.get("epoch") == epoch:
+                    status = StatusReply()
+                if status.broker_id == 0 and status.epoch == epoch:
                     break
                 await trio.sleep(0.1)
-        if status.get("epoch") != epoch:
+        if status.epoch != epoch:
             raise ServiceUnavailable(Status.SERVICE_NOT_AVAILABLE.value,
                                      f"{target.address} accepted the promotion to epoch {epoch} but does not "
                                      f"serve as master {timeout:.0f} s later")
-        entries = status.get("epochs") or []
-        return {**{k: v for k, v in answer.items() if k not in ("id", "status")},
+        entries = status.epochs
+        return {**attrs.asdict(answer),
                 "broker_name": broker_name, "address": target.address,
                 "start_offset": entries[-1][1] if entries else None}
 
@@ -254,4 +258,4 @@ class Admin(_Client):
             if master is None:
                 raise NotFound(Status.NOT_FOUND.value, f"no master of {broker!r} is known")
             address = master.address
-        return int((await self.pool.request(address, DeleteExpiredFiles()))["deleted_files"])
+        return int((await self.pool.call(address, DeleteExpiredFiles())).deleted_files)

@@ -19,7 +19,7 @@ from node.client import (
     TidemqError,
     exit_nursery,
 )
-from node.protocol import BatchMessage, Status, WireRequest
+from node.protocol import BatchMessage, Status, StatusReply, WireRequest
 
 from .routing import (
     UNREACHABLE,
@@ -167,13 +167,13 @@ class TopicInfo:
 
 @attrs.frozen
 class BrokerStatus:
-    """A broker's answer to `status` (`status`, the node's fields) or why it gave none."""
+    """A broker's answer to `status` or why it gave none."""
 
     address: str
     broker_name: str | None
     broker_id: int | None
     role: str | None
-    status: Mapping[str, Any] | None = None
+    status: StatusReply | None = None
     error: str | None = None
     registration: BrokerInfo | None = None
 
@@ -188,7 +188,7 @@ class BrokerStatus:
             "broker_id": self.broker_id,
             "role": self.role,
             "reachable": self.reachable,
-            "status": dict(self.status) if self.status is not None else None,
+            "status": attrs.asdict(self.status) if self.status is not None else None,
             "error": self.error,
             "registration": (
                 {k: v for k, v in self.registration.to_json().items() if k != "topics"}
@@ -317,13 +317,13 @@ class _Client:
         return await self.discovery.cluster_info()
 
     async def _read_group(self, group: GroupRoute, request: WireRequest, /, *,
-                          timeout: float | None = None) -> tuple[dict[str, Any], str]:
+                          timeout: float | None = None) -> tuple[Any, str]:
         """A read on the group's master, else on its slaves (reads work on both)."""
         candidates = [b.address for b in ([group.master] if group.master else []) + list(group.slaves)]
         errors: list[TidemqError] = []
         for address in candidates:
             try:
-                return await self.pool.request(address, request, timeout=timeout), address
+                return await self.pool.call(address, request, timeout=timeout), address
             except (*UNREACHABLE, ServiceUnavailable) as e:
                 errors.append(e)
         if not errors:

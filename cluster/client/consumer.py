@@ -165,12 +165,12 @@ class PullConsumer(_Client):
                                     tag_filter=self.tag_filter, timeout_ms=timeout_ms, group=self.group),
             timeout=timeout_ms / 1000 + self.request_timeout,
         )
-        status = Status(response["status"])
-        messages = [ReceivedMessage.from_wire(m, queue.broker_name) for m in response.get("messages") or ()]
-        following = self._advance(queue, begin, status, response.get("next_begin_offset", begin), from_slave)
+        status = response.status
+        messages = [ReceivedMessage.from_wire(m, queue.broker_name) for m in response.messages]
+        following = self._advance(queue, begin, status, response.next_begin_offset, from_slave)
         self._positions[queue] = following
-        return PullResult(status, messages, following, response.get("min_offset", 0),
-                          response.get("max_offset", 0), address, from_slave)
+        return PullResult(status, messages, following, response.min_offset, response.max_offset, address,
+                          from_slave)
 
     @staticmethod
     def _advance(queue: MessageQueue, begin: int, status: Status, reported: int, from_slave: bool) -> int:
@@ -246,7 +246,7 @@ class PullConsumer(_Client):
                     log.debug("long poll on %s failed: %s", queue, e)
                     await trio.sleep(min(timeout_ms / 1000, 1.0))  # do not spin on a dead group
                     return
-                if response.get("messages") or response.get("next_begin_offset", begin) > begin:
+                if response.messages or response.next_begin_offset > begin:
                     nursery.cancel_scope.cancel()
 
             for queue in queues:
@@ -307,15 +307,15 @@ class PullConsumer(_Client):
                 queue.broker_name, FetchOffset(group=self.group, topic=queue.topic, queue_id=queue.queue_id))
         except NotFound:
             return None
-        return int(response["offset"])
+        return int(response.offset)
 
     async def min_offset(self, queue: MessageQueue) -> int:
         response, _, _ = await self._read(queue.broker_name, MinOffset(topic=queue.topic, queue_id=queue.queue_id))
-        return int(response["offset"])
+        return int(response.offset)
 
     async def max_offset(self, queue: MessageQueue) -> int:
         response, _, _ = await self._read(queue.broker_name, MaxOffset(topic=queue.topic, queue_id=queue.queue_id))
-        return int(response["offset"])
+        return int(response.offset)
 
     # ---- master / slave selection -------------------------------------------------------
 
@@ -363,9 +363,9 @@ class PullConsumer(_Client):
         return CommitOffset(group=self.group, topic=queue.topic, queue_id=queue.queue_id, offset=offset)
 
     async def _read(self, broker_name: str, request: WireRequest, *,
-                    timeout: float | None = None) -> tuple[dict[str, Any], str, bool]:
+                    timeout: float | None = None) -> tuple[Any, str, bool]:
         """`request` on the group's master when it is (or may again be) reachable, else on a
-        slave; returns (response, address, answered_by_slave)."""
+        slave; returns (its reply, address, answered_by_slave)."""
         state = await self._state(broker_name)
         if state.on_slave and trio.current_time() >= state.retry_at:
             self._learn_quietly(await self._route_or_none())
@@ -377,7 +377,7 @@ class PullConsumer(_Client):
         for address in order:
             assert address is not None
             try:
-                response = await self.pool.request(address, request, timeout=timeout)
+                response = await self.pool.call(address, request, timeout=timeout)
             except (*UNREACHABLE, ServiceUnavailable) as e:
                 errors.append(e)
                 if address == state.master:

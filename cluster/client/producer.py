@@ -19,8 +19,9 @@ from node.client import (
     PutFailed,
     ServiceUnavailable,
     TidemqError,
+    read_reply,
 )
-from node.protocol import BatchMessage, Send, SendBatch, Status
+from node.protocol import BatchMessage, Send, SendBatch, SendBatchReply, SendReply, Status
 
 from .base import (
     FAULT_BACKOFF_S,
@@ -182,7 +183,7 @@ class Producer(_Client):
             for i, answer in enumerate(answers):
                 if not isinstance(answer, TidemqError):
                     self._down_until.pop(targets[i].address, None)
-                    results.append(self._result(True, answer, targets[i]))
+                    results.append(self._result(read_reply(SendBatch, answer, targets[i].address), targets[i]))
                 elif _retried(answer) and self.retries:
                     log.info("send_many to %s on %s failed: %s; retrying the batch", topic, targets[i].address,
                              answer)
@@ -223,7 +224,7 @@ class Producer(_Client):
             target = await self._select(topic, queue_id, broker_name, failed_groups)
             request.queue_id = target.queue_id
             try:
-                response = await self.pool.request(target.address, request, timeout=self.send_timeout)
+                response = await self.pool.call(target.address, request, timeout=self.send_timeout)
             except (ConnectionLost, OutcomeUnknown, ServiceUnavailable, PutFailed) as e:
                 if not _retried(e):
                     raise
@@ -240,7 +241,7 @@ class Producer(_Client):
                 self._creating.pop(topic, None)
                 raise
             self._down_until.pop(target.address, None)
-            return self._result(isinstance(request, SendBatch), response, target)
+            return self._result(response, target)
         assert errors
         unknown = [e for e in errors if isinstance(e, OutcomeUnknown)]
         if unknown:  # an attempt may have stored it: never report that as failed
@@ -249,15 +250,15 @@ class Producer(_Client):
         raise _with_message(errors[-1], f"{op} to topic {topic!r} failed after {len(errors)} attempt(s): "
                             + "; ".join(str(e) for e in errors))
 
-    def _result(self, batch: bool, response: Mapping[str, Any], target: _Target) -> SendResult:
-        ids = tuple(response["msg_ids"]) if batch else (response["msg_id"],)
+    def _result(self, response: SendReply | SendBatchReply, target: _Target) -> SendResult:
+        ids = tuple(response.msg_ids) if isinstance(response, SendBatchReply) else (response.msg_id,)
         return SendResult(
-            status=Status(response["status"]),
+            status=response.status,
             msg_id=ids[0],
             broker_name=target.broker_name or "",
-            queue_id=response["queue_id"],
-            queue_offset=response["queue_offset"],
-            commitlog_offset=response["commitlog_offset"],
+            queue_id=response.queue_id,
+            queue_offset=response.queue_offset,
+            commitlog_offset=response.commitlog_offset,
             msg_ids=ids,
             address=target.address,
         )

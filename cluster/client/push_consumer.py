@@ -35,7 +35,7 @@ import attrs
 import trio
 
 from node.client import ServiceUnavailable, TidemqError, exit_nursery
-from node.protocol import ConsumerSendBack
+from node.protocol import ConsumerSendBack, SendBackReply
 
 from .base import ROUTE_TTL_S, ReceivedMessage
 from .consumer import PullConsumer
@@ -299,7 +299,7 @@ class Consumer:
             master = await consumer.master_address(msg.broker_name)
             if master is None:
                 return False
-            response = await consumer.pool.request(master, ConsumerSendBack(
+            response: SendBackReply = await consumer.pool.call(master, ConsumerSendBack(
                 group=self.group, commitlog_offset=msg.commitlog_offset,
                 max_reconsume_times=self.max_reconsume_times,
                 origin_msg_id=msg.properties.get("ORIGIN_MESSAGE_ID") or msg.properties.get("UNIQ_KEY")
@@ -311,10 +311,10 @@ class Consumer:
         except TidemqError as e:
             log.warning("send-back of %s failed: %s; retrying it here", msg.msg_id, e)
             return False
-        if str(response.get("topic", "")).startswith("%DLQ%"):
+        if (response.topic or "").startswith("%DLQ%"):
             self.stats.dead += 1
             log.warning("%s gave up after %d retries: moved to %s", msg.msg_id, msg.reconsume_times,
-                        response["topic"])
+                        response.topic)
         else:
             self.stats.retried += 1
         return True

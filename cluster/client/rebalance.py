@@ -39,6 +39,8 @@ from node.protocol import (
     ConsumerUnlock,
     ConsumerUnregister,
     ConsumerWatch,
+    LockReply,
+    MembersReply,
 )
 
 from .consumer import PullConsumer
@@ -163,7 +165,7 @@ class RebalanceService:
         version, failures = -1, 0
         while not self._closed:
             try:
-                answer = await pool.request(address, ConsumerWatch(group=self.group, since=version, timeout_ms=WATCH_MS),
+                answer: MembersReply = await pool.call(address, ConsumerWatch(group=self.group, since=version, timeout_ms=WATCH_MS),
                                             timeout=timeout)
             except BadRequest:  # a node without the op: the intervals alone
                 log.info("group %s: %s cannot notify changes; rebalancing on the intervals", self.group, address)
@@ -177,8 +179,8 @@ class RebalanceService:
                     await trio.sleep(WATCH_RETRY_S)
                 continue
             failures = 0
-            changed = version != -1 and answer["version"] != version
-            version = answer["version"]
+            changed = version != -1 and answer.version != version
+            version = answer.version
             if changed and not self._closed:
                 await self.heartbeat()  # the members as every master sees them now
                 self.trigger()
@@ -204,13 +206,13 @@ class RebalanceService:
 
         async def one(address: str) -> None:
             try:
-                response = await pool.request(address, ConsumerHeartbeat(
+                response: MembersReply = await pool.call(address, ConsumerHeartbeat(
                     group=self.group, client_id=self.client_id, topics=topics,
                     heartbeat_interval_ms=int(self.heartbeat_interval_s * 1000)))
             except (*UNREACHABLE, ServiceUnavailable) as e:
                 log.debug("heartbeat to %s failed: %s", address, e)
                 return
-            answers.append(list(response["members"]))
+            answers.append(list(response.members))
 
         async with trio.open_nursery() as nursery:
             for address in await self._master_addresses():
@@ -274,7 +276,7 @@ class RebalanceService:
                 master = await consumer.master_address(broker_name)
                 if master is None:
                     raise ConnectionLost(f"no master of {broker_name} is known")
-                response = await consumer.pool.request(master, op(
+                reply = await consumer.pool.call(master, op(
                     group=self.group, client_id=self.client_id, topic=consumer.topic,
                     queue_ids=[q.queue_id for q in mine]))
             except (*UNREACHABLE, ServiceUnavailable) as e:
@@ -282,7 +284,7 @@ class RebalanceService:
                          self.group, op.OP, broker_name, e)
                 granted.update(mine)
                 continue
-            locked = set(response.get("locked", [q.queue_id for q in mine]))
+            locked = set(reply.locked) if isinstance(reply, LockReply) else {q.queue_id for q in mine}
             granted.update(q for q in mine if q.queue_id in locked)
         return granted
 

@@ -23,8 +23,8 @@ from node.client import (
     RequestTimeout,
     TidemqError,
 )
-from node.protocol import GetStatus, TopicList, WireRequest
-from node.protocol.namesrv import ClusterInfo, GetRoute
+from node.protocol import GetStatus, StatusReply, TopicList, TopicListReply, WireRequest
+from node.protocol.namesrv import ClusterInfo, ClusterInfoReply, GetRoute, RouteReply
 from store.address import AddressError, parse_address_list
 
 log = logging.getLogger("tidemq.client")
@@ -297,14 +297,16 @@ class NameServerDiscovery(Discovery):
         self._current = 0
         self.description = f"name server {';'.join(self.addresses)}"
 
-    async def request(self, request: WireRequest) -> dict[str, Any]:
+    async def call(self, request: WireRequest) -> Any:
+        """`request` on the first name server that answers (the last one that did first);
+        its reply."""
         errors = []
         n = len(self.addresses)
         for i in range(n):
             index = (self._current + i) % n
             address = self.addresses[index]
             try:
-                response = await self.pool.request(address, request)
+                response = await self.pool.call(address, request)
             except UNREACHABLE as e:
                 errors.append(str(e))
                 continue
@@ -313,12 +315,12 @@ class NameServerDiscovery(Discovery):
         raise ConnectionLost(f"no name server reachable ({'; '.join(errors)})")
 
     async def route(self, topic: str) -> TopicRoute:
-        response = await self.request(GetRoute(topic=topic))
-        return TopicRoute.from_wire(topic, response.get("groups") or [])
+        response: RouteReply = await self.call(GetRoute(topic=topic))
+        return TopicRoute.from_wire(topic, response.groups)
 
     async def cluster_info(self) -> list[BrokerInfo]:
-        response = await self.request(ClusterInfo())
-        return [BrokerInfo.from_wire(b) for b in response.get("brokers") or []]
+        response: ClusterInfoReply = await self.call(ClusterInfo())
+        return [BrokerInfo.from_wire(b) for b in response.brokers]
 
 
 class StaticDiscovery(Discovery):
@@ -336,20 +338,20 @@ class StaticDiscovery(Discovery):
 
     async def _probe(self, address: str, out: dict[str, BrokerInfo | TidemqError]) -> None:
         try:
-            status = await self.pool.request(address, GetStatus())
-            topics = await self.pool.request(address, TopicList())
+            status: StatusReply = await self.pool.call(address, GetStatus())
+            topics: TopicListReply = await self.pool.call(address, TopicList())
         except TidemqError as e:
             out[address] = e
             return
         out[address] = BrokerInfo(
-            cluster=str(status.get("broker_cluster_name", "")),
-            broker_name=str(status["broker_name"]),
-            broker_id=int(status["broker_id"]),
-            role=str(status["role"]),
+            cluster=status.broker_cluster_name or "",
+            broker_name=str(status.broker_name),
+            broker_id=int(status.broker_id or 0),
+            role=str(status.role),
             address=address,
-            ha_address=status.get("ha_address"),
-            max_offset=int(status.get("max_phy_offset", 0)),
-            topics={t["topic"]: QueueData.from_wire(t) for t in topics.get("topics") or []},
+            ha_address=status.ha_address,
+            max_offset=status.max_phy_offset,
+            topics={t["topic"]: QueueData.from_wire(t) for t in topics.topics},
         )
 
     async def cluster_info(self) -> list[BrokerInfo]:

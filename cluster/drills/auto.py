@@ -19,12 +19,11 @@
 from __future__ import annotations
 
 import random
-from typing import Any
 
 import trio
 
 from node.client import TidemqError, connect
-from node.protocol import Send
+from node.protocol import Send, StatusReply
 
 from ..launch import launcher_etcd
 from .framework import REPO, TOPIC, DrillRun, drill
@@ -39,29 +38,29 @@ ETCD_DOWN_S = 8.0
 """How long the etcd-down drill keeps etcd stopped: past the lease deadline (LEASE_S) twice."""
 
 
-async def _elected(run: DrillRun, address: str) -> dict[str, Any] | None:
-    found: dict[str, Any] = {}
+async def _elected(run: DrillRun, address: str) -> StatusReply | None:
+    found: list[StatusReply] = []
 
     async def leading() -> bool:
         s = await _status(address)
-        if s["broker_id"] == 0 and (s.get("controller") or {}).get("leading"):
-            found.update(s)
+        if s.broker_id == 0 and (s.controller or {}).get("leading"):
+            found.append(s)
             return True
         return False
 
     t0 = run.now()
     if not await run.wait_until(leading, LEASE_S + ELECTED_WITHIN_S, f"{address} elected master of broker-a"):
         return None
-    run.event(f"{address} elected with epoch {found['epoch']} {run.now() - t0:.1f} s after the fault")
-    return found
+    run.event(f"{address} elected with epoch {found[-1].epoch} {run.now() - t0:.1f} s after the fault")
+    return found[-1]
 
 
 async def _probe_write(address: str) -> tuple[bool, str]:
     """(refused with SERVICE_NOT_AVAILABLE, what it answered)."""
     try:
         async with connect(address, connect_timeout=2.0, request_timeout=10.0) as conn:
-            answer = await conn.request(Send(topic=TOPIC, body=b"probe"))
-        return False, f"answered {answer.get('status')}"
+            answer = await conn.call(Send(topic=TOPIC, body=b"probe"))
+        return False, f"answered {answer.status.value}"
     except TidemqError as e:
         return e.status == "SERVICE_NOT_AVAILABLE", e.message
 
@@ -71,11 +70,11 @@ async def _fail_over(run: DrillRun, sig: str) -> None:
     old, new = run.address("broker-a"), run.address("broker-a-s")
 
     async def slave_in_sync() -> bool:
-        sync = (await _status(old))["controller"]["sync_state_set"] or {}
+        sync = ((await _status(old)).controller or {}).get("sync_state_set") or {}
         return new in (sync.get("in_sync") or [])
     run.promise("broker-a's slave joins the in-sync set under load",
                 await run.wait_until(slave_in_sync, 30, "broker-a's slave in the in-sync set"))
-    epoch = (await _status(old))["epoch"]
+    epoch = (await _status(old)).epoch
     run.fault(f"SIG{sig} broker-a (master)")
     await run.kill("broker-a", sig)
     try:
@@ -84,22 +83,22 @@ async def _fail_over(run: DrillRun, sig: str) -> None:
         if sig == "STOP":
             await run.kill("broker-a", "CONT")
     run.promise(f"etcd elects broker-a's slave within the lease + {ELECTED_WITHIN_S:g} s with a newer epoch",
-                elected is not None and elected["epoch"] > epoch)
+                elected is not None and (elected.epoch or 0) > epoch)
     if elected is None:
         return
     if sig == "STOP":
         refused, why = await _probe_write(old)
         run.event(f"a write to the resumed old master: {why}")
         run.promise("the resumed old master acknowledges nothing (its lease ran out)", refused)
-    start = elected["epochs"][-1][1]
+    start = elected.epochs[-1][1]
     run.promise("producers write to broker-a again (its elected master)", await _writes_reach(run, new, start))
     await _consumed_again(run)
     if sig == "KILL":
         await run.start("broker-a")
     rejoined = await _rejoined(run, old)
     run.promise("the old master rejoins as a slave", rejoined is not None)
-    if rejoined is not None and rejoined.get("last_truncation"):
-        run.event(f"the old master truncated: {rejoined['last_truncation']}")
+    if rejoined is not None and rejoined.last_truncation:
+        run.event(f"the old master truncated: {rejoined.last_truncation}")
 
 
 @drill("auto-kill-master", "etcd mode: SIGKILL broker-a's master; its slave is elected; the old master rejoins",
@@ -125,13 +124,13 @@ async def auto_soak(run: DrillRun) -> None:
         old, new = run.address(leader), run.address(follower)
 
         async def in_sync(old: str = old, new: str = new) -> bool:
-            sync = (await _status(old))["controller"]["sync_state_set"] or {}
+            sync = ((await _status(old)).controller or {}).get("sync_state_set") or {}
             return new in (sync.get("in_sync") or [])
         if not run.promise(f"round {i}: {follower} in the in-sync set",
                            await run.wait_until(in_sync, 30, f"round {i}: {follower} in the in-sync set")):
             return
         await trio.sleep(rng.uniform(0.2, 1.0))  # writes land between faults
-        epoch = (await _status(old))["epoch"]
+        epoch = (await _status(old)).epoch
         sig = rng.choice(["KILL", "STOP"])
         run.fault(f"round {i}: SIG{sig} {leader} (master)")
         await run.kill(leader, sig)
@@ -141,7 +140,7 @@ async def auto_soak(run: DrillRun) -> None:
             if sig == "STOP":
                 await run.kill(leader, "CONT")
         if not run.promise(f"round {i}: {follower} elected with a newer epoch",
-                           elected is not None and elected["epoch"] > epoch):
+                           elected is not None and (elected.epoch or 0) > epoch):
             return
         if sig == "KILL":
             await run.start(leader)
@@ -156,7 +155,7 @@ async def auto_soak(run: DrillRun) -> None:
 async def etcd_down(run: DrillRun) -> None:
     await trio.sleep(1.0)
     master, slave = run.address("broker-a"), run.address("broker-a-s")
-    endpoint = (await _status(master))["controller"]["endpoints"][0].split("://")[-1]
+    endpoint = ((await _status(master)).controller or {})["endpoints"][0].split("://")[-1]
     run.fault("etcd stopped")
     said = await trio.to_thread.run_sync(launcher_etcd.stop_etcd, run.base)
     run.event(said or "etcd was not running")
@@ -165,8 +164,8 @@ async def etcd_down(run: DrillRun) -> None:
     run.promise(f"broker-a's master still acknowledges writes {ETCD_DOWN_S:g} s into the outage "
                 f"(every in-sync slave acks them): {answer}", answer == "answered PUT_OK")
     st = await _status(master)
-    run.promise("its status says etcd is unreachable", (st.get("controller") or {}).get("etcd_reachable") is False)
-    run.promise("no slave takes over while etcd is down", (await _status(slave))["role"] == "SLAVE")
+    run.promise("its status says etcd is unreachable", (st.controller or {}).get("etcd_reachable") is False)
+    run.promise("no slave takes over while etcd is down", (await _status(slave)).role == "SLAVE")
     run.event(await trio.to_thread.run_sync(launcher_etcd.start_etcd, run.base, endpoint))
     back = run.now()
 

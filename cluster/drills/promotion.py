@@ -20,7 +20,7 @@ from typing import Any
 import trio
 
 from node.client import TidemqError, connect
-from node.protocol import GetStatus, Send
+from node.protocol import GetStatus, Send, StatusReply
 
 from ..client.admin import Admin
 from .framework import TOPIC, DrillRun, drill
@@ -32,9 +32,9 @@ PRODUCERS_RECOVER_S = 15.0
 CONSUMPTION_RECOVER_S = 30.0
 
 
-async def _status(address: str) -> dict[str, Any]:
+async def _status(address: str) -> StatusReply:
     async with connect(address, connect_timeout=2.0, request_timeout=5.0) as conn:
-        return await conn.request(GetStatus())
+        return await conn.call(GetStatus())
 
 
 async def _promote(run: DrillRun) -> dict[str, Any] | None:
@@ -52,24 +52,24 @@ async def _promote(run: DrillRun) -> dict[str, Any] | None:
 async def _writes_reach(run: DrillRun, address: str, start_offset: int) -> bool:
     """The producers store on the new master (its log grows past the epoch's start)."""
     async def grew() -> bool:
-        return (await _status(address))["max_phy_offset"] > start_offset
+        return (await _status(address)).max_phy_offset > start_offset
     return await run.wait_until(grew, PRODUCERS_RECOVER_S, f"producers write to broker-a's new master {address}")
 
 
-async def _rejoined(run: DrillRun, address: str) -> dict[str, Any] | None:
+async def _rejoined(run: DrillRun, address: str) -> StatusReply | None:
     """Wait until the old master serves as a slave of the new one and has caught up."""
-    found: dict[str, Any] = {}
+    found: list[StatusReply] = []
 
     async def slave() -> bool:
         s = await _status(address)
-        if s["role"] == "SLAVE" and s["ha"].get("connected"):
-            found.update(s)
+        if s.role == "SLAVE" and s.ha.get("connected"):
+            found.append(s)
             return True
         return False
 
     if not await run.wait_until(slave, REJOIN_TIMEOUT_S, f"the old master {address} rejoined as a slave"):
         return None
-    return found
+    return found[-1]
 
 
 async def _consumed_again(run: DrillRun) -> None:
@@ -83,8 +83,8 @@ async def _consumed_again(run: DrillRun) -> None:
     run.promise(f"every queue is consumed again within {CONSUMPTION_RECOVER_S:g} s", again)
 
 
-def _check_truncation(run: DrillRun, rejoined: dict[str, Any], old_address: str) -> None:
-    report = rejoined.get("last_truncation")
+def _check_truncation(run: DrillRun, rejoined: StatusReply, old_address: str) -> None:
+    report = rejoined.last_truncation
     if report is None:
         run.event("the old master had nothing to truncate")
         return
@@ -116,7 +116,7 @@ async def promote(run: DrillRun) -> None:
     rejoined = await _rejoined(run, old)
     run.promise("the old master rejoins as a slave", rejoined is not None)
     if rejoined is not None:
-        run.promise("the old master follows the new epoch", rejoined["epoch"] == result["epoch"])
+        run.promise("the old master follows the new epoch", rejoined.epoch == result["epoch"])
         _check_truncation(run, rejoined, old)
 
 
@@ -129,7 +129,7 @@ async def partition(run: DrillRun) -> None:
     await run.kill("broker-a", "STOP")
     try:
         async def dropped() -> bool:
-            return not (await _status(new))["ha"].get("connected")
+            return not (await _status(new)).ha.get("connected")
         run.promise("the slave drops the silent master (haHousekeepingInterval)",
                     await run.wait_until(dropped, 60, "broker-a's slave dropped its paused master"))
         result = await _promote(run)
@@ -140,8 +140,8 @@ async def partition(run: DrillRun) -> None:
         return
     try:
         async with connect(old, connect_timeout=2.0, request_timeout=10.0) as conn:
-            answer = await conn.request(Send(topic=TOPIC, body=b"probe after the promotion"))
-        refused, why = False, f"answered {answer.get('status')}"
+            answer = await conn.call(Send(topic=TOPIC, body=b"probe after the promotion"))
+        refused, why = False, f"answered {answer.status.value}"
     except TidemqError as e:
         refused, why = e.status == "SERVICE_NOT_AVAILABLE" and f"epoch {result['epoch']}" in e.message, e.message
     run.event(f"a write to the old master after SIGCONT: {why}")

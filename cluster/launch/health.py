@@ -15,8 +15,9 @@ from typing import Any
 import attrs
 import trio
 
-from node.client import TidemqError, connect
-from node.protocol import GetStatus
+from node.client import TidemqError, connect, read_reply
+from node.protocol import GetStatus, StatusReply
+from node.protocol.namesrv import NamesrvStatus, NamesrvStatusReply
 
 from . import processes
 from .state import require_state
@@ -33,7 +34,7 @@ class NodeStatus:
     pid: int | None
     state: str  # "running", "stopped" (SIGSTOP), "dead" (crashed/killed), "down", "never started"
     address: str
-    answer: dict[str, Any] | None = None  # the node's `status` op response
+    answer: StatusReply | NamesrvStatusReply | None = None  # its `status` answer
     error: str | None = None
     config_role: str = ""
 
@@ -47,15 +48,17 @@ class NodeStatus:
 
 async def query_status(
     addresses: list[str], *, timeout_s: float = 3.0
-) -> list[tuple[dict[str, Any] | None, str | None]]:
-    """Ask every address for `status` concurrently: (answer, None) or (None, error)."""
-    out: list[tuple[dict[str, Any] | None, str | None]] = [(None, None)] * len(addresses)
+) -> list[tuple[StatusReply | NamesrvStatusReply | None, str | None]]:
+    """Ask every address (a node or a name server) for `status` concurrently: (answer,
+    None) or (None, error)."""
+    out: list[tuple[StatusReply | NamesrvStatusReply | None, str | None]] = [(None, None)] * len(addresses)
 
     async def one(i: int, address: str) -> None:
         try:
             async with connect(address, connect_timeout=timeout_s, request_timeout=timeout_s) as conn:
                 answer = await conn.request(GetStatus())
-            out[i] = ({k: v for k, v in answer.items() if k not in ("id", "status")}, None)
+            reply = NamesrvStatus if answer.get("role") == "NAMESRV" else GetStatus
+            out[i] = (read_reply(reply(), answer, address), None)
         except TidemqError as e:
             out[i] = (None, str(e))
 
@@ -77,8 +80,8 @@ async def cluster_status(
         answers = await query_status([row.address for row in targets], timeout_s=timeout_s)
         for row, (answer, error) in zip(targets, answers, strict=True):
             row.answer, row.error = answer, error
-            if answer and isinstance(answer.get("role"), str):
-                row.role = answer["role"]  # as served: a promotion or a rejoin changed it
+            if answer is not None and answer.role:
+                row.role = answer.role  # as served: a promotion or a rejoin changed it
     for row in rows:
         if row.state == "stopped":
             row.error = "process is stopped (SIGSTOP); `tidemq cluster kill NODE --signal CONT` resumes it"
@@ -89,7 +92,7 @@ def served(address: str, fallback: str, *, timeout_s: float = 2.0) -> str:
     """`ROLE id N epoch E` as the node at `address` serves now, else `fallback` (the config
     file's role): what `cluster up` and `cluster start` print. Runs its own trio loop."""
     [(answer, _)] = trio.run(partial(query_status, [address], timeout_s=timeout_s))
-    if not answer or not isinstance(answer.get("role"), str):
+    if not isinstance(answer, StatusReply) or not answer.role:
         return fallback
-    epoch = answer.get("epoch")
-    return f"{answer['role']} id {answer.get('broker_id')}" + (f" epoch {epoch}" if type(epoch) is int and epoch >= 0 else "")
+    epoch = answer.epoch
+    return f"{answer.role} id {answer.broker_id}" + (f" epoch {epoch}" if epoch is not None and epoch >= 0 else "")

@@ -28,9 +28,15 @@ from node.protocol import (
     Request,
     Status,
     error_response,
-    ok_response,
 )
-from node.protocol.namesrv import NAMESRV_REQUESTS, RegisterReply
+from node.protocol.namesrv import (
+    NAMESRV_REQUESTS,
+    ClusterInfoReply,
+    NamesrvStatusReply,
+    RegisterReply,
+    RouteReply,
+    UnregisterReply,
+)
 from node.server import ClientServer
 from store.address import format_host_port
 
@@ -123,21 +129,16 @@ class NameServer:
                 broker_expire_ms=self.cfg.broker_expire_ms,
             ).to_wire(request.id)
         if request.op == "unregister_broker":
-            return ok_response(request.id, removed=table.unregister(f.broker_name, f.broker_id, f.address))
+            return UnregisterReply(removed=table.unregister(f.broker_name, f.broker_id, f.address)).to_wire(request.id)
         if request.op == "get_route":
             groups = table.route(f.topic)
             if not groups:
                 return error_response(request.id, Status.NOT_FOUND, f"no broker serves topic {f.topic!r}")
-            return ok_response(request.id, topic=f.topic, groups=groups)
+            return RouteReply(topic=f.topic, groups=groups).to_wire(request.id)
         if request.op == "get_cluster_info":
-            return ok_response(request.id, brokers=table.cluster_info(), broker_expire_ms=self.cfg.broker_expire_ms)
+            return ClusterInfoReply(brokers=table.cluster_info(), broker_expire_ms=self.cfg.broker_expire_ms).to_wire(request.id)
         if request.op == "status":
-            return ok_response(
-                request.id,
-                role="NAMESRV",
-                address=self.address,
-                brokers=len(table),
-                broker_expire_ms=self.cfg.broker_expire_ms,
-                started_ms=self.started_ms,
-            )
+            return NamesrvStatusReply(role="NAMESRV", address=self.address, brokers=len(table),
+                                      broker_expire_ms=self.cfg.broker_expire_ms,
+                                      started_ms=self.started_ms).to_wire(request.id)
         raise AssertionError(f"op {request.op!r} has a schema but no handler")

@@ -8,13 +8,14 @@ by feeding answers (tests/node/test_failover_epochs.py), as fencing.py's are.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
-from typing import Any
+from collections.abc import Collection, Iterable
 
 import attrs
 
 from store.config import BrokerRole
 from store.epoch_file import EpochEntry, EpochFileCache
+
+from ..protocol.replies import EpochReply
 
 __all__ = ["Admit", "Cut", "EpochView", "Refuse", "admission", "newer_master"]
 
@@ -65,31 +66,31 @@ class Cut:
     reason: str
 
 
-def admission(answer: Mapping[str, Any] | None, *, address: str | None, own: EpochFileCache,
+def admission(answer: EpochReply | None, *, address: str | None, own: EpochFileCache,
               newest_seen: int, max_offset: int, segment_size: int) -> Admit | Refuse | Cut:
     """May this slave replicate from the master whose `epoch` answer is `answer` (None: it
     did not answer)? RocketMQ's findConsistentPoint decides where a divergent log is cut.
     Reads `own` (the slave's history), never changes it."""
-    theirs_size = answer.get("mapped_file_size_commit_log") if answer else None
-    if type(theirs_size) is int and theirs_size != segment_size:
+    theirs_size = answer.mapped_file_size_commit_log if answer else None
+    if theirs_size is not None and theirs_size != segment_size:
         return Refuse(f"master {address} has mappedFileSizeCommitLog={theirs_size} and this slave "
                       f"{segment_size}: replicating would corrupt this store; give both the same value",
                       geometry=True)
-    epoch = answer.get("epoch") if answer else None
-    if type(epoch) is not int or epoch < 0:
+    epoch = answer.epoch if answer else None
+    if epoch is None or epoch < 0:
         if newest_seen < 0:
             return Admit(None)  # no epochs in play: a RocketMQ 4.x master replicates as before
         return Refuse(f"its epoch is unknown (client address {address}) and this node has seen "
                       f"epoch {newest_seen}")
     assert answer is not None
-    if answer.get("fenced") or answer.get("role") == BrokerRole.SLAVE.value:
-        return Refuse(f"it is not serving as master ({answer.get('fenced') or 'SLAVE'})", follow_namesrv=True)
+    if answer.fenced or answer.role == BrokerRole.SLAVE.value:
+        return Refuse(f"it is not serving as master ({answer.fenced or 'SLAVE'})", follow_namesrv=True)
     if epoch < newest_seen:
         return Refuse(f"its epoch {epoch} is older than the newest seen, {newest_seen}", follow_namesrv=True)
-    entries = tuple(EpochEntry(e, s) for e, s in answer.get("entries", []))
+    entries = tuple(EpochEntry(e, s) for e, s in answer.entries)
     if len(own):
         theirs = EpochFileCache(None, entries)
-        theirs.set_last_end_offset(int(answer.get("max_offset", 0)))
+        theirs.set_last_end_offset(answer.max_offset)
         mine = EpochFileCache(None, own.entries)
         mine.set_last_end_offset(max_offset)
         cut = max(mine.find_consistent_point(theirs), 0)

@@ -61,8 +61,8 @@ from ..client import TidemqError, connect
 from ..config import BrokerConfig, ConfigError
 from ..jsonfile import ConfigFileError, write_json_atomic
 from ..ops import NodeServices, OpError
-from ..protocol import Epoch, Status, WireRequest
-from ..protocol.namesrv import ClusterInfo, RegisterReply
+from ..protocol import Epoch, EpochReply, Status, WireRequest
+from ..protocol.namesrv import ClusterInfo, ClusterInfoReply, RegisterReply
 from ..slave_sync import SlaveSync
 from .epochs import Cut, EpochView, Refuse, admission, newer_master
 from .fencing import STALL_S, CheckOutcome, Fencing
@@ -416,9 +416,9 @@ class Failover:
 
         async def ask_namesrv(address: str) -> None:
             nonlocal answered
-            answer = await _ask(address, ClusterInfo())
+            answer: ClusterInfoReply | None = await _ask(address, ClusterInfo())
             answered += answer is not None
-            for b in (answer or {}).get("brokers", []):
+            for b in answer.brokers if answer else []:
                 if b.get("broker_name") != cfg.broker_name or b.get("address") in cfg.own_addresses():
                     continue
                 peers.add(b["address"])
@@ -428,10 +428,10 @@ class Failover:
 
         async def ask_peer(address: str) -> None:
             nonlocal answered
-            answer = await _ask(address, Epoch())
+            answer: EpochReply | None = await _ask(address, Epoch())
             answered += answer is not None
-            if answer and type(answer.get("epoch")) is int and not answer.get("fenced"):
-                views.append(EpochView(answer["epoch"], address, f"peer {address}"))
+            if answer and not answer.fenced:
+                views.append(EpochView(answer.epoch, address, f"peer {address}"))
 
         with trio.move_on_after(ASK_TIMEOUT_S):
             async with trio.open_nursery() as nursery:
@@ -452,13 +452,13 @@ class Failover:
     async def refresh_epochs(self, address: str) -> None:
         """A slave replicating from `address` takes its history once it grew (an election
         started a new epoch there): the log it copied is that master's up to here."""
-        answer = await _ask(address, Epoch())
-        if not answer or answer.get("fenced") or type(answer.get("epoch")) is not int:
+        answer: EpochReply | None = await _ask(address, Epoch())
+        if not answer or answer.fenced:
             return
-        if answer["epoch"] > self.cache.last_epoch() and self.transition is None:
-            self.cache.replace(EpochEntry(e, s) for e, s in answer.get("entries", []))
-            self.newest_seen = max(self.newest_seen, answer["epoch"])
-            log.info("adopted master %s's epoch history (epoch %d)", address, answer["epoch"])
+        if answer.epoch > self.cache.last_epoch() and self.transition is None:
+            self.cache.replace(EpochEntry(e, s) for e, s in answer.entries)
+            self.newest_seen = max(self.newest_seen, answer.epoch)
+            log.info("adopted master %s's epoch history (epoch %d)", address, answer.epoch)
 
     def _fence(self, epoch: int, address: str | None, source: str) -> None:
         if self.fenced is not None:
@@ -553,8 +553,8 @@ class Failover:
         tables = []
         with trio.move_on_after(ASK_TIMEOUT_S):
             for address in self.cfg.namesrv_addresses:
-                answer = await _ask(address, ClusterInfo())
-                for b in (answer or {}).get("brokers", []):
+                answer: ClusterInfoReply | None = await _ask(address, ClusterInfo())
+                for b in answer.brokers if answer else []:
                     if b.get("broker_name") == self.cfg.broker_name and b.get("broker_id") == 0:
                         tables.append(b.get("topics") or {})
         for table in tables:
@@ -564,11 +564,11 @@ class Failover:
                     log.info("promotion: topic %s taken over from the old master's registration", topic)
 
 
-async def _ask(address: str, request: WireRequest) -> dict[str, Any] | None:
-    """One request on a fresh connection; None when it fails."""
+async def _ask(address: str, request: WireRequest) -> Any:
+    """One request on a fresh connection: its reply, None when it fails."""
     try:
         async with connect(address, connect_timeout=ASK_TIMEOUT_S, request_timeout=ASK_TIMEOUT_S) as conn:
-            return await conn.request(request)
+            return await conn.call(request)
     except (TidemqError, OSError) as e:
         log.debug("%s %s: %s", address, request.OP, e)
         return None

@@ -16,7 +16,9 @@ from .codec import (
     MAX_QUEUE_NUMS,
 )
 from .codec import __all__ as _codec_all
+from .replies import *  # noqa: F403
+from .replies import __all__ as _replies_all
 from .requests import *  # noqa: F403
 from .requests import __all__ as _requests_all
 
-__all__ = [*_codec_all, *_requests_all, "INT32_MAX", "INT64_MAX", "INT64_MIN", "MAX_GROUP_LENGTH", "MAX_QUEUE_NUMS"]
+__all__ = [*_codec_all, *_requests_all, *_replies_all, "INT32_MAX", "INT64_MAX", "INT64_MIN", "MAX_GROUP_LENGTH", "MAX_QUEUE_NUMS"]

@@ -209,6 +209,8 @@ class WireRequest:
 
     __slots__ = ()
     OP: ClassVar[str]
+    REPLY: ClassVar[type]
+    """The reply class its OK answer reads as (replies.py)."""
 
     def to_wire(self, request_id: int) -> dict[str, Any]:
         out: dict[str, Any] = {"v": PROTOCOL_VERSION, "op": self.OP, "id": request_id}

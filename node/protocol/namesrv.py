@@ -1,9 +1,11 @@
-"""The name server's requests: one attrs class per op (the node registers with these, the
-clients ask for routes with them), validated by `codec.parse_with` against NAMESRV_REQUESTS.
+"""The name server's requests and replies: one attrs class each (the node registers with
+these, the clients ask for routes with them); requests are validated by `codec.parse_with`
+against NAMESRV_REQUESTS.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -17,15 +19,14 @@ from .codec import (
     STR,
     FieldType,
     InvalidRequest,
-    Status,
     WireRequest,
-    ok_response,
     wire,
     wrong_type,
 )
+from .replies import WireReply
 
-__all__ = ["NAMESRV_REQUESTS", "ROLES", "ClusterInfo", "GetRoute", "NamesrvStatus", "RegisterBroker",
-           "RegisterReply", "UnregisterBroker"]
+__all__ = ["NAMESRV_REQUESTS", "ROLES", "ClusterInfo", "ClusterInfoReply", "GetRoute", "NamesrvStatus", "NamesrvStatusReply",
+           "RegisterBroker", "RegisterReply", "RouteReply", "UnregisterBroker", "UnregisterReply"]
 
 ROLES = ("SYNC_MASTER", "ASYNC_MASTER", "SLAVE")
 
@@ -93,6 +94,74 @@ def _bad(message: str) -> InvalidRequest:
 TOPICS = FieldType("a map of topic → queue data", _check_topics)
 
 
+# ---------------------------------------------------------------- replies
+
+
+def _str_or_none(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+@attrs.frozen(kw_only=True)
+class RegisterReply(WireReply):
+    """The name server's answer to `register_broker`: whether it took the registration (an
+    older master is refused) and the group's master as it knows it, with its epoch, which a
+    slave follows and a master fences on."""
+
+    registered: bool
+    master_address: str | None = None
+    master_ha_address: str | None = None
+    master_epoch: int | None = None
+    master_role: str | None = None
+    broker_expire_ms: int | None = None
+
+    @classmethod
+    def from_wire(cls, raw: Mapping[str, Any]) -> RegisterReply:  # type: ignore[override]
+        """Read an answer; a value of the wrong type counts as absent (an older or foreign
+        name server must not crash the broker's registration loop)."""
+        epoch, expire = raw.get("master_epoch"), raw.get("broker_expire_ms")
+        return cls(registered=raw.get("registered") is True,
+                   master_address=_str_or_none(raw.get("master_address")),
+                   master_ha_address=_str_or_none(raw.get("master_ha_address")),
+                   master_epoch=epoch if type(epoch) is int else None,
+                   master_role=_str_or_none(raw.get("master_role")),
+                   broker_expire_ms=expire if type(expire) is int else None)
+
+
+@attrs.define(kw_only=True)
+class UnregisterReply(WireReply):
+    removed: bool
+
+
+@attrs.define(kw_only=True)
+class RouteReply(WireReply):
+    """`get_route`: the groups serving the topic (maps; cluster.client's TopicRoute reads them)."""
+
+    topic: str
+    groups: list[dict[str, Any]]
+
+
+@attrs.define(kw_only=True)
+class ClusterInfoReply(WireReply):
+    """`get_cluster_info`: every registered broker (maps; cluster.client's BrokerInfo reads them)."""
+
+    brokers: list[dict[str, Any]]
+    broker_expire_ms: int | None = None
+
+
+@attrs.define(kw_only=True)
+class NamesrvStatusReply(WireReply):
+    """The name server's `status`."""
+
+    role: str
+    address: str | None
+    brokers: int
+    broker_expire_ms: int
+    started_ms: int | None = None
+
+
+# ---------------------------------------------------------------- requests
+
+
 @attrs.define(kw_only=True)
 class _BrokerIdentity(WireRequest):
     """Who a broker is: the fields a registration and an unregistration share."""
@@ -108,6 +177,7 @@ class RegisterBroker(_BrokerIdentity):
     """A broker's registration (every `registerBrokerIntervalMs`, and at once on a change)."""
 
     OP = "register_broker"
+    REPLY = RegisterReply
     role: str = wire(STR, _role)
     ha_address: str | None = wire(STR, _address, default=None)
     topics: dict[str, dict[str, int]] = wire(TOPICS, default={})
@@ -118,58 +188,29 @@ class RegisterBroker(_BrokerIdentity):
     in_sync: list[str] | None = wire(LIST_STR, _addresses, default=None)
 
 
-def _str_or_none(v: Any) -> str | None:
-    return v if isinstance(v, str) else None
-
-
-@attrs.frozen(kw_only=True)
-class RegisterReply:
-    """The name server's answer to `register_broker`: whether it took the registration (an
-    older master is refused) and the group's master as it knows it, with its epoch, which a
-    slave follows and a master fences on."""
-
-    registered: bool
-    master_address: str | None = None
-    master_ha_address: str | None = None
-    master_epoch: int | None = None
-    master_role: str | None = None
-    broker_expire_ms: int | None = None
-
-    def to_wire(self, request_id: int) -> dict[str, Any]:
-        return ok_response(request_id, Status.OK, **attrs.asdict(self))
-
-    @classmethod
-    def from_wire(cls, raw: Any) -> RegisterReply:
-        """Read an answer; a value of the wrong type counts as absent (an older or foreign
-        name server must not crash the broker's registration loop)."""
-        epoch, expire = raw.get("master_epoch"), raw.get("broker_expire_ms")
-        return cls(registered=raw.get("registered") is True,
-                   master_address=_str_or_none(raw.get("master_address")),
-                   master_ha_address=_str_or_none(raw.get("master_ha_address")),
-                   master_epoch=epoch if type(epoch) is int else None,
-                   master_role=_str_or_none(raw.get("master_role")),
-                   broker_expire_ms=expire if type(expire) is int else None)
-
-
 @attrs.define(kw_only=True)
 class UnregisterBroker(_BrokerIdentity):
     OP = "unregister_broker"
+    REPLY = UnregisterReply
 
 
 @attrs.define(kw_only=True)
 class GetRoute(WireRequest):
     OP = "get_route"
+    REPLY = RouteReply
     topic: str = wire(STR, _topic)
 
 
 @attrs.define(kw_only=True)
 class ClusterInfo(WireRequest):
     OP = "get_cluster_info"
+    REPLY = ClusterInfoReply
 
 
 @attrs.define(kw_only=True)
 class NamesrvStatus(WireRequest):
     OP = "status"
+    REPLY = NamesrvStatusReply
 
 
 NAMESRV_REQUESTS: dict[str, type[WireRequest]] = {cls.OP: cls for cls in (

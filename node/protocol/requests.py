@@ -49,6 +49,27 @@ from .codec import (
     wire,
     wrong_type,
 )
+from .replies import (
+    ConsumerListReply,
+    ConsumerUnregisterReply,
+    DeletedFilesReply,
+    EmptyReply,
+    EpochReply,
+    LockReply,
+    MembersReply,
+    MessageReply,
+    MessagesReply,
+    OffsetListReply,
+    OffsetReply,
+    PromoteReply,
+    PullReply,
+    SendBackReply,
+    SendBatchReply,
+    SendReply,
+    StatusReply,
+    TopicListReply,
+    TopicReply,
+)
 
 _GOOD_TOPICS: set[str] = set()
 """Topics that passed the check (a send names the same few topics over and over)."""
@@ -249,6 +270,7 @@ __all__ = [
 @attrs.define(kw_only=True)
 class Send(WireRequest):
     OP = "send"
+    REPLY = SendReply
     topic: str = _topic_field()
     body: bytes = wire(BYTES, _body)
     queue_id: int | None = _queue_id(default=None)
@@ -263,6 +285,7 @@ class Send(WireRequest):
 @attrs.define(kw_only=True)
 class SendBatch(WireRequest):
     OP = "send_batch"
+    REPLY = SendBatchReply
     topic: str = _topic_field()
     messages: list[BatchMessage] = wire(MESSAGES)
     queue_id: int | None = _queue_id(default=None)
@@ -272,6 +295,7 @@ class SendBatch(WireRequest):
 @attrs.define(kw_only=True)
 class Pull(WireRequest):
     OP = "pull"
+    REPLY = PullReply
     topic: str = _topic_field()
     queue_id: int = _queue_id()
     offset: int = wire(INT, NON_NEG64)
@@ -284,6 +308,7 @@ class Pull(WireRequest):
 @attrs.define(kw_only=True)
 class QueryByKey(WireRequest):
     OP = "query_by_key"
+    REPLY = MessagesReply
     topic: str = _topic_field()
     key: str = wire(STR, _non_empty)
     max_num: int = wire(INT, POSITIVE32, default=32)
@@ -294,12 +319,14 @@ class QueryByKey(WireRequest):
 @attrs.define(kw_only=True)
 class GetByMsgId(WireRequest):
     OP = "get_by_msg_id"
+    REPLY = MessageReply
     msg_id: str = wire(STR, _msg_id)
 
 
 @attrs.define(kw_only=True)
 class OffsetByTime(WireRequest):
     OP = "offset_by_time"
+    REPLY = OffsetReply
     topic: str = _topic_field()
     queue_id: int = _queue_id()
     timestamp: int = wire(INT)
@@ -308,6 +335,7 @@ class OffsetByTime(WireRequest):
 @attrs.define(kw_only=True)
 class MinOffset(WireRequest):
     OP = "min_offset"
+    REPLY = OffsetReply
     topic: str = _topic_field()
     queue_id: int = _queue_id()
 
@@ -315,6 +343,7 @@ class MinOffset(WireRequest):
 @attrs.define(kw_only=True)
 class MaxOffset(WireRequest):
     OP = "max_offset"
+    REPLY = OffsetReply
     topic: str = _topic_field()
     queue_id: int = _queue_id()
 
@@ -325,6 +354,7 @@ class MaxOffset(WireRequest):
 @attrs.define(kw_only=True)
 class CommitOffset(WireRequest):
     OP = "commit_offset"
+    REPLY = EmptyReply
     group: str = _group_field()
     topic: str = _topic_field()
     queue_id: int = _queue_id()
@@ -334,6 +364,7 @@ class CommitOffset(WireRequest):
 @attrs.define(kw_only=True)
 class FetchOffset(WireRequest):
     OP = "fetch_offset"
+    REPLY = OffsetReply
     group: str = _group_field()
     topic: str = _topic_field()
     queue_id: int = _queue_id()
@@ -342,11 +373,13 @@ class FetchOffset(WireRequest):
 @attrs.define(kw_only=True)
 class OffsetList(WireRequest):
     OP = "offset_list"
+    REPLY = OffsetListReply
 
 
 @attrs.define(kw_only=True)
 class TopicCreate(WireRequest):
     OP = "topic_create"
+    REPLY = TopicReply
     topic: str = _topic_field()
     read_queue_nums: int = wire(INT, value_range(1, MAX_QUEUE_NUMS), default=4)
     write_queue_nums: int = wire(INT, value_range(1, MAX_QUEUE_NUMS), default=4)
@@ -356,6 +389,7 @@ class TopicCreate(WireRequest):
 @attrs.define(kw_only=True)
 class TopicList(WireRequest):
     OP = "topic_list"
+    REPLY = TopicListReply
 
 
 # ---------------------------------------------------------------- consumer groups
@@ -364,6 +398,7 @@ class TopicList(WireRequest):
 @attrs.define(kw_only=True)
 class ConsumerHeartbeat(WireRequest):
     OP = "consumer_heartbeat"
+    REPLY = MembersReply
     group: str = _group_field()
     client_id: str = _client_id_field()
     topics: list[str] = wire(LIST_STR, _topics, default=[])
@@ -373,6 +408,7 @@ class ConsumerHeartbeat(WireRequest):
 @attrs.define(kw_only=True)
 class ConsumerWatch(WireRequest):
     OP = "consumer_watch"
+    REPLY = MembersReply
     group: str = _group_field()
     since: int = wire(INT, value_range(-1, 2**62), default=-1)
     timeout_ms: int = wire(INT, value_range(0, 600_000), default=30_000)
@@ -381,6 +417,7 @@ class ConsumerWatch(WireRequest):
 @attrs.define(kw_only=True)
 class ConsumerUnregister(WireRequest):
     OP = "consumer_unregister"
+    REPLY = ConsumerUnregisterReply
     group: str = _group_field()
     client_id: str = _client_id_field()
 
@@ -388,12 +425,14 @@ class ConsumerUnregister(WireRequest):
 @attrs.define(kw_only=True)
 class ConsumerList(WireRequest):
     OP = "consumer_list"
+    REPLY = ConsumerListReply
     group: str = _group_field()
 
 
 @attrs.define(kw_only=True)
 class ConsumerLock(WireRequest):
     OP = "consumer_lock"
+    REPLY = LockReply
     group: str = _group_field()
     client_id: str = _client_id_field()
     topic: str = _topic_field()
@@ -403,6 +442,7 @@ class ConsumerLock(WireRequest):
 @attrs.define(kw_only=True)
 class ConsumerUnlock(WireRequest):
     OP = "consumer_unlock"
+    REPLY = EmptyReply
     group: str = _group_field()
     client_id: str = _client_id_field()
     topic: str = _topic_field()
@@ -412,6 +452,7 @@ class ConsumerUnlock(WireRequest):
 @attrs.define(kw_only=True)
 class ConsumerSendBack(WireRequest):
     OP = "consumer_send_back"
+    REPLY = SendBackReply
     group: str = _group_field()
     commitlog_offset: int = wire(INT, NON_NEG64)
     delay_level: int = wire(INT, value_range(-1, 1000), default=0)
@@ -425,21 +466,25 @@ class ConsumerSendBack(WireRequest):
 @attrs.define(kw_only=True)
 class GetStatus(WireRequest):
     OP = "status"
+    REPLY = StatusReply
 
 
 @attrs.define(kw_only=True)
 class DeleteExpiredFiles(WireRequest):
     OP = "admin.delete_expired_files"
+    REPLY = DeletedFilesReply
 
 
 @attrs.define(kw_only=True)
 class Epoch(WireRequest):
     OP = "epoch"
+    REPLY = EpochReply
 
 
 @attrs.define(kw_only=True)
 class Promote(WireRequest):
     OP = "promote"
+    REPLY = PromoteReply
     role: str | None = wire(STR, _master_role, default=None)
 
 

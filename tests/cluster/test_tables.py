@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from cluster.cli.tables import BrokerRow, broker_table, controller_line
+from node.protocol import StatusReply
 
 
 def render(table) -> str:
@@ -13,9 +14,10 @@ def render(table) -> str:
     return console.export_text()
 
 
-def answer(max_offset: int, ts: int, ha: dict, **extra) -> dict:
-    return {"max_phy_offset": max_offset, "last_store_timestamp": ts, "ha": ha, "running_flags": [],
-            "disk": {"used_ratio": 0.42}, "stats": {"put_tps": 12.5, "get_tps": 3.0}, **extra}
+def answer(max_offset: int, ts: int, ha: dict, **extra) -> StatusReply:
+    return StatusReply.from_wire({"max_phy_offset": max_offset, "last_store_timestamp": ts, "ha": ha,
+                                  "running_flags": [], "disk": {"used_ratio": 0.42},
+                                  "stats": {"put_tps": 12.5, "get_tps": 3.0}, **extra})
 
 
 def test_group_rows_lag_in_bytes_and_seconds_tps_epoch_and_catch_up():

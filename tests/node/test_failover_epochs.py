@@ -7,14 +7,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from node.failover.epochs import Admit, Cut, EpochView, Refuse, admission, newer_master
+from node.protocol import EpochReply
 from store.epoch_file import EpochEntry, EpochFileCache
 
 SEG = 1 << 20
 
 
-def _answer(epoch: int, entries: list[tuple[int, int]], max_offset: int, **extra) -> dict:
-    return {"epoch": epoch, "entries": [list(e) for e in entries], "max_offset": max_offset,
-            "role": "SYNC_MASTER", "fenced": None, "mapped_file_size_commit_log": SEG, **extra}
+def _answer(epoch: int, entries: list[tuple[int, int]], max_offset: int, **extra) -> EpochReply:
+    fields = {"epoch": epoch, "entries": [list(e) for e in entries], "max_offset": max_offset, "broker_id": 0,
+              "role": "SYNC_MASTER", "fenced": None, "mapped_file_size_commit_log": SEG, **extra}
+    return EpochReply.from_wire(fields)
 
 
 def _decide(answer, own: list[tuple[int, int]], max_offset: int, newest_seen: int | None = None):

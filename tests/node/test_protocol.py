@@ -504,3 +504,30 @@ def test_a_request_object_is_what_the_server_parses():
     batch = SendBatch(topic="T", messages=[BatchMessage(body=b"a", keys=["k"]), BatchMessage(body=b"b")])
     assert parse_request(cbor2.loads(cbor2.dumps(batch.to_wire(1)))).fields == batch
     assert set(NODE_REQUESTS) == set(OPS)
+
+
+def test_every_op_names_a_reply_class_that_reads_what_it_writes():
+    from node.protocol import NODE_REQUESTS, EpochReply, SendReply, StatusReply
+    from node.protocol.namesrv import NAMESRV_REQUESTS
+
+    for cls in [*NODE_REQUESTS.values(), *NAMESRV_REQUESTS.values()]:
+        assert isinstance(cls.REPLY, type), cls.OP
+    sent = SendReply(status=Status.FLUSH_SLAVE_TIMEOUT, msg_id=MSG_ID, queue_id=1, queue_offset=2, commitlog_offset=3)
+    wire_map = cbor2.loads(cbor2.dumps(sent.to_wire(7)))
+    assert wire_map["status"] == "FLUSH_SLAVE_TIMEOUT" and wire_map["id"] == 7
+    assert SendReply.from_wire(wire_map) == sent
+    epoch = EpochReply(epoch=2, entries=[[1, 0], [2, 500]], max_offset=900, broker_id=0, role="SYNC_MASTER")
+    assert EpochReply.from_wire(cbor2.loads(cbor2.dumps(epoch.to_wire(1)))) == epoch
+    # a newer node may say more; an older one less (status has a default for everything)
+    assert StatusReply.from_wire({"id": 1, "status": "OK", "role": "SLAVE", "brand_new_field": 1}).role == "SLAVE"
+
+
+def test_an_answer_without_a_required_field_is_a_reply_error():
+    from node.client import BadReply, read_reply
+    from node.protocol import MinOffset, OffsetReply, ReplyError
+
+    with pytest.raises(ReplyError, match="lacks the field 'offset' of OffsetReply"):
+        OffsetReply.from_wire({"id": 1, "status": "OK"})
+    with pytest.raises(BadReply, match="min_offset: the answer lacks the field 'offset' of OffsetReply") as e:
+        read_reply(MinOffset(topic="T", queue_id=0), {"id": 1, "status": "OK"}, "h:1")
+    assert e.value.status == "BAD_REPLY" and e.value.address == "h:1"

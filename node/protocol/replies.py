@@ -1,0 +1,277 @@
+"""The replies: one attrs class per answer shape, written by the server (`to_wire(id)`)
+and read by the clients (`from_wire(map)`), so neither side spells a field by string.
+
+A reply's status is OK unless the class carries one (a put's PUT_OK / FLUSH_*_TIMEOUT /
+SLAVE_NOT_AVAILABLE, a pull's FOUND / NO_NEW_MSG / ...). Failures are not replies: they are
+`error_response` maps, which the client raises as typed errors (node/client.py).
+
+`from_wire` keeps the fields the class declares and ignores others (a newer node may say
+more); a missing field takes its default, and a missing field without one is a
+ReplyError. Nested values (a message, a topic entry, a node's HA and controller views)
+stay maps: the client library types the ones it reads (`ReceivedMessage`, `BrokerInfo`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+import attrs
+
+from .codec import Status
+
+__all__ = [
+    "ConsumerListReply", "ConsumerUnregisterReply", "DeletedFilesReply", "EmptyReply", "EpochReply",
+    "LockReply", "MembersReply", "MessageReply", "MessagesReply", "OffsetListReply", "OffsetReply",
+    "PromoteReply", "PullReply", "ReplyError", "SendBackReply", "SendBatchReply", "SendReply", "StatusReply",
+    "TopicListReply", "TopicReply", "WireReply",
+]
+
+R = TypeVar("R", bound="WireReply")
+
+
+class ReplyError(ValueError):
+    """An answer that lacks a field its reply class requires (a peer speaking another
+    version of the protocol, or not tidemq)."""
+
+
+class WireReply:
+    """Base of the reply classes: `to_wire(id)` is the response map, `from_wire` reads one."""
+
+    __slots__ = ()
+
+    def to_wire(self, request_id: int) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": request_id, "status": Status.OK.value}  # a `status` field overrides it
+        for a in attrs.fields(type(self)):
+            value = getattr(self, a.name)
+            out[a.name] = value.value if a.name == "status" else value
+        return out
+
+    @classmethod
+    def from_wire(cls: type[R], raw: Mapping[str, Any]) -> R:
+        kwargs: dict[str, Any] = {}
+        for a in attrs.fields(cls):
+            if a.name in raw:
+                kwargs[a.name] = Status(raw[a.name]) if a.name == "status" else raw[a.name]
+            elif a.default is attrs.NOTHING:
+                raise ReplyError(f"the answer lacks the field {a.name!r} of {cls.__name__}")
+        return cls(**kwargs)
+
+
+# ---------------------------------------------------------------- sends
+
+
+@attrs.define(kw_only=True)
+class SendReply(WireReply):
+    """`send`: where the message was stored (`status` says whether flush and slave confirmed it)."""
+
+    status: Status
+    msg_id: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+
+    def to_wire(self, request_id: int) -> dict[str, Any]:  # spelled out: every single send's answer
+        return {"id": request_id, "status": self.status.value, "msg_id": self.msg_id, "queue_id": self.queue_id,
+                "queue_offset": self.queue_offset, "commitlog_offset": self.commitlog_offset}
+
+
+@attrs.define(kw_only=True)
+class SendBatchReply(WireReply):
+    """`send_batch`: one msgId per message, stored together from `queue_offset` on."""
+
+    status: Status
+    msg_ids: list[str]
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+
+
+@attrs.define(kw_only=True)
+class SendBackReply(WireReply):
+    """`consumer_send_back`: the copy stored for a later retry (or the DLQ), and where."""
+
+    status: Status
+    msg_id: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    topic: str | None = None
+    delay_level: int | None = None
+    reconsume_times: int | None = None
+
+
+# ---------------------------------------------------------------- reads
+
+
+@attrs.define(kw_only=True)
+class PullReply(WireReply):
+    """`pull`: the messages found (maps), where to go on from, and the queue's bounds."""
+
+    status: Status
+    messages: list[dict[str, Any]]
+    next_begin_offset: int
+    min_offset: int = 0
+    max_offset: int = 0
+
+
+@attrs.define(kw_only=True)
+class MessagesReply(WireReply):
+    """`query_by_key`: the messages whose KEYS hold the key (maps)."""
+
+    messages: list[dict[str, Any]]
+
+
+@attrs.define(kw_only=True)
+class MessageReply(WireReply):
+    """`get_by_msg_id`: the message (a map)."""
+
+    message: dict[str, Any]
+
+
+@attrs.define(kw_only=True)
+class OffsetReply(WireReply):
+    """`offset_by_time`, `min_offset`, `max_offset`, `fetch_offset`: one queue offset."""
+
+    offset: int
+
+
+@attrs.define(kw_only=True)
+class EmptyReply(WireReply):
+    """`commit_offset`, `consumer_unlock`: OK and nothing more."""
+
+
+@attrs.define(kw_only=True)
+class OffsetListReply(WireReply):
+    """`offset_list`: every committed offset (group, topic, queue_id, offset maps)."""
+
+    offsets: list[dict[str, Any]]
+
+
+@attrs.define(kw_only=True)
+class TopicReply(WireReply):
+    """`topic_create`: the topic's config as stored (topic, queue counts, perm)."""
+
+    topic: dict[str, Any]
+
+
+@attrs.define(kw_only=True)
+class TopicListReply(WireReply):
+    """`topic_list`: every topic's config."""
+
+    topics: list[dict[str, Any]]
+
+
+# ---------------------------------------------------------------- consumer groups
+
+
+@attrs.define(kw_only=True)
+class MembersReply(WireReply):
+    """`consumer_heartbeat`, `consumer_watch`: the group's live members and its version
+    (bumped by every change, what a watch waits past)."""
+
+    members: list[str]
+    version: int
+
+
+@attrs.define(kw_only=True)
+class ConsumerUnregisterReply(WireReply):
+    removed: bool
+    members: list[str]
+
+
+@attrs.define(kw_only=True)
+class ConsumerListReply(WireReply):
+    """`consumer_list`: members, each one's details, and who holds which queue lock."""
+
+    members: list[str]
+    details: list[dict[str, Any]]
+    locks: dict[str, str]
+
+
+@attrs.define(kw_only=True)
+class LockReply(WireReply):
+    """`consumer_lock`: the queue ids now held by the asking member."""
+
+    locked: list[int]
+
+
+# ---------------------------------------------------------------- the node itself
+
+
+@attrs.define(kw_only=True)
+class EpochReply(WireReply):
+    """`epoch`: the node's epoch history and log end, what a peer decides fencing and
+    truncation on."""
+
+    epoch: int
+    entries: list[list[int]]
+    max_offset: int
+    broker_id: int
+    role: str
+    fenced: str | None = None
+    mapped_file_size_commit_log: int | None = None
+
+
+@attrs.define(kw_only=True)
+class PromoteReply(WireReply):
+    """`promote`: the new epoch and where it starts."""
+
+    epoch: int
+    max_offset: int
+    broker_id: int
+    role: str
+
+
+@attrs.define(kw_only=True)
+class DeletedFilesReply(WireReply):
+    deleted_files: int
+
+
+@attrs.define(kw_only=True)
+class StatusReply(WireReply):
+    """`status`: a node's identity, log, HA, disk and failover views. Every field has a
+    default, so an older node's answer reads too, and so does the name server's shorter one
+    (namesrv.NamesrvStatusReply: role NAMESRV, address) for tools that ask every process.
+    The nested views stay maps (their shapes are docs/protocol.md's)."""
+
+    role: str | None = None
+    address: str | None = None
+    broker_cluster_name: str | None = None
+    broker_name: str | None = None
+    broker_id: int | None = None
+    ha_address: str | None = None
+    bind_address: str | None = None
+    ha_bind_address: str | None = None
+    min_phy_offset: int = 0
+    max_phy_offset: int = 0
+    flushed_offset: int = 0
+    dispatch_behind_bytes: int = 0
+    running_flags: list[str] = attrs.field(factory=list)
+    last_store_timestamp: int = 0
+    stats: dict[str, Any] = attrs.field(factory=dict)
+    ha: dict[str, Any] = attrs.field(factory=dict)
+    disk: dict[str, Any] = attrs.field(factory=dict)
+    sync: dict[str, Any] | None = None
+    namesrv: Any = None
+    schedule: dict[str, Any] | None = None
+    consumer_groups: dict[str, list[str]] = attrs.field(factory=dict)
+    # failover (absent on a node without it)
+    epoch: int | None = None
+    epochs: list[list[int]] = attrs.field(factory=list)
+    newest_epoch_seen: int | None = None
+    fenced: str | None = None
+    stalls: int = 0
+    last_stall_s: float | None = None
+    writes_held: str | None = None
+    slave_left: bool = False
+    role_file: dict[str, Any] | None = None
+    last_truncation: dict[str, Any] | None = None
+    replication_refused: str | None = None
+    controller: dict[str, Any] | None = None
+
+    def lag_bytes(self) -> int | None:
+        """A master's largest slave lag, or a slave's own; None when it has no HA peer."""
+        if "slaves" in self.ha:
+            return max((s.get("lag_bytes", 0) for s in self.ha["slaves"] or []), default=None)
+        return self.ha.get("lag_bytes")
