@@ -61,6 +61,7 @@ class MemberInfo:
             "topics": list(self.topics),
             "heartbeat_interval_ms": self.heartbeat_interval_ms,
             "silent_ms": int((now - self.last_seen) * 1000),
+            "address": self.peer,
         }
 
 

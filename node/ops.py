@@ -44,6 +44,7 @@ from .protocol import (
     SendReply,
     Status,
     StatusReply,
+    TopicDeleteReply,
     TopicListReply,
     TopicReply,
     error_response,
@@ -409,6 +410,13 @@ async def _topic_create(s: NodeServices, r: Request, peer: str | None) -> dict[s
     return TopicReply(topic=config.to_wire()).to_wire(r.id)
 
 
+async def _topic_delete(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    """Drop the topic from this master's table: routes lose it when the node registers
+    again (at once), its slaves at their next topic sync; its files age out as usual."""
+    _refuse_on_slave(s, "topic changes")
+    return TopicDeleteReply(deleted=await s.topics.delete(r.fields.topic)).to_wire(r.id)
+
+
 async def _topic_list(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     return TopicListReply(topics=[c.to_wire() for c in s.topics.list()]).to_wire(r.id)
 
@@ -513,6 +521,7 @@ CORE_HANDLERS: dict[str, Handler] = {
     "fetch_offset": _fetch_offset,
     "offset_list": _offset_list,
     "topic_create": _topic_create,
+    "topic_delete": _topic_delete,
     "topic_list": _topic_list,
     "status": _status,
     "admin.delete_expired_files": _delete_expired_files,

@@ -127,6 +127,17 @@ class TopicConfigManager:
             self.changes.bump()
         return config
 
+    async def delete(self, topic: str) -> bool:
+        """Remove a topic from the table (its files are left to the cleanup service); False
+        when it was not there."""
+        if self._topics.pop(topic, None) is None:
+            return False
+        self._rr.pop(topic, None)
+        await self._persist()
+        log.info("topic %s deleted", topic)
+        self.changes.bump()
+        return True
+
     async def for_send(self, topic: str) -> TopicConfig | None:
         """The topic's config, auto-created when allowed; None if it does not exist."""
         config = self._topics.get(topic)

@@ -9,21 +9,52 @@
 | `msg` | `queryMsgById` | a message by msgId |
 | `key` | `queryMsgByKey` | messages by key |
 | `delete-expired` | `deleteExpiredCommitLog` | ask each master to delete its expired files now |
+| `clusters` | `clusterList` | every registered broker per cluster: role, epoch, offsets, liveness |
+| `update-topic` | `updateTopic` | create or update a topic on a cluster's masters (`-c`) or some (`-b`) |
+| `delete-topic` | `deleteTopic` | delete a topic from a cluster's masters (routes lose it; files age out) |
+| `consumer-connection` | `consumerConnection` | a consumer group's live members: address, subscriptions |
+| `consumer-status` | `consumerStatus` | per member: the queues it holds, their offsets and lag |
+| `reset-offset` | `resetOffsetByTime` | rewind (or skip) a stopped group's offsets to a time, or `now` |
 | `promote` | | make a slave its group's master with a new epoch (docs/failover.md) |
 
-Another action (e.g. `promote`) registers on the subparsers `add_admin_commands` returns.
-Every action prints JSON lines (status: a table unless --json); exit codes as store/cli.py.
+Every action prints a table, or JSON lines with `--json` (messages are JSON lines either
+way); exit codes as store/cli.py: 1 for an unknown group, topic, cluster or broker, 2 for a
+bad value. Another action registers on the subparsers `add_admin_commands` returns.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 from store.cli import EXIT_OK, EXIT_PROBLEM, UsageError, error, print_json
 
 from .client import print_broker_status, run_query
 from .common import add_source, handled, run_async, source
+
+
+def _emit(args: argparse.Namespace, rows: Sequence[dict[str, Any]], title: str) -> None:
+    """The rows as JSON lines (--json) or as one table (columns: the first row's keys)."""
+    if getattr(args, "json", False):
+        for row in rows:
+            print_json(row)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    columns = list(rows[0]) if rows else []
+    for column in columns:
+        table.add_column(column.replace("_", " "), overflow="fold")
+    for row in rows:
+        table.add_row(*("-" if row.get(c) is None else
+                        json.dumps(row[c]) if isinstance(row.get(c), dict | list) else str(row[c])
+                        for c in columns))
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
 def _cmd_topics(args: argparse.Namespace) -> int:
@@ -34,9 +65,8 @@ def _cmd_topics(args: argparse.Namespace) -> int:
     async def main() -> int:
         async with Admin(**src) as admin:
             topics = await admin.topics()
-        for t in topics:
-            print_json({"topic": t.topic, "broker_name": t.broker_name, "read_queue_nums": t.read_queue_nums,
-                        "write_queue_nums": t.write_queue_nums, "perm": t.perm})
+        _emit(args, [{"topic": t.topic, "broker_name": t.broker_name, "read_queue_nums": t.read_queue_nums,
+                      "write_queue_nums": t.write_queue_nums, "perm": t.perm} for t in topics], "topics")
         if not topics:
             error("no topic is registered")
             return EXIT_PROBLEM
@@ -53,9 +83,10 @@ def _cmd_route(args: argparse.Namespace) -> int:
     async def main() -> int:
         async with Admin(**src) as admin:
             route = await admin.route(args.topic)
+        rows = []
         for g in route.groups:
             qd = g.queue_data
-            print_json({
+            rows.append({
                 "topic": route.topic, "broker_name": g.broker_name, "cluster": g.cluster,
                 "read_queue_nums": qd.read_queue_nums if qd else None,
                 "write_queue_nums": qd.write_queue_nums if qd else None, "perm": qd.perm if qd else None,
@@ -63,6 +94,7 @@ def _cmd_route(args: argparse.Namespace) -> int:
                 "brokers": [{"broker_id": b.broker_id, "role": b.role, "address": b.address, "alive": b.alive,
                              "epoch": b.epoch} for b in g.brokers],
             })
+        _emit(args, rows, f"route of {args.topic}")
         return EXIT_OK
 
     return run_async(args, main)
@@ -76,7 +108,7 @@ def _cmd_progress(args: argparse.Namespace) -> int:
     async def main() -> int:
         async with Admin(**src) as admin:
             route = await admin.route(args.topic)
-            total = 0
+            total, rows = 0, []
             for g in route.groups:
                 for queue_id in range(g.queue_data.read_queue_nums if g.queue_data else 0):
                     mq = MessageQueue(args.topic, g.broker_name, queue_id)
@@ -84,9 +116,12 @@ def _cmd_progress(args: argparse.Namespace) -> int:
                     consumer_offset = await admin.consumer_offset(mq, args.group)
                     lag = broker_offset - (consumer_offset or 0)
                     total += lag
-                    print_json({"topic": args.topic, "broker_name": g.broker_name, "queue_id": queue_id,
-                                "broker_offset": broker_offset, "consumer_offset": consumer_offset, "lag": lag})
-        print_json({"group": args.group, "topic": args.topic, "total_lag": total})
+                    rows.append({"topic": args.topic, "broker_name": g.broker_name, "queue_id": queue_id,
+                                 "broker_offset": broker_offset, "consumer_offset": consumer_offset, "lag": lag})
+        if args.json:
+            _emit(args, [*rows, {"group": args.group, "topic": args.topic, "total_lag": total}], "")
+        else:
+            _emit(args, rows, f"progress of {args.group} on {args.topic}: total lag {total}")
         return EXIT_OK
 
     return run_async(args, main)
@@ -100,11 +135,198 @@ def _cmd_delete_expired(args: argparse.Namespace) -> int:
     async def main() -> int:
         async with Admin(**src) as admin:
             masters = sorted({b.address for b in await admin.cluster_info() if b.is_master})
-            for address in masters:
-                print_json({"address": address, "deleted_files": await admin.delete_expired_files(address)})
+            rows = [{"address": address, "deleted_files": await admin.delete_expired_files(address)}
+                    for address in masters]
+        _emit(args, rows, "expired files deleted")
         if not masters:
             error("no master is registered")
             return EXIT_PROBLEM
+        return EXIT_OK
+
+    return run_async(args, main)
+
+
+def _cmd_clusters(args: argparse.Namespace) -> int:
+    from ..client import Admin
+
+    src = source(args)
+
+    async def main() -> int:
+        async with Admin(**src) as admin:
+            infos = await admin.cluster_info()
+        rows = [{"cluster": b.cluster, "broker_name": b.broker_name, "broker_id": b.broker_id, "role": b.role,
+                 "address": b.address, "epoch": b.epoch, "alive": b.alive, "max_offset": b.max_offset,
+                 "topics": len(b.topics), "age_ms": b.age_ms}
+                for b in sorted(infos, key=lambda b: (b.cluster, b.broker_name, b.broker_id))]
+        _emit(args, rows, "clusters")
+        if not rows:
+            error("no broker is registered")
+            return EXIT_PROBLEM
+        return EXIT_OK
+
+    return run_async(args, main)
+
+
+def _targets(args: argparse.Namespace) -> dict[str, Any]:
+    if args.cluster and args.on_broker:
+        raise UsageError("give -c CLUSTER or -b BROKER, not both")
+    return {"cluster": args.cluster, "broker_names": args.on_broker}
+
+
+def _cmd_update_topic(args: argparse.Namespace) -> int:
+    from ..client import Admin
+
+    src, targets = source(args), _targets(args)
+    for flag, value, low, high in (("-r", args.read_queue_nums, 1, 1024), ("-w", args.write_queue_nums, 1, 1024),
+                                   ("-p", args.perm, 0, 7)):
+        if not low <= value <= high:
+            raise UsageError(f"{flag} must be in {low}..{high}, got {value}")
+
+    async def main() -> int:
+        async with Admin(**src) as admin:
+            created = await admin.create_topic(args.topic, read_queue_nums=args.read_queue_nums,
+                                               write_queue_nums=args.write_queue_nums, perm=args.perm, **targets)
+        _emit(args, [{"topic": t.topic, "broker_name": t.broker_name, "read_queue_nums": t.read_queue_nums,
+                      "write_queue_nums": t.write_queue_nums, "perm": t.perm} for t in created],
+              f"topic {args.topic} created or updated")
+        return EXIT_OK
+
+    return run_async(args, main)
+
+
+def _cmd_delete_topic(args: argparse.Namespace) -> int:
+    from ..client import Admin
+
+    src, targets = source(args), _targets(args)
+
+    async def main() -> int:
+        async with Admin(**src) as admin:
+            deleted = await admin.delete_topic(args.topic, **targets)
+        _emit(args, [{"topic": args.topic, "broker_name": name, "deleted": had} for name, had in deleted.items()],
+              f"topic {args.topic} deleted")
+        if not any(deleted.values()):
+            error(f"no master had topic {args.topic!r}")
+            return EXIT_PROBLEM
+        return EXIT_OK
+
+    return run_async(args, main)
+
+
+def _members(views: dict[str, Any], group: str) -> dict[str, dict[str, Any]]:
+    """client id → its details and the masters that know it (as consumer_list answered)."""
+    members: dict[str, dict[str, Any]] = {}
+    for broker_name, view in sorted(views.items()):
+        for detail in view.details:
+            entry = members.setdefault(detail["client_id"], {**detail, "brokers": []})
+            entry["brokers"].append(broker_name)
+    if not members:
+        raise _NotOnline(f"consumer group {group!r} has no live member on any master")
+    return members
+
+
+class _NotOnline(Exception):
+    pass
+
+
+def _cmd_consumer_connection(args: argparse.Namespace) -> int:
+    from ..client import Admin
+
+    src = source(args)
+
+    async def main() -> int:
+        async with Admin(**src) as admin:
+            views = await admin.consumer_list(args.group)
+        try:
+            members = _members(views, args.group)
+        except _NotOnline as e:
+            error(str(e))
+            return EXIT_PROBLEM
+        _emit(args, [{"group": args.group, "client_id": cid, "address": m.get("address"),
+                      "topics": m["topics"], "heartbeat_interval_ms": m["heartbeat_interval_ms"],
+                      "silent_ms": m["silent_ms"], "brokers": m["brokers"]} for cid, m in sorted(members.items())],
+              f"connections of consumer group {args.group}")
+        return EXIT_OK
+
+    return run_async(args, main)
+
+
+def _cmd_consumer_status(args: argparse.Namespace) -> int:
+    from ..client import Admin, MessageQueue
+
+    src = source(args)
+
+    async def main() -> int:
+        async with Admin(**src) as admin:
+            views = await admin.consumer_list(args.group)
+            try:
+                members = _members(views, args.group)
+            except _NotOnline as e:
+                error(str(e))
+                return EXIT_PROBLEM
+            rows = []
+            for broker_name, view in sorted(views.items()):
+                for key, holder in sorted(view.locks.items()):
+                    topic, _, queue_id = key.rpartition(":")
+                    mq = MessageQueue(topic, broker_name, int(queue_id))
+                    max_offset = await admin.max_offset(mq)
+                    committed = await admin.consumer_offset(mq, args.group)
+                    rows.append({"client_id": holder, "address": members.get(holder, {}).get("address"),
+                                 "topic": topic, "broker_name": broker_name, "queue_id": int(queue_id),
+                                 "consumer_offset": committed, "broker_offset": max_offset,
+                                 "lag": max_offset - (committed or 0)})
+            idle = sorted(set(members) - {r["client_id"] for r in rows})
+            rows += [{"client_id": cid, "address": members[cid].get("address"), "topic": None, "broker_name": None,
+                      "queue_id": None, "consumer_offset": None, "broker_offset": None, "lag": None} for cid in idle]
+        _emit(args, rows, f"status of consumer group {args.group} (queues per member)")
+        return EXIT_OK
+
+    return run_async(args, main)
+
+
+def parse_time_ms(text: str) -> int | None:
+    """-s of resetOffsetByTime: "now" (None: each queue's end), milliseconds since the epoch,
+    an ISO 8601 time (local time unless it names a zone), or mqadmin's
+    yyyy-MM-dd#HH:mm:ss:SSS."""
+    if text == "now":
+        return None
+    if text.isdigit():
+        return int(text)
+    try:
+        if "#" in text:
+            moment = datetime.datetime.strptime(text, "%Y-%m-%d#%H:%M:%S:%f")
+        else:
+            moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"-s {text!r} is not a time: give now, milliseconds since the epoch, "
+                         "2026-11-24T10:30:00 or 2026-11-24#10:30:00:000") from None
+    return int(moment.timestamp() * 1000)
+
+
+def _cmd_reset_offset(args: argparse.Namespace) -> int:
+    from ..client import Admin, MessageQueue
+
+    src = source(args)
+    when = parse_time_ms(args.timestamp)
+
+    async def main() -> int:
+        async with Admin(**src) as admin:
+            live = sorted({d["client_id"] for v in (await admin.consumer_list(args.group)).values() for d in v.details})
+            if live and not args.force:
+                error(f"consumer group {args.group!r} has {len(live)} live member(s) ({', '.join(live)}): "
+                      "they would commit their own positions over the reset; stop them first (or --force)")
+                return EXIT_PROBLEM
+            route = await admin.route(args.topic)
+            rows = []
+            for g in route.groups:
+                for queue_id in range(g.queue_data.read_queue_nums if g.queue_data else 0):
+                    mq = MessageQueue(args.topic, g.broker_name, queue_id)
+                    old = await admin.consumer_offset(mq, args.group)
+                    new = await admin.max_offset(mq) if when is None else await admin.offset_by_time(mq, when)
+                    await admin.commit_offset(mq, args.group, new)
+                    rows.append({"group": args.group, "topic": args.topic, "broker_name": g.broker_name,
+                                 "queue_id": queue_id, "old_offset": old, "new_offset": new})
+        _emit(args, rows, f"offsets of {args.group} on {args.topic} reset to "
+                          f"{'now' if when is None else args.timestamp}")
         return EXIT_OK
 
     return run_async(args, main)
@@ -135,7 +357,10 @@ def add_admin_commands(subparsers: argparse._SubParsersAction) -> Any:
     admin = subparsers.add_parser(
         "admin", help="operator commands (RocketMQ mqadmin names accepted)",
         description="Operator commands. RocketMQ mqadmin's names are accepted as aliases: topicList, "
-        "topicRoute, consumerProgress, brokerStatus, queryMsgById, queryMsgByKey, deleteExpiredCommitLog.",
+        "topicRoute, consumerProgress, brokerStatus, queryMsgById, queryMsgByKey, deleteExpiredCommitLog, "
+        "clusterList, updateTopic, deleteTopic, consumerConnection, consumerStatus, resetOffsetByTime. "
+        "Each prints a table, or JSON lines with --json. Exit 1 when a group, topic, cluster or broker "
+        "is unknown, 2 for a bad value.",
     )
     admin.set_defaults(group_parser=admin)
     actions = admin.add_subparsers(dest="action", metavar="ACTION")
@@ -143,33 +368,75 @@ def add_admin_commands(subparsers: argparse._SubParsersAction) -> Any:
     def action(name: str, alias: str, summary: str) -> argparse.ArgumentParser:
         p = actions.add_parser(name, aliases=[alias], help=summary, description=f"{summary} (mqadmin: {alias}).")
         add_source(p)
+        p.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
         return p
+
+    def targets(p: argparse.ArgumentParser) -> None:
+        p.add_argument("-c", "--cluster", help="every master of this brokerClusterName")
+        p.add_argument("-b", "--on-broker", metavar="BROKER", action="append",
+                       help="this master only: a broker name or address (repeatable)")
 
     action("topics", "topicList", "every topic per broker group: queue counts and permissions") \
         .set_defaults(handler=handled(_cmd_topics))
     route = action("route", "topicRoute", "a topic's route: its groups, their brokers and queue counts")
-    route.add_argument("--topic", required=True)
+    route.add_argument("-t", "--topic", required=True)
     route.set_defaults(handler=handled(_cmd_route))
     progress = action("progress", "consumerProgress",
                       "a consumer group's committed offset, the queue's max offset and the lag, per queue, "
                       "then the total")
-    progress.add_argument("--group", required=True)
-    progress.add_argument("--topic", required=True)
+    progress.add_argument("-g", "--group", required=True)
+    progress.add_argument("-t", "--topic", required=True)
     progress.set_defaults(handler=handled(_cmd_progress))
     status = action("status", "brokerStatus", "every broker's status table (as `tidemq status`)")
-    status.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     status.set_defaults(handler=handled(print_broker_status))
     by_id = action("msg", "queryMsgById", "the message with this msgId")
-    by_id.add_argument("--msg-id", required=True, metavar="ID")
+    by_id.add_argument("-i", "--msg-id", required=True, metavar="ID")
     by_id.set_defaults(handler=handled(run_query), topic=None, key=None, max=32)
     by_key = action("key", "queryMsgByKey", "the messages of a topic with this key, newest first")
-    by_key.add_argument("--topic", required=True)
-    by_key.add_argument("--key", required=True)
+    by_key.add_argument("-t", "--topic", required=True)
+    by_key.add_argument("-k", "--key", required=True)
     by_key.add_argument("--max", type=int, default=32, metavar="N", help="at most N messages (default 32)")
     by_key.set_defaults(handler=handled(run_query), msg_id=None)
     action("delete-expired", "deleteExpiredCommitLog",
            "ask every master to delete its expired CommitLog, ConsumeQueue and index files now") \
         .set_defaults(handler=handled(_cmd_delete_expired))
+    action("clusters", "clusterList", "every registered broker per cluster: role, epoch, max offset, liveness") \
+        .set_defaults(handler=handled(_cmd_clusters))
+    update_topic = action("update-topic", "updateTopic",
+                          "create or update a topic on every master of a cluster (-c) or on some (-b)")
+    update_topic.add_argument("-t", "--topic", required=True)
+    targets(update_topic)
+    update_topic.add_argument("-r", "--read-queue-nums", type=int, default=8, metavar="N", help="default 8")
+    update_topic.add_argument("-w", "--write-queue-nums", type=int, default=8, metavar="N", help="default 8")
+    update_topic.add_argument("-p", "--perm", type=int, default=6, metavar="P",
+                              help="READ(4) | WRITE(2) | INHERIT(1); default 6")
+    update_topic.set_defaults(handler=handled(_cmd_update_topic))
+    delete_topic = action("delete-topic", "deleteTopic",
+                          "delete a topic from every master of a cluster (-c) or some (-b): routes lose it, "
+                          "its files age out; exit 1 when no master had it")
+    delete_topic.add_argument("-t", "--topic", required=True)
+    targets(delete_topic)
+    delete_topic.set_defaults(handler=handled(_cmd_delete_topic))
+    connection = action("consumer-connection", "consumerConnection",
+                        "a consumer group's live members: client id, address, subscriptions, the masters "
+                        "that know it; exit 1 when it has none")
+    connection.add_argument("-g", "--group", required=True)
+    connection.set_defaults(handler=handled(_cmd_consumer_connection))
+    consumer_status = action("consumer-status", "consumerStatus",
+                             "per member of a consumer group: the queues it holds, their committed and max "
+                             "offsets and the lag")
+    consumer_status.add_argument("-g", "--group", required=True)
+    consumer_status.set_defaults(handler=handled(_cmd_consumer_status))
+    reset = action("reset-offset", "resetOffsetByTime",
+                   "set a consumer group's committed offsets of a topic to the first message stored at or "
+                   "after a time (-s now: skip to the end); the group's members must be stopped")
+    reset.add_argument("-g", "--group", required=True)
+    reset.add_argument("-t", "--topic", required=True)
+    reset.add_argument("-s", "--timestamp", required=True, metavar="TIME",
+                       help="now, ms since the epoch, 2026-11-24T10:30:00 or 2026-11-24#10:30:00:000")
+    reset.add_argument("--force", action="store_true",
+                       help="reset even while members are live (they may commit over it)")
+    reset.set_defaults(handler=handled(_cmd_reset_offset))
     promote = actions.add_parser(
         "promote", help="make a slave its group's master (a new epoch)",
         description="Promote slave BROKER_ID of BROKER_NAME: it stops replicating, dispatches what it "

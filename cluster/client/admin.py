@@ -17,6 +17,9 @@ from node.client import (
 )
 from node.protocol import (
     INT64_MAX,
+    CommitOffset,
+    ConsumerList,
+    ConsumerListReply,
     DeleteExpiredFiles,
     FetchOffset,
     GetByMsgId,
@@ -31,6 +34,8 @@ from node.protocol import (
     Status,
     StatusReply,
     TopicCreate,
+    TopicDelete,
+    TopicDeleteReply,
     TopicReply,
     WireRequest,
 )
@@ -105,6 +110,31 @@ class Admin(_Client):
             key=lambda t: (t.topic, t.broker_name),
         )
 
+    async def masters(self, *, cluster: str | None = None, brokers: Iterable[str] | None = None) -> list[BrokerInfo]:
+        """The masters of `cluster` (a brokerClusterName), or of `brokers` (broker names or
+        addresses), or all; NotFound names what is known when a cluster or broker is not."""
+        infos = await self.cluster_info()
+        masters = [b for b in infos if b.is_master]
+        if cluster is not None:
+            known = sorted({b.cluster for b in infos})
+            masters = [b for b in masters if b.cluster == cluster]
+            if not masters:
+                raise NotFound(Status.NOT_FOUND.value,
+                               f"no master of cluster {cluster!r} is registered (clusters: {', '.join(known) or 'none'})")
+        if brokers is not None:
+            picked = []
+            for name in brokers:
+                found = [b for b in masters if name in (b.broker_name, b.address)]
+                if not found:
+                    known_names = ", ".join(sorted({b.broker_name for b in masters})) or "none"
+                    raise NotFound(Status.NOT_FOUND.value,
+                                   f"no master {name!r} is registered (broker groups: {known_names})")
+                picked += [b for b in found if b not in picked]
+            masters = picked
+        if not masters:
+            raise NotFound(Status.NOT_FOUND.value, "no master is registered")
+        return sorted(masters, key=lambda b: b.broker_name)
+
     async def create_topic(
         self,
         topic: str,
@@ -113,13 +143,11 @@ class Admin(_Client):
         write_queue_nums: int = 4,
         perm: int = 6,
         broker_names: Iterable[str] | None = None,
+        cluster: str | None = None,
     ) -> list[TopicInfo]:
-        """Create (or update) the topic on every master (or those of `broker_names`)."""
-        wanted = set(broker_names) if broker_names is not None else None
-        masters = [b for b in await self.cluster_info()
-                   if b.is_master and (wanted is None or b.broker_name in wanted)]
-        if not masters:
-            raise NotFound(Status.NOT_FOUND.value, "no master to create the topic on")
+        """Create (or update) the topic on every master (or those of `cluster`, or of
+        `broker_names`: names or addresses); mqadmin updateTopic."""
+        masters = await self.masters(cluster=cluster, brokers=broker_names)
         out = []
         for master in masters:
             answer: TopicReply = await self.pool.call(master.address, TopicCreate(
@@ -129,6 +157,38 @@ class Admin(_Client):
                                  t["write_queue_nums"], t["perm"]))
         self.invalidate(topic)
         return out
+
+    async def delete_topic(self, topic: str, *, cluster: str | None = None,
+                           broker_names: Iterable[str] | None = None) -> dict[str, bool]:
+        """Delete the topic on every master (or those of `cluster` / `broker_names`):
+        broker name → whether it had the topic. Routes lose it as the masters register
+        again; its files age out (mqadmin deleteTopic)."""
+        out = {}
+        for master in await self.masters(cluster=cluster, brokers=broker_names):
+            answer: TopicDeleteReply = await self.pool.call(master.address, TopicDelete(topic=topic))
+            out[master.broker_name] = answer.deleted
+        self.invalidate(topic)
+        return out
+
+    async def consumer_list(self, group: str) -> dict[str, ConsumerListReply]:
+        """Each master's view of the consumer group: broker name → its members (with their
+        addresses and subscriptions) and queue locks. Masters that cannot be reached are
+        left out; an empty answer means no master knows a live member."""
+        out: dict[str, ConsumerListReply] = {}
+        for master in await self.masters():
+            try:
+                out[master.broker_name] = await self.pool.call(master.address, ConsumerList(group=group))
+            except (*UNREACHABLE, ServiceUnavailable) as e:
+                log.info("consumer_list on %s failed: %s", master.address, e)
+        return out
+
+    async def commit_offset(self, queue: MessageQueue, group: str, offset: int) -> None:
+        """Set the group's committed offset of `queue` on its group's master."""
+        master = next((b for b in await self.masters() if b.broker_name == queue.broker_name), None)
+        if master is None:
+            raise NotFound(Status.NOT_FOUND.value, f"no master of {queue.broker_name!r} is registered")
+        await self.pool.call(master.address, CommitOffset(group=group, topic=queue.topic, queue_id=queue.queue_id,
+                                                          offset=offset))
 
     async def query_by_key(
         self, topic: str, key: str, *, max_num: int = 32, begin_ts: int = 0, end_ts: int | None = None

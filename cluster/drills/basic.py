@@ -59,7 +59,7 @@ async def kill_master(run: DrillRun) -> None:
         async with Admin(namesrv=run.namesrv) as admin:
             rows = {s.broker_id: s.status for s in await admin.status() if s.broker_name == "broker-a"}
         master, slave = rows.get(0), rows.get(1)
-        return bool(master and slave and slave["max_phy_offset"] == master["max_phy_offset"] > 0)
+        return bool(master and slave and slave.max_phy_offset == master.max_phy_offset > 0)
 
     run.promise("broker-a's slave catches up with the restarted master",
                 await run.wait_until(slave_caught_up, 30, "broker-a's slave caught up"))

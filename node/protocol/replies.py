@@ -24,7 +24,7 @@ __all__ = [
     "ConsumerListReply", "ConsumerUnregisterReply", "DeletedFilesReply", "EmptyReply", "EpochReply",
     "LockReply", "MembersReply", "MessageReply", "MessagesReply", "OffsetListReply", "OffsetReply",
     "PromoteReply", "PullReply", "ReplyError", "SendBackReply", "SendBatchReply", "SendReply", "StatusReply",
-    "TopicListReply", "TopicReply", "WireReply",
+    "TopicDeleteReply", "TopicListReply", "TopicReply", "WireReply",
 ]
 
 R = TypeVar("R", bound="WireReply")
@@ -153,6 +153,13 @@ class TopicReply(WireReply):
     """`topic_create`: the topic's config as stored (topic, queue counts, perm)."""
 
     topic: dict[str, Any]
+
+
+@attrs.define(kw_only=True)
+class TopicDeleteReply(WireReply):
+    """`topic_delete`: whether the node had the topic."""
+
+    deleted: bool
 
 
 @attrs.define(kw_only=True)

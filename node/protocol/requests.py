@@ -67,6 +67,7 @@ from .replies import (
     SendBatchReply,
     SendReply,
     StatusReply,
+    TopicDeleteReply,
     TopicListReply,
     TopicReply,
 )
@@ -260,7 +261,7 @@ __all__ = [
     "ConsumerList", "ConsumerLock", "ConsumerSendBack", "ConsumerUnlock", "ConsumerUnregister", "ConsumerWatch",
     "DeleteExpiredFiles", "Epoch", "FetchOffset", "GetByMsgId", "MaxOffset", "MinOffset", "GetStatus",
     "OffsetByTime", "OffsetList", "Promote", "Pull", "QueryByKey", "Send", "SendBatch", "TopicCreate",
-    "TopicList", "parse_request", "parse_tag_filter",
+    "TopicDelete", "TopicList", "parse_request", "parse_tag_filter",
 ]
 
 
@@ -387,6 +388,13 @@ class TopicCreate(WireRequest):
 
 
 @attrs.define(kw_only=True)
+class TopicDelete(WireRequest):
+    OP = "topic_delete"
+    REPLY = TopicDeleteReply
+    topic: str = _topic_field()
+
+
+@attrs.define(kw_only=True)
 class TopicList(WireRequest):
     OP = "topic_list"
     REPLY = TopicListReply
@@ -490,7 +498,7 @@ class Promote(WireRequest):
 
 NODE_REQUESTS: dict[str, type[WireRequest]] = {cls.OP: cls for cls in (
     Send, SendBatch, Pull, QueryByKey, GetByMsgId, OffsetByTime, MinOffset, MaxOffset,
-    CommitOffset, FetchOffset, OffsetList, TopicCreate, TopicList,
+    CommitOffset, FetchOffset, OffsetList, TopicCreate, TopicDelete, TopicList,
     ConsumerHeartbeat, ConsumerWatch, ConsumerUnregister, ConsumerList, ConsumerLock, ConsumerUnlock,
     ConsumerSendBack, GetStatus, DeleteExpiredFiles, Epoch, Promote)}
 """The node's op table: op name → request class."""

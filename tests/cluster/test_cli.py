@@ -6,13 +6,25 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
 import trio
 
-from tests.cluster.helpers import broker_conf, cli, slave_of, start_namesrv, wait_slave_connected
+from tests.cluster.helpers import (
+    REPO,
+    broker_conf,
+    cli,
+    slave_of,
+    start_namesrv,
+    wait_slave_connected,
+)
 from tests.node.nodeproc import Nodes, free_port, write_conf
 
 pytestmark = pytest.mark.slow  # every test here starts `tidemq` processes
@@ -115,13 +127,13 @@ def test_admin_commands_and_their_mqadmin_aliases(cluster):
     lines(cli("consume", "--namesrv", ns, "--topic", "AdmT", "--group", "AG", "--max", "1", "--commit"))
 
     for name in ("topics", "topicList"):
-        topics = lines(cli("admin", name, "--namesrv", ns))
+        topics = lines(cli("admin", name, "--namesrv", ns, "--json"))
         assert any(t["topic"] == "AdmT" and t["broker_name"] == "broker-a" for t in topics), topics
-    [route] = lines(cli("admin", "topicRoute", "--namesrv", ns, "--topic", "AdmT"))
+    [route] = lines(cli("admin", "topicRoute", "--namesrv", ns, "--topic", "AdmT", "--json"))
     assert route["broker_name"] == "broker-a"
     assert {b["address"] for b in route["brokers"]} == {cluster["master"], cluster["slave"]}
 
-    *queues, total = lines(cli("admin", "consumerProgress", "--namesrv", ns, "--group", "AG", "--topic", "AdmT"))
+    *queues, total = lines(cli("admin", "consumerProgress", "--namesrv", ns, "-g", "AG", "-t", "AdmT", "--json"))
     assert sum(q["broker_offset"] for q in queues) == 3
     assert total == {"group": "AG", "topic": "AdmT", "total_lag": 2}, total
 
@@ -129,8 +141,84 @@ def test_admin_commands_and_their_mqadmin_aliases(cluster):
     assert by_id["body"] == "m0"
     by_key = lines(cli("admin", "queryMsgByKey", "--namesrv", ns, "--topic", "AdmT", "--key", "adm-1"))
     assert sorted(m["body"] for m in by_key) == ["m0", "m1", "m2"]
-    [deleted] = lines(cli("admin", "deleteExpiredCommitLog", "--namesrv", ns))
+    [deleted] = lines(cli("admin", "deleteExpiredCommitLog", "--namesrv", ns, "--json"))
     assert deleted == {"address": cluster["master"], "deleted_files": 0}
+    table = cli("admin", "topicRoute", "--namesrv", ns, "-t", "AdmT")  # without --json: a table
+    assert table.returncode == 0 and "broker-a" in table.stdout.decode() and "{" not in table.stdout.decode()[:3]
+
+
+def _wait(predicate, what: str, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = predicate()
+        if got:
+            return got
+        time.sleep(0.2)  # poll: a CLI subprocess per probe
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_operator_actions_from_the_cli(cluster):
+    """clusterList, updateTopic -c, consumerConnection, consumerStatus, resetOffsetByTime and
+    deleteTopic against the real cluster, with a live `tidemq consume` member."""
+    ns = cluster["namesrv"]
+    brokers = lines(cli("admin", "clusterList", "--namesrv", ns, "--json"))
+    assert {(b["cluster"], b["broker_name"], b["role"]) for b in brokers} >= {
+        ("DefaultCluster", "broker-a", "SYNC_MASTER"), ("DefaultCluster", "broker-a", "SLAVE")}
+    created = lines(cli("admin", "updateTopic", "--namesrv", ns, "-c", "DefaultCluster", "-t", "OpsT",
+                        "-r", "2", "-w", "2", "--json"))
+    assert created == [{"topic": "OpsT", "broker_name": "broker-a", "read_queue_nums": 2, "write_queue_nums": 2,
+                        "perm": 6}]
+    assert "clusters: DefaultCluster" in one_line_error(cli("admin", "updateTopic", "--namesrv", ns, "-c", "Nope",
+                                                             "-t", "OpsT"))
+    assert "no master 'broker-z'" in one_line_error(cli("admin", "updateTopic", "--namesrv", ns, "-b", "broker-z",
+                                                         "-t", "OpsT"))
+    assert "-r must be in 1..1024" in one_line_error(cli("admin", "updateTopic", "--namesrv", ns, "-t", "OpsT",
+                                                          "-r", "0"), code=2)
+    lines(cli("send", "--namesrv", ns, "--topic", "OpsT", "--count", "4", "ops {i}"))
+
+    member = subprocess.Popen([sys.executable, "-m", "tidemq", "consume", "--namesrv", ns, "--topic", "OpsT",
+                               "--group", "OG", "--commit", "--timeout-ms", "60000"],
+                              cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        def online():
+            r = cli("admin", "consumerConnection", "--namesrv", ns, "-g", "OG", "--json")
+            return lines(r) if r.returncode == 0 else None
+
+        [conn] = _wait(online, "the consume member online")
+        assert "OpsT" in conn["topics"] and conn["brokers"] == ["broker-a"] and conn["address"].startswith("127.0.0.1:")
+
+        def holding():
+            rows = lines(cli("admin", "consumerStatus", "--namesrv", ns, "-g", "OG", "--json"))
+            return rows if {r["queue_id"] for r in rows if r["topic"] == "OpsT"} == {0, 1} else None
+
+        held = _wait(holding, "the member holding both queues")
+        assert {r["client_id"] for r in held} == {conn["client_id"]}
+        assert "live member" in one_line_error(cli("admin", "resetOffsetByTime", "--namesrv", ns, "-g", "OG",
+                                                    "-t", "OpsT", "-s", "0"))
+    finally:
+        member.send_signal(signal.SIGTERM)
+        member.wait(timeout=30)
+    assert member.returncode == 143, member.stderr.read()
+    assert "no live member" in one_line_error(cli("admin", "consumerConnection", "--namesrv", ns, "-g", "OG"))
+
+    def lag() -> int:
+        return lines(cli("admin", "consumerProgress", "--namesrv", ns, "-g", "OG", "-t", "OpsT", "--json"))[-1]["total_lag"]
+
+    assert lag() == 0  # the member committed what it printed
+    rewound = lines(cli("admin", "resetOffsetByTime", "--namesrv", ns, "-g", "OG", "-t", "OpsT", "-s", "0", "--json"))
+    assert sorted((r["queue_id"], r["new_offset"]) for r in rewound) == [(0, 0), (1, 0)] and lag() == 4
+    lines(cli("admin", "resetOffsetByTime", "--namesrv", ns, "-g", "OG", "-t", "OpsT", "-s", "now", "--json"))
+    assert lag() == 0
+    assert "is not a time" in one_line_error(cli("admin", "resetOffsetByTime", "--namesrv", ns, "-g", "OG",
+                                                  "-t", "OpsT", "-s", "yesterday"), code=2)
+
+    assert lines(cli("admin", "deleteTopic", "--namesrv", ns, "-c", "DefaultCluster", "-t", "OpsT", "--json")) == [
+        {"topic": "OpsT", "broker_name": "broker-a", "deleted": True}]
+    _wait(lambda: not any(t["topic"] == "OpsT" for t in lines(cli("admin", "topicList", "--namesrv", ns, "--json"))),
+          "the topic gone from the registrations")
+    assert "no master had topic 'OpsT'" in one_line_error(cli("admin", "deleteTopic", "--namesrv", ns,
+                                                               "-t", "OpsT"))
 
 
 def test_a_peer_that_speaks_http_is_named():
