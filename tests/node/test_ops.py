@@ -19,6 +19,7 @@ from node.config import load_config
 from node.handlers import BATCHED_OPS, append_requests, finish_requests, handle_now
 from node.offsets import ConsumerOffsetManager
 from node.ops import NodeServices
+from node.protocol import TopicDelete
 from node.server import ClientServer
 from node.topics import TopicConfigManager
 from store.address import format_host_port
@@ -120,6 +121,12 @@ async def test_topics_must_exist_when_auto_create_is_off_and_queue_ids_be_in_ran
         listed = (await conn.request("topic_list"))["topics"]
         assert [(t["topic"], t["read_queue_nums"]) for t in listed] == [("New", 2)]
         assert services.topics.list()[0].topic == "New"
+        changes = services.topics.changes.version
+        assert (await conn.call(TopicDelete(topic="New"))).deleted is True
+        assert services.topics.list() == [] and services.topics.changes.version > changes  # registers again
+        assert (await conn.call(TopicDelete(topic="New"))).deleted is False
+        with pytest.raises(NotFound, match="topic 'New' does not exist"):  # gone for sends too
+            await conn.request("send", topic="New", body=b"x")
 
 
 async def test_committed_offsets_are_fetched_and_listed(tmp_path):
@@ -141,6 +148,8 @@ async def test_a_slave_refuses_writes_and_reports_its_role(tmp_path):
             await conn.request("send", topic="T", body=b"x")
         with pytest.raises(ServiceUnavailable, match="refuses offset commits"):
             await conn.request("commit_offset", group="G", topic="T", queue_id=0, offset=1)
+        with pytest.raises(ServiceUnavailable, match="refuses topic changes"):
+            await conn.call(TopicDelete(topic="T"))
         status = await conn.request("status")
         assert status["role"] == "SLAVE" and status["broker_id"] == 1
         assert status["max_phy_offset"] == services.store.get_max_phy_offset() == 0

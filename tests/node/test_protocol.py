@@ -173,6 +173,7 @@ MINIMAL = {
     "fetch_offset": {"group": "G", "topic": "T", "queue_id": 0},
     "offset_list": {},
     "topic_create": {"topic": "T"},
+    "topic_delete": {"topic": "T"},
     "consumer_heartbeat": {"group": "G", "client_id": "127.0.0.1@1@a"},
     "consumer_unregister": {"group": "G", "client_id": "127.0.0.1@1@a"},
     "consumer_list": {"group": "G"},
