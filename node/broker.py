@@ -37,6 +37,7 @@ from .registration import NameServerRegistration
 from .schedule import ScheduleMessageService
 from .server import ClientServer
 from .slave_sync import SlaveSync
+from .subscription_groups import SubscriptionGroupManager
 from .topics import TopicConfigManager
 
 log = logging.getLogger("tidemq.node")
@@ -87,6 +88,7 @@ class Broker:
             root, auto_create=cfg.auto_create_topic_enable, default_queue_nums=cfg.default_topic_queue_nums
         )
         self.offsets = ConsumerOffsetManager(root)
+        self.subgroups = SubscriptionGroupManager(root)
         # the role stored beside the store overrides the file's; with controllerMode etcd the
         # election decides who is master
         self.failover = Failover(cfg, on_transition=self._end_term,
@@ -110,7 +112,7 @@ class Broker:
     async def run(self, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until stopped; `task_status.started(address)` once clients can connect.
 
-        Raises ConfigFileError (damaged topics/offsets file), StoreLockedError (the store
+        Raises ConfigFileError (damaged topics, offsets or subscription group file), StoreLockedError (the store
         is open elsewhere) or OSError (a port cannot be bound) before serving.
         """
         cfg = self.cfg
@@ -123,6 +125,7 @@ class Broker:
         with receiver as signals:
             await trio.to_thread.run_sync(self.topics.load)
             await trio.to_thread.run_sync(self.offsets.load)
+            await trio.to_thread.run_sync(self.subgroups.load)
             async with trio.open_nursery() as outer:
                 if signals is not None:
                     outer.start_soon(self._watch_signals, signals)
@@ -174,7 +177,7 @@ class Broker:
                                                         NameServerRegistration | None]:
         """One term's collaborators, each given what it needs at construction (started by `_serve`)."""
         cfg, controller = self.cfg, self.controller
-        services = NodeServices(cfg=cfg, store=store, topics=self.topics, offsets=self.offsets,
+        services = NodeServices(cfg=cfg, store=store, topics=self.topics, offsets=self.offsets, subgroups=self.subgroups,
                                 failover=self.failover)
         sync = None
         if cfg.role.is_master:
@@ -189,7 +192,7 @@ class Broker:
                                           on_connect=controller.wake if controller else None)
             if cfg.master_addr or cfg.namesrv_addr:  # else: no way to find the master
                 sync = SlaveSync(cfg.master_addr, self.topics, self.offsets, max_frame_size=cfg.max_frame_size,
-                                 delay_offset_path=ScheduleMessageService.path_in(store))
+                                 delay_offset_path=ScheduleMessageService.path_in(store), subgroups=self.subgroups)
                 services.slave_sync_status = sync.status
         registration = None
         if cfg.namesrv_addr:

@@ -38,6 +38,7 @@ __all__ = [
     "Indeterminate",
     "ConnectionPool",
     "InternalError",
+    "NoPermission",
     "NotFound",
     "OutcomeUnknown",
     "PutFailed",
@@ -88,6 +89,11 @@ class NotFound(TidemqError):
 
 class ServiceUnavailable(TidemqError):
     """SERVICE_NOT_AVAILABLE: a slave refused a write, the node is stopping or not writeable."""
+
+
+class NoPermission(TidemqError):
+    """NO_PERMISSION: the node's settings forbid it (a consumer group whose consumption an
+    operator disabled)."""
 
 
 class InternalError(TidemqError):
@@ -142,6 +148,7 @@ _BY_STATUS: dict[str, type[TidemqError]] = {
     Status.SERVICE_NOT_AVAILABLE.value: ServiceUnavailable,
     Status.INTERNAL_ERROR.value: InternalError,
     Status.INDETERMINATE.value: Indeterminate,
+    Status.NO_PERMISSION.value: NoPermission,
 }
 
 

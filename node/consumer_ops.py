@@ -105,7 +105,8 @@ async def _send_back(s: NodeServices, r: Request, peer: str | None) -> dict[str,
     props[PROPERTY_ORIGIN_MESSAGE_ID] = (
         f.origin_msg_id or props.get(PROPERTY_ORIGIN_MESSAGE_ID) or old.uniq_key or old.msg_id
     )
-    max_times = f.max_reconsume_times
+    settings = s.subgroups.get(group)  # the broker's setting wins over the member's
+    max_times = settings.retry_max_times if settings is not None else f.max_reconsume_times
     level = f.delay_level
     if old.reconsume_times >= max_times or level < 0:
         topic, level = dlq_topic(group), 0

@@ -44,6 +44,8 @@ from .protocol import (
     SendReply,
     Status,
     StatusReply,
+    SubGroupListReply,
+    SubGroupReply,
     TopicDeleteReply,
     TopicListReply,
     TopicReply,
@@ -51,6 +53,7 @@ from .protocol import (
 )
 from .schedule import ScheduleMessageService
 from .stats import BrokerStats
+from .subscription_groups import SubscriptionGroupManager
 from .topics import TopicConfigManager
 
 
@@ -110,6 +113,8 @@ class NodeServices:
         default=attrs.Factory(lambda s: ConsumerManager(expire_s=s.cfg.channel_expired_timeout / 1000),
                               takes_self=True))
     schedule: ScheduleMessageService | None = None
+    subgroups: SubscriptionGroupManager = attrs.field(
+        default=attrs.Factory(lambda s: SubscriptionGroupManager(s.cfg.store.store_path_root_dir), takes_self=True))
     stats: BrokerStats = attrs.field(factory=BrokerStats)
     failover: FailoverHooks | None = None
     stopping: bool = False
@@ -324,6 +329,11 @@ async def finish_sends(s: NodeServices, pending: list[PendingPut]) -> list[dict[
 
 async def _pull(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     f = r.fields
+    if f.group is not None:
+        settings = s.subgroups.get(f.group)
+        if settings is not None and not settings.consume_enable:
+            raise OpError(Status.NO_PERMISSION, f"consumer group {f.group!r} may not consume on {s.cfg.broker_name} "
+                                                "(its consumption is disabled: updateSubGroup --consumeEnable)")
     topic, queue_id, offset = f.topic, f.queue_id, f.offset
     deadline = trio.current_time() + f.timeout_ms / 1000
 
@@ -415,6 +425,17 @@ async def _topic_delete(s: NodeServices, r: Request, peer: str | None) -> dict[s
     again (at once), its slaves at their next topic sync; its files age out as usual."""
     _refuse_on_slave(s, "topic changes")
     return TopicDeleteReply(deleted=await s.topics.delete(r.fields.topic)).to_wire(r.id)
+
+
+async def _subgroup_update(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    _refuse_on_slave(s, "subscription group changes")
+    f = r.fields
+    config = await s.subgroups.update(f.group, consume_enable=f.consume_enable, retry_max_times=f.retry_max_times)
+    return SubGroupReply(group=config.to_wire()).to_wire(r.id)
+
+
+async def _subgroup_list(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    return SubGroupListReply(groups=[c.to_wire() for c in s.subgroups.list()]).to_wire(r.id)
 
 
 async def _topic_list(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
@@ -522,6 +543,8 @@ CORE_HANDLERS: dict[str, Handler] = {
     "offset_list": _offset_list,
     "topic_create": _topic_create,
     "topic_delete": _topic_delete,
+    "subgroup_update": _subgroup_update,
+    "subgroup_list": _subgroup_list,
     "topic_list": _topic_list,
     "status": _status,
     "admin.delete_expired_files": _delete_expired_files,

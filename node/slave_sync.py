@@ -19,7 +19,8 @@ import trio
 from .client import TidemqError, connect
 from .jsonfile import ConfigFileError, write_json_atomic
 from .offsets import ConsumerOffsetManager, OffsetEntry
-from .protocol import GetStatus, OffsetList, TopicList
+from .protocol import GetStatus, OffsetList, SubGroupList, TopicList
+from .subscription_groups import SubscriptionGroupConfig, SubscriptionGroupManager
 from .topics import TopicConfig, TopicConfigManager
 
 log = logging.getLogger("tidemq.node")
@@ -57,6 +58,17 @@ def _topic_configs(raw: Any, source: str) -> list[TopicConfig]:
     return out
 
 
+def _group_configs(raw: Any, source: str) -> list[SubscriptionGroupConfig]:
+    if not isinstance(raw, list):
+        raise ConfigFileError(f"{source}: 'groups' must be an array")
+    out = []
+    for item in raw:
+        if not isinstance(item, dict) or not isinstance(item.get("group"), str):
+            raise ConfigFileError(f"{source}: bad subscription group entry {item!r}")
+        out.append(SubscriptionGroupConfig.from_json(item["group"], item, source))
+    return out
+
+
 class SlaveSync:
     """Periodic pull of the master's tables; failures are logged and retried next round.
 
@@ -73,10 +85,12 @@ class SlaveSync:
         max_frame_size: int,
         interval_s: float = SYNC_INTERVAL_S,
         delay_offset_path: str | None = None,
+        subgroups: SubscriptionGroupManager | None = None,
     ) -> None:
         self.master_addr = master_addr
         self.topics = topics
         self.offsets = offsets
+        self.subgroups = subgroups
         self.max_frame_size = max_frame_size
         self.interval_s = interval_s
         self.delay_offset_path = delay_offset_path
@@ -105,10 +119,13 @@ class SlaveSync:
             topics = _topic_configs((await conn.call(TopicList())).topics, source)
             offsets = _offset_entries((await conn.call(OffsetList())).offsets, source)
             schedule = (await conn.call(GetStatus())).schedule if self.delay_offset_path else None
+            groups = _group_configs((await conn.call(SubGroupList())).groups, source) if self.subgroups else None
         if await self.topics.replace_all(topics):
             log.info("synced %d topic(s) from %s", len(topics), self.master_addr)
         if self.offsets.replace_all(offsets):
             log.info("synced %d consumer offset(s) from %s", len(offsets), self.master_addr)
+        if self.subgroups is not None and groups is not None and await self.subgroups.replace_all(groups):
+            log.info("synced %d subscription group(s) from %s", len(groups), self.master_addr)
         if isinstance(schedule, dict):
             await self._take_delay_offsets(schedule.get("offsets"), source)
 

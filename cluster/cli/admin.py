@@ -14,6 +14,7 @@
 | `delete-topic` | `deleteTopic` | delete a topic from a cluster's masters (routes lose it; files age out) |
 | `consumer-connection` | `consumerConnection` | a consumer group's live members: address, subscriptions |
 | `consumer-status` | `consumerStatus` | per member: the queues it holds, their offsets and lag |
+| `update-sub-group` | `updateSubGroup` | a consumer group's broker-side settings: consumption on/off, retry limit |
 | `reset-offset` | `resetOffsetByTime` | rewind (or skip) a stopped group's offsets to a time, or `now` |
 | `promote` | | make a slave its group's master with a new epoch (docs/failover.md) |
 
@@ -283,6 +284,32 @@ def _cmd_consumer_status(args: argparse.Namespace) -> int:
     return run_async(args, main)
 
 
+def _bool(text: str) -> bool:
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _cmd_update_sub_group(args: argparse.Namespace) -> int:
+    from ..client import Admin
+
+    src, targets = source(args), _targets(args)
+    if args.consume_enable is None and args.retry_max_times is None:
+        raise UsageError("give --consumeEnable true|false and/or --retryMaxTimes N")
+    if args.retry_max_times is not None and not 0 <= args.retry_max_times <= 10_000:
+        raise UsageError(f"--retryMaxTimes must be in 0..10000, got {args.retry_max_times}")
+
+    async def main() -> int:
+        async with Admin(**src) as admin:
+            stored = await admin.update_sub_group(args.group, consume_enable=args.consume_enable,
+                                                  retry_max_times=args.retry_max_times, **targets)
+        _emit(args, [{"broker_name": name, **config} for name, config in stored.items()],
+              f"subscription group {args.group}")
+        return EXIT_OK
+
+    return run_async(args, main)
+
+
 def parse_time_ms(text: str) -> int | None:
     """-s of resetOffsetByTime: "now" (None: each queue's end), milliseconds since the epoch,
     an ISO 8601 time (local time unless it names a zone), or mqadmin's
@@ -358,7 +385,8 @@ def add_admin_commands(subparsers: argparse._SubParsersAction) -> Any:
         "admin", help="operator commands (RocketMQ mqadmin names accepted)",
         description="Operator commands. RocketMQ mqadmin's names are accepted as aliases: topicList, "
         "topicRoute, consumerProgress, brokerStatus, queryMsgById, queryMsgByKey, deleteExpiredCommitLog, "
-        "clusterList, updateTopic, deleteTopic, consumerConnection, consumerStatus, resetOffsetByTime. "
+        "clusterList, updateTopic, deleteTopic, updateSubGroup, consumerConnection, consumerStatus, "
+        "resetOffsetByTime. "
         "Each prints a table, or JSON lines with --json. Exit 1 when a group, topic, cluster or broker "
         "is unknown, 2 for a bad value.",
     )
@@ -427,6 +455,17 @@ def add_admin_commands(subparsers: argparse._SubParsersAction) -> Any:
                              "offsets and the lag")
     consumer_status.add_argument("-g", "--group", required=True)
     consumer_status.set_defaults(handler=handled(_cmd_consumer_status))
+    sub_group = action("update-sub-group", "updateSubGroup",
+                       "set a consumer group's settings on every master of a cluster (-c) or some (-b); slaves "
+                       "copy them and a promoted slave keeps them")
+    sub_group.add_argument("-g", "--group", required=True)
+    targets(sub_group)
+    sub_group.add_argument("-s", "--consumeEnable", "--consume-enable", dest="consume_enable", type=_bool,
+                           metavar="true|false", help="false: the group's pulls are refused (NO_PERMISSION)")
+    sub_group.add_argument("-r", "--retryMaxTimes", "--retry-max-times", dest="retry_max_times", type=int,
+                           metavar="N", help="retries before a message goes to the group's DLQ (broker-side, "
+                           "wins over the members' setting)")
+    sub_group.set_defaults(handler=handled(_cmd_update_sub_group))
     reset = action("reset-offset", "resetOffsetByTime",
                    "set a consumer group's committed offsets of a topic to the first message stored at or "
                    "after a time (-s now: skip to the end); the group's members must be stopped")

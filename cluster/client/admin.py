@@ -33,6 +33,8 @@ from node.protocol import (
     QueryByKey,
     Status,
     StatusReply,
+    SubGroupReply,
+    SubGroupUpdate,
     TopicCreate,
     TopicDelete,
     TopicDeleteReply,
@@ -168,6 +170,19 @@ class Admin(_Client):
             answer: TopicDeleteReply = await self.pool.call(master.address, TopicDelete(topic=topic))
             out[master.broker_name] = answer.deleted
         self.invalidate(topic)
+        return out
+
+    async def update_sub_group(self, group: str, *, consume_enable: bool | None = None,
+                               retry_max_times: int | None = None, cluster: str | None = None,
+                               broker_names: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+        """Set a consumer group's broker-side settings on every master (or those of
+        `cluster` / `broker_names`); their slaves copy them (mqadmin updateSubGroup).
+        Returns broker name → the settings as stored."""
+        out = {}
+        request = SubGroupUpdate(group=group, consume_enable=consume_enable, retry_max_times=retry_max_times)
+        for master in await self.masters(cluster=cluster, brokers=broker_names):
+            answer: SubGroupReply = await self.pool.call(master.address, request)
+            out[master.broker_name] = answer.group
         return out
 
     async def consumer_list(self, group: str) -> dict[str, ConsumerListReply]:

@@ -34,7 +34,7 @@ from typing import Any, Literal
 import attrs
 import trio
 
-from node.client import ServiceUnavailable, TidemqError, exit_nursery
+from node.client import NoPermission, ServiceUnavailable, TidemqError, exit_nursery
 from node.protocol import ConsumerSendBack, SendBackReply
 
 from .base import ROUTE_TTL_S, ReceivedMessage
@@ -223,7 +223,7 @@ class Consumer:
                         break
                 except TidemqError as e:
                     task.pull_scope = None
-                    log.info("pull of %s failed: %s", queue, e)
+                    (log.warning if isinstance(e, NoPermission) else log.info)("pull of %s failed: %s", queue, e)
                     await self._pause(task, self.local_retry_s)
                     continue
                 for msg in result.messages:

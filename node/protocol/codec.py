@@ -57,10 +57,11 @@ __all__ = [
 # names, spelled exactly as the store (RocketMQ 4.9) spells them. The wire carries the name.
 # INDETERMINATE: a write this node stored but may no longer acknowledge (it was fenced, or
 # its lease ran out, while the write waited): it may or may not survive the failover, so a
-# client reports it as neither acknowledged nor failed.
+# client reports it as neither acknowledged nor failed. NO_PERMISSION: the node's settings
+# forbid it (a consumer group whose consumption is disabled).
 Status = enum.Enum(
     "Status",
-    [(n, n) for n in ("OK", "BAD_REQUEST", "NOT_FOUND", "INTERNAL_ERROR", "INDETERMINATE")]
+    [(n, n) for n in ("OK", "BAD_REQUEST", "NOT_FOUND", "INTERNAL_ERROR", "INDETERMINATE", "NO_PERMISSION")]
     + [(m.name, m.value) for m in PutMessageStatus]
     + [(m.name, m.value) for m in GetMessageStatus],
     module=__name__,

@@ -23,7 +23,7 @@ from .codec import Status
 __all__ = [
     "ConsumerListReply", "ConsumerUnregisterReply", "DeletedFilesReply", "EmptyReply", "EpochReply",
     "LockReply", "MembersReply", "MessageReply", "MessagesReply", "OffsetListReply", "OffsetReply",
-    "PromoteReply", "PullReply", "ReplyError", "SendBackReply", "SendBatchReply", "SendReply", "StatusReply",
+    "PromoteReply", "PullReply", "ReplyError", "SendBackReply", "SubGroupListReply", "SubGroupReply", "SendBatchReply", "SendReply", "StatusReply",
     "TopicDeleteReply", "TopicListReply", "TopicReply", "WireReply",
 ]
 
@@ -201,6 +201,20 @@ class LockReply(WireReply):
     """`consumer_lock`: the queue ids now held by the asking member."""
 
     locked: list[int]
+
+
+@attrs.define(kw_only=True)
+class SubGroupReply(WireReply):
+    """`subgroup_update`: the group's settings as stored (group, consume_enable, retry_max_times)."""
+
+    group: dict[str, Any]
+
+
+@attrs.define(kw_only=True)
+class SubGroupListReply(WireReply):
+    """`subgroup_list`: every group with settings of its own."""
+
+    groups: list[dict[str, Any]]
 
 
 # ---------------------------------------------------------------- the node itself

@@ -67,6 +67,8 @@ from .replies import (
     SendBatchReply,
     SendReply,
     StatusReply,
+    SubGroupListReply,
+    SubGroupReply,
     TopicDeleteReply,
     TopicListReply,
     TopicReply,
@@ -260,7 +262,8 @@ __all__ = [
     "FIELD_TYPES", "MESSAGES", "NODE_REQUESTS", "OPS", "BatchMessage", "CommitOffset", "ConsumerHeartbeat",
     "ConsumerList", "ConsumerLock", "ConsumerSendBack", "ConsumerUnlock", "ConsumerUnregister", "ConsumerWatch",
     "DeleteExpiredFiles", "Epoch", "FetchOffset", "GetByMsgId", "MaxOffset", "MinOffset", "GetStatus",
-    "OffsetByTime", "OffsetList", "Promote", "Pull", "QueryByKey", "Send", "SendBatch", "TopicCreate",
+    "OffsetByTime", "OffsetList", "Promote", "Pull", "QueryByKey", "Send", "SendBatch", "SubGroupList",
+    "SubGroupUpdate", "TopicCreate",
     "TopicDelete", "TopicList", "parse_request", "parse_tag_filter",
 ]
 
@@ -468,6 +471,23 @@ class ConsumerSendBack(WireRequest):
     origin_msg_id: str | None = wire(STR, _non_empty, default=None)
 
 
+@attrs.define(kw_only=True)
+class SubGroupUpdate(WireRequest):
+    """mqadmin updateSubGroup: set a group's broker-side settings (those given)."""
+
+    OP = "subgroup_update"
+    REPLY = SubGroupReply
+    group: str = _group_field()
+    consume_enable: bool | None = wire(BOOL, default=None)
+    retry_max_times: int | None = wire(INT, value_range(0, 10_000), default=None)
+
+
+@attrs.define(kw_only=True)
+class SubGroupList(WireRequest):
+    OP = "subgroup_list"
+    REPLY = SubGroupListReply
+
+
 # ---------------------------------------------------------------- the node itself
 
 
@@ -500,7 +520,7 @@ NODE_REQUESTS: dict[str, type[WireRequest]] = {cls.OP: cls for cls in (
     Send, SendBatch, Pull, QueryByKey, GetByMsgId, OffsetByTime, MinOffset, MaxOffset,
     CommitOffset, FetchOffset, OffsetList, TopicCreate, TopicDelete, TopicList,
     ConsumerHeartbeat, ConsumerWatch, ConsumerUnregister, ConsumerList, ConsumerLock, ConsumerUnlock,
-    ConsumerSendBack, GetStatus, DeleteExpiredFiles, Epoch, Promote)}
+    ConsumerSendBack, SubGroupUpdate, SubGroupList, GetStatus, DeleteExpiredFiles, Epoch, Promote)}
 """The node's op table: op name → request class."""
 
 OPS: dict[str, tuple[Field, ...]] = {op: schema_of(cls) for op, cls in NODE_REQUESTS.items()}

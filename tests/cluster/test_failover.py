@@ -17,7 +17,7 @@ import trio
 import trio.testing
 
 from cluster.client import Admin, Producer, Status
-from node.client import Connection, TidemqError
+from node.client import Connection, NoPermission, TidemqError
 from store.epoch_file import EpochEntry, format_entries
 from tests.cluster.helpers import (
     broker_conf,
@@ -128,9 +128,18 @@ async def _caught_up(slave: str, master: str) -> dict[str, Any] | None:
 async def test_async_promotion_truncates_the_unreplicated_tail_and_reports_it(tmp_path, nodes) -> None:
     ns, m, s, m_conf, s_conf = group(nodes, tmp_path, "ASYNC_MASTER")
     await call(m.address, "topic_create", topic=TOPIC)
+    # a consumer group's settings (updateSubGroup) reach the slave and outlive the promotion
+    stored = cli("admin", "updateSubGroup", "--namesrv", ns.address, "-g", "SG", "--consumeEnable", "false",
+                 "--retryMaxTimes", "2", "--json")
+    assert json.loads(stored.stdout) == {"broker_name": GROUP, "group": "SG", "consume_enable": False,
+                                         "retry_max_times": 2}, stored.stderr
     await wait_slave_connected(m.address)
     first = await send_all(ns.address, 10, "a")
     await wait_for(lambda: _caught_up(s.address, m.address), what="slave caught up")
+
+    async def synced() -> bool:  # the slave's topic/offset sync runs every 10 s
+        return bool((await call(s.address, "subgroup_list"))["groups"])
+    await wait_for(synced, timeout=15, what="the slave's copy of the group settings")
     s.kill()  # the slave is gone: what the master takes now is not replicated
     tail = await send_all(ns.address, 7, "t")
     assert all(r.status is Status.PUT_OK for r in tail)
@@ -150,6 +159,8 @@ async def test_async_promotion_truncates_the_unreplicated_tail_and_reports_it(tm
     lost = [r for r in first + tail if r.commitlog_offset >= start]
     assert [r.msg_id for r in lost] == [r.msg_id for r in tail]  # exactly the unreplicated part
     assert (await status(s.address))["role"] == "ASYNC_MASTER"
+    with pytest.raises(NoPermission, match="consumer group 'SG' may not consume"):
+        await call(s.address, "pull", topic=TOPIC, queue_id=0, offset=0, group="SG")
 
     back = nodes.start(m_conf)
     rejoined = await wait_for(lambda: _truncated(back.address), timeout=30, what="old master truncated")

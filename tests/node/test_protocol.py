@@ -174,6 +174,8 @@ MINIMAL = {
     "offset_list": {},
     "topic_create": {"topic": "T"},
     "topic_delete": {"topic": "T"},
+    "subgroup_update": {"group": "G"},
+    "subgroup_list": {},
     "consumer_heartbeat": {"group": "G", "client_id": "127.0.0.1@1@a"},
     "consumer_unregister": {"group": "G", "client_id": "127.0.0.1@1@a"},
     "consumer_list": {"group": "G"},
