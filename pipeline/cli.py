@@ -3,17 +3,25 @@ cluster, each showing its progress on stderr (stage and task counts while it run
 
 Exit codes: 0 done (audit: clean), 1 the job ran and found a problem (audit: a bad CRC,
 damage or divergence; export/stats: the data could not be read to the end), 2 usage or
-unusable input (not a store, bad option). Errors are one message on stderr.
+unusable input (not a store, bad option), 143 / 130 stopped by SIGTERM / Ctrl-C (the
+running Spark jobs are cancelled and the local JVM stopped; an export's output may be
+partial). Errors are one message on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
+import logging
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
+
+import psutil
 
 from store.tools import StoreToolError
 
@@ -80,28 +88,120 @@ def _session(args: argparse.Namespace) -> Any:
                          **{"spark.ui.showConsoleProgress": "false"})
 
 
+class _Stopped(Exception):
+    """SIGTERM or SIGINT arrived while the job ran."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop_children() -> None:
+    """The local JVM (and its helpers) this process started: stopped when the session could
+    not stop them (a signal during start-up leaves a gateway no one talks to)."""
+    children = psutil.Process().children(recursive=True)
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.terminate()
+    _, alive = psutil.wait_procs(children, timeout=5)
+    for child in alive:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+
+
+class _JobRun:
+    """One job on a worker thread, so the main thread stays free for signals: a Py4J call
+    must not be interrupted mid-answer (its connection would be left out of step), so a
+    signal cancels the Spark jobs through a connection of the main thread's own, and the
+    job's thread ends with the cancellation."""
+
+    def __init__(self, args: argparse.Namespace, job: Any, borrowed: bool) -> None:
+        self.args, self.job, self.borrowed = args, job, borrowed
+        self.spark: Any = None
+        self.code = 1
+        self.error: BaseException | None = None
+        self.stopping = threading.Event()
+
+    def work(self) -> None:
+        try:
+            if not self.args.quiet and not self.borrowed:
+                print(f"tidemq pipeline {self.args.pipeline_command}: starting Spark ({self.args.master})",
+                      file=sys.stderr, flush=True)
+            self.spark = _session(self.args)
+            if not self.stopping.is_set():
+                self.code = _job(self.args, self.job, self.spark, self.stopping)
+        except BaseException as e:  # handed to the main thread (unless it is stopping anyway)
+            self.error = e
+
+    def stop(self, signum: int) -> int:
+        """Cancel, stop the session and the JVM, say so in one line: 128 + the signal."""
+        self.stopping.set()
+        logging.getLogger("py4j").setLevel(logging.CRITICAL + 1)  # the job's calls fail as the JVM goes
+        previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            if self.spark is not None:
+                with contextlib.suppress(Exception):
+                    self.spark.sparkContext.setLogLevel("OFF")  # cancelled tasks log stack traces
+                    self.spark.sparkContext.cancelAllJobs()
+            if not self.borrowed:
+                if self.spark is not None:
+                    with contextlib.suppress(Exception):
+                        self.spark.stop()
+                _stop_children()
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+        command = self.args.pipeline_command
+        print(f"tidemq pipeline {command}: stopped by {signal.Signals(signum).name}"
+              + ("; the output under --to may be partial" if command == "export" else ""),
+              file=sys.stderr, flush=True)
+        return 128 + signum
+
+
 def _run(args: argparse.Namespace, job: Any) -> int:
-    """Run `job(spark)` with progress shown; map failures to exit codes and one message."""
+    """Run `job(spark)` with progress shown; map failures to exit codes and one message;
+    SIGTERM / Ctrl-C cancel the Spark jobs, stop the session and exit 143 / 130."""
     from pyspark.sql import SparkSession
 
+    borrowed = SparkSession.getActiveSession() is not None  # e.g. called from a notebook
+    run = _JobRun(args, job, borrowed)
+    worker = threading.Thread(target=run.work, name="tidemq-pipeline-job", daemon=True)
+
+    def on_signal(signum: int, frame: Any) -> None:
+        raise _Stopped(signum)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        worker.start()
+        worker.join()  # interrupted by a signal's _Stopped
+    except _Stopped as e:
+        return run.stop(e.signum)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if not run.stopping.is_set() and run.spark is not None and not borrowed:
+            run.spark.stop()
+    if run.error is not None:
+        raise run.error
+    return run.code
+
+
+def _job(args: argparse.Namespace, job: Any, spark: Any, stopping: threading.Event) -> int:
     from pipeline.jobs import Progress
 
-    borrowed = SparkSession.getActiveSession() is not None  # e.g. called from a notebook
-    spark = _session(args)
     try:
         if args.quiet:
             return job(spark)
         with Progress(spark, args.pipeline_command, sys.stderr):
             return job(spark)
     except (StoreToolError, ValueError) as e:
-        print(f"tidemq pipeline {args.pipeline_command}: {e}", file=sys.stderr)
+        if not stopping.is_set():
+            print(f"tidemq pipeline {args.pipeline_command}: {e}", file=sys.stderr)
         return 2
-    except Exception as e:  # a Spark job failed: its first meaningful line
-        print(f"tidemq pipeline {args.pipeline_command}: {_reason(e)}", file=sys.stderr)
+    except Exception as e:  # a Spark job failed: its first meaningful line (not when cancelled by a stop)
+        if not stopping.is_set():
+            print(f"tidemq pipeline {args.pipeline_command}: {_reason(e)}", file=sys.stderr)
         return 2 if "does not exist" in str(e) or "is not a store" in str(e) else 1
-    finally:
-        if not borrowed:
-            spark.stop()
 
 
 def _reason(e: BaseException) -> str:
