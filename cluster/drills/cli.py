@@ -29,7 +29,8 @@ def _cmd_drill(args: argparse.Namespace) -> int:
     async def body() -> int:
         got["report"] = await run_drill(args.name, base_dir=args.base_dir, keep=args.keep,
                                         heartbeat_s=args.heartbeat, rebalance_s=args.rebalance,
-                                        rate=args.rate, rounds=args.rounds, seed=args.seed)
+                                        rate=args.rate, rounds=args.rounds, seed=args.seed,
+                                        channel_expired_s=args.channel_expired)
         return 0
 
     try:
@@ -57,8 +58,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--base-dir", metavar="DIR", help="run the cluster here and keep it (default: a temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the scratch directory")
-    p.add_argument("--heartbeat", type=float, default=0.5, metavar="S", help="members' heartbeat interval")
-    p.add_argument("--rebalance", type=float, default=2.0, metavar="S", help="members' rebalance interval")
+    p.add_argument("--heartbeat", type=float, metavar="S",
+                   help="members' heartbeat interval (default: the client's 30 s for rebalance, else 0.5 s)")
+    p.add_argument("--rebalance", type=float, metavar="S",
+                   help="members' rebalance interval (default: the client's 20 s for rebalance, else 2 s)")
+    p.add_argument("--channel-expired", type=float, metavar="S",
+                   help="the nodes' channelExpiredTimeout (default theirs, 120 s): when a silent member is dropped")
     p.add_argument("--rate", type=float, default=50.0, metavar="N", help="sends per second per producer")
     p.add_argument("--rounds", type=positive_int, default=20, metavar="N",
                    help="faults of a repeating drill (auto-soak; default 20)")

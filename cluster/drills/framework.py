@@ -18,7 +18,11 @@ The `promote` and `partition` drills slot in the same way.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -33,6 +37,7 @@ from ..client.admin import Admin
 from ..client.base import STORED, ReceivedMessage
 from ..client.producer import Producer
 from ..client.push_consumer import Consumer
+from ..client.rebalance import HEARTBEAT_INTERVAL_S, REBALANCE_INTERVAL_S, allocate_averagely
 from ..client.routing import MessageQueue
 from ..launch import launcher
 
@@ -94,6 +99,9 @@ class DrillReport:
     lost: list[str] = attrs.field(factory=list)
     producers_recovered_s: float | None = None
     consumption_recovered_s: float | None = None
+    takeovers: dict[str, float | None] = attrs.field(factory=dict)
+    """rebalance: seconds from a member change until the masters' lock tables held the new
+    allocation (None: not within the drill's limit)."""
     consumed_from_slave: int = 0
     promises: dict[str, bool] = attrs.field(factory=dict)
     events: list[tuple[float, str]] = attrs.field(factory=list)
@@ -124,6 +132,7 @@ class DrillReport:
             ("acknowledged but lost", len(self.lost)), ("consumed from a slave", self.consumed_from_slave),
             ("producers recovered after", fmt(self.producers_recovered_s)),
             ("every queue consumed again after", fmt(self.consumption_recovered_s)),
+            *((f"{what} after", fmt(took)) for what, took in self.takeovers.items()),
         ]
         lines = [f"drill {self.drill}", ""] + [f"  {k:<34} {v}" for k, v in rows] + ["", "promises:"]
         lines += [f"  [{'ok' if v else 'BROKEN'}] {k}" for k, v in self.promises.items()]
@@ -137,13 +146,16 @@ class DrillRun:
     """The running cluster, the load on it and what was observed; see the module docstring."""
 
     def __init__(self, name: str, base: Path, namesrv: str, nursery: trio.Nursery, *,
-                 heartbeat_s: float, rebalance_s: float, rate: float, rounds: int = 1, seed: int = 0) -> None:
+                 heartbeat_s: float, rebalance_s: float, rate: float, rounds: int = 1, seed: int = 0,
+                 channel_expired_s: float = 120.0) -> None:
         self.name = name
         self.base = base
         self.namesrv = namesrv
         self.nursery = nursery
         self.heartbeat_s = heartbeat_s
         self.rebalance_s = rebalance_s
+        self.channel_expired_s = channel_expired_s
+        """The nodes' channelExpiredTimeout: a silent member is dropped after it."""
         self.rate = rate
         self.rounds = rounds
         """Faults for drills that repeat one (auto-soak), each drawn from `seed`."""
@@ -156,6 +168,8 @@ class DrillRun:
         self.send_log: list[tuple[float, float, bool]] = []  # start, end, ok
         self.consumed: dict[str, list[Consumption]] = {}
         self.members: dict[str, Consumer] = {}
+        self.processes: dict[str, trio.Process] = {}
+        """Members run as their own processes (cluster/drills/member.py): faults a process takes."""
         self.overlaps: list[str] = []
         self.gate = trio.Event()
         self.gate.set()
@@ -284,6 +298,65 @@ class DrillRun:
         self._stop_members.pop(member).set()
         await self.wait_until(lambda: member not in self.members, 30, f"member {member} closed")
 
+    @staticmethod
+    def client_id(member: str) -> str:
+        return f"127.0.0.1@drill@{member}"
+
+    async def start_member_process(self, member: str) -> None:
+        """Start a group member as its own process (same client, same intervals); what it
+        consumes is counted from its `MSG` lines."""
+        argv = [sys.executable, "-m", "cluster.drills.member", self.namesrv, GROUP, TOPIC, self.client_id(member),
+                str(self.heartbeat_s), str(self.rebalance_s)]
+        proc = await trio.lowlevel.open_process(argv, cwd=str(REPO), stdout=subprocess.PIPE,
+                                                stderr=subprocess.DEVNULL,
+                                                env={**os.environ, "PYTHONPATH": str(REPO)})
+        self.processes[member] = proc
+        self.nursery.start_soon(self._read_member, member, proc)
+        self.event(f"member {member} started as process {proc.pid}")
+
+    async def _read_member(self, member: str, proc: trio.Process) -> None:
+        assert proc.stdout is not None
+        buffer = b""
+        async for chunk in proc.stdout:
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                parts = line.decode(errors="replace").split()
+                if len(parts) == 4 and parts[0] == "MSG":
+                    queue = MessageQueue(TOPIC, parts[2], int(parts[3]))
+                    self.consumed.setdefault(parts[1], []).append(Consumption(self.now(), member, queue, False))
+
+    def signal_member(self, member: str, sig: signal.Signals) -> None:
+        self.processes[member].send_signal(sig)
+        self.event(f"member {member}: {sig.name}")
+
+    async def lock_view(self) -> dict[MessageQueue, str]:
+        """Who holds each queue of the topic, as the masters' lock tables say (consumer_list)."""
+        async with Admin(namesrv=self.namesrv) as admin:
+            views = await admin.consumer_list(GROUP)
+        out = {}
+        for broker_name, view in views.items():
+            for key, holder in view.locks.items():
+                topic, _, queue_id = key.rpartition(":")
+                if topic == TOPIC:
+                    out[MessageQueue(TOPIC, broker_name, int(queue_id))] = holder
+        return out
+
+    async def takeover(self, what: str, members: list[str], limit: float, since: float | None = None) -> float | None:
+        """Seconds from `since` (now) until the lock tables hold the averagely allocated
+        queues of `members` (RocketMQ's AllocateMessageQueueAveragely), recorded in the report."""
+        start = self.now() if since is None else since
+        queues = sorted(self.all_queues())
+        ids = sorted(self.client_id(m) for m in members)
+        wanted = {q: cid for cid in ids for q in allocate_averagely(queues, ids, cid)}
+
+        async def allocated() -> bool:
+            return await self.lock_view() == wanted
+
+        took = self.now() - start if await self.wait_until(allocated, limit, f"{what}: the new allocation held") else None
+        self.report.takeovers[what] = took
+        return took
+
     async def monitor_ownership(self) -> None:
         """Sample the members' queues: a queue held by two members at once is an overlap."""
         while True:
@@ -307,6 +380,16 @@ class DrillRun:
     async def wind_down(self) -> None:
         """Stop the producers and close every member (committing)."""
         self.stop_producing()
+        for proc in self.processes.values():
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.send_signal(signal.SIGTERM)
+        with trio.move_on_after(30):
+            for proc in self.processes.values():
+                await proc.wait()
+        for proc in self.processes.values():
+            if proc.returncode is None:
+                proc.kill()
         for stop in self._stop_members.values():
             stop.set()
         self._stop_members.clear()
@@ -332,17 +415,29 @@ class DrillRun:
         return r
 
 
-async def run_drill(name: str, *, base_dir: str | None = None, keep: bool = False, heartbeat_s: float = 0.5,
-                    rebalance_s: float = 2.0, rate: float = 50.0, producers: int = 2, rounds: int = 1,
-                    seed: int = 0) -> DrillReport:
-    """Start the cluster, run drill `name` under load, stop everything; the report."""
+INTERVALS: dict[str, tuple[float, float]] = {"rebalance": (HEARTBEAT_INTERVAL_S, REBALANCE_INTERVAL_S)}
+"""A drill's members' heartbeat and rebalance intervals when not given: the rebalance drill
+measures the client's defaults (RocketMQ's); the failover drills use short ones (0.5 s, 2 s)."""
+
+
+async def run_drill(name: str, *, base_dir: str | None = None, keep: bool = False, heartbeat_s: float | None = None,
+                    rebalance_s: float | None = None, rate: float = 50.0, producers: int = 2, rounds: int = 1,
+                    seed: int = 0, channel_expired_s: float | None = None) -> DrillReport:
+    """Start the cluster, run drill `name` under load, stop everything; the report.
+    `channel_expired_s`: the nodes' channelExpiredTimeout (default: theirs, 120 s)."""
     if name not in DRILLS:
         raise ValueError(f"unknown drill {name!r}; one of {', '.join(sorted(DRILLS))}")
+    default_hb, default_rb = INTERVALS.get(name, (0.5, 2.0))
+    heartbeat_s = default_hb if heartbeat_s is None else heartbeat_s
+    rebalance_s = default_rb if rebalance_s is None else rebalance_s
     base = Path(base_dir) if base_dir else Path(tempfile.mkdtemp(prefix=f"tidemq-drill-{name}-"))
     conf = base / "conf"
     layout = LAYOUTS.get(name, LAYOUT)
     stems = [p.stem for p in layout.glob("broker-*.toml")]
-    launcher.copy_layout(layout, conf, overrides={s: NODE_OVERRIDES for s in stems})
+    overrides = dict(NODE_OVERRIDES)
+    if channel_expired_s is not None:
+        overrides["channelExpiredTimeout"] = int(channel_expired_s * 1000)
+    launcher.copy_layout(layout, conf, overrides={s: overrides for s in stems})
     try:
         await trio.to_thread.run_sync(lambda: launcher.up(conf, base))
         state = launcher.load_state(base)
@@ -350,7 +445,8 @@ async def run_drill(name: str, *, base_dir: str | None = None, keep: bool = Fals
         namesrv = next(r.address for r in state.nodes.values() if r.kind == "namesrv")
         async with trio.open_nursery() as nursery:
             run = DrillRun(name, base, namesrv, nursery, heartbeat_s=heartbeat_s, rebalance_s=rebalance_s,
-                           rate=rate, rounds=rounds, seed=seed)
+                           rate=rate, rounds=rounds, seed=seed,
+                           channel_expired_s=120.0 if channel_expired_s is None else channel_expired_s)
             try:
                 await _drive(run, DRILLS[name][1], producers)
             except (TidemqError, launcher.LauncherError, OSError) as e:

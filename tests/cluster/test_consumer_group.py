@@ -137,7 +137,7 @@ async def test_a_crashed_member_is_dropped_and_its_queues_taken_over(tmp_path, n
     topic, group = "CT", "crash"
     ns, master = await setup_cluster(tmp_path, nodes, topic, 2)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.cluster.group_member", ns.address, group, topic, "0.3", "1.0"],
+        [sys.executable, "-m", "cluster.drills.member", ns.address, group, topic, "127.0.0.1@crash@p", "0.3", "1.0"],
         cwd=REPO, stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     try:

@@ -44,13 +44,18 @@ async def test_kill_master_drill_keeps_its_promises(tmp_path):
 
 @pytest.mark.slow
 def test_rebalance_drill_cli_json():
-    out = subprocess.run([sys.executable, "-m", "cluster.drills.cli", "rebalance", "--json", "--rate", "30"],
-                         cwd=REPO, capture_output=True, timeout=300)
+    """The client's default rebalance interval (20 s); 1 s heartbeats and a 5 s
+    channelExpiredTimeout keep the pause step short (a silent member goes after 12 s)."""
+    out = subprocess.run([sys.executable, "-m", "cluster.drills.cli", "rebalance", "--json", "--rate", "30",
+                          "--heartbeat", "1", "--channel-expired", "5"], cwd=REPO, capture_output=True, timeout=300)
     assert out.returncode == 0, out.stdout.decode() + out.stderr.decode()[-3000:]
     report = json.loads(out.stdout)
     assert report["ok"] and report["acknowledged_but_lost"] == 0
     assert report["promises"]["every queue has one owner at a time"]
     assert report["consumed"] >= report["acknowledged"] > 0
+    took = report["takeovers"]
+    assert took["m3 joins: served"] <= 1.0 and took["m1 leaves: taken over"] <= 1.0, took
+    assert took["p1 SIGKILLed: taken over"] <= 2.0 and 10.0 <= took["p2 SIGSTOPped: taken over"] <= 14.0, took
 
 
 @pytest.mark.slow
