@@ -119,6 +119,10 @@ def _cmd_progress(args: argparse.Namespace) -> int:
                     total += lag
                     rows.append({"topic": args.topic, "broker_name": g.broker_name, "queue_id": queue_id,
                                  "broker_offset": broker_offset, "consumer_offset": consumer_offset, "lag": lag})
+            if all(r["consumer_offset"] is None for r in rows) and not any(
+                    v.members for v in (await admin.consumer_list(args.group)).values()):
+                error(f"consumer group {args.group!r} has no committed offset on {args.topic!r} and no live member")
+                return EXIT_PROBLEM
         if args.json:
             _emit(args, [*rows, {"group": args.group, "topic": args.topic, "total_lag": total}], "")
         else:

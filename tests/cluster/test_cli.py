@@ -136,6 +136,8 @@ def test_admin_commands_and_their_mqadmin_aliases(cluster):
     *queues, total = lines(cli("admin", "consumerProgress", "--namesrv", ns, "-g", "AG", "-t", "AdmT", "--json"))
     assert sum(q["broker_offset"] for q in queues) == 3
     assert total == {"group": "AG", "topic": "AdmT", "total_lag": 2}, total
+    assert "consumer group 'Nobody' has no committed offset" in one_line_error(
+        cli("admin", "consumerProgress", "--namesrv", ns, "-g", "Nobody", "-t", "AdmT"))
 
     [by_id] = lines(cli("admin", "queryMsgById", "--namesrv", ns, "--msg-id", sent[0]["msg_id"]))
     assert by_id["body"] == "m0"
