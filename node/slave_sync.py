@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import trio
 
@@ -23,6 +24,7 @@ from .protocol import GetStatus, OffsetList, SubGroupList, TopicList
 from .subscription_groups import SubscriptionGroupConfig, SubscriptionGroupManager
 from .topics import TopicConfig, TopicConfigManager
 
+T = TypeVar("T")
 log = logging.getLogger("tidemq.node")
 
 SYNC_INTERVAL_S = 10.0
@@ -47,26 +49,25 @@ def _offset_entries(raw: Any, source: str) -> list[OffsetEntry]:
     return out
 
 
-def _topic_configs(raw: Any, source: str) -> list[TopicConfig]:
+def _named_entries(raw: Any, source: str, field: str, key: str, parse: Callable[[str, Any, str], T]) -> list[T]:
+    """A master's list of maps named by `key` (topics by "topic", groups by "group"), each
+    validated as the file entry it becomes."""
     if not isinstance(raw, list):
-        raise ConfigFileError(f"{source}: 'topics' must be an array")
+        raise ConfigFileError(f"{source}: {field!r} must be an array")
     out = []
     for item in raw:
-        if not isinstance(item, dict) or not isinstance(item.get("topic"), str):
-            raise ConfigFileError(f"{source}: bad topic entry {item!r}")
-        out.append(TopicConfig.from_json(item["topic"], item, source))
+        if not isinstance(item, dict) or not isinstance(item.get(key), str):
+            raise ConfigFileError(f"{source}: bad {key} entry {item!r}")
+        out.append(parse(item[key], item, source))
     return out
+
+
+def _topic_configs(raw: Any, source: str) -> list[TopicConfig]:
+    return _named_entries(raw, source, "topics", "topic", TopicConfig.from_json)
 
 
 def _group_configs(raw: Any, source: str) -> list[SubscriptionGroupConfig]:
-    if not isinstance(raw, list):
-        raise ConfigFileError(f"{source}: 'groups' must be an array")
-    out = []
-    for item in raw:
-        if not isinstance(item, dict) or not isinstance(item.get("group"), str):
-            raise ConfigFileError(f"{source}: bad subscription group entry {item!r}")
-        out.append(SubscriptionGroupConfig.from_json(item["group"], item, source))
-    return out
+    return _named_entries(raw, source, "groups", "group", SubscriptionGroupConfig.from_json)
 
 
 class SlaveSync:
