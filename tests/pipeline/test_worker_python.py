@@ -1,0 +1,31 @@
+"""`register(spark)` checks that Spark's Python workers can load the data source (issue 27:
+a session whose workers run another Python failed at the first read with `No module named
+'pipeline'` inside a JVM traceback)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from pipeline import WorkerPythonError, check_worker_python, register, worker_python
+
+
+def test_a_worker_python_without_the_data_source_is_named_with_the_fix(tmp_path) -> None:
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
+    python = str(bare / "bin" / "python")
+    with pytest.raises(WorkerPythonError) as e:
+        check_worker_python(python)
+    text = str(e.value)
+    assert f"Spark starts its Python workers with {python!r}" in text and "No module named 'pyarrow'" in text
+    assert f".config('spark.pyspark.python', {sys.executable!r})" in text
+    with pytest.raises(WorkerPythonError, match="No such file"):
+        check_worker_python(str(tmp_path / "no-python"))
+    check_worker_python(sys.executable)  # this interpreter has both: no probe, no error
+
+
+def test_the_local_session_runs_its_workers_on_this_python(spark) -> None:
+    assert worker_python(spark) == sys.executable
+    register(spark)  # again: the check passes (it raised for a bare venv above)
