@@ -8,8 +8,8 @@
   process is SIGKILLed and another SIGSTOPped, under load. It prints how long each change
   took until the masters' lock tables held the new allocation. Promises: a join is served
   and a leave taken over within 1 s, a crash within 2 s, a pause within the nodes'
-  channelExpiredTimeout; every queue has one owner at a time; nothing acknowledged is
-  skipped.
+  channelExpiredTimeout; every queue has one owner at a time, seen from the members and
+  from the masters' lock tables; nothing acknowledged is skipped.
 """
 
 from __future__ import annotations
@@ -95,6 +95,7 @@ async def rebalance(run: DrillRun) -> None:
     the masters' lock tables hold the new allocation."""
     expire = max(run.channel_expired_s, 2 * run.heartbeat_s + EXPIRE_EXTRA_S)  # when a silent member goes
     limit = 2 * run.rebalance_s + 4 * run.heartbeat_s + 2.0  # the intervals alone would do it by then
+    run.nursery.start_soon(run.monitor_locks)
     await trio.sleep(1.0)  # load first
     run.fault("member m3 joins")
     await run.start_member("m3")
@@ -133,6 +134,10 @@ async def rebalance(run: DrillRun) -> None:
     run.promise("every queue has one owner at a time", not run.overlaps)
     for overlap in run.overlaps[:10]:
         run.event(f"overlap: {overlap}")
+    seen = run.broker_overlaps()
+    run.promise("no member consumed a queue the brokers' lock tables gave to another", not seen)
+    for overlap in seen[:10]:
+        run.event(f"overlap (brokers' view): {overlap}")
 
 
 from . import auto, promotion  # noqa: E402,F401  (promote, partition; auto-*, etcd-down)

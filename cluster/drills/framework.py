@@ -17,6 +17,8 @@ The `promote` and `partition` drills slot in the same way.
 
 from __future__ import annotations
 
+import bisect
+import contextlib
 import logging
 import os
 import shutil
@@ -169,6 +171,8 @@ class DrillRun:
         self.consumed: dict[str, list[Consumption]] = {}
         self.members: dict[str, Consumer] = {}
         self.processes: dict[str, trio.Process] = {}
+        self.lock_samples: list[tuple[float, dict[MessageQueue, str]]] = []
+        """(time, queue → holder) as the masters' lock tables said (monitor_locks)."""
         """Members run as their own processes (cluster/drills/member.py): faults a process takes."""
         self.overlaps: list[str] = []
         self.gate = trio.Event()
@@ -341,6 +345,32 @@ class DrillRun:
                 if topic == TOPIC:
                     out[MessageQueue(TOPIC, broker_name, int(queue_id))] = holder
         return out
+
+    async def monitor_locks(self, every_s: float = 0.1) -> None:
+        """Sample the masters' lock tables for `broker_overlaps`."""
+        while True:
+            with contextlib.suppress(TidemqError):
+                view = await self.lock_view()
+                self.lock_samples.append((self.now(), view))
+            await trio.sleep(every_s)  # poll: the brokers have no change feed for locks
+
+    def broker_overlaps(self) -> list[str]:
+        """Consumptions of a queue by a member while the brokers' lock tables, sampled just
+        before and just after, both gave the queue to another member: two members
+        consuming one queue at once, seen from the brokers' side."""
+        times = [t for t, _ in self.lock_samples]
+        found = []
+        for key, consumptions in self.consumed.items():
+            for c in consumptions:
+                i = bisect.bisect_right(times, c.at)
+                if i == 0 or i == len(times):
+                    continue
+                mine = self.client_id(c.member)
+                before, after = self.lock_samples[i - 1][1].get(c.queue), self.lock_samples[i][1].get(c.queue)
+                if before not in (None, mine) and after not in (None, mine):
+                    found.append(f"{c.at:.2f} s: {c.member} consumed {key} from {c.queue} while the brokers "
+                                 f"gave {c.queue} to {before}")
+        return found
 
     async def takeover(self, what: str, members: list[str], limit: float, since: float | None = None) -> float | None:
         """Seconds from `since` (now) until the lock tables hold the averagely allocated

@@ -13,10 +13,26 @@ import psutil
 import pytest
 import trio
 
+from cluster.client.routing import MessageQueue
 from cluster.drills.cli import add_commands
-from cluster.drills.framework import DRILLS, run_drill
+from cluster.drills.framework import DRILLS, TOPIC, Consumption, DrillRun, run_drill
 from tests.node.nodeproc import REPO
 from tests.waiting import wait_until
+
+
+async def test_the_brokers_view_flags_a_member_consuming_a_queue_locked_to_another(tmp_path) -> None:
+    """broker_overlaps: a consumption between two lock-table samples that both name another
+    holder is an overlap; one at a handover (the samples disagree) or by the holder is not."""
+    run = DrillRun("rebalance", tmp_path, "127.0.0.1:1", None, heartbeat_s=1.0, rebalance_s=2.0, rate=1.0)
+    q = MessageQueue(TOPIC, "broker-a", 0)
+    a, b = run.client_id("a"), run.client_id("b")
+    run.lock_samples = [(1.0, {q: a}), (2.0, {q: b}), (3.0, {q: b})]
+    run.consumed = {"k1": [Consumption(0.5, "a", q, False)],  # before any sample: unknown
+                    "k2": [Consumption(1.5, "a", q, False)],  # a handover between the samples
+                    "k3": [Consumption(2.5, "b", q, False)],  # the holder itself
+                    "k4": [Consumption(2.5, "a", q, False)]}  # a, while the brokers gave q to b
+    [overlap] = run.broker_overlaps()
+    assert overlap.startswith("2.50 s: a consumed k4") and b in overlap
 
 
 def test_drill_command_registers_and_refuses_unknown_drills(capsys):
