@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from .client import TidemqError, connect
+from .client import BadRequest, Connection, TidemqError, connect
 from .jsonfile import ConfigFileError, write_json_atomic
 from .offsets import ConsumerOffsetManager, OffsetEntry
 from .protocol import GetStatus, OffsetList, SubGroupList, TopicList
@@ -120,7 +120,7 @@ class SlaveSync:
             topics = _topic_configs((await conn.call(TopicList())).topics, source)
             offsets = _offset_entries((await conn.call(OffsetList())).offsets, source)
             schedule = (await conn.call(GetStatus())).schedule if self.delay_offset_path else None
-            groups = _group_configs((await conn.call(SubGroupList())).groups, source) if self.subgroups else None
+            groups = await self._group_configs(conn, source) if self.subgroups else None
         if await self.topics.replace_all(topics):
             log.info("synced %d topic(s) from %s", len(topics), self.master_addr)
         if self.offsets.replace_all(offsets):
@@ -129,6 +129,15 @@ class SlaveSync:
             log.info("synced %d subscription group(s) from %s", len(groups), self.master_addr)
         if isinstance(schedule, dict):
             await self._take_delay_offsets(schedule.get("offsets"), source)
+
+    async def _group_configs(self, conn: Connection, source: str) -> list[SubscriptionGroupConfig] | None:
+        """The master's subscription groups; None from a master that predates them (a
+        rolling upgrade: the topics and offsets still sync)."""
+        try:
+            return _group_configs((await conn.call(SubGroupList())).groups, source)
+        except BadRequest as e:
+            log.info("%s has no subscription groups to sync (%s)", source, e)
+            return None
 
     async def _take_delay_offsets(self, raw: Any, source: str) -> None:
         if not isinstance(raw, dict) or not all(

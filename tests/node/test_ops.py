@@ -28,9 +28,9 @@ from tests.node.nodeproc import master_conf, slave_conf
 
 
 @asynccontextmanager
-async def serving_ops(conf: Path) -> AsyncIterator[tuple[NodeServices, Connection]]:
+async def serving_ops(conf: Path, **server: Any) -> AsyncIterator[tuple[NodeServices, Connection]]:
     """A node's store, tables and operations behind a ClientServer on a free port, and a
-    connection to it."""
+    connection to it (`server`: more ClientServer arguments, e.g. an older op table)."""
     cfg = load_config(str(conf))
     root = cfg.store.store_path_root_dir
     topics = TopicConfigManager(root, auto_create=cfg.auto_create_topic_enable,
@@ -43,7 +43,7 @@ async def serving_ops(conf: Path) -> AsyncIterator[tuple[NodeServices, Connectio
         server = ClientServer(partial(handle_now, services), host="127.0.0.1", port=0,
                               max_frame_size=cfg.max_frame_size, batched_ops=BATCHED_OPS,
                               commit=partial(append_requests, services),
-                              finish=partial(finish_requests, services))
+                              finish=partial(finish_requests, services), **server)
         await nursery.start(server.run)
         async with connect(format_host_port("127.0.0.1", server.port)) as conn:
             yield services, conn

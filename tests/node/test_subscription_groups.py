@@ -10,7 +10,7 @@ import pytest
 from node.client import NoPermission, ServiceUnavailable
 from node.jsonfile import ConfigFileError
 from node.offsets import ConsumerOffsetManager
-from node.protocol import SubGroupList, SubGroupUpdate
+from node.protocol import NODE_REQUESTS, SubGroupList, SubGroupUpdate
 from node.slave_sync import SlaveSync
 from node.subscription_groups import SubscriptionGroupConfig, SubscriptionGroupManager
 from node.topics import TopicConfigManager
@@ -71,3 +71,15 @@ async def test_a_slave_takes_its_masters_settings_and_refuses_to_change_them(tmp
     async with serving_ops(slave_conf(tmp_path, master)) as (_, slave):
         with pytest.raises(ServiceUnavailable, match="refuses subscription group changes"):
             await slave.call(SubGroupUpdate(group="G", consume_enable=False))
+
+
+async def test_a_master_that_predates_the_settings_still_syncs_topics(tmp_path) -> None:
+    older = {op: cls for op, cls in NODE_REQUESTS.items() if op != "subgroup_list"}  # a rolling upgrade
+    async with serving_ops(master_conf(tmp_path, role="ASYNC_MASTER"), requests=older) as (_, conn):
+        await conn.request("topic_create", topic="Kept")
+        root = tmp_path / "slave-copy"
+        topics = TopicConfigManager(str(root), auto_create=False, default_queue_nums=4)
+        sync = SlaveSync(conn.address, topics, ConsumerOffsetManager(str(root)), max_frame_size=1 << 20,
+                         subgroups=SubscriptionGroupManager(str(root)))
+        await sync.sync_once()
+        assert [t.topic for t in topics.list()] == ["Kept"]
