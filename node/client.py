@@ -105,16 +105,18 @@ class PutFailed(TidemqError):
     CREATE_MAPEDFILE_FAILED, UNKNOWN_ERROR. The message was not stored."""
 
 
-class BadReply(TidemqError):
-    """An OK answer without the shape of its op's reply (a peer speaking another protocol
-    version): status BAD_REPLY."""
-
-
 class OutcomeUnknown(TidemqError):
     """Whether the node acted on the request is unknown: no answer in time
     (RequestTimeout), the connection broke after the request was written
-    (ConnectionLostInFlight), or the node answered INDETERMINATE (Indeterminate). A send
-    that ends this way may be stored: report it as indeterminate, never as failed."""
+    (ConnectionLostInFlight), the node answered INDETERMINATE (Indeterminate), or its
+    answer could not be read (BadReply). A send that ends this way may be stored: report
+    it as indeterminate, never as failed."""
+
+
+class BadReply(OutcomeUnknown):
+    """An OK answer without the shape of its op's reply (a peer speaking another protocol
+    version): status BAD_REPLY. The node may have done what was asked (a send may be
+    stored), so it is an unknown outcome."""
 
 
 class ConnectionLost(TidemqError):
