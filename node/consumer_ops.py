@@ -77,7 +77,7 @@ async def _unregister(s: NodeServices, r: Request, peer: str | None) -> dict[str
 async def _list(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     group = r.fields.group
     return ConsumerListReply(members=s.consumers.members(group), details=s.consumers.describe(group),
-                             locks=s.consumers.lock_holders(group)).to_wire(r.id)
+                             locks=s.consumers.lock_holders(group), version=s.consumers.version(group)).to_wire(r.id)
 
 
 async def _lock(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:

@@ -171,8 +171,9 @@ class DrillRun:
         self.consumed: dict[str, list[Consumption]] = {}
         self.members: dict[str, Consumer] = {}
         self.processes: dict[str, trio.Process] = {}
-        self.lock_samples: list[tuple[float, dict[MessageQueue, str]]] = []
-        """(time, queue → holder) as the masters' lock tables said (monitor_locks)."""
+        self.lock_samples: list[tuple[float, float, dict[MessageQueue, str], dict[str, int]]] = []
+        """(asked at, answered at, queue → holder, broker → group version) as the masters'
+        lock tables said (monitor_locks)."""
         """Members run as their own processes (cluster/drills/member.py): faults a process takes."""
         self.overlaps: list[str] = []
         self.gate = trio.Event()
@@ -337,7 +338,10 @@ class DrillRun:
     async def lock_view(self) -> dict[MessageQueue, str]:
         """Who holds each queue of the topic, as the masters' lock tables say (consumer_list)."""
         async with Admin(namesrv=self.namesrv) as admin:
-            views = await admin.consumer_list(GROUP)
+            return self._holders(await admin.consumer_list(GROUP))
+
+    @staticmethod
+    def _holders(views: dict[str, Any]) -> dict[MessageQueue, str]:
         out = {}
         for broker_name, view in views.items():
             for key, holder in view.locks.items():
@@ -348,25 +352,34 @@ class DrillRun:
 
     async def monitor_locks(self, every_s: float = 0.1) -> None:
         """Sample the masters' lock tables for `broker_overlaps`."""
-        while True:
-            with contextlib.suppress(TidemqError):
-                view = await self.lock_view()
-                self.lock_samples.append((self.now(), view))
-            await trio.sleep(every_s)  # poll: the brokers have no change feed for locks
+        async with Admin(namesrv=self.namesrv) as admin:
+            while True:
+                with contextlib.suppress(TidemqError):
+                    asked = self.now()
+                    views = await admin.consumer_list(GROUP)
+                    self.lock_samples.append((asked, self.now(), self._holders(views),
+                                              {name: v.version for name, v in views.items()}))
+                await trio.sleep(every_s)  # poll: the brokers have no change feed for locks
 
     def broker_overlaps(self) -> list[str]:
-        """Consumptions of a queue by a member while the brokers' lock tables, sampled just
-        before and just after, both gave the queue to another member: two members
+        """Consumptions of a queue by a member while the brokers' lock tables, sampled before
+        (answered before the consumption) and after (asked after it) with no change to the
+        group in between (the same version: a holder can change only through a leave, a drop
+        or an unlock, each of which bumps it), gave the queue to another member: two members
         consuming one queue at once, seen from the brokers' side."""
-        times = [t for t, _ in self.lock_samples]
         found = []
+        answered = [a for _, a, _, _ in self.lock_samples]
         for key, consumptions in self.consumed.items():
             for c in consumptions:
-                i = bisect.bisect_right(times, c.at)
-                if i == 0 or i == len(times):
+                i = bisect.bisect_right(answered, c.at)  # samples [0, i) were answered by then
+                later = next((s for s in self.lock_samples[i:] if s[0] >= c.at), None)
+                if i == 0 or later is None:
                     continue
                 mine = self.client_id(c.member)
-                before, after = self.lock_samples[i - 1][1].get(c.queue), self.lock_samples[i][1].get(c.queue)
+                first = self.lock_samples[i - 1]
+                if first[3].get(c.queue.broker_name) != later[3].get(c.queue.broker_name):
+                    continue  # the group changed in between: who held it when is not known
+                before, after = first[2].get(c.queue), later[2].get(c.queue)
                 if before not in (None, mine) and after not in (None, mine):
                     found.append(f"{c.at:.2f} s: {c.member} consumed {key} from {c.queue} while the brokers "
                                  f"gave {c.queue} to {before}")

@@ -189,11 +189,14 @@ class ConsumerUnregisterReply(WireReply):
 
 @attrs.define(kw_only=True)
 class ConsumerListReply(WireReply):
-    """`consumer_list`: members, each one's details, and who holds which queue lock."""
+    """`consumer_list`: members, each one's details, who holds which queue lock, and the
+    group's version (bumped by every join, leave, drop and freed lock: equal versions
+    mean the same holders in between)."""
 
     members: list[str]
     details: list[dict[str, Any]]
     locks: dict[str, str]
+    version: int = 0
 
 
 @attrs.define(kw_only=True)

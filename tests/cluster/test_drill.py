@@ -26,11 +26,13 @@ async def test_the_brokers_view_flags_a_member_consuming_a_queue_locked_to_anoth
     run = DrillRun("rebalance", tmp_path, "127.0.0.1:1", None, heartbeat_s=1.0, rebalance_s=2.0, rate=1.0)
     q = MessageQueue(TOPIC, "broker-a", 0)
     a, b = run.client_id("a"), run.client_id("b")
-    run.lock_samples = [(1.0, {q: a}), (2.0, {q: b}), (3.0, {q: b})]
+    run.lock_samples = [(0.9, 1.0, {q: a}, {"broker-a": 1}), (1.9, 2.0, {q: b}, {"broker-a": 2}),
+                        (2.9, 3.0, {q: b}, {"broker-a": 2}), (3.9, 4.0, {q: b}, {"broker-a": 4})]
     run.consumed = {"k1": [Consumption(0.5, "a", q, False)],  # before any sample: unknown
                     "k2": [Consumption(1.5, "a", q, False)],  # a handover between the samples
                     "k3": [Consumption(2.5, "b", q, False)],  # the holder itself
-                    "k4": [Consumption(2.5, "a", q, False)]}  # a, while the brokers gave q to b
+                    "k4": [Consumption(2.5, "a", q, False)],  # a, while the brokers gave q to b
+                    "k5": [Consumption(3.5, "a", q, False)]}  # b both sides, but the group changed between
     [overlap] = run.broker_overlaps()
     assert overlap.startswith("2.50 s: a consumed k4") and b in overlap
 
