@@ -35,6 +35,7 @@ from .ops import NodeServices
 from .protocol.namesrv import RegisterReply
 from .registration import NameServerRegistration
 from .schedule import ScheduleMessageService
+from .security.guard import Guard
 from .server import ClientServer
 from .slave_sync import SlaveSync
 from .subscription_groups import SubscriptionGroupManager
@@ -89,6 +90,8 @@ class Broker:
         )
         self.offsets = ConsumerOffsetManager(root)
         self.subgroups = SubscriptionGroupManager(root)
+        # aclEnable: logins and permissions on the client port (AclError: the file is wrong)
+        self.guard = Guard(cfg.acl_file) if cfg.acl_enable else None
         # the role stored beside the store overrides the file's; with controllerMode etcd the
         # election decides who is master
         self.failover = Failover(cfg, on_transition=self._end_term,
@@ -192,7 +195,8 @@ class Broker:
                                           on_connect=controller.wake if controller else None)
             if cfg.master_addr or cfg.namesrv_addr:  # else: no way to find the master
                 sync = SlaveSync(cfg.master_addr, self.topics, self.offsets, max_frame_size=cfg.max_frame_size,
-                                 delay_offset_path=ScheduleMessageService.path_in(store), subgroups=self.subgroups)
+                                 delay_offset_path=ScheduleMessageService.path_in(store), subgroups=self.subgroups,
+                                 credentials=cfg.credentials)
                 services.slave_sync_status = sync.status
         registration = None
         if cfg.namesrv_addr:
@@ -203,6 +207,8 @@ class Broker:
                 changes=[self.topics.changes] + ([controller.changes] if controller else []),
             )
             services.registration_status = registration.status
+        if self.guard is not None:
+            services.security_status = self.guard.view
         return services, sync, registration
 
     async def _serve(self, task_status: trio.TaskStatus[str]) -> Transition | None:
@@ -235,6 +241,7 @@ class Broker:
                         batched_ops=BATCHED_OPS, commit=partial(append_requests, services),
                         finish=partial(finish_requests, services),
                         on_disconnect=services.consumers.disconnected,  # a member's connection closed: it left
+                        guard=self.guard,
                     )
                     await nursery.start(self.server.run)
                     if registration is not None:

@@ -16,6 +16,8 @@ from typing import TextIO
 from store.cli import EXIT_OK, UsageError, handled
 from store.recovery import RecoveryProgress
 
+from .security import cli as security_cli
+
 
 @contextlib.contextmanager
 def recovery_progress_bar(stream: TextIO | None = None) -> Iterator[RecoveryProgress | None]:
@@ -56,6 +58,7 @@ def _cmd_node_start(args: argparse.Namespace) -> int:
     from node.config import ConfigError, check_ports_free, load_config
     from node.jsonfile import ConfigFileError
     from node.logs import setup_logging
+    from node.security.acl import AclError
     from store.message_store import StoreLockedError
 
     try:
@@ -69,7 +72,7 @@ def _cmd_node_start(args: argparse.Namespace) -> int:
     with recovery_progress_bar() as progress:
         try:  # reads the role and epoch history stored beside the store
             node = Broker(cfg, recovery_progress=progress)
-        except ConfigFileError as e:
+        except (ConfigFileError, AclError) as e:
             raise UsageError(str(e)) from None
 
         async def serve() -> None:
@@ -102,7 +105,8 @@ def _single_cause(exc: BaseException) -> BaseException:
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Register `tidemq node start`."""
+    """Register `tidemq node start` and `tidemq acl ...`."""
+    security_cli.add_commands(subparsers)
     node = subparsers.add_parser(
         "node", help="run a node", description="Run one tidemq node (master or slave)."
     )

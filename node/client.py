@@ -23,13 +23,17 @@ from typing import Any
 
 import attrs
 import trio
+from scramp import ScramException
 
 from store.address import AddressError, split_host_port
 
 from .framing import FrameDecoder, FrameError, encode_frame
 from .protocol import PROTOCOL_VERSION, ReplyError, Status, WireRequest
+from .protocol.auth import AuthFinish, AuthStart
+from .security.credentials import Credentials, CredentialsError, default_credentials
 
 __all__ = [
+    "AuthenticationFailed",
     "BadReply",
     "BadRequest",
     "Connection",
@@ -94,6 +98,12 @@ class ServiceUnavailable(TidemqError):
 class NoPermission(TidemqError):
     """NO_PERMISSION: the node's settings forbid it (a consumer group whose consumption an
     operator disabled)."""
+
+
+class AuthenticationFailed(NoPermission):
+    """The login was refused (unknown account, wrong secret, an address the account may
+    not use, too many failures), or the server could not prove it knows the account: the
+    connection is closed."""
 
 
 class InternalError(TidemqError):
@@ -230,9 +240,12 @@ class Connection:
         connect_timeout: float = 5.0,
         request_timeout: float = 10.0,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        credentials: Credentials | None = None,
     ) -> Connection:
-        """Connect (ConnectionLost when refused or slower than `connect_timeout`) and start
-        the reader in `nursery`."""
+        """Connect (ConnectionLost when refused or slower than `connect_timeout`), start
+        the reader in `nursery` and log in with `credentials` (default: the process's or
+        the environment's, node/security/credentials.py; none: no login), within
+        `connect_timeout` too. AuthenticationFailed when the login is refused."""
         try:
             host, port = split_host_port(address)
         except AddressError as e:
@@ -248,7 +261,37 @@ class Connection:
             stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
         conn = cls(stream, address, request_timeout=request_timeout, max_frame_size=max_frame_size)
         nursery.start_soon(conn._read_loop)
+        try:
+            if credentials is None:
+                credentials = default_credentials()
+            if credentials is not None:
+                await conn._login(credentials, connect_timeout)
+        except CredentialsError as e:
+            conn._abort("no usable credentials")
+            raise AuthenticationFailed(Status.NO_PERMISSION.value, str(e), address=address) from None
+        except BaseException:
+            conn._abort("login failed")
+            raise
         return conn
+
+    async def _login(self, credentials: Credentials, timeout: float) -> None:
+        """SCRAM-SHA-256 (node/protocol/auth.py): prove the account's secret without
+        sending it, and check the server's proof that it holds the account's verifier."""
+        client = credentials.scram_client()
+        try:
+            first = await self.call(AuthStart(message=client.get_client_first()), timeout=timeout)
+            if not first.enabled:
+                return  # this server does not check logins
+            client.set_server_first(first.message)
+            final = await self.call(AuthFinish(message=client.get_client_final()), timeout=timeout)
+            client.set_server_final(final.message)
+        except NoPermission as e:
+            raise AuthenticationFailed(e.status, e.message, address=self.address) from None
+        except ScramException as e:
+            raise AuthenticationFailed(
+                Status.NO_PERMISSION.value, f"login as {credentials.user!r}: the server's SCRAM answer "
+                f"does not check out ({e}); it may not be the server it claims to be", address=self.address,
+            ) from None
 
     @property
     def closed(self) -> bool:
@@ -414,19 +457,20 @@ class connect:  # noqa: N801 - used like a function: `async with connect(address
         connect_timeout: float = 5.0,
         request_timeout: float = 10.0,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        credentials: Credentials | None = None,
     ) -> None:
-        self._args = (address, connect_timeout, request_timeout, max_frame_size)
+        self._args = (address, connect_timeout, request_timeout, max_frame_size, credentials)
         self._nursery_cm: Any = None
         self._conn: Connection | None = None
 
     async def __aenter__(self) -> Connection:
-        address, connect_timeout, request_timeout, max_frame_size = self._args
+        address, connect_timeout, request_timeout, max_frame_size, credentials = self._args
         self._nursery_cm = trio.open_nursery()
         nursery = await self._nursery_cm.__aenter__()
         try:
             self._conn = await Connection.open(
                 address, nursery, connect_timeout=connect_timeout,
-                request_timeout=request_timeout, max_frame_size=max_frame_size,
+                request_timeout=request_timeout, max_frame_size=max_frame_size, credentials=credentials,
             )
         except BaseException as e:
             await self._exit(type(e), e, e.__traceback__)
@@ -479,8 +523,10 @@ class ConnectionPool:
     tasks run in the owner's nursery (the cluster client library's Producer, PullConsumer
     and Admin each own one)."""
 
-    def __init__(self, nursery: trio.Nursery, *, connect_timeout: float, request_timeout: float) -> None:
+    def __init__(self, nursery: trio.Nursery, *, connect_timeout: float, request_timeout: float,
+                 credentials: Credentials | None = None) -> None:
         self._nursery = nursery
+        self.credentials = credentials
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
         self._conns: dict[str, Connection] = {}
@@ -496,6 +542,7 @@ class ConnectionPool:
                 conn = await Connection.open(
                     address, self._nursery,
                     connect_timeout=self.connect_timeout, request_timeout=self.request_timeout,
+                    credentials=self.credentials,
                 )
                 self._conns[address] = conn
             return conn

@@ -45,6 +45,8 @@ from store.config import (
     validate_host_port,
 )
 
+from .security.credentials import Credentials, CredentialsError
+
 MiB = 1024 * 1024
 
 __all__ = [
@@ -157,6 +159,13 @@ class BrokerConfig:
     ha_max_gap_not_in_sync: int = attrs.field(default=256 * 1024, validator=_positive)
     # ... that acknowledged within this many ms belongs to the in-sync set.
     ha_max_time_slave_not_catchup: int = attrs.field(default=15_000, validator=_positive)
+    # security (docs/security.md): check logins and permissions on the client port against
+    # aclFile (relative to this config file's directory); the node logs in to the name
+    # server and its master as accessKey, with the secret in secretKeyFile
+    acl_enable: bool = attrs.field(default=False)
+    acl_file: str = attrs.field(default="acl.toml", validator=_non_empty)
+    access_key: str | None = attrs.field(default=None)
+    secret_key_file: str | None = attrs.field(default=None)
     store: StoreConfig = attrs.field(factory=StoreConfig)
     # The file this came from, for error messages; not part of the config's value.
     source: str = attrs.field(default="", eq=False)
@@ -166,9 +175,18 @@ class BrokerConfig:
         if problem:
             raise ConfigError(f"{self.source}: {problem}" if self.source else problem)
         self.namesrv_addresses = tuple(parse_address_list(self.namesrv_addr)) if self.namesrv_addr else ()
+        self.credentials = None
+        if self.access_key is not None and self.secret_key_file is not None:
+            try:
+                self.credentials = Credentials.from_file(self.access_key, self.secret_key_file)
+            except CredentialsError as e:
+                raise ConfigError(f"{self.source}: secretKeyFile: {e}" if self.source else str(e)) from None
 
     namesrv_addresses: tuple[str, ...] = attrs.field(init=False, eq=False, repr=False)
     """namesrvAddr split once, at load: each name server's host:port (empty without one)."""
+    credentials: Credentials | None = attrs.field(init=False, eq=False, repr=False)
+    """The account the node logs in to name servers and peers as (accessKey, the secret
+    read from secretKeyFile at load), or None."""
 
     @property
     def role(self) -> BrokerRole:
@@ -276,6 +294,13 @@ class BrokerConfig:
                 os.path.join(base_dir if base_dir is not None else os.getcwd(), path)
             )
 
+        # security files sit beside the config file: anchor them there
+        here = os.path.dirname(os.path.abspath(source)) if source else os.getcwd()
+        for name in ("acl_file", "secret_key_file"):
+            if broker_kwargs.get(name):
+                broker_kwargs[name] = os.path.join(here, os.path.expanduser(broker_kwargs[name]))
+        broker_kwargs.setdefault("acl_file", os.path.join(here, "acl.toml"))
+
         # hand the store its keys as the file spelled them, so its messages quote the file
         store_mapping = {spelled.get(name, name): value for name, value in store_values.items()}
         store = StoreConfig.from_mapping(store_mapping, source=source)
@@ -312,13 +337,17 @@ _CAMEL = {
     "controller_lease_ms": "controllerLeaseMs",
     "ha_max_gap_not_in_sync": "haMaxGapNotInSync",
     "ha_max_time_slave_not_catchup": "haMaxTimeSlaveNotCatchup",
+    "acl_enable": "aclEnable",
+    "acl_file": "aclFile",
+    "access_key": "accessKey",
+    "secret_key_file": "secretKeyFile",
 }
-_NOT_KEYS = {"store", "source", "namesrv_addresses"}
+_NOT_KEYS = {"store", "source", "namesrv_addresses", "credentials"}
 _BROKER_FIELDS = {f.name: f for f in attrs.fields(BrokerConfig) if f.name not in _NOT_KEYS}
 _STORE_FIELDS = {f.name: f for f in attrs.fields(StoreConfig)}
 _BROKER_KEYS = [_CAMEL[n] for n in _BROKER_FIELDS]
 _OPTIONAL_STR = {"namesrv_addr", "ha_master_address", "master_addr", "advertised_address",
-                 "ha_advertised_address", "controller_mode", "etcd_endpoints"}
+                 "ha_advertised_address", "controller_mode", "etcd_endpoints", "access_key", "secret_key_file"}
 assert set(_CAMEL) >= set(_BROKER_FIELDS), "every broker key needs its RocketMQ spelling"
 assert not set(_BROKER_FIELDS) & set(_STORE_FIELDS), "a key belongs to the broker or the store"
 
@@ -363,6 +392,8 @@ def _cross_field_problem(cfg: BrokerConfig) -> str | None:
         return f"controllerMode {cfg.controller_mode} needs etcdEndpoints (host:port[;host:port...])"
     if cfg.etcd_endpoints and cfg.controller_mode is None:
         return 'etcdEndpoints is set but controllerMode is not; set controllerMode = "etcd" to use it'
+    if (cfg.access_key is None) != (cfg.secret_key_file is None):
+        return "accessKey and secretKeyFile go together: the node logs in as accessKey with the secret in the file"
     if cfg.max_frame_size <= cfg.store.max_message_size:
         return (
             f"maxFrameSize ({cfg.max_frame_size}) must exceed maxMessageSize "

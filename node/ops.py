@@ -109,6 +109,7 @@ class NodeServices:
     ha_client: HAClient | None = None
     slave_sync_status: Callable[[], dict[str, Any]] | None = None
     registration_status: Callable[[], list[dict[str, Any]]] | None = None
+    security_status: Callable[[], dict[str, Any]] | None = None  # the client port's Guard, with aclEnable
     consumers: ConsumerManager = attrs.field(
         default=attrs.Factory(lambda s: ConsumerManager(expire_s=s.cfg.channel_expired_timeout / 1000),
                               takes_self=True))
@@ -490,6 +491,8 @@ async def _status(s: NodeServices, r: Request, peer: str | None) -> dict[str, An
         fields["namesrv"] = s.registration_status()
     if s.schedule is not None:
         fields["schedule"] = s.schedule.status()
+    if s.security_status is not None:
+        fields["security"] = s.security_status()
     fields["consumer_groups"] = {g: s.consumers.members(g) for g in s.consumers.groups()}
     if s.failover is not None:
         fields.update(s.failover.status())

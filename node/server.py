@@ -41,6 +41,8 @@ from .protocol import (
     error_response,
     parse_with,
 )
+from .protocol.auth import AUTH_OPS, AuthReply
+from .security.guard import Guard, Session, peer_host
 
 log = logging.getLogger("tidemq.node")
 
@@ -81,6 +83,7 @@ class _Connection:
     reading_done: bool = False
     finisher_done: trio.Event = attrs.field(factory=trio.Event)
     gone_told: bool = False  # on_disconnect was called for it
+    session: Session | None = None  # its login, when the server checks logins
 
     def close_now(self) -> None:
         """Drop the connection: in-flight requests are cancelled unanswered."""
@@ -117,7 +120,9 @@ class ClientServer:
     `requests` is the op table (op → request class) frames are validated against (the node's by default; the name
     server has its own). `on_disconnect(peer)` is called when a connection ends, so a
     server can forget what it learned through it (the name server marks the brokers that
-    registered over it as not alive). `batched_ops` run inline in the reader and may answer
+    registered over it as not alive). With a `guard` (node/security) every connection logs
+    in first and each request is checked against its account before it runs; without one
+    the login ops answer `enabled: false`. `batched_ops` run inline in the reader and may answer
     with deferred results, which `commit` takes once per batch and `finish` answers a group
     at a time (node/handlers.py's BATCHED_OPS, append_requests and finish_requests).
     """
@@ -134,6 +139,7 @@ class ClientServer:
         batched_ops: frozenset[str] = frozenset(),
         commit: GroupAppender | None = None,
         finish: GroupFinisher | None = None,
+        guard: Guard | None = None,
     ) -> None:
         if batched_ops and (finish is None or commit is None):
             raise ValueError("batched ops need a commit and a finish for their deferred results")
@@ -146,6 +152,7 @@ class ClientServer:
         self.max_frame_size = max_frame_size
         self.requests = requests
         self.on_disconnect = on_disconnect
+        self.guard = guard
         self._connections: set[_Connection] = set()
         self._accept_scope: trio.CancelScope | None = None
         self._conn_nursery: trio.Nursery | None = None
@@ -195,6 +202,8 @@ class ClientServer:
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         conn = _Connection(stream, _peer_address(stream))
+        if self.guard is not None:
+            conn.session = Session(peer_host(conn.peer))
         if self._stopping:
             await trio.aclose_forcefully(stream)
             return
@@ -311,13 +320,35 @@ class ClientServer:
     async def _run(self, conn: _Connection, frame: dict) -> Any:
         """Parse and handle one request: its response map, or a deferred result."""
         try:
-            return await self.handler(parse_with(frame, self.requests), conn.peer)
+            if frame.get("op") in AUTH_OPS:
+                return self._login_step(conn, parse_with(frame, AUTH_OPS))
+            request = parse_with(frame, self.requests)
+            if conn.session is None:
+                return await self.handler(request, conn.peer)
+            return await self._guarded(conn, conn.session, request)
         except InvalidRequest as e:
             return error_response(e.request_id, Status.BAD_REQUEST, e.message)
         except Exception as e:  # the handler answers its own errors; a bug lands here
             request_id = frame.get("id") if type(frame.get("id")) is int else None
             log.exception("request %s (id %s) failed", frame.get("op"), request_id)
             return error_response(request_id, Status.INTERNAL_ERROR, f"{type(e).__name__}: {e}")
+
+    def _login_step(self, conn: _Connection, request: Request) -> dict[str, Any]:
+        if self.guard is None or conn.session is None:
+            return AuthReply(enabled=False).to_wire(request.id)
+        answer = self.guard.screen(conn.session, request)
+        assert answer is not None  # the guard answers every login op
+        return answer
+
+    async def _guarded(self, conn: _Connection, session: Session, request: Request) -> Any:
+        assert self.guard is not None
+        refusal = self.guard.screen(session, request)
+        if refusal is not None:
+            return refusal
+        response = await self.handler(request, conn.peer)
+        if type(response) is dict:
+            return self.guard.check_answer(session, request, response) or response
+        return response
 
     async def _finish(self, results: list[Any]) -> list[dict[str, Any]]:
         assert self.finish is not None

@@ -21,6 +21,7 @@ from .client import BadRequest, Connection, TidemqError, connect
 from .jsonfile import ConfigFileError, write_json_atomic
 from .offsets import ConsumerOffsetManager, OffsetEntry
 from .protocol import GetStatus, OffsetList, SubGroupList, TopicList
+from .security.credentials import Credentials
 from .subscription_groups import SubscriptionGroupConfig, SubscriptionGroupManager
 from .topics import TopicConfig, TopicConfigManager
 
@@ -87,8 +88,10 @@ class SlaveSync:
         interval_s: float = SYNC_INTERVAL_S,
         delay_offset_path: str | None = None,
         subgroups: SubscriptionGroupManager | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         self.master_addr = master_addr
+        self.credentials = credentials
         self.topics = topics
         self.offsets = offsets
         self.subgroups = subgroups
@@ -116,7 +119,7 @@ class SlaveSync:
         if self.master_addr is None:
             return
         source = f"master {self.master_addr}"
-        async with connect(self.master_addr, max_frame_size=self.max_frame_size) as conn:
+        async with connect(self.master_addr, max_frame_size=self.max_frame_size, credentials=self.credentials) as conn:
             topics = _topic_configs((await conn.call(TopicList())).topics, source)
             offsets = _offset_entries((await conn.call(OffsetList())).offsets, source)
             schedule = (await conn.call(GetStatus())).schedule if self.delay_offset_path else None

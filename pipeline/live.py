@@ -25,7 +25,7 @@ import attrs
 import pyarrow as pa
 import trio
 
-from cluster.client import Admin, MessageQueue, PullConsumer, Status
+from cluster.client import Admin, Credentials, CredentialsError, MessageQueue, PullConsumer, Status
 from pipeline.schema import BatchBuilder
 from pipeline.store_scan import parse_bool, parse_positive, parse_time
 from store.message import masked_crc32
@@ -48,6 +48,7 @@ class LiveOptions:
     max_offsets_per_trigger: int | None = None
     request_timeout: float = 5.0
     batch_rows: int = 8192
+    credentials: Credentials | None = None  # options user + secretFile (read on the driver)
 
     @classmethod
     def from_options(cls, options: dict[str, str], *, streaming: bool = False) -> LiveOptions:
@@ -68,10 +69,28 @@ class LiveOptions:
             include_body=parse_bool(o.get("includebody", "true"), "includeBody"),
             max_offsets_per_trigger=parse_positive(mopt, "maxOffsetsPerTrigger") if mopt else None,
             request_timeout=float(o.get("requesttimeout", "5.0")),
+            credentials=credentials_option(o),
         )
 
     def client_args(self) -> dict[str, Any]:
-        return {"namesrv": self.namesrv, "brokers": list(self.brokers) if self.brokers else None}
+        return {"namesrv": self.namesrv, "brokers": list(self.brokers) if self.brokers else None,
+                "credentials": self.credentials}
+
+
+def credentials_option(o: dict[str, str]) -> Credentials | None:
+    """Options `user` + `secretFile` (lower-cased keys): the account a job's clients log in as
+    (docs/security.md). The secret is read on the driver and travels to the executors with
+    the task, as any connector's credentials option does; without these options the
+    process's default (TIDEMQ_USER ...) applies."""
+    user, secret_file = o.get("user"), o.get("secretfile")
+    if not user and not secret_file:
+        return None
+    if not user or not secret_file:
+        raise ValueError("options user and secretFile go together")
+    try:
+        return Credentials.from_file(user, secret_file)
+    except CredentialsError as e:
+        raise ValueError(f"option secretFile: {e}") from None
 
 
 @attrs.frozen

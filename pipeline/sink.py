@@ -18,7 +18,8 @@ import attrs
 import pyarrow as pa
 import trio
 
-from cluster.client import OutgoingMessage, Producer, Status, TidemqError
+from cluster.client import Credentials, OutgoingMessage, Producer, Status, TidemqError
+from pipeline.live import credentials_option
 from pipeline.schema import require_write_columns
 from pipeline.store_scan import parse_bool, parse_positive
 from store.message import PROPERTY_UNIQ_KEY
@@ -45,6 +46,7 @@ class WriteOptions:
     wait: bool = True
     send_timeout: float = 5.0
     retries: int = 2
+    credentials: Credentials | None = None  # options user + secretFile
 
     @classmethod
     def from_options(cls, options: dict[str, str]) -> WriteOptions:
@@ -59,6 +61,7 @@ class WriteOptions:
             wait=parse_bool(o.get("wait", "true"), "wait"),
             send_timeout=float(o.get("sendtimeout", "5.0")),
             retries=int(o.get("retries", "2")),
+            credentials=credentials_option(o),
         )
 
 
@@ -114,7 +117,8 @@ async def _write(opts: WriteOptions, partition: int, batches: Iterator[pa.Record
         pending, pending_bytes = [], 0
 
     async with Producer(namesrv=opts.namesrv, brokers=list(opts.brokers) if opts.brokers else None,
-                        send_timeout=opts.send_timeout, retries=opts.retries) as producer:
+                        send_timeout=opts.send_timeout, retries=opts.retries,
+                        credentials=opts.credentials) as producer:
         for index, row in enumerate(_rows(batches)):
             msg, key = _message(row, uniq_key(opts.write_id, partition, index))
             size = len(msg.body)

@@ -100,7 +100,45 @@ def build_parser() -> argparse.ArgumentParser:
     groups = parser.add_subparsers(dest="group", metavar="COMMAND")
     for layer in LAYERS:
         layer.add_commands(groups)
+    _add_login_options(parser)
     return parser
+
+
+def _add_login_options(parser: argparse.ArgumentParser) -> None:
+    """`--user` and `--secret-file` on every action (docs/security.md): the account the
+    command's connections log in with, for clusters with aclEnable."""
+    sub = parser._subparsers._group_actions[0] if parser._subparsers else None  # type: ignore[union-attr]
+    if sub is None:
+        taken = {"--user", "--secret-file"} & set(parser._option_string_actions)
+        if parser.get_default("handler") is not None and not taken:  # (`acl add-user` has its own)
+            login = parser.add_argument_group("login (aclEnable)")
+            login.add_argument("--user", metavar="ACCESS_KEY",
+                               help="log in as this account (default: $TIDEMQ_USER)")
+            login.add_argument("--secret-file", dest="login_secret_file", metavar="FILE",
+                               help="the account's secret (default: $TIDEMQ_SECRET_FILE)")
+        return
+    for child in set(sub.choices.values()):
+        _add_login_options(child)
+
+
+def _apply_login(args: argparse.Namespace) -> None:
+    """Make `--user`/`--secret-file` the process's login, and its children's (the env)."""
+    from node.security.credentials import Credentials, CredentialsError, set_default_credentials
+
+    user = getattr(args, "user", None)
+    secret_file = getattr(args, "login_secret_file", None)
+    if user is None and secret_file is None:
+        return
+    user = user or os.environ.get("TIDEMQ_USER")
+    secret_file = secret_file or os.environ.get("TIDEMQ_SECRET_FILE")
+    if not user or not secret_file:
+        raise UsageError("--user and --secret-file go together (or TIDEMQ_USER and TIDEMQ_SECRET_FILE)")
+    try:
+        set_default_credentials(Credentials.from_file(user, secret_file))
+    except CredentialsError as e:
+        raise UsageError(str(e)) from None
+    os.environ["TIDEMQ_USER"] = user
+    os.environ["TIDEMQ_SECRET_FILE"] = os.path.abspath(secret_file)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -117,6 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         error(f"{args.group!r} needs an action" if args.group else "a command is required")
         return EXIT_USAGE
     try:
+        _apply_login(args)
         return handler(args)
     except UsageError as e:
         error(str(e))

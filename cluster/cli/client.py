@@ -61,6 +61,7 @@ def _cmd_namesrv_start(args: argparse.Namespace) -> int:
     import attrs
 
     from node.config import ConfigError
+    from node.security.acl import AclError
 
     from ..namesrv import NameServer, NamesrvConfig, load_namesrv_config
 
@@ -78,7 +79,10 @@ def _cmd_namesrv_start(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s [namesrv] %(name)s: %(message)s")
-    server = NameServer(cfg)
+    try:
+        server = NameServer(cfg)
+    except AclError as e:
+        raise UsageError(str(e)) from None
 
     async def serve() -> None:
         async with trio.open_nursery() as nursery:

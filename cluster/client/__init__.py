@@ -31,12 +31,14 @@ flush, slave copy) was not confirmed in time. Retrying such a send would duplica
 from __future__ import annotations
 
 from node.client import (
+    AuthenticationFailed,
     BadRequest,
     Connection,
     ConnectionLost,
     ConnectionLostInFlight,
     Indeterminate,
     InternalError,
+    NoPermission,
     NotFound,
     OutcomeUnknown,
     PutFailed,
@@ -46,6 +48,7 @@ from node.client import (
     connect,
 )
 from node.protocol import Status
+from node.security.credentials import Credentials, CredentialsError, set_default_credentials
 
 from .admin import Admin
 from .base import BrokerStatus, OutgoingMessage, PullResult, ReceivedMessage, SendResult, TopicInfo
@@ -55,17 +58,21 @@ from .routing import BrokerInfo, GroupRoute, MessageQueue, QueueData, TopicRoute
 
 __all__ = [
     "Admin",
+    "AuthenticationFailed",
     "BadRequest",
     "BrokerInfo",
     "BrokerStatus",
     "Connection",
     "ConnectionLost",
     "ConnectionLostInFlight",
+    "Credentials",
+    "CredentialsError",
     "GroupRoute",
     "Indeterminate",
     "InternalError",
     "OutgoingMessage",
     "MessageQueue",
+    "NoPermission",
     "NotFound",
     "OutcomeUnknown",
     "Producer",
@@ -82,4 +89,5 @@ __all__ = [
     "TopicInfo",
     "TopicRoute",
     "connect",
+    "set_default_credentials",
 ]

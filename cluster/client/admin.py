@@ -41,6 +41,7 @@ from node.protocol import (
     TopicReply,
     WireRequest,
 )
+from node.security.credentials import Credentials
 from store.message import decode_msg_id
 
 from .base import (
@@ -72,9 +73,10 @@ class Admin(_Client):
         *,
         request_timeout: float = 5.0,
         connect_timeout: float = 3.0,
+        credentials: Credentials | None = None,
     ) -> None:
         super().__init__(namesrv, brokers, connect_timeout=connect_timeout,
-                         request_timeout=request_timeout, route_ttl_s=0.0)
+                         request_timeout=request_timeout, route_ttl_s=0.0, credentials=credentials)
 
     async def __aenter__(self) -> Admin:
         return await super().__aenter__()

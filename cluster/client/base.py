@@ -20,6 +20,7 @@ from node.client import (
     exit_nursery,
 )
 from node.protocol import BatchMessage, Status, StatusReply, WireRequest
+from node.security.credentials import Credentials
 
 from .routing import (
     UNREACHABLE,
@@ -231,7 +232,9 @@ class _Client:
         connect_timeout: float,
         request_timeout: float,
         route_ttl_s: float,
+        credentials: Credentials | None = None,
     ) -> None:
+        self.credentials = credentials  # None: the process's or the environment's (docs/security.md)
         self._namesrv = parse_addresses(namesrv, "a name server address")
         self._brokers = parse_addresses(brokers, "a broker address")
         if bool(self._namesrv) == bool(self._brokers):
@@ -248,7 +251,7 @@ class _Client:
         self._nursery_cm = trio.open_nursery()
         nursery = await self._nursery_cm.__aenter__()
         self._pool = ConnectionPool(nursery, connect_timeout=self.connect_timeout,
-                                    request_timeout=self.request_timeout)
+                                    request_timeout=self.request_timeout, credentials=self.credentials)
         if self._namesrv:
             self._discovery = NameServerDiscovery(self._namesrv, self._pool)
         else:

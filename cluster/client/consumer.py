@@ -18,6 +18,7 @@ from node.client import (
     TidemqError,
 )
 from node.protocol import CommitOffset, FetchOffset, MaxOffset, MinOffset, Pull, Status, WireRequest
+from node.security.credentials import Credentials
 
 from .base import (
     ROUTE_TTL_S,
@@ -84,9 +85,10 @@ class PullConsumer(_Client):
         master_retry_s: float = 1.0,
         master_retry_max_s: float = 30.0,
         route_ttl_s: float = ROUTE_TTL_S,
+        credentials: Credentials | None = None,
     ) -> None:
         super().__init__(namesrv, brokers, connect_timeout=connect_timeout,
-                         request_timeout=request_timeout, route_ttl_s=route_ttl_s)
+                         request_timeout=request_timeout, route_ttl_s=route_ttl_s, credentials=credentials)
         if start not in ("first", "last"):
             raise ValueError(f"start must be 'first' or 'last', got {start!r}")
         self.group = group

@@ -22,6 +22,7 @@ from node.client import (
     read_reply,
 )
 from node.protocol import BatchMessage, Send, SendBatch, SendBatchReply, SendReply, Status
+from node.security.credentials import Credentials
 
 from .base import (
     FAULT_BACKOFF_S,
@@ -89,9 +90,10 @@ class Producer(_Client):
         retries: int = 2,
         connect_timeout: float = 3.0,
         route_ttl_s: float = ROUTE_TTL_S,
+        credentials: Credentials | None = None,
     ) -> None:
         super().__init__(namesrv, brokers, connect_timeout=connect_timeout,
-                         request_timeout=send_timeout, route_ttl_s=route_ttl_s)
+                         request_timeout=send_timeout, route_ttl_s=route_ttl_s, credentials=credentials)
         if retries < 0:
             raise ValueError(f"retries must be >= 0, got {retries}")
         self.send_timeout = send_timeout

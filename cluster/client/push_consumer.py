@@ -36,6 +36,7 @@ import trio
 
 from node.client import NoPermission, ServiceUnavailable, TidemqError, exit_nursery
 from node.protocol import ConsumerSendBack, SendBackReply
+from node.security.credentials import Credentials
 
 from .base import ROUTE_TTL_S, ReceivedMessage
 from .consumer import PullConsumer
@@ -98,6 +99,7 @@ class Consumer:
         route_ttl_s: float = ROUTE_TTL_S,
         max_messages: int | None = None,
         master_retry_max_s: float = 30.0,
+        credentials: Credentials | None = None,
     ) -> None:
         if max_messages is not None and max_messages < 1:
             raise ValueError(f"max_messages must be >= 1, got {max_messages}")
@@ -118,7 +120,7 @@ class Consumer:
         self._taken = 0
         common = dict(namesrv=namesrv, brokers=brokers, group=group, start=start,
                       request_timeout=request_timeout, route_ttl_s=route_ttl_s,
-                      master_retry_max_s=master_retry_max_s)
+                      master_retry_max_s=master_retry_max_s, credentials=credentials)
         self._main = PullConsumer(topic=topic, tag_filter=tag_filter, **common)
         self._retry = PullConsumer(topic=RETRY_PREFIX + group, **common)
         self.rebalance = RebalanceService(

@@ -24,6 +24,8 @@ class NamesrvConfig:
     listen_address: str = "127.0.0.1"
     broker_expire_ms: int = 30_000
     max_frame_size: int = 8 * MiB
+    acl_enable: bool = False  # check logins and permissions (docs/security.md)
+    acl_file: str = "acl.toml"  # relative to this config file's directory
     source: str = attrs.field(default="", eq=False)
 
     def __attrs_post_init__(self) -> None:
@@ -43,6 +45,8 @@ _KEYS = {
     "listenAddress": ("listen_address", str),
     "brokerExpireMs": ("broker_expire_ms", int),
     "maxFrameSize": ("max_frame_size", int),
+    "aclEnable": ("acl_enable", bool),
+    "aclFile": ("acl_file", str),
 }
 
 
@@ -61,9 +65,14 @@ def namesrv_config_from_mapping(values: Mapping[str, Any], *, source: str = "") 
                 value = int(value.strip())
             except ValueError:
                 raise ConfigError(f"{where}{key} must be an integer, got {value!r}") from None
+        if type_ is bool and isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            value = value.strip().lower() == "true"
         if type(value) is not type_:
-            raise ConfigError(f"{where}{key} must be {'an integer' if type_ is int else 'a string'}, got {value!r}")
+            kind = {int: "an integer", bool: "true or false", str: "a string"}[type_]
+            raise ConfigError(f"{where}{key} must be {kind}, got {value!r}")
         kwargs[name] = value
+    here = os.path.dirname(os.path.abspath(source)) if source else os.getcwd()
+    kwargs["acl_file"] = os.path.join(here, os.path.expanduser(kwargs.get("acl_file", "acl.toml")))
     return NamesrvConfig(**kwargs, source=source)
 
 

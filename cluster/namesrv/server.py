@@ -37,6 +37,7 @@ from node.protocol.namesrv import (
     RouteReply,
     UnregisterReply,
 )
+from node.security.guard import Guard
 from node.server import ClientServer
 from store.address import format_host_port
 
@@ -58,6 +59,8 @@ class NameServer:
         self.cfg = cfg
         self.handle_signals = handle_signals
         self.table = RouteTable(cfg.broker_expire_ms)
+        # aclEnable: brokers register as an admin account, clients log in (AclError: the file is wrong)
+        self.guard = Guard(cfg.acl_file) if cfg.acl_enable else None
         self.server: ClientServer | None = None
         self.address = ""
         self.started_ms = 0
@@ -84,6 +87,7 @@ class NameServer:
                     max_frame_size=self.cfg.max_frame_size,
                     requests=NAMESRV_REQUESTS,
                     on_disconnect=self.table.connection_closed,
+                    guard=self.guard,
                 )
                 await nursery.start(self.server.run)
                 nursery.start_soon(self._expire_loop)
@@ -140,5 +144,6 @@ class NameServer:
         if request.op == "status":
             return NamesrvStatusReply(role="NAMESRV", address=self.address, brokers=len(table),
                                       broker_expire_ms=self.cfg.broker_expire_ms,
-                                      started_ms=self.started_ms).to_wire(request.id)
+                                      started_ms=self.started_ms,
+                                      security=self.guard.view() if self.guard else None).to_wire(request.id)
         raise AssertionError(f"op {request.op!r} has a schema but no handler")

@@ -157,6 +157,7 @@ class NamesrvStatusReply(WireReply):
     brokers: int
     broker_expire_ms: int
     started_ms: int | None = None
+    security: dict[str, Any] | None = None  # logins and refusals, with aclEnable
 
 
 # ---------------------------------------------------------------- requests

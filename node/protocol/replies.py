@@ -279,6 +279,7 @@ class StatusReply(WireReply):
     sync: dict[str, Any] | None = None
     namesrv: Any = None
     schedule: dict[str, Any] | None = None
+    security: dict[str, Any] | None = None  # logins and refusals, with aclEnable
     consumer_groups: dict[str, list[str]] = attrs.field(factory=dict)
     # failover (absent on a node without it)
     epoch: int | None = None

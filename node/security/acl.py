@@ -1,0 +1,302 @@
+"""The ACL file: accounts, their salted credentials and their permissions (no I/O but `load`).
+
+The file is TOML, one `[[accounts]]` table per account, with RocketMQ's plain_acl.yml key
+names (ACL 1.0):
+
+    [[accounts]]
+    accessKey = "alice"
+    scram = "SCRAM-SHA-256$4096:<salt>$<StoredKey>:<ServerKey>"   # `tidemq acl add-user` writes it
+    admin = false
+    defaultTopicPerm = "DENY"          # DENY | PUB | SUB | PUB|SUB (ANY is PUB|SUB)
+    defaultGroupPerm = "SUB"
+    topicPerms = ["orders=PUB|SUB", "logs-*=SUB", "logs-secret=DENY"]
+    groupPerms = ["billing=SUB"]
+    whiteRemoteAddress = "127.0.0.1"   # or "10.0.0.0/8", "192.168.1.*", a list of them; "*" is anyone
+
+`secretKey = "..."` (the plain secret, as plain_acl.yml holds it) is accepted too and hashed
+when the file is read, with a warning: the file then holds a secret. The stored form is
+PostgreSQL's SCRAM verifier, so the file never holds what a client sends or could log in
+with. A pattern ending in `*` is a prefix; among the rules that match a name, DENY wins,
+else their permissions add up; a name no rule matches gets the default permission.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import ipaddress
+import logging
+import os
+import tomllib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+from scramp import ScramMechanism
+
+log = logging.getLogger("tidemq.security")
+
+__all__ = ["Account", "Acl", "AclError", "Perm", "Rule", "load_acl", "make_verifier", "parse_perm"]
+
+SCRAM_MECHANISM = "SCRAM-SHA-256"
+SCRAM_ITERATIONS = 4096  # RFC 7677's minimum; the client pays it once per connection
+_MECHANISM = ScramMechanism(SCRAM_MECHANISM)
+
+
+class AclError(ValueError):
+    """The ACL file is unreadable or wrong; the message names the file, account and key."""
+
+
+class Perm(enum.IntFlag):
+    """What a rule grants on a topic or group (RocketMQ's Permission: PUB, SUB, DENY)."""
+
+    NONE = 0
+    PUB = 1
+    SUB = 2
+
+
+_PERM_WORDS = {"PUB": Perm.PUB, "SUB": Perm.SUB, "ANY": Perm.PUB | Perm.SUB}
+
+
+def parse_perm(text: str) -> Perm | None:
+    """`PUB`, `SUB`, `PUB|SUB`, `ANY` → the permission; `DENY` → None. ValueError otherwise."""
+    words = [w.strip().upper() for w in text.split("|")]
+    if words == ["DENY"]:
+        return None
+    perm = Perm.NONE
+    for word in words:
+        if word not in _PERM_WORDS:
+            raise ValueError(f"{text!r} is not a permission (DENY, PUB, SUB, PUB|SUB or ANY)")
+        perm |= _PERM_WORDS[word]
+    return perm
+
+
+def perm_text(perm: Perm | None) -> str:
+    if perm is None:
+        return "DENY"
+    return "|".join(w for w in ("PUB", "SUB") if perm & _PERM_WORDS[w]) or "DENY"
+
+
+@attrs.frozen
+class Rule:
+    """`pattern=PERM`: a literal name, or a prefix when it ends in `*`; perm None is DENY."""
+
+    pattern: str
+    perm: Perm | None
+
+    def matches(self, name: str) -> bool:
+        if self.pattern.endswith("*"):
+            return name.startswith(self.pattern[:-1])
+        return name == self.pattern
+
+    @classmethod
+    def parse(cls, text: str) -> Rule:
+        pattern, sep, perm = text.partition("=")
+        pattern = pattern.strip()
+        if not sep or not pattern:
+            raise ValueError(f"{text!r} is not NAME=PERM (NAME may end in * for a prefix)")
+        if "*" in pattern[:-1]:
+            raise ValueError(f"{text!r}: '*' may only end a pattern (a prefix)")
+        return cls(pattern, parse_perm(perm))
+
+
+def _decide(rules: tuple[Rule, ...], default: Perm | None, name: str, want: Perm) -> bool:
+    matching = [r for r in rules if r.matches(name)]
+    if not matching:
+        return default is not None and want & default == want
+    if any(r.perm is None for r in matching):
+        return False  # DENY wins over any grant
+    granted = Perm.NONE
+    for r in matching:
+        granted |= r.perm  # type: ignore[operator]  # None was ruled out above
+    return want & granted == want
+
+
+@attrs.frozen
+class Verifier:
+    """SCRAM's stored credential: what the server needs to check a proof, not the secret."""
+
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+    def text(self) -> str:
+        b64 = base64.b64encode
+        return (f"{SCRAM_MECHANISM}${self.iterations}:{b64(self.salt).decode()}"
+                f"${b64(self.stored_key).decode()}:{b64(self.server_key).decode()}")
+
+    @classmethod
+    def parse(cls, text: str) -> Verifier:
+        try:
+            mechanism, rest = text.split("$", 1)
+            iterations_salt, keys = rest.split("$", 1)
+            iterations, salt = iterations_salt.split(":", 1)
+            stored, server = keys.split(":", 1)
+            if mechanism != SCRAM_MECHANISM:
+                raise ValueError(f"mechanism {mechanism!r}, expected {SCRAM_MECHANISM}")
+            b64 = base64.b64decode
+            verifier = cls(b64(salt, validate=True), b64(stored, validate=True), b64(server, validate=True),
+                           int(iterations))
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"not a {SCRAM_MECHANISM}$iterations:salt$StoredKey:ServerKey verifier ({e})") from None
+        if verifier.iterations < SCRAM_ITERATIONS:
+            raise ValueError(f"{verifier.iterations} iterations is below the minimum {SCRAM_ITERATIONS}")
+        return verifier
+
+    def auth_info(self) -> tuple[bytes, bytes, bytes, int]:
+        """scramp's form."""
+        return self.salt, self.stored_key, self.server_key, self.iterations
+
+
+def make_verifier(secret: str, *, iterations: int = SCRAM_ITERATIONS) -> Verifier:
+    """A fresh salted verifier for `secret` (what `tidemq acl add-user` stores)."""
+    if not secret:
+        raise ValueError("the secret must not be empty")
+    return Verifier(*_MECHANISM.make_auth_info(secret, iteration_count=iterations))
+
+
+@attrs.frozen
+class Account:
+    access_key: str
+    verifier: Verifier = attrs.field(repr=False)
+    admin: bool = False
+    default_topic_perm: Perm | None = None  # DENY
+    default_group_perm: Perm | None = None
+    topic_rules: tuple[Rule, ...] = ()
+    group_rules: tuple[Rule, ...] = ()
+    white_remote_address: tuple[str, ...] = ()  # empty: any address
+
+    def may_topic(self, topic: str, want: Perm) -> bool:
+        return self.admin or _decide(self.topic_rules, self.default_topic_perm, topic, want)
+
+    def may_group(self, group: str, want: Perm) -> bool:
+        return self.admin or _decide(self.group_rules, self.default_group_perm, group, want)
+
+    def may_connect_from(self, host: str) -> bool:
+        return not self.white_remote_address or any(address_matches(p, host) for p in self.white_remote_address)
+
+
+def address_matches(pattern: str, host: str) -> bool:
+    """RocketMQ's remote-address patterns: `*`, an exact IP, `192.168.1.*`, or a CIDR block."""
+    if pattern == "*":
+        return True
+    if "/" in pattern:
+        try:
+            return ipaddress.ip_address(host) in ipaddress.ip_network(pattern, strict=False)
+        except ValueError:
+            return False
+    if pattern.endswith("*"):
+        return host.startswith(pattern[:-1])
+    return host == pattern
+
+
+def _check_address_pattern(pattern: str) -> None:
+    if "/" in pattern:
+        ipaddress.ip_network(pattern, strict=False)  # ValueError names the problem
+    elif pattern != "*" and not pattern.endswith("*"):
+        ipaddress.ip_address(pattern)
+
+
+_ACCOUNT_KEYS = {"accessKey", "scram", "secretKey", "admin", "defaultTopicPerm", "defaultGroupPerm",
+                 "topicPerms", "groupPerms", "whiteRemoteAddress"}
+
+
+@attrs.frozen
+class Acl:
+    """The accounts of one ACL file, by access key."""
+
+    accounts: Mapping[str, Account]
+    source: str = ""
+
+    @classmethod
+    def from_toml(cls, text: str, *, source: str = "") -> Acl:
+        where = source or "ACL"
+        try:
+            raw = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise AclError(f"{where}: TOML syntax error: {e}") from None
+        unknown = set(raw) - {"accounts"}
+        if unknown:
+            raise AclError(f"{where}: unknown key(s) {sorted(unknown)}; the file holds [[accounts]] tables")
+        entries = raw.get("accounts", [])
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise AclError(f"{where}: 'accounts' must be [[accounts]] tables")
+        accounts: dict[str, Account] = {}
+        for index, entry in enumerate(entries, start=1):
+            account = _account(entry, f"{where}: account {index}")
+            if account.access_key in accounts:
+                raise AclError(f"{where}: account {index}: accessKey {account.access_key!r} appears twice")
+            accounts[account.access_key] = account
+        return cls(accounts, source)
+
+
+def _account(entry: Mapping[str, Any], where: str) -> Account:
+    unknown = set(entry) - _ACCOUNT_KEYS
+    if unknown:
+        raise AclError(f"{where}: unknown key(s) {sorted(unknown)}; known: {sorted(_ACCOUNT_KEYS)}")
+    key = entry.get("accessKey")
+    if not isinstance(key, str) or not key or any(c in key for c in ",=") or key != key.strip():
+        raise AclError(f"{where}: accessKey must be a non-empty name without ',', '=' or edge spaces")
+    where = f"{where} ({key})"
+    if ("scram" in entry) == ("secretKey" in entry):
+        raise AclError(f"{where}: give exactly one of scram (from `tidemq acl add-user`) or secretKey")
+    try:
+        if "scram" in entry:
+            verifier = Verifier.parse(_text(entry["scram"], "scram"))
+        else:
+            log.warning("%s: secretKey holds a plain secret; `tidemq acl add-user` stores a salted hash instead",
+                        where)
+            verifier = make_verifier(_text(entry["secretKey"], "secretKey"))
+        admin = entry.get("admin", False)
+        if not isinstance(admin, bool):
+            raise ValueError("admin must be true or false")
+        addresses = entry.get("whiteRemoteAddress", [])
+        addresses = [addresses] if isinstance(addresses, str) else addresses
+        for pattern in _texts(addresses, "whiteRemoteAddress"):
+            _check_address_pattern(pattern)
+        return Account(
+            access_key=key,
+            verifier=verifier,
+            admin=admin,
+            default_topic_perm=parse_perm(_text(entry.get("defaultTopicPerm", "DENY"), "defaultTopicPerm")),
+            default_group_perm=parse_perm(_text(entry.get("defaultGroupPerm", "DENY"), "defaultGroupPerm")),
+            topic_rules=tuple(Rule.parse(r) for r in _texts(entry.get("topicPerms", []), "topicPerms")),
+            group_rules=tuple(Rule.parse(r) for r in _texts(entry.get("groupPerms", []), "groupPerms")),
+            white_remote_address=tuple(addresses),
+        )
+    except ValueError as e:
+        raise AclError(f"{where}: {e}") from None
+
+
+def _text(value: Any, key: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{key} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _texts(values: Any, key: str) -> Iterable[str]:
+    if not isinstance(values, list):
+        raise ValueError(f"{key} must be a list of strings")
+    return [_text(v, key) for v in values]
+
+
+def load_acl(path: str) -> Acl:
+    """Read and check an ACL file; AclError names what is wrong (and never a secret)."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8")
+    except OSError as e:
+        raise AclError(f"{path}: cannot read the ACL file: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise AclError(f"{path}: not UTF-8 text: {e}") from None
+    return Acl.from_toml(text, source=path)
+
+
+def file_stamp(path: str) -> tuple[int, int, int] | None:
+    """What tells that the file changed (mtime, size, inode); None when it cannot be read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size, st.st_ino

@@ -1,0 +1,241 @@
+"""The gate in front of a server's ops: logins (SCRAM-SHA-256), permissions, counters.
+
+One `Guard` per server (the node's client port, the name server) and one `Session` per
+connection. `screen(session, request)` answers the login ops itself and refuses any other
+request its account may not make; `check_answer` covers the one op whose resource shows
+only in its answer (a message looked up by msgId needs SUB on its topic). A refusal is a
+NO_PERMISSION response that names the op and what it needed, never a secret, and the
+request is not run. No I/O except re-reading the ACL file when it changed (checked at most
+once a second, on the request path: a stat), so a revoked grant applies to open
+connections too. A file that no longer parses is logged and the last good one is kept.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import hmac
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+from scramp import ScramMechanism
+
+from ..protocol.auth import AUTH_OPS, AuthReply
+from ..protocol.codec import Request, Status, error_response
+from .acl import (
+    SCRAM_ITERATIONS,
+    SCRAM_MECHANISM,
+    Account,
+    Acl,
+    AclError,
+    Perm,
+    file_stamp,
+    load_acl,
+)
+from .rules import needs, topic_need
+
+log = logging.getLogger("tidemq.security")
+
+__all__ = ["AUTH_FAILED", "Guard", "Session"]
+
+AUTH_FAILED = "authentication failed (unknown account, wrong secret, or not allowed from this address)"
+"""One text for every failed login, so a refusal does not tell which part was wrong."""
+MAX_FAILURES = 10
+"""Failed logins one address may make per FAILURE_WINDOW_S before its logins are refused."""
+FAILURE_WINDOW_S = 60.0
+RELOAD_CHECK_S = 1.0
+
+
+@attrs.define(eq=False)
+class Session:
+    """One connection's login state: its peer's host and, once logged in, its account."""
+
+    host: str
+    account: str | None = None
+    scram: Any = None  # the SCRAM server between auth_start and auth_finish
+    claimed: str | None = None  # the account auth_start named
+
+
+def peer_host(peer: str | None) -> str:
+    """The host part of "ip:port" / "[ip]:port" (what address rules and rate limits use)."""
+    if not peer:
+        return ""
+    host = peer.rsplit(":", 1)[0]
+    return host[1:-1] if host.startswith("[") else host
+
+
+class Guard:
+    """Checks logins and permissions against the ACL file at `path` (loaded now: AclError
+    if it is wrong, so a node with a bad file does not start)."""
+
+    def __init__(self, path: str, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self._clock = clock
+        self._acl: Acl = load_acl(path)
+        self._stamp = file_stamp(path)
+        self._checked_at = clock()
+        self._mechanism = ScramMechanism(SCRAM_MECHANISM)
+        self._decoy_key = os.urandom(32)
+        self._failures: dict[str, collections.deque[float]] = {}
+        self.logins = 0
+        self.failed_logins = 0
+        self.rate_limited = 0
+        self.refused = 0
+        self.reloads = 0
+        self.reload_error: str | None = None
+
+    # ------------------------------------------------------------ the ACL file
+
+    @property
+    def acl(self) -> Acl:
+        now = self._clock()
+        if now - self._checked_at >= RELOAD_CHECK_S:
+            self._checked_at = now
+            stamp = file_stamp(self.path)
+            if stamp != self._stamp:
+                self._stamp = stamp
+                self._reload()
+        return self._acl
+
+    def _reload(self) -> None:
+        try:
+            self._acl = load_acl(self.path)
+        except AclError as e:
+            self.reload_error = str(e)
+            log.error("ACL file changed but cannot be used; keeping the previous one: %s", e)
+            return
+        self.reload_error = None
+        self.reloads += 1
+        log.info("ACL file %s reloaded: %d account(s)", self.path, len(self._acl.accounts))
+
+    # ------------------------------------------------------------ requests
+
+    def screen(self, session: Session, request: Request) -> dict[str, Any] | None:
+        """The answer to a login op, or a refusal; None when `request` (parsed: its
+        envelope and typed fields) may run."""
+        if request.op in AUTH_OPS:
+            return self._login_step(session, request)
+        if session.account is None:
+            self.refused += 1
+            return error_response(request.id, Status.NO_PERMISSION,
+                                  f"{request.op}: authentication required (this server checks logins; "
+                                  "give the client an account: --user/--secret-file or TIDEMQ_USER)")
+        account = self.acl.accounts.get(session.account)
+        if account is None or not account.may_connect_from(session.host):
+            self.refused += 1
+            return error_response(request.id, Status.NO_PERMISSION,
+                                  f"{request.op}: account {session.account!r} is no longer allowed here")
+        for need in needs(request.fields):
+            if not need.granted(account):
+                return self._refuse(request, account, need.describe())
+        return None
+
+    def check_answer(self, session: Session, request: Request, response: dict[str, Any]) -> dict[str, Any] | None:
+        """A refusal in place of `response` when it shows what the account may not read."""
+        if request.op != "get_by_msg_id" or session.account is None:
+            return None
+        message = response.get("message")
+        topic = message.get("topic") if isinstance(message, dict) else None
+        account = self.acl.accounts.get(session.account)
+        if account is None or topic is None:
+            return None
+        need = topic_need(topic, Perm.SUB)  # the same retry/DLQ rule as the ops'
+        if need.granted(account):
+            return None
+        return self._refuse(request, account, need.describe())
+
+    def _refuse(self, request: Any, account: Account, what: str) -> dict[str, Any]:
+        self.refused += 1
+        return error_response(request.id, Status.NO_PERMISSION,
+                              f"{request.op}: account {account.access_key!r} lacks {what}")
+
+    # ------------------------------------------------------------ logins
+
+    def _login_step(self, session: Session, request: Any) -> dict[str, Any]:
+        if session.account is not None:
+            return error_response(request.id, Status.BAD_REQUEST,
+                                  f"{request.op}: already logged in as {session.account!r}")
+        if request.op == "auth_start":
+            return self._start(session, request)
+        return self._finish(session, request)
+
+    def _start(self, session: Session, request: Any) -> dict[str, Any]:
+        wait = self._rate_limit_wait(session.host)
+        if wait is not None:
+            self.rate_limited += 1
+            return error_response(request.id, Status.NO_PERMISSION,
+                                  f"auth_start: too many failed logins from {session.host}; "
+                                  f"try again in {wait:.0f} s")
+        session.claimed = None
+
+        def auth_info(user: str) -> tuple[bytes, bytes, bytes, int]:
+            session.claimed = user
+            account = self.acl.accounts.get(user)
+            if account is None or not account.may_connect_from(session.host):
+                return self._decoy(user)  # the proof will fail at auth_finish, as for a wrong secret
+            return account.verifier.auth_info()
+
+        server = self._mechanism.make_server(auth_info)
+        try:
+            server.set_client_first(request.fields.message)
+            first = server.get_server_first()
+        except Exception as e:  # noqa: BLE001 - untrusted input through a third-party parser
+            return self._failed(session, request, e)
+        session.scram = server
+        return AuthReply(message=first).to_wire(request.id)
+
+    def _finish(self, session: Session, request: Any) -> dict[str, Any]:
+        server, session.scram = session.scram, None
+        if server is None:
+            return error_response(request.id, Status.BAD_REQUEST, "auth_finish: send auth_start first")
+        try:
+            server.set_client_final(request.fields.message)
+            final = server.get_server_final()
+        except Exception as e:  # noqa: BLE001 - untrusted input through a third-party parser
+            return self._failed(session, request, e)
+        account = self.acl.accounts.get(session.claimed or "")
+        if account is None or not account.may_connect_from(session.host):
+            return self._failed(session, request, "decoy account")  # (a decoy proof cannot pass)
+        session.account = account.access_key
+        self.logins += 1
+        log.debug("%s logged in as %r", session.host, account.access_key)
+        return AuthReply(message=final).to_wire(request.id)
+
+    def _failed(self, session: Session, request: Any, why: object) -> dict[str, Any]:
+        self.failed_logins += 1
+        self._failures.setdefault(session.host, collections.deque()).append(self._clock())
+        # the claimed name is logged (an operator needs it), the messages never are
+        log.warning("failed login from %s as %r (%s: %s)", session.host, session.claimed, request.op,
+                    type(why).__name__ if isinstance(why, Exception) else why)
+        return error_response(request.id, Status.NO_PERMISSION, f"{request.op}: {AUTH_FAILED}")
+
+    def _rate_limit_wait(self, host: str) -> float | None:
+        """Seconds until `host` may try again, or None when it may now."""
+        recent = self._failures.get(host)
+        if not recent:
+            return None
+        now = self._clock()
+        while recent and now - recent[0] > FAILURE_WINDOW_S:
+            recent.popleft()
+        if len(recent) < MAX_FAILURES:
+            if not recent:
+                del self._failures[host]
+            return None
+        return max(1.0, FAILURE_WINDOW_S - (now - recent[0]))
+
+    def _decoy(self, user: str) -> tuple[bytes, bytes, bytes, int]:
+        """Credentials no secret matches, the same for a name each time (an unknown account
+        looks like a known one: same salt on every try)."""
+        digest = hmac.new(self._decoy_key, user.encode(), hashlib.sha256).digest()
+        return digest[:16], hashlib.sha256(digest + b"stored").digest(), hashlib.sha256(digest + b"server").digest(), \
+            SCRAM_ITERATIONS
+
+    def view(self) -> dict[str, Any]:
+        """For `status`: the counters and the file (never an account's credentials)."""
+        return {"acl_file": self.path, "accounts": len(self._acl.accounts), "logins": self.logins,
+                "failed_logins": self.failed_logins, "rate_limited": self.rate_limited, "refused": self.refused,
+                "reloads": self.reloads, "reload_error": self.reload_error}

@@ -1,0 +1,126 @@
+"""What each op needs from the account that sends it (RocketMQ ACL 1.0's table, for our ops).
+
+`needs(request)` lists the permissions one request needs: PUB or SUB on a topic, SUB on a
+consumer group, or the admin flag; an empty list means any logged-in account may. An op
+missing from the table needs admin, so a new op is closed until someone decides otherwise
+(a test checks every op of the node and the name server is listed). A retry or dead-letter
+topic (`%RETRY%g`, `%DLQ%g`) belongs to its group: it needs SUB on the group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from .acl import Account, Perm
+
+__all__ = ["ADMIN", "ANY_ACCOUNT", "Need", "RULES", "needs", "topic_need"]
+
+RETRY_PREFIX = "%RETRY%"  # node/consumer_ops.py's names (security sits below the ops)
+DLQ_PREFIX = "%DLQ%"
+
+
+@attrs.frozen
+class Need:
+    """One permission a request needs: `kind` is "topic", "group" or "admin"."""
+
+    kind: str
+    name: str = ""
+    perm: Perm = Perm.NONE
+
+    def granted(self, account: Account) -> bool:
+        if self.kind == "admin":
+            return account.admin
+        if self.kind == "group":
+            return account.may_group(self.name, self.perm)
+        return account.may_topic(self.name, self.perm)
+
+    def describe(self) -> str:
+        if self.kind == "admin":
+            return "admin"
+        return f"{self.perm.name} on {self.kind} {self.name!r}"
+
+
+ADMIN = "admin"
+ANY_ACCOUNT = "any"
+
+
+def _topic(perm: Perm) -> Callable[[Any], list[Need]]:
+    return lambda r: [topic_need(r.topic, perm)]
+
+
+def topic_need(topic: str, perm: Perm) -> Need:
+    for prefix in (RETRY_PREFIX, DLQ_PREFIX):
+        if topic.startswith(prefix):
+            return Need("group", topic[len(prefix):], Perm.SUB)
+    return Need("topic", topic, perm)
+
+
+def _group(r: Any) -> list[Need]:
+    return [Need("group", r.group, Perm.SUB)]
+
+
+def _group_topic(r: Any) -> list[Need]:
+    return [Need("group", r.group, Perm.SUB), topic_need(r.topic, Perm.SUB)]
+
+
+def _pull(r: Any) -> list[Need]:
+    out = [topic_need(r.topic, Perm.SUB)]
+    if r.group is not None:
+        out.append(Need("group", r.group, Perm.SUB))
+    return out
+
+
+def _heartbeat(r: Any) -> list[Need]:
+    return [Need("group", r.group, Perm.SUB), *(topic_need(t, Perm.SUB) for t in r.topics)]
+
+
+RULES: dict[str, str | Callable[[Any], list[Need]]] = {
+    # node: sends and reads
+    "send": _topic(Perm.PUB),
+    "send_batch": _topic(Perm.PUB),
+    "pull": _pull,
+    "query_by_key": _topic(Perm.SUB),
+    "get_by_msg_id": ANY_ACCOUNT,  # the answer's topic is checked (guard.check_answer)
+    "offset_by_time": _topic(Perm.SUB),
+    "min_offset": _topic(Perm.SUB),
+    "max_offset": _topic(Perm.SUB),
+    # consumer groups
+    "commit_offset": _group_topic,
+    "fetch_offset": _group_topic,
+    "consumer_heartbeat": _heartbeat,
+    "consumer_watch": _group,
+    "consumer_unregister": _group,
+    "consumer_list": _group,
+    "consumer_lock": _group_topic,
+    "consumer_unlock": _group_topic,
+    "consumer_send_back": _group,
+    # the node itself
+    "status": ANY_ACCOUNT,
+    "epoch": ANY_ACCOUNT,
+    "offset_list": ADMIN,
+    "topic_create": ADMIN,
+    "topic_delete": ADMIN,
+    "topic_list": ADMIN,
+    "subgroup_update": ADMIN,
+    "subgroup_list": ADMIN,
+    "promote": ADMIN,
+    "admin.delete_expired_files": ADMIN,
+    # the name server
+    "register_broker": ADMIN,
+    "unregister_broker": ADMIN,
+    "get_route": ANY_ACCOUNT,
+    "get_cluster_info": ANY_ACCOUNT,
+}
+
+
+def needs(request: Any) -> list[Need]:
+    """The permissions `request` needs (empty: any account)."""
+    rule = RULES.get(request.OP, ADMIN)
+    if rule == ADMIN:
+        return [Need("admin")]
+    if rule == ANY_ACCOUNT:
+        return []
+    return rule(request)  # type: ignore[operator]

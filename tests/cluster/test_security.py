@@ -1,0 +1,126 @@
+"""Security with real processes: a name server, a SYNC_MASTER and its slave with aclEnable,
+accounts made with `tidemq acl add-user`; logins, permissions, a fake broker, the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import trio
+
+from node.client import AuthenticationFailed, NoPermission, connect
+from node.protocol import GetStatus, Promote, Pull, Send, TopicCreate
+from node.protocol.namesrv import RegisterBroker
+from node.security import AUTH_FAILED, Credentials
+from tests.cluster.helpers import cli, wait_for
+from tests.node.nodeproc import Nodes, master_conf, slave_conf, write_conf
+
+pytestmark = pytest.mark.slow  # every test here starts `tidemq` processes
+
+
+def _add_user(acl: Path, name: str, *flags: str) -> Credentials:
+    secret = acl.parent / f"{name}.secret"
+    result = cli("acl", "add-user", name, "-f", str(acl), "--generate", "--secret-file", str(secret), *flags)
+    assert result.returncode == 0, result.stderr.decode()
+    return Credentials.from_file(name, str(secret))
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("secure")
+    acl = tmp / "acl.toml"
+    accounts = {
+        "broker": _add_user(acl, "broker", "--admin"),
+        "alice": _add_user(acl, "alice", "--topic-perm", "orders=PUB|SUB", "--topic-perm", "logs-*=SUB",
+                           "--topic-perm", "logs-secret=DENY", "--default-group-perm", "SUB"),
+        "bob": _add_user(acl, "bob"),
+    }
+    text = acl.read_text()
+    assert not [c.user for c in accounts.values() if c.secret in text]  # verifiers only, never a secret
+    nodes = Nodes()
+    try:
+        ns_conf = write_conf(tmp, "namesrv", {"listenPort": 0, "aclEnable": True})
+        ns = nodes.start(ns_conf, ["namesrv", "start", "-c", str(ns_conf)])
+        login = {"aclEnable": True, "accessKey": "broker", "secretKeyFile": "broker.secret",
+                 "namesrvAddr": ns.address}
+        mconf = master_conf(tmp, "m", "SYNC_MASTER", **login)
+        master = nodes.start(mconf)
+        slave = nodes.start(slave_conf(tmp, mconf, "s", **login))
+        yield {"namesrv": ns.address, "master": master.address, "slave": slave.address, "tmp": tmp,
+               "accounts": accounts, "acl": acl}
+    finally:
+        nodes.cleanup()
+
+
+async def _call(address: str, request, credentials: Credentials | None):
+    async with connect(address, connect_timeout=5.0, request_timeout=10.0, credentials=credentials) as conn:
+        return await conn.call(request)
+
+
+async def test_accounts_get_what_their_rules_grant_and_nothing_else(secure):
+    master, accounts = secure["master"], secure["accounts"]
+    admin, alice, bob = accounts["broker"], accounts["alice"], accounts["bob"]
+    for topic in ("orders", "logs-app", "logs-secret"):
+        await _call(master, TopicCreate(topic=topic), admin)
+
+    async def replicated() -> bool:  # the slave logged in to its master and the name server
+        status = await _call(master, GetStatus(), admin)
+        return any(s["ack_offset"] >= 0 for s in status.ha["slaves"])
+
+    await wait_for(replicated, what="the slave replicating")
+    sent = await _call(master, Send(topic="orders", body=b"hello"), alice)
+    assert sent.status.value == "PUT_OK"  # SYNC_MASTER: the slave has it too
+    pulled = await _call(master, Pull(topic="orders", queue_id=sent.queue_id, offset=0), alice)
+    assert [m["body"] for m in pulled.messages] == [b"hello"]
+    refusals = [
+        (Send(topic="logs-app", body=b"x"), alice, "lacks PUB on topic 'logs-app'"),
+        (Pull(topic="logs-secret", queue_id=0, offset=0), alice, "lacks SUB on topic 'logs-secret'"),
+        (Promote(), alice, "lacks admin"),
+        (Send(topic="orders", body=b"x"), bob, "lacks PUB on topic 'orders'"),
+        (Send(topic="orders", body=b"x"), None, "authentication required"),
+    ]
+    for request, who, what in refusals:
+        with pytest.raises(NoPermission, match=what):
+            await _call(master, request, who)
+    with pytest.raises(AuthenticationFailed, match=AUTH_FAILED.split(" (")[0]):
+        await _call(master, Send(topic="orders", body=b"x"), Credentials("alice", "not-her-secret"))
+    # a refused request changed nothing; the node serves the others as before
+    after = await _call(master, Pull(topic="orders", queue_id=sent.queue_id, offset=0), alice)
+    assert len(after.messages) == 1
+    status = await _call(master, GetStatus(), alice)
+    assert status.security["failed_logins"] >= 1 and status.security["refused"] >= len(refusals)
+    assert not [c.user for c in accounts.values() if c.secret in json.dumps(status.security)]
+
+
+async def test_a_fake_broker_cannot_register(secure):
+    fake = RegisterBroker(cluster="DefaultCluster", broker_name="broker-t", broker_id=0,
+                          address="127.0.0.1:1", ha_address="127.0.0.1:2", role="ASYNC_MASTER")
+    for who in (None, secure["accounts"]["alice"]):
+        with pytest.raises(NoPermission):
+            await _call(secure["namesrv"], fake, who)
+
+
+def test_the_cli_logs_in_with_user_and_secret_file(secure):
+    tmp, ns = secure["tmp"], secure["namesrv"]
+    login = ["--user", "alice", "--secret-file", str(tmp / "alice.secret")]
+    sent = cli("send", "--namesrv", ns, "--topic", "orders", "from-cli", *login)
+    assert sent.returncode == 0, sent.stderr.decode()
+    refused = cli("send", "--namesrv", ns, "--topic", "orders", "x")
+    assert refused.returncode == 1
+    err = refused.stderr.decode()
+    assert "authentication required" in err and "Traceback" not in err
+    listed = cli("acl", "list", "-f", str(secure["acl"]))
+    assert listed.returncode == 0 and "alice" in listed.stdout.decode()
+    assert "SCRAM" not in listed.stdout.decode()
+
+
+async def test_an_account_added_while_running_can_log_in_at_once(secure):
+    carol = await trio.to_thread.run_sync(
+        lambda: _add_user(secure["acl"], "carol", "--default-topic-perm", "SUB"))
+
+    async def logged_in() -> bool:
+        await _call(secure["master"], Pull(topic="orders", queue_id=0, offset=0), carol)
+        return True
+
+    await wait_for(logged_in, timeout=10, what="the node reloading the ACL file")
