@@ -124,3 +124,12 @@ async def test_an_account_added_while_running_can_log_in_at_once(secure):
         return True
 
     await wait_for(logged_in, timeout=10, what="the node reloading the ACL file")
+
+
+def test_a_node_with_a_wrong_acl_file_does_not_start(tmp_path):
+    (tmp_path / "acl.toml").write_text('[[accounts]]\naccessKey = "x"\nscram = "not-a-verifier"\n')
+    conf = master_conf(tmp_path, "m", aclEnable=True)
+    result = cli("node", "start", "-c", str(conf), timeout=30)
+    err = result.stderr.decode()
+    assert result.returncode == 2, err
+    assert "acl.toml: account 1 (x): not a SCRAM-SHA-256" in err and "Traceback" not in err

@@ -200,3 +200,43 @@ def test_fuzzed_handshakes_never_log_in_or_raise(tmp_path_factory: pytest.TempPa
         answer = guard.screen(session, request)
         assert answer is not None and answer["status"] in ("OK", "NO_PERMISSION", "BAD_REQUEST")
     assert session.account is None
+
+
+def test_config_anchors_security_files_beside_the_config_and_checks_them(tmp_path: Path) -> None:
+    from cluster.namesrv.config import load_namesrv_config
+    from node.config import ConfigError, load_config
+
+    (tmp_path / "node.secret").write_text("s3cret\n")
+    conf = tmp_path / "b.toml"
+    conf.write_text(f'storePathRootDir = "{tmp_path}/store"\naclEnable = true\n'
+                    'accessKey = "broker"\nsecretKeyFile = "node.secret"\n')
+    cfg = load_config(str(conf))
+    assert cfg.acl_enable and cfg.acl_file == str(tmp_path / "acl.toml")
+    assert cfg.credentials == Credentials("broker", "s3cret") and "s3cret" not in repr(cfg)
+    conf.write_text('accessKey = "broker"\n')
+    with pytest.raises(ConfigError, match="accessKey and secretKeyFile go together"):
+        load_config(str(conf))
+    conf.write_text('accessKey = "broker"\nsecretKeyFile = "missing.secret"\n')
+    with pytest.raises(ConfigError, match="b.toml: secretKeyFile: cannot read the secret file"):
+        load_config(str(conf))
+    ns = tmp_path / "namesrv.properties"
+    ns.write_text("aclEnable=true\naclFile=sub/acl.toml\n")
+    ns_cfg = load_namesrv_config(str(ns))
+    assert ns_cfg.acl_enable and ns_cfg.acl_file == str(tmp_path / "sub" / "acl.toml")
+    ns.write_text("aclEnable=maybe\n")
+    with pytest.raises(ConfigError, match="aclEnable must be true or false"):
+        load_namesrv_config(str(ns))
+
+
+def test_spark_options_user_and_secret_file(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    from pipeline.live import LiveOptions
+
+    (tmp_path / "app.secret").write_text("app-secret\n")
+    opts = LiveOptions.from_options({"topic": "T", "namesrv": "127.0.0.1:1", "user": "app",
+                                     "secretFile": str(tmp_path / "app.secret")})
+    assert opts.client_args()["credentials"] == Credentials("app", "app-secret")
+    with pytest.raises(ValueError, match="user and secretFile go together"):
+        LiveOptions.from_options({"topic": "T", "namesrv": "127.0.0.1:1", "user": "app"})
+    with pytest.raises(ValueError, match="option secretFile: cannot read"):
+        LiveOptions.from_options({"topic": "T", "namesrv": "127.0.0.1:1", "user": "app", "secretFile": "/nope"})
