@@ -72,7 +72,7 @@ class SlaveStatus:
 class HAConnection:
     """State of one slave connection, shared by its reader and writer tasks."""
 
-    stream: trio.SocketStream
+    stream: trio.abc.Stream  # a SocketStream, or TLS around one (`secure_accept`)
     address: str
     connected_since: int
     ack_offset: int = -1
@@ -96,8 +96,13 @@ class HAService:
 
     def __init__(self, store: MessageStore, *, host: str = "127.0.0.1", port: int | None = None,
                  on_ack_timeout: Callable[[int], Awaitable[bool]] | None = None,
-                 on_connections: Callable[[], None] | None = None) -> None:
+                 on_connections: Callable[[], None] | None = None,
+                 secure_accept: Callable[[trio.SocketStream], Awaitable[trio.abc.Stream | None]] | None = None,
+                 ) -> None:
         self.store = store
+        self.secure_accept = secure_accept
+        """The node's TLS check of a new slave connection (mutual TLS, node/security/tls.py):
+        the stream to serve, or None to drop it before a byte of the CommitLog is sent."""
         self.log = store.replica_log
         self.config = store.config
         self.host = host
@@ -226,14 +231,20 @@ class HAService:
             self.confirmed_offset = acked
             self._ack_waiters.advance(acked)
 
-    async def _handle(self, stream: trio.SocketStream) -> None:
+    async def _handle(self, raw: trio.SocketStream) -> None:
         """One slave: reader and writer tasks; either ending closes the connection."""
-        stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
         try:
-            host, port = stream.socket.getpeername()[:2]
+            host, port = raw.socket.getpeername()[:2]
             address = f"{host}:{port}"
         except OSError:
             address = "?"
+        stream: trio.abc.Stream | None = raw
+        if self.secure_accept is not None:
+            stream = await self.secure_accept(raw)
+            if stream is None:
+                await trio.aclose_forcefully(raw)
+                return
         conn = HAConnection(stream, address, int(time.time() * 1000))
         self._connections.add(conn)
         self.slaves_accepted += 1

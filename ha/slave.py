@@ -79,8 +79,9 @@ def contiguous_runs(frames: list[Transfer], segment_size: int) -> list[list[Tran
 class _Session:
     """One connection to the master."""
 
-    stream: trio.SocketStream
+    stream: trio.abc.Stream  # a SocketStream, or TLS around one (`secure_connect`)
     address: str
+    local_address: str | None
     send_lock: trio.Lock = attrs.field(factory=trio.Lock)
     """The reader (acks) and the heartbeat task both write reports."""
     reported: int = -1
@@ -98,8 +99,12 @@ class HAClient:
         *,
         admit: Callable[[str], Awaitable[bool]] | None = None,
         on_connect: Callable[[], None] | None = None,
+        secure_connect: Callable[[trio.SocketStream, str], Awaitable[trio.abc.Stream]] | None = None,
     ) -> None:
         self.store = store
+        self.secure_connect = secure_connect
+        """The node's TLS around a new connection to `host` (mutual TLS, node/security/tls.py);
+        it raises when the handshake fails, and the client tries again later."""
         self.log = store.replica_log
         self.admit = admit
         """Asked before each connection whether this master may be replicated from (the
@@ -140,13 +145,7 @@ class HAClient:
     def local_address(self) -> str | None:
         """host:port of this end of the current connection: the address the master sees
         (the controller matches it to this node in the in-sync set)."""
-        if self._session is None:
-            return None
-        try:
-            host, port = self._session.stream.socket.getsockname()[:2]
-        except OSError:
-            return None
-        return f"{host}:{port}"
+        return self._session.local_address if self._session is not None else None
 
     def status(self) -> SlaveHAStatus:
         max_offset = self.log.end()
@@ -217,7 +216,21 @@ class HAClient:
         except (OSError, trio.TooSlowError) as e:
             log.info("cannot connect to master %s: %s", address, e or "timed out")
             return 0
-        session = _Session(stream, address)
+        try:
+            local_host, local_port = stream.socket.getsockname()[:2]
+            local: str | None = f"{local_host}:{local_port}"
+        except OSError:
+            local = None
+        if self.secure_connect is not None:
+            raw = stream
+            try:
+                with trio.fail_after(self.config.ha_send_heartbeat_interval / 1000):
+                    stream = await self.secure_connect(raw, host)
+            except Exception as e:  # noqa: BLE001 - the node's TLS says why; retried with backoff
+                log.warning("cannot connect to master %s: %s", address, e or "TLS handshake timed out")
+                await trio.aclose_forcefully(raw)
+                return 0
+        session = _Session(stream, address, local)
         self._session = session
         log.info("connected to master %s; reporting offset %d", address, self.log.end())
         if self.on_connect is not None:

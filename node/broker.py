@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import signal
+import ssl
 from collections.abc import AsyncIterator, Callable
 from functools import partial
 
@@ -36,6 +37,7 @@ from .protocol.namesrv import RegisterReply
 from .registration import NameServerRegistration
 from .schedule import ScheduleMessageService
 from .security.guard import Guard
+from .security.tls import accept_replica, wrap_client
 from .server import ClientServer
 from .slave_sync import SlaveSync
 from .subscription_groups import SubscriptionGroupManager
@@ -92,6 +94,9 @@ class Broker:
         self.subgroups = SubscriptionGroupManager(root)
         # aclEnable: logins and permissions on the client port (AclError: the file is wrong)
         self.guard = Guard(cfg.acl_file) if cfg.acl_enable else None
+        # tlsMode: TLS on the client port, mutual TLS on the HA port (TlsError: a file is wrong)
+        self.client_port_tls = (cfg.tls.server_context(), cfg.tls_mode) if cfg.tls.enabled else None
+        self.ha_port_tls = cfg.tls.server_context(client_certs=True) if cfg.tls.enabled else None
         # the role stored beside the store overrides the file's; with controllerMode etcd the
         # election decides who is master
         self.failover = Failover(cfg, on_transition=self._end_term,
@@ -187,16 +192,20 @@ class Broker:
             # the controller shrinks the in-sync set past a lagging member
             services.ha_master = HAService(store, host=cfg.broker_ip1, port=cfg.ha_listen_port,
                                            on_ack_timeout=controller.on_ack_timeout if controller else None,
-                                           on_connections=self.failover.wake)
+                                           on_connections=self.failover.wake,
+                                           secure_accept=partial(accept_replica, self.ha_port_tls, cfg.tls_mode)
+                                           if self.ha_port_tls is not None else None)
             services.schedule = ScheduleMessageService(store)
         else:
             # the controller names the slave's HA connection in etcd as soon as it is up
             services.ha_client = HAClient(store, admit=self.failover.admit,
-                                          on_connect=controller.wake if controller else None)
+                                          on_connect=controller.wake if controller else None,
+                                          secure_connect=partial(_tls_to, cfg.client_tls)
+                                          if cfg.client_tls is not None else None)
             if cfg.master_addr or cfg.namesrv_addr:  # else: no way to find the master
                 sync = SlaveSync(cfg.master_addr, self.topics, self.offsets, max_frame_size=cfg.max_frame_size,
                                  delay_offset_path=ScheduleMessageService.path_in(store), subgroups=self.subgroups,
-                                 credentials=cfg.credentials)
+                                 credentials=cfg.credentials, tls=cfg.client_tls)
                 services.slave_sync_status = sync.status
         registration = None
         if cfg.namesrv_addr:
@@ -241,7 +250,7 @@ class Broker:
                         batched_ops=BATCHED_OPS, commit=partial(append_requests, services),
                         finish=partial(finish_requests, services),
                         on_disconnect=services.consumers.disconnected,  # a member's connection closed: it left
-                        guard=self.guard,
+                        guard=self.guard, tls=self.client_port_tls,
                     )
                     await nursery.start(self.server.run)
                     if registration is not None:
@@ -274,3 +283,8 @@ class Broker:
                     except OSError as e:
                         log.error("cannot persist consumer offsets to %s: %s", self.offsets.path, e)
         # leaving open_store: flush, checkpoint, abort file removed
+
+
+async def _tls_to(context: ssl.SSLContext, stream: trio.SocketStream, host: str) -> trio.abc.Stream:
+    """A slave's TLS (with its certificate) around its connection to the master's HA port."""
+    return await wrap_client(stream, context, host)

@@ -59,6 +59,7 @@ def _cmd_node_start(args: argparse.Namespace) -> int:
     from node.jsonfile import ConfigFileError
     from node.logs import setup_logging
     from node.security.acl import AclError
+    from node.security.tls import TlsError
     from store.message_store import StoreLockedError
 
     try:
@@ -72,7 +73,7 @@ def _cmd_node_start(args: argparse.Namespace) -> int:
     with recovery_progress_bar() as progress:
         try:  # reads the role and epoch history stored beside the store
             node = Broker(cfg, recovery_progress=progress)
-        except (ConfigFileError, AclError) as e:
+        except (ConfigFileError, AclError, TlsError) as e:
             raise UsageError(str(e)) from None
 
         async def serve() -> None:

@@ -17,6 +17,7 @@ import itertools
 import logging
 import math
 import socket
+import ssl
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -31,6 +32,7 @@ from .framing import FrameDecoder, FrameError, encode_frame
 from .protocol import PROTOCOL_VERSION, ReplyError, Status, WireRequest
 from .protocol.auth import AuthFinish, AuthStart
 from .security.credentials import Credentials, CredentialsError, default_credentials
+from .security.tls import TlsError, TlsHandshakeFailed, default_client_tls, wrap_client
 
 __all__ = [
     "AuthenticationFailed",
@@ -214,7 +216,7 @@ class Connection:
 
     def __init__(
         self,
-        stream: trio.SocketStream,
+        stream: trio.abc.Stream,
         address: str,
         *,
         request_timeout: float = 10.0,
@@ -224,6 +226,8 @@ class Connection:
         self.request_timeout = request_timeout
         self.max_frame_size = max_frame_size
         self._stream = stream
+        raw = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+        self._socket = raw.socket  # type: ignore[attr-defined]  # closed at once by _abort
         self._decoder = FrameDecoder(max(max_frame_size, MAX_RECEIVE_FRAME_SIZE))
         self._ids = itertools.count(1)
         self._pending: dict[int, _Slot] = {}
@@ -241,24 +245,41 @@ class Connection:
         request_timeout: float = 10.0,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         credentials: Credentials | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> Connection:
-        """Connect (ConnectionLost when refused or slower than `connect_timeout`), start
-        the reader in `nursery` and log in with `credentials` (default: the process's or
-        the environment's, node/security/credentials.py; none: no login), within
-        `connect_timeout` too. AuthenticationFailed when the login is refused."""
+        """Connect (ConnectionLost when refused or slower than `connect_timeout`), with TLS
+        when there is a context (`tls`, else the process's or the environment's:
+        node/security/tls.py), start the reader in `nursery` and log in with `credentials`
+        (default: the process's or the environment's, node/security/credentials.py; none: no
+        login), within `connect_timeout` too. AuthenticationFailed when the login is refused;
+        ConnectionLost naming the cause when the TLS handshake fails."""
         try:
             host, port = split_host_port(address)
         except AddressError as e:
             raise ConnectionLost(f"address {e}", address=address) from None
         try:
+            context = tls if tls is not None else default_client_tls()
+        except TlsError as e:
+            raise ConnectionLost(f"TLS settings: {e}", address=address) from None
+        stream: trio.abc.Stream
+        try:
             with trio.fail_after(connect_timeout):
-                stream = await trio.open_tcp_stream(host, port)
+                raw = await trio.open_tcp_stream(host, port)
+                with contextlib.suppress(OSError):
+                    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+                stream = raw
+                if context is not None:
+                    try:
+                        stream = await wrap_client(raw, context, host)
+                    except BaseException:
+                        await trio.aclose_forcefully(raw)
+                        raise
         except trio.TooSlowError:
             raise ConnectionLost(f"cannot connect within {connect_timeout:g} s", address=address) from None
+        except TlsHandshakeFailed as e:
+            raise ConnectionLost(str(e), address=address) from None
         except OSError as e:
             raise ConnectionLost(f"cannot connect: {e.strerror or e}", address=address) from None
-        with contextlib.suppress(OSError):
-            stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
         conn = cls(stream, address, request_timeout=request_timeout, max_frame_size=max_frame_size)
         nursery.start_soon(conn._read_loop)
         try:
@@ -417,7 +438,7 @@ class Connection:
                 slot.error = lost(f"connection lost: {reason}", address=self.address)
                 slot.done.set()
         with contextlib.suppress(OSError):
-            self._stream.socket.close()
+            self._socket.close()
 
     async def _read_loop(self) -> None:
         reason = "closed by the peer"
@@ -439,7 +460,8 @@ class Connection:
         except FrameError as e:
             reason = f"bad frame from the peer: {e.reason}"
         except _IO_ERRORS as e:
-            reason = self._close_reason or f"receive failed: {e}"
+            detail = str(e) or (str(e.__cause__) if e.__cause__ else "") or type(e).__name__
+            reason = self._close_reason or f"receive failed: {detail}"
         finally:
             self._abort(reason)
 
@@ -458,19 +480,21 @@ class connect:  # noqa: N801 - used like a function: `async with connect(address
         request_timeout: float = 10.0,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         credentials: Credentials | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
-        self._args = (address, connect_timeout, request_timeout, max_frame_size, credentials)
+        self._args = (address, connect_timeout, request_timeout, max_frame_size, credentials, tls)
         self._nursery_cm: Any = None
         self._conn: Connection | None = None
 
     async def __aenter__(self) -> Connection:
-        address, connect_timeout, request_timeout, max_frame_size, credentials = self._args
+        address, connect_timeout, request_timeout, max_frame_size, credentials, tls = self._args
         self._nursery_cm = trio.open_nursery()
         nursery = await self._nursery_cm.__aenter__()
         try:
             self._conn = await Connection.open(
                 address, nursery, connect_timeout=connect_timeout,
                 request_timeout=request_timeout, max_frame_size=max_frame_size, credentials=credentials,
+                tls=tls,
             )
         except BaseException as e:
             await self._exit(type(e), e, e.__traceback__)
@@ -524,9 +548,10 @@ class ConnectionPool:
     and Admin each own one)."""
 
     def __init__(self, nursery: trio.Nursery, *, connect_timeout: float, request_timeout: float,
-                 credentials: Credentials | None = None) -> None:
+                 credentials: Credentials | None = None, tls: ssl.SSLContext | None = None) -> None:
         self._nursery = nursery
         self.credentials = credentials
+        self.tls = tls
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
         self._conns: dict[str, Connection] = {}
@@ -542,7 +567,7 @@ class ConnectionPool:
                 conn = await Connection.open(
                     address, self._nursery,
                     connect_timeout=self.connect_timeout, request_timeout=self.request_timeout,
-                    credentials=self.credentials,
+                    credentials=self.credentials, tls=self.tls,
                 )
                 self._conns[address] = conn
             return conn

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 import tomllib
 from collections.abc import Mapping
 from typing import Any
@@ -46,6 +47,7 @@ from store.config import (
 )
 
 from .security.credentials import Credentials, CredentialsError
+from .security.tls import TlsError, TlsSettings
 
 MiB = 1024 * 1024
 
@@ -166,6 +168,13 @@ class BrokerConfig:
     acl_file: str = attrs.field(default="acl.toml", validator=_non_empty)
     access_key: str | None = attrs.field(default=None)
     secret_key_file: str | None = attrs.field(default=None)
+    # TLS on the client and HA ports (node/security/tls.py): disabled | permissive | enforcing;
+    # the files are relative to this config file's directory; tlsCaFile checks the other
+    # processes' certificates (this node's own connections, and slaves on the HA port)
+    tls_mode: str = attrs.field(default="disabled")
+    tls_cert_file: str | None = attrs.field(default=None)
+    tls_key_file: str | None = attrs.field(default=None)
+    tls_ca_file: str | None = attrs.field(default=None)
     store: StoreConfig = attrs.field(factory=StoreConfig)
     # The file this came from, for error messages; not part of the config's value.
     source: str = attrs.field(default="", eq=False)
@@ -176,6 +185,12 @@ class BrokerConfig:
             raise ConfigError(f"{self.source}: {problem}" if self.source else problem)
         self.namesrv_addresses = tuple(parse_address_list(self.namesrv_addr)) if self.namesrv_addr else ()
         self.credentials = None
+        self.client_tls = None
+        if self.tls.enabled:
+            try:
+                self.client_tls = self.tls.client_context()
+            except TlsError as e:
+                raise ConfigError(f"{self.source}: {e}" if self.source else str(e)) from None
         if self.access_key is not None and self.secret_key_file is not None:
             try:
                 self.credentials = Credentials.from_file(self.access_key, self.secret_key_file)
@@ -184,9 +199,16 @@ class BrokerConfig:
 
     namesrv_addresses: tuple[str, ...] = attrs.field(init=False, eq=False, repr=False)
     """namesrvAddr split once, at load: each name server's host:port (empty without one)."""
+    client_tls: ssl.SSLContext | None = attrs.field(init=False, eq=False, repr=False)
+    """With tlsMode on: the TLS context of this node's own connections (name servers, its
+    master, peers), built at load from tlsCaFile, tlsCertFile and tlsKeyFile."""
     credentials: Credentials | None = attrs.field(init=False, eq=False, repr=False)
     """The account the node logs in to name servers and peers as (accessKey, the secret
     read from secretKeyFile at load), or None."""
+
+    @property
+    def tls(self) -> TlsSettings:
+        return TlsSettings(self.tls_mode, self.tls_cert_file, self.tls_key_file, self.tls_ca_file)
 
     @property
     def role(self) -> BrokerRole:
@@ -296,7 +318,7 @@ class BrokerConfig:
 
         # security files sit beside the config file: anchor them there
         here = os.path.dirname(os.path.abspath(source)) if source else os.getcwd()
-        for name in ("acl_file", "secret_key_file"):
+        for name in ("acl_file", "secret_key_file", "tls_cert_file", "tls_key_file", "tls_ca_file"):
             if broker_kwargs.get(name):
                 broker_kwargs[name] = os.path.join(here, os.path.expanduser(broker_kwargs[name]))
         broker_kwargs.setdefault("acl_file", os.path.join(here, "acl.toml"))
@@ -341,13 +363,18 @@ _CAMEL = {
     "acl_file": "aclFile",
     "access_key": "accessKey",
     "secret_key_file": "secretKeyFile",
+    "tls_mode": "tlsMode",
+    "tls_cert_file": "tlsCertFile",
+    "tls_key_file": "tlsKeyFile",
+    "tls_ca_file": "tlsCaFile",
 }
-_NOT_KEYS = {"store", "source", "namesrv_addresses", "credentials"}
+_NOT_KEYS = {"store", "source", "namesrv_addresses", "credentials", "client_tls"}
 _BROKER_FIELDS = {f.name: f for f in attrs.fields(BrokerConfig) if f.name not in _NOT_KEYS}
 _STORE_FIELDS = {f.name: f for f in attrs.fields(StoreConfig)}
 _BROKER_KEYS = [_CAMEL[n] for n in _BROKER_FIELDS]
 _OPTIONAL_STR = {"namesrv_addr", "ha_master_address", "master_addr", "advertised_address",
-                 "ha_advertised_address", "controller_mode", "etcd_endpoints", "access_key", "secret_key_file"}
+                 "ha_advertised_address", "controller_mode", "etcd_endpoints", "access_key", "secret_key_file",
+                 "tls_cert_file", "tls_key_file", "tls_ca_file"}
 assert set(_CAMEL) >= set(_BROKER_FIELDS), "every broker key needs its RocketMQ spelling"
 assert not set(_BROKER_FIELDS) & set(_STORE_FIELDS), "a key belongs to the broker or the store"
 
@@ -392,6 +419,12 @@ def _cross_field_problem(cfg: BrokerConfig) -> str | None:
         return f"controllerMode {cfg.controller_mode} needs etcdEndpoints (host:port[;host:port...])"
     if cfg.etcd_endpoints and cfg.controller_mode is None:
         return 'etcdEndpoints is set but controllerMode is not; set controllerMode = "etcd" to use it'
+    tls_problem = cfg.tls.problem()
+    if tls_problem is not None:
+        return tls_problem
+    if cfg.tls.enabled and not cfg.tls_ca_file:
+        return (f"tlsMode {cfg.tls_mode} needs tlsCaFile: the CA that signed the cluster's certificates "
+                "(this node checks its name servers, master and slaves with it)")
     if (cfg.access_key is None) != (cfg.secret_key_file is None):
         return "accessKey and secretKeyFile go together: the node logs in as accessKey with the secret in the file"
     if cfg.max_frame_size <= cfg.store.max_message_size:

@@ -178,6 +178,7 @@ class NameServerRegistration:
                 target.address, self._nursery,
                 connect_timeout=CONNECT_TIMEOUT_S, request_timeout=REQUEST_TIMEOUT_S,
                 max_frame_size=self.cfg.max_frame_size, credentials=self.cfg.credentials,
+                tls=self.cfg.client_tls,
             )
             self._nursery.start_soon(self._watch, target, target.conn)
         return target.conn
@@ -225,7 +226,8 @@ class NameServerRegistration:
                 await target.conn.request(request)
             else:  # the run nursery may be gone: a connection of its own
                 async with connect(target.address, connect_timeout=CONNECT_TIMEOUT_S,
-                                   request_timeout=REQUEST_TIMEOUT_S, credentials=self.cfg.credentials) as conn:
+                                   request_timeout=REQUEST_TIMEOUT_S, credentials=self.cfg.credentials,
+                                   tls=self.cfg.client_tls) as conn:
                     await conn.request(request)
             log.info("unregistered from name server %s", target.address)
         except TidemqError as e:

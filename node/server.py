@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any
@@ -43,6 +44,7 @@ from .protocol import (
 )
 from .protocol.auth import AUTH_OPS, AuthReply
 from .security.guard import Guard, Session, peer_host
+from .security.tls import accept_tls
 
 log = logging.getLogger("tidemq.node")
 
@@ -70,7 +72,7 @@ _IO_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 @attrs.define(eq=False)
 class _Connection:
-    stream: trio.SocketStream
+    stream: trio.abc.Stream  # a SocketStream, or an SSLStream around one
     peer: str | None
     write_lock: trio.Lock = attrs.field(factory=trio.Lock)
     in_flight: int = 0
@@ -140,6 +142,7 @@ class ClientServer:
         commit: GroupAppender | None = None,
         finish: GroupFinisher | None = None,
         guard: Guard | None = None,
+        tls: tuple[ssl.SSLContext, str] | None = None,
     ) -> None:
         if batched_ops and (finish is None or commit is None):
             raise ValueError("batched ops need a commit and a finish for their deferred results")
@@ -153,6 +156,7 @@ class ClientServer:
         self.requests = requests
         self.on_disconnect = on_disconnect
         self.guard = guard
+        self.tls = tls  # (server context, tlsMode), node/security/tls.py
         self._connections: set[_Connection] = set()
         self._accept_scope: trio.CancelScope | None = None
         self._conn_nursery: trio.Nursery | None = None
@@ -200,15 +204,22 @@ class ClientServer:
         if self._conn_nursery is not None:
             self._conn_nursery.cancel_scope.cancel()
 
-    async def _handle(self, stream: trio.SocketStream) -> None:
-        conn = _Connection(stream, _peer_address(stream))
+    async def _handle(self, raw: trio.SocketStream) -> None:
+        peer = _peer_address(raw)
+        with contextlib.suppress(OSError):
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+        stream: trio.abc.Stream | None = raw
+        if self.tls is not None:
+            stream, why = await accept_tls(raw, *self.tls)
+            if stream is None:
+                await self._refuse_plaintext(raw, peer, why)
+                return
+        conn = _Connection(stream, peer)
         if self.guard is not None:
             conn.session = Session(peer_host(conn.peer))
         if self._stopping:
             await trio.aclose_forcefully(stream)
             return
-        with contextlib.suppress(OSError):
-            stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
         self._connections.add(conn)
         log.debug("client %s connected", conn.peer)
         try:
@@ -222,6 +233,23 @@ class ClientServer:
             await trio.aclose_forcefully(stream)
             log.debug("client %s disconnected", conn.peer)
             self._tell_gone(conn)
+
+    async def _refuse_plaintext(self, raw: trio.SocketStream, peer: str | None, why: str | None) -> None:
+        """A connection the TLS check refused: a plaintext client is told so in its own
+        protocol (one error frame), then the connection is closed."""
+        log.info("client %s refused: %s", peer, why)
+        if why is not None and why.startswith("plaintext"):
+            with trio.move_on_after(ERROR_FRAME_TIMEOUT_S):
+                with contextlib.suppress(*_IO_ERRORS):
+                    await raw.send_all(encode_frame(error_response(
+                        None, Status.BAD_REQUEST, "this port accepts TLS only (tlsMode enforcing): connect with TLS "
+                        "(--tls-ca FILE or TIDEMQ_TLS_CA)")))
+                    await raw.send_eof()
+                    # read what the client sent until it closes: closing with unread bytes
+                    # would reset the connection and lose the error frame on its way
+                    while await raw.receive_some(RECEIVE_SIZE):
+                        pass
+        await trio.aclose_forcefully(raw)
 
     def _tell_gone(self, conn: _Connection) -> None:
         """`on_disconnect` once per connection: as soon as its reading ended (EOF, a reset,

@@ -11,6 +11,7 @@ that becomes master does not deliver the scheduled messages again.
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -89,9 +90,11 @@ class SlaveSync:
         delay_offset_path: str | None = None,
         subgroups: SubscriptionGroupManager | None = None,
         credentials: Credentials | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.master_addr = master_addr
         self.credentials = credentials
+        self.tls = tls
         self.topics = topics
         self.offsets = offsets
         self.subgroups = subgroups
@@ -119,7 +122,8 @@ class SlaveSync:
         if self.master_addr is None:
             return
         source = f"master {self.master_addr}"
-        async with connect(self.master_addr, max_frame_size=self.max_frame_size, credentials=self.credentials) as conn:
+        async with connect(self.master_addr, max_frame_size=self.max_frame_size, credentials=self.credentials,
+                           tls=self.tls) as conn:
             topics = _topic_configs((await conn.call(TopicList())).topics, source)
             offsets = _offset_entries((await conn.call(OffsetList())).offsets, source)
             schedule = (await conn.call(GetStatus())).schedule if self.delay_offset_path else None

@@ -116,15 +116,26 @@ def _add_login_options(parser: argparse.ArgumentParser) -> None:
                                help="log in as this account (default: $TIDEMQ_USER)")
             login.add_argument("--secret-file", dest="login_secret_file", metavar="FILE",
                                help="the account's secret (default: $TIDEMQ_SECRET_FILE)")
+            login.add_argument("--tls-ca", metavar="FILE",
+                               help="connect with TLS, checking servers with this CA (default: $TIDEMQ_TLS_CA)")
         return
     for child in set(sub.choices.values()):
         _add_login_options(child)
 
 
 def _apply_login(args: argparse.Namespace) -> None:
-    """Make `--user`/`--secret-file` the process's login, and its children's (the env)."""
+    """Make `--user`/`--secret-file` the process's login and `--tls-ca` its TLS, and its
+    children's (the env)."""
     from node.security.credentials import Credentials, CredentialsError, set_default_credentials
+    from node.security.tls import TlsError, TlsSettings, set_default_client_tls
 
+    tls_ca = getattr(args, "tls_ca", None)
+    if tls_ca:
+        try:
+            set_default_client_tls(TlsSettings("enforcing", ca_file=tls_ca).client_context())
+        except TlsError as e:
+            raise UsageError(str(e)) from None
+        os.environ["TIDEMQ_TLS_CA"] = os.path.abspath(tls_ca)
     user = getattr(args, "user", None)
     secret_file = getattr(args, "login_secret_file", None)
     if user is None and secret_file is None:

@@ -62,6 +62,7 @@ def _cmd_namesrv_start(args: argparse.Namespace) -> int:
 
     from node.config import ConfigError
     from node.security.acl import AclError
+    from node.security.tls import TlsError
 
     from ..namesrv import NameServer, NamesrvConfig, load_namesrv_config
 
@@ -81,7 +82,7 @@ def _cmd_namesrv_start(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s [namesrv] %(name)s: %(message)s")
     try:
         server = NameServer(cfg)
-    except AclError as e:
+    except (AclError, TlsError) as e:
         raise UsageError(str(e)) from None
 
     async def serve() -> None:

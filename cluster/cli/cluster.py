@@ -52,6 +52,23 @@ def _cmd_up(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_make_secrets(args: argparse.Namespace) -> int:
+    from store.cli import UsageError
+
+    from ..launch.secrets import make_dev_secrets
+
+    if not os.path.isdir(args.layout):
+        raise UsageError(f"layout directory {args.layout} does not exist")
+    try:
+        made = make_dev_secrets(args.layout, force=args.force)
+    except FileExistsError as e:
+        raise UsageError(str(e)) from None
+    print(f"wrote {made.directory}: ca.pem, node.pem, node-key.pem, acl.toml, broker.secret, app.secret")
+    print("a client logs in as app with:")
+    print("  export " + " ".join(f"{k}={v}" for k, v in made.env("app").items()))
+    return EXIT_OK
+
+
 def _served(rec: Any) -> str:
     """A started node's role as it serves it (after a failover, not its config file's)."""
     if rec.kind != "node" or not rec.address or rec.pid is None:
@@ -184,6 +201,17 @@ def add_cluster_commands(subparsers: argparse._SubParsersAction) -> Any:
                     help="start a local etcd for automatic failover (conf/2m-2s-sync-auto; a layout "
                     "whose nodes set controllerMode = \"etcd\" starts it anyway)")
     up.set_defaults(handler=_launcher_errors(_cmd_up))
+
+    secrets = actions.add_parser(
+        "make-secrets", help="certificates, an ACL file and accounts for a secure layout",
+        description="Write LAYOUT/secrets/ (git-ignored): a local CA and a certificate for every process, "
+        "acl.toml with the accounts `broker` (admin; the nodes, the launcher and the drills log in as it) and "
+        "`app` (PUB|SUB on every topic, SUB on every group), and their secrets. conf/2m-2s-secure needs it "
+        "before `cluster up`. Prints the environment a client logs in as `app` with.",
+    )
+    secrets.add_argument("layout", metavar="LAYOUT", help="layout directory, e.g. conf/2m-2s-secure")
+    secrets.add_argument("--force", action="store_true", help="replace existing secrets")
+    secrets.set_defaults(handler=handled(_cmd_make_secrets))
 
     status = actions.add_parser(
         "status", help="each node's process, role, offsets, lag, disk and TPS",

@@ -15,7 +15,7 @@ from store.cli import positive_int, until_signal
 
 from ..launch import launcher
 from . import basic  # noqa: F401  (registers the drills)
-from .framework import DRILLS, run_drill
+from .framework import DRILLS, LAYOUTS, run_drill
 
 __all__ = ["add_commands", "main"]
 
@@ -24,13 +24,17 @@ def _cmd_drill(args: argparse.Namespace) -> int:
     if args.name not in DRILLS:
         print(f"tidemq drill: unknown drill {args.name!r}; one of {', '.join(sorted(DRILLS))}", file=sys.stderr)
         return 2
+    if args.secure and args.name in LAYOUTS:
+        print(f"tidemq drill: {args.name} runs its own layout; --secure runs the drills of the 2m-2s layout",
+              file=sys.stderr)
+        return 2
     got = {}
 
     async def body() -> int:
         got["report"] = await run_drill(args.name, base_dir=args.base_dir, keep=args.keep,
                                         heartbeat_s=args.heartbeat, rebalance_s=args.rebalance,
                                         rate=args.rate, rounds=args.rounds, seed=args.seed,
-                                        channel_expired_s=args.channel_expired)
+                                        channel_expired_s=args.channel_expired, secure=args.secure)
         return 0
 
     try:
@@ -58,6 +62,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--base-dir", metavar="DIR", help="run the cluster here and keep it (default: a temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    p.add_argument("--secure", action="store_true",
+                   help="run on conf/2m-2s-secure: accounts, permissions and TLS on, fresh secrets")
     p.add_argument("--heartbeat", type=float, metavar="S",
                    help="members' heartbeat interval (default: the client's 30 s for rebalance, else 0.5 s)")
     p.add_argument("--rebalance", type=float, metavar="S",

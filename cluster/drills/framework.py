@@ -34,6 +34,8 @@ import attrs
 import trio
 
 from node.client import OutcomeUnknown, TidemqError
+from node.security.credentials import set_default_credentials
+from node.security.tls import set_default_client_tls
 
 from ..client.admin import Admin
 from ..client.base import STORED, ReceivedMessage
@@ -42,6 +44,7 @@ from ..client.push_consumer import Consumer
 from ..client.rebalance import HEARTBEAT_INTERVAL_S, REBALANCE_INTERVAL_S, allocate_averagely
 from ..client.routing import MessageQueue
 from ..launch import launcher
+from ..launch.secrets import make_dev_secrets
 
 log = logging.getLogger("tidemq.drill")
 
@@ -49,6 +52,7 @@ __all__ = ["DRILLS", "DrillReport", "DrillRun", "drill", "run_drill"]
 
 REPO = Path(__file__).resolve().parents[2]
 LAYOUT = REPO / "conf" / "2m-2s-sync"
+SECURE_LAYOUT = REPO / "conf" / "2m-2s-secure"  # LAYOUT with aclEnable and tlsMode enforcing
 TOPIC = "DrillTopic"
 GROUP = "drill-group"
 QUEUES = 4
@@ -465,22 +469,28 @@ measures the client's defaults (RocketMQ's); the failover drills use short ones 
 
 async def run_drill(name: str, *, base_dir: str | None = None, keep: bool = False, heartbeat_s: float | None = None,
                     rebalance_s: float | None = None, rate: float = 50.0, producers: int = 2, rounds: int = 1,
-                    seed: int = 0, channel_expired_s: float | None = None) -> DrillReport:
+                    seed: int = 0, channel_expired_s: float | None = None, secure: bool = False) -> DrillReport:
     """Start the cluster, run drill `name` under load, stop everything; the report.
-    `channel_expired_s`: the nodes' channelExpiredTimeout (default: theirs, 120 s)."""
+    `channel_expired_s`: the nodes' channelExpiredTimeout (default: theirs, 120 s).
+    `secure`: on conf/2m-2s-secure (accounts, permissions and TLS on; fresh secrets), the
+    drill's clients logging in as its admin account."""
     if name not in DRILLS:
         raise ValueError(f"unknown drill {name!r}; one of {', '.join(sorted(DRILLS))}")
+    if secure and name in LAYOUTS:
+        raise ValueError(f"drill {name!r} runs its own layout; --secure runs the drills of {LAYOUT.name}")
     default_hb, default_rb = INTERVALS.get(name, (0.5, 2.0))
     heartbeat_s = default_hb if heartbeat_s is None else heartbeat_s
     rebalance_s = default_rb if rebalance_s is None else rebalance_s
     base = Path(base_dir) if base_dir else Path(tempfile.mkdtemp(prefix=f"tidemq-drill-{name}-"))
     conf = base / "conf"
-    layout = LAYOUTS.get(name, LAYOUT)
+    layout = SECURE_LAYOUT if secure else LAYOUTS.get(name, LAYOUT)
     stems = [p.stem for p in layout.glob("broker-*.toml")]
     overrides = dict(NODE_OVERRIDES)
     if channel_expired_s is not None:
         overrides["channelExpiredTimeout"] = int(channel_expired_s * 1000)
     launcher.copy_layout(layout, conf, overrides={s: overrides for s in stems})
+    if secure:
+        make_dev_secrets(conf)  # launcher.up logs this process in with them
     try:
         await trio.to_thread.run_sync(lambda: launcher.up(conf, base))
         state = launcher.load_state(base)
@@ -501,6 +511,9 @@ async def run_drill(name: str, *, base_dir: str | None = None, keep: bool = Fals
     finally:
         with trio.CancelScope(shield=True):  # a SIGTERM'd drill still stops its cluster
             await trio.to_thread.run_sync(lambda: launcher.down(base))
+        if secure:  # this process's connections go back to logging in as they did
+            set_default_credentials(None)
+            set_default_client_tls(None)
         if not keep and not base_dir:
             shutil.rmtree(base, ignore_errors=True)
 

@@ -20,6 +20,7 @@ from node.protocol import GetStatus, StatusReply
 from node.protocol.namesrv import NamesrvStatus, NamesrvStatusReply
 
 from . import processes
+from .secrets import use_layout_secrets
 from .state import require_state
 
 __all__ = ["NodeStatus", "cluster_status", "query_status", "served"]
@@ -73,6 +74,7 @@ async def cluster_status(
 ) -> list[NodeStatus]:
     """Each recorded node's process state and, when `query`, its answer to the `status` op."""
     state = require_state(Path(base_dir).resolve())
+    use_layout_secrets(state.layout)
     rows = [NodeStatus(r.name, r.role, r.pid, processes.state_of(r), r.address, config_role=r.role)
             for r in state.ordered()]
     if query:

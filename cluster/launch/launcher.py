@@ -25,6 +25,7 @@ import psutil
 from . import launcher_etcd, processes, proxies
 from .layout import copy_layout, free_ports, read_layout
 from .processes import StopResult
+from .secrets import use_layout_secrets
 from .state import (
     STATE_FILE,
     ClusterState,
@@ -104,6 +105,7 @@ def up(
             if proxy_url is None:
                 proxy_url, proxy_prefix = old.proxy_url, old.proxy_prefix
         layout = str(Path(conf_dir).resolve())
+        use_layout_secrets(layout)  # a secure layout: the launcher's probes log in and use TLS
         specs = read_layout(layout, base)
         alive = [r.name for r in old.ordered() if processes.process(r) is not None] if old else []
         if old is not None and alive and (old.layout, old.proxy_url, old.proxy_prefix if old.proxy_url else "") \
@@ -172,6 +174,7 @@ def start_node(base_dir: str | os.PathLike[str], name: str, *, timeout_s: float 
     base = Path(base_dir).resolve()
     with locked(base):
         state = require_state(base)
+        use_layout_secrets(state.layout)
         if name not in state.nodes:  # e.g. the namesrv skipped by `up`: take it from the layout
             specs = {s.name: s for s in read_layout(state.layout, base)}
             if name not in specs:

@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 
 from node.config import ConfigError, parse_properties
+from node.security.tls import TlsSettings
 
 MiB = 1024 * 1024
 DEFAULT_PORT = 9876
@@ -26,6 +27,9 @@ class NamesrvConfig:
     max_frame_size: int = 8 * MiB
     acl_enable: bool = False  # check logins and permissions (docs/security.md)
     acl_file: str = "acl.toml"  # relative to this config file's directory
+    tls_mode: str = "disabled"  # TLS on the client port: disabled | permissive | enforcing
+    tls_cert_file: str | None = None  # relative to this config file's directory
+    tls_key_file: str | None = None
     source: str = attrs.field(default="", eq=False)
 
     def __attrs_post_init__(self) -> None:
@@ -38,6 +42,13 @@ class NamesrvConfig:
             raise ConfigError(f"{where}brokerExpireMs must be in 100..3600000, got {self.broker_expire_ms}")
         if not 64 * 1024 <= self.max_frame_size <= 1024 * MiB:
             raise ConfigError(f"{where}maxFrameSize must be in 65536..{1024 * MiB}, got {self.max_frame_size}")
+        problem = self.tls.problem()
+        if problem is not None:
+            raise ConfigError(f"{where}{problem}")
+
+    @property
+    def tls(self) -> TlsSettings:
+        return TlsSettings(self.tls_mode, self.tls_cert_file, self.tls_key_file)
 
 
 _KEYS = {
@@ -47,6 +58,9 @@ _KEYS = {
     "maxFrameSize": ("max_frame_size", int),
     "aclEnable": ("acl_enable", bool),
     "aclFile": ("acl_file", str),
+    "tlsMode": ("tls_mode", str),
+    "tlsCertFile": ("tls_cert_file", str),
+    "tlsKeyFile": ("tls_key_file", str),
 }
 
 
@@ -73,6 +87,9 @@ def namesrv_config_from_mapping(values: Mapping[str, Any], *, source: str = "") 
         kwargs[name] = value
     here = os.path.dirname(os.path.abspath(source)) if source else os.getcwd()
     kwargs["acl_file"] = os.path.join(here, os.path.expanduser(kwargs.get("acl_file", "acl.toml")))
+    for name in ("tls_cert_file", "tls_key_file"):
+        if kwargs.get(name):
+            kwargs[name] = os.path.join(here, os.path.expanduser(kwargs[name]))
     return NamesrvConfig(**kwargs, source=source)
 
 

@@ -61,6 +61,8 @@ class NameServer:
         self.table = RouteTable(cfg.broker_expire_ms)
         # aclEnable: brokers register as an admin account, clients log in (AclError: the file is wrong)
         self.guard = Guard(cfg.acl_file) if cfg.acl_enable else None
+        # tlsMode: TLS on the port (TlsError: a file is wrong)
+        self.tls = (cfg.tls.server_context(), cfg.tls_mode) if cfg.tls.enabled else None
         self.server: ClientServer | None = None
         self.address = ""
         self.started_ms = 0
@@ -87,7 +89,7 @@ class NameServer:
                     max_frame_size=self.cfg.max_frame_size,
                     requests=NAMESRV_REQUESTS,
                     on_disconnect=self.table.connection_closed,
-                    guard=self.guard,
+                    guard=self.guard, tls=self.tls,
                 )
                 await nursery.start(self.server.run)
                 nursery.start_soon(self._expire_loop)

@@ -63,7 +63,6 @@ from ..jsonfile import ConfigFileError, write_json_atomic
 from ..ops import NodeServices, OpError
 from ..protocol import Epoch, EpochReply, Status, WireRequest
 from ..protocol.namesrv import ClusterInfo, ClusterInfoReply, RegisterReply
-from ..security.credentials import Credentials
 from ..slave_sync import SlaveSync
 from .epochs import Cut, EpochView, Refuse, admission, newer_master
 from .fencing import STALL_S, CheckOutcome, Fencing
@@ -417,7 +416,7 @@ class Failover:
 
         async def ask_namesrv(address: str) -> None:
             nonlocal answered
-            answer: ClusterInfoReply | None = await _ask(address, ClusterInfo(), self.cfg.credentials)
+            answer: ClusterInfoReply | None = await _ask(address, ClusterInfo(), self.cfg)
             answered += answer is not None
             for b in answer.brokers if answer else []:
                 if b.get("broker_name") != cfg.broker_name or b.get("address") in cfg.own_addresses():
@@ -429,7 +428,7 @@ class Failover:
 
         async def ask_peer(address: str) -> None:
             nonlocal answered
-            answer: EpochReply | None = await _ask(address, Epoch(), self.cfg.credentials)
+            answer: EpochReply | None = await _ask(address, Epoch(), self.cfg)
             answered += answer is not None
             if answer and not answer.fenced:
                 views.append(EpochView(answer.epoch, address, f"peer {address}"))
@@ -453,7 +452,7 @@ class Failover:
     async def refresh_epochs(self, address: str) -> None:
         """A slave replicating from `address` takes its history once it grew (an election
         started a new epoch there): the log it copied is that master's up to here."""
-        answer: EpochReply | None = await _ask(address, Epoch(), self.cfg.credentials)
+        answer: EpochReply | None = await _ask(address, Epoch(), self.cfg)
         if not answer or answer.fenced:
             return
         if answer.epoch > self.cache.last_epoch() and self.transition is None:
@@ -494,7 +493,7 @@ class Failover:
         if store is None or self.transition is not None:
             return False
         address = self.master_client_address(ha_address)
-        answer = await _ask(address, Epoch(), self.cfg.credentials) if address else None
+        answer = await _ask(address, Epoch(), self.cfg) if address else None
         decision = admission(answer, address=address, own=self.cache, newest_seen=self.newest_seen,
                              max_offset=store.get_max_phy_offset(),
                              segment_size=self.cfg.store.mapped_file_size_commit_log)
@@ -554,7 +553,7 @@ class Failover:
         tables = []
         with trio.move_on_after(ASK_TIMEOUT_S):
             for address in self.cfg.namesrv_addresses:
-                answer: ClusterInfoReply | None = await _ask(address, ClusterInfo(), self.cfg.credentials)
+                answer: ClusterInfoReply | None = await _ask(address, ClusterInfo(), self.cfg)
                 for b in answer.brokers if answer else []:
                     if b.get("broker_name") == self.cfg.broker_name and b.get("broker_id") == 0:
                         tables.append(b.get("topics") or {})
@@ -565,11 +564,11 @@ class Failover:
                     log.info("promotion: topic %s taken over from the old master's registration", topic)
 
 
-async def _ask(address: str, request: WireRequest, credentials: Credentials | None) -> Any:
-    """One request on a fresh connection (logged in as `credentials`): its reply, None when it fails."""
+async def _ask(address: str, request: WireRequest, cfg: BrokerConfig) -> Any:
+    """One request on a fresh connection (with the node's account and TLS): its reply, None when it fails."""
     try:
         async with connect(address, connect_timeout=ASK_TIMEOUT_S, request_timeout=ASK_TIMEOUT_S,
-                           credentials=credentials) as conn:
+                           credentials=cfg.credentials, tls=cfg.client_tls) as conn:
             return await conn.call(request)
     except (TidemqError, OSError) as e:
         log.debug("%s %s: %s", address, request.OP, e)

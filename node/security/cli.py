@@ -9,21 +9,19 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import os
-import secrets
 import sys
-
-import tomlkit
 
 from store.cli import EXIT_OK, UsageError, handled
 
-from .acl import Acl, AclError, Rule, load_acl, make_verifier, parse_perm, perm_text
+from .acl import AclError, Rule, load_acl, parse_perm, perm_text
 from .credentials import CredentialsError, read_secret_file
+from .files import DEV_HOSTS, new_secret, put_account, remove_account, write_dev_certs
 
 __all__ = ["add_commands"]
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    _add_tls_commands(subparsers)
     acl = subparsers.add_parser("acl", help="manage the ACL file (accounts and permissions)",
                                 description="Accounts and permissions for aclEnable (docs/security.md).")
     acl.set_defaults(group_parser=acl)
@@ -60,15 +58,37 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     show.set_defaults(handler=handled(_cmd_list))
 
 
+def _add_tls_commands(subparsers: argparse._SubParsersAction) -> None:
+    tls = subparsers.add_parser("tls", help="certificates for tlsMode", description="TLS files (docs/security.md).")
+    tls.set_defaults(group_parser=tls)
+    actions = tls.add_subparsers(dest="action", metavar="ACTION")
+    make = actions.add_parser(
+        "make-dev-certs", help="a local CA and one certificate for every process of a local layout",
+        description="Write ca.pem (the CA: tlsCaFile, and clients' --tls-ca), node.pem and node-key.pem "
+        "(tlsCertFile and tlsKeyFile of every node and name server: one certificate for the hosts given) "
+        "into DIR. For development and tests: a production cluster's certificates come from its own CA.",
+    )
+    make.add_argument("directory", metavar="DIR")
+    make.add_argument("--host", action="append", default=[], metavar="HOST",
+                      help="a name or IP the certificate is valid for (default: 127.0.0.1, ::1 and localhost)")
+    make.add_argument("--days", type=int, default=365, help="how long the certificate is valid (default 365)")
+    make.set_defaults(handler=handled(_cmd_make_dev_certs))
+
+
+def _cmd_make_dev_certs(args: argparse.Namespace) -> int:
+    try:
+        paths = write_dev_certs(args.directory, args.host or DEV_HOSTS, args.days)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    print(f"wrote {', '.join(paths.values())} (valid {args.days} days)")
+    return EXIT_OK
+
+
 def _secret(args: argparse.Namespace) -> str:
     if args.generate:
         if not args.secret_file:
             raise UsageError("--generate needs --secret-file: where to write the new secret")
-        secret = secrets.token_urlsafe(24)
-        fd = os.open(args.secret_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(secret + "\n")
-        return secret
+        return new_secret(args.secret_file)
     if args.secret_file:
         try:
             return read_secret_file(args.secret_file)
@@ -82,81 +102,35 @@ def _secret(args: argparse.Namespace) -> str:
     return secret
 
 
-def _read_document(path: str) -> tomlkit.TOMLDocument:
-    if not os.path.exists(path):
-        return tomlkit.document()
-    try:
-        load_acl(path)  # refuse to edit a file the nodes would refuse
-        with open(path, encoding="utf-8") as f:
-            return tomlkit.parse(f.read())
-    except AclError as e:
-        raise UsageError(str(e)) from None
-
-
-def _write_document(path: str, document: tomlkit.TOMLDocument) -> None:
-    """Replace the file in one rename, so a node never reads half of it."""
-    tmp = f"{path}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(tomlkit.dumps(document))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _accounts(document: tomlkit.TOMLDocument) -> tomlkit.items.AoT:
-    if "accounts" not in document:
-        document["accounts"] = tomlkit.aot()
-    return document["accounts"]  # type: ignore[return-value]
-
-
 def _cmd_add_user(args: argparse.Namespace) -> int:
-    try:  # check every value before touching the file
+    try:  # check every value before asking for the secret or touching a file
         for perm in (args.default_topic_perm, args.default_group_perm):
             parse_perm(perm)
         for rule in [*args.topic_perm, *args.group_perm]:
             Rule.parse(rule)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    document = _read_document(args.file)
-    entry = tomlkit.table()
-    entry["accessKey"] = args.access_key
-    entry["scram"] = make_verifier(_secret(args)).text()
-    entry["admin"] = args.admin
-    entry["defaultTopicPerm"] = args.default_topic_perm
-    entry["defaultGroupPerm"] = args.default_group_perm
-    entry["topicPerms"] = args.topic_perm
-    entry["groupPerms"] = args.group_perm
-    if args.white_remote_address:
-        entry["whiteRemoteAddress"] = args.white_remote_address
-    accounts = _accounts(document)
-    replaced = False
-    for index, old in enumerate(accounts):
-        if old.get("accessKey") == args.access_key:
-            accounts[index] = entry
-            replaced = True
-    if not replaced:
-        accounts.append(entry)
-    try:  # the result must load, or the nodes would keep the old file
-        Acl.from_toml(tomlkit.dumps(document), source=args.file)
-    except AclError as e:
+    try:
+        replaced = put_account(
+            args.file, args.access_key, _secret(args), admin=args.admin,
+            default_topic_perm=args.default_topic_perm, default_group_perm=args.default_group_perm,
+            topic_perms=args.topic_perm, group_perms=args.group_perm,
+            white_remote_address=args.white_remote_address,
+        )
+    except (AclError, ValueError) as e:
         raise UsageError(str(e)) from None
-    _write_document(args.file, document)
     print(f"{'updated' if replaced else 'added'} account {args.access_key} in {args.file}")
     return EXIT_OK
 
 
 def _cmd_remove_user(args: argparse.Namespace) -> int:
-    document = _read_document(args.file)
-    accounts = _accounts(document)
-    keep = [a for a in accounts if a.get("accessKey") != args.access_key]
-    if len(keep) == len(accounts):
+    try:
+        removed = remove_account(args.file, args.access_key)
+    except AclError as e:
+        raise UsageError(str(e)) from None
+    if not removed:
         print(f"tidemq: no account {args.access_key} in {args.file}", file=sys.stderr)
         return 1
-    document["accounts"] = tomlkit.aot()
-    for a in keep:
-        document["accounts"].append(a)
-    _write_document(args.file, document)
     print(f"removed account {args.access_key} from {args.file}")
     return EXIT_OK
 

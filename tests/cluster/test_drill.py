@@ -102,3 +102,15 @@ async def test_a_sigtermed_drill_stops_its_cluster_and_exits_143(tmp_path):
     assert err.decode().strip().splitlines()[-1].endswith("stopped by SIGTERM: what was done so far is kept")
     assert "Traceback" not in err.decode()
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["kill-master", "promote"])
+async def test_drills_keep_their_promises_on_the_secure_layout(tmp_path, name):
+    """conf/2m-2s-secure: accounts, permissions, TLS on the client ports and mutual TLS on the
+    HA ports, with fresh secrets; the drill's clients log in as its admin account."""
+    report = await run_drill(name, base_dir=str(tmp_path / "drill"), rate=30, secure=True)
+    assert report.error is None, report.table()
+    assert report.ok, report.table()
+    assert report.acknowledged > 50 and report.failed == 0 and report.lost == []
+    assert (tmp_path / "drill" / "conf" / "secrets" / "node-key.pem").stat().st_mode & 0o777 == 0o600

@@ -1,0 +1,127 @@
+"""Writing security files: accounts into an ACL file, secrets, and development certificates.
+
+Used by `tidemq acl` and `tidemq tls` and by the launcher's `make_dev_secrets`. The ACL file
+is edited with tomlkit, so an operator's comments stay, and replaced in one rename, so a
+server never reads half of it. Secrets and keys are written with mode 0600.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import secrets
+from collections.abc import Sequence
+
+import tomlkit
+
+from .acl import Acl, Rule, load_acl, make_verifier, parse_perm
+
+__all__ = ["DEV_HOSTS", "new_secret", "put_account", "remove_account", "write_dev_certs"]
+
+DEV_HOSTS = ("127.0.0.1", "::1", "localhost")
+
+
+def _write_private(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def new_secret(path: str) -> str:
+    """A random secret, written to `path` (0600)."""
+    secret = secrets.token_urlsafe(24)
+    _write_private(path, (secret + "\n").encode())
+    return secret
+
+
+def _read_document(path: str) -> tomlkit.TOMLDocument:
+    if not os.path.exists(path):
+        return tomlkit.document()
+    load_acl(path)  # AclError: refuse to edit a file the servers would refuse
+    with open(path, encoding="utf-8") as f:
+        return tomlkit.parse(f.read())
+
+
+def _accounts(document: tomlkit.TOMLDocument) -> tomlkit.items.AoT:
+    if "accounts" not in document:
+        document["accounts"] = tomlkit.aot()
+    return document["accounts"]  # type: ignore[return-value]
+
+
+def _save(path: str, document: tomlkit.TOMLDocument) -> None:
+    text = tomlkit.dumps(document)
+    Acl.from_toml(text, source=path)  # AclError: the result must load, or the servers keep the old file
+    _write_private(path, text.encode())
+
+
+def put_account(
+    path: str, access_key: str, secret: str, *, admin: bool = False, default_topic_perm: str = "DENY",
+    default_group_perm: str = "DENY", topic_perms: Sequence[str] = (), group_perms: Sequence[str] = (),
+    white_remote_address: Sequence[str] = (),
+) -> bool:
+    """Add `access_key` to the ACL file at `path` (created if missing), or replace it; True
+    when it replaced one. AclError (or ValueError for a bad permission) changes nothing."""
+    for perm in (default_topic_perm, default_group_perm):
+        parse_perm(perm)
+    for rule in [*topic_perms, *group_perms]:
+        Rule.parse(rule)
+    document = _read_document(path)
+    entry = tomlkit.table()
+    entry["accessKey"] = access_key
+    entry["scram"] = make_verifier(secret).text()
+    entry["admin"] = admin
+    entry["defaultTopicPerm"] = default_topic_perm
+    entry["defaultGroupPerm"] = default_group_perm
+    entry["topicPerms"] = list(topic_perms)
+    entry["groupPerms"] = list(group_perms)
+    if white_remote_address:
+        entry["whiteRemoteAddress"] = list(white_remote_address)
+    accounts = _accounts(document)
+    replaced = False
+    for index, old in enumerate(accounts):
+        if old.get("accessKey") == access_key:
+            accounts[index] = entry
+            replaced = True
+    if not replaced:
+        accounts.append(entry)
+    _save(path, document)
+    return replaced
+
+
+def remove_account(path: str, access_key: str) -> bool:
+    """Remove `access_key` from the ACL file; False when it was not there."""
+    document = _read_document(path)
+    accounts = _accounts(document)
+    keep = [a for a in accounts if a.get("accessKey") != access_key]
+    if len(keep) == len(accounts):
+        return False
+    document["accounts"] = tomlkit.aot()
+    for a in keep:
+        document["accounts"].append(a)
+    _save(path, document)
+    return True
+
+
+def write_dev_certs(directory: str, hosts: Sequence[str] = DEV_HOSTS, days: int = 365) -> dict[str, str]:
+    """ca.pem, node.pem and node-key.pem in `directory`: a new local CA and one certificate
+    (server and client use) for `hosts`, valid `days`. For development and tests."""
+    import trustme  # the python-trio project's CA library (on cryptography); only this needs it
+
+    if days < 1:
+        raise ValueError(f"days must be >= 1, got {days}")
+    os.makedirs(directory, exist_ok=True)
+    ca = trustme.CA(organization_name="tidemq dev CA")
+    not_after = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=days)
+    leaf = ca.issue_cert(*hosts, common_name="tidemq-node", not_after=not_after)
+    paths = {name: os.path.join(directory, name) for name in ("ca.pem", "node.pem", "node-key.pem")}
+    ca.cert_pem.write_to_path(paths["ca.pem"])
+    with open(paths["node.pem"], "wb") as f:
+        for pem in leaf.cert_chain_pems:
+            f.write(pem.bytes())
+    _write_private(paths["node-key.pem"], leaf.private_key_pem.bytes())
+    return paths
+
