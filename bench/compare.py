@@ -72,6 +72,7 @@ SYSTEMS = {
         System("tidemq-syncflush", ALL),
         System("tidemq-syncmaster", ALL),
         System("tidemq-both", ALL),
+        System("tidemq-secure", ALL),
         System("redis-everysec", ALL, ("redis-server",)),
         System("redis-always", ALL, ("redis-server",)),
         System("redis-everysec-wait", FAN_IN, ("redis-server",)),
@@ -87,7 +88,9 @@ MODES = {  # system key -> (flushDiskType, brokerRole)
     "tidemq-syncflush": ("SYNC_FLUSH", "ASYNC_MASTER"),
     "tidemq-syncmaster": ("ASYNC_FLUSH", "SYNC_MASTER"),
     "tidemq-both": ("SYNC_FLUSH", "SYNC_MASTER"),
+    "tidemq-secure": ("ASYNC_FLUSH", "ASYNC_MASTER"),  # tidemq-async with TLS and logins on
 }
+SECURE = {"tidemq-secure"}
 
 
 @attrs.frozen
@@ -108,7 +111,7 @@ def _system(key: str, procs: Processes, work: Path, bases: list[Path]) -> contex
     if key == "floor":
         return peers.floor(procs, work)
     if key in MODES:
-        return peers.tidemq(work, *MODES[key], bases=bases)
+        return peers.tidemq(work, *MODES[key], bases=bases, secure=key in SECURE)
     if key.startswith("redis-"):
         return peers.redis(procs, work, key.split("-")[1], replica=key.endswith("-wait"))
     if key.startswith("js-r"):
@@ -122,7 +125,8 @@ def _lean_argv(target: peers.Target, case: Case, seconds: float, warmup: float) 
         in_flight, batch = 64, 1
     return [sys.executable, "-m", "bench.lean", target.kind, "--port", ",".join(map(str, target.ports)),
             "--connections", str(case.connections), "--in-flight", str(in_flight), "--batch", str(batch),
-            "--replicas", str(target.replicas), "--seconds", f"{seconds:g}", "--warmup", f"{warmup:g}"]
+            "--replicas", str(target.replicas), "--seconds", f"{seconds:g}", "--warmup", f"{warmup:g}",
+            *target.lean_args]
 
 
 def _cpu(p: psutil.Process) -> float:

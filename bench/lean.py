@@ -26,6 +26,7 @@ import contextlib
 import json
 import os
 import socket
+import ssl
 import struct
 import sys
 import time
@@ -33,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 import cbor2
+from scramp import ScramClient
 
 __all__ = ["NatsCodec", "RespCodec", "TidemqCodec", "drive", "main", "percentile"]
 
@@ -40,22 +42,46 @@ HEADER = struct.Struct(">I")
 BODY_BYTES = 1024
 TOPIC = "BenchCompare"
 DRAIN_TIMEOUT_S = 10.0
-WAIT_TIMEOUT_MS = 5000  # Redis WAIT: a reply with fewer replicas is counted as failed
+WAIT_TIMEOUT_MS = 5000
+LOGIN_START, LOGIN_FINISH = -1, -2  # request ids of the login (sends use ids >= 0)  # Redis WAIT: a reply with fewer replicas is counted as failed
+
+
+def _frame(request: dict[str, Any]) -> bytes:
+    body = cbor2.dumps(request)
+    return HEADER.pack(len(body)) + body
 
 
 class TidemqCodec:
-    """`send` (or `send_batch` of `batch` messages) to one topic; slot = id - id_base."""
+    """`send` (or `send_batch` of `batch` messages) to one topic; slot = id - id_base. With
+    `login` (account, secret) the connection first logs in (SCRAM-SHA-256, the two auth ops
+    with ids LOGIN_START and LOGIN_FINISH), as a client of a node with aclEnable does."""
 
-    def __init__(self, *, body: bytes, batch: int = 1, topic: str = TOPIC, id_base: int = 0) -> None:
+    def __init__(self, *, body: bytes, batch: int = 1, topic: str = TOPIC, id_base: int = 0,
+                 login: tuple[str, str] | None = None) -> None:
         self.body, self.batch, self.topic, self.id_base = body, batch, topic, id_base
         self.msgs_per_request = batch
-        self.ready = True
+        self.ready = login is None
         self.outgoing = b""
         self.errors: collections.Counter[str] = collections.Counter()
         self._buf = bytearray()
+        self._scram = ScramClient(["SCRAM-SHA-256"], *login) if login else None
 
     def handshake(self) -> bytes:
-        return b""
+        if self._scram is None:
+            return b""
+        return _frame({"v": 1, "op": "auth_start", "id": LOGIN_START, "message": self._scram.get_client_first()})
+
+    def _login_step(self, response: dict[str, Any]) -> None:
+        if response.get("status") != "OK":
+            raise ConnectionError(f"login refused: {response.get('error')}")
+        assert self._scram is not None
+        if response["id"] == LOGIN_START:
+            self._scram.set_server_first(response["message"])
+            self.outgoing += _frame({"v": 1, "op": "auth_finish", "id": LOGIN_FINISH,
+                                     "message": self._scram.get_client_final()})
+        else:
+            self._scram.set_server_final(response["message"])
+            self.ready = True
 
     def request(self, slot: int) -> bytes:
         req: dict[str, Any] = {"v": 1, "op": "send", "id": self.id_base + slot, "topic": self.topic}
@@ -63,8 +89,7 @@ class TidemqCodec:
             req |= {"body": self.body, "tags": "bench"}
         else:
             req |= {"op": "send_batch", "messages": [{"body": self.body, "tags": "bench"}] * self.batch}
-        body = cbor2.dumps(req)
-        return HEADER.pack(len(body)) + body
+        return _frame(req)
 
     def feed(self, data: bytes) -> list[tuple[int, bool]]:
         buf = self._buf
@@ -77,6 +102,9 @@ class TidemqCodec:
                 break
             response = cbor2.loads(bytes(buf[pos + 4:pos + 4 + size]))
             pos += 4 + size
+            if not self.ready and response.get("id") in (LOGIN_START, LOGIN_FINISH):
+                self._login_step(response)
+                continue
             status = response.get("status")
             ok = status == "PUT_OK"
             if not ok:
@@ -322,7 +350,7 @@ def percentile(values: list[float], q: float) -> float:
 
 async def drive(
     host: str, port: int | list[int], codec_factory: Callable[[int], Any], *,
-    connections: int, in_flight: int, seconds: float, warmup: float = 0.5,
+    connections: int, in_flight: int, seconds: float, warmup: float = 0.5, tls: ssl.SSLContext | None = None,
 ) -> dict[str, Any]:
     """Open `connections` (round robin over `port` when it is a list), keep `in_flight`
     requests outstanding on each for `warmup` + `seconds`, count what completes in the
@@ -335,7 +363,8 @@ async def drive(
         for i in range(connections):
             codec = codec_factory(i)
             _, conn = await loop.create_connection(
-                lambda c=codec: _Connection(c, run, in_flight), host, ports[i % len(ports)])
+                lambda c=codec: _Connection(c, run, in_flight), host, ports[i % len(ports)],
+                ssl=tls, server_hostname=host if tls is not None else None)
             conns.append(conn)
         await asyncio.wait_for(asyncio.gather(*(c.ready for c in conns)), 10.0)
         cpu0 = time.process_time()
@@ -367,11 +396,12 @@ async def drive(
     }
 
 
-def codec_factory(kind: str, *, batch: int = 1, replicas: int = 0) -> Callable[[int], Any]:
+def codec_factory(kind: str, *, batch: int = 1, replicas: int = 0,
+                  login: tuple[str, str] | None = None) -> Callable[[int], Any]:
     """The codec maker for `kind` (tidemq, redis, nats), 1 KiB bodies."""
     body = os.urandom(BODY_BYTES)
     if kind == "tidemq":
-        return lambda i: TidemqCodec(body=body, batch=batch, id_base=i << 20)
+        return lambda i: TidemqCodec(body=body, batch=batch, id_base=i << 20, login=login)
     if kind == "redis":
         return lambda i: RespCodec(body=body, replicas=replicas)
     if kind == "nats":
@@ -390,6 +420,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replicas", type=int, default=0, help="redis: WAIT for this many replicas")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--warmup", type=float, default=0.5)
+    parser.add_argument("--user", help="tidemq: log in as this account (aclEnable)")
+    parser.add_argument("--secret-file", help="tidemq: the account's secret")
+    parser.add_argument("--tls-ca", help="connect with TLS, checking the server with this CA")
     args = parser.parse_args(argv)
     if args.connections < 1 or args.in_flight < 1 or args.batch < 1 or args.seconds <= 0:
         parser.error("--connections, --in-flight, --batch must be >= 1 and --seconds > 0")
@@ -397,10 +430,15 @@ def main(argv: list[str] | None = None) -> int:
         ports = [int(p) for p in args.port.split(",")]
     except ValueError:
         parser.error(f"--port must be a port or comma-separated ports, got {args.port!r}")
-    factory = codec_factory(args.kind, batch=args.batch, replicas=args.replicas)
+    login = None
+    if args.user:
+        with open(args.secret_file or "", encoding="utf-8") as f:
+            login = (args.user, f.readline().strip())
+    tls = ssl.create_default_context(cafile=args.tls_ca) if args.tls_ca else None
+    factory = codec_factory(args.kind, batch=args.batch, replicas=args.replicas, login=login)
     try:
         result = asyncio.run(drive(args.host, ports, factory, connections=args.connections,
-                                   in_flight=args.in_flight, seconds=args.seconds, warmup=args.warmup))
+                                   in_flight=args.in_flight, seconds=args.seconds, warmup=args.warmup, tls=tls))
     except (OSError, TimeoutError) as e:
         print(f"bench.lean: cannot drive {args.kind} at {args.host}:{args.port}: {e}", file=sys.stderr)
         return 1

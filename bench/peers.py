@@ -20,8 +20,11 @@ import psutil
 import trio
 
 from cluster.launch import launcher
+from cluster.launch.secrets import make_dev_secrets
 from node.client import connect
 from node.protocol import GetStatus, StatusReply
+from node.security.credentials import set_default_credentials
+from node.security.tls import set_default_client_tls
 from store.address import split_host_port
 
 from .lean import NatsCodec, RespCodec
@@ -44,6 +47,7 @@ class Target:
     master: psutil.Process | None = None  # tidemq: the node whose RSS is sampled
     address: str = ""  # tidemq: the master's client address
     base: Path | None = None  # tidemq: the launcher's base dir
+    lean_args: tuple[str, ...] = ()  # tidemq-secure: the lean client's login and CA
 
 
 def _ps(started: Started) -> psutil.Process:
@@ -61,39 +65,57 @@ async def floor(procs: Processes, work: Path) -> AsyncIterator[Target]:
         procs.stop([s])
 
 
-def _layout(work: Path, flush: str, role: str) -> Path:
+SECURE_NAMESRV = {"aclEnable": True, "aclFile": "secrets/acl.toml", "tlsMode": "enforcing",
+                  "tlsCertFile": "secrets/node.pem", "tlsKeyFile": "secrets/node-key.pem"}
+SECURE_NODE = {**SECURE_NAMESRV, "tlsCaFile": "secrets/ca.pem", "accessKey": "broker",
+               "secretKeyFile": "secrets/broker.secret"}
+
+
+def _layout(work: Path, flush: str, role: str, *, secure: bool = False) -> Path:
     """conf/1m-1s-dev copied with free ports, the mode and 1 GiB segments; without the
-    slave for an ASYNC_MASTER (master alone)."""
+    slave for an ASYNC_MASTER (master alone); `secure`: accounts, permissions and TLS on
+    (docs/security.md), with fresh secrets."""
     conf = work / "conf"
-    size = {"mappedFileSizeCommitLog": SEGMENT_BYTES, "flushDiskType": flush}
+    size = {"mappedFileSizeCommitLog": SEGMENT_BYTES, "flushDiskType": flush, **(SECURE_NODE if secure else {})}
     launcher.copy_layout(REPO / "conf" / "1m-1s-dev", conf,
-                         overrides={"broker-a": {**size, "brokerRole": role}, "broker-a-s": size})
+                         overrides={"broker-a": {**size, "brokerRole": role}, "broker-a-s": size,
+                                    "namesrv": SECURE_NAMESRV if secure else {}})
+    if secure:
+        make_dev_secrets(conf)
     (conf / "broker-a.properties").unlink(missing_ok=True)  # the .toml twin is the one used
     if role == "ASYNC_MASTER":
         (conf / "broker-a-s.toml").unlink()
     return conf
 
 
-def _mode_name(flush: str, role: str) -> str:
-    return f"tidemq {flush.split('_')[0]} flush, {role.split('_')[0]} master"
+def _mode_name(flush: str, role: str, secure: bool = False) -> str:
+    return f"tidemq {flush.split('_')[0]} flush, {role.split('_')[0]} master{', TLS + login' if secure else ''}"
 
 
 @contextlib.asynccontextmanager
-async def tidemq(work: Path, flush: str, role: str, *, bases: list[Path]) -> AsyncIterator[Target]:
+async def tidemq(work: Path, flush: str, role: str, *, bases: list[Path], secure: bool = False) -> AsyncIterator[Target]:
     """A name server, a master and (SYNC_MASTER) its slave as real processes. `bases`
-    records the launcher base dir so the harness can stop it whatever happens."""
+    records the launcher base dir so the harness can stop it whatever happens. `secure`:
+    every connection uses TLS and logs in (the lean client as the layout's `app` account)."""
     work.mkdir(parents=True, exist_ok=True)
-    conf, base = _layout(work, flush, role), work / "data"
+    conf, base = _layout(work, flush, role, secure=secure), work / "data"
     bases.append(base)
+    lean_args: tuple[str, ...] = ()
+    if secure:
+        secrets = conf / "secrets"
+        lean_args = ("--user", "app", "--secret-file", str(secrets / "app.secret"), "--tls-ca", str(secrets / "ca.pem"))
     try:
         results = await trio.to_thread.run_sync(lambda: launcher.up(conf, base, timeout_s=60.0))
         master = next(r.record for r in results if r.record.stage is launcher.Stage.MASTER)
         nodes = {r.record.name: psutil.Process(r.record.pid) for r in results if r.record.pid}
-        yield Target(_mode_name(flush, role), "tidemq", [split_host_port(master.address)[1]],
-                     nodes, master=nodes[master.name], address=master.address, base=base)
+        yield Target(_mode_name(flush, role, secure), "tidemq", [split_host_port(master.address)[1]],
+                     nodes, master=nodes[master.name], address=master.address, base=base, lean_args=lean_args)
     finally:
         await trio.to_thread.run_sync(launcher.down, base)
         bases.remove(base)
+        if secure:  # launcher.up logged this process in with the layout's secrets: undo it
+            set_default_credentials(None)
+            set_default_client_tls(None)
 
 
 async def tidemq_status(address: str) -> StatusReply:

@@ -23,6 +23,7 @@ TITLES = {
     "tidemq-syncflush": "tidemq SYNC_FLUSH",
     "tidemq-syncmaster": "tidemq SYNC_MASTER",
     "tidemq-both": "tidemq both",
+    "tidemq-secure": "tidemq async, TLS + login",
     "redis-everysec": "Redis everysec",
     "redis-always": "Redis always",
     "redis-everysec-wait": "Redis everysec + WAIT",

@@ -48,6 +48,8 @@ MAX_FAILURES = 10
 """Failed logins one address may make per FAILURE_WINDOW_S before its logins are refused."""
 FAILURE_WINDOW_S = 60.0
 RELOAD_CHECK_S = 1.0
+MAX_TRACKED_HOSTS = 10_000
+"""Addresses with recent failures kept before those outside the window are dropped."""
 
 
 @attrs.define(eq=False)
@@ -207,7 +209,10 @@ class Guard:
 
     def _failed(self, session: Session, request: Any, why: object) -> dict[str, Any]:
         self.failed_logins += 1
-        self._failures.setdefault(session.host, collections.deque()).append(self._clock())
+        now = self._clock()
+        if len(self._failures) > MAX_TRACKED_HOSTS:  # many addresses failed: forget the old ones
+            self._failures = {h: d for h, d in self._failures.items() if d and now - d[-1] <= FAILURE_WINDOW_S}
+        self._failures.setdefault(session.host, collections.deque()).append(now)
         # the claimed name is logged (an operator needs it), the messages never are
         log.warning("failed login from %s as %r (%s: %s)", session.host, session.claimed, request.op,
                     type(why).__name__ if isinstance(why, Exception) else why)

@@ -116,9 +116,20 @@ async def accept_tls(
 ) -> tuple[trio.abc.Stream | None, str | None]:
     """A new connection as the server should read it: (the stream to serve, None), or
     (None, why) when it must be refused (plaintext on an enforcing port, a failed
-    handshake: no certificate, a foreign or expired one). The caller closes `stream`."""
+    handshake: no certificate, a foreign or expired one). The caller closes `stream`. It
+    never raises but Cancelled: one bad connection must not cost the listener."""
     if mode == "disabled" or context is None:
         return stream, None
+    try:
+        return await _accept_tls(stream, context, mode)
+    except Exception as e:  # a bug here costs this connection, not the port
+        log.exception("TLS accept failed")
+        return None, f"unexpected error: {type(e).__name__}: {e}"
+
+
+async def _accept_tls(
+    stream: trio.SocketStream, context: ssl.SSLContext, mode: str
+) -> tuple[trio.abc.Stream | None, str | None]:
     first = await _first_byte(stream)
     if first is None:
         return None, "closed before sending anything"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import subprocess
 import sys
@@ -155,3 +156,31 @@ def test_cli_prints_json_and_refuses_bad_ports():
                           capture_output=True, text=True, timeout=60)
     assert down.returncode == 1 and "cannot drive tidemq" in down.stderr and "Traceback" not in down.stderr
     assert time.monotonic() - t0 < 30
+
+
+@pytest.mark.slow
+def test_the_secure_row_logs_in_over_tls_before_it_sends(tmp_path):
+    """tidemq-secure: the lean client does TLS and the SCRAM login, then every send is PUT_OK;
+    a wrong secret is refused before any send."""
+
+    def lean_run(target, *extra: str) -> subprocess.CompletedProcess[bytes]:
+        argv = [sys.executable, "-m", "bench.lean", "tidemq", "--port", str(target.ports[0]), "--connections", "2",
+                "--in-flight", "4", "--seconds", "0.3", "--warmup", "0.1", *extra]
+        return subprocess.run(argv, cwd=REPO, capture_output=True, timeout=60)
+
+    async def check() -> None:
+        bases: list = []
+        async with peers.tidemq(tmp_path / "work", "ASYNC_FLUSH", "ASYNC_MASTER", bases=bases, secure=True) as target:
+            assert "TLS + login" in target.system
+            done = await trio.to_thread.run_sync(lambda: lean_run(target, *target.lean_args))
+            assert done.returncode == 0, done.stderr.decode()
+            r = json.loads(done.stdout)
+            assert r["requests"] > 0 and r["failed"] == 0 and r["errors"] == {}, r
+            wrong = tmp_path / "wrong.secret"
+            wrong.write_text("not-the-secret\n")
+            args = list(target.lean_args)
+            args[args.index("--secret-file") + 1] = str(wrong)
+            refused = await trio.to_thread.run_sync(lambda: lean_run(target, *args))
+            assert refused.returncode == 1 and "login refused" in refused.stderr.decode()
+
+    trio.run(check)
