@@ -25,7 +25,16 @@ import attrs
 import pyarrow as pa
 import trio
 
-from cluster.client import Admin, Credentials, CredentialsError, MessageQueue, PullConsumer, Status
+from cluster.client import (
+    Admin,
+    Credentials,
+    CredentialsError,
+    MessageQueue,
+    PullConsumer,
+    Status,
+    TlsError,
+    TlsSettings,
+)
 from pipeline.schema import BatchBuilder
 from pipeline.store_scan import parse_bool, parse_positive, parse_time
 from store.message import masked_crc32
@@ -49,6 +58,7 @@ class LiveOptions:
     request_timeout: float = 5.0
     batch_rows: int = 8192
     credentials: Credentials | None = None  # options user + secretFile (read on the driver)
+    tls_ca: str | None = None  # option tlsCa: connect with TLS, checking servers with this CA
 
     @classmethod
     def from_options(cls, options: dict[str, str], *, streaming: bool = False) -> LiveOptions:
@@ -69,12 +79,14 @@ class LiveOptions:
             include_body=parse_bool(o.get("includebody", "true"), "includeBody"),
             max_offsets_per_trigger=parse_positive(mopt, "maxOffsetsPerTrigger") if mopt else None,
             request_timeout=float(o.get("requesttimeout", "5.0")),
-            credentials=credentials_option(o),
+            credentials=credentials_option(o), tls_ca=tls_option(o),
         )
 
     def client_args(self) -> dict[str, Any]:
+        """The cluster client's arguments (the TLS context is built where the task runs:
+        a context does not pickle)."""
         return {"namesrv": self.namesrv, "brokers": list(self.brokers) if self.brokers else None,
-                "credentials": self.credentials}
+                "credentials": self.credentials, "tls": tls_context(self.tls_ca)}
 
 
 def credentials_option(o: dict[str, str]) -> Credentials | None:
@@ -91,6 +103,23 @@ def credentials_option(o: dict[str, str]) -> Credentials | None:
         return Credentials.from_file(user, secret_file)
     except CredentialsError as e:
         raise ValueError(f"option secretFile: {e}") from None
+
+
+def tls_option(o: dict[str, str]) -> str | None:
+    """Option `tlsCa` (lower-cased keys): the CA file, checked on the driver."""
+    ca = o.get("tlsca")
+    if ca:
+        tls_context(ca)  # a clear error now rather than in every task
+    return ca or None
+
+
+def tls_context(ca_file: str | None) -> Any:
+    if ca_file is None:
+        return None
+    try:
+        return TlsSettings("enforcing", ca_file=ca_file).client_context()
+    except TlsError as e:
+        raise ValueError(f"option tlsCa: {e}") from None
 
 
 @attrs.frozen

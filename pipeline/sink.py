@@ -19,7 +19,7 @@ import pyarrow as pa
 import trio
 
 from cluster.client import Credentials, OutgoingMessage, Producer, Status, TidemqError
-from pipeline.live import credentials_option
+from pipeline.live import credentials_option, tls_context, tls_option
 from pipeline.schema import require_write_columns
 from pipeline.store_scan import parse_bool, parse_positive
 from store.message import PROPERTY_UNIQ_KEY
@@ -47,6 +47,7 @@ class WriteOptions:
     send_timeout: float = 5.0
     retries: int = 2
     credentials: Credentials | None = None  # options user + secretFile
+    tls_ca: str | None = None  # option tlsCa
 
     @classmethod
     def from_options(cls, options: dict[str, str]) -> WriteOptions:
@@ -61,7 +62,7 @@ class WriteOptions:
             wait=parse_bool(o.get("wait", "true"), "wait"),
             send_timeout=float(o.get("sendtimeout", "5.0")),
             retries=int(o.get("retries", "2")),
-            credentials=credentials_option(o),
+            credentials=credentials_option(o), tls_ca=tls_option(o),
         )
 
 
@@ -118,7 +119,7 @@ async def _write(opts: WriteOptions, partition: int, batches: Iterator[pa.Record
 
     async with Producer(namesrv=opts.namesrv, brokers=list(opts.brokers) if opts.brokers else None,
                         send_timeout=opts.send_timeout, retries=opts.retries,
-                        credentials=opts.credentials) as producer:
+                        credentials=opts.credentials, tls=tls_context(opts.tls_ca)) as producer:
         for index, row in enumerate(_rows(batches)):
             msg, key = _message(row, uniq_key(opts.write_id, partition, index))
             size = len(msg.body)

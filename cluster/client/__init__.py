@@ -49,6 +49,7 @@ from node.client import (
 )
 from node.protocol import Status
 from node.security.credentials import Credentials, CredentialsError, set_default_credentials
+from node.security.tls import TlsError, TlsSettings, set_default_client_tls
 
 from .admin import Admin
 from .base import BrokerStatus, OutgoingMessage, PullResult, ReceivedMessage, SendResult, TopicInfo
@@ -86,8 +87,11 @@ __all__ = [
     "ServiceUnavailable",
     "Status",
     "TidemqError",
+    "TlsError",
+    "TlsSettings",
     "TopicInfo",
     "TopicRoute",
     "connect",
+    "set_default_client_tls",
     "set_default_credentials",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -74,9 +75,10 @@ class Admin(_Client):
         request_timeout: float = 5.0,
         connect_timeout: float = 3.0,
         credentials: Credentials | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         super().__init__(namesrv, brokers, connect_timeout=connect_timeout,
-                         request_timeout=request_timeout, route_ttl_s=0.0, credentials=credentials)
+                         request_timeout=request_timeout, route_ttl_s=0.0, credentials=credentials, tls=tls)
 
     async def __aenter__(self) -> Admin:
         return await super().__aenter__()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import ssl
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -233,8 +234,10 @@ class _Client:
         request_timeout: float,
         route_ttl_s: float,
         credentials: Credentials | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.credentials = credentials  # None: the process's or the environment's (docs/security.md)
+        self.tls = tls  # None: the process's or the environment's (TIDEMQ_TLS_CA), else plaintext
         self._namesrv = parse_addresses(namesrv, "a name server address")
         self._brokers = parse_addresses(brokers, "a broker address")
         if bool(self._namesrv) == bool(self._brokers):
@@ -251,7 +254,8 @@ class _Client:
         self._nursery_cm = trio.open_nursery()
         nursery = await self._nursery_cm.__aenter__()
         self._pool = ConnectionPool(nursery, connect_timeout=self.connect_timeout,
-                                    request_timeout=self.request_timeout, credentials=self.credentials)
+                                    request_timeout=self.request_timeout, credentials=self.credentials,
+                                    tls=self.tls)
         if self._namesrv:
             self._discovery = NameServerDiscovery(self._namesrv, self._pool)
         else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import ssl
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
 
@@ -86,9 +87,10 @@ class PullConsumer(_Client):
         master_retry_max_s: float = 30.0,
         route_ttl_s: float = ROUTE_TTL_S,
         credentials: Credentials | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         super().__init__(namesrv, brokers, connect_timeout=connect_timeout,
-                         request_timeout=request_timeout, route_ttl_s=route_ttl_s, credentials=credentials)
+                         request_timeout=request_timeout, route_ttl_s=route_ttl_s, credentials=credentials, tls=tls)
         if start not in ("first", "last"):
             raise ValueError(f"start must be 'first' or 'last', got {start!r}")
         self.group = group

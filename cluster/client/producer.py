@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import ssl
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -91,9 +92,10 @@ class Producer(_Client):
         connect_timeout: float = 3.0,
         route_ttl_s: float = ROUTE_TTL_S,
         credentials: Credentials | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         super().__init__(namesrv, brokers, connect_timeout=connect_timeout,
-                         request_timeout=send_timeout, route_ttl_s=route_ttl_s, credentials=credentials)
+                         request_timeout=send_timeout, route_ttl_s=route_ttl_s, credentials=credentials, tls=tls)
         if retries < 0:
             raise ValueError(f"retries must be >= 0, got {retries}")
         self.send_timeout = send_timeout

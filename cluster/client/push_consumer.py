@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, Literal
@@ -100,6 +101,7 @@ class Consumer:
         max_messages: int | None = None,
         master_retry_max_s: float = 30.0,
         credentials: Credentials | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if max_messages is not None and max_messages < 1:
             raise ValueError(f"max_messages must be >= 1, got {max_messages}")
@@ -120,7 +122,7 @@ class Consumer:
         self._taken = 0
         common = dict(namesrv=namesrv, brokers=brokers, group=group, start=start,
                       request_timeout=request_timeout, route_ttl_s=route_ttl_s,
-                      master_retry_max_s=master_retry_max_s, credentials=credentials)
+                      master_retry_max_s=master_retry_max_s, credentials=credentials, tls=tls)
         self._main = PullConsumer(topic=topic, tag_filter=tag_filter, **common)
         self._retry = PullConsumer(topic=RETRY_PREFIX + group, **common)
         self.rebalance = RebalanceService(

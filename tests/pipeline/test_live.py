@@ -203,3 +203,46 @@ def test_reads_fall_back_to_the_slave_while_the_master_is_down(spark, cluster):
     df = spark.read.format("tidemq").option("namesrv", ns).option("topic", "Stream").load()
     bodies = {r["body"] for r in df.select("body").collect()}
     assert b"before-the-kill" in bodies and len(bodies) == 46
+
+
+@pytest.fixture(scope="module")
+def secure_cluster(tmp_path_factory):
+    """A name server and an ASYNC_MASTER with aclEnable and tlsMode enforcing."""
+    from cluster.launch.secrets import make_dev_secrets
+    from tests.node.nodeproc import write_conf
+
+    directory = tmp_path_factory.mktemp("secure")
+    secrets = make_dev_secrets(directory)
+    tls = {"tlsMode": "enforcing", "tlsCertFile": "secrets/node.pem", "tlsKeyFile": "secrets/node-key.pem"}
+    acl = {"aclEnable": True, "aclFile": "secrets/acl.toml"}
+    nodes = Nodes()
+    try:
+        ns_conf = write_conf(directory, "namesrv", {"listenPort": 0, **acl, **tls})
+        ns = nodes.start(ns_conf, ["namesrv", "start", "-c", str(ns_conf)])
+        nodes.start(broker_conf(directory, "m", "broker-s", ns.address, **acl, **tls, tlsCaFile="secrets/ca.pem",
+                                accessKey="broker", secretKeyFile="secrets/broker.secret"))
+        context = live.tls_context(str(secrets.ca_file))
+
+        async def prepare():
+            async with Admin(namesrv=ns.address, credentials=secrets.account("broker"), tls=context) as admin:
+                await wait_for(lambda: _has_master(admin), what="a master registered")
+                await admin.create_topic("Sealed", read_queue_nums=2, write_queue_nums=2)
+                await wait_for(lambda: admin.route("Sealed", refresh=True), what="route")
+
+        trio.run(prepare)
+        yield {"ns": ns.address, "secrets": secrets}
+    finally:
+        nodes.cleanup()
+
+
+def test_jobs_log_in_and_use_tls_with_options(spark, secure_cluster):
+    ns, secrets = secure_cluster["ns"], secure_cluster["secrets"]
+    login = {"user": "app", "secretFile": str(secrets.directory / "app.secret"), "tlsCa": str(secrets.ca_file)}
+    df = spark.createDataFrame([("Sealed", f"s-{i}".encode()) for i in range(10)], "topic string, body binary")
+    df.write.format("tidemq").option("namesrv", ns).options(**login).mode("append").save()
+    read = spark.read.format("tidemq").option("namesrv", ns).option("topic", "Sealed").options(**login).load()
+    assert sorted(r["body"] for r in read.collect()) == sorted(f"s-{i}".encode() for i in range(10))
+    without_login = {k: v for k, v in login.items() if k == "tlsCa"}
+    with pytest.raises(Exception, match="authentication required"):
+        spark.read.format("tidemq").option("namesrv", ns).option("topic", "Sealed").options(**without_login) \
+            .load().collect()
