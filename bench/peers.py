@@ -20,11 +20,9 @@ import psutil
 import trio
 
 from cluster.launch import launcher
-from cluster.launch.secrets import make_dev_secrets
+from cluster.launch.secrets import NAMESRV_KEYS, NODE_KEYS, forget_layout_secrets, make_dev_secrets
 from node.client import connect
 from node.protocol import GetStatus, StatusReply
-from node.security.credentials import set_default_credentials
-from node.security.tls import set_default_client_tls
 from store.address import split_host_port
 
 from .lean import NatsCodec, RespCodec
@@ -65,21 +63,15 @@ async def floor(procs: Processes, work: Path) -> AsyncIterator[Target]:
         procs.stop([s])
 
 
-SECURE_NAMESRV = {"aclEnable": True, "aclFile": "secrets/acl.toml", "tlsMode": "enforcing",
-                  "tlsCertFile": "secrets/node.pem", "tlsKeyFile": "secrets/node-key.pem"}
-SECURE_NODE = {**SECURE_NAMESRV, "tlsCaFile": "secrets/ca.pem", "accessKey": "broker",
-               "secretKeyFile": "secrets/broker.secret"}
-
-
 def _layout(work: Path, flush: str, role: str, *, secure: bool = False) -> Path:
     """conf/1m-1s-dev copied with free ports, the mode and 1 GiB segments; without the
     slave for an ASYNC_MASTER (master alone); `secure`: accounts, permissions and TLS on
     (docs/security.md), with fresh secrets."""
     conf = work / "conf"
-    size = {"mappedFileSizeCommitLog": SEGMENT_BYTES, "flushDiskType": flush, **(SECURE_NODE if secure else {})}
+    size = {"mappedFileSizeCommitLog": SEGMENT_BYTES, "flushDiskType": flush, **(NODE_KEYS if secure else {})}
     launcher.copy_layout(REPO / "conf" / "1m-1s-dev", conf,
                          overrides={"broker-a": {**size, "brokerRole": role}, "broker-a-s": size,
-                                    "namesrv": SECURE_NAMESRV if secure else {}})
+                                    "namesrv": NAMESRV_KEYS if secure else {}})
     if secure:
         make_dev_secrets(conf)
     (conf / "broker-a.properties").unlink(missing_ok=True)  # the .toml twin is the one used
@@ -114,8 +106,7 @@ async def tidemq(work: Path, flush: str, role: str, *, bases: list[Path], secure
         await trio.to_thread.run_sync(launcher.down, base)
         bases.remove(base)
         if secure:  # launcher.up logged this process in with the layout's secrets: undo it
-            set_default_credentials(None)
-            set_default_client_tls(None)
+            forget_layout_secrets()
 
 
 async def tidemq_status(address: str) -> StatusReply:

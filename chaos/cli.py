@@ -85,7 +85,7 @@ def _check_args(args: argparse.Namespace) -> str | None:
 
 
 def run_one(scenario: str, mode: str, seed: int, duration: float, *, keep: bool = False,
-            progress: Callable[[float, str], None] | None = None) -> Any:
+            progress: Callable[[float, str], None] | None = None, secure: bool = False) -> Any:
     """One scenario run in this process (its own Toxiproxy unless TOXIPROXY_URL is set)."""
     import logging
 
@@ -100,7 +100,7 @@ def run_one(scenario: str, mode: str, seed: int, duration: float, *, keep: bool 
 
     async def body() -> int:
         got["report"] = await run_scenario(_scenarios()[scenario], mode, seed, duration, client,
-                                           keep=keep, progress=progress)
+                                           keep=keep, progress=progress, secure=secure)
         return 0
 
     with toxiproxy() as client:
@@ -133,7 +133,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         def progress(fraction: float, what: str) -> None:
             bar.update(task, completed=fraction, description=f"{args.scenario} seed {args.seed}: {what}")
 
-        report = run_one(args.scenario, args.mode, args.seed, args.duration, keep=args.keep, progress=progress)
+        report = run_one(args.scenario, args.mode, args.seed, args.duration, keep=args.keep, progress=progress,
+                         secure=args.secure)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, default=str))
     else:
@@ -305,6 +306,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--duration", type=float, default=10.0, help="seconds of load (default %(default)s)")
     run.add_argument("--json", action="store_true", help="print the full report as JSON")
     run.add_argument("--keep", action="store_true", help="keep the run's directory even when it passed")
+    run.add_argument("--secure", action="store_true",
+                     help="accounts, permissions and TLS on every link (docs/security.md), fresh secrets")
     run.set_defaults(handler=_safe(_cmd_run))
 
     soak = actions.add_parser("soak", help="cycle seeded scenarios and modes for M minutes",

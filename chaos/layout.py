@@ -26,6 +26,7 @@ from toxiproxy import Toxiproxy
 from toxiproxy.proxy import Proxy
 
 from cluster.launch import launcher, processes
+from cluster.launch.secrets import NAMESRV_KEYS, NODE_KEYS, make_dev_secrets
 
 from .network import api_address
 
@@ -149,12 +150,15 @@ def write_cluster(
     *,
     overrides: Mapping[str, Mapping[str, Any]] | None = None,
     store_roots: Mapping[str, str] | None = None,
+    secure: bool = False,
 ) -> ChaosCluster:
     """Write the layout's config files under `base_dir/conf`; `up()` starts it with its
     links through proxies on `client`'s Toxiproxy server.
 
     `overrides` maps a node name to extra keys; `store_roots` replaces a node's
-    storePathRootDir (e.g. a tmpfs mount for the full-disk scenario)."""
+    storePathRootDir (e.g. a tmpfs mount for the full-disk scenario). `secure`: accounts,
+    permissions and TLS on every link (docs/security.md), with fresh secrets; `up()` logs
+    this process's clients in as the layout's admin account."""
     role, flush = parse_mode(mode)
     base = Path(base_dir).resolve()
     conf = base / "conf"
@@ -175,6 +179,10 @@ def write_cluster(
                 "haMasterAddress": cluster.master_ha_address, "masterAddr": cluster.master_address},
         NAMESRV: {"listenPort": ports["namesrv"], "brokerExpireMs": 10_000},
     }
+    if secure:
+        make_dev_secrets(conf)
+        for name, values in nodes.items():
+            values.update(NAMESRV_KEYS if name == NAMESRV else NODE_KEYS)
     for name, values in nodes.items():
         values.update((overrides or {}).get(name) or {})
         text = "".join(f"{key} = {json.dumps(value)}\n" for key, value in values.items())

@@ -25,6 +25,7 @@ from requests import RequestException
 from toxiproxy import Toxiproxy
 
 from cluster.launch.launcher import LauncherError
+from cluster.launch.secrets import forget_layout_secrets
 from node.client import TidemqError
 
 from .checker import CheckReport, check
@@ -195,7 +196,7 @@ async def _caught_up(cluster: ChaosCluster, timeout: float) -> float | None:
 async def run_scenario(
     scenario: Any, mode: str, seed: int, duration: float, client: Toxiproxy, *,
     base_dir: str | None = None, keep: bool = False, progress: Callable[[float, str], None] | None = None,
-    workload_cfg: WorkloadConfig | None = None,
+    workload_cfg: WorkloadConfig | None = None, secure: bool = False,
 ) -> RunReport:
     """One run of `scenario` in `mode`; see the module docstring."""
     rng = random.Random(f"{scenario.name}:{seed}")
@@ -213,12 +214,15 @@ async def run_scenario(
                 report.skipped = str(e)
                 return report
             store_roots[MASTER] = str(mount / MASTER)
-        cluster = write_cluster(base, mode, client, overrides=scenario.overrides, store_roots=store_roots)
+        cluster = write_cluster(base, mode, client, overrides=scenario.overrides, store_roots=store_roots,
+                                secure=secure)
         try:
             await _run(scenario, cluster, rng, schedule, report, say, workload_cfg)
         finally:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(cluster.down)
+            if secure:
+                forget_layout_secrets()
     report.elapsed_s = round(time.monotonic() - started, 2)
     if report.passed and not keep:
         shutil.rmtree(base, ignore_errors=True)

@@ -34,8 +34,6 @@ import attrs
 import trio
 
 from node.client import OutcomeUnknown, TidemqError
-from node.security.credentials import set_default_credentials
-from node.security.tls import set_default_client_tls
 
 from ..client.admin import Admin
 from ..client.base import STORED, ReceivedMessage
@@ -44,7 +42,7 @@ from ..client.push_consumer import Consumer
 from ..client.rebalance import HEARTBEAT_INTERVAL_S, REBALANCE_INTERVAL_S, allocate_averagely
 from ..client.routing import MessageQueue
 from ..launch import launcher
-from ..launch.secrets import make_dev_secrets
+from ..launch.secrets import forget_layout_secrets, make_dev_secrets
 
 log = logging.getLogger("tidemq.drill")
 
@@ -512,8 +510,7 @@ async def run_drill(name: str, *, base_dir: str | None = None, keep: bool = Fals
         with trio.CancelScope(shield=True):  # a SIGTERM'd drill still stops its cluster
             await trio.to_thread.run_sync(lambda: launcher.down(base))
         if secure:  # this process's connections go back to logging in as they did
-            set_default_credentials(None)
-            set_default_client_tls(None)
+            forget_layout_secrets()
         if not keep and not base_dir:
             shutil.rmtree(base, ignore_errors=True)
 

@@ -196,6 +196,12 @@ def write_configs(specs: list[NodeRecord], proxies: dict[str, ProxyRecord], base
                   "haAdvertisedAddress": by_link[(cfg.ha_bind_address, "ha")]}
         for key, address, link in _static_masters(cfg):
             values[key] = by_link[(_normal(address), link)]
+        # files named relative to the original config: the copy lives elsewhere, so name them whole
+        for key, path in (("aclFile", cfg.acl_file if cfg.acl_enable else None), ("secretKeyFile", cfg.secret_key_file),
+                          ("tlsCertFile", cfg.tls_cert_file), ("tlsKeyFile", cfg.tls_key_file),
+                          ("tlsCaFile", cfg.tls_ca_file)):
+            if path:
+                values[key] = path
         source = Path(spec.config)
         text = source.read_text(encoding="utf-8")
         for key, value in values.items():

@@ -26,9 +26,16 @@ from node.security.credentials import Credentials, set_default_credentials
 from node.security.files import new_secret, put_account, write_dev_certs
 from node.security.tls import TlsSettings, set_default_client_tls
 
-__all__ = ["DevSecrets", "layout_secrets", "make_dev_secrets", "use_layout_secrets"]
+__all__ = ["NAMESRV_KEYS", "NODE_KEYS", "DevSecrets", "forget_layout_secrets", "layout_secrets", "make_dev_secrets",
+           "use_layout_secrets"]
 
 SECRETS_DIR = "secrets"
+NAMESRV_KEYS = {"aclEnable": True, "aclFile": "secrets/acl.toml", "tlsMode": "enforcing",
+                "tlsCertFile": "secrets/node.pem", "tlsKeyFile": "secrets/node-key.pem"}
+"""What turns security on in a name server's file, with the files `make_dev_secrets` writes."""
+NODE_KEYS = {**NAMESRV_KEYS, "tlsCaFile": "secrets/ca.pem", "accessKey": "broker",
+             "secretKeyFile": "secrets/broker.secret"}
+"""The same for a node's file (conf/2m-2s-secure spells them out)."""
 
 
 @attrs.frozen
@@ -79,3 +86,10 @@ def use_layout_secrets(layout: str | os.PathLike[str]) -> DevSecrets | None:
         set_default_credentials(secrets.account("broker"))
         set_default_client_tls(TlsSettings("enforcing", ca_file=str(secrets.ca_file)).client_context())
     return secrets
+
+
+def forget_layout_secrets() -> None:
+    """Undo `use_layout_secrets`: this process's connections go back to the environment's
+    login and TLS (a harness that ran a secure cluster before a plain one)."""
+    set_default_credentials(None)
+    set_default_client_tls(None)

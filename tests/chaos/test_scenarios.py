@@ -46,3 +46,16 @@ def test_scenario(name, mode, client, tmp_path):
 
 def test_the_promotion_scenarios_run_in_ci():
     assert {n for n, _ in CASES if SCENARIOS[n].promotion} == {"promote-under-load", "old-master-returns"}
+
+
+@pytest.mark.parametrize("name", ["kill-master", "promote-under-load"])
+def test_scenarios_hold_with_security_on(name, client, tmp_path):
+    """--secure: accounts, permissions, TLS on the client links and mutual TLS on the HA
+    link, every link through a proxy; the same expectations as without."""
+    report = trio.run(lambda: run_scenario(SCENARIOS[name], "SYNC_MASTER+SYNC_FLUSH", 1, DURATION_S, client,
+                                           base_dir=str(tmp_path / "run"), keep=True, secure=True))
+    detail = json.dumps(report.to_json(), default=str)[:4000]
+    assert report.violations == [] and report.faults >= 1, detail
+    assert report.check is not None and report.check.acked > 0, detail
+    conf = (tmp_path / "run" / "conf" / "broker-a.toml").read_text()
+    assert 'tlsMode = "enforcing"' in conf and "aclEnable = true" in conf
