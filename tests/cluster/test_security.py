@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from node.client import AuthenticationFailed, NoPermission, connect
-from node.protocol import GetStatus, Promote, Pull, Send, TopicCreate
+from node.protocol import CommitOffset, GetStatus, Promote, Pull, Send, TopicCreate
 from node.protocol.namesrv import RegisterBroker
 from node.security import AUTH_FAILED, Credentials
 from tests.cluster.helpers import cli, wait_for
@@ -33,7 +33,8 @@ def secure(tmp_path_factory):
     accounts = {
         "broker": _add_user(acl, "broker", "--admin"),
         "alice": _add_user(acl, "alice", "--topic-perm", "orders=PUB|SUB", "--topic-perm", "logs-*=SUB",
-                           "--topic-perm", "logs-secret=DENY", "--default-group-perm", "SUB"),
+                           "--topic-perm", "logs-secret=DENY", "--default-group-perm", "SUB",
+                           "--group-perm", "billing=DENY"),
         "bob": _add_user(acl, "bob"),
     }
     text = acl.read_text()
@@ -77,6 +78,7 @@ async def test_accounts_get_what_their_rules_grant_and_nothing_else(secure):
         (Send(topic="logs-app", body=b"x"), alice, "lacks PUB on topic 'logs-app'"),
         (Pull(topic="logs-secret", queue_id=0, offset=0), alice, "lacks SUB on topic 'logs-secret'"),
         (Promote(), alice, "lacks admin"),
+        (CommitOffset(group="billing", topic="orders", queue_id=0, offset=1), alice, "lacks SUB on group 'billing'"),
         (Send(topic="orders", body=b"x"), bob, "lacks PUB on topic 'orders'"),
         (Send(topic="orders", body=b"x"), None, "authentication required"),
     ]
@@ -85,6 +87,7 @@ async def test_accounts_get_what_their_rules_grant_and_nothing_else(secure):
             await _call(master, request, who)
     with pytest.raises(AuthenticationFailed, match=AUTH_FAILED.split(" (")[0]):
         await _call(master, Send(topic="orders", body=b"x"), Credentials("alice", "not-her-secret"))
+    await _call(master, CommitOffset(group="shipping", topic="orders", queue_id=0, offset=1), alice)  # default SUB
     # a refused request changed nothing; the node serves the others as before
     after = await _call(master, Pull(topic="orders", queue_id=sent.queue_id, offset=0), alice)
     assert len(after.messages) == 1
