@@ -92,6 +92,7 @@ class Broker:
         )
         self.offsets = ConsumerOffsetManager(root)
         self.subgroups = SubscriptionGroupManager(root)
+        cfg.check_security_files()
         # aclEnable: logins and permissions on the client port (AclError: the file is wrong)
         self.guard = Guard(cfg.acl_file) if cfg.acl_enable else None
         # tlsMode: TLS on the client port, mutual TLS on the HA port (TlsError: a file is wrong)

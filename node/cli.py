@@ -73,7 +73,7 @@ def _cmd_node_start(args: argparse.Namespace) -> int:
     with recovery_progress_bar() as progress:
         try:  # reads the role and epoch history stored beside the store
             node = Broker(cfg, recovery_progress=progress)
-        except (ConfigFileError, AclError, TlsError) as e:
+        except (ConfigFileError, ConfigError, AclError, TlsError) as e:
             raise UsageError(str(e)) from None
 
         async def serve() -> None:

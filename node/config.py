@@ -184,27 +184,47 @@ class BrokerConfig:
         if problem:
             raise ConfigError(f"{self.source}: {problem}" if self.source else problem)
         self.namesrv_addresses = tuple(parse_address_list(self.namesrv_addr)) if self.namesrv_addr else ()
-        self.credentials = None
-        self.client_tls = None
-        if self.tls.enabled:
-            try:
-                self.client_tls = self.tls.client_context()
-            except TlsError as e:
-                raise ConfigError(f"{self.source}: {e}" if self.source else str(e)) from None
-        if self.access_key is not None and self.secret_key_file is not None:
-            try:
-                self.credentials = Credentials.from_file(self.access_key, self.secret_key_file)
-            except CredentialsError as e:
-                raise ConfigError(f"{self.source}: secretKeyFile: {e}" if self.source else str(e)) from None
 
     namesrv_addresses: tuple[str, ...] = attrs.field(init=False, eq=False, repr=False)
     """namesrvAddr split once, at load: each name server's host:port (empty without one)."""
-    client_tls: ssl.SSLContext | None = attrs.field(init=False, eq=False, repr=False)
-    """With tlsMode on: the TLS context of this node's own connections (name servers, its
-    master, peers), built at load from tlsCaFile, tlsCertFile and tlsKeyFile."""
-    credentials: Credentials | None = attrs.field(init=False, eq=False, repr=False)
-    """The account the node logs in to name servers and peers as (accessKey, the secret
-    read from secretKeyFile at load), or None."""
+    _security_files: dict[str, Any] = attrs.field(init=False, eq=False, repr=False, factory=dict)
+    """What the security files hold, read at first use (`credentials`, `client_tls`): a
+    file names them, and a tool that only reads the config need not have them."""
+
+    @property
+    def credentials(self) -> Credentials | None:
+        """The account the node logs in to name servers and peers as (accessKey, the secret
+        in secretKeyFile), or None; ConfigError when the file cannot be read."""
+        if "credentials" not in self._security_files:
+            credentials = None
+            if self.access_key is not None and self.secret_key_file is not None:
+                try:
+                    credentials = Credentials.from_file(self.access_key, self.secret_key_file)
+                except CredentialsError as e:
+                    raise ConfigError(f"{self.source}: secretKeyFile: {e}" if self.source else str(e)) from None
+            self._security_files["credentials"] = credentials
+        return self._security_files["credentials"]
+
+    def check_security_files(self) -> None:
+        """Read the files the node's own connections need (its secret, its TLS files) now:
+        ConfigError when one cannot be used, at start rather than at the first connection."""
+        self.credentials  # noqa: B018 - read for the error
+        self.client_tls  # noqa: B018
+
+    @property
+    def client_tls(self) -> ssl.SSLContext | None:
+        """With tlsMode on: the TLS context of this node's own connections (name servers, its
+        master, peers), from tlsCaFile, tlsCertFile and tlsKeyFile; ConfigError when a file
+        is wrong."""
+        if "client_tls" not in self._security_files:
+            context = None
+            if self.tls.enabled:
+                try:
+                    context = self.tls.client_context()
+                except TlsError as e:
+                    raise ConfigError(f"{self.source}: {e}" if self.source else str(e)) from None
+            self._security_files["client_tls"] = context
+        return self._security_files["client_tls"]
 
     @property
     def tls(self) -> TlsSettings:
@@ -368,7 +388,7 @@ _CAMEL = {
     "tls_key_file": "tlsKeyFile",
     "tls_ca_file": "tlsCaFile",
 }
-_NOT_KEYS = {"store", "source", "namesrv_addresses", "credentials", "client_tls"}
+_NOT_KEYS = {"store", "source", "namesrv_addresses", "_security_files"}
 _BROKER_FIELDS = {f.name: f for f in attrs.fields(BrokerConfig) if f.name not in _NOT_KEYS}
 _STORE_FIELDS = {f.name: f for f in attrs.fields(StoreConfig)}
 _BROKER_KEYS = [_CAMEL[n] for n in _BROKER_FIELDS]

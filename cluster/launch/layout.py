@@ -39,8 +39,12 @@ def read_layout(conf_dir: str | os.PathLike[str], base_dir: str | os.PathLike[st
             continue
         try:
             cfg = load_config(str(path), base_dir=str(base_dir))
+            cfg.check_security_files()  # a secure layout's files must exist before its nodes start
         except ConfigError as e:
-            raise LayoutError(str(e)) from None
+            hint = ""
+            if cfg_names_secrets(path):
+                hint = f"; a development layout makes them with: tidemq cluster make-secrets {conf_dir}"
+            raise LayoutError(f"{e}{hint}") from None
         records.append(NodeRecord(
             name=name, stage=Stage.MASTER if cfg.role.is_master else Stage.SLAVE,
             role=cfg.role.value, config=str(path), address=cfg.bind_address,
@@ -50,6 +54,14 @@ def read_layout(conf_dir: str | os.PathLike[str], base_dir: str | os.PathLike[st
     if not any(r.stage is not Stage.NAMESRV for r in records):
         raise LayoutError(f"layout {conf} has no broker config files (*.toml, *.properties)")
     return sorted(records, key=lambda r: (r.stage, r.name))
+
+
+def cfg_names_secrets(path: Path) -> bool:
+    """Whether a config file names files under its layout's secrets/ (conf/2m-2s-secure)."""
+    try:
+        return '"secrets/' in path.read_text(encoding="utf-8")
+    except OSError:
+        return False
 
 
 def _namesrv_record(path: Path) -> NodeRecord:

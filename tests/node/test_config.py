@@ -360,10 +360,10 @@ LAYOUTS = sorted(p.name for p in CONF.iterdir() if p.is_dir())
 
 
 def test_layouts_present():
-    assert LAYOUTS == ["1m-1s-dev", "2m-2s-async", "2m-2s-sync", "2m-2s-sync-auto", "2m-noslave"]
+    assert LAYOUTS == ["1m-1s-dev", "2m-2s-async", "2m-2s-secure", "2m-2s-sync", "2m-2s-sync-auto", "2m-noslave"]
     names = {lay: sorted(Path(p).name for p in BROKER_FILES if Path(p).parent.name == lay) for lay in LAYOUTS}
     assert names["2m-2s-sync"] == ["broker-a-s.toml", "broker-a.toml", "broker-b-s.toml", "broker-b.toml"]
-    assert names["2m-2s-async"] == names["2m-2s-sync"] == names["2m-2s-sync-auto"]
+    assert names["2m-2s-async"] == names["2m-2s-sync"] == names["2m-2s-sync-auto"] == names["2m-2s-secure"]
     assert names["2m-noslave"] == ["broker-a.toml", "broker-b.toml"]
     assert names["1m-1s-dev"] == ["broker-a-s.toml", "broker-a.toml"]
 
@@ -384,12 +384,17 @@ def test_every_conf_file_loads(path):
     if name.endswith("-s"):
         assert cfg.role is BrokerRole.SLAVE and cfg.broker_id == 1
     else:
-        expected = {"2m-2s-sync": "SYNC_MASTER", "2m-2s-sync-auto": "SYNC_MASTER", "1m-1s-dev": "SYNC_MASTER"}.get(layout, "ASYNC_MASTER")
+        expected = {"2m-2s-sync": "SYNC_MASTER", "2m-2s-sync-auto": "SYNC_MASTER", "1m-1s-dev": "SYNC_MASTER",
+                    "2m-2s-secure": "SYNC_MASTER"}.get(layout, "ASYNC_MASTER")
         assert cfg.role.value == expected and cfg.broker_id == 0
     namesrv = tomllib.loads((Path(path).parent / "namesrv.toml").read_text())
     assert cfg.namesrv_addr == f"127.0.0.1:{namesrv['listenPort']}"
     if layout == "1m-1s-dev":
         assert cfg.store.mapped_file_size_commit_log == 64 * 1024 * 1024
+    secure = layout == "2m-2s-secure"
+    assert (cfg.acl_enable, cfg.tls_mode) == ((True, "enforcing") if secure else (False, "disabled"))
+    if secure:
+        assert cfg.secret_key_file == str(Path(path).parent / "secrets" / "broker.secret")
 
 
 def _layout_ports(layout: str) -> list[int]:
