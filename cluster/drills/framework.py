@@ -487,8 +487,11 @@ async def run_drill(name: str, *, base_dir: str | None = None, keep: bool = Fals
     if channel_expired_s is not None:
         overrides["channelExpiredTimeout"] = int(channel_expired_s * 1000)
     launcher.copy_layout(layout, conf, overrides={s: overrides for s in stems})
-    if secure:
-        make_dev_secrets(conf)  # launcher.up logs this process in with them
+    saved_env: dict[str, str | None] = {}
+    if secure:  # launcher.up logs this process in with them; member processes read the environment
+        env = make_dev_secrets(conf).env("broker")
+        saved_env = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
     try:
         await trio.to_thread.run_sync(lambda: launcher.up(conf, base))
         state = launcher.load_state(base)
@@ -511,6 +514,11 @@ async def run_drill(name: str, *, base_dir: str | None = None, keep: bool = Fals
             await trio.to_thread.run_sync(lambda: launcher.down(base))
         if secure:  # this process's connections go back to logging in as they did
             forget_layout_secrets()
+            for key, value in saved_env.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
         if not keep and not base_dir:
             shutil.rmtree(base, ignore_errors=True)
 

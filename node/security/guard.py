@@ -142,9 +142,13 @@ class Guard:
             return None
         message = response.get("message")
         topic = message.get("topic") if isinstance(message, dict) else None
-        account = self.acl.accounts.get(session.account)
-        if account is None or topic is None:
+        if topic is None:  # nothing found: nothing shown
             return None
+        account = self.acl.accounts.get(session.account)
+        if account is None:  # removed while the lookup ran: fail closed
+            self.refused += 1
+            return error_response(request.id, Status.NO_PERMISSION,
+                                  f"{request.op}: account {session.account!r} is no longer allowed here")
         need = topic_need(topic, Perm.SUB)  # the same retry/DLQ rule as the ops'
         if need.granted(account):
             return None

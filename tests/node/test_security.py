@@ -241,3 +241,15 @@ def test_spark_options_user_and_secret_file(tmp_path: Path) -> None:
         LiveOptions.from_options({"topic": "T", "namesrv": "127.0.0.1:1", "user": "app"})
     with pytest.raises(ValueError, match="option secretFile: cannot read"):
         LiveOptions.from_options({"topic": "T", "namesrv": "127.0.0.1:1", "user": "app", "secretFile": "/nope"})
+
+
+def test_a_message_looked_up_by_id_needs_sub_on_its_topic(acl_file: Path) -> None:
+    guard = Guard(str(acl_file))
+    session = Session("127.0.0.1")
+    _login(guard, session, "alice", ALICE)
+    lookup = _request(NODE_REQUESTS["get_by_msg_id"], msg_id="7F00000100002A9F0000000000000000")
+    assert guard.screen(session, lookup) is None  # the topic shows only in the answer
+    assert guard.check_answer(session, lookup, {"id": 1, "status": "OK", "message": {"topic": "orders"}}) is None
+    hidden = guard.check_answer(session, lookup, {"id": 1, "status": "OK", "message": {"topic": "payments"}})
+    assert hidden["error"] == "get_by_msg_id: account 'alice' lacks SUB on topic 'payments'"
+    assert "message" not in hidden
