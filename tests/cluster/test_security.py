@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from node.client import AuthenticationFailed, NoPermission, connect
 from node.protocol import CommitOffset, GetStatus, Promote, Pull, Send, TopicCreate
@@ -136,3 +138,64 @@ def test_a_node_with_a_wrong_acl_file_does_not_start(tmp_path):
     err = result.stderr.decode()
     assert result.returncode == 2, err
     assert "acl.toml: account 1 (x): not a SCRAM-SHA-256" in err and "Traceback" not in err
+
+
+async def _raw_login_messages(address: str, credentials: Credentials) -> tuple[str, str]:
+    """Log in by hand and return the client's two SCRAM messages (what an eavesdropper on a
+    plaintext link would record)."""
+    client = credentials.scram_client()
+    async with connect(address, credentials=None) as conn:
+        first_message = client.get_client_first()
+        first = await conn.request("auth_start", message=first_message)
+        client.set_server_first(first["message"])
+        final_message = client.get_client_final()
+        await conn.request("auth_finish", message=final_message)
+    return first_message, final_message
+
+
+async def test_a_recorded_login_replayed_on_a_new_connection_is_refused(secure):
+    master = secure["master"]
+    first_message, final_message = await _raw_login_messages(master, secure["accounts"]["alice"])
+    async with connect(master, credentials=None) as conn:
+        await conn.request("auth_start", message=first_message)  # answered with a fresh server nonce
+        with pytest.raises(NoPermission, match="authentication failed"):
+            await conn.request("auth_finish", message=final_message)
+        with pytest.raises(NoPermission, match="authentication required"):
+            await conn.call(Send(topic="orders", body=b"replayed"))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(first=st.text(min_size=1, max_size=120), final=st.text(min_size=1, max_size=120),
+       garbage=st.dictionaries(st.text(max_size=8).filter(lambda k: k not in ("v", "op", "id")), st.one_of(st.integers(), st.text(max_size=8), st.binary(max_size=8)),
+                               max_size=3))
+def test_fuzzed_login_frames_get_no_internal_error_and_no_access(fuzz_node, first, final, garbage):
+    """Hypothesis frames at a real node with aclEnable (its own, so its failure counter
+    does not rate-limit the other tests): every answer is a clear refusal, never
+    INTERNAL_ERROR, and the connection gets no access."""
+
+    async def attempt() -> list[str]:
+        async with connect(fuzz_node, credentials=None, request_timeout=5.0) as conn:
+            statuses = []
+            for op, message in (("auth_start", first), ("auth_finish", final)):
+                answers = await conn.request_many(op, [{"message": message, **garbage}])
+                answer = answers[0]
+                statuses.append(answer.status if isinstance(answer, Exception) else answer["status"])
+            sent = (await conn.request_many("send", [{"topic": "orders", "body": b"x"}]))[0]
+            statuses.append(sent.status if isinstance(sent, Exception) else sent["status"])
+            return statuses
+
+    statuses = trio.run(attempt)
+    assert "INTERNAL_ERROR" not in statuses, statuses
+    assert set(statuses[:2]) <= {"OK", "BAD_REQUEST", "NO_PERMISSION"}, statuses
+    assert statuses[2] == "NO_PERMISSION", statuses
+
+
+@pytest.fixture(scope="module")
+def fuzz_node(secure, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fuzz")
+    (tmp / "acl.toml").write_text(secure["acl"].read_text())
+    nodes = Nodes()
+    try:
+        yield nodes.start(master_conf(tmp, "f", "ASYNC_MASTER", aclEnable=True)).address
+    finally:
+        nodes.cleanup()
