@@ -25,10 +25,24 @@ class WorkerPythonError(RuntimeError):
 
 
 def worker_python(spark: Any) -> str:
-    """The interpreter Spark starts its Python workers (and the data source's planner)
-    with: `spark.pyspark.python`, else PYSPARK_PYTHON, else the context's default."""
-    conf = spark.sparkContext.getConf()
-    return conf.get("spark.pyspark.python", None) or os.environ.get("PYSPARK_PYTHON") or spark.sparkContext.pythonExec
+    """The interpreter Spark runs a Python data source with (its planner on the driver and
+    its readers and writers on the executors): the SparkContext's `pythonExec`, which
+    PySpark takes from PYSPARK_PYTHON when the context starts (default `python3`) and hands
+    to `spark.dataSource.register`. The `spark.pyspark.python` setting does not reach it in
+    a session built from plain Python (only spark-submit reads it)."""
+    return spark.sparkContext.pythonExec
+
+
+def worker_python_problem(python: str) -> str | None:
+    """Why `python` cannot import tidemq's data source and pyarrow, or None when it can."""
+    found = shutil.which(python) or python
+    if os.path.abspath(found) == os.path.abspath(sys.executable):  # not realpath: a venv's python is a symlink
+        return None
+    try:
+        probe = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=60)
+    except OSError as e:
+        return str(e)
+    return probe.stderr.strip().splitlines()[-1] if probe.returncode else None
 
 
 def check_worker_python(python: str) -> None:
@@ -36,28 +50,36 @@ def check_worker_python(python: str) -> None:
     source and pyarrow (a session whose workers run another Python than this one, the
     usual venv case, otherwise fails at the first read with `No module named ...` deep in
     a JVM traceback)."""
-    found = shutil.which(python) or python
-    if os.path.abspath(found) == os.path.abspath(sys.executable):  # not realpath: a venv's python is a symlink
-        return
-    try:
-        probe = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=60)
-        problem = probe.stderr.strip().splitlines()[-1] if probe.returncode else None
-    except OSError as e:
-        problem = str(e)
+    problem = worker_python_problem(python)
     if problem:
         raise WorkerPythonError(
-            f"Spark starts its Python workers with {python!r}, which cannot load tidemq's data source "
-            f"({problem}); create the session with .config('spark.pyspark.python', {sys.executable!r}) "
-            f"(or PYSPARK_PYTHON={sys.executable} before it starts), or install tidemq[spark] into that Python")
+            f"Spark runs this session's Python data sources with {python!r}, which cannot load tidemq's "
+            f"data source ({problem}); set PYSPARK_PYTHON={sys.executable} (an interpreter with tidemq[spark], "
+            "on every worker) before the session starts, or install tidemq[spark] into that Python")
 
 
 def register(spark: Any) -> None:
-    """Register the `tidemq` format on `spark` (once per session), after checking that its
-    Python workers can load it (WorkerPythonError names the fix when they cannot)."""
+    """Register the `tidemq` format on `spark` (once per session).
+
+    The data source runs with the interpreter `worker_python` names. When that one cannot
+    load it and the session is local (its workers are processes on this machine), the
+    data source is registered with this interpreter instead, which can: the session's own
+    `pythonExec` (and so its UDFs) stays as it was. On a cluster, WorkerPythonError names
+    the fix."""
     from pipeline.source import TidemqDataSource
 
-    check_worker_python(worker_python(spark))
-    spark.dataSource.register(TidemqDataSource)
+    sc = spark.sparkContext
+    python = worker_python(spark)
+    if worker_python_problem(python) is None:
+        spark.dataSource.register(TidemqDataSource)
+        return
+    if not str(sc.master).startswith("local"):
+        check_worker_python(python)  # raises, naming the fix
+    sc.pythonExec = sys.executable  # read once, by the registration below
+    try:
+        spark.dataSource.register(TidemqDataSource)
+    finally:
+        sc.pythonExec = python
 
 
 def local_session(app: str = "tidemq", master: str = "local[2]", **conf: str) -> Any:
@@ -65,7 +87,7 @@ def local_session(app: str = "tidemq", master: str = "local[2]", **conf: str) ->
     registered: what the jobs, tests and benchmark use."""
     from pyspark.sql import SparkSession
 
-    # the JVM starts Python workers (and the data source planner) with PYSPARK_PYTHON:
+    # PySpark hands PYSPARK_PYTHON to the data source's planner and workers (worker_python):
     # make it this interpreter, which has pyarrow and tidemq
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (
@@ -76,7 +98,6 @@ def local_session(app: str = "tidemq", master: str = "local[2]", **conf: str) ->
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.python.worker.reuse", "true")
-        .config("spark.pyspark.python", sys.executable)
     )
     for key, value in conf.items():
         builder = builder.config(key, value)

@@ -19,8 +19,8 @@ def test_a_worker_python_without_the_data_source_is_named_with_the_fix(tmp_path)
     with pytest.raises(WorkerPythonError) as e:
         check_worker_python(python)
     text = str(e.value)
-    assert f"Spark starts its Python workers with {python!r}" in text and "No module named 'pyarrow'" in text
-    assert f".config('spark.pyspark.python', {sys.executable!r})" in text
+    assert f"Spark runs this session's Python data sources with {python!r}" in text
+    assert "No module named 'pyarrow'" in text and f"set PYSPARK_PYTHON={sys.executable}" in text
     with pytest.raises(WorkerPythonError, match="No such file"):
         check_worker_python(str(tmp_path / "no-python"))
     check_worker_python(sys.executable)  # this interpreter has both: no probe, no error
@@ -29,3 +29,23 @@ def test_a_worker_python_without_the_data_source_is_named_with_the_fix(tmp_path)
 def test_the_local_session_runs_its_workers_on_this_python(spark) -> None:
     assert worker_python(spark) == sys.executable
     register(spark)  # again: the check passes (it raised for a bare venv above)
+
+
+def test_a_local_session_whose_python_lacks_tidemq_reads_through_this_one(spark, tmp_path) -> None:
+    """The usual venv case: the session's pythonExec is a Python without tidemq (here a
+    bare venv; `spark.pyspark.python` would not change it). register() gives the data
+    source this interpreter, a read works, and the session's own pythonExec is untouched."""
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
+    sc = spark.sparkContext
+    before = sc.pythonExec
+    sc.pythonExec = str(bare / "bin" / "python")
+    try:
+        register(spark)
+        assert sc.pythonExec == str(bare / "bin" / "python")
+        store = tmp_path / "store"
+        (store / "commitlog").mkdir(parents=True)
+        assert spark.read.format("tidemq").load(str(store)).count() == 0  # planned and read by this Python
+    finally:
+        sc.pythonExec = before
+        register(spark)
