@@ -226,7 +226,7 @@ class Link:
             if kind == "latency":
                 jitter = toxic.attr("jitter")
                 delay = toxic.attr("latency") + (self._rng.uniform(-jitter, jitter) if jitter else 0)
-                await trio.sleep_until(arrival + max(0.0, delay) / 1000)
+                await trio.sleep_until(arrival + max(0.0, delay) / 1000)  # poll-exempt: latency's delay is the toxic
             elif kind == "bandwidth" and toxic.attr("rate") > 0:
                 rate = toxic.attr("rate") * 1000  # bytes per second, Toxiproxy's KB
                 piece = max(1, rate // 10)  # as Toxiproxy: a big chunk goes as 100 ms pieces

@@ -13,9 +13,16 @@ import sys
 
 from store.cli import EXIT_OK, UsageError, handled
 
-from .acl import AclError, Rule, load_acl, parse_perm, perm_text
+from .acl import AclError, load_acl, perm_text
 from .credentials import CredentialsError, read_secret_file
-from .files import DEV_HOSTS, new_secret, put_account, remove_account, write_dev_certs
+from .files import (
+    DEV_HOSTS,
+    check_permissions,
+    new_secret,
+    put_account,
+    remove_account,
+    write_dev_certs,
+)
 
 __all__ = ["add_commands"]
 
@@ -103,11 +110,8 @@ def _secret(args: argparse.Namespace) -> str:
 
 
 def _cmd_add_user(args: argparse.Namespace) -> int:
-    try:  # check every value before asking for the secret or touching a file
-        for perm in (args.default_topic_perm, args.default_group_perm):
-            parse_perm(perm)
-        for rule in [*args.topic_perm, *args.group_perm]:
-            Rule.parse(rule)
+    try:  # check every value before asking for the secret
+        check_permissions((args.default_topic_perm, args.default_group_perm), [*args.topic_perm, *args.group_perm])
     except ValueError as e:
         raise UsageError(str(e)) from None
     try:
@@ -117,7 +121,7 @@ def _cmd_add_user(args: argparse.Namespace) -> int:
             topic_perms=args.topic_perm, group_perms=args.group_perm,
             white_remote_address=args.white_remote_address,
         )
-    except (AclError, ValueError) as e:
+    except AclError as e:
         raise UsageError(str(e)) from None
     print(f"{'updated' if replaced else 'added'} account {args.access_key} in {args.file}")
     return EXIT_OK

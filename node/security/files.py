@@ -16,7 +16,7 @@ import tomlkit
 
 from .acl import Acl, Rule, load_acl, make_verifier, parse_perm
 
-__all__ = ["DEV_HOSTS", "new_secret", "put_account", "remove_account", "write_dev_certs"]
+__all__ = ["DEV_HOSTS", "check_permissions", "new_secret", "put_account", "remove_account", "write_dev_certs"]
 
 DEV_HOSTS = ("127.0.0.1", "::1", "localhost")
 
@@ -58,17 +58,22 @@ def _save(path: str, document: tomlkit.TOMLDocument) -> None:
     _write_private(path, text.encode())
 
 
+def check_permissions(default_perms: Sequence[str], rules: Sequence[str]) -> None:
+    """ValueError naming the first permission (`PUB|SUB`) or rule (`NAME=PERM`) that is not one."""
+    for perm in default_perms:
+        parse_perm(perm)
+    for rule in rules:
+        Rule.parse(rule)
+
+
 def put_account(
     path: str, access_key: str, secret: str, *, admin: bool = False, default_topic_perm: str = "DENY",
     default_group_perm: str = "DENY", topic_perms: Sequence[str] = (), group_perms: Sequence[str] = (),
     white_remote_address: Sequence[str] = (),
 ) -> bool:
     """Add `access_key` to the ACL file at `path` (created if missing), or replace it; True
-    when it replaced one. AclError (or ValueError for a bad permission) changes nothing."""
-    for perm in (default_topic_perm, default_group_perm):
-        parse_perm(perm)
-    for rule in [*topic_perms, *group_perms]:
-        Rule.parse(rule)
+    when it replaced one. AclError (a bad permission among them: the result is checked
+    whole before it is written) changes nothing."""
     document = _read_document(path)
     entry = tomlkit.table()
     entry["accessKey"] = access_key

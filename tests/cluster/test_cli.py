@@ -274,7 +274,7 @@ def test_send_with_a_delay_level_and_properties(cluster):
         if result.returncode == 0:
             found = lines(result)
             break
-        trio.run(trio.sleep, 0.1)
+        trio.run(trio.sleep, 0.1)  # poll: the CLI has no wait-for-delivery
     assert found and found[0]["body"] == "later"
     assert found[0]["properties"]["color"] == "red" and found[0]["properties"]["size"] == "L"
     assert "DELAY" not in found[0]["properties"]  # delivered to the real topic after its delay
