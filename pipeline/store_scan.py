@@ -29,6 +29,7 @@ import datetime as dt
 import glob
 import mmap
 import os
+import struct
 from collections.abc import Iterator
 
 import attrs
@@ -42,6 +43,7 @@ from store.message import (
     COMPILED,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
+    PHYSICAL_OFFSET_POSITION,
     read_store_timestamp,
     read_total_size,
 )
@@ -53,6 +55,7 @@ DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
 _MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
 _CQ_UNIT = np.dtype([("phy", ">i8"), ("size", ">i4"), ("code", ">i8")])
 _INT_MAX = 0x7FFFFFFF
+_I64 = struct.Struct(">q")
 
 
 class StoreReadError(Exception):
@@ -172,13 +175,14 @@ class _Range:
 def _plan_root(root: str, opts: ScanOptions) -> list[StorePartition]:
     segments = iter_segments(root)
     last = last_data_index([path for _, path in segments])
+    queues = _QueueUnits.load(root)
     ranges: list[_Range] = []
     for i, (start, path) in enumerate(segments[: last + 1]):
         try:
             size = os.path.getsize(path)
         except OSError as e:
             raise StoreReadError(f"{path}: cannot read the segment: {e.strerror or e}") from None
-        ranges.extend(_cut_segment(root, path, start, size, i == last, opts))
+        ranges.extend(_cut_segment(root, path, start, size, i == last, opts, queues))
     keep = []
     for j, r in enumerate(ranges):
         after = ranges[j + 1].first_ts if j + 1 < len(ranges) else None
@@ -188,32 +192,76 @@ def _plan_root(root: str, opts: ScanOptions) -> list[StorePartition]:
             continue
         keep.append(r.part)
     if opts.topics:
-        keep = _prune_by_topics(root, keep, opts.topics)
+        keep = _prune_by_topics(keep, opts.topics, queues)
     return keep
 
 
+@attrs.frozen
+class _QueueUnits:
+    """The written ConsumeQueue units of a store, per queue: CommitLog offsets of record
+    starts, read from the queue files without touching the CommitLog."""
+
+    phys: dict[str, list[np.ndarray]]  # topic → per queue, ascending offsets
+    dispatched_end: int  # the furthest CommitLog offset a unit covers; -1 with none
+
+    @classmethod
+    def load(cls, root: str) -> _QueueUnits:
+        phys: dict[str, list[np.ndarray]] = {}
+        end = -1
+        cq_root = os.path.join(root, "consumequeue")
+        for topic in sorted(os.listdir(cq_root)) if os.path.isdir(cq_root) else ():
+            tdir = os.path.join(cq_root, topic)
+            if not os.path.isdir(tdir):
+                continue
+            for qid in sorted(os.listdir(tdir)):
+                units = _queue_units(os.path.join(tdir, qid))
+                if units.size:
+                    offsets = units["phy"].astype(np.int64)
+                    end = max(end, int(offsets[-1]) + int(units["size"][-1]))
+                    phys.setdefault(topic, []).append(offsets)
+        return cls(phys, end)
+
+    def first_at_or_after(self, targets: np.ndarray) -> np.ndarray:
+        """Per target, the smallest unit offset >= it (of any queue); -1 where none is."""
+        best = np.full(len(targets), np.iinfo(np.int64).max, np.int64)
+        for queues in self.phys.values():
+            for offsets in queues:
+                i = np.searchsorted(offsets, targets)
+                found = i < len(offsets)
+                best[found] = np.minimum(best[found], offsets[i[found]])
+        return np.where(best == np.iinfo(np.int64).max, -1, best)
+
+
 def _cut_segment(
-    root: str, path: str, start: int, size: int, last: bool, opts: ScanOptions
+    root: str, path: str, start: int, size: int, last: bool, opts: ScanOptions, queues: _QueueUnits
 ) -> list[_Range]:
     """Ranges of one segment: the whole file, or cuts at record starts every
-    max_partition_bytes; a cut never goes past damage (the reader reports it)."""
+    max_partition_bytes. The cuts come from the ConsumeQueues (each checked to be a record
+    that says it starts there); where they cover no record near a cut, hop from record to
+    record. A cut never goes past damage (the reader reports it)."""
     cuts: list[tuple[int, int | None]] = []
+    step_bytes = opts.max_partition_bytes
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            pos, next_cut = 0, 0
-            while pos + 8 <= size:
-                total, magic = read_total_size(buf, pos)
-                if magic not in _MAGICS or total <= 0 or pos + total > size:
+            if _record_at(buf, 0, start, size):
+                cuts.append((0, _store_ts(buf, 0)))
+            targets = np.arange(step_bytes, size, step_bytes, dtype=np.int64)
+            found = queues.first_at_or_after(targets + start) if len(targets) else targets
+            pos = 0
+            for target, unit in zip(targets.tolist(), found.tolist(), strict=True):
+                if not cuts or target <= pos:
+                    continue
+                cut = unit - start if 0 <= unit - start < size else -1
+                if cut < 0 or not (pos < cut < target + step_bytes and _record_at(buf, cut, start, size)):
+                    cut = _hop(buf, pos, target, size)  # not dispatched there: hop
+                if cut is None:
                     break
-                if pos >= next_cut:
-                    cuts.append((pos, _store_ts(buf, pos, total)))
-                    next_cut = pos + opts.max_partition_bytes
-                    if size - pos <= opts.max_partition_bytes:
-                        break  # the rest fits one partition: no need to hop through it
-                pos += total
+                if cut > pos:
+                    cuts.append((cut, _store_ts(buf, cut)))
+                    pos = cut
     except (OSError, ValueError):
         cuts = []  # unreadable or empty: one partition, whose reader reports it
-    if not cuts:
+    if not cuts or cuts[0][0] != 0:
         cuts = [(0, None)]
     out = []
     for k, (begin, ts) in enumerate(cuts):
@@ -222,39 +270,47 @@ def _cut_segment(
     return out
 
 
-def _store_ts(buf: mmap.mmap, pos: int, total: int) -> int | None:
+def _record_at(buf: mmap.mmap, pos: int, segment_start: int, size: int) -> bool:
+    """Whether a message record that names `pos` as its offset starts at byte `pos`."""
+    if pos + PHYSICAL_OFFSET_POSITION + 8 > size:
+        return False
+    total, magic = read_total_size(buf, pos)
+    return (magic in _MAGICS and 0 < total <= size - pos
+            and _I64.unpack_from(buf, pos + PHYSICAL_OFFSET_POSITION)[0] == segment_start + pos)
+
+
+def _hop(buf: mmap.mmap, pos: int, target: int, size: int) -> int | None:
+    """The first record start at or past `target`, hopping TOTALSIZE by TOTALSIZE from the
+    record at `pos`; None at the segment's end of data or at damage (the reader reports it)."""
+    while pos < target:
+        if pos + 8 > size:
+            return None
+        total, magic = read_total_size(buf, pos)
+        if magic not in _MAGICS or total <= 0 or pos + total > size:
+            return None
+        pos += total
+    return pos if pos + 8 <= size and read_total_size(buf, pos)[1] in _MAGICS else None
+
+
+def _store_ts(buf: mmap.mmap, pos: int) -> int | None:
     try:
-        return read_store_timestamp(buf, pos) if total >= 64 else None
+        return read_store_timestamp(buf, pos) if read_total_size(buf, pos)[0] >= 64 else None
     except Exception:
         return None
 
 
 def _prune_by_topics(
-    root: str, parts: list[StorePartition], topics: frozenset[str]
+    parts: list[StorePartition], topics: frozenset[str], queues: _QueueUnits
 ) -> list[StorePartition]:
     """Drop partitions holding no unit of `topics` below the ConsumeQueues' dispatched end."""
-    cq_root = os.path.join(root, "consumequeue")
-    if not os.path.isdir(cq_root):
+    if queues.dispatched_end < 0:
         return parts
-    wanted: list[np.ndarray] = []
-    dispatched_end = -1
-    for topic in os.listdir(cq_root):
-        tdir = os.path.join(cq_root, topic)
-        if not os.path.isdir(tdir):
-            continue
-        for qid in os.listdir(tdir):
-            units = _queue_units(os.path.join(tdir, qid))
-            if units.size:
-                dispatched_end = max(dispatched_end, int((units["phy"] + units["size"]).max()))
-                if topic in topics:
-                    wanted.append(units["phy"].astype(np.int64))
-    if dispatched_end < 0:
-        return parts
+    wanted = [o for t in topics for o in queues.phys.get(t, ())]
     phys = np.sort(np.concatenate(wanted)) if wanted else np.empty(0, np.int64)
     keep = []
     for p in parts:
         lo, hi = p.segment_start + p.begin, p.segment_start + p.end
-        if hi > dispatched_end and _data_at(p, max(lo, dispatched_end) - p.segment_start):
+        if hi > queues.dispatched_end and _data_at(p, max(lo, queues.dispatched_end) - p.segment_start):
             keep.append(p)  # records the ConsumeQueues do not cover yet: read it
             continue
         i = int(np.searchsorted(phys, lo))
@@ -277,7 +333,7 @@ def _data_at(part: StorePartition, pos: int) -> bool:
 
 
 def _queue_units(qdir: str) -> np.ndarray:
-    """The written units of one queue directory (blank and zero units dropped)."""
+    """The written units of one queue directory, in order (blank and zero units dropped)."""
     chunks = []
     for name in sorted(os.listdir(qdir)):
         if len(name) == 20 and name.isdigit():

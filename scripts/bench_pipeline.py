@@ -1,28 +1,32 @@
-"""`scripts/bench pipeline`: batch-scan rows/s of a >= 2 GiB store on Spark local[2], beside
-the project's single-process decoder in the same run, and streaming end-to-end lag.
+"""`scripts/bench pipeline`: the `tidemq` data source against the floor of PySpark's Python
+Data Source API, in one Spark session, on a generated store of >= 1 GiB; planning; the jobs'
+start; streaming lag. Prints one JSON object with the figures, the ratios and the goals.
 
-Scan: a store of 1 KiB messages (4 topics, keys, tags) is written segment by segment with
-the store's encoder (`store.message.prepare_record` / `record_parts`, BLANK fillers as a
-broker writes them, 1 GiB segments). Then, on the same files:
-- `decoder_1proc`: `store.message.decode_record` (with the CRC check) over every record in
-  this process: the project's own single-process decoder;
-- `scan_1proc`: `pipeline.store_scan.scan` in this process (the same decoder plus Arrow
-  batches: what one Spark task does);
-- `spark`: `spark.read.format("tidemq")` on local[2], every column produced (a Python data
-  source cannot prune columns), aggregated so that every row is read; one cold and one
-  warm run.
-Lag: the 1m-1s-dev layout as real processes; a producer sends at a steady rate while a
-streaming query (default trigger) reads the topic; per row, lag = time its micro-batch
-reached the driver's sink - born timestamp. Prints one JSON object.
+- store: 1 KiB messages (4 topics, 8 queues each, keys, tags) written segment by segment
+  with the store's encoder, BLANK fillers as a broker writes them, 1 GiB segments, and the
+  ConsumeQueues a broker's dispatch would write;
+- `arrow_1proc`: `pipeline.store_scan` turning the whole store into Arrow batches in this
+  process (what one Spark task does), full schema and `includeBody=false`;
+- `planning`: `store_scan.plan` (what the driver's planner runs) on the store and on one
+  `--plan-gib` times as large;
+- `spark`: local[2], `noop` writes of `format("tidemq")` and of `format("tidemq_floor")`
+  (bench/spark_floor.py: the same batches, prebuilt before timing and held in the Python
+  workers' memory), full schema and without bodies; one untimed run each, then `--runs`
+  rounds of the four interleaved, the best counts; rows/s and MB/s of store bytes;
+- `jobs`: `tidemq pipeline stats | audit | export` on a 200-message store, wall clock as a
+  user runs them, beside a process that only starts Spark and runs one trivial query;
+- `streaming_lag`: the 1m-1s-dev layout as real processes; a producer sends at a steady
+  rate while a streaming query reads the topic; lag = micro-batch at the driver - born time.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import mmap
 import os
 import shutil
+import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -31,15 +35,15 @@ from pathlib import Path
 
 import trio
 
+from bench import spark_floor
 from pipeline import local_session, store_scan
-from store import accel, tools
+from store import accel
 from store.message import (
     Message,
-    RecordKind,
-    decode_record,
     encode_blank,
     prepare_record,
     record_parts,
+    tags_code,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,8 +51,11 @@ GiB = 1 << 30
 BODY = 1024
 SEGMENT = GiB
 STORE_HOST = "127.0.0.1:10911"
-AIM_ROWS_PER_S = 1_000_000
-AIM_PER_CORE_RATIO = 1.5
+_UNIT = struct.Struct(">qiq")  # a ConsumeQueue unit
+GOAL_SPARK_RATIO = 0.85
+GOAL_ARROW_ROWS_PER_S = 1_000_000
+GOAL_PLAN_SECONDS = {1: 0.1, 10: 0.5}
+GOAL_JOB_SECONDS = 15.0
 
 
 def write_store(root: Path, total_bytes: int) -> dict:
@@ -60,6 +67,7 @@ def write_store(root: Path, total_bytes: int) -> dict:
     seg_start, pos, written, n = 0, 0, 0, 0
     f = open(cl / f"{seg_start:020d}", "wb")  # noqa: SIM115 (rolled below)
     chunk: list[bytes] = []
+    units: dict[tuple[str, int], list[bytes]] = {}
     base_ts = int(time.time() * 1000) - 3_600_000
     body = bytearray(os.urandom(BODY))
     while written < total_bytes:
@@ -78,6 +86,7 @@ def write_store(root: Path, total_bytes: int) -> dict:
         q = queue_offsets.get((topic, qid), 0)
         queue_offsets[(topic, qid)] = q + 1
         chunk.extend(record_parts(rec, q, seg_start + pos, base_ts + n // 100))
+        units.setdefault((topic, qid), []).append(_UNIT.pack(seg_start + pos, rec.total, tags_code(f"t{n % 3}")))
         pos += rec.total
         written += rec.total
         n += 1
@@ -87,47 +96,94 @@ def write_store(root: Path, total_bytes: int) -> dict:
     f.write(b"".join(chunk))
     f.truncate(SEGMENT)
     f.close()
+    for (topic, qid), queue in units.items():  # one file holds 300,000 units
+        qdir = root / "consumequeue" / topic / str(qid)
+        qdir.mkdir(parents=True, exist_ok=True)
+        for k in range(0, len(queue), 300_000):
+            (qdir / f"{k * _UNIT.size:020d}").write_bytes(b"".join(queue[k:k + 300_000]))
     return {"records": n, "bytes": written, "segments": seg_start // SEGMENT + 1,
             "write_seconds": round(time.perf_counter() - t0, 1)}
 
 
-def bench_decoder(root: Path) -> dict:
-    """`store.message.decode_record` (CRC checked) over every record, segment by segment,
-    in this process: the project's own decoder with nothing around it."""
-    rows = 0
+def store_bytes(root: Path) -> int:
+    return json.loads((root / "bench.json").read_text())["bytes"]
+
+
+def bench_arrow_1proc(root: Path, include_body: bool) -> dict:
+    """The whole store as Arrow batches, in this process."""
+    opts = store_scan.ScanOptions(include_body=include_body)
     t0 = time.perf_counter()
-    for _, path in tools.iter_segments(root):
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            pos = 0
-            while True:
-                d = decode_record(buf, pos, check_crc=True)
-                if d.kind is not RecordKind.MESSAGE:
-                    break
-                rows += 1
-                pos += d.size
+    rows = sum(b.num_rows for b in store_scan.scan([str(root)], opts))
     elapsed = time.perf_counter() - t0
-    return {"rows": rows, "seconds": round(elapsed, 2), "rows_per_s": round(rows / elapsed)}
+    return {"rows": rows, "seconds": round(elapsed, 2), "rows_per_s": round(rows / elapsed),
+            "us_per_row": round(elapsed / rows * 1e6, 3)}
 
 
-def bench_scan_1proc(root: Path) -> dict:
-    t0 = time.perf_counter()
-    rows = sum(b.num_rows for b in store_scan.scan([str(root)], store_scan.ScanOptions()))
-    elapsed = time.perf_counter() - t0
-    return {"rows": rows, "seconds": round(elapsed, 2), "rows_per_s": round(rows / elapsed)}
-
-
-def bench_spark(spark, root: Path) -> dict:
-    from pyspark.sql import functions as F
-
-    df = spark.read.format("tidemq").load(str(root))
-    runs = []
-    for _ in range(2):
+def bench_plan(root: Path, runs: int = 3) -> dict:
+    """`store_scan.plan` as the driver's planner runs it (best of `runs`, page cache warm)."""
+    best, parts = float("inf"), 0
+    for _ in range(runs):
         t0 = time.perf_counter()
-        row = df.agg(F.count("*").alias("rows"), F.sum("size").alias("bytes"),
-                     F.sum(F.length("body")).alias("body_bytes")).collect()[0]
-        elapsed = time.perf_counter() - t0
-        runs.append({"rows": row["rows"], "seconds": round(elapsed, 2), "rows_per_s": round(row["rows"] / elapsed)})
-    return {"partitions": df.rdd.getNumPartitions(), "cold": runs[0], "warm": runs[1]}
+        parts = len(store_scan.plan([str(root)], store_scan.ScanOptions()))
+        best = min(best, time.perf_counter() - t0)
+    return {"store_bytes": store_bytes(root), "partitions": parts, "seconds": round(best, 4)}
+
+
+def bench_spark(spark, root: Path, floor_dir: Path, runs: int) -> dict:
+    """noop writes of the tidemq source and the floor, full schema and without bodies."""
+    cases = {
+        "floor": spark.read.format("tidemq_floor").load(str(floor_dir)),
+        "tidemq": spark.read.format("tidemq").load(str(root)),
+        "floor_null_body": spark.read.format("tidemq_floor").option("nullBody", "true").load(str(floor_dir)),
+        "tidemq_no_body": spark.read.format("tidemq").option("includeBody", "false").load(str(root)),
+    }
+    rows = json.loads((root / "bench.json").read_text())["records"]
+    size = store_bytes(root)
+    for df in cases.values():  # untimed: the JIT, the floor's worker memory
+        df.write.format("noop").mode("overwrite").save()
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(runs):  # interleaved, so that a noisy moment does not fall on one case
+        for name, df in cases.items():
+            t0 = time.perf_counter()
+            df.write.format("noop").mode("overwrite").save()
+            times[name].append(time.perf_counter() - t0)
+    out = {}
+    for name, df in cases.items():
+        best = min(times[name])
+        out[name] = {"partitions": df.rdd.getNumPartitions(), "seconds": round(best, 2),
+                     "runs_seconds": [round(t, 2) for t in times[name]], "rows_per_s": round(rows / best),
+                     "store_mb_per_s": round(size / best / 1e6)}
+    out["ratio_full"] = round(out["tidemq"]["rows_per_s"] / out["floor"]["rows_per_s"], 3)
+    out["ratio_no_body"] = round(out["tidemq_no_body"]["rows_per_s"] / out["floor_null_body"]["rows_per_s"], 3)
+    return out
+
+
+def bench_jobs(work: Path) -> dict:
+    """Wall clock of the three jobs on a 200-message store, as a user runs them, and of a
+    process that only starts a local session and runs one trivial query (Spark's start)."""
+    small = work / "small"
+    if not (small / "bench.json").exists():
+        shutil.rmtree(small, ignore_errors=True)
+        (small / "bench.json").parent.mkdir(parents=True)
+        info = write_store(small, 200 * 1100)
+        (small / "bench.json").write_text(json.dumps(info))
+    tidemq = [sys.executable, "-m", "tidemq"]
+    commands = {
+        "spark_start": [sys.executable, "-c", "from pipeline import local_session\n"
+                        "local_session('start').range(1).count()"],
+        "stats": [*tidemq, "pipeline", "stats", str(small)],
+        "audit": [*tidemq, "pipeline", "audit", str(small), str(small)],
+        "export": [*tidemq, "pipeline", "export", str(small), "--to", str(work / "small-export.parquet")],
+    }
+    out = {}
+    for name, cmd in commands.items():
+        shutil.rmtree(work / "small-export.parquet", ignore_errors=True)
+        t0 = time.perf_counter()
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+        out[name] = {"seconds": round(time.perf_counter() - t0, 1), "exit": done.returncode}
+        if done.returncode:
+            out[name]["stderr_tail"] = done.stderr.strip().splitlines()[-3:]
+    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -197,48 +253,75 @@ def bench_lag(spark, work: Path, rate: int, seconds: float) -> dict:
             "micro_batches": len(batches), "lag_p50_s": pct(0.5), "lag_p99_s": pct(0.99), "lag_max_s": pct(1.0)}
 
 
+def ensure_store(root: Path, gib: float) -> dict:
+    marker = root / "bench.json"
+    if marker.exists() and json.loads(marker.read_text()).get("gib") == gib:
+        return json.loads(marker.read_text())
+    shutil.rmtree(root, ignore_errors=True)
+    store = {**write_store(root, int(gib * GiB)), "gib": gib}
+    marker.write_text(json.dumps(store))
+    return store
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="scripts/bench pipeline", description=__doc__)
-    parser.add_argument("--gib", type=float, default=2.0, help="store size in GiB (default 2)")
-    parser.add_argument("--dir", help="work directory; a store already there is reused (default: temp, removed)")
+    parser = argparse.ArgumentParser(prog="scripts/bench pipeline", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gib", type=float, default=1.0, help="store size in GiB (default 1; at least 1 for the goals)")
+    parser.add_argument("--plan-gib", type=float, default=10.0,
+                        help="a second store, planned only (default 10; 0: skip)")
+    parser.add_argument("--dir", help="work directory; stores already there are reused (default: temp, removed)")
+    parser.add_argument("--runs", type=int, default=3, help="Spark runs per case, the best counts (default 3)")
     parser.add_argument("--rate", type=int, default=200, help="producer rate for the lag run (msgs/s)")
     parser.add_argument("--lag-seconds", type=float, default=10.0, help="duration of the lag run (0: skip)")
+    parser.add_argument("--skip-jobs", action="store_true", help="do not time the three jobs")
     args = parser.parse_args(argv)
     work = Path(args.dir or tempfile.mkdtemp(prefix="tidemq-bench-pipeline-"))
     root = work / "store"
     t0 = time.perf_counter()
     try:
-        marker = root / "bench.json"
-        if marker.exists():
-            store = json.loads(marker.read_text())
-        else:
-            shutil.rmtree(root, ignore_errors=True)
-            store = write_store(root, int(args.gib * GiB))
-            marker.write_text(json.dumps(store))
-        decoder = bench_decoder(root)
-        one = bench_scan_1proc(root)
+        store = ensure_store(root, args.gib)
+        planning = {"store": bench_plan(root)}
+        if args.plan_gib > 0:
+            ensure_store(work / "store-plan", args.plan_gib)
+            planning["large_store"] = bench_plan(work / "store-plan")
+        arrow = {"full": bench_arrow_1proc(root, True), "no_body": bench_arrow_1proc(root, False)}
+        floor_dir = work / "floor"
+        if not floor_dir.exists():
+            spark_floor.prebuild([str(root)], str(floor_dir), store_scan.ScanOptions())
         spark = local_session("tidemq-bench", **{"spark.ui.showConsoleProgress": "false"})
         try:
-            sp = bench_spark(spark, root)
+            spark_floor.register(spark)
+            sp = bench_spark(spark, root, floor_dir, args.runs)
             lag = bench_lag(spark, work, args.rate, args.lag_seconds) if args.lag_seconds > 0 else None
         finally:
             spark.stop()
+        jobs = None if args.skip_jobs else bench_jobs(work)
     finally:
         if not args.dir:
             shutil.rmtree(work, ignore_errors=True)
-    warm = sp["warm"]["rows_per_s"]
-    per_core = warm / 2
+    goals = {
+        "spark_full_vs_floor": _goal(sp["ratio_full"], ">=", GOAL_SPARK_RATIO),
+        "spark_no_body_vs_floor_null_body": _goal(sp["ratio_no_body"], ">=", GOAL_SPARK_RATIO),
+        "arrow_1proc_rows_per_s": _goal(arrow["full"]["rows_per_s"], ">=", GOAL_ARROW_ROWS_PER_S),
+    }
+    for result in planning.values():
+        gib = round(result["store_bytes"] / GiB)
+        if gib in GOAL_PLAN_SECONDS:
+            goals[f"plan_{gib}_gib_seconds"] = _goal(result["seconds"], "<=", GOAL_PLAN_SECONDS[gib])
+    for name in ("stats", "audit", "export"):
+        if jobs:
+            goals[f"job_{name}_seconds"] = _goal(jobs[name]["seconds"], "<=", GOAL_JOB_SECONDS)
     print(json.dumps({
-        "benchmark": "pipeline", "codec": accel.implementation(), "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
-        "message_body_bytes": BODY, "store": store, "decoder_1proc": decoder, "scan_1proc": one, "spark_local2": sp,
-        "aim": {
-            "rows_per_s": AIM_ROWS_PER_S, "measured_rows_per_s": warm, "met_rows_per_s": warm >= AIM_ROWS_PER_S,
-            "spark_per_core_vs_decoder": round(decoder["rows_per_s"] / per_core, 2),
-            "met_within_1_5x_per_core": decoder["rows_per_s"] / per_core <= AIM_PER_CORE_RATIO,
-        },
-        "streaming_lag": lag, "total_seconds": round(time.perf_counter() - t0, 1),
+        "benchmark": "pipeline", "codec": accel.implementation(), "cpus": os.cpu_count(),
+        "load_avg_1m": round(os.getloadavg()[0], 2), "message_body_bytes": BODY, "store": store,
+        "planning": planning, "arrow_1proc": arrow, "spark_local2": sp, "jobs": jobs,
+        "streaming_lag": lag, "goals": goals, "total_seconds": round(time.perf_counter() - t0, 1),
     }, indent=2))
     return 0
+
+
+def _goal(value: float, op: str, aim: float) -> dict:
+    return {"value": value, "goal": f"{op} {aim}", "met": value >= aim if op == ">=" else value <= aim}
 
 
 if __name__ == "__main__":

@@ -20,12 +20,46 @@ def forced_pure() -> bool:
 
 
 def load_compiled() -> ModuleType | None:
-    """store._accel when it was built, else None (whatever TIDEMQ_PURE says)."""
+    """store._accel when it was built, else None (whatever TIDEMQ_PURE says); its CRC is
+    zlib's C function when the library can be found (else zlib.crc32 through Python)."""
     try:
         from store import _accel
     except ImportError:
         return None
+    address = crc32_address()
+    if address:
+        _accel.bind_crc32(address)
     return _accel
+
+
+def crc32_address() -> int | None:
+    """The address of a C CRC32 that answers as zlib.crc32 does: zlib-ng's `zng_crc32` (its
+    Python package's extension exports it; PCLMUL/VPCLMUL, several times zlib's speed), else
+    zlib's `crc32` in the libz Python's zlib module loads; each is checked on a probe.
+    None when neither is found (store._accel then calls zlib.crc32 through Python)."""
+    import ctypes
+    import ctypes.util
+    import zlib
+
+    places = [("libz.so.1", "crc32"), (ctypes.util.find_library("z"), "crc32")]
+    try:
+        from zlib_ng import zlib_ng
+
+        places.insert(0, (zlib_ng.__file__, "zng_crc32"))
+    except ImportError:
+        pass
+    probe = b"tidemq crc probe " * 5
+    for library, symbol in places:
+        if not library:
+            continue
+        try:
+            fn = getattr(ctypes.CDLL(library), symbol)
+        except (OSError, AttributeError):
+            continue
+        fn.restype, fn.argtypes = ctypes.c_ulong, (ctypes.c_ulong, ctypes.c_char_p, ctypes.c_uint)
+        if fn(0, probe, len(probe)) & 0xFFFFFFFF == zlib.crc32(probe):
+            return ctypes.cast(fn, ctypes.c_void_p).value
+    return None
 
 
 COMPILED: ModuleType | None = None if forced_pure() else load_compiled()

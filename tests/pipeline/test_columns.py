@@ -113,3 +113,23 @@ def test_a_partition_reads_the_same_with_and_without_columns(tmp_path, monkeypat
     assert fast == rows()
     assert len(fast) == 41 and [r["_corrupt"] is not None for r in fast].count(True) == 2
     assert pa.types.is_map(store_scan.BatchBuilder(permissive=True).schema.field("properties").type)
+
+
+@pytest.mark.parametrize("first_null", [0, 3, 8, 11, 16])
+def test_validity_bits_start_at_the_first_null(first_null):
+    """A text column carries no validity bits until a null comes; then every row before it
+    counts as valid and later rows get their own bit (tags: null where a record has none)."""
+    seg = b""
+    for i in range(30):
+        tags = None if i == first_null or i % 7 == 6 and i > first_null else f"t{i}"
+        buf = encode_record(Message("T", bytes([i]) * 20, tags=tags), "127.0.0.1:1", MAX_MESSAGE_SIZE)
+        patch_record(buf, i, len(seg), 1000 + i)
+        seg += bytes(buf)
+    pos, n, cols = COMPILED.scan_columns(seg, 0, len(seg), 0, 100, verify_crc=True, include_body=True,
+                                         topics=None, start_time=None, end_time=None)
+    assert n == 30 and cols["topic"][0] is None, "no nulls: no validity buffer"
+    check(seg, 0, 0, 100, verify_crc=True, include_body=True, topics=None, start_time=None, end_time=None)
+    batch = batch_from_columns(BatchBuilder().schema, n, cols, "src", verify_crc=True)
+    tags = batch.column("tags").to_pylist()
+    assert [i for i, t in enumerate(tags) if t is None] == [
+        i for i in range(30) if i == first_null or i % 7 == 6 and i > first_null]

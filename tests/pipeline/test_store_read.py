@@ -199,6 +199,77 @@ def test_topic_pruning_through_the_consume_queue(tmp_path):
     assert len(store_scan.plan([str(root)], ScanOptions(topics=frozenset({"Nobody"})))) == 0
 
 
+def _real_store(root: Path, count: int = 600) -> None:
+    """A store written by the store itself: CommitLog, ConsumeQueues from its dispatch."""
+    import trio
+
+    from store import StoreConfig, open_store
+
+    async def fill():
+        cfg = StoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=64 * 1024,
+                          mapped_file_size_consume_queue=20 * 400, max_hash_slot_num=53, max_index_num=40)
+        async with open_store(cfg) as s:
+            for i in range(count):
+                r = await s.put_message(Message(f"T{i % 3}", bytes([i % 256]) * (40 + i % 300), queue_id=i % 4))
+                assert r.ok
+            last = count - 1  # dispatched: the last message's unit is in its queue
+            same_queue = sum(1 for i in range(last) if i % 3 == last % 3 and i % 4 == last % 4)
+            assert await s.wait_for_message(f"T{last % 3}", last % 4, same_queue, timeout=5)
+
+    trio.run(fill)
+
+
+def _record_starts(root: Path) -> set[int]:
+    return {r["offset"] for r in tools.dump(str(root)) if "topic" in r}
+
+
+def _read_once(root: Path, parts: list, opts: ScanOptions) -> list[int]:
+    seen = []
+    for p in parts:
+        for batch in store_scan.read_partition(p, opts):
+            seen.extend(batch.column("commitlog_offset").to_pylist())
+    return seen
+
+
+def test_cuts_come_from_the_consume_queues_and_match_hopping(tmp_path):
+    """Partition cuts inside a segment are found through the ConsumeQueue units (no walk of
+    the CommitLog); without ConsumeQueues the planner hops record by record and cuts at the
+    same places. Either way every record is read exactly once."""
+    import shutil
+
+    root = tmp_path / "real"
+    _real_store(root)
+    starts = _record_starts(root)
+    opts = ScanOptions(max_partition_bytes=6000)
+    from_queues = store_scan.plan([str(root)], opts)
+    assert len(from_queues) > 3 * len({p.path for p in from_queues})
+    assert all(p.segment_start + p.begin in starts for p in from_queues)
+    assert sorted(_read_once(root, from_queues, opts)) == sorted(starts)
+    shutil.rmtree(root / "consumequeue")
+    assert store_scan.plan([str(root)], opts) == from_queues
+
+
+def test_a_consume_queue_unit_that_is_no_record_start_is_not_trusted(tmp_path):
+    """A unit pointing into the middle of a record (a stale or damaged ConsumeQueue) is
+    checked against the CommitLog and not used as a cut: the planner hops there instead."""
+    root = tmp_path / "real"
+    _real_store(root)
+    starts = _record_starts(root)
+    opts = ScanOptions(max_partition_bytes=6000)
+    good = store_scan.plan([str(root)], opts)
+    for qdir in (root / "consumequeue").glob("*/*"):  # every unit of every queue 3 bytes on
+        for f in qdir.iterdir():
+            data = bytearray(f.read_bytes())
+            for at in range(0, len(data) - 19, 20):
+                phy = int.from_bytes(data[at:at + 8], "big", signed=True)
+                if phy > 0:
+                    data[at:at + 8] = (phy + 3).to_bytes(8, "big", signed=True)
+            f.write_bytes(bytes(data))
+    parts = store_scan.plan([str(root)], opts)
+    assert parts == good
+    assert sorted(_read_once(root, parts, opts)) == sorted(starts)
+
+
 # ---------------------------------------------------------------------------------------
 # bad files: a clear error naming file and offset, or a _corrupt row; never a silent skip
 

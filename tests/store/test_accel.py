@@ -1,7 +1,7 @@
 """The compiled accelerator (store/_accel.pyx) against the pure-Python reference: identical
 parses of valid, v2, blank, torn, zeroed, CRC-bad and garbage records, identical dispatch
-requests and identical scan rows, for any input hypothesis finds. Encoding stays pure
-Python (the accelerator has no encoder), so on-disk bytes cannot differ."""
+requests and identical scan rows, for any input hypothesis finds; and its C CRC32 (zlib-ng's
+or libz's, bound at import) against zlib's."""
 
 from __future__ import annotations
 
@@ -44,6 +44,25 @@ def test_the_accelerator_is_built():
 
 
 @pytest.mark.slow
+@needs_compiled
+@SETTINGS
+@given(body=st.binary(max_size=5000))
+def test_the_c_crc_answers_as_zlib(body):
+    """The accelerator calls a C CRC32 found at import (zlib-ng's, else libz's) or, unbound,
+    zlib.crc32 through Python: each gives the store's CRC (zlib's, masked to 31 bits)."""
+    import zlib
+
+    assert accel.crc32_address() is not None, "zlib-ng (a dependency) or libz should be found"
+    want = zlib.crc32(body) & 0x7FFFFFFF
+    msg = message.Message("T", body)
+    assert COMPILED.prepare_record(msg, "127.0.0.1:1", MAX_MESSAGE_SIZE).body_crc == want
+    COMPILED.bind_crc32(0)
+    try:
+        assert COMPILED.prepare_record(msg, "127.0.0.1:1", MAX_MESSAGE_SIZE).body_crc == want
+    finally:
+        COMPILED.bind_crc32(accel.crc32_address())
+
+
 def test_tidemq_pure_forces_the_pure_codec():
     env = dict(os.environ, TIDEMQ_PURE="1")
     code = ("from store import accel, message, record_rows, segment_walker; "
