@@ -13,6 +13,8 @@ testable without a JVM.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
@@ -34,8 +36,38 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from node.client import TidemqError
 from pipeline import live, sink, store_scan
 from pipeline.schema import ddl
+from store.tools import StoreToolError
+
+_EXPECTED = (store_scan.StoreReadError, StoreToolError, ValueError, TidemqError, sink.WriteFailed)
+"""Errors whose message says all there is (file, offset, what is wrong; a bad option; the
+node's refusal): a traceback adds nothing for the user."""
+
+
+@contextlib.contextmanager
+def _message_first() -> Iterator[None]:
+    """Let tidemq's message open the error Spark shows.
+
+    PySpark's Python worker reports an error as its traceback with the message last, and
+    Spark prefixes that text (`An exception was thrown from the Python worker:`,
+    `[PYTHON_DATA_SOURCE_ERROR] ...:`). For the expected errors, ask the worker for the
+    message alone (its `SPARK_HIDE_TRACEBACK`, read when it reports), so the text after
+    Spark's prefix starts with `StoreReadError: <file>: at CommitLog offset N ...`. Only
+    inside a Spark worker (it has PYTHON_WORKER_FACTORY_SECRET), which exits after
+    reporting: nothing else it runs is affected. Other errors keep their traceback."""
+    try:
+        yield
+    except _EXPECTED:
+        if "PYTHON_WORKER_FACTORY_SECRET" in os.environ:
+            os.environ["SPARK_HIDE_TRACEBACK"] = "1"
+        raise
+
+
+def _message_first_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    with _message_first():
+        yield from batches
 
 
 class _Partition(InputPartition):
@@ -58,19 +90,22 @@ class TidemqDataSource(DataSource):
         return ddl(permissive)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        if self._live():
-            return LiveReader(dict(self.options))
-        return StoreReader(dict(self.options))
+        with _message_first():
+            if self._live():
+                return LiveReader(dict(self.options))
+            return StoreReader(dict(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        if not self._live():
-            raise ValueError("a tidemq stream reads a live cluster: give option namesrv or brokers")
-        return LiveStreamReader(dict(self.options))
+        with _message_first():
+            if not self._live():
+                raise ValueError("a tidemq stream reads a live cluster: give option namesrv or brokers")
+            return LiveStreamReader(dict(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        if overwrite:
-            raise ValueError("a message store is append-only: use .mode('append')")
-        return TidemqWriter(sink.WriteOptions.from_options(dict(self.options)))
+        with _message_first():
+            if overwrite:
+                raise ValueError("a message store is append-only: use .mode('append')")
+            return TidemqWriter(sink.WriteOptions.from_options(dict(self.options)))
 
 
 class StoreReader(DataSourceReader):
@@ -82,12 +117,13 @@ class StoreReader(DataSourceReader):
         self.roots = store_scan.expand_paths(path.strip("[]").replace('"', ""))
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [_Partition(p) for p in store_scan.plan(self.roots, self.opts)]
+        with _message_first():
+            return [_Partition(p) for p in store_scan.plan(self.roots, self.opts)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if getattr(partition, "value", None) is None:  # Spark reads once when nothing is planned
             return iter(())
-        return store_scan.read_partition(partition.value, self.opts)
+        return _message_first_batches(store_scan.read_partition(partition.value, self.opts))
 
 
 class LiveReader(DataSourceReader):
@@ -95,9 +131,10 @@ class LiveReader(DataSourceReader):
         self.opts = live.LiveOptions.from_options(options)
 
     def partitions(self) -> Sequence[InputPartition]:
-        start = live.resolve_offsets(self.opts, self.opts.starting, "startingOffsets")
-        end = live.resolve_offsets(self.opts, self.opts.ending, "endingOffsets")
-        return [_Partition(r) for r in live.ranges(start, end)]
+        with _message_first():
+            start = live.resolve_offsets(self.opts, self.opts.starting, "startingOffsets")
+            end = live.resolve_offsets(self.opts, self.opts.ending, "endingOffsets")
+            return [_Partition(r) for r in live.ranges(start, end)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read_live(self.opts, partition)
@@ -151,7 +188,8 @@ class LiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 def _read_live(opts: live.LiveOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if getattr(partition, "value", None) is None:  # Spark reads once when nothing is planned
         return iter(())
-    return live.read_range(opts, partition.value, opts.namesrv or ",".join(opts.brokers or ()))
+    return _message_first_batches(
+        live.read_range(opts, partition.value, opts.namesrv or ",".join(opts.brokers or ())))
 
 
 class _Report(WriterCommitMessage):
@@ -166,7 +204,8 @@ class TidemqWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         ctx = TaskContext.get()
         partition = ctx.partitionId() if ctx is not None else 0
-        return _Report(sink.write_partition(self.opts, partition, iterator))
+        with _message_first():
+            return _Report(sink.write_partition(self.opts, partition, iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Every task's sends are stored already; nothing left to do."""

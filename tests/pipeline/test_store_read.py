@@ -284,7 +284,10 @@ def test_torn_tail_fails_naming_the_file_and_offset(spark, store):
     assert "torn record" in str(e.value)
     with pytest.raises(Exception) as e:
         spark.read.format("tidemq").load(str(store.root)).count()
-    assert str(seg) in str(e.value) and f"offset {last.offset + last.size}" in str(e.value)
+    # after Spark's own first line, tidemq's message, not a traceback
+    assert str(e.value).splitlines()[1].startswith(
+        f"pipeline.store_scan.StoreReadError: {seg}: at CommitLog offset {last.offset + last.size}"), str(e.value)
+    assert "Traceback" not in str(e.value)
 
 
 def test_permissive_reports_the_bad_range_and_keeps_the_rest(spark, store):
@@ -330,6 +333,13 @@ def test_a_segment_that_vanished_after_planning_is_an_error(tmp_path):
         list(store_scan.read_partition(part, ScanOptions()))
     [row] = [r for b in store_scan.read_partition(part, ScanOptions(permissive=True)) for r in b.to_pylist()]
     assert "cannot open" in row["_corrupt"] and row["commitlog_offset"] == 0
+
+
+def test_a_bad_option_fails_planning_with_its_message_first(spark, store):
+    with pytest.raises(Exception) as e:
+        spark.read.format("tidemq").option("mode", "DROPMALFORMED").load(str(store.root)).count()
+    assert "reader: ValueError: mode must be FAILFAST or PERMISSIVE, got 'DROPMALFORMED'" in str(e.value)
+    assert "Traceback" not in str(e.value)
 
 
 def test_bad_options_are_clear_errors():
