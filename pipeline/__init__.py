@@ -84,7 +84,8 @@ def register(spark: Any) -> None:
 
 def local_session(app: str = "tidemq", master: str = "local[2]", **conf: str) -> Any:
     """A local SparkSession on the loopback interface with the UI off and `tidemq`
-    registered: what the jobs, tests and benchmark use."""
+    registered: what the jobs, tests and benchmark use. Its JVM maps Spark's classes from
+    a class-data-sharing archive once one is built (pipeline.spark_cds)."""
     from pyspark.sql import SparkSession
 
     # PySpark hands PYSPARK_PYTHON to the data source's planner and workers (worker_python):
@@ -98,7 +99,14 @@ def local_session(app: str = "tidemq", master: str = "local[2]", **conf: str) ->
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.python.worker.reuse", "true")
+        # executors fork their Python workers with tidemq's data source already imported
+        .config("spark.python.daemon.module", "pipeline.daemon")
     )
+    from pipeline import spark_cds
+
+    cds = spark_cds.java_options()  # the driver JVM's classes from an archive (spark_cds)
+    if cds:
+        conf = {**conf, "spark.driver.extraJavaOptions": f"{conf.get('spark.driver.extraJavaOptions', '')} {cds}".strip()}
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

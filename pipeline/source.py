@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -36,14 +38,26 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from node.client import TidemqError
-from pipeline import live, sink, store_scan
+from pipeline import store_scan
 from pipeline.schema import ddl
 from store.tools import StoreToolError
 
-_EXPECTED = (store_scan.StoreReadError, StoreToolError, ValueError, TidemqError, sink.WriteFailed)
-"""Errors whose message says all there is (file, offset, what is wrong; a bad option; the
-node's refusal): a traceback adds nothing for the user."""
+if TYPE_CHECKING:
+    from pipeline import live, sink
+
+# live reads and writes import the cluster client (trio, the node's codec, SCRAM): only
+# when used, so that a store read's planners and workers start without them
+
+
+def _expected_errors() -> tuple[type[BaseException], ...]:
+    """Errors whose message says all there is (file, offset, what is wrong; a bad option;
+    the node's refusal; a failed write): a traceback adds nothing for the user."""
+    errors: list[type[BaseException]] = [store_scan.StoreReadError, StoreToolError, ValueError]
+    if (client := sys.modules.get("node.client")) is not None:
+        errors.append(client.TidemqError)
+    if (writer := sys.modules.get("pipeline.sink")) is not None:
+        errors.append(writer.WriteFailed)
+    return tuple(errors)
 
 
 @contextlib.contextmanager
@@ -59,8 +73,8 @@ def _message_first() -> Iterator[None]:
     reporting: nothing else it runs is affected. Other errors keep their traceback."""
     try:
         yield
-    except _EXPECTED:
-        if "PYTHON_WORKER_FACTORY_SECRET" in os.environ:
+    except Exception as e:
+        if isinstance(e, _expected_errors()) and "PYTHON_WORKER_FACTORY_SECRET" in os.environ:
             os.environ["SPARK_HIDE_TRACEBACK"] = "1"
         raise
 
@@ -105,6 +119,8 @@ class TidemqDataSource(DataSource):
         with _message_first():
             if overwrite:
                 raise ValueError("a message store is append-only: use .mode('append')")
+            from pipeline import sink
+
             return TidemqWriter(sink.WriteOptions.from_options(dict(self.options)))
 
 
@@ -128,9 +144,13 @@ class StoreReader(DataSourceReader):
 
 class LiveReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
+        from pipeline import live
+
         self.opts = live.LiveOptions.from_options(options)
 
     def partitions(self) -> Sequence[InputPartition]:
+        from pipeline import live
+
         with _message_first():
             start = live.resolve_offsets(self.opts, self.opts.starting, "startingOffsets")
             end = live.resolve_offsets(self.opts, self.opts.ending, "endingOffsets")
@@ -144,11 +164,15 @@ class LiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets are `{brokerName: {queueId: next offset}}`; a micro-batch reads [start, end)."""
 
     def __init__(self, options: dict[str, str]) -> None:
+        from pipeline import live
+
         self.opts = live.LiveOptions.from_options(options, streaming=True)
         self._initial: live.Offsets | None = None
         self._until: live.Offsets | None = None  # availableNow: the end fixed at its start
 
     def initialOffset(self) -> dict:
+        from pipeline import live
+
         if self._initial is None:  # Spark asks several times: answer the same
             self._initial = live.resolve_offsets(self.opts, self.opts.starting, "startingOffsets")
         return self._initial
@@ -159,9 +183,13 @@ class LiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
+        from pipeline import live
+
         self._until = live.latest_offsets(self.opts)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        from pipeline import live
+
         latest = self._until if self._until is not None else live.latest_offsets(self.opts)
         # never behind start (a slave answering while its master is down may lag)
         end = {b: {q: max(o, start.get(b, {}).get(q, 0)) for q, o in qs.items()} for b, qs in latest.items()}
@@ -176,6 +204,8 @@ class LiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        from pipeline import live
+
         return [_Partition(r) for r in live.ranges(start, end)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -186,6 +216,8 @@ class LiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 def _read_live(opts: live.LiveOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    from pipeline import live
+
     if getattr(partition, "value", None) is None:  # Spark reads once when nothing is planned
         return iter(())
     return _message_first_batches(
@@ -204,6 +236,8 @@ class TidemqWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         ctx = TaskContext.get()
         partition = ctx.partitionId() if ctx is not None else 0
+        from pipeline import sink
+
         with _message_first():
             return _Report(sink.write_partition(self.opts, partition, iterator))
 

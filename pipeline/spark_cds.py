@@ -1,0 +1,144 @@
+"""A class-data-sharing archive of Spark's JVM classes, so a local session starts in about
+half the time (measured here: 6.7 → 4.7 s to a session, 15 → 12.6 s to the first result of
+a small job).
+
+A JVM spends most of a short Spark job loading and verifying the same ~20,000 classes
+from Spark's jars. Java's dynamic CDS (`-XX:ArchiveClassesAtExit`, then
+`-XX:SharedArchiveFile`) keeps them parsed in a file that later JVMs map. The first local
+session on a machine runs without it and starts a background process that builds it (a
+session that reads a tiny store and writes Parquet, so the classes jobs use are in it);
+every session after finds it. The archive lives under `~/.cache/tidemq/spark-cds/`
+(~170 MB), named for the Java and PySpark it was built with, and is written under a
+temporary name and renamed only once its JVM has exited cleanly. A JVM that cannot use it
+(other jars, another Java) ignores it. `TIDEMQ_SPARK_CDS=0` turns it off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ENV = "TIDEMQ_SPARK_CDS"
+_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a mismatched archive is ignored silently
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no")
+
+
+def archive_path() -> Path:
+    """The archive for this Java and this PySpark (another pair gets another file)."""
+    import pyspark
+
+    java = shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin")) if os.environ.get(
+        "JAVA_HOME") else shutil.which("java")
+    real = os.path.realpath(java) if java else "no-java"
+    stamp = f"{real}:{os.stat(real).st_mtime_ns if java else 0}:{pyspark.__version__}:{pyspark.__file__}"
+    key = hashlib.sha256(stamp.encode()).hexdigest()[:16]
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "tidemq" / "spark-cds" / f"spark-{pyspark.__version__}-{key}.jsa"
+
+
+def java_options() -> str:
+    """JVM options for a local session's driver: use the archive when it is there; else
+    start building it in the background and use none this time."""
+    if not enabled():
+        return ""
+    try:
+        path = archive_path()
+    except OSError:
+        return ""
+    if path.is_file():
+        return f"-XX:SharedArchiveFile={path} -Xshare:auto {_QUIET}"
+    _start_build(path)
+    return ""
+
+
+def _start_build(path: Path) -> None:
+    """`python -m pipeline.spark_cds PATH` detached, unless one is already building it."""
+    lock = path.with_suffix(".building")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if lock.exists() and _alive(lock):
+            return
+        lock.write_text("")
+        with open(os.devnull, "wb") as null:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "pipeline.spark_cds", str(path)],
+                stdin=subprocess.DEVNULL, stdout=null, stderr=null, start_new_session=True,
+                env={**os.environ, ENV: "0"})
+        lock.write_text(str(proc.pid))
+    except OSError:
+        return  # no cache directory: sessions simply start without the archive
+
+
+def _alive(lock: Path) -> bool:
+    import psutil
+
+    try:
+        pid = int(lock.read_text() or "0")
+    except (OSError, ValueError):
+        return False
+    return pid > 0 and psutil.pid_exists(pid)
+
+
+def build(path: Path) -> bool:
+    """Build the archive at `path` (in this process's JVM's exit); True when it is there."""
+    from pipeline import local_session
+
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    work = Path(tempfile.mkdtemp(prefix="tidemq-cds-"))
+    try:
+        spark = local_session("tidemq-cds", **{
+            "spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={tmp} {_QUIET}",
+            "spark.ui.showConsoleProgress": "false"})
+        _exercise(spark, work)
+        gateway = spark.sparkContext._gateway
+        spark.stop()
+        gateway.shutdown()
+        proc = gateway.proc
+        proc.stdin.close()  # the JVM exits when its stdin closes, writing the archive
+        code = proc.wait(timeout=300)
+        if code == 0 and tmp.is_file() and tmp.stat().st_size > 0:
+            os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        shutil.rmtree(work, ignore_errors=True)
+    return path.is_file()
+
+
+def _exercise(spark: object, work: Path) -> None:
+    """Read a small store, aggregate, write Parquet: the classes tidemq's jobs load."""
+    from pyspark.sql import functions as F
+
+    from store.message import Message, encode_record, patch_record
+
+    seg = bytearray()
+    for i in range(20):
+        rec = encode_record(Message(f"T{i % 2}", b"x" * 64, tags="t", keys=[f"k{i}"]), "127.0.0.1:1", 1 << 20)
+        patch_record(rec, i, len(seg), 1_700_000_000_000 + i)
+        seg += rec
+    (work / "store" / "commitlog").mkdir(parents=True)
+    (work / "store" / "commitlog" / f"{0:020d}").write_bytes(bytes(seg) + bytes(4096))
+    df = spark.read.format("tidemq").load(str(work / "store"))  # type: ignore[attr-defined]
+    df.groupBy("topic").agg(F.count("*"), F.sum("size"), F.min("store_time")).collect()
+    df.select("topic", F.explode("keys")).groupBy("topic").count().orderBy("topic").collect()
+    df.write.mode("overwrite").parquet(str(work / "out.parquet"))
+    df.withColumn("body", F.base64("body")).write.mode("overwrite").json(str(work / "out.json"))
+
+
+if __name__ == "__main__":
+    target = Path(sys.argv[1])
+    try:
+        ok = build(target)
+    finally:
+        with contextlib.suppress(OSError):
+            target.with_suffix(".building").unlink()
+    sys.exit(0 if ok else 1)
