@@ -15,17 +15,15 @@ temporary name and renamed only once its JVM has exited cleanly. A JVM that cann
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ENV = "TIDEMQ_SPARK_CDS"
-_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a mismatched archive is ignored silently
+QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a mismatched archive is ignored silently
 
 
 def enabled() -> bool:
@@ -55,13 +53,13 @@ def java_options() -> str:
     except OSError:
         return ""
     if path.is_file():
-        return f"-XX:SharedArchiveFile={path} -Xshare:auto {_QUIET}"
+        return f"-XX:SharedArchiveFile={path} -Xshare:auto {QUIET}"
     _start_build(path)
     return ""
 
 
 def _start_build(path: Path) -> None:
-    """`python -m pipeline.spark_cds PATH` detached, unless one is already building it."""
+    """`python -m pipeline.spark_cds_build PATH` detached, unless one is already building it."""
     lock = path.with_suffix(".building")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -70,7 +68,7 @@ def _start_build(path: Path) -> None:
         lock.write_text("")
         with open(os.devnull, "wb") as null:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "pipeline.spark_cds", str(path)],
+                [sys.executable, "-m", "pipeline.spark_cds_build", str(path)],
                 stdin=subprocess.DEVNULL, stdout=null, stderr=null, start_new_session=True,
                 env={**os.environ, ENV: "0"})
         lock.write_text(str(proc.pid))
@@ -86,59 +84,3 @@ def _alive(lock: Path) -> bool:
     except (OSError, ValueError):
         return False
     return pid > 0 and psutil.pid_exists(pid)
-
-
-def build(path: Path) -> bool:
-    """Build the archive at `path` (in this process's JVM's exit); True when it is there."""
-    from pipeline import local_session
-
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    work = Path(tempfile.mkdtemp(prefix="tidemq-cds-"))
-    try:
-        spark = local_session("tidemq-cds", **{
-            "spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={tmp} {_QUIET}",
-            "spark.ui.showConsoleProgress": "false"})
-        _exercise(spark, work)
-        gateway = spark.sparkContext._gateway
-        spark.stop()
-        gateway.shutdown()
-        proc = gateway.proc
-        proc.stdin.close()  # the JVM exits when its stdin closes, writing the archive
-        code = proc.wait(timeout=300)
-        if code == 0 and tmp.is_file() and tmp.stat().st_size > 0:
-            os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        shutil.rmtree(work, ignore_errors=True)
-    return path.is_file()
-
-
-def _exercise(spark: object, work: Path) -> None:
-    """Read a small store, aggregate, write Parquet: the classes tidemq's jobs load."""
-    from pyspark.sql import functions as F
-
-    from store.message import Message, encode_record, patch_record
-
-    seg = bytearray()
-    for i in range(20):
-        rec = encode_record(Message(f"T{i % 2}", b"x" * 64, tags="t", keys=[f"k{i}"]), "127.0.0.1:1", 1 << 20)
-        patch_record(rec, i, len(seg), 1_700_000_000_000 + i)
-        seg += rec
-    (work / "store" / "commitlog").mkdir(parents=True)
-    (work / "store" / "commitlog" / f"{0:020d}").write_bytes(bytes(seg) + bytes(4096))
-    df = spark.read.format("tidemq").load(str(work / "store"))  # type: ignore[attr-defined]
-    df.groupBy("topic").agg(F.count("*"), F.sum("size"), F.min("store_time")).collect()
-    df.select("topic", F.explode("keys")).groupBy("topic").count().orderBy("topic").collect()
-    df.write.mode("overwrite").parquet(str(work / "out.parquet"))
-    df.withColumn("body", F.base64("body")).write.mode("overwrite").json(str(work / "out.json"))
-
-
-if __name__ == "__main__":
-    target = Path(sys.argv[1])
-    try:
-        ok = build(target)
-    finally:
-        with contextlib.suppress(OSError):
-            target.with_suffix(".building").unlink()
-    sys.exit(0 if ok else 1)

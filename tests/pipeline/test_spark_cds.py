@@ -50,7 +50,7 @@ def test_a_jvm_ignores_an_archive_it_cannot_use(tmp_path):
     """Another Java's archive, or a damaged one: the JVM starts without it, silently."""
     bad = tmp_path / "bad.jsa"
     bad.write_bytes(b"\0" * 4096)
-    out = subprocess.run(["java", *f"-XX:SharedArchiveFile={bad} -Xshare:auto {spark_cds._QUIET}".split(),
+    out = subprocess.run(["java", *f"-XX:SharedArchiveFile={bad} -Xshare:auto {spark_cds.QUIET}".split(),
                           "-version"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "cds" not in (out.stdout + out.stderr).lower()

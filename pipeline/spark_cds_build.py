@@ -1,0 +1,68 @@
+"""Builds the class-data-sharing archive pipeline.spark_cds names: `python -m
+pipeline.spark_cds_build PATH`, started in the background by the first local session."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from pipeline import local_session
+from pipeline.spark_cds import QUIET
+
+
+def build(path: Path) -> bool:
+    """Build the archive at `path` (in this process's JVM's exit); True when it is there."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    work = Path(tempfile.mkdtemp(prefix="tidemq-cds-"))
+    try:
+        spark = local_session("tidemq-cds", **{
+            "spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={tmp} {QUIET}",
+            "spark.ui.showConsoleProgress": "false"})
+        _exercise(spark, work)
+        gateway = spark.sparkContext._gateway
+        spark.stop()
+        gateway.shutdown()
+        proc = gateway.proc
+        proc.stdin.close()  # the JVM exits when its stdin closes, writing the archive
+        code = proc.wait(timeout=300)
+        if code == 0 and tmp.is_file() and tmp.stat().st_size > 0:
+            os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        shutil.rmtree(work, ignore_errors=True)
+    return path.is_file()
+
+
+def _exercise(spark: object, work: Path) -> None:
+    """Read a small store, aggregate, write Parquet: the classes tidemq's jobs load."""
+    from pyspark.sql import functions as F
+
+    from store.message import Message, encode_record, patch_record
+
+    seg = bytearray()
+    for i in range(20):
+        rec = encode_record(Message(f"T{i % 2}", b"x" * 64, tags="t", keys=[f"k{i}"]), "127.0.0.1:1", 1 << 20)
+        patch_record(rec, i, len(seg), 1_700_000_000_000 + i)
+        seg += rec
+    (work / "store" / "commitlog").mkdir(parents=True)
+    (work / "store" / "commitlog" / f"{0:020d}").write_bytes(bytes(seg) + bytes(4096))
+    df = spark.read.format("tidemq").load(str(work / "store"))  # type: ignore[attr-defined]
+    df.groupBy("topic").agg(F.count("*"), F.sum("size"), F.min("store_time")).collect()
+    df.select("topic", F.explode("keys")).groupBy("topic").count().orderBy("topic").collect()
+    df.write.mode("overwrite").parquet(str(work / "out.parquet"))
+    df.withColumn("body", F.base64("body")).write.mode("overwrite").json(str(work / "out.json"))
+
+
+if __name__ == "__main__":
+    target = Path(sys.argv[1])
+    try:
+        ok = build(target)
+    finally:
+        with contextlib.suppress(OSError):
+            target.with_suffix(".building").unlink()
+    sys.exit(0 if ok else 1)
