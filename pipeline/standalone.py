@@ -1,0 +1,124 @@
+"""A Spark standalone cluster on this machine: a master and workers started as processes
+with the pyspark distribution's `spark-class` (org.apache.spark.deploy.master.Master and
+...worker.Worker), on 127.0.0.1. What `tidemq pipeline ... --master spark://...` and
+`local_session(master=...)` run on when local[2] is outgrown; the tests use it to run
+the data source, the sink and the jobs on two workers.
+
+    with StandaloneCluster(workdir, workers=2) as url:
+        spark = local_session(master=url)
+
+On several machines, start the same two classes there (docs/pipeline.md says what the
+executors then need: the store path on each worker, or live reads through the name server).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+
+import psutil
+
+
+def spark_class() -> str:
+    """The `spark-class` launcher of the installed pyspark."""
+    import pyspark
+
+    return os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-class")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class StandaloneCluster:
+    """A master and `workers` workers (`cores` and `memory` each) until the block ends."""
+
+    def __init__(self, workdir: str | Path, *, workers: int = 2, cores: int = 1, memory: str = "1g",
+                 timeout: float = 90.0) -> None:
+        self.workdir = Path(workdir)
+        self.workers, self.cores, self.memory, self.timeout = workers, cores, memory, timeout
+        self.port, self.ui_port = _free_port(), _free_port()
+        self.url = f"spark://127.0.0.1:{self.port}"
+        self.procs: list[subprocess.Popen] = []
+
+    def __enter__(self) -> str:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self.url
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+    def worker_dirs(self) -> list[Path]:
+        return [self.workdir / f"worker-{i}" for i in range(self.workers)]
+
+    def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "SPARK_LOG_DIR": str(self.workdir / "logs"), "SPARK_NO_DAEMONIZE": "1",
+               "SPARK_LOCAL_IP": "127.0.0.1"}
+        self._spawn("master", [spark_class(), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                               "--port", str(self.port), "--webui-port", str(self.ui_port)], env)
+        self._wait(lambda state: state.get("status") == "ALIVE", "the master")
+        for i, wdir in enumerate(self.worker_dirs()):
+            wdir.mkdir(parents=True, exist_ok=True)
+            self._spawn(f"worker-{i}", [
+                spark_class(), "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
+                "--cores", str(self.cores), "--memory", self.memory, "--work-dir", str(wdir),
+                "--webui-port", str(_free_port())], env)
+        self._wait(lambda state: sum(w.get("state") == "ALIVE" for w in state.get("workers", ())) >= self.workers,
+                   f"{self.workers} workers")
+
+    def _spawn(self, name: str, cmd: list[str], env: dict[str, str]) -> None:
+        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 (the process keeps it)
+        self.procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                           env=env, start_new_session=True))
+        log.close()
+
+    def state(self) -> dict:
+        """The master's JSON view (workers, applications)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=5) as r:
+            return json.loads(r.read())
+
+    def _wait(self, ready, what: str) -> None:  # noqa: ANN001
+        deadline = time.monotonic() + self.timeout
+        while True:
+            for p in self.procs:
+                if p.poll() is not None:
+                    raise RuntimeError(f"Spark standalone: a process exited ({p.args[1]}, code {p.returncode}); "
+                                       f"see {self.workdir}/*.log")
+            try:
+                if ready(self.state()):
+                    return
+            except OSError:
+                pass  # not listening yet
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Spark standalone: {what} not up within {self.timeout:.0f} s; see {self.workdir}/*.log")
+            time.sleep(0.2)  # poll
+
+    def stop(self) -> None:
+        """Stop the processes (and the executors the workers started)."""
+        for p in reversed(self.procs):
+            try:
+                family = [psutil.Process(p.pid), *psutil.Process(p.pid).children(recursive=True)]
+            except psutil.Error:
+                continue
+            for proc in family:
+                with contextlib.suppress(psutil.Error):
+                    proc.terminate()
+            psutil.wait_procs(family, timeout=10)
+            for proc in family:
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+        self.procs.clear()
