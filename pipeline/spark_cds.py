@@ -59,20 +59,18 @@ def java_options() -> str:
 
 
 def _start_build(path: Path) -> None:
-    """`python -m pipeline.spark_cds_build PATH` detached, unless one is already building it."""
+    """Start `python -m pipeline.spark_cds_build PATH` detached (not a child of this process,
+    whose job may stop its children on a signal), unless one is already building it."""
     lock = path.with_suffix(".building")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if lock.exists() and _alive(lock):
             return
         lock.write_text("")
-        with open(os.devnull, "wb") as null:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "pipeline.spark_cds_build", str(path)],
-                stdin=subprocess.DEVNULL, stdout=null, stderr=null, start_new_session=True,
-                env={**os.environ, ENV: "0"})
-        lock.write_text(str(proc.pid))
-    except OSError:
+        subprocess.run([sys.executable, "-m", "pipeline.spark_cds_build", "--detach", str(path)],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       env={**os.environ, ENV: "0"}, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
         return  # no cache directory: sessions simply start without the archive
 
 

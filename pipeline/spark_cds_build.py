@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -58,9 +59,33 @@ def _exercise(spark: object, work: Path) -> None:
     df.withColumn("body", F.base64("body")).write.mode("overwrite").json(str(work / "out.json"))
 
 
+def detach(path: Path) -> None:
+    """Start the build in its own session and return: the builder is re-parented to init,
+    and its pid goes into the lock file."""
+    with open(os.devnull, "wb") as null:
+        proc = subprocess.Popen([sys.executable, "-m", "pipeline.spark_cds_build", str(path)],
+                                stdin=subprocess.DEVNULL, stdout=null, stderr=null, start_new_session=True)
+    path.with_suffix(".building").write_text(str(proc.pid))
+
+
+def remove_stale(path: Path) -> None:
+    """Temporary archives of builders that are gone (killed mid-dump)."""
+    import psutil
+
+    for tmp in path.parent.glob(f"{path.name}.*.tmp"):
+        pid = tmp.name[len(path.name) + 1:-len(".tmp")]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--detach":
+        detach(Path(sys.argv[2]))
+        sys.exit(0)
     target = Path(sys.argv[1])
     try:
+        remove_stale(target)
         ok = build(target)
     finally:
         with contextlib.suppress(OSError):

@@ -41,8 +41,26 @@ def test_a_build_under_way_is_not_started_twice(cache, monkeypatch):
     path.parent.mkdir(parents=True)
     path.with_suffix(".building").write_text(str(os.getpid()))
     started = []
-    monkeypatch.setattr(spark_cds.subprocess, "Popen", lambda *a, **k: started.append(a))
+    monkeypatch.setattr(spark_cds.subprocess, "run", lambda *a, **k: started.append(a))
     assert spark_cds.java_options() == "" and started == []
+
+
+def test_a_builder_killed_mid_dump_leaves_nothing_behind(cache):
+    """Its temporary archive (named for its pid) is removed by the next builder; a live
+    builder's is kept."""
+    import os
+
+    from pipeline.spark_cds_build import remove_stale
+
+    path = spark_cds.archive_path()
+    path.parent.mkdir(parents=True)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale, live = path.with_name(f"{path.name}.{dead.pid}.tmp"), path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    stale.write_bytes(b"half")
+    live.write_bytes(b"half")
+    remove_stale(path)
+    assert not stale.exists() and live.exists()
 
 
 @pytest.mark.skipif(shutil.which("java") is None, reason="needs a JVM")
