@@ -1,5 +1,7 @@
 """Builds the class-data-sharing archive pipeline.spark_cds names: `python -m
-pipeline.spark_cds_build PATH`, started in the background by the first local session."""
+pipeline.spark_cds_build PATH`, started in the background by the first local session
+(`--detach PATH`), or `--ensure`: the archive for this Java and PySpark, now, unless it is
+there (scripts/test, before the suite)."""
 
 from __future__ import annotations
 
@@ -83,7 +85,15 @@ if __name__ == "__main__":
     if sys.argv[1] == "--detach":
         detach(Path(sys.argv[2]))
         sys.exit(0)
-    target = Path(sys.argv[1])
+    if sys.argv[1] == "--ensure":  # scripts/test: build it now, in the foreground, if missing
+        from pipeline.spark_cds import archive_path, enabled
+
+        target = archive_path()
+        if not enabled() or target.is_file():
+            sys.exit(0)
+        target.parent.mkdir(parents=True, exist_ok=True)
+    else:
+        target = Path(sys.argv[1])
     try:
         remove_stale(target)
         ok = build(target)
