@@ -8,6 +8,7 @@ edge case are the reference's by construction. `bind` receives that reference mo
 tests/store/test_accel.py proves byte- and parse-identity with hypothesis.
 """
 
+cimport cython
 from cpython.object cimport PyObject_GenericSetAttr
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -433,13 +434,52 @@ from libc.stdlib cimport free, realloc
 cdef char _NOTHING = 0
 
 
+# A few large blocks kept when their Buf goes (Arrow dropped the batch holding it) and
+# handed to the next large reserve: a scan makes one multi-megabyte body buffer per batch,
+# and malloc would give back fresh pages each time (mmap'd above its threshold, or
+# trimmed), each first write a page fault. Only touched with the GIL held (Buf's
+# allocation and deallocation), so no lock.
+DEF POOL_SLOTS = 4
+DEF POOL_MIN = 1 << 20
+cdef char* _pool_data[POOL_SLOTS]
+cdef Py_ssize_t _pool_cap[POOL_SLOTS]
+cdef int _pool_n = 0
+
+
+cdef char* pool_take(Py_ssize_t want, Py_ssize_t* cap) noexcept:
+    """The smallest kept block of at least `want` bytes (its size in cap), or NULL."""
+    global _pool_n
+    cdef int i, best = -1
+    cdef char* p
+    for i in range(_pool_n):
+        if _pool_cap[i] >= want and (best < 0 or _pool_cap[i] < _pool_cap[best]):
+            best = i
+    if best < 0:
+        return NULL
+    p, cap[0] = _pool_data[best], _pool_cap[best]
+    _pool_n -= 1
+    _pool_data[best], _pool_cap[best] = _pool_data[_pool_n], _pool_cap[_pool_n]
+    return p
+
+
+cdef void pool_give(char* p, Py_ssize_t cap) noexcept:
+    """Keep a large block for the next Buf, or free it."""
+    global _pool_n
+    if p != NULL and cap >= POOL_MIN and _pool_n < POOL_SLOTS:
+        _pool_data[_pool_n], _pool_cap[_pool_n] = p, cap
+        _pool_n += 1
+    else:
+        free(p)
+
+
+@cython.final  # methods called directly (and inlined), not through a vtable
 cdef class Buf:
     """A growable byte buffer."""
     cdef char* data
     cdef Py_ssize_t size, cap
 
     def __dealloc__(self):
-        free(self.data)
+        pool_give(self.data, self.cap)
 
     cdef int reserve(self, Py_ssize_t n) except -1:
         cdef Py_ssize_t cap = self.cap or 4096
@@ -448,6 +488,11 @@ cdef class Buf:
             return 0
         while cap < self.size + n:
             cap *= 2
+        if self.data == NULL and cap >= POOL_MIN:
+            p = pool_take(cap, &self.cap)
+            if p != NULL:
+                self.data = p
+                return 0
         p = <char*>realloc(self.data, cap)
         if p == NULL:
             raise MemoryError()
@@ -491,6 +536,7 @@ cdef class Buf:
         return self.size
 
 
+@cython.final
 cdef class Text:
     """A string or binary column: int32 offsets and data, and validity bits once a null
     comes (a column without nulls carries none, as Arrow allows)."""
@@ -550,6 +596,7 @@ cdef inline bint valid_utf8(const uint8_t* p, Py_ssize_t n):
 cdef dict _host_cols = {}  # (host bytes, is a store host) → host_col's answer
 
 
+@cython.final
 cdef class HostCache:
     """The last host a scan met (hosts rarely change between records) and its columns."""
     cdef uint8_t[20] raw
