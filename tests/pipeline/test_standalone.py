@@ -8,13 +8,10 @@ from __future__ import annotations
 import os
 
 import pytest
-import trio
 
-from cluster.client import Admin
 from pipeline import jobs
 from pipeline.standalone import StandaloneCluster
-from tests.cluster.helpers import broker_conf, start_namesrv, wait_for
-from tests.node.nodeproc import Nodes
+from tests.pipeline.livenode import master_with_topics
 from tests.store.test_tools import sample_messages, write_store
 
 pytestmark = pytest.mark.slow
@@ -41,26 +38,8 @@ def session(standalone):
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("node")
-    nodes = Nodes()
-    try:
-        ns = start_namesrv(nodes, directory)
-        nodes.start(broker_conf(directory, "m", "broker-a", ns.address, role="SYNC_MASTER"))
-
-        async def prepare():
-            async with Admin(namesrv=ns.address) as admin:
-                await wait_for(lambda: _has_master(admin), what="a master registered")
-                await admin.create_topic("Spread", read_queue_nums=2, write_queue_nums=2)
-                await wait_for(lambda: admin.route("Spread", refresh=True), what="route")
-
-        trio.run(prepare)
-        yield ns.address
-    finally:
-        nodes.cleanup()
-
-
-async def _has_master(admin: Admin) -> bool:
-    return any(b.is_master for b in await admin.cluster_info())
+    with master_with_topics(tmp_path_factory.mktemp("node"), {"Spread": 2}, role="SYNC_MASTER") as address:
+        yield address
 
 
 def test_a_store_read_and_export_run_on_both_workers(standalone, session, tmp_path):

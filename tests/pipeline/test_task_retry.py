@@ -5,11 +5,8 @@ had already sent are stored twice with the same UNIQ_KEY, so they can be found."
 from __future__ import annotations
 
 import pytest
-import trio
 
-from cluster.client import Admin
-from tests.cluster.helpers import broker_conf, start_namesrv, wait_for
-from tests.node.nodeproc import Nodes
+from tests.pipeline.livenode import master_with_topics
 
 pytestmark = pytest.mark.slow
 TOPIC = "Retried"
@@ -32,26 +29,8 @@ def spark():
 
 @pytest.fixture(scope="module")
 def namesrv(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("retry")
-    nodes = Nodes()
-    try:
-        ns = start_namesrv(nodes, directory)
-        nodes.start(broker_conf(directory, "m", "broker-a", ns.address))
-
-        async def prepare():
-            async with Admin(namesrv=ns.address) as admin:
-                await wait_for(lambda: _master(admin), what="a master")
-                await admin.create_topic(TOPIC, read_queue_nums=1, write_queue_nums=1)
-                await wait_for(lambda: admin.route(TOPIC, refresh=True), what="route")
-
-        trio.run(prepare)
-        yield ns.address
-    finally:
-        nodes.cleanup()
-
-
-async def _master(admin: Admin) -> bool:
-    return any(b.is_master for b in await admin.cluster_info())
+    with master_with_topics(tmp_path_factory.mktemp("retry"), {TOPIC: 1}) as address:
+        yield address
 
 
 def test_spark_retries_a_failed_write_task_with_the_same_uniq_keys(spark, namesrv):
