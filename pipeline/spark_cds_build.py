@@ -70,6 +70,19 @@ def detach(path: Path) -> None:
     path.with_suffix(".building").write_text(str(proc.pid))
 
 
+KEEP = 4
+"""Archives kept in the cache directory (one per Java and PySpark installation); building
+another removes the oldest beyond these (~180 MB each)."""
+
+
+def remove_old(path: Path, keep: int = KEEP) -> None:
+    """All but the `keep` newest archives next to `path` (other installations' ones)."""
+    archives = sorted(path.parent.glob("spark-*.jsa"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in archives[keep:]:
+        with contextlib.suppress(OSError):
+            old.unlink()
+
+
 def remove_stale(path: Path) -> None:
     """Temporary archives of builders that are gone (killed mid-dump)."""
     import psutil
@@ -97,6 +110,8 @@ if __name__ == "__main__":
     try:
         remove_stale(target)
         ok = build(target)
+        if ok:
+            remove_old(target)
     finally:
         with contextlib.suppress(OSError):
             target.with_suffix(".building").unlink()

@@ -63,6 +63,25 @@ def test_a_builder_killed_mid_dump_leaves_nothing_behind(cache):
     assert not stale.exists() and live.exists()
 
 
+def test_only_the_newest_archives_are_kept(cache):
+    """Each Java and PySpark installation gets its own archive (~180 MB): building one more
+    removes the oldest beyond four."""
+    import os
+
+    from pipeline.spark_cds_build import remove_old
+
+    path = spark_cds.archive_path()
+    path.parent.mkdir(parents=True)
+    made = []
+    for i in range(6):
+        p = path.parent / f"spark-4.0.0-{i:016x}.jsa"
+        p.write_bytes(b"a")
+        os.utime(p, (1_700_000_000 + i, 1_700_000_000 + i))
+        made.append(p)
+    remove_old(made[-1])
+    assert [p.exists() for p in made] == [False, False, True, True, True, True]
+
+
 @pytest.mark.skipif(shutil.which("java") is None, reason="needs a JVM")
 def test_a_jvm_ignores_an_archive_it_cannot_use(tmp_path):
     """Another Java's archive, or a damaged one: the JVM starts without it, silently."""
