@@ -313,7 +313,7 @@ class Load:
                 else:
                     self.other[key] = r["status"]
                 break
-            await trio.sleep(0.02)  # pacing, not synchronisation
+            await trio.sleep(0.02)  # poll-exempt: pacing, not synchronisation
 
     def acked_since(self, t: float) -> int:
         return sum(1 for r in self.acked.values() if r["at"] >= t)
@@ -329,7 +329,7 @@ async def test_etcd_stopped_under_load_sync_writes_go_on_and_nothing_is_lost(tmp
         await wait_for(lambda: _acked(load, 5), what="the load acknowledged")
         etcd.stop()
         down = trio.current_time()
-        await trio.sleep(ETCD_DOWN_S)  # etcd stays down under load
+        await trio.sleep(ETCD_DOWN_S)  # poll-exempt: etcd stays down under load for this long
         st = await status(g.m.address)
         assert st["controller"]["etcd_reachable"] is False and st["role"] == "SYNC_MASTER"
         assert any("etcd unreachable" in e["event"] for e in st["controller"]["events"])

@@ -261,7 +261,7 @@ def test_after_a_failover_the_tools_show_the_roles_served(cluster_dirs: tuple[Pa
         nodes = served()
         if nodes:
             break
-        time.sleep(0.2)
+        time.sleep(0.2)  # poll
     assert nodes, "the old master did not rejoin as a slave"
     assert nodes["broker-a-s"]["config_role"] == "SLAVE" and nodes["broker-a-s"]["answer"]["epoch"] == 2
     table = tidemq("cluster", "status", "--base-dir", str(base), cwd=cwd).stdout

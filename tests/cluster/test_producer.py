@@ -209,7 +209,7 @@ async def test_sends_resume_on_a_promoted_master_within_a_second(tmp_path, nodes
                     landed.append((trio.current_time(), r.address))
                 except TidemqError:
                     pass
-                await trio.sleep(0.02)  # pacing
+                await trio.sleep(0.02)  # poll-exempt: pacing
 
         nursery.start_soon(load)
         await wait_for(lambda: _landed_on(landed, am.address, 0), what="sends on broker-a")

@@ -9,6 +9,7 @@ from functools import partial
 
 import pytest
 import trio
+import trio.testing
 
 from node.client import ConnectionLost, connect
 from node.offsets import ConsumerOffsetManager
@@ -31,7 +32,7 @@ async def test_connect_hands_back_the_block_error_beside_an_outer_cancel() -> No
         outer = trio.CancelScope()
         with pytest.raises(ConnectionLost, match="lost mid-shutdown"), outer:  # not an ExceptionGroup
             async with connect(address):
-                await trio.sleep(0.01)  # the reader task is parked in receive
+                await trio.testing.wait_all_tasks_blocked()  # the reader task is parked in receive
                 outer.cancel()  # the term's scope: Cancelled reaches the reader
                 raise ConnectionLost("lost mid-shutdown")
         nursery.cancel_scope.cancel()
@@ -45,7 +46,7 @@ async def test_slave_sync_ends_cleanly_when_cancelled_amid_lost_connections(tmp_
     rng = random.Random(seed)
 
     async def cut(stream: trio.SocketStream) -> None:
-        await trio.sleep(rng.random() * 0.01)
+        await trio.sleep(rng.random() * 0.01)  # poll-exempt: a random delay before the cut is the scenario
         await stream.aclose()
 
     async with trio.open_nursery() as nursery:
@@ -57,7 +58,7 @@ async def test_slave_sync_ends_cleanly_when_cancelled_amid_lost_connections(tmp_
                 async with trio.open_nursery() as inner:
                     await inner.start(sync.run)
                     await wait_until(lambda s=sync: s.last_error, what="a lost connection", timeout=5)
-                    await trio.sleep(rng.random() * 0.02)
+                    await trio.sleep(rng.random() * 0.02)  # poll-exempt: cancelled at a random moment
                     term.cancel()
             assert term.cancelled_caught
             assert "connection" in sync.last_error
