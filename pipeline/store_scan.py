@@ -26,11 +26,12 @@ column says where and why, and goes on with the next partition.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import glob
 import mmap
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import attrs
 import numpy as np
@@ -175,7 +176,8 @@ class _Range:
 def _plan_root(root: str, opts: ScanOptions) -> list[StorePartition]:
     segments = iter_segments(root)
     last = last_data_index([path for _, path in segments])
-    queues = _QueueUnits.load(root)
+    # the ConsumeQueues are read only when a segment is cut or topics prune
+    queues = functools.cache(lambda: _QueueUnits.load(root))
     ranges: list[_Range] = []
     for i, (start, path) in enumerate(segments[: last + 1]):
         try:
@@ -192,7 +194,7 @@ def _plan_root(root: str, opts: ScanOptions) -> list[StorePartition]:
             continue
         keep.append(r.part)
     if opts.topics:
-        keep = _prune_by_topics(keep, opts.topics, queues)
+        keep = _prune_by_topics(keep, opts.topics, queues())
     return keep
 
 
@@ -233,7 +235,8 @@ class _QueueUnits:
 
 
 def _cut_segment(
-    root: str, path: str, start: int, size: int, last: bool, opts: ScanOptions, queues: _QueueUnits
+    root: str, path: str, start: int, size: int, last: bool, opts: ScanOptions,
+    queues: Callable[[], _QueueUnits],
 ) -> list[_Range]:
     """Ranges of one segment: the whole file, or cuts at record starts every
     max_partition_bytes. The cuts come from the ConsumeQueues (each checked to be a record
@@ -246,7 +249,7 @@ def _cut_segment(
             if _record_at(buf, 0, start, size):
                 cuts.append((0, _store_ts(buf, 0)))
             targets = np.arange(step_bytes, size, step_bytes, dtype=np.int64)
-            found = queues.first_at_or_after(targets + start) if len(targets) else targets
+            found = queues().first_at_or_after(targets + start) if len(targets) else targets
             pos = 0
             for target, unit in zip(targets.tolist(), found.tolist(), strict=True):
                 if not cuts or target <= pos:

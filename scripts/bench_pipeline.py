@@ -106,10 +106,6 @@ def write_store(root: Path, total_bytes: int) -> dict:
             "write_seconds": round(time.perf_counter() - t0, 1)}
 
 
-def store_bytes(root: Path) -> int:
-    return json.loads((root / "bench.json").read_text())["bytes"]
-
-
 def bench_arrow_1proc(root: Path, include_body: bool) -> dict:
     """The whole store as Arrow batches, in this process."""
     opts = store_scan.ScanOptions(include_body=include_body)
@@ -120,17 +116,17 @@ def bench_arrow_1proc(root: Path, include_body: bool) -> dict:
             "us_per_row": round(elapsed / rows * 1e6, 3)}
 
 
-def bench_plan(root: Path, runs: int = 3) -> dict:
+def bench_plan(root: Path, store: dict, runs: int = 3) -> dict:
     """`store_scan.plan` as the driver's planner runs it (best of `runs`, page cache warm)."""
     best, parts = float("inf"), 0
     for _ in range(runs):
         t0 = time.perf_counter()
         parts = len(store_scan.plan([str(root)], store_scan.ScanOptions()))
         best = min(best, time.perf_counter() - t0)
-    return {"store_bytes": store_bytes(root), "partitions": parts, "seconds": round(best, 4)}
+    return {"store_bytes": store["bytes"], "partitions": parts, "seconds": round(best, 4)}
 
 
-def bench_spark(spark, root: Path, floor_dir: Path, runs: int) -> dict:
+def bench_spark(spark, root: Path, store: dict, floor_dir: Path, runs: int) -> dict:
     """noop writes of the tidemq source and the floor, full schema and without bodies."""
     cases = {
         "floor": spark.read.format("tidemq_floor").load(str(floor_dir)),
@@ -138,8 +134,7 @@ def bench_spark(spark, root: Path, floor_dir: Path, runs: int) -> dict:
         "floor_null_body": spark.read.format("tidemq_floor").option("nullBody", "true").load(str(floor_dir)),
         "tidemq_no_body": spark.read.format("tidemq").option("includeBody", "false").load(str(root)),
     }
-    rows = json.loads((root / "bench.json").read_text())["records"]
-    size = store_bytes(root)
+    rows, size = store["records"], store["bytes"]
     for df in cases.values():  # untimed: the JIT, the floor's worker memory
         df.write.format("noop").mode("overwrite").save()
     times: dict[str, list[float]] = {name: [] for name in cases}
@@ -281,10 +276,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         store = ensure_store(root, args.gib)
-        planning = {"store": bench_plan(root)}
+        planning = {"store": bench_plan(root, store)}
         if args.plan_gib > 0:
-            ensure_store(work / "store-plan", args.plan_gib)
-            planning["large_store"] = bench_plan(work / "store-plan")
+            large = ensure_store(work / "store-plan", args.plan_gib)
+            planning["large_store"] = bench_plan(work / "store-plan", large)
         arrow = {"full": bench_arrow_1proc(root, True), "no_body": bench_arrow_1proc(root, False)}
         floor_dir = work / "floor"
         if not floor_dir.exists():
@@ -292,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         spark = local_session("tidemq-bench", **{"spark.ui.showConsoleProgress": "false"})
         try:
             spark_floor.register(spark)
-            sp = bench_spark(spark, root, floor_dir, args.runs)
+            sp = bench_spark(spark, root, store, floor_dir, args.runs)
             lag = bench_lag(spark, work, args.rate, args.lag_seconds) if args.lag_seconds > 0 else None
         finally:
             spark.stop()
