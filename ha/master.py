@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable
 import attrs
 import trio
 
+from store.config import BrokerRole
 from store.message_store import MessageStore
 from store.waiters import OffsetWaiters
 
@@ -168,6 +169,15 @@ class HAService:
         """Change whose acks SYNC_MASTER puts need; puts the new set already covers finish."""
         self.ack_members = members
         self._advance()
+        self.log.visibility_moved()  # the limit may have come or gone
+
+    def visible_end(self) -> int | None:
+        """What consumers may read up to (RocketMQ 5's confirmOffset with allAck): on a
+        SYNC_MASTER with in-sync slaves, the offset every one of them acked, so no consumer
+        reads a record an election could cut; else no limit."""
+        if not self.ack_members or self.config.broker_role is not BrokerRole.SYNC_MASTER:
+            return None
+        return self.confirmed_offset
 
     def in_sync(self, max_gap: int, max_silence_s: float) -> list[str]:
         """Peer addresses of the slaves within `max_gap` bytes that reported within
@@ -200,6 +210,7 @@ class HAService:
         self.port = listeners[0].socket.getsockname()[1]
         self.log.attach_replicator(self)
         self.log.add_append_listener(self._on_append)
+        self.log.limit_visibility(self.visible_end)
         log.info("HA service listening on %s:%d", self.host, self.port)
         try:
             async with trio.open_nursery() as nursery:
@@ -208,6 +219,7 @@ class HAService:
                 task_status.started(self.port)
         finally:  # synchronous only: this runs while cancelled
             self.log.remove_append_listener(self._on_append)
+            self.log.limit_visibility(None)
             self.log.detach_replicator(self)
             for listener in listeners:  # serve_listeners closes them too, if it got to run
                 listener.socket.close()
@@ -230,6 +242,8 @@ class HAService:
         if acked > self.confirmed_offset:
             self.confirmed_offset = acked
             self._ack_waiters.advance(acked)
+            if self.ack_members:
+                self.log.visibility_moved()
 
     async def _handle(self, raw: trio.SocketStream) -> None:
         """One slave: reader and writer tasks; either ending closes the connection."""

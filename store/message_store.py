@@ -167,7 +167,9 @@ class MessageStore:
                 self.commit_log, self.consume_queues, self.index, self.checkpoint, self.flags,
                 is_slave=lambda: not self.config.broker_role.is_master, delay_levels=self.delay_levels,
                 follower_backlog=lambda: self.replica_log.follower_backlog,
+                visible_end=self.replica_log.visible_end,
             )
+            self.replica_log.on_visibility(self.reput.wakeup)
             self._build_services()
         except BaseException:
             self.lock.release()
@@ -366,7 +368,7 @@ class MessageStore:
                 await self.flush_service.shutdown()
             else:
                 await trio.to_thread.run_sync(self.commit_log.queue.flush, 0)
-            self.reput.do_reput()
+            self.reput.do_reput(limited=False)  # a clean exit dispatched everything (recovery would)
             await self.flush_cq_service.flush(0)
             if self.index is not None:
                 await trio.to_thread.run_sync(self.index.shutdown)

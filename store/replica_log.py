@@ -47,6 +47,9 @@ class ReplicaLog:
         self.segment_size = commit_log.file_size
         self.replicator: Replicator | None = None
         """What SYNC_MASTER puts wait on; set only through attach_replicator."""
+        self.visible_limit: Callable[[], int | None] | None = None
+        """Where consumers' view of the log ends (None from it: no limit); see `limit_visibility`."""
+        self._on_visible: list[Callable[[], None]] = []
         self.backlog_until = -math.inf
         """trio time until which the follower counts as receiving a backlog: each read that
         comes in full (it is behind its leader) moves it BACKLOG_WINDOW_S on. The store's
@@ -92,6 +95,27 @@ class ReplicaLog:
         """Undo attach_replicator; a no-op when `replicator` is not the attached one."""
         if self.replicator is replicator:
             self.replicator = None
+
+    def limit_visibility(self, limit: Callable[[], int | None] | None) -> None:
+        """Dispatch (so the ConsumeQueues, so consumers) stops at `limit()`: RocketMQ 5's
+        confirmOffset. A master whose puts wait for every in-sync slave shows consumers only
+        what those slaves hold, since a record they lack is cut when one of them is elected,
+        and a consumer that read it would then skip the new term's message at its queue
+        offset. None removes the limit."""
+        self.visible_limit = limit
+        self.visibility_moved()
+
+    def visible_end(self) -> int | None:
+        """The offset consumers may see up to now, or None when no limit applies."""
+        return None if self.visible_limit is None else self.visible_limit()
+
+    def on_visibility(self, listener: Callable[[], None]) -> None:
+        """Call `listener()` (the dispatch's wakeup) whenever the visible end may have moved."""
+        self._on_visible.append(listener)
+
+    def visibility_moved(self) -> None:
+        for listener in self._on_visible:
+            listener()
 
     def add_append_listener(self, listener: Callable[[], None]) -> None:
         """Call `listener()` inline after every CommitLog append (puts, BLANK fillers,

@@ -56,6 +56,7 @@ class ReputMessageService:
         is_slave: Callable[[], bool],
         delay_levels: tuple[int, ...] = (),
         follower_backlog: Callable[[], bool] = lambda: False,
+        visible_end: Callable[[], int | None] = lambda: None,
     ) -> None:
         self.commit_log = commit_log
         self.consume_queues = consume_queues
@@ -66,6 +67,9 @@ class ReputMessageService:
         self.follower_backlog = follower_backlog
         """True while this store, as a follower, receives a backlog: dispatch then yields for
         BACKLOG_YIELD_S between rounds, so the copy and its acks go first."""
+        self.visible_end = visible_end
+        """Where dispatch stops for now (ReplicaLog.visible_end: the in-sync slaves' confirmed
+        offset on a SYNC_MASTER in etcd mode), None for the log's end."""
         self.delay_levels = delay_levels
         self.reput_from_offset = 0
         self.stopped_at_error: str | None = None
@@ -93,14 +97,15 @@ class ReputMessageService:
             event = self._queue_waiters[key] = trio.Event()
         await event.wait()
 
-    def do_reput(self, max_bytes: int | None = None) -> int:
-        """Dispatch complete records readable now (up to about `max_bytes` of CommitLog);
-        returns how many were dispatched."""
+    def do_reput(self, max_bytes: int | None = None, *, limited: bool = True) -> int:
+        """Dispatch complete records readable now (up to about `max_bytes` of CommitLog, and
+        with `limited` none that ends past `visible_end`); returns how many were dispatched."""
         if self.stopped_at_error is not None:
             return 0
         cl = self.commit_log
         count = 0
         stop_at = None if max_bytes is None else self.reput_from_offset + max_bytes
+        limit = self.visible_end() if limited else None
         if self.reput_from_offset < cl.min_offset():
             log.warning("reput offset %d is below the CommitLog min %d; moving up",
                         self.reput_from_offset, cl.min_offset())
@@ -112,7 +117,7 @@ class ReputMessageService:
             if mf is None or not mf.hold():
                 break
             try:  # one hold per segment, not per record
-                more, n = self._reput_segment(mf, stop_at)
+                more, n = self._reput_segment(mf, stop_at, limit)
             finally:
                 mf.release()
             count += n
@@ -123,9 +128,9 @@ class ReputMessageService:
             self._dispatched = trio.Event()
         return count
 
-    def _reput_segment(self, mf, stop_at: int | None) -> tuple[bool, int]:
-        """Dispatch records of the held segment `mf` from `reput_from_offset`; returns (go on
-        with the next segment, records dispatched)."""
+    def _reput_segment(self, mf, stop_at: int | None, limit: int | None) -> tuple[bool, int]:
+        """Dispatch records of the held segment `mf` from `reput_from_offset`, none ending past
+        `limit`; returns (go on with the next segment, records dispatched)."""
         cl = self.commit_log
         file_size = cl.file_size
         base = mf.file_from_offset
@@ -159,6 +164,8 @@ class ReputMessageService:
             if kind is RecordKind.BLANK:
                 self.reput_from_offset = cl.roll_next_file(base + pos)
                 return True, n
+            if limit is not None and base + pos + size > limit:
+                return False, n  # not yet on every in-sync slave: woken when it is
             dispatch(req, is_slave)
             pos += size
             self.reput_from_offset = base + pos

@@ -4,6 +4,8 @@ into the store. A SYNC_MASTER put waits on the attached replicator only."""
 from __future__ import annotations
 
 import pytest
+import trio
+import trio.testing
 
 from store import BrokerRole, Message, PutMessageStatus, StoreConfig, open_store
 
@@ -96,3 +98,47 @@ async def test_a_group_of_puts_waits_once_and_each_put_gets_its_own_status(tmp_p
                                                                            if r.append)
         assert [store.look_message_by_offset(r.commitlog_offset).body for r in results if r.append] == [
             b"m0", b"m1", b"m2", b"m3"]
+
+
+async def test_dispatch_stops_at_the_visible_end_and_a_clean_exit_dispatches_the_rest(tmp_path):
+    """ReplicaLog.limit_visibility (RocketMQ 5's confirmOffset): consumers see no record that
+    ends past the limit; moving it wakes dispatch and a long poll parked on the queue; a
+    shutdown dispatches the rest, so the exit is clean and a reopened store shows it all."""
+    config = StoreConfig(store_path_root_dir=str(tmp_path), broker_role=BrokerRole.ASYNC_MASTER,
+                         mapped_file_size_commit_log=64 * 1024)
+    limit = [0]
+    async with open_store(config) as store:
+        store.replica_log.limit_visibility(lambda: limit[0])
+        ends = [(await store.put_message(Message("V", b"m%d" % i, queue_id=0))).append.end_offset
+                for i in range(3)]
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.get_max_offset_in_queue("V", 0) == 0  # appended, none visible
+        limit[0] = ends[0] + 1  # the second record does not fit below the limit
+        store.replica_log.visibility_moved()
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.get_max_offset_in_queue("V", 0) == 1
+        assert [m.body for m in store.get_message("g", "V", 0, 0, 10).messages] == [b"m0"]
+        limit[0] = ends[1]
+        async with trio.open_nursery() as nursery:
+            woken = trio.Event()
+
+            async def long_poll() -> None:
+                await store.reput.wait_dispatched("V", 0)
+                woken.set()
+            nursery.start_soon(long_poll)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not woken.is_set()
+            store.replica_log.visibility_moved()
+            with trio.fail_after(5):
+                await woken.wait()
+        assert store.get_max_offset_in_queue("V", 0) == 2
+        store.replica_log.limit_visibility(None)
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.get_max_offset_in_queue("V", 0) == 3
+        store.replica_log.limit_visibility(lambda: ends[0])
+        await store.put_message(Message("V", b"tail", queue_id=0))
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.get_max_offset_in_queue("V", 0) == 3
+    assert not (tmp_path / "abort").exists()  # shutdown dispatched the tail: a clean exit
+    async with open_store(config) as store:
+        assert [m.body for m in store.get_message("g", "V", 0, 0, 10).messages] == [b"m0", b"m1", b"m2", b"tail"]
