@@ -548,8 +548,15 @@ cdef class Text:
         self.offsets.i32(0)
 
     cdef inline int add(self, const void* p, Py_ssize_t length) except -1:
-        self.data.put(p, length)
-        self.offsets.i32(<int32_t>self.data.size)
+        cdef Buf data = self.data, offsets = self.offsets
+        if data.size + length > data.cap:
+            data.reserve(length)
+        if offsets.size + 4 > offsets.cap:
+            offsets.reserve(4)
+        memcpy(data.data + data.size, p, length)
+        data.size += length
+        (<int32_t*>(offsets.data + offsets.size))[0] = <int32_t>data.size  # aligned: offsets only
+        offsets.size += 4
         if self.nulls:
             self._bit(1)
         else:
@@ -584,13 +591,24 @@ cdef class Text:
         return (self.valid if self.nulls else None, self.offsets, self.data)
 
 
+cdef inline bint ascii(const uint8_t* p, Py_ssize_t n) noexcept nogil:
+    """Whether n bytes are all below 0x80: eight at a time."""
+    cdef uint64_t word, high = 0
+    cdef Py_ssize_t i = 0
+    while i + 8 <= n:
+        memcpy(&word, p + i, 8)
+        high |= word
+        i += 8
+    high &= 0x8080808080808080ULL
+    while i < n:
+        high |= p[i] & 0x80
+        i += 1
+    return high == 0
+
+
 cdef inline bint valid_utf8(const uint8_t* p, Py_ssize_t n):
     """Whether n bytes are UTF-8 as Python's strict decoder reads it (ASCII checked here)."""
-    cdef Py_ssize_t i
-    for i in range(n):
-        if p[i] >= 0x80:
-            return utf8(p, n) is not None
-    return True
+    return ascii(p, n) or utf8(p, n) is not None
 
 
 cdef dict _host_cols = {}  # (host bytes, is a store host) → host_col's answer
@@ -650,18 +668,19 @@ cdef int add_props(const uint8_t* p, Py_ssize_t n, Buf map_offsets, Text names, 
     are not UTF-8."""
     cdef Py_ssize_t i = 0, start, sep, j, k, count = 0, seg
     cdef Py_ssize_t tag_at = -1, tag_len = 0, keys_at = -1, keys_len = 0
-    cdef Py_ssize_t[64] name_at, name_len
+    cdef Py_ssize_t[64] name_at, name_len, value_len
+    cdef bint all_ascii = ascii(p, n)  # the usual case: one pass checks every byte
     while i < n:
         start = i
         i = segment_end(p, n, i, &sep)
         if not (sep > start and sep + 1 < i) or count == 64:
             return -1
-        if not valid_utf8(p + start, i - start):
+        if not all_ascii and not valid_utf8(p + start, i - start):
             return -1
         for seg in range(count):
             if name_len[seg] == sep - start and memcmp(p + name_at[seg], p + start, sep - start) == 0:
                 return -1
-        name_at[count], name_len[count] = start, sep - start
+        name_at[count], name_len[count], value_len[count] = start, sep - start, i - sep - 1
         count += 1
         if sep - start == 4 and memcmp(p + start, b"TAGS", 4) == 0:
             tag_at, tag_len = sep + 1, i - sep - 1
@@ -669,13 +688,9 @@ cdef int add_props(const uint8_t* p, Py_ssize_t n, Buf map_offsets, Text names, 
             keys_at, keys_len = sep + 1, i - sep - 1
         i += 1  # past the 0x02 (a trailing one ends the loop)
     # all checked: add
-    i = 0
-    while i < n:
-        start = i
-        i = segment_end(p, n, i, &sep)
-        names.add(p + start, sep - start)
-        values.add(p + sep + 1, i - sep - 1)
-        i += 1
+    for seg in range(count):
+        names.add(p + name_at[seg], name_len[seg])
+        values.add(p + name_at[seg] + name_len[seg] + 1, value_len[seg])
     map_offsets.i32(<int32_t>names.n)
     if tag_at >= 0:
         tags.add(p + tag_at, tag_len)
@@ -718,8 +733,16 @@ def scan_columns(buf, Py_ssize_t pos, Py_ssize_t end, int64_t segment_start,
     cdef Text topic = Text(), body = Text(), born_host = Text(), store_host = Text()
     cdef Text tags = Text(), keys = Text(), names = Text(), values = Text(), msg_id = Text()
     cdef HostCache born = HostCache(False), stored = HostCache(True)
+    cdef Py_ssize_t expect = min(max_rows, max(end - pos, 0) // 64 + 1)  # rows, at most
+    for fixed in (queue_id, size, crc, flag, sysflag, reconsume, map_offsets, key_offsets):
+        (<Buf>fixed).reserve(4 * expect + 4)  # no growth by copying in the row loop
+    for fixed in (queue_offset, phys, born_ts, store_ts):
+        (<Buf>fixed).reserve(8 * expect)
+    for column in (topic, born_host, store_host, msg_id, tags):
+        (<Text>column).offsets.reserve(4 * expect)
     map_offsets.i32(0)
     if include_body:
+        body.offsets.reserve(4 * expect)
         body.data.reserve(min(end - pos, 1 << 24))  # grown by copying otherwise
     key_offsets.i32(0)
     if not get_buffer(buf, &view):

@@ -68,6 +68,8 @@ ODD_PROPERTIES = [
     b"", b"TAGS\x01t", b"KEYS\x01a  b c ", b"KEYS\x01 ", b"a\x01b\x01c", b"a\x01b\x02",
     b"\x02a\x01b", b"a\x01b\x02a\x01c", b"a\x01", b"\x01b", b"a", b"a\x01b\x02\x02c\x01d",
     "t\x01\u00e9\u4e2d\U0001f600".encode(), b"a\x01\xff", b"TAGS\x01x\x02TAGS\x01y",
+    # a byte >= 0x80 inside a whole 8-byte word, and in the tail after the last whole word
+    "abcdefgh\x01ijklmnop\u00e9q".encode(), b"abcdefghij\x01klmnopqrstu\xff", b"abcdefghijklmnop\x01q\x80",
 ]
 
 
