@@ -109,6 +109,13 @@ def _stop_children() -> None:
             child.kill()
 
 
+def _silence_jvm_stderr(spark: Any) -> None:
+    """Point the JVM's System.err at nothing: while a cancelled job stops, Spark's thread
+    pools may reject a task and print the stack trace straight to it (no logger to turn off)."""
+    jvm = spark.sparkContext._jvm
+    jvm.java.lang.System.setErr(jvm.java.io.PrintStream(jvm.java.io.OutputStream.nullOutputStream()))
+
+
 class _JobRun:
     """One job on a worker thread, so the main thread stays free for signals: a Py4J call
     must not be interrupted mid-answer (its connection would be left out of step), so a
@@ -142,6 +149,9 @@ class _JobRun:
             if self.spark is not None:
                 with contextlib.suppress(Exception):
                     self.spark.sparkContext.setLogLevel("OFF")  # cancelled tasks log stack traces
+                with contextlib.suppress(Exception):  # and a pool shut down under a task prints one
+                    _silence_jvm_stderr(self.spark)
+                with contextlib.suppress(Exception):
                     self.spark.sparkContext.cancelAllJobs()
             if not self.borrowed:
                 if self.spark is not None:
