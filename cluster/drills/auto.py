@@ -97,8 +97,20 @@ async def _fail_over(run: DrillRun, sig: str) -> None:
         await run.start("broker-a")
     rejoined = await _rejoined(run, old)
     run.promise("the old master rejoins as a slave", rejoined is not None)
-    if rejoined is not None and rejoined.last_truncation:
-        run.event(f"the old master truncated: {rejoined.last_truncation}")
+    _nothing_cut_was_read(run, rejoined, "")
+
+
+def _nothing_cut_was_read(run: DrillRun, rejoined: StatusReply | None, round_: str) -> None:
+    """What the old master cut when it rejoined was never on the in-sync slave, so no
+    consumer may have read it (it sees only what every member holds): a consumer that had
+    would skip the new term's message at that queue offset."""
+    cut = (rejoined.last_truncation or {}) if rejoined is not None else {}
+    if not cut:
+        return
+    run.event(f"{round_}the old master truncated: {cut}")
+    read = sorted(run.consumed_msg_ids.intersection(cut.get("msg_ids") or ()))
+    run.promise(f"{round_}no consumer read a message the old master then cut ({len(read)} did: "
+                f"{', '.join(read) or '-'})", not read)
 
 
 @drill("auto-kill-master", "etcd mode: SIGKILL broker-a's master; its slave is elected; the old master rejoins",
@@ -144,8 +156,10 @@ async def auto_soak(run: DrillRun) -> None:
             return
         if sig == "KILL":
             await run.start(leader)
-        if not run.promise(f"round {i}: {leader} rejoins as a slave", await _rejoined(run, old) is not None):
+        rejoined = await _rejoined(run, old)
+        if not run.promise(f"round {i}: {leader} rejoins as a slave", rejoined is not None):
             return
+        _nothing_cut_was_read(run, rejoined, f"round {i}: ")
         leader = follower
     await _consumed_again(run)
 

@@ -171,6 +171,9 @@ class DrillRun:
         self.failed_keys: set[str] = set()
         self.send_log: list[tuple[float, float, bool]] = []  # start, end, ok
         self.consumed: dict[str, list[Consumption]] = {}
+        self.consumed_msg_ids: set[str] = set()
+        """The store msgIds the in-process members received (a truncation report names the
+        msgIds it cut)."""
         self.members: dict[str, Consumer] = {}
         self.processes: dict[str, trio.Process] = {}
         self.lock_samples: list[tuple[float, float, dict[MessageQueue, str], dict[str, int]]] = []
@@ -277,6 +280,7 @@ class DrillRun:
             consumer = self.members.get(member)
             from_slave = bool(consumer and consumer.reading_from_slave(msg.broker_name or ""))
             key = msg.properties.get("UNIQ_KEY", msg.msg_id)
+            self.consumed_msg_ids.add(msg.msg_id)
             self.consumed.setdefault(key, []).append(Consumption(self.now(), member, msg.queue, from_slave))
         return handle
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import trio
 
 from cluster.drills import cli as drill_cli
 from cluster.drills import framework as drill
@@ -47,7 +48,27 @@ async def test_auto_soak_runs_its_seeded_rounds(tmp_path) -> None:
     assert report.error is None, report.table()
     assert report.ok, report.table()
     assert report.acknowledged > 30 and report.lost == []
-    assert [k for k in report.promises if k.startswith("round ")] == [
+    assert [k for k in report.promises if k.startswith("round ") and "no consumer read" not in k] == [
         f"round {i}: {what}" for i, (peer, old) in enumerate([("broker-a-s", "broker-a"), ("broker-a", "broker-a-s")])
         for what in (f"{peer} in the in-sync set", f"{peer} elected with a newer epoch", f"{old} rejoins as a slave")]
     assert sum("elected with epoch" in e for _, e in report.events) == 2, report.table()
+
+
+async def test_a_cut_message_a_consumer_read_breaks_the_promise(tmp_path) -> None:
+    """The promise behind the confirmOffset rule: the msgIds the old master cut when it
+    rejoined must be none the members received (no cut, no promise)."""
+    from cluster.drills.auto import _nothing_cut_was_read
+    from node.protocol import StatusReply
+
+    async with trio.open_nursery() as nursery:
+        run = drill.DrillRun("auto-partition", tmp_path, "127.0.0.1:1", nursery, heartbeat_s=0.5,
+                             rebalance_s=2.0, rate=30)
+    run.consumed_msg_ids = {"A", "B"}
+    _nothing_cut_was_read(run, StatusReply(last_truncation=None), "")
+    _nothing_cut_was_read(run, None, "")
+    assert run.report.promises == {}
+    _nothing_cut_was_read(run, StatusReply(last_truncation={"msg_ids": ["C", "D"]}), "")
+    _nothing_cut_was_read(run, StatusReply(last_truncation={"msg_ids": ["D", "B"]}), "round 3: ")
+    assert run.report.promises == {"no consumer read a message the old master then cut (0 did: -)": True,
+                                   "round 3: no consumer read a message the old master then cut (1 did: B)": False}
+    assert not run.report.ok
