@@ -13,7 +13,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -21,6 +20,8 @@ from pathlib import Path
 import attrs
 import psutil
 import trio
+
+from cluster.launch.layout import free_port
 
 __all__ = ["Processes", "Started", "ensure_tools", "free_port", "wait_port"]
 
@@ -93,12 +94,6 @@ class Processes:
 def _signal_group(s: Started, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(s.pid, sig)  # start_new_session: the group id is the pid
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 async def wait_port(port: int, started: Started, timeout_s: float = 20.0) -> None:

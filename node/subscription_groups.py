@@ -84,26 +84,29 @@ class SubscriptionGroupManager:
     async def update(self, group: str, *, consume_enable: bool | None = None,
                      retry_max_times: int | None = None) -> SubscriptionGroupConfig:
         """Set the given settings of `group` (the others keep their value, or the default)."""
-        old = self._groups.get(group) or SubscriptionGroupConfig(group)
-        config = attrs.evolve(old, **{k: v for k, v in (("consume_enable", consume_enable),
-                                                         ("retry_max_times", retry_max_times)) if v is not None})
-        if self._groups.get(group) != config:
-            self._groups[group] = config
-            await self._persist()
-            log.info("subscription group %s: consume %s, retry at most %d time(s)", group,
-                     "enabled" if config.consume_enable else "DISABLED", config.retry_max_times)
+        async with self._lock:
+            old = self._groups.get(group) or SubscriptionGroupConfig(group)
+            config = attrs.evolve(old, **{k: v for k, v in (("consume_enable", consume_enable),
+                                                             ("retry_max_times", retry_max_times)) if v is not None})
+            if self._groups.get(group) == config:
+                return config
+            await self._publish({**self._groups, group: config})
+        log.info("subscription group %s: consume %s, retry at most %d time(s)", group,
+                 "enabled" if config.consume_enable else "DISABLED", config.retry_max_times)
         return config
 
     async def replace_all(self, configs: Iterable[SubscriptionGroupConfig]) -> bool:
         """Take the master's table (a slave syncing); True if it changed."""
         table = {c.group: c for c in configs}
-        if table == self._groups:
-            return False
-        self._groups = table
-        await self._persist()
+        async with self._lock:
+            if table == self._groups:
+                return False
+            await self._publish(table)
         return True
 
-    async def _persist(self) -> None:
-        async with self._lock:
-            snapshot = {g: c.to_json() for g, c in self._groups.items()}
-            await trio.to_thread.run_sync(write_json_atomic, self.path, snapshot)
+    async def _publish(self, table: dict[str, SubscriptionGroupConfig]) -> None:
+        """Write `table`, then serve it: nothing is read here that a crash could still lose
+        (a slave's listing seen before a SIGKILL must be what it restarts with). Under the lock."""
+        snapshot = {g: c.to_json() for g, c in table.items()}
+        await trio.to_thread.run_sync(write_json_atomic, self.path, snapshot)
+        self._groups = table

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.request
@@ -25,18 +24,14 @@ from types import TracebackType
 
 import psutil
 
+from cluster.launch.layout import free_port as _free_port
+
 
 def spark_class() -> str:
     """The `spark-class` launcher of the installed pyspark."""
     import pyspark
 
     return os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-class")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class StandaloneCluster:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
+
+from .layout import free_port as _free_port
 
 __all__ = ["EtcdServer", "EtcdUnavailable", "etcd_binary"]
 
@@ -27,12 +28,6 @@ class EtcdUnavailable(Exception):
 def etcd_binary() -> str | None:
     return os.environ.get("TIDEMQ_ETCD") or shutil.which("etcd") or (
         "/usr/bin/etcd" if os.path.exists("/usr/bin/etcd") else None)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class EtcdServer:

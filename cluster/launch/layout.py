@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import re
 import socket
 import tomllib
@@ -75,15 +76,35 @@ def _namesrv_record(path: Path) -> NodeRecord:
     return NodeRecord(name="namesrv", stage=Stage.NAMESRV, role="NAMESRV", config=str(path), address=address)
 
 
+FREE_PORTS = range(20000, 30000)
+"""Where free_ports looks first: below the kernel's ephemeral range (32768 on Linux), so an
+outgoing connection cannot take a port between its choice and the server's bind (a port
+from bind(0) is an ephemeral one: CI saw "Address already in use"), and below conf/'s
+30876-30968, so a default cluster can run beside."""
+
+
 def free_ports(n: int) -> list[int]:
-    """`n` distinct ports the OS calls free right now (held together, so never repeated)."""
+    """`n` distinct ports free right now (held together, so never repeated): drawn from
+    FREE_PORTS, or from the OS (bind to port 0) when fifty draws in a row were taken."""
+    draw = random.SystemRandom()
     with contextlib.ExitStack() as stack:
-        ports = []
-        for _ in range(n):
+        ports: list[int] = []
+        misses = 0
+        while len(ports) < n:
             s = stack.enter_context(socket.socket())
-            s.bind(("127.0.0.1", 0))
+            port = draw.choice(FREE_PORTS) if misses < 50 else 0
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                misses += 1
+                continue
             ports.append(s.getsockname()[1])
+            misses = 0
         return ports
+
+
+def free_port() -> int:
+    return free_ports(1)[0]
 
 
 _PORT_KEYS = re.compile(r"^\s*(?:listenPort|haListenPort)\s*[=:]\s*(\d+)", re.MULTILINE)

@@ -36,10 +36,11 @@ class Descendants:
         while not self._stop.is_set():
             try:
                 for child in self.root.children(recursive=True):
-                    if child.pid not in self.seen:
-                        self.seen[child.pid] = child
-                        with contextlib.suppress(psutil.Error):
-                            self.cmdlines[child.pid] = " ".join(child.cmdline())
+                    self.seen.setdefault(child.pid, child)
+                    # read again each round: a child caught between fork and exec still
+                    # shows its parent's command line
+                    with contextlib.suppress(psutil.Error):
+                        self.cmdlines[child.pid] = " ".join(child.cmdline())
             except psutil.Error:
                 return
             self._stop.wait(0.05)  # poll: sampling the process tree while the run goes on

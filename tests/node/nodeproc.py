@@ -9,13 +9,14 @@ from __future__ import annotations
 import os
 import selectors
 import signal
-import socket
 import subprocess
 import sys
 import time
 import tomllib
 from pathlib import Path
 from typing import Any
+
+from cluster.launch.layout import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 20.0
@@ -32,10 +33,6 @@ SMALL = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def toml_value(v: Any) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster.launch.layout import free_port as _free_port
 from node.config import BrokerConfig, check_ports_free, load_config, parse_properties
 from store.config import BrokerRole, ConfigError, FlushDiskType, StoreConfig
 from tests.node.nodeproc import toml_value
@@ -440,12 +441,6 @@ def test_dev_properties_equals_toml():
 # ---------------------------------------------------------------- ports free
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _cfg(listen: int, ha: int, ip: str = "127.0.0.1") -> BrokerConfig:
     return BrokerConfig.from_mapping(
         {"brokerIP1": ip, "listenPort": listen, "haListenPort": ha}, source="n.toml"
@@ -494,3 +489,20 @@ def test_an_ipv6_broker_ip_gives_bracketed_addresses(tmp_path):
     path = write(tmp_path, "toml", {"brokerIP1": "::1", "listenPort": 40911})
     cfg = load_config(path)
     assert (cfg.address, cfg.ha_address, cfg.store.store_host) == ("[::1]:40911", "[::1]:40912", "[::1]:40911")
+
+
+def test_free_ports_come_from_below_the_ephemeral_range_and_fall_back_to_the_os(monkeypatch):
+    """cluster.launch.layout.free_ports: distinct, bindable, drawn from FREE_PORTS (an
+    outgoing connection cannot take them); when every draw is taken, the OS's port 0."""
+    from cluster.launch import layout
+
+    ports = layout.free_ports(8)
+    assert len(set(ports)) == 8 and all(p in layout.FREE_PORTS for p in ports)
+    for p in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", p))
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", ports[0]))
+        monkeypatch.setattr(layout, "FREE_PORTS", range(ports[0], ports[0] + 1))  # the only one, taken
+        fallback = layout.free_port()
+    assert fallback != ports[0] and fallback not in range(20000, 30000)
