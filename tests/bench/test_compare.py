@@ -38,9 +38,10 @@ class Descendants:
                 for child in self.root.children(recursive=True):
                     self.seen.setdefault(child.pid, child)
                     # read again each round: a child caught between fork and exec still
-                    # shows its parent's command line
+                    # shows its parent's command line (and a zombie shows none: kept)
                     with contextlib.suppress(psutil.Error):
-                        self.cmdlines[child.pid] = " ".join(child.cmdline())
+                        if cmdline := " ".join(child.cmdline()):
+                            self.cmdlines[child.pid] = cmdline
             except psutil.Error:
                 return
             self._stop.wait(0.05)  # poll: sampling the process tree while the run goes on
