@@ -21,7 +21,6 @@ Lease ids come from a counter (etcd picks them at random).
 
 from __future__ import annotations
 
-import base64
 import math
 from collections.abc import Callable
 from typing import Any
@@ -29,17 +28,13 @@ from typing import Any
 import attrs
 import trio
 
-from node.failover.etcd import EtcdError, KeyValue, TxnResult, WatchEvent
+from node.failover.etcd import EtcdError, KeyValue, TxnResult, WatchEvent, unb64
 
 __all__ = ["EtcdModel", "MIN_TTL_S"]
 
 MIN_TTL_S = 2
 """etcd grants at least 1.5 election timeouts (1 s by default), rounded up: a grant of 1 s
 gets 2 s."""
-
-
-def _text(value: str | None) -> bytes:
-    return base64.b64decode(value) if value else b""
 
 
 @attrs.define
@@ -135,7 +130,7 @@ class EtcdModel:
         for op in ops:
             if "request_put" in op:
                 put = op["request_put"]
-                events.append(self._set(_text(put["key"]).decode(), _text(put.get("value")),
+                events.append(self._set(unb64(put["key"]).decode(), unb64(put.get("value")),
                                         int(put.get("lease", 0))))
             elif "request_range" in op:
                 ranges.append(self._range(op["request_range"]))
@@ -207,7 +202,7 @@ class EtcdModel:
         return WatchEvent("PUT", kv, prev)
 
     def _holds(self, c: dict[str, Any]) -> bool:
-        kv = self._keys.get(_text(c["key"]).decode())
+        kv = self._keys.get(unb64(c["key"]).decode())
         target = c["target"]
         if target == "VALUE" and kv is None:
             return False  # etcd: a value comparison on a missing key always fails
@@ -231,11 +226,11 @@ class EtcdModel:
         raise EtcdError(f"the model does not know the comparison {result!r}")
 
     def _range(self, r: dict[str, Any]) -> list[KeyValue]:
-        key = _text(r["key"])
+        key = unb64(r["key"])
         if "range_end" not in r:
             kv = self._keys.get(key.decode())
             return [kv] if kv is not None else []
-        end = _text(r["range_end"])
+        end = unb64(r["range_end"])
         return [self._keys[k] for k in sorted(self._keys) if key <= k.encode() < end]
 
     def _notify(self, events: list[WatchEvent]) -> None:

@@ -52,7 +52,8 @@ def _b64(value: str | bytes) -> str:
     return base64.b64encode(raw).decode("ascii")
 
 
-def _unb64(value: str | None) -> bytes:
+def unb64(value: str | None) -> bytes:
+    """A base64 field of the gateway's JSON as bytes (absent: empty)."""
     return base64.b64decode(value) if value else b""
 
 
@@ -66,7 +67,7 @@ class KeyValue:
 
     @classmethod
     def from_json(cls, kv: dict[str, Any]) -> KeyValue:
-        return cls(_unb64(kv.get("key")).decode(), _unb64(kv.get("value")),
+        return cls(unb64(kv.get("key")).decode(), unb64(kv.get("value")),
                    int(kv.get("create_revision", 0)), int(kv.get("mod_revision", 0)),
                    int(kv.get("lease", 0)))
 
