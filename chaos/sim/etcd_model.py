@@ -82,7 +82,7 @@ class EtcdModel:
         ttl = max(ttl_s, MIN_TTL_S)
         lease, self._next_lease = self._next_lease, self._next_lease + 1
         self._leases[lease] = _Lease(ttl, self.clock() + ttl)
-        self._poke()
+        self._changed.set()
         return lease
 
     async def keepalive(self, lease: int) -> int:
@@ -91,7 +91,7 @@ class EtcdModel:
         if held is None:
             return 0
         held.deadline = self.clock() + held.ttl
-        self._poke()
+        self._changed.set()
         return held.ttl
 
     async def revoke(self, lease: int) -> None:
@@ -168,9 +168,6 @@ class EtcdModel:
             self._changed = trio.Event()
 
     # ---- the state machine -------------------------------------------------------------------
-    def _poke(self) -> None:
-        self._changed.set()
-
     def _expire(self) -> None:
         now = self.clock()
         for lease in sorted(lease for lease, held in self._leases.items() if held.deadline <= now):
