@@ -165,6 +165,10 @@ async def run_case(target: peers.Target, case: Case, seconds: float, warmup: flo
     result = json.loads(done.stdout)
     loaded = warmup + seconds  # the servers are idle while the client starts and drains
     result["cpu_cores"] = {name: round((_cpu(p) - before[name]) / loaded, 2) for name, p in target.procs.items()}
+    if target.serving and result.get("msgs_per_s"):
+        # CPU seconds of the serving process (its master) over the messages it answered
+        spent = _cpu(target.procs[target.serving]) - before[target.serving]
+        result["server_us_per_msg"] = round(spent * 1e6 / (result["msgs_per_s"] * loaded), 1)
     if rss:
         result["master_rss_mb"] = {"max": round(max(rss), 1), "last": round(rss[-1], 1),
                                    "anon_max": round(max(anon), 1)}

@@ -46,6 +46,7 @@ class Target:
     address: str = ""  # tidemq: the master's client address
     base: Path | None = None  # tidemq: the launcher's base dir
     lean_args: tuple[str, ...] = ()  # tidemq-secure: the lean client's login and CA
+    serving: str = ""  # the process (a key of procs) that answers the client: its CPU per message
 
 
 def _ps(started: Started) -> psutil.Process:
@@ -58,7 +59,7 @@ async def floor(procs: Processes, work: Path) -> AsyncIterator[Target]:
     s = procs.start("floor", [sys.executable, "-m", "bench.floor", "--port", str(port)], cwd=REPO)
     try:
         await wait_port(port, s)
-        yield Target("trio floor", "tidemq", [port], {"floor": _ps(s)})
+        yield Target("trio floor", "tidemq", [port], {"floor": _ps(s)}, serving="floor")
     finally:
         procs.stop([s])
 
@@ -101,7 +102,8 @@ async def tidemq(work: Path, flush: str, role: str, *, bases: list[Path], secure
         master = next(r.record for r in results if r.record.stage is launcher.Stage.MASTER)
         nodes = {r.record.name: psutil.Process(r.record.pid) for r in results if r.record.pid}
         yield Target(_mode_name(flush, role, secure), "tidemq", [split_host_port(master.address)[1]],
-                     nodes, master=nodes[master.name], address=master.address, base=base, lean_args=lean_args)
+                     nodes, master=nodes[master.name], address=master.address, base=base, lean_args=lean_args,
+                     serving=master.name)
     finally:
         await trio.to_thread.run_sync(launcher.down, base)
         bases.remove(base)
@@ -163,7 +165,7 @@ async def redis(procs: Processes, work: Path, fsync: str, *, replica: bool) -> A
                     await trio.sleep(0.1)  # poll: the first sync takes a moment
             watched["redis replica"] = _ps(rep)
         name = f"Redis {fsync}" + (" + replica, WAIT 1" if replica else "")
-        yield Target(name, "redis", [port], watched, replicas=1 if replica else 0)
+        yield Target(name, "redis", [port], watched, replicas=1 if replica else 0, serving="redis")
     finally:
         procs.stop(list(reversed(started)))
 
@@ -215,7 +217,7 @@ async def jetstream(procs: Processes, work: Path, replicas: int) -> AsyncIterato
             await wait_port(port, s)
         await _create_stream(ports[0], replicas)
         yield Target(f"JetStream R{replicas}", "nats", ports,
-                     {f"nats-{i}": _ps(s) for i, s in enumerate(started)})
+                     {f"nats-{i}": _ps(s) for i, s in enumerate(started)}, serving="nats-0")
     finally:
         procs.stop(list(reversed(started)))
 
