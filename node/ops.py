@@ -298,6 +298,8 @@ async def _send_batch(s: NodeServices, r: Request, peer: str | None) -> PendingP
 
 def append_sends(s: NodeServices, pending: list[PendingPut]) -> None:
     """Append prepared sends, in order, as one CommitLog group."""
+    s.stats.send_requests += len(pending)
+    s.stats.send_groups += 1
     now = trio.current_time()
     for p, appended in zip(pending, s.store.puts.append_prepared([p.prepared for p in pending]), strict=True):
         p.appended = appended

@@ -1,16 +1,20 @@
 """The client-protocol server: TCP connections, frames, requests in flight.
 
 Per connection a reader takes what one receive holds as one batch: it decodes every
-complete frame, runs the batched ops (sends) inline in arrival order, so per-queue order
-holds and no task is made per request, and writes the answers it has with one send. A
-batched op that waits for a flush or a slave answers with a deferred result; the
-connection's finisher task finishes everything deferred so far as one group (`finish`:
-one wait for the group) and writes those answers with one send, while the reader goes on.
-Other ops (a long-polling pull, status) run as a task each, so they never hold back the
-requests behind them. Responses pair with requests by id; one write lock keeps frames
-whole. A frame that cannot be decoded ends the connection after the frames before it are
-answered and an error frame with id null; everything else is answered by `handler`
-(node/handlers.py) and the connection stays usable.
+complete frame and runs the batched ops (sends) inline in arrival order, so per-queue order
+holds and no task is made per request. Their deferred results join the node's **turn**: the
+puts every connection read since the committer last ran. The committer appends a turn as
+one group (`commit`: one CommitLog group for all connections), finishes the puts that need
+not wait as one group and writes each connection's answers; the puts that wait for a flush
+or a slave go to the finisher, which finishes everything waiting so far as one group (one
+wait for all connections) and writes the answers. An answer is written straight to the
+socket when it takes it whole (no task switch); the rest goes out through the connection's
+outbox task, so a client that does not read holds back only itself. Other ops (a
+long-polling pull, status) run as a task each, so they never hold back the requests behind
+them. Responses pair with requests by id; one write lock keeps frames whole. A frame that
+cannot be decoded ends the connection after the frames before it are answered and an error
+frame with id null; everything else is answered by `handler` (node/handlers.py) and the
+connection stays usable.
 
 Shutdown (`stop_accepting`, then `drain`): stop accepting, stop reading new requests, let
 the requests in flight finish within a grace period, then close every connection.
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import socket
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
@@ -62,10 +67,11 @@ RequestHandler = Callable[[Request, "str | None"], Awaitable[Any]]
 """Answers a request with its response map; a batched op may answer with a deferred
 result instead (any object with a `waits` flag), for `GroupFinisher`."""
 GroupAppender = Callable[[list[Any]], None]
-"""Commits a batch's deferred results, in arrival order, before any of them is finished
-(the node appends the batch's sends to the CommitLog as one group)."""
+"""Commits a turn's deferred results, in arrival order, before any of them is finished
+(the node appends the turn's sends to the CommitLog as one group)."""
 GroupFinisher = Callable[[list[Any]], Awaitable[list[dict[str, Any]]]]
 """Turns deferred results into their responses, in order (one wait for the group)."""
+_Placed = tuple["_Connection", Any]  # a deferred result and the connection it answers
 DisconnectHandler = Callable[["str | None"], None]
 _IO_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
@@ -74,16 +80,17 @@ _IO_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 class _Connection:
     stream: trio.abc.Stream  # a SocketStream, or an SSLStream around one
     peer: str | None
-    write_lock: trio.Lock = attrs.field(factory=trio.Lock)
+    fd: int | None = None  # the plain socket's descriptor: answers are written to it directly
     in_flight: int = 0
     room: trio.Event | None = None  # set when in_flight drops below MAX_IN_FLIGHT
     stop_reading: bool = False
     receive_scope: trio.CancelScope | None = None
     nursery: trio.Nursery | None = None
-    deferred: list[Any] = attrs.field(factory=list)  # for the finisher, in arrival order
-    deferred_added: trio.Event = attrs.field(factory=trio.Event)
-    reading_done: bool = False
-    finisher_done: trio.Event = attrs.field(factory=trio.Event)
+    puts_pending: int = 0  # batched results handed to the turn, not yet answered
+    changed: trio.Event | None = None  # set when puts_pending drops to 0 or the outbox empties
+    outbox: list[tuple[bytes | memoryview, int]] = attrs.field(factory=list)  # (bytes, answers) to write
+    writing: bool = False  # an outbox task runs
+    gone: bool = False  # the connection ended: its answers are dropped
     gone_told: bool = False  # on_disconnect was called for it
     session: Session | None = None  # its login, when the server checks logins
 
@@ -98,13 +105,29 @@ class _Connection:
             self.room.set()
             self.room = None
 
-    def defer(self, results: list[Any]) -> None:
-        self.deferred += results
-        self.deferred_added.set()
+    def puts_answered(self, n: int) -> None:
+        self.puts_pending -= n
+        if not self.puts_pending:
+            self.wake()
 
-    def end_reading(self) -> None:
-        self.reading_done = True
-        self.deferred_added.set()
+    def wake(self) -> None:
+        if self.changed is not None:
+            self.changed.set()
+            self.changed = None
+
+    async def _until(self, done: Callable[[], bool]) -> None:
+        while not done():
+            if self.changed is None:
+                self.changed = trio.Event()
+            await self.changed.wait()
+
+    async def wait_settled(self) -> None:
+        """Until every batched result handed to the turn is answered and written."""
+        await self._until(lambda: not self.puts_pending and not self.writing)
+
+    async def wait_written(self) -> None:
+        """Until the outbox is written."""
+        await self._until(lambda: not self.writing)
 
 
 def _peer_address(stream: trio.SocketStream) -> str | None:
@@ -125,8 +148,9 @@ class ClientServer:
     registered over it as not alive). With a `guard` (node/security) every connection logs
     in first and each request is checked against its account before it runs; without one
     the login ops answer `enabled: false`. `batched_ops` run inline in the reader and may answer
-    with deferred results, which `commit` takes once per batch and `finish` answers a group
-    at a time (node/handlers.py's BATCHED_OPS, append_requests and finish_requests).
+    with deferred results, which `commit` takes once per turn (every connection's) and
+    `finish` answers a group at a time (node/handlers.py's BATCHED_OPS, append_requests and
+    finish_requests).
     """
 
     def __init__(
@@ -162,6 +186,10 @@ class ClientServer:
         self._conn_nursery: trio.Nursery | None = None
         self._stopping = False
         self._all_closed = trio.Event()  # set once stopping and no connection is left
+        self._turn: list[tuple[_Connection, list[Any]]] = []  # read since the committer last ran
+        self._turn_added = trio.Event()
+        self._waiting: list[_Placed] = []  # committed results that wait for a flush or a slave
+        self._waiting_added = trio.Event()
 
     @property
     def in_flight(self) -> int:
@@ -174,6 +202,9 @@ class ClientServer:
         log.info("client protocol listening on %s:%d", self.host, self.port)
         async with trio.open_nursery() as conn_nursery:
             self._conn_nursery = conn_nursery
+            if self.commit is not None:  # both live until drain cancels the nursery
+                conn_nursery.start_soon(self._committer)
+                conn_nursery.start_soon(self._finisher)
             async with trio.open_nursery() as accept_nursery:
                 self._accept_scope = accept_nursery.cancel_scope
                 serve = partial(trio.serve_listeners, self._handle, listeners, handler_nursery=conn_nursery)
@@ -214,7 +245,7 @@ class ClientServer:
             if stream is None:
                 await self._refuse_plaintext(raw, peer, why)
                 return
-        conn = _Connection(stream, peer)
+        conn = _Connection(stream, peer, fd=raw.socket.fileno() if stream is raw else None)
         if self.guard is not None:
             conn.session = Session(peer_host(conn.peer))
         if self._stopping:
@@ -227,6 +258,7 @@ class ClientServer:
         except Exception:  # a bug must cost one connection, never the node
             log.exception("client %s: unexpected error; closing the connection", conn.peer)
         finally:
+            conn.gone = True
             self._connections.discard(conn)
             if self._stopping and not self._connections:
                 self._all_closed.set()
@@ -266,24 +298,18 @@ class ClientServer:
     async def _serve_connection(self, conn: _Connection) -> None:
         async with trio.open_nursery() as nursery:
             conn.nursery = nursery
-            if self.finish is not None:
-                nursery.start_soon(self._finisher, conn)
-            else:
-                conn.finisher_done.set()
-            try:
-                error = await self._read_loop(conn)
-            finally:
-                conn.end_reading()
+            error = await self._read_loop(conn)
             if not self._stopping:  # (at shutdown the node leaves as a whole)
                 self._tell_gone(conn)
             if error is not None:
                 log.info("client %s: %s; closing the connection", conn.peer, error)
                 with trio.move_on_after(FINISH_ON_ERROR_S):
-                    await conn.finisher_done.wait()  # the frames before the bad one are answered
+                    await conn.wait_settled()  # the frames before the bad one are answered
                 with trio.move_on_after(ERROR_FRAME_TIMEOUT_S):
                     await self._send(conn, encode_frame(error_response(None, Status.BAD_REQUEST, error)))
                 conn.close_now()
-            # otherwise (EOF or shutdown) the nursery waits for the requests in flight
+            else:  # EOF or shutdown: the sends in the turn are answered, the nursery waits for the rest
+                await conn.wait_settled()
 
     async def _receive(self, conn: _Connection) -> bytes | None:
         """The next chunk; None at EOF, on shutdown, or when the peer is gone."""
@@ -316,8 +342,8 @@ class ClientServer:
                 await conn.room.wait()
 
     async def _serve_batch(self, conn: _Connection, frames: list[dict]) -> None:
-        """Run the batched ops inline in order, start a task for each other op, send the
-        answers ready now in one write and leave the deferred ones to the finisher."""
+        """Run the batched ops inline in order, start a task for each other op, hand the
+        deferred results to the turn and send the answers ready now (refusals) in one write."""
         out: list[bytes] = []
         placed: list[Any] = []
         for frame in frames:
@@ -331,17 +357,10 @@ class ClientServer:
                     placed.append(result)
             else:
                 conn.nursery.start_soon(self._serve_request, conn, frame)
-        if not placed:
-            if out:
-                await self._send(conn, b"".join(out))
-            return
-        self.commit(placed)
-        ready = [r for r in placed if not r.waits]  # finishing will not wait: answer in this write
-        if len(ready) < len(placed):
-            conn.defer([r for r in placed if r.waits])
-        if ready:
-            out += map(self._encode, await self._finish(ready))
-            conn.answered(len(ready))
+        if placed:
+            conn.puts_pending += len(placed)
+            self._turn.append((conn, placed))
+            self._turn_added.set()
         if out:
             await self._send(conn, b"".join(out))
 
@@ -382,23 +401,54 @@ class ClientServer:
         assert self.finish is not None
         return await self.finish(results)
 
-    async def _finisher(self, conn: _Connection) -> None:
-        """Answer the deferred results: everything deferred while the last group waited
-        is the next group (one wait, one write)."""
-        try:
-            while True:
-                if not conn.deferred:
-                    if conn.reading_done:
-                        return
-                    await conn.deferred_added.wait()
-                    conn.deferred_added = trio.Event()
-                    continue
-                group, conn.deferred = conn.deferred, []
-                responses = await self._finish(group)
-                await self._send(conn, b"".join(map(self._encode, responses)))
-                conn.answered(len(group))
-        finally:
-            conn.finisher_done.set()
+    async def _committer(self) -> None:
+        """Commit each turn as one group: every connection's sends read since the last
+        round (readers woken by the same poll all run before this task does). The puts
+        that need not wait are answered now; the others go to the finisher."""
+        while True:
+            await self._turn_added.wait()
+            self._turn_added = trio.Event()
+            turn, self._turn = self._turn, []
+            ready: list[_Placed] = []
+            try:
+                assert self.commit is not None
+                self.commit([r for _, results in turn for r in results])
+                for conn, results in turn:
+                    for r in results:
+                        (self._waiting if r.waits else ready).append((conn, r))
+                if self._waiting:
+                    self._waiting_added.set()
+                if ready:
+                    await self._answer(ready)
+            except Exception:  # a bug must cost these connections, never the node
+                log.exception("committing %d connection(s)' sends failed; closing them", len(turn))
+                for conn, _ in turn:
+                    conn.close_now()
+
+    async def _finisher(self) -> None:
+        """Answer the committed puts that wait: everything that came while the last group
+        waited is the next group (one wait for all connections, one write per connection)."""
+        while True:
+            await self._waiting_added.wait()
+            self._waiting_added = trio.Event()
+            while self._waiting:
+                group, self._waiting = self._waiting, []
+                try:
+                    await self._answer(group)
+                except Exception:
+                    log.exception("finishing %d send(s) failed; closing their connections", len(group))
+                    for conn, _ in group:
+                        conn.close_now()
+
+    async def _answer(self, group: list[_Placed]) -> None:
+        """Finish a group (one wait) and write each connection's answers with one write."""
+        responses = await self._finish([r for _, r in group])
+        frames: dict[_Connection, list[bytes]] = {}
+        for (conn, _), response in zip(group, responses, strict=True):
+            frames.setdefault(conn, []).append(self._encode(response))
+        for conn, out in frames.items():
+            self._deliver(conn, b"".join(out) if len(out) > 1 else out[0], len(out))
+            conn.puts_answered(len(out))
 
     async def _serve_request(self, conn: _Connection, frame: dict) -> None:
         try:
@@ -418,19 +468,46 @@ class ClientServer:
                 error_response(response.get("id"), Status.INTERNAL_ERROR, f"cannot encode the response: {e}")
             )
 
-    async def _send(self, conn: _Connection, data: bytes) -> None:
-        lock = conn.write_lock
+    def _deliver(self, conn: _Connection, data: bytes, answers: int = 0) -> None:
+        """Write `data` now if the socket takes it whole (no task switch), else queue it
+        for the connection's outbox task; one writer at a time keeps frames whole.
+        `answers` responses leave the connection's in-flight count once written."""
+        if conn.gone:
+            return
+        if not conn.writing and conn.fd is not None:
+            try:
+                sent = os.write(conn.fd, data)
+            except BlockingIOError:
+                sent = 0
+            except OSError as e:
+                log.debug("client %s: cannot send (%s); closing", conn.peer, e)
+                conn.close_now()
+                return
+            if sent == len(data):
+                if answers:
+                    conn.answered(answers)
+                return
+            data = memoryview(data)[sent:]
+        conn.outbox.append((data, answers))
+        if not conn.writing:
+            conn.writing = True
+            conn.nursery.start_soon(self._write_outbox, conn)
+
+    async def _write_outbox(self, conn: _Connection) -> None:
+        """Write what the socket did not take at once, in order, until the outbox is empty."""
         try:
-            # an uncontended lock is taken without `acquire`'s own scheduling round (one
-            # per write); send_all checkpoints anyway
-            try:
-                lock.acquire_nowait()
-            except trio.WouldBlock:
-                await lock.acquire()
-            try:
-                await conn.stream.send_all(data)
-            finally:
-                lock.release()
+            while conn.outbox:
+                items, conn.outbox = conn.outbox, []
+                await conn.stream.send_all(b"".join(data for data, _ in items))
+                conn.answered(sum(n for _, n in items))
         except _IO_ERRORS as e:
             log.debug("client %s: cannot send (%s); closing", conn.peer, e)
             conn.close_now()
+        finally:
+            conn.writing = False
+            conn.wake()
+
+    async def _send(self, conn: _Connection, data: bytes) -> None:
+        """Write `data`; returns once the socket took it (the reader's backpressure)."""
+        self._deliver(conn, data)
+        await conn.wait_written()

@@ -42,12 +42,16 @@ class MinuteCounter:
 
 
 class BrokerStats:
-    """Messages stored by puts and messages returned by pulls."""
+    """Messages stored by puts and messages returned by pulls; send requests and the
+    CommitLog groups they were appended in (how much group commit gathers)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.put = MinuteCounter(clock)
         self.get = MinuteCounter(clock)
+        self.send_requests = 0
+        self.send_groups = 0
 
     def to_json(self) -> dict[str, float | int]:
         return {"put_tps": self.put.per_second(), "get_tps": self.get.per_second(),
-                "put_total": self.put.total, "get_total": self.get.total}
+                "put_total": self.put.total, "get_total": self.get.total,
+                "send_requests": self.send_requests, "send_groups": self.send_groups}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -182,3 +183,73 @@ async def test_sync_master_timeouts_go_to_the_waiting_requests_only(tmp_path: Pa
         if slave is not None and slave.proc.poll() is None:
             os.kill(slave.proc.pid, signal.SIGCONT)
         nodes.cleanup()
+
+
+async def test_sends_of_many_connections_share_groups_and_keep_their_order(node):
+    """16 connections with one send in flight each: the node appends what they send in the
+    same turn as one CommitLog group (fewer groups than requests), every answer is PUT_OK
+    and pairs with its request, and each connection's messages keep their order per queue."""
+    await create_topic(node.address, "Fan", 4)
+    before = (await call(node.address, "status"))["stats"]
+    connections, each = 16, 25
+
+    async def client(c: int, wires: list[Wire]) -> None:
+        wire = await Wire.connect(node.address)
+        wires.append(wire)
+        for k in range(each):
+            answer = await wire.call("send", topic="Fan", queue_id=c % 4, body=f"c{c}-{k}".encode())
+            assert answer["status"] == "PUT_OK", answer
+
+    wires: list[Wire] = []
+    try:
+        async with trio.open_nursery() as nursery:
+            for c in range(connections):
+                nursery.start_soon(client, c, wires)
+    finally:
+        for wire in wires:
+            await wire.aclose()
+    after = (await call(node.address, "status"))["stats"]
+    requests = after["send_requests"] - before["send_requests"]
+    groups = after["send_groups"] - before["send_groups"]
+    assert requests == connections * each
+    assert groups < requests, (groups, requests)
+    for q in range(4):
+        stored = await bodies(node.address, "Fan", q)
+        assert len(stored) == each * connections // 4
+        for c in range(q, connections, 4):
+            mine = [b for b in stored if b.startswith(f"c{c}-".encode())]
+            assert mine == [f"c{c}-{k}".encode() for k in range(each)], c
+
+
+async def test_a_client_that_does_not_read_holds_back_only_itself(node):
+    """A client with a tiny receive buffer sends a burst and reads nothing: the answers the
+    socket does not take wait in its outbox, another connection is answered meanwhile, and
+    the slow client later reads every answer, whole and paired by id."""
+    await create_topic(node.address, "Slow", 1)
+    sock = trio.socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+    host, port = node.address.rsplit(":", 1)
+    await sock.connect((host, int(port)))
+    slow = Wire(trio.SocketStream(sock))
+    n = 1000
+    try:
+        await slow.send_raw(b"".join(send(i, "Slow", 0, b"s" * 64) for i in range(1, n + 1)))
+
+        async def stored_all() -> bool:
+            return await max_offset(node.address, "Slow", 0) == n
+
+        await wait_until(stored_all, what="the slow client's burst stored")
+        fast = await Wire.connect(node.address)
+        try:
+            answer = await fast.call("send", topic="Slow", queue_id=0, body=b"fast", timeout=5.0)
+            assert answer["status"] == "PUT_OK" and answer["queue_offset"] == n, answer
+        finally:
+            await fast.aclose()
+        answers = {}
+        while len(answers) < n:
+            frame = await slow.recv()
+            assert frame is not None and frame["status"] == "PUT_OK", frame
+            answers[frame["id"]] = frame["queue_offset"]
+    finally:
+        await slow.aclose()
+    assert answers == {i: i - 1 for i in range(1, n + 1)}

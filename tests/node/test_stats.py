@@ -46,5 +46,6 @@ def test_broker_stats_json():
     s.put.add(4)
     s.get.add(2)
     clock.now += 2
-    assert s.to_json() == {"put_tps": 2.0, "get_tps": 1.0, "put_total": 4, "get_total": 2}
+    assert s.to_json() == {"put_tps": 2.0, "get_tps": 1.0, "put_total": 4, "get_total": 2,
+                           "send_requests": 0, "send_groups": 0}
 
