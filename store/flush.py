@@ -3,7 +3,9 @@
 - GroupCommitService (SYNC_FLUSH): callers wait for their end offset; while one fdatasync
   runs in a worker thread, new requests pile up and share the next one (group commit).
 - FlushRealTimeService (ASYNC_FLUSH): flushes every flushIntervalCommitLog once at least
-  flushCommitLogLeastPages dirty pages piled up, thoroughly every thorough interval.
+  flushCommitLogLeastPages dirty pages piled up, thoroughly every thorough interval; it
+  runs in one thread of its own for the store's life (like RocketMQ's), so a flush every
+  few pages costs no thread hand-off and no event-loop wake-up.
 - CommitRealTimeService (transient pool): copies write buffers into the files.
 
 Each CommitLog append wakes the flush service once: the store registers the service's
@@ -12,12 +14,13 @@ alike); a put waiting for its flush only registers its offset. After a full flus
 services record the store time of the last flushed message in the checkpoint (on a master:
 a slave's physic time comes from dispatch).
 
-Blocking calls (fdatasync, pwrite) run through trio.to_thread, which releases the GIL.
+Blocking calls (fdatasync, pwrite) run in worker threads, which release the GIL.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 
@@ -140,40 +143,64 @@ class GroupCommitService:
 
 
 class FlushRealTimeService:
-    """Async flush: periodic, by least pages, thorough every `thorough_interval_ms`."""
+    """Async flush: periodic, by least pages, thorough every `thorough_interval_ms`.
+
+    The flushing loop is one worker thread (`run` hosts it); an append wakes it through a
+    threading.Event once `least_pages` pages are dirty. Under load that is every few
+    pages, so a trio task hopping to a worker thread per flush would cost the event loop
+    a thread hand-off and a wake-up each time."""
 
     def __init__(self, queue: MappedFileQueue, cadence: Cadence, *, timed: bool, flushed_time: FlushedTime) -> None:
         self.queue = queue
         self.cadence = cadence
         self.timed = timed
         self._flushed_time = flushed_time
-        self._wake = trio.Event()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._stopped = threading.Event()
+        self._stopped.set()  # no loop runs yet
 
     def wakeup(self) -> None:
-        """An append happened: wake the service only once a flush has enough pages to take,
-        so appends of less than `least_pages` pages cost no task switch (the interval's
-        round, thorough ones included, runs anyway)."""
+        """An append happened: wake the loop only once a flush has enough pages to take
+        (the interval's round, thorough ones included, runs anyway)."""
         if not self._wake.is_set() and self.queue.is_able_to_flush(self.cadence.least_pages):
             self._wake.set()
 
-    async def flush(self, least_pages: int) -> None:
-        if self.queue.is_able_to_flush(least_pages):
-            await trio.to_thread.run_sync(self.queue.flush, least_pages)
-        else:  # woken by a put with too few dirty pages: no syscall, so no thread hop
-            self.queue.flush(least_pages)
+    def flush(self, least_pages: int) -> None:
+        """One round (blocking: the loop's thread, or a worker thread)."""
+        self.queue.flush(least_pages)
         self._flushed_time.note(self.queue)
 
+    def _loop(self) -> None:
+        try:
+            while not self._stop.is_set():
+                if self.timed:
+                    self._stop.wait(self.cadence.interval_s)
+                else:
+                    self._wake.wait(self.cadence.interval_s)
+                    self._wake.clear()
+                if self._stop.is_set():
+                    return
+                self.flush(self.cadence.next())
+        finally:
+            self._stopped.set()
+
     async def run(self) -> None:
-        while True:
-            if self.timed:
-                await trio.sleep(self.cadence.interval_s)
-            else:
-                with trio.move_on_after(self.cadence.interval_s):
-                    await self._wake.wait()
-                self._wake = trio.Event()
-            await self.flush(self.cadence.next())
+        """Host the flushing loop's thread until cancelled (it stops at its next wake-up,
+        which this makes happen at once); a flush that fails ends the task with its error."""
+        self._stop.clear()
+        self._stopped.clear()
+        try:
+            await trio.to_thread.run_sync(self._loop, abandon_on_cancel=True)
+        finally:
+            self._stop.set()
+            self._wake.set()
 
     async def shutdown(self) -> None:
+        """Stop the loop (waiting for a flush it is in), then flush everything."""
+        self._stop.set()
+        self._wake.set()
+        await trio.to_thread.run_sync(self._stopped.wait)
         await trio.to_thread.run_sync(flush_to_end, self.queue)
         self._flushed_time.note(self.queue)
 

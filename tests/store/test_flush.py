@@ -201,6 +201,25 @@ async def test_async_flush_shutdown_flushes_everything(tmp_path):
             assert store.look_message_by_offset(off).body == body(i, 350)
 
 
+async def test_async_flush_loop_is_woken_by_dirty_pages_and_stops_with_the_store(tmp_path):
+    """The flushing loop runs in its own thread: with an interval of a minute, appends of
+    at least `least_pages` pages still get flushed soon (the append wakes it), and closing
+    the store stops the loop before the last flush."""
+    cfg = config(tmp_path, mapped_file_size_commit_log=1024 * 1024, flush_interval_commit_log=60_000,
+                 flush_commit_log_least_pages=2, flush_commit_log_thorough_interval=60_000)
+    async with open_store(cfg) as store:
+        service = store.flush_service
+        for i in range(40):  # 40 x 350 bytes: more than 2 pages
+            assert (await store.put_message(Message("T", body(i, 350)))).ok
+        # flushed until fewer than 2 pages are dirty: at least into the page before the last
+        mark = (store.get_max_phy_offset() // 4096 - 1) * 4096
+        assert mark > 0
+        await wait_until(lambda: flushed_where(store) >= mark, what="the dirty pages flushed")
+        assert not service._stopped.is_set()  # the loop runs
+    assert service._stopped.is_set()
+    assert flushed_where(store) == store.get_max_phy_offset()
+
+
 async def test_async_master_puts_do_not_wait(tmp_path):
     """ASYNC_FLUSH with WAIT=true: PUT_OK at once, no group commit service at all."""
     async with open_store(config(tmp_path)) as store:
