@@ -150,3 +150,115 @@ async def test_drain_gives_up_after_the_grace_period():
             with trio.fail_after(10):
                 await server.drain(0.05)
         assert conn.closed, "the unanswered request's connection is closed, not left hanging"
+
+
+class Turns:
+    """Batched `send`s answered through the server's turn: `commit` records each turn's
+    request ids, and a send with `wait` is finished only once `release()` is called."""
+
+    def __init__(self) -> None:
+        self.turns: list[list[int]] = []
+        self.released = trio.Event()
+
+    def release(self) -> None:
+        self.released.set()
+
+    async def handle(self, request: Request, peer: str | None) -> Any:
+        return _Put(request.id, bool(request.fields.wait))
+
+    def commit(self, placed: list[_Put]) -> None:
+        self.turns.append([p.request_id for p in placed])
+
+    async def finish(self, placed: list[_Put]) -> list[dict[str, Any]]:
+        if any(p.waits for p in placed):
+            await self.released.wait()
+        return [ok_response(p.request_id, op="send") for p in placed]
+
+    def serving(self) -> Any:
+        return serving(self.handle, batched_ops=frozenset({"send"}), commit=self.commit, finish=self.finish)
+
+
+class _Put:
+    def __init__(self, request_id: int, waits: bool) -> None:
+        self.request_id, self.waits = request_id, waits
+
+
+async def test_sends_read_in_one_turn_are_committed_as_one_group():
+    turns = Turns()
+    async with turns.serving() as server, trio.open_nursery() as nursery:
+        conns = [await nursery.start(_open, address(server)) for _ in range(8)]
+        answers: list[dict] = []
+
+        async def send(conn, i: int) -> None:
+            answers.append(await conn.request("send", topic="T", body=b"x", wait=False))
+
+        for i in range(1, 9):  # the requests of one scheduling round, from 8 connections
+            nursery.start_soon(send, conns[i - 1], i)
+        await wait_until(lambda: len(answers) == 8, what="8 answers")
+        assert all(a["status"] == "OK" for a in answers)
+        assert sum(map(len, turns.turns)) == 8
+        assert len(turns.turns) < 8, turns.turns  # some turn held sends of several connections
+        nursery.cancel_scope.cancel()
+
+
+async def _open(address: str, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+    async with connect(address) as conn:
+        task_status.started(conn)
+        await trio.sleep_forever()
+
+
+async def test_a_send_that_waits_does_not_hold_back_one_that_does_not():
+    turns = Turns()
+    async with turns.serving() as server, connect(address(server)) as a, connect(address(server)) as b:
+        async with trio.open_nursery() as nursery:
+            waited: list[dict] = []
+
+            async def waiting() -> None:
+                waited.append(await a.request("send", topic="T", body=b"w", wait=True))
+
+            nursery.start_soon(waiting)
+            quick = await b.request("send", topic="T", body=b"q", wait=False)
+            assert quick["status"] == "OK" and not waited
+            turns.release()
+        assert [w["status"] for w in waited] == ["OK"]
+
+
+async def test_drain_answers_the_sends_that_wait_before_closing():
+    turns = Turns()
+    async with turns.serving() as server, connect(address(server)) as conn:
+        answers: list[dict] = []
+        async with trio.open_nursery() as nursery:
+
+            async def send() -> None:
+                answers.append(await conn.request("send", topic="T", body=b"w", wait=True))
+
+            nursery.start_soon(send)
+            await wait_until(lambda: turns.turns, what="the send committed")
+            nursery.start_soon(server.drain, 30.0)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not answers and not conn.closed
+            turns.release()
+        assert [a["status"] for a in answers] == ["OK"]
+        with trio.fail_after(10):
+            await conn.wait_closed()
+
+
+async def test_a_client_gone_right_after_its_burst_costs_nothing_else():
+    """The sends of a connection that closed before its answers were written are still
+    committed; delivering to the closed connection harms no one."""
+    turns = Turns()
+    turns.release()
+    async with turns.serving() as server:
+        stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+        await stream.send_all(b"".join(_send_frame(i) for i in range(1, 21)))
+        await stream.aclose()
+        await wait_until(lambda: sum(map(len, turns.turns)) == 20, what="the burst committed")
+        async with connect(address(server)) as conn:
+            assert (await conn.request("send", topic="T", body=b"x"))["status"] == "OK"
+
+
+def _send_frame(request_id: int) -> bytes:
+    from node.framing import encode_frame
+    from node.protocol import PROTOCOL_VERSION
+
+    return encode_frame({"v": PROTOCOL_VERSION, "op": "send", "id": request_id, "topic": "T", "body": b"b"})
