@@ -27,7 +27,6 @@ a RocketMQ 4.9 slave sends it about 5 s after connecting.
 from __future__ import annotations
 
 import logging
-import socket
 import time
 from collections.abc import Awaitable, Callable
 
@@ -39,6 +38,7 @@ from store.message_store import MessageStore
 from store.waiters import OffsetWaiters
 
 from .connection import ReadEnd, guarded, read_until_closed
+from .net import TCP, Network, accepted, close_listener_now, peer_address
 from .protocol import ReportDecoder, encode_heartbeat, encode_transfer_header
 
 log = logging.getLogger("tidemq.ha")
@@ -99,8 +99,9 @@ class HAService:
                  on_ack_timeout: Callable[[int], Awaitable[bool]] | None = None,
                  on_connections: Callable[[], None] | None = None,
                  secure_accept: Callable[[trio.SocketStream], Awaitable[trio.abc.Stream | None]] | None = None,
-                 ) -> None:
+                 net: Network = TCP) -> None:
         self.store = store
+        self.net = net  # where connections come from (ha/net.py): TCP, or a simulated network
         self.secure_accept = secure_accept
         """The node's TLS check of a new slave connection (mutual TLS, node/security/tls.py):
         the stream to serve, or None to drop it before a byte of the CommitLog is sent."""
@@ -206,8 +207,7 @@ class HAService:
     # ---- serving --------------------------------------------------------------------------
     async def run(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen and serve slaves until cancelled; reports the bound port to `nursery.start`."""
-        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
-        self.port = listeners[0].socket.getsockname()[1]
+        listeners, self.port = await self.net.listen(self.host, self.port)
         self.log.attach_replicator(self)
         self.log.add_append_listener(self._on_append)
         self.log.limit_visibility(self.visible_end)
@@ -222,7 +222,7 @@ class HAService:
             self.log.limit_visibility(None)
             self.log.detach_replicator(self)
             for listener in listeners:  # serve_listeners closes them too, if it got to run
-                listener.socket.close()
+                close_listener_now(listener)
             log.info("HA service on port %d stopped", self.port)
 
     def _on_append(self) -> None:
@@ -245,14 +245,10 @@ class HAService:
             if self.ack_members:
                 self.log.visibility_moved()
 
-    async def _handle(self, raw: trio.SocketStream) -> None:
+    async def _handle(self, raw: trio.abc.Stream) -> None:
         """One slave: reader and writer tasks; either ending closes the connection."""
-        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
-        try:
-            host, port = raw.socket.getpeername()[:2]
-            address = f"{host}:{port}"
-        except OSError:
-            address = "?"
+        accepted(raw)
+        address = peer_address(raw) or "?"
         stream: trio.abc.Stream | None = raw
         if self.secure_accept is not None:
             stream = await self.secure_accept(raw)

@@ -28,6 +28,7 @@ from store.message_store import MessageStore
 from store.replica_log import FollowerAppendError
 
 from .connection import ReadEnd, guarded, read_until_closed
+from .net import TCP, Network, local_address
 from .protocol import Transfer, TransferDecoder, encode_report
 
 log = logging.getLogger("tidemq.ha")
@@ -100,8 +101,10 @@ class HAClient:
         admit: Callable[[str], Awaitable[bool]] | None = None,
         on_connect: Callable[[], None] | None = None,
         secure_connect: Callable[[trio.SocketStream, str], Awaitable[trio.abc.Stream]] | None = None,
+        net: Network = TCP,
     ) -> None:
         self.store = store
+        self.net = net  # where connections come from (ha/net.py): TCP, or a simulated network
         self.secure_connect = secure_connect
         """The node's TLS around a new connection to `host` (mutual TLS, node/security/tls.py);
         it raises when the handshake fails, and the client tries again later."""
@@ -212,15 +215,11 @@ class HAClient:
         host, port = split_address(address)
         try:
             with trio.fail_after(self.config.ha_send_heartbeat_interval / 1000):
-                stream = await trio.open_tcp_stream(host, port)
+                stream = await self.net.connect(host, port)
         except (OSError, trio.TooSlowError) as e:
             log.info("cannot connect to master %s: %s", address, e or "timed out")
             return 0
-        try:
-            local_host, local_port = stream.socket.getsockname()[:2]
-            local: str | None = f"{local_host}:{local_port}"
-        except OSError:
-            local = None
+        local = local_address(stream)
         if self.secure_connect is not None:
             raw = stream
             try:

@@ -16,9 +16,8 @@ import contextlib
 import itertools
 import logging
 import math
-import socket
 import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -26,6 +25,7 @@ import attrs
 import trio
 from scramp import ScramException
 
+from ha.net import TCP, Network
 from store.address import AddressError, split_host_port
 
 from .framing import FrameDecoder, FrameError, encode_frame
@@ -227,7 +227,9 @@ class Connection:
         self.max_frame_size = max_frame_size
         self._stream = stream
         raw = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
-        self._socket = raw.socket  # type: ignore[attr-defined]  # closed at once by _abort
+        sock = getattr(raw, "socket", None)
+        # closes at once (wakes the reader) from _abort; a simulated stream has close_now
+        self._close_now: Callable[[], None] = sock.close if sock is not None else raw.close_now
         self._decoder = FrameDecoder(max(max_frame_size, MAX_RECEIVE_FRAME_SIZE))
         self._ids = itertools.count(1)
         self._pending: dict[int, _Slot] = {}
@@ -246,6 +248,7 @@ class Connection:
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         credentials: Credentials | None = None,
         tls: ssl.SSLContext | None = None,
+        net: Network = TCP,
     ) -> Connection:
         """Connect (ConnectionLost when refused or slower than `connect_timeout`), with TLS
         when there is a context (`tls`, else the process's or the environment's:
@@ -264,9 +267,7 @@ class Connection:
         stream: trio.abc.Stream
         try:
             with trio.fail_after(connect_timeout):
-                raw = await trio.open_tcp_stream(host, port)
-                with contextlib.suppress(OSError):
-                    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+                raw = await net.connect(host, port)
                 stream = raw
                 if context is not None:
                     try:
@@ -438,7 +439,7 @@ class Connection:
                 slot.error = lost(f"connection lost: {reason}", address=self.address)
                 slot.done.set()
         with contextlib.suppress(OSError):
-            self._socket.close()
+            self._close_now()
 
     async def _read_loop(self) -> None:
         reason = "closed by the peer"
@@ -481,8 +482,10 @@ class connect:  # noqa: N801 - used like a function: `async with connect(address
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         credentials: Credentials | None = None,
         tls: ssl.SSLContext | None = None,
+        net: Network = TCP,
     ) -> None:
         self._args = (address, connect_timeout, request_timeout, max_frame_size, credentials, tls)
+        self._net = net
         self._nursery_cm: Any = None
         self._conn: Connection | None = None
 
@@ -494,7 +497,7 @@ class connect:  # noqa: N801 - used like a function: `async with connect(address
             self._conn = await Connection.open(
                 address, nursery, connect_timeout=connect_timeout,
                 request_timeout=request_timeout, max_frame_size=max_frame_size, credentials=credentials,
-                tls=tls,
+                tls=tls, net=self._net,
             )
         except BaseException as e:
             await self._exit(type(e), e, e.__traceback__)
@@ -548,8 +551,10 @@ class ConnectionPool:
     and Admin each own one)."""
 
     def __init__(self, nursery: trio.Nursery, *, connect_timeout: float, request_timeout: float,
-                 credentials: Credentials | None = None, tls: ssl.SSLContext | None = None) -> None:
+                 credentials: Credentials | None = None, tls: ssl.SSLContext | None = None,
+                 net: Network = TCP) -> None:
         self._nursery = nursery
+        self.net = net
         self.credentials = credentials
         self.tls = tls
         self.connect_timeout = connect_timeout
@@ -567,7 +572,7 @@ class ConnectionPool:
                 conn = await Connection.open(
                     address, self._nursery,
                     connect_timeout=self.connect_timeout, request_timeout=self.request_timeout,
-                    credentials=self.credentials, tls=self.tls,
+                    credentials=self.credentials, tls=self.tls, net=self.net,
                 )
                 self._conns[address] = conn
             return conn

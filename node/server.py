@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import socket
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
@@ -35,7 +34,7 @@ import attrs
 import cbor2
 import trio
 
-from store.address import format_host_port
+from ha.net import TCP, Network, accepted, peer_address, socket_fd
 
 from .framing import FrameDecoder, FrameError, encode_frame
 from .protocol import (
@@ -130,15 +129,6 @@ class _Connection:
         await self._until(lambda: not self.writing)
 
 
-def _peer_address(stream: trio.SocketStream) -> str | None:
-    """The client's "ip:port" (IPv6 as "[ip]:port"), used as the born host of its messages."""
-    try:
-        host, port = stream.socket.getpeername()[:2]
-    except OSError:
-        return None
-    return format_host_port(host, port)
-
-
 class ClientServer:
     """Serves the client protocol on `host:port` (port 0 picks one; `port` holds it after start).
 
@@ -167,6 +157,7 @@ class ClientServer:
         finish: GroupFinisher | None = None,
         guard: Guard | None = None,
         tls: tuple[ssl.SSLContext, str] | None = None,
+        net: Network = TCP,
     ) -> None:
         if batched_ops and (finish is None or commit is None):
             raise ValueError("batched ops need a commit and a finish for their deferred results")
@@ -181,6 +172,7 @@ class ClientServer:
         self.on_disconnect = on_disconnect
         self.guard = guard
         self.tls = tls  # (server context, tlsMode), node/security/tls.py
+        self.net = net  # where connections come from (ha/net.py): TCP, or a simulated network
         self._connections: set[_Connection] = set()
         self._accept_scope: trio.CancelScope | None = None
         self._conn_nursery: trio.Nursery | None = None
@@ -197,8 +189,7 @@ class ClientServer:
 
     async def run(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen and serve until `drain` finishes (or the task is cancelled)."""
-        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
-        self.port = listeners[0].socket.getsockname()[1]
+        listeners, self.port = await self.net.listen(self.host, self.port)
         log.info("client protocol listening on %s:%d", self.host, self.port)
         async with trio.open_nursery() as conn_nursery:
             self._conn_nursery = conn_nursery
@@ -235,17 +226,16 @@ class ClientServer:
         if self._conn_nursery is not None:
             self._conn_nursery.cancel_scope.cancel()
 
-    async def _handle(self, raw: trio.SocketStream) -> None:
-        peer = _peer_address(raw)
-        with contextlib.suppress(OSError):
-            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+    async def _handle(self, raw: trio.abc.Stream) -> None:
+        peer = peer_address(raw)  # the born host of the messages it sends
+        accepted(raw)
         stream: trio.abc.Stream | None = raw
         if self.tls is not None:
             stream, why = await accept_tls(raw, *self.tls)
             if stream is None:
                 await self._refuse_plaintext(raw, peer, why)
                 return
-        conn = _Connection(stream, peer, fd=raw.socket.fileno() if stream is raw else None)
+        conn = _Connection(stream, peer, fd=socket_fd(raw) if stream is raw else None)
         if self.guard is not None:
             conn.session = Session(peer_host(conn.peer))
         if self._stopping:
@@ -266,7 +256,7 @@ class ClientServer:
             log.debug("client %s disconnected", conn.peer)
             self._tell_gone(conn)
 
-    async def _refuse_plaintext(self, raw: trio.SocketStream, peer: str | None, why: str | None) -> None:
+    async def _refuse_plaintext(self, raw: trio.abc.Stream, peer: str | None, why: str | None) -> None:
         """A connection the TLS check refused: a plaintext client is told so in its own
         protocol (one error frame), then the connection is closed."""
         log.info("client %s refused: %s", peer, why)

@@ -1,0 +1,94 @@
+"""Where connections come from: the one seam the client-protocol server, the HA master and
+slave and the client library open, accept and name connections through.
+
+`TCP` is production: trio's TCP streams and listeners, TCP_NODELAY on. A deterministic
+simulation (chaos/sim/network.py) passes another `Network` whose streams live in memory,
+so the simulated cluster runs the same server, replication and client code. Streams that
+are not sockets name their ends with `peer` and `local` attributes ("host:port").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from typing import Any, Protocol
+
+import trio
+
+from store.address import format_host_port
+
+__all__ = ["TCP", "Network", "TcpNetwork", "accepted", "close_listener_now", "local_address", "peer_address",
+           "socket_fd"]
+
+
+class Network(Protocol):
+    async def connect(self, host: str, port: int) -> trio.abc.Stream:
+        """A stream to host:port (OSError when refused or unreachable)."""
+        ...
+
+    async def listen(self, host: str, port: int) -> tuple[list[trio.abc.Listener[Any]], int]:
+        """Listeners on host:port (port 0: one is picked) and the port bound."""
+        ...
+
+
+class TcpNetwork:
+    """trio's TCP."""
+
+    async def connect(self, host: str, port: int) -> trio.abc.Stream:
+        stream = await trio.open_tcp_stream(host, port)
+        with contextlib.suppress(OSError):
+            stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+        return stream
+
+    async def listen(self, host: str, port: int) -> tuple[list[trio.abc.Listener[Any]], int]:
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        return list(listeners), listeners[0].socket.getsockname()[1]
+
+
+TCP = TcpNetwork()
+
+
+def _socket_name(stream: trio.abc.Stream, peer: bool) -> str | None:
+    sock = getattr(stream, "socket", None)
+    if sock is None:
+        return getattr(stream, "peer" if peer else "local", None)
+    try:
+        host, port = (sock.getpeername() if peer else sock.getsockname())[:2]
+    except OSError:
+        return None
+    return format_host_port(host, port)
+
+
+def peer_address(stream: trio.abc.Stream) -> str | None:
+    """The other end's "host:port" (IPv6 as "[ip]:port"); None when it is gone."""
+    return _socket_name(stream, peer=True)
+
+
+def local_address(stream: trio.abc.Stream) -> str | None:
+    """This end's "host:port": the address the peer sees."""
+    return _socket_name(stream, peer=False)
+
+
+def accepted(stream: trio.abc.Stream) -> None:
+    """An accepted connection's settings: TCP_NODELAY on a socket."""
+    sock = getattr(stream, "socket", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+
+
+def socket_fd(stream: trio.abc.Stream) -> int | None:
+    """The descriptor of a plain TCP stream (a server writes answers to it directly); None
+    for any other stream."""
+    if type(stream) is not trio.SocketStream:
+        return None
+    return stream.socket.fileno()
+
+
+def close_listener_now(listener: trio.abc.Listener[Any]) -> None:
+    """Close a listener without awaiting (from a `finally` that runs while cancelled)."""
+    sock = getattr(listener, "socket", None)
+    if sock is not None:
+        sock.close()
+    else:
+        listener.close_now()  # type: ignore[attr-defined]  # the simulation's listeners
