@@ -143,6 +143,16 @@ class IndexFile:
         return (begin < b and end > e) or (b <= begin <= e) or (b <= end <= e)
 
     # ---- writing -----------------------------------------------------------------------------
+    def release_cold_pages(self, hot_bytes: int) -> int:
+        """Drop resident pages nothing writes any more: a full file's all, the file being
+        filled its entries below the last `hot_bytes` written (entries are appended; the hash
+        slots, written anywhere, stay). A key query faults them back from the page cache.
+        Blocking (madvise): a worker thread's."""
+        if self.is_write_full():
+            return self._mf.release_pages(self.file_size)
+        entries = INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE
+        return self._mf.release_pages(entries + self.index_count * INDEX_ENTRY_SIZE - hot_bytes, entries)
+
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
         """Add an entry for `key`; False when the file is full (indexCount >= index_num)."""
         if self.index_count >= self.index_num:
@@ -479,6 +489,12 @@ class IndexService:
                 self.files.remove(f)
                 deleted += 1
             return deleted
+
+    def release_cold_pages(self, hot_bytes: int) -> int:
+        """IndexFile.release_cold_pages for every file; returns the bytes advised."""
+        with self._lock:
+            files = list(self.files)
+        return sum(f.release_cold_pages(hot_bytes) for f in files)
 
     def flush(self) -> None:
         """fdatasync every file; a full file's endTimestamp goes to the checkpoint."""

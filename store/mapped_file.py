@@ -301,19 +301,20 @@ class MappedFile:
                 self.release()
         return self.flushed_position
 
-    def release_pages(self, end: int) -> int:
-        """Drop the map's pages of [0, end) (rounded down to a page) from this process
-        (MADV_DONTNEED): they stay in the page cache, so a reader faults them back without
-        disk I/O, and the file's bytes are untouched. Blocking: call from a worker thread,
-        on flushed bytes. Returns the bytes advised."""
+    def release_pages(self, end: int, start: int = 0) -> int:
+        """Drop the map's pages of [start, end) (rounded inwards to pages) from this process
+        (MADV_DONTNEED): they stay in the page cache (dirty ones too, on this shared file
+        map), so a reader faults them back without disk I/O, and the file's bytes are
+        untouched. Blocking: call from a worker thread. Returns the bytes advised."""
+        start = -(-max(start, 0) // OS_PAGE_SIZE) * OS_PAGE_SIZE
         end = min(end, self.file_size) // OS_PAGE_SIZE * OS_PAGE_SIZE
-        if end <= 0 or not self.hold():
+        if end <= start or not self.hold():
             return 0
         try:
-            self.mm.madvise(mmap.MADV_DONTNEED, 0, end)
+            self.mm.madvise(mmap.MADV_DONTNEED, start, end - start)
         finally:
             self.release()
-        return end
+        return end - start
 
     # ---- reading -------------------------------------------------------------------------
     def select(self, pos: int, size: int | None = None) -> SelectResult | None:

@@ -197,7 +197,8 @@ class MessageStore:
             config, commit_log_min_offset=self.commit_log.min_offset,
             consume_queues=self.consume_queues, index=self.index,
         )
-        self.cold_pages = ColdPageService(self.commit_log.queue, lambda: self.reput.reput_from_offset)
+        self.cold_pages = ColdPageService(self.commit_log.queue, lambda: self.reput.reput_from_offset,
+                                          consume_queues=self.consume_queues, index=self.index)
 
     def _create_flush_services(self, checkpoint: StoreCheckpoint) -> None:
         """Group commit (SYNC_FLUSH) or async flush (+ commit, with the pool); they record

@@ -78,3 +78,37 @@ async def test_the_service_releases_once_enough_became_cold(tmp_path) -> None:
         await _write(store, 0, 1_000)  # ~3 MiB
         await wait_until(lambda: cold.rounds >= 1, what="a release triggered by the cold bytes", timeout=10)
         assert cold.advised_bytes >= 2 * MiB
+
+
+def _rss_under(folder: str) -> int:
+    """Resident bytes of this process's maps of files under `folder`."""
+    return sum(m.rss for m in psutil.Process().memory_maps(grouped=True) if folder in m.path)
+
+
+async def test_full_consume_queue_files_and_old_index_entries_leave_rss_and_read_back(tmp_path) -> None:
+    """A queue's files but its last, and the index's entries but the newest, are released:
+    a soak's ConsumeQueues (a new 6 MB file every 300,000 messages a queue) and index
+    (420 MB a file) would otherwise grow the RSS without end."""
+    cfg = StoreConfig(store_path_root_dir=str(tmp_path), mapped_file_size_commit_log=64 * MiB,
+                      mapped_file_size_consume_queue=2_000 * 20, max_hash_slot_num=1_000, max_index_num=40_000,
+                      flush_disk_type=FlushDiskType.ASYNC_FLUSH)
+    async with open_store(cfg) as store:
+        cold = store.cold_pages
+        cold.interval_s, cold.step_bytes, cold.hot_bytes = 3600.0, 1 << 40, 64 * 1024
+        n = 12_000  # six ConsumeQueue files of 2,000 units; 12,000 index entries of 20 bytes
+        for i in range(n):
+            r = await store.put_message(Message("Cold", b"m%d" % i, queue_id=0, keys=(f"k{i}",)))
+            assert r.status is PutMessageStatus.PUT_OK
+        await wait_until(lambda: store.reput.reput_from_offset == store.commit_log.max_offset(),
+                         what="everything dispatched")
+        cq_before, index_before = _rss_under("/consumequeue/"), _rss_under("/index/")
+        assert cq_before >= 5 * 2_000 * 20 - 4096 and index_before >= 200 * 1024, (cq_before, index_before)
+        await cold.release_once()
+        cq_after, index_after = _rss_under("/consumequeue/"), _rss_under("/index/")
+        assert cq_after <= 2 * 2_000 * 20, (cq_before, cq_after)  # the last file (and a page around)
+        assert index_after < index_before - 100 * 1024, (index_before, index_after)
+        for i in (0, 2_001, 7_777, n - 1):  # both read back through the page cache
+            got = store.get_message("G", "Cold", 0, i, 1)
+            assert got.messages and got.messages[0].body == b"m%d" % i
+            found = store.query_message("Cold", f"k{i}", 1, 0, 2**62)
+            assert [m.body for m in found] == [b"m%d" % i]
