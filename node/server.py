@@ -11,10 +11,11 @@ wait for all connections) and writes the answers. An answer is written straight 
 socket when it takes it whole (no task switch); the rest goes out through the connection's
 outbox task, so a client that does not read holds back only itself. Other ops (a
 long-polling pull, status) run as a task each, so they never hold back the requests behind
-them. Responses pair with requests by id; one write lock keeps frames whole. A frame that
-cannot be decoded ends the connection after the frames before it are answered and an error
-frame with id null; everything else is answered by `handler` (node/handlers.py) and the
-connection stays usable.
+them. Responses pair with requests by id; one writer at a time (a direct write only while
+no outbox task runs) keeps frames whole. A frame that cannot be decoded ends the
+connection after the frames before it are answered and an error frame with id null;
+everything else is answered by `handler` (node/handlers.py) and the connection stays
+usable.
 
 Shutdown (`stop_accepting`, then `drain`): stop accepting, stop reading new requests, let
 the requests in flight finish within a grace period, then close every connection.

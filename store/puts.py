@@ -72,6 +72,11 @@ class MessagePuts:
         """Its `replicator` (the HA service, once attached) is what SYNC_MASTER puts wait on."""
 
     def _check_store_status(self) -> PutMessageResult | None:
+        return self._check_writes_taken() or (
+            PutMessageResult(PutMessageStatus.OS_PAGECACHE_BUSY, error="the put lock is held too long")
+            if self.commit_log.is_os_page_cache_busy() else None)
+
+    def _check_writes_taken(self) -> PutMessageResult | None:
         if not self.flags.running:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="store is shut down")
         if not self.config.broker_role.is_master:
@@ -81,8 +86,6 @@ class MessagePuts:
             )
         if not self.flags.is_writeable():
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error=self.flags.why_not_writeable())
-        if self.commit_log.is_os_page_cache_busy():
-            return PutMessageResult(PutMessageStatus.OS_PAGECACHE_BUSY, error="the put lock is held too long")
         return None
 
     @staticmethod
@@ -157,10 +160,15 @@ class MessagePuts:
 
     def append_prepared(self, puts: Sequence[Prepared | PutMessageResult]) -> list[Appended]:
         """Append prepared puts in order as one group (CommitLog.append_group: one lock, one
-        write per segment, one notification); refused ones stay as they are."""
+        write per segment, one notification); refused ones stay as they are. The store's
+        state is checked again first: puts prepared earlier (a node gathers a turn's puts
+        before appending them) are refused if it shut down or stopped taking writes since."""
         group = [p for p in puts if type(p) is Prepared]
         if not group:
             return list(puts)
+        refused = self._check_writes_taken()
+        if refused is not None:
+            return [refused if type(p) is Prepared else p for p in puts]
         if len(group) == len(puts):
             return self.commit_log.append_group(group)
         appended = iter(self.commit_log.append_group(group))

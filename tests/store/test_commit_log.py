@@ -421,6 +421,22 @@ async def test_not_writeable_flags_refuse_puts(tmp_path, bit, words):
         await _assert_nothing_written(store, before)
 
 
+async def test_puts_prepared_before_the_store_stopped_taking_writes_are_refused_at_append(tmp_path):
+    """A node prepares a turn's puts before it appends them: if the store stopped taking
+    writes in between (disk full, shut down), the append refuses them and writes nothing."""
+    async with open_store(config(tmp_path)) as store:
+        assert (await store.put_message(Message("T", b"seed"))).ok
+        before = store.get_max_phy_offset()
+        prepared = [store.prepare_message(Message("T", b"late")), store.prepare_batch([Message("T", b"b")])]
+        store.flags.set(RunningFlags.DISK_FULL)
+        results = store.append_prepared(prepared)
+        assert [r.status for r in results] == [PutMessageStatus.SERVICE_NOT_AVAILABLE] * 2
+        assert all("disk" in r.error for r in results)
+        store.flags.clear(RunningFlags.DISK_FULL)
+        await _assert_nothing_written(store, before)
+        assert all(r.status is AppendMessageStatus.PUT_OK for r in store.append_prepared(prepared))
+
+
 async def test_not_readable_flag_does_not_block_puts(tmp_path):
     async with open_store(config(tmp_path)) as store:
         store.flags.set(RunningFlags.NOT_READABLE)
