@@ -38,7 +38,7 @@ from store.message_store import MessageStore
 from store.waiters import OffsetWaiters
 
 from .connection import ReadEnd, guarded, read_until_closed
-from .net import TCP, Network, accepted, close_listener_now, peer_address
+from .net import TCP, Network, close_listener_now, no_delay, peer_address
 from .protocol import ReportDecoder, encode_heartbeat, encode_transfer_header
 
 log = logging.getLogger("tidemq.ha")
@@ -247,7 +247,7 @@ class HAService:
 
     async def _handle(self, raw: trio.abc.Stream) -> None:
         """One slave: reader and writer tasks; either ending closes the connection."""
-        accepted(raw)
+        no_delay(raw)
         address = peer_address(raw) or "?"
         stream: trio.abc.Stream | None = raw
         if self.secure_accept is not None:

@@ -17,7 +17,7 @@ import trio
 
 from store.address import format_host_port
 
-__all__ = ["TCP", "Network", "TcpNetwork", "accepted", "close_listener_now", "local_address", "peer_address",
+__all__ = ["TCP", "Network", "TcpNetwork", "close_listener_now", "local_address", "no_delay", "peer_address",
            "socket_fd"]
 
 
@@ -36,8 +36,7 @@ class TcpNetwork:
 
     async def connect(self, host: str, port: int) -> trio.abc.Stream:
         stream = await trio.open_tcp_stream(host, port)
-        with contextlib.suppress(OSError):
-            stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+        no_delay(stream)
         return stream
 
     async def listen(self, host: str, port: int) -> tuple[list[trio.abc.Listener[Any]], int]:
@@ -69,8 +68,8 @@ def local_address(stream: trio.abc.Stream) -> str | None:
     return _socket_name(stream, peer=False)
 
 
-def accepted(stream: trio.abc.Stream) -> None:
-    """An accepted connection's settings: TCP_NODELAY on a socket."""
+def no_delay(stream: trio.abc.Stream) -> None:
+    """TCP_NODELAY on a socket stream (small frames leave at once); other streams have none."""
     sock = getattr(stream, "socket", None)
     if sock is not None:
         with contextlib.suppress(OSError):

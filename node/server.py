@@ -35,7 +35,7 @@ import attrs
 import cbor2
 import trio
 
-from ha.net import TCP, Network, accepted, peer_address, socket_fd
+from ha.net import TCP, Network, no_delay, peer_address, socket_fd
 
 from .framing import FrameDecoder, FrameError, encode_frame
 from .protocol import (
@@ -229,7 +229,7 @@ class ClientServer:
 
     async def _handle(self, raw: trio.abc.Stream) -> None:
         peer = peer_address(raw)  # the born host of the messages it sends
-        accepted(raw)
+        no_delay(raw)
         stream: trio.abc.Stream | None = raw
         if self.tls is not None:
             stream, why = await accept_tls(raw, *self.tls)
@@ -438,7 +438,7 @@ class ClientServer:
         for (conn, _), response in zip(group, responses, strict=True):
             frames.setdefault(conn, []).append(self._encode(response))
         for conn, out in frames.items():
-            self._deliver(conn, b"".join(out) if len(out) > 1 else out[0], len(out))
+            self._deliver(conn, b"".join(out), len(out))
             conn.puts_answered(len(out))
 
     async def _serve_request(self, conn: _Connection, frame: dict) -> None:

@@ -14,16 +14,23 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+import psutil
 import trio
 
 from bench import compare, peers, stages
 
+WARMUP_S = 0.5
 
-async def profile(work: Path, mode: str, case: str, seconds: float) -> dict:
-    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+
+def _py_spy() -> str | None:
+    """py-spy on PATH or beside this interpreter (the `bench` extra installs it there)."""
+    beside = Path(sys.executable).parent / "py-spy"
+    return shutil.which("py-spy") or (str(beside) if beside.exists() else None)
+
+
+async def profile(spy: str, work: Path, mode: str, case: str, seconds: float) -> dict:
     bases: list[Path] = []
     raw = work / "py-spy.txt"
     async with peers.tidemq(work / "cluster", *compare.MODES[mode], bases=bases) as target:
@@ -32,23 +39,22 @@ async def profile(work: Path, mode: str, case: str, seconds: float) -> dict:
         sampler = subprocess.Popen([spy, "record", "-p", str(master.pid), "-d", f"{seconds:g}", "-r", "250",
                                     "-f", "raw", "-o", str(raw), "--nonblocking"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        threads0 = {t.id: t.user_time + t.system_time for t in master.threads()}
-        cpu0, t0 = sum(master.cpu_times()[:2]), time.perf_counter()
-        argv = compare._lean_argv(target, compare.CASES[case], seconds, 0.5)
-        done = await trio.run_process(argv, capture_stdout=True, check=True, cwd=peers.REPO)
-        cpu1, t1 = sum(master.cpu_times()[:2]), time.perf_counter()
-        threads1 = {t.id: t.user_time + t.system_time for t in master.threads()}
+        main0 = _thread_cpu(master, master.pid)
+        result = await compare.run_case(target, compare.CASES[case], seconds, WARMUP_S)
+        main1 = _thread_cpu(master, master.pid)
         _, err = sampler.communicate(timeout=60)
     if sampler.returncode != 0 or not raw.exists():
         raise RuntimeError(f"py-spy failed: {err.decode(errors='replace')[-300:]}")
-    result = json.loads(done.stdout)
-    msgs = result["msgs_per_s"] * (t1 - t0)  # the loaded span, warm-up included
-    main_us = (threads1[master.pid] - threads0.get(master.pid, 0.0)) * 1e6 / msgs
-    all_us = (cpu1 - cpu0) * 1e6 / msgs
+    all_us = result["server_us_per_msg"]  # run_case's: the CPU over the loaded span's messages
+    main_us = (main1 - main0) * 1e6 / (result["msgs_per_s"] * (WARMUP_S + seconds))
     with raw.open() as lines:
         by_stage = stages.stages_us(lines, main_us, all_us - main_us)
-    return {"mode": mode, "case": case, "msgs_per_s": result["msgs_per_s"], "cpu_us_per_msg": round(all_us, 1),
+    return {"mode": mode, "case": case, "msgs_per_s": result["msgs_per_s"], "cpu_us_per_msg": all_us,
             "main_thread_us_per_msg": round(main_us, 1), "stages_us_per_msg": by_stage}
+
+
+def _thread_cpu(process: psutil.Process, thread_id: int) -> float:
+    return next((t.user_time + t.system_time for t in process.threads() if t.id == thread_id), 0.0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,11 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.seconds <= 0:
         parser.error("--seconds must be > 0")
-    if not (shutil.which("py-spy") or (Path(sys.executable).parent / "py-spy").exists()):
+    spy = _py_spy()
+    if spy is None:
         print("scripts/bench profile needs py-spy: .venv/bin/pip install -e '.[bench]'", file=sys.stderr)
         return 1
     with tempfile.TemporaryDirectory(prefix="tidemq-profile-") as work:
-        print(json.dumps(trio.run(profile, Path(work), args.mode, args.case, args.seconds), indent=2))
+        print(json.dumps(trio.run(profile, spy, Path(work), args.mode, args.case, args.seconds), indent=2))
     return 0
 
 

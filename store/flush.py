@@ -166,11 +166,6 @@ class FlushRealTimeService:
         if not self._wake.is_set() and self.queue.is_able_to_flush(self.cadence.least_pages):
             self._wake.set()
 
-    def flush(self, least_pages: int) -> None:
-        """One round (blocking: the loop's thread, or a worker thread)."""
-        self.queue.flush(least_pages)
-        self._flushed_time.note(self.queue)
-
     def _loop(self) -> None:
         try:
             while not self._stop.is_set():
@@ -181,7 +176,8 @@ class FlushRealTimeService:
                     self._wake.clear()
                 if self._stop.is_set():
                     return
-                self.flush(self.cadence.next())
+                self.queue.flush(self.cadence.next())
+                self._flushed_time.note(self.queue)
         finally:
             self._stopped.set()
 
