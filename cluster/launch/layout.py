@@ -8,6 +8,7 @@ A layout holds `namesrv.toml` (optional) and one broker file per node (`.toml`; 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
@@ -83,16 +84,25 @@ from bind(0) is an ephemeral one: CI saw "Address already in use"), and below co
 30876-30968, so a default cluster can run beside."""
 
 
+_HANDED_OUT: collections.deque[int] = collections.deque(maxlen=2000)
+"""Ports this process handed out lately: a port chosen but not yet bound (a node's config
+written before it starts) must not be handed out again to the next caller."""
+
+
 def free_ports(n: int) -> list[int]:
-    """`n` distinct ports free right now (held together, so never repeated): drawn from
-    FREE_PORTS, or from the OS (bind to port 0) when fifty draws in a row were taken."""
+    """`n` distinct ports free right now (held together, so never repeated) and not handed
+    out lately by this process: drawn from FREE_PORTS, or from the OS (bind to port 0) when
+    fifty draws in a row were taken."""
     draw = random.SystemRandom()
     with contextlib.ExitStack() as stack:
         ports: list[int] = []
         misses = 0
         while len(ports) < n:
-            s = stack.enter_context(socket.socket())
             port = draw.choice(FREE_PORTS) if misses < 50 else 0
+            if port in _HANDED_OUT:
+                misses += 1
+                continue
+            s = stack.enter_context(socket.socket())
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
@@ -100,6 +110,7 @@ def free_ports(n: int) -> list[int]:
                 continue
             ports.append(s.getsockname()[1])
             misses = 0
+        _HANDED_OUT.extend(ports)
         return ports
 
 
