@@ -1,5 +1,5 @@
-"""Builds the optional compiled accelerator store._accel (store/_accel.pyx; everything else
-is in pyproject.toml). A build that cannot compile it (no C compiler, no Python headers)
+"""Builds the optional compiled accelerators store._accel (store/_accel.pyx) and
+node._send_codec (node/_send_codec.pyx); everything else is in pyproject.toml. A build that cannot compile it (no C compiler, no Python headers)
 warns and still installs: store.accel then finds no store._accel and the pure-Python
 codec runs."""
 
@@ -30,12 +30,13 @@ def extensions() -> list[Extension]:
         return []  # no Cython: pure Python
     try:
         return cythonize(
-            [Extension("store._accel", ["store/_accel.pyx"], extra_compile_args=["-O2"])],
+            [Extension("store._accel", ["store/_accel.pyx"], extra_compile_args=["-O2"]),
+             Extension("node._send_codec", ["node/_send_codec.pyx"], extra_compile_args=["-O2"])],
             compiler_directives={"language_level": "3"},
             quiet=True,
         )
     except Exception as e:  # noqa: BLE001 (a Cython error must not fail the install)
-        print(f"tidemq: cannot cythonize store/_accel.pyx ({e}); using pure Python")
+        print(f"tidemq: cannot cythonize the accelerators ({e}); using pure Python")
         return []
 
 

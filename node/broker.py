@@ -29,7 +29,7 @@ from store.message_store import MessageStore, open_store
 from .config import BrokerConfig
 from .failover.controller import EtcdController
 from .failover.promotion import Failover, Transition, effective_config
-from .handlers import BATCHED_OPS, append_requests, finish_requests, handle_now
+from .handlers import BATCHED_OPS, append_requests, finish_requests, handle_now, handle_plain_sends
 from .logs import name_role
 from .offsets import ConsumerOffsetManager
 from .ops import NodeServices
@@ -252,6 +252,7 @@ class Broker:
                         finish=partial(finish_requests, services),
                         on_disconnect=services.consumers.disconnected,  # a member's connection closed: it left
                         guard=self.guard, tls=self.client_port_tls,
+                        plain_sends=partial(handle_plain_sends, services),
                     )
                     await nursery.start(self.server.run)
                     if registration is not None:

@@ -2,6 +2,10 @@
 many bytes holding one CBOR map. `FrameDecoder` takes bytes in any chunking and returns
 complete maps; `encode_frame` builds one. Requests and responses inside the maps are
 `protocol.py`'s.
+
+With the compiled send codec (node/_send_codec.pyx, built beside store._accel; not with
+TIDEMQ_PURE=1) the frames are split in C, and a decoder made with `plain_sends` returns a
+plain `send` request as its fields' tuple (node/send_codec.py) instead of a map.
 """
 
 from __future__ import annotations
@@ -13,9 +17,25 @@ from typing import Any
 
 import cbor2
 
+from store.accel import forced_pure
+
 __all__ = ["HEADER", "FrameDecoder", "FrameError", "encode_frame", "type_name"]
 
 HEADER = struct.Struct(">I")
+
+
+def _load_compiled() -> Any:
+    if forced_pure():
+        return None
+    try:
+        from node import _send_codec
+    except ImportError:  # built without a C compiler: pure Python
+        return None
+    return _send_codec
+
+
+COMPILED = _load_compiled()
+"""node._send_codec when it was built (and TIDEMQ_PURE is not set), else None."""
 
 
 class FrameError(Exception):
@@ -47,10 +67,13 @@ class FrameDecoder:
     stream has lost its framing and nothing after the bad frame can be trusted.
     """
 
-    def __init__(self, max_frame_size: int) -> None:
+    def __init__(self, max_frame_size: int, *, plain_sends: set[str] | None = None) -> None:
         if max_frame_size <= 0:
             raise ValueError(f"max_frame_size must be > 0, got {max_frame_size}")
         self.max_frame_size = max_frame_size
+        self.plain_sends = plain_sends
+        """The topics known valid (the request schema's cache): with the compiled codec, a
+        plain send to one of them comes out as its fields' tuple (send_codec.PlainSend)."""
         self._buf = bytearray()
         self._need: int | None = None  # body length of the frame being read
         self._error: FrameError | None = None
@@ -73,6 +96,8 @@ class FrameDecoder:
         (None while the framing holds)."""
         if self._error is not None:
             return [], self._error
+        if COMPILED is not None:
+            return self._split_compiled(data)
         self._buf += data
         frames: list[dict] = []
         try:
@@ -91,6 +116,29 @@ class FrameDecoder:
                 del self._buf[: self._need]
                 self._need = None
                 frames.append(_decode_body(body))
+        except FrameError as e:
+            self._error = e
+            self._buf.clear()
+            return frames, e
+        return frames, None
+
+    def _split_compiled(self, data: bytes | bytearray | memoryview) -> tuple[list[Any], FrameError | None]:
+        """feed_all with the frames split (and plain sends decoded) in C."""
+        if self._buf:
+            self._buf += data
+            data = self._buf
+        items, used, oversized = COMPILED.split_frames(data, self.max_frame_size, self.plain_sends)
+        header = bytes(data[used:used + HEADER.size]) if oversized >= 0 else b""
+        if data is self._buf:
+            del self._buf[:used]
+        elif used < len(data):
+            self._buf = bytearray(data[used:])
+        frames: list[Any] = []
+        try:
+            for item in items:
+                frames.append(_decode_body(item) if type(item) is bytes else item)
+            if oversized >= 0:
+                raise FrameError(_oversized(header, oversized, self.max_frame_size))
         except FrameError as e:
             self._error = e
             self._buf.clear()

@@ -7,7 +7,8 @@ this module is the one place that joins them, so neither imports the other's tab
 Sends answer in steps: `handle_now` checks and encodes one into a PendingPut,
 `append_requests` appends a batch of them as one CommitLog group, and `finish_requests`
 answers a group after one wait for its flush / slave (node/server.py groups what a
-connection has ready); `handle_request` does all three for one request.
+connection has ready); `handle_request` does all three for one request. `handle_plain_sends`
+is `handle_now` for the plain sends the compiled codec decoded (node/send_codec.py).
 """
 
 from __future__ import annotations
@@ -27,10 +28,13 @@ from .ops import (
     PendingPut,
     append_sends,
     finish_sends,
+    prepare_plain_sends,
 )
-from .protocol import Request, Status, error_response
+from .protocol import Request, Send, Status, error_response
+from .send_codec import PlainSend
 
-__all__ = ["BATCHED_OPS", "HANDLERS", "append_requests", "finish_requests", "handle_now", "handle_request"]
+__all__ = ["BATCHED_OPS", "HANDLERS", "append_requests", "finish_requests", "handle_now", "handle_plain_sends",
+           "handle_request"]
 
 log = logging.getLogger("tidemq.node")
 
@@ -57,6 +61,22 @@ async def handle_now(services: NodeServices, request: Request, peer: str | None)
         return error_response(request.id, Status.INTERNAL_ERROR, f"{request.op} failed: {type(e).__name__}: {e}")
 
 
+async def handle_plain_sends(services: NodeServices, sends: list[PlainSend], peer: str | None,
+                             ) -> list[dict[str, Any] | PendingPut]:
+    """`handle_now` for a run of plain sends the compiled codec decoded (node/send_codec.py):
+    the compiled path's PendingPuts, and for each send off that path the reference's
+    answer (its Send is what `parse_with` makes of the same frame)."""
+    out: list[dict[str, Any] | PendingPut] = []
+    for p, pending in zip(sends, await prepare_plain_sends(services, sends, peer), strict=True):
+        if pending is None:
+            fields = Send(topic=p.topic, body=p.body, queue_id=p.queue_id, tags=p.tags, flag=p.flag,
+                          born_timestamp=p.born_timestamp, wait=p.wait)
+            out.append(await handle_now(services, Request(op=Send.OP, id=p.id, fields=fields), peer))
+        else:
+            out.append(pending)
+    return out
+
+
 def append_requests(services: NodeServices, pending: list[PendingPut]) -> None:
     """Append a batch's sends in arrival order as one group (a failure fails them all)."""
     try:
@@ -69,7 +89,7 @@ def append_requests(services: NodeServices, pending: list[PendingPut]) -> None:
                     PutMessageStatus.UNKNOWN_ERROR, error=f"append failed: {type(e).__name__}: {e}")
 
 
-async def finish_requests(services: NodeServices, pending: list[PendingPut]) -> list[dict[str, Any]]:
+async def finish_requests(services: NodeServices, pending: list[PendingPut]) -> list[dict[str, Any] | bytes]:
     """The responses to appended sends, in order, after one wait for the whole group."""
     try:
         return await finish_sends(services, pending)

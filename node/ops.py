@@ -20,7 +20,7 @@ import trio
 from ha.master import HAService
 from ha.slave import HAClient
 from store.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_WAIT, Message, StoredMessage
-from store.message_store import GetMessageResult, MessageStore
+from store.message_store import GetMessageResult, MessageStore, StoreUnavailableError
 from store.puts import Appended, Prepared
 from store.status import GetMessageStatus, PutMessageResult, PutMessageStatus
 
@@ -52,6 +52,7 @@ from .protocol import (
     error_response,
 )
 from .schedule import ScheduleMessageService
+from .send_codec import PlainSend, send_reply_frame
 from .stats import BrokerStats
 from .subscription_groups import SubscriptionGroupManager
 from .topics import TopicConfigManager
@@ -73,7 +74,8 @@ class FailoverHooks(Protocol):
 
 log = logging.getLogger("tidemq.node")
 
-__all__ = ["CORE_HANDLERS", "Handler", "NodeServices", "OpError", "PendingPut", "append_sends", "finish_sends", "message_map"]
+__all__ = ["CORE_HANDLERS", "Handler", "NodeServices", "OpError", "PendingPut", "append_sends", "finish_sends", "message_map",
+           "prepare_plain_sends"]
 
 # Long polling waits only when a later message could turn the answer into FOUND
 # (RocketMQ's PULL_NOT_FOUND family; NO_MATCHED_MESSAGE continues from next_begin_offset).
@@ -227,11 +229,16 @@ def _message(m: Send | BatchMessage, topic: str, queue_id: int, wait: bool, born
     )
 
 
-def _put_response(request_id: int, result: PutMessageResult, queue_id: int, *, batch: bool) -> dict[str, Any]:
+def _put_response(request_id: int, result: PutMessageResult, queue_id: int, *, batch: bool,
+                  encoded: bool = False) -> dict[str, Any] | bytes:
+    """The answer to a put; a stored plain send's as its encoded frame when `encoded`."""
     status = result.status
     if not status.stored:
         return error_response(request_id, Status(status.value), result.error or status.value)
     append = result.append
+    if encoded:
+        return send_reply_frame(request_id, status.value, append.msg_id, queue_id, append.queue_offset,
+                                append.wrote_offset)
     reply_status = Status(status.value)  # a PutMessageStatus name is the Status name
     if batch:
         return SendBatchReply(status=reply_status, msg_ids=append.msg_id.split(","), queue_id=queue_id,
@@ -277,6 +284,8 @@ class PendingPut:
     """trio time of the append: the group's timeouts count from its first append."""
     checked: int = 0
     """What the write check returned (`_check_writeable`), for `_confirm_write`."""
+    encoded: bool = False
+    """Answered with its encoded frame when stored (a plain send of the compiled path)."""
 
 
 async def _send(s: NodeServices, r: Request, peer: str | None) -> PendingPut:
@@ -296,6 +305,35 @@ async def _send_batch(s: NodeServices, r: Request, peer: str | None) -> PendingP
                       checked=checked)
 
 
+async def prepare_plain_sends(s: NodeServices, sends: list[PlainSend], peer: str | None) -> list[PendingPut | None]:
+    """The compiled send path's step for a receive's run of plain sends (node/send_codec.py):
+    one write check for the run, each record built without its Message, each answer to be
+    encoded without a map. None for a send off that path (the write check or the store
+    refuses, a topic to auto-create or not writeable, a queue out of range, a record the
+    encoder refuses): the caller runs the reference path for it, which answers why."""
+    try:
+        checked = await _check_writeable(s)
+    except (OpError, StoreUnavailableError):
+        return [None] * len(sends)
+    puts = s.store.puts
+    if puts.refusal() is not None:
+        return [None] * len(sends)
+    topics = s.topics
+    out: list[PendingPut | None] = []
+    for p in sends:
+        config = topics.get(p.topic)
+        queue_id = p.queue_id
+        if config is None or not config.writeable or (queue_id is not None and queue_id >= config.write_queue_nums):
+            out.append(None)
+            continue
+        if queue_id is None:
+            queue_id = topics.select_queue(config)
+        prepared = puts.prepare_plain(p.topic, p.body, queue_id, p.tags, p.flag, p.born_timestamp, peer)
+        out.append(None if prepared is None else PendingPut(
+            p.id, prepared, p.wait, queue_id, False, puts.put_waits(p.wait), checked=checked, encoded=True))
+    return out
+
+
 def append_sends(s: NodeServices, pending: list[PendingPut]) -> None:
     """Append prepared sends, in order, as one CommitLog group."""
     s.stats.send_requests += len(pending)
@@ -306,7 +344,7 @@ def append_sends(s: NodeServices, pending: list[PendingPut]) -> None:
         p.at = now
 
 
-async def finish_sends(s: NodeServices, pending: list[PendingPut]) -> list[dict[str, Any]]:
+async def finish_sends(s: NodeServices, pending: list[PendingPut]) -> list[dict[str, Any] | bytes]:
     """The responses to appended sends, in order: one wait for the group (store.finish_puts)."""
     since = min(p.at for p in pending)
     if any(p.appended is None for p in pending):  # a send finished on its own
@@ -323,7 +361,7 @@ async def finish_sends(s: NodeServices, pending: list[PendingPut]) -> list[dict[
         return [error_response(p.request_id, e.status, e.message) if result.status.stored
                 else _put_response(p.request_id, result, p.queue_id, batch=p.batch)
                 for p, result in zip(pending, results, strict=True)]
-    return [_put_response(p.request_id, result, p.queue_id, batch=p.batch)
+    return [_put_response(p.request_id, result, p.queue_id, batch=p.batch, encoded=p.encoded)
             for p, result in zip(pending, results, strict=True)]
 
 

@@ -39,6 +39,7 @@ from ha.net import TCP, Network, no_delay, peer_address, socket_fd
 
 from .framing import FrameDecoder, FrameError, encode_frame
 from .protocol import (
+    CHECKED_TOPICS,
     NODE_REQUESTS,
     InvalidRequest,
     Request,
@@ -50,6 +51,7 @@ from .protocol import (
 from .protocol.auth import AUTH_OPS, AuthReply
 from .security.guard import Guard, Session, peer_host
 from .security.tls import accept_tls
+from .send_codec import PlainSend
 
 log = logging.getLogger("tidemq.node")
 
@@ -69,8 +71,12 @@ result instead (any object with a `waits` flag), for `GroupFinisher`."""
 GroupAppender = Callable[[list[Any]], None]
 """Commits a turn's deferred results, in arrival order, before any of them is finished
 (the node appends the turn's sends to the CommitLog as one group)."""
-GroupFinisher = Callable[[list[Any]], Awaitable[list[dict[str, Any]]]]
-"""Turns deferred results into their responses, in order (one wait for the group)."""
+GroupFinisher = Callable[[list[Any]], Awaitable[list[dict[str, Any] | bytes]]]
+"""Turns deferred results into their responses (maps, or frames already encoded), in order
+(one wait for the group)."""
+PlainSendHandler = Callable[[list[PlainSend], "str | None"], Awaitable[list[Any]]]
+"""Answers a run of plain sends the compiled codec decoded (node/send_codec.py), as
+`handler` would their requests: a response map or a deferred result each."""
 _Placed = tuple["_Connection", Any]  # a deferred result and the connection it answers
 DisconnectHandler = Callable[["str | None"], None]
 _IO_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
@@ -141,7 +147,9 @@ class ClientServer:
     the login ops answer `enabled: false`. `batched_ops` run inline in the reader and may answer
     with deferred results, which `commit` takes once per turn (every connection's) and
     `finish` answers a group at a time (node/handlers.py's BATCHED_OPS, append_requests and
-    finish_requests).
+    finish_requests). With `plain_sends` (and no guard), the compiled codec decodes plain
+    sends without a map and they are answered by it (node/send_codec.py,
+    handlers.handle_plain_sends).
     """
 
     def __init__(
@@ -159,10 +167,14 @@ class ClientServer:
         guard: Guard | None = None,
         tls: tuple[ssl.SSLContext, str] | None = None,
         net: Network = TCP,
+        plain_sends: PlainSendHandler | None = None,
     ) -> None:
         if batched_ops and (finish is None or commit is None):
             raise ValueError("batched ops need a commit and a finish for their deferred results")
+        if plain_sends is not None and "send" not in batched_ops:
+            raise ValueError("plain sends are batched: 'send' must be among the batched ops")
         self.handler = handler
+        self.plain_sends = plain_sends
         self.batched_ops = batched_ops
         self.commit = commit
         self.finish = finish
@@ -319,7 +331,8 @@ class ClientServer:
     async def _read_loop(self, conn: _Connection) -> str | None:
         """Read and serve batches of frames; the reason when the framing broke, else None.
         Only the receive is cancelled at shutdown: a batch that was read is served whole."""
-        decoder = FrameDecoder(self.max_frame_size)
+        plain = self.plain_sends is not None and conn.session is None
+        decoder = FrameDecoder(self.max_frame_size, plain_sends=CHECKED_TOPICS if plain else None)
         while True:
             data = await self._receive(conn)
             if not data:
@@ -332,13 +345,20 @@ class ClientServer:
                 conn.room = trio.Event()
                 await conn.room.wait()
 
-    async def _serve_batch(self, conn: _Connection, frames: list[dict]) -> None:
+    async def _serve_batch(self, conn: _Connection, frames: list[dict | PlainSend]) -> None:
         """Run the batched ops inline in order, start a task for each other op, hand the
         deferred results to the turn and send the answers ready now (refusals) in one write."""
         out: list[bytes] = []
         placed: list[Any] = []
+        run: list[PlainSend] = []  # plain sends in a row, handled together
         for frame in frames:
             conn.in_flight += 1
+            if type(frame) is PlainSend:
+                run.append(frame)
+                continue
+            if run:
+                await self._serve_plain(conn, run, out, placed)
+                run = []
             if frame.get("op") in self.batched_ops:
                 result = await self._run(conn, frame)
                 if type(result) is dict:
@@ -348,12 +368,29 @@ class ClientServer:
                     placed.append(result)
             else:
                 conn.nursery.start_soon(self._serve_request, conn, frame)
+        if run:
+            await self._serve_plain(conn, run, out, placed)
         if placed:
             conn.puts_pending += len(placed)
             self._turn.append((conn, placed))
             self._turn_added.set()
         if out:
             await self._send(conn, b"".join(out))
+
+    async def _serve_plain(self, conn: _Connection, run: list[PlainSend], out: list[bytes], placed: list[Any]) -> None:
+        """A run of plain sends: deferred results join `placed`, answers ready now `out`."""
+        assert self.plain_sends is not None
+        try:
+            results = await self.plain_sends(run, conn.peer)
+        except Exception as e:  # the handler answers its own errors; a bug lands here
+            log.exception("%d plain send(s) failed", len(run))
+            results = [error_response(p.id, Status.INTERNAL_ERROR, f"{type(e).__name__}: {e}") for p in run]
+        for result in results:
+            if type(result) is dict:
+                out.append(self._encode(result))
+                conn.answered(1)
+            else:
+                placed.append(result)
 
     async def _run(self, conn: _Connection, frame: dict) -> Any:
         """Parse and handle one request: its response map, or a deferred result."""
@@ -450,7 +487,9 @@ class ClientServer:
         finally:
             conn.answered(1)
 
-    def _encode(self, response: dict[str, Any]) -> bytes:
+    def _encode(self, response: dict[str, Any] | bytes) -> bytes:
+        if type(response) is bytes:  # a frame the compiled send path encoded
+            return response
         try:
             return encode_frame(response, max_frame_size=self.max_frame_size)
         except (FrameError, cbor2.CBOREncodeError, TypeError, ValueError) as e:

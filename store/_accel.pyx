@@ -1000,3 +1000,78 @@ def record_parts(rec, queue_offset, physical_offset, store_timestamp):
     put64(p + 4, <uint64_t><int64_t>rec.prepared_transaction_offset)
     put32(p + 12, <uint32_t>len(rec.body))
     return fixed, rec.body, rec.tail
+
+
+cdef object _py_prepare_plain = None
+cdef dict _encoded_hosts = {}  # 'ip:port' → its 8 or 20 record bytes (a node sees few peers)
+
+
+def bind_plain(m) -> None:
+    global _py_prepare_plain
+    _py_prepare_plain = m.py_prepare_plain
+
+
+cdef object host_bytes(object host):
+    got = _encoded_hosts.get(host)
+    if got is None:
+        got = _encode_host(host)
+        if len(_encoded_hosts) >= 4096:
+            _encoded_hosts.clear()
+        _encoded_hosts[host] = got
+    return got
+
+
+def prepare_plain(topic, body, queue_id, tags, flag, born_timestamp, born_host, store_host, max_message_size):
+    """store.message.prepare_plain, compiled: the record of a send with a body, a topic and
+    at most tags (no keys or other properties), without building its Message; anything
+    out of the common case is the reference's."""
+    cdef int64_t total, born_ts
+    cdef int32_t sys_flag = 0
+    cdef Py_ssize_t tl, pl
+    cdef uint8_t* t
+    if (type(topic) is not str or type(body) is not bytes or type(queue_id) is not int or type(flag) is not int
+            or type(max_message_size) is not int or (tags is not None and type(tags) is not str)
+            or (born_timestamp is not None and type(born_timestamp) is not int)
+            or not (0 <= queue_id < 2**31) or not (-2**31 <= flag < 2**31)
+            or len(body) > max_message_size):
+        return _py_prepare_plain(topic, body, queue_id, tags, flag, born_timestamp, born_host, store_host,
+                                 max_message_size)
+    topic_bytes = topic.encode("utf-8")
+    props_bytes = b"TAGS\x01" + tags.encode("utf-8") if tags else _EMPTY
+    try:
+        born = host_bytes(born_host or store_host)
+        store = host_bytes(store_host)
+    except Exception:
+        born = None
+    if (born is None or b"\x00" in topic_bytes or len(topic_bytes) > MAX_TOPIC or b"\x00" in props_bytes
+            or b"\x02" in props_bytes or props_bytes.count(b"\x01") > 1 or len(props_bytes) > MAX_PROPS):
+        return _py_prepare_plain(topic, body, queue_id, tags, flag, born_timestamp, born_host, store_host,
+                                 max_message_size)
+    if len(born) == 20:
+        sys_flag |= BORNHOST_V6
+    if len(store) == 20:
+        sys_flag |= STOREHOST_V6
+    tl, pl = len(topic_bytes), len(props_bytes)
+    total = 48 + len(born) + 8 + len(store) + 16 + len(body) + 1 + tl + 2 + pl
+    if total > <int64_t>max_message_size + MAX_EXTRA:
+        return _py_prepare_plain(topic, body, queue_id, tags, flag, born_timestamp, born_host, store_host,
+                                 max_message_size)
+    if born_timestamp is None:
+        born_ts = <int64_t>(_time.time() * 1000)
+    elif 0 <= born_timestamp < 2**63:
+        born_ts = born_timestamp
+    else:
+        return _py_prepare_plain(topic, body, queue_id, tags, flag, born_timestamp, born_host, store_host,
+                                 max_message_size)
+    tail = PyBytes_FromStringAndSize(NULL, 1 + tl + 2 + pl)
+    t = <uint8_t*>PyBytes_AS_STRING(tail)
+    t[0] = <uint8_t>tl
+    memcpy(t + 1, PyBytes_AS_STRING(topic_bytes), tl)
+    t += 1 + tl
+    t[0] = <uint8_t>(pl >> 8)
+    t[1] = <uint8_t>(pl & 0xFF)
+    memcpy(t + 2, PyBytes_AS_STRING(props_bytes), pl)
+    return _tuple_new(_PreparedRecord, (
+        total, queue_id, flag, crc_of(<const uint8_t*>PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body)), sys_flag,
+        born_ts, born, store, 0, 0, body, tail,
+    ))

@@ -301,6 +301,16 @@ def prepare_record(msg: Message, store_host: str, max_message_size: int) -> Prep
     )
 
 
+def prepare_plain(topic: str, body: bytes, queue_id: int, tags: str | None, flag: int, born_timestamp: int | None,
+                  born_host: str | None, store_host: str, max_message_size: int) -> PreparedRecord:
+    """The record of a plain send (a topic, a body, at most tags: no keys, no other
+    properties) as `prepare_record` encodes its Message; the compiled send path builds it
+    without the Message. Raises EncodeError."""
+    msg = Message(topic=topic, body=body, queue_id=queue_id, tags=tags, flag=flag, born_timestamp=born_timestamp,
+                  born_host=born_host)
+    return prepare_record(msg, store_host, max_message_size)
+
+
 def record_parts(
     rec: PreparedRecord, queue_offset: int, physical_offset: int, store_timestamp: int
 ) -> tuple[bytes, bytes, bytes]:
@@ -578,10 +588,12 @@ def decode_dispatch(
 # The compiled accelerator (store/_accel.pyx, see store/accel.py) replaces the decoders when
 # it was built and TIDEMQ_PURE is not set; the pure functions stay as py_* (the reference).
 py_decode_record, py_decode_dispatch = decode_record, decode_dispatch
-py_prepare_record, py_record_parts = prepare_record, record_parts
+py_prepare_record, py_record_parts, py_prepare_plain = prepare_record, record_parts, prepare_plain
 if COMPILED is not None:
     COMPILED.bind(sys.modules[__name__])
     COMPILED.bind_encoder(sys.modules[__name__])
     decode_record, decode_dispatch = COMPILED.decode_record, COMPILED.decode_dispatch
     prepare_record, record_parts = COMPILED.prepare_record, COMPILED.record_parts
+    COMPILED.bind_plain(sys.modules[__name__])
+    prepare_plain = COMPILED.prepare_plain
 

@@ -21,6 +21,7 @@ from .message import (
     EncodeError,
     Message,
     PreparedRecord,
+    prepare_plain,
     prepare_record,
     topic_error,
     transaction_type,
@@ -70,6 +71,11 @@ class MessagePuts:
         self.group_commit = group_commit
         self.replica_log = replica_log
         """Its `replicator` (the HA service, once attached) is what SYNC_MASTER puts wait on."""
+
+    def refusal(self) -> PutMessageResult | None:
+        """Why the store takes no put now (shut down, a slave, not writeable, the put lock
+        held too long), or None."""
+        return self._check_store_status()
 
     def _check_store_status(self) -> PutMessageResult | None:
         return self._check_writes_taken() or (
@@ -124,6 +130,19 @@ class MessagePuts:
         if isinstance(records, PutMessageResult):
             return records
         return Prepared(records, msg.topic, msg.queue_id)
+
+    def prepare_plain(self, topic: str, body: bytes, queue_id: int, tags: str | None, flag: int,
+                      born_timestamp: int | None, born_host: str | None) -> Prepared | None:
+        """`prepare_message` of a plain message (a valid topic, a body, at most tags) that the
+        caller checked, with `refusal()`, the store takes: built without its Message
+        (store.message.prepare_plain). None when it is refused: `prepare_message` then
+        says why."""
+        try:
+            record = prepare_plain(topic, body, queue_id, tags, flag, born_timestamp, born_host,
+                                   self.config.store_host, self.config.max_message_size)
+        except (EncodeError, ValueError, struct.error):
+            return None
+        return Prepared([record], topic, queue_id)
 
     def prepare_batch(self, msgs: Sequence[Message]) -> Prepared | PutMessageResult:
         """Check and encode a batch of one topic-queue (contiguous records, one segment, one

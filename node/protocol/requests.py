@@ -74,16 +74,17 @@ from .replies import (
     TopicReply,
 )
 
-_GOOD_TOPICS: set[str] = set()
-"""Topics that passed the check (a send names the same few topics over and over)."""
+CHECKED_TOPICS: set[str] = set()
+"""Topics that passed the check (a send names the same few topics over and over); the
+compiled send codec decodes sends to these only (node/send_codec.py)."""
 
 
 def _topic(v: str) -> str | None:
-    if v in _GOOD_TOPICS:
+    if v in CHECKED_TOPICS:
         return None
     problem = topic_error(v)
-    if problem is None and len(_GOOD_TOPICS) < 4096:
-        _GOOD_TOPICS.add(v)
+    if problem is None and len(CHECKED_TOPICS) < 4096:
+        CHECKED_TOPICS.add(v)
     return problem
 
 
@@ -259,7 +260,7 @@ def _client_id_field() -> Any:
 
 
 __all__ = [
-    "FIELD_TYPES", "MESSAGES", "NODE_REQUESTS", "OPS", "BatchMessage", "CommitOffset", "ConsumerHeartbeat",
+    "CHECKED_TOPICS", "FIELD_TYPES", "MESSAGES", "NODE_REQUESTS", "OPS", "BatchMessage", "CommitOffset", "ConsumerHeartbeat",
     "ConsumerList", "ConsumerLock", "ConsumerSendBack", "ConsumerUnlock", "ConsumerUnregister", "ConsumerWatch",
     "DeleteExpiredFiles", "Epoch", "FetchOffset", "GetByMsgId", "MaxOffset", "MinOffset", "GetStatus",
     "OffsetByTime", "OffsetList", "Promote", "Pull", "QueryByKey", "Send", "SendBatch", "SubGroupList",

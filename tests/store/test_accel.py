@@ -22,7 +22,7 @@ from store.message import (
     encode_record,
     patch_record,
 )
-from tests.store.test_message import MAX_MESSAGE_SIZE, hosts, int64, messages
+from tests.store.test_message import MAX_MESSAGE_SIZE, hosts, int64, messages, topics
 
 COMPILED = message.COMPILED
 needs_compiled = pytest.mark.skipif(
@@ -276,6 +276,26 @@ def test_encoding_identical(msg, store_host, max_size, offsets):
     assert pure == outcome(COMPILED.prepare_record, msg, store_host, max_size)
     if isinstance(pure, message.PreparedRecord):
         assert b"".join(message.py_record_parts(pure, *offsets)) == b"".join(COMPILED.record_parts(pure, *offsets))
+
+
+@needs_compiled
+@SETTINGS
+@given(topic=st.one_of(topics, st.sampled_from(["T\x00", "T" * 128, "é" * 70])),
+       body=st.one_of(st.binary(max_size=300), st.just(b"x" * 200)),
+       queue_id=st.one_of(st.integers(0, 2**31 - 1), st.sampled_from([-1, 2**31, True])),
+       tags=st.one_of(st.none(), st.text(max_size=12), st.sampled_from(["", "a\x01b", "c\x02", "\x00", "\ud800"])),
+       flag=st.one_of(st.integers(-(2**31), 2**31 - 1), st.sampled_from([2**31, -(2**31) - 1])),
+       born_timestamp=st.one_of(st.just(1), st.integers(0, 2**63 - 1), st.sampled_from([-1, 2**63])),
+       born_host=st.one_of(st.none(), hosts, st.just("nowhere")),
+       store_host=st.one_of(hosts, st.just("bad")), max_size=st.sampled_from([0, 100, MAX_MESSAGE_SIZE]))
+def test_a_plain_send_encodes_as_its_message_does(topic, body, queue_id, tags, flag, born_timestamp, born_host,
+                                                  store_host, max_size):
+    """prepare_plain, the compiled send path's record builder, against the reference (the
+    Message encoder): the same record, or the same refusal."""
+    args = (topic, body, queue_id, tags, flag, born_timestamp, born_host, store_host, max_size)
+    pure = outcome(message.py_prepare_plain, *args)
+    assert pure == outcome(COMPILED.prepare_plain, *args)
+    assert message.prepare_plain is COMPILED.prepare_plain or accel.forced_pure()
 
 
 ODD_MESSAGES = [

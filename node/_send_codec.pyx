@@ -1,0 +1,271 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The compiled send path's codec (node/send_codec.py holds the pure-Python reference and
+chooses): splits a receive into frames, decodes the plain `send` requests among them
+without building a map, and encodes `send` answers without one.
+
+A frame is decoded here only when it is a plain send in the shape clients write (a
+definite-length map of v, id, op, topic, body and optionally tags, queue_id, wait, flag,
+born_timestamp, each valid as the request schema demands); every other frame is handed
+back as its bytes for the reference decoder and the request schema, so an odd or bad
+request gets exactly their answer. tests/node/test_send_codec.py checks both ways.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.string cimport memcmp, memcpy
+
+cdef uint64_t INT64_MAX = 9223372036854775807ULL
+cdef uint64_t INT32_MAX = 2147483647ULL
+
+# the keys a plain send may hold, by bit
+cdef int K_V = 1, K_ID = 2, K_OP = 4, K_TOPIC = 8, K_BODY = 16, K_TAGS = 32, K_QUEUE = 64, K_WAIT = 128
+cdef int K_FLAG = 256, K_BORN = 512
+cdef int REQUIRED = 1 | 2 | 4 | 8 | 16
+cdef object _PlainSend = tuple  # node/send_codec.py binds its NamedTuple
+cdef object _tuple_new = tuple.__new__
+
+
+def bind(plain_send_class) -> None:
+    global _PlainSend
+    _PlainSend = plain_send_class
+
+
+cdef struct Cursor:
+    const uint8_t* p
+    Py_ssize_t n
+    Py_ssize_t i
+
+
+cdef inline bint head(Cursor* c, int* major, uint64_t* value) noexcept nogil:
+    """A CBOR item's head: its major type and argument; False when truncated, indefinite or
+    reserved (the reference decides those)."""
+    cdef uint8_t b, info
+    cdef int k, size
+    if c.i >= c.n:
+        return False
+    b = c.p[c.i]
+    c.i += 1
+    major[0] = b >> 5
+    info = b & 31
+    if info < 24:
+        value[0] = info
+        return True
+    if info > 27:
+        return False
+    size = 1 << (info - 24)
+    if c.i + size > c.n:
+        return False
+    value[0] = 0
+    for k in range(size):
+        value[0] = (value[0] << 8) | c.p[c.i + k]
+    c.i += size
+    return True
+
+
+cdef inline bint text_at(Cursor* c, const uint8_t** s, Py_ssize_t* length) noexcept nogil:
+    cdef int major
+    cdef uint64_t v
+    if not head(c, &major, &v) or major != 3 or v > <uint64_t>(c.n - c.i):
+        return False
+    s[0] = c.p + c.i
+    length[0] = <Py_ssize_t>v
+    c.i += <Py_ssize_t>v
+    return True
+
+
+cdef inline bint key_is(const uint8_t* s, Py_ssize_t n, const char* name, Py_ssize_t m) noexcept nogil:
+    return n == m and memcmp(s, name, m) == 0
+
+
+cdef object plain_send(const uint8_t* p, Py_ssize_t n, set good_topics):
+    """The fields of a plain send (a PlainSend), or None for anything else."""
+    cdef Cursor c
+    cdef int major, seen = 0, bit
+    cdef uint64_t count, v, k
+    cdef const uint8_t* s
+    cdef const uint8_t* ts
+    cdef Py_ssize_t length, j
+    cdef int64_t request_id = 0, flag = 0
+    cdef object topic = None, body = None, tags = None, queue_id = None, born = None
+    cdef bint wait = True
+    c.p, c.n, c.i = p, n, 0
+    if not head(&c, &major, &count) or major != 5 or count > 10:
+        return None
+    for k in range(count):
+        if not text_at(&c, &s, &length):
+            return None
+        if key_is(s, length, b"v", 1):
+            bit = K_V
+        elif key_is(s, length, b"id", 2):
+            bit = K_ID
+        elif key_is(s, length, b"op", 2):
+            bit = K_OP
+        elif key_is(s, length, b"topic", 5):
+            bit = K_TOPIC
+        elif key_is(s, length, b"body", 4):
+            bit = K_BODY
+        elif key_is(s, length, b"tags", 4):
+            bit = K_TAGS
+        elif key_is(s, length, b"queue_id", 8):
+            bit = K_QUEUE
+        elif key_is(s, length, b"wait", 4):
+            bit = K_WAIT
+        elif key_is(s, length, b"flag", 4):
+            bit = K_FLAG
+        elif key_is(s, length, b"born_timestamp", 14):
+            bit = K_BORN
+        else:
+            return None
+        if seen & bit:
+            return None
+        seen |= bit
+        if bit == K_WAIT:
+            if c.i >= c.n or (c.p[c.i] != 0xF5 and c.p[c.i] != 0xF4):
+                return None
+            wait = c.p[c.i] == 0xF5
+            c.i += 1
+        elif bit == K_TOPIC or bit == K_TAGS:
+            if not text_at(&c, &ts, &length) or length == 0:
+                return None
+            if bit == K_TAGS:
+                for j in range(length):
+                    if ts[j] == 1 or ts[j] == 2:
+                        return None
+            try:
+                text = PyUnicode_DecodeUTF8(<const char*>ts, length, "strict")
+            except UnicodeDecodeError:
+                return None
+            if bit == K_TOPIC:
+                topic = text
+            else:
+                tags = text
+        elif bit == K_OP:
+            if not text_at(&c, &ts, &length) or not key_is(ts, length, b"send", 4):
+                return None
+        elif bit == K_BODY:
+            if not head(&c, &major, &v) or major != 2 or v == 0 or v > <uint64_t>(c.n - c.i):
+                return None
+            body = PyBytes_FromStringAndSize(<const char*>(c.p + c.i), <Py_ssize_t>v)
+            c.i += <Py_ssize_t>v
+        else:  # an integer
+            if not head(&c, &major, &v) or major > 1 or v > INT64_MAX:
+                return None
+            if bit == K_V:
+                if major != 0 or v != 1:
+                    return None
+            elif bit == K_ID:
+                request_id = <int64_t>v if major == 0 else -1 - <int64_t>v
+            elif bit == K_FLAG:
+                if v > INT32_MAX:
+                    return None
+                flag = <int64_t>v if major == 0 else -1 - <int64_t>v
+            elif major != 0:
+                return None
+            elif bit == K_QUEUE:
+                if v > INT32_MAX:
+                    return None
+                queue_id = <int64_t>v
+            else:  # born_timestamp
+                born = <int64_t>v
+    if c.i != n or (seen & REQUIRED) != REQUIRED or topic not in good_topics:
+        return None
+    return _tuple_new(_PlainSend, (request_id, topic, body, tags, queue_id, wait, born, flag))
+
+
+def split_frames(data, Py_ssize_t max_frame_size, object good_topics):
+    """The complete frames at the start of `data`: (items, bytes used, the size of an
+    oversized frame's header or -1). An item is a plain send's fields (a tuple) when
+    `good_topics` (the topics known valid) is a set, else the frame's bytes."""
+    cdef Py_buffer view
+    cdef const uint8_t* p
+    cdef Py_ssize_t n, i = 0, size
+    cdef list items = []
+    cdef set topics = good_topics
+    cdef bint plain = good_topics is not None
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        p = <const uint8_t*>view.buf
+        n = view.len
+        while n - i >= 4:
+            size = (<Py_ssize_t>p[i] << 24) | (<Py_ssize_t>p[i + 1] << 16) | (<Py_ssize_t>p[i + 2] << 8) | p[i + 3]
+            if size > max_frame_size:
+                return items, i, size
+            if n - i - 4 < size:
+                break
+            item = plain_send(p + i + 4, size, topics) if plain else None
+            if item is None:
+                item = PyBytes_FromStringAndSize(<const char*>(p + i + 4), size)
+            items.append(item)
+            i += 4 + size
+        return items, i, -1
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef inline Py_ssize_t put_head(uint8_t* out, int major, uint64_t v) noexcept nogil:
+    """A CBOR head as cbor2 writes it (the shortest form); its length."""
+    cdef int k, size
+    major <<= 5
+    if v < 24:
+        out[0] = major | <uint8_t>v
+        return 1
+    if v < 0x100:
+        out[0], size = major | 24, 1
+    elif v < 0x10000:
+        out[0], size = major | 25, 2
+    elif v < 0x100000000ULL:
+        out[0], size = major | 26, 4
+    else:
+        out[0], size = major | 27, 8
+    for k in range(size):
+        out[size - k] = <uint8_t>(v >> (8 * k))
+    return 1 + size
+
+
+cdef inline Py_ssize_t put_int(uint8_t* out, int64_t v) noexcept nogil:
+    if v >= 0:
+        return put_head(out, 0, <uint64_t>v)
+    return put_head(out, 1, <uint64_t>(-1 - v))
+
+
+cdef inline Py_ssize_t put_text(uint8_t* out, const char* s, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t h = put_head(out, 3, <uint64_t>n)
+    memcpy(out + h, s, n)
+    return h + n
+
+
+def send_reply_frame(request_id, status, msg_id, queue_id, queue_offset, commitlog_offset):
+    """The frame of a `send` answer (node/send_codec.py's reference, byte for byte), or
+    None when a value is out of the common case."""
+    cdef uint8_t buf[256]
+    cdef Py_ssize_t i = 4
+    cdef int64_t rid, qid, qo, co
+    if (type(request_id) is not int or type(status) is not str or type(msg_id) is not str
+            or type(queue_id) is not int or type(queue_offset) is not int or type(commitlog_offset) is not int):
+        return None
+    if not (-2**63 <= request_id < 2**63 and -2**63 <= queue_id < 2**63 and -2**63 <= queue_offset < 2**63
+            and -2**63 <= commitlog_offset < 2**63):
+        return None
+    s = status.encode("utf-8")
+    m = msg_id.encode("utf-8")
+    if len(s) > 64 or len(m) > 64:
+        return None
+    rid, qid, qo, co = request_id, queue_id, queue_offset, commitlog_offset
+    buf[i] = 0xA6
+    i += 1
+    i += put_text(buf + i, b"id", 2)
+    i += put_int(buf + i, rid)
+    i += put_text(buf + i, b"status", 6)
+    i += put_text(buf + i, PyBytes_AS_STRING(s), len(s))
+    i += put_text(buf + i, b"msg_id", 6)
+    i += put_text(buf + i, PyBytes_AS_STRING(m), len(m))
+    i += put_text(buf + i, b"queue_id", 8)
+    i += put_int(buf + i, qid)
+    i += put_text(buf + i, b"queue_offset", 12)
+    i += put_int(buf + i, qo)
+    i += put_text(buf + i, b"commitlog_offset", 16)
+    i += put_int(buf + i, co)
+    buf[0], buf[1], buf[2], buf[3] = 0, 0, 0, <uint8_t>(i - 4)
+    return PyBytes_FromStringAndSize(<const char*>buf, i)

@@ -1,0 +1,50 @@
+"""The compiled send path's codec, chosen here: a plain `send` request decoded to its
+fields without a map (node/framing.py's decoder does it when built with `plain_sends`) and
+a `send` answer encoded without one.
+
+The pure-Python path is the reference: a plain send's tuple holds exactly what
+`parse_with` would put in its `Send`, and `send_reply_frame` gives the bytes
+`encode_frame(SendReply(...).to_wire(id))` gives (tests/node/test_send_codec.py).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .framing import COMPILED, encode_frame
+
+__all__ = ["PlainSend", "send_reply_frame"]
+
+
+class PlainSend(NamedTuple):
+    """A `send` of a body to a known-valid topic, with at most tags, queue_id, wait,
+    born_timestamp and flag: the common request, decoded in C (node/_send_codec.pyx)."""
+
+    id: int
+    topic: str
+    body: bytes
+    tags: str | None
+    queue_id: int | None
+    wait: bool
+    born_timestamp: int | None
+    flag: int
+
+
+if COMPILED is not None:
+    COMPILED.bind(PlainSend)
+
+
+def _reference_reply(request_id: int, status: str, msg_id: str, queue_id: int, queue_offset: int,
+                     commitlog_offset: int) -> bytes:
+    return encode_frame({"id": request_id, "status": status, "msg_id": msg_id, "queue_id": queue_id,
+                         "queue_offset": queue_offset, "commitlog_offset": commitlog_offset})
+
+
+def send_reply_frame(request_id: int, status: str, msg_id: str, queue_id: int, queue_offset: int,
+                     commitlog_offset: int) -> bytes:
+    """The frame answering a stored `send` (SendReply's map, as encode_frame writes it)."""
+    if COMPILED is not None:
+        frame = COMPILED.send_reply_frame(request_id, status, msg_id, queue_id, queue_offset, commitlog_offset)
+        if frame is not None:
+            return frame
+    return _reference_reply(request_id, status, msg_id, queue_id, queue_offset, commitlog_offset)
