@@ -1036,9 +1036,9 @@ def prepare_plain(topic, body, queue_id, tags, flag, born_timestamp, born_host, 
             or len(body) > max_message_size):
         return _py_prepare_plain(topic, body, queue_id, tags, flag, born_timestamp, born_host, store_host,
                                  max_message_size)
-    topic_bytes = topic.encode("utf-8")
-    props_bytes = b"TAGS\x01" + tags.encode("utf-8") if tags else _EMPTY
-    try:
+    try:  # a surrogate, a bad host: the reference says so
+        topic_bytes = topic.encode("utf-8")
+        props_bytes = b"TAGS\x01" + tags.encode("utf-8") if tags else _EMPTY
         born = host_bytes(born_host or store_host)
         store = host_bytes(store_host)
     except Exception:
