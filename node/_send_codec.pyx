@@ -5,7 +5,9 @@ without building a map, and encodes `send` answers without one.
 
 A frame is decoded here only when it is a plain send in the shape clients write (a
 definite-length map of v, id, op, topic, body and optionally tags, queue_id, wait, flag,
-born_timestamp, each valid as the request schema demands); every other frame is handed
+born_timestamp, each valid as the request schema demands) or a plain send_batch (v, id,
+op, topic, messages of a body and optional tags, optionally queue_id and wait); every
+other frame is handed
 back as its bytes for the reference decoder and the request schema, so an odd or bad
 request gets exactly their answer. tests/node/test_send_codec.py checks both ways.
 """
@@ -23,13 +25,15 @@ cdef uint64_t INT32_MAX = 2147483647ULL
 cdef int K_V = 1, K_ID = 2, K_OP = 4, K_TOPIC = 8, K_BODY = 16, K_TAGS = 32, K_QUEUE = 64, K_WAIT = 128
 cdef int K_FLAG = 256, K_BORN = 512
 cdef int REQUIRED = 1 | 2 | 4 | 8 | 16
-cdef object _PlainSend = tuple  # node/send_codec.py binds its NamedTuple
+cdef object _PlainSend = tuple, _PlainBatch = tuple  # node/send_codec.py binds its NamedTuples
 cdef object _tuple_new = tuple.__new__
+cdef int B_V = 1, B_ID = 2, B_OP = 4, B_TOPIC = 8, B_MESSAGES = 16, B_QUEUE = 32, B_WAIT = 64
+cdef int B_REQUIRED = 1 | 2 | 4 | 8 | 16
 
 
-def bind(plain_send_class) -> None:
-    global _PlainSend
-    _PlainSend = plain_send_class
+def bind(plain_send_class, plain_batch_class) -> None:
+    global _PlainSend, _PlainBatch
+    _PlainSend, _PlainBatch = plain_send_class, plain_batch_class
 
 
 cdef struct Cursor:
@@ -174,6 +178,137 @@ cdef object plain_send(const uint8_t* p, Py_ssize_t n, set good_topics):
     return _tuple_new(_PlainSend, (request_id, topic, body, tags, queue_id, wait, born, flag))
 
 
+cdef object tags_at(Cursor* c):
+    """A tags value (non-empty text without \\x01 or \\x02), or None when it is not one."""
+    cdef const uint8_t* ts
+    cdef Py_ssize_t length, j
+    if not text_at(c, &ts, &length) or length == 0:
+        return None
+    for j in range(length):
+        if ts[j] == 1 or ts[j] == 2:
+            return None
+    try:
+        return PyUnicode_DecodeUTF8(<const char*>ts, length, "strict")
+    except UnicodeDecodeError:
+        return None
+
+
+cdef object plain_message(Cursor* c):
+    """One message of a plain batch, a map of a body and optionally tags: (body, tags),
+    or None for anything else."""
+    cdef int major
+    cdef uint64_t count, v, k
+    cdef const uint8_t* s
+    cdef Py_ssize_t length
+    cdef object body = None, tags = None
+    if not head(c, &major, &count) or major != 5 or count < 1 or count > 2:
+        return None
+    for k in range(count):
+        if not text_at(c, &s, &length):
+            return None
+        if key_is(s, length, b"body", 4) and body is None:
+            if not head(c, &major, &v) or major != 2 or v == 0 or v > <uint64_t>(c.n - c.i):
+                return None
+            body = PyBytes_FromStringAndSize(<const char*>(c.p + c.i), <Py_ssize_t>v)
+            c.i += <Py_ssize_t>v
+        elif key_is(s, length, b"tags", 4) and tags is None:
+            tags = tags_at(c)
+            if tags is None:
+                return None
+        else:
+            return None
+    if body is None:
+        return None
+    return (body, tags)
+
+
+cdef object plain_batch(const uint8_t* p, Py_ssize_t n, set good_topics):
+    """The fields of a plain send_batch (a PlainBatch: every message a body and optional
+    tags), or None for anything else."""
+    cdef Cursor c
+    cdef int major, seen = 0, bit
+    cdef uint64_t count, v, k, m
+    cdef const uint8_t* s
+    cdef const uint8_t* ts
+    cdef Py_ssize_t length
+    cdef int64_t request_id = 0
+    cdef object topic = None, queue_id = None
+    cdef list messages = None
+    cdef bint wait = True
+    c.p, c.n, c.i = p, n, 0
+    if not head(&c, &major, &count) or major != 5 or count > 7:
+        return None
+    for k in range(count):
+        if not text_at(&c, &s, &length):
+            return None
+        if key_is(s, length, b"v", 1):
+            bit = B_V
+        elif key_is(s, length, b"id", 2):
+            bit = B_ID
+        elif key_is(s, length, b"op", 2):
+            bit = B_OP
+        elif key_is(s, length, b"topic", 5):
+            bit = B_TOPIC
+        elif key_is(s, length, b"messages", 8):
+            bit = B_MESSAGES
+        elif key_is(s, length, b"queue_id", 8):
+            bit = B_QUEUE
+        elif key_is(s, length, b"wait", 4):
+            bit = B_WAIT
+        else:
+            return None
+        if seen & bit:
+            return None
+        seen |= bit
+        if bit == B_WAIT:
+            if c.i >= c.n or (c.p[c.i] != 0xF5 and c.p[c.i] != 0xF4):
+                return None
+            wait = c.p[c.i] == 0xF5
+            c.i += 1
+        elif bit == B_TOPIC:
+            if not text_at(&c, &ts, &length) or length == 0:
+                return None
+            try:
+                topic = PyUnicode_DecodeUTF8(<const char*>ts, length, "strict")
+            except UnicodeDecodeError:
+                return None
+        elif bit == B_OP:
+            if not text_at(&c, &ts, &length) or not key_is(ts, length, b"send_batch", 10):
+                return None
+        elif bit == B_MESSAGES:
+            if not head(&c, &major, &m) or major != 4 or m == 0 or m > <uint64_t>(c.n - c.i):
+                return None
+            messages = []
+            for _ in range(m):
+                one = plain_message(&c)
+                if one is None:
+                    return None
+                messages.append(one)
+        else:  # an integer
+            if not head(&c, &major, &v) or major > 1 or v > INT64_MAX:
+                return None
+            if bit == B_V:
+                if major != 0 or v != 1:
+                    return None
+            elif bit == B_ID:
+                request_id = <int64_t>v if major == 0 else -1 - <int64_t>v
+            else:  # queue_id
+                if major != 0 or v > INT32_MAX:
+                    return None
+                queue_id = <int64_t>v
+    if c.i != n or (seen & B_REQUIRED) != B_REQUIRED or topic not in good_topics:
+        return None
+    return _tuple_new(_PlainBatch, (request_id, topic, queue_id, wait, messages))
+
+
+cdef object plain_request(const uint8_t* p, Py_ssize_t n, set good_topics):
+    """A plain send or send_batch, or None."""
+    got = plain_send(p, n, good_topics)
+    if got is None:
+        got = plain_batch(p, n, good_topics)
+    return got
+
+
 def split_frames(data, Py_ssize_t max_frame_size, object good_topics):
     """The complete frames at the start of `data`: (items, bytes used, the size of an
     oversized frame's header or -1). An item is a plain send's fields (a tuple) when
@@ -194,7 +329,7 @@ def split_frames(data, Py_ssize_t max_frame_size, object good_topics):
                 return items, i, size
             if n - i - 4 < size:
                 break
-            item = plain_send(p + i + 4, size, topics) if plain else None
+            item = plain_request(p + i + 4, size, topics) if plain else None
             if item is None:
                 item = PyBytes_FromStringAndSize(<const char*>(p + i + 4), size)
             items.append(item)
@@ -269,3 +404,53 @@ def send_reply_frame(request_id, status, msg_id, queue_id, queue_offset, commitl
     i += put_int(buf + i, co)
     buf[0], buf[1], buf[2], buf[3] = 0, 0, 0, <uint8_t>(i - 4)
     return PyBytes_FromStringAndSize(<const char*>buf, i)
+
+
+def send_batch_reply_frame(request_id, status, msg_ids, queue_id, queue_offset, commitlog_offset):
+    """The frame of a `send_batch` answer; `msg_ids` is the ids joined by commas (as the
+    CommitLog's append result holds them). None when a value is out of the common case."""
+    cdef int64_t rid, qid, qo, co
+    cdef Py_ssize_t i = 4, j, start, count = 1, n
+    cdef const char* ids
+    cdef uint8_t* out
+    if (type(request_id) is not int or type(status) is not str or type(msg_ids) is not str
+            or type(queue_id) is not int or type(queue_offset) is not int or type(commitlog_offset) is not int):
+        return None
+    if not (-2**63 <= request_id < 2**63 and -2**63 <= queue_id < 2**63 and -2**63 <= queue_offset < 2**63
+            and -2**63 <= commitlog_offset < 2**63):
+        return None
+    st = status.encode("utf-8")
+    m = msg_ids.encode("utf-8")
+    if len(st) > 64:
+        return None
+    rid, qid, qo, co = request_id, queue_id, queue_offset, commitlog_offset
+    ids, n = PyBytes_AS_STRING(m), len(m)
+    for j in range(n):
+        if ids[j] == 44:  # ','
+            count += 1
+    frame = PyBytes_FromStringAndSize(NULL, 4 + 200 + 65 + 9 + 9 * count + n)
+    out = <uint8_t*>PyBytes_AS_STRING(frame)
+    out[i] = 0xA6
+    i += 1
+    i += put_text(out + i, b"id", 2)
+    i += put_int(out + i, rid)
+    i += put_text(out + i, b"status", 6)
+    i += put_text(out + i, PyBytes_AS_STRING(st), len(st))
+    i += put_text(out + i, b"msg_ids", 7)
+    i += put_head(out + i, 4, <uint64_t>count)
+    start = 0
+    for j in range(n + 1):
+        if j == n or ids[j] == 44:
+            i += put_text(out + i, ids + start, j - start)
+            start = j + 1
+    i += put_text(out + i, b"queue_id", 8)
+    i += put_int(out + i, qid)
+    i += put_text(out + i, b"queue_offset", 12)
+    i += put_int(out + i, qo)
+    i += put_text(out + i, b"commitlog_offset", 16)
+    i += put_int(out + i, co)
+    out[0] = <uint8_t>((i - 4) >> 24)
+    out[1] = <uint8_t>((i - 4) >> 16)
+    out[2] = <uint8_t>((i - 4) >> 8)
+    out[3] = <uint8_t>(i - 4)
+    return frame[:i]

@@ -5,7 +5,8 @@ complete maps; `encode_frame` builds one. Requests and responses inside the maps
 
 With the compiled send codec (node/_send_codec.pyx, built beside store._accel; not with
 TIDEMQ_PURE=1) the frames are split in C, and a decoder made with `plain_sends` returns a
-plain `send` request as its fields' tuple (node/send_codec.py) instead of a map.
+plain `send` or `send_batch` request as its fields' tuple (node/send_codec.py) instead of a
+map.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ class FrameDecoder:
         self.max_frame_size = max_frame_size
         self.plain_sends = plain_sends
         """The topics known valid (the request schema's cache): with the compiled codec, a
-        plain send to one of them comes out as its fields' tuple (send_codec.PlainSend)."""
+        plain send or batch to one of them comes out as its fields' tuple
+        (send_codec.PlainSend, PlainBatch)."""
         self._buf = bytearray()
         self._need: int | None = None  # body length of the frame being read
         self._error: FrameError | None = None

@@ -30,8 +30,8 @@ from .ops import (
     finish_sends,
     prepare_plain_sends,
 )
-from .protocol import Request, Send, Status, error_response
-from .send_codec import PlainSend
+from .protocol import BatchMessage, Request, Send, SendBatch, Status, error_response
+from .send_codec import PlainBatch, PlainSend
 
 __all__ = ["BATCHED_OPS", "HANDLERS", "append_requests", "finish_requests", "handle_now", "handle_plain_sends",
            "handle_request"]
@@ -61,20 +61,27 @@ async def handle_now(services: NodeServices, request: Request, peer: str | None)
         return error_response(request.id, Status.INTERNAL_ERROR, f"{request.op} failed: {type(e).__name__}: {e}")
 
 
-async def handle_plain_sends(services: NodeServices, sends: list[PlainSend], peer: str | None,
+async def handle_plain_sends(services: NodeServices, sends: list[PlainSend | PlainBatch], peer: str | None,
                              ) -> list[dict[str, Any] | PendingPut]:
-    """`handle_now` for a run of plain sends the compiled codec decoded (node/send_codec.py):
-    the compiled path's PendingPuts, and for each send off that path the reference's
-    answer (its Send is what `parse_with` makes of the same frame)."""
+    """`handle_now` for a run of plain sends and batches the compiled codec decoded
+    (node/send_codec.py): the compiled path's PendingPuts, and for each one off that path
+    the reference's answer (its request is what `parse_with` makes of the same frame)."""
     out: list[dict[str, Any] | PendingPut] = []
     for p, pending in zip(sends, await prepare_plain_sends(services, sends, peer), strict=True):
         if pending is None:
-            fields = Send(topic=p.topic, body=p.body, queue_id=p.queue_id, tags=p.tags, flag=p.flag,
-                          born_timestamp=p.born_timestamp, wait=p.wait)
-            out.append(await handle_now(services, Request(op=Send.OP, id=p.id, fields=fields), peer))
+            out.append(await handle_now(services, _request_of(p), peer))
         else:
             out.append(pending)
     return out
+
+
+def _request_of(p: PlainSend | PlainBatch) -> Request:
+    if type(p) is PlainBatch:
+        messages = [BatchMessage(body=body, tags=tags) for body, tags in p.messages]
+        return Request(op=SendBatch.OP, id=p.id,
+                       fields=SendBatch(topic=p.topic, messages=messages, queue_id=p.queue_id, wait=p.wait))
+    return Request(op=Send.OP, id=p.id, fields=Send(topic=p.topic, body=p.body, queue_id=p.queue_id, tags=p.tags,
+                                                    flag=p.flag, born_timestamp=p.born_timestamp, wait=p.wait))
 
 
 def append_requests(services: NodeServices, pending: list[PendingPut]) -> None:

@@ -52,7 +52,7 @@ from .protocol import (
     error_response,
 )
 from .schedule import ScheduleMessageService
-from .send_codec import PlainSend, send_reply_frame
+from .send_codec import PlainBatch, PlainSend, send_batch_reply_frame, send_reply_frame
 from .stats import BrokerStats
 from .subscription_groups import SubscriptionGroupManager
 from .topics import TopicConfigManager
@@ -237,8 +237,8 @@ def _put_response(request_id: int, result: PutMessageResult, queue_id: int, *, b
         return error_response(request_id, Status(status.value), result.error or status.value)
     append = result.append
     if encoded:
-        return send_reply_frame(request_id, status.value, append.msg_id, queue_id, append.queue_offset,
-                                append.wrote_offset)
+        reply_frame = send_batch_reply_frame if batch else send_reply_frame
+        return reply_frame(request_id, status.value, append.msg_id, queue_id, append.queue_offset, append.wrote_offset)
     reply_status = Status(status.value)  # a PutMessageStatus name is the Status name
     if batch:
         return SendBatchReply(status=reply_status, msg_ids=append.msg_id.split(","), queue_id=queue_id,
@@ -305,10 +305,11 @@ async def _send_batch(s: NodeServices, r: Request, peer: str | None) -> PendingP
                       checked=checked)
 
 
-async def prepare_plain_sends(s: NodeServices, sends: list[PlainSend], peer: str | None) -> list[PendingPut | None]:
-    """The compiled send path's step for a receive's run of plain sends (node/send_codec.py):
-    one write check for the run, each record built without its Message, each answer to be
-    encoded without a map. None for a send off that path (the write check or the store
+async def prepare_plain_sends(s: NodeServices, sends: list[PlainSend | PlainBatch], peer: str | None,
+                              ) -> list[PendingPut | None]:
+    """The compiled send path's step for a receive's run of plain sends and batches
+    (node/send_codec.py): one write check for the run, each record built without its
+    Message, each answer to be encoded without a map. None for a send off that path (the write check or the store
     refuses, a topic to auto-create or not writeable, a queue out of range, a record the
     encoder refuses): the caller runs the reference path for it, which answers why."""
     try:
@@ -328,9 +329,13 @@ async def prepare_plain_sends(s: NodeServices, sends: list[PlainSend], peer: str
             continue
         if queue_id is None:
             queue_id = topics.select_queue(config)
-        prepared = puts.prepare_plain(p.topic, p.body, queue_id, p.tags, p.flag, p.born_timestamp, peer)
+        batch = type(p) is PlainBatch
+        if batch:
+            prepared = puts.prepare_plain_batch(p.topic, queue_id, p.messages, peer)
+        else:
+            prepared = puts.prepare_plain(p.topic, p.body, queue_id, p.tags, p.flag, p.born_timestamp, peer)
         out.append(None if prepared is None else PendingPut(
-            p.id, prepared, p.wait, queue_id, False, puts.put_waits(p.wait), checked=checked, encoded=True))
+            p.id, prepared, p.wait, queue_id, batch, puts.put_waits(p.wait), checked=checked, encoded=True))
     return out
 
 

@@ -1,9 +1,9 @@
-"""The compiled send path's codec, chosen here: a plain `send` request decoded to its
-fields without a map (node/framing.py's decoder does it when built with `plain_sends`) and
-a `send` answer encoded without one.
+"""The compiled send path's codec, chosen here: a plain `send` or `send_batch` request
+decoded to its fields without a map (node/framing.py's decoder does it when built with
+`plain_sends`), and their answers encoded without one.
 
-The pure-Python path is the reference: a plain send's tuple holds exactly what
-`parse_with` would put in its `Send`, and `send_reply_frame` gives the bytes
+The pure-Python path is the reference: a plain request's tuple holds exactly what
+`parse_with` would put in its `Send` / `SendBatch`, and the reply frames are the bytes
 `encode_frame(SendReply(...).to_wire(id))` gives (tests/node/test_send_codec.py).
 """
 
@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from .framing import COMPILED, encode_frame
 
-__all__ = ["PlainSend", "send_reply_frame"]
+__all__ = ["PlainBatch", "PlainSend", "send_batch_reply_frame", "send_reply_frame"]
 
 
 class PlainSend(NamedTuple):
@@ -30,8 +30,20 @@ class PlainSend(NamedTuple):
     flag: int
 
 
+class PlainBatch(NamedTuple):
+    """A `send_batch` whose messages are each a body with optional tags, to a known-valid
+    topic, with at most queue_id and wait: decoded in C."""
+
+    id: int
+    topic: str
+    queue_id: int | None
+    wait: bool
+    messages: list[tuple[bytes, str | None]]
+    """(body, tags) of each message."""
+
+
 if COMPILED is not None:
-    COMPILED.bind(PlainSend)
+    COMPILED.bind(PlainSend, PlainBatch)
 
 
 def _reference_reply(request_id: int, status: str, msg_id: str, queue_id: int, queue_offset: int,
@@ -48,3 +60,16 @@ def send_reply_frame(request_id: int, status: str, msg_id: str, queue_id: int, q
         if frame is not None:
             return frame
     return _reference_reply(request_id, status, msg_id, queue_id, queue_offset, commitlog_offset)
+
+
+def send_batch_reply_frame(request_id: int, status: str, msg_ids: str, queue_id: int, queue_offset: int,
+                           commitlog_offset: int) -> bytes:
+    """The frame answering a stored `send_batch` (SendBatchReply's map); `msg_ids` joined by
+    commas, as the append result holds them."""
+    if COMPILED is not None:
+        frame = COMPILED.send_batch_reply_frame(request_id, status, msg_ids, queue_id, queue_offset,
+                                                commitlog_offset)
+        if frame is not None:
+            return frame
+    return encode_frame({"id": request_id, "status": status, "msg_ids": msg_ids.split(","), "queue_id": queue_id,
+                         "queue_offset": queue_offset, "commitlog_offset": commitlog_offset})

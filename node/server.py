@@ -51,7 +51,7 @@ from .protocol import (
 from .protocol.auth import AUTH_OPS, AuthReply
 from .security.guard import Guard, Session, peer_host
 from .security.tls import accept_tls
-from .send_codec import PlainSend
+from .send_codec import PlainBatch, PlainSend
 
 log = logging.getLogger("tidemq.node")
 
@@ -74,9 +74,10 @@ GroupAppender = Callable[[list[Any]], None]
 GroupFinisher = Callable[[list[Any]], Awaitable[list[dict[str, Any] | bytes]]]
 """Turns deferred results into their responses (maps, or frames already encoded), in order
 (one wait for the group)."""
-PlainSendHandler = Callable[[list[PlainSend], "str | None"], Awaitable[list[Any]]]
-"""Answers a run of plain sends the compiled codec decoded (node/send_codec.py), as
-`handler` would their requests: a response map or a deferred result each."""
+PlainSendHandler = Callable[[list[PlainSend | PlainBatch], "str | None"], Awaitable[list[Any]]]
+"""Answers a run of plain sends and batches the compiled codec decoded
+(node/send_codec.py), as `handler` would their requests: a response map or a deferred
+result each."""
 _Placed = tuple["_Connection", Any]  # a deferred result and the connection it answers
 DisconnectHandler = Callable[["str | None"], None]
 _IO_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
@@ -345,15 +346,15 @@ class ClientServer:
                 conn.room = trio.Event()
                 await conn.room.wait()
 
-    async def _serve_batch(self, conn: _Connection, frames: list[dict | PlainSend]) -> None:
+    async def _serve_batch(self, conn: _Connection, frames: list[dict | PlainSend | PlainBatch]) -> None:
         """Run the batched ops inline in order, start a task for each other op, hand the
         deferred results to the turn and send the answers ready now (refusals) in one write."""
         out: list[bytes] = []
         placed: list[Any] = []
-        run: list[PlainSend] = []  # plain sends in a row, handled together
+        run: list[PlainSend | PlainBatch] = []  # plain sends in a row, handled together
         for frame in frames:
             conn.in_flight += 1
-            if type(frame) is PlainSend:
+            if type(frame) is PlainSend or type(frame) is PlainBatch:
                 run.append(frame)
                 continue
             if run:
@@ -377,7 +378,8 @@ class ClientServer:
         if out:
             await self._send(conn, b"".join(out))
 
-    async def _serve_plain(self, conn: _Connection, run: list[PlainSend], out: list[bytes], placed: list[Any]) -> None:
+    async def _serve_plain(self, conn: _Connection, run: list[PlainSend | PlainBatch], out: list[bytes],
+                           placed: list[Any]) -> None:
         """A run of plain sends: deferred results join `placed`, answers ready now `out`."""
         assert self.plain_sends is not None
         try:

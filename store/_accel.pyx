@@ -962,23 +962,32 @@ cdef inline void put64(uint8_t* p, uint64_t u) noexcept nogil:
 
 def record_parts(rec, queue_offset, physical_offset, store_timestamp):
     """store.message.record_parts, compiled; values out of range go to the reference."""
-    cdef int64_t qo, po, st
+    try:
+        fixed = fixed_part(rec, queue_offset, physical_offset, store_timestamp)
+    except (TypeError, ValueError, OverflowError):
+        fixed = None
+    if fixed is None:
+        return _py_record_parts(rec, queue_offset, physical_offset, store_timestamp)
+    return fixed, rec.body, rec.tail
+
+
+cdef object fixed_part(rec, int64_t qo, int64_t po, int64_t st):
+    """A record's fixed fields (all but body, topic and properties) packed, or None for a
+    record the reference must pack (a field out of its range, an odd host)."""
     cdef Py_ssize_t born_len, store_len, n
     cdef uint8_t* p
-    try:
-        qo, po, st = queue_offset, physical_offset, store_timestamp
-        born, store = rec.born_host, rec.store_host
-        born_len, store_len = len(born), len(store)
-        if born_len not in (8, 20) or store_len not in (8, 20):
-            raise ValueError
-        fields = (rec.total, rec.body_crc, rec.queue_id, rec.flag, rec.sys_flag, rec.reconsume_times)
-        for v in fields:
-            if not -2**31 <= v < 2**31:
-                raise OverflowError
-        if not -2**63 <= rec.born_timestamp < 2**63 or not -2**63 <= rec.prepared_transaction_offset < 2**63:
-            raise OverflowError
-    except (TypeError, ValueError, OverflowError):
-        return _py_record_parts(rec, queue_offset, physical_offset, store_timestamp)
+    born, store = rec.born_host, rec.store_host
+    if type(born) is not bytes or type(store) is not bytes:
+        return None
+    born_len, store_len = len(born), len(store)
+    if born_len not in (8, 20) or store_len not in (8, 20):
+        return None
+    fields = (rec.total, rec.body_crc, rec.queue_id, rec.flag, rec.sys_flag, rec.reconsume_times)
+    for v in fields:
+        if not -2**31 <= v < 2**31:
+            return None
+    if not -2**63 <= rec.born_timestamp < 2**63 or not -2**63 <= rec.prepared_transaction_offset < 2**63:
+        return None
     n = 48 + born_len + 8 + store_len + 16
     fixed = PyBytes_FromStringAndSize(NULL, n)
     p = <uint8_t*>PyBytes_AS_STRING(fixed)
@@ -999,7 +1008,60 @@ def record_parts(rec, queue_offset, physical_offset, store_timestamp):
     put32(p, <uint32_t><int64_t>rec.reconsume_times)
     put64(p + 4, <uint64_t><int64_t>rec.prepared_transaction_offset)
     put32(p + 12, <uint32_t>len(rec.body))
-    return fixed, rec.body, rec.tail
+    return fixed
+
+
+cdef object _py_place_records = None
+
+
+def bind_place(m) -> None:
+    global _py_place_records
+    _py_place_records = m.py_place_records
+
+
+def place_records(records, list parts, queue_offset, physical_offset, store_timestamp, id_prefix):
+    """store.message.place_records, compiled: the same parts and answer, or the reference's
+    for a group with any record it must pack."""
+    cdef int64_t qo, po, st, phys, total
+    cdef Py_ssize_t count, plen
+    cdef list placed = []
+    cdef char* out
+    try:
+        qo, po, st = queue_offset, physical_offset, store_timestamp
+        if type(id_prefix) is not str or not id_prefix.isascii() or po < 0 or type(records) is not list:
+            raise ValueError
+        count = len(records)
+        if count == 0:
+            raise ValueError
+        prefix = id_prefix.encode("ascii")
+        plen = len(prefix)
+        ids = PyBytes_FromStringAndSize(NULL, count * (plen + 17) - 1)
+        out = PyBytes_AS_STRING(ids)
+        phys = po
+        for rec in records:
+            counts = (rec.sys_flag & 0xC) in (0, 0x8)  # TRANSACTION_MASK: none or commit
+            fixed = fixed_part(rec, qo if counts else 0, phys, st)
+            if fixed is None or type(rec.body) is not bytes or type(rec.tail) is not bytes:
+                raise ValueError
+            placed.append(fixed)
+            placed.append(rec.body)
+            placed.append(rec.tail)
+            if out != PyBytes_AS_STRING(ids):
+                out[0] = 44  # ','
+                out += 1
+            memcpy(out, PyBytes_AS_STRING(prefix), plen)
+            hex16(out + plen, <uint64_t>phys)
+            out += plen + 16
+            total = rec.total
+            if total < 0 or phys > 0x7FFFFFFFFFFFFFFF - total or (counts and qo == 0x7FFFFFFFFFFFFFFF):
+                raise OverflowError  # past int64: the reference's answer
+            phys += total
+            if counts:
+                qo += 1
+    except (TypeError, ValueError, OverflowError):
+        return _py_place_records(records, parts, queue_offset, physical_offset, store_timestamp, id_prefix)
+    parts.extend(placed)
+    return ids.decode("ascii"), qo
 
 
 cdef object _py_prepare_plain = None
@@ -1021,57 +1083,76 @@ cdef object host_bytes(object host):
     return got
 
 
+cdef dict _plain_tails = {}  # (topic, tags) → the record's tail, or None when the reference decides
+
+
+cdef object plain_tail(topic, tags):
+    """TOPICLENGTH TOPIC PROPERTIESLENGTH PROPERTIES of a plain message (its properties
+    are its tags), or None for one the reference must encode (a NUL, a surrogate, a
+    topic or tags out of bounds)."""
+    key = (topic, tags)
+    try:
+        return _plain_tails[key]
+    except KeyError:
+        pass
+    cdef Py_ssize_t tl, pl
+    cdef uint8_t* t
+    tail = None
+    try:
+        topic_bytes = topic.encode("utf-8")
+        props_bytes = b"TAGS\x01" + tags.encode("utf-8") if tags else _EMPTY
+    except UnicodeEncodeError:
+        topic_bytes = None
+    if not (topic_bytes is None or b"\x00" in topic_bytes or len(topic_bytes) > MAX_TOPIC or b"\x00" in props_bytes
+            or b"\x02" in props_bytes or props_bytes.count(b"\x01") > 1 or len(props_bytes) > MAX_PROPS):
+        tl, pl = len(topic_bytes), len(props_bytes)
+        tail = PyBytes_FromStringAndSize(NULL, 1 + tl + 2 + pl)
+        t = <uint8_t*>PyBytes_AS_STRING(tail)
+        t[0] = <uint8_t>tl
+        memcpy(t + 1, PyBytes_AS_STRING(topic_bytes), tl)
+        t += 1 + tl
+        t[0] = <uint8_t>(pl >> 8)
+        t[1] = <uint8_t>(pl & 0xFF)
+        memcpy(t + 2, PyBytes_AS_STRING(props_bytes), pl)
+    if len(_plain_tails) >= 4096:
+        _plain_tails.clear()
+    _plain_tails[key] = tail
+    return tail
+
+
 def prepare_plain(topic, body, queue_id, tags, flag, born_timestamp, born_host, store_host, max_message_size):
     """store.message.prepare_plain, compiled: the record of a send with a body, a topic and
     at most tags (no keys or other properties), without building its Message; anything
     out of the common case is the reference's."""
-    cdef int64_t total, born_ts
+    cdef int64_t total, born_ts = -1, q = -1, fl = 0, limit = 0
     cdef int32_t sys_flag = 0
-    cdef Py_ssize_t tl, pl
-    cdef uint8_t* t
-    if (type(topic) is not str or type(body) is not bytes or type(queue_id) is not int or type(flag) is not int
-            or type(max_message_size) is not int or (tags is not None and type(tags) is not str)
-            or (born_timestamp is not None and type(born_timestamp) is not int)
-            or not (0 <= queue_id < 2**31) or not (-2**31 <= flag < 2**31)
-            or len(body) > max_message_size):
-        return _py_prepare_plain(topic, body, queue_id, tags, flag, born_timestamp, born_host, store_host,
-                                 max_message_size)
-    try:  # a surrogate, a bad host: the reference says so
-        topic_bytes = topic.encode("utf-8")
-        props_bytes = b"TAGS\x01" + tags.encode("utf-8") if tags else _EMPTY
-        born = host_bytes(born_host or store_host)
-        store = host_bytes(store_host)
-    except Exception:
-        born = None
-    if (born is None or b"\x00" in topic_bytes or len(topic_bytes) > MAX_TOPIC or b"\x00" in props_bytes
-            or b"\x02" in props_bytes or props_bytes.count(b"\x01") > 1 or len(props_bytes) > MAX_PROPS):
-        return _py_prepare_plain(topic, body, queue_id, tags, flag, born_timestamp, born_host, store_host,
-                                 max_message_size)
-    if len(born) == 20:
-        sys_flag |= BORNHOST_V6
-    if len(store) == 20:
-        sys_flag |= STOREHOST_V6
-    tl, pl = len(topic_bytes), len(props_bytes)
-    total = 48 + len(born) + 8 + len(store) + 16 + len(body) + 1 + tl + 2 + pl
-    if total > <int64_t>max_message_size + MAX_EXTRA:
-        return _py_prepare_plain(topic, body, queue_id, tags, flag, born_timestamp, born_host, store_host,
-                                 max_message_size)
-    if born_timestamp is None:
-        born_ts = <int64_t>(_time.time() * 1000)
-    elif 0 <= born_timestamp < 2**63:
-        born_ts = born_timestamp
-    else:
-        return _py_prepare_plain(topic, body, queue_id, tags, flag, born_timestamp, born_host, store_host,
-                                 max_message_size)
-    tail = PyBytes_FromStringAndSize(NULL, 1 + tl + 2 + pl)
-    t = <uint8_t*>PyBytes_AS_STRING(tail)
-    t[0] = <uint8_t>tl
-    memcpy(t + 1, PyBytes_AS_STRING(topic_bytes), tl)
-    t += 1 + tl
-    t[0] = <uint8_t>(pl >> 8)
-    t[1] = <uint8_t>(pl & 0xFF)
-    memcpy(t + 2, PyBytes_AS_STRING(props_bytes), pl)
-    return _tuple_new(_PreparedRecord, (
-        total, queue_id, flag, crc_of(<const uint8_t*>PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body)), sys_flag,
-        born_ts, born, store, 0, 0, body, tail,
-    ))
+    cdef Py_ssize_t n
+    if (type(topic) is str and type(body) is bytes and type(queue_id) is int and type(flag) is int
+            and type(max_message_size) is int and (tags is None or type(tags) is str)):
+        tail = plain_tail(topic, tags)
+        try:
+            q, fl, limit = queue_id, flag, max_message_size
+            born = host_bytes(born_host or store_host)
+            store = host_bytes(store_host)
+            if born_timestamp is None:
+                born_ts = <int64_t>(_time.time() * 1000)
+            elif type(born_timestamp) is int:
+                born_ts = born_timestamp
+            else:
+                tail = None
+        except Exception:  # out of range, a bad host: the reference says so
+            tail = None
+        n = PyBytes_GET_SIZE(body)
+        if (tail is not None and 0 <= q < 2**31 and -2**31 <= fl < 2**31 and born_ts >= 0 and n <= limit):
+            if len(born) == 20:
+                sys_flag |= BORNHOST_V6
+            if len(store) == 20:
+                sys_flag |= STOREHOST_V6
+            total = 48 + len(born) + 8 + len(store) + 16 + n + len(tail)
+            if total <= limit + MAX_EXTRA:
+                return _tuple_new(_PreparedRecord, (
+                    total, queue_id, flag, crc_of(<const uint8_t*>PyBytes_AS_STRING(body), n), sys_flag,
+                    born_ts, born, store, 0, 0, body, tail,
+                ))
+    return _py_prepare_plain(topic, body, queue_id, tags, flag, born_timestamp, born_host, store_host,
+                             max_message_size)

@@ -21,26 +21,20 @@ from .mapped_file import MappedFile, SelectResult
 from .mapped_file_queue import MappedFileQueue
 from .message import (
     END_FILE_MIN_BLANK_LENGTH,
-    TRANSACTION_MASK,
     Decoded,
     PreparedRecord,
     RecordKind,
-    SysFlag,
     decode_record,
     encode_blank,
     msg_id_prefix,
+    place_records,
     read_total_size,
-    record_parts,
 )
 from .recovery import RecoveredLog, RecoveryProgress, recover, truncate
 from .status import AppendMessageResult, AppendMessageStatus
 from .transient_store_pool import TransientStorePool
 
 log = logging.getLogger("tidemq.store")
-
-
-_COUNTED = (0, int(SysFlag.TRANSACTION_COMMIT))
-"""Transaction types that take a queue offset: prepared and rollback records do not (RocketMQ)."""
 
 
 class _AppendRefused(Exception):
@@ -192,19 +186,9 @@ class CommitLog:
         if queue_offset is None:
             queue_offset = self.topic_queue_table.get(key, 0)
         wrote_offset = phys = run.mf.file_from_offset + run.mf.wrote_position + run.size
-        next_queue_offset = queue_offset
         if self._id_prefix[0] != self.store_host:
             self._id_prefix = (self.store_host, msg_id_prefix(self.store_host))
-        id_prefix = self._id_prefix[1]
-        ids = []
-        parts = run.parts
-        for rec in records:
-            counts = rec.sys_flag & TRANSACTION_MASK in _COUNTED
-            parts += record_parts(rec, next_queue_offset if counts else 0, phys, now)
-            ids.append(f"{id_prefix}{phys:016X}")
-            phys += rec.total
-            if counts:
-                next_queue_offset += 1
+        msg_ids, next_queue_offset = place_records(records, run.parts, queue_offset, phys, now, self._id_prefix[1])
         run.size += total
         run.queue_offsets[key] = next_queue_offset
         run.placed += 1
@@ -212,7 +196,7 @@ class CommitLog:
             AppendMessageStatus.PUT_OK,
             wrote_offset=wrote_offset,
             wrote_bytes=total,
-            msg_id=",".join(ids),
+            msg_id=msg_ids,
             store_timestamp=now,
             queue_offset=queue_offset,
             msg_num=len(records),

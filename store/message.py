@@ -331,6 +331,22 @@ def record_parts(
     return fixed, rec.body, rec.tail
 
 
+def place_records(records: list[PreparedRecord], parts: list[bytes], queue_offset: int, physical_offset: int,
+                  store_timestamp: int, id_prefix: str) -> tuple[str, int]:
+    """Place a put's records from `physical_offset` on: their bytes go to `parts` (to be
+    written with one append), and the answer is their msgIds joined by commas and the queue
+    offset after them (transaction prepare and rollback records take none, and store 0)."""
+    ids = []
+    for rec in records:
+        counts = rec.sys_flag & TRANSACTION_MASK in (0, SysFlag.TRANSACTION_COMMIT)
+        parts += record_parts(rec, queue_offset if counts else 0, physical_offset, store_timestamp)
+        ids.append(f"{id_prefix}{physical_offset:016X}")
+        physical_offset += rec.total
+        if counts:
+            queue_offset += 1
+    return ",".join(ids), queue_offset
+
+
 def encode_record(msg: Message, store_host: str, max_message_size: int) -> bytearray:
     """Encode `msg` with QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP as placeholders
     (zeros; `patch_record` fills them). Raises EncodeError."""
@@ -589,11 +605,13 @@ def decode_dispatch(
 # it was built and TIDEMQ_PURE is not set; the pure functions stay as py_* (the reference).
 py_decode_record, py_decode_dispatch = decode_record, decode_dispatch
 py_prepare_record, py_record_parts, py_prepare_plain = prepare_record, record_parts, prepare_plain
+py_place_records = place_records
 if COMPILED is not None:
     COMPILED.bind(sys.modules[__name__])
     COMPILED.bind_encoder(sys.modules[__name__])
     decode_record, decode_dispatch = COMPILED.decode_record, COMPILED.decode_dispatch
     prepare_record, record_parts = COMPILED.prepare_record, COMPILED.record_parts
     COMPILED.bind_plain(sys.modules[__name__])
-    prepare_plain = COMPILED.prepare_plain
+    COMPILED.bind_place(sys.modules[__name__])
+    prepare_plain, place_records = COMPILED.prepare_plain, COMPILED.place_records
 

@@ -144,6 +144,21 @@ class MessagePuts:
             return None
         return Prepared([record], topic, queue_id)
 
+    def prepare_plain_batch(self, topic: str, queue_id: int, messages: Sequence[tuple[bytes, str | None]],
+                            born_host: str | None) -> Prepared | None:
+        """`prepare_batch` of plain messages, each `(body, tags)`, that the caller checked,
+        with `refusal()`, the store takes: built without their Messages. None when it is
+        refused: `prepare_batch` then says why."""
+        config = self.config
+        if not messages or sum(len(body) for body, _ in messages) > config.max_message_size:
+            return None
+        try:
+            records = [prepare_plain(topic, body, queue_id, tags, 0, None, born_host, config.store_host,
+                                     config.max_message_size) for body, tags in messages]
+        except (EncodeError, ValueError, struct.error):
+            return None
+        return Prepared(records, topic, queue_id)
+
     def prepare_batch(self, msgs: Sequence[Message]) -> Prepared | PutMessageResult:
         """Check and encode a batch of one topic-queue (contiguous records, one segment, one
         result) for `append_prepared`."""

@@ -1,5 +1,5 @@
 """The compiled send path (node/_send_codec.pyx, ops.prepare_plain_sends,
-store.message.prepare_plain) against the reference path (cbor2, the request schema,
+store.message.prepare_plain) for sends and batches against the reference path (cbor2, the request schema,
 `handle_now`, the Message encoder):
 
 - the C decoder takes a send only as `parse_with` reads it, and every other frame goes to
@@ -40,7 +40,7 @@ from node.handlers import (
 from node.offsets import ConsumerOffsetManager
 from node.ops import NodeServices
 from node.protocol import CHECKED_TOPICS, NODE_REQUESTS, InvalidRequest, parse_with
-from node.send_codec import PlainSend, send_reply_frame
+from node.send_codec import PlainBatch, PlainSend, send_batch_reply_frame, send_reply_frame
 from node.server import ClientServer
 from node.topics import TopicConfigManager
 from store.accel import forced_pure
@@ -66,6 +66,40 @@ plain_sends = st.fixed_dictionaries(
               "queue_id": st.integers(0, 2**31 - 1), "wait": st.booleans(),
               "born_timestamp": st.integers(0, 2**63 - 1), "flag": st.integers(-(2**31), 2**31 - 1)},
 )
+
+
+plain_messages = st.fixed_dictionaries(
+    {"body": st.binary(min_size=1, max_size=100)},
+    optional={"tags": st.text(min_size=1, max_size=10).filter(lambda t: "\x01" not in t and "\x02" not in t)})
+plain_batches = st.fixed_dictionaries(
+    {"v": st.just(1), "op": st.just("send_batch"), "id": int64, "topic": st.sampled_from(["T", "Orders"]),
+     "messages": st.lists(plain_messages, min_size=1, max_size=5)},
+    optional={"queue_id": st.integers(0, 2**31 - 1), "wait": st.booleans()},
+)
+PLAIN_KEYS = {"send": {"v", "op", "id", "topic", "body", "tags", "queue_id", "wait", "born_timestamp", "flag"},
+              "send_batch": {"v", "op", "id", "topic", "messages", "queue_id", "wait"}}
+
+
+@st.composite
+def odd_batches(draw) -> dict[str, Any]:
+    """A plain batch with one field or one message's field changed, removed or added."""
+    frame = dict(draw(plain_batches))
+    messages = [dict(m) for m in frame["messages"]]
+    if draw(st.booleans()):
+        m = messages[draw(st.integers(0, len(messages) - 1))]
+        field = draw(st.sampled_from(["body", "tags", "keys", "flag", "properties"]))
+        if draw(st.booleans()) and field in m:
+            del m[field]
+        else:
+            m[field] = draw(odd_values)
+        frame["messages"] = messages
+    else:
+        field = draw(st.sampled_from(["v", "op", "id", "topic", "messages", "queue_id", "wait", "body"]))
+        if draw(st.booleans()) and field in frame:
+            del frame[field]
+        else:
+            frame[field] = draw(st.one_of(odd_values, st.just([]), st.just([{"body": b"x"}, 5])))
+    return frame
 
 
 @st.composite
@@ -103,7 +137,7 @@ def test_the_send_codec_is_built():
 
 @needs_compiled
 @SETTINGS
-@given(frame=st.one_of(plain_sends, odd_sends()))
+@given(frame=st.one_of(plain_sends, odd_sends(), plain_batches, odd_batches()))
 def test_a_send_is_decoded_in_c_only_as_the_request_schema_reads_it(frame):
     data = encode_frame(frame)
     items, used, oversized = COMPILED.split_frames(data, MAX_FRAME, known_topics(frame))
@@ -112,21 +146,30 @@ def test_a_send_is_decoded_in_c_only_as_the_request_schema_reads_it(frame):
     want = reference_item(data[HEADER.size:])
     if type(item) is bytes:
         assert item == data[HEADER.size:]  # the reference decodes and checks it
-        if frame.keys() <= {"v", "op", "id", "topic", "body", "tags", "queue_id", "wait", "born_timestamp", "flag"}:
+        op, messages = frame.get("op"), frame.get("messages")
+        plain_shape = type(op) is str and frame.keys() <= PLAIN_KEYS.get(op, set()) and all(
+            type(m) is dict and m.keys() <= {"body", "tags"} for m in (messages if type(messages) is list else []))
+        if plain_shape:
             assert isinstance(want, InvalidRequest) or frame["topic"] not in known_topics(frame), \
-                f"a valid plain send was left to the reference: {frame}"
+                f"a valid plain request was left to the reference: {frame}"
         return
-    assert type(item) is PlainSend
     assert not isinstance(want, InvalidRequest), (frame, want)
     f = want.fields
-    assert (want.op, want.id) == ("send", item.id)
+    assert want.id == item.id
+    if type(item) is PlainBatch:
+        assert want.op == "send_batch"
+        assert (f.topic, f.queue_id, f.wait) == (item.topic, item.queue_id, item.wait)
+        assert [(m.body, m.tags, m.keys, m.properties, m.flag) for m in f.messages] == [
+            (body, tags, [], {}, 0) for body, tags in item.messages]
+        return
+    assert type(item) is PlainSend and want.op == "send"
     assert (f.topic, f.body, f.tags, f.queue_id, f.wait, f.born_timestamp, f.flag, f.keys, f.properties) == (
         item.topic, item.body, item.tags, item.queue_id, item.wait, item.born_timestamp, item.flag, [], {})
 
 
 @needs_compiled
 @SETTINGS
-@given(frames=st.lists(st.one_of(plain_sends, odd_sends()), min_size=1, max_size=6),
+@given(frames=st.lists(st.one_of(plain_sends, odd_sends(), plain_batches, odd_batches()), min_size=1, max_size=6),
        cuts=st.lists(st.integers(0, 4000), max_size=4))
 def test_frames_split_in_c_come_out_as_the_reference_reads_them_in_any_chunking(frames, cuts):
     """Frames fed in any chunking give the same requests as the pure decoder: plain sends
@@ -144,6 +187,8 @@ def test_frames_split_in_c_come_out_as_the_reference_reads_them_in_any_chunking(
     for item, frame in zip(got, frames, strict=True):
         if type(item) is PlainSend:
             assert item.id == frame["id"] and item.body == frame["body"]
+        elif type(item) is PlainBatch:
+            assert item.id == frame["id"] and [b for b, _ in item.messages] == [m["body"] for m in frame["messages"]]
         else:
             assert item == cbor2.loads(encode_frame(frame)[HEADER.size:])
 
@@ -171,13 +216,26 @@ def test_a_send_answer_is_encode_frames_bytes(request_id, status, msg_id, queue_
     assert send_reply_frame(request_id, status, msg_id, queue_id, queue_offset, commitlog_offset) == want
 
 
+@SETTINGS
+@given(request_id=int64, status=st.sampled_from(["PUT_OK", "FLUSH_DISK_TIMEOUT", "SLAVE_NOT_AVAILABLE"]),
+       msg_ids=st.lists(st.one_of(st.text(max_size=40).filter(lambda t: "," not in t),
+                                  st.just("7F00000100002A9F0000000000000000")), min_size=1, max_size=70),
+       queue_id=any_int, queue_offset=any_int, commitlog_offset=any_int)
+def test_a_send_batch_answer_is_encode_frames_bytes(request_id, status, msg_ids, queue_id, queue_offset,
+                                                    commitlog_offset):
+    want = encode_frame({"id": request_id, "status": status, "msg_ids": msg_ids, "queue_id": queue_id,
+                         "queue_offset": queue_offset, "commitlog_offset": commitlog_offset})
+    assert send_batch_reply_frame(request_id, status, ",".join(msg_ids), queue_id, queue_offset,
+                                  commitlog_offset) == want
+
+
 # ---------------------------------------------------------------- end to end, both paths
 
 NOW_S = 1_764_000_000.123
 
 
 @asynccontextmanager
-async def serving(conf: Path, taken: list[PlainSend] | None) -> AsyncIterator[tuple[ClientServer, NodeServices]]:
+async def serving(conf: Path, taken: list[PlainSend | PlainBatch] | None) -> AsyncIterator[tuple[ClientServer, NodeServices]]:
     """A node's send path behind a ClientServer, as node/broker.py wires it, with the
     compiled send path (the plain sends it serves are added to `taken`) or without (None:
     the reference); the store's clock fixed."""
@@ -191,7 +249,7 @@ async def serving(conf: Path, taken: list[PlainSend] | None) -> AsyncIterator[tu
         services = NodeServices(cfg=cfg, store=store, topics=topics, offsets=offsets)
         await topics.create("Narrow", 1, 1)
 
-        async def plain(sends: list[PlainSend], peer: str | None) -> list[Any]:
+        async def plain(sends: list[PlainSend | PlainBatch], peer: str | None) -> list[Any]:
             assert taken is not None
             taken.extend(sends)
             return await handle_plain_sends(services, sends, peer)
@@ -245,9 +303,12 @@ sends_of_all_kinds = st.one_of(
     plain_sends.map(lambda f: {**f, "topic": "Narrow"}),  # one queue: a queue_id above 0 is refused
     plain_sends.map(lambda f: {**f, "topic": "Auto"}),  # auto-created on its first send
     plain_sends.map(lambda f: {**f, "keys": ["k1", "k2"], "properties": {"p": "v"}}),  # the reference's own
-    st.builds(lambda body: {"v": 1, "op": "send_batch", "topic": "T", "queue_id": 1,
-                            "messages": [{"body": body, "tags": "b"}] * 3}, st.binary(min_size=1, max_size=50)),
+    plain_batches.map(lambda f: {**f, "topic": "T", "queue_id": f.get("queue_id", 0) % 3}),
+    plain_batches.map(lambda f: {**f, "topic": "Narrow"}),
+    st.builds(lambda body: {"v": 1, "op": "send_batch", "topic": "T", "queue_id": 1,  # over maxMessageSize
+                            "messages": [{"body": body}] * 40}, st.binary(min_size=2000, max_size=2000)),
     odd_sends(),
+    odd_batches(),
     st.just({"v": 1, "op": "fetch_offset", "group": "g", "topic": "T", "queue_id": 0}),  # run as a task
     st.just({"v": 1, "op": "no_such_op"}),
 )
@@ -268,7 +329,7 @@ async def test_both_paths_give_the_same_answer_bytes_and_the_same_store_files(tm
     chunks = [data[a:b] for a, b in itertools.pairwise(bounds)]
     seen: dict[bool, tuple[dict[Any, bytes], dict[str, bytes], int]] = {}
     port, client_port = 10911, free_port()
-    taken: list[PlainSend] = []
+    taken: list[PlainSend | PlainBatch] = []
     CHECKED_TOPICS.update(("T", "Narrow", "Auto"))  # as the first send to each, checked by the schema, does
     for compiled in (True, False):
         (base / str(compiled)).mkdir()
@@ -283,5 +344,5 @@ async def test_both_paths_give_the_same_answer_bytes_and_the_same_store_files(tm
     for name in seen[True][1]:
         assert seen[True][1][name] == seen[False][1][name], f"{name} differs"
     assert seen[True][2] == seen[False][2]  # the same sends reached the turn
-    plain = [i for i in COMPILED.split_frames(data, MAX_FRAME, CHECKED_TOPICS)[0] if type(i) is PlainSend]
+    plain = [i for i in COMPILED.split_frames(data, MAX_FRAME, CHECKED_TOPICS)[0] if type(i) in (PlainSend, PlainBatch)]
     assert len(taken) == len(plain)  # the compiled path served every plain send

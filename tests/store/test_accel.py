@@ -298,6 +298,29 @@ def test_a_plain_send_encodes_as_its_message_does(topic, body, queue_id, tags, f
     assert message.prepare_plain is COMPILED.prepare_plain or accel.forced_pure()
 
 
+@needs_compiled
+@SETTINGS
+@given(msgs=st.lists(messages(), min_size=1, max_size=4), tx=st.lists(st.sampled_from([0, 0x4, 0x8, 0xC]), min_size=4,
+                                                                       max_size=4),
+       queue_offset=st.one_of(st.integers(0, 2**40), st.just(2**63 - 1)), phys=st.one_of(st.integers(0, 2**40),
+                                                                                         st.just(-1)),
+       now=int64, prefix=st.sampled_from(["7F00000100002A9F", "", "é"]))
+def test_placing_a_puts_records_is_identical(msgs, tx, queue_offset, phys, now, prefix):
+    """place_records (a put's records placed in the CommitLog: their bytes and msgIds, the
+    next queue offset) against the reference, transaction records taking no queue offset."""
+    records = []
+    for msg, t in zip(msgs, tx, strict=False):
+        msg.sys_flag = t
+        rec = outcome(message.py_prepare_record, msg, "127.0.0.1:10911", MAX_MESSAGE_SIZE)
+        if isinstance(rec, message.PreparedRecord):
+            records.append(rec)
+    pure_parts: list[bytes] = []
+    compiled_parts: list[bytes] = []
+    pure = outcome(message.py_place_records, records, pure_parts, queue_offset, phys, now, prefix)
+    assert pure == outcome(COMPILED.place_records, records, compiled_parts, queue_offset, phys, now, prefix)
+    assert pure_parts == compiled_parts
+
+
 ODD_MESSAGES = [
     dict(topic="T", body=b"x", properties={"WAIT": "false", "a": "b"}),
     dict(topic="T", body=b"x", tags="t", properties={"TAGS": "old", "x": "y"}),
