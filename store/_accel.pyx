@@ -971,42 +971,57 @@ def record_parts(rec, queue_offset, physical_offset, store_timestamp):
     return fixed, rec.body, rec.tail
 
 
+cdef inline bint as_int64(object v, int64_t* out):
+    """`v` as an int64 when it is an int in range (anything else is the reference's)."""
+    if type(v) is not int:
+        return False
+    try:
+        out[0] = v
+    except OverflowError:
+        return False
+    return True
+
+
+cdef inline bint as_int32(object v, int64_t* out):
+    return as_int64(v, out) and -2147483648 <= out[0] <= 2147483647
+
+
 cdef object fixed_part(rec, int64_t qo, int64_t po, int64_t st):
     """A record's fixed fields (all but body, topic and properties) packed, or None for a
     record the reference must pack (a field out of its range, an odd host)."""
     cdef Py_ssize_t born_len, store_len, n
     cdef uint8_t* p
+    cdef int64_t total, crc, queue_id, flag, sys_flag, reconsume, born_ts, prepared
     born, store = rec.born_host, rec.store_host
     if type(born) is not bytes or type(store) is not bytes:
         return None
     born_len, store_len = len(born), len(store)
     if born_len not in (8, 20) or store_len not in (8, 20):
         return None
-    fields = (rec.total, rec.body_crc, rec.queue_id, rec.flag, rec.sys_flag, rec.reconsume_times)
-    for v in fields:
-        if not -2**31 <= v < 2**31:
-            return None
-    if not -2**63 <= rec.born_timestamp < 2**63 or not -2**63 <= rec.prepared_transaction_offset < 2**63:
+    if not (as_int32(rec.total, &total) and as_int32(rec.body_crc, &crc) and as_int32(rec.queue_id, &queue_id)
+            and as_int32(rec.flag, &flag) and as_int32(rec.sys_flag, &sys_flag)
+            and as_int32(rec.reconsume_times, &reconsume) and as_int64(rec.born_timestamp, &born_ts)
+            and as_int64(rec.prepared_transaction_offset, &prepared)):
         return None
     n = 48 + born_len + 8 + store_len + 16
     fixed = PyBytes_FromStringAndSize(NULL, n)
     p = <uint8_t*>PyBytes_AS_STRING(fixed)
-    put32(p, <uint32_t><int64_t>rec.total)
+    put32(p, <uint32_t>total)
     put32(p + 4, MAGIC_V1)
-    put32(p + 8, <uint32_t><int64_t>rec.body_crc)
-    put32(p + 12, <uint32_t><int64_t>rec.queue_id)
-    put32(p + 16, <uint32_t><int64_t>rec.flag)
+    put32(p + 8, <uint32_t>crc)
+    put32(p + 12, <uint32_t>queue_id)
+    put32(p + 16, <uint32_t>flag)
     put64(p + 20, <uint64_t>qo)
     put64(p + 28, <uint64_t>po)
-    put32(p + 36, <uint32_t><int64_t>rec.sys_flag)
-    put64(p + 40, <uint64_t><int64_t>rec.born_timestamp)
+    put32(p + 36, <uint32_t>sys_flag)
+    put64(p + 40, <uint64_t>born_ts)
     memcpy(p + 48, PyBytes_AS_STRING(born), born_len)
     p += 48 + born_len
     put64(p, <uint64_t>st)
     memcpy(p + 8, PyBytes_AS_STRING(store), store_len)
     p += 8 + store_len
-    put32(p, <uint32_t><int64_t>rec.reconsume_times)
-    put64(p + 4, <uint64_t><int64_t>rec.prepared_transaction_offset)
+    put32(p, <uint32_t>reconsume)
+    put64(p + 4, <uint64_t>prepared)
     put32(p + 12, <uint32_t>len(rec.body))
     return fixed
 

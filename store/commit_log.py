@@ -158,7 +158,7 @@ class CommitLog:
         wrote = False
         try:
             for records, topic, queue_id in puts:
-                total = sum(r.total for r in records)
+                total = records[0].total if len(records) == 1 else sum(r.total for r in records)
                 if run.mf is None or total + END_FILE_MIN_BLANK_LENGTH > run.mf.remaining - run.size:
                     wrote |= self._write(run, results, now)
                     last = self.queue.last()
