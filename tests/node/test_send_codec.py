@@ -318,13 +318,17 @@ sends_of_all_kinds = st.one_of(
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(requests=st.lists(sends_of_all_kinds, min_size=1, max_size=40), cuts=st.lists(st.integers(0, 20000),
-                                                                                     max_size=3))
+                                                                                     max_size=3),
+       broken=st.sampled_from([b"", HEADER.pack(3) + b"\xff\xff\xff", HEADER.pack(MAX_FRAME * 64)]))
 async def test_both_paths_give_the_same_answer_bytes_and_the_same_store_files(tmp_path_factory, monkeypatch,
-                                                                              requests, cuts):
+                                                                              requests, cuts, broken):
+    """The same request streams, in any chunking and possibly ending in a bad frame (the
+    frames before it are answered, then the error frame), through a server with the
+    compiled send path and one without: the same answer bytes and store files."""
     monkeypatch.setattr(time, "time", lambda: NOW_S)  # born timestamps of sends without one
     base = tmp_path_factory.mktemp("paths")
     stream = [encode_frame(r) for r in request_stream(requests)]
-    data = b"".join(stream)
+    data = b"".join(stream) + broken
     bounds = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
     chunks = [data[a:b] for a, b in itertools.pairwise(bounds)]
     seen: dict[bool, tuple[dict[Any, bytes], dict[str, bytes], int]] = {}
@@ -335,7 +339,7 @@ async def test_both_paths_give_the_same_answer_bytes_and_the_same_store_files(tm
         (base / str(compiled)).mkdir()
         conf = master_conf(base / str(compiled), role="ASYNC_MASTER", listenPort=port)  # same store host
         async with serving(conf, taken if compiled else None) as (server, services):
-            answers = await answers_to(server.port, chunks, len(stream), client_port)
+            answers = await answers_to(server.port, chunks, len(stream) + bool(broken), client_port)
             await wait_until(lambda s=services: s.store.dispatch_behind_bytes() == 0, what="dispatch caught up")
             plain = services.stats.send_requests
         seen[compiled] = answers, store_files(Path(load_config(str(conf)).store.store_path_root_dir)), plain
@@ -345,4 +349,5 @@ async def test_both_paths_give_the_same_answer_bytes_and_the_same_store_files(tm
         assert seen[True][1][name] == seen[False][1][name], f"{name} differs"
     assert seen[True][2] == seen[False][2]  # the same sends reached the turn
     plain = [i for i in COMPILED.split_frames(data, MAX_FRAME, CHECKED_TOPICS)[0] if type(i) in (PlainSend, PlainBatch)]
+    assert (None in seen[True][0]) == bool(broken)  # the error frame (id null) after a bad one
     assert len(taken) == len(plain)  # the compiled path served every plain send
