@@ -23,6 +23,7 @@ from functools import partial
 import trio
 
 from ha.master import HAService
+from ha.net import TCP, Network
 from ha.slave import HAClient
 from store.message_store import MessageStore, open_store
 
@@ -81,9 +82,10 @@ class Broker:
 
     def __init__(
         self, cfg: BrokerConfig, *, handle_signals: bool = True, grace_s: float = SHUTDOWN_GRACE_S,
-        recovery_progress: Callable[[int, int], None] | None = None,
+        recovery_progress: Callable[[int, int], None] | None = None, net: Network = TCP,
     ) -> None:
         self.recovery_progress = recovery_progress  # (validated bytes, total) during recovery
+        self.net = net  # every connection it opens or accepts (ha/net.py): TCP, or a simulated network
         self.handle_signals = handle_signals
         self.grace_s = grace_s
         root = cfg.store.store_path_root_dir
@@ -101,7 +103,7 @@ class Broker:
         # the role stored beside the store overrides the file's; with controllerMode etcd the
         # election decides who is master
         self.failover = Failover(cfg, on_transition=self._end_term,
-                                 controller=EtcdController if cfg.controller_mode == "etcd" else None)
+                                 controller=EtcdController if cfg.controller_mode == "etcd" else None, net=net)
         self.cfg = self.failover.cfg
         self.controller: EtcdController | None = self.failover.controller  # type: ignore[assignment]
         self.services: NodeServices | None = None
@@ -195,18 +197,18 @@ class Broker:
                                            on_ack_timeout=controller.on_ack_timeout if controller else None,
                                            on_connections=self.failover.wake,
                                            secure_accept=partial(accept_replica, self.ha_port_tls, cfg.tls_mode)
-                                           if self.ha_port_tls is not None else None)
+                                           if self.ha_port_tls is not None else None, net=self.net)
             services.schedule = ScheduleMessageService(store)
         else:
             # the controller names the slave's HA connection in etcd as soon as it is up
             services.ha_client = HAClient(store, admit=self.failover.admit,
                                           on_connect=controller.wake if controller else None,
                                           secure_connect=partial(_tls_to, cfg.client_tls)
-                                          if cfg.client_tls is not None else None)
+                                          if cfg.client_tls is not None else None, net=self.net)
             if cfg.master_addr or cfg.namesrv_addr:  # else: no way to find the master
                 sync = SlaveSync(cfg.master_addr, self.topics, self.offsets, max_frame_size=cfg.max_frame_size,
                                  delay_offset_path=ScheduleMessageService.path_in(store), subgroups=self.subgroups,
-                                 credentials=cfg.credentials, tls=cfg.client_tls)
+                                 credentials=cfg.credentials, tls=cfg.client_tls, net=self.net)
                 services.slave_sync_status = sync.status
         registration = None
         if cfg.namesrv_addr:
@@ -214,7 +216,7 @@ class Broker:
                 cfg, self.topics, store, on_master=partial(self._on_master, services, sync),
                 epoch=lambda: self.failover.epoch,
                 controller=controller.route_view if controller else None,
-                changes=[self.topics.changes] + ([controller.changes] if controller else []),
+                changes=[self.topics.changes] + ([controller.changes] if controller else []), net=self.net,
             )
             services.registration_status = registration.status
         if self.guard is not None:
@@ -252,7 +254,7 @@ class Broker:
                         finish=partial(finish_requests, services),
                         on_disconnect=services.consumers.disconnected,  # a member's connection closed: it left
                         guard=self.guard, tls=self.client_port_tls,
-                        plain_sends=partial(handle_plain_sends, services),
+                        plain_sends=partial(handle_plain_sends, services), net=self.net,
                     )
                     await nursery.start(self.server.run)
                     if registration is not None:

@@ -30,8 +30,8 @@ from .ops import (
     finish_sends,
     prepare_plain_sends,
 )
-from .protocol import BatchMessage, Request, Send, SendBatch, Status, error_response
-from .send_codec import PlainBatch, PlainSend
+from .protocol import Request, Status, error_response
+from .send_codec import PlainBatch, PlainSend, request_of
 
 __all__ = ["BATCHED_OPS", "HANDLERS", "append_requests", "finish_requests", "handle_now", "handle_plain_sends",
            "handle_request"]
@@ -69,19 +69,10 @@ async def handle_plain_sends(services: NodeServices, sends: list[PlainSend | Pla
     out: list[dict[str, Any] | PendingPut] = []
     for p, pending in zip(sends, await prepare_plain_sends(services, sends, peer), strict=True):
         if pending is None:
-            out.append(await handle_now(services, _request_of(p), peer))
+            out.append(await handle_now(services, request_of(p), peer))
         else:
             out.append(pending)
     return out
-
-
-def _request_of(p: PlainSend | PlainBatch) -> Request:
-    if type(p) is PlainBatch:
-        messages = [BatchMessage(body=body, tags=tags) for body, tags in p.messages]
-        return Request(op=SendBatch.OP, id=p.id,
-                       fields=SendBatch(topic=p.topic, messages=messages, queue_id=p.queue_id, wait=p.wait))
-    return Request(op=Send.OP, id=p.id, fields=Send(topic=p.topic, body=p.body, queue_id=p.queue_id, tags=p.tags,
-                                                    flag=p.flag, born_timestamp=p.born_timestamp, wait=p.wait))
 
 
 def append_requests(services: NodeServices, pending: list[PendingPut]) -> None:

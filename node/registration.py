@@ -21,6 +21,7 @@ from typing import Any
 import attrs
 import trio
 
+from ha.net import TCP, Network
 from store.message_store import MessageStore
 
 from .changes import Changes
@@ -67,7 +68,9 @@ class NameServerRegistration:
         epoch: Callable[[], int] | None = None,
         controller: Callable[[], dict[str, Any]] | None = None,
         changes: Sequence[Changes] = (),
+        net: Network = TCP,
     ) -> None:
+        self.net = net  # where the name servers are reached (ha/net.py)
         if not cfg.namesrv_addr:
             raise ValueError("namesrvAddr is not set")
         self.cfg = cfg
@@ -178,7 +181,7 @@ class NameServerRegistration:
                 target.address, self._nursery,
                 connect_timeout=CONNECT_TIMEOUT_S, request_timeout=REQUEST_TIMEOUT_S,
                 max_frame_size=self.cfg.max_frame_size, credentials=self.cfg.credentials,
-                tls=self.cfg.client_tls,
+                tls=self.cfg.client_tls, net=self.net,
             )
             self._nursery.start_soon(self._watch, target, target.conn)
         return target.conn
@@ -227,7 +230,7 @@ class NameServerRegistration:
             else:  # the run nursery may be gone: a connection of its own
                 async with connect(target.address, connect_timeout=CONNECT_TIMEOUT_S,
                                    request_timeout=REQUEST_TIMEOUT_S, credentials=self.cfg.credentials,
-                                   tls=self.cfg.client_tls) as conn:
+                                   tls=self.cfg.client_tls, net=self.net) as conn:
                     await conn.request(request)
             log.info("unregistered from name server %s", target.address)
         except TidemqError as e:

@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .framing import COMPILED, encode_frame
+from .protocol import BatchMessage, Request, Send, SendBatch
 
-__all__ = ["PlainBatch", "PlainSend", "send_batch_reply_frame", "send_reply_frame"]
+__all__ = ["PlainBatch", "PlainSend", "request_of", "send_batch_reply_frame", "send_reply_frame"]
 
 
 class PlainSend(NamedTuple):
@@ -44,6 +45,17 @@ class PlainBatch(NamedTuple):
 
 if COMPILED is not None:
     COMPILED.bind(PlainSend, PlainBatch)
+
+
+def request_of(p: PlainSend | PlainBatch) -> Request:
+    """The request `parse_with` makes of the frame `p` was decoded from (for the reference
+    path: a refusal, a login check)."""
+    if type(p) is PlainBatch:
+        messages = [BatchMessage(body=body, tags=tags) for body, tags in p.messages]
+        return Request(op=SendBatch.OP, id=p.id,
+                       fields=SendBatch(topic=p.topic, messages=messages, queue_id=p.queue_id, wait=p.wait))
+    return Request(op=Send.OP, id=p.id, fields=Send(topic=p.topic, body=p.body, queue_id=p.queue_id, tags=p.tags,
+                                                    flag=p.flag, born_timestamp=p.born_timestamp, wait=p.wait))
 
 
 def _reference_reply(request_id: int, status: str, msg_id: str, queue_id: int, queue_offset: int,

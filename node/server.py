@@ -51,7 +51,7 @@ from .protocol import (
 from .protocol.auth import AUTH_OPS, AuthReply
 from .security.guard import Guard, Session, peer_host
 from .security.tls import accept_tls
-from .send_codec import PlainBatch, PlainSend
+from .send_codec import PlainBatch, PlainSend, request_of
 
 log = logging.getLogger("tidemq.node")
 
@@ -148,9 +148,10 @@ class ClientServer:
     the login ops answer `enabled: false`. `batched_ops` run inline in the reader and may answer
     with deferred results, which `commit` takes once per turn (every connection's) and
     `finish` answers a group at a time (node/handlers.py's BATCHED_OPS, append_requests and
-    finish_requests). With `plain_sends` (and no guard), the compiled codec decodes plain
-    sends without a map and they are answered by it (node/send_codec.py,
-    handlers.handle_plain_sends).
+    finish_requests). With `plain_sends`, the compiled codec decodes plain sends and
+    batches without a map and they are answered by it (node/send_codec.py,
+    handlers.handle_plain_sends); with a guard, each is screened first
+    (`Guard.may_send`).
     """
 
     def __init__(
@@ -332,7 +333,7 @@ class ClientServer:
     async def _read_loop(self, conn: _Connection) -> str | None:
         """Read and serve batches of frames; the reason when the framing broke, else None.
         Only the receive is cancelled at shutdown: a batch that was read is served whole."""
-        plain = self.plain_sends is not None and conn.session is None
+        plain = self.plain_sends is not None
         decoder = FrameDecoder(self.max_frame_size, plain_sends=CHECKED_TOPICS if plain else None)
         while True:
             data = await self._receive(conn)
@@ -380,8 +381,22 @@ class ClientServer:
 
     async def _serve_plain(self, conn: _Connection, run: list[PlainSend | PlainBatch], out: list[bytes],
                            placed: list[Any]) -> None:
-        """A run of plain sends: deferred results join `placed`, answers ready now `out`."""
+        """A run of plain sends: deferred results join `placed`, answers ready now `out`.
+        With logins, the guard screens each first: one it refuses is answered as the
+        reference path answers it."""
         assert self.plain_sends is not None
+        if conn.session is not None:
+            assert self.guard is not None
+            allowed = []
+            for p in run:
+                if self.guard.may_send(conn.session, p.topic):
+                    allowed.append(p)
+                else:
+                    out.append(self._encode(await self._guarded(conn, conn.session, request_of(p))))
+                    conn.answered(1)
+            if not allowed:
+                return
+            run = allowed
         try:
             results = await self.plain_sends(run, conn.peer)
         except Exception as e:  # the handler answers its own errors; a bug lands here

@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 
 import trio
 
+from ha.net import TCP, Network
+
 from .client import BadRequest, Connection, TidemqError, connect
 from .jsonfile import ConfigFileError, write_json_atomic
 from .offsets import ConsumerOffsetManager, OffsetEntry
@@ -91,10 +93,12 @@ class SlaveSync:
         subgroups: SubscriptionGroupManager | None = None,
         credentials: Credentials | None = None,
         tls: ssl.SSLContext | None = None,
+        net: Network = TCP,
     ) -> None:
         self.master_addr = master_addr
         self.credentials = credentials
         self.tls = tls
+        self.net = net  # where the master is reached (ha/net.py)
         self.topics = topics
         self.offsets = offsets
         self.subgroups = subgroups
@@ -123,7 +127,7 @@ class SlaveSync:
             return
         source = f"master {self.master_addr}"
         async with connect(self.master_addr, max_frame_size=self.max_frame_size, credentials=self.credentials,
-                           tls=self.tls) as conn:
+                           tls=self.tls, net=self.net) as conn:
             topics = _topic_configs((await conn.call(TopicList())).topics, source)
             offsets = _offset_entries((await conn.call(OffsetList())).offsets, source)
             schedule = (await conn.call(GetStatus())).schedule if self.delay_offset_path else None

@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 import trio
 
+from ha.net import TCP, Network
 from node.client import (
     BadRequest,
     NotFound,
@@ -76,9 +77,10 @@ class Admin(_Client):
         connect_timeout: float = 3.0,
         credentials: Credentials | None = None,
         tls: ssl.SSLContext | None = None,
+        net: Network = TCP,
     ) -> None:
         super().__init__(namesrv, brokers, connect_timeout=connect_timeout,
-                         request_timeout=request_timeout, route_ttl_s=0.0, credentials=credentials, tls=tls)
+                         request_timeout=request_timeout, route_ttl_s=0.0, credentials=credentials, tls=tls, net=net)
 
     async def __aenter__(self) -> Admin:
         return await super().__aenter__()

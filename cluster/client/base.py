@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 import trio
 
+from ha.net import TCP, Network
 from node.client import (
     ConnectionLost,
     ConnectionPool,
@@ -235,7 +236,9 @@ class _Client:
         route_ttl_s: float,
         credentials: Credentials | None = None,
         tls: ssl.SSLContext | None = None,
+        net: Network = TCP,
     ) -> None:
+        self.net = net  # where brokers and name servers are reached (ha/net.py): TCP, or a simulated network
         self.credentials = credentials  # None: the process's or the environment's (docs/security.md)
         self.tls = tls  # None: the process's or the environment's (TIDEMQ_TLS_CA), else plaintext
         self._namesrv = parse_addresses(namesrv, "a name server address")
@@ -255,7 +258,7 @@ class _Client:
         nursery = await self._nursery_cm.__aenter__()
         self._pool = ConnectionPool(nursery, connect_timeout=self.connect_timeout,
                                     request_timeout=self.request_timeout, credentials=self.credentials,
-                                    tls=self.tls)
+                                    tls=self.tls, net=self.net)
         if self._namesrv:
             self._discovery = NameServerDiscovery(self._namesrv, self._pool)
         else:

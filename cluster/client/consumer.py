@@ -12,6 +12,7 @@ from typing import Any, Literal
 import attrs
 import trio
 
+from ha.net import TCP, Network
 from node.client import (
     ConnectionLost,
     NotFound,
@@ -88,9 +89,10 @@ class PullConsumer(_Client):
         route_ttl_s: float = ROUTE_TTL_S,
         credentials: Credentials | None = None,
         tls: ssl.SSLContext | None = None,
+        net: Network = TCP,
     ) -> None:
         super().__init__(namesrv, brokers, connect_timeout=connect_timeout,
-                         request_timeout=request_timeout, route_ttl_s=route_ttl_s, credentials=credentials, tls=tls)
+                         request_timeout=request_timeout, route_ttl_s=route_ttl_s, credentials=credentials, tls=tls, net=net)
         if start not in ("first", "last"):
             raise ValueError(f"start must be 'first' or 'last', got {start!r}")
         self.group = group

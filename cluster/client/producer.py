@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 import trio
 
+from ha.net import TCP, Network
 from node.client import (
     BadRequest,
     ConnectionLost,
@@ -93,9 +94,10 @@ class Producer(_Client):
         route_ttl_s: float = ROUTE_TTL_S,
         credentials: Credentials | None = None,
         tls: ssl.SSLContext | None = None,
+        net: Network = TCP,
     ) -> None:
         super().__init__(namesrv, brokers, connect_timeout=connect_timeout,
-                         request_timeout=send_timeout, route_ttl_s=route_ttl_s, credentials=credentials, tls=tls)
+                         request_timeout=send_timeout, route_ttl_s=route_ttl_s, credentials=credentials, tls=tls, net=net)
         if retries < 0:
             raise ValueError(f"retries must be >= 0, got {retries}")
         self.send_timeout = send_timeout

@@ -24,6 +24,7 @@ from typing import Any
 
 import trio
 
+from ha.net import TCP, Network
 from node.protocol import (
     Request,
     Status,
@@ -55,8 +56,9 @@ SHUTDOWN_GRACE_S = 3.0
 class NameServer:
     """The name server process's services: `await NameServer(cfg).run()`."""
 
-    def __init__(self, cfg: NamesrvConfig, *, handle_signals: bool = True) -> None:
+    def __init__(self, cfg: NamesrvConfig, *, handle_signals: bool = True, net: Network = TCP) -> None:
         self.cfg = cfg
+        self.net = net  # where its port listens (ha/net.py): TCP, or a simulated network
         self.handle_signals = handle_signals
         self.table = RouteTable(cfg.broker_expire_ms)
         # aclEnable: brokers register as an admin account, clients log in (AclError: the file is wrong)
@@ -89,7 +91,7 @@ class NameServer:
                     max_frame_size=self.cfg.max_frame_size,
                     requests=NAMESRV_REQUESTS,
                     on_disconnect=self.table.connection_closed,
-                    guard=self.guard, tls=self.tls,
+                    guard=self.guard, tls=self.tls, net=self.net,
                 )
                 await nursery.start(self.server.run)
                 nursery.start_soon(self._expire_loop)

@@ -53,6 +53,7 @@ from typing import Any, Protocol
 import attrs
 import trio
 
+from ha.net import TCP, Network
 from store.config import BrokerRole
 from store.epoch_file import EPOCH_FILE_NAME, EpochEntry, EpochFileCache, EpochFileError
 from store.message_store import truncate_store
@@ -116,9 +117,12 @@ class Failover:
     """One node's epochs, role and fencing, across its terms (service restarts)."""
 
     def __init__(self, cfg: BrokerConfig, *, on_transition: Callable[[], None] | None = None,
-                 controller: Callable[[BrokerConfig, Failover], ControllerHooks] | None = None) -> None:
+                 controller: Callable[[BrokerConfig, Failover], ControllerHooks] | None = None,
+                 net: Network = TCP) -> None:
         """`on_transition`: the node ends its term (it serves again in the new role).
-        `controller`: builds the etcd controller (controllerMode etcd) that decides who writes."""
+        `controller`: builds the etcd controller (controllerMode etcd) that decides who writes.
+        `net`: where its questions to name servers and peers go (ha/net.py)."""
+        self.net = net
         self.base_cfg = cfg
         self.root = cfg.store.store_path_root_dir
         os.makedirs(self.root, exist_ok=True)
@@ -416,7 +420,7 @@ class Failover:
 
         async def ask_namesrv(address: str) -> None:
             nonlocal answered
-            answer: ClusterInfoReply | None = await _ask(address, ClusterInfo(), self.cfg)
+            answer: ClusterInfoReply | None = await _ask(address, ClusterInfo(), self.cfg, self.net)
             answered += answer is not None
             for b in answer.brokers if answer else []:
                 if b.get("broker_name") != cfg.broker_name or b.get("address") in cfg.own_addresses():
@@ -428,7 +432,7 @@ class Failover:
 
         async def ask_peer(address: str) -> None:
             nonlocal answered
-            answer: EpochReply | None = await _ask(address, Epoch(), self.cfg)
+            answer: EpochReply | None = await _ask(address, Epoch(), self.cfg, self.net)
             answered += answer is not None
             if answer and not answer.fenced:
                 views.append(EpochView(answer.epoch, address, f"peer {address}"))
@@ -452,7 +456,7 @@ class Failover:
     async def refresh_epochs(self, address: str) -> None:
         """A slave replicating from `address` takes its history once it grew (an election
         started a new epoch there): the log it copied is that master's up to here."""
-        answer: EpochReply | None = await _ask(address, Epoch(), self.cfg)
+        answer: EpochReply | None = await _ask(address, Epoch(), self.cfg, self.net)
         if not answer or answer.fenced:
             return
         if answer.epoch > self.cache.last_epoch() and self.transition is None:
@@ -493,7 +497,7 @@ class Failover:
         if store is None or self.transition is not None:
             return False
         address = self.master_client_address(ha_address)
-        answer = await _ask(address, Epoch(), self.cfg) if address else None
+        answer = await _ask(address, Epoch(), self.cfg, self.net) if address else None
         decision = admission(answer, address=address, own=self.cache, newest_seen=self.newest_seen,
                              max_offset=store.get_max_phy_offset(),
                              segment_size=self.cfg.store.mapped_file_size_commit_log)
@@ -553,7 +557,7 @@ class Failover:
         tables = []
         with trio.move_on_after(ASK_TIMEOUT_S):
             for address in self.cfg.namesrv_addresses:
-                answer: ClusterInfoReply | None = await _ask(address, ClusterInfo(), self.cfg)
+                answer: ClusterInfoReply | None = await _ask(address, ClusterInfo(), self.cfg, self.net)
                 for b in answer.brokers if answer else []:
                     if b.get("broker_name") == self.cfg.broker_name and b.get("broker_id") == 0:
                         tables.append(b.get("topics") or {})
@@ -564,11 +568,11 @@ class Failover:
                     log.info("promotion: topic %s taken over from the old master's registration", topic)
 
 
-async def _ask(address: str, request: WireRequest, cfg: BrokerConfig) -> Any:
+async def _ask(address: str, request: WireRequest, cfg: BrokerConfig, net: Network) -> Any:
     """One request on a fresh connection (with the node's account and TLS): its reply, None when it fails."""
     try:
         async with connect(address, connect_timeout=ASK_TIMEOUT_S, request_timeout=ASK_TIMEOUT_S,
-                           credentials=cfg.credentials, tls=cfg.client_tls) as conn:
+                           credentials=cfg.credentials, tls=cfg.client_tls, net=net) as conn:
             return await conn.call(request)
     except (TidemqError, OSError) as e:
         log.debug("%s %s: %s", address, request.OP, e)

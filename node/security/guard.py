@@ -136,6 +136,16 @@ class Guard:
                 return self._refuse(request, account, need.describe())
         return None
 
+    def may_send(self, session: Session, topic: str) -> bool:
+        """Whether `screen` lets a `send` or `send_batch` of `session` to `topic` run: the
+        compiled send path screens its plain requests with this, and hands any it refuses
+        to `screen` for the answer."""
+        if session.account is None:
+            return False
+        account = self.acl.accounts.get(session.account)
+        return (account is not None and account.may_connect_from(session.host)
+                and topic_need(topic, Perm.PUB).granted(account))
+
     def check_answer(self, session: Session, request: Request, response: dict[str, Any]) -> dict[str, Any] | None:
         """A refusal in place of `response` when it shows what the account may not read."""
         if request.op != "get_by_msg_id" or session.account is None:
