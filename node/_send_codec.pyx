@@ -15,20 +15,20 @@ request gets exactly their answer. tests/node/test_send_codec.py checks both way
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int64_t, uint8_t, uint64_t
-from libc.string cimport memcmp, memcpy
+from libc.stdint cimport INT64_MAX as I64_MAX, INT64_MIN as I64_MIN, int64_t, uint8_t, uint64_t
+from libc.string cimport memcmp, memcpy, strlen
 
 cdef uint64_t INT64_MAX = 9223372036854775807ULL
 cdef uint64_t INT32_MAX = 2147483647ULL
 
-# the keys a plain send may hold, by bit
+# the keys a plain request may hold, by bit
 cdef int K_V = 1, K_ID = 2, K_OP = 4, K_TOPIC = 8, K_BODY = 16, K_TAGS = 32, K_QUEUE = 64, K_WAIT = 128
-cdef int K_FLAG = 256, K_BORN = 512
-cdef int REQUIRED = 1 | 2 | 4 | 8 | 16
+cdef int K_FLAG = 256, K_BORN = 512, K_MESSAGES = 1024
+cdef int REQUIRED = 1 | 2 | 4 | 8  # v, id, op, topic; and a body (send) or messages (send_batch)
+cdef int SEND_KEYS = 1 | 2 | 4 | 8 | 16 | 32 | 64 | 128 | 256 | 512
+cdef int BATCH_KEYS = 1 | 2 | 4 | 8 | 64 | 128 | 1024
 cdef object _PlainSend = tuple, _PlainBatch = tuple  # node/send_codec.py binds its NamedTuples
 cdef object _tuple_new = tuple.__new__
-cdef int B_V = 1, B_ID = 2, B_OP = 4, B_TOPIC = 8, B_MESSAGES = 16, B_QUEUE = 32, B_WAIT = 64
-cdef int B_REQUIRED = 1 | 2 | 4 | 8 | 16
 
 
 def bind(plain_send_class, plain_batch_class) -> None:
@@ -83,121 +83,61 @@ cdef inline bint key_is(const uint8_t* s, Py_ssize_t n, const char* name, Py_ssi
     return n == m and memcmp(s, name, m) == 0
 
 
-cdef object plain_send(const uint8_t* p, Py_ssize_t n, set good_topics):
-    """The fields of a plain send (a PlainSend), or None for anything else."""
-    cdef Cursor c
-    cdef int major, seen = 0, bit
-    cdef uint64_t count, v, k
-    cdef const uint8_t* s
-    cdef const uint8_t* ts
-    cdef Py_ssize_t length, j
-    cdef int64_t request_id = 0, flag = 0
-    cdef object topic = None, body = None, tags = None, queue_id = None, born = None
-    cdef bint wait = True
-    c.p, c.n, c.i = p, n, 0
-    if not head(&c, &major, &count) or major != 5 or count > 10:
-        return None
-    for k in range(count):
-        if not text_at(&c, &s, &length):
-            return None
-        if key_is(s, length, b"v", 1):
-            bit = K_V
-        elif key_is(s, length, b"id", 2):
-            bit = K_ID
-        elif key_is(s, length, b"op", 2):
-            bit = K_OP
-        elif key_is(s, length, b"topic", 5):
-            bit = K_TOPIC
-        elif key_is(s, length, b"body", 4):
-            bit = K_BODY
-        elif key_is(s, length, b"tags", 4):
-            bit = K_TAGS
-        elif key_is(s, length, b"queue_id", 8):
-            bit = K_QUEUE
-        elif key_is(s, length, b"wait", 4):
-            bit = K_WAIT
-        elif key_is(s, length, b"flag", 4):
-            bit = K_FLAG
-        elif key_is(s, length, b"born_timestamp", 14):
-            bit = K_BORN
-        else:
-            return None
-        if seen & bit:
-            return None
-        seen |= bit
-        if bit == K_WAIT:
-            if c.i >= c.n or (c.p[c.i] != 0xF5 and c.p[c.i] != 0xF4):
-                return None
-            wait = c.p[c.i] == 0xF5
-            c.i += 1
-        elif bit == K_TOPIC or bit == K_TAGS:
-            if not text_at(&c, &ts, &length) or length == 0:
-                return None
-            if bit == K_TAGS:
-                for j in range(length):
-                    if ts[j] == 1 or ts[j] == 2:
-                        return None
-            try:
-                text = PyUnicode_DecodeUTF8(<const char*>ts, length, "strict")
-            except UnicodeDecodeError:
-                return None
-            if bit == K_TOPIC:
-                topic = text
-            else:
-                tags = text
-        elif bit == K_OP:
-            if not text_at(&c, &ts, &length) or not key_is(ts, length, b"send", 4):
-                return None
-        elif bit == K_BODY:
-            if not head(&c, &major, &v) or major != 2 or v == 0 or v > <uint64_t>(c.n - c.i):
-                return None
-            body = PyBytes_FromStringAndSize(<const char*>(c.p + c.i), <Py_ssize_t>v)
-            c.i += <Py_ssize_t>v
-        else:  # an integer
-            if not head(&c, &major, &v) or major > 1 or v > INT64_MAX:
-                return None
-            if bit == K_V:
-                if major != 0 or v != 1:
-                    return None
-            elif bit == K_ID:
-                request_id = <int64_t>v if major == 0 else -1 - <int64_t>v
-            elif bit == K_FLAG:
-                if v > INT32_MAX:
-                    return None
-                flag = <int64_t>v if major == 0 else -1 - <int64_t>v
-            elif major != 0:
-                return None
-            elif bit == K_QUEUE:
-                if v > INT32_MAX:
-                    return None
-                queue_id = <int64_t>v
-            else:  # born_timestamp
-                born = <int64_t>v
-    if c.i != n or (seen & REQUIRED) != REQUIRED or topic not in good_topics:
-        return None
-    return _tuple_new(_PlainSend, (request_id, topic, body, tags, queue_id, wait, born, flag))
+cdef const char* KEY_NAMES[11]  # bit k is KEY_NAMES[k]: K_V, K_ID, ... in order
+KEY_NAMES[:] = [b"v", b"id", b"op", b"topic", b"body", b"tags", b"queue_id", b"wait", b"flag", b"born_timestamp",
+                b"messages"]
 
 
-cdef object tags_at(Cursor* c):
-    """A tags value (non-empty text without \\x01 or \\x02), or None when it is not one."""
+cdef inline int key_bit(const uint8_t* s, Py_ssize_t n) noexcept nogil:
+    """The bit of a plain request's key, 0 for any other key."""
+    cdef int k
+    for k in range(11):
+        if key_is(s, n, KEY_NAMES[k], <Py_ssize_t>strlen(KEY_NAMES[k])):
+            return 1 << k
+    return 0
+
+cdef inline bint int_at(Cursor* c, int64_t lo, int64_t hi, int64_t* out) noexcept nogil:
+    """An integer in [lo, hi]."""
+    cdef int major
+    cdef uint64_t v
+    if not head(c, &major, &v) or major > 1 or v > INT64_MAX:
+        return False
+    out[0] = <int64_t>v if major == 0 else -1 - <int64_t>v
+    return lo <= out[0] <= hi
+
+
+cdef object text_value(Cursor* c, bint tags):
+    """A non-empty UTF-8 text (for `tags`, without \\x01 or \\x02), or None when it is not one."""
     cdef const uint8_t* ts
     cdef Py_ssize_t length, j
     if not text_at(c, &ts, &length) or length == 0:
         return None
-    for j in range(length):
-        if ts[j] == 1 or ts[j] == 2:
-            return None
+    if tags:
+        for j in range(length):
+            if ts[j] == 1 or ts[j] == 2:
+                return None
     try:
         return PyUnicode_DecodeUTF8(<const char*>ts, length, "strict")
     except UnicodeDecodeError:
         return None
 
 
+cdef object body_value(Cursor* c):
+    """A non-empty byte string, or None."""
+    cdef int major
+    cdef uint64_t v
+    if not head(c, &major, &v) or major != 2 or v == 0 or v > <uint64_t>(c.n - c.i):
+        return None
+    body = PyBytes_FromStringAndSize(<const char*>(c.p + c.i), <Py_ssize_t>v)
+    c.i += <Py_ssize_t>v
+    return body
+
+
 cdef object plain_message(Cursor* c):
     """One message of a plain batch, a map of a body and optionally tags: (body, tags),
     or None for anything else."""
-    cdef int major
-    cdef uint64_t count, v, k
+    cdef int major, bit, seen = 0
+    cdef uint64_t count, k
     cdef const uint8_t* s
     cdef Py_ssize_t length
     cdef object body = None, tags = None
@@ -206,76 +146,73 @@ cdef object plain_message(Cursor* c):
     for k in range(count):
         if not text_at(c, &s, &length):
             return None
-        if key_is(s, length, b"body", 4) and body is None:
-            if not head(c, &major, &v) or major != 2 or v == 0 or v > <uint64_t>(c.n - c.i):
-                return None
-            body = PyBytes_FromStringAndSize(<const char*>(c.p + c.i), <Py_ssize_t>v)
-            c.i += <Py_ssize_t>v
-        elif key_is(s, length, b"tags", 4) and tags is None:
-            tags = tags_at(c)
-            if tags is None:
+        bit = key_bit(s, length)
+        if (bit != K_BODY and bit != K_TAGS) or seen & bit:
+            return None
+        seen |= bit
+        if bit == K_BODY:
+            body = body_value(c)
+            if body is None:
                 return None
         else:
-            return None
+            tags = text_value(c, True)
+            if tags is None:
+                return None
     if body is None:
         return None
     return (body, tags)
 
 
-cdef object plain_batch(const uint8_t* p, Py_ssize_t n, set good_topics):
-    """The fields of a plain send_batch (a PlainBatch: every message a body and optional
-    tags), or None for anything else."""
+cdef object plain_request(const uint8_t* p, Py_ssize_t n, set good_topics):
+    """A plain send (a PlainSend) or send_batch (a PlainBatch), or None for anything else."""
     cdef Cursor c
-    cdef int major, seen = 0, bit
-    cdef uint64_t count, v, k, m
+    cdef int major, seen = 0, bit, allowed = SEND_KEYS | BATCH_KEYS
+    cdef uint64_t count, k, m
     cdef const uint8_t* s
-    cdef const uint8_t* ts
     cdef Py_ssize_t length
-    cdef int64_t request_id = 0
-    cdef object topic = None, queue_id = None
+    cdef int64_t request_id = 0, flag = 0, value
+    cdef object topic = None, body = None, tags = None, queue_id = None, born = None
     cdef list messages = None
-    cdef bint wait = True
+    cdef bint wait = True, batch = False
     c.p, c.n, c.i = p, n, 0
-    if not head(&c, &major, &count) or major != 5 or count > 7:
+    if not head(&c, &major, &count) or major != 5 or count > 10:
         return None
     for k in range(count):
         if not text_at(&c, &s, &length):
             return None
-        if key_is(s, length, b"v", 1):
-            bit = B_V
-        elif key_is(s, length, b"id", 2):
-            bit = B_ID
-        elif key_is(s, length, b"op", 2):
-            bit = B_OP
-        elif key_is(s, length, b"topic", 5):
-            bit = B_TOPIC
-        elif key_is(s, length, b"messages", 8):
-            bit = B_MESSAGES
-        elif key_is(s, length, b"queue_id", 8):
-            bit = B_QUEUE
-        elif key_is(s, length, b"wait", 4):
-            bit = B_WAIT
-        else:
-            return None
-        if seen & bit:
+        bit = key_bit(s, length)
+        if not (bit & allowed) or seen & bit:
             return None
         seen |= bit
-        if bit == B_WAIT:
+        if bit == K_OP:
+            if not text_at(&c, &s, &length):
+                return None
+            if key_is(s, length, b"send", 4):
+                allowed = SEND_KEYS
+            elif key_is(s, length, b"send_batch", 10):
+                allowed, batch = BATCH_KEYS, True
+            else:
+                return None
+            if seen & ~allowed:
+                return None
+        elif bit == K_WAIT:
             if c.i >= c.n or (c.p[c.i] != 0xF5 and c.p[c.i] != 0xF4):
                 return None
             wait = c.p[c.i] == 0xF5
             c.i += 1
-        elif bit == B_TOPIC:
-            if not text_at(&c, &ts, &length) or length == 0:
+        elif bit == K_TOPIC or bit == K_TAGS:
+            text = text_value(&c, bit == K_TAGS)
+            if text is None:
                 return None
-            try:
-                topic = PyUnicode_DecodeUTF8(<const char*>ts, length, "strict")
-            except UnicodeDecodeError:
+            if bit == K_TOPIC:
+                topic = text
+            else:
+                tags = text
+        elif bit == K_BODY:
+            body = body_value(&c)
+            if body is None:
                 return None
-        elif bit == B_OP:
-            if not text_at(&c, &ts, &length) or not key_is(ts, length, b"send_batch", 10):
-                return None
-        elif bit == B_MESSAGES:
+        elif bit == K_MESSAGES:
             if not head(&c, &major, &m) or major != 4 or m == 0 or m > <uint64_t>(c.n - c.i):
                 return None
             messages = []
@@ -284,30 +221,32 @@ cdef object plain_batch(const uint8_t* p, Py_ssize_t n, set good_topics):
                 if one is None:
                     return None
                 messages.append(one)
-        else:  # an integer
-            if not head(&c, &major, &v) or major > 1 or v > INT64_MAX:
+        elif bit == K_V:
+            if not int_at(&c, 1, 1, &value):
                 return None
-            if bit == B_V:
-                if major != 0 or v != 1:
-                    return None
-            elif bit == B_ID:
-                request_id = <int64_t>v if major == 0 else -1 - <int64_t>v
-            else:  # queue_id
-                if major != 0 or v > INT32_MAX:
-                    return None
-                queue_id = <int64_t>v
-    if c.i != n or (seen & B_REQUIRED) != B_REQUIRED or topic not in good_topics:
+        elif bit == K_ID:
+            if not int_at(&c, I64_MIN, I64_MAX, &request_id):
+                return None
+        elif bit == K_FLAG:
+            if not int_at(&c, -2147483648, 2147483647, &flag):
+                return None
+        elif bit == K_QUEUE:
+            if not int_at(&c, 0, 2147483647, &value):
+                return None
+            queue_id = value
+        else:  # born_timestamp
+            if not int_at(&c, 0, I64_MAX, &value):
+                return None
+            born = value
+    if c.i != n or (seen & REQUIRED) != REQUIRED or topic not in good_topics:
         return None
-    return _tuple_new(_PlainBatch, (request_id, topic, queue_id, wait, messages))
-
-
-cdef object plain_request(const uint8_t* p, Py_ssize_t n, set good_topics):
-    """A plain send or send_batch, or None."""
-    got = plain_send(p, n, good_topics)
-    if got is None:
-        got = plain_batch(p, n, good_topics)
-    return got
-
+    if batch:
+        if messages is None:
+            return None
+        return _tuple_new(_PlainBatch, (request_id, topic, queue_id, wait, messages))
+    if body is None:
+        return None
+    return _tuple_new(_PlainSend, (request_id, topic, body, tags, queue_id, wait, born, flag))
 
 def split_frames(data, Py_ssize_t max_frame_size, object good_topics):
     """The complete frames at the start of `data`: (items, bytes used, the size of an
@@ -374,60 +313,38 @@ cdef inline Py_ssize_t put_text(uint8_t* out, const char* s, Py_ssize_t n) noexc
 def send_reply_frame(request_id, status, msg_id, queue_id, queue_offset, commitlog_offset):
     """The frame of a `send` answer (node/send_codec.py's reference, byte for byte), or
     None when a value is out of the common case."""
-    cdef uint8_t buf[256]
-    cdef Py_ssize_t i = 4
-    cdef int64_t rid, qid, qo, co
-    if (type(request_id) is not int or type(status) is not str or type(msg_id) is not str
-            or type(queue_id) is not int or type(queue_offset) is not int or type(commitlog_offset) is not int):
-        return None
-    if not (-2**63 <= request_id < 2**63 and -2**63 <= queue_id < 2**63 and -2**63 <= queue_offset < 2**63
-            and -2**63 <= commitlog_offset < 2**63):
-        return None
-    s = status.encode("utf-8")
-    m = msg_id.encode("utf-8")
-    if len(s) > 64 or len(m) > 64:
-        return None
-    rid, qid, qo, co = request_id, queue_id, queue_offset, commitlog_offset
-    buf[i] = 0xA6
-    i += 1
-    i += put_text(buf + i, b"id", 2)
-    i += put_int(buf + i, rid)
-    i += put_text(buf + i, b"status", 6)
-    i += put_text(buf + i, PyBytes_AS_STRING(s), len(s))
-    i += put_text(buf + i, b"msg_id", 6)
-    i += put_text(buf + i, PyBytes_AS_STRING(m), len(m))
-    i += put_text(buf + i, b"queue_id", 8)
-    i += put_int(buf + i, qid)
-    i += put_text(buf + i, b"queue_offset", 12)
-    i += put_int(buf + i, qo)
-    i += put_text(buf + i, b"commitlog_offset", 16)
-    i += put_int(buf + i, co)
-    buf[0], buf[1], buf[2], buf[3] = 0, 0, 0, <uint8_t>(i - 4)
-    return PyBytes_FromStringAndSize(<const char*>buf, i)
+    return reply_frame(request_id, status, msg_id, queue_id, queue_offset, commitlog_offset, False)
 
 
 def send_batch_reply_frame(request_id, status, msg_ids, queue_id, queue_offset, commitlog_offset):
     """The frame of a `send_batch` answer; `msg_ids` is the ids joined by commas (as the
     CommitLog's append result holds them). None when a value is out of the common case."""
+    return reply_frame(request_id, status, msg_ids, queue_id, queue_offset, commitlog_offset, True)
+
+
+cdef object reply_frame(request_id, status, ids, queue_id, queue_offset, commitlog_offset, bint batch):
+    """A SendReply's map ("msg_id": the id) or a SendBatchReply's ("msg_ids": the ids
+    `ids` joins with commas) as encode_frame writes it."""
     cdef int64_t rid, qid, qo, co
     cdef Py_ssize_t i = 4, j, start, count = 1, n
-    cdef const char* ids
+    cdef const char* text
     cdef uint8_t* out
-    if (type(request_id) is not int or type(status) is not str or type(msg_ids) is not str
+    if (type(request_id) is not int or type(status) is not str or type(ids) is not str
             or type(queue_id) is not int or type(queue_offset) is not int or type(commitlog_offset) is not int):
         return None
     if not (-2**63 <= request_id < 2**63 and -2**63 <= queue_id < 2**63 and -2**63 <= queue_offset < 2**63
             and -2**63 <= commitlog_offset < 2**63):
         return None
     st = status.encode("utf-8")
-    m = msg_ids.encode("utf-8")
+    m = ids.encode("utf-8")
     if len(st) > 64:
         return None
     rid, qid, qo, co = request_id, queue_id, queue_offset, commitlog_offset
-    ids, n = PyBytes_AS_STRING(m), len(m)
-    for j in range(n):
-        if ids[j] == 44:  # ','
-            count += 1
+    text, n = PyBytes_AS_STRING(m), len(m)
+    if batch:
+        for j in range(n):
+            if text[j] == 44:  # ','
+                count += 1
     frame = PyBytes_FromStringAndSize(NULL, 4 + 200 + 65 + 9 + 9 * count + n)
     out = <uint8_t*>PyBytes_AS_STRING(frame)
     out[i] = 0xA6
@@ -436,13 +353,17 @@ def send_batch_reply_frame(request_id, status, msg_ids, queue_id, queue_offset, 
     i += put_int(out + i, rid)
     i += put_text(out + i, b"status", 6)
     i += put_text(out + i, PyBytes_AS_STRING(st), len(st))
-    i += put_text(out + i, b"msg_ids", 7)
-    i += put_head(out + i, 4, <uint64_t>count)
-    start = 0
-    for j in range(n + 1):
-        if j == n or ids[j] == 44:
-            i += put_text(out + i, ids + start, j - start)
-            start = j + 1
+    if batch:
+        i += put_text(out + i, b"msg_ids", 7)
+        i += put_head(out + i, 4, <uint64_t>count)
+        start = 0
+        for j in range(n + 1):
+            if j == n or text[j] == 44:
+                i += put_text(out + i, text + start, j - start)
+                start = j + 1
+    else:
+        i += put_text(out + i, b"msg_id", 6)
+        i += put_text(out + i, text, n)
     i += put_text(out + i, b"queue_id", 8)
     i += put_int(out + i, qid)
     i += put_text(out + i, b"queue_offset", 12)

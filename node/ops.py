@@ -309,9 +309,10 @@ async def prepare_plain_sends(s: NodeServices, sends: list[PlainSend | PlainBatc
                               ) -> list[PendingPut | None]:
     """The compiled send path's step for a receive's run of plain sends and batches
     (node/send_codec.py): one write check for the run, each record built without its
-    Message, each answer to be encoded without a map. None for a send off that path (the write check or the store
-    refuses, a topic to auto-create or not writeable, a queue out of range, a record the
-    encoder refuses): the caller runs the reference path for it, which answers why."""
+    Message, each answer to be encoded without a map. None for a send off that path (the
+    write check or the store refuses, a topic to auto-create or not writeable, a queue out
+    of range, a record the encoder refuses): the caller runs the reference path for it,
+    which answers why."""
     try:
         checked = await _check_writeable(s)
     except (OpError, StoreUnavailableError):

@@ -361,7 +361,8 @@ class ClientServer:
             if run:
                 await self._serve_plain(conn, run, out, placed)
                 run = []
-            if frame.get("op") in self.batched_ops:
+            op = frame.get("op")
+            if type(op) is str and op in self.batched_ops:  # (an op of another type is refused by _run)
                 result = await self._run(conn, frame)
                 if type(result) is dict:
                     out.append(self._encode(result))
@@ -389,10 +390,12 @@ class ClientServer:
             assert self.guard is not None
             allowed = []
             for p in run:
-                if self.guard.may_send(conn.session, p.topic):
+                refusal = None if self.guard.may_send(conn.session, p.topic) else \
+                    self.guard.screen(conn.session, request_of(p))
+                if refusal is None:
                     allowed.append(p)
                 else:
-                    out.append(self._encode(await self._guarded(conn, conn.session, request_of(p))))
+                    out.append(self._encode(refusal))
                     conn.answered(1)
             if not allowed:
                 return
@@ -412,7 +415,8 @@ class ClientServer:
     async def _run(self, conn: _Connection, frame: dict) -> Any:
         """Parse and handle one request: its response map, or a deferred result."""
         try:
-            if frame.get("op") in AUTH_OPS:
+            op = frame.get("op")
+            if type(op) is str and op in AUTH_OPS:
                 return self._login_step(conn, parse_with(frame, AUTH_OPS))
             request = parse_with(frame, self.requests)
             if conn.session is None:

@@ -21,6 +21,7 @@ from cluster.namesrv.config import NamesrvConfig
 from cluster.namesrv.server import NameServer
 from node.broker import Broker
 from node.config import load_config
+from store.message_store import MessageStore
 from tests.ha.test_replication import assert_identical, caught_up
 from tests.node.nodeproc import master_conf, slave_conf
 from tests.waiting import wait_until
@@ -56,7 +57,9 @@ async def sim_cluster(tmp_path: Path, net: SimNetwork) -> AsyncIterator[tuple[Br
 async def test_a_cluster_runs_in_one_trio_run_over_the_simulated_network(tmp_path):
     net = SimNetwork()
     async with sim_cluster(tmp_path, net) as (master, slave):
-        stores = lambda: (master.services.store, slave.services.store)  # noqa: E731 (each term has its own)
+        def stores() -> tuple[MessageStore, MessageStore]:  # each term has its own
+            return master.services.store, slave.services.store
+
         async with Producer(namesrv=f"{NAMESRV}:9876", net=net.host(C)) as producer:
             await wait_until(lambda: master.services is not None and slave.services is not None, what="both serving")
             sent = [await producer.send("Sim", b"m%d" % i, queue_id=i % 2) for i in range(20)]

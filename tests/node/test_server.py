@@ -13,8 +13,8 @@ import trio
 import trio.testing
 
 from node.client import BadRequest, ConnectionLost, InternalError, connect
-from node.framing import FrameDecoder
-from node.protocol import Request, ok_response
+from node.framing import FrameDecoder, encode_frame
+from node.protocol import PROTOCOL_VERSION, Request, ok_response
 from node.server import ClientServer
 from store.address import format_host_port
 from tests.waiting import wait_until
@@ -84,6 +84,21 @@ async def test_an_invalid_request_is_bad_request_and_the_connection_stays():
             await conn.request("pull", queue_id=0, offset=0)
         assert (await conn.request("status"))["status"] == "OK"
         assert not conn.closed
+
+
+async def test_an_op_that_is_not_text_is_bad_request_and_the_connection_stays():
+    """An op of another CBOR type (an array, a map: unhashable in Python) is refused like any
+    bad field, not taken for a server bug that closes the connection."""
+    async with serving(Gate()) as server, await trio.open_tcp_stream("127.0.0.1", server.port) as stream:
+        decoder = FrameDecoder(MAX_FRAME)
+        for i, op in enumerate(([1], {"a": 1}, None, 5)):
+            await stream.send_all(encode_frame({"v": PROTOCOL_VERSION, "op": op, "id": i}))
+            answers: list[dict] = []
+            with trio.fail_after(5):
+                while not answers:
+                    answers = decoder.feed(await stream.receive_some(MAX_FRAME))
+            assert answers[0]["id"] == i and answers[0]["status"] == "BAD_REQUEST", answers
+            assert "field 'op' must be a text string" in answers[0]["error"]
 
 
 async def test_a_handler_bug_costs_that_request_only():
