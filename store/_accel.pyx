@@ -900,6 +900,33 @@ def prepare_record(msg, store_host, max_message_size):
     return got
 
 
+cdef dict _encoded_hosts = {}  # 'ip:port' → its 8 or 20 record bytes (a node sees few peers)
+
+
+cdef object host_bytes(object host):
+    got = _encoded_hosts.get(host)
+    if got is None:
+        got = _encode_host(host)
+        if len(_encoded_hosts) >= 4096:
+            _encoded_hosts.clear()
+        _encoded_hosts[host] = got
+    return got
+
+
+cdef object tail_bytes(bytes topic_bytes, bytes props_bytes):
+    """TOPICLENGTH TOPIC PROPERTIESLENGTH PROPERTIES, as a record ends."""
+    cdef Py_ssize_t tl = len(topic_bytes), pl = len(props_bytes)
+    tail = PyBytes_FromStringAndSize(NULL, 1 + tl + 2 + pl)
+    cdef uint8_t* t = <uint8_t*>PyBytes_AS_STRING(tail)
+    t[0] = <uint8_t>tl
+    memcpy(t + 1, PyBytes_AS_STRING(topic_bytes), tl)
+    t += 1 + tl
+    t[0] = <uint8_t>(pl >> 8)
+    t[1] = <uint8_t>(pl & 0xFF)
+    memcpy(t + 2, PyBytes_AS_STRING(props_bytes), pl)
+    return tail
+
+
 cdef object _prepare(msg, store_host, max_message_size):
     cdef int64_t total, limit, sys_flag
     cdef int32_t q, fl, rc
@@ -916,8 +943,8 @@ cdef object _prepare(msg, store_host, max_message_size):
     body = msg.body
     if type(body) is not bytes or type(max_message_size) is not int or len(body) > max_message_size:
         return None
-    born = _encode_host(msg.born_host or store_host)
-    store = _encode_host(store_host)
+    born = host_bytes(msg.born_host or store_host)
+    store = host_bytes(store_host)
     if type(msg.sys_flag) is not int:
         return None
     sys_flag = (<int64_t>msg.sys_flag) & ~(BORNHOST_V6 | STOREHOST_V6)
@@ -934,17 +961,9 @@ cdef object _prepare(msg, store_host, max_message_size):
     if (type(msg.queue_id) is not int or type(msg.flag) is not int
             or type(msg.reconsume_times) is not int or type(msg.prepared_transaction_offset) is not int):
         return None  # the reference packs what struct takes (an IntEnum...); it decides
-    tail = PyBytes_FromStringAndSize(NULL, 1 + len(topic_bytes) + 2 + len(props_bytes))
-    cdef uint8_t* t = <uint8_t*>PyBytes_AS_STRING(tail)
-    t[0] = <uint8_t>len(topic_bytes)
-    memcpy(t + 1, PyBytes_AS_STRING(topic_bytes), len(topic_bytes))
-    t += 1 + len(topic_bytes)
-    t[0] = <uint8_t>(len(props_bytes) >> 8)
-    t[1] = <uint8_t>(len(props_bytes) & 0xFF)
-    memcpy(t + 2, PyBytes_AS_STRING(props_bytes), len(props_bytes))
     return _tuple_new(_PreparedRecord, (  # a NamedTuple's own __new__ is Python code
         total, q, fl, crc_of(<const uint8_t*>PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body)), sys_flag, born_ts, born, store, rc, prepared,
-        body, tail,
+        body, tail_bytes(topic_bytes, props_bytes),
     ))
 
 
@@ -1080,22 +1099,9 @@ def place_records(records, list parts, queue_offset, physical_offset, store_time
 
 
 cdef object _py_prepare_plain = None
-cdef dict _encoded_hosts = {}  # 'ip:port' → its 8 or 20 record bytes (a node sees few peers)
-
-
 def bind_plain(m) -> None:
     global _py_prepare_plain
     _py_prepare_plain = m.py_prepare_plain
-
-
-cdef object host_bytes(object host):
-    got = _encoded_hosts.get(host)
-    if got is None:
-        got = _encode_host(host)
-        if len(_encoded_hosts) >= 4096:
-            _encoded_hosts.clear()
-        _encoded_hosts[host] = got
-    return got
 
 
 cdef dict _plain_tails = {}  # (topic, tags) → the record's tail, or None when the reference decides
@@ -1110,8 +1116,6 @@ cdef object plain_tail(topic, tags):
         return _plain_tails[key]
     except KeyError:
         pass
-    cdef Py_ssize_t tl, pl
-    cdef uint8_t* t
     tail = None
     try:
         topic_bytes = topic.encode("utf-8")
@@ -1120,15 +1124,7 @@ cdef object plain_tail(topic, tags):
         topic_bytes = None
     if not (topic_bytes is None or b"\x00" in topic_bytes or len(topic_bytes) > MAX_TOPIC or b"\x00" in props_bytes
             or b"\x02" in props_bytes or props_bytes.count(b"\x01") > 1 or len(props_bytes) > MAX_PROPS):
-        tl, pl = len(topic_bytes), len(props_bytes)
-        tail = PyBytes_FromStringAndSize(NULL, 1 + tl + 2 + pl)
-        t = <uint8_t*>PyBytes_AS_STRING(tail)
-        t[0] = <uint8_t>tl
-        memcpy(t + 1, PyBytes_AS_STRING(topic_bytes), tl)
-        t += 1 + tl
-        t[0] = <uint8_t>(pl >> 8)
-        t[1] = <uint8_t>(pl & 0xFF)
-        memcpy(t + 2, PyBytes_AS_STRING(props_bytes), pl)
+        tail = tail_bytes(topic_bytes, props_bytes)
     if len(_plain_tails) >= 4096:
         _plain_tails.clear()
     _plain_tails[key] = tail

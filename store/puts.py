@@ -75,9 +75,6 @@ class MessagePuts:
     def refusal(self) -> PutMessageResult | None:
         """Why the store takes no put now (shut down, a slave, not writeable, the put lock
         held too long), or None."""
-        return self._check_store_status()
-
-    def _check_store_status(self) -> PutMessageResult | None:
         return self._check_writes_taken() or (
             PutMessageResult(PutMessageStatus.OS_PAGECACHE_BUSY, error="the put lock is held too long")
             if self.commit_log.is_os_page_cache_busy() else None)
@@ -119,7 +116,7 @@ class MessagePuts:
     def prepare_message(self, msg: Message) -> Prepared | PutMessageResult:
         """Check and encode one message for `append_prepared` (a PutMessageResult when it
         is refused: nothing will be written)."""
-        bad = self._check_store_status() or self._check_message(msg)
+        bad = self.refusal() or self._check_message(msg)
         if bad:
             return bad
         try:
@@ -162,7 +159,7 @@ class MessagePuts:
     def prepare_batch(self, msgs: Sequence[Message]) -> Prepared | PutMessageResult:
         """Check and encode a batch of one topic-queue (contiguous records, one segment, one
         result) for `append_prepared`."""
-        bad = self._check_store_status()
+        bad = self.refusal()
         if bad:
             return bad
         if not msgs:
