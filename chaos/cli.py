@@ -3,10 +3,13 @@
     tidemq chaos list
     tidemq chaos run SCENARIO --mode SYNC_MASTER+SYNC_FLUSH --seed N --duration S [--json]
     tidemq chaos soak --minutes M [--log FILE]
+    tidemq chaos sim --seeds 1..10000 [--mode M|all] [--jobs 2] [--json]
+    tidemq chaos sim --seed N --mode M [--without I,J] [--shrink] [--events] [--keep]
     tidemq chaos proxy --port 8474
 
 Exit codes: 0 the run met its mode's promises, 1 it did not (the table and the verdict
-say which), 2 usage error (unknown scenario or mode).
+say which), 2 usage error (unknown scenario or mode). `sim` runs the deterministic
+simulation (docs/simulation.md): 1 when a seed broke a promise.
 """
 
 from __future__ import annotations
@@ -245,6 +248,113 @@ def _brief(report: Any) -> dict[str, Any] | None:
             "divergence": len(c.divergence), "statuses": c.statuses}
 
 
+# ---------------------------------------------------------------- sim
+
+
+def parse_seeds(text: str) -> list[int]:
+    """"1..10000" (both ends included), "7" or "3,9,12"."""
+    try:
+        if ".." in text:
+            low, high = (int(x) for x in text.split("..", 1))
+            if high < low:
+                raise ValueError
+            return list(range(low, high + 1))
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--seeds must be A..B, N or N,M,...; got {text!r}") from None
+
+
+def _replay_command(seed: int, mode: str, without: Sequence[int] = ()) -> str:
+    extra = f" --without {','.join(map(str, without))}" if without else ""
+    return f"tidemq chaos sim --seed {seed} --mode {mode}{extra}"
+
+
+def _cmd_sim(args: argparse.Namespace) -> int:
+    from .sim.run import MODES
+
+    if args.mode != "all" and args.mode not in MODES:
+        return _error(f"unknown mode {args.mode!r}; use one of {', '.join(MODES)} or all")
+    if args.jobs < 1:
+        return _error(f"--jobs must be at least 1, got {args.jobs}")
+    if (args.seed is None) == (args.seeds is None):
+        return _error("give --seeds A..B (a sweep) or --seed N (one replay)")
+    try:
+        without = tuple(parse_seeds(args.without)) if args.without else ()
+        if args.seed is not None:
+            return _sim_one(args, without)
+        if without or args.shrink or args.events:
+            return _error("--without, --shrink and --events go with --seed N")
+        return _sim_sweep(args, parse_seeds(args.seeds))
+    except ValueError as e:
+        return _error(str(e))
+
+
+def _sim_one(args: argparse.Namespace, without: tuple[int, ...]) -> int:
+    from .sim.schedule import draw
+    from .sim.sweep import mode_of, replay, shrink
+
+    mode = mode_of(args.seed, args.mode)
+    if args.shrink:
+        def progress(what: str) -> None:
+            print(f"  {what}", file=sys.stderr, flush=True)
+
+        without, result = shrink(args.seed, mode, base_dir=args.dir, progress=progress)
+    else:
+        result = replay(args.seed, mode, without=without, base_dir=args.dir, keep=args.keep)
+    schedule = draw(args.seed)
+    kept = [f for i, f in enumerate(schedule.faults) if i not in without]
+    if args.json:
+        print(json.dumps({**result.to_json(), "schedule": [f.to_json() for f in kept],
+                          "without": list(without), "events": result.log if args.events else None}, indent=2))
+    else:
+        if args.events:
+            print("\n".join(result.log))
+        print(f"seed {args.seed} · {mode} · {len(kept)} fault(s): {'; '.join(f.describe() for f in kept)}")
+        print(f"{result.sends} sends: {result.acked} acknowledged, {result.failed} failed, "
+              f"{result.indeterminate} indeterminate · {result.simulated_s:g} simulated s in {result.wall_s:g} s")
+        print(f"event log sha256 {result.log_hash}")
+        for v in result.violations:
+            print(f"violation: {v}")
+        for k in result.known:
+            print(f"known gap: {k}")
+        if args.shrink and not result.ok:
+            print(f"shrunk to {len(kept)} of {len(schedule.faults)} fault(s): "
+                  f"{_replay_command(args.seed, mode, without)}")
+        print("passed" if result.ok else "FAILED")
+    return EXIT_OK if result.ok else EXIT_FOUND
+
+
+def _sim_sweep(args: argparse.Namespace, seeds: list[int]) -> int:
+    from .sim.sweep import sweep
+
+    step = max(1, len(seeds) // 20)
+    shown = [0]
+
+    def on_result(result: dict[str, Any], so_far: Any) -> None:
+        if result["violations"]:
+            print(f"seed {result['seed']} ({result['mode']}) broke a promise: {result['violations'][0]}\n"
+                  f"  replay: {_replay_command(result['seed'], result['mode'])}", file=sys.stderr, flush=True)
+        if so_far.schedules - shown[0] >= step or so_far.schedules == len(seeds):
+            shown[0] = so_far.schedules
+            print(f"{so_far.schedules}/{len(seeds)} schedules · {so_far.faults} faults · {so_far.sends} sends · "
+                  f"{len(so_far.failing)} failing · {so_far.wall_s:.0f} s", file=sys.stderr, flush=True)
+
+    result = sweep(seeds, mode=args.mode, jobs=args.jobs, base_dir=args.dir, on_result=on_result)
+    summary = result.to_json()
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"{result.schedules} schedules ({', '.join(f'{m} {n}' for m, n in sorted(result.by_mode.items()))}), "
+              f"{result.faults} faults, {result.sends} sends ({result.acked} acknowledged), "
+              f"{result.simulated_s:.0f} simulated s in {result.wall_s:.1f} s "
+              f"({summary['schedules_per_minute']} schedules a minute, {args.jobs} job(s))")
+        print(f"{len(result.failing)} failing seed(s), {summary['violations']} violation(s); "
+              f"{len(result.known_gap)} seed(s) hit the known gap (docs/simulation.md)")
+        for r in result.failing:
+            print(f"  seed {r['seed']}: {r['violations'][0]} · {_replay_command(r['seed'], r['mode'])}")
+    return EXIT_OK if not result.failing else EXIT_FOUND
+
+
 # ---------------------------------------------------------------- proxy
 
 
@@ -319,6 +429,23 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     soak.add_argument("--scenarios", help="comma-separated names (default: every ready scenario)")
     soak.add_argument("--log", default="chaos-soak.jsonl", help="JSON-lines log (appended)")
     soak.set_defaults(handler=_safe(_cmd_soak))
+
+    sim = actions.add_parser("sim", help="the deterministic simulation: thousands of seeded fault schedules",
+                             description="A name server, a master and a slave, producers and a consumer in one "
+                             "process under a simulated clock and network, faults from each seed, the history "
+                             "checker on every run; docs/simulation.md. Exit 1 when a seed broke a promise.")
+    sim.add_argument("--seeds", help="a sweep: A..B (both included), N or N,M,...")
+    sim.add_argument("--seed", type=int, help="replay one seed (same seed, same event log hash)")
+    sim.add_argument("--mode", default="all",
+                     help="REPLICATION+FLUSH, or all: each seed its own (default %(default)s)")
+    sim.add_argument("--jobs", type=int, default=2, help="worker processes for a sweep (default %(default)s)")
+    sim.add_argument("--without", help="with --seed: leave out these faults (indexes, as --shrink prints)")
+    sim.add_argument("--shrink", action="store_true", help="with --seed: the fewest faults that still fail")
+    sim.add_argument("--events", action="store_true", help="with --seed: print the event log")
+    sim.add_argument("--keep", action="store_true", help="with --seed: keep the store files")
+    sim.add_argument("--dir", help="where the stores go (default /dev/shm, a tmpfs)")
+    sim.add_argument("--json", action="store_true")
+    sim.set_defaults(handler=_cmd_sim)
 
     proxy = actions.add_parser("proxy", help="run the Toxiproxy-compatible server on its own")
     proxy.add_argument("--host", default="127.0.0.1")

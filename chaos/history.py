@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Iterator
 from typing import IO, Any
 
 import attrs
+
+from store import runtime
 
 OK, FAIL, INFO = "ok", "fail", "info"
 
@@ -49,13 +50,13 @@ class History:
         self._file: IO[str] | None = open(path, "a", encoding="utf-8") if path else None  # noqa: SIM115
 
     def invoke(self, process: int, seq: int, key: str) -> Op:
-        op = Op(process, seq, key, time.time())
+        op = Op(process, seq, key, runtime.wall_clock())
         self.ops.append(op)
         return op
 
     def complete(self, op: Op, outcome: str, **fields: Any) -> None:
         op.outcome = outcome
-        op.completed_at = time.time()
+        op.completed_at = runtime.wall_clock()
         for name, value in fields.items():
             setattr(op, name, value)
         if self._file is not None:

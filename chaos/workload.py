@@ -24,7 +24,7 @@ from cluster.client.consumer import PullConsumer
 from node.client import ConnectionLost, Indeterminate, OutcomeUnknown, TidemqError, connect
 from node.protocol import GetStatus, Send, SendReply, StatusReply, TopicCreate
 
-from .history import FAIL, INFO, OK, History
+from .history import FAIL, INFO, OK, History, Op
 
 log = logging.getLogger("tidemq.chaos")
 
@@ -121,21 +121,8 @@ class Workload:
 
     async def _send(self, conn: Any, op: Any, body: bytes) -> bool:
         """One send; False when the connection is unusable afterwards."""
-        try:
-            r: SendReply = await conn.call(Send(topic=self.cfg.topic, body=body, keys=[op.key],
-                                                queue_id=op.seq % self.cfg.queues))
-        except OutcomeUnknown as e:  # timed out, lost after writing, INDETERMINATE: may be stored
-            self.history.complete(op, INFO, status=e.status, error=str(e)[:200])
-            return isinstance(e, Indeterminate)  # the connection is still good only then
-        except ConnectionLost as e:  # lost before the request was written: not stored
-            self.history.complete(op, FAIL, status=e.status, error=str(e)[:200])
-            return False
-        except TidemqError as e:
-            self.history.complete(op, FAIL, status=e.status, error=str(e)[:200])
-            return True
-        self.history.complete(op, OK, status=r.status.value, msg_id=r.msg_id, queue_id=r.queue_id,
-                              queue_offset=r.queue_offset, commitlog_offset=r.commitlog_offset)
-        return True
+        return await record_send(self.history, conn, op, Send(topic=self.cfg.topic, body=body, keys=[op.key],
+                                                               queue_id=op.seq % self.cfg.queues))
 
     # ---- consumer and monitor
 
@@ -170,6 +157,25 @@ class Workload:
                     self.samples[name] = sample
             with trio.move_on_after(0.25):
                 await stop.wait()
+
+
+async def record_send(history: History, conn: Any, op: Op, request: Send) -> bool:
+    """Send `request` on `conn` and record its outcome as `op`'s: ok (stored, with where),
+    fail (not stored) or info (indeterminate). False when the connection is unusable afterwards."""
+    try:
+        r: SendReply = await conn.call(request)
+    except OutcomeUnknown as e:  # timed out, lost after writing, INDETERMINATE: may be stored
+        history.complete(op, INFO, status=e.status, error=str(e)[:200])
+        return isinstance(e, Indeterminate)  # the connection is still good only then
+    except ConnectionLost as e:  # lost before the request was written: not stored
+        history.complete(op, FAIL, status=e.status, error=str(e)[:200])
+        return False
+    except TidemqError as e:
+        history.complete(op, FAIL, status=e.status, error=str(e)[:200])
+        return True
+    history.complete(op, OK, status=r.status.value, msg_id=r.msg_id, queue_id=r.queue_id,
+                     queue_offset=r.queue_offset, commitlog_offset=r.commitlog_offset)
+    return True
 
 
 async def node_status(address: str, timeout: float = 1.0) -> StatusReply | None:

@@ -27,12 +27,12 @@ a RocketMQ 4.9 slave sends it about 5 s after connecting.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
 
 import attrs
 import trio
 
+from store import runtime
 from store.config import BrokerRole
 from store.message_store import MessageStore
 from store.waiters import OffsetWaiters
@@ -99,8 +99,12 @@ class HAService:
                  on_ack_timeout: Callable[[int], Awaitable[bool]] | None = None,
                  on_connections: Callable[[], None] | None = None,
                  secure_accept: Callable[[trio.SocketStream], Awaitable[trio.abc.Stream | None]] | None = None,
-                 net: Network = TCP) -> None:
+                 net: Network = TCP, replicated_group: bool = False) -> None:
         self.store = store
+        self.replicated_group = replicated_group
+        """The group has had a slave before this term (it has failed over: epoch > 1), so a
+        manual-mode SYNC_MASTER limits what consumers see from the start, not from its
+        first slave (see `visible_end`)."""
         self.net = net  # where connections come from (ha/net.py): TCP, or a simulated network
         self.secure_accept = secure_accept
         """The node's TLS check of a new slave connection (mutual TLS, node/security/tls.py):
@@ -173,12 +177,21 @@ class HAService:
         self.log.visibility_moved()  # the limit may have come or gone
 
     def visible_end(self) -> int | None:
-        """What consumers may read up to (RocketMQ 5's confirmOffset with allAck): on a
-        SYNC_MASTER with in-sync slaves, the offset every one of them acked, so no consumer
-        reads a record an election could cut; else no limit."""
-        if not self.ack_members or self.config.broker_role is not BrokerRole.SYNC_MASTER:
+        """What consumers may read up to on a SYNC_MASTER, so no consumer reads a record a
+        promotion could cut (and then skips the record that takes its queue offset):
+        - etcd mode with in-sync slaves: the offset every one of them acked (RocketMQ 5's
+          confirmOffset with allAck); with none, no limit (the master alone is the set);
+        - manual mode, once a slave connected this term or from the start in a group that
+          failed over before (`replicated_group`): the most any slave acked, kept while none
+          is connected (consumers wait for a slave, as the writes' answers say:
+          SLAVE_NOT_AVAILABLE); else no limit (a master that never had a slave).
+        No limit on an ASYNC_MASTER: it promises nothing about unreplicated records."""
+        if self.config.broker_role is not BrokerRole.SYNC_MASTER:
             return None
-        return self.confirmed_offset
+        manual = self.on_ack_timeout is None  # no controller keeps an in-sync set
+        if self.ack_members or (manual and (self.slaves_accepted or self.replicated_group)):
+            return self.confirmed_offset
+        return None
 
     def in_sync(self, max_gap: int, max_silence_s: float) -> list[str]:
         """Peer addresses of the slaves within `max_gap` bytes that reported within
@@ -242,7 +255,7 @@ class HAService:
         if acked > self.confirmed_offset:
             self.confirmed_offset = acked
             self._ack_waiters.advance(acked)
-            if self.ack_members:
+            if self.visible_end() is not None:
                 self.log.visibility_moved()
 
     async def _handle(self, raw: trio.abc.Stream) -> None:
@@ -255,7 +268,7 @@ class HAService:
             if stream is None:
                 await trio.aclose_forcefully(raw)
                 return
-        conn = HAConnection(stream, address, int(time.time() * 1000))
+        conn = HAConnection(stream, address, int(runtime.wall_clock() * 1000))
         self._connections.add(conn)
         self.slaves_accepted += 1
         log.info("slave %s connected", address)
@@ -364,12 +377,14 @@ class HAService:
                     conn.address, next_offset, self.log.start(),
                 )
                 return
-            idle = trio.current_time() - last_write
-            if idle >= heartbeat_s:
+            now, due = trio.current_time(), last_write + heartbeat_s
+            if now >= due:
                 await stream.send_all(encode_heartbeat(next_offset))
                 last_write = trio.current_time()
                 continue
-            await self._wait_for_data(min(WAKEUP_FALLBACK_S, heartbeat_s - idle))
+            # an absolute deadline: `heartbeat_s - idle` can be a few ulps, a timeout that ends
+            # before the clock moves (a MockClock then never reaches the heartbeat: a spin)
+            await self._wait_for_data(min(now + WAKEUP_FALLBACK_S, due))
 
     def _read_batch(self, offset: int, batch_size: int) -> tuple[int, bytes]:
         """(bytes of CommitLog, wire bytes) for up to SEND_BYTES in frames of at most
@@ -397,13 +412,11 @@ class HAService:
                 part.release()
             return total, data
 
-    async def _wait_for_data(self, timeout_s: float) -> None:
-        if timeout_s <= 0:
-            await trio.lowlevel.checkpoint()
-            return
+    async def _wait_for_data(self, deadline: float) -> None:
+        """Until an append or `deadline` (trio time)."""
         self._writers_waiting += 1
         try:
-            with trio.move_on_after(timeout_s):
+            with trio.move_on_at(deadline):
                 await self._data_event.wait()
         finally:
             self._writers_waiting -= 1

@@ -25,6 +25,7 @@ import trio
 from ha.master import HAService
 from ha.net import TCP, Network
 from ha.slave import HAClient
+from store import runtime
 from store.message_store import MessageStore, open_store
 
 from .config import BrokerConfig
@@ -134,9 +135,9 @@ class Broker:
             else contextlib.nullcontext()
         )
         with receiver as signals:
-            await trio.to_thread.run_sync(self.topics.load)
-            await trio.to_thread.run_sync(self.offsets.load)
-            await trio.to_thread.run_sync(self.subgroups.load)
+            await runtime.run_sync(self.topics.load)
+            await runtime.run_sync(self.offsets.load)
+            await runtime.run_sync(self.subgroups.load)
             async with trio.open_nursery() as outer:
                 if signals is not None:
                     outer.start_soon(self._watch_signals, signals)
@@ -152,7 +153,7 @@ class Broker:
                         task_status = trio.TASK_STATUS_IGNORED
                         if transition is None or self._stop.is_set():
                             break
-                        await trio.to_thread.run_sync(self.failover.apply, transition)
+                        await runtime.run_sync(self.failover.apply, transition)
                         log.warning("serving again as %s/%d (%s)", self.cfg.broker_name,
                                     self.failover.cfg.broker_id, self.failover.cfg.role.value)
                 finally:
@@ -197,7 +198,8 @@ class Broker:
                                            on_ack_timeout=controller.on_ack_timeout if controller else None,
                                            on_connections=self.failover.wake,
                                            secure_accept=partial(accept_replica, self.ha_port_tls, cfg.tls_mode)
-                                           if self.ha_port_tls is not None else None, net=self.net)
+                                           if self.ha_port_tls is not None else None, net=self.net,
+                                           replicated_group=self.failover.failed_over())
             services.schedule = ScheduleMessageService(store)
         else:
             # the controller names the slave's HA connection in etcd as soon as it is up
@@ -228,7 +230,7 @@ class Broker:
         cfg = self.cfg
         name_role(cfg)  # log lines name the role this term serves
         async with open_store(cfg.store, recovery_progress=self.recovery_progress) as store:
-            await trio.to_thread.run_sync(write_broker_properties, cfg)
+            await runtime.run_sync(write_broker_properties, cfg)
             try:
                 async with trio.open_nursery() as nursery:
                     services, sync, registration = self._build_term(store)
@@ -236,7 +238,7 @@ class Broker:
                     self.services = services
                     if services.ha_master is not None:
                         await nursery.start(services.ha_master.run)  # attaches itself as the replicator
-                        await trio.to_thread.run_sync(services.schedule.load)
+                        await runtime.run_sync(services.schedule.load)
                         await nursery.start(services.schedule.run)
                     if services.ha_client is not None:
                         await nursery.start(services.ha_client.run)
@@ -283,7 +285,8 @@ class Broker:
             finally:
                 with trio.CancelScope(shield=True):
                     try:
-                        await self.offsets.persist()
+                        if not runtime.killed():  # a simulated SIGKILL writes nothing on the way out
+                            await self.offsets.persist()
                     except OSError as e:
                         log.error("cannot persist consumer offsets to %s: %s", self.offsets.path, e)
         # leaving open_store: flush, checkpoint, abort file removed

@@ -17,6 +17,8 @@ from typing import Any
 import attrs
 import trio
 
+from store import runtime
+
 from .jsonfile import ConfigFileError, read_json, write_json_atomic
 
 log = logging.getLogger("tidemq.node")
@@ -109,7 +111,7 @@ class ConsumerOffsetManager:
             if not force and not self.dirty:
                 return
             version = self._version
-            await trio.to_thread.run_sync(write_json_atomic, self.path, self._snapshot())
+            await runtime.run_sync(write_json_atomic, self.path, self._snapshot())
             self._persisted_version = version
 
     async def run_persister(
@@ -121,7 +123,7 @@ class ConsumerOffsetManager:
         """Persist every `interval_s` until cancelled (the node persists once more at shutdown)."""
         task_status.started()
         while True:
-            await trio.sleep(interval_s)
+            await runtime.sleep(interval_s)
             try:
                 await self.persist()
             except OSError as e:

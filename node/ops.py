@@ -19,6 +19,7 @@ import trio
 
 from ha.master import HAService
 from ha.slave import HAClient
+from store import runtime
 from store.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_WAIT, Message, StoredMessage
 from store.message_store import GetMessageResult, MessageStore, StoreUnavailableError
 from store.puts import Appended, Prepared
@@ -503,7 +504,7 @@ def _ha_status(s: NodeServices) -> dict[str, Any]:
 async def _status(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     cfg, store = s.cfg, s.store
     root = store.config.store_path_root_dir
-    disk = await trio.to_thread.run_sync(psutil.disk_usage, root)
+    disk = await runtime.run_sync(psutil.disk_usage, root)
     fields: dict[str, Any] = {
         "broker_cluster_name": cfg.broker_cluster_name,
         "broker_name": cfg.broker_name,

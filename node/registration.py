@@ -14,7 +14,6 @@ unregisters, so clients stop routing to the node before it closes.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,6 +21,7 @@ import attrs
 import trio
 
 from ha.net import TCP, Network
+from store import runtime
 from store.message_store import MessageStore
 
 from .changes import Changes
@@ -216,7 +216,7 @@ class NameServerRegistration:
             log.info("registered with name server %s", target.address)
         target.registered = True
         target.last_error = None
-        target.last_register_ms = int(time.time() * 1000)
+        target.last_register_ms = int(runtime.wall_clock() * 1000)
         if self.on_master is not None:
             self.on_master(RegisterReply.from_wire(answer))
 

@@ -20,11 +20,11 @@ import json
 import logging
 import os
 import re
-import time
 from typing import Any
 
 import trio
 
+from store import runtime
 from store.message_store import MessageStore
 from store.schedule import SCHEDULE_TOPIC, DelayError, deliver_timestamp, restore_message
 from store.status import GetMessageStatus
@@ -104,7 +104,7 @@ class ScheduleMessageService:
     def _snapshot(self) -> dict[str, Any]:
         return {
             "offsetTable": {str(level): off for level, off in sorted(self.offsets.items())},
-            "dataVersion": {"counter": self._counter, "timestamp": int(time.time() * 1000)},
+            "dataVersion": {"counter": self._counter, "timestamp": int(runtime.wall_clock() * 1000)},
         }
 
     async def persist(self) -> None:
@@ -114,7 +114,7 @@ class ScheduleMessageService:
                 return
             self._counter += 1
             snapshot = dict(self.offsets)
-            await trio.to_thread.run_sync(write_json_atomic, self.path, self._snapshot())
+            await runtime.run_sync(write_json_atomic, self.path, self._snapshot())
             self._persisted = snapshot
 
     def status(self) -> dict[str, Any]:
@@ -148,7 +148,7 @@ class ScheduleMessageService:
             wait_s = await self._deliver_due(level, offset)
             await self.persist()
             if wait_s > 0:
-                await trio.sleep(wait_s)
+                await runtime.sleep(wait_s)
 
     async def _deliver_due(self, level: int, offset: int) -> float:
         """Deliver the due messages from `offset`; seconds to wait before the next round."""

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import logging
 import ssl
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import trio
 
 from ha.net import TCP, Network
+from store import runtime
 
 from .client import BadRequest, Connection, TidemqError, connect
 from .jsonfile import ConfigFileError, write_json_atomic
@@ -157,8 +157,8 @@ class SlaveSync:
             raise ConfigFileError(f"{source}: bad delay offsets {raw!r}")
         if raw == self._delay_offsets or self.delay_offset_path is None:
             return
-        table = {"offsetTable": dict(raw), "dataVersion": {"counter": 0, "timestamp": int(time.time() * 1000)}}
-        await trio.to_thread.run_sync(write_json_atomic, self.delay_offset_path, table)
+        table = {"offsetTable": dict(raw), "dataVersion": {"counter": 0, "timestamp": int(runtime.wall_clock() * 1000)}}
+        await runtime.run_sync(write_json_atomic, self.delay_offset_path, table)
         self._delay_offsets = dict(raw)
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -178,6 +178,6 @@ class SlaveSync:
                     log.warning("cannot sync topics and offsets from %s: %s", self.master_addr, failed)
                 self.last_error = str(failed)
             else:
-                self.last_sync_ms = int(time.time() * 1000)
+                self.last_sync_ms = int(runtime.wall_clock() * 1000)
                 self.last_error = None
-            await trio.sleep(self.interval_s)
+            await runtime.sleep(self.interval_s)

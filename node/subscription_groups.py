@@ -17,6 +17,8 @@ from typing import Any
 import attrs
 import trio
 
+from store import runtime
+
 from .jsonfile import ConfigFileError, read_json, write_json_atomic
 
 log = logging.getLogger("tidemq.node")
@@ -108,5 +110,5 @@ class SubscriptionGroupManager:
         """Write `table`, then serve it: nothing is read here that a crash could still lose
         (a slave's listing seen before a SIGKILL must be what it restarts with). Under the lock."""
         snapshot = {g: c.to_json() for g, c in table.items()}
-        await trio.to_thread.run_sync(write_json_atomic, self.path, snapshot)
+        await runtime.run_sync(write_json_atomic, self.path, snapshot)
         self._groups = table

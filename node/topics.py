@@ -18,6 +18,8 @@ from typing import Any
 import attrs
 import trio
 
+from store import runtime
+
 from .changes import Changes
 from .jsonfile import ConfigFileError, read_json, write_json_atomic
 
@@ -164,4 +166,4 @@ class TopicConfigManager:
     async def _persist(self) -> None:
         async with self._lock:  # one writer at a time; each writes the newest table
             snapshot = {t: c.to_json() for t, c in self._topics.items()}
-            await trio.to_thread.run_sync(write_json_atomic, self.path, snapshot)
+            await runtime.run_sync(write_json_atomic, self.path, snapshot)

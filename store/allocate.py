@@ -13,6 +13,7 @@ import threading
 
 import trio
 
+from . import runtime
 from .mapped_file import MappedFile, offset_to_file_name
 from .transient_store_pool import TransientStorePool
 
@@ -57,7 +58,7 @@ class AllocateMappedFileService:
             wanted, self._wanted = self._wanted, None
             if wanted is not None:
                 try:
-                    await trio.to_thread.run_sync(self._preallocate, *wanted)
+                    await runtime.run_sync(self._preallocate, *wanted)
                 except OSError as e:
                     log.warning("could not pre-create segment %s: %s", wanted[0], e)
 

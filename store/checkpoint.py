@@ -88,6 +88,10 @@ class StoreCheckpoint:
     def shutdown(self) -> None:
         """Flush, then unmap and close; later flushes are no-ops."""
         self.flush()
+        self.close()
+
+    def close(self) -> None:
+        """Unmap and close without writing (what a killed process leaves)."""
         with self._lock:
             if self._closed:
                 return

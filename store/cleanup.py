@@ -60,6 +60,7 @@ import attrs
 import psutil
 import trio
 
+from . import runtime
 from .config import StoreConfig
 from .consume_queue import ConsumeQueueTable
 from .index_file import IndexService
@@ -124,13 +125,13 @@ class _Service:
     async def run(self) -> None:
         """A pass every cleanResourceInterval, the first after `initial_delay_ms`
         (RocketMQ: 60 s). A failing pass is logged and the loop goes on."""
-        await trio.sleep(self.initial_delay_ms / 1000)
+        await runtime.sleep(self.initial_delay_ms / 1000)
         while not self._stopped:
             try:
                 await self.run_once()
             except Exception:
                 log.exception("%s pass failed", self.name)
-            await trio.sleep(self.config.clean_resource_interval / 1000)
+            await runtime.sleep(self.config.clean_resource_interval / 1000)
 
     async def stop(self) -> None:
         """No more passes; returns once a pass in progress has finished (store shutdown
@@ -158,7 +159,7 @@ class CleanCommitLogService(_Service):
         consume_queue_path: str,
         flags: RunningFlags,
         dispatched_to: Callable[[], int],
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = runtime.wall_clock,
         disk_usage: DiskUsage | None = None,
         initial_delay_ms: int | None = None,
     ) -> None:
@@ -281,7 +282,7 @@ class CleanCommitLogService(_Service):
             if deleted >= DELETE_FILES_BATCH_MAX:
                 break
             if pause > 0 and i + 1 < len(candidates):
-                await trio.sleep(pause)
+                await runtime.sleep(pause)
         return deleted
 
     async def _redelete_hanged_file(self) -> int:
@@ -301,7 +302,7 @@ class CleanCommitLogService(_Service):
         """Unmap and unlink in a worker thread; the segment list changes on the trio thread."""
         forcibly = self.config.destroy_mapped_file_interval_forcibly
         try:
-            gone = await trio.to_thread.run_sync(mf.destroy, forcibly)
+            gone = await runtime.run_sync(mf.destroy, forcibly)
         except OSError as e:
             log.error("cannot delete CommitLog segment %s: %s", mf.path, e)
             return False
@@ -362,12 +363,12 @@ class CleanConsumeQueueService(_Service):
                 deleted = cq.delete_expired_file(min_phy)
                 cq_files += deleted
                 if deleted and pause > 0:
-                    await trio.sleep(pause)
+                    await runtime.sleep(pause)
                 else:
                     await trio.lowlevel.checkpoint()
             index_files = 0
             if self.index is not None and not self._stopped:
-                index_files = await trio.to_thread.run_sync(self.index.delete_expired_file, min_phy)
+                index_files = await runtime.run_sync(self.index.delete_expired_file, min_phy)
             if cq_files or index_files:
                 log.info("CommitLog min offset %d: deleted %d ConsumeQueue and %d index files",
                          min_phy, cq_files, index_files)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 
 import trio
 
+from . import runtime
 from .consume_queue import ConsumeQueue
 from .index_file import IndexService
 from .mapped_file_queue import MappedFileQueue
@@ -85,7 +86,7 @@ class ColdPageService:
 
     async def release_once(self) -> int:
         below = self.below()
-        advised = await trio.to_thread.run_sync(self._release, below)
+        advised = await runtime.run_sync(self._release, below)
         self._released_below = max(below, 0)
         self.rounds += 1
         self.advised_bytes += advised
@@ -101,7 +102,7 @@ class ColdPageService:
     async def run(self) -> None:
         last = trio.current_time()
         while True:
-            await trio.sleep(COLD_PAGE_POLL_S)
+            await runtime.sleep(COLD_PAGE_POLL_S)
             now = trio.current_time()
             if now - last < self.interval_s and self.below() - self._released_below < self.step_bytes:
                 continue

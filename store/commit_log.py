@@ -10,11 +10,11 @@ that does not fit (needs `size + 8` bytes) leaves a BLANK filler and goes to a n
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 
 import attrs
 
+from . import runtime
 from .allocate import AllocateMappedFileService
 from .config import StoreConfig
 from .mapped_file import MappedFile, SelectResult
@@ -64,7 +64,7 @@ class CommitLog:
         *,
         pool: TransientStorePool | None = None,
         allocator: AllocateMappedFileService | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = runtime.wall_clock,
     ) -> None:
         self.config = config
         self.file_size = config.mapped_file_size_commit_log
@@ -112,7 +112,7 @@ class CommitLog:
         begin = self.begin_time_in_lock
         if begin <= 0:
             return False
-        held_ms = (time.monotonic() - begin) * 1000
+        held_ms = (runtime.monotonic() - begin) * 1000
         return self.config.os_page_cache_busy_timeout_mills < held_ms < 10_000_000
 
     def _segment_for(self, size: int) -> MappedFile:
@@ -152,7 +152,7 @@ class CommitLog:
         would, in order, under one lock: one store timestamp, one write per segment they
         land in, one append notification. A put that fails does not stop the ones after."""
         results: list[AppendMessageResult] = []
-        self.begin_time_in_lock = time.monotonic()
+        self.begin_time_in_lock = runtime.monotonic()
         now = int(self._clock() * 1000)
         run = _Run(self.queue.last())
         wrote = False

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 
 import trio
 
+from . import runtime
 from .checkpoint import StoreCheckpoint
 from .mapped_file_queue import MappedFileQueue
 from .waiters import OffsetWaiters
@@ -72,7 +72,7 @@ class Cadence:
         self.interval_ms = interval_ms
         self.least_pages = least_pages
         self.thorough_interval_ms = thorough_interval_ms
-        self._last_thorough = time.monotonic()
+        self._last_thorough = runtime.monotonic()
 
     @property
     def interval_s(self) -> float:
@@ -80,7 +80,7 @@ class Cadence:
 
     def next(self) -> int:
         """Least pages for the round about to run."""
-        now = time.monotonic()
+        now = runtime.monotonic()
         if (now - self._last_thorough) * 1000 >= self.thorough_interval_ms:
             self._last_thorough = now
             return 0
@@ -111,7 +111,7 @@ class GroupCommitService:
         return await self._waiters.wait(next_offset, timeout_s)
 
     async def _flush_once(self) -> None:
-        await trio.to_thread.run_sync(self.queue.flush, 0)
+        await runtime.run_sync(self.queue.flush, 0)
         self.flush_count += 1
 
     async def _do_commit(self) -> None:
@@ -137,7 +137,7 @@ class GroupCommitService:
 
     async def shutdown(self) -> None:
         await self._do_commit()
-        await trio.to_thread.run_sync(flush_to_end, self.queue)  # WAIT=false puts too
+        await runtime.run_sync(flush_to_end, self.queue)  # WAIT=false puts too
         self._flushed_time.note(self.queue)
         self._waiters.advance(self.queue.flushed_where)
 
@@ -159,12 +159,15 @@ class FlushRealTimeService:
         self._stop = threading.Event()
         self._stopped = threading.Event()
         self._stopped.set()  # no loop runs yet
+        self._simulated_wake = trio.Event()
 
     def wakeup(self) -> None:
         """An append happened: wake the loop only once a flush has enough pages to take
         (the interval's round, thorough ones included, runs anyway)."""
         if not self._wake.is_set() and self.queue.is_able_to_flush(self.cadence.least_pages):
             self._wake.set()
+            if runtime.simulation() is not None:
+                self._simulated_wake.set()
 
     def _loop(self) -> None:
         try:
@@ -184,20 +187,37 @@ class FlushRealTimeService:
     async def run(self) -> None:
         """Host the flushing loop's thread until cancelled (it stops at its next wake-up,
         which this makes happen at once); a flush that fails ends the task with its error."""
+        if runtime.simulation() is not None:
+            await self._run_simulated()
+            return
         self._stop.clear()
         self._stopped.clear()
         try:
-            await trio.to_thread.run_sync(self._loop, abandon_on_cancel=True)
+            await runtime.run_sync(self._loop, abandon_on_cancel=True)
         finally:
             self._stop.set()
             self._wake.set()
+
+    async def _run_simulated(self) -> None:
+        """The same rounds as a task: a simulation has no threads (store/runtime.py)."""
+        while True:
+            if self.timed:
+                await runtime.sleep(self.cadence.interval_s)
+            else:
+                with trio.move_on_after(self.cadence.interval_s):
+                    await self._simulated_wake.wait()
+                await runtime.sleep(0)  # not while the host is paused
+                self._simulated_wake = trio.Event()
+                self._wake.clear()
+            await runtime.run_sync(self.queue.flush, self.cadence.next())
+            self._flushed_time.note(self.queue)
 
     async def shutdown(self) -> None:
         """Stop the loop (waiting for a flush it is in), then flush everything."""
         self._stop.set()
         self._wake.set()
-        await trio.to_thread.run_sync(self._stopped.wait)
-        await trio.to_thread.run_sync(flush_to_end, self.queue)
+        await runtime.run_sync(self._stopped.wait)
+        await runtime.run_sync(flush_to_end, self.queue)
         self._flushed_time.note(self.queue)
 
 
@@ -211,13 +231,13 @@ class CommitRealTimeService:
 
     async def run(self) -> None:
         while True:
-            await trio.sleep(self.cadence.interval_s)
-            nothing = await trio.to_thread.run_sync(self.queue.commit, self.cadence.next())
+            await runtime.sleep(self.cadence.interval_s)
+            nothing = await runtime.run_sync(self.queue.commit, self.cadence.next())
             if not nothing:
                 self._on_committed()
 
     async def shutdown(self) -> None:
-        await trio.to_thread.run_sync(commit_to_end, self.queue)
+        await runtime.run_sync(commit_to_end, self.queue)
         self._on_committed()
 
 
@@ -233,12 +253,12 @@ class FlushConsumeQueueService:
 
     async def flush(self, least_pages: int) -> None:
         logics_ts = self.checkpoint.logics_msg_timestamp
-        await trio.to_thread.run_sync(self._flush_queues, least_pages)
+        await runtime.run_sync(self._flush_queues, least_pages)
         if least_pages == 0:
             self.checkpoint.logics_msg_timestamp = logics_ts
-            await trio.to_thread.run_sync(self.checkpoint.flush)
+            await runtime.run_sync(self.checkpoint.flush)
 
     async def run(self) -> None:
         while True:
-            await trio.sleep(self.cadence.interval_s)
+            await runtime.sleep(self.cadence.interval_s)
             await self.flush(self.cadence.next())

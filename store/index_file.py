@@ -25,11 +25,11 @@ import logging
 import os
 import struct
 import threading
-import time
 from collections.abc import Callable, Iterable
 
 import attrs
 
+from . import runtime
 from .checkpoint import StoreCheckpoint
 from .mapped_file import MappedFile
 from .message import KEY_SEPARATOR, TRANSACTION_MASK, java_string_hash
@@ -291,7 +291,7 @@ def _next_name(name: str) -> str:
 
 
 def _default_clock() -> int:
-    return time.time_ns() // 1_000_000
+    return int(runtime.wall_clock() * 1000)
 
 
 class IndexService:
@@ -519,6 +519,10 @@ class IndexService:
     def shutdown(self) -> None:
         """Flush every file (as RocketMQ 5 does) and unmap them."""
         self.flush()
+        self.close()
+
+    def close(self) -> None:
+        """Unmap every file without flushing (what a killed process leaves)."""
         with self._lock:
             for f in self.files:
                 f.close()

@@ -23,8 +23,8 @@ import logging
 import mmap
 import os
 import threading
-import time
 
+from . import runtime
 from .transient_store_pool import TransientStorePool
 
 OS_PAGE_SIZE = 4096
@@ -364,7 +364,7 @@ class MappedFile:
 
     def shutdown(self, interval_forcibly_ms: int) -> None:
         """Mark unavailable and drop the owner's reference; force after the interval."""
-        now = time.monotonic()
+        now = runtime.monotonic()
         if self.available:
             self.available = False
             self._first_shutdown_ts = now

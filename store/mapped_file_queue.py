@@ -9,9 +9,9 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import time
 from collections.abc import Callable
 
+from . import runtime
 from .mapped_file import CREATING_SUFFIX, MappedFile, SegmentSizeError, offset_to_file_name
 from .transient_store_pool import TransientStorePool
 
@@ -222,7 +222,7 @@ class MappedFileQueue:
         interval_forcibly_ms: int,
         clean_immediately: bool,
         *,
-        now_ms: Callable[[], float] = lambda: time.time() * 1000,
+        now_ms: Callable[[], float] = lambda: runtime.wall_clock() * 1000,
         max_files: int = 10,
     ) -> int:
         """Delete segments older than `expired_ms` (or all when immediately), oldest first,

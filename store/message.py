@@ -13,13 +13,13 @@ import functools
 import re
 import struct
 import sys
-import time
 import zlib
 from collections.abc import Mapping
 from typing import NamedTuple
 
 import attrs
 
+from . import runtime
 from .accel import COMPILED
 from .msg_id import (  # the host and msgId codec lives in msg_id.py; its names stay importable here
     decode_host,
@@ -291,7 +291,7 @@ def prepare_record(msg: Message, store_host: str, max_message_size: int) -> Prep
             f"record is {total} bytes; the limit is maxMessageSize + 64 KiB = "
             f"{max_message_size + MAX_RECORD_EXTRA}",
         )
-    born_ts = msg.born_timestamp if msg.born_timestamp is not None else int(time.time() * 1000)
+    born_ts = msg.born_timestamp if msg.born_timestamp is not None else int(runtime.wall_clock() * 1000)
     tail = b"".join((bytes((len(topic_bytes),)), topic_bytes, _I16.pack(len(props_bytes)), props_bytes))
     # fields out of their wire range fail here (struct.error), not later at append time
     _RANGES.pack(msg.queue_id, msg.flag, sys_flag, born_ts, msg.reconsume_times, msg.prepared_transaction_offset)

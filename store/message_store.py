@@ -8,13 +8,13 @@ everything, writes the checkpoint and removes the abort file last.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
 
+from . import runtime
 from .allocate import AllocateMappedFileService
 from .checkpoint import StoreCheckpoint
 from .cleanup import CleanCommitLogService, CleanConsumeQueueService, DiskUsage
@@ -79,7 +79,7 @@ class MessageStore:
         self,
         config: StoreConfig,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = runtime.wall_clock,
         disk_usage: DiskUsage | None = None,
     ) -> None:
         self.config = config
@@ -368,18 +368,35 @@ class MessageStore:
             if self.flush_service is not None:
                 await self.flush_service.shutdown()
             else:
-                await trio.to_thread.run_sync(self.commit_log.queue.flush, 0)
+                await runtime.run_sync(self.commit_log.queue.flush, 0)
             self.reput.do_reput(limited=False)  # a clean exit dispatched everything (recovery would)
             await self.flush_cq_service.flush(0)
             if self.index is not None:
-                await trio.to_thread.run_sync(self.index.shutdown)
-            await trio.to_thread.run_sync(self.checkpoint.shutdown)
+                await runtime.run_sync(self.index.shutdown)
+            await runtime.run_sync(self.checkpoint.shutdown)
         self.consume_queues.shutdown()
         self.commit_log.shutdown()
         if self.pool is not None:
             self.pool.destroy()
         if self.flags.is_writeable() and self.reput.dispatch_behind_bytes() == 0:
             self.abort_file.remove()
+        self.lock.release()
+        self.flags.shut_down = True
+
+    def abandon(self) -> None:
+        """What SIGKILL leaves (a simulated kill, store/runtime.py): every map released as it
+        is, so the files keep what was written (the page cache does) but nothing is flushed,
+        the checkpoint is not written and the abort file stays for recovery to find."""
+        if self.shutdown_done:
+            return
+        self.flags.running = False
+        self.consume_queues.shutdown()
+        self.commit_log.shutdown()
+        if self.index is not None:
+            self.index.close()
+        self.checkpoint.close()
+        if self.pool is not None:
+            self.pool.destroy()
         self.lock.release()
         self.flags.shut_down = True
 
@@ -488,7 +505,7 @@ def truncate_store(config: StoreConfig, phy_offset: int, *, clamp: bool = False)
 async def open_store(
     config: StoreConfig,
     *,
-    clock: Callable[[], float] = time.time,
+    clock: Callable[[], float] = runtime.wall_clock,
     disk_usage: DiskUsage | None = None,
     recovery_progress: RecoveryProgress | None = None,
 ) -> AsyncIterator[MessageStore]:
@@ -498,14 +515,17 @@ async def open_store(
     validated (from the loading worker thread), ending with (total, total).
     """
     store = MessageStore(config, clock=clock, disk_usage=disk_usage)
-    await trio.to_thread.run_sync(store.load, recovery_progress)
+    await runtime.run_sync(store.load, recovery_progress)
     try:
         async with trio.open_nursery() as nursery:
             await store.start(nursery)
             try:
                 yield store
             finally:
-                await store.shutdown()
+                if runtime.killed():
+                    store.abandon()
+                else:
+                    await store.shutdown()
                 nursery.cancel_scope.cancel()
     finally:
         if not store.shutdown_done:

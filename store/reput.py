@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import trio
 
+from . import runtime
 from .checkpoint import StoreCheckpoint
 from .commit_log import CommitLog
 from .consume_queue import ConsumeQueueTable
@@ -202,6 +203,6 @@ class ReputMessageService:
             # loop (HA reads and acks, client requests) are not starved while dispatch trails
             while self.do_reput(max_bytes=ROUND_BYTES) and self.dispatch_behind_bytes():
                 if self.follower_backlog():
-                    await trio.sleep(BACKLOG_YIELD_S)
+                    await runtime.sleep(BACKLOG_YIELD_S)
                 else:
                     await trio.lowlevel.checkpoint()

@@ -5,9 +5,12 @@ server, the HA master and slave and the client library take it in place of TCP a
 unchanged. Connections are pairs of trio's in-memory streams, so bytes move only when both
 ends' tasks run, in the order trio schedules them.
 
-Faults, so far: `cut(a, b)` ends every connection between hosts a and b (each end sees the
-stream end, as after a reset) and refuses new ones until `heal(a, b)`. Delayed, reordered
-and one-way links come with the simulation's seeded schedules.
+Faults: `cut(a, b)` ends every connection between hosts a and b (each end sees the stream
+end, as after a reset) and refuses new ones until `heal(a, b)`; `cut(a, b, one_way=True)`
+holds a's bytes to b (a's sends wait, as TCP retransmits) until the heal; `delay(a, b, s)`
+makes every send between them take `s` longer; `pause(h)` freezes host h's sockets (its
+sends wait, what its peers send is buffered and read after `resume(h)`), its listeners'
+accepts and, through store/runtime.py's `sleep`, its periodic tasks.
 """
 
 from __future__ import annotations
@@ -28,12 +31,22 @@ FIRST_EPHEMERAL_PORT = 40000
 class SimStream(trio.abc.HalfCloseableStream):
     """One end of a simulated connection; `local` and `peer` name the ends ("host:port")."""
 
-    def __init__(self, inner: trio.StapledStream, local: str, peer: str) -> None:
+    def __init__(self, inner: trio.StapledStream, local: str, peer: str, network: SimNetwork) -> None:
         self._inner = inner
         self.local = local
         self.peer = peer
+        self._network = network
+        self._host = local.rsplit(":", 1)[0]
+        self._peer_host = peer.rsplit(":", 1)[0]
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        net = self._network
+        await net.wait_running(self._host)
+        while (self._host, self._peer_host) in net.one_way:
+            await net.changed()
+        delay = net.delays.get(frozenset((self._host, self._peer_host)))
+        if delay:
+            await trio.sleep(delay)
         await self._inner.send_all(data)
 
     async def wait_send_all_might_not_block(self) -> None:
@@ -43,7 +56,9 @@ class SimStream(trio.abc.HalfCloseableStream):
         await self._inner.send_eof()
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        return await self._inner.receive_some(max_bytes)
+        data = await self._inner.receive_some(max_bytes)
+        await self._network.wait_running(self._host)
+        return data
 
     async def aclose(self) -> None:
         self.close_now()
@@ -66,9 +81,11 @@ class SimListener(trio.abc.Listener[SimStream]):
 
     async def accept(self) -> SimStream:
         try:
-            return await self._receive.receive()
+            stream = await self._receive.receive()
         except (trio.EndOfChannel, trio.ClosedResourceError):
             raise trio.ClosedResourceError("listener closed") from None
+        await self.network.wait_running(self.address[0])
+        return stream
 
     async def aclose(self) -> None:
         self.close_now()
@@ -87,7 +104,11 @@ class SimNetwork:
         self.listeners: dict[tuple[str, int], SimListener] = {}
         self.connections: list[tuple[str, str, SimStream, SimStream]] = []  # (host, host, end, end)
         self.cuts: set[frozenset[str]] = set()
+        self.one_way: set[tuple[str, str]] = set()  # (from, to): bytes held until the heal
+        self.delays: dict[frozenset[str], float] = {}
+        self.paused: set[str] = set()
         self._ports = itertools.count(FIRST_EPHEMERAL_PORT)
+        self._changed = trio.Event()
 
     def host(self, name: str) -> SimHost:
         return SimHost(self, name)
@@ -95,8 +116,39 @@ class SimNetwork:
     def next_port(self) -> int:
         return next(self._ports)
 
-    def cut(self, a: str, b: str) -> None:
-        """End every connection between `a` and `b`; refuse new ones until `heal`."""
+    async def changed(self) -> None:
+        """Wait for the next heal, resume or end of a delay."""
+        await self._changed.wait()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def wait_running(self, host: str) -> None:
+        while host in self.paused:
+            await self.changed()
+
+    def pause(self, host: str) -> None:
+        self.paused.add(host)
+
+    def resume(self, host: str) -> None:
+        self.paused.discard(host)
+        self._notify()
+
+    def delay(self, a: str, b: str, seconds: float) -> None:
+        """Every send between `a` and `b` takes `seconds` longer (0: no delay)."""
+        if seconds:
+            self.delays[frozenset((a, b))] = seconds
+        else:
+            self.delays.pop(frozenset((a, b)), None)
+            self._notify()
+
+    def cut(self, a: str, b: str, *, one_way: bool = False) -> None:
+        """End every connection between `a` and `b` and refuse new ones until `heal`; one way:
+        hold what `a` sends to `b` (and refuse new connections) until `heal`."""
+        if one_way:
+            self.one_way.add((a, b))
+            return
         self.cuts.add(frozenset((a, b)))
         for conn in [c for c in self.connections if {c[0], c[1]} == {a, b}]:
             conn[2].close_now()
@@ -105,9 +157,12 @@ class SimNetwork:
 
     def heal(self, a: str, b: str) -> None:
         self.cuts.discard(frozenset((a, b)))
+        self.one_way.discard((a, b))
+        self.one_way.discard((b, a))
+        self._notify()
 
     def is_cut(self, a: str, b: str) -> bool:
-        return frozenset((a, b)) in self.cuts
+        return frozenset((a, b)) in self.cuts or (a, b) in self.one_way or (b, a) in self.one_way
 
 
 class SimHost:
@@ -118,14 +173,15 @@ class SimHost:
         self.name = name
 
     async def connect(self, host: str, port: int) -> trio.abc.Stream:
+        await self.network.wait_running(self.name)
         await trio.lowlevel.checkpoint()
         listener = self.network.listeners.get((host, port))
         if listener is None or self.network.is_cut(self.name, host):
             raise ConnectionRefusedError(errno.ECONNREFUSED, f"{host}:{port}: connection refused (simulated)")
         mine, theirs = trio.testing.memory_stream_pair()
         local = f"{self.name}:{self.network.next_port()}"
-        client = SimStream(mine, local, f"{host}:{port}")
-        server = SimStream(theirs, f"{host}:{port}", local)
+        client = SimStream(mine, local, f"{host}:{port}", self.network)
+        server = SimStream(theirs, f"{host}:{port}", local, self.network)
         self.network.connections.append((self.name, host, client, server))
         listener.arrive(server)
         return client

@@ -241,6 +241,7 @@ class PullConsumer(_Client):
         async with trio.open_nursery() as nursery:
             async def one(queue: MessageQueue) -> None:
                 begin = await self._position(queue)
+                deadline = trio.current_time() + timeout_ms / 1000
                 try:
                     response, _, _ = await self._read(
                         queue.broker_name,
@@ -254,6 +255,10 @@ class PullConsumer(_Client):
                     return
                 if response.messages or response.next_begin_offset > begin:
                     nursery.cancel_scope.cancel()
+                    return
+                # answered before the time was up without news (a lagging slave answers
+                # OFFSET_OVERFLOW_BADLY at once): wait the rest, or the caller polls in a busy loop
+                await trio.sleep_until(deadline)
 
             for queue in queues:
                 nursery.start_soon(one, queue)

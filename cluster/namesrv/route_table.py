@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import attrs
 
 from node.protocol.namesrv import RegisterBroker
+from store import runtime
 
 from ..client.routing import BrokerInfo, groups_serving
 
@@ -16,7 +16,7 @@ log = logging.getLogger("tidemq.namesrv")
 
 @attrs.define(eq=False)
 class _Registration:
-    """A broker's last registration: what it said (`broker`), when (time.monotonic()) and
+    """A broker's last registration: what it said (`broker`), when (runtime.monotonic()) and
     over which connection (`peer`), which only the name server needs."""
 
     broker: BrokerInfo
@@ -33,7 +33,7 @@ class _Registration:
 
 class RouteTable:
     """Brokers by (brokerName, brokerId): what the name server knows. No I/O, so tests and
-    the server share it; `now` is time.monotonic() unless given."""
+    the server share it; `now` is runtime.monotonic() unless given."""
 
     def __init__(self, expire_ms: int) -> None:
         self.expire_s = expire_ms / 1000
@@ -47,7 +47,7 @@ class RouteTable:
         broker as recorded, or None when refused: a master (brokerId 0) whose epoch is older
         than the registered one's stays out (a returning old master must not take the route
         from the promoted one)."""
-        now = time.monotonic() if now is None else now
+        now = runtime.monotonic() if now is None else now
         key = (r.broker_name, r.broker_id)
         old = self._brokers.get(key)
         epoch = r.epoch
@@ -67,7 +67,7 @@ class RouteTable:
             log.warning("broker %s/%d moved from %s to %s", key[0], key[1], old.broker.address, r.address)
         elif not old.broker.alive:
             log.info("broker %s/%d (%s) is back", key[0], key[1], r.address)
-        broker = attrs.evolve(BrokerInfo.from_wire(attrs.asdict(r)), last_update_ms=int(time.time() * 1000))
+        broker = attrs.evolve(BrokerInfo.from_wire(attrs.asdict(r)), last_update_ms=int(runtime.wall_clock() * 1000))
         self._brokers[key] = _Registration(broker, now, peer)
         return broker
 
@@ -98,7 +98,7 @@ class RouteTable:
 
     def expire(self, now: float | None = None) -> list[BrokerInfo]:
         """Drop brokers not heard from for brokerExpireMs; returns them."""
-        now = time.monotonic() if now is None else now
+        now = runtime.monotonic() if now is None else now
         gone = [r for r in self._brokers.values() if now - r.last_update > self.expire_s]
         for r in gone:
             b = r.broker
@@ -114,7 +114,7 @@ class RouteTable:
         queue data of its master, or of its lowest-id broker that has the topic when the
         master is gone.
         """
-        now = time.monotonic() if now is None else now
+        now = runtime.monotonic() if now is None else now
         brokers = [r.seen_at(now) for r in self._brokers.values()]
         return [
             {
@@ -127,7 +127,7 @@ class RouteTable:
         ]
 
     def cluster_info(self, now: float | None = None) -> list[dict[str, Any]]:
-        now = time.monotonic() if now is None else now
+        now = runtime.monotonic() if now is None else now
         brokers = sorted((r.seen_at(now) for r in self._brokers.values()),
                          key=lambda b: (b.cluster, b.broker_name, b.broker_id))
         return [b.to_wire() for b in brokers]

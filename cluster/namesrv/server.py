@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -40,6 +39,7 @@ from node.protocol.namesrv import (
 )
 from node.security.guard import Guard
 from node.server import ClientServer
+from store import runtime
 from store.address import format_host_port
 
 from .config import NamesrvConfig
@@ -96,7 +96,7 @@ class NameServer:
                 await nursery.start(self.server.run)
                 nursery.start_soon(self._expire_loop)
                 self.address = format_host_port(self.cfg.listen_address, self.server.port)
-                self.started_ms = int(time.time() * 1000)
+                self.started_ms = int(runtime.wall_clock() * 1000)
                 log.info("name server serving on %s (brokerExpireMs %d)", self.address, self.cfg.broker_expire_ms)
                 task_status.started(self.address)
                 await self._stop.wait()
@@ -112,7 +112,7 @@ class NameServer:
     async def _expire_loop(self) -> None:
         interval = min(1.0, self.table.expire_s / 4)
         while True:
-            await trio.sleep(interval)
+            await runtime.sleep(interval)
             self.table.expire()
 
     async def _handle(self, request: Request, peer: str | None) -> dict[str, Any]:

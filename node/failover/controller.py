@@ -49,11 +49,11 @@ import collections
 import json
 import logging
 import math
-import time
 from typing import TYPE_CHECKING, Any
 
 import trio
 
+from store import runtime
 from store.config import BrokerRole
 
 from ..changes import Changes
@@ -143,7 +143,7 @@ class EtcdController:
     def _event(self, text: str, *args: Any) -> None:
         message = text % args if args else text
         log.warning("controller: %s", message)
-        self.events.append({"at_ms": int(time.time() * 1000), "event": message})
+        self.events.append({"at_ms": int(runtime.wall_clock() * 1000), "event": message})
 
     # ---- the write path (cheap: a flag and a monotonic compare) ------------------------------
     @property
@@ -240,7 +240,7 @@ class EtcdController:
                 if self.watching:
                     log.info("controller: the etcd watch ended (%s); ticks continue", e)
             self.watching = False
-            await trio.sleep(self.interval_s)
+            await runtime.sleep(self.interval_s)
 
     def _on_watch_created(self) -> None:
         self.watching = True
@@ -351,7 +351,7 @@ class EtcdController:
         if role not in (BrokerRole.SYNC_MASTER.value, BrokerRole.ASYNC_MASTER.value):
             role = failover.master.role or BrokerRole.SYNC_MASTER.value
         info = {"address": self.cfg.address, "ha_address": self.cfg.ha_address, "epoch": epoch,
-                "role": role, "since_ms": int(time.time() * 1000)}
+                "role": role, "since_ms": int(runtime.wall_clock() * 1000)}
         # the winner's term starts with a set of itself alone (as RocketMQ 5's controller
         # elects), written in the same transaction: a slave that acks the new term's first
         # writes cannot be outvoted by the old set's members, who may lack them

@@ -120,8 +120,10 @@ class Fencing:
     def wants_check(self, now: float, recheck_s: float) -> bool:
         """Ask before going on: a check is due, or (a slave left / writes held) the last one
         started over `recheck_s` ago."""
+        # `now >= last_check + recheck_s`, not `now - last_check >= recheck_s`: the sum is the
+        # deadline a waiter sleeps until, and the difference can fall an ulp short of it
         return self.needs_check or (
-            (self.slave_left_at is not None or self.held) and now - self.last_check >= recheck_s)
+            (self.slave_left_at is not None or self.held) and now >= self.last_check + recheck_s)
 
     def needed_for(self, admitted: float) -> float:
         """The start time a confirming check must have before a write admitted at `admitted`

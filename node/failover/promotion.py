@@ -46,7 +46,6 @@ import json
 import logging
 import math
 import os
-import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -54,6 +53,7 @@ import attrs
 import trio
 
 from ha.net import TCP, Network
+from store import runtime
 from store.config import BrokerRole
 from store.epoch_file import EPOCH_FILE_NAME, EpochEntry, EpochFileCache, EpochFileError
 from store.message_store import truncate_store
@@ -158,6 +158,12 @@ class Failover:
     def epoch(self) -> int:
         return self.cache.last_epoch()
 
+    def failed_over(self) -> bool:
+        """Whether the group has changed masters before (this term's epoch is over 1): it
+        has slaves, even before one connects to this term."""
+        pending = self.role_state.pending_epoch if self.role_state else None
+        return max(self.epoch, pending or 0) > 1
+
     def start_term(self, services: NodeServices, sync: SlaveSync | None = None) -> None:
         """Services are built for `self.cfg`; a master starts its epoch and checks before writing."""
         self.services = services
@@ -218,7 +224,7 @@ class Failover:
                 self.last_truncation = {
                     "from_offset": report.from_offset, "to_offset": report.to_offset,
                     "dropped_bytes": report.dropped_bytes, "message_count": report.message_count,
-                    "msg_ids": list(report.msg_ids), "at_ms": int(time.time() * 1000),
+                    "msg_ids": list(report.msg_ids), "at_ms": int(runtime.wall_clock() * 1000),
                     "reason": transition.role.reason,
                 }
                 write_json_atomic(os.path.join(self.root, TRUNCATION_FILE), self.last_truncation)
@@ -290,7 +296,7 @@ class Failover:
 
     async def _beat(self) -> None:
         while True:
-            await trio.sleep(STALL_TICK_S)
+            await runtime.sleep(STALL_TICK_S)
             if self._observe_stall():
                 self.wake()
 
@@ -319,12 +325,14 @@ class Failover:
         mid-promotion, not yet answering with its new epoch) or writes are held, it also asks
         again every LONELY_RECHECK_S (writes do not wait for these)."""
         while True:
-            if self.cfg.role.is_master and self.transition is None:
+            serving = self.cfg.role.is_master and self.transition is None and self.fenced is None
+            if serving:
                 self._observe()
-                if self.fenced is None and self.fencing.wants_check(trio.current_time(), LONELY_RECHECK_S):
+                if self.fencing.wants_check(trio.current_time(), LONELY_RECHECK_S):
                     await self._check()
             fencing = self.fencing
-            lonely = fencing.slave_left_at is not None or fencing.held
+            # fenced or leaving: no more checks, so no timer (it would be due at once, forever)
+            lonely = serving and (fencing.slave_left_at is not None or fencing.held)
             with trio.move_on_at(fencing.last_check + LONELY_RECHECK_S if lonely else math.inf):
                 await self._wake.wait()
             self._wake = trio.Event()
@@ -539,7 +547,7 @@ class Failover:
         # An old master paused across everything from here to the announcement then sees a
         # stall (> STALL_S) and re-checks its epoch before answering what its sockets
         # buffered; one that ran meanwhile saw its slave leave and checks every write.
-        await trio.sleep(PROMOTE_SETTLE_S)
+        await runtime.sleep(PROMOTE_SETTLE_S)
         store = services.store
         while store.reput.do_reput():  # everything received is in the ConsumeQueues
             await trio.lowlevel.checkpoint()

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from typing import Any
 
 import attrs
 
+from store import runtime
 from store.config import BrokerRole
 from store.epoch_file import EpochFileError
 
@@ -33,7 +33,7 @@ class RoleState:
     broker_id: int
     broker_role: str
     reason: str
-    since_ms: int = attrs.field(factory=lambda: int(time.time() * 1000))
+    since_ms: int = attrs.field(factory=lambda: int(runtime.wall_clock() * 1000))
     pending_epoch: int | None = None
     """A promoted node starts this epoch at its max offset when it next serves as master."""
 

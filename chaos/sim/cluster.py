@@ -1,0 +1,179 @@
+"""A broker group and its name server as tasks of one trio run, on a `SimNetwork`.
+
+Each node is the production `Broker` (node/broker.py) with real store files under its own
+directory (tmpfs), its connections on its simulated host, and its tasks marked as that
+host's (store/runtime.py `hosted`), so a fault can strike it as it would strike a process:
+
+- kill: the node's task is cancelled with `killed` set, so the store is abandoned as
+  SIGKILL leaves it (mapped bytes stay in the files, nothing is flushed, the abort file
+  stays) and no offsets are persisted; `restart` starts a new Broker on the same files;
+- pause / resume: the network freezes the host's sockets and `runtime.sleep` its timers;
+- slow disk: every blocking file operation of the host waits `disk_delay` first.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import trio
+
+from cluster.namesrv.config import NamesrvConfig
+from cluster.namesrv.server import NameServer
+from node.broker import Broker
+from node.config import BrokerConfig
+from store import runtime
+
+from .network import SimNetwork
+
+__all__ = ["BROKER_NAME", "CLIENT_HOST", "NAMESRV_ADDRESS", "NAMESRV_HOST", "SimCluster", "SimNode", "node_config"]
+
+BROKER_NAME = "broker-a"
+NAMESRV_HOST = "10.0.0.9"
+NAMESRV_ADDRESS = f"{NAMESRV_HOST}:9876"
+CLIENT_HOST = "10.0.1.1"
+CLIENT_PORT, HA_PORT = 10911, 10912
+
+SMALL_FILES = {
+    "mappedFileSizeCommitLog": 1024 * 1024,
+    "mappedFileSizeConsumeQueue": 6000,
+    "maxMessageSize": 64 * 1024,
+    "maxHashSlotNum": 500,
+    "maxIndexNum": 2000,
+}
+
+
+def node_config(root: str, host: str, broker_id: int, *, replication: str, flush: str,
+                master_host: str) -> BrokerConfig:
+    """A node of the group: brokerId 0 is the master (`replication`), the others its slaves."""
+    values: dict[str, Any] = {
+        "brokerClusterName": "SimCluster", "brokerName": BROKER_NAME, "brokerId": broker_id,
+        "brokerRole": replication if broker_id == 0 else "SLAVE", "flushDiskType": flush,
+        "brokerIP1": host, "listenPort": CLIENT_PORT, "haListenPort": HA_PORT, "namesrvAddr": NAMESRV_ADDRESS,
+        "storePathRootDir": root, **SMALL_FILES,
+    }
+    if broker_id != 0:
+        values["haMasterAddress"] = f"{master_host}:{HA_PORT}"
+        values["masterAddr"] = f"{master_host}:{CLIENT_PORT}"
+    return BrokerConfig.from_mapping(values, source=f"sim node {host}")
+
+
+class SimNode:
+    """One node's process: a `runtime.Gate` for its tasks, and its Broker while it runs."""
+
+    def __init__(self, name: str, host: str, cfg: BrokerConfig, network: SimNetwork) -> None:
+        self.name = name
+        self.host = host
+        self.cfg = cfg
+        self.network = network
+        self.killed = False
+        self.disk_delay = 0.0
+        self.broker: Broker | None = None
+        self.restarts = 0
+        self._scope: trio.CancelScope | None = None
+        self._done = trio.Event()
+        self._done.set()
+
+    @property
+    def root(self) -> str:
+        return self.cfg.store.store_path_root_dir
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{CLIENT_PORT}"
+
+    async def wait_running(self) -> None:
+        await self.network.wait_running(self.host)
+
+    async def run(self, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+        """The process: serves until stopped or killed."""
+        runtime.hosted(self)
+        self._done = trio.Event()
+        try:
+            with trio.CancelScope() as self._scope:
+                self.broker = Broker(self.cfg, handle_signals=False, net=self.network.host(self.host))
+                await self.broker.run(task_status=task_status)
+        finally:
+            self._done.set()
+
+    @property
+    def up(self) -> bool:
+        return not self._done.is_set()
+
+    async def kill(self) -> None:
+        """SIGKILL: the process ends now, leaving its files as they are."""
+        if not self.up:
+            return
+        self.killed = True
+        assert self._scope is not None
+        self._scope.cancel()
+        await self._done.wait()
+        self.killed = False
+        self.broker = None
+        self.network.resume(self.host)  # a killed process is not paused any more
+
+    async def stop(self) -> None:
+        """SIGTERM: a graceful stop."""
+        if self.up and self.broker is not None:
+            self.broker.stop()
+            await self._done.wait()
+
+    def serving(self) -> tuple[str, int] | None:
+        """(role, epoch) of the running node, None while it is down or between terms."""
+        broker = self.broker
+        if broker is None or broker.services is None or not self.up or broker.failover.transition is not None:
+            return None
+        return broker.cfg.role.value, broker.failover.epoch
+
+    def store_max_offset(self) -> int | None:
+        broker = self.broker
+        if broker is None or broker.services is None:
+            return None
+        return broker.services.store.commit_log.max_offset()
+
+
+class SimCluster:
+    """The name server and the group's nodes (the first starts as master)."""
+
+    def __init__(self, base: str, network: SimNetwork, *, replication: str, flush: str, slaves: int = 1) -> None:
+        self.network = network
+        hosts = [f"10.0.0.{i + 1}" for i in range(1 + slaves)]
+        self.nodes = [
+            SimNode(chr(ord("a") + i), host,
+                    node_config(os.path.join(base, chr(ord("a") + i)), host, i, replication=replication,
+                                flush=flush, master_host=hosts[0]), network)
+            for i, host in enumerate(hosts)
+        ]
+        self.namesrv = NameServer(NamesrvConfig(listen_address=NAMESRV_HOST, listen_port=9876),
+                                  handle_signals=False, net=network.host(NAMESRV_HOST))
+        self.master = self.nodes[0]  # the node the producers write to
+
+    def node(self, name: str) -> SimNode:
+        return next(n for n in self.nodes if n.name == name)
+
+    def role_node(self, role: str) -> SimNode:
+        """"master": the node producers write to; "slave": the first other node."""
+        if role == "master":
+            return self.master
+        return next(n for n in self.nodes if n is not self.master)
+
+    def host_of(self, role: str) -> str:
+        if role == "namesrv":
+            return NAMESRV_HOST
+        if role == "client":
+            return CLIENT_HOST
+        return self.role_node(role).host
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        await nursery.start(self.namesrv.run)
+        for node in self.nodes:
+            await nursery.start(node.run)
+
+    async def restart(self, nursery: trio.Nursery, node: SimNode) -> None:
+        node.restarts += 1
+        await nursery.start(node.run)
+
+    async def stop(self) -> None:
+        for node in self.nodes:
+            await node.stop()
+        self.namesrv.stop()

@@ -1,0 +1,517 @@
+"""One seed's simulation: a cluster, a workload and a fault schedule in one trio run under a
+MockClock, checked at the end; the same seed gives the same event log, byte for byte.
+
+What makes a run a function of its seed: the schedule comes from the seed
+(chaos/sim/schedule.py); trio's MockClock jumps to the next timer whenever every task
+waits (autojump), so simulated seconds cost no wall time and timeouts fire in order; trio's
+scheduler is made deterministic and seeded (it shuffles each batch of runnable tasks with
+its module random generator, seeded here, as its Hypothesis plugin does); Python's `random`
+is seeded; blocking file work runs inline (store/runtime.py); the wall clock is a fixed
+epoch plus the simulated time. Python's string hashing must be fixed too (PYTHONHASHSEED):
+the CLI sees to that for replays in another process.
+
+The event log is what a run did, in order: each fault struck and healed, each role and
+epoch change a node went through, each truncation, each send's outcome, the verdict. Its
+SHA-256 is the run's fingerprint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import random
+import shutil
+import tempfile
+import time
+import traceback
+from typing import Any
+
+import attrs
+import trio
+import trio.testing
+
+from cluster.client.admin import Admin
+from cluster.client.consumer import PullConsumer
+from node.client import TidemqError, connect
+from node.protocol import Send, TopicCreate
+from store import runtime
+
+from ..checker import check
+from ..history import History, Op
+from ..workload import record_send
+from .cluster import BROKER_NAME, CLIENT_HOST, NAMESRV_ADDRESS, SimCluster, SimNode
+from .network import SimNetwork
+from .schedule import Fault, Schedule, draw
+from .verdict import Observed, verdict
+
+__all__ = ["MODES", "SeedResult", "run_seed"]
+
+MODES = ("SYNC_MASTER+ASYNC_FLUSH", "SYNC_MASTER+SYNC_FLUSH", "ASYNC_MASTER+ASYNC_FLUSH", "ASYNC_MASTER+SYNC_FLUSH")
+TOPIC = "SimTopic"
+QUEUES = 4
+GROUP = "sim-consumer"
+EPOCH_S = 1_767_225_600.0  # the wall clock at simulated time 0 (2026-01-01)
+SYNC_PRODUCERS = 2
+PIPELINE_LANES = 4  # one connection, this many sends in flight
+SEND_TIMEOUT_S = 3.0
+SETTLE_S = 120.0  # after the last fault: how long the cluster may take to serve and converge
+MAX_SIMULATED_S = 900.0  # a run still going then is stuck: a finding
+SPIN_STEPS = 200_000  # task steps without the clock moving: a spin (a busy instant takes a few thousand)
+SPIN_SAMPLE = 2_000  # the last steps of a spin, whose tasks it names
+ADMIN_HOST = "10.0.1.2"
+
+
+@attrs.define
+class SeedResult:
+    seed: int
+    mode: str
+    faults: int
+    sends: int = 0
+    acked: int = 0
+    failed: int = 0
+    indeterminate: int = 0
+    violations: list[str] = attrs.field(factory=list)
+    known: list[str] = attrs.field(factory=list)  # findings of the known gap, not broken promises
+    log_hash: str = ""
+    simulated_s: float = 0.0
+    wall_s: float = 0.0
+    log: list[str] = attrs.field(factory=list, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def to_json(self) -> dict[str, Any]:
+        out = attrs.asdict(self)
+        del out["log"]
+        return out
+
+
+class SpinGuard(trio.abc.Instrument):
+    """Ends a run whose tasks keep running while the simulated clock stands still: a loop
+    that never waits (a timeout that is due at once, forever) would otherwise spin without
+    end, as it spins a real CPU until the real clock moves on."""
+
+    def __init__(self, clock: trio.testing.MockClock, limit: int = SPIN_STEPS) -> None:
+        self.clock = clock
+        self.limit = limit
+        self.scope: trio.CancelScope | None = None
+        self.spinning: str | None = None  # the task that spun, once caught
+        self._at = -1.0
+        self._steps = 0
+        self._names: dict[str, int] = {}
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        now = self.clock.current_time()
+        if now != self._at:
+            self._at, self._steps = now, 0
+            self._names.clear()
+            return
+        self._steps += 1
+        if self._steps > self.limit - SPIN_SAMPLE:
+            self._names[task.name] = self._names.get(task.name, 0) + 1
+        if self._steps == self.limit and self.scope is not None:
+            self.spinning = ", ".join(f"{name} ({n})" for name, n in
+                                      sorted(self._names.items(), key=lambda kv: -kv[1])[:3])
+            self.scope.cancel()
+
+
+class EventLog:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def add(self, what: str) -> None:
+        self.lines.append(f"{trio.current_time():10.4f} {what}")
+
+    def digest(self) -> str:
+        h = hashlib.sha256()
+        for line in self.lines:
+            h.update(line.encode())
+            h.update(b"\n")
+        return h.hexdigest()
+
+
+def _seed_trio(seed: int) -> None:
+    """trio's run loop shuffles each batch of runnable tasks with this generator; ordered by
+    task creation first, the shuffle is a function of the seed (what trio's Hypothesis
+    plugin does to make scheduling reproducible)."""
+    from trio._core import _run  # no public switch for this
+
+    _run._ALLOW_DETERMINISTIC_SCHEDULING = True  # type: ignore[misc]
+    _run._r.seed(seed)
+
+
+def run_seed(seed: int, *, mode: str = MODES[0], schedule: Schedule | None = None, base_dir: str | None = None,
+             keep: bool = False) -> SeedResult:
+    """Simulate `seed` (or `schedule`) in `mode`; the store files go to a fresh directory
+    under `base_dir` (default: /dev/shm when it exists), removed unless `keep`."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    schedule = schedule or draw(seed)
+    random.seed(seed)
+    _seed_trio(seed)
+    base = tempfile.mkdtemp(prefix=f"tidemq-sim-{seed}-", dir=base_dir or _default_base())
+    result = SeedResult(seed, mode, len(schedule.faults))
+    began = time.perf_counter()
+    sim = Simulation(schedule, mode, base)
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    sim.spin_guard = SpinGuard(clock)
+    try:
+        with _quiet_logs():
+            trio.run(sim.main, clock=clock, instruments=[sim.spin_guard])
+    except BaseException as e:  # a crash of the simulated cluster is a finding, not the runner's end
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        sim.log.lines.append(f"crashed: {''.join(traceback.format_exception_only(e)).strip()}")
+        sim.violations.append(f"the simulation crashed: {type(e).__name__}: {e}")
+        sim.crash = "".join(traceback.format_exception(e))
+    finally:
+        if not keep:
+            shutil.rmtree(base, ignore_errors=True)
+    result.violations = sim.violations
+    result.known = sim.known
+    counts = sim.history.counts()
+    result.sends, result.acked = len(sim.history.ops), counts["ok"]
+    result.failed, result.indeterminate = counts["fail"], counts["info"]
+    result.simulated_s = round(sim.ended_at, 3)
+    result.log = sim.log.lines + ([sim.crash] if sim.crash else [])
+    result.log_hash = sim.log.digest()
+    result.wall_s = round(time.perf_counter() - began, 3)
+    return result
+
+
+def _default_base() -> str | None:
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+@contextlib.contextmanager
+def _quiet_logs() -> Any:
+    """The nodes' warnings (fencing, truncation, lost connections) are the faults doing their
+    work: the event log keeps what matters."""
+    root = logging.getLogger("tidemq")
+    before = root.level
+    root.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        root.setLevel(before)
+
+
+class Simulation:
+    def __init__(self, schedule: Schedule, mode: str, base: str) -> None:
+        self.schedule = schedule
+        self.mode = mode
+        self.replication, self.flush = mode.split("+")
+        self.base = base
+        self.network = SimNetwork()
+        self.cluster = SimCluster(base, self.network, replication=self.replication, flush=self.flush)
+        self.history = History()
+        self.log = EventLog()
+        self.observed = Observed()
+        self.violations: list[str] = []
+        self.known: list[str] = []  # findings of the known gap (verdict.py)
+        self.consumed: dict[str, int] = {}
+        self.crash = ""
+        self.ended_at = 0.0
+        self.phase = "starting"  # what the run is doing, for a run that gets stuck
+        self.spin_guard: SpinGuard | None = None
+        self._truncations: dict[str, Any] = {}
+        self._nursery: trio.Nursery | None = None
+
+    # ---------------------------------------------------------------- the run
+
+    async def main(self) -> None:
+        with runtime.simulated(EPOCH_S), trio.move_on_after(MAX_SIMULATED_S) as limit:
+            if self.spin_guard is not None:
+                self.spin_guard.scope = limit
+            await self._run()
+        if limit.cancelled_caught:
+            self.ended_at = trio.current_time()
+            spinning = self.spin_guard.spinning if self.spin_guard is not None else None
+            if spinning is not None:
+                problem = f"tasks ran {SPIN_STEPS} steps without the clock moving ({self.phase}): {spinning}"
+            else:
+                problem = f"the run did not end within {MAX_SIMULATED_S:.0f} simulated seconds ({self.phase})"
+            self.violations.append(problem)
+            self.log.add(f"stuck: {problem}")
+            return
+        self._check()
+
+    async def _run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await self.cluster.start(nursery)
+            self.phase = "creating the topic"
+            await self._create_topic()
+            sends_done = trio.Event()
+            stop_consumer = trio.Event()
+            nursery.start_soon(self._monitor)
+            nursery.start_soon(self._consume, stop_consumer)
+            async with trio.open_nursery() as load:
+                load.start_soon(self._producers, sends_done)
+                load.start_soon(self._promotions)
+                self.phase = "striking faults"
+                await self._faults()
+                self.log.add("faults over")
+                self.phase = "waiting for the producers"
+                with trio.move_on_after(SETTLE_S) as waiting:
+                    await sends_done.wait()
+                if waiting.cancelled_caught:
+                    self.violations.append(f"the producers could not finish {SETTLE_S:.0f} s after the last fault")
+                    load.cancel_scope.cancel()
+            self.phase = "converging"
+            await self._converge()
+            self.phase = "draining the consumer"
+            await self._drain_consumer()
+            stop_consumer.set()
+            self.observed.committed = self._committed()
+            self.ended_at = trio.current_time()
+            self.phase = "stopping the nodes"
+            await self.cluster.stop()
+            nursery.cancel_scope.cancel()
+
+    async def _create_topic(self) -> None:
+        async with connect(self.cluster.master.address, net=self.network.host(CLIENT_HOST)) as conn:
+            await conn.request(TopicCreate(topic=TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES))
+
+    # ---------------------------------------------------------------- faults
+
+    async def _faults(self) -> None:
+        for fault in self.schedule.faults:
+            if fault.kind == "promote":
+                continue
+            await trio.sleep_until(fault.at)
+            self.phase = f"striking {fault.describe()}"
+            await self._strike(fault)
+
+    async def _promotions(self) -> None:
+        for fault in self.schedule.faults:
+            if fault.kind == "promote":
+                await trio.sleep_until(fault.at)
+                await self._promote()
+
+    async def _strike(self, fault: Fault) -> None:
+        net, cluster = self.network, self.cluster
+        self.log.add(f"fault: {fault.describe()}")
+        if fault.kind == "kill":
+            node = cluster.role_node(fault.target)
+            await node.kill()
+            self.log.add(f"killed {node.name}")
+            await trio.sleep(fault.duration)
+            await self._restart(node)
+            return
+        if fault.kind == "slow_disk":
+            node = cluster.role_node(fault.target)
+            node.disk_delay = fault.amount
+            await trio.sleep(fault.duration)
+            node.disk_delay = 0.0
+        elif fault.kind == "pause":
+            host = cluster.host_of(fault.target)
+            net.pause(host)
+            await trio.sleep(fault.duration)
+            net.resume(host)
+        else:
+            a, b = cluster.host_of(fault.target), cluster.host_of(fault.peer)
+            if fault.kind == "delay":
+                net.delay(a, b, fault.amount)
+                await trio.sleep(fault.duration)
+                net.delay(a, b, 0)
+            else:
+                net.cut(a, b, one_way=fault.kind == "cut_one_way")
+                await trio.sleep(fault.duration)
+                net.heal(a, b)
+        self.log.add(f"healed: {fault.kind}")
+
+    async def _restart(self, node: SimNode) -> None:
+        assert self._nursery is not None
+        await self.cluster.restart(self._nursery, node)
+        self.log.add(f"restarted {node.name}")
+
+    async def _promote(self) -> None:
+        slave = self.cluster.role_node("slave")
+        serving = slave.serving()
+        if serving is None or serving[0] != "SLAVE":
+            self.log.add(f"promotion skipped: {slave.name} is not serving as a slave ({serving})")
+            return
+        broker_id = slave.broker.cfg.broker_id if slave.broker else 1
+        try:
+            async with Admin(NAMESRV_ADDRESS, net=self.network.host(ADMIN_HOST)) as admin:
+                answer = await admin.promote(BROKER_NAME, broker_id, timeout=30.0)
+        except TidemqError as e:
+            self.log.add(f"promotion of {slave.name} failed: {e.status}")
+            return
+        self.cluster.master = slave
+        self.observed.promotions.append((trio.current_time(), slave.name, answer["epoch"]))
+        self.log.add(f"promoted {slave.name}: epoch {answer['epoch']} from offset {answer['start_offset']}")
+
+    # ---------------------------------------------------------------- workload
+
+    async def _producers(self, done: trio.Event) -> None:
+        lanes = SYNC_PRODUCERS + PIPELINE_LANES
+        per_lane = -(-self.schedule.sends // lanes)
+        interval = self.schedule.span / per_lane
+        async with trio.open_nursery() as nursery:
+            for p in range(SYNC_PRODUCERS):
+                nursery.start_soon(self._producer, [p], per_lane, interval)
+            nursery.start_soon(self._producer, list(range(SYNC_PRODUCERS, lanes)), per_lane, interval)
+        done.set()
+
+    async def _producer(self, processes: list[int], quota: int, interval: float) -> None:
+        """One connection; each send goes out from every process in `processes` at once
+        (one process: a sync producer; several: a pipelined one)."""
+        seq = 0
+        net = self.network.host(CLIENT_HOST)
+        while seq < quota:
+            try:
+                async with connect(self.cluster.master.address, connect_timeout=2.0, request_timeout=SEND_TIMEOUT_S,
+                                   net=net) as conn:
+                    while seq < quota:
+                        good = await self._send_round(conn, processes, seq)
+                        seq += 1
+                        await trio.sleep(interval)
+                        if not good:
+                            break
+            except TidemqError:
+                await trio.sleep(0.2)  # the node or the link is down: back off
+
+    async def _send_round(self, conn: Any, processes: list[int], seq: int) -> bool:
+        good = [True]
+
+        async def one(p: int) -> None:
+            op = self.history.invoke(p, seq, f"sim-p{p}-{seq}")
+            request = Send(topic=TOPIC, body=op.key.encode().ljust(200, b"."), keys=[op.key], queue_id=seq % QUEUES)
+            if not await record_send(self.history, conn, op, request):
+                good[0] = False
+            self.log.add(_op_line(op))
+
+        async with trio.open_nursery() as nursery:
+            for p in processes:
+                nursery.start_soon(one, p)
+        return good[0]
+
+    async def _consume(self, stop: trio.Event) -> None:
+        with trio.CancelScope() as scope:
+            async def cancel_on_stop() -> None:
+                await stop.wait()
+                scope.cancel()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(cancel_on_stop)
+                while True:
+                    try:
+                        async with PullConsumer(NAMESRV_ADDRESS, group=GROUP, topic=TOPIC, request_timeout=3.0,
+                                                master_retry_s=0.5, net=self.network.host(CLIENT_HOST)) as consumer, \
+                                contextlib.aclosing(consumer.messages(poll_ms=300, auto_commit=True)) as it:
+                            async for msg in it:
+                                for key in msg.keys:
+                                    self.consumed[key] = msg.commitlog_offset
+                    except TidemqError:
+                        pass
+                    await trio.sleep(0.3)
+
+    async def _drain_consumer(self) -> None:
+        """Let the consumer reach the end of every queue (bounded)."""
+        def caught_up() -> bool:
+            broker = self.cluster.master.broker
+            if broker is None or broker.services is None:
+                return False
+            store = broker.services.store
+            return all(broker.offsets.fetch(GROUP, TOPIC, q) == store.get_max_offset_in_queue(TOPIC, q)
+                       for q in range(QUEUES))
+
+        with trio.move_on_after(30.0) as waiting:
+            while not caught_up():
+                await trio.sleep(0.1)
+        if waiting.cancelled_caught:
+            self.log.add("the consumer did not reach the end of every queue")
+
+    def _committed(self) -> dict[int, int]:
+        broker = self.cluster.master.broker
+        if broker is None:
+            return {}
+        return {q: o for q in range(QUEUES) if (o := broker.offsets.fetch(GROUP, TOPIC, q)) is not None}
+
+    # ---------------------------------------------------------------- watching
+
+    async def _monitor(self) -> None:
+        """Each node's role and epoch as they change, and every truncation it reports."""
+        seen: dict[str, Any] = {}
+        while True:
+            for node in self.cluster.nodes:
+                now = node.serving()
+                if now != seen.get(node.name):
+                    seen[node.name] = now
+                    self.log.add(f"{node.name}: {now[0] + ' epoch ' + str(now[1]) if now else 'down'}")
+                    if now is not None:
+                        self.observed.terms.append((trio.current_time(), node.name, now[0], now[1]))
+                self._note_truncation(node)
+            await trio.sleep(0.05)
+
+    def _note_truncation(self, node: SimNode) -> None:
+        """The node's last truncation report (Failover.last_truncation), if it is a new one."""
+        cut = node.broker.failover.last_truncation if node.broker is not None else None
+        if cut is None or cut is self._truncations.get(node.name):
+            return
+        self._truncations[node.name] = cut
+        self.observed.truncated.update(cut["msg_ids"])
+        self.observed.truncated_ranges.append((cut["from_offset"], cut["to_offset"]))
+        self.log.add(f"{node.name} dropped [{cut['from_offset']}, {cut['to_offset']}): "
+                     f"{cut['message_count']} message(s)")
+
+    async def _converge(self) -> None:
+        """Wait until the master serves and every other node is its caught-up slave."""
+        def converged() -> bool:
+            master = self.cluster.master
+            serving = master.serving()
+            if serving is None or serving[0] == "SLAVE":
+                return False
+            end = master.store_max_offset()
+            for node in self.cluster.nodes:
+                if node is master:
+                    continue
+                s = node.serving()
+                if s is None or s[0] != "SLAVE" or node.store_max_offset() != end:
+                    return False
+            return True
+
+        with trio.move_on_after(SETTLE_S) as waiting:
+            while not converged():
+                await trio.sleep(0.1)
+        for node in self.cluster.nodes:  # a truncation in the last poll interval
+            self._note_truncation(node)
+        states = ", ".join(f"{n.name} {n.serving()} at {n.store_max_offset()}" for n in self.cluster.nodes)
+        if waiting.cancelled_caught:
+            self.violations.append(f"the group did not converge {SETTLE_S:.0f} s after the load: {states}")
+        self.log.add(f"end: master {self.cluster.master.name}; {states}")
+
+    # ---------------------------------------------------------------- verdict
+
+    def _check(self) -> None:
+        roots = {n.name: n.root for n in self.cluster.nodes}
+        report = check(self.history, roots, master=self.cluster.master.name, topic=TOPIC, queues=QUEUES,
+                       consumed=self.consumed)
+        self.observed.epochs = {n.name: _epochs(n.root) for n in self.cluster.nodes}
+        found, self.known = verdict(report, self.history, self.observed, replication=self.replication,
+                                    master=self.cluster.master.name, consumed=self.consumed)
+        self.violations.extend(found)
+        counts = self.history.counts()
+        self.log.lines.append(f"verdict: {counts} consumed {len(self.consumed)}; "
+                              f"{len(self.violations)} violation(s)")
+        self.log.lines.extend(f"violation: {v}" for v in self.violations)
+        self.log.lines.extend(f"known gap: {k}" for k in self.known)
+
+
+def _op_line(op: Op) -> str:
+    where = f" {op.queue_id}@{op.queue_offset} {op.commitlog_offset}" if op.outcome == "ok" else ""
+    return f"send p{op.process} {op.seq}: {op.outcome} {op.status or ''}{where}"
+
+
+def _epochs(root: str) -> list[tuple[int, int]]:
+    from store.epoch_file import EPOCH_FILE_NAME, EpochFileCache
+
+    path = os.path.join(root, EPOCH_FILE_NAME)
+    if not os.path.exists(path):
+        return []
+    return [(e.epoch, e.start_offset) for e in EpochFileCache.load(path).entries]

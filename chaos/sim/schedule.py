@@ -1,0 +1,90 @@
+"""A simulation's fault schedule, drawn from its seed: what goes wrong, to whom, when.
+
+Faults name roles ("master", "slave"), resolved when they strike, so a schedule means the
+same after a promotion. Faults other than promotions run one after another (each heals
+before the next strikes, with a gap); promotions land at any moment, inside another fault
+or not. `--shrink` removes faults from a failing schedule (`without`) while it still fails.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import attrs
+
+__all__ = ["KINDS", "Fault", "Schedule", "draw"]
+
+KINDS = ("kill", "pause", "cut", "cut_one_way", "delay", "slow_disk", "promote")
+"""kill: cancel the node as SIGKILL ends a process and restart it from its files after
+`duration`; pause: freeze its sockets and timers for `duration` (SIGSTOP); cut: end every
+connection between two nodes and refuse new ones; cut_one_way: hold what one node sends to
+the other; delay: every send between two nodes takes `amount` s longer; slow_disk: every
+blocking file operation of the node (flushes) takes `amount` s longer; promote: make the
+slave the group's master (Admin.promote), as an operator would."""
+
+
+@attrs.frozen
+class Fault:
+    kind: str
+    at: float  # seconds of simulated time after the workload starts
+    duration: float = 0.0
+    target: str = "master"  # a role; the second node of a link fault is the other role
+    amount: float = 0.0  # delay / slow_disk: seconds added
+    peer: str = "slave"  # link faults: the other end ("slave", "namesrv" or "client")
+
+    def describe(self) -> str:
+        what = {"kill": f"kill {self.target} for {self.duration:.2f} s",
+                "pause": f"pause {self.target} for {self.duration:.2f} s",
+                "cut": f"cut {self.target}<->{self.peer} for {self.duration:.2f} s",
+                "cut_one_way": f"cut {self.target}->{self.peer} for {self.duration:.2f} s",
+                "delay": f"delay {self.target}<->{self.peer} by {self.amount:.3f} s for {self.duration:.2f} s",
+                "slow_disk": f"slow {self.target}'s disk by {self.amount:.3f} s for {self.duration:.2f} s",
+                "promote": "promote the slave"}[self.kind]
+        return f"t={self.at:.2f} {what}"
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class Schedule:
+    seed: int
+    faults: tuple[Fault, ...]
+    sends: int  # sends the producers make in all
+    span: float  # seconds over which they are paced
+
+    def without(self, index: int) -> Schedule:
+        return attrs.evolve(self, faults=self.faults[:index] + self.faults[index + 1:])
+
+    def describe(self) -> list[str]:
+        return [f.describe() for f in self.faults]
+
+
+def draw(seed: int, *, faults: tuple[int, int] = (3, 6), sends: int = 500) -> Schedule:
+    """The schedule of `seed`: between faults[0] and faults[1] faults (promotions among
+    them), at least `sends` sends."""
+    rng = random.Random(seed)
+    count = rng.randint(*faults)
+    promotions = min(count - 1, rng.choice((0, 0, 1, 1, 1, 2)))
+    out: list[Fault] = []
+    at = rng.uniform(0.5, 2.0)
+    for _ in range(count - promotions):
+        kind = rng.choice(KINDS[:-1])
+        duration = rng.choice((rng.uniform(0.1, 1.5), rng.uniform(1.5, 6.0)))
+        target = rng.choice(("master", "master", "slave"))
+        peer = "slave" if target == "master" else "master"
+        if kind in ("cut", "cut_one_way", "delay") and rng.random() < 0.25:
+            peer = rng.choice(("namesrv", "client"))
+        amount = 0.0
+        if kind == "delay":
+            amount = rng.choice((0.002, 0.02, 0.2, 1.5))
+        elif kind == "slow_disk":
+            amount = rng.choice((0.005, 0.05, 0.5))
+        out.append(Fault(kind, round(at, 3), round(duration, 3), target, amount, peer))
+        at += duration + rng.uniform(0.2, 3.0)
+    span = at + 1.0
+    for _ in range(promotions):
+        out.append(Fault("promote", round(rng.uniform(0.5, span), 3)))
+    out.sort(key=lambda f: f.at)
+    return Schedule(seed, tuple(out), sends, round(span, 3))

@@ -1,0 +1,111 @@
+"""Where blocking work runs, what time it is, and how a periodic task sleeps: the seam the
+deterministic simulation (chaos/sim, docs/simulation.md) replaces.
+
+In production blocking file work (fsync, creating and deleting files, JSON writes) goes to
+trio's worker threads and the clocks are time.time() and time.monotonic(). Inside
+`simulated(...)` (a context variable, so only the tasks started under it see it):
+
+- `run_sync` runs the work inline in the calling task (after the host's `disk_delay`, a
+  slow disk): a worker thread's timing is not seeded, and while one ran trio's MockClock
+  would jump past every timeout waiting on it;
+- `wall_clock()` is a fixed epoch plus trio's clock and `monotonic()` is trio's clock, so
+  timestamps and intervals follow the simulated time;
+- `sleep` also waits while the calling task's host is paused (`Gate`), so a paused node's
+  periodic tasks (its event-loop beat, heartbeats, flushes) stop as a SIGSTOPped process's do.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Protocol, TypeVar
+
+import attrs
+import trio
+
+__all__ = ["Gate", "Simulation", "hosted", "killed", "monotonic", "run_sync", "simulated", "simulation", "sleep",
+           "wall_clock"]
+
+T = TypeVar("T")
+
+
+class Gate(Protocol):
+    """A simulated host's run state: `wait_running` returns at once unless it is paused;
+    `killed` is set before its tasks are cancelled as a SIGKILL would end them."""
+
+    killed: bool
+    disk_delay: float  # seconds each blocking file operation of the host waits first (a slow disk)
+
+    async def wait_running(self) -> None: ...
+
+
+@attrs.frozen
+class Simulation:
+    epoch_s: float  # the wall-clock time at trio time 0
+    gate: Gate | None = None  # the host whose tasks these are
+
+
+_SIMULATION: ContextVar[Simulation | None] = ContextVar("tidemq_simulation", default=None)
+
+
+def simulation() -> Simulation | None:
+    return _SIMULATION.get()
+
+
+@contextmanager
+def simulated(epoch_s: float) -> Iterator[Simulation]:
+    """Run what is started inside the block (in this task and the tasks it starts) simulated."""
+    sim = Simulation(epoch_s)
+    token = _SIMULATION.set(sim)
+    try:
+        yield sim
+    finally:
+        _SIMULATION.reset(token)
+
+
+def hosted(gate: Gate) -> None:
+    """From here on, the calling task and those it starts belong to the host of `gate`
+    (call it first thing in a host's root task, inside `simulated`)."""
+    sim = _SIMULATION.get()
+    if sim is None:
+        raise RuntimeError("hosted() outside simulated()")
+    _SIMULATION.set(attrs.evolve(sim, gate=gate))
+
+
+def killed() -> bool:
+    """Whether this task's host is being killed: code that runs on the way out (flushing the
+    store, persisting offsets) leaves everything as a SIGKILL would."""
+    sim = _SIMULATION.get()
+    return sim is not None and sim.gate is not None and sim.gate.killed
+
+
+async def run_sync(fn: Callable[..., T], *args: Any, abandon_on_cancel: bool = False) -> T:
+    """`trio.to_thread.run_sync`, or inline under simulation."""
+    sim = _SIMULATION.get()
+    if sim is None:
+        return await trio.to_thread.run_sync(fn, *args, abandon_on_cancel=abandon_on_cancel)
+    if sim.gate is not None and sim.gate.disk_delay:
+        await trio.sleep(sim.gate.disk_delay)
+    await trio.lowlevel.checkpoint()
+    return fn(*args)
+
+
+def wall_clock() -> float:
+    """Seconds since the Unix epoch."""
+    sim = _SIMULATION.get()
+    return time.time() if sim is None else sim.epoch_s + trio.current_time()
+
+
+def monotonic() -> float:
+    sim = _SIMULATION.get()
+    return time.monotonic() if sim is None else trio.current_time()
+
+
+async def sleep(seconds: float) -> None:
+    """trio.sleep, then, under simulation, wait while this host is paused."""
+    await trio.sleep(seconds)
+    sim = _SIMULATION.get()
+    if sim is not None and sim.gate is not None:
+        await sim.gate.wait_running()
