@@ -3,8 +3,8 @@
     tidemq chaos list
     tidemq chaos run SCENARIO --mode SYNC_MASTER+SYNC_FLUSH --seed N --duration S [--json]
     tidemq chaos soak --minutes M [--log FILE]
-    tidemq chaos sim --seeds 1..10000 [--mode M|all] [--jobs 2] [--json]
-    tidemq chaos sim --seed N --mode M [--without I,J] [--shrink] [--events] [--keep]
+    tidemq chaos sim --seeds 1..10000 [--mode M|all] [--jobs 2] [--mutate NAME [--first]] [--json]
+    tidemq chaos sim --seed N --mode M [--without I,J] [--shrink] [--events] [--keep] [--mutate NAME]
     tidemq chaos proxy --port 8474
 
 Exit codes: 0 the run met its mode's promises, 1 it did not (the table and the verdict
@@ -264,8 +264,9 @@ def parse_seeds(text: str) -> list[int]:
         raise ValueError(f"--seeds must be A..B, N or N,M,...; got {text!r}") from None
 
 
-def _replay_command(seed: int, mode: str, without: Sequence[int] = ()) -> str:
+def _replay_command(seed: int, mode: str, without: Sequence[int] = (), mutation: str | None = None) -> str:
     extra = f" --without {','.join(map(str, without))}" if without else ""
+    extra += f" --mutate {mutation}" if mutation else ""
     return f"tidemq chaos sim --seed {seed} --mode {mode}{extra}"
 
 
@@ -276,14 +277,18 @@ def _cmd_sim(args: argparse.Namespace) -> int:
         return _error(f"unknown mode {args.mode!r}; use one of {', '.join(MODES)} or all")
     if args.jobs < 1:
         return _error(f"--jobs must be at least 1, got {args.jobs}")
+    from .sim.mutations import MUTATIONS
+
+    if args.mutate is not None and args.mutate not in MUTATIONS:
+        return _error(f"no mutation {args.mutate!r}; there are {', '.join(MUTATIONS)}")
     if (args.seed is None) == (args.seeds is None):
         return _error("give --seeds A..B (a sweep) or --seed N (one replay)")
     try:
         without = tuple(parse_seeds(args.without)) if args.without else ()
         if args.seed is not None:
             return _sim_one(args, without)
-        if without or args.shrink or args.events:
-            return _error("--without, --shrink and --events go with --seed N")
+        if without or args.shrink or args.events or args.keep:
+            return _error("--without, --shrink, --events and --keep go with --seed N")
         return _sim_sweep(args, parse_seeds(args.seeds))
     except ValueError as e:
         return _error(str(e))
@@ -298,9 +303,9 @@ def _sim_one(args: argparse.Namespace, without: tuple[int, ...]) -> int:
         def progress(what: str) -> None:
             print(f"  {what}", file=sys.stderr, flush=True)
 
-        without, result = shrink(args.seed, mode, base_dir=args.dir, progress=progress)
+        without, result = shrink(args.seed, mode, base_dir=args.dir, mutation=args.mutate, progress=progress)
     else:
-        result = replay(args.seed, mode, without=without, base_dir=args.dir, keep=args.keep)
+        result = replay(args.seed, mode, without=without, base_dir=args.dir, keep=args.keep, mutation=args.mutate)
     schedule = draw(args.seed)
     kept = [f for i, f in enumerate(schedule.faults) if i not in without]
     if args.json:
@@ -319,7 +324,7 @@ def _sim_one(args: argparse.Namespace, without: tuple[int, ...]) -> int:
             print(f"known gap: {k}")
         if args.shrink and not result.ok:
             print(f"shrunk to {len(kept)} of {len(schedule.faults)} fault(s): "
-                  f"{_replay_command(args.seed, mode, without)}")
+                  f"{_replay_command(args.seed, mode, without, args.mutate)}")
         print("passed" if result.ok else "FAILED")
     return EXIT_OK if result.ok else EXIT_FOUND
 
@@ -333,13 +338,14 @@ def _sim_sweep(args: argparse.Namespace, seeds: list[int]) -> int:
     def on_result(result: dict[str, Any], so_far: Any) -> None:
         if result["violations"]:
             print(f"seed {result['seed']} ({result['mode']}) broke a promise: {result['violations'][0]}\n"
-                  f"  replay: {_replay_command(result['seed'], result['mode'])}", file=sys.stderr, flush=True)
+                  f"  replay: {_replay_command(result['seed'], result['mode'], mutation=args.mutate)}", file=sys.stderr, flush=True)
         if so_far.schedules - shown[0] >= step or so_far.schedules == len(seeds):
             shown[0] = so_far.schedules
             print(f"{so_far.schedules}/{len(seeds)} schedules · {so_far.faults} faults · {so_far.sends} sends · "
                   f"{len(so_far.failing)} failing · {so_far.wall_s:.0f} s", file=sys.stderr, flush=True)
 
-    result = sweep(seeds, mode=args.mode, jobs=args.jobs, base_dir=args.dir, on_result=on_result)
+    result = sweep(seeds, mode=args.mode, jobs=args.jobs, base_dir=args.dir, mutation=args.mutate,
+                   stop_at_first=args.first, on_result=on_result)
     summary = result.to_json()
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -351,7 +357,8 @@ def _sim_sweep(args: argparse.Namespace, seeds: list[int]) -> int:
         print(f"{len(result.failing)} failing seed(s), {summary['violations']} violation(s); "
               f"{len(result.known_gap)} seed(s) hit the known gap (docs/simulation.md)")
         for r in result.failing:
-            print(f"  seed {r['seed']}: {r['violations'][0]} · {_replay_command(r['seed'], r['mode'])}")
+            print(f"  seed {r['seed']}: {r['violations'][0]} · "
+                  f"{_replay_command(r['seed'], r['mode'], mutation=args.mutate)}")
     return EXIT_OK if not result.failing else EXIT_FOUND
 
 
@@ -444,6 +451,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     sim.add_argument("--events", action="store_true", help="with --seed: print the event log")
     sim.add_argument("--keep", action="store_true", help="with --seed: keep the store files")
     sim.add_argument("--dir", help="where the stores go (default /dev/shm, a tmpfs)")
+    sim.add_argument("--mutate", metavar="NAME",
+                     help="run with a deliberate bug, to see the checker catch it: "
+                     "pause-fencing, truncation or in-sync-wait (docs/simulation.md)")
+    sim.add_argument("--first", action="store_true", help="a sweep stops at the first seed that broke a promise")
     sim.add_argument("--json", action="store_true")
     sim.set_defaults(handler=_cmd_sim)
 

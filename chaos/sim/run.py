@@ -35,6 +35,7 @@ import trio.testing
 from cluster.client.admin import Admin
 from cluster.client.consumer import PullConsumer
 from node.client import TidemqError, connect
+from node.failover.promotion import ASK_TIMEOUT_S
 from node.protocol import Send, TopicCreate
 from store import runtime
 
@@ -42,6 +43,7 @@ from ..checker import check
 from ..history import History, Op
 from ..workload import record_send
 from .cluster import BROKER_NAME, CLIENT_HOST, NAMESRV_ADDRESS, SimCluster, SimNode
+from .mutations import MUTATIONS, mutated
 from .network import SimNetwork
 from .schedule import Fault, Schedule, draw
 from .verdict import Observed, verdict
@@ -61,6 +63,7 @@ MAX_SIMULATED_S = 900.0  # a run still going then is stuck: a finding
 SPIN_STEPS = 200_000  # task steps without the clock moving: a spin (a busy instant takes a few thousand)
 SPIN_SAMPLE = 2_000  # the last steps of a spin, whose tasks it names
 ADMIN_HOST = "10.0.1.2"
+MONITOR_S = 0.1  # how often the run notes each node's role and epoch
 
 
 @attrs.define
@@ -144,11 +147,14 @@ def _seed_trio(seed: int) -> None:
 
 
 def run_seed(seed: int, *, mode: str = MODES[0], schedule: Schedule | None = None, base_dir: str | None = None,
-             keep: bool = False) -> SeedResult:
-    """Simulate `seed` (or `schedule`) in `mode`; the store files go to a fresh directory
-    under `base_dir` (default: /dev/shm when it exists), removed unless `keep`."""
+             keep: bool = False, mutation: str | None = None) -> SeedResult:
+    """Simulate `seed` (or `schedule`) in `mode`, with a deliberate bug (`mutation`,
+    chaos/sim/mutations.py) or none; the store files go to a fresh directory under
+    `base_dir` (default: /dev/shm when it exists), removed unless `keep`."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if mutation is not None and mutation not in MUTATIONS:
+        raise ValueError(f"no mutation {mutation!r}; there are {', '.join(MUTATIONS)}")
     schedule = schedule or draw(seed)
     random.seed(seed)
     _seed_trio(seed)
@@ -159,7 +165,7 @@ def run_seed(seed: int, *, mode: str = MODES[0], schedule: Schedule | None = Non
     clock = trio.testing.MockClock(autojump_threshold=0)
     sim.spin_guard = SpinGuard(clock)
     try:
-        with _quiet_logs():
+        with _quiet_logs(), mutated(mutation):
             trio.run(sim.main, clock=clock, instruments=[sim.spin_guard])
     except BaseException as e:  # a crash of the simulated cluster is a finding, not the runner's end
         if isinstance(e, KeyboardInterrupt):
@@ -209,7 +215,8 @@ class Simulation:
         self.cluster = SimCluster(base, self.network, replication=self.replication, flush=self.flush)
         self.history = History()
         self.log = EventLog()
-        self.observed = Observed()
+        self.observed = Observed(first_master=self.cluster.master.name,
+                                 addresses={n.address: n.name for n in self.cluster.nodes})
         self.violations: list[str] = []
         self.known: list[str] = []  # findings of the known gap (verdict.py)
         self.consumed: dict[str, int] = {}
@@ -314,6 +321,7 @@ class Simulation:
             net.resume(host)
         else:
             a, b = cluster.host_of(fault.target), cluster.host_of(fault.peer)
+            began, struck = runtime.wall_clock(), cluster.role_node(fault.target)
             if fault.kind == "delay":
                 net.delay(a, b, fault.amount)
                 await trio.sleep(fault.duration)
@@ -322,6 +330,8 @@ class Simulation:
                 net.cut(a, b, one_way=fault.kind == "cut_one_way")
                 await trio.sleep(fault.duration)
                 net.heal(a, b)
+            if fault.peer == "namesrv" and (fault.kind != "delay" or 2 * fault.amount >= ASK_TIMEOUT_S / 2):
+                self.observed.cut_off.append((struck.name, began, runtime.wall_clock()))
         self.log.add(f"healed: {fault.kind}")
 
     async def _restart(self, node: SimNode) -> None:
@@ -343,7 +353,7 @@ class Simulation:
             self.log.add(f"promotion of {slave.name} failed: {e.status}")
             return
         self.cluster.master = slave
-        self.observed.promotions.append((trio.current_time(), slave.name, answer["epoch"]))
+        self.observed.promotions.append((runtime.wall_clock(), slave.name, answer["epoch"]))
         self.log.add(f"promoted {slave.name}: epoch {answer['epoch']} from offset {answer['start_offset']}")
 
     # ---------------------------------------------------------------- workload
@@ -403,7 +413,7 @@ class Simulation:
                     try:
                         async with PullConsumer(NAMESRV_ADDRESS, group=GROUP, topic=TOPIC, request_timeout=3.0,
                                                 master_retry_s=0.5, net=self.network.host(CLIENT_HOST)) as consumer, \
-                                contextlib.aclosing(consumer.messages(poll_ms=300, auto_commit=True)) as it:
+                                contextlib.aclosing(consumer.messages(poll_ms=1000, auto_commit=True)) as it:
                             async for msg in it:
                                 for key in msg.keys:
                                     self.consumed[key] = msg.commitlog_offset
@@ -418,7 +428,7 @@ class Simulation:
             if broker is None or broker.services is None:
                 return False
             store = broker.services.store
-            return all(broker.offsets.fetch(GROUP, TOPIC, q) == store.get_max_offset_in_queue(TOPIC, q)
+            return all((broker.offsets.fetch(GROUP, TOPIC, q) or 0) == store.get_max_offset_in_queue(TOPIC, q)
                        for q in range(QUEUES))
 
         with trio.move_on_after(30.0) as waiting:
@@ -447,7 +457,7 @@ class Simulation:
                     if now is not None:
                         self.observed.terms.append((trio.current_time(), node.name, now[0], now[1]))
                 self._note_truncation(node)
-            await trio.sleep(0.05)
+            await trio.sleep(MONITOR_S)
 
     def _note_truncation(self, node: SimNode) -> None:
         """The node's last truncation report (Failover.last_truncation), if it is a new one."""

@@ -59,12 +59,20 @@ class Sweep:
                 "schedules_per_minute": round(self.schedules / self.wall_s * 60, 1) if self.wall_s else None}
 
 
-def _run_chunk(seeds: Sequence[int], mode: str, base_dir: str | None) -> list[dict[str, Any]]:
-    return [run_seed(seed, mode=mode_of(seed, mode), base_dir=base_dir).to_json() for seed in seeds]
+def _run_chunk(seeds: Sequence[int], mode: str, base_dir: str | None, mutation: str | None,
+               stop_at_first: bool) -> list[dict[str, Any]]:
+    out = []
+    for seed in seeds:
+        out.append(run_seed(seed, mode=mode_of(seed, mode), base_dir=base_dir, mutation=mutation).to_json())
+        if stop_at_first and out[-1]["violations"]:
+            break
+    return out
 
 
-def _run_one(seed: int, mode: str, without: tuple[int, ...], base_dir: str | None, keep: bool) -> SeedResult:
-    return run_seed(seed, mode=mode, schedule=_schedule(seed, without), base_dir=base_dir, keep=keep)
+def _run_one(seed: int, mode: str, without: tuple[int, ...], base_dir: str | None, keep: bool,
+             mutation: str | None) -> SeedResult:
+    return run_seed(seed, mode=mode, schedule=_schedule(seed, without), base_dir=base_dir, keep=keep,
+                    mutation=mutation)
 
 
 def _schedule(seed: int, without: tuple[int, ...]) -> Schedule:
@@ -92,19 +100,26 @@ def _workers(jobs: int) -> Iterator[concurrent.futures.ProcessPoolExecutor]:
 
 
 def sweep(seeds: Sequence[int], *, mode: str = "all", jobs: int = 2, base_dir: str | None = None,
+          mutation: str | None = None, stop_at_first: bool = False,
           on_result: Callable[[dict[str, Any], Sweep], None] | None = None) -> Sweep:
-    """Run every seed (`jobs` worker processes); `on_result` sees each result as it comes."""
+    """Run every seed (`jobs` worker processes), with `mutation` (chaos/sim/mutations.py)
+    or none; with `stop_at_first`, stop once a seed broke a promise (the seeds in flight
+    finish). `on_result` sees each result as it comes."""
     out = Sweep()
     began = time.perf_counter()
     chunks = [seeds[i:i + CHUNK] for i in range(0, len(seeds), CHUNK)]
     with _workers(jobs) as pool:
-        futures = [pool.submit(_run_chunk, chunk, mode, base_dir) for chunk in chunks]
+        futures = [pool.submit(_run_chunk, chunk, mode, base_dir, mutation, stop_at_first) for chunk in chunks]
         for future in concurrent.futures.as_completed(futures):
             for result in future.result():
                 out.add(result)
                 out.wall_s = time.perf_counter() - began
                 if on_result is not None:
                     on_result(result, out)
+            if stop_at_first and out.failing:
+                for pending in futures:
+                    pending.cancel()
+                break
     out.wall_s = round(time.perf_counter() - began, 3)
     out.simulated_s = round(out.simulated_s, 3)
     out.failing.sort(key=lambda r: r["seed"])
@@ -113,14 +128,14 @@ def sweep(seeds: Sequence[int], *, mode: str = "all", jobs: int = 2, base_dir: s
 
 
 def replay(seed: int, mode: str, *, without: tuple[int, ...] = (), base_dir: str | None = None,
-           keep: bool = False) -> SeedResult:
+           keep: bool = False, mutation: str | None = None) -> SeedResult:
     """One seed (with the faults at `without` left out), in a fresh worker process."""
     _schedule(seed, without)  # a bad index is the caller's error, here
     with _workers(1) as pool:
-        return pool.submit(_run_one, seed, mode, without, base_dir, keep).result()
+        return pool.submit(_run_one, seed, mode, without, base_dir, keep, mutation).result()
 
 
-def shrink(seed: int, mode: str, *, base_dir: str | None = None,
+def shrink(seed: int, mode: str, *, base_dir: str | None = None, mutation: str | None = None,
            progress: Callable[[str], None] | None = None) -> tuple[tuple[int, ...], SeedResult]:
     """The fewest of the seed's faults that still fail (each left in is needed: dropping
     any one more passes): the indexes left out and the failing run of what is left."""
@@ -128,7 +143,7 @@ def shrink(seed: int, mode: str, *, base_dir: str | None = None,
     without: tuple[int, ...] = ()
     with _workers(1) as pool:
         def attempt(leave_out: tuple[int, ...]) -> SeedResult:
-            return pool.submit(_run_one, seed, mode, leave_out, base_dir, False).result()
+            return pool.submit(_run_one, seed, mode, leave_out, base_dir, False, mutation).result()
 
         last = attempt(without)
         if last.ok:

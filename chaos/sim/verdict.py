@@ -8,7 +8,8 @@
   or a message stored at another queue offset than it was acknowledged at.
 - One master per epoch, epochs monotonic: no two nodes served as master in one epoch,
   promotions take ascending epochs, every epoch file ascends and agrees with the others
-  on where each epoch starts.
+  on where each epoch starts; a write sent after a promotion returned is acknowledged by
+  the promoted node, never by the old master (the fencing's promise).
 - Every indeterminate send stored once or not at all; no failed send stored; no duplicate,
   order or contiguity break, damage, CRC failure or divergence between the nodes.
 - Consumers skip nothing they committed past: every acknowledged message stored below a
@@ -26,6 +27,9 @@ from collections import defaultdict
 
 import attrs
 
+from node.failover.promotion import ASK_TIMEOUT_S
+from store.msg_id import decode_msg_id
+
 from ..checker import CheckReport
 from ..history import OK, History
 from ..workload import parse_key
@@ -40,7 +44,12 @@ class Observed:
     truncated: set[str] = attrs.field(factory=set)  # msgIds a rejoining node reported dropping
     truncated_ranges: list[tuple[int, int]] = attrs.field(factory=list)  # and their CommitLog ranges
     terms: list[tuple[float, str, str, int | None]] = attrs.field(factory=list)  # (time, node, role, epoch)
-    promotions: list[tuple[float, str, int]] = attrs.field(factory=list)
+    promotions: list[tuple[float, str, int]] = attrs.field(factory=list)  # (wall time it returned, node, epoch)
+    first_master: str = ""  # the node serving as master before any promotion
+    addresses: dict[str, str] = attrs.field(factory=dict)  # client address "ip:port" → node
+    cut_off: list[tuple[str, float, float]] = attrs.field(factory=list)
+    """(node, from, to): wall times its link to the name server was cut or slowed past an
+    epoch check's timeout; it learns of peers only there (docs/failover.md, Limits)."""
     epochs: dict[str, list[tuple[int, int]]] = attrs.field(factory=dict)  # node → epoch file entries
     committed: dict[int, int] = attrs.field(factory=dict)  # queue → the group's committed offset
 
@@ -78,6 +87,8 @@ def verdict(report: CheckReport, history: History, observed: Observed, *, replic
     if report.slave_ahead_bytes:
         out.append(f"a slave holds {report.slave_ahead_bytes} B past the master's end")
     out += _epoch_findings(observed)
+    finding("write(s) sent after a promotion acknowledged by another node than the new master",
+            _acked_by_the_old_master(history, observed))
     gone = [k for k, o in zip(report.consumed_missing, report.consumed_missing_offsets, strict=True)
             if not any(low <= o < high for low, high in observed.truncated_ranges)]
     finding("consumed message(s) no longer stored", gone)
@@ -93,6 +104,29 @@ def verdict(report: CheckReport, history: History, observed: Observed, *, replic
         skipped = []
     finding("acknowledged message(s) the consumer committed past without reading", [k for k, _o in skipped])
     return out, known
+
+
+def _acked_by_the_old_master(history: History, observed: Observed) -> list[str]:
+    """A write sent after a promotion returned must be acknowledged by the promoted node (or
+    a later one): an old master that acknowledges it — paused across the promotion,
+    restarted during it — is one the fencing missed, and the write is cut when that node
+    rejoins. A master cut off from the name server cannot learn of a promotion in manual
+    mode (the documented limit): its acknowledgements then, and within an epoch check's
+    timeout after the heal, are allowed."""
+    out = []
+    for op in history.ops:
+        if op.outcome != OK or not op.msg_id:
+            continue
+        serving = observed.first_master
+        for returned, node, _epoch in observed.promotions:
+            if returned < op.invoked_at:
+                serving = node
+        acked_by = observed.addresses.get(decode_msg_id(op.msg_id)[0])
+        cut_off = any(node == acked_by and start <= op.invoked_at <= end + ASK_TIMEOUT_S
+                      for node, start, end in observed.cut_off)
+        if acked_by is not None and acked_by != serving and not cut_off:
+            out.append(f"{op.key} ({op.status}) by {acked_by}, sent after {serving}'s promotion")
+    return out
 
 
 def _reused(history: History, observed: Observed) -> list[str]:

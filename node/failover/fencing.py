@@ -12,9 +12,12 @@ The rules (docs/failover.md, "Fencing and rejoining"):
   frozen VM) while a slave may have been promoted and its sockets buffered sends. A write
   admitted before it is acknowledged only after a check that started after it; until one
   confirms, writes are held.
-- **A slave that left** (fewer connections than this term had: it may be the one being
-  promoted): every write is acknowledged only after a check that started after its
-  admission.
+- **A slave that left** (fewer connections than this term had, or than the group has
+  slaves registered with the name servers: it may be the one being promoted): every write
+  is acknowledged only after a check that started after its admission.
+- **A master that just started** on its old epoch may have missed a promotion of its slave
+  that began before it started: writes are acknowledged only after a check that started
+  `settle_until` (the promoted slave's settle time) after the start.
 - **A check** confirms when a name server or peer answered (or there is none to ask) and no
   stall happened while it was asked: answers sent before a stall may predate a promotion.
 """
@@ -70,6 +73,15 @@ class Fencing:
     confirmed_at: float = -math.inf
     """When the last check that confirmed this node's epoch started."""
     needs_check: bool = False
+    registered_slaves: int = 0
+    """The group's slaves the name servers listed at the last check. One that is registered
+    but not connected to this term (it never reconnected after this node started) could be
+    promoted unseen: that counts as a slave that left."""
+    settle_until: float = -math.inf
+    """A master that just started on its old epoch: a promotion of its slave that began
+    before (the slave already gone, so no departure is seen) is announced by then (the
+    promoted slave waits PROMOTE_SETTLE_S first), so until a check that started then
+    confirms, every write waits for one."""
 
     # ---- what happens ------------------------------------------------------------------------
     def beat(self, now: float) -> float | None:
@@ -92,9 +104,17 @@ class Fencing:
             if self.slave_left_at is None:
                 self.slave_left_at = now
             self.needs_check = True
-        elif open_count >= self.peak_slaves:
+        elif open_count >= max(self.peak_slaves, self.registered_slaves):
             self.slave_left_at = None
         return max(ended, 0)
+
+    def registered(self, count: int, now: float) -> None:
+        """A check found `count` slaves of the group registered with the name servers."""
+        self.registered_slaves = count
+        if self.open_seen < count and self.slave_left_at is None:
+            self.slave_left_at = now
+        elif self.open_seen >= max(self.peak_slaves, count):
+            self.slave_left_at = None
 
     def start_check(self, now: float) -> Check:
         self.needs_check = False  # set again by a stall or a slave leaving while asking
@@ -122,7 +142,8 @@ class Fencing:
         started over `recheck_s` ago."""
         # `now >= last_check + recheck_s`, not `now - last_check >= recheck_s`: the sum is the
         # deadline a waiter sleeps until, and the difference can fall an ulp short of it
-        return self.needs_check or (
+        settling = self.confirmed_at < self.settle_until <= now and self.last_check < self.settle_until
+        return self.needs_check or settling or (
             (self.slave_left_at is not None or self.held) and now >= self.last_check + recheck_s)
 
     def needed_for(self, admitted: float) -> float:
@@ -133,6 +154,8 @@ class Fencing:
             need = self.stalled_at
         if self.slave_left_at is not None:
             need = max(need, admitted)
+        if self.confirmed_at < self.settle_until:
+            need = max(need, self.settle_until)
         return need
 
     def stalled_since(self, admitted: float) -> bool:

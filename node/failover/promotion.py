@@ -187,6 +187,10 @@ class Failover:
             log.info("epoch %d starts at CommitLog offset %d (first term with epochs)", epoch, start)
         self.newest_seen = max(self.newest_seen, self.cache.last_epoch())
         self.fencing.needs_check = True  # a node that starts as master asks before its first write
+        if pending is None and self.controller is None:
+            # restarted on its old epoch: its slave may be mid-promotion, gone before this
+            # start and announcing only after its settle time (found by the simulation)
+            self.fencing.settle_until = trio.current_time() + PROMOTE_SETTLE_S
 
     def begin_epoch(self, epoch: int) -> None:
         """A master elected by the controller starts `epoch` at its max offset (an empty
@@ -382,6 +386,8 @@ class Failover:
     async def _confirm_since(self, since: float) -> bool:
         """Run epoch checks until one that started at or after `since` confirmed this node's
         epoch (True), or it is fenced or no one answered (False)."""
+        if since > trio.current_time():
+            await trio.sleep_until(since)  # a check that confirms must start then (Fencing.settle_until)
         for _ in range(3):  # a check that stalled, or began before `since`, is followed by one more
             if self.fenced is not None:
                 return False
@@ -410,6 +416,8 @@ class Failover:
             if newer is not None:
                 self._fence(newer.epoch, newer.address, newer.source)
                 return None
+            if answered:
+                fencing.registered(sum(1 for broker_id in self._used_ids if broker_id != 0), trio.current_time())
             outcome = fencing.finish_check(check, answered=bool(answered) or not self.cfg.namesrv_addresses)
             if outcome is CheckOutcome.UNANSWERED:
                 log.warning("no name server or peer answered with the group's epoch%s",
@@ -538,6 +546,12 @@ class Failover:
                              f"of {self.cfg.broker_name} (epoch {self.epoch})")
         if self.transition is not None:
             raise OpError(Status.SERVICE_NOT_AVAILABLE, "a role change is already under way")
+        if epoch is None and self.newest_seen > self.epoch:
+            # it never followed the group's current master: promoting it would leave that
+            # master serving its epoch beside this one (and cut its records when it rejoins)
+            raise OpError(Status.BAD_REQUEST, f"{self.cfg.address} holds epoch {self.epoch} but the group is at "
+                             f"epoch {self.newest_seen}: it has not rejoined that epoch's master yet; promote "
+                             "it once it replicates from the current master, or promote that master's slave")
         role = role or self.master.role
         if role not in (BrokerRole.SYNC_MASTER.value, BrokerRole.ASYNC_MASTER.value):
             raise OpError(Status.BAD_REQUEST, f"the group's master role is not known here ({role!r}); "

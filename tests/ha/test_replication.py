@@ -339,6 +339,49 @@ async def test_sync_master_flush_slave_timeout_and_slave_not_available(tmp_path)
         nursery.cancel_scope.cancel()
 
 
+async def test_a_manual_sync_master_shows_consumers_only_what_a_slave_acknowledged(tmp_path):
+    """Manual mode (no controller): no limit until a slave connects to the term; from then on
+    the ConsumeQueues (what consumers read) stop at the slaves' acks, also while none is connected."""
+    async with running_master(tmp_path / "m", broker_role=BrokerRole.SYNC_MASTER, slave_timeout=3000) as (
+        master,
+        ha,
+    ), trio.open_nursery() as nursery:
+        def visible() -> int:
+            return master.get_max_offset_in_queue(TOPIC, 0)
+
+        assert (await master.put_message(make_message(0, queue_id=0))).status is PutMessageStatus.SLAVE_NOT_AVAILABLE
+        assert ha.visible_end() is None  # a master that never had a slave shows everything
+        await wait_until(lambda: visible() == 1, what="the put dispatched")
+        proxy = PausableProxy(ha.port)
+        await nursery.start(proxy.run)
+        async with running_slave(tmp_path / "s", proxy.port) as (slave, _client):
+            await slaves_joined(ha)
+            assert (await master.put_message(make_message(1, queue_id=0))).status is PutMessageStatus.PUT_OK
+            await wait_until(lambda: visible() == 2, what="the acknowledged put dispatched")
+            proxy.to_master.close()  # the slave gets the bytes, the master never hears its ack
+            master.config.slave_timeout = 300
+            result = await master.put_message(make_message(2, queue_id=0))
+            assert result.status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+            await wait_until(lambda: slave.commit_log.max_offset() >= result.append.end_offset)
+            assert ha.visible_end() is not None and ha.visible_end() < result.append.end_offset
+            assert visible() == 2
+            proxy.to_master.open()
+            await wait_until(lambda: visible() == 3, what="the put dispatched once the slave's ack came")
+        await wait_until(lambda: ha.connection_count == 0)
+        result = await master.put_message(make_message(3, queue_id=0))
+        assert result.status is PutMessageStatus.SLAVE_NOT_AVAILABLE
+        assert ha.visible_end() < result.append.end_offset and visible() == 3  # kept while no slave is connected
+        nursery.cancel_scope.cancel()
+
+
+async def test_after_a_failover_the_limit_holds_from_the_start_and_an_async_master_has_none(tmp_path):
+    async with open_store(make_config(tmp_path / "m", BrokerRole.SYNC_MASTER)) as store:
+        assert HAService(store, port=0, replicated_group=True).visible_end() == 0
+        assert HAService(store, port=0).visible_end() is None
+    async with open_store(make_config(tmp_path / "a", BrokerRole.ASYNC_MASTER)) as store:
+        assert HAService(store, port=0, replicated_group=True).visible_end() is None
+
+
 async def test_sync_master_with_sync_flush_waits_for_both_within_slave_timeout(tmp_path):
     """SYNC_MASTER + SYNC_FLUSH: PUT_OK needs the fdatasync and the slave's ack; with acks
     held back the put answers FLUSH_SLAVE_TIMEOUT after slaveTimeout, counted from the put

@@ -43,6 +43,31 @@ def test_a_slave_that_left_makes_every_write_wait_for_a_check_after_it() -> None
     assert f.slaves(0.5, 2, 4) == 1 and f.slave_left_at == 0.5  # one came and went between looks
 
 
+def test_a_restarted_master_acknowledges_only_after_a_check_that_started_once_it_settled() -> None:
+    """Its slave may have left before this start, mid-promotion, and announce its epoch only
+    after its settle time: a check at start-up alone would confirm the old epoch."""
+    f = Fencing(last_beat=0.0, settle_until=0.5, needs_check=True)
+    first = f.start_check(0.0)
+    assert f.finish_check(first, answered=True) is CheckOutcome.CONFIRMED
+    assert f.needed_for(0.1) == 0.5 and f.needed_for(0.7) == 0.5  # every write until one confirms then
+    assert not f.wants_check(0.4, 0.1) and f.wants_check(0.5, 0.1)
+    settled = f.start_check(0.5)
+    assert f.finish_check(settled, answered=True) is CheckOutcome.CONFIRMED
+    assert f.needed_for(0.8) == -math.inf and not f.wants_check(0.9, 0.1)
+
+
+def test_a_registered_slave_that_is_not_connected_counts_as_one_that_left() -> None:
+    """It never reconnected after this master started, so its promotion would go unseen."""
+    f = Fencing(last_beat=0.0)
+    assert f.slaves(0.1, 0, 0) == 0 and f.slave_left_at is None
+    f.registered(1, 0.2)
+    assert f.slave_left_at == 0.2 and f.needed_for(0.3) == 0.3
+    assert f.slaves(0.4, 1, 1) == 0 and f.slave_left_at is None  # it connected
+    assert f.slaves(0.5, 0, 1) == 1 and f.slave_left_at == 0.5
+    f.registered(0, 0.6)  # its registration expired: none to wait for, but it did leave this term
+    assert f.slave_left_at == 0.5
+
+
 @given(st.lists(st.sampled_from(["connect", "disconnect", "look"]), max_size=60))
 def test_slave_counts_report_exactly_the_connections_that_ended(events: list[str]) -> None:
     f, open_count, accepted, ended_since = Fencing(last_beat=0.0), 0, 0, 0

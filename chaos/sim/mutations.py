@@ -1,0 +1,71 @@
+"""Deliberate small bugs, to prove the simulation's checker catches what it is for:
+`tidemq chaos sim --seeds 1..2000 --mutate NAME` must report broken promises.
+
+Each mutation replaces one function for the run (in the worker process that runs it) and
+restores it after; the code under test is otherwise the production code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import attrs
+
+from ha.master import HAService
+from node.failover.fencing import Fencing
+from node.failover.promotion import Failover
+
+__all__ = ["MUTATIONS", "mutated"]
+
+MUTATIONS = {
+    "pause-fencing": "a master never notices it was paused nor that its slave left (Fencing.beat sees no "
+                     "stall, Fencing.slaves no departure), so it answers what its sockets buffered as if no "
+                     "promotion could have happened meanwhile",
+    "truncation": "a node that rejoins as a slave keeps its divergent tail (Failover.apply skips the cut)",
+    "in-sync-wait": "a SYNC_MASTER answers PUT_OK without a slave's ack (HAService.wait_for_slave says yes)",
+}
+
+
+def _no_stall(self: Fencing, now: float) -> float | None:
+    self.last_beat = now
+    return None
+
+
+def _no_departure(self: Fencing, now: float, open_count: int, accepted: int) -> int:
+    self.open_seen, self.accepted_seen = open_count, accepted
+    return 0
+
+
+def _keep_tail(original: Any) -> Any:
+    def apply(self: Failover, transition: Any) -> None:
+        original(self, attrs.evolve(transition, truncate_to=None))
+    return apply
+
+
+async def _acked(self: HAService, next_offset: int, timeout_s: float) -> bool:
+    return True
+
+
+@contextmanager
+def mutated(name: str | None) -> Iterator[None]:
+    """Run the block with mutation `name` in place (None: none)."""
+    if name is None:
+        yield
+        return
+    if name not in MUTATIONS:
+        raise ValueError(f"no mutation {name!r}; there are {', '.join(MUTATIONS)}")
+    patches = {
+        "pause-fencing": [(Fencing, "beat", _no_stall), (Fencing, "slaves", _no_departure)],
+        "truncation": [(Failover, "apply", _keep_tail(Failover.apply))],
+        "in-sync-wait": [(HAService, "wait_for_slave", _acked)],
+    }[name]
+    originals = [(owner, attribute, getattr(owner, attribute)) for owner, attribute, _ in patches]
+    for owner, attribute, replacement in patches:
+        setattr(owner, attribute, replacement)
+    try:
+        yield
+    finally:
+        for owner, attribute, original in originals:
+            setattr(owner, attribute, original)
