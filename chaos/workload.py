@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -127,27 +128,16 @@ class Workload:
     # ---- consumer and monitor
 
     async def _consumer(self, stop: trio.Event) -> None:
-        with trio.CancelScope() as scope:
-            async def cancel_on_stop() -> None:
-                await stop.wait()
-                scope.cancel()
+        def made(consumer: PullConsumer) -> None:
+            self.consumer = consumer
 
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(cancel_on_stop)
-                while True:
-                    try:
-                        async with PullConsumer(self.namesrv, group=CONSUMER_GROUP, topic=self.cfg.topic,
-                                                request_timeout=3.0, master_retry_s=0.5) as consumer, \
-                                contextlib.aclosing(consumer.messages(poll_ms=300, auto_commit=True)) as it:
-                            self.consumer = consumer
-                            async for msg in it:
-                                for key in msg.keys:
-                                    self.consumed[key] = msg.commitlog_offset
-                    except TidemqError as e:
-                        self.consumer_errors += 1
-                        log.debug("consumer: %s", e)
-                    with trio.move_on_after(0.3):
-                        await stop.wait()  # back off, then a fresh consumer
+        def failed(e: TidemqError) -> None:
+            self.consumer_errors += 1
+            log.debug("consumer: %s", e)
+
+        await consume(stop, self.consumed, lambda: PullConsumer(
+            self.namesrv, group=CONSUMER_GROUP, topic=self.cfg.topic, request_timeout=3.0, master_retry_s=0.5),
+            poll_ms=300, on_consumer=made, on_error=failed)
 
     async def _monitor(self, stop: trio.Event) -> None:
         while not stop.is_set():
@@ -157,6 +147,33 @@ class Workload:
                     self.samples[name] = sample
             with trio.move_on_after(0.25):
                 await stop.wait()
+
+
+async def consume(stop: trio.Event, consumed: dict[str, int], make: Callable[[], PullConsumer], *,
+                  poll_ms: int, on_consumer: Callable[[PullConsumer], None] | None = None,
+                  on_error: Callable[[TidemqError], None] | None = None) -> None:
+    """Consume with auto-commit until `stop`, noting each key's CommitLog offset in
+    `consumed`; a consumer that fails is replaced by a fresh one (`make`) after 0.3 s."""
+    with trio.CancelScope() as scope:
+        async def cancel_on_stop() -> None:
+            await stop.wait()
+            scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(cancel_on_stop)
+            while True:
+                try:
+                    async with make() as consumer, \
+                            contextlib.aclosing(consumer.messages(poll_ms=poll_ms, auto_commit=True)) as it:
+                        if on_consumer is not None:
+                            on_consumer(consumer)
+                        async for msg in it:
+                            for key in msg.keys:
+                                consumed[key] = msg.commitlog_offset
+                except TidemqError as e:
+                    if on_error is not None:
+                        on_error(e)
+                await trio.sleep(0.3)  # back off, then a fresh consumer
 
 
 async def record_send(history: History, conn: Any, op: Op, request: Send) -> bool:

@@ -99,12 +99,8 @@ class HAService:
                  on_ack_timeout: Callable[[int], Awaitable[bool]] | None = None,
                  on_connections: Callable[[], None] | None = None,
                  secure_accept: Callable[[trio.SocketStream], Awaitable[trio.abc.Stream | None]] | None = None,
-                 net: Network = TCP, replicated_group: bool = False) -> None:
+                 net: Network = TCP) -> None:
         self.store = store
-        self.replicated_group = replicated_group
-        """The group has had a slave before this term (it has failed over: epoch > 1), so a
-        manual-mode SYNC_MASTER limits what consumers see from the start, not from its
-        first slave (see `visible_end`)."""
         self.net = net  # where connections come from (ha/net.py): TCP, or a simulated network
         self.secure_accept = secure_accept
         """The node's TLS check of a new slave connection (mutual TLS, node/security/tls.py):
@@ -181,15 +177,15 @@ class HAService:
         promotion could cut (and then skips the record that takes its queue offset):
         - etcd mode with in-sync slaves: the offset every one of them acked (RocketMQ 5's
           confirmOffset with allAck); with none, no limit (the master alone is the set);
-        - manual mode, once a slave connected this term or from the start in a group that
-          failed over before (`replicated_group`): the most any slave acked, kept while none
-          is connected (consumers wait for a slave, as the writes' answers say:
-          SLAVE_NOT_AVAILABLE); else no limit (a master that never had a slave).
+        - manual mode, while a slave is connected: the most any slave acked (a put waits for
+          one ack, so what is in flight is not shown); with none connected, no limit: the
+          writes answer SLAVE_NOT_AVAILABLE, the window docs/failover.md names, and consumers
+          go on reading (a limit kept then would stop them until a slave is back).
         No limit on an ASYNC_MASTER: it promises nothing about unreplicated records."""
         if self.config.broker_role is not BrokerRole.SYNC_MASTER:
             return None
         manual = self.on_ack_timeout is None  # no controller keeps an in-sync set
-        if self.ack_members or (manual and (self.slaves_accepted or self.replicated_group)):
+        if self.ack_members or (manual and self._connections):
             return self.confirmed_offset
         return None
 
@@ -271,6 +267,7 @@ class HAService:
         conn = HAConnection(stream, address, int(runtime.wall_clock() * 1000))
         self._connections.add(conn)
         self.slaves_accepted += 1
+        self.log.visibility_moved()  # a manual-mode SYNC_MASTER's limit begins (visible_end)
         log.info("slave %s connected", address)
         if self.on_connections is not None:
             self.on_connections()
@@ -280,6 +277,7 @@ class HAService:
                 nursery.start_soon(self._guarded, self._write_loop, conn, nursery.cancel_scope)
         finally:
             self._connections.discard(conn)
+            self.log.visibility_moved()  # the last one gone: no limit
             if self.on_connections is not None:
                 self.on_connections()
             await trio.aclose_forcefully(stream)

@@ -198,8 +198,7 @@ class Broker:
                                            on_ack_timeout=controller.on_ack_timeout if controller else None,
                                            on_connections=self.failover.wake,
                                            secure_accept=partial(accept_replica, self.ha_port_tls, cfg.tls_mode)
-                                           if self.ha_port_tls is not None else None, net=self.net,
-                                           replicated_group=self.failover.failed_over())
+                                           if self.ha_port_tls is not None else None, net=self.net)
             services.schedule = ScheduleMessageService(store)
         else:
             # the controller names the slave's HA connection in etcd as soon as it is up

@@ -41,7 +41,7 @@ from store import runtime
 
 from ..checker import check
 from ..history import History, Op
-from ..workload import record_send
+from ..workload import consume, record_send
 from .cluster import BROKER_NAME, CLIENT_HOST, NAMESRV_ADDRESS, SimCluster, SimNode
 from .mutations import MUTATIONS, mutated
 from .network import SimNetwork
@@ -402,24 +402,9 @@ class Simulation:
         return good[0]
 
     async def _consume(self, stop: trio.Event) -> None:
-        with trio.CancelScope() as scope:
-            async def cancel_on_stop() -> None:
-                await stop.wait()
-                scope.cancel()
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(cancel_on_stop)
-                while True:
-                    try:
-                        async with PullConsumer(NAMESRV_ADDRESS, group=GROUP, topic=TOPIC, request_timeout=3.0,
-                                                master_retry_s=0.5, net=self.network.host(CLIENT_HOST)) as consumer, \
-                                contextlib.aclosing(consumer.messages(poll_ms=1000, auto_commit=True)) as it:
-                            async for msg in it:
-                                for key in msg.keys:
-                                    self.consumed[key] = msg.commitlog_offset
-                    except TidemqError:
-                        pass
-                    await trio.sleep(0.3)
+        await consume(stop, self.consumed, lambda: PullConsumer(
+            NAMESRV_ADDRESS, group=GROUP, topic=TOPIC, request_timeout=3.0, master_retry_s=0.5,
+            net=self.network.host(CLIENT_HOST)), poll_ms=1000)
 
     async def _drain_consumer(self) -> None:
         """Let the consumer reach the end of every queue (bounded)."""

@@ -158,12 +158,6 @@ class Failover:
     def epoch(self) -> int:
         return self.cache.last_epoch()
 
-    def failed_over(self) -> bool:
-        """Whether the group has changed masters before (this term's epoch is over 1): it
-        has slaves, even before one connects to this term."""
-        pending = self.role_state.pending_epoch if self.role_state else None
-        return max(self.epoch, pending or 0) > 1
-
     def start_term(self, services: NodeServices, sync: SlaveSync | None = None) -> None:
         """Services are built for `self.cfg`; a master starts its epoch and checks before writing."""
         self.services = services
@@ -187,7 +181,7 @@ class Failover:
             log.info("epoch %d starts at CommitLog offset %d (first term with epochs)", epoch, start)
         self.newest_seen = max(self.newest_seen, self.cache.last_epoch())
         self.fencing.needs_check = True  # a node that starts as master asks before its first write
-        if pending is None and self.controller is None:
+        if pending is None and self.controller is None and self.cfg.namesrv_addresses:
             # restarted on its old epoch: its slave may be mid-promotion, gone before this
             # start and announcing only after its settle time (found by the simulation)
             self.fencing.settle_until = trio.current_time() + PROMOTE_SETTLE_S
