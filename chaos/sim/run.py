@@ -289,14 +289,14 @@ class Simulation:
         for fault in self.schedule.faults:
             if fault.kind == "promote":
                 continue
-            await trio.sleep_until(fault.at)
+            await trio.sleep_until(fault.at)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
             self.phase = f"striking {fault.describe()}"
             await self._strike(fault)
 
     async def _promotions(self) -> None:
         for fault in self.schedule.faults:
             if fault.kind == "promote":
-                await trio.sleep_until(fault.at)
+                await trio.sleep_until(fault.at)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
                 await self._promote()
 
     async def _strike(self, fault: Fault) -> None:
@@ -306,29 +306,29 @@ class Simulation:
             node = cluster.role_node(fault.target)
             await node.kill()
             self.log.add(f"killed {node.name}")
-            await trio.sleep(fault.duration)
+            await trio.sleep(fault.duration)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
             await self._restart(node)
             return
         if fault.kind == "slow_disk":
             node = cluster.role_node(fault.target)
             node.disk_delay = fault.amount
-            await trio.sleep(fault.duration)
+            await trio.sleep(fault.duration)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
             node.disk_delay = 0.0
         elif fault.kind == "pause":
             host = cluster.host_of(fault.target)
             net.pause(host)
-            await trio.sleep(fault.duration)
+            await trio.sleep(fault.duration)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
             net.resume(host)
         else:
             a, b = cluster.host_of(fault.target), cluster.host_of(fault.peer)
             began, struck = runtime.wall_clock(), cluster.role_node(fault.target)
             if fault.kind == "delay":
                 net.delay(a, b, fault.amount)
-                await trio.sleep(fault.duration)
+                await trio.sleep(fault.duration)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
                 net.delay(a, b, 0)
             else:
                 net.cut(a, b, one_way=fault.kind == "cut_one_way")
-                await trio.sleep(fault.duration)
+                await trio.sleep(fault.duration)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
                 net.heal(a, b)
             if fault.peer == "namesrv" and (fault.kind != "delay" or 2 * fault.amount >= ASK_TIMEOUT_S / 2):
                 self.observed.cut_off.append((struck.name, began, runtime.wall_clock()))
@@ -380,11 +380,11 @@ class Simulation:
                     while seq < quota:
                         good = await self._send_round(conn, processes, seq)
                         seq += 1
-                        await trio.sleep(interval)
+                        await trio.sleep(interval)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
                         if not good:
                             break
             except TidemqError:
-                await trio.sleep(0.2)  # the node or the link is down: back off
+                await trio.sleep(0.2)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
 
     async def _send_round(self, conn: Any, processes: list[int], seq: int) -> bool:
         good = [True]
@@ -418,7 +418,7 @@ class Simulation:
 
         with trio.move_on_after(30.0) as waiting:
             while not caught_up():
-                await trio.sleep(0.1)
+                await trio.sleep(0.1)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
         if waiting.cancelled_caught:
             self.log.add("the consumer did not reach the end of every queue")
 
@@ -442,7 +442,7 @@ class Simulation:
                     if now is not None:
                         self.observed.terms.append((trio.current_time(), node.name, now[0], now[1]))
                 self._note_truncation(node)
-            await trio.sleep(MONITOR_S)
+            await trio.sleep(MONITOR_S)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
 
     def _note_truncation(self, node: SimNode) -> None:
         """The node's last truncation report (Failover.last_truncation), if it is a new one."""
@@ -473,7 +473,7 @@ class Simulation:
 
         with trio.move_on_after(SETTLE_S) as waiting:
             while not converged():
-                await trio.sleep(0.1)
+                await trio.sleep(0.1)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
         for node in self.cluster.nodes:  # a truncation in the last poll interval
             self._note_truncation(node)
         states = ", ".join(f"{n.name} {n.serving()} at {n.store_max_offset()}" for n in self.cluster.nodes)

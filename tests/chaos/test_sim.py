@@ -94,7 +94,7 @@ def test_the_spin_guard_ends_a_loop_that_never_lets_the_clock_move():
         with trio.CancelScope() as scope:
             guard.scope = scope
             while True:
-                await trio.sleep(0)  # due at once, forever
+                await trio.sleep(0)  # poll: due at once, forever (the spin under test)
 
     trio.run(main, clock=clock, instruments=[guard])
     assert guard.spinning is not None and "main" in guard.spinning
