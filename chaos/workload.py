@@ -150,7 +150,7 @@ class Workload:
 
 
 async def consume(stop: trio.Event, consumed: dict[str, int], make: Callable[[], PullConsumer], *,
-                  poll_ms: int, on_consumer: Callable[[PullConsumer], None] | None = None,
+                  poll_ms: int, pull_interval_ms: int = 0, on_consumer: Callable[[PullConsumer], None] | None = None,
                   on_error: Callable[[TidemqError], None] | None = None) -> None:
     """Consume with auto-commit until `stop`, noting each key's CommitLog offset in
     `consumed`; a consumer that fails is replaced by a fresh one (`make`) after 0.3 s."""
@@ -164,7 +164,8 @@ async def consume(stop: trio.Event, consumed: dict[str, int], make: Callable[[],
             while True:
                 try:
                     async with make() as consumer, \
-                            contextlib.aclosing(consumer.messages(poll_ms=poll_ms, auto_commit=True)) as it:
+                            contextlib.aclosing(consumer.messages(poll_ms=poll_ms, auto_commit=True,
+                                                                       pull_interval_ms=pull_interval_ms)) as it:
                         if on_consumer is not None:
                             on_consumer(consumer)
                         async for msg in it:

@@ -112,6 +112,10 @@ class HAService:
         self.push2slave_max_offset = 0
         self.slaves_accepted = 0
         """Slave connections accepted so far (one that came and went is noticed by a count)."""
+        self.peak_connections = 0
+        """The most slaves connected at once this term (see `acks_needed`)."""
+        self.expected_slaves = 0
+        """The group's slaves the node last found registered with the name servers (`expect`)."""
         self.ack_members: frozenset[str] | None = None
         """controllerMode etcd: the peer addresses of the in-sync set's slaves. While it is
         not empty a SYNC_MASTER put waits until every one of them acked (RocketMQ 5's
@@ -134,11 +138,30 @@ class HAService:
         return len(self._connections)
 
     def is_slave_ok(self, master_put_where: int) -> bool:
-        """A SYNC_MASTER put waits only if some slave is connected and not too far behind."""
-        return (
-            self.connection_count > 0
-            and master_put_where - self.push2slave_max_offset < self.config.ha_slave_fallbehind_max
-        )
+        """A SYNC_MASTER put waits only if the slaves it needs (`acks_needed`) are connected
+        and not too far behind; else it is answered SLAVE_NOT_AVAILABLE at once."""
+        needed = self.acks_needed()
+        if self.connection_count < max(needed, 1):
+            return False
+        acked = self.push2slave_max_offset if needed <= 1 else self.acked_offset()
+        return master_put_where - acked < self.config.ha_slave_fallbehind_max
+
+    def acks_needed(self) -> int:
+        """How many slaves a manual-mode SYNC_MASTER put waits for: every slave the term had
+        connected at once, and every one the name servers list, so a PUT_OK is on each slave
+        and whichever one the operator promotes holds it (with one ack, a promoted slave
+        that left a moment before misses what the other slave acked). RocketMQ 4.x waits for
+        one ack and never promotes. 1 in etcd mode: its in-sync set decides (`ack_members`)."""
+        if self.on_ack_timeout is not None:
+            return 1
+        return max(1, self.peak_connections, self.expected_slaves)
+
+    def expect(self, slaves: int) -> None:
+        """The group has `slaves` slaves registered with the name servers (an epoch check
+        found them): one that has not connected to this term yet is waited for too."""
+        if slaves != self.expected_slaves:
+            self.expected_slaves = slaves
+            self.log.visibility_moved()  # visible_end may change
 
     async def wait_for_slave(self, next_offset: int, timeout_s: float) -> bool:
         """True once the slaves a put needs acked `next_offset`: any one (4.x semantics), or
@@ -150,10 +173,14 @@ class HAService:
         return self.on_ack_timeout is not None and await self.on_ack_timeout(next_offset)
 
     def acked_offset(self) -> int:
-        """What the slaves a put needs have all acked (see `ack_members`)."""
+        """What the slaves a put needs have all acked (`ack_members`, else `acks_needed`)."""
         members = self.ack_members
         if not members:
-            return self.push2slave_max_offset
+            needed = self.acks_needed()
+            if needed <= 1:
+                return self.push2slave_max_offset
+            acks = sorted((c.ack_offset for c in self._connections), reverse=True)
+            return acks[needed - 1] if len(acks) >= needed else -1
         acks = {c.address: c.ack_offset for c in self._connections}
         return min(acks.get(m, -1) for m in members)
 
@@ -177,17 +204,24 @@ class HAService:
         promotion could cut (and then skips the record that takes its queue offset):
         - etcd mode with in-sync slaves: the offset every one of them acked (RocketMQ 5's
           confirmOffset with allAck); with none, no limit (the master alone is the set);
-        - manual mode, while a slave is connected: the most any slave acked (a put waits for
-          one ack, so what is in flight is not shown); with none connected, no limit: the
-          writes answer SLAVE_NOT_AVAILABLE, the window docs/failover.md names, and consumers
-          go on reading (a limit kept then would stop them until a slave is back).
+        - manual mode, while the slaves a put needs are connected (`acks_needed`): what they
+          all acked (what is in flight is not shown before its PUT_OK); while only some are,
+          the most any of them acked; with none connected, no limit: the writes answer
+          SLAVE_NOT_AVAILABLE, the window docs/failover.md names, and consumers go on reading
+          (a limit kept then would stop them until a slave is back).
         No limit on an ASYNC_MASTER: it promises nothing about unreplicated records."""
         if self.config.broker_role is not BrokerRole.SYNC_MASTER:
             return None
-        manual = self.on_ack_timeout is None  # no controller keeps an in-sync set
-        if self.ack_members or (manual and self._connections):
+        if self.ack_members:
             return self.confirmed_offset
-        return None
+        if self.on_ack_timeout is not None or not self._connections:  # etcd mode's empty set, or none
+            return None
+        return self.push2slave_max_offset if self._short_of_slaves() else self.confirmed_offset
+
+    def _short_of_slaves(self) -> bool:
+        """Manual mode: some slaves a put needs are connected, not all (puts then answer
+        SLAVE_NOT_AVAILABLE)."""
+        return self.on_ack_timeout is None and 0 < len(self._connections) < self.acks_needed()
 
     def in_sync(self, max_gap: int, max_silence_s: float) -> list[str]:
         """Peer addresses of the slaves within `max_gap` bytes that reported within
@@ -243,6 +277,8 @@ class HAService:
     def _notify_transfer_some(self, ack: int) -> None:
         if ack > self.push2slave_max_offset:
             self.push2slave_max_offset = ack
+            if self._short_of_slaves() and self.config.broker_role is BrokerRole.SYNC_MASTER:
+                self.log.visibility_moved()  # visible_end follows the most acked
         if ack > self.confirmed_offset:
             self._advance()
 
@@ -267,6 +303,7 @@ class HAService:
         conn = HAConnection(stream, address, int(runtime.wall_clock() * 1000))
         self._connections.add(conn)
         self.slaves_accepted += 1
+        self.peak_connections = max(self.peak_connections, len(self._connections))
         self.log.visibility_moved()  # a manual-mode SYNC_MASTER's limit begins (visible_end)
         log.info("slave %s connected", address)
         if self.on_connections is not None:

@@ -63,6 +63,7 @@ MAX_SIMULATED_S = 900.0  # a run still going then is stuck: a finding
 SPIN_STEPS = 200_000  # task steps without the clock moving: a spin (a busy instant takes a few thousand)
 SPIN_SAMPLE = 2_000  # the last steps of a spin, whose tasks it names
 ADMIN_HOST = "10.0.1.2"
+PULL_INTERVAL_MS = 500  # the consumer's pause after a round with messages: fuller pulls, fewer steps
 MONITOR_S = 0.1  # how often the run notes each node's role and epoch
 
 
@@ -71,6 +72,7 @@ class SeedResult:
     seed: int
     mode: str
     faults: int
+    slaves: int = 1
     sends: int = 0
     acked: int = 0
     failed: int = 0
@@ -147,10 +149,12 @@ def _seed_trio(seed: int) -> None:
 
 
 def run_seed(seed: int, *, mode: str = MODES[0], schedule: Schedule | None = None, base_dir: str | None = None,
-             keep: bool = False, mutation: str | None = None) -> SeedResult:
+             keep: bool = False, mutation: str | None = None, slaves: int = 1) -> SeedResult:
     """Simulate `seed` (or `schedule`) in `mode`, with a deliberate bug (`mutation`,
     chaos/sim/mutations.py) or none; the store files go to a fresh directory under
     `base_dir` (default: /dev/shm when it exists), removed unless `keep`."""
+    if slaves not in (1, 2):
+        raise ValueError(f"slaves must be 1 or 2, got {slaves}")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if mutation is not None and mutation not in MUTATIONS:
@@ -159,9 +163,9 @@ def run_seed(seed: int, *, mode: str = MODES[0], schedule: Schedule | None = Non
     random.seed(seed)
     _seed_trio(seed)
     base = tempfile.mkdtemp(prefix=f"tidemq-sim-{seed}-", dir=base_dir or _default_base())
-    result = SeedResult(seed, mode, len(schedule.faults))
+    result = SeedResult(seed, mode, len(schedule.faults), slaves)
     began = time.perf_counter()
-    sim = Simulation(schedule, mode, base)
+    sim = Simulation(schedule, mode, base, slaves=slaves)
     clock = trio.testing.MockClock(autojump_threshold=0)
     sim.spin_guard = SpinGuard(clock)
     try:
@@ -206,13 +210,14 @@ def _quiet_logs() -> Any:
 
 
 class Simulation:
-    def __init__(self, schedule: Schedule, mode: str, base: str) -> None:
+    def __init__(self, schedule: Schedule, mode: str, base: str, *, slaves: int = 1) -> None:
         self.schedule = schedule
         self.mode = mode
         self.replication, self.flush = mode.split("+")
         self.base = base
         self.network = SimNetwork()
-        self.cluster = SimCluster(base, self.network, replication=self.replication, flush=self.flush)
+        self.cluster = SimCluster(base, self.network, replication=self.replication, flush=self.flush,
+                                  slaves=slaves)
         self.history = History()
         self.log = EventLog()
         self.observed = Observed(first_master=self.cluster.master.name,
@@ -396,6 +401,9 @@ class Simulation:
                 good[0] = False
             self.log.add(_op_line(op))
 
+        if len(processes) == 1:  # a sync producer: no nursery, fewer task steps
+            await one(processes[0])
+            return good[0]
         async with trio.open_nursery() as nursery:
             for p in processes:
                 nursery.start_soon(one, p)
@@ -404,7 +412,7 @@ class Simulation:
     async def _consume(self, stop: trio.Event) -> None:
         await consume(stop, self.consumed, lambda: PullConsumer(
             NAMESRV_ADDRESS, group=GROUP, topic=TOPIC, request_timeout=3.0, master_retry_s=0.5,
-            net=self.network.host(CLIENT_HOST)), poll_ms=1000)
+            net=self.network.host(CLIENT_HOST)), poll_ms=1000, pull_interval_ms=PULL_INTERVAL_MS)
 
     async def _drain_consumer(self) -> None:
         """Let the consumer reach the end of every queue (bounded)."""

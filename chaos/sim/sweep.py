@@ -20,14 +20,23 @@ import attrs
 from .run import MODES, SeedResult, run_seed
 from .schedule import Schedule, draw
 
-__all__ = ["Sweep", "mode_of", "replay", "shrink", "sweep"]
+__all__ = ["SLAVES", "Sweep", "mode_of", "replay", "shrink", "slaves_of", "sweep"]
 
 CHUNK = 10  # seeds a worker runs per task
+
+
+SLAVES = (1, 2)  # the group sizes a sweep covers
 
 
 def mode_of(seed: int, mode: str) -> str:
     """`mode`, or with "all" the seed's own mode (the seeds take the modes in turn)."""
     return MODES[seed % len(MODES)] if mode == "all" else mode
+
+
+def slaves_of(seed: int, slaves: int | str) -> int:
+    """`slaves`, or with "all" the seed's own: each run of len(MODES) seeds (every mode once)
+    takes the next group size in turn."""
+    return SLAVES[seed // len(MODES) % len(SLAVES)] if slaves == "all" else int(slaves)
 
 
 @attrs.define
@@ -41,6 +50,7 @@ class Sweep:
     simulated_s: float = 0.0
     wall_s: float = 0.0
     by_mode: dict[str, int] = attrs.field(factory=dict)
+    by_slaves: dict[int, int] = attrs.field(factory=dict)
 
     def add(self, result: dict[str, Any]) -> None:
         self.schedules += 1
@@ -49,6 +59,7 @@ class Sweep:
         self.acked += result["acked"]
         self.simulated_s += result["simulated_s"]
         self.by_mode[result["mode"]] = self.by_mode.get(result["mode"], 0) + 1
+        self.by_slaves[result["slaves"]] = self.by_slaves.get(result["slaves"], 0) + 1
         if result["violations"]:
             self.failing.append(result)
         elif result["known"]:
@@ -60,19 +71,20 @@ class Sweep:
 
 
 def _run_chunk(seeds: Sequence[int], mode: str, base_dir: str | None, mutation: str | None,
-               stop_at_first: bool) -> list[dict[str, Any]]:
+               stop_at_first: bool, slaves: int | str) -> list[dict[str, Any]]:
     out = []
     for seed in seeds:
-        out.append(run_seed(seed, mode=mode_of(seed, mode), base_dir=base_dir, mutation=mutation).to_json())
+        out.append(run_seed(seed, mode=mode_of(seed, mode), base_dir=base_dir, mutation=mutation,
+                            slaves=slaves_of(seed, slaves)).to_json())
         if stop_at_first and out[-1]["violations"]:
             break
     return out
 
 
 def _run_one(seed: int, mode: str, without: tuple[int, ...], base_dir: str | None, keep: bool,
-             mutation: str | None) -> SeedResult:
+             mutation: str | None, slaves: int) -> SeedResult:
     return run_seed(seed, mode=mode, schedule=_schedule(seed, without), base_dir=base_dir, keep=keep,
-                    mutation=mutation)
+                    mutation=mutation, slaves=slaves)
 
 
 def _schedule(seed: int, without: tuple[int, ...]) -> Schedule:
@@ -100,16 +112,16 @@ def _workers(jobs: int) -> Iterator[concurrent.futures.ProcessPoolExecutor]:
 
 
 def sweep(seeds: Sequence[int], *, mode: str = "all", jobs: int = 2, base_dir: str | None = None,
-          mutation: str | None = None, stop_at_first: bool = False,
+          mutation: str | None = None, stop_at_first: bool = False, slaves: int | str = "all",
           on_result: Callable[[dict[str, Any], Sweep], None] | None = None) -> Sweep:
     """Run every seed (`jobs` worker processes), with `mutation` (chaos/sim/mutations.py)
-    or none; with `stop_at_first`, stop once a seed broke a promise (the seeds in flight
+    or none, in a group of a master and `slaves` slaves ("all": each seed its own); with `stop_at_first`, stop once a seed broke a promise (the seeds in flight
     finish). `on_result` sees each result as it comes."""
     out = Sweep()
     began = time.perf_counter()
     chunks = [seeds[i:i + CHUNK] for i in range(0, len(seeds), CHUNK)]
     with _workers(jobs) as pool:
-        futures = [pool.submit(_run_chunk, chunk, mode, base_dir, mutation, stop_at_first) for chunk in chunks]
+        futures = [pool.submit(_run_chunk, chunk, mode, base_dir, mutation, stop_at_first, slaves) for chunk in chunks]
         for future in concurrent.futures.as_completed(futures):
             for result in future.result():
                 out.add(result)
@@ -128,14 +140,14 @@ def sweep(seeds: Sequence[int], *, mode: str = "all", jobs: int = 2, base_dir: s
 
 
 def replay(seed: int, mode: str, *, without: tuple[int, ...] = (), base_dir: str | None = None,
-           keep: bool = False, mutation: str | None = None) -> SeedResult:
+           keep: bool = False, mutation: str | None = None, slaves: int = 1) -> SeedResult:
     """One seed (with the faults at `without` left out), in a fresh worker process."""
     _schedule(seed, without)  # a bad index is the caller's error, here
     with _workers(1) as pool:
-        return pool.submit(_run_one, seed, mode, without, base_dir, keep, mutation).result()
+        return pool.submit(_run_one, seed, mode, without, base_dir, keep, mutation, slaves).result()
 
 
-def shrink(seed: int, mode: str, *, base_dir: str | None = None, mutation: str | None = None,
+def shrink(seed: int, mode: str, *, base_dir: str | None = None, mutation: str | None = None, slaves: int = 1,
            progress: Callable[[str], None] | None = None) -> tuple[tuple[int, ...], SeedResult]:
     """The fewest of the seed's faults that still fail (each left in is needed: dropping
     any one more passes): the indexes left out and the failing run of what is left."""
@@ -143,7 +155,7 @@ def shrink(seed: int, mode: str, *, base_dir: str | None = None, mutation: str |
     without: tuple[int, ...] = ()
     with _workers(1) as pool:
         def attempt(leave_out: tuple[int, ...]) -> SeedResult:
-            return pool.submit(_run_one, seed, mode, leave_out, base_dir, False, mutation).result()
+            return pool.submit(_run_one, seed, mode, leave_out, base_dir, False, mutation, slaves).result()
 
         last = attempt(without)
         if last.ok:

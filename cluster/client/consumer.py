@@ -202,11 +202,15 @@ class PullConsumer(_Client):
         poll_ms: int = 1000,
         max_msgs: int = 32,
         auto_commit: bool = False,
+        pull_interval_ms: int = 0,
     ) -> AsyncIterator[ReceivedMessage]:
         """Every message of the topic, walking all queues from their positions (committed
         offsets at first). Waits (long polling on all queues at once) when caught up; ends
         after `idle_timeout_ms` without a message (never, when None). With `auto_commit`,
         a queue's offset is committed once all messages of a pull were consumed.
+        `pull_interval_ms` pauses after each round that found messages (RocketMQ's
+        pullInterval): fewer, fuller pulls, for a consumer that need not see each message
+        the moment it lands.
 
         Use `async with contextlib.aclosing(consumer.messages()) as it:` when breaking out."""
         idle_since = trio.current_time()
@@ -223,6 +227,8 @@ class PullConsumer(_Client):
             now = trio.current_time()
             if got:
                 idle_since = now
+                if pull_interval_ms > 0:
+                    await trio.sleep(pull_interval_ms / 1000)
                 continue
             wait_ms = poll_ms
             if idle_timeout_ms is not None:

@@ -411,7 +411,11 @@ class Failover:
                 self._fence(newer.epoch, newer.address, newer.source)
                 return None
             if answered:
-                fencing.registered(sum(1 for broker_id in self._used_ids if broker_id != 0), trio.current_time())
+                slaves = sum(1 for broker_id in self._used_ids if broker_id != 0)
+                fencing.registered(slaves, trio.current_time())
+                ha = self.services.ha_master if self.services else None
+                if ha is not None:
+                    ha.expect(slaves)
             outcome = fencing.finish_check(check, answered=bool(answered) or not self.cfg.namesrv_addresses)
             if outcome is CheckOutcome.UNANSWERED:
                 log.warning("no name server or peer answered with the group's epoch%s",

@@ -26,6 +26,7 @@ from tests.waiting import wait_until
 SYNC = "SYNC_MASTER+ASYNC_FLUSH"
 
 
+@pytest.mark.slow  # a CLI process
 def test_a_seed_replays_bit_for_bit_here_and_in_another_process(tmp_path):
     first = run_seed(3, mode=SYNC, base_dir=str(tmp_path))
     again = run_seed(3, mode=SYNC, base_dir=str(tmp_path))
@@ -100,6 +101,7 @@ def test_the_spin_guard_ends_a_loop_that_never_lets_the_clock_move():
     assert guard.spinning is not None and "main" in guard.spinning
 
 
+@pytest.mark.slow  # sweeps run in worker processes
 @pytest.mark.parametrize(("mutation", "mode", "seeds"), [
     ("truncation", "ASYNC_MASTER+ASYNC_FLUSH", "1..200"),
     ("in-sync-wait", "SYNC_MASTER+ASYNC_FLUSH", "1..2000"),
@@ -112,22 +114,27 @@ def test_each_deliberate_bug_is_reported_within_the_seeds_allowed(mutation, mode
     assert min(r["seed"] for r in result.failing) <= int(seeds.split("..")[1])
 
 
+@pytest.mark.slow
 def test_a_sweep_prints_progress_a_summary_and_exits_0_when_every_seed_kept_its_promises(tmp_path, capsys):
     code = chaos_main(["chaos", "sim", "--seeds", "1..4", "--jobs", "2", "--dir", str(tmp_path)])
     out, err = capsys.readouterr()
     assert code == 0, out + err
     assert "4 schedules" in out and "0 failing seed(s)" in out
     assert all(f"{mode} 1" in out for mode in MODES)  # the seeds take the modes in turn
+    assert "3 with 1 slave(s), 1 with 2 slave(s)" in out  # and every four the next group size
     assert "4/4 schedules" in err
     assert os.listdir(tmp_path) == []  # each run's stores are removed
 
 
-def test_ci_runs_300_seeds_and_every_one_keeps_its_promises(tmp_path):
-    result = sweep(list(range(1, 301)), mode="all", jobs=2, base_dir=str(tmp_path))
+@pytest.mark.slow
+def test_ci_runs_300_seeds_and_every_one_keeps_its_promises():
+    result = sweep(list(range(1, 301)), mode="all", jobs=2)  # on /dev/shm, as the CLI runs them
     assert result.schedules == 300 and result.sends >= 300 * 500 and result.faults >= 300 * 3
-    assert not result.failing, [(r["seed"], r["mode"], r["violations"]) for r in result.failing]
+    assert not result.failing, [(r["seed"], r["mode"], r["slaves"], r["violations"]) for r in result.failing]
+    assert result.by_slaves == {1: 151, 2: 149}
 
 
+@pytest.mark.slow
 def test_a_failing_seed_prints_its_replay_and_shrinks(tmp_path, capsys):
     found = sweep(list(range(1, 201)), mode=SYNC, jobs=2, base_dir=str(tmp_path), mutation="in-sync-wait",
                   stop_at_first=True)
@@ -151,6 +158,7 @@ def test_a_failing_seed_prints_its_replay_and_shrinks(tmp_path, capsys):
     ([], "give --seeds"),
     (["--seeds", "1..2", "--mode", "FAST"], "unknown mode"),
     (["--seeds", "1..2", "--jobs", "0"], "--jobs must be"),
+    (["--seeds", "1..2", "--slaves", "3"], "--slaves must be 1, 2 or all"),
     (["--seeds", "1..2", "--mutate", "nope"], "no mutation"),
     (["--seeds", "1..2", "--shrink"], "go with --seed"),
     (["--seed", "1", "--mode", SYNC, "--without", "99"], "no fault 99"),
@@ -168,3 +176,25 @@ def test_bad_arguments_are_usage_errors_with_a_message(args, message, capsys):
 def test_seeds_that_found_bugs_keep_their_promises(seed, mode, found, tmp_path):
     result = run_seed(seed, mode=mode, base_dir=str(tmp_path))
     assert result.ok, (found, result.violations)
+
+
+def test_a_group_of_two_slaves_runs_and_the_other_slave_follows_a_promotion(tmp_path):
+    faults = (Fault("kill", 1.0, 1.0, "slave"), Fault("promote", 4.0), Fault("pause", 6.0, 1.0, "master"))
+    result = run_seed(0, mode="ASYNC_MASTER+ASYNC_FLUSH", schedule=Schedule(0, faults, sends=120, span=9.0),
+                      base_dir=str(tmp_path), slaves=2)
+    assert result.ok, result.violations
+    log = "\n".join(result.log)
+    assert "promoted b: epoch 2" in log and "c: SLAVE epoch 2" in log  # c re-points to the new master
+    assert "end: master b; a ('SLAVE', 2)" in log and "c ('SLAVE', 2)" in log
+
+
+@pytest.mark.slow  # a worker process
+def test_two_slaves_sync_promotion_keeps_every_put_ok(tmp_path, capsys):
+    """Seed 1 found it: with one ack enough, the master confirmed PUT_OK with the other
+    slave's ack while the promoted one settled, and the promotion cut those writes. A
+    manual-mode SYNC_MASTER now waits for every slave of its term (ha/master.py acks_needed)."""
+    code = chaos_main(["chaos", "sim", "--seed", "1", "--mode", "SYNC_MASTER+SYNC_FLUSH", "--slaves", "2",
+                       "--dir", str(tmp_path)])
+    out, _ = capsys.readouterr()
+    assert "2 slave(s)" in out
+    assert code == 0, out

@@ -375,6 +375,42 @@ async def test_a_manual_sync_master_shows_consumers_only_what_a_slave_acknowledg
         nursery.cancel_scope.cancel()
 
 
+async def test_a_manual_sync_master_with_two_slaves_answers_put_ok_only_when_both_hold_it(tmp_path):
+    """A PUT_OK is on every slave the term had, so the operator may promote either: one ack
+    is not enough, and with one of the two gone the puts answer SLAVE_NOT_AVAILABLE (the
+    simulation found the other slave's ack confirming writes the promoted one never got)."""
+    async with running_master(tmp_path / "m", broker_role=BrokerRole.SYNC_MASTER, slave_timeout=3000) as (
+        master,
+        ha,
+    ), trio.open_nursery() as nursery:
+        proxy = PausableProxy(ha.port)
+        await nursery.start(proxy.run)
+        async with running_slave(tmp_path / "fast", ha.port) as (fast, _a):
+            async with running_slave(tmp_path / "slow", proxy.port) as (slow, _b):
+                await slaves_joined(ha, 2)
+                assert ha.acks_needed() == 2
+                result = await master.put_message(make_message(0, queue_id=0))
+                assert result.status is PutMessageStatus.PUT_OK
+                assert min(fast.commit_log.max_offset(), slow.commit_log.max_offset()) >= result.append.end_offset
+                proxy.to_slave.close()  # the slow slave gets nothing more: the fast one's ack alone
+                master.config.slave_timeout = 300
+                result = await master.put_message(make_message(1, queue_id=0))
+                assert result.status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+                assert fast.commit_log.max_offset() >= result.append.end_offset
+                assert ha.visible_end() is not None and ha.visible_end() < result.append.end_offset
+                master.config.slave_timeout = 3000
+                proxy.to_slave.open()
+                await wait_until(caught_up(master, slow))
+                assert (await master.put_message(make_message(2, queue_id=0))).status is PutMessageStatus.PUT_OK
+            await wait_until(lambda: ha.connection_count == 1, what="the slow slave gone")
+            result = await master.put_message(make_message(3, queue_id=0))
+            assert result.status is PutMessageStatus.SLAVE_NOT_AVAILABLE  # one of the term's two slaves
+            await wait_until(lambda: fast.commit_log.max_offset() >= result.append.end_offset)
+            # the limit follows the slave that is there, so consumers go on
+            await wait_until(lambda: master.get_max_offset_in_queue(TOPIC, 0) == 4, what="dispatched")
+        nursery.cancel_scope.cancel()
+
+
 async def test_an_async_master_shows_everything(tmp_path):
     async with running_master(tmp_path / "m", broker_role=BrokerRole.ASYNC_MASTER) as (_master, ha), \
             running_slave(tmp_path / "s", ha.port):
