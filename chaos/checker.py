@@ -3,7 +3,7 @@ every queue of every node from its store files (store.tools, read-only) and comp
 what the clients were told.
 
 Reported per run: acknowledged-but-missing (on the master, and per node), duplicates by
-key, per-queue order and contiguity breaks, CRC failures and damage, master/slave
+key (beyond the copies a client's retries allow: `Op.copies`), per-queue order and contiguity breaks, CRC failures and damage, master/slave
 divergence (records that differ in the range both hold, and a slave's bytes past the
 master's end), indeterminate sends that landed or not, failed sends that landed anyway,
 and consumed messages no longer stored. Acknowledged messages below a node's first
@@ -83,8 +83,11 @@ class CheckReport:
         return out
 
 
-def _read_node(name: str, root: str, topic: str, queues: int) -> tuple[NodeReport, dict[str, list[tuple[int, int]]]]:
-    """The node's summary and key → [(queue_id, queue_offset)] for the topic."""
+def _read_node(name: str, root: str, topic: str, queues: int,
+               repeatable: Mapping[str, int]) -> tuple[NodeReport, dict[str, list[tuple[int, int]]]]:
+    """The node's summary and key → [(queue_id, queue_offset)] for the topic. A key in
+    `repeatable` may be stored up to that many times (a client retried it), anywhere in
+    its producer's order: its copies are neither duplicates nor order breaks."""
     rep = NodeReport(name)
     where: dict[str, list[tuple[int, int]]] = {}
     try:
@@ -118,13 +121,13 @@ def _read_node(name: str, root: str, topic: str, queues: int) -> tuple[NodeRepor
             for key in rec["keys"]:
                 where.setdefault(key, []).append((qid, q_off))
                 parsed = parse_key(key)
-                if parsed is not None:
+                if parsed is not None and key not in repeatable:
                     process, seq = parsed
                     if seq <= last_seq.get(process, -1):
                         rep.queue_errors.append(f"order: {topic}-{qid}@{q_off} producer {process} "
                                                 f"seq {seq} after {last_seq[process]}")
                     last_seq[process] = seq
-    rep.duplicates = sorted(k for k, places in where.items() if len(places) > 1)
+    rep.duplicates = sorted(k for k, places in where.items() if len(places) > repeatable.get(k, 1))
     return rep, where
 
 
@@ -176,10 +179,11 @@ def check(history: History, roots: Mapping[str, str], *, master: str, topic: str
     `consumed` maps each key the consumer saw to its CommitLog offset."""
     report = CheckReport(statuses=history.statuses())
     found: dict[str, dict[str, list[tuple[int, int]]]] = {}
+    repeatable = {op.key: op.copies for op in history.ops if op.copies > 1}
     for name, root in roots.items():
         if not os.path.isdir(root):
             continue
-        node, where = _read_node(name, root, topic, queues)
+        node, where = _read_node(name, root, topic, queues, repeatable)
         report.nodes[name] = node
         found[name] = where
     on_master = found.get(master, {})

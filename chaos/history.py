@@ -37,9 +37,12 @@ class Op:
     queue_offset: int | None = None
     commitlog_offset: int | None = None
     error: str | None = None
+    copies: int = 1
+    """How many times the message may be stored: more than once when a client retried it
+    after an attempt of unknown outcome (`SendResult.unknown_attempts`; at least once)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in attrs.asdict(self).items() if v is not None}
+        return {k: v for k, v in attrs.asdict(self).items() if v is not None and (k != "copies" or v != 1)}
 
 
 class History:

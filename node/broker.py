@@ -30,6 +30,7 @@ from store.message_store import MessageStore, open_store
 
 from .config import BrokerConfig
 from .failover.controller import EtcdController
+from .failover.etcd import EtcdClient
 from .failover.promotion import Failover, Transition, effective_config
 from .handlers import BATCHED_OPS, append_requests, finish_requests, handle_now, handle_plain_sends
 from .logs import name_role
@@ -84,7 +85,10 @@ class Broker:
     def __init__(
         self, cfg: BrokerConfig, *, handle_signals: bool = True, grace_s: float = SHUTDOWN_GRACE_S,
         recovery_progress: Callable[[int, int], None] | None = None, net: Network = TCP,
+        etcd: Callable[[list[str], float], EtcdClient] | None = None,
     ) -> None:
+        """`net`: where its connections go (ha/net.py); `etcd`: how its controller reaches
+        etcd (controllerMode etcd; default HTTP to etcdEndpoints, node/failover/etcd.py)."""
         self.recovery_progress = recovery_progress  # (validated bytes, total) during recovery
         self.net = net  # every connection it opens or accepts (ha/net.py): TCP, or a simulated network
         self.handle_signals = handle_signals
@@ -103,8 +107,8 @@ class Broker:
         self.ha_port_tls = cfg.tls.server_context(client_certs=True) if cfg.tls.enabled else None
         # the role stored beside the store overrides the file's; with controllerMode etcd the
         # election decides who is master
-        self.failover = Failover(cfg, on_transition=self._end_term,
-                                 controller=EtcdController if cfg.controller_mode == "etcd" else None, net=net)
+        controller = partial(EtcdController, etcd=etcd) if cfg.controller_mode == "etcd" else None
+        self.failover = Failover(cfg, on_transition=self._end_term, controller=controller, net=net)
         self.cfg = self.failover.cfg
         self.controller: EtcdController | None = self.failover.controller  # type: ignore[assignment]
         self.services: NodeServices | None = None

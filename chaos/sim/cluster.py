@@ -24,6 +24,8 @@ from node.broker import Broker
 from node.config import BrokerConfig
 from store import runtime
 
+from .etcd_link import ETCD_ADDRESS, ETCD_HOST, SimEtcd
+from .etcd_model import EtcdModel
 from .network import SimNetwork
 
 __all__ = ["BROKER_NAME", "CLIENT_HOST", "NAMESRV_ADDRESS", "NAMESRV_HOST", "SimCluster", "SimNode", "node_config"]
@@ -44,8 +46,9 @@ SMALL_FILES = {
 
 
 def node_config(root: str, host: str, broker_id: int, *, replication: str, flush: str,
-                master_host: str) -> BrokerConfig:
-    """A node of the group: brokerId 0 is the master (`replication`), the others its slaves."""
+                master_host: str, etcd: bool = False) -> BrokerConfig:
+    """A node of the group: brokerId 0 is the master (`replication`), the others its slaves;
+    with `etcd`, the group elects its master (controllerMode etcd)."""
     values: dict[str, Any] = {
         "brokerClusterName": "SimCluster", "brokerName": BROKER_NAME, "brokerId": broker_id,
         "brokerRole": replication if broker_id == 0 else "SLAVE", "flushDiskType": flush,
@@ -55,14 +58,18 @@ def node_config(root: str, host: str, broker_id: int, *, replication: str, flush
     if broker_id != 0:
         values["haMasterAddress"] = f"{master_host}:{HA_PORT}"
         values["masterAddr"] = f"{master_host}:{CLIENT_PORT}"
+    if etcd:
+        values.update(controllerMode="etcd", etcdEndpoints=ETCD_ADDRESS)
     return BrokerConfig.from_mapping(values, source=f"sim node {host}")
 
 
 class SimNode:
     """One node's process: a `runtime.Gate` for its tasks, and its Broker while it runs."""
 
-    def __init__(self, name: str, host: str, cfg: BrokerConfig, network: SimNetwork) -> None:
+    def __init__(self, name: str, host: str, cfg: BrokerConfig, network: SimNetwork,
+                 etcd: EtcdModel | None = None) -> None:
         self.name = name
+        self.etcd = etcd  # controllerMode etcd: the group's etcd, reached over the network
         self.host = host
         self.cfg = cfg
         self.network = network
@@ -91,10 +98,15 @@ class SimNode:
         self._done = trio.Event()
         try:
             with trio.CancelScope() as self._scope:
-                self.broker = Broker(self.cfg, handle_signals=False, net=self.network.host(self.host))
+                self.broker = Broker(self.cfg, handle_signals=False, net=self.network.host(self.host),
+                                     etcd=self._etcd_client if self.etcd is not None else None)
                 await self.broker.run(task_status=task_status)
         finally:
             self._done.set()
+
+    def _etcd_client(self, _endpoints: list[str], timeout_s: float) -> SimEtcd:
+        assert self.etcd is not None
+        return SimEtcd(self.etcd, self.network, self.host, timeout_s)
 
     @property
     def up(self) -> bool:
@@ -133,15 +145,18 @@ class SimNode:
 
 
 class SimCluster:
-    """The name server and the group's nodes (the first starts as master)."""
+    """The name server, the group's nodes (the first starts as master) and, with `etcd`,
+    the in-memory etcd that elects the group's master."""
 
-    def __init__(self, base: str, network: SimNetwork, *, replication: str, flush: str, slaves: int = 1) -> None:
+    def __init__(self, base: str, network: SimNetwork, *, replication: str, flush: str, slaves: int = 1,
+                 etcd: bool = False) -> None:
         self.network = network
+        self.etcd = EtcdModel() if etcd else None
         hosts = [f"10.0.0.{i + 1}" for i in range(1 + slaves)]
         self.nodes = [
             SimNode(chr(ord("a") + i), host,
                     node_config(os.path.join(base, chr(ord("a") + i)), host, i, replication=replication,
-                                flush=flush, master_host=hosts[0]), network)
+                                flush=flush, master_host=hosts[0], etcd=etcd), network, self.etcd)
             for i, host in enumerate(hosts)
         ]
         self.namesrv = NameServer(NamesrvConfig(listen_address=NAMESRV_HOST, listen_port=9876),
@@ -162,9 +177,13 @@ class SimCluster:
             return NAMESRV_HOST
         if role == "client":
             return CLIENT_HOST
+        if role == "etcd":
+            return ETCD_HOST
         return self.role_node(role).host
 
     async def start(self, nursery: trio.Nursery) -> None:
+        if self.etcd is not None:
+            nursery.start_soon(self.etcd.run)
         await nursery.start(self.namesrv.run)
         for node in self.nodes:
             await nursery.start(node.run)

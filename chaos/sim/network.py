@@ -117,7 +117,7 @@ class SimNetwork:
         return next(self._ports)
 
     async def changed(self) -> None:
-        """Wait for the next heal, resume or end of a delay."""
+        """Wait for the next cut, heal, pause, resume or end of a delay."""
         await self._changed.wait()
 
     def _notify(self) -> None:
@@ -130,6 +130,7 @@ class SimNetwork:
 
     def pause(self, host: str) -> None:
         self.paused.add(host)
+        self._notify()
 
     def resume(self, host: str) -> None:
         self.paused.discard(host)
@@ -148,12 +149,13 @@ class SimNetwork:
         hold what `a` sends to `b` (and refuse new connections) until `heal`."""
         if one_way:
             self.one_way.add((a, b))
-            return
-        self.cuts.add(frozenset((a, b)))
-        for conn in [c for c in self.connections if {c[0], c[1]} == {a, b}]:
-            conn[2].close_now()
-            conn[3].close_now()
-            self.connections.remove(conn)
+        else:
+            self.cuts.add(frozenset((a, b)))
+            for conn in [c for c in self.connections if {c[0], c[1]} == {a, b}]:
+                conn[2].close_now()
+                conn[3].close_now()
+                self.connections.remove(conn)
+        self._notify()  # for what watches a link (chaos/sim/etcd_link.py)
 
     def heal(self, a: str, b: str) -> None:
         self.cuts.discard(frozenset((a, b)))
@@ -163,6 +165,10 @@ class SimNetwork:
 
     def is_cut(self, a: str, b: str) -> bool:
         return frozenset((a, b)) in self.cuts or (a, b) in self.one_way or (b, a) in self.one_way
+
+    def cut_from(self, a: str, b: str) -> bool:
+        """What `a` sends to `b` does not arrive: the link is cut, or cut one way from a to b."""
+        return frozenset((a, b)) in self.cuts or (a, b) in self.one_way
 
 
 class SimHost:

@@ -34,29 +34,33 @@ import trio.testing
 
 from cluster.client.admin import Admin
 from cluster.client.consumer import PullConsumer
-from node.client import TidemqError, connect
+from cluster.client.producer import Producer
+from node.client import OutcomeUnknown, TidemqError, connect
 from node.failover.promotion import ASK_TIMEOUT_S
 from node.protocol import Send, TopicCreate
 from store import runtime
 
 from ..checker import check
-from ..history import History, Op
+from ..history import FAIL, INFO, OK, History, Op
 from ..workload import consume, record_send
 from .cluster import BROKER_NAME, CLIENT_HOST, NAMESRV_ADDRESS, SimCluster, SimNode
+from .etcd_link import ETCD_HOST
 from .mutations import MUTATIONS, mutated
 from .network import SimNetwork
 from .schedule import Fault, Schedule, draw
 from .verdict import Observed, verdict
 
-__all__ = ["MODES", "SeedResult", "run_seed"]
+__all__ = ["CONTROLLERS", "MODES", "SeedResult", "run_seed"]
 
 MODES = ("SYNC_MASTER+ASYNC_FLUSH", "SYNC_MASTER+SYNC_FLUSH", "ASYNC_MASTER+ASYNC_FLUSH", "ASYNC_MASTER+SYNC_FLUSH")
+CONTROLLERS = ("manual", "etcd")  # who makes a slave master: an operator (Admin.promote), or etcd's election
 TOPIC = "SimTopic"
 QUEUES = 4
 GROUP = "sim-consumer"
 EPOCH_S = 1_767_225_600.0  # the wall clock at simulated time 0 (2026-01-01)
 SYNC_PRODUCERS = 2
 PIPELINE_LANES = 4  # one connection, this many sends in flight
+RETRIES = 2  # the retrying producer: the client library's Producer, as applications send
 SEND_TIMEOUT_S = 3.0
 SETTLE_S = 120.0  # after the last fault: how long the cluster may take to serve and converge
 MAX_SIMULATED_S = 900.0  # a run still going then is stuck: a finding
@@ -73,6 +77,7 @@ class SeedResult:
     mode: str
     faults: int
     slaves: int = 1
+    controller: str = "manual"
     sends: int = 0
     acked: int = 0
     failed: int = 0
@@ -149,23 +154,27 @@ def _seed_trio(seed: int) -> None:
 
 
 def run_seed(seed: int, *, mode: str = MODES[0], schedule: Schedule | None = None, base_dir: str | None = None,
-             keep: bool = False, mutation: str | None = None, slaves: int = 1) -> SeedResult:
-    """Simulate `seed` (or `schedule`) in `mode`, with a deliberate bug (`mutation`,
-    chaos/sim/mutations.py) or none; the store files go to a fresh directory under
-    `base_dir` (default: /dev/shm when it exists), removed unless `keep`."""
+             keep: bool = False, mutation: str | None = None, slaves: int = 1,
+             controller: str = "manual") -> SeedResult:
+    """Simulate `seed` (or `schedule`) in `mode`, in a group of a master and `slaves` slaves
+    whose master an operator promotes (`controller` "manual") or etcd elects ("etcd"), with a
+    deliberate bug (`mutation`, chaos/sim/mutations.py) or none; the store files go to a
+    fresh directory under `base_dir` (default: /dev/shm when it exists), removed unless `keep`."""
     if slaves not in (1, 2):
         raise ValueError(f"slaves must be 1 or 2, got {slaves}")
+    if controller not in CONTROLLERS:
+        raise ValueError(f"controller must be one of {', '.join(CONTROLLERS)}, got {controller!r}")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if mutation is not None and mutation not in MUTATIONS:
         raise ValueError(f"no mutation {mutation!r}; there are {', '.join(MUTATIONS)}")
-    schedule = schedule or draw(seed)
+    schedule = schedule or draw(seed, etcd=controller == "etcd")
     random.seed(seed)
     _seed_trio(seed)
     base = tempfile.mkdtemp(prefix=f"tidemq-sim-{seed}-", dir=base_dir or _default_base())
-    result = SeedResult(seed, mode, len(schedule.faults), slaves)
+    result = SeedResult(seed, mode, len(schedule.faults), slaves, controller)
     began = time.perf_counter()
-    sim = Simulation(schedule, mode, base, slaves=slaves)
+    sim = Simulation(schedule, mode, base, slaves=slaves, etcd=controller == "etcd")
     clock = trio.testing.MockClock(autojump_threshold=0)
     sim.spin_guard = SpinGuard(clock)
     try:
@@ -210,14 +219,15 @@ def _quiet_logs() -> Any:
 
 
 class Simulation:
-    def __init__(self, schedule: Schedule, mode: str, base: str, *, slaves: int = 1) -> None:
+    def __init__(self, schedule: Schedule, mode: str, base: str, *, slaves: int = 1, etcd: bool = False) -> None:
         self.schedule = schedule
         self.mode = mode
         self.replication, self.flush = mode.split("+")
         self.base = base
         self.network = SimNetwork()
+        self.etcd = etcd  # the group elects its masters: no operator promotions
         self.cluster = SimCluster(base, self.network, replication=self.replication, flush=self.flush,
-                                  slaves=slaves)
+                                  slaves=slaves, etcd=etcd)
         self.history = History()
         self.log = EventLog()
         self.observed = Observed(first_master=self.cluster.master.name,
@@ -314,7 +324,14 @@ class Simulation:
             await trio.sleep(fault.duration)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
             await self._restart(node)
             return
-        if fault.kind == "slow_disk":
+        if fault.kind == "etcd_down":
+            hosts = [n.host for n in cluster.nodes]
+            for host in hosts:
+                net.cut(host, ETCD_HOST)
+            await trio.sleep(fault.duration)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
+            for host in hosts:
+                net.heal(host, ETCD_HOST)
+        elif fault.kind == "slow_disk":
             node = cluster.role_node(fault.target)
             node.disk_delay = fault.amount
             await trio.sleep(fault.duration)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
@@ -335,7 +352,8 @@ class Simulation:
                 net.cut(a, b, one_way=fault.kind == "cut_one_way")
                 await trio.sleep(fault.duration)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
                 net.heal(a, b)
-            if fault.peer == "namesrv" and (fault.kind != "delay" or 2 * fault.amount >= ASK_TIMEOUT_S / 2):
+            if not self.etcd and fault.peer == "namesrv" and (fault.kind != "delay"
+                                                              or 2 * fault.amount >= ASK_TIMEOUT_S / 2):
                 self.observed.cut_off.append((struck.name, began, runtime.wall_clock()))
         self.log.add(f"healed: {fault.kind}")
 
@@ -364,14 +382,36 @@ class Simulation:
     # ---------------------------------------------------------------- workload
 
     async def _producers(self, done: trio.Event) -> None:
-        lanes = SYNC_PRODUCERS + PIPELINE_LANES
+        lanes = SYNC_PRODUCERS + PIPELINE_LANES + 1
         per_lane = -(-self.schedule.sends // lanes)
         interval = self.schedule.span / per_lane
         async with trio.open_nursery() as nursery:
             for p in range(SYNC_PRODUCERS):
                 nursery.start_soon(self._producer, [p], per_lane, interval)
-            nursery.start_soon(self._producer, list(range(SYNC_PRODUCERS, lanes)), per_lane, interval)
+            nursery.start_soon(self._producer, list(range(SYNC_PRODUCERS, lanes - 1)), per_lane, interval)
+            nursery.start_soon(self._retrying_producer, lanes - 1, per_lane, interval)
         done.set()
+
+    async def _retrying_producer(self, p: int, quota: int, interval: float) -> None:
+        """The client library's `Producer`: routes from the name server, any queue, and a send
+        that failed or timed out is tried again (RETRIES), so a message whose first attempt's
+        outcome was unknown may be stored more than once (`Op.copies`)."""
+        async with Producer(NAMESRV_ADDRESS, retries=RETRIES, send_timeout=SEND_TIMEOUT_S, connect_timeout=2.0,
+                            net=self.network.host(CLIENT_HOST)) as producer:
+            for seq in range(quota):
+                op = self.history.invoke(p, seq, f"sim-p{p}-{seq}")
+                try:
+                    r = await producer.send(TOPIC, op.key.encode().ljust(200, b"."), keys=[op.key])
+                except OutcomeUnknown as e:  # every attempt failed, one or more of them unknown
+                    self.history.complete(op, INFO, status=e.status, error=str(e)[:200], copies=1 + RETRIES)
+                except TidemqError as e:
+                    self.history.complete(op, FAIL, status=e.status, error=str(e)[:200])
+                else:
+                    self.history.complete(op, OK, status=r.status.value, msg_id=r.msg_id, queue_id=r.queue_id,
+                                          queue_offset=r.queue_offset, commitlog_offset=r.commitlog_offset,
+                                          copies=1 + r.unknown_attempts)
+                self.log.add(_op_line(op))
+                await trio.sleep(interval)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
 
     async def _producer(self, processes: list[int], quota: int, interval: float) -> None:
         """One connection; each send goes out from every process in `processes` at once
@@ -379,15 +419,15 @@ class Simulation:
         seq = 0
         net = self.network.host(CLIENT_HOST)
         while seq < quota:
+            address = self.cluster.master.address
             try:
-                async with connect(self.cluster.master.address, connect_timeout=2.0, request_timeout=SEND_TIMEOUT_S,
-                                   net=net) as conn:
+                async with connect(address, connect_timeout=2.0, request_timeout=SEND_TIMEOUT_S, net=net) as conn:
                     while seq < quota:
                         good = await self._send_round(conn, processes, seq)
                         seq += 1
                         await trio.sleep(interval)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
-                        if not good:
-                            break
+                        if not good or address != self.cluster.master.address:
+                            break  # a new connection, to the master (etcd mode: another may be elected)
             except TidemqError:
                 await trio.sleep(0.2)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
 
@@ -450,7 +490,21 @@ class Simulation:
                     if now is not None:
                         self.observed.terms.append((trio.current_time(), node.name, now[0], now[1]))
                 self._note_truncation(node)
+            if self.etcd:
+                self._follow_election()
             await trio.sleep(MONITOR_S)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
+
+    def _follow_election(self) -> None:
+        """etcd mode: the node serving as master with the newest epoch is the one producers
+        write to; a new one counts as a promotion (when the run saw it serve)."""
+        masters = [(s[1] or 0, n) for n in self.cluster.nodes if (s := n.serving()) is not None and s[0] != "SLAVE"]
+        if not masters:
+            return
+        epoch, node = max(masters, key=lambda m: m[0])
+        if node is not self.cluster.master:
+            self.cluster.master = node
+            self.observed.promotions.append((runtime.wall_clock(), node.name, epoch))
+            self.log.add(f"elected {node.name}: epoch {epoch}")
 
     def _note_truncation(self, node: SimNode) -> None:
         """The node's last truncation report (Failover.last_truncation), if it is a new one."""
@@ -508,7 +562,8 @@ class Simulation:
 
 def _op_line(op: Op) -> str:
     where = f" {op.queue_id}@{op.queue_offset} {op.commitlog_offset}" if op.outcome == "ok" else ""
-    return f"send p{op.process} {op.seq}: {op.outcome} {op.status or ''}{where}"
+    copies = f" (may be stored {op.copies}x)" if op.copies > 1 else ""
+    return f"send p{op.process} {op.seq}: {op.outcome} {op.status or ''}{where}{copies}"
 
 
 def _epochs(root: str) -> list[tuple[int, int]]:

@@ -15,13 +15,14 @@ import attrs
 
 __all__ = ["KINDS", "Fault", "Schedule", "draw"]
 
-KINDS = ("kill", "pause", "cut", "cut_one_way", "delay", "slow_disk", "promote")
+KINDS = ("kill", "pause", "cut", "cut_one_way", "delay", "slow_disk", "promote", "etcd_down")
 """kill: cancel the node as SIGKILL ends a process and restart it from its files after
 `duration`; pause: freeze its sockets and timers for `duration` (SIGSTOP); cut: end every
 connection between two nodes and refuse new ones; cut_one_way: hold what one node sends to
 the other; delay: every send between two nodes takes `amount` s longer; slow_disk: every
 blocking file operation of the node (flushes) takes `amount` s longer; promote: make the
-slave the group's master (Admin.promote), as an operator would."""
+slave the group's master (Admin.promote), as an operator would (manual mode only);
+etcd_down: no node reaches etcd for `duration` (etcd mode only)."""
 
 
 @attrs.frozen
@@ -31,7 +32,7 @@ class Fault:
     duration: float = 0.0
     target: str = "master"  # a role; the second node of a link fault is the other role
     amount: float = 0.0  # delay / slow_disk: seconds added
-    peer: str = "slave"  # link faults: the other end ("slave", "namesrv" or "client")
+    peer: str = "slave"  # link faults: the other end ("slave", "namesrv", "client" or "etcd")
 
     def describe(self) -> str:
         what = {"kill": f"kill {self.target} for {self.duration:.2f} s",
@@ -40,7 +41,8 @@ class Fault:
                 "cut_one_way": f"cut {self.target}->{self.peer} for {self.duration:.2f} s",
                 "delay": f"delay {self.target}<->{self.peer} by {self.amount:.3f} s for {self.duration:.2f} s",
                 "slow_disk": f"slow {self.target}'s disk by {self.amount:.3f} s for {self.duration:.2f} s",
-                "promote": "promote the slave"}[self.kind]
+                "promote": "promote the slave",
+                "etcd_down": f"cut every node from etcd for {self.duration:.2f} s"}[self.kind]
         return f"t={self.at:.2f} {what}"
 
     def to_json(self) -> dict[str, Any]:
@@ -61,21 +63,24 @@ class Schedule:
         return [f.describe() for f in self.faults]
 
 
-def draw(seed: int, *, faults: tuple[int, int] = (3, 6), sends: int = 500) -> Schedule:
+def draw(seed: int, *, faults: tuple[int, int] = (3, 6), sends: int = 500, etcd: bool = False) -> Schedule:
     """The schedule of `seed`: between faults[0] and faults[1] faults (promotions among
-    them), at least `sends` sends."""
+    them), at least `sends` sends. With `etcd` (controllerMode etcd) the group elects its
+    masters: no promotions, and etcd's links and etcd as a whole can fail instead."""
     rng = random.Random(seed)
     count = rng.randint(*faults)
     promotions = min(count - 1, rng.choice((0, 0, 1, 1, 1, 2)))
+    if etcd:
+        promotions = 0
     out: list[Fault] = []
     at = rng.uniform(0.5, 2.0)
     for _ in range(count - promotions):
-        kind = rng.choice(KINDS[:-1])
+        kind = rng.choice(KINDS[:-2] if not etcd else KINDS[:-2] + ("etcd_down",))
         duration = rng.choice((rng.uniform(0.1, 1.5), rng.uniform(1.5, 6.0)))
         target = rng.choice(("master", "master", "slave"))
         peer = "slave" if target == "master" else "master"
         if kind in ("cut", "cut_one_way", "delay") and rng.random() < 0.25:
-            peer = rng.choice(("namesrv", "client"))
+            peer = rng.choice(("namesrv", "client") if not etcd else ("namesrv", "client", "etcd", "etcd"))
         amount = 0.0
         if kind == "delay":
             amount = rng.choice((0.002, 0.02, 0.2, 1.5))

@@ -108,7 +108,7 @@ def verdict(report: CheckReport, history: History, observed: Observed, *, replic
 
 def _acked_by_the_old_master(history: History, observed: Observed) -> list[str]:
     """A write sent after a promotion returned must be acknowledged by the promoted node (or
-    a later one): an old master that acknowledges it — paused across the promotion,
+    the one promoted next, which serves before its promotion returns): an old master that acknowledges it — paused across the promotion,
     restarted during it — is one the fencing missed, and the write is cut when that node
     rejoins. A master cut off from the name server cannot learn of a promotion in manual
     mode (the documented limit): its acknowledgements then, and within an epoch check's
@@ -117,14 +117,16 @@ def _acked_by_the_old_master(history: History, observed: Observed) -> list[str]:
     for op in history.ops:
         if op.outcome != OK or not op.msg_id:
             continue
-        serving = observed.first_master
+        serving, coming = observed.first_master, None  # the master, and the one being promoted
         for returned, node, _epoch in observed.promotions:
-            if returned < op.invoked_at:
+            if returned <= op.invoked_at:
                 serving = node
+            elif coming is None:
+                coming = node  # it serves before the promotion returns: a client may reach it first
         acked_by = observed.addresses.get(decode_msg_id(op.msg_id)[0])
         cut_off = any(node == acked_by and start <= op.invoked_at <= end + ASK_TIMEOUT_S
                       for node, start, end in observed.cut_off)
-        if acked_by is not None and acked_by != serving and not cut_off:
+        if acked_by is not None and acked_by not in (serving, coming) and not cut_off:
             out.append(f"{op.key} ({op.status}) by {acked_by}, sent after {serving}'s promotion")
     return out
 

@@ -72,7 +72,10 @@ class OutgoingMessage:
 class SendResult:
     """Where a message was stored. `status` is one of STORED: PUT_OK, or a status saying the
     message is on the master but the flush / slave copy was not confirmed in time.
-    For a batch, `msg_id` is the first message's and `msg_ids` has them all."""
+    For a batch, `msg_id` is the first message's and `msg_ids` has them all.
+    `unknown_attempts`: earlier attempts of this send whose outcome was unknown (a timeout, a
+    connection lost in flight, INDETERMINATE): each may have stored the message too, so it
+    may be stored up to that many more times (at least once, as with RocketMQ's retries)."""
 
     status: Status
     msg_id: str
@@ -82,6 +85,7 @@ class SendResult:
     commitlog_offset: int
     msg_ids: tuple[str, ...] = ()
     address: str = ""
+    unknown_attempts: int = 0
 
     @property
     def ok(self) -> bool:

@@ -247,7 +247,7 @@ class Producer(_Client):
                 self._creating.pop(topic, None)
                 raise
             self._down_until.pop(target.address, None)
-            return self._result(response, target)
+            return self._result(response, target, sum(isinstance(e, OutcomeUnknown) for e in errors))
         assert errors
         unknown = [e for e in errors if isinstance(e, OutcomeUnknown)]
         if unknown:  # an attempt may have stored it: never report that as failed
@@ -256,7 +256,7 @@ class Producer(_Client):
         raise _with_message(errors[-1], f"{op} to topic {topic!r} failed after {len(errors)} attempt(s): "
                             + "; ".join(str(e) for e in errors))
 
-    def _result(self, response: SendReply | SendBatchReply, target: _Target) -> SendResult:
+    def _result(self, response: SendReply | SendBatchReply, target: _Target, unknown_attempts: int = 0) -> SendResult:
         ids = tuple(response.msg_ids) if isinstance(response, SendBatchReply) else (response.msg_id,)
         return SendResult(
             status=response.status,
@@ -267,6 +267,7 @@ class Producer(_Client):
             commitlog_offset=response.commitlog_offset,
             msg_ids=ids,
             address=target.address,
+            unknown_attempts=unknown_attempts,
         )
 
     async def _select(

@@ -49,6 +49,7 @@ import collections
 import json
 import logging
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -104,7 +105,10 @@ def _json(kv: KeyValue | None) -> dict[str, Any] | None:
 class EtcdController:
     """One node's side of the election; see the module docstring."""
 
-    def __init__(self, cfg: BrokerConfig, failover: Failover) -> None:
+    def __init__(self, cfg: BrokerConfig, failover: Failover, *,
+                 etcd: Callable[[list[str], float], EtcdClient] | None = None) -> None:
+        """`etcd`: how to reach etcd, (endpoints, timeout) → a client; default `EtcdClient`
+        over HTTP (the simulation passes its in-memory etcd behind the simulated network)."""
         assert cfg.etcd_endpoints is not None
         self.failover = failover
         prefix = key_prefix(cfg.broker_cluster_name, cfg.broker_name)
@@ -113,7 +117,9 @@ class EtcdController:
         self.ttl_s = cfg.controller_lease_ms // 1000
         self.interval_s = cfg.controller_lease_ms / 3000
         self.endpoints = parse_endpoints(cfg.etcd_endpoints)
-        self.etcd = EtcdClient(self.endpoints, timeout_s=min(1.0, self.interval_s))
+        timeout_s = min(1.0, self.interval_s)
+        self.etcd = etcd(self.endpoints, timeout_s) if etcd is not None else EtcdClient(self.endpoints,
+                                                                                       timeout_s=timeout_s)
         self.lease = 0
         self.lease_deadline = -math.inf
         self.leading = False
@@ -219,7 +225,7 @@ class EtcdController:
                     self._wake = trio.Event()
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(REVOKE_TIMEOUT_S):
-                if self.lease:
+                if self.lease and not runtime.killed():  # a SIGKILL leaves the lease to expire
                     try:
                         await self.etcd.revoke(self.lease)
                         log.info("controller: lease revoked (leadership released)")

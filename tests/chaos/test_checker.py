@@ -132,6 +132,23 @@ async def test_order_break_within_a_queue(tmp_path):
     assert report.order_breaks and "seq 2 after 4" in report.order_breaks[0]
 
 
+async def test_a_retried_send_may_be_stored_as_often_as_its_client_said(tmp_path):
+    """A send that succeeded after attempts of unknown outcome (`Op.copies`) may be stored
+    that many times, in any order against its producer's other sends; one stored more often
+    than that, or a send with no retry stored twice, is a duplicate."""
+    retried, plain = key_of("r1", 0, 1), key_of("r1", 0, 2)
+    keys = [key_of("r1", 0, 0), retried, plain, retried, retried, plain]  # q0: 0 p p; q1: r r r ... reorder
+    stored = await write_store(str(tmp_path / "m"), [keys[i] for i in (0, 2, 1, 3, 5, 4)])
+    h = history_of([next(s for s in stored if s[0] == k) for k in dict.fromkeys(keys)])
+    h.ops[1].copies = 3
+    report = check(h, {"broker-a": str(tmp_path / "m")}, master="broker-a", topic=TOPIC, queues=2)
+    assert report.duplicates == [f"broker-a: {plain}"]  # the retried key's three copies are allowed
+    assert report.order_breaks == []  # its late copies break no order
+    h.ops[1].copies = 2
+    report = check(h, {"broker-a": str(tmp_path / "m")}, master="broker-a", topic=TOPIC, queues=2)
+    assert sorted(report.duplicates) == sorted([f"broker-a: {plain}", f"broker-a: {retried}"])
+
+
 async def test_crc_damage_is_reported(tmp_path):
     root = str(tmp_path / "m")
     stored = await write_store(root, [key_of("r1", 0, s) for s in range(6)])

@@ -109,7 +109,7 @@ def test_the_spin_guard_ends_a_loop_that_never_lets_the_clock_move():
 ])
 def test_each_deliberate_bug_is_reported_within_the_seeds_allowed(mutation, mode, seeds, tmp_path):
     result = sweep(parse_seeds(seeds), mode=mode, jobs=2, base_dir=str(tmp_path), mutation=mutation,
-                   stop_at_first=True)
+                   stop_at_first=True, controller="manual")  # the code each mutation breaks runs in manual mode
     assert result.failing, f"{mutation}: no seed of {seeds} broke a promise"
     assert min(r["seed"] for r in result.failing) <= int(seeds.split("..")[1])
 
@@ -121,7 +121,7 @@ def test_a_sweep_prints_progress_a_summary_and_exits_0_when_every_seed_kept_its_
     assert code == 0, out + err
     assert "4 schedules" in out and "0 failing seed(s)" in out
     assert all(f"{mode} 1" in out for mode in MODES)  # the seeds take the modes in turn
-    assert "3 with 1 slave(s), 1 with 2 slave(s)" in out  # and every four the next group size
+    assert "3 with 1 slave(s), 1 with 2 slave(s), 4 manual" in out  # and every four the next group size
     assert "4/4 schedules" in err
     assert os.listdir(tmp_path) == []  # each run's stores are removed
 
@@ -131,15 +131,15 @@ def test_ci_runs_300_seeds_and_every_one_keeps_its_promises():
     result = sweep(list(range(1, 301)), mode="all", jobs=2)  # on /dev/shm, as the CLI runs them
     assert result.schedules == 300 and result.sends >= 300 * 500 and result.faults >= 300 * 3
     assert not result.failing, [(r["seed"], r["mode"], r["slaves"], r["violations"]) for r in result.failing]
-    assert result.by_slaves == {1: 151, 2: 149}
+    assert result.by_slaves == {1: 151, 2: 149} and result.by_controller == {"manual": 151, "etcd": 149}
 
 
 @pytest.mark.slow
 def test_a_failing_seed_prints_its_replay_and_shrinks(tmp_path, capsys):
     found = sweep(list(range(1, 201)), mode=SYNC, jobs=2, base_dir=str(tmp_path), mutation="in-sync-wait",
-                  stop_at_first=True)
+                  stop_at_first=True, controller="manual")
     seed = found.failing[0]["seed"]
-    code = chaos_main(["chaos", "sim", "--seed", str(seed), "--mode", SYNC,
+    code = chaos_main(["chaos", "sim", "--seed", str(seed), "--mode", SYNC, "--controller", "manual",
                        "--mutate", "in-sync-wait", "--shrink", "--dir", str(tmp_path)])
     out, _ = capsys.readouterr()
     assert code == 1
@@ -159,6 +159,7 @@ def test_a_failing_seed_prints_its_replay_and_shrinks(tmp_path, capsys):
     (["--seeds", "1..2", "--mode", "FAST"], "unknown mode"),
     (["--seeds", "1..2", "--jobs", "0"], "--jobs must be"),
     (["--seeds", "1..2", "--slaves", "3"], "--slaves must be 1, 2 or all"),
+    (["--seeds", "1..2", "--controller", "zk"], "--controller must be manual, etcd or all"),
     (["--seeds", "1..2", "--mutate", "nope"], "no mutation"),
     (["--seeds", "1..2", "--shrink"], "go with --seed"),
     (["--seed", "1", "--mode", SYNC, "--without", "99"], "no fault 99"),
@@ -198,3 +199,19 @@ def test_two_slaves_sync_promotion_keeps_every_put_ok(tmp_path, capsys):
     out, _ = capsys.readouterr()
     assert "2 slave(s)" in out
     assert code == 0, out
+
+
+def test_etcd_elects_the_master_through_faults_on_etcd_itself(tmp_path):
+    """controllerMode etcd on the in-memory etcd (chaos/sim/etcd_link.py): every node cut
+    from etcd past the lease, the master cut from it alone, a kill of the master; the group
+    elects, the producers follow the elected master, and every promise holds."""
+    faults = (Fault("etcd_down", 2.5, 4.3), Fault("cut", 9.7, 4.2, "master", peer="etcd"),
+              Fault("kill", 16.3, 2.1, "master"))  # off the controllers' one-second ticks
+    result = run_seed(0, mode=SYNC, schedule=Schedule(0, faults, sends=150, span=21.0), base_dir=str(tmp_path),
+                      controller="etcd", slaves=2)
+    assert result.ok, result.violations
+    log = "\n".join(result.log)
+    elected = [line.split("elected ", 1)[1] for line in result.log if "elected " in line]
+    assert len(elected) >= 2, log  # a lease ran out at least twice: another node took over
+    assert "healed: etcd_down" in log and "killed " in log
+    assert result.acked > 100

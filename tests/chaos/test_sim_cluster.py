@@ -13,6 +13,7 @@ from pathlib import Path
 
 import trio
 
+from chaos.sim.cluster import CLIENT_HOST, NAMESRV_ADDRESS, SimCluster
 from chaos.sim.network import SimNetwork
 from cluster.client.consumer import PullConsumer
 from cluster.client.producer import Producer
@@ -21,6 +22,7 @@ from cluster.namesrv.config import NamesrvConfig
 from cluster.namesrv.server import NameServer
 from node.broker import Broker
 from node.config import load_config
+from store import runtime
 from store.message_store import MessageStore
 from tests.ha.test_replication import assert_identical, caught_up
 from tests.node.nodeproc import master_conf, slave_conf
@@ -81,3 +83,36 @@ async def test_a_cluster_runs_in_one_trio_run_over_the_simulated_network(tmp_pat
             assert [m.body for m in got.messages] == [b"m%d" % i for i in range(0, 20, 2)] + [
                 b"n%d" % i for i in range(10)]
             assert all(m.born_host.startswith(f"{C}:") for m in got.messages)  # the client's simulated end
+
+
+
+async def test_a_send_retried_after_unknown_outcomes_says_how_many_it_may_have_stored(tmp_path, autojump_clock):
+    """The master pauses under a send: each attempt times out, its request buffered; on
+    resume every buffered attempt is stored and the last one answers. The result counts the
+    earlier attempts of unknown outcome (`unknown_attempts`), as many extra copies as the
+    store holds: delivery is at least once, and the client says by how much."""
+    net = SimNetwork()
+    cluster = SimCluster(str(tmp_path), net, replication="ASYNC_MASTER", flush="ASYNC_FLUSH")
+    with runtime.simulated(0.0):
+        async with trio.open_nursery() as nursery:
+            await cluster.start(nursery)
+            master = cluster.master
+            async with Producer(namesrv=NAMESRV_ADDRESS, net=net.host(CLIENT_HOST), send_timeout=1.0,
+                                retries=2) as producer:
+                warm = await producer.send("Sim", b"warm", queue_id=0)
+                assert warm.unknown_attempts == 0
+                net.pause(master.host)
+
+                async def resume_in_the_last_attempt() -> None:
+                    await trio.sleep(2.5)  # attempts time out at 1 s and 2 s; the third is answered
+                    net.resume(master.host)
+
+                nursery.start_soon(resume_in_the_last_attempt)
+                result = await producer.send("Sim", b"again", keys=["retried"], queue_id=0)
+            assert result.unknown_attempts == 2
+            store = master.broker.services.store
+            await wait_until(lambda: store.dispatch_behind_bytes() == 0, what="dispatched")
+            copies = store.get_max_offset_in_queue("Sim", 0) - 1  # every attempt went to queue 0, after "warm"
+            assert copies == 1 + result.unknown_attempts
+            await cluster.stop()
+            nursery.cancel_scope.cancel()
