@@ -112,8 +112,8 @@ class HAService:
         self.push2slave_max_offset = 0
         self.slaves_accepted = 0
         """Slave connections accepted so far (one that came and went is noticed by a count)."""
-        self.peak_connections = 0
-        """The most slaves connected at once this term (see `acks_needed`)."""
+        self.peak_slaves = 0
+        """The most slave hosts connected at once this term (see `acks_needed`)."""
         self.expected_slaves = 0
         """The group's slaves the node last found registered with the name servers (`expect`)."""
         self.ack_members: frozenset[str] | None = None
@@ -147,14 +147,15 @@ class HAService:
         return master_put_where - acked < self.config.ha_slave_fallbehind_max
 
     def acks_needed(self) -> int:
-        """How many slaves a manual-mode SYNC_MASTER put waits for: every slave the term had
-        connected at once, and every one the name servers list, so a PUT_OK is on each slave
-        and whichever one the operator promotes holds it (with one ack, a promoted slave
-        that left a moment before misses what the other slave acked). RocketMQ 4.x waits for
-        one ack and never promotes. 1 in etcd mode: its in-sync set decides (`ack_members`)."""
+        """How many slaves a manual-mode SYNC_MASTER put waits for: as many as the term had
+        connected at once (counted by host), and as many as the name servers list, so a
+        PUT_OK is on each slave and whichever one the operator promotes holds it (with one
+        ack, a promoted slave that left a moment before misses what the other slave acked).
+        RocketMQ 4.x waits for one ack and never promotes. 1 in etcd mode: its in-sync set
+        decides (`ack_members`)."""
         if self.on_ack_timeout is not None:
             return 1
-        return max(1, self.peak_connections, self.expected_slaves)
+        return max(1, self.peak_slaves, self.expected_slaves)
 
     def expect(self, slaves: int) -> None:
         """The group has `slaves` slaves registered with the name servers (an epoch check
@@ -303,7 +304,9 @@ class HAService:
         conn = HAConnection(stream, address, int(runtime.wall_clock() * 1000))
         self._connections.add(conn)
         self.slaves_accepted += 1
-        self.peak_connections = max(self.peak_connections, len(self._connections))
+        # by host: a slave that reconnects before its old connection is found dead (up to
+        # haHousekeepingInterval) is not a second slave
+        self.peak_slaves = max(self.peak_slaves, len({c.address.rsplit(":", 1)[0] for c in self._connections}))
         self.log.visibility_moved()  # a manual-mode SYNC_MASTER's limit begins (visible_end)
         log.info("slave %s connected", address)
         if self.on_connections is not None:

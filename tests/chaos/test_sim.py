@@ -35,6 +35,8 @@ def test_a_seed_replays_bit_for_bit_here_and_in_another_process(tmp_path):
     assert again.log == first.log and again.log_hash == first.log_hash
     other = run_seed(4, mode=SYNC, base_dir=str(tmp_path))
     assert other.log_hash != first.log_hash
+    elected = [run_seed(11, mode=SYNC, base_dir=str(tmp_path), slaves=2, controller="etcd") for _ in range(2)]
+    assert elected[0].log_hash == elected[1].log_hash and elected[0].ok  # etcd mode too
     # a fresh interpreter with another hash seed: the CLI's replay runs it with PYTHONHASHSEED=0
     out = subprocess.run([sys.executable, "-m", "tidemq", "chaos", "sim", "--seed", "3", "--mode", SYNC,
                           "--dir", str(tmp_path)], capture_output=True, text=True, timeout=120,

@@ -376,9 +376,11 @@ async def test_a_manual_sync_master_shows_consumers_only_what_a_slave_acknowledg
 
 
 async def test_a_manual_sync_master_with_two_slaves_answers_put_ok_only_when_both_hold_it(tmp_path):
-    """A PUT_OK is on every slave the term had, so the operator may promote either: one ack
+    """A PUT_OK is on every slave of the group, so the operator may promote either: one ack
     is not enough, and with one of the two gone the puts answer SLAVE_NOT_AVAILABLE (the
-    simulation found the other slave's ack confirming writes the promoted one never got)."""
+    simulation found the other slave's ack confirming writes the promoted one never got).
+    Slaves are counted by host (a slave that reconnects before its old connection is found
+    dead is not a second one) and by the name servers' registrations."""
     async with running_master(tmp_path / "m", broker_role=BrokerRole.SYNC_MASTER, slave_timeout=3000) as (
         master,
         ha,
@@ -388,6 +390,8 @@ async def test_a_manual_sync_master_with_two_slaves_answers_put_ok_only_when_bot
         async with running_slave(tmp_path / "fast", ha.port) as (fast, _a):
             async with running_slave(tmp_path / "slow", proxy.port) as (slow, _b):
                 await slaves_joined(ha, 2)
+                assert ha.acks_needed() == 1  # both on 127.0.0.1: slaves are counted by host
+                ha.expect(2)  # what an epoch check learns from the name servers' registrations
                 assert ha.acks_needed() == 2
                 result = await master.put_message(make_message(0, queue_id=0))
                 assert result.status is PutMessageStatus.PUT_OK
