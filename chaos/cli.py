@@ -318,7 +318,7 @@ def _sim_one(args: argparse.Namespace, without: tuple[int, ...]) -> int:
     else:
         result = replay(args.seed, mode, without=without, base_dir=args.dir, keep=args.keep, mutation=args.mutate,
                         slaves=slaves, controller=controller)
-    schedule = draw(args.seed, etcd=controller == "etcd")
+    schedule = draw(args.seed, etcd=controller == "etcd", slaves=slaves)
     kept = [f for i, f in enumerate(schedule.faults) if i not in without]
     if args.json:
         print(json.dumps({**result.to_json(), "schedule": [f.to_json() for f in kept],

@@ -167,10 +167,12 @@ class SimCluster:
         return next(n for n in self.nodes if n.name == name)
 
     def role_node(self, role: str) -> SimNode:
-        """"master": the node producers write to; "slave": the first other node."""
+        """"master": the node producers write to; "slave": the first other node; "slave2":
+        the second other node (a group of two slaves)."""
         if role == "master":
             return self.master
-        return next(n for n in self.nodes if n is not self.master)
+        others = [n for n in self.nodes if n is not self.master]
+        return others[1] if role == "slave2" else others[0]
 
     def host_of(self, role: str) -> str:
         if role == "namesrv":

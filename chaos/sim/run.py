@@ -168,7 +168,7 @@ def run_seed(seed: int, *, mode: str = MODES[0], schedule: Schedule | None = Non
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if mutation is not None and mutation not in MUTATIONS:
         raise ValueError(f"no mutation {mutation!r}; there are {', '.join(MUTATIONS)}")
-    schedule = schedule or draw(seed, etcd=controller == "etcd")
+    schedule = schedule or draw(seed, etcd=controller == "etcd", slaves=slaves)
     random.seed(seed)
     _seed_trio(seed)
     base = tempfile.mkdtemp(prefix=f"tidemq-sim-{seed}-", dir=base_dir or _default_base())

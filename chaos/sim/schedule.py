@@ -1,6 +1,6 @@
 """A simulation's fault schedule, drawn from its seed: what goes wrong, to whom, when.
 
-Faults name roles ("master", "slave"), resolved when they strike, so a schedule means the
+Faults name roles ("master", "slave", "slave2"), resolved when they strike, so a schedule means the
 same after a promotion. Faults other than promotions run one after another (each heals
 before the next strikes, with a gap); promotions land at any moment, inside another fault
 or not. `--shrink` removes faults from a failing schedule (`without`) while it still fails.
@@ -30,7 +30,7 @@ class Fault:
     kind: str
     at: float  # seconds of simulated time after the workload starts
     duration: float = 0.0
-    target: str = "master"  # a role; the second node of a link fault is the other role
+    target: str = "master"  # a role ("master", "slave", "slave2"); a link fault's other end is `peer`
     amount: float = 0.0  # delay / slow_disk: seconds added
     peer: str = "slave"  # link faults: the other end ("slave", "namesrv", "client" or "etcd")
 
@@ -63,10 +63,12 @@ class Schedule:
         return [f.describe() for f in self.faults]
 
 
-def draw(seed: int, *, faults: tuple[int, int] = (3, 6), sends: int = 500, etcd: bool = False) -> Schedule:
+def draw(seed: int, *, faults: tuple[int, int] = (3, 6), sends: int = 500, etcd: bool = False,
+         slaves: int = 1) -> Schedule:
     """The schedule of `seed`: between faults[0] and faults[1] faults (promotions among
     them), at least `sends` sends. With `etcd` (controllerMode etcd) the group elects its
-    masters: no promotions, and etcd's links and etcd as a whole can fail instead."""
+    masters: no promotions, and etcd's links and etcd as a whole can fail instead. With two
+    `slaves`, faults strike the second one ("slave2") too."""
     rng = random.Random(seed)
     count = rng.randint(*faults)
     promotions = min(count - 1, rng.choice((0, 0, 1, 1, 1, 2)))
@@ -77,7 +79,7 @@ def draw(seed: int, *, faults: tuple[int, int] = (3, 6), sends: int = 500, etcd:
     for _ in range(count - promotions):
         kind = rng.choice(KINDS[:-2] if not etcd else KINDS[:-2] + ("etcd_down",))
         duration = rng.choice((rng.uniform(0.1, 1.5), rng.uniform(1.5, 6.0)))
-        target = rng.choice(("master", "master", "slave"))
+        target = rng.choice(("master", "master", "slave") if slaves == 1 else ("master", "master", "slave", "slave2"))
         peer = "slave" if target == "master" else "master"
         if kind in ("cut", "cut_one_way", "delay") and rng.random() < 0.25:
             peer = rng.choice(("namesrv", "client") if not etcd else ("namesrv", "client", "etcd", "etcd"))

@@ -91,12 +91,13 @@ def _run_chunk(seeds: Sequence[int], mode: str, base_dir: str | None, mutation: 
 
 def _run_one(seed: int, mode: str, without: tuple[int, ...], base_dir: str | None, keep: bool,
              mutation: str | None, slaves: int, controller: str) -> SeedResult:
-    return run_seed(seed, mode=mode, schedule=_schedule(seed, without, controller), base_dir=base_dir, keep=keep,
+    return run_seed(seed, mode=mode, schedule=_schedule(seed, without, controller, slaves), base_dir=base_dir,
+                    keep=keep,
                     mutation=mutation, slaves=slaves, controller=controller)
 
 
-def _schedule(seed: int, without: tuple[int, ...], controller: str) -> Schedule:
-    schedule = draw(seed, etcd=controller == "etcd")
+def _schedule(seed: int, without: tuple[int, ...], controller: str, slaves: int) -> Schedule:
+    schedule = draw(seed, etcd=controller == "etcd", slaves=slaves)
     for index in sorted(without, reverse=True):
         if not 0 <= index < len(schedule.faults):
             raise ValueError(f"seed {seed} has {len(schedule.faults)} faults: no fault {index}")
@@ -153,7 +154,7 @@ def replay(seed: int, mode: str, *, without: tuple[int, ...] = (), base_dir: str
            keep: bool = False, mutation: str | None = None, slaves: int = 1,
            controller: str = "manual") -> SeedResult:
     """One seed (with the faults at `without` left out), in a fresh worker process."""
-    _schedule(seed, without, controller)  # a bad index is the caller's error, here
+    _schedule(seed, without, controller, slaves)  # a bad index is the caller's error, here
     with _workers(1) as pool:
         return pool.submit(_run_one, seed, mode, without, base_dir, keep, mutation, slaves, controller).result()
 
@@ -162,7 +163,7 @@ def shrink(seed: int, mode: str, *, base_dir: str | None = None, mutation: str |
            controller: str = "manual", progress: Callable[[str], None] | None = None) -> tuple[tuple[int, ...], SeedResult]:
     """The fewest of the seed's faults that still fail (each left in is needed: dropping
     any one more passes): the indexes left out and the failing run of what is left."""
-    faults = len(draw(seed, etcd=controller == "etcd").faults)
+    faults = len(draw(seed, etcd=controller == "etcd", slaves=slaves).faults)
     without: tuple[int, ...] = ()
     with _workers(1) as pool:
         def attempt(leave_out: tuple[int, ...]) -> SeedResult:

@@ -182,12 +182,14 @@ def test_seeds_that_found_bugs_keep_their_promises(seed, mode, found, tmp_path):
 
 
 def test_a_group_of_two_slaves_runs_and_the_other_slave_follows_a_promotion(tmp_path):
-    faults = (Fault("kill", 1.0, 1.0, "slave"), Fault("promote", 4.0), Fault("pause", 6.0, 1.0, "master"))
-    result = run_seed(0, mode="ASYNC_MASTER+ASYNC_FLUSH", schedule=Schedule(0, faults, sends=120, span=9.0),
+    faults = (Fault("kill", 1.0, 1.0, "slave"), Fault("promote", 4.0), Fault("pause", 6.0, 1.0, "master"),
+              Fault("kill", 7.5, 1.0, "slave2"))
+    result = run_seed(0, mode="ASYNC_MASTER+ASYNC_FLUSH", schedule=Schedule(0, faults, sends=120, span=10.0),
                       base_dir=str(tmp_path), slaves=2)
     assert result.ok, result.violations
     log = "\n".join(result.log)
     assert "promoted b: epoch 2" in log and "c: SLAVE epoch 2" in log  # c re-points to the new master
+    assert "killed c" in log  # "slave2": after the promotion, the second of a and c
     assert "end: master b; a ('SLAVE', 2)" in log and "c ('SLAVE', 2)" in log
 
 

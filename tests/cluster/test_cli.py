@@ -64,7 +64,8 @@ def test_send_consume_commit_and_query(cluster):
     assert [s["status"] for s in sent] == ["PUT_OK"] * 3  # SYNC_MASTER: the slave has them
     assert {s["broker_name"] for s in sent} == {"broker-a"} and {s["address"] for s in sent} == {cluster["master"]}
     assert set(sent[0]) == {"status", "msg_id", "broker_name", "queue_id", "queue_offset",
-                            "commitlog_offset", "address"}
+                            "commitlog_offset", "address", "unknown_attempts"}
+    assert {s["unknown_attempts"] for s in sent} == {0}  # no retry after an unknown outcome
     binary = lines(cli("send", "--broker", cluster["master"], "--topic", "CliT", "--keys", "bin",
                        "--no-wait", "-", stdin=b"\xff\x00\xfe"))
     assert binary[0]["status"] == "PUT_OK"
