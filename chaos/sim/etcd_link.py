@@ -52,7 +52,7 @@ class SimEtcd:
     async def _trip(self) -> None:
         delay = self.network.delays.get(frozenset((self.host, ETCD_HOST)))
         if delay:
-            await trio.sleep(delay)
+            await trio.sleep(delay)  # poll: simulated time (the link's delay)
 
     async def _call(self, apply: Callable[[], Awaitable[T]]) -> T:
         net = self.network

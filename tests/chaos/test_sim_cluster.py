@@ -104,7 +104,7 @@ async def test_a_send_retried_after_unknown_outcomes_says_how_many_it_may_have_s
                 net.pause(master.host)
 
                 async def resume_in_the_last_attempt() -> None:
-                    await trio.sleep(2.5)  # attempts time out at 1 s and 2 s; the third is answered
+                    await trio.sleep(2.5)  # poll: simulated time; attempts time out at 1 s and 2 s, the third is answered
                     net.resume(master.host)
 
                 nursery.start_soon(resume_in_the_last_attempt)
