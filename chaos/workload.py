@@ -174,7 +174,7 @@ async def consume(stop: trio.Event, consumed: dict[str, int], make: Callable[[],
                 except TidemqError as e:
                     if on_error is not None:
                         on_error(e)
-                await trio.sleep(0.3)  # back off, then a fresh consumer
+                await trio.sleep(0.3)  # poll: a deliberate back-off before a fresh consumer
 
 
 async def record_send(history: History, conn: Any, op: Op, request: Send) -> bool:

@@ -228,7 +228,7 @@ class PullConsumer(_Client):
             if got:
                 idle_since = now
                 if pull_interval_ms > 0:
-                    await trio.sleep(pull_interval_ms / 1000)
+                    await trio.sleep(pull_interval_ms / 1000)  # poll: the pacing asked for (pullInterval)
                 continue
             wait_ms = poll_ms
             if idle_timeout_ms is not None:
