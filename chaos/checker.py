@@ -67,6 +67,7 @@ class CheckReport:
     expired: int = 0
     nodes: dict[str, NodeReport] = attrs.field(factory=dict)
     statuses: dict[str, int] = attrs.field(factory=dict)
+    stored: dict[str, int] = attrs.field(factory=dict, repr=False)  # key → copies on the master (not reported)
 
     @property
     def losses(self) -> int:
@@ -74,6 +75,7 @@ class CheckReport:
 
     def to_json(self) -> dict[str, Any]:
         out = attrs.asdict(self)
+        del out["stored"]
         for key, value in list(out.items()):
             if isinstance(value, list):
                 out[key] = {"count": len(value), "examples": value[:MAX_LISTED]}
@@ -187,6 +189,7 @@ def check(history: History, roots: Mapping[str, str], *, master: str, topic: str
         report.nodes[name] = node
         found[name] = where
     on_master = found.get(master, {})
+    report.stored = {key: len(places) for key, places in on_master.items()}
     master_min = report.nodes[master].min_offset if master in report.nodes else 0
     for op in history.ops:
         outcome = op.outcome or INFO

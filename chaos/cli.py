@@ -4,8 +4,9 @@
     tidemq chaos run SCENARIO --mode SYNC_MASTER+SYNC_FLUSH --seed N --duration S [--json]
     tidemq chaos soak --minutes M [--log FILE]
     tidemq chaos sim --seeds 1..10000 [--mode M|all] [--slaves 1|2|all] [--controller manual|etcd|all]
+                     [--groups 1|2|all]
                      [--jobs 2] [--mutate NAME [--first]] [--json]
-    tidemq chaos sim --seed N --mode M --slaves S --controller C [--without I,J] [--shrink] [--events]
+    tidemq chaos sim --seed N --mode M --slaves S --controller C --groups G [--without I,J] [--shrink] [--events]
                      [--keep] [--mutate NAME]
     tidemq chaos proxy --port 8474
 
@@ -266,11 +267,12 @@ def parse_seeds(text: str) -> list[int]:
         raise ValueError(f"--seeds must be A..B, N or N,M,...; got {text!r}") from None
 
 
-def _replay_command(seed: int, mode: str, slaves: int, controller: str, without: Sequence[int] = (),
-                    mutation: str | None = None) -> str:
+def _replay_command(result: dict[str, Any], without: Sequence[int] = (), mutation: str | None = None) -> str:
+    """The command that replays a seed's result (SeedResult.to_json) bit for bit."""
     extra = f" --without {','.join(map(str, without))}" if without else ""
     extra += f" --mutate {mutation}" if mutation else ""
-    return f"tidemq chaos sim --seed {seed} --mode {mode} --slaves {slaves} --controller {controller}{extra}"
+    return (f"tidemq chaos sim --seed {result['seed']} --mode {result['mode']} --slaves {result['slaves']} "
+            f"--controller {result['controller']} --groups {result['groups']}{extra}")
 
 
 def _cmd_sim(args: argparse.Namespace) -> int:
@@ -282,6 +284,8 @@ def _cmd_sim(args: argparse.Namespace) -> int:
         return _error(f"--jobs must be at least 1, got {args.jobs}")
     if args.slaves != "all" and args.slaves not in ("1", "2"):
         return _error(f"--slaves must be 1, 2 or all, got {args.slaves}")
+    if args.groups != "all" and args.groups not in ("1", "2"):
+        return _error(f"--groups must be 1, 2 or all, got {args.groups}")
     from .sim.run import CONTROLLERS
 
     if args.controller != "all" and args.controller not in CONTROLLERS:
@@ -305,20 +309,20 @@ def _cmd_sim(args: argparse.Namespace) -> int:
 
 def _sim_one(args: argparse.Namespace, without: tuple[int, ...]) -> int:
     from .sim.schedule import draw
-    from .sim.sweep import controller_of, mode_of, replay, shrink, slaves_of
+    from .sim.sweep import controller_of, groups_of, mode_of, replay, shrink, slaves_of
 
     mode, slaves = mode_of(args.seed, args.mode), slaves_of(args.seed, args.slaves)
-    controller = controller_of(args.seed, args.controller)
+    controller, groups = controller_of(args.seed, args.controller), groups_of(args.seed, args.groups)
     if args.shrink:
         def progress(what: str) -> None:
             print(f"  {what}", file=sys.stderr, flush=True)
 
-        without, result = shrink(args.seed, mode, base_dir=args.dir, mutation=args.mutate, slaves=slaves, controller=controller,
-                                 progress=progress)
+        without, result = shrink(args.seed, mode, base_dir=args.dir, mutation=args.mutate, slaves=slaves,
+                                 controller=controller, groups=groups, progress=progress)
     else:
         result = replay(args.seed, mode, without=without, base_dir=args.dir, keep=args.keep, mutation=args.mutate,
-                        slaves=slaves, controller=controller)
-    schedule = draw(args.seed, etcd=controller == "etcd", slaves=slaves)
+                        slaves=slaves, controller=controller, groups=groups)
+    schedule = draw(args.seed, etcd=controller == "etcd", slaves=slaves, groups=groups)
     kept = [f for i, f in enumerate(schedule.faults) if i not in without]
     if args.json:
         print(json.dumps({**result.to_json(), "schedule": [f.to_json() for f in kept],
@@ -326,7 +330,8 @@ def _sim_one(args: argparse.Namespace, without: tuple[int, ...]) -> int:
     else:
         if args.events:
             print("\n".join(result.log))
-        print(f"seed {args.seed} · {mode} · {slaves} slave(s) · {controller} · {len(kept)} fault(s): {'; '.join(f.describe() for f in kept)}")
+        print(f"seed {args.seed} · {mode} · {groups} group(s) of {slaves} slave(s) · {controller} · "
+              f"{len(kept)} fault(s): {'; '.join(f.describe() for f in kept)}")
         print(f"{result.sends} sends: {result.acked} acknowledged, {result.failed} failed, "
               f"{result.indeterminate} indeterminate · {result.simulated_s:g} simulated s in {result.wall_s:g} s")
         print(f"event log sha256 {result.log_hash}")
@@ -336,7 +341,7 @@ def _sim_one(args: argparse.Namespace, without: tuple[int, ...]) -> int:
             print(f"known gap: {k}")
         if args.shrink and not result.ok:
             print(f"shrunk to {len(kept)} of {len(schedule.faults)} fault(s): "
-                  f"{_replay_command(args.seed, mode, slaves, controller, without, args.mutate)}")
+                  f"{_replay_command(result.to_json(), without, args.mutate)}")
         print("passed" if result.ok else "FAILED")
     return EXIT_OK if result.ok else EXIT_FOUND
 
@@ -350,7 +355,7 @@ def _sim_sweep(args: argparse.Namespace, seeds: list[int]) -> int:
     def on_result(result: dict[str, Any], so_far: Any) -> None:
         if result["violations"]:
             print(f"seed {result['seed']} ({result['mode']}) broke a promise: {result['violations'][0]}\n"
-                  f"  replay: {_replay_command(result['seed'], result['mode'], result['slaves'], result['controller'], mutation=args.mutate)}", file=sys.stderr, flush=True)
+                  f"  replay: {_replay_command(result, mutation=args.mutate)}", file=sys.stderr, flush=True)
         if so_far.schedules - shown[0] >= step or so_far.schedules == len(seeds):
             shown[0] = so_far.schedules
             print(f"{so_far.schedules}/{len(seeds)} schedules · {so_far.faults} faults · {so_far.sends} sends · "
@@ -358,13 +363,15 @@ def _sim_sweep(args: argparse.Namespace, seeds: list[int]) -> int:
 
     result = sweep(seeds, mode=args.mode, jobs=args.jobs, base_dir=args.dir, mutation=args.mutate,
                    stop_at_first=args.first, slaves=args.slaves if args.slaves == "all" else int(args.slaves),
-                   controller=args.controller, on_result=on_result)
+                   controller=args.controller, groups=args.groups if args.groups == "all" else int(args.groups),
+                   on_result=on_result)
     summary = result.to_json()
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
         groups = ", ".join([f"{n} with {k} slave(s)" for k, n in sorted(result.by_slaves.items())]
-                           + [f"{n} {k}" for k, n in sorted(result.by_controller.items())])
+                           + [f"{n} {k}" for k, n in sorted(result.by_controller.items())]
+                           + [f"{n} of {k} group(s)" for k, n in sorted(result.by_groups.items())])
         print(f"{result.schedules} schedules ({', '.join(f'{m} {n}' for m, n in sorted(result.by_mode.items()))}; "
               f"{groups}), "
               f"{result.faults} faults, {result.sends} sends ({result.acked} acknowledged), "
@@ -374,7 +381,7 @@ def _sim_sweep(args: argparse.Namespace, seeds: list[int]) -> int:
               f"{len(result.known_gap)} seed(s) hit the known gap (docs/simulation.md)")
         for r in result.failing:
             print(f"  seed {r['seed']}: {r['violations'][0]} · "
-                  f"{_replay_command(r['seed'], r['mode'], r['slaves'], r['controller'], mutation=args.mutate)}")
+                  f"{_replay_command(r, mutation=args.mutate)}")
     return EXIT_OK if not result.failing else EXIT_FOUND
 
 
@@ -472,6 +479,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     sim.add_argument("--controller", default="all",
                      help="who makes a slave master: manual (an operator promotes), etcd (the group "
                      "elects), or all: each seed its own (default %(default)s)")
+    sim.add_argument("--groups", default="all",
+                     help="broker groups: 1, 2 or all (default: each seed its own, sixteen seeds at a time); "
+                     "with two, each fault and promotion strikes one of them (docs/simulation.md)")
     sim.add_argument("--dir", help="where the stores go (default /dev/shm, a tmpfs)")
     sim.add_argument("--mutate", metavar="NAME",
                      help="run with a deliberate bug, to see the checker catch it: "

@@ -151,9 +151,11 @@ class Workload:
 
 async def consume(stop: trio.Event, consumed: dict[str, int], make: Callable[[], PullConsumer], *,
                   poll_ms: int, pull_interval_ms: int = 0, on_consumer: Callable[[PullConsumer], None] | None = None,
-                  on_error: Callable[[TidemqError], None] | None = None) -> None:
+                  on_error: Callable[[TidemqError], None] | None = None,
+                  by_group: dict[str, dict[str, int]] | None = None) -> None:
     """Consume with auto-commit until `stop`, noting each key's CommitLog offset in
-    `consumed`; a consumer that fails is replaced by a fresh one (`make`) after 0.3 s."""
+    `consumed` (and in `by_group`, under the group it was read from: the same key may be
+    read from two groups); a consumer that fails is replaced by a fresh one (`make`) after 0.3 s."""
     with trio.CancelScope() as scope:
         async def cancel_on_stop() -> None:
             await stop.wait()
@@ -171,6 +173,8 @@ async def consume(stop: trio.Event, consumed: dict[str, int], make: Callable[[],
                         async for msg in it:
                             for key in msg.keys:
                                 consumed[key] = msg.commitlog_offset
+                                if by_group is not None and msg.broker_name is not None:
+                                    by_group.setdefault(msg.broker_name, {})[key] = msg.commitlog_offset
                 except TidemqError as e:
                     if on_error is not None:
                         on_error(e)

@@ -1,4 +1,4 @@
-"""A broker group and its name server as tasks of one trio run, on a `SimNetwork`.
+"""One or two broker groups and their name server as tasks of one trio run, on a `SimNetwork`.
 
 Each node is the production `Broker` (node/broker.py) with real store files under its own
 directory (tmpfs), its connections on its simulated host, and its tasks marked as that
@@ -28,9 +28,11 @@ from .etcd_link import ETCD_ADDRESS, ETCD_HOST, SimEtcd
 from .etcd_model import EtcdModel
 from .network import SimNetwork
 
-__all__ = ["BROKER_NAME", "CLIENT_HOST", "NAMESRV_ADDRESS", "NAMESRV_HOST", "SimCluster", "SimNode", "node_config"]
+__all__ = ["BROKER_NAMES", "CLIENT_HOST", "NAMESRV_ADDRESS", "NAMESRV_HOST", "SimCluster", "SimGroup", "SimNode",
+           "node_config"]
 
-BROKER_NAME = "broker-a"
+BROKER_NAMES = ("broker-a", "broker-b")  # the groups' brokerNames, in order
+NODES_PER_GROUP = 3  # hosts and node names each group reserves (a master and up to two slaves)
 NAMESRV_HOST = "10.0.0.9"
 NAMESRV_ADDRESS = f"{NAMESRV_HOST}:9876"
 CLIENT_HOST = "10.0.1.1"
@@ -46,11 +48,11 @@ SMALL_FILES = {
 
 
 def node_config(root: str, host: str, broker_id: int, *, replication: str, flush: str,
-                master_host: str, etcd: bool = False) -> BrokerConfig:
-    """A node of the group: brokerId 0 is the master (`replication`), the others its slaves;
-    with `etcd`, the group elects its master (controllerMode etcd)."""
+                master_host: str, etcd: bool = False, broker_name: str = BROKER_NAMES[0]) -> BrokerConfig:
+    """A node of group `broker_name`: brokerId 0 is the master (`replication`), the others its
+    slaves; with `etcd`, the group elects its master (controllerMode etcd)."""
     values: dict[str, Any] = {
-        "brokerClusterName": "SimCluster", "brokerName": BROKER_NAME, "brokerId": broker_id,
+        "brokerClusterName": "SimCluster", "brokerName": broker_name, "brokerId": broker_id,
         "brokerRole": replication if broker_id == 0 else "SLAVE", "flushDiskType": flush,
         "brokerIP1": host, "listenPort": CLIENT_PORT, "haListenPort": HA_PORT, "namesrvAddr": NAMESRV_ADDRESS,
         "storePathRootDir": root, **SMALL_FILES,
@@ -69,6 +71,7 @@ class SimNode:
     def __init__(self, name: str, host: str, cfg: BrokerConfig, network: SimNetwork,
                  etcd: EtcdModel | None = None) -> None:
         self.name = name
+        self.group = cfg.broker_name
         self.etcd = etcd  # controllerMode etcd: the group's etcd, reached over the network
         self.host = host
         self.cfg = cfg
@@ -144,27 +147,14 @@ class SimNode:
         return broker.services.store.commit_log.max_offset()
 
 
-class SimCluster:
-    """The name server, the group's nodes (the first starts as master) and, with `etcd`,
-    the in-memory etcd that elects the group's master."""
+class SimGroup:
+    """A broker group: its nodes (the first starts as master) and the node the producers
+    write to (`master`: the promoted or elected one after a promotion or an election)."""
 
-    def __init__(self, base: str, network: SimNetwork, *, replication: str, flush: str, slaves: int = 1,
-                 etcd: bool = False) -> None:
-        self.network = network
-        self.etcd = EtcdModel() if etcd else None
-        hosts = [f"10.0.0.{i + 1}" for i in range(1 + slaves)]
-        self.nodes = [
-            SimNode(chr(ord("a") + i), host,
-                    node_config(os.path.join(base, chr(ord("a") + i)), host, i, replication=replication,
-                                flush=flush, master_host=hosts[0], etcd=etcd), network, self.etcd)
-            for i, host in enumerate(hosts)
-        ]
-        self.namesrv = NameServer(NamesrvConfig(listen_address=NAMESRV_HOST, listen_port=9876),
-                                  handle_signals=False, net=network.host(NAMESRV_HOST))
-        self.master = self.nodes[0]  # the node the producers write to
-
-    def node(self, name: str) -> SimNode:
-        return next(n for n in self.nodes if n.name == name)
+    def __init__(self, name: str, nodes: list[SimNode]) -> None:
+        self.name = name
+        self.nodes = nodes
+        self.master = nodes[0]
 
     def role_node(self, role: str) -> SimNode:
         """"master": the node producers write to; "slave": the first other node; "slave2":
@@ -174,14 +164,51 @@ class SimCluster:
         others = [n for n in self.nodes if n is not self.master]
         return others[1] if role == "slave2" else others[0]
 
-    def host_of(self, role: str) -> str:
+
+class SimCluster:
+    """The name server, the groups (broker-a's nodes are a, b, c on 10.0.0.1-3; broker-b's
+    d, e, f on 10.0.0.4-6) and, with `etcd`, the in-memory etcd that elects each group's
+    master."""
+
+    def __init__(self, base: str, network: SimNetwork, *, replication: str, flush: str, slaves: int = 1,
+                 etcd: bool = False, groups: int = 1) -> None:
+        self.network = network
+        self.etcd = EtcdModel() if etcd else None
+        self.groups: list[SimGroup] = []
+        for g in range(groups):
+            first = g * NODES_PER_GROUP
+            hosts = [f"10.0.0.{first + i + 1}" for i in range(1 + slaves)]
+            names = [chr(ord("a") + first + i) for i in range(1 + slaves)]
+            self.groups.append(SimGroup(BROKER_NAMES[g], [
+                SimNode(name, host, node_config(os.path.join(base, name), host, i, replication=replication,
+                                                flush=flush, master_host=hosts[0], etcd=etcd,
+                                                broker_name=BROKER_NAMES[g]), network, self.etcd)
+                for i, (name, host) in enumerate(zip(names, hosts, strict=True))]))
+        self.nodes = [n for group in self.groups for n in group.nodes]
+        self.namesrv = NameServer(NamesrvConfig(listen_address=NAMESRV_HOST, listen_port=9876),
+                                  handle_signals=False, net=network.host(NAMESRV_HOST))
+
+    @property
+    def master(self) -> SimNode:
+        """The first group's master."""
+        return self.groups[0].master
+
+    def group_of(self, node: SimNode) -> SimGroup:
+        return next(g for g in self.groups if g.name == node.group)
+
+    def node(self, name: str) -> SimNode:
+        return next(n for n in self.nodes if n.name == name)
+
+    def host_of(self, role: str, group: int = 0) -> str:
+        """A role's host: a node's ("master", "slave", "slave2") of the group, or a host every
+        group shares ("namesrv", "client", "etcd")."""
         if role == "namesrv":
             return NAMESRV_HOST
         if role == "client":
             return CLIENT_HOST
         if role == "etcd":
             return ETCD_HOST
-        return self.role_node(role).host
+        return self.groups[group].role_node(role).host
 
     async def start(self, nursery: trio.Nursery) -> None:
         if self.etcd is not None:

@@ -43,23 +43,26 @@ from store import runtime
 from ..checker import check
 from ..history import FAIL, INFO, OK, History, Op
 from ..workload import consume, record_send
-from .cluster import BROKER_NAME, CLIENT_HOST, NAMESRV_ADDRESS, SimCluster, SimNode
+from .cluster import CLIENT_HOST, NAMESRV_ADDRESS, SimCluster, SimGroup, SimNode
 from .etcd_link import ETCD_HOST
 from .mutations import MUTATIONS, mutated
 from .network import SimNetwork
 from .schedule import Fault, Schedule, draw
 from .verdict import Observed, verdict
 
-__all__ = ["CONTROLLERS", "MODES", "SeedResult", "run_seed"]
+__all__ = ["CONTROLLERS", "GROUPS", "MODES", "SeedResult", "run_seed"]
 
 MODES = ("SYNC_MASTER+ASYNC_FLUSH", "SYNC_MASTER+SYNC_FLUSH", "ASYNC_MASTER+ASYNC_FLUSH", "ASYNC_MASTER+SYNC_FLUSH")
 CONTROLLERS = ("manual", "etcd")  # who makes a slave master: an operator (Admin.promote), or etcd's election
+GROUPS = (1, 2)  # broker groups in the cluster
 TOPIC = "SimTopic"
 QUEUES = 4
 GROUP = "sim-consumer"
 EPOCH_S = 1_767_225_600.0  # the wall clock at simulated time 0 (2026-01-01)
 SYNC_PRODUCERS = 2
 PIPELINE_LANES = 4  # one connection, this many sends in flight
+GROUP_LANES = SYNC_PRODUCERS + PIPELINE_LANES  # the producer processes that write to one group's master
+RETRYING = GROUP_LANES  # the retrying producer's process (broker-a's lanes come first, broker-b's after it)
 RETRIES = 2  # the retrying producer: the client library's Producer, as applications send
 SEND_TIMEOUT_S = 3.0
 SETTLE_S = 120.0  # after the last fault: how long the cluster may take to serve and converge
@@ -78,6 +81,7 @@ class SeedResult:
     faults: int
     slaves: int = 1
     controller: str = "manual"
+    groups: int = 1
     sends: int = 0
     acked: int = 0
     failed: int = 0
@@ -155,26 +159,28 @@ def _seed_trio(seed: int) -> None:
 
 def run_seed(seed: int, *, mode: str = MODES[0], schedule: Schedule | None = None, base_dir: str | None = None,
              keep: bool = False, mutation: str | None = None, slaves: int = 1,
-             controller: str = "manual") -> SeedResult:
-    """Simulate `seed` (or `schedule`) in `mode`, in a group of a master and `slaves` slaves
-    whose master an operator promotes (`controller` "manual") or etcd elects ("etcd"), with a
+             controller: str = "manual", groups: int = 1) -> SeedResult:
+    """Simulate `seed` (or `schedule`) in `mode`, in `groups` groups of a master and `slaves`
+    slaves whose master an operator promotes (`controller` "manual") or etcd elects ("etcd"), with a
     deliberate bug (`mutation`, chaos/sim/mutations.py) or none; the store files go to a
     fresh directory under `base_dir` (default: /dev/shm when it exists), removed unless `keep`."""
     if slaves not in (1, 2):
         raise ValueError(f"slaves must be 1 or 2, got {slaves}")
+    if groups not in GROUPS:
+        raise ValueError(f"groups must be 1 or 2, got {groups}")
     if controller not in CONTROLLERS:
         raise ValueError(f"controller must be one of {', '.join(CONTROLLERS)}, got {controller!r}")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if mutation is not None and mutation not in MUTATIONS:
         raise ValueError(f"no mutation {mutation!r}; there are {', '.join(MUTATIONS)}")
-    schedule = schedule or draw(seed, etcd=controller == "etcd", slaves=slaves)
+    schedule = schedule or draw(seed, etcd=controller == "etcd", slaves=slaves, groups=groups)
     random.seed(seed)
     _seed_trio(seed)
     base = tempfile.mkdtemp(prefix=f"tidemq-sim-{seed}-", dir=base_dir or _default_base())
-    result = SeedResult(seed, mode, len(schedule.faults), slaves, controller)
+    result = SeedResult(seed, mode, len(schedule.faults), slaves, controller, groups)
     began = time.perf_counter()
-    sim = Simulation(schedule, mode, base, slaves=slaves, etcd=controller == "etcd")
+    sim = Simulation(schedule, mode, base, slaves=slaves, etcd=controller == "etcd", groups=groups)
     clock = trio.testing.MockClock(autojump_threshold=0)
     sim.spin_guard = SpinGuard(clock)
     try:
@@ -219,7 +225,8 @@ def _quiet_logs() -> Any:
 
 
 class Simulation:
-    def __init__(self, schedule: Schedule, mode: str, base: str, *, slaves: int = 1, etcd: bool = False) -> None:
+    def __init__(self, schedule: Schedule, mode: str, base: str, *, slaves: int = 1, etcd: bool = False,
+                 groups: int = 1) -> None:
         self.schedule = schedule
         self.mode = mode
         self.replication, self.flush = mode.split("+")
@@ -227,14 +234,17 @@ class Simulation:
         self.network = SimNetwork()
         self.etcd = etcd  # the group elects its masters: no operator promotions
         self.cluster = SimCluster(base, self.network, replication=self.replication, flush=self.flush,
-                                  slaves=slaves, etcd=etcd)
+                                  slaves=slaves, etcd=etcd, groups=groups)
         self.history = History()
         self.log = EventLog()
-        self.observed = Observed(first_master=self.cluster.master.name,
-                                 addresses={n.address: n.name for n in self.cluster.nodes})
+        addresses = {n.address: n.name for n in self.cluster.nodes}
+        self.observed = {g.name: Observed(first_master=g.master.name, addresses=addresses)
+                         for g in self.cluster.groups}  # what the run saw of each group
         self.violations: list[str] = []
         self.known: list[str] = []  # findings of the known gap (verdict.py)
         self.consumed: dict[str, int] = {}
+        self.consumed_by: dict[str, dict[str, int]] = {}  # group → what the consumer read from it
+        self.retried_to: dict[str, str] = {}  # the retrying producer's acknowledged keys → the group that stored them
         self.crash = ""
         self.ended_at = 0.0
         self.phase = "starting"  # what the run is doing, for a run that gets stuck
@@ -288,15 +298,17 @@ class Simulation:
             self.phase = "draining the consumer"
             await self._drain_consumer()
             stop_consumer.set()
-            self.observed.committed = self._committed()
+            for group in self.cluster.groups:
+                self.observed[group.name].committed = self._committed(group)
             self.ended_at = trio.current_time()
             self.phase = "stopping the nodes"
             await self.cluster.stop()
             nursery.cancel_scope.cancel()
 
     async def _create_topic(self) -> None:
-        async with connect(self.cluster.master.address, net=self.network.host(CLIENT_HOST)) as conn:
-            await conn.request(TopicCreate(topic=TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES))
+        for group in self.cluster.groups:
+            async with connect(group.master.address, net=self.network.host(CLIENT_HOST)) as conn:
+                await conn.request(TopicCreate(topic=TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES))
 
     # ---------------------------------------------------------------- faults
 
@@ -312,13 +324,14 @@ class Simulation:
         for fault in self.schedule.faults:
             if fault.kind == "promote":
                 await trio.sleep_until(fault.at)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
-                await self._promote()
+                await self._promote(self.cluster.groups[fault.group])
 
     async def _strike(self, fault: Fault) -> None:
         net, cluster = self.network, self.cluster
+        group = cluster.groups[fault.group]
         self.log.add(f"fault: {fault.describe()}")
         if fault.kind == "kill":
-            node = cluster.role_node(fault.target)
+            node = group.role_node(fault.target)
             await node.kill()
             self.log.add(f"killed {node.name}")
             await trio.sleep(fault.duration)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
@@ -332,18 +345,18 @@ class Simulation:
             for host in hosts:
                 net.heal(host, ETCD_HOST)
         elif fault.kind == "slow_disk":
-            node = cluster.role_node(fault.target)
+            node = group.role_node(fault.target)
             node.disk_delay = fault.amount
             await trio.sleep(fault.duration)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
             node.disk_delay = 0.0
         elif fault.kind == "pause":
-            host = cluster.host_of(fault.target)
+            host = cluster.host_of(fault.target, fault.group)
             net.pause(host)
             await trio.sleep(fault.duration)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
             net.resume(host)
         else:
-            a, b = cluster.host_of(fault.target), cluster.host_of(fault.peer)
-            began, struck = runtime.wall_clock(), cluster.role_node(fault.target)
+            a, b = cluster.host_of(fault.target, fault.group), cluster.host_of(fault.peer, fault.group)
+            began, struck = runtime.wall_clock(), group.role_node(fault.target)
             if fault.kind == "delay":
                 net.delay(a, b, fault.amount)
                 await trio.sleep(fault.duration)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
@@ -354,7 +367,7 @@ class Simulation:
                 net.heal(a, b)
             if not self.etcd and fault.peer == "namesrv" and (fault.kind != "delay"
                                                               or 2 * fault.amount >= ASK_TIMEOUT_S / 2):
-                self.observed.cut_off.append((struck.name, began, runtime.wall_clock()))
+                self.observed[group.name].cut_off.append((struck.name, began, runtime.wall_clock()))
         self.log.add(f"healed: {fault.kind}")
 
     async def _restart(self, node: SimNode) -> None:
@@ -362,8 +375,8 @@ class Simulation:
         await self.cluster.restart(self._nursery, node)
         self.log.add(f"restarted {node.name}")
 
-    async def _promote(self) -> None:
-        slave = self.cluster.role_node("slave")
+    async def _promote(self, group: SimGroup) -> None:
+        slave = group.role_node("slave")
         serving = slave.serving()
         if serving is None or serving[0] != "SLAVE":
             self.log.add(f"promotion skipped: {slave.name} is not serving as a slave ({serving})")
@@ -371,26 +384,36 @@ class Simulation:
         broker_id = slave.broker.cfg.broker_id if slave.broker else 1
         try:
             async with Admin(NAMESRV_ADDRESS, net=self.network.host(ADMIN_HOST)) as admin:
-                answer = await admin.promote(BROKER_NAME, broker_id, timeout=30.0)
+                answer = await admin.promote(group.name, broker_id, timeout=30.0)
         except TidemqError as e:
             self.log.add(f"promotion of {slave.name} failed: {e.status}")
             return
-        self.cluster.master = slave
-        self.observed.promotions.append((runtime.wall_clock(), slave.name, answer["epoch"]))
+        group.master = slave
+        self.observed[group.name].promotions.append((runtime.wall_clock(), slave.name, answer["epoch"]))
         self.log.add(f"promoted {slave.name}: epoch {answer['epoch']} from offset {answer['start_offset']}")
 
     # ---------------------------------------------------------------- workload
 
     async def _producers(self, done: trio.Event) -> None:
-        lanes = SYNC_PRODUCERS + PIPELINE_LANES + 1
-        per_lane = -(-self.schedule.sends // lanes)
+        """Each group's master gets sync producers and a pipelined one (processes 0-5 write to
+        broker-a, 7-12 to broker-b); the retrying producer (6) writes wherever the name
+        server's routes lead it."""
+        groups = self.cluster.groups
+        per_lane = -(-self.schedule.sends // (len(groups) * GROUP_LANES + 1))
         interval = self.schedule.span / per_lane
         async with trio.open_nursery() as nursery:
-            for p in range(SYNC_PRODUCERS):
-                nursery.start_soon(self._producer, [p], per_lane, interval)
-            nursery.start_soon(self._producer, list(range(SYNC_PRODUCERS, lanes - 1)), per_lane, interval)
-            nursery.start_soon(self._retrying_producer, lanes - 1, per_lane, interval)
+            for group in groups:
+                first = self._first_lane(group)
+                for p in range(first, first + SYNC_PRODUCERS):
+                    nursery.start_soon(self._producer, group, [p], per_lane, interval)
+                nursery.start_soon(self._producer, group, list(range(first + SYNC_PRODUCERS, first + GROUP_LANES)),
+                                   per_lane, interval)
+            nursery.start_soon(self._retrying_producer, RETRYING, per_lane, interval)
         done.set()
+
+    def _first_lane(self, group: SimGroup) -> int:
+        index = self.cluster.groups.index(group)
+        return index * GROUP_LANES + (1 if index else 0)  # (the retrying producer is 6)
 
     async def _retrying_producer(self, p: int, quota: int, interval: float) -> None:
         """The client library's `Producer`: routes from the name server, any queue, and a send
@@ -410,23 +433,24 @@ class Simulation:
                     self.history.complete(op, OK, status=r.status.value, msg_id=r.msg_id, queue_id=r.queue_id,
                                           queue_offset=r.queue_offset, commitlog_offset=r.commitlog_offset,
                                           copies=1 + r.unknown_attempts)
-                self.log.add(_op_line(op))
+                    self.retried_to[op.key] = r.broker_name
+                self.log.add(_op_line(op, self.retried_to.get(op.key) if len(self.cluster.groups) > 1 else None))
                 await trio.sleep(interval)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
 
-    async def _producer(self, processes: list[int], quota: int, interval: float) -> None:
-        """One connection; each send goes out from every process in `processes` at once
-        (one process: a sync producer; several: a pipelined one)."""
+    async def _producer(self, group: SimGroup, processes: list[int], quota: int, interval: float) -> None:
+        """One connection to the group's master; each send goes out from every process in
+        `processes` at once (one process: a sync producer; several: a pipelined one)."""
         seq = 0
         net = self.network.host(CLIENT_HOST)
         while seq < quota:
-            address = self.cluster.master.address
+            address = group.master.address
             try:
                 async with connect(address, connect_timeout=2.0, request_timeout=SEND_TIMEOUT_S, net=net) as conn:
                     while seq < quota:
                         good = await self._send_round(conn, processes, seq)
                         seq += 1
                         await trio.sleep(interval)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
-                        if not good or address != self.cluster.master.address:
+                        if not good or address != group.master.address:
                             break  # a new connection, to the master (etcd mode: another may be elected)
             except TidemqError:
                 await trio.sleep(0.2)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
@@ -452,12 +476,13 @@ class Simulation:
     async def _consume(self, stop: trio.Event) -> None:
         await consume(stop, self.consumed, lambda: PullConsumer(
             NAMESRV_ADDRESS, group=GROUP, topic=TOPIC, request_timeout=3.0, master_retry_s=0.5,
-            net=self.network.host(CLIENT_HOST)), poll_ms=1000, pull_interval_ms=PULL_INTERVAL_MS)
+            net=self.network.host(CLIENT_HOST)), poll_ms=1000, pull_interval_ms=PULL_INTERVAL_MS,
+            by_group=self.consumed_by)
 
     async def _drain_consumer(self) -> None:
-        """Let the consumer reach the end of every queue (bounded)."""
-        def caught_up() -> bool:
-            broker = self.cluster.master.broker
+        """Let the consumer reach the end of every queue of every group (bounded)."""
+        def caught_up(group: SimGroup) -> bool:
+            broker = group.master.broker
             if broker is None or broker.services is None:
                 return False
             store = broker.services.store
@@ -465,13 +490,13 @@ class Simulation:
                        for q in range(QUEUES))
 
         with trio.move_on_after(30.0) as waiting:
-            while not caught_up():
+            while not all(caught_up(group) for group in self.cluster.groups):
                 await trio.sleep(0.1)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
         if waiting.cancelled_caught:
             self.log.add("the consumer did not reach the end of every queue")
 
-    def _committed(self) -> dict[int, int]:
-        broker = self.cluster.master.broker
+    def _committed(self, group: SimGroup) -> dict[int, int]:
+        broker = group.master.broker
         if broker is None:
             return {}
         return {q: o for q in range(QUEUES) if (o := broker.offsets.fetch(GROUP, TOPIC, q)) is not None}
@@ -488,22 +513,23 @@ class Simulation:
                     seen[node.name] = now
                     self.log.add(f"{node.name}: {now[0] + ' epoch ' + str(now[1]) if now else 'down'}")
                     if now is not None:
-                        self.observed.terms.append((trio.current_time(), node.name, now[0], now[1]))
+                        self.observed[node.group].terms.append((trio.current_time(), node.name, now[0], now[1]))
                 self._note_truncation(node)
             if self.etcd:
-                self._follow_election()
+                for group in self.cluster.groups:
+                    self._follow_election(group)
             await trio.sleep(MONITOR_S)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
 
-    def _follow_election(self) -> None:
-        """etcd mode: the node serving as master with the newest epoch is the one producers
-        write to; a new one counts as a promotion (when the run saw it serve)."""
-        masters = [(s[1] or 0, n) for n in self.cluster.nodes if (s := n.serving()) is not None and s[0] != "SLAVE"]
+    def _follow_election(self, group: SimGroup) -> None:
+        """etcd mode: the group's node serving as master with the newest epoch is the one
+        producers write to; a new one counts as a promotion (when the run saw it serve)."""
+        masters = [(s[1] or 0, n) for n in group.nodes if (s := n.serving()) is not None and s[0] != "SLAVE"]
         if not masters:
             return
         epoch, node = max(masters, key=lambda m: m[0])
-        if node is not self.cluster.master:
-            self.cluster.master = node
-            self.observed.promotions.append((runtime.wall_clock(), node.name, epoch))
+        if node is not group.master:
+            group.master = node
+            self.observed[group.name].promotions.append((runtime.wall_clock(), node.name, epoch))
             self.log.add(f"elected {node.name}: epoch {epoch}")
 
     def _note_truncation(self, node: SimNode) -> None:
@@ -512,20 +538,21 @@ class Simulation:
         if cut is None or cut is self._truncations.get(node.name):
             return
         self._truncations[node.name] = cut
-        self.observed.truncated.update(cut["msg_ids"])
-        self.observed.truncated_ranges.append((cut["from_offset"], cut["to_offset"]))
+        observed = self.observed[node.group]
+        observed.truncated.update(cut["msg_ids"])
+        observed.truncated_ranges.append((cut["from_offset"], cut["to_offset"]))
         self.log.add(f"{node.name} dropped [{cut['from_offset']}, {cut['to_offset']}): "
                      f"{cut['message_count']} message(s)")
 
     async def _converge(self) -> None:
-        """Wait until the master serves and every other node is its caught-up slave."""
-        def converged() -> bool:
-            master = self.cluster.master
+        """Wait until each group's master serves and every other node of it is its caught-up slave."""
+        def converged(group: SimGroup) -> bool:
+            master = group.master
             serving = master.serving()
             if serving is None or serving[0] == "SLAVE":
                 return False
             end = master.store_max_offset()
-            for node in self.cluster.nodes:
+            for node in group.nodes:
                 if node is master:
                     continue
                 s = node.serving()
@@ -534,34 +561,80 @@ class Simulation:
             return True
 
         with trio.move_on_after(SETTLE_S) as waiting:
-            while not converged():
+            while not all(converged(group) for group in self.cluster.groups):
                 await trio.sleep(0.1)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
         for node in self.cluster.nodes:  # a truncation in the last poll interval
             self._note_truncation(node)
         states = ", ".join(f"{n.name} {n.serving()} at {n.store_max_offset()}" for n in self.cluster.nodes)
         if waiting.cancelled_caught:
             self.violations.append(f"the group did not converge {SETTLE_S:.0f} s after the load: {states}")
-        self.log.add(f"end: master {self.cluster.master.name}; {states}")
+        masters = ", ".join(g.master.name for g in self.cluster.groups)
+        self.log.add(f"end: master {masters}; {states}")
 
     # ---------------------------------------------------------------- verdict
 
     def _check(self) -> None:
-        roots = {n.name: n.root for n in self.cluster.nodes}
-        report = check(self.history, roots, master=self.cluster.master.name, topic=TOPIC, queues=QUEUES,
-                       consumed=self.consumed)
-        self.observed.epochs = {n.name: _epochs(n.root) for n in self.cluster.nodes}
-        found, self.known = verdict(report, self.history, self.observed, replication=self.replication,
-                                    master=self.cluster.master.name, consumed=self.consumed)
-        self.violations.extend(found)
+        """Each group judged on its own stores, its share of the history and what the run
+        observed of it; with two groups, then what no group can see alone (copies across groups)."""
+        groups = self.cluster.groups
+        stored: dict[str, dict[str, int]] = {}
+        for group in groups:
+            history, consumed = self.history, self.consumed
+            if len(groups) > 1:
+                history = self._history_of(group)
+                consumed = self.consumed_by.get(group.name, {})
+            report = check(history, {n.name: n.root for n in group.nodes}, master=group.master.name, topic=TOPIC,
+                           queues=QUEUES, consumed=consumed)
+            observed = self.observed[group.name]
+            observed.epochs = {n.name: _epochs(n.root) for n in group.nodes}
+            found, known = verdict(report, history, observed, replication=self.replication,
+                                   master=group.master.name, consumed=consumed)
+            prefix = f"{group.name}: " if len(groups) > 1 else ""
+            self.violations.extend(prefix + f for f in found)
+            self.known.extend(prefix + k for k in known)
+            stored[group.name] = report.stored
+        if len(groups) > 1:
+            self.violations.extend(self._across(stored))
         counts = self.history.counts()
         self.log.lines.append(f"verdict: {counts} consumed {len(self.consumed)}; "
                               f"{len(self.violations)} violation(s)")
         self.log.lines.extend(f"violation: {v}" for v in self.violations)
         self.log.lines.extend(f"known gap: {k}" for k in self.known)
 
+    def _history_of(self, group: SimGroup) -> History:
+        """The ops the group's stores answer for: its own producers' and the retrying
+        producer's. A retried send another group acknowledged is, for this one, a send that
+        may have landed once per attempt of unknown outcome, or else a failed one."""
+        first = self._first_lane(group)
+        out = History()
+        for op in self.history.ops:
+            if op.process == RETRYING and op.outcome == OK and self.retried_to.get(op.key) != group.name:
+                op = attrs.evolve(op, outcome=INFO if op.copies > 1 else FAIL, copies=max(1, op.copies - 1))
+            elif op.process != RETRYING and not first <= op.process < first + GROUP_LANES:
+                continue
+            out.ops.append(op)
+        return out
 
-def _op_line(op: Op) -> str:
+    def _across(self, stored: dict[str, dict[str, int]]) -> list[str]:
+        """A send stored in a group its producer did not write to, or more often in all
+        groups than its attempts allow (a retried send's copies can land in either group)."""
+        out = []
+        for op in self.history.ops:
+            places = {g: n for g, copies in stored.items() if (n := copies.get(op.key, 0))}
+            if op.process != RETRYING:
+                own = next(g.name for g in self.cluster.groups
+                           if self._first_lane(g) <= op.process < self._first_lane(g) + GROUP_LANES)
+                if set(places) - {own}:
+                    out.append(f"{op.key} (sent to {own}) stored in {sorted(places)}")
+            elif sum(places.values()) > op.copies:
+                out.append(f"{op.key} stored {sum(places.values())} times across groups ({places}), "
+                           f"may be stored {op.copies}x")
+        return [f"{len(out)} send(s) stored across groups beyond their attempts: {out[:3]}"] if out else []
+
+
+def _op_line(op: Op, group: str | None = None) -> str:
     where = f" {op.queue_id}@{op.queue_offset} {op.commitlog_offset}" if op.outcome == "ok" else ""
+    where += f" on {group}" if group else ""
     copies = f" (may be stored {op.copies}x)" if op.copies > 1 else ""
     return f"send p{op.process} {op.seq}: {op.outcome} {op.status or ''}{where}{copies}"
 

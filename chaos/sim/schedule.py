@@ -1,7 +1,7 @@
 """A simulation's fault schedule, drawn from its seed: what goes wrong, to whom, when.
 
-Faults name roles ("master", "slave", "slave2"), resolved when they strike, so a schedule means the
-same after a promotion. Faults other than promotions run one after another (each heals
+Faults name roles ("master", "slave", "slave2") of a group (0: broker-a, 1: broker-b),
+resolved when they strike, so a schedule means the same after a promotion. Faults other than promotions run one after another (each heals
 before the next strikes, with a gap); promotions land at any moment, inside another fault
 or not. `--shrink` removes faults from a failing schedule (`without`) while it still fails.
 """
@@ -33,15 +33,19 @@ class Fault:
     target: str = "master"  # a role ("master", "slave", "slave2"); a link fault's other end is `peer`
     amount: float = 0.0  # delay / slow_disk: seconds added
     peer: str = "slave"  # link faults: the other end ("slave", "namesrv", "client" or "etcd")
+    group: int = 0  # the group of `target` (and of a `peer` that is a node): 0 broker-a, 1 broker-b
 
     def describe(self) -> str:
-        what = {"kill": f"kill {self.target} for {self.duration:.2f} s",
-                "pause": f"pause {self.target} for {self.duration:.2f} s",
-                "cut": f"cut {self.target}<->{self.peer} for {self.duration:.2f} s",
-                "cut_one_way": f"cut {self.target}->{self.peer} for {self.duration:.2f} s",
-                "delay": f"delay {self.target}<->{self.peer} by {self.amount:.3f} s for {self.duration:.2f} s",
-                "slow_disk": f"slow {self.target}'s disk by {self.amount:.3f} s for {self.duration:.2f} s",
-                "promote": "promote the slave",
+        of = f" of group {self.group + 1}" if self.group else ""  # (a group of its own reads as before)
+        target = self.target + of
+        peer = self.peer + of if self.peer in ("master", "slave", "slave2") else self.peer
+        what = {"kill": f"kill {target} for {self.duration:.2f} s",
+                "pause": f"pause {target} for {self.duration:.2f} s",
+                "cut": f"cut {target}<->{peer} for {self.duration:.2f} s",
+                "cut_one_way": f"cut {target}->{peer} for {self.duration:.2f} s",
+                "delay": f"delay {target}<->{peer} by {self.amount:.3f} s for {self.duration:.2f} s",
+                "slow_disk": f"slow {target}'s disk by {self.amount:.3f} s for {self.duration:.2f} s",
+                "promote": f"promote the slave{of}",
                 "etcd_down": f"cut every node from etcd for {self.duration:.2f} s"}[self.kind]
         return f"t={self.at:.2f} {what}"
 
@@ -64,11 +68,12 @@ class Schedule:
 
 
 def draw(seed: int, *, faults: tuple[int, int] = (3, 6), sends: int = 500, etcd: bool = False,
-         slaves: int = 1) -> Schedule:
+         slaves: int = 1, groups: int = 1) -> Schedule:
     """The schedule of `seed`: between faults[0] and faults[1] faults (promotions among
     them), at least `sends` sends. With `etcd` (controllerMode etcd) the group elects its
     masters: no promotions, and etcd's links and etcd as a whole can fail instead. With two
-    `slaves`, faults strike the second one ("slave2") too."""
+    `slaves`, faults strike the second one ("slave2") too; with two `groups`, each fault and
+    promotion strikes either group (one group's schedules are drawn as before)."""
     rng = random.Random(seed)
     count = rng.randint(*faults)
     promotions = min(count - 1, rng.choice((0, 0, 1, 1, 1, 2)))
@@ -88,10 +93,12 @@ def draw(seed: int, *, faults: tuple[int, int] = (3, 6), sends: int = 500, etcd:
             amount = rng.choice((0.002, 0.02, 0.2, 1.5))
         elif kind == "slow_disk":
             amount = rng.choice((0.005, 0.05, 0.5))
-        out.append(Fault(kind, round(at, 3), round(duration, 3), target, amount, peer))
+        group = rng.randrange(groups) if groups > 1 else 0
+        out.append(Fault(kind, round(at, 3), round(duration, 3), target, amount, peer, group))
         at += duration + rng.uniform(0.2, 3.0)
     span = at + 1.0
     for _ in range(promotions):
-        out.append(Fault("promote", round(rng.uniform(0.5, span), 3)))
+        when = round(rng.uniform(0.5, span), 3)
+        out.append(Fault("promote", when, group=rng.randrange(groups) if groups > 1 else 0))
     out.sort(key=lambda f: f.at)
     return Schedule(seed, tuple(out), sends, round(span, 3))

@@ -17,10 +17,10 @@ from typing import Any
 
 import attrs
 
-from .run import CONTROLLERS, MODES, SeedResult, run_seed
+from .run import CONTROLLERS, GROUPS, MODES, SeedResult, run_seed
 from .schedule import Schedule, draw
 
-__all__ = ["SLAVES", "Sweep", "controller_of", "mode_of", "replay", "shrink", "slaves_of", "sweep"]
+__all__ = ["SLAVES", "Sweep", "controller_of", "groups_of", "mode_of", "replay", "shrink", "slaves_of", "sweep"]
 
 CHUNK = 10  # seeds a worker runs per task
 
@@ -45,6 +45,14 @@ def controller_of(seed: int, controller: str) -> str:
     return CONTROLLERS[seed // (len(MODES) * len(SLAVES)) % len(CONTROLLERS)] if controller == "all" else controller
 
 
+def groups_of(seed: int, groups: int | str) -> int:
+    """`groups`, or with "all" the seed's own: each run of 16 seeds (every mode, group size
+    and controller) takes the next number of groups in turn."""
+    if groups != "all":
+        return int(groups)
+    return GROUPS[seed // (len(MODES) * len(SLAVES) * len(CONTROLLERS)) % len(GROUPS)]
+
+
 @attrs.define
 class Sweep:
     schedules: int = 0
@@ -58,6 +66,7 @@ class Sweep:
     by_mode: dict[str, int] = attrs.field(factory=dict)
     by_slaves: dict[int, int] = attrs.field(factory=dict)
     by_controller: dict[str, int] = attrs.field(factory=dict)
+    by_groups: dict[int, int] = attrs.field(factory=dict)
 
     def add(self, result: dict[str, Any]) -> None:
         self.schedules += 1
@@ -68,6 +77,7 @@ class Sweep:
         self.by_mode[result["mode"]] = self.by_mode.get(result["mode"], 0) + 1
         self.by_slaves[result["slaves"]] = self.by_slaves.get(result["slaves"], 0) + 1
         self.by_controller[result["controller"]] = self.by_controller.get(result["controller"], 0) + 1
+        self.by_groups[result["groups"]] = self.by_groups.get(result["groups"], 0) + 1
         if result["violations"]:
             self.failing.append(result)
         elif result["known"]:
@@ -79,25 +89,25 @@ class Sweep:
 
 
 def _run_chunk(seeds: Sequence[int], mode: str, base_dir: str | None, mutation: str | None,
-               stop_at_first: bool, slaves: int | str, controller: str) -> list[dict[str, Any]]:
+               stop_at_first: bool, slaves: int | str, controller: str, groups: int | str) -> list[dict[str, Any]]:
     out = []
     for seed in seeds:
         out.append(run_seed(seed, mode=mode_of(seed, mode), base_dir=base_dir, mutation=mutation,
-                            slaves=slaves_of(seed, slaves), controller=controller_of(seed, controller)).to_json())
+                            slaves=slaves_of(seed, slaves), controller=controller_of(seed, controller),
+                            groups=groups_of(seed, groups)).to_json())
         if stop_at_first and out[-1]["violations"]:
             break
     return out
 
 
 def _run_one(seed: int, mode: str, without: tuple[int, ...], base_dir: str | None, keep: bool,
-             mutation: str | None, slaves: int, controller: str) -> SeedResult:
-    return run_seed(seed, mode=mode, schedule=_schedule(seed, without, controller, slaves), base_dir=base_dir,
-                    keep=keep,
-                    mutation=mutation, slaves=slaves, controller=controller)
+             mutation: str | None, slaves: int, controller: str, groups: int) -> SeedResult:
+    return run_seed(seed, mode=mode, schedule=_schedule(seed, without, controller, slaves, groups), base_dir=base_dir,
+                    keep=keep, mutation=mutation, slaves=slaves, controller=controller, groups=groups)
 
 
-def _schedule(seed: int, without: tuple[int, ...], controller: str, slaves: int) -> Schedule:
-    schedule = draw(seed, etcd=controller == "etcd", slaves=slaves)
+def _schedule(seed: int, without: tuple[int, ...], controller: str, slaves: int, groups: int) -> Schedule:
+    schedule = draw(seed, etcd=controller == "etcd", slaves=slaves, groups=groups)
     for index in sorted(without, reverse=True):
         if not 0 <= index < len(schedule.faults):
             raise ValueError(f"seed {seed} has {len(schedule.faults)} faults: no fault {index}")
@@ -122,17 +132,18 @@ def _workers(jobs: int) -> Iterator[concurrent.futures.ProcessPoolExecutor]:
 
 def sweep(seeds: Sequence[int], *, mode: str = "all", jobs: int = 2, base_dir: str | None = None,
           mutation: str | None = None, stop_at_first: bool = False, slaves: int | str = "all",
-          controller: str = "all",
+          controller: str = "all", groups: int | str = "all",
           on_result: Callable[[dict[str, Any], Sweep], None] | None = None) -> Sweep:
     """Run every seed (`jobs` worker processes), with `mutation` (chaos/sim/mutations.py)
-    or none, in a group of a master and `slaves` slaves whose masters `controller` makes
-    ("all": each seed its own, for both); with `stop_at_first`, stop once a seed broke a promise (the seeds in flight
-    finish). `on_result` sees each result as it comes."""
+    or none, in `groups` groups of a master and `slaves` slaves whose masters `controller`
+    makes ("all": each seed its own, for each); with `stop_at_first`, stop once a seed broke
+    a promise (the seeds in flight finish). `on_result` sees each result as it comes."""
     out = Sweep()
     began = time.perf_counter()
     chunks = [seeds[i:i + CHUNK] for i in range(0, len(seeds), CHUNK)]
     with _workers(jobs) as pool:
-        futures = [pool.submit(_run_chunk, chunk, mode, base_dir, mutation, stop_at_first, slaves, controller) for chunk in chunks]
+        futures = [pool.submit(_run_chunk, chunk, mode, base_dir, mutation, stop_at_first, slaves, controller, groups)
+                   for chunk in chunks]
         for future in concurrent.futures.as_completed(futures):
             for result in future.result():
                 out.add(result)
@@ -152,22 +163,24 @@ def sweep(seeds: Sequence[int], *, mode: str = "all", jobs: int = 2, base_dir: s
 
 def replay(seed: int, mode: str, *, without: tuple[int, ...] = (), base_dir: str | None = None,
            keep: bool = False, mutation: str | None = None, slaves: int = 1,
-           controller: str = "manual") -> SeedResult:
+           controller: str = "manual", groups: int = 1) -> SeedResult:
     """One seed (with the faults at `without` left out), in a fresh worker process."""
-    _schedule(seed, without, controller, slaves)  # a bad index is the caller's error, here
+    _schedule(seed, without, controller, slaves, groups)  # a bad index is the caller's error, here
     with _workers(1) as pool:
-        return pool.submit(_run_one, seed, mode, without, base_dir, keep, mutation, slaves, controller).result()
+        return pool.submit(_run_one, seed, mode, without, base_dir, keep, mutation, slaves, controller, groups).result()
 
 
 def shrink(seed: int, mode: str, *, base_dir: str | None = None, mutation: str | None = None, slaves: int = 1,
-           controller: str = "manual", progress: Callable[[str], None] | None = None) -> tuple[tuple[int, ...], SeedResult]:
+           controller: str = "manual", groups: int = 1,
+           progress: Callable[[str], None] | None = None) -> tuple[tuple[int, ...], SeedResult]:
     """The fewest of the seed's faults that still fail (each left in is needed: dropping
     any one more passes): the indexes left out and the failing run of what is left."""
-    faults = len(draw(seed, etcd=controller == "etcd", slaves=slaves).faults)
+    faults = len(draw(seed, etcd=controller == "etcd", slaves=slaves, groups=groups).faults)
     without: tuple[int, ...] = ()
     with _workers(1) as pool:
         def attempt(leave_out: tuple[int, ...]) -> SeedResult:
-            return pool.submit(_run_one, seed, mode, leave_out, base_dir, False, mutation, slaves, controller).result()
+            return pool.submit(_run_one, seed, mode, leave_out, base_dir, False, mutation, slaves, controller,
+                               groups).result()
 
         last = attempt(without)
         if last.ok:

@@ -15,7 +15,8 @@ import trio.testing
 
 from chaos.cli import main as chaos_main
 from chaos.cli import parse_seeds
-from chaos.sim.run import MODES, SpinGuard, run_seed
+from chaos.history import Op
+from chaos.sim.run import MODES, RETRYING, Simulation, SpinGuard, run_seed
 from chaos.sim.schedule import Fault, Schedule, draw
 from chaos.sim.sweep import sweep
 from store import Message, StoreConfig
@@ -123,7 +124,7 @@ def test_a_sweep_prints_progress_a_summary_and_exits_0_when_every_seed_kept_its_
     assert code == 0, out + err
     assert "4 schedules" in out and "0 failing seed(s)" in out
     assert all(f"{mode} 1" in out for mode in MODES)  # the seeds take the modes in turn
-    assert "3 with 1 slave(s), 1 with 2 slave(s), 4 manual" in out  # and every four the next group size
+    assert "3 with 1 slave(s), 1 with 2 slave(s), 4 manual, 4 of 1 group(s)" in out  # every four the next group size
     assert "4/4 schedules" in err
     assert os.listdir(tmp_path) == []  # each run's stores are removed
 
@@ -134,6 +135,7 @@ def test_ci_runs_300_seeds_and_every_one_keeps_its_promises():
     assert result.schedules == 300 and result.sends >= 300 * 500 and result.faults >= 300 * 3
     assert not result.failing, [(r["seed"], r["mode"], r["slaves"], r["violations"]) for r in result.failing]
     assert result.by_slaves == {1: 151, 2: 149} and result.by_controller == {"manual": 151, "etcd": 149}
+    assert result.by_groups == {1: 156, 2: 144}
 
 
 @pytest.mark.slow
@@ -162,6 +164,7 @@ def test_a_failing_seed_prints_its_replay_and_shrinks(tmp_path, capsys):
     (["--seeds", "1..2", "--jobs", "0"], "--jobs must be"),
     (["--seeds", "1..2", "--slaves", "3"], "--slaves must be 1, 2 or all"),
     (["--seeds", "1..2", "--controller", "zk"], "--controller must be manual, etcd or all"),
+    (["--seeds", "1..2", "--groups", "3"], "--groups must be 1, 2 or all"),
     (["--seeds", "1..2", "--mutate", "nope"], "no mutation"),
     (["--seeds", "1..2", "--shrink"], "go with --seed"),
     (["--seed", "1", "--mode", SYNC, "--without", "99"], "no fault 99"),
@@ -191,6 +194,40 @@ def test_a_group_of_two_slaves_runs_and_the_other_slave_follows_a_promotion(tmp_
     assert "promoted b: epoch 2" in log and "c: SLAVE epoch 2" in log  # c re-points to the new master
     assert "killed c" in log  # "slave2": after the promotion, the second of a and c
     assert "end: master b; a ('SLAVE', 2)" in log and "c ('SLAVE', 2)" in log
+
+
+def test_two_groups_take_their_own_faults_and_the_retrying_producer_writes_to_both(tmp_path):
+    """broker-a (a, b) and broker-b (d, e): broker-b's master is killed and its slave
+    promoted while broker-a's master pauses; each group keeps its promises on its own, the
+    sync and pipelined producers follow their group's master, and the client library's
+    Producer spreads its sends over both groups through the name server's routes."""
+    faults = (Fault("kill", 1.0, 1.5, "master", group=1), Fault("promote", 4.0, group=1),
+              Fault("pause", 6.0, 1.0, "master"), Fault("cut", 8.0, 1.0, "master", peer="slave", group=1))
+    result = run_seed(0, mode=SYNC, schedule=Schedule(0, faults, sends=150, span=10.0), base_dir=str(tmp_path),
+                      groups=2)
+    assert result.ok, result.violations
+    log = "\n".join(result.log)
+    assert "killed d" in log and "promoted e: epoch 2" in log and "end: master a, e;" in log
+    assert "fault: t=1.00 kill master of group 2" in log and "fault: t=6.00 pause master for" in log
+    assert "send p0 " in log and "send p7 " in log  # each group's own producers
+    retried = [line for line in result.log if "send p6 " in line and ": ok " in line]
+    assert any(line.endswith(" on broker-a") for line in retried) and any(line.endswith(" on broker-b")
+                                                                          for line in retried)
+
+
+def test_a_send_stored_in_two_groups_beyond_its_attempts_is_a_violation(tmp_path):
+    """What no group sees alone: a retried send stored once in each group after one attempt
+    (copies 1), and a producer's send found in the group it did not write to."""
+    sim = Simulation(draw(5, groups=2), SYNC, str(tmp_path), groups=2)
+    once = Op(RETRYING, 0, "sim-p6-0", 0.0, outcome="ok")
+    twice = Op(RETRYING, 1, "sim-p6-1", 0.0, outcome="ok", copies=2)
+    lane = Op(7, 0, "sim-p7-0", 0.0, outcome="ok")  # broker-b's first producer
+    sim.history.ops += [once, twice, lane]
+    found = sim._across({"broker-a": {"sim-p6-0": 1, "sim-p6-1": 1, "sim-p7-0": 1},
+                         "broker-b": {"sim-p6-0": 1, "sim-p6-1": 1}})
+    assert len(found) == 1 and found[0].startswith("2 send(s) stored across groups")
+    assert "sim-p6-0 stored 2 times" in found[0] and "sim-p7-0 (sent to broker-b) stored in ['broker-a']" in found[0]
+    assert sim._across({"broker-a": {"sim-p6-1": 1}, "broker-b": {"sim-p6-1": 1, "sim-p7-0": 1}}) == []
 
 
 @pytest.mark.slow  # a worker process
