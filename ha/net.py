@@ -4,13 +4,17 @@ slave and the client library open, accept and name connections through.
 `TCP` is production: trio's TCP streams and listeners, TCP_NODELAY on. A deterministic
 simulation (chaos/sim/network.py) passes another `Network` whose streams live in memory,
 so the simulated cluster runs the same server, replication and client code. Streams that
-are not sockets name their ends with `peer` and `local` attributes ("host:port").
+are not sockets name their ends with `peer` and `local` attributes ("host:port"), and may
+offer `send_nowait` (what `os.write` is to a socket: `write_now`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import socket
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import trio
@@ -18,7 +22,7 @@ import trio
 from store.address import format_host_port
 
 __all__ = ["TCP", "Network", "TcpNetwork", "close_listener_now", "local_address", "no_delay", "peer_address",
-           "socket_fd"]
+           "write_now"]
 
 
 class Network(Protocol):
@@ -76,12 +80,13 @@ def no_delay(stream: trio.abc.Stream) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
 
 
-def socket_fd(stream: trio.abc.Stream) -> int | None:
-    """The descriptor of a plain TCP stream (a server writes answers to it directly); None
-    for any other stream."""
-    if type(stream) is not trio.SocketStream:
-        return None
-    return stream.socket.fileno()
+def write_now(stream: trio.abc.Stream) -> Callable[[bytes | memoryview], int] | None:
+    """A write that does not wait, for a server that answers without a task switch: on a
+    plain TCP stream `os.write` to its descriptor (the bytes the socket took; BlockingIOError
+    when none), on a stream with `send_nowait` (the simulation's) that; None for any other."""
+    if type(stream) is trio.SocketStream:
+        return functools.partial(os.write, stream.socket.fileno())
+    return getattr(stream, "send_nowait", None)
 
 
 def close_listener_now(listener: trio.abc.Listener[Any]) -> None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
@@ -35,7 +34,7 @@ import attrs
 import cbor2
 import trio
 
-from ha.net import TCP, Network, no_delay, peer_address, socket_fd
+from ha.net import TCP, Network, no_delay, peer_address, write_now
 
 from .framing import FrameDecoder, FrameError, encode_frame
 from .protocol import (
@@ -87,7 +86,7 @@ _IO_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 class _Connection:
     stream: trio.abc.Stream  # a SocketStream, or an SSLStream around one
     peer: str | None
-    fd: int | None = None  # the plain socket's descriptor: answers are written to it directly
+    write_now: Callable[[bytes | memoryview], int] | None = None  # answers are written with it directly (ha/net.py)
     in_flight: int = 0
     room: trio.Event | None = None  # set when in_flight drops below MAX_IN_FLIGHT
     stop_reading: bool = False
@@ -250,7 +249,7 @@ class ClientServer:
             if stream is None:
                 await self._refuse_plaintext(raw, peer, why)
                 return
-        conn = _Connection(stream, peer, fd=socket_fd(raw) if stream is raw else None)
+        conn = _Connection(stream, peer, write_now=write_now(raw) if stream is raw else None)
         if self.guard is not None:
             conn.session = Session(peer_host(conn.peer))
         if self._stopping:
@@ -525,9 +524,9 @@ class ClientServer:
         `answers` responses leave the connection's in-flight count once written."""
         if conn.gone:
             return
-        if not conn.writing and conn.fd is not None:
+        if not conn.writing and conn.write_now is not None:
             try:
-                sent = os.write(conn.fd, data)
+                sent = conn.write_now(data)
             except BlockingIOError:
                 sent = 0
             except OSError as e:

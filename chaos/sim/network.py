@@ -2,8 +2,10 @@
 
 Each simulated host gets a `SimHost`, which is an ha/net.py `Network`: the client-protocol
 server, the HA master and slave and the client library take it in place of TCP and run
-unchanged. Connections are pairs of trio's in-memory streams, so bytes move only when both
-ends' tasks run, in the order trio schedules them.
+unchanged. A connection is two `_Pipe`s, one each way: bytes move only when both ends'
+tasks run, in the order trio schedules them. (trio.testing's memory streams would do, but
+they yield twice in every send and receive to shake out misuse: that doubled a run's task
+steps. These yield once, as trio's socket streams do.)
 
 Faults: `cut(a, b)` ends every connection between hosts a and b (each end sees the stream
 end, as after a reset) and refuses new ones until `heal(a, b)`; `cut(a, b, one_way=True)`
@@ -21,18 +23,40 @@ import math
 from typing import Any
 
 import trio
-import trio.testing
 
 __all__ = ["SimHost", "SimNetwork", "SimStream"]
 
 FIRST_EPHEMERAL_PORT = 40000
 
 
+class _Pipe:
+    """One direction of a connection: the bytes written and not yet read."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.eof = False  # the writer sent EOF or closed its end
+        self.reader_closed = False  # the reader closed its end: writing is a broken pipe
+        self.lot = trio.lowlevel.ParkingLot()  # the reader, waiting for bytes or EOF
+
+    def put(self, data: bytes | bytearray | memoryview) -> None:
+        if self.reader_closed:
+            raise trio.BrokenResourceError("the peer closed the connection (simulated)")
+        self.data += data
+        self.lot.unpark_all()
+
+    def end(self) -> None:
+        self.eof = True
+        self.lot.unpark_all()
+
+
 class SimStream(trio.abc.HalfCloseableStream):
     """One end of a simulated connection; `local` and `peer` name the ends ("host:port")."""
 
-    def __init__(self, inner: trio.StapledStream, local: str, peer: str, network: SimNetwork) -> None:
-        self._inner = inner
+    def __init__(self, outgoing: _Pipe, incoming: _Pipe, local: str, peer: str, network: SimNetwork) -> None:
+        self._out = outgoing
+        self._in = incoming
+        self._closed = False
+        self._sending = False
         self.local = local
         self.peer = peer
         self._network = network
@@ -40,23 +64,62 @@ class SimStream(trio.abc.HalfCloseableStream):
         self._peer_host = peer.rsplit(":", 1)[0]
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if self._sending:
+            raise trio.BusyResourceError("another task is sending on this stream")
+        self._sending = True
+        try:
+            net = self._network
+            await trio.lowlevel.checkpoint()
+            await net.wait_running(self._host)
+            while (self._host, self._peer_host) in net.one_way:
+                await net.changed()
+            delay = net.delays.get(frozenset((self._host, self._peer_host)))
+            if delay:
+                await trio.sleep(delay)
+            if self._closed or self._out.eof:
+                raise trio.ClosedResourceError("this end is closed")
+            self._out.put(data)
+        finally:
+            self._sending = False
+
+    def send_nowait(self, data: bytes | bytearray | memoryview) -> int:
+        """What `os.write` is to a non-blocking socket (ha/net.py `write_now`): every byte now,
+        or BlockingIOError when a send would wait (the host paused, the link held one way or
+        delayed, a send in progress); a closed connection is a broken pipe."""
         net = self._network
-        await net.wait_running(self._host)
-        while (self._host, self._peer_host) in net.one_way:
-            await net.changed()
-        delay = net.delays.get(frozenset((self._host, self._peer_host)))
-        if delay:
-            await trio.sleep(delay)
-        await self._inner.send_all(data)
+        if (self._sending or self._host in net.paused or (self._host, self._peer_host) in net.one_way
+                or frozenset((self._host, self._peer_host)) in net.delays):
+            raise BlockingIOError(errno.EAGAIN, "the send would wait (simulated)")
+        if self._closed or self._out.eof:
+            raise BrokenPipeError(errno.EPIPE, "the connection is closed (simulated)")
+        try:
+            self._out.put(data)
+        except trio.BrokenResourceError as e:
+            raise BrokenPipeError(errno.EPIPE, str(e)) from None
+        return len(data)
 
     async def wait_send_all_might_not_block(self) -> None:
-        await self._inner.wait_send_all_might_not_block()
+        await trio.lowlevel.checkpoint()
 
     async def send_eof(self) -> None:
-        await self._inner.send_eof()
+        await trio.lowlevel.checkpoint()
+        if self._closed:
+            raise trio.ClosedResourceError("this end is closed")
+        self._out.end()
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        data = await self._inner.receive_some(max_bytes)
+        pipe = self._in
+        if self._closed:
+            raise trio.ClosedResourceError("this end is closed")
+        if pipe.data or pipe.eof:
+            await trio.lowlevel.checkpoint()
+        while not pipe.data and not pipe.eof and not self._closed:
+            await pipe.lot.park()
+        if self._closed:
+            raise trio.ClosedResourceError("this end is closed")
+        size = len(pipe.data) if max_bytes is None else min(max_bytes, len(pipe.data))
+        data = bytes(pipe.data[:size])
+        del pipe.data[:size]
         await self._network.wait_running(self._host)
         return data
 
@@ -65,9 +128,13 @@ class SimStream(trio.abc.HalfCloseableStream):
         await trio.lowlevel.checkpoint()
 
     def close_now(self) -> None:
-        """Close both directions at once (the peer reads the end of its stream)."""
-        self._inner.send_stream.close()
-        self._inner.receive_stream.close()
+        """Close both directions at once (the peer reads the end of its stream, and what it
+        sends after is a broken pipe)."""
+        self._closed = True
+        self._out.end()
+        self._in.reader_closed = True
+        self._in.data.clear()
+        self._in.lot.unpark_all()  # a receive in progress ends with ClosedResourceError
 
 
 class SimListener(trio.abc.Listener[SimStream]):
@@ -184,10 +251,10 @@ class SimHost:
         listener = self.network.listeners.get((host, port))
         if listener is None or self.network.is_cut(self.name, host):
             raise ConnectionRefusedError(errno.ECONNREFUSED, f"{host}:{port}: connection refused (simulated)")
-        mine, theirs = trio.testing.memory_stream_pair()
+        up, down = _Pipe(), _Pipe()  # client to server, server to client
         local = f"{self.name}:{self.network.next_port()}"
-        client = SimStream(mine, local, f"{host}:{port}", self.network)
-        server = SimStream(theirs, f"{host}:{port}", local, self.network)
+        client = SimStream(up, down, local, f"{host}:{port}", self.network)
+        server = SimStream(down, up, f"{host}:{port}", local, self.network)
         self.network.connections.append((self.name, host, client, server))
         listener.arrive(server)
         return client

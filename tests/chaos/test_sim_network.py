@@ -72,3 +72,60 @@ async def test_sends_and_replication_run_over_the_simulated_network(tmp_path):
         await wait_until(caught_up(master, slave), timeout=20, what="the slave caught up after the heal")
         assert_identical(master, slave)
         nursery.cancel_scope.cancel()
+
+
+async def test_a_simulated_connection_behaves_as_a_tcp_stream_does(autojump_clock):
+    """Bytes arrive in order, chunked by `max_bytes`; the peer's close reads as EOF and its
+    sends after that as a broken pipe; a closed end refuses its own use; a cut wakes a
+    receive in progress; `send_nowait` (ha/net.py write_now) writes at once or would block
+    while the host is paused or the link held."""
+    net = SimNetwork()
+    [listener], _ = await net.host(M).listen(M, 7000)
+    client = await net.host(C).connect(M, 7000)
+    server = await listener.accept()
+
+    await client.send_all(b"hello ")
+    assert client.send_nowait(b"world") == 5
+    assert await server.receive_some(3) == b"hel"
+    assert await server.receive_some() == b"lo world"
+
+    net.pause(C)
+    with pytest.raises(BlockingIOError):
+        client.send_nowait(b"x")
+    net.resume(C)
+    net.cut(C, M, one_way=True)
+    with pytest.raises(BlockingIOError):
+        client.send_nowait(b"x")
+    net.heal(C, M)
+
+    await client.send_eof()
+    assert await server.receive_some() == b""  # EOF
+    with pytest.raises(trio.ClosedResourceError):
+        await client.send_all(b"after eof")
+    await server.send_all(b"still one way")  # half-closed: the other direction works
+    assert await client.receive_some() == b"still one way"
+
+    server.close_now()
+    assert await client.receive_some() == b""  # the peer closed: EOF
+    with pytest.raises(trio.ClosedResourceError):
+        await server.receive_some()
+
+    writer = await net.host(C).connect(M, 7000)
+    (await listener.accept()).close_now()
+    with pytest.raises(trio.BrokenResourceError):
+        await writer.send_all(b"to a closed peer")
+
+    other = await net.host(C).connect(M, 7000)
+    accepted = await listener.accept()
+    async with trio.open_nursery() as nursery:
+        async def receive() -> None:
+            with pytest.raises(trio.ClosedResourceError):
+                await accepted.receive_some()
+
+        nursery.start_soon(receive)
+        await trio.sleep(0.1)  # poll: the receive is parked
+        net.cut(C, M)  # ends both ends of every connection between the hosts
+    with pytest.raises(BrokenPipeError):
+        other.send_nowait(b"x")
+    with pytest.raises(ConnectionRefusedError):
+        await net.host(C).connect(M, 7000)
