@@ -178,6 +178,8 @@ def test_bad_arguments_are_usage_errors_with_a_message(args, message, capsys):
     (12, "ASYNC_MASTER+ASYNC_FLUSH", "the HA master's idle wait spun: a timeout a few ulps short never moved the clock"),
     (9, "SYNC_MASTER+ASYNC_FLUSH", "the fencing watch spun while the node was fenced, leaving its term"),
     (179, "ASYNC_MASTER+SYNC_FLUSH", "a consumer long-polled a lagging slave in a busy loop"),
+    (3808, "SYNC_MASTER+ASYNC_FLUSH", "the checker called a retried send moved when a promotion dropped its "
+                                      "acknowledged copy (SLAVE_NOT_AVAILABLE) and an earlier attempt's copy stayed"),
 ])
 def test_seeds_that_found_bugs_keep_their_promises(seed, mode, found, tmp_path):
     result = run_seed(seed, mode=mode, base_dir=str(tmp_path))
