@@ -67,8 +67,8 @@ RETRIES = 2  # the retrying producer: the client library's Producer, as applicat
 SEND_TIMEOUT_S = 3.0
 SETTLE_S = 120.0  # after the last fault: how long the cluster may take to serve and converge
 MAX_SIMULATED_S = 900.0  # a run still going then is stuck: a finding
-SPIN_STEPS = 200_000  # task steps without the clock moving: a spin (a busy instant takes a few thousand)
-SPIN_SAMPLE = 2_000  # the last steps of a spin, whose tasks it names
+SPIN_PASSES = 100_000  # passes of trio's run loop without the clock moving: a spin (a busy instant takes a few thousand)
+SPIN_SAMPLE = 1_000  # the last passes of a spin, whose task steps name what spun
 ADMIN_HOST = "10.0.1.2"
 PULL_INTERVAL_MS = 500  # the consumer's pause after a round with messages: fuller pulls, fewer steps
 MONITOR_S = 0.1  # how often the run notes each node's role and epoch
@@ -106,30 +106,46 @@ class SeedResult:
 class SpinGuard(trio.abc.Instrument):
     """Ends a run whose tasks keep running while the simulated clock stands still: a loop
     that never waits (a timeout that is due at once, forever) would otherwise spin without
-    end, as it spins a real CPU until the real clock moves on."""
+    end, as it spins a real CPU until the real clock moves on. It counts passes of the run
+    loop (a hook per pass, not per task step: a sixth of a run's steps cost); the last
+    passes of a spin add a `_Sampler` that names the tasks that ran."""
 
-    def __init__(self, clock: trio.testing.MockClock, limit: int = SPIN_STEPS) -> None:
+    def __init__(self, clock: trio.testing.MockClock, limit: int = SPIN_PASSES) -> None:
         self.clock = clock
         self.limit = limit
         self.scope: trio.CancelScope | None = None
         self.spinning: str | None = None  # the task that spun, once caught
         self._at = -1.0
-        self._steps = 0
-        self._names: dict[str, int] = {}
+        self._passes = 0
+        self._sampler: _Sampler | None = None
 
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+    def before_io_wait(self, timeout: float) -> None:
         now = self.clock.current_time()
         if now != self._at:
-            self._at, self._steps = now, 0
-            self._names.clear()
+            self._at, self._passes = now, 0
+            if self._sampler is not None:
+                trio.lowlevel.remove_instrument(self._sampler)
+                self._sampler = None
             return
-        self._steps += 1
-        if self._steps > self.limit - SPIN_SAMPLE:
-            self._names[task.name] = self._names.get(task.name, 0) + 1
-        if self._steps == self.limit and self.scope is not None:
+        self._passes += 1
+        if self._passes == max(0, self.limit - SPIN_SAMPLE):
+            self._sampler = _Sampler()
+            trio.lowlevel.add_instrument(self._sampler)
+        if self._passes == self.limit and self.scope is not None:
+            names = self._sampler.names if self._sampler is not None else {}
             self.spinning = ", ".join(f"{name} ({n})" for name, n in
-                                      sorted(self._names.items(), key=lambda kv: -kv[1])[:3])
+                                      sorted(names.items(), key=lambda kv: -kv[1])[:3]) or "?"
             self.scope.cancel()
+
+
+class _Sampler(trio.abc.Instrument):
+    """Counts the task steps of a spin's last passes by task name."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, int] = {}
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.names[task.name] = self.names.get(task.name, 0) + 1
 
 
 class EventLog:
@@ -263,7 +279,8 @@ class Simulation:
             self.ended_at = trio.current_time()
             spinning = self.spin_guard.spinning if self.spin_guard is not None else None
             if spinning is not None:
-                problem = f"tasks ran {SPIN_STEPS} steps without the clock moving ({self.phase}): {spinning}"
+                problem = (f"tasks ran {SPIN_PASSES} passes of the run loop without the clock moving "
+                           f"({self.phase}): {spinning}")
             else:
                 problem = f"the run did not end within {MAX_SIMULATED_S:.0f} simulated seconds ({self.phase})"
             self.violations.append(problem)
