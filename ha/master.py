@@ -137,6 +137,10 @@ class HAService:
     def connection_count(self) -> int:
         return len(self._connections)
 
+    def slave_hosts(self) -> frozenset[str]:
+        """The hosts the connected slaves connect from."""
+        return frozenset(c.address.rsplit(":", 1)[0] for c in self._connections)
+
     def is_slave_ok(self, master_put_where: int) -> bool:
         """A SYNC_MASTER put waits only if the slaves it needs (`acks_needed`) are connected
         and not too far behind; else it is answered SLAVE_NOT_AVAILABLE at once."""
@@ -306,7 +310,7 @@ class HAService:
         self.slaves_accepted += 1
         # by host: a slave that reconnects before its old connection is found dead (up to
         # haHousekeepingInterval) is not a second slave
-        self.peak_slaves = max(self.peak_slaves, len({c.address.rsplit(":", 1)[0] for c in self._connections}))
+        self.peak_slaves = max(self.peak_slaves, len(self.slave_hosts()))
         self.log.visibility_moved()  # a manual-mode SYNC_MASTER's limit begins (visible_end)
         log.info("slave %s connected", address)
         if self.on_connections is not None:

@@ -226,28 +226,33 @@ class Producer(_Client):
         attempts = 1 + self.retries
         failed_groups: set[str] = set()
         errors: list[TidemqError] = list(prior)
-        for attempt in range(attempts):
-            target = await self._select(topic, queue_id, broker_name, failed_groups)
-            request.queue_id = target.queue_id
-            try:
-                response = await self.pool.call(target.address, request, timeout=self.send_timeout)
-            except (ConnectionLost, OutcomeUnknown, ServiceUnavailable, PutFailed) as e:
-                if not _retried(e):
+        try:
+            for attempt in range(attempts):
+                target = await self._select(topic, queue_id, broker_name, failed_groups)
+                request.queue_id = target.queue_id
+                try:
+                    response = await self.pool.call(target.address, request, timeout=self.send_timeout)
+                except (ConnectionLost, OutcomeUnknown, ServiceUnavailable, PutFailed) as e:
+                    if not _retried(e):
+                        raise
+                    if isinstance(e, ConnectionLost | ServiceUnavailable):  # refused or gone: avoid it a while
+                        self._down_until[target.address] = trio.current_time() + FAULT_BACKOFF_S
+                    errors.append(e)
+                    failed_groups.add(target.broker_name or target.address)
+                    self.invalidate(topic)
+                    log.info("send to %s on %s failed (attempt %d of %d): %s", topic, target.address,
+                             attempt + 1, attempts, e)
+                    continue
+                except NotFound:
+                    self.invalidate(topic)
+                    self._creating.pop(topic, None)
                     raise
-                if isinstance(e, ConnectionLost | ServiceUnavailable):  # refused or gone: avoid it a while
-                    self._down_until[target.address] = trio.current_time() + FAULT_BACKOFF_S
-                errors.append(e)
-                failed_groups.add(target.broker_name or target.address)
-                self.invalidate(topic)
-                log.info("send to %s on %s failed (attempt %d of %d): %s", topic, target.address,
-                         attempt + 1, attempts, e)
-                continue
-            except NotFound:
-                self.invalidate(topic)
-                self._creating.pop(topic, None)
+                self._down_until.pop(target.address, None)
+                return self._result(response, target, sum(isinstance(e, OutcomeUnknown) for e in errors))
+        except TidemqError as e:  # a retry that ended early (no route left, a refusal) after an unknown attempt
+            if isinstance(e, OutcomeUnknown) or not any(isinstance(x, OutcomeUnknown) for x in errors):
                 raise
-            self._down_until.pop(target.address, None)
-            return self._result(response, target, sum(isinstance(e, OutcomeUnknown) for e in errors))
+            errors.append(e)
         assert errors
         unknown = [e for e in errors if isinstance(e, OutcomeUnknown)]
         if unknown:  # an attempt may have stored it: never report that as failed

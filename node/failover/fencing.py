@@ -13,8 +13,9 @@ The rules (docs/failover.md, "Fencing and rejoining"):
   admitted before it is acknowledged only after a check that started after it; until one
   confirms, writes are held.
 - **A slave that left** (fewer connections than this term had, or than the group has
-  slaves registered with the name servers: it may be the one being promoted): every write
-  is acknowledged only after a check that started after its admission.
+  slaves registered with the name servers, or a host that was connected this term is not:
+  it may be the one being promoted, and another slave connecting does not bring it back):
+  every write is acknowledged only after a check that started after its admission.
 - **A master that just started** on its old epoch may have missed a promotion of its slave
   that began before it started: writes are acknowledged only after a check that started
   `settle_until` (the promoted slave's settle time) after the start.
@@ -66,6 +67,11 @@ class Fencing:
     open_seen: int = 0
     accepted_seen: int = 0
     peak_slaves: int = 0
+    open_hosts: frozenset[str] = frozenset()
+    """The hosts of the slave connections open at the last look."""
+    seen_hosts: frozenset[str] = frozenset()
+    """Every host a slave of this term connected from (slaves that share a host, as in a
+    local cluster, are told apart only by count)."""
     slave_left_at: float | None = None
     """When a slave connection of this term ended (None: as many are open as ever were)."""
     last_check: float = -math.inf
@@ -94,17 +100,20 @@ class Fencing:
         self.needs_check = True
         return gap
 
-    def slaves(self, now: float, open_count: int, accepted: int) -> int:
-        """The HA service's open connections and connections accepted so far, at `now`: how
-        many slave connections ended since the last call (a check is then due)."""
+    def slaves(self, now: float, open_count: int, accepted: int, hosts: frozenset[str] | None = None) -> int:
+        """The HA service's open connections, connections accepted so far and (when known)
+        the hosts of the open ones, at `now`: how many slave connections ended since the
+        last call (a check is then due)."""
         ended = self.open_seen + (accepted - self.accepted_seen) - open_count
         self.open_seen, self.accepted_seen = open_count, accepted
+        if hosts is not None:
+            self.open_hosts, self.seen_hosts = hosts, self.seen_hosts | hosts
         self.peak_slaves = max(self.peak_slaves, open_count, open_count + ended)
         if ended > 0:
             if self.slave_left_at is None:
                 self.slave_left_at = now
             self.needs_check = True
-        elif open_count >= max(self.peak_slaves, self.registered_slaves):
+        elif self._all_back(self.registered_slaves):
             self.slave_left_at = None
         return max(ended, 0)
 
@@ -113,8 +122,13 @@ class Fencing:
         self.registered_slaves = count
         if self.open_seen < count and self.slave_left_at is None:
             self.slave_left_at = now
-        elif self.open_seen >= max(self.peak_slaves, count):
+        elif self._all_back(count):
             self.slave_left_at = None
+
+    def _all_back(self, registered: int) -> bool:
+        """As many slave connections as this term ever had and the name servers list, and
+        every host that was connected this term is again."""
+        return self.open_seen >= max(self.peak_slaves, registered) and self.seen_hosts <= self.open_hosts
 
     def start_check(self, now: float) -> Check:
         self.needs_check = False  # set again by a stall or a slave leaving while asking

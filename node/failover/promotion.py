@@ -307,7 +307,8 @@ class Failover:
         """Note a stall, and a slave connection that ended (both mean: confirm the epoch)."""
         self._observe_stall()
         ha = self.services.ha_master if self.services else None
-        if ha is not None and self.fencing.slaves(trio.current_time(), ha.connection_count, ha.slaves_accepted):
+        if ha is not None and self.fencing.slaves(trio.current_time(), ha.connection_count, ha.slaves_accepted,
+                                                  ha.slave_hosts()):
             log.warning("a slave disconnected (%d of %d left): every write is answered after an epoch "
                         "check that started after it", ha.connection_count, self.fencing.peak_slaves)
 

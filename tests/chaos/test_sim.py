@@ -174,15 +174,23 @@ def test_bad_arguments_are_usage_errors_with_a_message(args, message, capsys):
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("seed", "mode", "found"), [
-    (12, "ASYNC_MASTER+ASYNC_FLUSH", "the HA master's idle wait spun: a timeout a few ulps short never moved the clock"),
-    (9, "SYNC_MASTER+ASYNC_FLUSH", "the fencing watch spun while the node was fenced, leaving its term"),
-    (179, "ASYNC_MASTER+SYNC_FLUSH", "a consumer long-polled a lagging slave in a busy loop"),
-    (3808, "SYNC_MASTER+ASYNC_FLUSH", "the checker called a retried send moved when a promotion dropped its "
-                                      "acknowledged copy (SLAVE_NOT_AVAILABLE) and an earlier attempt's copy stayed"),
+@pytest.mark.parametrize(("seed", "mode", "slaves", "controller", "found"), [
+    (12, "ASYNC_MASTER+ASYNC_FLUSH", 1, "manual",
+     "the HA master's idle wait spun: a timeout a few ulps short never moved the clock"),
+    (9, "SYNC_MASTER+ASYNC_FLUSH", 1, "manual", "the fencing watch spun while the node was fenced, leaving its term"),
+    (179, "ASYNC_MASTER+SYNC_FLUSH", 1, "manual", "a consumer long-polled a lagging slave in a busy loop"),
+    (3808, "SYNC_MASTER+ASYNC_FLUSH", 1, "manual",
+     "the checker called a retried send moved when a promotion dropped its acknowledged copy "
+     "(SLAVE_NOT_AVAILABLE) and an earlier attempt's copy stayed"),
+    (5062, "ASYNC_MASTER+ASYNC_FLUSH", 2, "manual",
+     "a paused master whose slave left to be promoted took another slave's connecting for its return "
+     "and acknowledged writes for 6 s after the promotion"),
+    (8015, "ASYNC_MASTER+SYNC_FLUSH", 2, "etcd",
+     "the Producer reported NOT_FOUND (no route left on the retry) for a send whose first attempt, "
+     "of unknown outcome, stored it"),
 ])
-def test_seeds_that_found_bugs_keep_their_promises(seed, mode, found, tmp_path):
-    result = run_seed(seed, mode=mode, base_dir=str(tmp_path))
+def test_seeds_that_found_bugs_keep_their_promises(seed, mode, slaves, controller, found, tmp_path):
+    result = run_seed(seed, mode=mode, base_dir=str(tmp_path), slaves=slaves, controller=controller)
     assert result.ok, (found, result.violations)
 
 

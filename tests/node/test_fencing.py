@@ -43,6 +43,19 @@ def test_a_slave_that_left_makes_every_write_wait_for_a_check_after_it() -> None
     assert f.slaves(0.5, 2, 4) == 1 and f.slave_left_at == 0.5  # one came and went between looks
 
 
+def test_another_slave_connecting_does_not_bring_back_the_one_that_left() -> None:
+    """Seed 5062 of the simulation: slave a left (it was being promoted) and slave c, which
+    had not connected yet this term, connected: as many connections as ever, but a may be
+    the new master, so every write still waits for a check after it until a is back."""
+    f = Fencing(last_beat=0.0)
+    assert f.slaves(0.1, 1, 1, frozenset({"10.0.0.1"})) == 0 and f.slave_left_at is None
+    assert f.slaves(0.2, 0, 1, frozenset()) == 1 and f.slave_left_at == 0.2
+    assert f.slaves(0.3, 1, 2, frozenset({"10.0.0.3"})) == 0 and f.slave_left_at == 0.2
+    f.registered(1, 0.35)
+    assert f.slave_left_at == 0.2 and f.needed_for(0.4) == 0.4
+    assert f.slaves(0.5, 2, 3, frozenset({"10.0.0.1", "10.0.0.3"})) == 0 and f.slave_left_at is None
+
+
 def test_a_restarted_master_acknowledges_only_after_a_check_that_started_once_it_settled() -> None:
     """Its slave may have left before this start, mid-promotion, and announce its epoch only
     after its settle time: a check at start-up alone would confirm the old epoch."""
