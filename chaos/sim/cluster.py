@@ -193,9 +193,6 @@ class SimCluster:
         """The first group's master."""
         return self.groups[0].master
 
-    def group_of(self, node: SimNode) -> SimGroup:
-        return next(g for g in self.groups if g.name == node.group)
-
     def node(self, name: str) -> SimNode:
         return next(n for n in self.nodes if n.name == name)
 
