@@ -33,7 +33,8 @@ def _no_stall(self: Fencing, now: float) -> float | None:
     return None
 
 
-def _no_departure(self: Fencing, now: float, open_count: int, accepted: int) -> int:
+def _no_departure(self: Fencing, now: float, open_count: int, accepted: int,
+                  hosts: frozenset[str] | None = None) -> int:
     self.open_seen, self.accepted_seen = open_count, accepted
     return 0
 

@@ -115,6 +115,8 @@ def test_each_deliberate_bug_is_reported_within_the_seeds_allowed(mutation, mode
                    stop_at_first=True, controller="manual")  # the code each mutation breaks runs in manual mode
     assert result.failing, f"{mutation}: no seed of {seeds} broke a promise"
     assert min(r["seed"] for r in result.failing) <= int(seeds.split("..")[1])
+    crashed = [r["seed"] for r in result.failing if any("simulation crashed" in v for v in r["violations"])]
+    assert not crashed, f"{mutation}: the mutation crashed the run instead of breaking a promise: {crashed}"
 
 
 @pytest.mark.slow
