@@ -9,6 +9,7 @@ from functools import partial
 
 import pytest
 import trio
+import trio.testing
 
 from chaos.sim.network import SimNetwork
 from ha.master import HAService
@@ -123,7 +124,7 @@ async def test_a_simulated_connection_behaves_as_a_tcp_stream_does(autojump_cloc
                 await accepted.receive_some()
 
         nursery.start_soon(receive)
-        await trio.sleep(0.1)  # poll: the receive is parked
+        await trio.testing.wait_all_tasks_blocked()  # the receive is parked
         net.cut(C, M)  # ends both ends of every connection between the hosts
     with pytest.raises(BrokenPipeError):
         other.send_nowait(b"x")
