@@ -105,6 +105,12 @@ class Broker:
         # tlsMode: TLS on the client port, mutual TLS on the HA port (TlsError: a file is wrong)
         self.client_port_tls = (cfg.tls.server_context(), cfg.tls_mode) if cfg.tls.enabled else None
         self.ha_port_tls = cfg.tls.server_context(client_certs=True) if cfg.tls.enabled else None
+        if cfg.acl_enable and cfg.tls_mode != "enforcing":
+            # the HA port sends the whole CommitLog to whoever connects: accounts do not guard
+            # it, only a client certificate does (docs/security.md, what each op needs)
+            log.warning("aclEnable is on but tlsMode is %s: the HA port %s serves every topic's messages "
+                        "to any peer that connects without a certificate; set tlsMode = \"enforcing\"",
+                        cfg.tls_mode, cfg.ha_bind_address)
         # the role stored beside the store overrides the file's; with controllerMode etcd the
         # election decides who is master
         controller = partial(EtcdController, etcd=etcd) if cfg.controller_mode == "etcd" else None

@@ -5,7 +5,9 @@ A heartbeat on a master also creates the group's retry topic `%RETRY%<group>` (1
 as RocketMQ does, so every member finds it in the routes. `consumer_send_back` stores a
 message the group failed to consume again on `%RETRY%<group>` with delay level
 3 + reconsumeTimes (or the level asked for), or on `%DLQ%<group>` once reconsumeTimes
-reaches the maximum (16 by default). tidemq's DLQ is readable and writeable (RocketMQ
+reaches the maximum (16 by default). Only a message the group could have received may go
+back (a topic it consumes, or its retry topic), and with logins only one the caller may read
+(`Request.reader`): otherwise it is NO_PERMISSION and nothing is written. tidemq's DLQ is readable and writeable (RocketMQ
 creates it write-only), so `tidemq consume --topic %DLQ%<group>` shows what gave up.
 """
 
@@ -16,6 +18,8 @@ from typing import Any
 import trio
 
 from store.message import PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_WAIT, Message
+from store.properties import PROPERTY_REAL_TOPIC, PROPERTY_RETRY_TOPIC
+from store.schedule import SCHEDULE_TOPIC
 
 from .ops import NodeServices, OpError, _put_response, _refuse_on_slave
 from .protocol import (
@@ -34,7 +38,6 @@ __all__ = ["CONSUMER_HANDLERS", "DLQ_PREFIX", "RETRY_PREFIX", "dlq_topic", "retr
 
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
-PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
 PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
@@ -92,6 +95,22 @@ async def _unlock(s: NodeServices, r: Request, peer: str | None) -> dict[str, An
     return EmptyReply().to_wire(r.id)
 
 
+def _delivery_topic(topic: str, properties: dict[str, str]) -> str:
+    """The topic a stored message is delivered on: a delayed one waits on the schedule
+    topic for its REAL_TOPIC."""
+    if topic == SCHEDULE_TOPIC:
+        return properties.get(PROPERTY_REAL_TOPIC) or topic
+    return topic
+
+
+def _may_have_received(s: NodeServices, group: str, topic: str, queue_id: int) -> bool:
+    """Whether `group` could have been delivered a message of `topic`: its own retry topic,
+    a topic a live member subscribes to here, or one it committed an offset for (a member
+    whose heartbeat has not reached a new master yet)."""
+    return (topic == retry_topic(group) or s.consumers.subscribes(group, topic)
+            or s.offsets.fetch(group, topic, queue_id) is not None)
+
+
 async def _send_back(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     _refuse_on_slave(s, "consume retries")
     f = r.fields
@@ -100,6 +119,14 @@ async def _send_back(s: NodeServices, r: Request, peer: str | None) -> dict[str,
     if old is None:
         raise OpError(Status.NOT_FOUND, f"no message at CommitLog offset {f.commitlog_offset} on "
                                         f"{s.cfg.broker_name}")
+    lacking = r.reader(old.topic, old.properties) if r.reader is not None else None
+    if lacking is not None:  # the copy would show the caller a message it may not read
+        raise OpError(Status.NO_PERMISSION, f"consumer_send_back: {lacking} (the message at CommitLog offset "
+                                            f"{f.commitlog_offset})")
+    if not _may_have_received(s, group, _delivery_topic(old.topic, old.properties), old.queue_id):
+        raise OpError(Status.NO_PERMISSION, f"consumer_send_back: the message at CommitLog offset "
+                                            f"{f.commitlog_offset} is on topic {old.topic!r}, which group "
+                                            f"{group!r} does not consume on {s.cfg.broker_name}")
     props = {k: v for k, v in old.properties.items() if k not in (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_DELAY)}
     props.setdefault(PROPERTY_RETRY_TOPIC, old.topic)
     props[PROPERTY_ORIGIN_MESSAGE_ID] = (

@@ -151,6 +151,10 @@ class ConsumerManager:
         """The group's live members' client ids, sorted (the order allocation uses)."""
         return sorted(self._expire(group))
 
+    def subscribes(self, group: str, topic: str) -> bool:
+        """Whether a live member of `group` subscribes to `topic` here."""
+        return any(topic in m.topics for m in self._expire(group).values())
+
     def describe(self, group: str) -> list[dict[str, object]]:
         now = self.clock()
         members = self._expire(group)

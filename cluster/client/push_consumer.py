@@ -38,6 +38,7 @@ import trio
 from node.client import NoPermission, ServiceUnavailable, TidemqError, exit_nursery
 from node.protocol import ConsumerSendBack, SendBackReply
 from node.security.credentials import Credentials
+from store.properties import PROPERTY_RETRY_TOPIC
 
 from .base import ROUTE_TTL_S, ReceivedMessage
 from .consumer import PullConsumer
@@ -51,7 +52,6 @@ __all__ = ["Consumer", "ConsumerStats", "Handler", "consume_as_member"]
 Handler = Callable[[ReceivedMessage], Awaitable[Any] | Any]
 MAX_RECONSUME_TIMES = 16
 RETRY_PREFIX = "%RETRY%"
-PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 
 
 @attrs.define

@@ -86,11 +86,16 @@ class InvalidRequest(Exception):
 @attrs.frozen
 class Request:
     """A validated request: its envelope and its op's typed fields (a WireRequest with
-    every field present, defaults filled in)."""
+    every field present, defaults filled in).
+
+    `reader`, set by a server that checks logins, says why the connection's account may not
+    read a stored message (`reader(topic, properties)`, None when it may): an op that copies
+    a stored message asks it before writing. None: no account checks on this server."""
 
     op: str
     id: int
     fields: Any
+    reader: Callable[[str, Mapping[str, str]], str | None] | None = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen

@@ -2,8 +2,10 @@
 
 One `Guard` per server (the node's client port, the name server) and one `Session` per
 connection. `screen(session, request)` answers the login ops itself and refuses any other
-request its account may not make; `check_answer` covers the one op whose resource shows
-only in its answer (a message looked up by msgId needs SUB on its topic). A refusal is a
+request its account may not make; `check_answer` refuses any answer that carries a message
+the account may not read (rules.message_needs: its topic, and a copy's original topic), and
+`refusal_to_read` is the same rule for an op that copies a stored message before it writes
+(the server hands it to the op as `Request.reader`). A refusal is a
 NO_PERMISSION response that names the op and what it needed, never a secret, and the
 request is not run. No I/O except re-reading the ACL file when it changed (checked at most
 once a second, on the request path: a stat), so a revoked grant applies to open
@@ -18,11 +20,13 @@ import hmac
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 from scramp import ScramMechanism
+
+from store.properties import PROPERTY_REAL_TOPIC, PROPERTY_RETRY_TOPIC
 
 from ..protocol.auth import AUTH_OPS, AuthReply
 from ..protocol.codec import Request, Status, error_response
@@ -36,7 +40,7 @@ from .acl import (
     file_stamp,
     load_acl,
 )
-from .rules import needs, topic_need
+from .rules import message_needs, needs, topic_need
 
 log = logging.getLogger("tidemq.security")
 
@@ -147,22 +151,50 @@ class Guard:
                 and topic_need(topic, Perm.PUB).granted(account))
 
     def check_answer(self, session: Session, request: Request, response: dict[str, Any]) -> dict[str, Any] | None:
-        """A refusal in place of `response` when it shows what the account may not read."""
-        if request.op != "get_by_msg_id" or session.account is None:
+        """A refusal in place of `response` when it shows a message the account may not read
+        (rules.message_needs): every answer that carries messages, whatever its op, so an op
+        added later cannot leak one."""
+        if session.account is None:
             return None
-        message = response.get("message")
-        topic = message.get("topic") if isinstance(message, dict) else None
-        if topic is None:  # nothing found: nothing shown
+        shown = _messages_in(response)
+        if not shown:
             return None
         account = self.acl.accounts.get(session.account)
-        if account is None:  # removed while the lookup ran: fail closed
+        if account is None:  # removed while the op ran: fail closed
             self.refused += 1
             return error_response(request.id, Status.NO_PERMISSION,
                                   f"{request.op}: account {session.account!r} is no longer allowed here")
-        need = topic_need(topic, Perm.SUB)  # the same retry/DLQ rule as the ops'
-        if need.granted(account):
+        if account.admin:
             return None
-        return self._refuse(request, account, need.describe())
+        checked: set[tuple[str, str | None, str | None]] = set()
+        for m in shown:
+            topic = m.get("topic")
+            props = m.get("properties")
+            props = props if isinstance(props, dict) else {}
+            if not isinstance(topic, str):  # a map without a topic is no message we wrote: fail closed
+                return self._refuse(request, account, "SUB on a message of unknown topic")
+            key = (topic, props.get(PROPERTY_RETRY_TOPIC), props.get(PROPERTY_REAL_TOPIC))
+            if key in checked:
+                continue
+            checked.add(key)
+            lacking = _lacking(account, topic, props)
+            if lacking is not None:
+                return self._refuse(request, account, lacking)
+        return None
+
+    def refusal_to_read(self, session: Session, topic: str, properties: Mapping[str, str]) -> str | None:
+        """Why `session`'s account may not be shown or copy a message stored under `topic`
+        with `properties` (None: it may). Ops that copy a stored message call it through
+        `Request.reader` before they write."""
+        account = self.acl.accounts.get(session.account or "")
+        if account is None:
+            self.refused += 1
+            return f"account {session.account!r} is no longer allowed here"
+        lacking = _lacking(account, topic, properties)
+        if lacking is None:
+            return None
+        self.refused += 1
+        return f"account {account.access_key!r} lacks {lacking}"
 
     def _refuse(self, request: Any, account: Account, what: str) -> dict[str, Any]:
         self.refused += 1
@@ -258,3 +290,23 @@ class Guard:
         return {"acl_file": self.path, "accounts": len(self._acl.accounts), "logins": self.logins,
                 "failed_logins": self.failed_logins, "rate_limited": self.rate_limited, "refused": self.refused,
                 "reloads": self.reloads, "reload_error": self.reload_error}
+
+
+def _messages_in(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """The message maps an answer carries (`message`, `messages`)."""
+    out: list[dict[str, Any]] = []
+    one = response.get("message")
+    if isinstance(one, dict):
+        out.append(one)
+    many = response.get("messages")
+    if isinstance(many, list):
+        out.extend(m for m in many if isinstance(m, dict))
+    return out
+
+
+def _lacking(account: Account, topic: str, properties: Mapping[str, str]) -> str | None:
+    """What `account` lacks to read a message stored under `topic` (None: nothing)."""
+    for need in message_needs(topic, properties):
+        if not need.granted(account):
+            return need.describe()
+    return None

@@ -4,22 +4,34 @@
 consumer group, or the admin flag; an empty list means any logged-in account may. An op
 missing from the table needs admin, so a new op is closed until someone decides otherwise
 (a test checks every op of the node and the name server is listed). A retry or dead-letter
-topic (`%RETRY%g`, `%DLQ%g`) belongs to its group: it needs SUB on the group.
+topic (`%RETRY%g`, `%DLQ%g`) belongs to its group: it needs SUB on the group. A system topic
+(`SCHEDULE_TOPIC_XXXX`, `RMQ_SYS_*`, ...) needs admin.
+
+`message_needs(topic, properties)` is the one rule for a stored message, whichever op shows
+or copies it (guard.check_answer for every answer, `Request.reader` for consumer_send_back):
+SUB on the topic it is stored under, and on its original topic when it is a copy (a retry
+or DLQ copy's `RETRY_TOPIC`, a delayed message's `REAL_TOPIC`). Without the second half,
+an account that may read its group's DLQ could read any topic a copy came from.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
+from store.properties import PROPERTY_REAL_TOPIC, PROPERTY_RETRY_TOPIC
+from store.schedule import SCHEDULE_TOPIC
+
 from .acl import Account, Perm
 
-__all__ = ["ADMIN", "ANY_ACCOUNT", "Need", "RULES", "needs", "topic_need"]
+__all__ = ["ADMIN", "ANY_ACCOUNT", "Need", "RULES", "is_system_topic", "message_needs", "needs", "topic_need"]
 
 RETRY_PREFIX = "%RETRY%"  # node/consumer_ops.py's names (security sits below the ops)
 DLQ_PREFIX = "%DLQ%"
+SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, "TBW102", "OFFSET_MOVED_EVENT", "TRANS_CHECK_MAX_TIME_TOPIC"})
+SYSTEM_PREFIX = "RMQ_SYS_"
 
 
 @attrs.frozen
@@ -51,11 +63,35 @@ def _topic(perm: Perm) -> Callable[[Any], list[Need]]:
     return lambda r: [topic_need(r.topic, perm)]
 
 
+def is_system_topic(topic: str) -> bool:
+    """The broker's own topics (RocketMQ's TopicValidator.isSystemTopic, for ours)."""
+    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_PREFIX)
+
+
 def topic_need(topic: str, perm: Perm) -> Need:
     for prefix in (RETRY_PREFIX, DLQ_PREFIX):
         if topic.startswith(prefix):
             return Need("group", topic[len(prefix):], Perm.SUB)
+    if is_system_topic(topic):
+        return Need("admin")
     return Need("topic", topic, perm)
+
+
+def message_needs(topic: str, properties: Mapping[str, str]) -> list[Need]:
+    """What an account needs to be shown, or to copy, a message stored under `topic` with
+    `properties`: SUB on that topic, and on the topic a copy came from. A delayed message
+    waits on the system topic for its `REAL_TOPIC`, so it belongs to that topic (and to its
+    original topic when the real one is a retry topic)."""
+    if topic == SCHEDULE_TOPIC:
+        real = properties.get(PROPERTY_REAL_TOPIC)
+        if real and real != SCHEDULE_TOPIC:
+            return message_needs(real, properties)
+    out = [topic_need(topic, Perm.SUB)]
+    if topic.startswith((RETRY_PREFIX, DLQ_PREFIX)):
+        origin = properties.get(PROPERTY_RETRY_TOPIC)
+        if origin and origin != topic:
+            out.append(topic_need(origin, Perm.SUB))
+    return out
 
 
 def _group(r: Any) -> list[Need]:

@@ -8,7 +8,7 @@ import pytest
 
 from cluster.client import Producer
 from cluster.client.push_consumer import Consumer
-from node.client import NotFound
+from node.client import NoPermission, NotFound, connect
 from tests.cluster.helpers import broker_conf, call, start_namesrv, wait_for
 from tests.cluster.test_consumer_group import setup_cluster
 from tests.node.nodeproc import Nodes
@@ -30,14 +30,18 @@ async def test_send_back_ladder_reaches_the_dlq_after_16_retries(tmp_path, nodes
     addr = node.address
     await call(addr, "topic_create", topic="T", read_queue_nums=1, write_queue_nums=1)
     sent = await call(addr, "send", topic="T", body=b"b", tags="t", keys=["k"], properties={"UNIQ_KEY": "U"})
-    with pytest.raises(NotFound):
-        await call(addr, "consumer_send_back", group="g", commitlog_offset=10**9)
-    offset = sent["commitlog_offset"]
-    for n in range(16):  # each send-back stores the next try; its record is what fails next
-        back = await call(addr, "consumer_send_back", group="g", commitlog_offset=offset)
-        assert (back["topic"], back["reconsume_times"], back["delay_level"]) == ("%RETRY%g", n + 1, 3 + n)
-        offset = back["commitlog_offset"]
-    dead = await call(addr, "consumer_send_back", group="g", commitlog_offset=offset)
+    async with connect(addr) as conn:  # a member's connection: its heartbeat lives while it is open
+        with pytest.raises(NotFound):
+            await conn.request("consumer_send_back", group="g", commitlog_offset=10**9)
+        with pytest.raises(NoPermission, match="which group 'g' does not consume"):  # no member of g reads T yet
+            await conn.request("consumer_send_back", group="g", commitlog_offset=sent["commitlog_offset"])
+        await conn.request("consumer_heartbeat", group="g", client_id="c1", topics=["T"])
+        offset = sent["commitlog_offset"]
+        for n in range(16):  # each send-back stores the next try; its record is what fails next
+            back = await conn.request("consumer_send_back", group="g", commitlog_offset=offset)
+            assert (back["topic"], back["reconsume_times"], back["delay_level"]) == ("%RETRY%g", n + 1, 3 + n)
+            offset = back["commitlog_offset"]
+        dead = await conn.request("consumer_send_back", group="g", commitlog_offset=offset)
     assert dead["topic"] == "%DLQ%g" and dead["reconsume_times"] == 17
     [m] = (await call(addr, "pull", topic="%DLQ%g", queue_id=0, offset=0))["messages"]
     assert (m["body"], m["tags"], m["keys"]) == (b"b", "t", ["k"])

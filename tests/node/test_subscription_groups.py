@@ -48,6 +48,7 @@ async def test_a_disabled_group_may_not_pull_and_the_brokers_retry_limit_wins(tm
             await conn.request("pull", topic="T", queue_id=0, offset=0, group="G")
         assert (await conn.request("pull", topic="T", queue_id=0, offset=0, group="Other"))["status"] == "FOUND"
         # retry_max_times 0: the first send-back goes to the DLQ, whatever the member asks for
+        await conn.request("consumer_heartbeat", group="G", client_id="c1", topics=["T"])
         back = await conn.request("consumer_send_back", group="G", commitlog_offset=sent["commitlog_offset"],
                                   max_reconsume_times=16)
         assert back["topic"] == "%DLQ%G", back
