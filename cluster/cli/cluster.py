@@ -1,4 +1,4 @@
-"""`tidemq cluster up/status/down/kill/start`: a local multi-process cluster (cluster/launch/launcher.py).
+"""`tidemq cluster up/status/down/kill/start/copy-layout/make-secrets`: a local multi-process cluster (cluster/launch/launcher.py).
 
 Exit codes (store/cli.py): a bad layout or base dir (LayoutError) is a usage error, 2; an
 action that failed (a node did not start, a signal found no process) is 1.
@@ -38,6 +38,11 @@ def _cmd_up(args: argparse.Namespace) -> int:
             rec = res.record
             print(f"{res.name:<14} {res.action:<8} {_served(rec):<28} {rec.address:<22} {res.note}", flush=True)
 
+    from ..launch.layout import skipped_files
+
+    if not args.json and os.path.isdir(args.conf):
+        for path, why in skipped_files(args.conf):
+            print(f"skipped {path.name}: {why}", flush=True)
     results = launcher.up(args.conf, args.base_dir, timeout_s=args.timeout, on_result=show,
                           proxy_url=args.proxy_url, proxy_prefix=args.proxy_prefix,
                           controller=args.controller,
@@ -66,6 +71,35 @@ def _cmd_make_secrets(args: argparse.Namespace) -> int:
     print(f"wrote {made.directory}: ca.pem, node.pem, node-key.pem, acl.toml, broker.secret, app.secret")
     print("a client logs in as app with:")
     print("  export " + " ".join(f"{k}={v}" for k, v in made.env("app").items()))
+    return EXIT_OK
+
+
+def _cmd_copy_layout(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from store.cli import UsageError
+
+    from ..launch.layout import copy_layout, layout_ports
+
+    src, dst = Path(args.src), Path(args.dst)
+    if not src.is_dir():
+        raise UsageError(f"layout directory {src} does not exist")
+    if dst.exists() and any(dst.iterdir()):
+        raise UsageError(f"{dst} exists and is not empty; copy into a new directory")
+    ports = None
+    if args.port_offset is not None:
+        old = {p for f in src.iterdir() if f.suffix in (".toml", ".properties")
+               for p in layout_ports(f.read_text(encoding="utf-8"))}
+        ports = {p: p + args.port_offset for p in old}
+        if any(not 0 < p < 65536 for p in ports.values()):
+            raise UsageError(f"--port-offset {args.port_offset} takes a port outside 1..65535")
+    mapping = copy_layout(src, dst, ports=ports)
+    print(f"copied {src} to {dst}: ports " + ", ".join(f"{a}->{b}" for a, b in sorted(mapping.items())))
+    namesrv = dst / "namesrv.toml"
+    if namesrv.is_file():
+        [port] = layout_ports(namesrv.read_text(encoding="utf-8"))[:1] or [None]
+        if port is not None:
+            print(f"its name server listens on port {port}")
     return EXIT_OK
 
 
@@ -212,6 +246,17 @@ def add_cluster_commands(subparsers: argparse._SubParsersAction) -> Any:
     secrets.add_argument("layout", metavar="LAYOUT", help="layout directory, e.g. conf/2m-2s-secure")
     secrets.add_argument("--force", action="store_true", help="replace existing secrets")
     secrets.set_defaults(handler=handled(_cmd_make_secrets))
+
+    copy = actions.add_parser(
+        "copy-layout", help="copy a layout with other ports, to run beside the original",
+        description="Copy the config files of layout SRC to the new directory DST with every listen and HA "
+        "port changed (and each address that names one), so both run at once: free ports, or each port "
+        "plus --port-offset. Prints the port map and the copy's name server.",
+    )
+    copy.add_argument("src", metavar="SRC", help="layout directory, e.g. conf/1m-1s-dev")
+    copy.add_argument("dst", metavar="DST", help="a new directory, e.g. conf/my-secure")
+    copy.add_argument("--port-offset", type=int, metavar="N", help="each port + N (default: free ports)")
+    copy.set_defaults(handler=_launcher_errors(_cmd_copy_layout))
 
     status = actions.add_parser(
         "status", help="each node's process, role, offsets, lag, disk and TPS",

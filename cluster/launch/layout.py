@@ -3,7 +3,8 @@ and copies of one with other ports (tests, benchmarks, drills run beside the ori
 
 A layout holds `namesrv.toml` (optional) and one broker file per node (`.toml`; a
 `.properties` file only when no `.toml` has the same stem, since conf/1m-1s-dev keeps a
-`.properties` twin of broker-a). A node is named by its file's stem.
+`.properties` twin of broker-a). A node is named by its file's stem. An ACL file kept beside
+them (`acl.toml`, docs/security.md) is no node's: the launcher skips it and says so.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from node.config import ConfigError, load_config
 
 from .state import LayoutError, NodeRecord, Stage
 
-__all__ = ["copy_layout", "free_ports", "read_layout", "set_key"]
+__all__ = ["copy_layout", "free_ports", "layout_ports", "node_files", "read_layout", "set_key", "skipped_files"]
 
 
 def read_layout(conf_dir: str | os.PathLike[str], base_dir: str | os.PathLike[str]) -> list[NodeRecord]:
@@ -32,8 +33,7 @@ def read_layout(conf_dir: str | os.PathLike[str], base_dir: str | os.PathLike[st
     conf = Path(conf_dir).resolve()
     if not conf.is_dir():
         raise LayoutError(f"layout directory {conf_dir} does not exist")
-    files = {p.stem: p for p in sorted(conf.glob("*.properties"))}
-    files.update({p.stem: p for p in sorted(conf.glob("*.toml"))})  # .toml wins over a twin
+    files = node_files(conf)
     records = []
     for name, path in sorted(files.items()):
         if name == "namesrv":
@@ -56,6 +56,29 @@ def read_layout(conf_dir: str | os.PathLike[str], base_dir: str | os.PathLike[st
     if not any(r.stage is not Stage.NAMESRV for r in records):
         raise LayoutError(f"layout {conf} has no broker config files (*.toml, *.properties)")
     return sorted(records, key=lambda r: (r.stage, r.name))
+
+
+def node_files(conf: Path) -> dict[str, Path]:
+    """The layout's config files by node name: `.properties`, and `.toml` (which wins over a
+    twin), leaving out the files `skipped_files` names."""
+    files = {p.stem: p for p in sorted(conf.glob("*.properties"))}
+    files.update({p.stem: p for p in sorted(conf.glob("*.toml"))})
+    skipped = {p.name for p, _ in skipped_files(conf)}
+    return {name: p for name, p in files.items() if p.name not in skipped}
+
+
+def skipped_files(conf: str | os.PathLike[str]) -> list[tuple[Path, str]]:
+    """Config-looking files of a layout that are no node's: an ACL file (`[[accounts]]`)
+    kept beside the nodes' files, as docs/security.md does. Each with why."""
+    out = []
+    for path in sorted(Path(conf).glob("*.toml")):
+        try:
+            values = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            continue  # read_layout names the error
+        if "accounts" in values:
+            out.append((path, "an ACL file ([[accounts]]), not a node's config"))
+    return out
 
 
 def cfg_names_secrets(path: Path) -> bool:
@@ -122,6 +145,11 @@ _PORT_KEYS = re.compile(r"^\s*(?:listenPort|haListenPort)\s*[=:]\s*(\d+)", re.MU
 _ETCD_PORTS = re.compile(r"^\s*etcdEndpoints\s*[=:]\s*\"?[^:\n]+:(\d+)", re.MULTILINE)
 
 
+def layout_ports(text: str) -> list[int]:
+    """The ports a config file's text listens on (listenPort, haListenPort, etcd's)."""
+    return sorted({int(m) for keys in (_PORT_KEYS, _ETCD_PORTS) for m in keys.findall(text)})
+
+
 def copy_layout(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
@@ -140,8 +168,7 @@ def copy_layout(
     src_dir, dst_dir = Path(src), Path(dst)
     texts = {p.name: p.read_text(encoding="utf-8") for p in sorted(src_dir.iterdir())
              if p.suffix in (".toml", ".properties")}
-    old_ports = sorted({int(m) for text in texts.values()
-                        for keys in (_PORT_KEYS, _ETCD_PORTS) for m in keys.findall(text)})
+    old_ports = sorted({p for text in texts.values() for p in layout_ports(text)})
     mapping = dict(ports or {})
     missing = [p for p in old_ports if p not in mapping]
     mapping.update(zip(missing, free_ports(len(missing)), strict=True))

@@ -18,13 +18,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import ssl
 from pathlib import Path
 
 import attrs
 
-from node.security.credentials import Credentials, set_default_credentials
+from node.config import ConfigError, load_config
+from node.security.credentials import Credentials, CredentialsError, set_default_credentials
 from node.security.files import new_secret, put_account, write_dev_certs
 from node.security.tls import TlsSettings, set_default_client_tls
+
+from .layout import node_files
 
 __all__ = ["NAMESRV_KEYS", "NODE_KEYS", "DevSecrets", "forget_layout_secrets", "layout_secrets", "make_dev_secrets",
            "use_layout_secrets"]
@@ -57,7 +61,7 @@ class DevSecrets:
 
 def make_dev_secrets(layout: str | os.PathLike[str], *, force: bool = False) -> DevSecrets:
     """Write the layout's `secrets/` (FileExistsError when it exists, unless `force`)."""
-    directory = Path(layout) / SECRETS_DIR
+    directory = Path(layout).resolve() / SECRETS_DIR  # absolute: the export line works from anywhere
     if directory.exists():
         if not force:
             raise FileExistsError(f"{directory} exists; --force replaces it (running nodes keep the old files)")
@@ -80,12 +84,37 @@ def layout_secrets(layout: str | os.PathLike[str]) -> DevSecrets | None:
 
 def use_layout_secrets(layout: str | os.PathLike[str]) -> DevSecrets | None:
     """Log this process's connections in as the layout's `broker` account with TLS, when it
-    has secrets (else change nothing)."""
+    has secrets; else as its nodes log in (a hand-made secure layout: a node file's
+    `accessKey`/`secretKeyFile`, and its TLS to peers); else change nothing."""
     secrets = layout_secrets(layout)
     if secrets is not None:
         set_default_credentials(secrets.account("broker"))
         set_default_client_tls(TlsSettings("enforcing", ca_file=str(secrets.ca_file)).client_context())
-    return secrets
+        return secrets
+    login = _node_login(Path(layout))
+    if login is not None:
+        credentials, tls = login
+        if credentials is not None:
+            set_default_credentials(credentials)
+        if tls is not None:
+            set_default_client_tls(tls)
+    return None
+
+
+def _node_login(layout: Path) -> tuple[Credentials | None, ssl.SSLContext | None] | None:
+    """How the layout's first node that logs in does (its admin account, its client TLS),
+    or None when none does. A file that cannot be read is left to the launcher to name."""
+    for name, path in sorted(node_files(layout).items()):
+        if name == "namesrv":
+            continue
+        try:
+            cfg = load_config(str(path))
+            credentials, tls = cfg.credentials, cfg.client_tls
+        except (ConfigError, CredentialsError, OSError, ValueError):
+            continue
+        if credentials is not None or tls is not None:
+            return credentials, tls
+    return None
 
 
 def forget_layout_secrets() -> None:

@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from cluster.launch import launcher
+from cluster.launch.layout import skipped_files
 from cluster.launch.state import save_state
 from node.config import load_config
 
@@ -95,6 +96,15 @@ def test_layout_order_and_properties_twin(tmp_path: Path) -> None:
     assert [(s.name, s.role) for s in specs] == [
         ("namesrv", "NAMESRV"), ("broker-a", "SYNC_MASTER"), ("broker-a-s", "SLAVE")]
     assert specs[1].config.endswith("broker-a.toml")
+
+
+def test_an_acl_file_beside_the_node_files_is_skipped_and_named(tmp_path: Path) -> None:
+    conf = copy_dev_layout(tmp_path)
+    (conf / "acl.toml").write_text('[[accounts]]\naccessKey = "broker"\nsecretKey = "s"\nadmin = true\n')
+    specs = launcher.read_layout(conf, tmp_path)
+    assert [s.name for s in specs] == ["namesrv", "broker-a", "broker-a-s"]
+    assert [(p.name, why) for p, why in skipped_files(conf)] == [
+        ("acl.toml", "an ACL file ([[accounts]]), not a node's config")]
 
 
 @pytest.mark.slow

@@ -191,6 +191,8 @@ def test_make_secrets_writes_a_secure_layout_s_files_once(tmp_path):
     assert made.returncode == 0, made.stderr.decode()
     out = made.stdout.decode()
     assert "TIDEMQ_USER=app" in out and "TIDEMQ_TLS_CA=" in out
+    exported = dict(kv.split("=", 1) for kv in out.split("export ", 1)[1].split())
+    assert all(Path(v).is_absolute() and Path(v).exists() for k, v in exported.items() if k != "TIDEMQ_USER")
     secrets = layout / "secrets"
     assert sorted(p.name for p in secrets.iterdir()) == [
         "acl.toml", "app.secret", "broker.secret", "ca.pem", "node-key.pem", "node.pem"]

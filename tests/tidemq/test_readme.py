@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from cluster.launch.layout import copy_layout
+from cluster.launch.layout import copy_layout, free_ports, layout_ports
 from store.message import decode_msg_id, encode_msg_id
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,11 +66,36 @@ def _rewrite(body: str, ports: dict[int, int]) -> str:
     return pattern.sub(lambda m: str(ports[int(m.group(1))]), body)
 
 
+DOCS_RUN = [REPO / "docs" / "security.md"]
+"""Pages whose blocks run after the README's, by the same convention."""
+DOC_PORT_OFFSET = 1000
+"""docs/security.md copies the layout with `--port-offset 1000`: its commands name those ports."""
+
+
+def _ports_with_offset_twins(defaults: list[int]) -> dict[int, int]:
+    """Free ports for the copy of the default layout whose +DOC_PORT_OFFSET twins are free too."""
+    for _ in range(50):
+        chosen = free_ports(len(defaults))
+        twins = [p + DOC_PORT_OFFSET for p in chosen]
+        try:
+            for t in twins:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", t))
+        except OSError:
+            continue
+        return dict(zip(defaults, chosen, strict=True))
+    raise AssertionError("no free ports with free twins")
+
+
 @pytest.mark.slow
 def test_every_readme_block_runs_as_written(tmp_path: Path):
     work = tmp_path / "checkout"
     (work / "conf").mkdir(parents=True)
-    ports = copy_layout(REPO / "conf" / "1m-1s-dev", work / "conf" / "1m-1s-dev")
+    layout = REPO / "conf" / "1m-1s-dev"
+    defaults = sorted({p for f in layout.iterdir() if f.suffix in (".toml", ".properties")
+                       for p in layout_ports(f.read_text(encoding="utf-8"))})
+    ports = copy_layout(layout, work / "conf" / "1m-1s-dev", ports=_ports_with_offset_twins(defaults))
+    ports.update({p + DOC_PORT_OFFSET: q + DOC_PORT_OFFSET for p, q in list(ports.items())})
     (work / "scripts").symlink_to(REPO / "scripts")
     env = {**os.environ, "TIDEMQ_BASE_DIR": str(work / "data"), "TIDEMQ_CONF": str(work / "conf" / "1m-1s-dev")}
     env.pop("PYTHONPATH", None)
@@ -77,13 +103,18 @@ def test_every_readme_block_runs_as_written(tmp_path: Path):
     try:
         assert run.returncode == 0, run.stdout + run.stderr
         assert ". .venv/bin/activate" in run.stdout and "scripts/tidemq" in run.stdout
-        for i, (lang, body) in enumerate(readme_blocks(README.read_text(encoding="utf-8"))):
-            script = _rewrite(body, ports)
-            argv = ["bash", "-euo", "pipefail", "-c", script] if lang == "sh" else [sys.executable, "-c", script]
-            done = subprocess.run(argv, cwd=work, capture_output=True, text=True, env=env, timeout=TIMEOUT_S)
-            assert done.returncode == 0, (
-                f"README block {i + 1} ({lang}) exited {done.returncode}:\n{script}\n"
-                f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
-            )
+        for page in (README, *DOCS_RUN):
+            for i, (lang, body) in enumerate(readme_blocks(page.read_text(encoding="utf-8"))):
+                script = _rewrite(body, ports)
+                argv = ["bash", "-euo", "pipefail", "-c", script] if lang == "sh" else [sys.executable, "-c", script]
+                done = subprocess.run(argv, cwd=work, capture_output=True, text=True, env=env, timeout=TIMEOUT_S)
+                assert done.returncode == 0, (
+                    f"{page.name} block {i + 1} ({lang}) exited {done.returncode}:\n{script}\n"
+                    f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
+                )
     finally:
+        for base in work.glob("data-*"):  # a page's own cluster, if a block failed before its `down`
+            if (base / "cluster.json").exists():
+                subprocess.run([str(REPO / "scripts" / "tidemq"), "cluster", "down", "--base-dir", str(base)],
+                               capture_output=True, env=env, timeout=TIMEOUT_S)
         subprocess.run([str(REPO / "scripts" / "run"), "--stop"], capture_output=True, env=env, timeout=TIMEOUT_S)
