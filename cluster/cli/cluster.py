@@ -126,7 +126,10 @@ def node_rows(rows: list[NodeStatus], base_dir: str) -> list[BrokerRow]:
         out.append(BrokerRow(group=group, broker_id=broker_id, role=row.role, address=row.address,
                              answer=answer, error=row.error, node=row.name, pid=row.pid, state=row.state,
                              note=note))
-    return out
+    # within a group, the node that serves as master first (after a failover that is not the
+    # one whose file says so): groups keep their order
+    first = {r.group: i for i, r in reversed(list(enumerate(out)))}
+    return sorted(out, key=lambda r: (first[r.group], r.broker_id if r.broker_id is not None else 1 << 30, r.node))
 
 
 def _proxy_rows(base_dir: str) -> list[dict[str, Any]]:

@@ -17,12 +17,17 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import attrs
 import psutil
+import trio
+
+from node.protocol import StatusReply
 
 from . import launcher_etcd, processes, proxies
+from .health import query_status
 from .layout import copy_layout, free_ports, read_layout
 from .processes import StopResult
 from .secrets import use_layout_secrets
@@ -234,6 +239,20 @@ def kill(base_dir: str | os.PathLike[str], name: str, sig: str = "KILL", *, time
             time.sleep(processes.POLL_S)  # poll: the kernel applies STOP/CONT asynchronously
 
 
+def _by_served_role(state: ClusterState) -> list[NodeRecord]:
+    """The nodes with the stage of the role each serves now (after a failover a config's
+    slave may be the master), so `down` stops the slaves first; one that does not answer
+    keeps its config's stage."""
+    use_layout_secrets(state.layout)
+    records = state.ordered()
+    targets = [r for r in records if r.stage is not Stage.NAMESRV and r.address and processes.process(r) is not None]
+    answers = trio.run(partial(query_status, [r.address for r in targets], timeout_s=2.0))
+    served = {r.name: a.role for r, (a, _) in zip(targets, answers, strict=True)
+              if isinstance(a, StatusReply) and a.role}
+    return [attrs.evolve(r, stage=Stage.MASTER if served[r.name] != "SLAVE" else Stage.SLAVE)
+            if r.name in served else r for r in records]
+
+
 def down(
     base_dir: str | os.PathLike[str], *, grace_s: float = STOP_GRACE_S,
     on_result: Callable[[StopResult], None] | None = None,
@@ -247,7 +266,7 @@ def down(
         state = load_state(base)
         if state is None:
             return []
-        results = processes.stop(state.ordered(), grace_s, on_result)
+        results = processes.stop(_by_served_role(state), grace_s, on_result)
         for rec in state.nodes.values():
             rec.pid = None
             rec.create_time = None

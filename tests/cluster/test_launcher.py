@@ -277,7 +277,11 @@ def test_after_a_failover_the_tools_show_the_roles_served(cluster_dirs: tuple[Pa
     table = tidemq("cluster", "status", "--base-dir", str(base), cwd=cwd).stdout
     assert re.search(r"broker-a\s+│\s*0\s*│\s*SYNC_MASTER\s*│", table), table  # the promoted node, id 0
     assert re.search(r"broker-a\s+│\s*1\s*│\s*SLAVE\s*│", table), table
+    assert table.index("broker-a-s") < table.index("│ broker-a   "), "the node serving as master is listed first"
 
     tidemq("cluster", "kill", "broker-a", "--base-dir", str(base), cwd=cwd)
     started = tidemq("cluster", "start", "broker-a", "--base-dir", str(base), cwd=cwd).stdout
     assert re.search(r"broker-a started: pid \d+, SLAVE id 1 epoch 2,", started), started
+    stopped = tidemq("cluster", "down", "--base-dir", str(base), cwd=cwd).stdout
+    order = [line.split()[0] for line in stopped.splitlines() if "stopped" in line or "killed" in line]
+    assert order.index("broker-a") < order.index("broker-a-s"), stopped  # the slave as served stops first
