@@ -227,7 +227,8 @@ class Broker:
                 cfg, self.topics, store, on_master=partial(self._on_master, services, sync),
                 epoch=lambda: self.failover.epoch,
                 controller=controller.route_view if controller else None,
-                changes=[self.topics.changes] + ([controller.changes] if controller else []), net=self.net,
+                changes=[self.topics.changes, self.failover.epoch_changes] + ([controller.changes] if controller else []),
+                net=self.net,
             )
             services.registration_status = registration.status
         if self.guard is not None:

@@ -58,6 +58,7 @@ from store.config import BrokerRole
 from store.epoch_file import EPOCH_FILE_NAME, EpochEntry, EpochFileCache, EpochFileError
 from store.message_store import truncate_store
 
+from ..changes import Changes
 from ..client import TidemqError, connect
 from ..config import BrokerConfig, ConfigError
 from ..jsonfile import ConfigFileError, write_json_atomic
@@ -133,6 +134,9 @@ class Failover:
         except (EpochFileError, ConfigError) as e:
             raise ConfigFileError(str(e)) from None
         self.newest_seen = self.cache.last_epoch()
+        self.epoch_changes = Changes()
+        """Bumped when a slave takes its master's epochs: the registration re-registers at once,
+        so routes and clusterList show the epoch a rejoined node serves on."""
         self.master = GroupMaster()
         self.last_truncation = self._load_truncation()
         self.transition: Transition | None = None
@@ -533,7 +537,10 @@ class Failover:
             return False
         if decision.epoch is not None:
             self.newest_seen = max(self.newest_seen, decision.epoch)
+            before = self.cache.last_epoch()
             self.cache.replace(decision.entries)
+            if self.cache.last_epoch() != before:
+                self.epoch_changes.bump()
         return True
 
     async def promote(self, role: str | None, *, epoch: int | None = None) -> dict[str, Any]:

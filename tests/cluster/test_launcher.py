@@ -274,6 +274,17 @@ def test_after_a_failover_the_tools_show_the_roles_served(cluster_dirs: tuple[Pa
         time.sleep(0.2)  # poll
     assert nodes, "the old master did not rejoin as a slave"
     assert nodes["broker-a-s"]["config_role"] == "SLAVE" and nodes["broker-a-s"]["answer"]["epoch"] == 2
+    # the name server's view follows at once (a slave that takes its master's epochs registers
+    # again), well within the 10 s registration period
+    deadline = time.monotonic() + 4.0
+    while True:
+        listed = [json.loads(line) for line in tidemq("admin", "clusterList", "--namesrv", namesrv, "--json",
+                                                      cwd=cwd).stdout.splitlines() if line.strip()]
+        epochs = {(b["broker_id"], b["address"]): b["epoch"] for b in listed}
+        if epochs.get((1, nodes["broker-a"]["address"])) == nodes["broker-a"]["answer"]["epoch"] == 2:
+            break
+        assert time.monotonic() < deadline, f"clusterList {listed} never showed the rejoined node's epoch 2"
+        time.sleep(0.2)  # poll
     table = tidemq("cluster", "status", "--base-dir", str(base), cwd=cwd).stdout
     assert re.search(r"broker-a\s+│\s*0\s*│\s*SYNC_MASTER\s*│", table), table  # the promoted node, id 0
     assert re.search(r"broker-a\s+│\s*1\s*│\s*SLAVE\s*│", table), table
