@@ -90,11 +90,42 @@ async def cluster_status(
     return rows
 
 
-def served(address: str, fallback: str, *, timeout_s: float = 2.0) -> str:
+SETTLE_S = 15.0
+"""How long `served` waits for an etcd-mode node to settle (the controller's lease is 5 s)."""
+
+
+def served(address: str, fallback: str, *, timeout_s: float = 2.0, settle_s: float = SETTLE_S) -> str:
     """`ROLE id N epoch E` as the node at `address` serves now, else `fallback` (the config
-    file's role): what `cluster up` and `cluster start` print. Runs its own trio loop."""
-    [(answer, _)] = trio.run(partial(query_status, [address], timeout_s=timeout_s))
-    if not isinstance(answer, StatusReply) or not answer.role:
-        return fallback
+    file's role): what `cluster up` and `cluster start` print. In etcd mode, once the node
+    settled (a master that holds the group's lease, a slave that knows who does), within
+    `settle_s`: a restarted master may fence itself seconds after READY. Runs its own trio loop."""
+    return trio.run(partial(_settled_role, address, fallback, timeout_s=timeout_s, settle_s=settle_s))
+
+
+async def _settled_role(address: str, fallback: str, *, timeout_s: float, settle_s: float) -> str:
+    deadline = trio.current_time() + settle_s
+    while True:
+        [(answer, _)] = await query_status([address], timeout_s=timeout_s)
+        if isinstance(answer, StatusReply) and answer.role and settled(answer):
+            return _describe(answer)
+        if trio.current_time() >= deadline:
+            if isinstance(answer, StatusReply) and answer.role:
+                return _describe(answer) + " (not settled: no etcd lease holder yet)"
+            return fallback
+        await trio.sleep(0.2)  # poll: the controller's decision shows in the next status
+
+
+def settled(answer: StatusReply) -> bool:
+    """Whether the node's role is final: always, except in etcd mode before the election
+    decided (a master that does not hold the lease yet, a slave that knows no master)."""
+    controller = answer.controller
+    if not controller or controller.get("mode") != "etcd":
+        return True
+    if answer.role != "SLAVE":
+        return bool(controller.get("leading"))
+    return bool(controller.get("lease_holder"))
+
+
+def _describe(answer: StatusReply) -> str:
     epoch = answer.epoch
     return f"{answer.role} id {answer.broker_id}" + (f" epoch {epoch}" if epoch is not None and epoch >= 0 else "")

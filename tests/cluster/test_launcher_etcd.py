@@ -11,8 +11,10 @@ import pytest
 import trio
 
 from cluster.drills.framework import REPO
+from cluster.launch.health import settled
 from cluster.launch.launcher import copy_layout
 from cluster.launch.launcher_etcd import ETCD_STATE
+from node.protocol import StatusReply
 from tests.cluster.helpers import call, cli, wait_for
 
 pytestmark = pytest.mark.slow
@@ -46,6 +48,11 @@ async def test_up_starts_etcd_status_shows_the_election_and_down_stops_it(tmp_pa
     try:
         assert up.returncode == 0, up.stderr
         assert b"etcd           started" in up.stdout
+        # each node is printed as it serves once the election settled: a master that holds the lease
+        printed = {line.split()[0]: line for line in up.stdout.decode().splitlines() if line.startswith("broker-")}
+        assert set(printed) == {"broker-a", "broker-a-s", "broker-b", "broker-b-s"}, up.stdout
+        assert all("not settled" not in line for line in printed.values()), up.stdout
+        assert sum("MASTER id 0" in line for line in printed.values()) == 2, up.stdout
         pid = json.loads((base / ETCD_STATE).read_text())["pid"]
         assert psutil.pid_exists(pid)
         nodes = json.loads((base / "cluster.json").read_text())["nodes"]
@@ -61,3 +68,17 @@ async def test_up_starts_etcd_status_shows_the_election_and_down_stops_it(tmp_pa
     assert down.returncode == 0
     assert not (base / ETCD_STATE).exists()
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.parametrize(("role", "controller", "final"), [
+    ("SYNC_MASTER", None, True),  # manual mode: the role is the role
+    ("SYNC_MASTER", {"mode": "etcd", "leading": True, "lease_holder": "a"}, True),
+    ("SYNC_MASTER", {"mode": "etcd", "leading": False, "lease_holder": None}, False),  # may fence itself soon
+    ("SYNC_MASTER", {"mode": "etcd", "leading": False, "lease_holder": "b"}, False),  # another holds the lease
+    ("SLAVE", {"mode": "etcd", "leading": False, "lease_holder": "b"}, True),
+    ("SLAVE", {"mode": "etcd", "leading": False, "lease_holder": None}, False),  # no master elected yet
+])
+def test_cluster_up_prints_an_etcd_node_only_once_settled(role: str, controller: dict | None, final: bool) -> None:
+    answer = StatusReply(broker_cluster_name="C", broker_name="broker-a", broker_id=0, role=role,
+                         address="127.0.0.1:1", ha_address="127.0.0.1:2", controller=controller)
+    assert settled(answer) is final
