@@ -152,10 +152,13 @@ class Workload:
 async def consume(stop: trio.Event, consumed: dict[str, int], make: Callable[[], PullConsumer], *,
                   poll_ms: int, pull_interval_ms: int = 0, on_consumer: Callable[[PullConsumer], None] | None = None,
                   on_error: Callable[[TidemqError], None] | None = None,
-                  by_group: dict[str, dict[str, int]] | None = None) -> None:
+                  by_group: dict[str, dict[str, int]] | None = None,
+                  read: dict[str, set[int]] | None = None) -> None:
     """Consume with auto-commit until `stop`, noting each key's CommitLog offset in
     `consumed` (and in `by_group`, under the group it was read from: the same key may be
-    read from two groups); a consumer that fails is replaced by a fresh one (`make`) after 0.3 s."""
+    read from two groups), and in `read` every CommitLog offset read per group (a retried
+    key read twice, once from a copy a node later dropped, keeps both); a consumer that
+    fails is replaced by a fresh one (`make`) after 0.3 s."""
     with trio.CancelScope() as scope:
         async def cancel_on_stop() -> None:
             await stop.wait()
@@ -175,6 +178,8 @@ async def consume(stop: trio.Event, consumed: dict[str, int], make: Callable[[],
                                 consumed[key] = msg.commitlog_offset
                                 if by_group is not None and msg.broker_name is not None:
                                     by_group.setdefault(msg.broker_name, {})[key] = msg.commitlog_offset
+                            if read is not None:
+                                read.setdefault(msg.broker_name or "", set()).add(msg.commitlog_offset)
                 except TidemqError as e:
                     if on_error is not None:
                         on_error(e)

@@ -145,6 +145,13 @@ class HAClient:
         return self._session is not None
 
     @property
+    def connected_to(self) -> str | None:
+        """The master HA address of the current connection (admitted when it was opened),
+        or None. After `update_master_address` it stays the old master's until that
+        connection is closed, so "connected" never means "connected to the new address"."""
+        return self._session.address if self._session is not None else None
+
+    @property
     def local_address(self) -> str | None:
         """host:port of this end of the current connection: the address the master sees
         (the controller matches it to this node in the in-sync set)."""

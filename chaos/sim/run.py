@@ -260,6 +260,7 @@ class Simulation:
         self.known: list[str] = []  # findings of the known gap (verdict.py)
         self.consumed: dict[str, int] = {}
         self.consumed_by: dict[str, dict[str, int]] = {}  # group → what the consumer read from it
+        self.read_offsets: dict[str, set[int]] = {}  # group → every CommitLog offset the consumer read
         self.retried_to: dict[str, str] = {}  # the retrying producer's acknowledged keys → the group that stored them
         self.crash = ""
         self.ended_at = 0.0
@@ -494,7 +495,7 @@ class Simulation:
         await consume(stop, self.consumed, lambda: PullConsumer(
             NAMESRV_ADDRESS, group=GROUP, topic=TOPIC, request_timeout=3.0, master_retry_s=0.5,
             net=self.network.host(CLIENT_HOST)), poll_ms=1000, pull_interval_ms=PULL_INTERVAL_MS,
-            by_group=self.consumed_by)
+            by_group=self.consumed_by, read=self.read_offsets)
 
     async def _drain_consumer(self) -> None:
         """Let the consumer reach the end of every queue of every group (bounded)."""
@@ -605,7 +606,8 @@ class Simulation:
             observed = self.observed[group.name]
             observed.epochs = {n.name: _epochs(n.root) for n in group.nodes}
             found, known = verdict(report, history, observed, replication=self.replication,
-                                   master=group.master.name, consumed=consumed)
+                                   master=group.master.name, consumed=consumed,
+                                   read_offsets=self.read_offsets.get(group.name, set()))
             prefix = f"{group.name}: " if len(groups) > 1 else ""
             self.violations.extend(prefix + f for f in found)
             self.known.extend(prefix + k for k in known)

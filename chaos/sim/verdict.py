@@ -55,8 +55,9 @@ class Observed:
 
 
 def verdict(report: CheckReport, history: History, observed: Observed, *, replication: str, master: str,
-            consumed: dict[str, int]) -> tuple[list[str], list[str]]:
-    """(broken promises, findings of the known gap)."""
+            consumed: dict[str, int], read_offsets: set[int] | None = None) -> tuple[list[str], list[str]]:
+    """(broken promises, findings of the known gap). `read_offsets`: every CommitLog offset
+    the consumer read (by default the last one of each key in `consumed`)."""
     out: list[str] = []
     known: list[str] = []
 
@@ -94,7 +95,8 @@ def verdict(report: CheckReport, history: History, observed: Observed, *, replic
             if not any(low <= o < high for low, high in observed.truncated_ranges)]
     finding("consumed message(s) no longer stored", gone)
     skipped = _skipped(report, history, observed, consumed)
-    read_dropped = any(any(low <= o < high for low, high in observed.truncated_ranges) for o in consumed.values())
+    read = read_offsets if read_offsets is not None else set(consumed.values())
+    read_dropped = any(any(low <= o < high for low, high in observed.truncated_ranges) for o in read)
     if skipped and read_dropped:
         # The consumer read a record a node later dropped and skips the message that took its
         # queue offset: ASYNC_MASTER's window; on a SYNC_MASTER the known gap (a slave, or a

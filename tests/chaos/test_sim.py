@@ -190,6 +190,9 @@ def test_bad_arguments_are_usage_errors_with_a_message(args, message, capsys):
     (8015, "ASYNC_MASTER+SYNC_FLUSH", 2, "etcd",
      "the Producer reported NOT_FOUND (no route left on the retry) for a send whose first attempt, "
      "of unknown outcome, stored it"),
+    (9100300, "SYNC_MASTER+ASYNC_FLUSH", 2, "etcd",
+     "a slave switching masters adopted the new master's epochs while its old master's connection was "
+     "still open, so the admission check passed a log that diverged from the new master"),
 ])
 def test_seeds_that_found_bugs_keep_their_promises(seed, mode, slaves, controller, found, tmp_path):
     result = run_seed(seed, mode=mode, base_dir=str(tmp_path), slaves=slaves, controller=controller)

@@ -290,6 +290,20 @@ async def test_update_master_address_and_backoff(tmp_path):
             assert_identical(master, slave)
 
 
+async def test_connected_to_names_the_admitted_connection_not_the_new_address(tmp_path):
+    """After a switch of masters the old connection is open until the client's task closes
+    it: `connected_to` keeps naming the old master meanwhile (the etcd controller adopts a
+    master's epochs only over a connection to that master: seed 9100300)."""
+    async with running_master(tmp_path / "m") as (master, ha), running_master(tmp_path / "n") as (_other, ha2):
+        old, new = f"127.0.0.1:{ha.port}", f"127.0.0.1:{ha2.port}"
+        async with running_slave(tmp_path / "s", ha.port) as (_slave, client):
+            await slaves_joined(ha)
+            assert client.connected_to == old
+            client.update_master_address(new)
+            assert client.master_address == new and client.connected_to == old  # not yet switched
+            await wait_until(lambda: client.connected_to == new)
+
+
 # ---- SYNC_MASTER ------------------------------------------------------------------------------
 async def test_sync_master_put_ok_only_after_slave_has_bytes(tmp_path):
     async with (
