@@ -228,7 +228,7 @@ class Broker:
                 epoch=lambda: self.failover.epoch,
                 controller=controller.route_view if controller else None,
                 changes=[self.topics.changes, self.failover.epoch_changes] + ([controller.changes] if controller else []),
-                net=self.net,
+                hold=lambda: self.failover.candidate, net=self.net,
             )
             services.registration_status = registration.status
         if self.guard is not None:

@@ -68,6 +68,7 @@ class NameServerRegistration:
         epoch: Callable[[], int] | None = None,
         controller: Callable[[], dict[str, Any]] | None = None,
         changes: Sequence[Changes] = (),
+        hold: Callable[[], bool] | None = None,
         net: Network = TCP,
     ) -> None:
         self.net = net  # where the name servers are reached (ha/net.py)
@@ -80,6 +81,9 @@ class NameServerRegistration:
         self.epoch = epoch
         self.controller = controller
         """controllerMode etcd: the lease holder and in-sync set to register (routes show them)."""
+        self.hold = hold
+        """While it answers True the node does not register (an etcd-mode candidate: no
+        mandate to be listed as master yet); a change in `changes` ends the wait."""
         self.changes = tuple(changes)
         """What makes it register again at once: the topic table, the controller's route view."""
         self.period_s = cfg.register_name_server_period / 1000
@@ -157,6 +161,9 @@ class NameServerRegistration:
         with target.scope:
             while True:
                 target.wake = trio.Event()
+                if self.hold is not None and self.hold():
+                    await target.wake.wait()
+                    continue
                 try:
                     await self._register(target)
                 except TidemqError as e:

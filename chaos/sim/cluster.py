@@ -134,9 +134,12 @@ class SimNode:
             await self._done.wait()
 
     def serving(self) -> tuple[str, int] | None:
-        """(role, epoch) of the running node, None while it is down or between terms."""
+        """(role, epoch) of the running node, None while it is down, between terms, or an
+        etcd-mode candidate no election has made master yet."""
         broker = self.broker
         if broker is None or broker.services is None or not self.up or broker.failover.transition is not None:
+            return None
+        if broker.failover.candidate:  # etcd mode, started as master: not serving until elected
             return None
         return broker.cfg.role.value, broker.failover.epoch
 

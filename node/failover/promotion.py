@@ -135,8 +135,12 @@ class Failover:
             raise ConfigFileError(str(e)) from None
         self.newest_seen = self.cache.last_epoch()
         self.epoch_changes = Changes()
-        """Bumped when a slave takes its master's epochs: the registration re-registers at once,
-        so routes and clusterList show the epoch a rejoined node serves on."""
+        """Bumped when a slave takes its master's epochs, or a candidate is elected: the
+        registration registers again at once, so routes and clusterList show the epoch the
+        node serves on."""
+        self.candidate = False
+        """etcd mode: this term started as master from local files, and no election has made
+        it master yet (start_term): it neither writes nor registers."""
         self.master = GroupMaster()
         self.last_truncation = self._load_truncation()
         self.transition: Transition | None = None
@@ -168,13 +172,24 @@ class Failover:
         self.sync = sync
         self.transition = None
         self.fenced = None
+        self.candidate = False
         self.fencing = Fencing(last_beat=trio.current_time())
         store = services.store
         if not self.cfg.role.is_master:
             return
         max_offset = store.get_max_phy_offset()
         pending = self.role_state.pending_epoch if self.role_state else None
-        if pending is not None and pending > self.cache.last_epoch():
+        elected_now = pending is not None and pending > self.cache.last_epoch()
+        if self.controller is not None and not elected_now:
+            # etcd mode: a master's role read from local files (a first start, a restart) is
+            # no mandate. The node is a candidate: no writes (the controller refuses them
+            # without the lease), no registration as master, no epoch of its own, until the
+            # election makes it master (begin_epoch) or fences it (seed 9100442: a restarted
+            # master served on its old epoch after a newer one was elected)
+            self.candidate = True
+            self.fencing.needs_check = True
+            return
+        if elected_now and pending is not None:
             self.cache.truncate_suffix_by_offset(max_offset)
             self.cache.append(EpochEntry(pending, max_offset))
             log.warning("epoch %d starts at CommitLog offset %d: this node is the master of %s",
@@ -199,6 +214,8 @@ class Failover:
         self.cache.truncate_suffix_by_offset(max_offset)
         self.cache.append(EpochEntry(epoch, max_offset))
         self.newest_seen = max(self.newest_seen, epoch)
+        self.candidate = False
+        self.epoch_changes.bump()  # register as the master of `epoch` now
         log.warning("epoch %d starts at CommitLog offset %d: this node is the elected master of %s",
                     epoch, max_offset, self.cfg.broker_name)
 

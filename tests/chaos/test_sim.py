@@ -176,26 +176,29 @@ def test_bad_arguments_are_usage_errors_with_a_message(args, message, capsys):
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("seed", "mode", "slaves", "controller", "found"), [
-    (12, "ASYNC_MASTER+ASYNC_FLUSH", 1, "manual",
+@pytest.mark.parametrize(("seed", "mode", "slaves", "controller", "groups", "found"), [
+    (12, "ASYNC_MASTER+ASYNC_FLUSH", 1, "manual", 1,
      "the HA master's idle wait spun: a timeout a few ulps short never moved the clock"),
-    (9, "SYNC_MASTER+ASYNC_FLUSH", 1, "manual", "the fencing watch spun while the node was fenced, leaving its term"),
-    (179, "ASYNC_MASTER+SYNC_FLUSH", 1, "manual", "a consumer long-polled a lagging slave in a busy loop"),
-    (3808, "SYNC_MASTER+ASYNC_FLUSH", 1, "manual",
+    (9, "SYNC_MASTER+ASYNC_FLUSH", 1, "manual", 1, "the fencing watch spun while the node was fenced, leaving its term"),
+    (179, "ASYNC_MASTER+SYNC_FLUSH", 1, "manual", 1, "a consumer long-polled a lagging slave in a busy loop"),
+    (3808, "SYNC_MASTER+ASYNC_FLUSH", 1, "manual", 1,
      "the checker called a retried send moved when a promotion dropped its acknowledged copy "
      "(SLAVE_NOT_AVAILABLE) and an earlier attempt's copy stayed"),
-    (5062, "ASYNC_MASTER+ASYNC_FLUSH", 2, "manual",
+    (5062, "ASYNC_MASTER+ASYNC_FLUSH", 2, "manual", 1,
      "a paused master whose slave left to be promoted took another slave's connecting for its return "
      "and acknowledged writes for 6 s after the promotion"),
-    (8015, "ASYNC_MASTER+SYNC_FLUSH", 2, "etcd",
+    (8015, "ASYNC_MASTER+SYNC_FLUSH", 2, "etcd", 1,
      "the Producer reported NOT_FOUND (no route left on the retry) for a send whose first attempt, "
      "of unknown outcome, stored it"),
-    (9100300, "SYNC_MASTER+ASYNC_FLUSH", 2, "etcd",
+    (9100442, "ASYNC_MASTER+ASYNC_FLUSH", 1, "etcd", 2,
+     "a master restarted in etcd mode served (and registered) as master on its old epoch before the "
+     "election, which a newer epoch had already won"),
+    (9100300, "SYNC_MASTER+ASYNC_FLUSH", 2, "etcd", 1,
      "a slave switching masters adopted the new master's epochs while its old master's connection was "
      "still open, so the admission check passed a log that diverged from the new master"),
 ])
-def test_seeds_that_found_bugs_keep_their_promises(seed, mode, slaves, controller, found, tmp_path):
-    result = run_seed(seed, mode=mode, base_dir=str(tmp_path), slaves=slaves, controller=controller)
+def test_seeds_that_found_bugs_keep_their_promises(seed, mode, slaves, controller, groups, found, tmp_path):
+    result = run_seed(seed, mode=mode, base_dir=str(tmp_path), slaves=slaves, controller=controller, groups=groups)
     assert result.ok, (found, result.violations)
 
 
@@ -270,4 +273,4 @@ def test_etcd_elects_the_master_through_faults_on_etcd_itself(tmp_path):
     elected = [line.split("elected ", 1)[1] for line in result.log if "elected " in line]
     assert len(elected) >= 2, log  # a lease ran out at least twice: another node took over
     assert "healed: etcd_down" in log and "killed " in log
-    assert result.acked > 100
+    assert result.acked > 90  # of 150: no master for the first election's ~1 s, then three outages

@@ -145,6 +145,39 @@ async def test_election_on_start_reelection_after_kill_and_the_old_master_rejoin
     assert r["status"] == "PUT_OK"
 
 
+async def test_a_restarted_master_never_serves_as_master_on_its_old_epoch(tmp_path, nodes, etcd) -> None:
+    """Issue 38 (seed 9100442): in etcd mode a restart does not resume the master role from
+    local files. A master killed and restarted at once (its lease still running) is not
+    listed as master by the name server, and takes no write, until an election makes it
+    master with a newer epoch or makes another node master and it rejoins as a slave."""
+    g = await started_group(nodes, tmp_path, etcd)
+    old_epoch = (await status(g.m.address))["epoch"]
+    stale: list[Any] = []
+    settled = trio.Event()
+
+    async def watch_routes() -> None:
+        while not settled.is_set():
+            broker = (await route_view(g))["brokers"].get(g.m.address)
+            # alive: registered by the restarted process (the dead one's entry lingers, not alive)
+            if broker is not None and broker.alive and broker.is_master and (broker.epoch or 0) <= old_epoch:
+                stale.append(broker)
+            await trio.sleep(0.05)  # poll: the route as clients see it, all through the restart
+
+    g.m.kill()
+    async with trio.open_nursery() as nursery:
+        back = await trio.to_thread.run_sync(nodes.start, g.m_conf)  # before the old lease ran out
+        nursery.start_soon(watch_routes)
+        with pytest.raises(TidemqError):  # READY, not elected: no write is taken
+            await send(back.address, "to-the-restarted-master")
+
+        async def elected() -> dict[str, Any] | None:
+            return await leading(back) or await leading(g.s)
+        winner = await wait_for(elected, timeout=ELECTION_S, what="an election after the restart")
+        assert winner["epoch"] > old_epoch
+        settled.set()
+    assert stale == [], f"the restarted master was routed as master on its old epoch: {stale}"
+
+
 async def test_a_stopped_master_releases_its_lease_and_the_watch_hands_over(tmp_path, nodes, etcd) -> None:
     g = await started_group(nodes, tmp_path, etcd)
 
