@@ -2,7 +2,8 @@
 
 The file is edited with tomlkit, so an operator's comments and layout stay as they were;
 the new entry holds the SCRAM verifier (`scram = "SCRAM-SHA-256$..."`), never the secret.
-A running node or name server picks the change up within a second (node/security/guard.py).
+A running node or name server picks the change up within a second, and a new account's
+first login at once (node/security/guard.py).
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ the account may not read (rules.message_needs: its topic, and a copy's original 
 NO_PERMISSION response that names the op and what it needed, never a secret, and the
 request is not run. No I/O except re-reading the ACL file when it changed (checked at most
 once a second, on the request path: a stat), so a revoked grant applies to open
-connections too. A file that no longer parses is logged and the last good one is kept.
+connections too; a login that names an account the loaded file lacks checks at once, so an
+account just added (`tidemq acl add-user`) logs in at once rather than after a second of
+failed logins. A file that no longer parses is logged and the last good one is kept.
 """
 
 from __future__ import annotations
@@ -98,14 +100,26 @@ class Guard:
 
     @property
     def acl(self) -> Acl:
-        now = self._clock()
-        if now - self._checked_at >= RELOAD_CHECK_S:
-            self._checked_at = now
-            stamp = file_stamp(self.path)
-            if stamp != self._stamp:
-                self._stamp = stamp
-                self._reload()
+        if self._clock() - self._checked_at >= RELOAD_CHECK_S:
+            self._check_file()
         return self._acl
+
+    def _check_file(self) -> None:
+        """Reload the file when its stamp changed (a stat when it did not)."""
+        self._checked_at = self._clock()
+        stamp = file_stamp(self.path)
+        if stamp != self._stamp:
+            self._stamp = stamp
+            self._reload()
+
+    def _account(self, name: str) -> Account | None:
+        """The account a login names; one the loaded file lacks is looked for in the file
+        as it is now (it may have just been added), not a second later."""
+        account = self.acl.accounts.get(name)
+        if account is None:
+            self._check_file()
+            account = self._acl.accounts.get(name)
+        return account
 
     def _reload(self) -> None:
         try:
@@ -222,7 +236,7 @@ class Guard:
 
         def auth_info(user: str) -> tuple[bytes, bytes, bytes, int]:
             session.claimed = user
-            account = self.acl.accounts.get(user)
+            account = self._account(user)
             if account is None or not account.may_connect_from(session.host):
                 return self._decoy(user)  # the proof will fail at auth_finish, as for a wrong secret
             return account.verifier.auth_info()
