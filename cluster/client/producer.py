@@ -5,8 +5,10 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import random
 import ssl
 from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
 from typing import Any
 
 import attrs
@@ -34,6 +36,7 @@ from .base import (
     _Client,
     _with_message,
 )
+from .producer_group import HEARTBEAT_INTERVAL_S, ProducerHeartbeats
 from .routing import (
     BrokerInfo,
     GroupRoute,
@@ -63,7 +66,10 @@ class Producer(_Client):
     """Sends messages to the masters of the groups serving a topic.
 
     Queue selection is round robin over the writable queues of every group whose master
-    the route lists (RocketMQ's default), skipping a master that just refused a
+    the route lists (RocketMQ's default), starting, per topic, at a random index (as
+    RocketMQ's sendWhichQueue does: one-shot producers in a loop spread over the queues
+    rather than all landing on the first; `rng` draws it, default Python's `random`
+    module, which a simulation seeds), skipping a master that just refused a
     connection (for FAULT_BACKOFF_S) or that the name server saw go away. A send that
     fails with ConnectionLost, an unknown outcome (RequestTimeout, ConnectionLostInFlight,
     INDETERMINATE), SERVICE_NOT_AVAILABLE or OS_PAGECACHE_BUSY is retried up to `retries`
@@ -71,6 +77,10 @@ class Producer(_Client):
     first; other errors (BAD_REQUEST, NOT_FOUND, MESSAGE_ILLEGAL, ...) are raised at once.
     When every attempt failed, the error raised is an OutcomeUnknown if any attempt's
     outcome was unknown (the message may be stored), else the last attempt's.
+
+    With `group` (RocketMQ's producer group) it heartbeats every master with its group and
+    client id every `heartbeat_interval_s`, and unregisters when it closes, so mqadmin
+    producerConnection lists it (cluster/client/producer_group.py); nothing per message.
 
     Sends may run concurrently from several tasks: they share one connection per master,
     pipelined (answers pair by id); `send_many` does that for a list of messages.
@@ -95,6 +105,9 @@ class Producer(_Client):
         credentials: Credentials | None = None,
         tls: ssl.SSLContext | None = None,
         net: Network = TCP,
+        group: str | None = None,
+        heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
+        rng: random.Random | None = None,
     ) -> None:
         super().__init__(namesrv, brokers, connect_timeout=connect_timeout,
                          request_timeout=send_timeout, route_ttl_s=route_ttl_s, credentials=credentials, tls=tls, net=net)
@@ -102,13 +115,34 @@ class Producer(_Client):
             raise ValueError(f"retries must be >= 0, got {retries}")
         self.send_timeout = send_timeout
         self.retries = retries
+        self.group = group
+        self.heartbeats = ProducerHeartbeats(self, group, interval_s=heartbeat_interval_s) if group else None
         self._counters: dict[str, itertools.count] = {}
+        self._rng = rng
         self._down_until: dict[str, float] = {}
         self._creating: dict[str, float] = {}  # topic → until when it is sent without a route
         self._masters: tuple[float, list[BrokerInfo]] | None = None
 
     async def __aenter__(self) -> Producer:
-        return await super().__aenter__()
+        await super().__aenter__()
+        if self.heartbeats is not None:
+            try:
+                await self.heartbeats.start()
+            except BaseException as e:
+                await super().__aexit__(type(e), e, e.__traceback__)
+                raise
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        if self.heartbeats is not None:  # its nursery first: the reverse of entering
+            try:
+                await self.heartbeats.close(exc_type, exc, tb)
+            except BaseException as e:
+                await super().__aexit__(type(e), e, e.__traceback__)
+                raise
+        return await super().__aexit__(exc_type, exc, tb)
 
     async def send(
         self,
@@ -310,9 +344,18 @@ class Producer(_Client):
         # nor look down, else the next best
         best = min(rank(c) for c in candidates)
         usable = [c for c in candidates if rank(c) == best]
-        group, qid = usable[next(self._counters.setdefault(topic, itertools.count())) % len(usable)]
+        group, qid = usable[next(self._counter(topic)) % len(usable)]
         assert group.master is not None
         return _Target(group.broker_name, group.master.address, qid)
+
+    def _counter(self, topic: str) -> itertools.count:
+        """The topic's round-robin position, first drawn at random (RocketMQ's
+        ThreadLocalIndex starts at a random int)."""
+        counter = self._counters.get(topic)
+        if counter is None:
+            start = (self._rng or random).randrange(1 << 31)  # (the module: what a simulation seeds)
+            counter = self._counters[topic] = itertools.count(start)
+        return counter
 
     def _avoided(self, master: BrokerInfo | None, now: float) -> bool:
         """The name server saw this master go, or it failed a send within FAULT_BACKOFF_S."""
@@ -353,7 +396,7 @@ class Producer(_Client):
 
         top = min(rank(b) for b in masters)
         usable = sorted((b for b in masters if rank(b) == top), key=lambda b: b.broker_name)
-        chosen = usable[next(self._counters.setdefault(topic, itertools.count())) % len(usable)]
+        chosen = usable[next(self._counter(topic)) % len(usable)]
         return _Target(chosen.broker_name, chosen.address, queue_id)
 
 
