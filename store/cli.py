@@ -3,7 +3,8 @@
 Also home of what every layer's `cli.py` shares, kept in the lowest layer so no package
 imports upward: the exit codes, `UsageError` and the one-line output helpers. The `tidemq`
 entry (tidemq/cli.py) assembles each layer's `add_commands(subparsers)`; each action sets
-`handler=fn`, `fn(args) -> int`.
+`handler=fn`, `fn(args) -> int`; an action that reads files and talks to no server also sets
+`offline=True`, so the entry adds no login options (--user, --secret-file, --tls-ca) to it.
 
 Exit codes, the same for the same kind of mistake in every command: 0 ok, 1 the command ran
 and found a problem (a damaged store, nothing found, a node down), 2 a usage error or
@@ -40,6 +41,18 @@ def print_json(obj: Any) -> None:
 
 def error(message: str) -> None:
     print(f"tidemq: error: {message}", file=sys.stderr, flush=True)
+
+
+def sole_cause(exc: BaseException, types: tuple[type[BaseException], ...]) -> BaseException | None:
+    """The error to report for `exc` when it is one of `types`, or a (nested) exception
+    group, as trio's nurseries raise, whose every error is one of `types`: the first of
+    them (one line, not a traceback per task). None when something else is in it."""
+    if not isinstance(exc, BaseExceptionGroup):
+        return exc if isinstance(exc, types) else None
+    causes = [sole_cause(inner, types) for inner in exc.exceptions]
+    if not causes or any(c is None for c in causes):
+        return None
+    return causes[0]
 
 
 def non_negative_int(text: str, *, least: int = 0) -> int:
@@ -163,6 +176,12 @@ def handled(fn: Handler, usage: tuple[type[Exception], ...] = (),
         except problem as e:
             error(str(e))
             return EXIT_PROBLEM
+        except BaseExceptionGroup as group:  # the same errors, raised out of a nursery
+            cause = sole_cause(group, (UsageError, *usage, *problem))
+            if cause is None:
+                raise
+            error(str(cause))
+            return EXIT_USAGE if isinstance(cause, (UsageError, *usage)) else EXIT_PROBLEM
 
     return run
 
@@ -170,8 +189,9 @@ def handled(fn: Handler, usage: tuple[type[Exception], ...] = (),
 async def until_signal(body: Callable[[], Awaitable[int]]) -> int:
     """Run `body`; SIGTERM or SIGINT cancels it, so its context managers leave cleanly (a
     consumer releases its queues, commits and leaves its group; a drill stops its cluster),
-    then one line on stderr and 128 + the signal (143, 130) instead of a traceback. Every
-    long-running command runs under it."""
+    then one line on stderr that says so (not an error: the stop was asked for) and
+    128 + the signal (143, 130) instead of a traceback. Every long-running command runs
+    under it."""
     got: list[int] = []
     failed: Exception | None = None
     code = 0
@@ -192,7 +212,8 @@ async def until_signal(body: Callable[[], Awaitable[int]]) -> int:
     if failed is not None:
         raise failed
     if got:
-        error(f"stopped by {signal.Signals(got[0]).name}: what was done so far is kept")
+        print(f"tidemq: stopped by {signal.Signals(got[0]).name}: what was done so far is kept",
+              file=sys.stderr, flush=True)
         return 128 + got[0]
     return code
 
@@ -231,7 +252,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     dump.add_argument("--limit", metavar="N", type=non_negative_int, help="print at most N records per store")
     dump.add_argument("--topic", help="dump one topic-queue through its ConsumeQueue (with --queue)")
     dump.add_argument("--queue", type=non_negative_int, metavar="QUEUE_ID", help="queue id (with --topic)")
-    dump.set_defaults(handler=_handled(_cmd_dump))
+    dump.set_defaults(handler=_handled(_cmd_dump), offline=True)  # no login options (tidemq/cli.py)
 
     query = actions.add_parser(
         "query",
@@ -249,7 +270,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                        help="the store's maxHashSlotNum (normally worked out)")
     query.add_argument("--max-index-num", type=non_negative_int, metavar="N",
                        help="the store's maxIndexNum (normally worked out)")
-    query.set_defaults(handler=_handled(_cmd_query))
+    query.set_defaults(handler=_handled(_cmd_query), offline=True)  # no login options (tidemq/cli.py)
 
     verify = actions.add_parser(
         "verify",
@@ -258,4 +279,4 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "and print one JSON summary per store. Exit 0 when clean, 1 when damaged.",
     )
     verify.add_argument("dir", metavar="DIR", help=_DIR_HELP)
-    verify.set_defaults(handler=_handled(_cmd_verify))
+    verify.set_defaults(handler=_handled(_cmd_verify), offline=True)  # no login options (tidemq/cli.py)

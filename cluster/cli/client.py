@@ -1,11 +1,13 @@
 """`tidemq namesrv/send/consume/query/status`: the name server and the client commands.
 
 Registered through cluster/cli/__init__.py's `add_commands`. Every command that
-talks to a cluster takes `--namesrv ADDR[;ADDR]` or `--broker ADDR` (repeatable, no name
-server). Output is for scripts: `send`, `consume` and `query` print one JSON object per
-line; `status` prints a table (or one JSON object with `--json`). Errors are one line on
-stderr: exit 1 when the cluster could not do it (nothing reachable, not found), exit 2 for
-usage errors (store/cli.py).
+talks to a cluster takes `--namesrv ADDR[;ADDR]` (`-n`, or the NAMESRV_ADDR environment
+variable) or `--broker ADDR` (repeatable, no name server); `-t`, `-g`, `-k` and `-i` are
+mqadmin's topic, group, key(s) and msg id. Output is for scripts: `send`, `consume` and
+`query` print one JSON object per line; `status` prints a table (or one JSON object with
+`--json`). Errors are one line on stderr: exit 1 when the cluster could not do it (nothing
+reachable, not found, not allowed, an outcome unknown), exit 2 for usage errors
+(store/cli.py); a stop by SIGTERM / Ctrl-C exits 143 / 130.
 """
 
 from __future__ import annotations
@@ -19,15 +21,12 @@ from typing import Any
 
 import trio
 
-from node.client import OutcomeUnknown
+from node.client import NoPermission, NotFound, OutcomeUnknown, TidemqError
 from store.cli import EXIT_OK, EXIT_PROBLEM, UsageError, error, print_json
 from store.message import PROPERTY_DELAY, decode_msg_id
 
 from .common import add_source, handled, run_async, source, until_signal
 from .tables import BrokerRow, broker_table, failover_lines
-
-EXIT_INDETERMINATE = 3
-"""`send`: no send failed, but some outcome is unknown (those messages may be stored)."""
 
 __all__ = ["add_client_commands", "message_json", "print_broker_status", "run_query", "status_rows"]
 
@@ -163,7 +162,7 @@ def _cmd_send(args: argparse.Namespace) -> int:
                 out = result.to_json()
                 del out["msg_ids"]
                 print_json(out)
-        return EXIT_INDETERMINATE if unknown else EXIT_OK
+        return EXIT_PROBLEM if unknown else EXIT_OK  # not failed either, but not done: said above
 
     return run_async(args, main)
 
@@ -190,12 +189,12 @@ def _add_send_command(subparsers: argparse._SubParsersAction) -> None:
         "stored on the master. A send whose outcome is unknown (timed out, connection lost after "
         "writing, or INDETERMINATE: the node was replaced while it waited) prints status "
         "INDETERMINATE with the error, and the others go on. Exit 1 when a send fails (nothing "
-        "was stored), 3 when none failed but some outcome is unknown.",
+        "was stored, the rest are not sent) or some outcome is unknown.",
     )
     add_source(send)
-    send.add_argument("--topic", required=True)
+    send.add_argument("-t", "--topic", required=True)
     send.add_argument("--tags", help="the message's tag")
-    send.add_argument("--keys", metavar="K1,K2", help="comma-separated keys (indexed for query --key)")
+    send.add_argument("-k", "--keys", metavar="K1,K2", help="comma-separated keys (indexed for query --key)")
     send.add_argument("--property", action="append", metavar="K=V",
                       help="a user property (repeatable), as mqadmin sendMessage's")
     send.add_argument("--delay-level", type=int, metavar="N",
@@ -224,6 +223,7 @@ def _cmd_consume(args: argparse.Namespace) -> int:
         if args.commit:  # a member of the group (push_consumer.Consumer): commits what it printed
             from ..client.push_consumer import consume_as_member
 
+            await _check_may_consume(src, args)
             await consume_as_member(lambda m: print_json(message_json(m)), group=args.group, topic=args.topic,
                                     max_messages=args.max, idle_timeout_ms=args.timeout_ms,
                                     tag_filter=args.tags, start=args.start, **src)
@@ -243,6 +243,29 @@ def _cmd_consume(args: argparse.Namespace) -> int:
     return run_async(args, lambda: until_signal(main))
 
 
+async def _check_may_consume(src: dict[str, Any], args: argparse.Namespace) -> None:
+    """Before joining GROUP: raise NotFound when no broker serves TOPIC, NoPermission when
+    a master refuses the group's pulls (its consumption is disabled, or the account lacks
+    SUB), once, rather than a member retrying such pulls every second. Other errors (a
+    master down) are the member's to ride out."""
+    from ..client import PullConsumer
+
+    async with PullConsumer(**src, group=args.group, topic=args.topic, tag_filter=args.tags,
+                            start=args.start) as probe:
+        await probe.route(args.topic)
+        asked: set[str | None] = set()
+        for queue in await probe.queues():
+            if queue.broker_name in asked:
+                continue
+            asked.add(queue.broker_name)
+            try:
+                await probe.pull(queue, 1, timeout_ms=0)  # reads; commits nothing
+            except (NoPermission, NotFound):
+                raise
+            except TidemqError:
+                continue
+
+
 def _add_consume_command(subparsers: argparse._SubParsersAction) -> None:
     consume = subparsers.add_parser(
         "consume", help="print a topic's messages as JSON lines",
@@ -253,12 +276,14 @@ def _add_consume_command(subparsers: argparse._SubParsersAction) -> None:
         "when no message arrives for --timeout-ms. With --commit it runs as a member of GROUP "
         "(sharing the queues with the group's other members, retries and DLQ as in "
         "docs/consumer-groups.md) and commits exactly what it printed; without, it only reads. "
-        "Reads fall back to a slave when a master is down. SIGTERM or Ctrl-C stops it cleanly: "
-        "a member leaves the group and commits what it printed; exit 143 / 130.",
+        "Reads fall back to a slave when a master is down. A group a master refuses (its "
+        "consumption disabled by updateSubGroup --consumeEnable false, or an account without SUB on "
+        "it) is one error line and exit 1. SIGTERM or Ctrl-C stops it cleanly: a member leaves the "
+        "group and commits what it printed, says so on stderr, and exits 143 / 130.",
     )
     add_source(consume)
-    consume.add_argument("--topic", required=True)
-    consume.add_argument("--group", required=True)
+    consume.add_argument("-t", "--topic", required=True)
+    consume.add_argument("-g", "--group", required=True)
     consume.add_argument("--max", type=int, metavar="N", help="stop after N messages")
     consume.add_argument("--timeout-ms", type=int, default=2000, metavar="MS",
                          help="stop when no message arrives for MS ms (default 2000)")
@@ -311,9 +336,9 @@ def _add_query_command(subparsers: argparse._SubParsersAction) -> None:
         "slaves), as JSON lines like `consume`. Exit 1 when nothing is found.",
     )
     add_source(query)
-    query.add_argument("--topic")
-    query.add_argument("--key")
-    query.add_argument("--msg-id", metavar="ID")
+    query.add_argument("-t", "--topic")
+    query.add_argument("-k", "--key")
+    query.add_argument("-i", "--msg-id", metavar="ID")
     query.add_argument("--max", type=int, default=32, metavar="N", help="at most N messages (default 32)")
     query.set_defaults(handler=handled(run_query))
 
