@@ -1,11 +1,11 @@
 """`tidemq chaos ...`: list, run and soak the chaos scenarios, run the Toxiproxy server.
 
     tidemq chaos list
-    tidemq chaos run SCENARIO --mode SYNC_MASTER+SYNC_FLUSH --seed N --duration S [--json]
+    tidemq chaos run SCENARIO --mode SYNC_MASTER+SYNC_FLUSH --seed N --duration S [--base-dir DIR] [--json]
     tidemq chaos soak --minutes M [--log FILE]
     tidemq chaos sim --seeds 1..10000 [--mode M|all] [--slaves 1|2|all] [--controller manual|etcd|all]
                      [--groups 1|2|all]
-                     [--jobs 2] [--mutate NAME [--first]] [--json]
+                     [--jobs N] [--mutate NAME [--first]] [--json]
     tidemq chaos sim --seed N --mode M --slaves S --controller C --groups G [--without I,J] [--shrink] [--events]
                      [--keep] [--mutate NAME]
     tidemq chaos proxy --port 8474
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import random
 import sys
 import time
@@ -29,6 +30,12 @@ from typing import Any
 from store.cli import until_signal
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
+
+
+def default_jobs() -> int:
+    """`chaos sim --jobs` by default: every core but one (at least one), so a sweep leaves the
+    machine usable."""
+    return max(1, (os.cpu_count() or 1) - 1)
 
 
 def _error(message: str) -> int:
@@ -87,12 +94,18 @@ def _check_args(args: argparse.Namespace) -> str | None:
         return f"unknown mode {args.mode!r}; use one of {', '.join(MODES)}"
     if not 3.0 <= args.duration <= 3600:
         return f"--duration must be 3..3600 seconds, got {args.duration:g}"
+    if args.base_dir is not None and os.path.exists(args.base_dir) and (
+            not os.path.isdir(args.base_dir) or os.listdir(args.base_dir)):
+        return (f"--base-dir {args.base_dir} is not empty; give a new or empty directory "
+                "(a passing run removes it unless --keep)")
     return None
 
 
 def run_one(scenario: str, mode: str, seed: int, duration: float, *, keep: bool = False,
-            progress: Callable[[float, str], None] | None = None, secure: bool = False) -> Any:
-    """One scenario run in this process (its own Toxiproxy unless TOXIPROXY_URL is set)."""
+            progress: Callable[[float, str], None] | None = None, secure: bool = False,
+            base_dir: str | None = None) -> Any:
+    """One scenario run in this process (its own Toxiproxy unless TOXIPROXY_URL is set); its
+    cluster's files go under `base_dir` (default a new temporary directory)."""
     import logging
 
     import trio
@@ -106,7 +119,7 @@ def run_one(scenario: str, mode: str, seed: int, duration: float, *, keep: bool 
 
     async def body() -> int:
         got["report"] = await run_scenario(_scenarios()[scenario], mode, seed, duration, client,
-                                           keep=keep, progress=progress, secure=secure)
+                                           base_dir=base_dir, keep=keep, progress=progress, secure=secure)
         return 0
 
     with toxiproxy() as client:
@@ -128,6 +141,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     problem = _check_args(args)
     if problem:
         return _error(problem)
+    if args.base_dir is not None:
+        os.makedirs(args.base_dir, exist_ok=True)
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -140,7 +155,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             bar.update(task, completed=fraction, description=f"{args.scenario} seed {args.seed}: {what}")
 
         report = run_one(args.scenario, args.mode, args.seed, args.duration, keep=args.keep, progress=progress,
-                         secure=args.secure)
+                         secure=args.secure,
+                         base_dir=os.path.abspath(args.base_dir) if args.base_dir is not None else None)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, default=str))
     else:
@@ -446,6 +462,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--duration", type=float, default=10.0, help="seconds of load (default %(default)s)")
     run.add_argument("--json", action="store_true", help="print the full report as JSON")
     run.add_argument("--keep", action="store_true", help="keep the run's directory even when it passed")
+    run.add_argument("--base-dir", metavar="DIR",
+                     help="where the run's cluster keeps its files (cluster.json, logs/, store/, the history), "
+                     "as `cluster up --base-dir`; a new or empty directory (default: a new one under the "
+                     "temporary directory), removed after a passing run unless --keep")
     run.add_argument("--secure", action="store_true",
                      help="accounts, permissions and TLS on every link (docs/security.md), fresh secrets")
     run.set_defaults(handler=_safe(_cmd_run))
@@ -468,7 +488,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     sim.add_argument("--seed", type=int, help="replay one seed (same seed, same event log hash)")
     sim.add_argument("--mode", default="all",
                      help="REPLICATION+FLUSH, or all: each seed its own (default %(default)s)")
-    sim.add_argument("--jobs", type=int, default=2, help="worker processes for a sweep (default %(default)s)")
+    sim.add_argument("--jobs", type=int, default=default_jobs(),
+                     help="worker processes for a sweep (default: the cores but one, here %(default)s)")
     sim.add_argument("--without", help="with --seed: leave out these faults (indexes, as --shrink prints)")
     sim.add_argument("--shrink", action="store_true", help="with --seed: the fewest faults that still fail")
     sim.add_argument("--events", action="store_true", help="with --seed: print the event log")

@@ -105,12 +105,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_login_options(parser: argparse.ArgumentParser) -> None:
-    """`--user` and `--secret-file` on every action (docs/security.md): the account the
-    command's connections log in with, for clusters with aclEnable."""
+    """`--user` and `--secret-file` on every action that talks to a cluster (docs/security.md):
+    the account the command's connections log in with, for clusters with aclEnable. An
+    offline action (`offline=True` in its defaults: `store dump/query/verify`) gets none."""
     sub = parser._subparsers._group_actions[0] if parser._subparsers else None  # type: ignore[union-attr]
     if sub is None:
         taken = {"--user", "--secret-file"} & set(parser._option_string_actions)
-        if parser.get_default("handler") is not None and not taken:  # (`acl add-user` has its own)
+        offline = parser.get_default("offline")
+        if parser.get_default("handler") is not None and not taken and not offline:  # (`acl add-user` has its own)
             login = parser.add_argument_group("login (aclEnable)")
             login.add_argument("--user", metavar="ACCESS_KEY",
                                help="log in as this account (default: $TIDEMQ_USER)")
