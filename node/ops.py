@@ -25,11 +25,16 @@ from store.message_store import GetMessageResult, MessageStore, StoreUnavailable
 from store.puts import Appended, Prepared
 from store.status import GetMessageStatus, PutMessageResult, PutMessageStatus
 
-from .config import BrokerConfig
+from .config import BrokerConfig, ConfigError
 from .consumers import ConsumerManager
+from .jsonfile import ConfigFileError, read_json, write_json_atomic
+from .live_config import LIVE_KEYS, apply_live_value, config_view
 from .offsets import ConsumerOffsetManager
+from .producers import ProducerManager
 from .protocol import (
     BatchMessage,
+    BrokerConfigReply,
+    BrokerConfigUpdateReply,
     DeletedFilesReply,
     EmptyReply,
     EpochReply,
@@ -37,19 +42,25 @@ from .protocol import (
     MessagesReply,
     OffsetListReply,
     OffsetReply,
+    ProducerListReply,
+    ProducerUnregisterReply,
     PromoteReply,
     PullReply,
     Request,
     Send,
     SendBatchReply,
     SendReply,
+    StatsAllReply,
     Status,
     StatusReply,
+    SubGroupDeleteReply,
     SubGroupListReply,
     SubGroupReply,
     TopicDeleteReply,
     TopicListReply,
     TopicReply,
+    TopicStatusReply,
+    WritePermReply,
     error_response,
 )
 from .schedule import ScheduleMessageService
@@ -120,6 +131,12 @@ class NodeServices:
     subgroups: SubscriptionGroupManager = attrs.field(
         default=attrs.Factory(lambda s: SubscriptionGroupManager(s.cfg.store.store_path_root_dir), takes_self=True))
     stats: BrokerStats = attrs.field(factory=BrokerStats)
+    producers: ProducerManager = attrs.field(
+        default=attrs.Factory(lambda s: ProducerManager(expire_s=s.cfg.channel_expired_timeout / 1000),
+                              takes_self=True))
+    write_wiped: bool = attrs.field(default=attrs.Factory(lambda s: _read_write_wiped(s.cfg), takes_self=True))
+    """mqadmin wipeWritePerm: the node refuses sends until addWritePerm (kept in
+    `config/writePerm.json`, so a restart or a promotion keeps it)."""
     failover: FailoverHooks | None = None
     stopping: bool = False
     _long_polls: set[trio.CancelScope] = attrs.field(factory=set)
@@ -143,6 +160,20 @@ class NodeServices:
         self.stopping = True
         for scope in list(self._long_polls):
             scope.cancel()
+
+
+def _write_perm_path(cfg: BrokerConfig) -> str:
+    return cfg.store.path("config", "writePerm.json")
+
+
+def _read_write_wiped(cfg: BrokerConfig) -> bool:
+    path = _write_perm_path(cfg)
+    raw = read_json(path)
+    if raw is None:
+        return False
+    if not isinstance(raw, dict) or type(raw.get("writeable")) is not bool:
+        raise ConfigFileError(f"{path}: expected {{\"writeable\": true|false}}, got {raw!r}")
+    return not raw["writeable"]
 
 
 def _refuse_on_slave(services: NodeServices, what: str) -> None:
@@ -252,6 +283,10 @@ async def _check_writeable(s: NodeServices) -> int:
     """A slave refuses writes; a master asks for the group's epoch first when it must
     (fencing). Returns the token `_confirm_write` takes (Failover's stall count)."""
     _refuse_on_slave(s, "writes")
+    if s.write_wiped:
+        raise OpError(Status.SERVICE_NOT_AVAILABLE,
+                      f"{s.cfg.broker_name}'s write permission is wiped (admin wipeWritePerm): it refuses sends "
+                      "until admin addWritePerm")
     if s.failover is not None:
         return await s.failover.before_write()
     return 0
@@ -287,6 +322,8 @@ class PendingPut:
     """What the write check returned (`_check_writeable`), for `_confirm_write`."""
     encoded: bool = False
     """Answered with its encoded frame when stored (a plain send of the compiled path)."""
+    topic: str = ""
+    """For the per-topic stats (statsAll)."""
 
 
 async def _send(s: NodeServices, r: Request, peer: str | None) -> PendingPut:
@@ -294,7 +331,8 @@ async def _send(s: NodeServices, r: Request, peer: str | None) -> PendingPut:
     f = r.fields
     queue_id = await _checked_topic(s, f.topic, f.queue_id)
     prepared = s.store.puts.prepare_message(_message(f, f.topic, queue_id, f.wait, peer, f.born_timestamp))
-    return PendingPut(r.id, prepared, f.wait, queue_id, False, s.store.puts.put_waits(f.wait), checked=checked)
+    return PendingPut(r.id, prepared, f.wait, queue_id, False, s.store.puts.put_waits(f.wait), checked=checked,
+                      topic=f.topic)
 
 
 async def _send_batch(s: NodeServices, r: Request, peer: str | None) -> PendingPut:
@@ -303,7 +341,7 @@ async def _send_batch(s: NodeServices, r: Request, peer: str | None) -> PendingP
     queue_id = await _checked_topic(s, f.topic, f.queue_id)
     msgs = [_message(m, f.topic, queue_id, f.wait, peer) for m in f.messages]
     return PendingPut(r.id, s.store.puts.prepare_batch(msgs), f.wait, queue_id, True, s.store.puts.put_waits(f.wait),
-                      checked=checked)
+                      checked=checked, topic=f.topic)
 
 
 async def prepare_plain_sends(s: NodeServices, sends: list[PlainSend | PlainBatch], peer: str | None,
@@ -337,7 +375,8 @@ async def prepare_plain_sends(s: NodeServices, sends: list[PlainSend | PlainBatc
         else:
             prepared = puts.prepare_plain(p.topic, p.body, queue_id, p.tags, p.flag, p.born_timestamp, peer)
         out.append(None if prepared is None else PendingPut(
-            p.id, prepared, p.wait, queue_id, batch, puts.put_waits(p.wait), checked=checked, encoded=True))
+            p.id, prepared, p.wait, queue_id, batch, puts.put_waits(p.wait), checked=checked, encoded=True,
+            topic=p.topic))
     return out
 
 
@@ -358,9 +397,16 @@ async def finish_sends(s: NodeServices, pending: list[PendingPut]) -> list[dict[
         append_sends(s, [p for p in pending if p.appended is None])
         since = min(p.at for p in pending)
     results = await s.store.puts.finish_puts([(p.appended, p.wait) for p in pending], since=since)
-    stored = sum(result.msg_num for result in results if result.status.stored)
+    stored = 0
+    by_topic: dict[str, int] = {}
+    for p, result in zip(pending, results, strict=True):
+        if result.status.stored:
+            stored += result.msg_num
+            by_topic[p.topic] = by_topic.get(p.topic, 0) + result.msg_num
     if stored:
         s.stats.put.add(stored)
+        for topic, n in by_topic.items():
+            s.stats.add_put(topic, n)
     try:
         unreplicated = any(r.status is PutMessageStatus.SLAVE_NOT_AVAILABLE for r in results)
         await _confirm_write(s, min(p.checked for p in pending), unreplicated=unreplicated)
@@ -401,6 +447,8 @@ async def _pull(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]
         result = read(offset)
     messages = _fit(result.messages, s.cfg.max_frame_size - _FRAME_MARGIN)
     s.stats.get.add(len(messages))
+    if messages:
+        s.stats.add_get(topic, f.group, len(messages))
     next_begin = result.next_begin_offset
     if len(messages) < len(result.messages):
         next_begin = result.messages[len(messages)].queue_offset
@@ -490,6 +538,56 @@ async def _topic_list(s: NodeServices, r: Request, peer: str | None) -> dict[str
     return TopicListReply(topics=[c.to_wire() for c in s.topics.list()]).to_wire(r.id)
 
 
+async def _subgroup_delete(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    _refuse_on_slave(s, "subscription group changes")
+    return SubGroupDeleteReply(deleted=await s.subgroups.delete(r.fields.group)).to_wire(r.id)
+
+
+def _last_store_time(s: NodeServices, topic: str, queue_id: int, max_offset: int) -> int | None:
+    """Store time of the queue's newest message (RocketMQ topicStatus's "last updated")."""
+    cq = s.store.consume_queues.find(topic, queue_id)
+    unit = cq.get_unit(max_offset - 1) if cq is not None and max_offset > 0 else None
+    if unit is None:
+        return None
+    msg = s.store.look_message_by_offset(unit[0], unit[1])
+    return msg.store_timestamp if msg is not None else None
+
+
+async def _topic_status(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    topic = r.fields.topic
+    config = s.topics.get(topic)
+    if config is not None:
+        queue_ids = list(range(max(config.read_queue_nums, config.write_queue_nums)))
+    else:  # deleted from the table, its files not yet aged out
+        queue_ids = sorted(s.store.consume_queues.topics().get(topic, []))
+    if not queue_ids:
+        raise OpError(Status.NOT_FOUND, f"topic {topic!r} is not on {s.cfg.broker_name}")
+    queues = []
+    for queue_id in queue_ids:
+        max_offset = s.store.get_max_offset_in_queue(topic, queue_id)
+        queues.append({"queue_id": queue_id, "min_offset": s.store.get_min_offset_in_queue(topic, queue_id),
+                       "max_offset": max_offset,
+                       "last_update_timestamp": _last_store_time(s, topic, queue_id, max_offset)})
+    return TopicStatusReply(queues=queues).to_wire(r.id)
+
+
+# ---------------------------------------------------------------- producer groups
+
+
+async def _producer_heartbeat(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    f = r.fields
+    s.producers.heartbeat(f.group, f.client_id, f.heartbeat_interval_ms, peer)
+    return EmptyReply().to_wire(r.id)
+
+
+async def _producer_unregister(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    return ProducerUnregisterReply(removed=s.producers.unregister(r.fields.group, r.fields.client_id)).to_wire(r.id)
+
+
+async def _producer_list(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    return ProducerListReply(producers=s.producers.members(r.fields.group)).to_wire(r.id)
+
+
 # ---------------------------------------------------------------- admin
 
 
@@ -566,6 +664,39 @@ async def _promote(s: NodeServices, r: Request, peer: str | None) -> dict[str, A
     return PromoteReply(**await failover.promote(r.fields.role)).to_wire(r.id)
 
 
+async def _broker_config(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    return BrokerConfigReply(config=config_view(s.cfg), live_keys=list(LIVE_KEYS)).to_wire(r.id)
+
+
+async def _broker_config_update(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    """mqadmin updateBrokerConfig: one key the node reads live (node/live_config.py)."""
+    try:
+        key, old, new = apply_live_value(s.cfg, r.fields.key, r.fields.value)
+    except ConfigError as e:
+        raise OpError(Status.BAD_REQUEST, str(e)) from None
+    if key == "channelExpiredTimeout":  # the tables keep it in seconds
+        s.consumers.expire_s = s.producers.expire_s = new / 1000
+    log.warning("updateBrokerConfig: %s %r -> %r (until the node restarts)", key, old, new)
+    return BrokerConfigUpdateReply(key=key, old=old, new=new).to_wire(r.id)
+
+
+async def _broker_write_perm(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    """wipeWritePerm / addWritePerm on this node: persisted before the answer."""
+    writeable = r.fields.writeable
+    if s.write_wiped == (not writeable):
+        return WritePermReply(writeable=writeable).to_wire(r.id)
+    await runtime.run_sync(write_json_atomic, _write_perm_path(s.cfg), {"writeable": writeable})
+    s.write_wiped = not writeable
+    log.warning("%s: sends are %s (%s)", s.cfg.broker_name, "accepted again" if writeable else "REFUSED",
+                "addWritePerm" if writeable else "wipeWritePerm")
+    return WritePermReply(writeable=writeable).to_wire(r.id)
+
+
+async def _stats_all(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    topics, groups = s.stats.by_topic()
+    return StatsAllReply(topics=topics, groups=groups).to_wire(r.id)
+
+
 async def _delete_expired_files(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     delete = getattr(s.store, "delete_expired_files_manually", None)
     if delete is None:
@@ -595,6 +726,15 @@ CORE_HANDLERS: dict[str, Handler] = {
     "topic_delete": _topic_delete,
     "subgroup_update": _subgroup_update,
     "subgroup_list": _subgroup_list,
+    "subgroup_delete": _subgroup_delete,
+    "producer_heartbeat": _producer_heartbeat,
+    "producer_unregister": _producer_unregister,
+    "producer_list": _producer_list,
+    "topic_status": _topic_status,
+    "broker_config": _broker_config,
+    "broker_config_update": _broker_config_update,
+    "broker_write_perm": _broker_write_perm,
+    "stats_all": _stats_all,
     "topic_list": _topic_list,
     "status": _status,
     "admin.delete_expired_files": _delete_expired_files,

@@ -43,13 +43,40 @@ class MinuteCounter:
 
 class BrokerStats:
     """Messages stored by puts and messages returned by pulls; send requests and the
-    CommitLog groups they were appended in (how much group commit gathers)."""
+    CommitLog groups they were appended in (how much group commit gathers). Per topic and
+    per (topic, consumer group) too, for mqadmin statsAll (`by_topic`): counted once per
+    send group and per pull, not per message."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self.put = MinuteCounter(clock)
         self.get = MinuteCounter(clock)
         self.send_requests = 0
         self.send_groups = 0
+        self.topic_put: dict[str, MinuteCounter] = {}
+        self.group_get: dict[tuple[str, str], MinuteCounter] = {}
+
+    def add_put(self, topic: str, n: int) -> None:
+        counter = self.topic_put.get(topic)
+        if counter is None:
+            counter = self.topic_put[topic] = MinuteCounter(self._clock)
+        counter.add(n)
+
+    def add_get(self, topic: str, group: str | None, n: int) -> None:
+        """`n` messages of `topic` pulled for `group` ("" when the pull named none)."""
+        key = (topic, group or "")
+        counter = self.group_get.get(key)
+        if counter is None:
+            counter = self.group_get[key] = MinuteCounter(self._clock)
+        counter.add(n)
+
+    def by_topic(self) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+        """(per topic: put_tps, put_total; per topic and group: get_tps, get_total), sorted."""
+        topics = [{"topic": t, "put_tps": c.per_second(), "put_total": c.total}
+                  for t, c in sorted(self.topic_put.items())]
+        groups = [{"topic": t, "group": g, "get_tps": c.per_second(), "get_total": c.total}
+                  for (t, g), c in sorted(self.group_get.items())]
+        return topics, groups
 
     def to_json(self) -> dict[str, float | int]:
         return {"put_tps": self.put.per_second(), "get_tps": self.get.per_second(),

@@ -5,6 +5,7 @@ A group without an entry consumes with the defaults (consumption allowed, the re
 its members send). An entry is written by `subgroup_update` on a master, rewritten
 atomically (node/jsonfile.py) before the answer, and copied wholesale by slaves with the
 topics and offsets (node/slave_sync.py), so a promoted slave enforces what its master did.
+`subgroup_delete` (mqadmin deleteSubGroup) drops an entry the same way.
 """
 
 from __future__ import annotations
@@ -96,6 +97,16 @@ class SubscriptionGroupManager:
         log.info("subscription group %s: consume %s, retry at most %d time(s)", group,
                  "enabled" if config.consume_enable else "DISABLED", config.retry_max_times)
         return config
+
+    async def delete(self, group: str) -> bool:
+        """Drop the group's settings (it falls back to the defaults; mqadmin deleteSubGroup);
+        False when it had none."""
+        async with self._lock:
+            if group not in self._groups:
+                return False
+            await self._publish({g: c for g, c in self._groups.items() if g != group})
+        log.info("subscription group %s deleted", group)
+        return True
 
     async def replace_all(self, configs: Iterable[SubscriptionGroupConfig]) -> bool:
         """Take the master's table (a slave syncing); True if it changed."""

@@ -8,11 +8,17 @@ columns and a slave's catch-up progress (a bar and the bytes behind, or "caught 
 
 The lag in seconds is the master's newest dispatched store time minus the slave's: 0 when
 the slave has every byte.
+
+`rows_table` is every other table (the `admin` actions'): one row per map, a column per key.
+Every cell goes through `cell`: `-` for nothing, booleans as `true` / `false` (as mqadmin
+prints them), lists comma-separated, maps as `key=value`, never raw JSON or Python's
+`True`; times through `timestamp`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import datetime
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -22,7 +28,7 @@ from rich.text import Text
 
 from node.protocol import StatusReply
 
-__all__ = ["BrokerRow", "broker_table", "size"]
+__all__ = ["BrokerRow", "broker_table", "cell", "rows_table", "size", "timestamp"]
 
 _STATE_COLORS = {"running": "green", "stopped": "yellow", "dead": "red", "down": "dim", "never started": "dim"}
 
@@ -52,6 +58,42 @@ def size(n: float | None) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return str(n)
+
+
+def cell(value: Any) -> str:
+    """One value as a table cell (see the module docstring)."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, list | tuple | set | frozenset):
+        return ", ".join(cell(v) for v in value) or "-"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={cell(v)}" for k, v in value.items()) or "-"
+    return str(value)
+
+
+def timestamp(ms: int | None) -> str:
+    """Epoch milliseconds as local time, 2026-11-24 10:30:00.123 (mqadmin's shape); `-` for none."""
+    if not ms:
+        return "-"
+    return datetime.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def rows_table(rows: Sequence[Mapping[str, Any]], title: str) -> Table:
+    """One row per map, its keys the columns (of the first row; `_` shown as a space); a
+    column of numbers is right-aligned. Cells are plain text, never rich markup."""
+    table = Table(title=title, title_justify="left")
+    columns = list(rows[0]) if rows else []
+    for column in columns:
+        values = [r.get(column) for r in rows if r.get(column) is not None]
+        numeric = bool(values) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+        table.add_column(column.replace("_", " "), justify="right" if numeric else "left", overflow="fold")
+    for row in rows:
+        table.add_row(*(Text(cell(row.get(c))) for c in columns))
+    return table
 
 
 def _lag_seconds(row: BrokerRow, master: BrokerRow | None, slaves: list[BrokerRow]) -> float | None:

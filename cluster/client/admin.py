@@ -19,30 +19,47 @@ from node.client import (
 )
 from node.protocol import (
     INT64_MAX,
+    BrokerConfigReply,
+    BrokerConfigUpdateReply,
+    BrokerWritePerm,
     CommitOffset,
     ConsumerList,
     ConsumerListReply,
     DeleteExpiredFiles,
     FetchOffset,
+    GetBrokerConfig,
     GetByMsgId,
     GetStatus,
     MaxOffset,
     MessageReply,
     MinOffset,
     OffsetByTime,
+    OffsetList,
+    OffsetListReply,
+    ProducerList,
+    ProducerListReply,
     Promote,
     PromoteReply,
     QueryByKey,
+    StatsAll,
+    StatsAllReply,
     Status,
     StatusReply,
+    SubGroupDelete,
+    SubGroupDeleteReply,
     SubGroupReply,
     SubGroupUpdate,
     TopicCreate,
     TopicDelete,
     TopicDeleteReply,
     TopicReply,
+    TopicStatus,
+    TopicStatusReply,
+    UpdateBrokerConfig,
     WireRequest,
+    WritePermReply,
 )
+from node.protocol.namesrv import AddWritePerm, WipeWritePerm
 from node.security.credentials import Credentials
 from store.message import decode_msg_id
 
@@ -106,17 +123,51 @@ class Admin(_Client):
                 nursery.start_soon(one, i, info)
         return [s for s in out if s is not None]
 
-    async def topics(self) -> list[TopicInfo]:
-        """Every topic per group, from the masters' registrations (a slave's when its master
-        is gone)."""
+    async def topics(self, *, cluster: str | None = None) -> list[TopicInfo]:
+        """Every topic per group (of `cluster` when given: NotFound when none of its brokers
+        is registered), from the masters' registrations (a slave's when its master is gone)."""
+        infos = await self.cluster_info()
+        if cluster is not None:
+            infos = self._of_cluster(infos, cluster)
         by_group: dict[str, BrokerInfo] = {}
-        for info in sorted(await self.cluster_info(), key=lambda b: b.broker_id, reverse=True):
+        for info in sorted(infos, key=lambda b: b.broker_id, reverse=True):
             by_group[info.broker_name] = info  # the lowest id (master) wins
         return sorted(
             (TopicInfo(t, name, q.read_queue_nums, q.write_queue_nums, q.perm)
              for name, info in by_group.items() for t, q in info.topics.items()),
             key=lambda t: (t.topic, t.broker_name),
         )
+
+    @staticmethod
+    def _of_cluster(infos: list[BrokerInfo], cluster: str) -> list[BrokerInfo]:
+        """The brokers of `cluster`; NotFound naming the known clusters when it has none."""
+        picked = [b for b in infos if b.cluster == cluster]
+        if not picked:
+            known = sorted({b.cluster for b in infos})
+            raise NotFound(Status.NOT_FOUND.value,
+                           f"no broker of cluster {cluster!r} is registered (clusters: {', '.join(known) or 'none'})")
+        return picked
+
+    async def brokers(self, *, cluster: str | None = None, brokers: Iterable[str] | None = None) -> list[BrokerInfo]:
+        """Every registered broker, master or slave, of `cluster`, or named by `brokers`
+        (an address: that broker; a broker name: every broker of the group), or all;
+        NotFound names what is known when a cluster or broker is not."""
+        infos = await self.cluster_info()
+        if cluster is not None:
+            infos = self._of_cluster(infos, cluster)
+        if brokers is not None:
+            picked: list[BrokerInfo] = []
+            for name in brokers:
+                found = [b for b in infos if name in (b.broker_name, b.address)]
+                if not found:
+                    known = ", ".join(sorted({b.broker_name for b in infos})) or "none"
+                    raise NotFound(Status.NOT_FOUND.value,
+                                   f"no broker {name!r} is registered (broker groups: {known})")
+                picked += [b for b in found if b not in picked]
+            infos = picked
+        if not infos:
+            raise NotFound(Status.NOT_FOUND.value, "no broker is registered")
+        return sorted(infos, key=lambda b: (b.cluster, b.broker_name, b.broker_id))
 
     async def masters(self, *, cluster: str | None = None, brokers: Iterable[str] | None = None) -> list[BrokerInfo]:
         """The masters of `cluster` (a brokerClusterName), or of `brokers` (broker names or
@@ -191,6 +242,128 @@ class Admin(_Client):
             out[master.broker_name] = answer.group
         return out
 
+    async def delete_sub_group(self, group: str, *, cluster: str | None = None,
+                               broker_names: Iterable[str] | None = None) -> dict[str, bool]:
+        """Drop a consumer group's broker-side settings on every master (or those of
+        `cluster` / `broker_names`); their slaves copy that (mqadmin deleteSubGroup).
+        Returns broker name → whether it had settings for the group."""
+        out = {}
+        for master in await self.masters(cluster=cluster, brokers=broker_names):
+            answer: SubGroupDeleteReply = await self.pool.call(master.address, SubGroupDelete(group=group))
+            out[master.broker_name] = answer.deleted
+        return out
+
+    async def group_topics(self, group: str) -> list[str]:
+        """The topics a consumer group has committed offsets for on any master, or that its
+        live members subscribe (mqadmin consumerProgress without a topic)."""
+        topics: set[str] = set()
+        for master in await self.masters():
+            try:
+                answer: OffsetListReply = await self.pool.call(master.address, OffsetList())
+            except (*UNREACHABLE, ServiceUnavailable) as e:
+                log.info("offset_list on %s failed: %s", master.address, e)
+                continue
+            topics.update(e["topic"] for e in answer.offsets if e.get("group") == group)
+        for view in (await self.consumer_list(group)).values():
+            for detail in view.details:
+                topics.update(detail.get("topics") or ())
+        return sorted(topics)
+
+    async def topic_status(self, topic: str) -> list[dict[str, Any]]:
+        """Per queue of the topic on each group serving it (its master, else a slave):
+        broker_name, queue_id, min_offset, max_offset, last_update_timestamp (mqadmin
+        topicStatus)."""
+        route = await self.route(topic)
+        rows = []
+        for group in route.groups:
+            answer, _ = await self._read_group(group, TopicStatus(topic=topic))
+            reply: TopicStatusReply = answer
+            rows += [{"broker_name": group.broker_name, **q} for q in reply.queues]
+        return rows
+
+    async def broker_config(self, address: str) -> BrokerConfigReply:
+        """The node's config as it runs (mqadmin getBrokerConfig)."""
+        return await self.pool.call(address, GetBrokerConfig())
+
+    async def update_broker_config(self, address: str, key: str, value: str) -> BrokerConfigUpdateReply:
+        """Change one key the node reads live (mqadmin updateBrokerConfig); BadRequest names
+        a key that cannot change live or a bad value."""
+        return await self.pool.call(address, UpdateBrokerConfig(key=key, value=value))
+
+    async def set_write_perm(self, broker_name: str, writeable: bool) -> list[dict[str, Any]]:
+        """mqadmin wipeWritePerm (`writeable` False) / addWritePerm of a broker group: every
+        name server shows the group's topics without (with) the write bit in routes, and
+        every registered broker of the group refuses (accepts) sends. One row per name
+        server and per broker: `where`, `address`, `topics` (a name server's count),
+        `writeable`, `error` (one that could not be told)."""
+        if not self._namesrv:
+            raise BadRequest(Status.BAD_REQUEST.value,
+                             "wipeWritePerm / addWritePerm change the name servers' routes: give --namesrv")
+        members = [b for b in await self.cluster_info() if b.broker_name == broker_name]
+        if not members:
+            known = ", ".join(sorted({b.broker_name for b in await self.cluster_info()})) or "none"
+            raise NotFound(Status.NOT_FOUND.value, f"no broker {broker_name!r} is registered (broker groups: {known})")
+        rows: list[dict[str, Any]] = []
+        for b in sorted(members, key=lambda b: b.broker_id):
+            row = {"where": f"broker {b.broker_id} ({b.role})", "address": b.address, "topics": None,
+                   "writeable": None, "error": None}
+            try:
+                answer: WritePermReply = await self.pool.call(b.address, BrokerWritePerm(writeable=writeable))
+                row["writeable"] = answer.writeable
+            except (*UNREACHABLE, ServiceUnavailable) as e:
+                row["error"] = str(e)
+            rows.append(row)
+        request = AddWritePerm(broker_name=broker_name) if writeable else WipeWritePerm(broker_name=broker_name)
+        for address in self._namesrv:
+            row = {"where": "name server", "address": address, "topics": None, "writeable": None, "error": None}
+            try:
+                answer = await self.pool.call(address, request)
+                row["topics"], row["writeable"] = answer.topics, answer.writeable
+            except (*UNREACHABLE, NotFound) as e:
+                row["error"] = str(e)
+            rows.append(row)
+        return rows
+
+    async def producer_connections(self, group: str, topic: str) -> list[dict[str, Any]]:
+        """The live producers of `group` that the masters serving `topic` know (mqadmin
+        producerConnection): client_id, address, heartbeat_interval_ms, silent_ms and
+        broker_name, one row per producer and master."""
+        route = await self.route(topic)
+        rows = []
+        for g in route.groups:
+            if g.master is None:
+                continue
+            try:
+                answer: ProducerListReply = await self.pool.call(g.master.address, ProducerList(group=group))
+            except (*UNREACHABLE, ServiceUnavailable) as e:
+                log.info("producer_list on %s failed: %s", g.master.address, e)
+                continue
+            rows += [{**p, "broker_name": g.broker_name} for p in answer.producers]
+        return rows
+
+    async def stats_all(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """mqadmin statsAll: (per topic: put_tps, put_total; per topic and consumer group:
+        get_tps, get_total), summed over every broker that answers (puts land on masters,
+        pulls on masters and slaves)."""
+        puts: dict[str, dict[str, Any]] = {}
+        gets: dict[tuple[str, str], dict[str, Any]] = {}
+        for b in await self.cluster_info():
+            try:
+                answer: StatsAllReply = await self.pool.call(b.address, StatsAll())
+            except (*UNREACHABLE, ServiceUnavailable) as e:
+                log.info("stats_all on %s failed: %s", b.address, e)
+                continue
+            for t in answer.topics:
+                row = puts.setdefault(t["topic"], {"topic": t["topic"], "put_tps": 0.0, "put_total": 0})
+                row["put_tps"] = round(row["put_tps"] + t["put_tps"], 1)
+                row["put_total"] += t["put_total"]
+            for g in answer.groups:
+                row = gets.setdefault((g["topic"], g["group"]),
+                                      {"topic": g["topic"], "group": g["group"], "get_tps": 0.0, "get_total": 0})
+                row["get_tps"] = round(row["get_tps"] + g["get_tps"], 1)
+                row["get_total"] += g["get_total"]
+        return [puts[t] for t in sorted(puts)], [gets[k] for k in sorted(gets)]
+
     async def consumer_list(self, group: str) -> dict[str, ConsumerListReply]:
         """Each master's view of the consumer group: broker name → its members (with their
         addresses and subscriptions) and queue locks. Masters that cannot be reached are
@@ -227,6 +400,13 @@ class Admin(_Client):
                 found.setdefault(msg.msg_id, msg)
         messages = sorted(found.values(), key=lambda m: (m.store_timestamp, m.commitlog_offset), reverse=True)
         return messages[:max_num]
+
+    async def query_by_unique_key(self, topic: str, uniq_key: str, *, max_num: int = 32) -> list[ReceivedMessage]:
+        """The messages of `topic` whose UNIQ_KEY property (RocketMQ's client message id) is
+        `uniq_key` (mqadmin queryMsgByUniqueKey): several when the message was retried or
+        reconsumed, newest first."""
+        return [m for m in await self.query_by_key(topic, uniq_key, max_num=max_num)
+                if m.properties.get("UNIQ_KEY") == uniq_key]
 
     async def get_by_msg_id(self, msg_id: str) -> ReceivedMessage:
         """The message with this offset msgId. The msgId names the broker that stored it,

@@ -10,7 +10,7 @@ import attrs
 from node.protocol.namesrv import RegisterBroker
 from store import runtime
 
-from ..client.routing import BrokerInfo, groups_serving
+from ..client.routing import PERM_WRITE, BrokerInfo, groups_serving
 
 log = logging.getLogger("tidemq.namesrv")
 
@@ -38,6 +38,9 @@ class RouteTable:
     def __init__(self, expire_ms: int) -> None:
         self.expire_s = expire_ms / 1000
         self._brokers: dict[tuple[str, int], _Registration] = {}
+        self._write_wiped: set[str] = set()
+        """Broker names whose topics routes show without the write bit (mqadmin
+        wipeWritePerm), whatever they register, until add_write_perm: in memory, as all else."""
 
     def __len__(self) -> int:
         return len(self._brokers)
@@ -70,6 +73,33 @@ class RouteTable:
         broker = attrs.evolve(BrokerInfo.from_wire(attrs.asdict(r)), last_update_ms=int(runtime.wall_clock() * 1000))
         self._brokers[key] = _Registration(broker, now, peer)
         return broker
+
+    def set_write_perm(self, broker_name: str, writeable: bool) -> int | None:
+        """wipeWritePerm (`writeable` False) / addWritePerm of a broker group: how many of its
+        topics (as its master, else its lowest id, registered them) the change applies to;
+        None when no broker of that name is registered."""
+        members = sorted((k[1], r.broker) for k, r in self._brokers.items() if k[0] == broker_name)
+        if not members:
+            return None
+        if writeable:
+            self._write_wiped.discard(broker_name)
+        else:
+            self._write_wiped.add(broker_name)
+        log.warning("%s: routes show its topics %s", broker_name,
+                    "with their registered perm again (addWritePerm)" if writeable
+                    else "without the write bit (wipeWritePerm)")
+        return len(members[0][1].topics)
+
+    def write_wiped(self) -> list[str]:
+        return sorted(self._write_wiped)
+
+    def _seen(self, registration: _Registration, now: float) -> BrokerInfo:
+        """The broker as clients are told about it: its age, and its topics without the write
+        bit while its group's write permission is wiped."""
+        b = registration.seen_at(now)
+        if b.broker_name in self._write_wiped:
+            b = attrs.evolve(b, topics={t: attrs.evolve(q, perm=q.perm & ~PERM_WRITE) for t, q in b.topics.items()})
+        return b
 
     def master_of(self, broker_name: str) -> BrokerInfo | None:
         registration = self._brokers.get((broker_name, 0))
@@ -115,7 +145,7 @@ class RouteTable:
         master is gone.
         """
         now = runtime.monotonic() if now is None else now
-        brokers = [r.seen_at(now) for r in self._brokers.values()]
+        brokers = [self._seen(r, now) for r in self._brokers.values()]
         return [
             {
                 "broker_name": name,
@@ -128,6 +158,6 @@ class RouteTable:
 
     def cluster_info(self, now: float | None = None) -> list[dict[str, Any]]:
         now = runtime.monotonic() if now is None else now
-        brokers = sorted((r.seen_at(now) for r in self._brokers.values()),
+        brokers = sorted((self._seen(r, now) for r in self._brokers.values()),
                          key=lambda b: (b.cluster, b.broker_name, b.broker_id))
         return [b.to_wire() for b in brokers]

@@ -27,6 +27,7 @@ from ha.net import TCP, Network
 from node.protocol import (
     Request,
     Status,
+    WritePermReply,
     error_response,
 )
 from node.protocol.namesrv import (
@@ -145,6 +146,14 @@ class NameServer:
             return RouteReply(topic=f.topic, groups=groups).to_wire(request.id)
         if request.op == "get_cluster_info":
             return ClusterInfoReply(brokers=table.cluster_info(), broker_expire_ms=self.cfg.broker_expire_ms).to_wire(request.id)
+        if request.op in ("wipe_write_perm", "add_write_perm"):
+            writeable = request.op == "add_write_perm"
+            topics = table.set_write_perm(f.broker_name, writeable)
+            if topics is None:
+                known = ", ".join(sorted({b["broker_name"] for b in table.cluster_info()})) or "none"
+                return error_response(request.id, Status.NOT_FOUND,
+                                      f"no broker {f.broker_name!r} is registered (broker groups: {known})")
+            return WritePermReply(writeable=writeable, topics=topics).to_wire(request.id)
         if request.op == "status":
             return NamesrvStatusReply(role="NAMESRV", address=self.address, brokers=len(table),
                                       broker_expire_ms=self.cfg.broker_expire_ms,

@@ -23,10 +23,11 @@ from .codec import (
     wire,
     wrong_type,
 )
-from .replies import WireReply
+from .replies import WireReply, WritePermReply
 
-__all__ = ["NAMESRV_REQUESTS", "ROLES", "ClusterInfo", "ClusterInfoReply", "GetRoute", "NamesrvStatus", "NamesrvStatusReply",
-           "RegisterBroker", "RegisterReply", "RouteReply", "UnregisterBroker", "UnregisterReply"]
+__all__ = ["NAMESRV_REQUESTS", "ROLES", "AddWritePerm", "ClusterInfo", "ClusterInfoReply", "GetRoute", "NamesrvStatus",
+           "NamesrvStatusReply", "RegisterBroker", "RegisterReply", "RouteReply", "UnregisterBroker", "UnregisterReply",
+           "WipeWritePerm"]
 
 ROLES = ("SYNC_MASTER", "ASYNC_MASTER", "SLAVE")
 
@@ -214,6 +215,25 @@ class NamesrvStatus(WireRequest):
     REPLY = NamesrvStatusReply
 
 
+@attrs.define(kw_only=True)
+class WipeWritePerm(WireRequest):
+    """mqadmin wipeWritePerm: routes show the group's topics without the write bit (until
+    `add_write_perm`, or until this name server restarts: it keeps nothing on disk)."""
+
+    OP = "wipe_write_perm"
+    REPLY = WritePermReply
+    broker_name: str = wire(STR, _non_empty)
+
+
+@attrs.define(kw_only=True)
+class AddWritePerm(WireRequest):
+    """mqadmin addWritePerm: routes show the group's topics with their registered perm again."""
+
+    OP = "add_write_perm"
+    REPLY = WritePermReply
+    broker_name: str = wire(STR, _non_empty)
+
+
 NAMESRV_REQUESTS: dict[str, type[WireRequest]] = {cls.OP: cls for cls in (
-    RegisterBroker, UnregisterBroker, GetRoute, ClusterInfo, NamesrvStatus)}
+    RegisterBroker, UnregisterBroker, GetRoute, ClusterInfo, NamesrvStatus, WipeWritePerm, AddWritePerm)}
 """The name server's op table: op name → request class."""

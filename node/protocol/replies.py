@@ -21,10 +21,12 @@ import attrs
 from .codec import Status
 
 __all__ = [
-    "ConsumerListReply", "ConsumerUnregisterReply", "DeletedFilesReply", "EmptyReply", "EpochReply",
-    "LockReply", "MembersReply", "MessageReply", "MessagesReply", "OffsetListReply", "OffsetReply",
-    "PromoteReply", "PullReply", "ReplyError", "SendBackReply", "SubGroupListReply", "SubGroupReply", "SendBatchReply", "SendReply", "StatusReply",
-    "TopicDeleteReply", "TopicListReply", "TopicReply", "WireReply",
+    "BrokerConfigReply", "BrokerConfigUpdateReply", "ConsumerListReply", "ConsumerUnregisterReply",
+    "DeletedFilesReply", "EmptyReply", "EpochReply", "LockReply", "MembersReply", "MessageReply", "MessagesReply",
+    "OffsetListReply", "OffsetReply", "ProducerListReply", "ProducerUnregisterReply", "PromoteReply", "PullReply",
+    "ReplyError", "SendBackReply", "StatsAllReply", "SubGroupDeleteReply", "SubGroupListReply", "SubGroupReply",
+    "SendBatchReply", "SendReply", "StatusReply", "TopicDeleteReply", "TopicListReply", "TopicReply",
+    "TopicStatusReply", "WireReply", "WritePermReply",
 ]
 
 R = TypeVar("R", bound="WireReply")
@@ -220,7 +222,73 @@ class SubGroupListReply(WireReply):
     groups: list[dict[str, Any]]
 
 
+@attrs.define(kw_only=True)
+class SubGroupDeleteReply(WireReply):
+    """`subgroup_delete`: whether the node had settings for the group."""
+
+    deleted: bool
+
+
+@attrs.define(kw_only=True)
+class ProducerUnregisterReply(WireReply):
+    """`producer_unregister`: whether the producer was registered."""
+
+    removed: bool
+
+
+@attrs.define(kw_only=True)
+class ProducerListReply(WireReply):
+    """`producer_list`: the group's live producers (client_id, address, heartbeat_interval_ms,
+    silent_ms maps)."""
+
+    producers: list[dict[str, Any]]
+
+
 # ---------------------------------------------------------------- the node itself
+
+
+@attrs.define(kw_only=True)
+class TopicStatusReply(WireReply):
+    """`topic_status`: per queue of the topic on this node, its queue_id, min_offset,
+    max_offset and last_update_timestamp (store time of its newest message, null when empty)."""
+
+    queues: list[dict[str, Any]]
+
+
+@attrs.define(kw_only=True)
+class BrokerConfigReply(WireReply):
+    """`broker_config`: every key of the node's config (RocketMQ's camelCase name → value as
+    it runs now) and the keys `broker_config_update` may change."""
+
+    config: dict[str, Any]
+    live_keys: list[str]
+
+
+@attrs.define(kw_only=True)
+class BrokerConfigUpdateReply(WireReply):
+    """`broker_config_update`: the key and its value before and after."""
+
+    key: str
+    old: Any
+    new: Any
+
+
+@attrs.define(kw_only=True)
+class WritePermReply(WireReply):
+    """`broker_write_perm` (a node: whether it accepts sends now) and the name server's
+    `wipe_write_perm` / `add_write_perm` (how many of the group's topics it changed)."""
+
+    writeable: bool
+    topics: int = 0
+
+
+@attrs.define(kw_only=True)
+class StatsAllReply(WireReply):
+    """`stats_all`: per topic, messages stored (put_tps, put_total); per topic and consumer
+    group, messages pulled (get_tps, get_total); TPS over the last minute, totals since start."""
+
+    topics: list[dict[str, Any]]
+    groups: list[dict[str, Any]]
 
 
 @attrs.define(kw_only=True)

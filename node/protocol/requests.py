@@ -50,6 +50,8 @@ from .codec import (
     wrong_type,
 )
 from .replies import (
+    BrokerConfigReply,
+    BrokerConfigUpdateReply,
     ConsumerListReply,
     ConsumerUnregisterReply,
     DeletedFilesReply,
@@ -61,17 +63,23 @@ from .replies import (
     MessagesReply,
     OffsetListReply,
     OffsetReply,
+    ProducerListReply,
+    ProducerUnregisterReply,
     PromoteReply,
     PullReply,
     SendBackReply,
     SendBatchReply,
     SendReply,
+    StatsAllReply,
     StatusReply,
+    SubGroupDeleteReply,
     SubGroupListReply,
     SubGroupReply,
     TopicDeleteReply,
     TopicListReply,
     TopicReply,
+    TopicStatusReply,
+    WritePermReply,
 )
 
 CHECKED_TOPICS: set[str] = set()
@@ -184,6 +192,16 @@ def _tag_filter(v: str) -> str | None:
     return None
 
 
+def _config_key(v: str) -> str | None:
+    if not v or len(v) > 128 or not v.replace("_", "").isalnum():
+        return f"must be a config key name (letters, digits, '_'; 1..128 characters), got {v!r}"
+    return None
+
+
+def _config_value(v: str) -> str | None:
+    return None if len(v) <= 4096 else f"must be at most 4096 characters, got {len(v)}"
+
+
 def _master_role(v: str) -> str | None:
     return None if v in ("SYNC_MASTER", "ASYNC_MASTER") else f"must be SYNC_MASTER or ASYNC_MASTER, got {v!r}"
 
@@ -262,10 +280,12 @@ def _client_id_field() -> Any:
 __all__ = [
     "CHECKED_TOPICS", "FIELD_TYPES", "MESSAGES", "NODE_REQUESTS", "OPS", "BatchMessage", "CommitOffset", "ConsumerHeartbeat",
     "ConsumerList", "ConsumerLock", "ConsumerSendBack", "ConsumerUnlock", "ConsumerUnregister", "ConsumerWatch",
+    "BrokerWritePerm", "GetBrokerConfig", "UpdateBrokerConfig",
     "DeleteExpiredFiles", "Epoch", "FetchOffset", "GetByMsgId", "MaxOffset", "MinOffset", "GetStatus",
-    "OffsetByTime", "OffsetList", "Promote", "Pull", "QueryByKey", "Send", "SendBatch", "SubGroupList",
+    "OffsetByTime", "OffsetList", "ProducerHeartbeat", "ProducerList", "ProducerUnregister", "Promote", "Pull",
+    "QueryByKey", "Send", "SendBatch", "StatsAll", "SubGroupDelete", "SubGroupList",
     "SubGroupUpdate", "TopicCreate",
-    "TopicDelete", "TopicList", "parse_request", "parse_tag_filter",
+    "TopicDelete", "TopicList", "TopicStatus", "parse_request", "parse_tag_filter",
 ]
 
 
@@ -489,6 +509,45 @@ class SubGroupList(WireRequest):
     REPLY = SubGroupListReply
 
 
+@attrs.define(kw_only=True)
+class SubGroupDelete(WireRequest):
+    """mqadmin deleteSubGroup: drop a group's broker-side settings (its slaves copy that)."""
+
+    OP = "subgroup_delete"
+    REPLY = SubGroupDeleteReply
+    group: str = _group_field()
+
+
+# ---------------------------------------------------------------- producer groups
+
+
+@attrs.define(kw_only=True)
+class ProducerHeartbeat(WireRequest):
+    """A producer says it is live, and of which group (RocketMQ's producer heartbeat): what
+    `producer_list` (mqadmin producerConnection) shows. Nothing per message."""
+
+    OP = "producer_heartbeat"
+    REPLY = EmptyReply
+    group: str = _group_field()
+    client_id: str = _client_id_field()
+    heartbeat_interval_ms: int = wire(INT, value_range(1, 3_600_000), default=30_000)
+
+
+@attrs.define(kw_only=True)
+class ProducerUnregister(WireRequest):
+    OP = "producer_unregister"
+    REPLY = ProducerUnregisterReply
+    group: str = _group_field()
+    client_id: str = _client_id_field()
+
+
+@attrs.define(kw_only=True)
+class ProducerList(WireRequest):
+    OP = "producer_list"
+    REPLY = ProducerListReply
+    group: str = _group_field()
+
+
 # ---------------------------------------------------------------- the node itself
 
 
@@ -517,11 +576,57 @@ class Promote(WireRequest):
     role: str | None = wire(STR, _master_role, default=None)
 
 
+@attrs.define(kw_only=True)
+class TopicStatus(WireRequest):
+    """mqadmin topicStatus: per queue of a topic, its min and max offsets and last update."""
+
+    OP = "topic_status"
+    REPLY = TopicStatusReply
+    topic: str = _topic_field()
+
+
+@attrs.define(kw_only=True)
+class GetBrokerConfig(WireRequest):
+    """mqadmin getBrokerConfig: the node's config as it runs."""
+
+    OP = "broker_config"
+    REPLY = BrokerConfigReply
+
+
+@attrs.define(kw_only=True)
+class UpdateBrokerConfig(WireRequest):
+    """mqadmin updateBrokerConfig: change one key that the node reads live (node/live_config.py)."""
+
+    OP = "broker_config_update"
+    REPLY = BrokerConfigUpdateReply
+    key: str = wire(STR, _config_key)
+    value: str = wire(STR, _config_value)
+
+
+@attrs.define(kw_only=True)
+class BrokerWritePerm(WireRequest):
+    """mqadmin wipeWritePerm / addWritePerm, on the node: refuse (or accept again) sends."""
+
+    OP = "broker_write_perm"
+    REPLY = WritePermReply
+    writeable: bool = wire(BOOL)
+
+
+@attrs.define(kw_only=True)
+class StatsAll(WireRequest):
+    """mqadmin statsAll: put and get counts and TPS per topic and consumer group."""
+
+    OP = "stats_all"
+    REPLY = StatsAllReply
+
+
 NODE_REQUESTS: dict[str, type[WireRequest]] = {cls.OP: cls for cls in (
     Send, SendBatch, Pull, QueryByKey, GetByMsgId, OffsetByTime, MinOffset, MaxOffset,
     CommitOffset, FetchOffset, OffsetList, TopicCreate, TopicDelete, TopicList,
     ConsumerHeartbeat, ConsumerWatch, ConsumerUnregister, ConsumerList, ConsumerLock, ConsumerUnlock,
-    ConsumerSendBack, SubGroupUpdate, SubGroupList, GetStatus, DeleteExpiredFiles, Epoch, Promote)}
+    ConsumerSendBack, SubGroupUpdate, SubGroupList, SubGroupDelete, ProducerHeartbeat, ProducerUnregister,
+    ProducerList, GetStatus, DeleteExpiredFiles, Epoch, Promote, TopicStatus, GetBrokerConfig, UpdateBrokerConfig,
+    BrokerWritePerm, StatsAll)}
 """The node's op table: op name → request class."""
 
 OPS: dict[str, tuple[Field, ...]] = {op: schema_of(cls) for op, cls in NODE_REQUESTS.items()}

@@ -133,6 +133,11 @@ RULES: dict[str, str | Callable[[Any], list[Need]]] = {
     "consumer_lock": _group_topic,
     "consumer_unlock": _group_topic,
     "consumer_send_back": _group,
+    # producer groups: a producer says it is live (any account that may log in may say so);
+    # who is live is for operators
+    "producer_heartbeat": ANY_ACCOUNT,
+    "producer_unregister": ANY_ACCOUNT,
+    "producer_list": ADMIN,
     # the node itself
     "status": ANY_ACCOUNT,
     "epoch": ANY_ACCOUNT,
@@ -144,11 +149,19 @@ RULES: dict[str, str | Callable[[Any], list[Need]]] = {
     "subgroup_list": ADMIN,
     "promote": ADMIN,
     "admin.delete_expired_files": ADMIN,
+    "topic_status": _topic(Perm.SUB),  # offsets, as min_offset / max_offset
+    "subgroup_delete": ADMIN,
+    "broker_config": ADMIN,
+    "broker_config_update": ADMIN,
+    "broker_write_perm": ADMIN,
+    "stats_all": ADMIN,
     # the name server
     "register_broker": ADMIN,
     "unregister_broker": ADMIN,
     "get_route": ANY_ACCOUNT,
     "get_cluster_info": ANY_ACCOUNT,
+    "wipe_write_perm": ADMIN,
+    "add_write_perm": ADMIN,
 }
 
 

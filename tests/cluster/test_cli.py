@@ -140,9 +140,9 @@ def test_admin_commands_and_their_mqadmin_aliases(cluster):
     assert "consumer group 'Nobody' has no committed offset" in one_line_error(
         cli("admin", "consumerProgress", "--namesrv", ns, "-g", "Nobody", "-t", "AdmT"))
 
-    [by_id] = lines(cli("admin", "queryMsgById", "--namesrv", ns, "--msg-id", sent[0]["msg_id"]))
+    [by_id] = lines(cli("admin", "queryMsgById", "--namesrv", ns, "--msg-id", sent[0]["msg_id"], "--json"))
     assert by_id["body"] == "m0"
-    by_key = lines(cli("admin", "queryMsgByKey", "--namesrv", ns, "--topic", "AdmT", "--key", "adm-1"))
+    by_key = lines(cli("admin", "queryMsgByKey", "--namesrv", ns, "--topic", "AdmT", "--key", "adm-1", "--json"))
     assert sorted(m["body"] for m in by_key) == ["m0", "m1", "m2"]
     [deleted] = lines(cli("admin", "deleteExpiredCommitLog", "--namesrv", ns, "--json"))
     assert deleted == {"address": cluster["master"], "deleted_files": 0}

@@ -188,6 +188,15 @@ MINIMAL = {
     "admin.delete_expired_files": {},
     "epoch": {},
     "promote": {},
+    "subgroup_delete": {"group": "G"},
+    "producer_heartbeat": {"group": "PG", "client_id": "127.0.0.1@1@a"},
+    "producer_unregister": {"group": "PG", "client_id": "127.0.0.1@1@a"},
+    "producer_list": {"group": "PG"},
+    "topic_status": {"topic": "T"},
+    "broker_config": {},
+    "broker_config_update": {"key": "syncFlushTimeout", "value": "3000"},
+    "broker_write_perm": {"writeable": False},
+    "stats_all": {},
 }
 
 
