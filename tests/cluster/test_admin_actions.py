@@ -85,111 +85,111 @@ def test_consumer_progress_of_every_topic_and_cluster_filters(cluster):
         send(ns, topic, 2)
         lines(cli("consume", "--namesrv", ns, "--topic", topic, "--group", "PGG", "--max", "1", "--commit"))
 
-    *rows, total = lines(admin("consumerProgress", "--namesrv", ns, "-g", "PGG", "--json"))
+    *rows, total = lines(admin("consumerProgress", "-n", ns, "-g", "PGG", "--json"))
     assert {"ProgA", "ProgB"} <= {r["topic"] for r in rows}
     assert sum(r["lag"] for r in rows if r["topic"] in ("ProgA", "ProgB")) == 2
     assert total == {"group": "PGG", "topic": None, "total_lag": total["total_lag"]} and total["total_lag"] >= 2
-    out = table(admin("consumerProgress", "--namesrv", ns, "-g", "PGG"))
+    out = table(admin("consumerProgress", "-n", ns, "-g", "PGG"))
     assert "ProgA" in out and "ProgB" in out and "on every topic" in out
     assert "has no committed offset and no live member" in one_line_error(
-        admin("consumerProgress", "--namesrv", ns, "-g", "Nobody"))
+        admin("consumerProgress", "-n", ns, "-g", "Nobody"))
 
-    topics = lines(admin("topicList", "--namesrv", ns, "-c", "DefaultCluster", "--json"))
+    topics = lines(admin("topicList", "-n", ns, "-c", "DefaultCluster", "--json"))
     assert any(t["topic"] == "ProgA" for t in topics)
-    assert "clusters: DefaultCluster" in one_line_error(admin("topicList", "--namesrv", ns, "-c", "Nope"))
-    brokers = lines(admin("clusterList", "--namesrv", ns, "-c", "DefaultCluster", "--json"))
+    assert "clusters: DefaultCluster" in one_line_error(admin("topicList", "-n", ns, "-c", "Nope"))
+    brokers = lines(admin("clusterList", "-n", ns, "-c", "DefaultCluster", "--json"))
     assert sorted(b["role"] for b in brokers) == ["SLAVE", "SYNC_MASTER"]
-    assert "clusters: DefaultCluster" in one_line_error(admin("clusterList", "--namesrv", ns, "-c", "Nope"))
-    assert "alive" in table(admin("clusterList", "--namesrv", ns, "-c", "DefaultCluster"))
+    assert "clusters: DefaultCluster" in one_line_error(admin("clusterList", "-n", ns, "-c", "Nope"))
+    assert "alive" in table(admin("clusterList", "-n", ns, "-c", "DefaultCluster"))
 
 
 def test_topic_status_and_a_readable_route_table(cluster):
     ns = cluster["namesrv"]
-    lines(admin("updateTopic", "--namesrv", ns, "-c", "DefaultCluster", "-t", "StatusT", "-r", "2", "-w", "2",
+    lines(admin("updateTopic", "-n", ns, "-c", "DefaultCluster", "-t", "StatusT", "-r", "2", "-w", "2",
                 "--json"))
     send(ns, "StatusT", 3, "--queue-id", "0")
-    queues = lines(admin("topicStatus", "--namesrv", ns, "-t", "StatusT", "--json"))
+    queues = lines(admin("topicStatus", "-n", ns, "-t", "StatusT", "--json"))
     assert [(q["broker_name"], q["queue_id"], q["min_offset"], q["max_offset"]) for q in queues] == [
         ("broker-a", 0, 0, 3), ("broker-a", 1, 0, 0)]
     assert queues[0]["last_update_timestamp"] > 0 and queues[1]["last_update_timestamp"] is None
-    out = table(admin("topicStatus", "--namesrv", ns, "-t", "StatusT"))
+    out = table(admin("topicStatus", "-n", ns, "-t", "StatusT"))
     assert "last updated" in out and "min offset" in out and "max offset" in out
-    assert "'NoSuchTopic'" in one_line_error(admin("topicStatus", "--namesrv", ns, "-t", "NoSuchTopic"))
+    assert "'NoSuchTopic'" in one_line_error(admin("topicStatus", "-n", ns, "-t", "NoSuchTopic"))
 
-    out = table(admin("topicRoute", "--namesrv", ns, "-t", "StatusT"))
+    out = table(admin("topicRoute", "-n", ns, "-t", "StatusT"))
     rows = [line for line in out.splitlines() if "broker-a" in line]
     assert len(rows) == 2, out  # a row per broker, no JSON in a cell
     assert cluster["master"] in rows[0] and "SYNC_MASTER" in rows[0] and "true" in rows[0]
     assert cluster["slave"] in rows[1] and "SLAVE" in rows[1]
     assert "{" not in out and "broker id" in out
-    [route] = lines(admin("topicRoute", "--namesrv", ns, "-t", "StatusT", "--json"))
+    [route] = lines(admin("topicRoute", "-n", ns, "-t", "StatusT", "--json"))
     assert [b["role"] for b in route["brokers"]] == ["SYNC_MASTER", "SLAVE"]  # JSON keeps the nesting
 
 
 def test_get_and_update_broker_config_take_effect_while_running(cluster):
     ns, master = cluster["namesrv"], cluster["master"]
     key = "maxTransferCountOnMessageInMemory"
-    [before] = lines(admin("getBrokerConfig", "--namesrv", ns, "-b", master, "-k", key, "--json"))
+    [before] = lines(admin("getBrokerConfig", "-n", ns, "-b", master, "-k", key, "--json"))
     assert (before["value"], before["live"], before["address"]) == (32, True, master)
     try:
-        updated = lines(admin("updateBrokerConfig", "--namesrv", ns, "-c", "DefaultCluster", "-k", key, "-v", "2",
+        updated = lines(admin("updateBrokerConfig", "-n", ns, "-c", "DefaultCluster", "-k", key, "-v", "2",
                               "--json"))
         assert sorted((u["address"], u["old"], u["new"]) for u in updated) == sorted(
             [(master, 32, 2), (cluster["slave"], 32, 2)])
         send(ns, "ConfT", 5, "--queue-id", "0")
         pulled = trio.run(lambda: call(master, "pull", topic="ConfT", queue_id=0, offset=0, max_msgs=32))
         assert len(pulled["messages"]) == 2, "the running node caps a pull at the new value"
-        out = table(admin("getBrokerConfig", "--namesrv", ns, "-b", "broker-a", "-k", key))
+        out = table(admin("getBrokerConfig", "-n", ns, "-b", "broker-a", "-k", key))
         [row] = [line for line in out.splitlines() if key in line]
         assert row.split("│")[2].strip() == "2" and row.split("│")[3].strip() == "2" and "true" in row, out
-        everything = lines(admin("getBrokerConfig", "--namesrv", ns, "-b", master, "--json"))
+        everything = lines(admin("getBrokerConfig", "-n", ns, "-b", master, "--json"))
         assert {"listenPort", "brokerRole", "syncFlushTimeout"} <= {r["key"] for r in everything}
     finally:
-        lines(admin("updateBrokerConfig", "--namesrv", ns, "-c", "DefaultCluster", "-k", key, "-v", "32", "--json"))
+        lines(admin("updateBrokerConfig", "-n", ns, "-c", "DefaultCluster", "-k", key, "-v", "32", "--json"))
 
     assert "listenPort cannot change while the node runs" in one_line_error(
-        admin("updateBrokerConfig", "--namesrv", ns, "-b", master, "-k", "listenPort", "-v", "1"), code=2)
+        admin("updateBrokerConfig", "-n", ns, "-b", master, "-k", "listenPort", "-v", "1"), code=2)
     assert "bad value for 'syncFlushTimeout': 'soon'" in one_line_error(
-        admin("updateBrokerConfig", "--namesrv", ns, "-b", master, "-k", "syncFlushTimeout", "-v", "soon"), code=2)
+        admin("updateBrokerConfig", "-n", ns, "-b", master, "-k", "syncFlushTimeout", "-v", "soon"), code=2)
     assert "did you mean 'syncFlushTimeout'" in one_line_error(
-        admin("getBrokerConfig", "--namesrv", ns, "-k", "syncFlushTimout"), code=2)
+        admin("getBrokerConfig", "-n", ns, "-k", "syncFlushTimout"), code=2)
     assert "give -c CLUSTER" in one_line_error(
-        admin("updateBrokerConfig", "--namesrv", ns, "-k", "slaveTimeout", "-v", "3000"), code=2)
+        admin("updateBrokerConfig", "-n", ns, "-k", "slaveTimeout", "-v", "3000"), code=2)
     assert "no broker 'broker-z'" in one_line_error(
-        admin("updateBrokerConfig", "--namesrv", ns, "-b", "broker-z", "-k", "slaveTimeout", "-v", "3000"))
+        admin("updateBrokerConfig", "-n", ns, "-b", "broker-z", "-k", "slaveTimeout", "-v", "3000"))
 
 
 def test_wipe_write_perm_refuses_sends_until_add_write_perm(cluster):
     ns, master = cluster["namesrv"], cluster["master"]
     send(ns, "PermT", 1)
     try:
-        rows = lines(admin("wipeWritePerm", "--namesrv", ns, "-b", "broker-a", "--json"))
+        rows = lines(admin("wipeWritePerm", "-n", ns, "-b", "broker-a", "--json"))
         assert {(r["where"].split()[0], r["writeable"]) for r in rows} == {("broker", False), ("name", False)}
         assert next(r for r in rows if r["where"] == "name server")["topics"] >= 1
-        [route] = lines(admin("topicRoute", "--namesrv", ns, "-t", "PermT", "--json"))
+        [route] = lines(admin("topicRoute", "-n", ns, "-t", "PermT", "--json"))
         assert route["perm"] == 4, "routes lose the write bit"
-        assert {t["perm"] for t in lines(admin("topicList", "--namesrv", ns, "--json")) if t["topic"] == "PermT"} == {4}
+        assert {t["perm"] for t in lines(admin("topicList", "-n", ns, "--json")) if t["topic"] == "PermT"} == {4}
         refused = cli("send", "--broker", master, "--topic", "PermT", "x")
         assert "write permission is wiped" in one_line_error(refused), "the node itself refuses"
         assert "no writable master" in one_line_error(cli("send", "--namesrv", ns, "--topic", "PermT", "x"))
     finally:
-        rows = lines(admin("addWritePerm", "--namesrv", ns, "-b", "broker-a", "--json"))
+        rows = lines(admin("addWritePerm", "-n", ns, "-b", "broker-a", "--json"))
     assert {r["writeable"] for r in rows} == {True}
-    [route] = lines(admin("topicRoute", "--namesrv", ns, "-t", "PermT", "--json"))
+    [route] = lines(admin("topicRoute", "-n", ns, "-t", "PermT", "--json"))
     assert route["perm"] == 6
     assert send(ns, "PermT", 1)[0]["status"] == "PUT_OK"
-    assert "broker groups: broker-a" in one_line_error(admin("wipeWritePerm", "--namesrv", ns, "-b", "broker-z"))
+    assert "broker groups: broker-a" in one_line_error(admin("wipeWritePerm", "-n", ns, "-b", "broker-z"))
     assert "not --broker" in one_line_error(admin("wipeWritePerm", "--broker", master, "-b", "broker-a"), code=2)
 
 
 def test_delete_sub_group(cluster):
     ns = cluster["namesrv"]
-    lines(admin("updateSubGroup", "--namesrv", ns, "-c", "DefaultCluster", "-g", "DelG", "--consumeEnable", "false",
+    lines(admin("updateSubGroup", "-n", ns, "-c", "DefaultCluster", "-g", "DelG", "--consumeEnable", "false",
                 "--json"))
-    assert lines(admin("deleteSubGroup", "--namesrv", ns, "-g", "DelG", "-c", "DefaultCluster", "--json")) == [
+    assert lines(admin("deleteSubGroup", "-n", ns, "-g", "DelG", "-c", "DefaultCluster", "--json")) == [
         {"group": "DelG", "broker_name": "broker-a", "deleted": True}]
     assert "no master had settings for consumer group 'DelG'" in one_line_error(
-        admin("deleteSubGroup", "--namesrv", ns, "-g", "DelG", "-b", "broker-a"))
+        admin("deleteSubGroup", "-n", ns, "-g", "DelG", "-b", "broker-a"))
 
 
 PRODUCER = textwrap.dedent("""
@@ -216,55 +216,55 @@ def test_producer_connection_lists_a_live_producer_of_the_group(cluster):
         assert ready[:1] == ["READY"], producer.stderr.read()
 
         def listed():
-            r = admin("producerConnection", "--namesrv", ns, "-g", "PGroup", "-t", "ProdT", "--json")
+            r = admin("producerConnection", "-n", ns, "-g", "PGroup", "-t", "ProdT", "--json")
             return lines(r) if r.returncode == 0 else None
 
         [row] = wait(listed, "the producer's first heartbeat")
         assert (row["client_id"], row["broker_name"]) == (ready[1], "broker-a")
         assert row["address"].startswith("127.0.0.1:") and row["heartbeat_interval_ms"] == 30_000
-        assert ready[1] in table(admin("producerConnection", "--namesrv", ns, "-g", "PGroup", "-t", "ProdT"))
+        assert ready[1] in table(admin("producerConnection", "-n", ns, "-g", "PGroup", "-t", "ProdT"))
     finally:
         producer.stdin.close()
         producer.wait(timeout=30)
     assert producer.returncode == 0, producer.stderr.read()
     assert "no live producer" in one_line_error(
-        admin("producerConnection", "--namesrv", ns, "-g", "PGroup", "-t", "ProdT")), "it unregistered on close"
+        admin("producerConnection", "-n", ns, "-g", "PGroup", "-t", "ProdT")), "it unregistered on close"
 
 
 def test_stats_all_per_topic_and_group(cluster):
     ns = cluster["namesrv"]
     send(ns, "StatsT", 3)
     assert len(lines(cli("consume", "--namesrv", ns, "--topic", "StatsT", "--group", "StatsG", "--max", "3"))) == 3
-    [row] = lines(admin("statsAll", "--namesrv", ns, "-t", "StatsT", "--json"))
+    [row] = lines(admin("statsAll", "-n", ns, "-t", "StatsT", "--json"))
     assert (row["topic"], row["group"], row["in_msgs"], row["out_msgs"]) == ("StatsT", "StatsG", 3, 3)
     assert row["in_tps"] >= 0 and row["out_tps"] >= 0
-    out = table(admin("statsAll", "--namesrv", ns))
+    out = table(admin("statsAll", "-n", ns))
     assert "StatsT" in out and "StatsG" in out and "in tps" in out
-    assert "topic 'NoStats'" in one_line_error(admin("statsAll", "--namesrv", ns, "-t", "NoStats"))
+    assert "topic 'NoStats'" in one_line_error(admin("statsAll", "-n", ns, "-t", "NoStats"))
 
 
 def test_send_message_and_the_queries_print_tables(cluster):
     ns = cluster["namesrv"]
-    [sent] = lines(admin("sendMessage", "--namesrv", ns, "-t", "QueryT", "-p", "hello", "-k", "qk1 qk2", "-c", "TagQ",
+    [sent] = lines(admin("sendMessage", "-n", ns, "-t", "QueryT", "-p", "hello", "-k", "qk1 qk2", "-c", "TagQ",
                          "--json"))
     assert sent["status"] == "PUT_OK" and sent["broker_name"] == "broker-a" and len(sent["uniq_key"]) == 32
-    out = table(admin("sendMessage", "--namesrv", ns, "-t", "QueryT", "-p", "again"))
+    out = table(admin("sendMessage", "-n", ns, "-t", "QueryT", "-p", "again"))
     assert "PUT_OK" in out and "uniq key" in out
 
-    [found] = lines(admin("queryMsgByUniqueKey", "--namesrv", ns, "-i", sent["uniq_key"], "-t", "QueryT", "--json"))
+    [found] = lines(admin("queryMsgByUniqueKey", "-n", ns, "-i", sent["uniq_key"], "-t", "QueryT", "--json"))
     assert (found["msg_id"], found["body"], found["tags"], found["keys"]) == (sent["msg_id"], "hello", "TagQ",
                                                                               ["qk1", "qk2"])
-    assert sent["msg_id"] in table(admin("queryMsgByUniqueKey", "--namesrv", ns, "-i", sent["uniq_key"], "-t",
+    assert sent["msg_id"] in table(admin("queryMsgByUniqueKey", "-n", ns, "-i", sent["uniq_key"], "-t",
                                          "QueryT"))
-    assert "has UNIQ_KEY" in one_line_error(admin("queryMsgByUniqueKey", "--namesrv", ns, "-i", "0" * 32,
+    assert "has UNIQ_KEY" in one_line_error(admin("queryMsgByUniqueKey", "-n", ns, "-i", "0" * 32,
                                                   "-t", "QueryT"))
 
-    out = table(admin("queryMsgByKey", "--namesrv", ns, "-t", "QueryT", "-k", "qk1"))  # a table, not JSON lines
+    out = table(admin("queryMsgByKey", "-n", ns, "-t", "QueryT", "-k", "qk1"))  # a table, not JSON lines
     assert sent["msg_id"] in out and "hello" in out and "TagQ" in out
-    [by_key] = lines(admin("queryMsgByKey", "--namesrv", ns, "-t", "QueryT", "-k", "qk2", "--json"))
+    [by_key] = lines(admin("queryMsgByKey", "-n", ns, "-t", "QueryT", "-k", "qk2", "--json"))
     assert by_key["msg_id"] == sent["msg_id"]
-    out = table(admin("queryMsgById", "--namesrv", ns, "-i", sent["msg_id"]))
+    out = table(admin("queryMsgById", "-n", ns, "-i", sent["msg_id"]))
     assert "hello" in out and "stored" in out
-    [by_id] = lines(admin("queryMsgById", "--namesrv", ns, "-i", sent["msg_id"], "--json"))
+    [by_id] = lines(admin("queryMsgById", "-n", ns, "-i", sent["msg_id"], "--json"))
     assert by_id["body"] == "hello"
-    assert "is not a msgId" in one_line_error(admin("queryMsgById", "--namesrv", ns, "-i", "xyz"), code=2)
+    assert "is not a msgId" in one_line_error(admin("queryMsgById", "-n", ns, "-i", "xyz"), code=2)
