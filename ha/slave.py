@@ -85,6 +85,8 @@ class _Session:
     local_address: str | None
     send_lock: trio.Lock = attrs.field(factory=trio.Lock)
     """The reader (acks) and the heartbeat task both write reports."""
+    number: int = 0
+    """Which connection of this client it is (1, 2, ...)."""
     reported: int = -1
     last_write: float = 0.0
     frames: int = 0
@@ -123,6 +125,7 @@ class HAClient:
         self.stopped = trio.Event()
         """Set once `run` has ended (cancelled): no connection is left open."""
         self._session: _Session | None = None
+        self._sessions = 0
         self._session_scope: trio.CancelScope | None = None
         self._address_changed = trio.Event()
 
@@ -142,14 +145,20 @@ class HAClient:
 
     @property
     def connected(self) -> bool:
+        """A connection is open. It stays True after `update_master_address` until the
+        cancelled connection has unwound: use `replicating_from` to know whose bytes land."""
         return self._session is not None
 
-    @property
-    def connected_to(self) -> str | None:
-        """The master HA address of the current connection (admitted when it was opened),
-        or None. After `update_master_address` it stays the old master's until that
-        connection is closed, so "connected" never means "connected to the new address"."""
-        return self._session.address if self._session is not None else None
+    def replicating_from(self) -> tuple[str, int] | None:
+        """(master HA address, connection number) of the connection whose bytes the log takes
+        now; None while there is none, or while it is being replaced: right after
+        `update_master_address` the old connection is still open (cancelled, not yet unwound).
+        The number tells whether it is still the same connection after an await (a reconnect
+        passes `admit` again)."""
+        session, scope = self._session, self._session_scope
+        if session is None or scope is None or scope.cancel_called or session.address != self.master_address:
+            return None
+        return session.address, session.number
 
     @property
     def local_address(self) -> str | None:
@@ -236,7 +245,8 @@ class HAClient:
                 log.warning("cannot connect to master %s: %s", address, e or "TLS handshake timed out")
                 await trio.aclose_forcefully(raw)
                 return 0
-        session = _Session(stream, address, local)
+        self._sessions += 1
+        session = _Session(stream, address, local, number=self._sessions)
         self._session = session
         log.info("connected to master %s; reporting offset %d", address, self.log.end())
         if self.on_connect is not None:

@@ -416,12 +416,10 @@ class EtcdController:
             client.update_master_address(ha_address)
         if failover.sync is not None:
             failover.sync.set_master_addr(address)
-        # the same master, elected again: take its new epochs. Only over a connection to that
-        # master, admitted when it opened: right after the switch above the old master's
-        # connection is still open, and adopting the new master's history then would let
-        # the admission check pass a log that diverges from it (seed 9100300)
-        if client.connected_to == ha_address and epoch > failover.epoch:
-            await failover.refresh_epochs(address)
+        # the same master, elected again: take its new epochs, only over the live connection
+        # to it (refresh_epochs: right after the switch above, the old master's is still open)
+        if epoch > failover.epoch:
+            await failover.refresh_epochs(address, ha_address)
 
     async def _publish_sync(self, *, force: bool = False, shrink: bool = False) -> None:
         """Write the in-sync set (only while this node holds the key under its lease).

@@ -489,11 +489,23 @@ class Failover:
         """Stop taking writes and rejoin as a slave: `address` serves a newer `epoch`."""
         self._fence(epoch, address, source)
 
-    async def refresh_epochs(self, address: str) -> None:
-        """A slave replicating from `address` takes its history once it grew (an election
-        started a new epoch there): the log it copied is that master's up to here."""
+    async def refresh_epochs(self, address: str, ha_address: str) -> None:
+        """A slave replicating from `address` (HA `ha_address`) takes its history once it grew
+        (an election started a new epoch there): the log it copied is that master's up to here.
+
+        Only while the HA client's live connection is to that master, the same one before and
+        after the question (`HAClient.replicating_from`). Just after a switch of masters the
+        old master's connection is still open (cancelled, not yet unwound) and the log ends
+        with what that master sent: taking the new master's history then made the next
+        `admit` find the new epoch in both histories and keep the old master's tail, which
+        diverges from the new master's log at its epoch start (seed 9100300). That log is for
+        `admit` (findConsistentPoint) to judge, with its own history."""
+        client = self.services.ha_client if self.services else None
+        source = client.replicating_from() if client is not None else None
+        if client is None or source is None or source[0] != ha_address:
+            return
         answer: EpochReply | None = await _ask(address, Epoch(), self.cfg, self.net)
-        if not answer or answer.fenced:
+        if not answer or answer.fenced or client.replicating_from() != source:
             return
         if answer.epoch > self.cache.last_epoch() and self.transition is None:
             self.cache.replace(EpochEntry(e, s) for e, s in answer.entries)

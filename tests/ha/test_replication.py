@@ -290,20 +290,6 @@ async def test_update_master_address_and_backoff(tmp_path):
             assert_identical(master, slave)
 
 
-async def test_connected_to_names_the_admitted_connection_not_the_new_address(tmp_path):
-    """After a switch of masters the old connection is open until the client's task closes
-    it: `connected_to` keeps naming the old master meanwhile (the etcd controller adopts a
-    master's epochs only over a connection to that master: seed 9100300)."""
-    async with running_master(tmp_path / "m") as (master, ha), running_master(tmp_path / "n") as (_other, ha2):
-        old, new = f"127.0.0.1:{ha.port}", f"127.0.0.1:{ha2.port}"
-        async with running_slave(tmp_path / "s", ha.port) as (_slave, client):
-            await slaves_joined(ha)
-            assert client.connected_to == old
-            client.update_master_address(new)
-            assert client.master_address == new and client.connected_to == old  # not yet switched
-            await wait_until(lambda: client.connected_to == new)
-
-
 # ---- SYNC_MASTER ------------------------------------------------------------------------------
 async def test_sync_master_put_ok_only_after_slave_has_bytes(tmp_path):
     async with (
@@ -686,3 +672,22 @@ async def test_slave_queues_and_index_answer_like_the_master(tmp_path):
             want = [m.msg_id for m in master.query_message(TOPIC, f"key{i}")]
             assert want and [m.msg_id for m in slave.query_message(TOPIC, f"key{i}")] == want
             assert slave.look_message_by_msg_id(want[0]).body == master.look_message_by_msg_id(want[0]).body
+
+
+async def test_replicating_from_names_the_live_connection_and_none_while_it_is_replaced(tmp_path):
+    """Issue 38: right after update_master_address the old connection is still open
+    (cancelled, not yet unwound), so `connected` stays True; `replicating_from` already says
+    no master's bytes are to be trusted as the new one's until the client reconnects."""
+    async with running_master(tmp_path / "m") as (master, ha):
+        await put_workload(master, 0, 10)
+        old = f"127.0.0.1:{ha.port}"
+        async with running_slave(tmp_path / "s", ha.port) as (slave, client):
+            await wait_until(caught_up(master, slave))
+            assert client.replicating_from() == (old, 1)
+            client.update_master_address("127.0.0.1:1")  # the new master (nothing listens there)
+            assert client.connected  # what the etcd controller asked: still the old connection
+            assert client.replicating_from() is None
+            client.update_master_address(old)  # back before it unwound: still the cancelled one
+            assert client.connected and client.replicating_from() is None
+            await wait_until(lambda: client.replicating_from() is not None)
+            assert client.replicating_from() == (old, 2)
