@@ -290,18 +290,26 @@ async def _delete_expired(args: argparse.Namespace, admin: Any) -> int:
 
 
 async def _clusters(args: argparse.Namespace, admin: Any) -> int:
-    infos = await admin.cluster_info()
+    # each broker's own answer for what moves (role, epoch, max offset), as mqadmin asks each
+    # broker's runtime info; the registration (up to registerNameServerPeriod old) when it
+    # does not answer, so after a failover this agrees with `cluster status`
+    statuses = await admin.status()
     if args.cluster is not None:
-        picked = [b for b in infos if b.cluster == args.cluster]
+        picked = [s for s in statuses if s.registration.cluster == args.cluster]
         if not picked:
-            known = ", ".join(sorted({b.cluster for b in infos})) or "none"
+            known = ", ".join(sorted({s.registration.cluster for s in statuses})) or "none"
             error(f"no broker of cluster {args.cluster!r} is registered (clusters: {known})")
             return EXIT_PROBLEM
-        infos = picked
-    rows = [{"cluster": b.cluster, "broker_name": b.broker_name, "broker_id": b.broker_id, "role": b.role,
-             "address": b.address, "epoch": b.epoch, "alive": b.alive, "max_offset": b.max_offset,
-             "topics": len(b.topics), "age_ms": b.age_ms}
-            for b in sorted(infos, key=lambda b: (b.cluster, b.broker_name, b.broker_id))]
+        statuses = picked
+
+    def row(s: Any) -> dict[str, Any]:
+        b, live = s.registration, s.status
+        return {"cluster": b.cluster, "broker_name": b.broker_name, "broker_id": s.broker_id,
+                "role": s.role, "address": b.address,
+                "epoch": live.epoch if live is not None and live.epoch is not None else b.epoch,
+                "alive": b.alive, "max_offset": live.max_phy_offset if live is not None else b.max_offset,
+                "topics": len(b.topics), "age_ms": b.age_ms}
+    rows = sorted((row(s) for s in statuses), key=lambda r: (r["cluster"], r["broker_name"], r["broker_id"]))
     _emit(args, rows, "clusters")
     if not rows:
         error("no broker is registered")

@@ -259,6 +259,7 @@ def test_after_a_failover_the_tools_show_the_roles_served(cluster_dirs: tuple[Pa
     cwd = base.parent
     tidemq("cluster", "up", "--conf", str(conf), "--base-dir", str(base), cwd=cwd)
     namesrv = launcher.load_state(base).node("namesrv").address
+    tidemq("admin", "updateTopic", "--namesrv", namesrv, "-c", "DefaultCluster", "-t", "T", cwd=cwd)
     tidemq("admin", "promote", "--namesrv", namesrv, "broker-a", "1", cwd=cwd)  # the master never stopped
 
     def served() -> dict[str, dict[str, Any]] | None:
@@ -274,17 +275,24 @@ def test_after_a_failover_the_tools_show_the_roles_served(cluster_dirs: tuple[Pa
         time.sleep(0.2)  # poll
     assert nodes, "the old master did not rejoin as a slave"
     assert nodes["broker-a-s"]["config_role"] == "SLAVE" and nodes["broker-a-s"]["answer"]["epoch"] == 2
-    # the name server's view follows at once (a slave that takes its master's epochs registers
+    # the name server's routes follow at once (a slave that takes its master's epochs registers
     # again), well within the 10 s registration period
     deadline = time.monotonic() + 4.0
     while True:
-        listed = [json.loads(line) for line in tidemq("admin", "clusterList", "--namesrv", namesrv, "--json",
-                                                      cwd=cwd).stdout.splitlines() if line.strip()]
-        epochs = {(b["broker_id"], b["address"]): b["epoch"] for b in listed}
+        [route] = [json.loads(line) for line in tidemq("admin", "topicRoute", "--namesrv", namesrv, "-t", "T",
+                                                       "--json", cwd=cwd).stdout.splitlines() if line.strip()]
+        epochs = {(b["broker_id"], b["address"]): b["epoch"] for b in route["brokers"]}
         if epochs.get((1, nodes["broker-a"]["address"])) == nodes["broker-a"]["answer"]["epoch"] == 2:
             break
-        assert time.monotonic() < deadline, f"clusterList {listed} never showed the rejoined node's epoch 2"
+        assert time.monotonic() < deadline, f"the route {route} never showed the rejoined node's epoch 2"
         time.sleep(0.2)  # poll
+    # clusterList asks each broker: its roles, epochs and max offsets are cluster status's
+    listed = [json.loads(line) for line in tidemq("admin", "clusterList", "--namesrv", namesrv, "--json",
+                                                  cwd=cwd).stdout.splitlines() if line.strip()]
+    code, now = status_json(base, cwd)
+    assert {(b["address"], b["role"], b["epoch"], b["max_offset"]) for b in listed} == {
+        (n["address"], n["role"], n["answer"]["epoch"], n["answer"]["max_phy_offset"]) for n in now.values()
+        if n["role"] != "NAMESRV"}
     table = tidemq("cluster", "status", "--base-dir", str(base), cwd=cwd).stdout
     assert re.search(r"broker-a\s+│\s*0\s*│\s*SYNC_MASTER\s*│", table), table  # the promoted node, id 0
     assert re.search(r"broker-a\s+│\s*1\s*│\s*SLAVE\s*│", table), table
