@@ -450,7 +450,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
     listing = actions.add_parser("list", help="the scenarios and the modes CI runs them in")
     listing.add_argument("--json", action="store_true")
-    listing.set_defaults(handler=_safe(_cmd_list))
+    listing.set_defaults(handler=_safe(_cmd_list), offline=True)  # no login options
 
     run = actions.add_parser("run", help="run one scenario and check the history",
                              description="Start a proxied cluster, run the workload, inject the "
@@ -509,12 +509,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                      "pause-fencing, truncation or in-sync-wait (docs/simulation.md)")
     sim.add_argument("--first", action="store_true", help="a sweep stops at the first seed that broke a promise")
     sim.add_argument("--json", action="store_true")
-    sim.set_defaults(handler=_cmd_sim)
+    sim.set_defaults(handler=_cmd_sim, offline=True)  # in one process: no login options
 
     proxy = actions.add_parser("proxy", help="run the Toxiproxy-compatible server on its own")
     proxy.add_argument("--host", default="127.0.0.1")
     proxy.add_argument("--port", type=int, default=8474)
-    proxy.set_defaults(handler=_safe(_cmd_proxy))
+    proxy.set_defaults(handler=_safe(_cmd_proxy), offline=True)  # logs in nowhere
 
 
 def main(argv: Sequence[str] | None = None) -> int:

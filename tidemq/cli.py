@@ -26,7 +26,7 @@ import cluster.cli
 import node.cli
 import pipeline.cli
 import store.cli
-from store.cli import EXIT_OK, EXIT_USAGE, UsageError, error
+from store.cli import EXIT_OK, EXIT_USAGE, UsageError, error, sole_cause
 
 Handler = Callable[[argparse.Namespace], int]
 _FLAG = re.compile(r"^--?[A-Za-z]")
@@ -107,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_login_options(parser: argparse.ArgumentParser) -> None:
     """`--user` and `--secret-file` on every action that talks to a cluster (docs/security.md):
     the account the command's connections log in with, for clusters with aclEnable. An
-    offline action (`offline=True` in its defaults: `store dump/query/verify`) gets none."""
+    offline action (`offline=True` in its defaults: `store dump/query/verify`, the `acl` and
+    `tls` file tools, `chaos list/sim/proxy`) gets none."""
     sub = parser._subparsers._group_actions[0] if parser._subparsers else None  # type: ignore[union-attr]
     if sub is None:
         taken = {"--user", "--secret-file"} & set(parser._option_string_actions)
@@ -175,14 +176,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
+    except OSError as e:
+        return _os_error(e)
+    except BaseExceptionGroup as group:  # the same, raised out of a trio nursery: one line too
+        cause = sole_cause(group, (UsageError, OSError))
+        if cause is None:
+            raise
+        if isinstance(cause, OSError):
+            return _os_error(cause)
+        error(str(cause))
+        return EXIT_USAGE
+
+
+def _os_error(e: OSError) -> int:
+    if isinstance(e, BrokenPipeError):
         # the reader went away (e.g. `| head`): not an error; keep Python quiet at exit
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
-    except OSError as e:
-        error(f"{e.filename or ''}: {e.strerror or e}".lstrip(": "))
-        return EXIT_USAGE
+    error(f"{e.filename or ''}: {e.strerror or e}".lstrip(": "))
+    return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -59,11 +59,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     remove = actions.add_parser("remove-user", help="remove an account (its open connections lose access)")
     remove.add_argument("access_key", metavar="ACCESS_KEY")
     remove.add_argument("-f", "--file", required=True, metavar="ACL_FILE")
-    remove.set_defaults(handler=handled(_cmd_remove_user))
+    remove.set_defaults(handler=handled(_cmd_remove_user), offline=True)  # a file tool: no login options
 
     show = actions.add_parser("list", help="the accounts and their permissions (never their verifiers)")
     show.add_argument("-f", "--file", required=True, metavar="ACL_FILE")
-    show.set_defaults(handler=handled(_cmd_list))
+    show.set_defaults(handler=handled(_cmd_list), offline=True)  # a file tool: no login options
 
 
 def _add_tls_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -80,7 +80,7 @@ def _add_tls_commands(subparsers: argparse._SubParsersAction) -> None:
     make.add_argument("--host", action="append", default=[], metavar="HOST",
                       help="a name or IP the certificate is valid for (default: 127.0.0.1, ::1 and localhost)")
     make.add_argument("--days", type=int, default=365, help="how long the certificate is valid (default 365)")
-    make.set_defaults(handler=handled(_cmd_make_dev_certs))
+    make.set_defaults(handler=handled(_cmd_make_dev_certs), offline=True)  # a file tool: no login options
 
 
 def _cmd_make_dev_certs(args: argparse.Namespace) -> int:

@@ -238,6 +238,37 @@ def test_offline_store_commands_take_no_login_options(tmp_path):
     assert "--user" in run("send", "--help", env=ENV).stdout  # a command that logs in keeps them
 
 
+def test_offline_file_tools_take_no_login_options():
+    """The acl and tls file tools and chaos list/sim/proxy log in nowhere: no --user in them."""
+    from tidemq.cli import build_parser
+
+    parser = build_parser()
+    for argv in (["acl", "list", "-f", "a.toml"], ["acl", "remove-user", "x", "-f", "a.toml"],
+                 ["tls", "make-dev-certs", "d"], ["chaos", "list"], ["chaos", "sim", "--seed", "1"],
+                 ["chaos", "proxy"]):
+        assert not hasattr(parser.parse_args(argv), "user"), argv
+        with pytest.raises(SystemExit):
+            parser.parse_args([*argv, "--user", "x"])
+    for argv in (["send", "-t", "T", "x"], ["chaos", "run", "kill-slave"], ["admin", "topicList"]):
+        assert parser.parse_args([*argv, "--user", "u"]).user == "u", argv
+
+
+def test_an_exception_group_of_usage_or_os_errors_is_one_line(monkeypatch, capsys):
+    """tidemq's entry tells a UsageError or an OSError raised out of a nursery as one line, exit 2."""
+    import tidemq.cli as entry
+
+    for raised, said in ((PermissionError(13, "Permission denied", "/nope"), "/nope: Permission denied"),
+                         (entry.UsageError("bad value"), "bad value")):
+        def handler(args, raised=raised):
+            raise ExceptionGroup("a nursery", [ExceptionGroup("inner", [raised])])
+
+        parser = entry.TidemqParser(prog="tidemq")
+        parser.set_defaults(handler=handler)
+        monkeypatch.setattr(entry, "build_parser", lambda parser=parser: parser)
+        assert entry.main([]) == 2
+        assert capsys.readouterr().err == f"tidemq: error: {said}\n"
+
+
 def test_chaos_sim_leaves_a_core_free_by_default():
     from tidemq.cli import build_parser
 
