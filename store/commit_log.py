@@ -137,10 +137,10 @@ class CommitLog:
         filler = encode_blank(remaining)
         if mf.write_buffer is not None:  # a reused buffer may hold stale bytes: zero the tail
             filler += bytes(remaining - len(filler))
-            mf.append(filler)
-        else:
-            mf.append(filler)  # the sparse file's tail is already zeros
-            mf.wrote_position = mf.file_size
+        if not mf.append(filler):  # (a full disk): the segment stays as it was
+            raise _AppendRefused(AppendMessageStatus.UNKNOWN_ERROR,
+                                 mf.write_error or f"cannot write the BLANK filler of {mf.path}")
+        mf.wrote_position = mf.file_size  # the sparse file's tail is already zeros
 
     def append_messages(self, records: Sequence[PreparedRecord], topic: str, queue_id: int) -> AppendMessageResult:
         """Append records of one topic-queue contiguously in one segment (a batch never spans
@@ -208,7 +208,8 @@ class CommitLog:
         if not run.placed:
             return False
         if not run.mf.append(b"".join(run.parts)):
-            results[-run.placed:] = [AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR)] * run.placed
+            failed = AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR, error=run.mf.write_error)
+            results[-run.placed:] = [failed] * run.placed
             return False
         run.mf.store_timestamp = now
         self.topic_queue_table.update(run.queue_offsets)

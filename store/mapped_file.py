@@ -57,12 +57,13 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 
 
 def _zero_range(fd: int, offset: int, length: int) -> bool:
-    """Zero a range in the file system, keeping its blocks allocated (a later write into
-    the map cannot hit a full disk); else punch a hole. False when neither is supported."""
+    """Zero a range in the file system without writing a page: punch a hole (its blocks are
+    freed; appends reserve them again as they reach them), else zero it in place. False
+    when neither is supported."""
     fallocate = getattr(_libc, "fallocate", None)
     if fallocate is None:
         return False
-    for mode in (_FALLOC_FL_ZERO_RANGE | _FALLOC_FL_KEEP_SIZE, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE):
+    for mode in (_FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, _FALLOC_FL_ZERO_RANGE | _FALLOC_FL_KEEP_SIZE):
         if fallocate(fd, mode, ctypes.c_long(offset), ctypes.c_long(length)) == 0:
             return True
     return False
@@ -70,21 +71,44 @@ def _zero_range(fd: int, offset: int, length: int) -> bool:
 
 _NO_FALLOCATE = {errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS}
 
+RESERVE_STEP_MIN = 64 * 1024
+RESERVE_STEP_MAX = 1024 * 1024
 
-def grow_file(fd: int, path: str, file_size: int, preallocate: bool) -> None:
-    """Size a new segment file. With `preallocate` its blocks are reserved now
-    (posix_fallocate), so a full disk fails here with ENOSPC instead of killing the process
-    with SIGBUS when a write through the map first touches an unbacked page. Without it, or
-    where the file system cannot reserve blocks, the file is sparse (RocketMQ's setLength)."""
-    if preallocate:
-        try:
-            os.posix_fallocate(fd, 0, file_size)
-            return
-        except OSError as e:
-            if e.errno not in _NO_FALLOCATE:
-                raise OSError(e.errno, e.strerror, path) from None
-            log.warning("%s: the file system cannot preallocate (%s); the segment is sparse", path, e.strerror)
+
+def reserve_step(file_size: int) -> int:
+    """How far ahead of the write position a segment's blocks are reserved: 1/64 of the
+    segment, between 64 KiB and 1 MiB (1 MiB for a 1 GiB CommitLog segment, 92 KiB for a
+    6,000,000-byte ConsumeQueue file), in whole pages, never more than the segment."""
+    step = max(RESERVE_STEP_MIN, min(RESERVE_STEP_MAX, file_size // 64))
+    return min(file_size, -(-step // OS_PAGE_SIZE) * OS_PAGE_SIZE)
+
+
+def reserve_blocks(fd: int, offset: int, length: int) -> int:
+    """Allocate the file's blocks of [offset, offset + length) (posix_fallocate: unwritten
+    extents, nothing written, reads still give zeros); 0, or the errno it failed with."""
+    if length <= 0:
+        return 0
+    try:
+        os.posix_fallocate(fd, offset, length)
+    except OSError as e:
+        return e.errno or errno.EIO
+    return 0
+
+
+def grow_file(fd: int, path: str, file_size: int, preallocate: bool, reserve: int | None = None) -> None:
+    """Size a new file: sparse (ftruncate, RocketMQ's setLength), then with `preallocate`
+    its first `reserve` bytes (all of it when None) get their blocks now (posix_fallocate),
+    so a full disk fails here with ENOSPC instead of killing the process with SIGBUS when a
+    write through the map first touches an unbacked page. Where the file system cannot
+    reserve blocks, the file stays sparse."""
     os.ftruncate(fd, file_size)
+    if not preallocate:
+        return
+    err = reserve_blocks(fd, 0, file_size if reserve is None else min(reserve, file_size))
+    if err in _NO_FALLOCATE:
+        log.warning("%s: the file system cannot preallocate (%s); the file is sparse", path, os.strerror(err))
+    elif err:
+        raise OSError(err, os.strerror(err), path)
 
 
 CREATING_SUFFIX = ".creating"
@@ -93,11 +117,14 @@ CREATING_SUFFIX = ".creating"
 def _create(path: str, file_size: int, preallocate: bool) -> None:
     """Create a segment file of its full size atomically: sized under a temporary name, then
     renamed, so a crash (even SIGKILL) leaves a full-size segment or none, never a short one
-    that the next load would reject. A leftover temporary file is ignored by loading."""
+    that the next load would reject. A leftover temporary file is ignored by loading.
+
+    The file is sparse: a fresh 1 GiB segment costs the disk nothing but, with
+    `preallocate`, its first reserve step (see `MappedFile.append`)."""
     tmp = path + CREATING_SUFFIX
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        grow_file(fd, path, file_size, preallocate)
+        grow_file(fd, path, file_size, preallocate, reserve_step(file_size))
     except BaseException:
         os.close(fd)
         with contextlib.suppress(OSError):
@@ -144,7 +171,12 @@ class SelectResult:
 
 
 class MappedFile:
-    """A fixed-size file named by its start offset, mapped read/write."""
+    """A fixed-size file named by its start offset, mapped read/write.
+
+    The file is sparse; its blocks are reserved (posix_fallocate) a step ahead of the write
+    position as appends reach them, so a write through the map never lands on an unbacked
+    page (SIGBUS on a full disk): a full disk refuses the append instead (`write_error`
+    says why). `preallocate` reserves the first step when the file is created."""
 
     def __init__(
         self,
@@ -159,6 +191,7 @@ class MappedFile:
         self.file_name = os.path.basename(path)
         self.file_size = file_size
         self.file_from_offset = int(self.file_name)
+        self.reserve_step = reserve_step(file_size)
         exists = os.path.exists(path)
         if expect_existing and not exists:
             raise FileNotFoundError(path)
@@ -184,6 +217,9 @@ class MappedFile:
         self.committed_position = 0
         self.flushed_position = 0
         self.store_timestamp = 0  # store time of the last message appended
+        # blocks are allocated below this position (those of an existing file: not known)
+        self.reserved = self.reserve_step if preallocate and not exists else 0
+        self.write_error = ""  # why the last refused append failed ("" when none did)
         self._lock = threading.Lock()
         self._refs = 1
         self.available = True
@@ -215,13 +251,16 @@ class MappedFile:
         n = len(data)
         if pos + n > self.file_size:
             return False
+        if pos + n > self.reserved and not self._reserve(pos + n):
+            return False
         if self.write_buffer is not None:
             self.write_buffer[pos : pos + n] = data
         elif n >= PWRITE_MIN_BYTES:
             try:
                 _pwrite_all(self._fd, data, pos)
             except OSError as e:  # the bytes past wrote_position do not count: nothing is lost
-                log.error("cannot write %d bytes at position %d of %s: %s", n, pos, self.path, e)
+                self.write_error = f"cannot write {n} bytes at position {pos} of {self.path}: {e.strerror or e}"
+                log.error("%s", self.write_error)
                 return False
         else:
             self.mm[pos : pos + n] = data
@@ -230,23 +269,50 @@ class MappedFile:
             self.committed_position = self.wrote_position
         return True
 
+    def _reserve(self, end: int) -> bool:
+        """Reserve blocks up to `end` and on to the next reserve step boundary (only what
+        `end` needs when the disk has no more room). False when even that fails; a file
+        system that cannot reserve blocks is written sparse, as before (warned once)."""
+        start = max(self.reserved, self.wrote_position // OS_PAGE_SIZE * OS_PAGE_SIZE)
+        target = min(self.file_size, (end // self.reserve_step + 1) * self.reserve_step)
+        err = reserve_blocks(self._fd, start, target - start)
+        if err in (errno.ENOSPC, errno.EDQUOT) and target > end:
+            target = end
+            err = reserve_blocks(self._fd, start, target - start)
+        if err == 0:
+            self.reserved = target
+            return True
+        if err in _NO_FALLOCATE:
+            log.warning("%s: the file system cannot reserve blocks (%s); writing it sparse",
+                        self.path, os.strerror(err))
+            self.reserved = self.file_size
+            return True
+        self.write_error = (f"cannot reserve disk space for [{start}, {target}) of {self.path}: "
+                            f"{os.strerror(err)}")
+        log.error("%s", self.write_error)
+        return False
+
     def set_positions(self, position: int) -> None:
         """Recovery and truncation: wrote = committed = flushed = position."""
         self.wrote_position = self.committed_position = self.flushed_position = position
 
     def zero_tail(self, position: int) -> None:
-        """Zero [position, file_size) so truncated bytes cannot come back: a file-system zero
-        range where it can (no page written through the map), else write zeros."""
+        """Zero [position, file_size) so truncated bytes cannot come back: a hole punched in
+        the file where it can (no page written through the map, the tail's blocks freed),
+        else write zeros."""
         length = self.file_size - position
         if length <= 0:
             return
+        chunk = 1 << 20
         if not _zero_range(self._fd, position, length):
-            chunk = 1 << 20
             for start in range(position, self.file_size, chunk):
                 end = min(self.file_size, start + chunk)
                 self.mm[start:end] = bytes(end - start)
+        self.reserved = min(self.reserved, position)
         if self.write_buffer is not None:
-            self.write_buffer[position:] = bytes(length)
+            for start in range(position, self.file_size, chunk):
+                end = min(self.file_size, start + chunk)
+                self.write_buffer[start:end] = bytes(end - start)
 
     def get_read_position(self) -> int:
         """Readers see committed bytes only, so the write buffer's unsaved tail is invisible."""

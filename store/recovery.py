@@ -11,8 +11,15 @@ are validated is recovery's:
   than the checkpoint says is safe (recoverAbnormally, isMappedFileMatchedRecover), and
   everything from there is dispatched to the ConsumeQueues and index again.
 
+Validation stops at the end of the data (the first position that holds no record; a
+TOTALSIZE of 0 stops RocketMQ's recovery too) and never reads a segment's untouched tail:
+at most segment_walker.LOOK_AHEAD bytes past the end are looked at to tell damage from
+zeros, so recovering a 1 GiB segment holding 3 KB costs what 3 KB costs.
+
 `truncate(queue, offset)` is the cut itself, shared by recovery and by
-`MessageStore.truncate_to` (a rejoining old master dropping its divergent tail).
+`MessageStore.truncate_to` (a rejoining old master dropping its divergent tail): it punches
+a hole over the cut segment's tail (whatever lay there, read or not, is gone, and its
+blocks are freed) and deletes the later segments.
 
 Progress: a `RecoveryProgress` callback gets (validated_bytes, total_bytes) after each
 segment and every PROGRESS_STEP bytes inside one, and (total, total) at the end; total is

@@ -14,6 +14,14 @@ same rules); this module adds the rules between records:
 - anything else that is not a record is damage, named (torn, corrupt, garbage, not a
   CommitLog segment).
 
+The end of data is where records stop (a TOTALSIZE of 0 stops RocketMQ's recovery too); to
+tell the normal end from damage, the walker looks at most LOOK_AHEAD bytes past it (one
+maximum-size message: a zeroed or torn record, or garbage right after the data, shows up
+there) and never reads the rest of the segment, so the cost of finding the end follows the
+data, not the 1 GiB segment. A segment holds data when its first LOOK_AHEAD bytes do (a
+segment is written from its start). What lies further is not judged: recovery zeroes it
+when it cuts the log at the end.
+
 A record whose structure is intact but whose body CRC or PHYSICALOFFSET is wrong is still a
 `Record`; `Record.problems` names what is wrong and each caller applies its policy
 (recovery cuts at a bad CRC, verify and the pipeline report both and read on).
@@ -49,6 +57,10 @@ Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 _ZERO_CHUNK = 1 << 20
 _ZEROS = bytes(_ZERO_CHUNK)
+
+LOOK_AHEAD = 4 * 1024 * 1024
+"""Bytes past the end of data (and at a segment's start) checked for non-zero bytes: one
+message of RocketMQ's default maxMessageSize (4 MiB)."""
 
 
 @attrs.frozen
@@ -113,7 +125,8 @@ def step(
     `segment_start`.
 
     `last` says whether this is the last segment holding data (where zeros are the normal
-    end). `fd`, the segment file's descriptor, lets the zero check skip a sparse file's
+    end). At the end of data at most LOOK_AHEAD more bytes are read, to tell damage from
+    zeros. `fd`, the segment file's descriptor, lets that zero check skip a sparse file's
     holes instead of reading them. `check_crc` computes the body CRC (reading the body
     whatever `read_body` says).
     """
@@ -163,10 +176,11 @@ def walk(
 def _end_reason(buf: Buffer, pos: int, segment_start: int, error: str, last: bool,
                 fd: int | None) -> str | None:
     """Why the bytes at `pos`, which are no record, are damage; None when they are the
-    normal end of data. `error` is the decoder's complaint about them."""
+    normal end of data. `error` is the decoder's complaint about them. Reads at most
+    LOOK_AHEAD bytes from `pos`."""
     n = len(buf)
     left = n - pos
-    nonzero = first_nonzero(buf, pos, n, fd)
+    nonzero = first_nonzero(buf, pos, min(n, pos + LOOK_AHEAD), fd)
     if nonzero is None:
         if last:
             return None
@@ -232,13 +246,15 @@ def _seek_data_supported(fd: int) -> bool:
 
 
 def holds_data(buf: Buffer, fd: int | None = None) -> bool:
-    """Whether the segment has any non-zero byte (else it is pre-allocated, never written)."""
-    return first_nonzero(buf, 0, len(buf), fd) is not None
+    """Whether the segment holds data: a non-zero byte among its first LOOK_AHEAD bytes
+    (records are written from a segment's start; else it is pre-created, never written).
+    The rest of the segment is not read."""
+    return first_nonzero(buf, 0, min(len(buf), LOOK_AHEAD), fd) is not None
 
 
 def last_data_index(paths: Sequence[str]) -> int:
-    """Index of the last segment file holding any non-zero byte, -1 when none does (the
-    later ones are pre-allocated). A file that cannot be read counts as holding data, so
+    """Index of the last segment file holding data (`holds_data`), -1 when none does (the
+    later ones are pre-created). A file that cannot be read counts as holding data, so
     whoever reads it next reports why."""
     for i in range(len(paths) - 1, -1, -1):
         try:

@@ -197,8 +197,9 @@ def dump(
     """One dict per record, in log order: messages (see `message_to_dict`) and BLANK
     fillers as {"offset", "blank": size}.
 
-    Stops at the first invalid record: silently at the normal end of data (zeros up to the
-    end of the last segment holding data), otherwise after yielding {"offset", "error"}.
+    Stops at the first invalid record: silently at the normal end of data (zeros after
+    the last record of the last segment holding data), otherwise after yielding
+    {"offset", "error"}.
     A CRC mismatch does not stop the dump (the record has "crcOk": false). `from_offset`
     starts at that exact position, which must be a record start (else one error dict).
     `limit` caps the number of dicts; `progress` is called after each segment.
@@ -267,8 +268,9 @@ def verify(root: str | os.PathLike[str], progress: Progress | None = None) -> di
     damage [{"offset", "reason"}] sorted by offset, clean.
 
     A structural failure stops the walk of its segment; the next segment is walked from
-    position 0. All-zero segments after the last one holding data are pre-allocated ones,
-    not damage. `progress` is called after each segment. Raises StoreToolError only when
+    position 0. Segments after the last one holding data (segment_walker.holds_data: its
+    start) are pre-created ones, not damage. Each segment is read up to the end of its
+    data and at most segment_walker.LOOK_AHEAD bytes further, never to its end. `progress` is called after each segment. Raises StoreToolError only when
     `root` is not a readable store.
     """
     segments = iter_segments(root)
