@@ -6,12 +6,15 @@ config files in tmp_path. Waits are on conditions with deadlines (`wait_for`, te
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import trio
 
 from node.client import TidemqError, connect
 from tests.node.nodeproc import REPO, NodeProcess, Nodes, master_conf, slave_conf, write_conf
@@ -79,3 +82,19 @@ def cli(*args: str, stdin: bytes | None = None, timeout: float = 60.0) -> subpro
         [sys.executable, "-m", "tidemq", *args], cwd=REPO, input=stdin, capture_output=True,
         timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO)},
     )
+
+
+@contextlib.contextmanager
+def sync_group(directory: Path) -> Iterator[dict[str, str]]:
+    """A name server, a SYNC_MASTER broker-a and its slave (connected), as processes stopped
+    on exit: the addresses by "namesrv", "master" and "slave"."""
+    nodes = Nodes()
+    try:
+        ns = start_namesrv(nodes, directory)
+        mconf = broker_conf(directory, "m", "broker-a", ns.address, role="SYNC_MASTER")
+        master = nodes.start(mconf)
+        slave = nodes.start(slave_of(directory, mconf, "s", ns.address))
+        trio.run(wait_slave_connected, master.address)
+        yield {"namesrv": ns.address, "master": master.address, "slave": slave.address}
+    finally:
+        nodes.cleanup()

@@ -15,14 +15,10 @@ import trio
 
 from tests.cluster.helpers import (
     REPO,
-    broker_conf,
     call,
     cli,
-    slave_of,
-    start_namesrv,
-    wait_slave_connected,
+    sync_group,
 )
-from tests.node.nodeproc import Nodes
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow  # every test here starts `tidemq` processes
@@ -30,17 +26,8 @@ pytestmark = pytest.mark.slow  # every test here starts `tidemq` processes
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("admin")
-    nodes = Nodes()
-    try:
-        ns = start_namesrv(nodes, tmp)
-        mconf = broker_conf(tmp, "m", "broker-a", ns.address, role="SYNC_MASTER")
-        master = nodes.start(mconf)
-        slave = nodes.start(slave_of(tmp, mconf, "s", ns.address))
-        trio.run(wait_slave_connected, master.address)
-        yield {"namesrv": ns.address, "master": master.address, "slave": slave.address}
-    finally:
-        nodes.cleanup()
+    with sync_group(tmp_path_factory.mktemp("admin")) as addresses:
+        yield addresses
 
 
 def admin(*args: str) -> subprocess.CompletedProcess[bytes]:

@@ -19,30 +19,18 @@ import trio
 
 from tests.cluster.helpers import (
     REPO,
-    broker_conf,
     cli,
-    slave_of,
-    start_namesrv,
-    wait_slave_connected,
+    sync_group,
 )
-from tests.node.nodeproc import Nodes, free_port, write_conf
+from tests.node.nodeproc import free_port, write_conf
 
 pytestmark = pytest.mark.slow  # every test here starts `tidemq` processes
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("cli")
-    nodes = Nodes()
-    try:
-        ns = start_namesrv(nodes, tmp)
-        mconf = broker_conf(tmp, "m", "broker-a", ns.address, role="SYNC_MASTER")
-        master = nodes.start(mconf)
-        slave = nodes.start(slave_of(tmp, mconf, "s", ns.address))
-        trio.run(wait_slave_connected, master.address)
-        yield {"namesrv": ns.address, "master": master.address, "slave": slave.address}
-    finally:
-        nodes.cleanup()
+    with sync_group(tmp_path_factory.mktemp("cli")) as addresses:
+        yield addresses
 
 
 def lines(result) -> list[dict]:
