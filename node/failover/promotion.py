@@ -281,7 +281,8 @@ class Failover:
             "fenced": self.fenced,
             "stalls": self.fencing.stalls,
             "last_stall_s": self.fencing.last_stall_s,
-            "writes_held": self.fencing.held_reason(),
+            "writes_held": ("a candidate: no election has made this node master yet (controllerMode etcd)"
+                            if self.candidate else self.fencing.held_reason()),
             "slave_left": self.fencing.slave_left_at is not None,
             "role_file": self.role_state.to_json() if self.role_state else None,
             "last_truncation": self.last_truncation,
