@@ -40,7 +40,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
 
     from ..launch.layout import skipped_files
 
-    if not args.json and os.path.isdir(args.conf):
+    if not args.json and args.conf is not None and os.path.isdir(args.conf):
         for path, why in skipped_files(args.conf):
             print(f"skipped {path.name}: {why}", flush=True)
     results = launcher.up(args.conf, args.base_dir, timeout_s=args.timeout, on_result=show,
