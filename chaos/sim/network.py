@@ -75,7 +75,7 @@ class SimStream(trio.abc.HalfCloseableStream):
                 await net.changed()
             delay = net.delays.get(frozenset((self._host, self._peer_host)))
             if delay:
-                await trio.sleep(delay)
+                await trio.sleep(delay)  # virtual: the link's simulated delay, on the MockClock
             if self._closed or self._out.eof:
                 raise trio.ClosedResourceError("this end is closed")
             self._out.put(data)

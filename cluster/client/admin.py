@@ -156,15 +156,7 @@ class Admin(_Client):
         if cluster is not None:
             infos = self._of_cluster(infos, cluster)
         if brokers is not None:
-            picked: list[BrokerInfo] = []
-            for name in brokers:
-                found = [b for b in infos if name in (b.broker_name, b.address)]
-                if not found:
-                    known = ", ".join(sorted({b.broker_name for b in infos})) or "none"
-                    raise NotFound(Status.NOT_FOUND.value,
-                                   f"no broker {name!r} is registered (broker groups: {known})")
-                picked += [b for b in found if b not in picked]
-            infos = picked
+            infos = _picked(infos, brokers, "broker")
         if not infos:
             raise NotFound(Status.NOT_FOUND.value, "no broker is registered")
         return sorted(infos, key=lambda b: (b.cluster, b.broker_name, b.broker_id))
@@ -181,15 +173,7 @@ class Admin(_Client):
                 raise NotFound(Status.NOT_FOUND.value,
                                f"no master of cluster {cluster!r} is registered (clusters: {', '.join(known) or 'none'})")
         if brokers is not None:
-            picked = []
-            for name in brokers:
-                found = [b for b in masters if name in (b.broker_name, b.address)]
-                if not found:
-                    known_names = ", ".join(sorted({b.broker_name for b in masters})) or "none"
-                    raise NotFound(Status.NOT_FOUND.value,
-                                   f"no master {name!r} is registered (broker groups: {known_names})")
-                picked += [b for b in found if b not in picked]
-            masters = picked
+            masters = _picked(masters, brokers, "master")
         if not masters:
             raise NotFound(Status.NOT_FOUND.value, "no master is registered")
         return sorted(masters, key=lambda b: b.broker_name)
@@ -520,3 +504,16 @@ class Admin(_Client):
                 raise NotFound(Status.NOT_FOUND.value, f"no master of {broker!r} is known")
             address = master.address
         return int((await self.pool.call(address, DeleteExpiredFiles())).deleted_files)
+
+
+def _picked(infos: list[BrokerInfo], names: Iterable[str], what: str) -> list[BrokerInfo]:
+    """The registrations each of `names` (a broker name or address) matches, once each, in
+    the order named; NotFound names the broker groups known when one matches none."""
+    picked: list[BrokerInfo] = []
+    for name in names:
+        found = [b for b in infos if name in (b.broker_name, b.address)]
+        if not found:
+            known = ", ".join(sorted({b.broker_name for b in infos})) or "none"
+            raise NotFound(Status.NOT_FOUND.value, f"no {what} {name!r} is registered (broker groups: {known})")
+        picked += [b for b in found if b not in picked]
+    return picked
