@@ -1,5 +1,5 @@
 """Builds the optional compiled accelerators store._accel (store/_accel.pyx) and
-node._send_codec (node/_send_codec.pyx); everything else is in pyproject.toml. A build that cannot compile it (no C compiler, no Python headers)
+wire._send_codec (wire/_send_codec.pyx); everything else is in pyproject.toml. A build that cannot compile it (no C compiler, no Python headers)
 warns and still installs: store.accel then finds no store._accel and the pure-Python
 codec runs."""
 
@@ -31,7 +31,7 @@ def extensions() -> list[Extension]:
     try:
         return cythonize(
             [Extension("store._accel", ["store/_accel.pyx"], extra_compile_args=["-O2"]),
-             Extension("node._send_codec", ["node/_send_codec.pyx"], extra_compile_args=["-O2"])],
+             Extension("wire._send_codec", ["wire/_send_codec.pyx"], extra_compile_args=["-O2"])],
             compiler_directives={"language_level": "3"},
             quiet=True,
         )

@@ -21,9 +21,9 @@ import trio
 
 from cluster.launch import launcher
 from cluster.launch.secrets import NAMESRV_KEYS, NODE_KEYS, forget_layout_secrets, make_dev_secrets
-from node.client import connect
-from node.protocol import GetStatus, StatusReply
 from store.address import split_host_port
+from wire.client import connect
+from wire.protocol import GetStatus, StatusReply
 
 from .lean import NatsCodec, RespCodec
 from .procs import Processes, Started, free_port, wait_port

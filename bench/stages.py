@@ -31,8 +31,8 @@ WORKERS = "worker threads (the async flush's fdatasync, ...)"
 _IDLE = ("EpollIOManager._epoll_wait", "EpollIOManager.get_events", "Condition.wait", "WorkerThread._work")
 _FILE = re.compile(r"\(([^:()]+):\d+\)$")
 _BY_MODULE = (  # (path prefixes, stage): first match wins
-    (("node/framing",), "frames (CBOR decode / encode)"),
-    (("node/protocol",), "request parsing and replies"),
+    (("wire/framing",), "frames (CBOR decode / encode)"),
+    (("wire/protocol",), "request parsing and replies"),
     (("node/server",), "server (read loop, turns, answers)"),
     (("node/ops", "node/handlers", "node/failover", "node/topics", "store/schedule"),
      "send handling (checks, message, failover)"),
@@ -57,7 +57,7 @@ def stage_of(stack: str) -> str | None:
     for prefixes, stage in _BY_MODULE:
         if path.startswith(prefixes):
             return stage
-    if "node.protocol" in leaf:  # attrs-generated methods of the request and reply classes
+    if "wire.protocol" in leaf:  # attrs-generated methods of the request and reply classes
         return "request parsing and replies"
     if "node.ops" in leaf or "store.message" in leaf:
         return "send handling (checks, message, failover)"

@@ -26,7 +26,7 @@ from toxiproxy import Toxiproxy
 
 from cluster.launch.launcher import LauncherError
 from cluster.launch.secrets import forget_layout_secrets
-from node.client import TidemqError
+from wire.client import TidemqError
 
 from .checker import CheckReport, check
 from .expectations import Expectation, expectation, violations

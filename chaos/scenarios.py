@@ -20,9 +20,9 @@ import trio
 
 from cluster.client.admin import Admin
 from cluster.launch.launcher import LauncherError
-from node.client import ConnectionLost, RequestTimeout, TidemqError, connect
-from node.protocol import Send, StatusReply
 from store.message import decode_msg_id
+from wire.client import ConnectionLost, RequestTimeout, TidemqError, connect
+from wire.protocol import Send, StatusReply
 
 from . import disk
 from .history import OK

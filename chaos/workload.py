@@ -22,8 +22,8 @@ import attrs
 import trio
 
 from cluster.client.consumer import PullConsumer
-from node.client import ConnectionLost, Indeterminate, OutcomeUnknown, TidemqError, connect
-from node.protocol import GetStatus, Send, SendReply, StatusReply, TopicCreate
+from wire.client import ConnectionLost, Indeterminate, OutcomeUnknown, TidemqError, connect
+from wire.protocol import GetStatus, Send, SendReply, StatusReply, TopicCreate
 
 from .history import FAIL, INFO, OK, History, Op
 

@@ -103,7 +103,7 @@ class HAService:
         self.store = store
         self.net = net  # where connections come from (ha/net.py): TCP, or a simulated network
         self.secure_accept = secure_accept
-        """The node's TLS check of a new slave connection (mutual TLS, node/security/tls.py):
+        """The node's TLS check of a new slave connection (mutual TLS, wire/tls.py):
         the stream to serve, or None to drop it before a byte of the CommitLog is sent."""
         self.log = store.replica_log
         self.config = store.config

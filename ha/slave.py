@@ -108,7 +108,7 @@ class HAClient:
         self.store = store
         self.net = net  # where connections come from (ha/net.py): TCP, or a simulated network
         self.secure_connect = secure_connect
-        """The node's TLS around a new connection to `host` (mutual TLS, node/security/tls.py);
+        """The node's TLS around a new connection to `host` (mutual TLS, wire/tls.py);
         it raises when the handshake fails, and the client tries again later."""
         self.log = store.replica_log
         self.admit = admit

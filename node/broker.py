@@ -27,6 +27,8 @@ from ha.net import TCP, Network
 from ha.slave import HAClient
 from store import runtime
 from store.message_store import MessageStore, open_store
+from wire.protocol.namesrv import RegisterReply
+from wire.tls import accept_replica, wrap_client
 
 from .config import BrokerConfig
 from .failover.controller import EtcdController
@@ -36,11 +38,9 @@ from .handlers import BATCHED_OPS, append_requests, finish_requests, handle_now,
 from .logs import name_role
 from .offsets import ConsumerOffsetManager
 from .ops import NodeServices
-from .protocol.namesrv import RegisterReply
 from .registration import NameServerRegistration
 from .schedule import ScheduleMessageService
 from .security.guard import Guard
-from .security.tls import accept_replica, wrap_client
 from .server import ClientServer
 from .slave_sync import SlaveSync
 from .subscription_groups import SubscriptionGroupManager

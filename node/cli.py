@@ -59,8 +59,8 @@ def _cmd_node_start(args: argparse.Namespace) -> int:
     from node.jsonfile import ConfigFileError
     from node.logs import setup_logging
     from node.security.acl import AclError
-    from node.security.tls import TlsError
     from store.message_store import StoreLockedError
+    from wire.tls import TlsError
 
     try:
         cfg = load_config(args.config, base_dir=args.base_dir)

@@ -45,9 +45,8 @@ from store.config import (
     snake_name,
     validate_host_port,
 )
-
-from .security.credentials import Credentials, CredentialsError
-from .security.tls import TlsError, TlsSettings
+from wire.credentials import Credentials, CredentialsError
+from wire.tls import TlsError, TlsSettings
 
 MiB = 1024 * 1024
 
@@ -139,7 +138,7 @@ class BrokerConfig:
     channel_expired_timeout: int = attrs.field(default=120_000, validator=_channel_expired)
     auto_create_topic_enable: bool = True
     default_topic_queue_nums: int = attrs.field(default=4, validator=_positive)
-    # Largest client-protocol frame accepted or sent (node/protocol.py).
+    # Largest client-protocol frame accepted or sent (wire/protocol.py).
     max_frame_size: int = attrs.field(default=8 * MiB, validator=_positive)
     # A slave's view of its master's client address (listenPort, not the HA port): the slave
     # copies topics and consumer offsets from there every 10 s. Unused on a master.
@@ -168,7 +167,7 @@ class BrokerConfig:
     acl_file: str = attrs.field(default="acl.toml", validator=_non_empty)
     access_key: str | None = attrs.field(default=None)
     secret_key_file: str | None = attrs.field(default=None)
-    # TLS on the client and HA ports (node/security/tls.py): disabled | permissive | enforcing;
+    # TLS on the client and HA ports (wire/tls.py): disabled | permissive | enforcing;
     # the files are relative to this config file's directory; tlsCaFile checks the other
     # processes' certificates (this node's own connections, and slaves on the HA port)
     tls_mode: str = attrs.field(default="disabled")

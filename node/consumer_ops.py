@@ -20,9 +20,7 @@ import trio
 from store.message import PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_WAIT, Message
 from store.properties import PROPERTY_REAL_TOPIC, PROPERTY_RETRY_TOPIC
 from store.schedule import SCHEDULE_TOPIC
-
-from .ops import NodeServices, OpError, _put_response, _refuse_on_slave
-from .protocol import (
+from wire.protocol import (
     ConsumerListReply,
     ConsumerUnregisterReply,
     EmptyReply,
@@ -32,6 +30,8 @@ from .protocol import (
     SendBackReply,
     Status,
 )
+
+from .ops import NodeServices, OpError, _put_response, _refuse_on_slave
 from .topics import DEFAULT_PERM
 
 __all__ = ["CONSUMER_HANDLERS", "DLQ_PREFIX", "RETRY_PREFIX", "dlq_topic", "retry_topic"]

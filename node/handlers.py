@@ -8,7 +8,7 @@ Sends answer in steps: `handle_now` checks and encodes one into a PendingPut,
 `append_requests` appends a batch of them as one CommitLog group, and `finish_requests`
 answers a group after one wait for its flush / slave (node/server.py groups what a
 connection has ready); `handle_request` does all three for one request. `handle_plain_sends`
-is `handle_now` for the plain sends the compiled codec decoded (node/send_codec.py).
+is `handle_now` for the plain sends the compiled codec decoded (wire/send_codec.py).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from typing import Any
 
 from store.message_store import StoreUnavailableError
 from store.status import PutMessageResult, PutMessageStatus
+from wire.protocol import Request, Status, error_response
+from wire.send_codec import PlainBatch, PlainSend, request_of
 
 from .consumer_ops import CONSUMER_HANDLERS
 from .ops import (
@@ -30,8 +32,6 @@ from .ops import (
     finish_sends,
     prepare_plain_sends,
 )
-from .protocol import Request, Status, error_response
-from .send_codec import PlainBatch, PlainSend, request_of
 
 __all__ = ["BATCHED_OPS", "HANDLERS", "append_requests", "finish_requests", "handle_now", "handle_plain_sends",
            "handle_request"]
@@ -64,7 +64,7 @@ async def handle_now(services: NodeServices, request: Request, peer: str | None)
 async def handle_plain_sends(services: NodeServices, sends: list[PlainSend | PlainBatch], peer: str | None,
                              ) -> list[dict[str, Any] | PendingPut]:
     """`handle_now` for a run of plain sends and batches the compiled codec decoded
-    (node/send_codec.py): the compiled path's PendingPuts, and for each one off that path
+    (wire/send_codec.py): the compiled path's PendingPuts, and for each one off that path
     the reference's answer (its request is what `parse_with` makes of the same frame)."""
     out: list[dict[str, Any] | PendingPut] = []
     for p, pending in zip(sends, await prepare_plain_sends(services, sends, peer), strict=True):

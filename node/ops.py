@@ -24,14 +24,7 @@ from store.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_WAIT, Message, 
 from store.message_store import GetMessageResult, MessageStore, StoreUnavailableError
 from store.puts import Appended, Prepared
 from store.status import GetMessageStatus, PutMessageResult, PutMessageStatus
-
-from .config import BrokerConfig, ConfigError
-from .consumers import ConsumerManager
-from .jsonfile import ConfigFileError, read_json, write_json_atomic
-from .live_config import LIVE_KEYS, apply_live_value, config_view
-from .offsets import ConsumerOffsetManager
-from .producers import ProducerManager
-from .protocol import (
+from wire.protocol import (
     BatchMessage,
     BrokerConfigReply,
     BrokerConfigUpdateReply,
@@ -63,8 +56,15 @@ from .protocol import (
     WritePermReply,
     error_response,
 )
+from wire.send_codec import PlainBatch, PlainSend, send_batch_reply_frame, send_reply_frame
+
+from .config import BrokerConfig, ConfigError
+from .consumers import ConsumerManager
+from .jsonfile import ConfigFileError, read_json, write_json_atomic
+from .live_config import LIVE_KEYS, apply_live_value, config_view
+from .offsets import ConsumerOffsetManager
+from .producers import ProducerManager
 from .schedule import ScheduleMessageService
-from .send_codec import PlainBatch, PlainSend, send_batch_reply_frame, send_reply_frame
 from .stats import BrokerStats
 from .subscription_groups import SubscriptionGroupManager
 from .topics import TopicConfigManager
@@ -347,7 +347,7 @@ async def _send_batch(s: NodeServices, r: Request, peer: str | None) -> PendingP
 async def prepare_plain_sends(s: NodeServices, sends: list[PlainSend | PlainBatch], peer: str | None,
                               ) -> list[PendingPut | None]:
     """The compiled send path's step for a receive's run of plain sends and batches
-    (node/send_codec.py): one write check for the run, each record built without its
+    (wire/send_codec.py): one write check for the run, each record built without its
     Message, each answer to be encoded without a map. None for a send off that path (the
     write check or the store refuses, a topic to auto-create or not writeable, a queue out
     of range, a record the encoder refuses): the caller runs the reference path for it,

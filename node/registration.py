@@ -23,11 +23,11 @@ import trio
 from ha.net import TCP, Network
 from store import runtime
 from store.message_store import MessageStore
+from wire.client import Connection, TidemqError, connect
+from wire.protocol.namesrv import RegisterBroker, RegisterReply, UnregisterBroker
 
 from .changes import Changes
-from .client import Connection, TidemqError, connect
 from .config import BrokerConfig
-from .protocol.namesrv import RegisterBroker, RegisterReply, UnregisterBroker
 from .topics import TopicConfigManager
 
 log = logging.getLogger("tidemq.node")

@@ -35,9 +35,8 @@ import cbor2
 import trio
 
 from ha.net import TCP, Network, no_delay, peer_address, write_now
-
-from .framing import FrameDecoder, FrameError, encode_frame
-from .protocol import (
+from wire.framing import FrameDecoder, FrameError, encode_frame
+from wire.protocol import (
     CHECKED_TOPICS,
     NODE_REQUESTS,
     InvalidRequest,
@@ -47,10 +46,11 @@ from .protocol import (
     error_response,
     parse_with,
 )
-from .protocol.auth import AUTH_OPS, AuthReply
+from wire.protocol.auth import AUTH_OPS, AuthReply
+from wire.send_codec import PlainBatch, PlainSend, request_of
+from wire.tls import accept_tls
+
 from .security.guard import Guard, Session, peer_host
-from .security.tls import accept_tls
-from .send_codec import PlainBatch, PlainSend, request_of
 
 log = logging.getLogger("tidemq.node")
 
@@ -75,7 +75,7 @@ GroupFinisher = Callable[[list[Any]], Awaitable[list[dict[str, Any] | bytes]]]
 (one wait for the group)."""
 PlainSendHandler = Callable[[list[PlainSend | PlainBatch], "str | None"], Awaitable[list[Any]]]
 """Answers a run of plain sends and batches the compiled codec decoded
-(node/send_codec.py), as `handler` would their requests: a response map or a deferred
+(wire/send_codec.py), as `handler` would their requests: a response map or a deferred
 result each."""
 _Placed = tuple["_Connection", Any]  # a deferred result and the connection it answers
 DisconnectHandler = Callable[["str | None"], None]
@@ -148,7 +148,7 @@ class ClientServer:
     with deferred results, which `commit` takes once per turn (every connection's) and
     `finish` answers a group at a time (node/handlers.py's BATCHED_OPS, append_requests and
     finish_requests). With `plain_sends`, the compiled codec decodes plain sends and
-    batches without a map and they are answered by it (node/send_codec.py,
+    batches without a map and they are answered by it (wire/send_codec.py,
     handlers.handle_plain_sends); with a guard, each is screened first
     (`Guard.may_send`).
     """
@@ -185,7 +185,7 @@ class ClientServer:
         self.requests = requests
         self.on_disconnect = on_disconnect
         self.guard = guard
-        self.tls = tls  # (server context, tlsMode), node/security/tls.py
+        self.tls = tls  # (server context, tlsMode), wire/tls.py
         self.net = net  # where connections come from (ha/net.py): TCP, or a simulated network
         self._connections: set[_Connection] = set()
         self._accept_scope: trio.CancelScope | None = None

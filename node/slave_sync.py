@@ -19,12 +19,12 @@ import trio
 
 from ha.net import TCP, Network
 from store import runtime
+from wire.client import BadRequest, Connection, TidemqError, connect
+from wire.credentials import Credentials
+from wire.protocol import GetStatus, OffsetList, SubGroupList, TopicList
 
-from .client import BadRequest, Connection, TidemqError, connect
 from .jsonfile import ConfigFileError, write_json_atomic
 from .offsets import ConsumerOffsetManager, OffsetEntry
-from .protocol import GetStatus, OffsetList, SubGroupList, TopicList
-from .security.credentials import Credentials
 from .subscription_groups import SubscriptionGroupConfig, SubscriptionGroupManager
 from .topics import TopicConfig, TopicConfigManager
 

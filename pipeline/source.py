@@ -53,7 +53,7 @@ def _expected_errors() -> tuple[type[BaseException], ...]:
     """Errors whose message says all there is (file, offset, what is wrong; a bad option;
     the node's refusal; a failed write): a traceback adds nothing for the user."""
     errors: list[type[BaseException]] = [store_scan.StoreReadError, StoreToolError, ValueError]
-    if (client := sys.modules.get("node.client")) is not None:
+    if (client := sys.modules.get("wire.client")) is not None:
         errors.append(client.TidemqError)
     if (writer := sys.modules.get("pipeline.sink")) is not None:
         errors.append(writer.WriteFailed)

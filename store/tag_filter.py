@@ -3,7 +3,7 @@
 unit's tags hash code first, then the message's real tag (hash codes collide).
 
 The one parser of tag expressions: the store's pulls and the client protocol's request
-check (node/protocol.py) both use it.
+check (wire/protocol.py) both use it.
 """
 
 from __future__ import annotations

@@ -129,8 +129,8 @@ def _add_login_options(parser: argparse.ArgumentParser) -> None:
 def _apply_login(args: argparse.Namespace) -> None:
     """Make `--user`/`--secret-file` the process's login and `--tls-ca` its TLS, and its
     children's (the env)."""
-    from node.security.credentials import Credentials, CredentialsError, set_default_credentials
-    from node.security.tls import TlsError, TlsSettings, set_default_client_tls
+    from wire.credentials import Credentials, CredentialsError, set_default_credentials
+    from wire.tls import TlsError, TlsSettings, set_default_client_tls
 
     tls_ca = getattr(args, "tls_ca", None)
     if tls_ca:

@@ -35,10 +35,10 @@ import trio.testing
 from cluster.client.admin import Admin
 from cluster.client.consumer import PullConsumer
 from cluster.client.producer import Producer
-from node.client import OutcomeUnknown, TidemqError, connect
 from node.failover.promotion import ASK_TIMEOUT_S
-from node.protocol import Send, TopicCreate
 from store import runtime
+from wire.client import OutcomeUnknown, TidemqError, connect
+from wire.protocol import Send, TopicCreate
 
 from ..checker import check
 from ..history import FAIL, INFO, OK, History, Op

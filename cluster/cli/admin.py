@@ -146,7 +146,7 @@ async def _progress_of(admin: Any, group: str, topic: str) -> list[dict[str, Any
 async def _progress(args: argparse.Namespace, admin: Any) -> int:
     """Of `-t TOPIC`, or of every topic the group has committed offsets for or subscribes
     (mqadmin consumerProgress -g G)."""
-    from node.client import NotFound
+    from wire.client import NotFound
 
     if args.topic is not None:
         rows = await _progress_of(admin, args.group, args.topic)

@@ -21,9 +21,9 @@ from typing import Any
 
 import trio
 
-from node.client import NoPermission, NotFound, OutcomeUnknown, TidemqError
 from store.cli import EXIT_OK, EXIT_PROBLEM, UsageError, error, print_json
 from store.message import PROPERTY_DELAY, decode_msg_id
+from wire.client import NoPermission, NotFound, OutcomeUnknown, TidemqError
 
 from .common import add_source, handled, run_async, source, until_signal
 from .tables import BrokerRow, broker_table, failover_lines
@@ -61,7 +61,7 @@ def _cmd_namesrv_start(args: argparse.Namespace) -> int:
 
     from node.config import ConfigError
     from node.security.acl import AclError
-    from node.security.tls import TlsError
+    from wire.tls import TlsError
 
     from ..namesrv import NameServer, NamesrvConfig, load_namesrv_config
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import trio
 
-from node.protocol import StatusReply
-from node.protocol.namesrv import NamesrvStatusReply
 from store.cli import EXIT_OK, EXIT_PROBLEM, handled, print_json
+from wire.protocol import StatusReply
+from wire.protocol.namesrv import NamesrvStatusReply
 
 from ..launch import launcher
 from ..launch.health import NodeStatus, cluster_status, served

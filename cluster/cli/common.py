@@ -12,8 +12,8 @@ from typing import Any
 
 import trio
 
-from node.client import TidemqError
 from store.cli import EXIT_PROBLEM, UsageError, error, handled, sole_cause, until_signal
+from wire.client import TidemqError
 
 __all__ = ["NAMESRV_ENV", "add_source", "handled", "run_async", "source", "until_signal"]
 

@@ -26,7 +26,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from node.protocol import StatusReply
+from wire.protocol import StatusReply
 
 __all__ = ["BrokerRow", "broker_table", "cell", "rows_table", "size", "timestamp"]
 

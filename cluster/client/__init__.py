@@ -11,7 +11,7 @@ a fixed list of broker addresses (`brokers=[...]`, no name server needed):
         async for msg in consumer.messages(idle_timeout_ms=2000):
             ...
 
-Failures raise the typed errors of `node.client` (re-exported here): `TidemqError(status,
+Failures raise the typed errors of `wire.client` (re-exported here): `TidemqError(status,
 message)` and its subclasses `BadRequest`, `NotFound`, `ServiceUnavailable`, `PutFailed`,
 `InternalError`, `ConnectionLost`, and `OutcomeUnknown` for a request the node may have
 acted on: `RequestTimeout`, `ConnectionLostInFlight` (also a ConnectionLost) and
@@ -30,7 +30,7 @@ flush, slave copy) was not confirmed in time. Retrying such a send would duplica
 
 from __future__ import annotations
 
-from node.client import (
+from wire.client import (
     AuthenticationFailed,
     BadRequest,
     Connection,
@@ -47,9 +47,9 @@ from node.client import (
     TidemqError,
     connect,
 )
-from node.protocol import Status
-from node.security.credentials import Credentials, CredentialsError, set_default_credentials
-from node.security.tls import TlsError, TlsSettings, set_default_client_tls
+from wire.credentials import Credentials, CredentialsError, set_default_credentials
+from wire.protocol import Status
+from wire.tls import TlsError, TlsSettings, set_default_client_tls
 
 from .admin import Admin
 from .base import BrokerStatus, OutgoingMessage, PullResult, ReceivedMessage, SendResult, TopicInfo

@@ -11,13 +11,15 @@ import attrs
 import trio
 
 from ha.net import TCP, Network
-from node.client import (
+from store.message import decode_msg_id
+from wire.client import (
     BadRequest,
     NotFound,
     ServiceUnavailable,
     TidemqError,
 )
-from node.protocol import (
+from wire.credentials import Credentials
+from wire.protocol import (
     INT64_MAX,
     BrokerConfigReply,
     BrokerConfigUpdateReply,
@@ -59,9 +61,7 @@ from node.protocol import (
     WireRequest,
     WritePermReply,
 )
-from node.protocol.namesrv import AddWritePerm, WipeWritePerm
-from node.security.credentials import Credentials
-from store.message import decode_msg_id
+from wire.protocol.namesrv import AddWritePerm, WipeWritePerm
 
 from .base import (
     BrokerStatus,

@@ -14,15 +14,15 @@ import attrs
 import trio
 
 from ha.net import TCP, Network
-from node.client import (
+from wire.client import (
     ConnectionLost,
     ConnectionPool,
     ServiceUnavailable,
     TidemqError,
     exit_nursery,
 )
-from node.protocol import BatchMessage, Status, StatusReply, WireRequest
-from node.security.credentials import Credentials
+from wire.credentials import Credentials
+from wire.protocol import BatchMessage, Status, StatusReply, WireRequest
 
 from .routing import (
     UNREACHABLE,

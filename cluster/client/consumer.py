@@ -13,14 +13,14 @@ import attrs
 import trio
 
 from ha.net import TCP, Network
-from node.client import (
+from wire.client import (
     ConnectionLost,
     NotFound,
     ServiceUnavailable,
     TidemqError,
 )
-from node.protocol import CommitOffset, FetchOffset, MaxOffset, MinOffset, Pull, Status, WireRequest
-from node.security.credentials import Credentials
+from wire.credentials import Credentials
+from wire.protocol import CommitOffset, FetchOffset, MaxOffset, MinOffset, Pull, Status, WireRequest
 
 from .base import (
     ROUTE_TTL_S,

@@ -15,7 +15,7 @@ import attrs
 import trio
 
 from ha.net import TCP, Network
-from node.client import (
+from wire.client import (
     BadRequest,
     ConnectionLost,
     NotFound,
@@ -25,8 +25,8 @@ from node.client import (
     TidemqError,
     read_reply,
 )
-from node.protocol import BatchMessage, Send, SendBatch, SendBatchReply, SendReply, Status
-from node.security.credentials import Credentials
+from wire.credentials import Credentials
+from wire.protocol import BatchMessage, Send, SendBatch, SendBatchReply, SendReply, Status
 
 from .base import (
     FAULT_BACKOFF_S,

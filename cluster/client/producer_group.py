@@ -15,8 +15,8 @@ from typing import Any
 
 import trio
 
-from node.client import TidemqError, exit_nursery
-from node.protocol import ProducerHeartbeat, ProducerUnregister
+from wire.client import TidemqError, exit_nursery
+from wire.protocol import ProducerHeartbeat, ProducerUnregister
 
 from .rebalance import new_client_id
 

@@ -35,10 +35,10 @@ from typing import Any, Literal
 import attrs
 import trio
 
-from node.client import NoPermission, ServiceUnavailable, TidemqError, exit_nursery
-from node.protocol import ConsumerSendBack, SendBackReply
-from node.security.credentials import Credentials
 from store.properties import PROPERTY_RETRY_TOPIC
+from wire.client import NoPermission, ServiceUnavailable, TidemqError, exit_nursery
+from wire.credentials import Credentials
+from wire.protocol import ConsumerSendBack, SendBackReply
 
 from .base import ROUTE_TTL_S, ReceivedMessage
 from .consumer import PullConsumer

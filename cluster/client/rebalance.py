@@ -32,8 +32,8 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
-from node.client import BadRequest, ConnectionLost, ServiceUnavailable, TidemqError
-from node.protocol import (
+from wire.client import BadRequest, ConnectionLost, ServiceUnavailable, TidemqError
+from wire.protocol import (
     ConsumerHeartbeat,
     ConsumerLock,
     ConsumerUnlock,

@@ -16,16 +16,16 @@ from typing import Any
 import attrs
 import trio
 
-from node.client import (
+from store.address import AddressError, parse_address_list
+from wire.client import (
     ConnectionLost,
     ConnectionPool,
     NotFound,
     RequestTimeout,
     TidemqError,
 )
-from node.protocol import GetStatus, StatusReply, TopicList, TopicListReply, WireRequest
-from node.protocol.namesrv import ClusterInfo, ClusterInfoReply, GetRoute, RouteReply
-from store.address import AddressError, parse_address_list
+from wire.protocol import GetStatus, StatusReply, TopicList, TopicListReply, WireRequest
+from wire.protocol.namesrv import ClusterInfo, ClusterInfoReply, GetRoute, RouteReply
 
 log = logging.getLogger("tidemq.client")
 

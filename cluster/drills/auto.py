@@ -22,8 +22,8 @@ import random
 
 import trio
 
-from node.client import TidemqError, connect
-from node.protocol import Send, StatusReply
+from wire.client import TidemqError, connect
+from wire.protocol import Send, StatusReply
 
 from ..launch import launcher_etcd
 from .framework import REPO, TOPIC, DrillRun, drill

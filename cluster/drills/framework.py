@@ -33,7 +33,7 @@ from typing import Any
 import attrs
 import trio
 
-from node.client import OutcomeUnknown, TidemqError
+from wire.client import OutcomeUnknown, TidemqError
 
 from ..client.admin import Admin
 from ..client.base import STORED, ReceivedMessage

@@ -19,8 +19,8 @@ from typing import Any
 
 import trio
 
-from node.client import TidemqError, connect
-from node.protocol import GetStatus, Send, StatusReply
+from wire.client import TidemqError, connect
+from wire.protocol import GetStatus, Send, StatusReply
 
 from ..client.admin import Admin
 from .framework import TOPIC, DrillRun, drill

@@ -15,9 +15,9 @@ from typing import Any
 import attrs
 import trio
 
-from node.client import TidemqError, connect, read_reply
-from node.protocol import GetStatus, StatusReply
-from node.protocol.namesrv import NamesrvStatus, NamesrvStatusReply
+from wire.client import TidemqError, connect, read_reply
+from wire.protocol import GetStatus, StatusReply
+from wire.protocol.namesrv import NamesrvStatus, NamesrvStatusReply
 
 from . import processes
 from .secrets import use_layout_secrets

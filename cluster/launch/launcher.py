@@ -24,7 +24,7 @@ import attrs
 import psutil
 import trio
 
-from node.protocol import StatusReply
+from wire.protocol import StatusReply
 
 from . import launcher_etcd, processes, proxies
 from .health import query_status

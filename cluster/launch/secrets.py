@@ -24,9 +24,9 @@ from pathlib import Path
 import attrs
 
 from node.config import ConfigError, load_config
-from node.security.credentials import Credentials, CredentialsError, set_default_credentials
 from node.security.files import new_secret, put_account, write_dev_certs
-from node.security.tls import TlsSettings, set_default_client_tls
+from wire.credentials import Credentials, CredentialsError, set_default_credentials
+from wire.tls import TlsSettings, set_default_client_tls
 
 from .layout import node_files
 

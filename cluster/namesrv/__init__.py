@@ -1,6 +1,6 @@
 """The name server: brokers register and heartbeat, clients ask where a topic lives.
 
-config.py reads its file (its requests are node/protocol/namesrv.py's), route_table.py what it knows (no I/O),
+config.py reads its file (its requests are wire/protocol/namesrv.py's), route_table.py what it knows (no I/O),
 server.py the process (`tidemq namesrv start`)."""
 
 from .config import DEFAULT_PORT, NamesrvConfig, load_namesrv_config, namesrv_config_from_mapping

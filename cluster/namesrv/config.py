@@ -11,7 +11,7 @@ from typing import Any
 import attrs
 
 from node.config import ConfigError, parse_properties
-from node.security.tls import TlsSettings
+from wire.tls import TlsSettings
 
 MiB = 1024 * 1024
 DEFAULT_PORT = 9876

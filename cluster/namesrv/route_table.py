@@ -7,8 +7,8 @@ from typing import Any
 
 import attrs
 
-from node.protocol.namesrv import RegisterBroker
 from store import runtime
+from wire.protocol.namesrv import RegisterBroker
 
 from ..client.routing import PERM_WRITE, BrokerInfo, groups_serving
 

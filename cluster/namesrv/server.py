@@ -9,8 +9,8 @@ and it is marked `alive: false` at once when the connection it registered over c
 BrokerHousekeepingService does on a channel close, so clients stop routing to it before
 it expires.
 
-The name server speaks the client protocol's framing and envelope (node/protocol.py) with
-its own op table, `NAMESRV_REQUESTS` (node/protocol/namesrv.py); docs/protocol.md ("Name server") is the reference.
+The name server speaks the client protocol's framing and envelope (wire/protocol.py) with
+its own op table, `NAMESRV_REQUESTS` (wire/protocol/namesrv.py); docs/protocol.md ("Name server") is the reference.
 """
 
 from __future__ import annotations
@@ -24,13 +24,17 @@ from typing import Any
 import trio
 
 from ha.net import TCP, Network
-from node.protocol import (
+from node.security.guard import Guard
+from node.server import ClientServer
+from store import runtime
+from store.address import format_host_port
+from wire.protocol import (
     Request,
     Status,
     WritePermReply,
     error_response,
 )
-from node.protocol.namesrv import (
+from wire.protocol.namesrv import (
     NAMESRV_REQUESTS,
     ClusterInfoReply,
     NamesrvStatusReply,
@@ -38,10 +42,6 @@ from node.protocol.namesrv import (
     RouteReply,
     UnregisterReply,
 )
-from node.security.guard import Guard
-from node.server import ClientServer
-from store import runtime
-from store.address import format_host_port
 
 from .config import NamesrvConfig
 from .route_table import RouteTable

@@ -14,8 +14,7 @@ import attrs
 
 from store.config import BrokerRole
 from store.epoch_file import EpochEntry, EpochFileCache
-
-from ..protocol.replies import EpochReply
+from wire.protocol.replies import EpochReply
 
 __all__ = ["Admit", "Cut", "EpochView", "Refuse", "admission", "newer_master"]
 

@@ -57,14 +57,14 @@ from store import runtime
 from store.config import BrokerRole
 from store.epoch_file import EPOCH_FILE_NAME, EpochEntry, EpochFileCache, EpochFileError
 from store.message_store import truncate_store
+from wire.client import TidemqError, connect
+from wire.protocol import Epoch, EpochReply, Status, WireRequest
+from wire.protocol.namesrv import ClusterInfo, ClusterInfoReply, RegisterReply
 
 from ..changes import Changes
-from ..client import TidemqError, connect
 from ..config import BrokerConfig, ConfigError
 from ..jsonfile import ConfigFileError, write_json_atomic
 from ..ops import NodeServices, OpError
-from ..protocol import Epoch, EpochReply, Status, WireRequest
-from ..protocol.namesrv import ClusterInfo, ClusterInfoReply, RegisterReply
 from ..slave_sync import SlaveSync
 from .epochs import Cut, EpochView, Refuse, admission, newer_master
 from .fencing import STALL_S, CheckOutcome, Fencing

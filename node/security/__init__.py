@@ -2,8 +2,14 @@
 the per-server gate (`guard`) and a client's account (`credentials`). docs/security.md
 explains the model."""
 
+from wire.credentials import (
+           Credentials,
+           CredentialsError,
+           default_credentials,
+           set_default_credentials,
+)
+
 from .acl import Acl, AclError, Perm, load_acl, make_verifier
-from .credentials import Credentials, CredentialsError, default_credentials, set_default_credentials
 from .guard import AUTH_FAILED, Guard, Session
 
 __all__ = ["AUTH_FAILED", "Acl", "AclError", "Credentials", "CredentialsError", "Guard", "Perm", "Session",

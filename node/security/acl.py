@@ -34,11 +34,12 @@ from typing import Any
 import attrs
 from scramp import ScramMechanism
 
+from wire.protocol.auth import SCRAM_MECHANISM
+
 log = logging.getLogger("tidemq.security")
 
 __all__ = ["Account", "Acl", "AclError", "Perm", "Rule", "load_acl", "make_verifier", "parse_perm"]
 
-SCRAM_MECHANISM = "SCRAM-SHA-256"
 SCRAM_ITERATIONS = 4096  # RFC 7677's minimum; the client pays it once per connection
 _MECHANISM = ScramMechanism(SCRAM_MECHANISM)
 

@@ -13,9 +13,9 @@ import getpass
 import sys
 
 from store.cli import EXIT_OK, UsageError, handled
+from wire.credentials import CredentialsError, read_secret_file
 
 from .acl import AclError, load_acl, perm_text
-from .credentials import CredentialsError, read_secret_file
 from .files import (
     DEV_HOSTS,
     check_permissions,

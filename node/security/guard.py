@@ -29,9 +29,9 @@ import attrs
 from scramp import ScramMechanism
 
 from store.properties import PROPERTY_REAL_TOPIC, PROPERTY_RETRY_TOPIC
+from wire.protocol.auth import AUTH_OPS, AuthReply
+from wire.protocol.codec import Request, Status, error_response
 
-from ..protocol.auth import AUTH_OPS, AuthReply
-from ..protocol.codec import Request, Status, error_response
 from .acl import (
     SCRAM_ITERATIONS,
     SCRAM_MECHANISM,

@@ -17,8 +17,8 @@ import trio
 from bench import lean, peers
 from bench.lean import NatsCodec, RespCodec, TidemqCodec
 from bench.procs import Processes
-from node.framing import encode_frame
 from tests.node.nodeproc import REPO, master_conf
+from wire.framing import encode_frame
 
 
 def _feed_bytewise(codec, data: bytes) -> list[tuple[int, bool]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from bench.stages import WORKERS, stage_of, stages_us
 
 RAW = [
-    "run (trio/_core/_run.py:2532);ClientServer._read_loop (node/server.py:337);_decode_body (node/framing.py:106) 30",
+    "run (trio/_core/_run.py:2532);ClientServer._read_loop (node/server.py:337);_decode_body (wire/framing.py:106) 30",
     "ClientServer._committer (node/server.py:415);ClientServer._deliver (node/server.py:479) 40",
     "run (trio/_core/_run.py:2532);EpollIOManager.get_events (trio/_core/_io_epoll.py:243) 500",
     "ClientServer._run (node/server.py:374);_send (node/ops.py:287) 20",
@@ -21,7 +21,7 @@ def test_each_sample_goes_to_its_stage_and_idle_ones_to_none():
     assert stage_of(RAW[3].rsplit(" ", 1)[0]) == "send handling (checks, message, failover)"
     assert stage_of(RAW[4].rsplit(" ", 1)[0]) == "dispatch (ConsumeQueue, index)"
     assert stage_of("x (store/commit_log.py:203)") == "store append (encode, CommitLog write)"
-    assert stage_of("__init__ (<attrs generated methods node.protocol.requests.Send>:3)") == \
+    assert stage_of("__init__ (<attrs generated methods wire.protocol.requests.Send>:3)") == \
         "request parsing and replies"
 
 

@@ -14,7 +14,6 @@ import trio.testing
 from chaos.sim.network import SimNetwork
 from ha.master import HAService
 from ha.slave import HAClient
-from node.client import ConnectionLost, connect
 from node.config import load_config
 from node.handlers import BATCHED_OPS, append_requests, finish_requests, handle_now
 from node.offsets import ConsumerOffsetManager
@@ -26,6 +25,7 @@ from store.message_store import open_store
 from tests.ha.test_replication import assert_identical, caught_up, make_config
 from tests.node.nodeproc import master_conf
 from tests.waiting import wait_until
+from wire.client import ConnectionLost, connect
 
 M, S, C = "10.0.0.1", "10.0.0.2", "10.0.0.3"  # hosts are addresses: a message stores its born host
 

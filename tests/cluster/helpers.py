@@ -16,9 +16,9 @@ from typing import Any
 
 import trio
 
-from node.client import TidemqError, connect
 from tests.node.nodeproc import REPO, NodeProcess, Nodes, master_conf, slave_conf, write_conf
 from tests.waiting import wait_until
+from wire.client import TidemqError, connect
 
 __all__ = [
     "broker_conf",

@@ -18,8 +18,8 @@ from node.live_config import (
     config_view,
 )
 from node.producers import ProducerManager
-from node.protocol.namesrv import RegisterBroker
 from node.stats import BrokerStats
+from wire.protocol.namesrv import RegisterBroker
 
 
 def test_config_view_names_every_key_camel_case_with_its_running_value():

@@ -58,7 +58,7 @@ async def test_a_cut_message_a_consumer_read_breaks_the_promise(tmp_path) -> Non
     """The promise behind the confirmOffset rule: the msgIds the old master cut when it
     rejoined must be none the members received (no cut, no promise)."""
     from cluster.drills.auto import _nothing_cut_was_read
-    from node.protocol import StatusReply
+    from wire.protocol import StatusReply
 
     async with trio.open_nursery() as nursery:
         run = drill.DrillRun("auto-partition", tmp_path, "127.0.0.1:1", nursery, heartbeat_s=0.5,

@@ -20,11 +20,11 @@ from chaos.network import start_proxy_process
 from cluster.client.routing import TopicRoute
 from cluster.launch import proxies
 from cluster.launch.etcd_server import EtcdServer
-from node.client import TidemqError, connect
 from node.failover.controller import key_prefix
 from node.failover.etcd import EtcdClient, parse_endpoints
 from tests.cluster.helpers import broker_conf, call, slave_of, start_namesrv, wait_for
 from tests.node.nodeproc import NodeProcess, Nodes, free_port
+from wire.client import TidemqError, connect
 
 pytestmark = pytest.mark.slow
 

@@ -22,10 +22,10 @@ import trio
 from cluster.cli.common import run_async
 from cluster.client import Producer
 from cluster.client.routing import BrokerRoute, GroupRoute, QueueData, TopicRoute
-from node.client import NotFound
 from tests.cluster.helpers import REPO, broker_conf
 from tests.node.nodeproc import Nodes, write_conf
 from tests.waiting import wait_until
+from wire.client import NotFound
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 ENV.pop("NAMESRV_ADDR", None)

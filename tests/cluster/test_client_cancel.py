@@ -11,8 +11,8 @@ import pytest
 import trio
 
 from cluster.client import Admin, Producer, PullConsumer
-from node.client import ConnectionPool, connect
-from node.protocol import GetStatus
+from wire.client import ConnectionPool, connect
+from wire.protocol import GetStatus
 
 
 async def _silent(stream: trio.SocketStream) -> None:

@@ -1,4 +1,4 @@
-"""node.client.Connection against a real node: many requests in flight on one connection,
+"""wire.client.Connection against a real node: many requests in flight on one connection,
 answered out of order; a request timeout leaves the connection usable; typed errors; a
 node that goes away fails the requests in flight with ConnectionLost."""
 

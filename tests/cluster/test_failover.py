@@ -17,7 +17,6 @@ import trio
 import trio.testing
 
 from cluster.client import Admin, Producer, Status
-from node.client import Connection, NoPermission, TidemqError
 from store.epoch_file import EpochEntry, format_entries
 from tests.cluster.helpers import (
     broker_conf,
@@ -29,6 +28,7 @@ from tests.cluster.helpers import (
     wait_slave_connected,
 )
 from tests.node.nodeproc import NodeProcess, Nodes, store_root
+from wire.client import Connection, NoPermission, TidemqError
 
 pytestmark = pytest.mark.slow
 

@@ -14,8 +14,8 @@ from cluster.drills.framework import REPO
 from cluster.launch.health import settled
 from cluster.launch.launcher import copy_layout
 from cluster.launch.launcher_etcd import ETCD_STATE
-from node.protocol import StatusReply
 from tests.cluster.helpers import call, cli, wait_for
+from wire.protocol import StatusReply
 
 pytestmark = pytest.mark.slow
 

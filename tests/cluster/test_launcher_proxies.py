@@ -17,11 +17,11 @@ from cluster.client.admin import Admin
 from cluster.client.consumer import PullConsumer
 from cluster.launch import launcher, proxies
 from cluster.launch.state import LauncherError, LayoutError
-from node.client import TidemqError, connect
 from node.config import load_config
 from store.message import decode_msg_id
 from tests.cluster.test_launcher import copy_dev_layout, status_json, tidemq
 from tests.waiting import wait_until
+from wire.client import TidemqError, connect
 
 pytestmark = pytest.mark.slow
 

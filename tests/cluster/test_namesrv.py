@@ -9,7 +9,6 @@ import signal
 import pytest
 
 from cluster.client import Admin, BadRequest, NotFound
-from node.client import connect
 from tests.cluster.helpers import (
     broker_conf,
     call,
@@ -19,6 +18,7 @@ from tests.cluster.helpers import (
     wait_slave_connected,
 )
 from tests.node.nodeproc import free_port
+from wire.client import connect
 
 pytestmark = pytest.mark.slow  # every test here starts node processes
 

@@ -8,10 +8,10 @@ import pytest
 
 from cluster.client import Producer
 from cluster.client.push_consumer import Consumer
-from node.client import NoPermission, NotFound, connect
 from tests.cluster.helpers import broker_conf, call, start_namesrv, wait_for
 from tests.cluster.test_consumer_group import setup_cluster
 from tests.node.nodeproc import Nodes
+from wire.client import NoPermission, NotFound, connect
 
 LEVELS = " ".join(["1s"] * 18)
 

@@ -6,7 +6,7 @@ import attrs
 
 from cluster.client.routing import BrokerInfo, route_from_brokers
 from cluster.namesrv import RouteTable
-from node.protocol.namesrv import RegisterBroker
+from wire.protocol.namesrv import RegisterBroker
 
 
 def reg(name: str, broker_id: int, address: str, topics: dict | None = None, role: str | None = None,

@@ -11,12 +11,12 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.client import AuthenticationFailed, NoPermission, connect
-from node.protocol import CommitOffset, GetStatus, Promote, Pull, Send, TopicCreate
-from node.protocol.namesrv import RegisterBroker
 from node.security import AUTH_FAILED, Credentials
 from tests.cluster.helpers import cli, wait_for
 from tests.node.nodeproc import Nodes, master_conf, slave_conf, write_conf
+from wire.client import AuthenticationFailed, NoPermission, connect
+from wire.protocol import CommitOffset, GetStatus, Promote, Pull, Send, TopicCreate
+from wire.protocol.namesrv import RegisterBroker
 
 pytestmark = pytest.mark.slow  # every test here starts `tidemq` processes
 

@@ -17,9 +17,9 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.client import NoPermission, TidemqError, connect
 from node.security import Credentials, make_verifier
 from tests.node.nodeproc import Nodes, master_conf
+from wire.client import NoPermission, TidemqError, connect
 
 pytestmark = pytest.mark.slow  # a node process
 

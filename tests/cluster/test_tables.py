@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from cluster.cli.tables import BrokerRow, broker_table, controller_line
-from node.protocol import StatusReply
+from wire.protocol import StatusReply
 
 
 def render(table) -> str:

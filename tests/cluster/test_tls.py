@@ -13,12 +13,12 @@ import trio
 import trustme
 
 from ha.protocol import encode_report
-from node.client import ConnectionLost, connect
-from node.protocol import GetStatus, Pull, Send, TopicCreate
 from node.security import Credentials
-from node.security.tls import TlsSettings
 from tests.cluster.helpers import cli, wait_for
 from tests.node.nodeproc import Nodes, master_conf, slave_conf, write_conf
+from wire.client import ConnectionLost, connect
+from wire.protocol import GetStatus, Pull, Send, TopicCreate
+from wire.tls import TlsSettings
 
 pytestmark = pytest.mark.slow  # every test here starts `tidemq` processes
 

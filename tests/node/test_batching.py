@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 import trio
 
-from node.framing import encode_frame
-from node.protocol import PROTOCOL_VERSION
 from tests.node.nodeproc import NodeProcess, Nodes, master_conf, slave_conf
 from tests.node.wire import Wire, call
 from tests.waiting import wait_until
+from wire.framing import encode_frame
+from wire.protocol import PROTOCOL_VERSION
 
 pytestmark = pytest.mark.slow
 

@@ -12,9 +12,9 @@ import trio
 import trio.testing
 
 from cluster.client.push_consumer import Consumer
-from node.client import BadRequest, ServiceUnavailable, connect
 from tests.cluster.helpers import call
 from tests.node.nodeproc import REPO, Nodes, master_conf, slave_conf, store_root
+from wire.client import BadRequest, ServiceUnavailable, connect
 
 
 @pytest.fixture

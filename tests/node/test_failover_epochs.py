@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from node.failover.epochs import Admit, Cut, EpochView, Refuse, admission, newer_master
-from node.protocol import EpochReply
 from store.epoch_file import EpochEntry, EpochFileCache
+from wire.protocol import EpochReply
 
 SEG = 1 << 20
 

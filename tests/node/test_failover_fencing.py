@@ -12,13 +12,13 @@ import trio
 import trio.testing
 
 from cluster.namesrv import NameServer, NamesrvConfig
-from node.client import connect
 from node.config import load_config
 from node.failover.fencing import STALL_S
 from node.failover.promotion import Failover
 from node.ops import OpError
-from node.protocol import Status
 from tests.node.nodeproc import free_port, master_conf
+from wire.client import connect
+from wire.protocol import Status
 
 
 @pytest.fixture

@@ -19,11 +19,11 @@ from node.failover import promotion
 from node.failover.controller import EtcdController
 from node.failover.epochs import Cut, admission
 from node.failover.promotion import Failover
-from node.protocol import EpochReply
 from store.epoch_file import EpochEntry
 from tests.ha.test_replication import caught_up, put_workload, running_master, running_slave
 from tests.node.nodeproc import master_conf, slave_conf
 from tests.waiting import wait_until
+from wire.protocol import EpochReply
 
 NEW_MASTER, NEW_MASTER_HA = "127.0.0.1:1", "127.0.0.1:2"  # the elected node: only its epoch answer is used
 

@@ -24,7 +24,6 @@ import cbor2
 import pytest
 import trio
 
-from node.framing import encode_frame
 from tests.node.nodeproc import (
     REPO,
     Nodes,
@@ -36,6 +35,7 @@ from tests.node.nodeproc import (
 )
 from tests.node.wire import Wire, call
 from tests.waiting import wait_until
+from wire.framing import encode_frame
 
 pytestmark = pytest.mark.slow  # every test here starts node processes
 

@@ -1,5 +1,5 @@
 """node.ops in-process: the node's operations behind a real ClientServer on 127.0.0.1, over
-a real store in tmp_path, reached with the real client (node.client.Connection). The same
+a real store in tmp_path, reached with the real client (wire.client.Connection). The same
 wiring as node/broker.py, without a process, so each op's answers are checked directly."""
 
 from __future__ import annotations
@@ -14,17 +14,17 @@ import pytest
 import trio
 import trio.testing
 
-from node.client import BadRequest, Connection, NotFound, ServiceUnavailable, connect
 from node.config import load_config
 from node.handlers import BATCHED_OPS, append_requests, finish_requests, handle_now
 from node.offsets import ConsumerOffsetManager
 from node.ops import NodeServices
-from node.protocol import TopicDelete
 from node.server import ClientServer
 from node.topics import TopicConfigManager
 from store.address import format_host_port
 from store.message_store import open_store
 from tests.node.nodeproc import master_conf, slave_conf
+from wire.client import BadRequest, Connection, NotFound, ServiceUnavailable, connect
+from wire.protocol import TopicDelete
 
 
 @asynccontextmanager

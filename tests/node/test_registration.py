@@ -10,7 +10,6 @@ import pytest
 import trio
 
 from cluster.namesrv import NameServer, NamesrvConfig
-from node.client import connect
 from node.config import load_config
 from node.failover.promotion import ROLE_FILE, RoleState
 from node.registration import NameServerRegistration
@@ -20,6 +19,7 @@ from store.epoch_file import EpochFileError
 from store.message_store import open_store
 from tests.node.nodeproc import free_port, master_conf
 from tests.waiting import wait_until
+from wire.client import connect
 
 
 def test_role_state_round_trips_and_names_a_damaged_file(tmp_path) -> None:

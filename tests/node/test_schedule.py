@@ -9,10 +9,10 @@ import struct
 
 import pytest
 
-from node.client import PutFailed
 from store.schedule import DelayError, parse_delay_levels
 from tests.cluster.helpers import call, wait_for
 from tests.node.nodeproc import Nodes, master_conf, slave_conf, store_root
+from wire.client import PutFailed
 
 LEVELS = "1s 2s 3s 4s 5s 6s 7s 8s 9s 10s 11s 12s 13s 14s 15s 16s 17s 18s"
 

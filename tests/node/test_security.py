@@ -9,9 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node.protocol import NODE_REQUESTS, Request
-from node.protocol.auth import AuthFinish, AuthStart
-from node.protocol.namesrv import NAMESRV_REQUESTS
 from node.security import (
     AUTH_FAILED,
     Acl,
@@ -24,6 +21,9 @@ from node.security import (
 )
 from node.security.guard import MAX_FAILURES
 from node.security.rules import RULES
+from wire.protocol import NODE_REQUESTS, Request
+from wire.protocol.auth import AuthFinish, AuthStart
+from wire.protocol.namesrv import NAMESRV_REQUESTS
 
 ALICE = "alice-secret"
 

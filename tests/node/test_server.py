@@ -1,5 +1,5 @@
 """node.server.ClientServer in-process: a real server on 127.0.0.1 (port 0), real sockets,
-the real client (node.client.Connection); the handler is a small function so each test
+the real client (wire.client.Connection); the handler is a small function so each test
 controls when an answer is ready. The node's operations are tested in test_ops.py."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import pytest
 import trio
 import trio.testing
 
-from node.client import BadRequest, ConnectionLost, InternalError, connect
-from node.framing import FrameDecoder, encode_frame
-from node.protocol import PROTOCOL_VERSION, Request, ok_response
 from node.server import ClientServer
 from store.address import format_host_port
 from tests.waiting import wait_until
+from wire.client import BadRequest, ConnectionLost, InternalError, connect
+from wire.framing import FrameDecoder, encode_frame
+from wire.protocol import PROTOCOL_VERSION, Request, ok_response
 
 Handler = Callable[[Request, "str | None"], Awaitable[dict[str, Any]]]
 MAX_FRAME = 64 * 1024
@@ -273,7 +273,7 @@ async def test_a_client_gone_right_after_its_burst_costs_nothing_else():
 
 
 def _send_frame(request_id: int) -> bytes:
-    from node.framing import encode_frame
-    from node.protocol import PROTOCOL_VERSION
+    from wire.framing import encode_frame
+    from wire.protocol import PROTOCOL_VERSION
 
     return encode_frame({"v": PROTOCOL_VERSION, "op": "send", "id": request_id, "topic": "T", "body": b"b"})

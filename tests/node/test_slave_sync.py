@@ -11,11 +11,11 @@ import pytest
 import trio
 import trio.testing
 
-from node.client import ConnectionLost, connect
 from node.offsets import ConsumerOffsetManager
 from node.slave_sync import SlaveSync
 from node.topics import TopicConfigManager
 from tests.waiting import wait_until
+from wire.client import ConnectionLost, connect
 
 
 async def _listen(nursery: trio.Nursery, handler) -> str:

@@ -7,15 +7,15 @@ import json
 
 import pytest
 
-from node.client import NoPermission, ServiceUnavailable
 from node.jsonfile import ConfigFileError
 from node.offsets import ConsumerOffsetManager
-from node.protocol import NODE_REQUESTS, SubGroupList, SubGroupUpdate
 from node.slave_sync import SlaveSync
 from node.subscription_groups import SubscriptionGroupConfig, SubscriptionGroupManager
 from node.topics import TopicConfigManager
 from tests.node.nodeproc import master_conf, slave_conf
 from tests.node.test_ops import send, serving_ops
+from wire.client import NoPermission, ServiceUnavailable
+from wire.protocol import NODE_REQUESTS, SubGroupList, SubGroupUpdate
 
 
 async def test_settings_persist_and_a_partial_update_keeps_the_rest(tmp_path) -> None:

@@ -11,9 +11,9 @@ from typing import Any
 
 import trio
 
-from node.framing import FrameDecoder, encode_frame
-from node.protocol import PROTOCOL_VERSION
 from store.address import split_host_port
+from wire.framing import FrameDecoder, encode_frame
+from wire.protocol import PROTOCOL_VERSION
 
 MAX_FRAME = 64 * 1024 * 1024  # a test client accepts anything the node may send
 

@@ -3,9 +3,9 @@ many bytes holding one CBOR map. `FrameDecoder` takes bytes in any chunking and 
 complete maps; `encode_frame` builds one. Requests and responses inside the maps are
 `protocol.py`'s.
 
-With the compiled send codec (node/_send_codec.pyx, built beside store._accel; not with
+With the compiled send codec (wire/_send_codec.pyx, built beside store._accel; not with
 TIDEMQ_PURE=1) the frames are split in C, and a decoder made with `plain_sends` returns a
-plain `send` or `send_batch` request as its fields' tuple (node/send_codec.py) instead of a
+plain `send` or `send_batch` request as its fields' tuple (wire/send_codec.py) instead of a
 map.
 """
 
@@ -29,14 +29,14 @@ def _load_compiled() -> Any:
     if forced_pure():
         return None
     try:
-        from node import _send_codec
+        from wire import _send_codec
     except ImportError:  # built without a C compiler: pure Python
         return None
     return _send_codec
 
 
 COMPILED = _load_compiled()
-"""node._send_codec when it was built (and TIDEMQ_PURE is not set), else None."""
+"""wire._send_codec when it was built (and TIDEMQ_PURE is not set), else None."""
 
 
 class FrameError(Exception):

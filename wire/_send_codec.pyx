@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The compiled send path's codec (node/send_codec.py holds the pure-Python reference and
+"""The compiled send path's codec (wire/send_codec.py holds the pure-Python reference and
 chooses): splits a receive into frames, decodes the plain `send` requests among them
 without building a map, and encodes `send` answers without one.
 
@@ -9,7 +9,7 @@ born_timestamp, each valid as the request schema demands) or a plain send_batch 
 op, topic, messages of a body and optional tags, optionally queue_id and wait); every
 other frame is handed
 back as its bytes for the reference decoder and the request schema, so an odd or bad
-request gets exactly their answer. tests/node/test_send_codec.py checks both ways.
+request gets exactly their answer. tests/wire/test_send_codec.py checks both ways.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
@@ -27,7 +27,7 @@ cdef int K_FLAG = 256, K_BORN = 512, K_MESSAGES = 1024
 cdef int REQUIRED = 1 | 2 | 4 | 8  # v, id, op, topic; and a body (send) or messages (send_batch)
 cdef int SEND_KEYS = 1 | 2 | 4 | 8 | 16 | 32 | 64 | 128 | 256 | 512
 cdef int BATCH_KEYS = 1 | 2 | 4 | 8 | 64 | 128 | 1024
-cdef object _PlainSend = tuple, _PlainBatch = tuple  # node/send_codec.py binds its NamedTuples
+cdef object _PlainSend = tuple, _PlainBatch = tuple  # wire/send_codec.py binds its NamedTuples
 cdef object _tuple_new = tuple.__new__
 
 
@@ -311,7 +311,7 @@ cdef inline Py_ssize_t put_text(uint8_t* out, const char* s, Py_ssize_t n) noexc
 
 
 def send_reply_frame(request_id, status, msg_id, queue_id, queue_offset, commitlog_offset):
-    """The frame of a `send` answer (node/send_codec.py's reference, byte for byte), or
+    """The frame of a `send` answer (wire/send_codec.py's reference, byte for byte), or
     None when a value is out of the common case."""
     return reply_frame(request_id, status, msg_id, queue_id, queue_offset, commitlog_offset, False)
 

@@ -1,4 +1,4 @@
-"""The compiled send path (node/_send_codec.pyx, ops.prepare_plain_sends,
+"""The compiled send path (wire/_send_codec.pyx, ops.prepare_plain_sends,
 store.message.prepare_plain) for sends and batches against the reference path (cbor2, the request schema,
 `handle_now`, the Message encoder):
 
@@ -27,9 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cluster.launch.layout import free_port
-from node import send_codec
 from node.config import load_config
-from node.framing import COMPILED, HEADER, FrameDecoder, encode_frame
 from node.handlers import (
     BATCHED_OPS,
     append_requests,
@@ -39,8 +37,6 @@ from node.handlers import (
 )
 from node.offsets import ConsumerOffsetManager
 from node.ops import NodeServices
-from node.protocol import CHECKED_TOPICS, NODE_REQUESTS, InvalidRequest, parse_with
-from node.send_codec import PlainBatch, PlainSend, send_batch_reply_frame, send_reply_frame
 from node.server import ClientServer
 from node.topics import TopicConfigManager
 from store.accel import forced_pure
@@ -48,8 +44,12 @@ from store.message import topic_error
 from store.message_store import open_store
 from tests.node.nodeproc import master_conf
 from tests.waiting import wait_until
+from wire import send_codec
+from wire.framing import COMPILED, HEADER, FrameDecoder, encode_frame
+from wire.protocol import CHECKED_TOPICS, NODE_REQUESTS, InvalidRequest, parse_with
+from wire.send_codec import PlainBatch, PlainSend, send_batch_reply_frame, send_reply_frame
 
-needs_compiled = pytest.mark.skipif(COMPILED is None, reason="node._send_codec not loaded (TIDEMQ_PURE=1 or not built)")
+needs_compiled = pytest.mark.skipif(COMPILED is None, reason="wire._send_codec not loaded (TIDEMQ_PURE=1 or not built)")
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 MAX_FRAME = 1 << 20
 
@@ -128,9 +128,9 @@ def known_topics(*frames: dict[str, Any]) -> set[str]:
 
 
 def test_the_send_codec_is_built():
-    """`pip install` builds node._send_codec beside store._accel on a machine with a C
+    """`pip install` builds wire._send_codec beside store._accel on a machine with a C
     compiler (this one): a build that fell back to pure Python would lose the send path."""
-    built = importlib.import_module("node._send_codec")  # ImportError: it was not built
+    built = importlib.import_module("wire._send_codec")  # ImportError: it was not built
     assert COMPILED is (None if forced_pure() else built)
     assert send_codec.COMPILED is COMPILED
 

@@ -1,4 +1,4 @@
-"""node.protocol: framing, CBOR decoding errors, request validation, response helpers."""
+"""wire.protocol: framing, CBOR decoding errors, request validation, response helpers."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from node.framing import FrameDecoder, FrameError, encode_frame
-from node.protocol import (
+from wire.framing import FrameDecoder, FrameError, encode_frame
+from wire.protocol import (
     INT64_MAX,
     OPS,
     InvalidRequest,
@@ -466,7 +466,7 @@ def _batch_outcome(message: dict):
 @given(message=_message_maps)
 def test_plain_batch_messages_parse_as_the_schema_does(message):
     """The fast path for body(+tags) batch messages answers exactly as the schema path."""
-    from node.protocol import codec, requests
+    from wire.protocol import codec, requests
 
     fast = requests._plain_message(message)
     if fast is not None:
@@ -495,7 +495,7 @@ def test_a_peer_speaking_http_is_named_not_measured():
 
 
 def test_a_register_reply_reads_what_it_wrote_and_drops_wrongly_typed_values():
-    from node.protocol.namesrv import RegisterReply
+    from wire.protocol.namesrv import RegisterReply
 
     reply = RegisterReply(registered=True, master_address="h:1", master_ha_address="h:2", master_epoch=3,
                           master_role="SYNC_MASTER", broker_expire_ms=120_000)
@@ -507,7 +507,7 @@ def test_a_register_reply_reads_what_it_wrote_and_drops_wrongly_typed_values():
 
 
 def test_a_request_object_is_what_the_server_parses():
-    from node.protocol import NODE_REQUESTS, BatchMessage, Pull, SendBatch
+    from wire.protocol import NODE_REQUESTS, BatchMessage, Pull, SendBatch
 
     pull = Pull(topic="T", queue_id=2, offset=7, tag_filter="a||b")
     assert pull.to_wire(4) == {"v": 1, "op": "pull", "id": 4, "topic": "T", "queue_id": 2, "offset": 7,
@@ -519,8 +519,8 @@ def test_a_request_object_is_what_the_server_parses():
 
 
 def test_every_op_names_a_reply_class_that_reads_what_it_writes():
-    from node.protocol import NODE_REQUESTS, EpochReply, SendReply, StatusReply
-    from node.protocol.namesrv import NAMESRV_REQUESTS
+    from wire.protocol import NODE_REQUESTS, EpochReply, SendReply, StatusReply
+    from wire.protocol.namesrv import NAMESRV_REQUESTS
 
     for cls in [*NODE_REQUESTS.values(), *NAMESRV_REQUESTS.values()]:
         assert isinstance(cls.REPLY, type), cls.OP
@@ -535,8 +535,8 @@ def test_every_op_names_a_reply_class_that_reads_what_it_writes():
 
 
 def test_an_answer_without_a_required_field_is_a_reply_error():
-    from node.client import BadReply, read_reply
-    from node.protocol import MinOffset, OffsetReply, ReplyError
+    from wire.client import BadReply, read_reply
+    from wire.protocol import MinOffset, OffsetReply, ReplyError
 
     with pytest.raises(ReplyError, match="lacks the field 'offset' of OffsetReply"):
         OffsetReply.from_wire({"id": 1, "status": "OK"})

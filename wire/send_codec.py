@@ -1,10 +1,10 @@
 """The compiled send path's codec, chosen here: a plain `send` or `send_batch` request
-decoded to its fields without a map (node/framing.py's decoder does it when built with
+decoded to its fields without a map (wire/framing.py's decoder does it when built with
 `plain_sends`), and their answers encoded without one.
 
 The pure-Python path is the reference: a plain request's tuple holds exactly what
 `parse_with` would put in its `Send` / `SendBatch`, and the reply frames are the bytes
-`encode_frame(SendReply(...).to_wire(id))` gives (tests/node/test_send_codec.py).
+`encode_frame(SendReply(...).to_wire(id))` gives (tests/wire/test_send_codec.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ __all__ = ["PlainBatch", "PlainSend", "request_of", "send_batch_reply_frame", "s
 
 class PlainSend(NamedTuple):
     """A `send` of a body to a known-valid topic, with at most tags, queue_id, wait,
-    born_timestamp and flag: the common request, decoded in C (node/_send_codec.pyx)."""
+    born_timestamp and flag: the common request, decoded in C (wire/_send_codec.pyx)."""
 
     id: int
     topic: str

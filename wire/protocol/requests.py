@@ -84,7 +84,7 @@ from .replies import (
 
 CHECKED_TOPICS: set[str] = set()
 """Topics that passed the check (a send names the same few topics over and over); the
-compiled send codec decodes sends to these only (node/send_codec.py)."""
+compiled send codec decodes sends to these only (wire/send_codec.py)."""
 
 
 def _topic(v: str) -> str | None:

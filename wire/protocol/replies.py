@@ -3,7 +3,7 @@ and read by the clients (`from_wire(map)`), so neither side spells a field by st
 
 A reply's status is OK unless the class carries one (a put's PUT_OK / FLUSH_*_TIMEOUT /
 SLAVE_NOT_AVAILABLE, a pull's FOUND / NO_NEW_MSG / ...). Failures are not replies: they are
-`error_response` maps, which the client raises as typed errors (node/client.py).
+`error_response` maps, which the client raises as typed errors (wire/client.py).
 
 `from_wire` keeps the fields the class declares and ignores others (a newer node may say
 more); a missing field takes its default, and a missing field without one is a

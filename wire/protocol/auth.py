@@ -15,7 +15,10 @@ import attrs
 from .codec import STR, WireRequest, wire
 from .replies import WireReply
 
-__all__ = ["AUTH_OPS", "AuthFinish", "AuthReply", "AuthStart"]
+__all__ = ["AUTH_OPS", "SCRAM_MECHANISM", "AuthFinish", "AuthReply", "AuthStart"]
+
+SCRAM_MECHANISM = "SCRAM-SHA-256"
+"""The one mechanism a login uses (the node's verifiers and the client's handshake)."""
 
 MAX_SCRAM_MESSAGE = 1024
 """Longer than any well-formed SCRAM message of a sane user name."""

@@ -74,7 +74,7 @@ Status = enum.Enum(
 class InvalidRequest(Exception):
     """A well-framed request that is not valid (raised by `parse_request` and schemas on
     the serving side); answered with BAD_REQUEST, which a client raises as
-    node.client.BadRequest. The connection stays usable. `request_id` is the frame's id
+    wire.client.BadRequest. The connection stays usable. `request_id` is the frame's id
     when it had a usable one, else None."""
 
     def __init__(self, message: str, request_id: int | None = None) -> None:

@@ -14,7 +14,7 @@ import os
 import attrs
 from scramp import ScramClient
 
-from .acl import SCRAM_MECHANISM
+from .protocol.auth import SCRAM_MECHANISM
 
 __all__ = ["Credentials", "CredentialsError", "default_credentials", "read_secret_file", "set_default_credentials"]
 

@@ -6,7 +6,7 @@ subclasses). Everything that talks to a node or a name server uses it: the clust
 library (through `ConnectionPool`), the node's name-server registration, a slave's
 topic/offset sync and the launcher's status probe (`async with connect(address) as conn`).
 
-It speaks node/protocol.py's framing and never parses more than it needs: a response
+It speaks wire/protocol.py's framing and never parses more than it needs: a response
 carrying `error` is a failure, anything else is returned as the map it is.
 """
 
@@ -28,11 +28,11 @@ from scramp import ScramException
 from ha.net import TCP, Network
 from store.address import AddressError, split_host_port
 
+from .credentials import Credentials, CredentialsError, default_credentials
 from .framing import FrameDecoder, FrameError, encode_frame
 from .protocol import PROTOCOL_VERSION, ReplyError, Status, WireRequest
 from .protocol.auth import AuthFinish, AuthStart
-from .security.credentials import Credentials, CredentialsError, default_credentials
-from .security.tls import TlsError, TlsHandshakeFailed, default_client_tls, wrap_client
+from .tls import TlsError, TlsHandshakeFailed, default_client_tls, wrap_client
 
 __all__ = [
     "AuthenticationFailed",
@@ -252,8 +252,8 @@ class Connection:
     ) -> Connection:
         """Connect (ConnectionLost when refused or slower than `connect_timeout`), with TLS
         when there is a context (`tls`, else the process's or the environment's:
-        node/security/tls.py), start the reader in `nursery` and log in with `credentials`
-        (default: the process's or the environment's, node/security/credentials.py; none: no
+        wire/tls.py), start the reader in `nursery` and log in with `credentials`
+        (default: the process's or the environment's, wire/credentials.py; none: no
         login), within `connect_timeout` too. AuthenticationFailed when the login is refused;
         ConnectionLost naming the cause when the TLS handshake fails."""
         try:
@@ -297,7 +297,7 @@ class Connection:
         return conn
 
     async def _login(self, credentials: Credentials, timeout: float) -> None:
-        """SCRAM-SHA-256 (node/protocol/auth.py): prove the account's secret without
+        """SCRAM-SHA-256 (wire/protocol/auth.py): prove the account's secret without
         sending it, and check the server's proof that it holds the account's verifier."""
         client = credentials.scram_client()
         try:
@@ -337,7 +337,7 @@ class Connection:
         await trio.lowlevel.checkpoint()
 
     async def request(self, op: WireRequest | str, *, timeout: float | None = None, **fields: Any) -> dict[str, Any]:
-        """Send a request (a node/protocol request class, or an op name with its fields as
+        """Send a request (a wire/protocol request class, or an op name with its fields as
         keywords: the raw form, for tools and tests that speak the wire by hand) and return
         the response map.
 
