@@ -36,15 +36,15 @@ from .failover.etcd import EtcdClient
 from .failover.promotion import Failover, Transition, effective_config
 from .handlers import BATCHED_OPS, append_requests, finish_requests, handle_now, handle_plain_sends
 from .logs import name_role
-from .offsets import ConsumerOffsetManager
 from .ops import NodeServices
 from .registration import NameServerRegistration
 from .schedule import ScheduleMessageService
 from .security.guard import Guard
 from .server import ClientServer
 from .slave_sync import SlaveSync
-from .subscription_groups import SubscriptionGroupManager
-from .topics import TopicConfigManager
+from .tables.offsets import ConsumerOffsetManager
+from .tables.subscription_groups import SubscriptionGroupManager
+from .tables.topics import TopicConfigManager
 
 log = logging.getLogger("tidemq.node")
 

@@ -56,9 +56,9 @@ def _cmd_node_start(args: argparse.Namespace) -> int:
 
     from node.broker import Broker
     from node.config import ConfigError, check_ports_free, load_config
-    from node.jsonfile import ConfigFileError
     from node.logs import setup_logging
     from node.security.acl import AclError
+    from node.tables.jsonfile import ConfigFileError
     from store.message_store import StoreLockedError
     from wire.tls import TlsError
 

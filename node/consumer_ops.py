@@ -32,7 +32,7 @@ from wire.protocol import (
 )
 
 from .ops import NodeServices, OpError, _put_response, _refuse_on_slave
-from .topics import DEFAULT_PERM
+from .tables.topics import DEFAULT_PERM
 
 __all__ = ["CONSUMER_HANDLERS", "DLQ_PREFIX", "RETRY_PREFIX", "dlq_topic", "retry_topic"]
 

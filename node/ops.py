@@ -59,15 +59,15 @@ from wire.protocol import (
 from wire.send_codec import PlainBatch, PlainSend, send_batch_reply_frame, send_reply_frame
 
 from .config import BrokerConfig, ConfigError
-from .consumers import ConsumerManager
-from .jsonfile import ConfigFileError, read_json, write_json_atomic
 from .live_config import LIVE_KEYS, apply_live_value, config_view
-from .offsets import ConsumerOffsetManager
-from .producers import ProducerManager
 from .schedule import ScheduleMessageService
 from .stats import BrokerStats
-from .subscription_groups import SubscriptionGroupManager
-from .topics import TopicConfigManager
+from .tables.consumers import ConsumerManager
+from .tables.jsonfile import ConfigFileError, read_json, write_json_atomic
+from .tables.offsets import ConsumerOffsetManager
+from .tables.producers import ProducerManager
+from .tables.subscription_groups import SubscriptionGroupManager
+from .tables.topics import TopicConfigManager
 
 
 class FailoverHooks(Protocol):

@@ -26,9 +26,9 @@ from store.message_store import MessageStore
 from wire.client import Connection, TidemqError, connect
 from wire.protocol.namesrv import RegisterBroker, RegisterReply, UnregisterBroker
 
-from .changes import Changes
 from .config import BrokerConfig
-from .topics import TopicConfigManager
+from .tables.changes import Changes
+from .tables.topics import TopicConfigManager
 
 log = logging.getLogger("tidemq.node")
 

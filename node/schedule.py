@@ -29,7 +29,7 @@ from store.message_store import MessageStore
 from store.schedule import SCHEDULE_TOPIC, DelayError, deliver_timestamp, restore_message
 from store.status import GetMessageStatus
 
-from .jsonfile import ConfigFileError, read_json, write_json_atomic
+from .tables.jsonfile import ConfigFileError, read_json, write_json_atomic
 
 log = logging.getLogger("tidemq.node")
 

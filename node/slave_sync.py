@@ -23,10 +23,10 @@ from wire.client import BadRequest, Connection, TidemqError, connect
 from wire.credentials import Credentials
 from wire.protocol import GetStatus, OffsetList, SubGroupList, TopicList
 
-from .jsonfile import ConfigFileError, write_json_atomic
-from .offsets import ConsumerOffsetManager, OffsetEntry
-from .subscription_groups import SubscriptionGroupConfig, SubscriptionGroupManager
-from .topics import TopicConfig, TopicConfigManager
+from .tables.jsonfile import ConfigFileError, write_json_atomic
+from .tables.offsets import ConsumerOffsetManager, OffsetEntry
+from .tables.subscription_groups import SubscriptionGroupConfig, SubscriptionGroupManager
+from .tables.topics import TopicConfig, TopicConfigManager
 
 T = TypeVar("T")
 log = logging.getLogger("tidemq.node")

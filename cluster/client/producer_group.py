@@ -3,7 +3,7 @@
 A Producer built with `group=` runs a `ProducerHeartbeats` beside its sends: at once and then
 every `heartbeat_interval_s` (30 s, RocketMQ's heartbeatBrokerInterval) it tells every
 registered master its group and client id (`producer_heartbeat`), and when it closes it
-unregisters (`producer_unregister`), so the masters' tables (node/producers.py) list who is
+unregisters (`producer_unregister`), so the masters' tables (node/tables/producers.py) list who is
 live. Sends themselves carry no group: nothing is added per message.
 """
 

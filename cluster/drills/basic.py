@@ -18,7 +18,7 @@ import signal
 
 import trio
 
-from node.consumers import EXPIRE_EXTRA_S
+from node.tables.consumers import EXPIRE_EXTRA_S
 
 from .framework import DrillRun, drill
 

@@ -58,9 +58,9 @@ from store import runtime
 from store.config import BrokerRole
 from wire.protocol import Status
 
-from ..changes import Changes
 from ..config import BrokerConfig
 from ..ops import OpError
+from ..tables.changes import Changes
 from .election import Step, eligible, riding_out_outage, step, write_refusal
 from .etcd import (
     EtcdClient,

@@ -61,11 +61,11 @@ from wire.client import TidemqError, connect
 from wire.protocol import Epoch, EpochReply, Status, WireRequest
 from wire.protocol.namesrv import ClusterInfo, ClusterInfoReply, RegisterReply
 
-from ..changes import Changes
 from ..config import BrokerConfig, ConfigError
-from ..jsonfile import ConfigFileError, write_json_atomic
 from ..ops import NodeServices, OpError
 from ..slave_sync import SlaveSync
+from ..tables.changes import Changes
+from ..tables.jsonfile import ConfigFileError, write_json_atomic
 from .epochs import Cut, EpochView, Refuse, admission, newer_master
 from .fencing import STALL_S, CheckOutcome, Fencing
 from .role import ROLE_FILE, RoleState, Transition, effective_config

@@ -19,7 +19,7 @@ from store.config import BrokerRole
 from store.epoch_file import EpochFileError
 
 from ..config import BrokerConfig
-from ..jsonfile import write_json_atomic
+from ..tables.jsonfile import write_json_atomic
 
 __all__ = ["ROLE_FILE", "RoleState", "Transition", "effective_config"]
 

@@ -16,10 +16,10 @@ from ha.master import HAService
 from ha.slave import HAClient
 from node.config import load_config
 from node.handlers import BATCHED_OPS, append_requests, finish_requests, handle_now
-from node.offsets import ConsumerOffsetManager
 from node.ops import NodeServices
 from node.server import ClientServer
-from node.topics import TopicConfigManager
+from node.tables.offsets import ConsumerOffsetManager
+from node.tables.topics import TopicConfigManager
 from store.config import BrokerRole
 from store.message_store import open_store
 from tests.ha.test_replication import assert_identical, caught_up, make_config

@@ -17,8 +17,8 @@ from node.live_config import (
     check_live_value,
     config_view,
 )
-from node.producers import ProducerManager
 from node.stats import BrokerStats
+from node.tables.producers import ProducerManager
 from wire.protocol.namesrv import RegisterBroker
 
 

@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from node.config import BrokerConfig, ConfigError
-from node.consumers import CHANNEL_EXPIRED_S, EXPIRE_EXTRA_S, ConsumerManager
+from node.tables.consumers import CHANNEL_EXPIRED_S, EXPIRE_EXTRA_S, ConsumerManager
 
 
 async def test_a_silent_member_is_dropped_at_the_timeout_and_watchers_are_woken(autojump_clock) -> None:

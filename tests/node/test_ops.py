@@ -16,10 +16,10 @@ import trio.testing
 
 from node.config import load_config
 from node.handlers import BATCHED_OPS, append_requests, finish_requests, handle_now
-from node.offsets import ConsumerOffsetManager
 from node.ops import NodeServices
 from node.server import ClientServer
-from node.topics import TopicConfigManager
+from node.tables.offsets import ConsumerOffsetManager
+from node.tables.topics import TopicConfigManager
 from store.address import format_host_port
 from store.message_store import open_store
 from tests.node.nodeproc import master_conf, slave_conf

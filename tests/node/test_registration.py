@@ -13,7 +13,7 @@ from cluster.namesrv import NameServer, NamesrvConfig
 from node.config import load_config
 from node.failover.promotion import ROLE_FILE, RoleState
 from node.registration import NameServerRegistration
-from node.topics import TopicConfigManager
+from node.tables.topics import TopicConfigManager
 from store.config import BrokerRole
 from store.epoch_file import EpochFileError
 from store.message_store import open_store

@@ -11,9 +11,9 @@ import pytest
 import trio
 import trio.testing
 
-from node.offsets import ConsumerOffsetManager
 from node.slave_sync import SlaveSync
-from node.topics import TopicConfigManager
+from node.tables.offsets import ConsumerOffsetManager
+from node.tables.topics import TopicConfigManager
 from tests.waiting import wait_until
 from wire.client import ConnectionLost, connect
 

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from node.jsonfile import ConfigFileError
-from node.offsets import ConsumerOffsetManager
 from node.slave_sync import SlaveSync
-from node.subscription_groups import SubscriptionGroupConfig, SubscriptionGroupManager
-from node.topics import TopicConfigManager
+from node.tables.jsonfile import ConfigFileError
+from node.tables.offsets import ConsumerOffsetManager
+from node.tables.subscription_groups import SubscriptionGroupConfig, SubscriptionGroupManager
+from node.tables.topics import TopicConfigManager
 from tests.node.nodeproc import master_conf, slave_conf
 from tests.node.test_ops import send, serving_ops
 from wire.client import NoPermission, ServiceUnavailable

@@ -1,4 +1,4 @@
-"""node.jsonfile / node.topics / node.offsets: atomic files, backups, validation."""
+"""node.tables.jsonfile / node.tables.topics / node.tables.offsets: atomic files, backups, validation."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from node.jsonfile import ConfigFileError, read_json, write_json_atomic
-from node.offsets import ConsumerOffsetManager, OffsetEntry
-from node.topics import TopicConfig, TopicConfigManager
+from node.tables.jsonfile import ConfigFileError, read_json, write_json_atomic
+from node.tables.offsets import ConsumerOffsetManager, OffsetEntry
+from node.tables.topics import TopicConfig, TopicConfigManager
 
 
 def test_atomic_write_keeps_a_backup_and_reads_fall_back_to_it(tmp_path):

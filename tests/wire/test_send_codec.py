@@ -35,10 +35,10 @@ from node.handlers import (
     handle_now,
     handle_plain_sends,
 )
-from node.offsets import ConsumerOffsetManager
 from node.ops import NodeServices
 from node.server import ClientServer
-from node.topics import TopicConfigManager
+from node.tables.offsets import ConsumerOffsetManager
+from node.tables.topics import TopicConfigManager
 from store.accel import forced_pure
 from store.message import topic_error
 from store.message_store import open_store

@@ -3,7 +3,7 @@
 
 A group without an entry consumes with the defaults (consumption allowed, the retry limit
 its members send). An entry is written by `subgroup_update` on a master, rewritten
-atomically (node/jsonfile.py) before the answer, and copied wholesale by slaves with the
+atomically (node/tables/jsonfile.py) before the answer, and copied wholesale by slaves with the
 topics and offsets (node/slave_sync.py), so a promoted slave enforces what its master did.
 `subgroup_delete` (mqadmin deleteSubGroup) drops an entry the same way.
 """

@@ -1,7 +1,7 @@
 """Topic configs of one node: `<storePathRootDir>/config/topics.json`.
 
 The file maps each topic to `{"read_queue_nums", "write_queue_nums", "perm"}` and is
-rewritten atomically (node/jsonfile.py) on every change, so a topic a client was told
+rewritten atomically (node/tables/jsonfile.py) on every change, so a topic a client was told
 exists survives a crash. On a master, topics come from `topic_create` or are created on
 first send when `autoCreateTopicEnable` is on; a slave takes the master's table wholesale
 (`replace_all`), as RocketMQ's SlaveSynchronize does.
