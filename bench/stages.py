@@ -34,7 +34,7 @@ _BY_MODULE = (  # (path prefixes, stage): first match wins
     (("wire/framing",), "frames (CBOR decode / encode)"),
     (("wire/protocol",), "request parsing and replies"),
     (("node/server",), "server (read loop, turns, answers)"),
-    (("node/ops", "node/handlers", "node/failover", "node/topics", "store/schedule"),
+    (("node/ops/", "node/failover", "node/tables/topics", "store/schedule"),
      "send handling (checks, message, failover)"),
     (("store/reput", "store/consume_queue", "store/index_file", "store/replica_log", "store/queue_tools"),
      "dispatch (ConsumeQueue, index)"),

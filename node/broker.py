@@ -34,9 +34,15 @@ from .config import BrokerConfig
 from .failover.controller import EtcdController
 from .failover.etcd import EtcdClient
 from .failover.promotion import Failover, Transition, effective_config
-from .handlers import BATCHED_OPS, append_requests, finish_requests, handle_now, handle_plain_sends
 from .logs import name_role
-from .ops import NodeServices
+from .ops.dispatch import (
+    BATCHED_OPS,
+    append_requests,
+    finish_requests,
+    handle_now,
+    handle_plain_sends,
+)
+from .ops.services import NodeServices
 from .registration import NameServerRegistration
 from .schedule import ScheduleMessageService
 from .security.guard import Guard

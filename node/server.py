@@ -14,7 +14,7 @@ long-polling pull, status) run as a task each, so they never hold back the reque
 them. Responses pair with requests by id; one writer at a time (a direct write only while
 no outbox task runs) keeps frames whole. A frame that cannot be decoded ends the
 connection after the frames before it are answered and an error frame with id null;
-everything else is answered by `handler` (node/handlers.py) and the connection stays
+everything else is answered by `handler` (node/ops/dispatch.py) and the connection stays
 usable.
 
 Shutdown (`stop_accepting`, then `drain`): stop accepting, stop reading new requests, let
@@ -146,7 +146,7 @@ class ClientServer:
     in first and each request is checked against its account before it runs; without one
     the login ops answer `enabled: false`. `batched_ops` run inline in the reader and may answer
     with deferred results, which `commit` takes once per turn (every connection's) and
-    `finish` answers a group at a time (node/handlers.py's BATCHED_OPS, append_requests and
+    `finish` answers a group at a time (node/ops/dispatch.py's BATCHED_OPS, append_requests and
     finish_requests). With `plain_sends`, the compiled codec decodes plain sends and
     batches without a map and they are answered by it (wire/send_codec.py,
     handlers.handle_plain_sends); with a guard, each is screened first

@@ -59,7 +59,7 @@ from store.config import BrokerRole
 from wire.protocol import Status
 
 from ..config import BrokerConfig
-from ..ops import OpError
+from ..ops.services import OpError
 from ..tables.changes import Changes
 from .election import Step, eligible, riding_out_outage, step, write_refusal
 from .etcd import (

@@ -62,7 +62,7 @@ from wire.protocol import Epoch, EpochReply, Status, WireRequest
 from wire.protocol.namesrv import ClusterInfo, ClusterInfoReply, RegisterReply
 
 from ..config import BrokerConfig, ConfigError
-from ..ops import NodeServices, OpError
+from ..ops.services import NodeServices, OpError
 from ..slave_sync import SlaveSync
 from ..tables.changes import Changes
 from ..tables.jsonfile import ConfigFileError, write_json_atomic

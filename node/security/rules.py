@@ -28,7 +28,7 @@ from .acl import Account, Perm
 
 __all__ = ["ADMIN", "ANY_ACCOUNT", "Need", "RULES", "is_system_topic", "message_needs", "needs", "topic_need"]
 
-RETRY_PREFIX = "%RETRY%"  # node/consumer_ops.py's names (security sits below the ops)
+RETRY_PREFIX = "%RETRY%"  # node/ops/consumers.py's names (security sits below the ops)
 DLQ_PREFIX = "%DLQ%"
 SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, "TBW102", "OFFSET_MOVED_EVENT", "TRANS_CHECK_MAX_TIME_TOPIC"})
 SYSTEM_PREFIX = "RMQ_SYS_"

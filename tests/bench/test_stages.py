@@ -8,7 +8,7 @@ RAW = [
     "run (trio/_core/_run.py:2532);ClientServer._read_loop (node/server.py:337);_decode_body (wire/framing.py:106) 30",
     "ClientServer._committer (node/server.py:415);ClientServer._deliver (node/server.py:479) 40",
     "run (trio/_core/_run.py:2532);EpollIOManager.get_events (trio/_core/_io_epoll.py:243) 500",
-    "ClientServer._run (node/server.py:374);_send (node/ops.py:287) 20",
+    "ClientServer._run (node/server.py:374);_send (node/ops/puts.py:136) 20",
     "ReputMessageService.run (store/reput.py:120);ReputMessageService._reput_segment (store/reput.py:169) 10",
     "Thread._bootstrap (threading.py:1002);MappedFile.flush (store/mapped_file.py:298) 900",
 ]

@@ -15,8 +15,8 @@ from chaos.sim.network import SimNetwork
 from ha.master import HAService
 from ha.slave import HAClient
 from node.config import load_config
-from node.handlers import BATCHED_OPS, append_requests, finish_requests, handle_now
-from node.ops import NodeServices
+from node.ops.dispatch import BATCHED_OPS, append_requests, finish_requests, handle_now
+from node.ops.services import NodeServices
 from node.server import ClientServer
 from node.tables.offsets import ConsumerOffsetManager
 from node.tables.topics import TopicConfigManager

@@ -15,7 +15,7 @@ from cluster.namesrv import NameServer, NamesrvConfig
 from node.config import load_config
 from node.failover.fencing import STALL_S
 from node.failover.promotion import Failover
-from node.ops import OpError
+from node.ops.services import OpError
 from tests.node.nodeproc import free_port, master_conf
 from wire.client import connect
 from wire.protocol import Status

@@ -15,8 +15,8 @@ import trio
 import trio.testing
 
 from node.config import load_config
-from node.handlers import BATCHED_OPS, append_requests, finish_requests, handle_now
-from node.ops import NodeServices
+from node.ops.dispatch import BATCHED_OPS, append_requests, finish_requests, handle_now
+from node.ops.services import NodeServices
 from node.server import ClientServer
 from node.tables.offsets import ConsumerOffsetManager
 from node.tables.topics import TopicConfigManager

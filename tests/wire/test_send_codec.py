@@ -28,14 +28,14 @@ from hypothesis import strategies as st
 
 from cluster.launch.layout import free_port
 from node.config import load_config
-from node.handlers import (
+from node.ops.dispatch import (
     BATCHED_OPS,
     append_requests,
     finish_requests,
     handle_now,
     handle_plain_sends,
 )
-from node.ops import NodeServices
+from node.ops.services import NodeServices
 from node.server import ClientServer
 from node.tables.offsets import ConsumerOffsetManager
 from node.tables.topics import TopicConfigManager

@@ -1,8 +1,8 @@
 """The request router: each client-protocol op to its handler (RocketMQ's processor table).
 
-The handlers live by concept — `ops.py` the core ops (send, pull, offsets, topics, status,
-failover), `consumer_ops.py` the consumer-group ops (heartbeats, locks, send-back) — and
-this module is the one place that joins them, so neither imports the other's table.
+The handlers live by concern — `puts` (send, send_batch), `pulls` (reads and consumer
+offsets), `admin` (topics, groups, status, failover, config), `consumers` (heartbeats, locks,
+send-back) — and this module is the one place that joins their tables.
 
 Sends answer in steps: `handle_now` checks and encodes one into a PendingPut,
 `append_requests` appends a batch of them as one CommitLog group, and `finish_requests`
@@ -21,24 +21,18 @@ from store.status import PutMessageResult, PutMessageStatus
 from wire.protocol import Request, Status, error_response
 from wire.send_codec import PlainBatch, PlainSend, request_of
 
-from .consumer_ops import CONSUMER_HANDLERS
-from .ops import (
-    CORE_HANDLERS,
-    Handler,
-    NodeServices,
-    OpError,
-    PendingPut,
-    append_sends,
-    finish_sends,
-    prepare_plain_sends,
-)
+from .admin import ADMIN_HANDLERS
+from .consumers import CONSUMER_HANDLERS
+from .pulls import PULL_HANDLERS
+from .puts import PUT_HANDLERS, Handler, PendingPut, append_sends, finish_sends, prepare_plain_sends
+from .services import NodeServices, OpError
 
 __all__ = ["BATCHED_OPS", "HANDLERS", "append_requests", "finish_requests", "handle_now", "handle_plain_sends",
            "handle_request"]
 
 log = logging.getLogger("tidemq.node")
 
-HANDLERS: dict[str, Handler] = {**CORE_HANDLERS, **CONSUMER_HANDLERS}
+HANDLERS: dict[str, Handler] = {**PUT_HANDLERS, **PULL_HANDLERS, **ADMIN_HANDLERS, **CONSUMER_HANDLERS}
 BATCHED_OPS = frozenset({"send", "send_batch"})
 """Ops whose handler never waits long before answering with a PendingPut: the server runs
 them inline, in arrival order, and finishes them as a group."""

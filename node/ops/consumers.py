@@ -31,8 +31,9 @@ from wire.protocol import (
     Status,
 )
 
-from .ops import NodeServices, OpError, _put_response, _refuse_on_slave
-from .tables.topics import DEFAULT_PERM
+from ..tables.topics import DEFAULT_PERM
+from .puts import put_response
+from .services import NodeServices, OpError, refuse_on_slave
 
 __all__ = ["CONSUMER_HANDLERS", "DLQ_PREFIX", "RETRY_PREFIX", "dlq_topic", "retry_topic"]
 
@@ -112,7 +113,7 @@ def _may_have_received(s: NodeServices, group: str, topic: str, queue_id: int) -
 
 
 async def _send_back(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
-    _refuse_on_slave(s, "consume retries")
+    refuse_on_slave(s, "consume retries")
     f = r.fields
     group = f.group
     old = s.store.look_message_by_offset(f.commitlog_offset)
@@ -153,7 +154,7 @@ async def _send_back(s: NodeServices, r: Request, peer: str | None) -> dict[str,
     )
     result = await s.store.put_message(msg)
     if not result.status.stored:
-        return _put_response(r.id, result, 0, batch=False)
+        return put_response(r.id, result, 0, batch=False)
     append = result.append
     return SendBackReply(status=Status(result.status.value), msg_id=append.msg_id, queue_id=0,
                          queue_offset=append.queue_offset, commitlog_offset=append.wrote_offset, topic=topic,

@@ -1,0 +1,177 @@
+"""Reads: pulls (with long polling), lookups by key, msgId and time, queue offsets, and the
+consumer offsets a group commits and fetches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from store.message import PROPERTY_KEYS, PROPERTY_TAGS, StoredMessage
+from store.message_store import GetMessageResult
+from store.status import GetMessageStatus
+from wire.protocol import (
+    EmptyReply,
+    MessageReply,
+    MessagesReply,
+    OffsetListReply,
+    OffsetReply,
+    PullReply,
+    Request,
+    Status,
+)
+
+from .puts import Handler
+from .services import (
+    NodeServices,
+    OpError,
+    refuse_on_slave,
+)
+
+__all__ = ["PULL_HANDLERS", "message_map"]
+
+# Long polling waits only when a later message could turn the answer into FOUND
+# (RocketMQ's PULL_NOT_FOUND family; NO_MATCHED_MESSAGE continues from next_begin_offset).
+_WAITABLE = {
+    GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+    GetMessageStatus.OFFSET_OVERFLOW_ONE,
+    GetMessageStatus.NO_MATCHED_LOGIC_QUEUE,
+    GetMessageStatus.NO_MATCHED_MESSAGE,
+}
+# Room left in a response frame for everything but the messages' bodies and properties.
+_FRAME_MARGIN = 64 * 1024
+_MESSAGE_OVERHEAD = 512
+
+
+def message_map(m: StoredMessage) -> dict[str, Any]:
+    """A stored message as the protocol's message map (TAGS/KEYS have their own fields)."""
+    return {
+        "topic": m.topic,
+        "queue_id": m.queue_id,
+        "queue_offset": m.queue_offset,
+        "commitlog_offset": m.commitlog_offset,
+        "msg_id": m.msg_id,
+        "body": m.body,
+        "tags": m.tags,
+        "keys": list(m.keys),
+        "properties": {k: v for k, v in m.properties.items() if k not in (PROPERTY_TAGS, PROPERTY_KEYS)},
+        "born_timestamp": m.born_timestamp,
+        "store_timestamp": m.store_timestamp,
+        "flag": m.flag,
+        "reconsume_times": m.reconsume_times,
+        # the record's own fields, so a reader (the pipeline's live source) sees what a
+        # store scan sees and can check the body against the stored CRC
+        "size": m.size,
+        "sys_flag": m.sys_flag,
+        "born_host": m.born_host,
+        "body_crc": m.body_crc,
+    }
+
+
+def _fit(messages: list[StoredMessage], budget: int) -> list[StoredMessage]:
+    """The longest prefix whose maps fit a response frame (at least one message: the
+    config guarantees a maxMessageSize body fits maxFrameSize)."""
+    total = 0
+    for i, m in enumerate(messages):
+        total += len(m.body) + _MESSAGE_OVERHEAD + sum(len(k) + len(v) for k, v in m.properties.items())
+        if total > budget and i > 0:
+            return messages[:i]
+    return messages
+
+
+async def _pull(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    f = r.fields
+    if f.group is not None:
+        settings = s.subgroups.get(f.group)
+        if settings is not None and not settings.consume_enable:
+            raise OpError(Status.NO_PERMISSION, f"consumer group {f.group!r} may not consume on {s.cfg.broker_name} "
+                                                "(its consumption is disabled: updateSubGroup --consumeEnable)")
+    topic, queue_id, offset = f.topic, f.queue_id, f.offset
+    deadline = trio.current_time() + f.timeout_ms / 1000
+
+    def read(at: int) -> GetMessageResult:
+        return s.store.get_message(f.group or "", topic, queue_id, at, f.max_msgs, f.tag_filter)
+
+    result = read(offset)
+    while result.status in _WAITABLE and not s.stopping and trio.current_time() < deadline:
+        if result.status is GetMessageStatus.NO_MATCHED_MESSAGE:
+            offset = result.next_begin_offset  # filtered units: scan on from there
+            if offset < result.max_offset:
+                await trio.lowlevel.checkpoint()
+                result = read(offset)
+                continue
+        with s.long_poll(deadline):
+            await s.store.wait_for_message(topic, queue_id, offset, deadline - trio.current_time())
+        result = read(offset)
+    messages = _fit(result.messages, s.cfg.max_frame_size - _FRAME_MARGIN)
+    s.stats.get.add(len(messages))
+    if messages:
+        s.stats.add_get(topic, f.group, len(messages))
+    next_begin = result.next_begin_offset
+    if len(messages) < len(result.messages):
+        next_begin = result.messages[len(messages)].queue_offset
+    return PullReply(status=Status(result.status.value), messages=[message_map(m) for m in messages],
+                     next_begin_offset=next_begin, min_offset=result.min_offset,
+                     max_offset=result.max_offset).to_wire(r.id)
+
+
+async def _query_by_key(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    f = r.fields
+    found = s.store.query_message(f.topic, f.key, f.max_num, f.begin_ts, f.end_ts)
+    found = _fit(found, s.cfg.max_frame_size - _FRAME_MARGIN)
+    return MessagesReply(messages=[message_map(m) for m in found]).to_wire(r.id)
+
+
+async def _get_by_msg_id(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    msg = s.store.look_message_by_msg_id(r.fields.msg_id)
+    if msg is None:
+        raise OpError(Status.NOT_FOUND, f"no message with msgId {r.fields.msg_id} on this node")
+    return MessageReply(message=message_map(msg)).to_wire(r.id)
+
+
+async def _offset_by_time(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    f = r.fields
+    return OffsetReply(offset=s.store.get_offset_in_queue_by_time(f.topic, f.queue_id, f.timestamp)).to_wire(r.id)
+
+
+async def _min_offset(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    return OffsetReply(offset=s.store.get_min_offset_in_queue(r.fields.topic, r.fields.queue_id)).to_wire(r.id)
+
+
+async def _max_offset(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    return OffsetReply(offset=s.store.get_max_offset_in_queue(r.fields.topic, r.fields.queue_id)).to_wire(r.id)
+
+
+async def _commit_offset(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    refuse_on_slave(s, "offset commits")
+    f = r.fields
+    s.offsets.commit(f.group, f.topic, f.queue_id, f.offset)
+    return EmptyReply().to_wire(r.id)
+
+
+async def _fetch_offset(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    f = r.fields
+    offset = s.offsets.fetch(f.group, f.topic, f.queue_id)
+    if offset is None:
+        raise OpError(
+            Status.NOT_FOUND,
+            f"group {f.group!r} has no committed offset for {f.topic}:{f.queue_id}",
+        )
+    return OffsetReply(offset=offset).to_wire(r.id)
+
+
+async def _offset_list(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    return OffsetListReply(offsets=[e.to_wire() for e in s.offsets.entries()]).to_wire(r.id)
+
+
+PULL_HANDLERS: dict[str, Handler] = {
+    "pull": _pull,
+    "query_by_key": _query_by_key,
+    "get_by_msg_id": _get_by_msg_id,
+    "offset_by_time": _offset_by_time,
+    "min_offset": _min_offset,
+    "max_offset": _max_offset,
+    "commit_offset": _commit_offset,
+    "fetch_offset": _fetch_offset,
+    "offset_list": _offset_list,
+}

@@ -1,0 +1,238 @@
+"""The put pipeline: a send is checked (role, write permission, failover's epoch check,
+topic and queue) and encoded, appended with the rest of its receive as one CommitLog group,
+and answered after the flush or slave its WAIT asks for."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+import trio
+
+from store.message import PROPERTY_WAIT, Message
+from store.message_store import StoreUnavailableError
+from store.puts import Appended, Prepared
+from store.status import PutMessageResult, PutMessageStatus
+from wire.protocol import (
+    BatchMessage,
+    Request,
+    Send,
+    SendBatchReply,
+    SendReply,
+    Status,
+    error_response,
+)
+from wire.send_codec import PlainBatch, PlainSend, send_batch_reply_frame, send_reply_frame
+
+from .services import (
+    NodeServices,
+    OpError,
+    refuse_on_slave,
+)
+
+__all__ = ["PUT_HANDLERS", "Handler", "PendingPut", "append_sends", "finish_sends", "prepare_plain_sends", "put_response"]
+
+
+async def _checked_topic(services: NodeServices, topic: str, queue_id: int | None) -> int:
+    """The queue to write to: the topic must exist (or be auto-created) and be writeable."""
+    config = services.topics.get(topic) or await services.topics.for_send(topic)
+    if config is None:
+        raise OpError(
+            Status.NOT_FOUND,
+            f"topic {topic!r} does not exist on {services.cfg.broker_name} and autoCreateTopicEnable is off; "
+            "create it with topic_create",
+        )
+    if not config.writeable:
+        raise OpError(Status.SERVICE_NOT_AVAILABLE, f"topic {topic!r} is not writeable here (perm {config.perm})")
+    if queue_id is None:
+        return services.topics.select_queue(config)
+    if queue_id >= config.write_queue_nums:
+        raise OpError(
+            Status.BAD_REQUEST,
+            f"queue_id {queue_id} is out of range: topic {topic!r} has {config.write_queue_nums} write queues",
+        )
+    return queue_id
+
+
+def _message(m: Send | BatchMessage, topic: str, queue_id: int, wait: bool, born_host: str | None,
+             born_timestamp: int | None = None) -> Message:
+    props = dict(m.properties)
+    props[PROPERTY_WAIT] = "true" if wait else "false"
+    return Message(
+        topic=topic,
+        body=m.body,
+        queue_id=queue_id,
+        tags=m.tags,
+        keys=tuple(m.keys),
+        properties=props,
+        flag=m.flag,
+        born_timestamp=born_timestamp,
+        born_host=born_host,
+    )
+
+
+def put_response(request_id: int, result: PutMessageResult, queue_id: int, *, batch: bool,
+                  encoded: bool = False) -> dict[str, Any] | bytes:
+    """The answer to a put; a stored plain send's as its encoded frame when `encoded`."""
+    status = result.status
+    if not status.stored:
+        return error_response(request_id, Status(status.value), result.error or status.value)
+    append = result.append
+    if encoded:
+        reply_frame = send_batch_reply_frame if batch else send_reply_frame
+        return reply_frame(request_id, status.value, append.msg_id, queue_id, append.queue_offset, append.wrote_offset)
+    reply_status = Status(status.value)  # a PutMessageStatus name is the Status name
+    if batch:
+        return SendBatchReply(status=reply_status, msg_ids=append.msg_id.split(","), queue_id=queue_id,
+                              queue_offset=append.queue_offset, commitlog_offset=append.wrote_offset).to_wire(request_id)
+    return SendReply(status=reply_status, msg_id=append.msg_id, queue_id=queue_id, queue_offset=append.queue_offset,
+                     commitlog_offset=append.wrote_offset).to_wire(request_id)
+
+
+async def _check_writeable(s: NodeServices) -> int:
+    """A slave refuses writes; a master asks for the group's epoch first when it must
+    (fencing). Returns the token `_confirm_write` takes (Failover's stall count)."""
+    refuse_on_slave(s, "writes")
+    if s.write_wiped:
+        raise OpError(Status.SERVICE_NOT_AVAILABLE,
+                      f"{s.cfg.broker_name}'s write permission is wiped (admin wipeWritePerm): it refuses sends "
+                      "until admin addWritePerm")
+    if s.failover is not None:
+        return await s.failover.before_write()
+    return 0
+
+
+async def _confirm_write(s: NodeServices, checked: int, *, unreplicated: bool = False) -> None:
+    """A stored write is not acknowledged by a node that a newer epoch replaced, or whose
+    lease ran out, or that stalled since `checked` and cannot confirm its epoch, or (some
+    of it `unreplicated`, SLAVE_NOT_AVAILABLE) whose in-sync set cannot shrink: raises
+    OpError(INDETERMINATE)."""
+    if s.failover is not None:
+        await s.failover.after_write(checked, unreplicated=unreplicated)
+
+
+@attrs.define(slots=True, eq=False)
+class PendingPut:
+    """A send checked and encoded: `append_sends` appends it with the rest of its group and
+    `finish_sends` answers it after the flush or slave its WAIT asks for (one wait for the
+    whole group)."""
+
+    request_id: int
+    prepared: Prepared | PutMessageResult
+    wait: bool
+    queue_id: int
+    batch: bool
+    waits: bool
+    """Whether finishing may wait (SYNC_FLUSH / SYNC_MASTER and WAIT): the server finishes
+    the others inline."""
+    appended: Appended | None = None
+    at: float = 0.0
+    """trio time of the append: the group's timeouts count from its first append."""
+    checked: int = 0
+    """What the write check returned (`_check_writeable`), for `_confirm_write`."""
+    encoded: bool = False
+    """Answered with its encoded frame when stored (a plain send of the compiled path)."""
+    topic: str = ""
+    """For the per-topic stats (statsAll)."""
+
+
+async def _send(s: NodeServices, r: Request, peer: str | None) -> PendingPut:
+    checked = await _check_writeable(s)
+    f = r.fields
+    queue_id = await _checked_topic(s, f.topic, f.queue_id)
+    prepared = s.store.puts.prepare_message(_message(f, f.topic, queue_id, f.wait, peer, f.born_timestamp))
+    return PendingPut(r.id, prepared, f.wait, queue_id, False, s.store.puts.put_waits(f.wait), checked=checked,
+                      topic=f.topic)
+
+
+async def _send_batch(s: NodeServices, r: Request, peer: str | None) -> PendingPut:
+    checked = await _check_writeable(s)
+    f = r.fields
+    queue_id = await _checked_topic(s, f.topic, f.queue_id)
+    msgs = [_message(m, f.topic, queue_id, f.wait, peer) for m in f.messages]
+    return PendingPut(r.id, s.store.puts.prepare_batch(msgs), f.wait, queue_id, True, s.store.puts.put_waits(f.wait),
+                      checked=checked, topic=f.topic)
+
+
+async def prepare_plain_sends(s: NodeServices, sends: list[PlainSend | PlainBatch], peer: str | None,
+                              ) -> list[PendingPut | None]:
+    """The compiled send path's step for a receive's run of plain sends and batches
+    (wire/send_codec.py): one write check for the run, each record built without its
+    Message, each answer to be encoded without a map. None for a send off that path (the
+    write check or the store refuses, a topic to auto-create or not writeable, a queue out
+    of range, a record the encoder refuses): the caller runs the reference path for it,
+    which answers why."""
+    try:
+        checked = await _check_writeable(s)
+    except (OpError, StoreUnavailableError):
+        return [None] * len(sends)
+    puts = s.store.puts
+    if puts.refusal() is not None:
+        return [None] * len(sends)
+    topics = s.topics
+    out: list[PendingPut | None] = []
+    for p in sends:
+        config = topics.get(p.topic)
+        queue_id = p.queue_id
+        if config is None or not config.writeable or (queue_id is not None and queue_id >= config.write_queue_nums):
+            out.append(None)
+            continue
+        if queue_id is None:
+            queue_id = topics.select_queue(config)
+        batch = type(p) is PlainBatch
+        if batch:
+            prepared = puts.prepare_plain_batch(p.topic, queue_id, p.messages, peer)
+        else:
+            prepared = puts.prepare_plain(p.topic, p.body, queue_id, p.tags, p.flag, p.born_timestamp, peer)
+        out.append(None if prepared is None else PendingPut(
+            p.id, prepared, p.wait, queue_id, batch, puts.put_waits(p.wait), checked=checked, encoded=True,
+            topic=p.topic))
+    return out
+
+
+def append_sends(s: NodeServices, pending: list[PendingPut]) -> None:
+    """Append prepared sends, in order, as one CommitLog group."""
+    s.stats.send_requests += len(pending)
+    s.stats.send_groups += 1
+    now = trio.current_time()
+    for p, appended in zip(pending, s.store.puts.append_prepared([p.prepared for p in pending]), strict=True):
+        p.appended = appended
+        p.at = now
+
+
+async def finish_sends(s: NodeServices, pending: list[PendingPut]) -> list[dict[str, Any] | bytes]:
+    """The responses to appended sends, in order: one wait for the group (store.finish_puts)."""
+    since = min(p.at for p in pending)
+    if any(p.appended is None for p in pending):  # a send finished on its own
+        append_sends(s, [p for p in pending if p.appended is None])
+        since = min(p.at for p in pending)
+    results = await s.store.puts.finish_puts([(p.appended, p.wait) for p in pending], since=since)
+    stored = 0
+    by_topic: dict[str, int] = {}
+    for p, result in zip(pending, results, strict=True):
+        if result.status.stored:
+            stored += result.msg_num
+            by_topic[p.topic] = by_topic.get(p.topic, 0) + result.msg_num
+    if stored:
+        s.stats.put.add(stored)
+        for topic, n in by_topic.items():
+            s.stats.add_put(topic, n)
+    try:
+        unreplicated = any(r.status is PutMessageStatus.SLAVE_NOT_AVAILABLE for r in results)
+        await _confirm_write(s, min(p.checked for p in pending), unreplicated=unreplicated)
+    except OpError as e:  # stored, but this node may no longer acknowledge it
+        return [error_response(p.request_id, e.status, e.message) if result.status.stored
+                else put_response(p.request_id, result, p.queue_id, batch=p.batch)
+                for p, result in zip(pending, results, strict=True)]
+    return [put_response(p.request_id, result, p.queue_id, batch=p.batch, encoded=p.encoded)
+            for p, result in zip(pending, results, strict=True)]
+
+
+Handler = Callable[[NodeServices, Request, "str | None"], Awaitable["dict[str, Any] | PendingPut"]]
+"""An op's handler: a response map, or a checked send to append and answer later."""
+
+PUT_HANDLERS: dict[str, Handler] = {
+    "send": _send,
+    "send_batch": _send_batch,
+}

@@ -1,0 +1,137 @@
+"""What every op acts on and how it fails: `NodeServices` (one node's store, tables and
+replication services), `OpError` (a node status rather than a store status), and the
+failover hooks the write path calls (typed here, so the ops need not import node/failover/,
+which sits above them).
+
+docs/protocol.md is the contract. Every failure becomes a response (store statuses,
+BAD_REQUEST, NOT_FOUND, SERVICE_NOT_AVAILABLE, INTERNAL_ERROR with the cause), so the
+connection layer (node/server.py) only moves frames.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+import attrs
+import trio
+
+from ha.master import HAService
+from ha.slave import HAClient
+from store.message_store import MessageStore
+from wire.protocol import (
+    Status,
+)
+
+from ..config import BrokerConfig
+from ..schedule import ScheduleMessageService
+from ..stats import BrokerStats
+from ..tables.consumers import ConsumerManager
+from ..tables.jsonfile import ConfigFileError, read_json
+from ..tables.offsets import ConsumerOffsetManager
+from ..tables.producers import ProducerManager
+from ..tables.subscription_groups import SubscriptionGroupManager
+from ..tables.topics import TopicConfigManager
+
+
+class FailoverHooks(Protocol):
+    """What the ops ask of node/failover/promotion.py's Failover: typed here, so ops (below failover,
+    which raises OpError and is handed NodeServices) does not import it."""
+
+    async def before_write(self) -> int: ...
+
+    async def after_write(self, checked: int) -> None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def epoch_answer(self) -> dict[str, Any]: ...
+
+    async def promote(self, role: str | None) -> dict[str, Any]: ...
+
+
+__all__ = ["FailoverHooks", "NodeServices", "OpError", "refuse_on_slave", "write_perm_path"]
+
+
+class OpError(Exception):
+    """A request that fails with a node status (not a store status)."""
+
+    def __init__(self, status: Status, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@attrs.define(eq=False)
+class NodeServices:
+    """What the operations act on: one node's store, tables and replication services."""
+
+    cfg: BrokerConfig
+    store: MessageStore
+    topics: TopicConfigManager
+    offsets: ConsumerOffsetManager
+    ha_master: HAService | None = None
+    ha_client: HAClient | None = None
+    slave_sync_status: Callable[[], dict[str, Any]] | None = None
+    registration_status: Callable[[], list[dict[str, Any]]] | None = None
+    security_status: Callable[[], dict[str, Any]] | None = None  # the client port's Guard, with aclEnable
+    consumers: ConsumerManager = attrs.field(
+        default=attrs.Factory(lambda s: ConsumerManager(expire_s=s.cfg.channel_expired_timeout / 1000),
+                              takes_self=True))
+    schedule: ScheduleMessageService | None = None
+    subgroups: SubscriptionGroupManager = attrs.field(
+        default=attrs.Factory(lambda s: SubscriptionGroupManager(s.cfg.store.store_path_root_dir), takes_self=True))
+    stats: BrokerStats = attrs.field(factory=BrokerStats)
+    producers: ProducerManager = attrs.field(
+        default=attrs.Factory(lambda s: ProducerManager(expire_s=s.cfg.channel_expired_timeout / 1000),
+                              takes_self=True))
+    write_wiped: bool = attrs.field(default=attrs.Factory(lambda s: _read_write_wiped(s.cfg), takes_self=True))
+    """mqadmin wipeWritePerm: the node refuses sends until addWritePerm (kept in
+    `config/writePerm.json`, so a restart or a promotion keeps it)."""
+    failover: FailoverHooks | None = None
+    stopping: bool = False
+    _long_polls: set[trio.CancelScope] = attrs.field(factory=set)
+
+    @property
+    def is_master(self) -> bool:
+        return self.cfg.role.is_master
+
+    @contextlib.contextmanager
+    def long_poll(self, deadline: float) -> Iterator[trio.CancelScope]:
+        """A cancel scope for one pull's wait, cancelled early by `stop_long_polls`."""
+        with trio.CancelScope(deadline=deadline) as scope:
+            self._long_polls.add(scope)
+            try:
+                yield scope
+            finally:
+                self._long_polls.discard(scope)
+
+    def stop_long_polls(self) -> None:
+        """Shutdown: pulls waiting for messages answer now with what they have."""
+        self.stopping = True
+        for scope in list(self._long_polls):
+            scope.cancel()
+
+
+def write_perm_path(cfg: BrokerConfig) -> str:
+    return cfg.store.path("config", "writePerm.json")
+
+
+def _read_write_wiped(cfg: BrokerConfig) -> bool:
+    path = write_perm_path(cfg)
+    raw = read_json(path)
+    if raw is None:
+        return False
+    if not isinstance(raw, dict) or type(raw.get("writeable")) is not bool:
+        raise ConfigFileError(f"{path}: expected {{\"writeable\": true|false}}, got {raw!r}")
+    return not raw["writeable"]
+
+
+def refuse_on_slave(services: NodeServices, what: str) -> None:
+    if not services.is_master:
+        raise OpError(
+            Status.SERVICE_NOT_AVAILABLE,
+            f"this node is a SLAVE and refuses {what}; send it to the master of {services.cfg.broker_name}",
+        )
+
+
