@@ -14,7 +14,6 @@ import trio
 import trio.testing
 
 from chaos.cli import main as chaos_main
-from chaos.cli import parse_seeds
 from chaos.history import Op
 from chaos.sim.run import MODES, RETRYING, Simulation, SpinGuard, run_seed
 from chaos.sim.schedule import Fault, Schedule, draw
@@ -104,21 +103,6 @@ def test_the_spin_guard_ends_a_loop_that_never_lets_the_clock_move():
     assert guard.spinning is not None and "main" in guard.spinning
 
 
-@pytest.mark.slow  # sweeps run in worker processes
-@pytest.mark.parametrize(("mutation", "mode", "seeds"), [
-    ("truncation", "ASYNC_MASTER+ASYNC_FLUSH", "1..200"),
-    ("in-sync-wait", "SYNC_MASTER+ASYNC_FLUSH", "1..2000"),
-    ("pause-fencing", "ASYNC_MASTER+ASYNC_FLUSH", "1..2000"),
-])
-def test_each_deliberate_bug_is_reported_within_the_seeds_allowed(mutation, mode, seeds, tmp_path):
-    result = sweep(parse_seeds(seeds), mode=mode, jobs=2, base_dir=str(tmp_path), mutation=mutation,
-                   stop_at_first=True, controller="manual")  # the code each mutation breaks runs in manual mode
-    assert result.failing, f"{mutation}: no seed of {seeds} broke a promise"
-    assert min(r["seed"] for r in result.failing) <= int(seeds.split("..")[1])
-    crashed = [r["seed"] for r in result.failing if any("simulation crashed" in v for v in r["violations"])]
-    assert not crashed, f"{mutation}: the mutation crashed the run instead of breaking a promise: {crashed}"
-
-
 @pytest.mark.slow
 def test_a_sweep_prints_progress_a_summary_and_exits_0_when_every_seed_kept_its_promises(tmp_path, capsys):
     code = chaos_main(["chaos", "sim", "--seeds", "1..4", "--jobs", "2", "--dir", str(tmp_path)])
@@ -131,13 +115,13 @@ def test_a_sweep_prints_progress_a_summary_and_exits_0_when_every_seed_kept_its_
     assert os.listdir(tmp_path) == []  # each run's stores are removed
 
 
-@pytest.mark.slow
-def test_ci_runs_300_seeds_and_every_one_keeps_its_promises():
-    result = sweep(list(range(1, 301)), mode="all", jobs=2)  # on /dev/shm, as the CLI runs them
-    assert result.schedules == 300 and result.sends >= 300 * 500 and result.faults >= 300 * 3
+@pytest.mark.slow  # worker processes
+def test_a_ci_sweep_of_40_seeds_keeps_every_promise_in_every_shape():
+    result = sweep(list(range(1, 41)), mode="all", jobs=2)  # the 300 of the figures: tests/chaos/test_sim_sweeps.py
+    assert result.schedules == 40 and result.sends >= 40 * 500 and result.faults >= 40 * 3
     assert not result.failing, [(r["seed"], r["mode"], r["slaves"], r["violations"]) for r in result.failing]
-    assert result.by_slaves == {1: 151, 2: 149} and result.by_controller == {"manual": 151, "etcd": 149}
-    assert result.by_groups == {1: 156, 2: 144}
+    assert set(result.by_slaves) == {1, 2} and set(result.by_controller) == {"manual", "etcd"}
+    assert set(result.by_groups) == {1, 2} and sum(result.by_groups.values()) == 40
 
 
 @pytest.mark.slow
