@@ -37,7 +37,6 @@ import trio
 from ha.net import TCP, Network, no_delay, peer_address, write_now
 from wire.framing import FrameDecoder, FrameError, encode_frame
 from wire.protocol import (
-    CHECKED_TOPICS,
     NODE_REQUESTS,
     InvalidRequest,
     Request,
@@ -187,6 +186,10 @@ class ClientServer:
         self.guard = guard
         self.tls = tls  # (server context, tlsMode), wire/tls.py
         self.net = net  # where connections come from (ha/net.py): TCP, or a simulated network
+        self.checked_topics: set[str] = set()
+        """Topics this server's parser found valid: not checked again, and the compiled
+        codec decodes plain sends to these only. Per server, not per process: the
+        simulation runs several nodes in one process."""
         self._connections: set[_Connection] = set()
         self._accept_scope: trio.CancelScope | None = None
         self._conn_nursery: trio.Nursery | None = None
@@ -333,7 +336,7 @@ class ClientServer:
         """Read and serve batches of frames; the reason when the framing broke, else None.
         Only the receive is cancelled at shutdown: a batch that was read is served whole."""
         plain = self.plain_sends is not None
-        decoder = FrameDecoder(self.max_frame_size, plain_sends=CHECKED_TOPICS if plain else None)
+        decoder = FrameDecoder(self.max_frame_size, plain_sends=self.checked_topics if plain else None)
         while True:
             data = await self._receive(conn)
             if not data:
@@ -417,7 +420,7 @@ class ClientServer:
             op = frame.get("op")
             if type(op) is str and op in AUTH_OPS:
                 return self._login_step(conn, parse_with(frame, AUTH_OPS))
-            request = parse_with(frame, self.requests)
+            request = parse_with(frame, self.requests, self.checked_topics)
             if conn.session is None:
                 return await self.handler(request, conn.peer)
             return await self._guarded(conn, conn.session, request)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from wire.framing import FrameDecoder, FrameError, encode_frame
 from wire.protocol import (
+    CHECKED_LIMIT,
     INT64_MAX,
     OPS,
     InvalidRequest,
@@ -543,3 +544,16 @@ def test_an_answer_without_a_required_field_is_a_reply_error():
     with pytest.raises(BadReply, match="min_offset: the answer lacks the field 'offset' of OffsetReply") as e:
         read_reply(MinOffset(topic="T", queue_id=0), {"id": 1, "status": "OK"}, "h:1")
     assert e.value.status == "BAD_REPLY" and e.value.address == "h:1"
+
+
+def test_the_parser_remembers_valid_topics_in_the_callers_set_only():
+    checked: set[str] = set()
+    parse_request(req("max_offset", topic="Kept", queue_id=0), checked=checked)
+    parse_request(req("pull", topic="Also", queue_id=0, offset=0), checked=checked)
+    with pytest.raises(InvalidRequest):
+        parse_request(req("max_offset", topic="bad topic", queue_id=0), checked=checked)
+    parse_request(req("max_offset", topic="Unseen", queue_id=0))  # no set: nothing is remembered
+    assert checked == {"Kept", "Also"}
+    full = {f"t{i}" for i in range(CHECKED_LIMIT)}
+    parse_request(req("max_offset", topic="Over", queue_id=0), checked=full)
+    assert len(full) == CHECKED_LIMIT and "Over" not in full, "the set stops growing at its limit"

@@ -46,7 +46,7 @@ from tests.node.nodeproc import master_conf
 from tests.waiting import wait_until
 from wire import send_codec
 from wire.framing import COMPILED, HEADER, FrameDecoder, encode_frame
-from wire.protocol import CHECKED_TOPICS, NODE_REQUESTS, InvalidRequest, parse_with
+from wire.protocol import NODE_REQUESTS, InvalidRequest, parse_with
 from wire.send_codec import PlainBatch, PlainSend, send_batch_reply_frame, send_reply_frame
 
 needs_compiled = pytest.mark.skipif(COMPILED is None, reason="wire._send_codec not loaded (TIDEMQ_PURE=1 or not built)")
@@ -334,11 +334,12 @@ async def test_both_paths_give_the_same_answer_bytes_and_the_same_store_files(tm
     seen: dict[bool, tuple[dict[Any, bytes], dict[str, bytes], int]] = {}
     port, client_port = 10911, free_port()
     taken: list[PlainSend | PlainBatch] = []
-    CHECKED_TOPICS.update(("T", "Narrow", "Auto"))  # as the first send to each, checked by the schema, does
+    checked = {"T", "Narrow", "Auto"}  # as the first send to each, checked by the schema, makes them
     for compiled in (True, False):
         (base / str(compiled)).mkdir()
         conf = master_conf(base / str(compiled), role="ASYNC_MASTER", listenPort=port)  # same store host
         async with serving(conf, taken if compiled else None) as (server, services):
+            server.checked_topics.update(checked)
             answers = await answers_to(server.port, chunks, len(stream) + bool(broken), client_port)
             await wait_until(lambda s=services: s.store.dispatch_behind_bytes() == 0, what="dispatch caught up")
             plain = services.stats.send_requests
@@ -348,6 +349,6 @@ async def test_both_paths_give_the_same_answer_bytes_and_the_same_store_files(tm
     for name in seen[True][1]:
         assert seen[True][1][name] == seen[False][1][name], f"{name} differs"
     assert seen[True][2] == seen[False][2]  # the same sends reached the turn
-    plain = [i for i in COMPILED.split_frames(data, MAX_FRAME, CHECKED_TOPICS)[0] if type(i) in (PlainSend, PlainBatch)]
+    plain = [i for i in COMPILED.split_frames(data, MAX_FRAME, checked)[0] if type(i) in (PlainSend, PlainBatch)]
     assert (None in seen[True][0]) == bool(broken)  # the error frame (id null) after a bad one
     assert len(taken) == len(plain)  # the compiled path served every plain send

@@ -20,24 +20,14 @@ from store.tag_filter import parse_tag_expression
 from .codec import INT32_MAX, MAX_GROUP_LENGTH, MAX_QUEUE_NUMS
 
 __all__ = [
-    "CHECKED_TOPICS", "check_body", "check_client_id", "check_config_key", "check_config_value", "check_group",
+    "check_body", "check_client_id", "check_config_key", "check_config_value", "check_group",
     "check_keys", "check_master_role", "check_msg_id", "check_non_empty", "check_perm", "check_properties",
     "check_queue_ids", "check_tag_filter", "check_tags", "check_topic", "check_topics", "parse_tag_filter",
 ]
 
 
-CHECKED_TOPICS: set[str] = set()
-"""Topics that passed the check (a send names the same few topics over and over); the
-compiled send codec decodes sends to these only (wire/send_codec.py)."""
-
-
 def check_topic(v: str) -> str | None:
-    if v in CHECKED_TOPICS:
-        return None
-    problem = topic_error(v)
-    if problem is None and len(CHECKED_TOPICS) < 4096:
-        CHECKED_TOPICS.add(v)
-    return problem
+    return topic_error(v)
 
 
 def check_group(v: str) -> str | None:

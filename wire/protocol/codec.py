@@ -28,9 +28,12 @@ INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
 MAX_GROUP_LENGTH = 255  # RocketMQ Validators.CHARACTER_MAX_LENGTH
 MAX_QUEUE_NUMS = 1024
+CHECKED_LIMIT = 4096
+"""How many remembered values a parser's `checked` set holds at most."""
 
 __all__ = [
     "BOOL",
+    "CHECKED_LIMIT",
     "BYTES",
     "DICT_STR_STR",
     "INT",
@@ -116,6 +119,9 @@ class Field:
     required: bool = True
     default: Any = None
     check: Callable[[Any], str | None] | None = None
+    remember: bool = False
+    """Values that passed `check` are remembered in the parser's `checked` set and not
+    checked again (a send names the same few topics over and over)."""
 
 
 def wrong_type(path: str, expected: str, value: Any) -> InvalidRequest:
@@ -194,13 +200,15 @@ INT32 = value_range(-(2**31), INT32_MAX)
 _REQUIRED = attrs.NOTHING
 
 
-def wire(type_: FieldType, check: Callable[[Any], str | None] | None = None, *, default: Any = _REQUIRED) -> Any:
+def wire(type_: FieldType, check: Callable[[Any], str | None] | None = None, *, default: Any = _REQUIRED,
+         remember: bool = False) -> Any:
     """An attrs field that is also a wire field: its wire type, an optional value check
-    (`check(value) -> problem | None`; integers default to the int64 range) and its default
-    when the request leaves it out (a list or map default is copied per request)."""
+    (`check(value) -> problem | None`; integers default to the int64 range), its default
+    when the request leaves it out (a list or map default is copied per request), and
+    whether values that pass are remembered (`Field.remember`)."""
     if check is None and type_ is INT:
         check = INT64
-    metadata = {"wire": type_, "check": check}
+    metadata = {"wire": type_, "check": check, "remember": remember}
     if default is _REQUIRED:
         return attrs.field(metadata=metadata)
     if type(default) in (list, dict):
@@ -247,7 +255,8 @@ def schema_of(cls: type[WireRequest]) -> tuple[Field, ...]:
             required = a.default is attrs.NOTHING
             default = None if required else (a.default.factory() if isinstance(a.default, attrs.Factory)
                                               else a.default)
-            fields.append(Field(a.name, a.metadata["wire"], required, default, a.metadata["check"]))
+            fields.append(Field(a.name, a.metadata["wire"], required, default, a.metadata["check"],
+                                a.metadata.get("remember", False)))
         schema = _SCHEMAS[cls] = tuple(fields)
     return schema
 
@@ -262,7 +271,8 @@ class _Compiled:
 
     schema: tuple[Field, ...]
     allowed: frozenset[str]
-    fields: tuple[tuple[str, bool, Any, bool, Callable[[Any, str], Any], Callable[[Any], str | None] | None], ...]
+    fields: tuple[tuple[str, bool, Any, bool, Callable[[Any, str], Any], Callable[[Any], str | None] | None, bool],
+                  ...]
 
 
 _COMPILED: dict[tuple[int, bool], _Compiled] = {}
@@ -273,14 +283,14 @@ def _compiled(schema: tuple[Field, ...], top_level: bool) -> _Compiled:
     known = _COMPILED.get(key)
     if known is None or known.schema is not schema:  # the schema is kept, so its id stays its own
         names = frozenset({f.name for f in schema} | (set(_ENVELOPE) if top_level else set()))
-        fields = tuple((f.name, f.required, f.default, type(f.default) in (list, dict), f.type.check, f.check)
-                       for f in schema)
+        fields = tuple((f.name, f.required, f.default, type(f.default) in (list, dict), f.type.check, f.check,
+                        f.remember) for f in schema)
         known = _COMPILED[key] = _Compiled(schema, names, fields)
     return known
 
 
 def _parse_fields(
-    frame: Mapping[Any, Any], schema: tuple[Field, ...], prefix: str, op: str
+    frame: Mapping[Any, Any], schema: tuple[Field, ...], prefix: str, op: str, checked: set[str] | None = None
 ) -> dict[str, Any]:
     compiled = _compiled(schema, not prefix)
     allowed = compiled.allowed
@@ -293,17 +303,19 @@ def _parse_fields(
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise InvalidRequest(f"unknown field {prefix + str(key)!r} for op {op!r}{hint}")
     out: dict[str, Any] = {}
-    for name, required, default, copy_default, type_check, value_check in compiled.fields:
+    for name, required, default, copy_default, type_check, value_check, remember in compiled.fields:
         if name not in frame:
             if required:
                 raise InvalidRequest(f"missing field {prefix + name!r} for op {op!r}")
             out[name] = default.copy() if copy_default else default
             continue
         value = type_check(frame[name], prefix + name)
-        if value_check is not None:
+        if value_check is not None and not (remember and checked is not None and value in checked):
             problem = value_check(value)
             if problem:
                 raise InvalidRequest(f"field {prefix + name!r} of op {op!r}: {problem}")
+            if remember and checked is not None and len(checked) < CHECKED_LIMIT:
+                checked.add(value)
         out[name] = value
     return out
 
@@ -314,9 +326,14 @@ def parse_fields(frame: Mapping[Any, Any], cls: type[W], prefix: str, op: str) -
     return cls(**_parse_fields(frame, schema_of(cls), prefix, op))
 
 
-def parse_with(frame: Mapping[Any, Any], requests: Mapping[str, type[WireRequest]]) -> Request:
+def parse_with(frame: Mapping[Any, Any], requests: Mapping[str, type[WireRequest]],
+               checked: set[str] | None = None) -> Request:
     """Validate a decoded frame against its op's request class; InvalidRequest names what
     is wrong.
+
+    `checked` is the caller's set of values that passed a `remember` field's check (the
+    node's topics): each server keeps its own, and its compiled send codec decodes sends to
+    those topics only (wire/send_codec.py). None: check every value.
 
     Unknown fields are refused (with the nearest valid name) rather than ignored, so a
     misspelt optional field such as `queueId` never silently falls back to its default.
@@ -347,7 +364,7 @@ def parse_with(frame: Mapping[Any, Any], requests: Mapping[str, type[WireRequest
             close = difflib.get_close_matches(op, list(requests), n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise InvalidRequest(f"unknown op {op!r}{hint}")
-        fields = cls(**_parse_fields(frame, schema_of(cls), "", op))
+        fields = cls(**_parse_fields(frame, schema_of(cls), "", op, checked))
     except InvalidRequest as e:
         e.request_id = request_id
         raise

@@ -11,7 +11,6 @@ from typing import Any
 import attrs
 
 from .checks import (
-    CHECKED_TOPICS,
     check_body,
     check_client_id,
     check_config_key,
@@ -145,7 +144,7 @@ FIELD_TYPES = (STR, BYTES, INT, BOOL, LIST_STR, LIST_INT, DICT_STR_STR, MESSAGES
 
 
 def _topic_field() -> Any:
-    return wire(STR, check_topic)
+    return wire(STR, check_topic, remember=True)
 
 
 def _queue_id(**default: Any) -> Any:
@@ -161,7 +160,7 @@ def _client_id_field() -> Any:
 
 
 __all__ = [
-    "CHECKED_TOPICS", "FIELD_TYPES", "MESSAGES", "NODE_REQUESTS", "OPS", "BatchMessage", "CommitOffset", "ConsumerHeartbeat",
+    "FIELD_TYPES", "MESSAGES", "NODE_REQUESTS", "OPS", "BatchMessage", "CommitOffset", "ConsumerHeartbeat",
     "ConsumerList", "ConsumerLock", "ConsumerSendBack", "ConsumerUnlock", "ConsumerUnregister", "ConsumerWatch",
     "BrokerWritePerm", "GetBrokerConfig", "UpdateBrokerConfig",
     "DeleteExpiredFiles", "Epoch", "FetchOffset", "GetByMsgId", "MaxOffset", "MinOffset", "GetStatus",
@@ -516,7 +515,8 @@ OPS: dict[str, tuple[Field, ...]] = {op: schema_of(cls) for op, cls in NODE_REQU
 """Each op's fields, in declaration order (for docs and tests)."""
 
 
-def parse_request(frame: Mapping[Any, Any], requests: Mapping[str, type[WireRequest]] = NODE_REQUESTS) -> Request:
+def parse_request(frame: Mapping[Any, Any], requests: Mapping[str, type[WireRequest]] = NODE_REQUESTS,
+                  checked: set[str] | None = None) -> Request:
     """Validate a decoded frame against its op's request class (the node's table unless
-    another is given); InvalidRequest names what is wrong."""
-    return parse_with(frame, requests)
+    another is given); InvalidRequest names what is wrong. `checked`: as for `parse_with`."""
+    return parse_with(frame, requests, checked)
