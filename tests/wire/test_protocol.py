@@ -557,3 +557,33 @@ def test_the_parser_remembers_valid_topics_in_the_callers_set_only():
     full = {f"t{i}" for i in range(CHECKED_LIMIT)}
     parse_request(req("max_offset", topic="Over", queue_id=0), checked=full)
     assert len(full) == CHECKED_LIMIT and "Over" not in full, "the set stops growing at its limit"
+
+
+def test_a_stored_message_is_the_map_docs_protocol_md_lists_byte_for_byte():
+    """WireMessage is the message map pull, query_by_key and get_by_msg_id answer with: the
+    same keys in the same order (so the same CBOR bytes) as docs/protocol.md lists them, and
+    a client reads back what the node wrote."""
+    from store.message import Message, decode_record, encode_record
+    from wire.protocol import MessageReply, PullReply, WireMessage
+
+    msg = Message(topic="T", body=b"payload", queue_id=2, tags="a", keys=("k1", "k2"), properties={"p": "v"},
+                  flag=3, born_timestamp=1_700_000_000_000, born_host="10.0.0.9:4000", reconsume_times=1)
+    stored = decode_record(encode_record(msg, "127.0.0.1:10911", 1 << 20)).message
+    assert stored is not None
+    want = {"topic": "T", "queue_id": 2, "queue_offset": stored.queue_offset,
+            "commitlog_offset": stored.commitlog_offset, "msg_id": stored.msg_id, "body": b"payload", "tags": "a",
+            "keys": ["k1", "k2"], "properties": {"p": "v"}, "born_timestamp": 1_700_000_000_000,
+            "store_timestamp": stored.store_timestamp, "flag": 3, "reconsume_times": 1, "size": stored.size,
+            "sys_flag": stored.sys_flag, "born_host": "10.0.0.9:4000", "body_crc": stored.body_crc}
+    wire = WireMessage.of(stored).to_wire()
+    assert cbor2.dumps(wire) == cbor2.dumps(want)
+    section = DOC.read_text().split("Each message map has:", 1)[1].split("\n\n", 1)[0]
+    listed = [w.strip("`") for w in section.replace(",", " ").split() if w.startswith("`")]
+    assert listed == list(want), "docs/protocol.md lists the message map's fields in the wire's order"
+    pull = PullReply(status=Status.FOUND, messages=[WireMessage.of(stored)], next_begin_offset=1, max_offset=1)
+    assert cbor2.dumps(pull.to_wire(5)) == cbor2.dumps({"id": 5, "status": "FOUND", "messages": [want],
+                                                        "next_begin_offset": 1, "min_offset": 0, "max_offset": 1})
+    assert PullReply.from_wire(cbor2.loads(cbor2.dumps(pull.to_wire(5)))) == pull
+    assert MessageReply.from_wire({"message": want}).message == WireMessage.of(stored)
+    older = WireMessage.from_wire({k: want[k] for k in list(want)[:6]})  # an older node's shorter map
+    assert (older.tags, older.keys, older.size) == (None, [], None)
