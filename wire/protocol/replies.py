@@ -100,17 +100,15 @@ class WireReply:
 
 @attrs.define(kw_only=True)
 class SendReply(WireReply):
-    """`send`: where the message was stored (`status` says whether flush and slave confirmed it)."""
+    """`send`: where the message was stored (`status` says whether flush and slave confirmed it).
+    Its map is the reference the compiled send path's answer frames are tested against
+    (wire/send_codec.py)."""
 
     status: Status
     msg_id: str
     queue_id: int
     queue_offset: int
     commitlog_offset: int
-
-    def to_wire(self, request_id: int) -> dict[str, Any]:  # spelled out: every single send's answer
-        return {"id": request_id, "status": self.status.value, "msg_id": self.msg_id, "queue_id": self.queue_id,
-                "queue_offset": self.queue_offset, "commitlog_offset": self.commitlog_offset}
 
 
 @attrs.define(kw_only=True)
