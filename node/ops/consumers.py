@@ -21,18 +21,26 @@ from store.message import PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY
 from store.properties import PROPERTY_REAL_TOPIC, PROPERTY_RETRY_TOPIC
 from store.schedule import SCHEDULE_TOPIC
 from wire.protocol import (
+    ConsumerHeartbeat,
+    ConsumerList,
     ConsumerListReply,
+    ConsumerLock,
+    ConsumerSendBack,
+    ConsumerUnlock,
+    ConsumerUnregister,
     ConsumerUnregisterReply,
+    ConsumerWatch,
     EmptyReply,
     LockReply,
     MembersReply,
     Request,
     SendBackReply,
     Status,
+    WireRequest,
 )
 
 from ..tables.topics import DEFAULT_PERM
-from .puts import put_response
+from .puts import Handler, put_response
 from .services import NodeServices, OpError, refuse_on_slave
 
 __all__ = ["CONSUMER_HANDLERS", "DLQ_PREFIX", "RETRY_PREFIX", "dlq_topic", "retry_topic"]
@@ -161,12 +169,12 @@ async def _send_back(s: NodeServices, r: Request, peer: str | None) -> dict[str,
                          delay_level=level, reconsume_times=old.reconsume_times + 1).to_wire(r.id)
 
 
-CONSUMER_HANDLERS = {
-    "consumer_heartbeat": _heartbeat,
-    "consumer_unregister": _unregister,
-    "consumer_watch": _watch,
-    "consumer_list": _list,
-    "consumer_lock": _lock,
-    "consumer_unlock": _unlock,
-    "consumer_send_back": _send_back,
+CONSUMER_HANDLERS: dict[type[WireRequest], Handler] = {
+    ConsumerHeartbeat: _heartbeat,
+    ConsumerUnregister: _unregister,
+    ConsumerWatch: _watch,
+    ConsumerList: _list,
+    ConsumerLock: _lock,
+    ConsumerUnlock: _unlock,
+    ConsumerSendBack: _send_back,
 }

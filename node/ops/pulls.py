@@ -11,15 +11,25 @@ from store.message import StoredMessage
 from store.message_store import GetMessageResult
 from store.status import GetMessageStatus
 from wire.protocol import (
+    CommitOffset,
     EmptyReply,
+    FetchOffset,
+    GetByMsgId,
+    MaxOffset,
     MessageReply,
     MessagesReply,
+    MinOffset,
+    OffsetByTime,
+    OffsetList,
     OffsetListReply,
     OffsetReply,
+    Pull,
     PullReply,
+    QueryByKey,
     Request,
     Status,
     WireMessage,
+    WireRequest,
 )
 
 from .puts import Handler
@@ -140,14 +150,14 @@ async def _offset_list(s: NodeServices, r: Request, peer: str | None) -> dict[st
     return OffsetListReply(offsets=[e.to_wire() for e in s.offsets.entries()]).to_wire(r.id)
 
 
-PULL_HANDLERS: dict[str, Handler] = {
-    "pull": _pull,
-    "query_by_key": _query_by_key,
-    "get_by_msg_id": _get_by_msg_id,
-    "offset_by_time": _offset_by_time,
-    "min_offset": _min_offset,
-    "max_offset": _max_offset,
-    "commit_offset": _commit_offset,
-    "fetch_offset": _fetch_offset,
-    "offset_list": _offset_list,
+PULL_HANDLERS: dict[type[WireRequest], Handler] = {
+    Pull: _pull,
+    QueryByKey: _query_by_key,
+    GetByMsgId: _get_by_msg_id,
+    OffsetByTime: _offset_by_time,
+    MinOffset: _min_offset,
+    MaxOffset: _max_offset,
+    CommitOffset: _commit_offset,
+    FetchOffset: _fetch_offset,
+    OffsetList: _offset_list,
 }

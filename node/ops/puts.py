@@ -18,9 +18,11 @@ from wire.protocol import (
     BatchMessage,
     Request,
     Send,
+    SendBatch,
     SendBatchReply,
     SendReply,
     Status,
+    WireRequest,
     error_response,
 )
 from wire.send_codec import PlainBatch, PlainSend, send_batch_reply_frame, send_reply_frame
@@ -232,7 +234,7 @@ async def finish_sends(s: NodeServices, pending: list[PendingPut]) -> list[dict[
 Handler = Callable[[NodeServices, Request, "str | None"], Awaitable["dict[str, Any] | PendingPut"]]
 """An op's handler: a response map, or a checked send to append and answer later."""
 
-PUT_HANDLERS: dict[str, Handler] = {
-    "send": _send,
-    "send_batch": _send_batch,
+PUT_HANDLERS: dict[type[WireRequest], Handler] = {
+    Send: _send,
+    SendBatch: _send_batch,
 }
