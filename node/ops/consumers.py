@@ -17,8 +17,15 @@ from typing import Any
 
 import trio
 
-from store.message import PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_WAIT, Message
-from store.properties import PROPERTY_REAL_TOPIC, PROPERTY_RETRY_TOPIC
+from store.message import Message
+from store.properties import (
+    PROPERTY_DELAY,
+    PROPERTY_KEYS,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_TAGS,
+    PROPERTY_WAIT,
+)
 from store.schedule import SCHEDULE_TOPIC
 from wire.protocol import (
     ConsumerHeartbeat,
@@ -164,6 +171,7 @@ async def _send_back(s: NodeServices, r: Request, peer: str | None) -> dict[str,
     if not result.status.stored:
         return put_response(r.id, result, 0, batch=False)
     append = result.append
+    assert append is not None  # a stored put was appended
     return SendBackReply(status=Status(result.status.value), msg_id=append.msg_id, queue_id=0,
                          queue_offset=append.queue_offset, commitlog_offset=append.wrote_offset, topic=topic,
                          delay_level=level, reconsume_times=old.reconsume_times + 1).to_wire(r.id)

@@ -95,7 +95,7 @@ async def finish_requests(services: NodeServices, pending: list[PendingPut]) -> 
                 for p in pending]
 
 
-async def handle_request(services: NodeServices, request: Request, peer: str | None) -> dict[str, Any]:
+async def handle_request(services: NodeServices, request: Request, peer: str | None) -> dict[str, Any] | bytes:
     """Run one request to its response (both steps)."""
     result = await handle_now(services, request, peer)
     if isinstance(result, PendingPut):

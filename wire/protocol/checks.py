@@ -6,14 +6,14 @@ those read as the ops' schemas.
 
 from __future__ import annotations
 
-from store.message import (
+from store.message import topic_error
+from store.msg_id import decode_msg_id
+from store.properties import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
     PROPERTY_WAIT,
-    decode_msg_id,
-    topic_error,
 )
 from store.tag_filter import parse_tag_expression
 

@@ -106,7 +106,7 @@ class BatchMessage(WireRequest):
 _MESSAGE_NAMES = frozenset(f.name for f in schema_of(BatchMessage))
 
 
-def _plain_message(item: dict) -> BatchMessage | None:
+def _plain_message(item: dict[Any, Any]) -> BatchMessage | None:
     """A batch message of a body and optional tags (the common case), as the schema path
     would parse it; None for anything else: the schema path then checks it and names any
     problem. A batch of 32 spent most of its parsing walking the schema per message."""

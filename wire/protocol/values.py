@@ -40,7 +40,7 @@ class WireValue:
     @classmethod
     def from_wire(cls: type[V], raw: Mapping[str, Any]) -> V:
         kwargs: dict[str, Any] = {}
-        for a in attrs.fields(cls):  # type: ignore[misc]  # subclasses are attrs classes
+        for a in attrs.fields(cls):  # type: ignore[arg-type]  # subclasses are attrs classes
             if a.name in raw:
                 kwargs[a.name] = raw[a.name]
             elif a.default is attrs.NOTHING:
@@ -50,7 +50,7 @@ class WireValue:
 
 def _names(cls: type[WireValue]) -> tuple[str, ...]:
     """A value class's field names, worked out once (a pull answers with many messages)."""
-    cls._NAMES = tuple(a.name for a in attrs.fields(cls))  # type: ignore[misc]
+    cls._NAMES = tuple(a.name for a in attrs.fields(cls))  # type: ignore[arg-type]
     return cls._NAMES
 
 
