@@ -26,9 +26,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import ssl
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import cbor2
@@ -37,7 +37,6 @@ import trio
 from ha.net import TCP, Network, no_delay, peer_address, write_now
 from wire.framing import FrameDecoder, FrameError, encode_frame
 from wire.protocol import (
-    CHECKED_TOPICS,
     NODE_REQUESTS,
     InvalidRequest,
     Request,
@@ -187,6 +186,10 @@ class ClientServer:
         self.guard = guard
         self.tls = tls  # (server context, tlsMode), wire/tls.py
         self.net = net  # where connections come from (ha/net.py): TCP, or a simulated network
+        self.checked_topics: set[str] = set()
+        """Topics this server's parser found valid: not checked again, and the compiled
+        codec decodes plain sends to these only. Per server, not per process: the
+        simulation runs several nodes in one process."""
         self._connections: set[_Connection] = set()
         self._accept_scope: trio.CancelScope | None = None
         self._conn_nursery: trio.Nursery | None = None
@@ -243,12 +246,13 @@ class ClientServer:
     async def _handle(self, raw: trio.abc.Stream) -> None:
         peer = peer_address(raw)  # the born host of the messages it sends
         no_delay(raw)
-        stream: trio.abc.Stream | None = raw
-        if self.tls is not None:
-            stream, why = await accept_tls(raw, *self.tls)
-            if stream is None:
+        stream = raw
+        if self.tls is not None:  # TLS is served on TCP only: the stream is a SocketStream
+            secured, why = await accept_tls(cast(trio.SocketStream, raw), *self.tls)
+            if secured is None:
                 await self._refuse_plaintext(raw, peer, why)
                 return
+            stream = secured
         conn = _Connection(stream, peer, write_now=write_now(raw) if stream is raw else None)
         if self.guard is not None:
             conn.session = Session(peer_host(conn.peer))
@@ -280,7 +284,7 @@ class ClientServer:
                     await raw.send_all(encode_frame(error_response(
                         None, Status.BAD_REQUEST, "this port accepts TLS only (tlsMode enforcing): connect with TLS "
                         "(--tls-ca FILE or TIDEMQ_TLS_CA)")))
-                    await raw.send_eof()
+                    await cast(trio.abc.HalfCloseableStream, raw).send_eof()
                     # read what the client sent until it closes: closing with unread bytes
                     # would reset the connection and lose the error frame on its way
                     while await raw.receive_some(RECEIVE_SIZE):
@@ -315,7 +319,7 @@ class ClientServer:
             else:  # EOF or shutdown: the sends in the turn are answered, the nursery waits for the rest
                 await conn.wait_settled()
 
-    async def _receive(self, conn: _Connection) -> bytes | None:
+    async def _receive(self, conn: _Connection) -> bytes | bytearray | None:
         """The next chunk; None at EOF, on shutdown, or when the peer is gone."""
         if conn.stop_reading:
             return None
@@ -333,7 +337,7 @@ class ClientServer:
         """Read and serve batches of frames; the reason when the framing broke, else None.
         Only the receive is cancelled at shutdown: a batch that was read is served whole."""
         plain = self.plain_sends is not None
-        decoder = FrameDecoder(self.max_frame_size, plain_sends=CHECKED_TOPICS if plain else None)
+        decoder = FrameDecoder(self.max_frame_size, plain_sends=self.checked_topics if plain else None)
         while True:
             data = await self._receive(conn)
             if not data:
@@ -346,15 +350,18 @@ class ClientServer:
                 conn.room = trio.Event()
                 await conn.room.wait()
 
-    async def _serve_batch(self, conn: _Connection, frames: list[dict | PlainSend | PlainBatch]) -> None:
+    async def _serve_batch(self, conn: _Connection,
+                           frames: Sequence[dict[str, Any] | PlainSend | PlainBatch]) -> None:
         """Run the batched ops inline in order, start a task for each other op, hand the
         deferred results to the turn and send the answers ready now (refusals) in one write."""
         out: list[bytes] = []
         placed: list[Any] = []
         run: list[PlainSend | PlainBatch] = []  # plain sends in a row, handled together
+        nursery = conn.nursery
+        assert nursery is not None  # set before the connection reads
         for frame in frames:
             conn.in_flight += 1
-            if type(frame) is PlainSend or type(frame) is PlainBatch:
+            if not isinstance(frame, dict):  # a PlainSend or PlainBatch
                 run.append(frame)
                 continue
             if run:
@@ -369,7 +376,7 @@ class ClientServer:
                 else:
                     placed.append(result)
             else:
-                conn.nursery.start_soon(self._serve_request, conn, frame)
+                nursery.start_soon(self._serve_request, conn, frame)
         if run:
             await self._serve_plain(conn, run, out, placed)
         if placed:
@@ -417,7 +424,7 @@ class ClientServer:
             op = frame.get("op")
             if type(op) is str and op in AUTH_OPS:
                 return self._login_step(conn, parse_with(frame, AUTH_OPS))
-            request = parse_with(frame, self.requests)
+            request = parse_with(frame, self.requests, self.checked_topics)
             if conn.session is None:
                 return await self.handler(request, conn.peer)
             return await self._guarded(conn, conn.session, request)
@@ -446,7 +453,7 @@ class ClientServer:
             return self.guard.check_answer(session, request, response) or response
         return response
 
-    async def _finish(self, results: list[Any]) -> list[dict[str, Any]]:
+    async def _finish(self, results: list[Any]) -> list[dict[str, Any] | bytes]:
         assert self.finish is not None
         return await self.finish(results)
 
@@ -509,7 +516,7 @@ class ClientServer:
             conn.answered(1)
 
     def _encode(self, response: dict[str, Any] | bytes) -> bytes:
-        if type(response) is bytes:  # a frame the compiled send path encoded
+        if isinstance(response, bytes):  # a frame the compiled send path encoded
             return response
         try:
             return encode_frame(response, max_frame_size=self.max_frame_size)
@@ -519,7 +526,7 @@ class ClientServer:
                 error_response(response.get("id"), Status.INTERNAL_ERROR, f"cannot encode the response: {e}")
             )
 
-    def _deliver(self, conn: _Connection, data: bytes, answers: int = 0) -> None:
+    def _deliver(self, conn: _Connection, data: bytes | memoryview, answers: int = 0) -> None:
         """Write `data` now if the socket takes it whole (no task switch), else queue it
         for the connection's outbox task; one writer at a time keeps frames whole.
         `answers` responses leave the connection's in-flight count once written."""
@@ -541,6 +548,7 @@ class ClientServer:
             data = memoryview(data)[sent:]
         conn.outbox.append((data, answers))
         if not conn.writing:
+            assert conn.nursery is not None  # set before the connection reads
             conn.writing = True
             conn.nursery.start_soon(self._write_outbox, conn)
 

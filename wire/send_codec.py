@@ -3,8 +3,9 @@ decoded to its fields without a map (wire/framing.py's decoder does it when buil
 `plain_sends`), and their answers encoded without one.
 
 The pure-Python path is the reference: a plain request's tuple holds exactly what
-`parse_with` would put in its `Send` / `SendBatch`, and the reply frames are the bytes
-`encode_frame(SendReply(...).to_wire(id))` gives (tests/wire/test_send_codec.py).
+`parse_with` would put in its `Send` / `SendBatch`, and the reply frames are the bytes the
+reply classes encode (`reference_reply_frame`: `encode_frame(SendReply(...).to_wire(id))`,
+and SendBatchReply's); tests/wire/test_send_codec.py holds the compiled ones to both.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .framing import COMPILED, encode_frame
-from .protocol import BatchMessage, Request, Send, SendBatch
+from .protocol import BatchMessage, Request, Send, SendBatch, SendBatchReply, SendReply, Status
 
-__all__ = ["PlainBatch", "PlainSend", "request_of", "send_batch_reply_frame", "send_reply_frame"]
+__all__ = ["PlainBatch", "PlainSend", "reference_batch_reply_frame", "reference_reply_frame", "request_of",
+           "send_batch_reply_frame", "send_reply_frame"]
 
 
 class PlainSend(NamedTuple):
@@ -50,7 +52,7 @@ if COMPILED is not None:
 def request_of(p: PlainSend | PlainBatch) -> Request:
     """The request `parse_with` makes of the frame `p` was decoded from (for the reference
     path: a refusal, a login check)."""
-    if type(p) is PlainBatch:
+    if isinstance(p, PlainBatch):
         messages = [BatchMessage(body=body, tags=tags) for body, tags in p.messages]
         return Request(op=SendBatch.OP, id=p.id,
                        fields=SendBatch(topic=p.topic, messages=messages, queue_id=p.queue_id, wait=p.wait))
@@ -58,30 +60,39 @@ def request_of(p: PlainSend | PlainBatch) -> Request:
                                                     flag=p.flag, born_timestamp=p.born_timestamp, wait=p.wait))
 
 
-def _reference_reply(request_id: int, status: str, msg_id: str, queue_id: int, queue_offset: int,
-                     commitlog_offset: int) -> bytes:
-    return encode_frame({"id": request_id, "status": status, "msg_id": msg_id, "queue_id": queue_id,
-                         "queue_offset": queue_offset, "commitlog_offset": commitlog_offset})
+def reference_reply_frame(request_id: int, status: str, msg_id: str, queue_id: int, queue_offset: int,
+                          commitlog_offset: int) -> bytes:
+    """A stored `send`'s answer as its reply class encodes it: what the compiled encoder
+    must give byte for byte."""
+    return encode_frame(SendReply(status=Status(status), msg_id=msg_id, queue_id=queue_id, queue_offset=queue_offset,
+                                  commitlog_offset=commitlog_offset).to_wire(request_id))
+
+
+def reference_batch_reply_frame(request_id: int, status: str, msg_ids: str, queue_id: int, queue_offset: int,
+                                commitlog_offset: int) -> bytes:
+    """A stored `send_batch`'s answer as its reply class encodes it (`msg_ids` joined by commas)."""
+    return encode_frame(SendBatchReply(status=Status(status), msg_ids=msg_ids.split(","), queue_id=queue_id,
+                                       queue_offset=queue_offset, commitlog_offset=commitlog_offset
+                                       ).to_wire(request_id))
 
 
 def send_reply_frame(request_id: int, status: str, msg_id: str, queue_id: int, queue_offset: int,
                      commitlog_offset: int) -> bytes:
-    """The frame answering a stored `send` (SendReply's map, as encode_frame writes it)."""
+    """The frame answering a stored `send`: the compiled encoder's, else the reference's."""
     if COMPILED is not None:
         frame = COMPILED.send_reply_frame(request_id, status, msg_id, queue_id, queue_offset, commitlog_offset)
         if frame is not None:
-            return frame
-    return _reference_reply(request_id, status, msg_id, queue_id, queue_offset, commitlog_offset)
+            return frame  # type: ignore[no-any-return]
+    return reference_reply_frame(request_id, status, msg_id, queue_id, queue_offset, commitlog_offset)
 
 
 def send_batch_reply_frame(request_id: int, status: str, msg_ids: str, queue_id: int, queue_offset: int,
                            commitlog_offset: int) -> bytes:
-    """The frame answering a stored `send_batch` (SendBatchReply's map); `msg_ids` joined by
-    commas, as the append result holds them."""
+    """The frame answering a stored `send_batch`; `msg_ids` joined by commas, as the append
+    result holds them."""
     if COMPILED is not None:
         frame = COMPILED.send_batch_reply_frame(request_id, status, msg_ids, queue_id, queue_offset,
                                                 commitlog_offset)
         if frame is not None:
-            return frame
-    return encode_frame({"id": request_id, "status": status, "msg_ids": msg_ids.split(","), "queue_id": queue_id,
-                         "queue_offset": queue_offset, "commitlog_offset": commitlog_offset})
+            return frame  # type: ignore[no-any-return]
+    return reference_batch_reply_frame(request_id, status, msg_ids, queue_id, queue_offset, commitlog_offset)

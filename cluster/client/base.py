@@ -22,7 +22,7 @@ from wire.client import (
     exit_nursery,
 )
 from wire.credentials import Credentials
-from wire.protocol import BatchMessage, Status, StatusReply, WireRequest
+from wire.protocol import BatchMessage, Status, StatusReply, WireMessage, WireRequest
 
 from .routing import (
     UNREACHABLE,
@@ -126,27 +126,14 @@ class ReceivedMessage:
         return MessageQueue(self.topic, self.broker_name or "", self.queue_id)
 
     @classmethod
-    def from_wire(cls, raw: Mapping[str, Any], broker_name: str | None) -> ReceivedMessage:
-        return cls(
-            topic=raw["topic"],
-            queue_id=raw["queue_id"],
-            queue_offset=raw["queue_offset"],
-            commitlog_offset=raw["commitlog_offset"],
-            msg_id=raw["msg_id"],
-            body=raw["body"],
-            tags=raw.get("tags"),
-            keys=tuple(raw.get("keys") or ()),
-            properties=dict(raw.get("properties") or {}),
-            born_timestamp=raw.get("born_timestamp", 0),
-            store_timestamp=raw.get("store_timestamp", 0),
-            flag=raw.get("flag", 0),
-            reconsume_times=raw.get("reconsume_times", 0),
-            broker_name=broker_name,
-            size=raw.get("size"),
-            sys_flag=raw.get("sys_flag"),
-            born_host=raw.get("born_host"),
-            body_crc=raw.get("body_crc"),
-        )
+    def from_wire(cls, m: WireMessage, broker_name: str | None) -> ReceivedMessage:
+        """The protocol's message (wire/protocol/values.py) as the group `broker_name` served it."""
+        return cls(topic=m.topic, queue_id=m.queue_id, queue_offset=m.queue_offset,
+                   commitlog_offset=m.commitlog_offset, msg_id=m.msg_id, body=m.body, tags=m.tags,
+                   keys=tuple(m.keys or ()), properties=dict(m.properties or {}), born_timestamp=m.born_timestamp,
+                   store_timestamp=m.store_timestamp, flag=m.flag, reconsume_times=m.reconsume_times,
+                   broker_name=broker_name, size=m.size, sys_flag=m.sys_flag, born_host=m.born_host,
+                   body_crc=m.body_crc)
 
 
 @attrs.frozen

@@ -17,22 +17,37 @@ from typing import Any
 
 import trio
 
-from store.message import PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_WAIT, Message
-from store.properties import PROPERTY_REAL_TOPIC, PROPERTY_RETRY_TOPIC
+from store.message import Message
+from store.properties import (
+    PROPERTY_DELAY,
+    PROPERTY_KEYS,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_TAGS,
+    PROPERTY_WAIT,
+)
 from store.schedule import SCHEDULE_TOPIC
 from wire.protocol import (
+    ConsumerHeartbeat,
+    ConsumerList,
     ConsumerListReply,
+    ConsumerLock,
+    ConsumerSendBack,
+    ConsumerUnlock,
+    ConsumerUnregister,
     ConsumerUnregisterReply,
+    ConsumerWatch,
     EmptyReply,
     LockReply,
     MembersReply,
     Request,
     SendBackReply,
     Status,
+    WireRequest,
 )
 
 from ..tables.topics import DEFAULT_PERM
-from .puts import put_response
+from .puts import Handler, put_response
 from .services import NodeServices, OpError, refuse_on_slave
 
 __all__ = ["CONSUMER_HANDLERS", "DLQ_PREFIX", "RETRY_PREFIX", "dlq_topic", "retry_topic"]
@@ -156,17 +171,18 @@ async def _send_back(s: NodeServices, r: Request, peer: str | None) -> dict[str,
     if not result.status.stored:
         return put_response(r.id, result, 0, batch=False)
     append = result.append
+    assert append is not None  # a stored put was appended
     return SendBackReply(status=Status(result.status.value), msg_id=append.msg_id, queue_id=0,
                          queue_offset=append.queue_offset, commitlog_offset=append.wrote_offset, topic=topic,
                          delay_level=level, reconsume_times=old.reconsume_times + 1).to_wire(r.id)
 
 
-CONSUMER_HANDLERS = {
-    "consumer_heartbeat": _heartbeat,
-    "consumer_unregister": _unregister,
-    "consumer_watch": _watch,
-    "consumer_list": _list,
-    "consumer_lock": _lock,
-    "consumer_unlock": _unlock,
-    "consumer_send_back": _send_back,
+CONSUMER_HANDLERS: dict[type[WireRequest], Handler] = {
+    ConsumerHeartbeat: _heartbeat,
+    ConsumerUnregister: _unregister,
+    ConsumerWatch: _watch,
+    ConsumerList: _list,
+    ConsumerLock: _lock,
+    ConsumerUnlock: _unlock,
+    ConsumerSendBack: _send_back,
 }

@@ -1,4 +1,4 @@
-"""The request router: each client-protocol op to its handler (RocketMQ's processor table).
+"""The request router: each request class to its handler (RocketMQ's processor table).
 
 The handlers live by concern — `puts` (send, send_batch), `pulls` (reads and consumer
 offsets), `admin` (topics, groups, status, failover, config), `consumers` (heartbeats, locks,
@@ -18,7 +18,7 @@ from typing import Any
 
 from store.message_store import StoreUnavailableError
 from store.status import PutMessageResult, PutMessageStatus
-from wire.protocol import Request, Status, error_response
+from wire.protocol import Request, Send, SendBatch, Status, WireRequest, error_response
 from wire.send_codec import PlainBatch, PlainSend, request_of
 
 from .admin import ADMIN_HANDLERS
@@ -27,15 +27,19 @@ from .pulls import PULL_HANDLERS
 from .puts import PUT_HANDLERS, Handler, PendingPut, append_sends, finish_sends, prepare_plain_sends
 from .services import NodeServices, OpError
 
-__all__ = ["BATCHED_OPS", "HANDLERS", "append_requests", "finish_requests", "handle_now", "handle_plain_sends",
+__all__ = ["BATCHED", "BATCHED_OPS", "HANDLERS", "append_requests", "finish_requests", "handle_now", "handle_plain_sends",
            "handle_request"]
 
 log = logging.getLogger("tidemq.node")
 
-HANDLERS: dict[str, Handler] = {**PUT_HANDLERS, **PULL_HANDLERS, **ADMIN_HANDLERS, **CONSUMER_HANDLERS}
-BATCHED_OPS = frozenset({"send", "send_batch"})
-"""Ops whose handler never waits long before answering with a PendingPut: the server runs
-them inline, in arrival order, and finishes them as a group."""
+HANDLERS: dict[type[WireRequest], Handler] = {**PUT_HANDLERS, **PULL_HANDLERS, **ADMIN_HANDLERS, **CONSUMER_HANDLERS}
+"""Each request class's handler: the parsed request's own class picks it, so an op's name
+is spelled once, by its request class (wire/protocol/requests.py)."""
+BATCHED: tuple[type[WireRequest], ...] = (Send, SendBatch)
+"""Requests whose handler never waits long before answering with a PendingPut: the server
+runs them inline, in arrival order, and finishes them as a group."""
+BATCHED_OPS = frozenset(cls.OP for cls in BATCHED)
+"""Their op names, which the server reads off a frame before it parses it."""
 
 
 async def handle_now(services: NodeServices, request: Request, peer: str | None) -> dict[str, Any] | PendingPut:
@@ -45,7 +49,7 @@ async def handle_now(services: NodeServices, request: Request, peer: str | None)
     `peer` is the client's "ip:port", stored as the born host of the messages it sends.
     """
     try:
-        return await HANDLERS[request.op](services, request, peer)
+        return await HANDLERS[type(request.fields)](services, request, peer)
     except OpError as e:
         return error_response(request.id, e.status, e.message)
     except StoreUnavailableError as e:
@@ -91,7 +95,7 @@ async def finish_requests(services: NodeServices, pending: list[PendingPut]) -> 
                 for p in pending]
 
 
-async def handle_request(services: NodeServices, request: Request, peer: str | None) -> dict[str, Any]:
+async def handle_request(services: NodeServices, request: Request, peer: str | None) -> dict[str, Any] | bytes:
     """Run one request to its response (both steps)."""
     result = await handle_now(services, request, peer)
     if isinstance(result, PendingPut):

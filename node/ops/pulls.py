@@ -7,18 +7,29 @@ from typing import Any
 
 import trio
 
-from store.message import PROPERTY_KEYS, PROPERTY_TAGS, StoredMessage
+from store.message import StoredMessage
 from store.message_store import GetMessageResult
 from store.status import GetMessageStatus
 from wire.protocol import (
+    CommitOffset,
     EmptyReply,
+    FetchOffset,
+    GetByMsgId,
+    MaxOffset,
     MessageReply,
     MessagesReply,
+    MinOffset,
+    OffsetByTime,
+    OffsetList,
     OffsetListReply,
     OffsetReply,
+    Pull,
     PullReply,
+    QueryByKey,
     Request,
     Status,
+    WireMessage,
+    WireRequest,
 )
 
 from .puts import Handler
@@ -28,7 +39,7 @@ from .services import (
     refuse_on_slave,
 )
 
-__all__ = ["PULL_HANDLERS", "message_map"]
+__all__ = ["PULL_HANDLERS"]
 
 # Long polling waits only when a later message could turn the answer into FOUND
 # (RocketMQ's PULL_NOT_FOUND family; NO_MATCHED_MESSAGE continues from next_begin_offset).
@@ -41,31 +52,6 @@ _WAITABLE = {
 # Room left in a response frame for everything but the messages' bodies and properties.
 _FRAME_MARGIN = 64 * 1024
 _MESSAGE_OVERHEAD = 512
-
-
-def message_map(m: StoredMessage) -> dict[str, Any]:
-    """A stored message as the protocol's message map (TAGS/KEYS have their own fields)."""
-    return {
-        "topic": m.topic,
-        "queue_id": m.queue_id,
-        "queue_offset": m.queue_offset,
-        "commitlog_offset": m.commitlog_offset,
-        "msg_id": m.msg_id,
-        "body": m.body,
-        "tags": m.tags,
-        "keys": list(m.keys),
-        "properties": {k: v for k, v in m.properties.items() if k not in (PROPERTY_TAGS, PROPERTY_KEYS)},
-        "born_timestamp": m.born_timestamp,
-        "store_timestamp": m.store_timestamp,
-        "flag": m.flag,
-        "reconsume_times": m.reconsume_times,
-        # the record's own fields, so a reader (the pipeline's live source) sees what a
-        # store scan sees and can check the body against the stored CRC
-        "size": m.size,
-        "sys_flag": m.sys_flag,
-        "born_host": m.born_host,
-        "body_crc": m.body_crc,
-    }
 
 
 def _fit(messages: list[StoredMessage], budget: int) -> list[StoredMessage]:
@@ -110,7 +96,7 @@ async def _pull(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]
     next_begin = result.next_begin_offset
     if len(messages) < len(result.messages):
         next_begin = result.messages[len(messages)].queue_offset
-    return PullReply(status=Status(result.status.value), messages=[message_map(m) for m in messages],
+    return PullReply(status=Status(result.status.value), messages=[WireMessage.of(m) for m in messages],
                      next_begin_offset=next_begin, min_offset=result.min_offset,
                      max_offset=result.max_offset).to_wire(r.id)
 
@@ -119,14 +105,14 @@ async def _query_by_key(s: NodeServices, r: Request, peer: str | None) -> dict[s
     f = r.fields
     found = s.store.query_message(f.topic, f.key, f.max_num, f.begin_ts, f.end_ts)
     found = _fit(found, s.cfg.max_frame_size - _FRAME_MARGIN)
-    return MessagesReply(messages=[message_map(m) for m in found]).to_wire(r.id)
+    return MessagesReply(messages=[WireMessage.of(m) for m in found]).to_wire(r.id)
 
 
 async def _get_by_msg_id(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     msg = s.store.look_message_by_msg_id(r.fields.msg_id)
     if msg is None:
         raise OpError(Status.NOT_FOUND, f"no message with msgId {r.fields.msg_id} on this node")
-    return MessageReply(message=message_map(msg)).to_wire(r.id)
+    return MessageReply(message=WireMessage.of(msg)).to_wire(r.id)
 
 
 async def _offset_by_time(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
@@ -164,14 +150,14 @@ async def _offset_list(s: NodeServices, r: Request, peer: str | None) -> dict[st
     return OffsetListReply(offsets=[e.to_wire() for e in s.offsets.entries()]).to_wire(r.id)
 
 
-PULL_HANDLERS: dict[str, Handler] = {
-    "pull": _pull,
-    "query_by_key": _query_by_key,
-    "get_by_msg_id": _get_by_msg_id,
-    "offset_by_time": _offset_by_time,
-    "min_offset": _min_offset,
-    "max_offset": _max_offset,
-    "commit_offset": _commit_offset,
-    "fetch_offset": _fetch_offset,
-    "offset_list": _offset_list,
+PULL_HANDLERS: dict[type[WireRequest], Handler] = {
+    Pull: _pull,
+    QueryByKey: _query_by_key,
+    GetByMsgId: _get_by_msg_id,
+    OffsetByTime: _offset_by_time,
+    MinOffset: _min_offset,
+    MaxOffset: _max_offset,
+    CommitOffset: _commit_offset,
+    FetchOffset: _fetch_offset,
+    OffsetList: _offset_list,
 }

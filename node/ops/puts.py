@@ -5,22 +5,25 @@ and answered after the flush or slave its WAIT asks for."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal, cast, overload
 
 import attrs
 import trio
 
-from store.message import PROPERTY_WAIT, Message
+from store.message import Message
 from store.message_store import StoreUnavailableError
+from store.properties import PROPERTY_WAIT
 from store.puts import Appended, Prepared
 from store.status import PutMessageResult, PutMessageStatus
 from wire.protocol import (
     BatchMessage,
     Request,
     Send,
+    SendBatch,
     SendBatchReply,
     SendReply,
     Status,
+    WireRequest,
     error_response,
 )
 from wire.send_codec import PlainBatch, PlainSend, send_batch_reply_frame, send_reply_frame
@@ -72,13 +75,24 @@ def _message(m: Send | BatchMessage, topic: str, queue_id: int, wait: bool, born
     )
 
 
+@overload
 def put_response(request_id: int, result: PutMessageResult, queue_id: int, *, batch: bool,
-                  encoded: bool = False) -> dict[str, Any] | bytes:
+                 encoded: Literal[False] = False) -> dict[str, Any]: ...
+
+
+@overload
+def put_response(request_id: int, result: PutMessageResult, queue_id: int, *, batch: bool,
+                 encoded: bool) -> dict[str, Any] | bytes: ...
+
+
+def put_response(request_id: int, result: PutMessageResult, queue_id: int, *, batch: bool,
+                 encoded: bool = False) -> dict[str, Any] | bytes:
     """The answer to a put; a stored plain send's as its encoded frame when `encoded`."""
     status = result.status
     if not status.stored:
         return error_response(request_id, Status(status.value), result.error or status.value)
     append = result.append
+    assert append is not None  # a stored put was appended
     if encoded:
         reply_frame = send_batch_reply_frame if batch else send_reply_frame
         return reply_frame(request_id, status.value, append.msg_id, queue_id, append.queue_offset, append.wrote_offset)
@@ -180,10 +194,10 @@ async def prepare_plain_sends(s: NodeServices, sends: list[PlainSend | PlainBatc
             continue
         if queue_id is None:
             queue_id = topics.select_queue(config)
-        batch = type(p) is PlainBatch
-        if batch:
+        batch = isinstance(p, PlainBatch)
+        if isinstance(p, PlainBatch):
             prepared = puts.prepare_plain_batch(p.topic, queue_id, p.messages, peer)
-        else:
+        else:  # a PlainSend
             prepared = puts.prepare_plain(p.topic, p.body, queue_id, p.tags, p.flag, p.born_timestamp, peer)
         out.append(None if prepared is None else PendingPut(
             p.id, prepared, p.wait, queue_id, batch, puts.put_waits(p.wait), checked=checked, encoded=True,
@@ -207,7 +221,7 @@ async def finish_sends(s: NodeServices, pending: list[PendingPut]) -> list[dict[
     if any(p.appended is None for p in pending):  # a send finished on its own
         append_sends(s, [p for p in pending if p.appended is None])
         since = min(p.at for p in pending)
-    results = await s.store.puts.finish_puts([(p.appended, p.wait) for p in pending], since=since)
+    results = await s.store.puts.finish_puts([(cast(Appended, p.appended), p.wait) for p in pending], since=since)
     stored = 0
     by_topic: dict[str, int] = {}
     for p, result in zip(pending, results, strict=True):
@@ -232,7 +246,7 @@ async def finish_sends(s: NodeServices, pending: list[PendingPut]) -> list[dict[
 Handler = Callable[[NodeServices, Request, "str | None"], Awaitable["dict[str, Any] | PendingPut"]]
 """An op's handler: a response map, or a checked send to append and answer later."""
 
-PUT_HANDLERS: dict[str, Handler] = {
-    "send": _send,
-    "send_batch": _send_batch,
+PUT_HANDLERS: dict[type[WireRequest], Handler] = {
+    Send: _send,
+    SendBatch: _send_batch,
 }

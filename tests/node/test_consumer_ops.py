@@ -15,6 +15,14 @@ from cluster.client.push_consumer import Consumer
 from tests.cluster.helpers import call
 from tests.node.nodeproc import REPO, Nodes, master_conf, slave_conf, store_root
 from wire.client import BadRequest, ServiceUnavailable, connect
+from wire.protocol import (
+    ConsumerHeartbeat,
+    ConsumerLock,
+    ConsumerUnlock,
+    ConsumerUnregister,
+    ConsumerWatch,
+    MembersReply,
+)
 
 
 @pytest.fixture
@@ -46,23 +54,23 @@ async def test_heartbeats_locks_and_bad_requests(tmp_path, nodes):
         await call(addr, "consumer_lock", group="g", client_id="c1", topic="T", queue_ids=[-1])
     async with connect(addr) as c1, connect(addr) as c2:  # a member lives as long as its connection
         # not a member yet: no lock
-        assert (await c1.request("consumer_lock", group="g", client_id="c1", topic="T", queue_ids=[0]))["locked"] == []
-        hb = await c2.request("consumer_heartbeat", group="g", client_id="c2", topics=["T"], heartbeat_interval_ms=500)
-        assert hb["members"] == ["c2"]
-        hb = await c1.request("consumer_heartbeat", group="g", client_id="c1", topics=["T"], heartbeat_interval_ms=500)
-        assert hb["members"] == ["c1", "c2"]
+        assert (await c1.call(ConsumerLock(group="g", client_id="c1", topic="T", queue_ids=[0]))).locked == []
+        hb = await c2.call(ConsumerHeartbeat(group="g", client_id="c2", topics=["T"], heartbeat_interval_ms=500))
+        assert hb.members == ["c2"]
+        hb = await c1.call(ConsumerHeartbeat(group="g", client_id="c1", topics=["T"], heartbeat_interval_ms=500))
+        assert hb.members == ["c1", "c2"]
         assert "%RETRY%g" in {t["topic"] for t in (await call(addr, "topic_list"))["topics"]}
-        got = await c1.request("consumer_lock", group="g", client_id="c1", topic="T", queue_ids=[0, 1])
-        assert got["locked"] == [0, 1]
-        got = await c2.request("consumer_lock", group="g", client_id="c2", topic="T", queue_ids=[1, 2])
-        assert got["locked"] == [2], "queue 1 is c1's"
-        await c2.request("consumer_unlock", group="g", client_id="c2", topic="T", queue_ids=[1])  # not c2's
+        got = await c1.call(ConsumerLock(group="g", client_id="c1", topic="T", queue_ids=[0, 1]))
+        assert got.locked == [0, 1]
+        got = await c2.call(ConsumerLock(group="g", client_id="c2", topic="T", queue_ids=[1, 2]))
+        assert got.locked == [2], "queue 1 is c1's"
+        await c2.call(ConsumerUnlock(group="g", client_id="c2", topic="T", queue_ids=[1]))  # not c2's
         assert (await call(addr, "consumer_list", group="g"))["locks"] == {"T:0": "c1", "T:1": "c1", "T:2": "c2"}
-        left = await c1.request("consumer_unregister", group="g", client_id="c1")
-        assert left["removed"] and left["members"] == ["c2"]
-        got = await c2.request("consumer_lock", group="g", client_id="c2", topic="T", queue_ids=[0, 1])
-        assert got["locked"] == [0, 1], "c1's locks went with it"
-        assert (await c1.request("consumer_unregister", group="g", client_id="c1"))["removed"] is False
+        left = await c1.call(ConsumerUnregister(group="g", client_id="c1"))
+        assert left.removed and left.members == ["c2"]
+        got = await c2.call(ConsumerLock(group="g", client_id="c2", topic="T", queue_ids=[0, 1]))
+        assert got.locked == [0, 1], "c1's locks went with it"
+        assert (await c1.call(ConsumerUnregister(group="g", client_id="c1"))).removed is False
 
     sconf = slave_conf(tmp_path, mconf, "s")
     slave = nodes.start(sconf)
@@ -77,31 +85,31 @@ async def test_consumer_watch_answers_at_once_on_a_join_a_closed_connection_and_
     """Issue 24: members hear of a change of their group at once (a parked `consumer_watch`)."""
     addr = nodes.start(master_conf(tmp_path, "m", "ASYNC_MASTER")).address
     async with connect(addr) as watcher, connect(addr) as c1:
-        await c1.request("consumer_heartbeat", group="w", client_id="c1", topics=["T"])
-        v1 = (await watcher.request("consumer_watch", group="w", since=-1, timeout_ms=0))["version"]
-        idle = await watcher.request("consumer_watch", group="w", since=v1, timeout_ms=100)
-        assert idle["version"] == v1 and idle["members"] == ["c1"]  # nothing changed: the timeout answers
+        await c1.call(ConsumerHeartbeat(group="w", client_id="c1", topics=["T"]))
+        v1 = (await watcher.call(ConsumerWatch(group="w", since=-1, timeout_ms=0))).version
+        idle = await watcher.call(ConsumerWatch(group="w", since=v1, timeout_ms=100))
+        assert idle.version == v1 and idle.members == ["c1"]  # nothing changed: the timeout answers
 
-        async def changed(since: int) -> dict:
+        async def changed(since: int) -> MembersReply:
             with trio.fail_after(5):  # far below every interval: a notice, not a poll
-                return await watcher.request("consumer_watch", group="w", since=since, timeout_ms=30_000)
+                return await watcher.call(ConsumerWatch(group="w", since=since, timeout_ms=30_000))
 
         async with connect(addr) as c2:
             async with trio.open_nursery() as nursery:
-                got: list[dict] = []
+                got: list[MembersReply] = []
                 nursery.start_soon(lambda: _append(got, changed(v1)))
                 await trio.testing.wait_all_tasks_blocked()
-                await c2.request("consumer_heartbeat", group="w", client_id="c2", topics=["T"])
-            assert got[0]["members"] == ["c1", "c2"]
-            v2 = got[0]["version"]
-            await c2.request("consumer_lock", group="w", client_id="c2", topic="T", queue_ids=[3])
-            v3 = (await watcher.request("consumer_watch", group="w", since=-1, timeout_ms=0))["version"]
+                await c2.call(ConsumerHeartbeat(group="w", client_id="c2", topics=["T"]))
+            assert got[0].members == ["c1", "c2"]
+            v2 = got[0].version
+            await c2.call(ConsumerLock(group="w", client_id="c2", topic="T", queue_ids=[3]))
+            v3 = (await watcher.call(ConsumerWatch(group="w", since=-1, timeout_ms=0))).version
             assert v3 == v2  # taking a free lock changes nothing another member waits for
-            await c2.request("consumer_unlock", group="w", client_id="c2", topic="T", queue_ids=[3])
-            assert (await changed(v3))["version"] > v3  # a freed lock: a waiting member may take it
-            v4 = (await watcher.request("consumer_watch", group="w", since=-1, timeout_ms=0))["version"]
+            await c2.call(ConsumerUnlock(group="w", client_id="c2", topic="T", queue_ids=[3]))
+            assert (await changed(v3)).version > v3  # a freed lock: a waiting member may take it
+            v4 = (await watcher.call(ConsumerWatch(group="w", since=-1, timeout_ms=0))).version
         left = await changed(v4)  # c2's connection closed: it left the group
-        assert left["members"] == ["c1"]
+        assert left.members == ["c1"]
         assert (await call(addr, "consumer_list", group="w"))["members"] == ["c1"]
 
 

@@ -17,7 +17,7 @@ from store.address import format_host_port
 from tests.waiting import wait_until
 from wire.client import BadRequest, ConnectionLost, InternalError, connect
 from wire.framing import FrameDecoder, encode_frame
-from wire.protocol import PROTOCOL_VERSION, Request, ok_response
+from wire.protocol import PROTOCOL_VERSION, MaxOffset, MinOffset, OffsetReply, Request, ok_response
 
 Handler = Callable[[Request, "str | None"], Awaitable[dict[str, Any]]]
 MAX_FRAME = 64 * 1024
@@ -277,3 +277,23 @@ def _send_frame(request_id: int) -> bytes:
     from wire.protocol import PROTOCOL_VERSION
 
     return encode_frame({"v": PROTOCOL_VERSION, "op": "send", "id": request_id, "topic": "T", "body": b"b"})
+
+
+async def test_each_server_keeps_its_own_checked_topics():
+    """The topics a server's parser found valid (what its compiled codec decodes plain
+    sends to) are its own: two nodes in one process, as the simulation runs them, do not
+    see each other's."""
+
+    async def answer(request: Request, peer: str | None) -> dict[str, Any]:
+        return OffsetReply(offset=7).to_wire(request.id)
+
+    async with serving(answer) as a, serving(answer) as b:
+        async with connect(address(a)) as conn:
+            assert (await conn.call(MaxOffset(topic="OnA", queue_id=0))).offset == 7
+            with pytest.raises(BadRequest, match="topic"):
+                await conn.call(MaxOffset(topic="not a topic", queue_id=0))
+        async with connect(address(b)) as conn:
+            await conn.call(MinOffset(topic="OnB", queue_id=0))
+        assert a.checked_topics == {"OnA"}, "a valid topic is remembered, an invalid one is not"
+        assert b.checked_topics == {"OnB"}
+        assert a.checked_topics is not b.checked_topics

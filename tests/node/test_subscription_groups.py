@@ -15,7 +15,16 @@ from node.tables.topics import TopicConfigManager
 from tests.node.nodeproc import master_conf, slave_conf
 from tests.node.test_ops import send, serving_ops
 from wire.client import NoPermission, ServiceUnavailable
-from wire.protocol import NODE_REQUESTS, SubGroupList, SubGroupUpdate
+from wire.protocol import (
+    NODE_REQUESTS,
+    ConsumerHeartbeat,
+    ConsumerSendBack,
+    Pull,
+    Status,
+    SubGroupList,
+    SubGroupUpdate,
+    TopicCreate,
+)
 
 
 async def test_settings_persist_and_a_partial_update_keeps_the_rest(tmp_path) -> None:
@@ -45,15 +54,15 @@ async def test_a_disabled_group_may_not_pull_and_the_brokers_retry_limit_wins(tm
         stored = await conn.call(SubGroupUpdate(group="G", consume_enable=False, retry_max_times=0))
         assert stored.group == {"group": "G", "consume_enable": False, "retry_max_times": 0}
         with pytest.raises(NoPermission, match="consumer group 'G' may not consume on broker-t"):
-            await conn.request("pull", topic="T", queue_id=0, offset=0, group="G")
-        assert (await conn.request("pull", topic="T", queue_id=0, offset=0, group="Other"))["status"] == "FOUND"
+            await conn.call(Pull(topic="T", queue_id=0, offset=0, group="G"))
+        assert (await conn.call(Pull(topic="T", queue_id=0, offset=0, group="Other"))).status is Status.FOUND
         # retry_max_times 0: the first send-back goes to the DLQ, whatever the member asks for
-        await conn.request("consumer_heartbeat", group="G", client_id="c1", topics=["T"])
-        back = await conn.request("consumer_send_back", group="G", commitlog_offset=sent["commitlog_offset"],
-                                  max_reconsume_times=16)
-        assert back["topic"] == "%DLQ%G", back
+        await conn.call(ConsumerHeartbeat(group="G", client_id="c1", topics=["T"]))
+        back = await conn.call(ConsumerSendBack(group="G", commitlog_offset=sent.commitlog_offset,
+                                                max_reconsume_times=16))
+        assert back.topic == "%DLQ%G", back
         await conn.call(SubGroupUpdate(group="G", consume_enable=True))
-        assert (await conn.request("pull", topic="T", queue_id=0, offset=0, group="G"))["status"] == "FOUND"
+        assert (await conn.call(Pull(topic="T", queue_id=0, offset=0, group="G"))).status is Status.FOUND
         assert [c.group for c in services.subgroups.list()] == ["G"]
 
 
@@ -77,7 +86,7 @@ async def test_a_slave_takes_its_masters_settings_and_refuses_to_change_them(tmp
 async def test_a_master_that_predates_the_settings_still_syncs_topics(tmp_path) -> None:
     older = {op: cls for op, cls in NODE_REQUESTS.items() if op != "subgroup_list"}  # a rolling upgrade
     async with serving_ops(master_conf(tmp_path, role="ASYNC_MASTER"), requests=older) as (_, conn):
-        await conn.request("topic_create", topic="Kept")
+        await conn.call(TopicCreate(topic="Kept"))
         root = tmp_path / "slave-copy"
         topics = TopicConfigManager(str(root), auto_create=False, default_queue_nums=4)
         sync = SlaveSync(conn.address, topics, ConsumerOffsetManager(str(root)), max_frame_size=1 << 20,

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from wire.framing import FrameDecoder, FrameError, encode_frame
 from wire.protocol import (
+    CHECKED_LIMIT,
     INT64_MAX,
     OPS,
     InvalidRequest,
@@ -543,3 +544,54 @@ def test_an_answer_without_a_required_field_is_a_reply_error():
     with pytest.raises(BadReply, match="min_offset: the answer lacks the field 'offset' of OffsetReply") as e:
         read_reply(MinOffset(topic="T", queue_id=0), {"id": 1, "status": "OK"}, "h:1")
     assert e.value.status == "BAD_REPLY" and e.value.address == "h:1"
+
+
+def test_the_parser_remembers_valid_topics_in_the_callers_set_only():
+    checked: set[str] = set()
+    parse_request(req("max_offset", topic="Kept", queue_id=0), checked=checked)
+    parse_request(req("pull", topic="Also", queue_id=0, offset=0), checked=checked)
+    with pytest.raises(InvalidRequest):
+        parse_request(req("max_offset", topic="bad topic", queue_id=0), checked=checked)
+    parse_request(req("max_offset", topic="Unseen", queue_id=0))  # no set: nothing is remembered
+    assert checked == {"Kept", "Also"}
+    full = {f"t{i}" for i in range(CHECKED_LIMIT)}
+    parse_request(req("max_offset", topic="Over", queue_id=0), checked=full)
+    assert len(full) == CHECKED_LIMIT and "Over" not in full, "the set stops growing at its limit"
+
+
+def test_a_stored_message_is_the_map_docs_protocol_md_lists_byte_for_byte():
+    """WireMessage is the message map pull, query_by_key and get_by_msg_id answer with: the
+    same keys in the same order (so the same CBOR bytes) as docs/protocol.md lists them, and
+    a client reads back what the node wrote."""
+    from store.message import Message, decode_record, encode_record
+    from wire.protocol import MessageReply, PullReply, WireMessage
+
+    msg = Message(topic="T", body=b"payload", queue_id=2, tags="a", keys=("k1", "k2"), properties={"p": "v"},
+                  flag=3, born_timestamp=1_700_000_000_000, born_host="10.0.0.9:4000", reconsume_times=1)
+    stored = decode_record(encode_record(msg, "127.0.0.1:10911", 1 << 20)).message
+    assert stored is not None
+    want = {"topic": "T", "queue_id": 2, "queue_offset": stored.queue_offset,
+            "commitlog_offset": stored.commitlog_offset, "msg_id": stored.msg_id, "body": b"payload", "tags": "a",
+            "keys": ["k1", "k2"], "properties": {"p": "v"}, "born_timestamp": 1_700_000_000_000,
+            "store_timestamp": stored.store_timestamp, "flag": 3, "reconsume_times": 1, "size": stored.size,
+            "sys_flag": stored.sys_flag, "born_host": "10.0.0.9:4000", "body_crc": stored.body_crc}
+    wire = WireMessage.of(stored).to_wire()
+    assert cbor2.dumps(wire) == cbor2.dumps(want)
+    section = DOC.read_text().split("Each message map has:", 1)[1].split("\n\n", 1)[0]
+    listed = [w.strip("`") for w in section.replace(",", " ").split() if w.startswith("`")]
+    assert listed == list(want), "docs/protocol.md lists the message map's fields in the wire's order"
+    pull = PullReply(status=Status.FOUND, messages=[WireMessage.of(stored)], next_begin_offset=1, max_offset=1)
+    assert cbor2.dumps(pull.to_wire(5)) == cbor2.dumps({"id": 5, "status": "FOUND", "messages": [want],
+                                                        "next_begin_offset": 1, "min_offset": 0, "max_offset": 1})
+    assert PullReply.from_wire(cbor2.loads(cbor2.dumps(pull.to_wire(5)))) == pull
+    assert MessageReply.from_wire({"message": want}).message == WireMessage.of(stored)
+    older = WireMessage.from_wire({k: want[k] for k in list(want)[:6]})  # an older node's shorter map
+    assert (older.tags, older.keys, older.size) == (None, [], None)
+
+
+def test_the_status_enum_is_the_node_s_names_and_the_store_s_in_their_order():
+    from store.status import GetMessageStatus, PutMessageStatus
+
+    node = ["OK", "BAD_REQUEST", "NOT_FOUND", "INTERNAL_ERROR", "INDETERMINATE", "NO_PERMISSION"]
+    assert [s.value for s in Status] == node + [m.value for m in PutMessageStatus] + [m.value for m in GetMessageStatus]
+    assert all(s.name == s.value for s in Status)

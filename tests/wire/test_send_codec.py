@@ -4,7 +4,7 @@ store.message.prepare_plain) for sends and batches against the reference path (c
 
 - the C decoder takes a send only as `parse_with` reads it, and every other frame goes to
   the reference decoder as its bytes;
-- a send answer's frame is encode_frame's, byte for byte;
+- a send answer's frame is its reply class's encoding (SendReply, SendBatchReply), byte for byte;
 - end to end, the same request streams through a server with the compiled path and one
   without give the same answer bytes and the same store files, byte for byte.
 """
@@ -42,11 +42,19 @@ from node.tables.topics import TopicConfigManager
 from store.accel import forced_pure
 from store.message import topic_error
 from store.message_store import open_store
+from store.status import PutMessageStatus
 from tests.node.nodeproc import master_conf
 from tests.waiting import wait_until
 from wire import send_codec
 from wire.framing import COMPILED, HEADER, FrameDecoder, encode_frame
-from wire.protocol import CHECKED_TOPICS, NODE_REQUESTS, InvalidRequest, parse_with
+from wire.protocol import (
+    NODE_REQUESTS,
+    InvalidRequest,
+    SendBatchReply,
+    SendReply,
+    Status,
+    parse_with,
+)
 from wire.send_codec import PlainBatch, PlainSend, send_batch_reply_frame, send_reply_frame
 
 needs_compiled = pytest.mark.skipif(COMPILED is None, reason="wire._send_codec not loaded (TIDEMQ_PURE=1 or not built)")
@@ -206,27 +214,46 @@ def test_an_oversized_or_broken_frame_after_good_ones_ends_the_stream_as_the_ref
         assert decoder.feed_all(good) == ([], error)  # broken for good
 
 
+STORED_STATUSES = st.sampled_from([s.value for s in Status if s.name in PutMessageStatus.__members__
+                                   and PutMessageStatus[s.name].stored])
+
+
 @SETTINGS
-@given(request_id=int64, status=st.sampled_from(["PUT_OK", "FLUSH_DISK_TIMEOUT", "SLAVE_NOT_AVAILABLE"]),
+@given(request_id=int64, status=STORED_STATUSES,
        msg_id=st.one_of(st.text(max_size=80), st.just("7F00000100002A9F0000000000000000")),
        queue_id=any_int, queue_offset=any_int, commitlog_offset=any_int)
-def test_a_send_answer_is_encode_frames_bytes(request_id, status, msg_id, queue_id, queue_offset, commitlog_offset):
-    want = encode_frame({"id": request_id, "status": status, "msg_id": msg_id, "queue_id": queue_id,
-                         "queue_offset": queue_offset, "commitlog_offset": commitlog_offset})
-    assert send_reply_frame(request_id, status, msg_id, queue_id, queue_offset, commitlog_offset) == want
+def test_a_send_answer_is_the_reply_class_encoding(request_id, status, msg_id, queue_id, queue_offset,
+                                                   commitlog_offset):
+    """The reply class spells the answer; the compiled encoder gives its bytes (or leaves
+    a value out of its range to it)."""
+    want = encode_frame(SendReply(status=Status(status), msg_id=msg_id, queue_id=queue_id, queue_offset=queue_offset,
+                                  commitlog_offset=commitlog_offset).to_wire(request_id))
+    args = (request_id, status, msg_id, queue_id, queue_offset, commitlog_offset)
+    assert send_codec.reference_reply_frame(*args) == want
+    assert send_reply_frame(*args) == want
+    if COMPILED is not None:
+        assert COMPILED.send_reply_frame(*args) in (want, None)
+        if all(-(2**63) <= v < 2**63 for v in (request_id, queue_id, queue_offset, commitlog_offset)):
+            assert COMPILED.send_reply_frame(*args) == want, "the common case is encoded in C"
 
 
 @SETTINGS
-@given(request_id=int64, status=st.sampled_from(["PUT_OK", "FLUSH_DISK_TIMEOUT", "SLAVE_NOT_AVAILABLE"]),
+@given(request_id=int64, status=STORED_STATUSES,
        msg_ids=st.lists(st.one_of(st.text(max_size=40).filter(lambda t: "," not in t),
                                   st.just("7F00000100002A9F0000000000000000")), min_size=1, max_size=70),
        queue_id=any_int, queue_offset=any_int, commitlog_offset=any_int)
-def test_a_send_batch_answer_is_encode_frames_bytes(request_id, status, msg_ids, queue_id, queue_offset,
-                                                    commitlog_offset):
-    want = encode_frame({"id": request_id, "status": status, "msg_ids": msg_ids, "queue_id": queue_id,
-                         "queue_offset": queue_offset, "commitlog_offset": commitlog_offset})
-    assert send_batch_reply_frame(request_id, status, ",".join(msg_ids), queue_id, queue_offset,
-                                  commitlog_offset) == want
+def test_a_send_batch_answer_is_the_reply_class_encoding(request_id, status, msg_ids, queue_id, queue_offset,
+                                                         commitlog_offset):
+    want = encode_frame(SendBatchReply(status=Status(status), msg_ids=msg_ids, queue_id=queue_id,
+                                       queue_offset=queue_offset, commitlog_offset=commitlog_offset
+                                       ).to_wire(request_id))
+    args = (request_id, status, ",".join(msg_ids), queue_id, queue_offset, commitlog_offset)
+    assert send_codec.reference_batch_reply_frame(*args) == want
+    assert send_batch_reply_frame(*args) == want
+    if COMPILED is not None:
+        assert COMPILED.send_batch_reply_frame(*args) in (want, None)
+        if all(-(2**63) <= v < 2**63 for v in (request_id, queue_id, queue_offset, commitlog_offset)):
+            assert COMPILED.send_batch_reply_frame(*args) == want, "the common case is encoded in C"
 
 
 # ---------------------------------------------------------------- end to end, both paths
@@ -334,11 +361,12 @@ async def test_both_paths_give_the_same_answer_bytes_and_the_same_store_files(tm
     seen: dict[bool, tuple[dict[Any, bytes], dict[str, bytes], int]] = {}
     port, client_port = 10911, free_port()
     taken: list[PlainSend | PlainBatch] = []
-    CHECKED_TOPICS.update(("T", "Narrow", "Auto"))  # as the first send to each, checked by the schema, does
+    checked = {"T", "Narrow", "Auto"}  # as the first send to each, checked by the schema, makes them
     for compiled in (True, False):
         (base / str(compiled)).mkdir()
         conf = master_conf(base / str(compiled), role="ASYNC_MASTER", listenPort=port)  # same store host
         async with serving(conf, taken if compiled else None) as (server, services):
+            server.checked_topics.update(checked)
             answers = await answers_to(server.port, chunks, len(stream) + bool(broken), client_port)
             await wait_until(lambda s=services: s.store.dispatch_behind_bytes() == 0, what="dispatch caught up")
             plain = services.stats.send_requests
@@ -348,6 +376,6 @@ async def test_both_paths_give_the_same_answer_bytes_and_the_same_store_files(tm
     for name in seen[True][1]:
         assert seen[True][1][name] == seen[False][1][name], f"{name} differs"
     assert seen[True][2] == seen[False][2]  # the same sends reached the turn
-    plain = [i for i in COMPILED.split_frames(data, MAX_FRAME, CHECKED_TOPICS)[0] if type(i) in (PlainSend, PlainBatch)]
+    plain = [i for i in COMPILED.split_frames(data, MAX_FRAME, checked)[0] if type(i) in (PlainSend, PlainBatch)]
     assert (None in seen[True][0]) == bool(broken)  # the error frame (id null) after a bad one
     assert len(taken) == len(plain)  # the compiled path served every plain send

@@ -14,11 +14,9 @@ from __future__ import annotations
 import difflib
 import enum
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, cast
 
 import attrs
-
-from store.status import GetMessageStatus, PutMessageStatus
 
 from ..framing import type_name as _type_name
 
@@ -28,9 +26,12 @@ INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
 MAX_GROUP_LENGTH = 255  # RocketMQ Validators.CHARACTER_MAX_LENGTH
 MAX_QUEUE_NUMS = 1024
+CHECKED_LIMIT = 4096
+"""How many remembered values a parser's `checked` set holds at most."""
 
 __all__ = [
     "BOOL",
+    "CHECKED_LIMIT",
     "BYTES",
     "DICT_STR_STR",
     "INT",
@@ -59,13 +60,38 @@ __all__ = [
 # its lease ran out, while the write waited): it may or may not survive the failover, so a
 # client reports it as neither acknowledged nor failed. NO_PERMISSION: the node's settings
 # forbid it (a consumer group whose consumption is disabled).
-Status = enum.Enum(
-    "Status",
-    [(n, n) for n in ("OK", "BAD_REQUEST", "NOT_FOUND", "INTERNAL_ERROR", "INDETERMINATE", "NO_PERMISSION")]
-    + [(m.name, m.value) for m in PutMessageStatus]
-    + [(m.name, m.value) for m in GetMessageStatus],
-    module=__name__,
-)
+class Status(enum.Enum):
+    """A response's status; each value is its name. Spelled out (not built from the store's
+    enums) so a type checker sees the members; tests/wire/test_protocol.py holds it to
+    the store's PutMessageStatus and GetMessageStatus."""
+
+    OK = "OK"
+    BAD_REQUEST = "BAD_REQUEST"
+    NOT_FOUND = "NOT_FOUND"
+    INTERNAL_ERROR = "INTERNAL_ERROR"
+    INDETERMINATE = "INDETERMINATE"
+    NO_PERMISSION = "NO_PERMISSION"
+    # PutMessageStatus
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    CREATE_MAPEDFILE_FAILED = "CREATE_MAPEDFILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+    # GetMessageStatus
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
 
 
 # ---------------------------------------------------------------- requests
@@ -116,6 +142,9 @@ class Field:
     required: bool = True
     default: Any = None
     check: Callable[[Any], str | None] | None = None
+    remember: bool = False
+    """Values that passed `check` are remembered in the parser's `checked` set and not
+    checked again (a send names the same few topics over and over)."""
 
 
 def wrong_type(path: str, expected: str, value: Any) -> InvalidRequest:
@@ -194,13 +223,15 @@ INT32 = value_range(-(2**31), INT32_MAX)
 _REQUIRED = attrs.NOTHING
 
 
-def wire(type_: FieldType, check: Callable[[Any], str | None] | None = None, *, default: Any = _REQUIRED) -> Any:
+def wire(type_: FieldType, check: Callable[[Any], str | None] | None = None, *, default: Any = _REQUIRED,
+         remember: bool = False) -> Any:
     """An attrs field that is also a wire field: its wire type, an optional value check
-    (`check(value) -> problem | None`; integers default to the int64 range) and its default
-    when the request leaves it out (a list or map default is copied per request)."""
+    (`check(value) -> problem | None`; integers default to the int64 range), its default
+    when the request leaves it out (a list or map default is copied per request), and
+    whether values that pass are remembered (`Field.remember`)."""
     if check is None and type_ is INT:
         check = INT64
-    metadata = {"wire": type_, "check": check}
+    metadata = {"wire": type_, "check": check, "remember": remember}
     if default is _REQUIRED:
         return attrs.field(metadata=metadata)
     if type(default) in (list, dict):
@@ -236,6 +267,7 @@ class WireRequest:
 
 W = TypeVar("W", bound=WireRequest)
 _SCHEMAS: dict[type, tuple[Field, ...]] = {}
+_FACTORY: type = attrs.Factory  # type: ignore[assignment]  # a class at run time, typed as a function
 
 
 def schema_of(cls: type[WireRequest]) -> tuple[Field, ...]:
@@ -243,11 +275,13 @@ def schema_of(cls: type[WireRequest]) -> tuple[Field, ...]:
     schema = _SCHEMAS.get(cls)
     if schema is None:
         fields = []
-        for a in attrs.fields(cls):
-            required = a.default is attrs.NOTHING
-            default = None if required else (a.default.factory() if isinstance(a.default, attrs.Factory)
-                                              else a.default)
-            fields.append(Field(a.name, a.metadata["wire"], required, default, a.metadata["check"]))
+        for a in attrs.fields(cls):  # type: ignore[arg-type]  # request classes are attrs classes
+            declared: Any = a.default
+            required = declared is attrs.NOTHING
+            default = None if required else (cast(Any, declared).factory() if isinstance(declared, _FACTORY)
+                                              else declared)
+            fields.append(Field(a.name, a.metadata["wire"], required, default, a.metadata["check"],
+                                a.metadata.get("remember", False)))
         schema = _SCHEMAS[cls] = tuple(fields)
     return schema
 
@@ -262,7 +296,8 @@ class _Compiled:
 
     schema: tuple[Field, ...]
     allowed: frozenset[str]
-    fields: tuple[tuple[str, bool, Any, bool, Callable[[Any, str], Any], Callable[[Any], str | None] | None], ...]
+    fields: tuple[tuple[str, bool, Any, bool, Callable[[Any, str], Any], Callable[[Any], str | None] | None, bool],
+                  ...]
 
 
 _COMPILED: dict[tuple[int, bool], _Compiled] = {}
@@ -273,14 +308,14 @@ def _compiled(schema: tuple[Field, ...], top_level: bool) -> _Compiled:
     known = _COMPILED.get(key)
     if known is None or known.schema is not schema:  # the schema is kept, so its id stays its own
         names = frozenset({f.name for f in schema} | (set(_ENVELOPE) if top_level else set()))
-        fields = tuple((f.name, f.required, f.default, type(f.default) in (list, dict), f.type.check, f.check)
-                       for f in schema)
+        fields = tuple((f.name, f.required, f.default, type(f.default) in (list, dict), f.type.check, f.check,
+                        f.remember) for f in schema)
         known = _COMPILED[key] = _Compiled(schema, names, fields)
     return known
 
 
 def _parse_fields(
-    frame: Mapping[Any, Any], schema: tuple[Field, ...], prefix: str, op: str
+    frame: Mapping[Any, Any], schema: tuple[Field, ...], prefix: str, op: str, checked: set[str] | None = None
 ) -> dict[str, Any]:
     compiled = _compiled(schema, not prefix)
     allowed = compiled.allowed
@@ -293,17 +328,19 @@ def _parse_fields(
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise InvalidRequest(f"unknown field {prefix + str(key)!r} for op {op!r}{hint}")
     out: dict[str, Any] = {}
-    for name, required, default, copy_default, type_check, value_check in compiled.fields:
+    for name, required, default, copy_default, type_check, value_check, remember in compiled.fields:
         if name not in frame:
             if required:
                 raise InvalidRequest(f"missing field {prefix + name!r} for op {op!r}")
             out[name] = default.copy() if copy_default else default
             continue
         value = type_check(frame[name], prefix + name)
-        if value_check is not None:
+        if value_check is not None and not (remember and checked is not None and value in checked):
             problem = value_check(value)
             if problem:
                 raise InvalidRequest(f"field {prefix + name!r} of op {op!r}: {problem}")
+            if remember and checked is not None and len(checked) < CHECKED_LIMIT:
+                checked.add(value)
         out[name] = value
     return out
 
@@ -314,9 +351,14 @@ def parse_fields(frame: Mapping[Any, Any], cls: type[W], prefix: str, op: str) -
     return cls(**_parse_fields(frame, schema_of(cls), prefix, op))
 
 
-def parse_with(frame: Mapping[Any, Any], requests: Mapping[str, type[WireRequest]]) -> Request:
+def parse_with(frame: Mapping[Any, Any], requests: Mapping[str, type[WireRequest]],
+               checked: set[str] | None = None) -> Request:
     """Validate a decoded frame against its op's request class; InvalidRequest names what
     is wrong.
+
+    `checked` is the caller's set of values that passed a `remember` field's check (the
+    node's topics): each server keeps its own, and its compiled send codec decodes sends to
+    those topics only (wire/send_codec.py). None: check every value.
 
     Unknown fields are refused (with the nearest valid name) rather than ignored, so a
     misspelt optional field such as `queueId` never silently falls back to its default.
@@ -347,7 +389,7 @@ def parse_with(frame: Mapping[Any, Any], requests: Mapping[str, type[WireRequest
             close = difflib.get_close_matches(op, list(requests), n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise InvalidRequest(f"unknown op {op!r}{hint}")
-        fields = cls(**_parse_fields(frame, schema_of(cls), "", op))
+        fields = cls(**_parse_fields(frame, schema_of(cls), "", op, checked))
     except InvalidRequest as e:
         e.request_id = request_id
         raise
@@ -359,9 +401,9 @@ def parse_with(frame: Mapping[Any, Any], requests: Mapping[str, type[WireRequest
 
 def _status_name(status: Status | str) -> str:
     if isinstance(status, Status):
-        return status.value
+        return str(status.value)
     try:
-        return Status(status).value
+        return str(Status(status).value)
     except ValueError:
         raise ValueError(f"unknown response status {status!r}") from None
 

@@ -116,7 +116,7 @@ class RegisterReply(WireReply):
     broker_expire_ms: int | None = None
 
     @classmethod
-    def from_wire(cls, raw: Mapping[str, Any]) -> RegisterReply:  # type: ignore[override]
+    def from_wire(cls, raw: Mapping[str, Any]) -> RegisterReply:
         """Read an answer; a value of the wrong type counts as absent (an older or foreign
         name server must not crash the broker's registration loop)."""
         epoch, expire = raw.get("master_epoch"), raw.get("broker_expire_ms")

@@ -7,8 +7,8 @@ SLAVE_NOT_AVAILABLE, a pull's FOUND / NO_NEW_MSG / ...). Failures are not replie
 
 `from_wire` keeps the fields the class declares and ignores others (a newer node may say
 more); a missing field takes its default, and a missing field without one is a
-ReplyError. Nested values (a message, a topic entry, a node's HA and controller views)
-stay maps: the client library types the ones it reads (`ReceivedMessage`, `BrokerInfo`).
+ReplyError. A nested message is a WireMessage (values.py); other nested values (a topic
+entry, a node's HA and controller views) are still maps.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import attrs
 
 from .codec import Status
+from .values import ReplyError, WireMessage, WireValue
 
 __all__ = [
     "BrokerConfigReply", "BrokerConfigUpdateReply", "ConsumerListReply", "ConsumerUnregisterReply",
@@ -26,15 +27,34 @@ __all__ = [
     "OffsetListReply", "OffsetReply", "ProducerListReply", "ProducerUnregisterReply", "PromoteReply", "PullReply",
     "ReplyError", "SendBackReply", "StatsAllReply", "SubGroupDeleteReply", "SubGroupListReply", "SubGroupReply",
     "SendBatchReply", "SendReply", "StatusReply", "TopicDeleteReply", "TopicListReply", "TopicReply",
-    "TopicStatusReply", "WireReply", "WritePermReply",
+    "TopicStatusReply", "WireMessage", "WireReply", "WireValue", "WritePermReply", "nested",
 ]
 
 R = TypeVar("R", bound="WireReply")
 
+_PLAIN, _STATUS, _ONE, _MANY = range(4)
 
-class ReplyError(ValueError):
-    """An answer that lacks a field its reply class requires (a peer speaking another
-    version of the protocol, or not tidemq)."""
+
+def nested(cls: type[WireValue], *, many: bool = False) -> Any:
+    """A reply field holding a WireValue (or, `many`, a list of them): the reply writes each
+    as its map and reads each map back as `cls`."""
+    return attrs.field(metadata={"nested": cls, "many": many})
+
+
+_PLANS: dict[type, tuple[tuple[str, int, Any], ...]] = {}
+
+
+def _plan(cls: type) -> tuple[tuple[str, int, Any], ...]:
+    """Per field of a reply class: its name, how it is carried (plain, the status, one
+    nested value, a list of them) and the nested class; worked out once per class."""
+    plan = _PLANS.get(cls)
+    if plan is None:
+        plan = _PLANS[cls] = tuple(
+            (a.name, _STATUS if a.name == "status" else
+             (_MANY if a.metadata["many"] else _ONE) if "nested" in a.metadata else _PLAIN,
+             a.metadata.get("nested"))
+            for a in attrs.fields(cls))
+    return plan
 
 
 class WireReply:
@@ -44,19 +64,34 @@ class WireReply:
 
     def to_wire(self, request_id: int) -> dict[str, Any]:
         out: dict[str, Any] = {"id": request_id, "status": Status.OK.value}  # a `status` field overrides it
-        for a in attrs.fields(type(self)):
-            value = getattr(self, a.name)
-            out[a.name] = value.value if a.name == "status" else value
+        for name, kind, _ in _plan(type(self)):
+            value = getattr(self, name)
+            if kind == _PLAIN:
+                out[name] = value
+            elif kind == _STATUS:
+                out[name] = value.value
+            elif kind == _ONE:
+                out[name] = None if value is None else value.to_wire()
+            else:
+                out[name] = [v.to_wire() for v in value]
         return out
 
     @classmethod
     def from_wire(cls: type[R], raw: Mapping[str, Any]) -> R:
         kwargs: dict[str, Any] = {}
-        for a in attrs.fields(cls):
-            if a.name in raw:
-                kwargs[a.name] = Status(raw[a.name]) if a.name == "status" else raw[a.name]
-            elif a.default is attrs.NOTHING:
-                raise ReplyError(f"the answer lacks the field {a.name!r} of {cls.__name__}")
+        for name, kind, value_cls in _plan(cls):
+            if name not in raw:
+                if attrs.fields_dict(cls)[name].default is attrs.NOTHING:  # type: ignore[arg-type]
+                    raise ReplyError(f"the answer lacks the field {name!r} of {cls.__name__}")
+                continue
+            value = raw[name]
+            if kind == _STATUS:
+                value = Status(value)
+            elif kind == _ONE:
+                value = None if value is None else value_cls.from_wire(value)
+            elif kind == _MANY:
+                value = [value_cls.from_wire(v) for v in value]
+            kwargs[name] = value
         return cls(**kwargs)
 
 
@@ -65,17 +100,15 @@ class WireReply:
 
 @attrs.define(kw_only=True)
 class SendReply(WireReply):
-    """`send`: where the message was stored (`status` says whether flush and slave confirmed it)."""
+    """`send`: where the message was stored (`status` says whether flush and slave confirmed it).
+    Its map is the reference the compiled send path's answer frames are tested against
+    (wire/send_codec.py)."""
 
     status: Status
     msg_id: str
     queue_id: int
     queue_offset: int
     commitlog_offset: int
-
-    def to_wire(self, request_id: int) -> dict[str, Any]:  # spelled out: every single send's answer
-        return {"id": request_id, "status": self.status.value, "msg_id": self.msg_id, "queue_id": self.queue_id,
-                "queue_offset": self.queue_offset, "commitlog_offset": self.commitlog_offset}
 
 
 @attrs.define(kw_only=True)
@@ -108,10 +141,10 @@ class SendBackReply(WireReply):
 
 @attrs.define(kw_only=True)
 class PullReply(WireReply):
-    """`pull`: the messages found (maps), where to go on from, and the queue's bounds."""
+    """`pull`: the messages found, where to go on from, and the queue's bounds."""
 
     status: Status
-    messages: list[dict[str, Any]]
+    messages: list[WireMessage] = nested(WireMessage, many=True)
     next_begin_offset: int
     min_offset: int = 0
     max_offset: int = 0
@@ -119,16 +152,16 @@ class PullReply(WireReply):
 
 @attrs.define(kw_only=True)
 class MessagesReply(WireReply):
-    """`query_by_key`: the messages whose KEYS hold the key (maps)."""
+    """`query_by_key`: the messages whose KEYS hold the key."""
 
-    messages: list[dict[str, Any]]
+    messages: list[WireMessage] = nested(WireMessage, many=True)
 
 
 @attrs.define(kw_only=True)
 class MessageReply(WireReply):
-    """`get_by_msg_id`: the message (a map)."""
+    """`get_by_msg_id`: the message."""
 
-    message: dict[str, Any]
+    message: WireMessage = nested(WireMessage)
 
 
 @attrs.define(kw_only=True)

@@ -10,17 +10,25 @@ from typing import Any
 
 import attrs
 
-from store.message import (
-    NAME_VALUE_SEPARATOR,
-    PROPERTY_KEYS,
-    PROPERTY_SEPARATOR,
-    PROPERTY_TAGS,
-    PROPERTY_WAIT,
-    decode_msg_id,
-    topic_error,
+from .checks import (
+    check_body,
+    check_client_id,
+    check_config_key,
+    check_config_value,
+    check_group,
+    check_keys,
+    check_master_role,
+    check_msg_id,
+    check_non_empty,
+    check_perm,
+    check_properties,
+    check_queue_ids,
+    check_tag_filter,
+    check_tags,
+    check_topic,
+    check_topics,
+    parse_tag_filter,
 )
-from store.tag_filter import parse_tag_expression
-
 from .codec import (
     BOOL,
     BYTES,
@@ -31,7 +39,6 @@ from .codec import (
     INT64_MAX,
     LIST_INT,
     LIST_STR,
-    MAX_GROUP_LENGTH,
     MAX_QUEUE_NUMS,
     NON_NEG64,
     POSITIVE32,
@@ -82,131 +89,6 @@ from .replies import (
     WritePermReply,
 )
 
-CHECKED_TOPICS: set[str] = set()
-"""Topics that passed the check (a send names the same few topics over and over); the
-compiled send codec decodes sends to these only (wire/send_codec.py)."""
-
-
-def _topic(v: str) -> str | None:
-    if v in CHECKED_TOPICS:
-        return None
-    problem = topic_error(v)
-    if problem is None and len(CHECKED_TOPICS) < 4096:
-        CHECKED_TOPICS.add(v)
-    return problem
-
-
-def _group(v: str) -> str | None:
-    problem = topic_error(v[:127])  # same character set as a topic
-    if problem:
-        return problem.replace("topic", "group")
-    if len(v) > MAX_GROUP_LENGTH:
-        return f"group is {len(v)} characters long; the limit is {MAX_GROUP_LENGTH}"
-    return None
-
-
-def _body(v: bytes) -> str | None:
-    return "message body is empty; an empty body is not sent" if not v else None
-
-
-def _tags(v: str) -> str | None:
-    if not v:
-        return "must not be empty (omit the field for no tag)"
-    if NAME_VALUE_SEPARATOR in v or PROPERTY_SEPARATOR in v:
-        return "must not contain the characters \\x01 or \\x02"
-    return None
-
-
-def _keys(v: list[str]) -> str | None:
-    for k in v:
-        if not k or " " in k:
-            return f"each key must be non-empty and without spaces (keys are stored space-separated), got {k!r}"
-        if NAME_VALUE_SEPARATOR in k or PROPERTY_SEPARATOR in k:
-            return f"key {k!r} contains \\x01 or \\x02"
-    return None
-
-
-_DEDICATED = {PROPERTY_TAGS: "tags", PROPERTY_KEYS: "keys", PROPERTY_WAIT: "wait"}
-
-
-def _properties(v: dict[str, str]) -> str | None:
-    for name, value in v.items():
-        if name in _DEDICATED:
-            return f"property {name!r} is set through the field {_DEDICATED[name]!r}"
-        if not name or not value:
-            return f"property names and values must be non-empty, got {name!r}={value!r}"
-        for s in (name, value):
-            if NAME_VALUE_SEPARATOR in s or PROPERTY_SEPARATOR in s:
-                return f"property {name!r} contains \\x01 or \\x02"
-    return None
-
-
-def _msg_id(v: str) -> str | None:
-    try:
-        decode_msg_id(v)
-    except ValueError as e:
-        return str(e)
-    return None
-
-
-def _perm(v: int) -> str | None:
-    return None if 0 <= v <= 7 else f"must be READ(4) | WRITE(2) | INHERIT(1), 0..7, got {v}"
-
-
-def _non_empty(v: str) -> str | None:
-    return None if v else "must not be empty"
-
-
-parse_tag_filter = parse_tag_expression
-"""RocketMQ subscription expression → the set of tags, or None for "all" ("*" or ""): the
-store's parser (store/tag_filter.py), so a request is checked exactly as the pull reads it."""
-
-
-def _client_id(v: str) -> str | None:
-    if not v or len(v) > MAX_GROUP_LENGTH:
-        return f"must be 1..{MAX_GROUP_LENGTH} characters, got {len(v)}"
-    if any(c.isspace() or not c.isprintable() for c in v):
-        return "must not contain spaces or control characters"
-    return None
-
-
-def _queue_ids(v: list[int]) -> str | None:
-    if len(v) > MAX_QUEUE_NUMS or any(not 0 <= q <= INT32_MAX for q in v):
-        return f"must hold at most {MAX_QUEUE_NUMS} queue ids in 0..{INT32_MAX}"
-    return None
-
-
-def _topics(v: list[str]) -> str | None:
-    for t in v:
-        problem = topic_error(t)
-        if problem:
-            return problem
-    return None
-
-
-def _tag_filter(v: str) -> str | None:
-    try:
-        parse_tag_filter(v)
-    except ValueError as e:
-        return str(e)
-    return None
-
-
-def _config_key(v: str) -> str | None:
-    if not v or len(v) > 128 or not v.replace("_", "").isalnum():
-        return f"must be a config key name (letters, digits, '_'; 1..128 characters), got {v!r}"
-    return None
-
-
-def _config_value(v: str) -> str | None:
-    return None if len(v) <= 4096 else f"must be at most 4096 characters, got {len(v)}"
-
-
-def _master_role(v: str) -> str | None:
-    return None if v in ("SYNC_MASTER", "ASYNC_MASTER") else f"must be SYNC_MASTER or ASYNC_MASTER, got {v!r}"
-
-
-
 # ---------------------------------------------------------------- messages
 
 
@@ -214,17 +96,17 @@ def _master_role(v: str) -> str | None:
 class BatchMessage(WireRequest):
     """One message of a `send_batch` (the topic, queue and wait are the batch's)."""
 
-    body: bytes = wire(BYTES, _body)
-    tags: str | None = wire(STR, _tags, default=None)
-    keys: list[str] = wire(LIST_STR, _keys, default=[])
-    properties: dict[str, str] = wire(DICT_STR_STR, _properties, default={})
+    body: bytes = wire(BYTES, check_body)
+    tags: str | None = wire(STR, check_tags, default=None)
+    keys: list[str] = wire(LIST_STR, check_keys, default=[])
+    properties: dict[str, str] = wire(DICT_STR_STR, check_properties, default={})
     flag: int = wire(INT, INT32, default=0)
 
 
 _MESSAGE_NAMES = frozenset(f.name for f in schema_of(BatchMessage))
 
 
-def _plain_message(item: dict) -> BatchMessage | None:
+def _plain_message(item: dict[Any, Any]) -> BatchMessage | None:
     """A batch message of a body and optional tags (the common case), as the schema path
     would parse it; None for anything else: the schema path then checks it and names any
     problem. A batch of 32 spent most of its parsing walking the schema per message."""
@@ -237,7 +119,7 @@ def _plain_message(item: dict) -> BatchMessage | None:
     if tags is None:
         if len(item) == 2:  # the other field is not tags (or tags is null): the schema path
             return None
-    elif type(tags) is not str or _tags(tags):
+    elif type(tags) is not str or check_tags(tags):
         return None
     return BatchMessage(body=body, tags=tags)
 
@@ -262,7 +144,7 @@ FIELD_TYPES = (STR, BYTES, INT, BOOL, LIST_STR, LIST_INT, DICT_STR_STR, MESSAGES
 
 
 def _topic_field() -> Any:
-    return wire(STR, _topic)
+    return wire(STR, check_topic, remember=True)
 
 
 def _queue_id(**default: Any) -> Any:
@@ -270,15 +152,15 @@ def _queue_id(**default: Any) -> Any:
 
 
 def _group_field() -> Any:
-    return wire(STR, _group)
+    return wire(STR, check_group)
 
 
 def _client_id_field() -> Any:
-    return wire(STR, _client_id)
+    return wire(STR, check_client_id)
 
 
 __all__ = [
-    "CHECKED_TOPICS", "FIELD_TYPES", "MESSAGES", "NODE_REQUESTS", "OPS", "BatchMessage", "CommitOffset", "ConsumerHeartbeat",
+    "FIELD_TYPES", "MESSAGES", "NODE_REQUESTS", "OPS", "BatchMessage", "CommitOffset", "ConsumerHeartbeat",
     "ConsumerList", "ConsumerLock", "ConsumerSendBack", "ConsumerUnlock", "ConsumerUnregister", "ConsumerWatch",
     "BrokerWritePerm", "GetBrokerConfig", "UpdateBrokerConfig",
     "DeleteExpiredFiles", "Epoch", "FetchOffset", "GetByMsgId", "MaxOffset", "MinOffset", "GetStatus",
@@ -297,11 +179,11 @@ class Send(WireRequest):
     OP = "send"
     REPLY = SendReply
     topic: str = _topic_field()
-    body: bytes = wire(BYTES, _body)
+    body: bytes = wire(BYTES, check_body)
     queue_id: int | None = _queue_id(default=None)
-    tags: str | None = wire(STR, _tags, default=None)
-    keys: list[str] = wire(LIST_STR, _keys, default=[])
-    properties: dict[str, str] = wire(DICT_STR_STR, _properties, default={})
+    tags: str | None = wire(STR, check_tags, default=None)
+    keys: list[str] = wire(LIST_STR, check_keys, default=[])
+    properties: dict[str, str] = wire(DICT_STR_STR, check_properties, default={})
     flag: int = wire(INT, INT32, default=0)
     born_timestamp: int | None = wire(INT, NON_NEG64, default=None)
     wait: bool = wire(BOOL, default=True)
@@ -325,9 +207,9 @@ class Pull(WireRequest):
     queue_id: int = _queue_id()
     offset: int = wire(INT, NON_NEG64)
     max_msgs: int = wire(INT, POSITIVE32, default=32)
-    tag_filter: str = wire(STR, _tag_filter, default="*")
+    tag_filter: str = wire(STR, check_tag_filter, default="*")
     timeout_ms: int = wire(INT, value_range(0, INT32_MAX), default=0)
-    group: str | None = wire(STR, _group, default=None)
+    group: str | None = wire(STR, check_group, default=None)
 
 
 @attrs.define(kw_only=True)
@@ -335,7 +217,7 @@ class QueryByKey(WireRequest):
     OP = "query_by_key"
     REPLY = MessagesReply
     topic: str = _topic_field()
-    key: str = wire(STR, _non_empty)
+    key: str = wire(STR, check_non_empty)
     max_num: int = wire(INT, POSITIVE32, default=32)
     begin_ts: int = wire(INT, NON_NEG64, default=0)
     end_ts: int = wire(INT, NON_NEG64, default=INT64_MAX)
@@ -345,7 +227,7 @@ class QueryByKey(WireRequest):
 class GetByMsgId(WireRequest):
     OP = "get_by_msg_id"
     REPLY = MessageReply
-    msg_id: str = wire(STR, _msg_id)
+    msg_id: str = wire(STR, check_msg_id)
 
 
 @attrs.define(kw_only=True)
@@ -408,7 +290,7 @@ class TopicCreate(WireRequest):
     topic: str = _topic_field()
     read_queue_nums: int = wire(INT, value_range(1, MAX_QUEUE_NUMS), default=4)
     write_queue_nums: int = wire(INT, value_range(1, MAX_QUEUE_NUMS), default=4)
-    perm: int = wire(INT, _perm, default=6)
+    perm: int = wire(INT, check_perm, default=6)
 
 
 @attrs.define(kw_only=True)
@@ -433,7 +315,7 @@ class ConsumerHeartbeat(WireRequest):
     REPLY = MembersReply
     group: str = _group_field()
     client_id: str = _client_id_field()
-    topics: list[str] = wire(LIST_STR, _topics, default=[])
+    topics: list[str] = wire(LIST_STR, check_topics, default=[])
     heartbeat_interval_ms: int = wire(INT, value_range(1, 3_600_000), default=30_000)
 
 
@@ -468,7 +350,7 @@ class ConsumerLock(WireRequest):
     group: str = _group_field()
     client_id: str = _client_id_field()
     topic: str = _topic_field()
-    queue_ids: list[int] = wire(LIST_INT, _queue_ids)
+    queue_ids: list[int] = wire(LIST_INT, check_queue_ids)
 
 
 @attrs.define(kw_only=True)
@@ -478,7 +360,7 @@ class ConsumerUnlock(WireRequest):
     group: str = _group_field()
     client_id: str = _client_id_field()
     topic: str = _topic_field()
-    queue_ids: list[int] = wire(LIST_INT, _queue_ids)
+    queue_ids: list[int] = wire(LIST_INT, check_queue_ids)
 
 
 @attrs.define(kw_only=True)
@@ -489,7 +371,7 @@ class ConsumerSendBack(WireRequest):
     commitlog_offset: int = wire(INT, NON_NEG64)
     delay_level: int = wire(INT, value_range(-1, 1000), default=0)
     max_reconsume_times: int = wire(INT, value_range(0, 10_000), default=16)
-    origin_msg_id: str | None = wire(STR, _non_empty, default=None)
+    origin_msg_id: str | None = wire(STR, check_non_empty, default=None)
 
 
 @attrs.define(kw_only=True)
@@ -573,7 +455,7 @@ class Epoch(WireRequest):
 class Promote(WireRequest):
     OP = "promote"
     REPLY = PromoteReply
-    role: str | None = wire(STR, _master_role, default=None)
+    role: str | None = wire(STR, check_master_role, default=None)
 
 
 @attrs.define(kw_only=True)
@@ -599,8 +481,8 @@ class UpdateBrokerConfig(WireRequest):
 
     OP = "broker_config_update"
     REPLY = BrokerConfigUpdateReply
-    key: str = wire(STR, _config_key)
-    value: str = wire(STR, _config_value)
+    key: str = wire(STR, check_config_key)
+    value: str = wire(STR, check_config_value)
 
 
 @attrs.define(kw_only=True)
@@ -633,7 +515,8 @@ OPS: dict[str, tuple[Field, ...]] = {op: schema_of(cls) for op, cls in NODE_REQU
 """Each op's fields, in declaration order (for docs and tests)."""
 
 
-def parse_request(frame: Mapping[Any, Any], requests: Mapping[str, type[WireRequest]] = NODE_REQUESTS) -> Request:
+def parse_request(frame: Mapping[Any, Any], requests: Mapping[str, type[WireRequest]] = NODE_REQUESTS,
+                  checked: set[str] | None = None) -> Request:
     """Validate a decoded frame against its op's request class (the node's table unless
-    another is given); InvalidRequest names what is wrong."""
-    return parse_with(frame, requests)
+    another is given); InvalidRequest names what is wrong. `checked`: as for `parse_with`."""
+    return parse_with(frame, requests, checked)
