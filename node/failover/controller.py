@@ -361,7 +361,8 @@ class EtcdController:
         # the winner's term starts with a set of itself alone (as RocketMQ 5's controller
         # elects), written in the same transaction: a slave that acks the new term's first
         # writes cannot be outvoted by the old set's members, who may lack them
-        previous, own_set = self.sync_set, {"master": self.cfg.address, "epoch": epoch, "role": role, "in_sync": []}
+        previous = self.sync_set
+        own_set: dict[str, Any] = {"master": self.cfg.address, "epoch": epoch, "role": role, "in_sync": []}
         result = await self.etcd.txn(
             [cmp_absent(self.key_master), cmp_mod_revision(self.key_epoch, epoch_kv.mod_revision if epoch_kv else 0)],
             [op_put(self.key_master, json.dumps(info), lease=self.lease), op_put(self.key_epoch, str(epoch)),

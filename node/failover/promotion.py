@@ -47,7 +47,7 @@ import logging
 import math
 import os
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import trio
@@ -62,7 +62,7 @@ from wire.protocol import Epoch, EpochReply, Status, WireRequest
 from wire.protocol.namesrv import ClusterInfo, ClusterInfoReply, RegisterReply
 
 from ..config import BrokerConfig, ConfigError
-from ..ops.services import NodeServices, OpError
+from ..ops.services import FailoverHooks, NodeServices, OpError
 from ..slave_sync import SlaveSync
 from ..tables.changes import Changes
 from ..tables.jsonfile import ConfigFileError, write_json_atomic
@@ -78,6 +78,8 @@ class ControllerHooks(Protocol):
     leader: dict[str, Any] | None
 
     async def before_write(self) -> None: ...
+
+    async def before_unreplicated_answer(self) -> None: ...
 
     def check_write(self) -> None: ...
 
@@ -255,7 +257,8 @@ class Failover:
     def _load_truncation(self) -> dict[str, Any] | None:
         try:
             with open(os.path.join(self.root, TRUNCATION_FILE), encoding="utf-8") as f:
-                return json.load(f)
+                report: dict[str, Any] | None = json.load(f)
+                return report
         except (OSError, ValueError):
             return None
 
@@ -635,3 +638,8 @@ async def _ask(address: str, request: WireRequest, cfg: BrokerConfig, net: Netwo
     except (TidemqError, OSError) as e:
         log.debug("%s %s: %s", address, request.OP, e)
         return None
+
+
+if TYPE_CHECKING:
+    def _hooks(failover: Failover) -> FailoverHooks:
+        return failover  # mypy: a Failover is what NodeServices.failover (the ops) may be handed

@@ -37,11 +37,21 @@ from ..tables.topics import TopicConfigManager
 
 class FailoverHooks(Protocol):
     """What the ops ask of node/failover/promotion.py's Failover: typed here, so ops (below failover,
-    which raises OpError and is handed NodeServices) does not import it."""
+    which raises OpError and is handed NodeServices) does not import it. mypy checks that
+    Failover satisfies it (promotion.py assigns one to a FailoverHooks under TYPE_CHECKING)."""
 
-    async def before_write(self) -> int: ...
+    @property
+    def controller(self) -> object | None:
+        """The etcd controller when controllerMode is etcd (a manual promotion is refused then)."""
 
-    async def after_write(self, checked: int) -> None: ...
+    async def before_write(self) -> float:
+        """Refuse a write this master must not take (OpError); else the trio time it was
+        admitted, which `after_write` takes."""
+
+    async def after_write(self, admitted: float, *, unreplicated: bool = False) -> None:
+        """Refuse (OpError INDETERMINATE) to acknowledge a stored write admitted at `admitted`
+        that this node may no longer answer PUT_OK; `unreplicated`: some of it answers
+        SLAVE_NOT_AVAILABLE."""
 
     def status(self) -> dict[str, Any]: ...
 
