@@ -54,7 +54,7 @@ async def test_a_write_admitted_before_a_stall_across_a_promotion_is_indetermina
             await f.after_write(admitted)
         assert refused.value.status is Status.INDETERMINATE
         assert "stored, but not acknowledged" in refused.value.message and "epoch 2" in refused.value.message
-        assert f.fencing.stalls == 1 and f.fenced is not None
+        assert f.term.fencing.stalls == 1 and f.term.fenced is not None
         with pytest.raises(OpError) as after:  # the next write is refused before it is stored
             await f.before_write()
         assert after.value.status is Status.SERVICE_NOT_AVAILABLE
@@ -68,12 +68,12 @@ async def test_a_stall_with_no_promotion_costs_one_check_and_acknowledges(tmp_pa
         admitted = await f.before_write()
         clock.jump(STALL_S * 4)
         await f.after_write(admitted)  # a check after the stall found no newer epoch: PUT_OK
-        assert f.fencing.stalls == 1 and f.fenced is None and not f.fencing.held
-        assert f.fencing.confirmed_at >= f.fencing.stalled_at
+        assert f.term.fencing.stalls == 1 and f.term.fenced is None and not f.term.fencing.held
+        assert f.term.fencing.confirmed_at >= f.term.fencing.stalled_at
         clock.jump(STALL_S / 2)  # a gap under STALL_S is no stall
         admitted = await f.before_write()
         await f.after_write(admitted)
-        assert f.fencing.stalls == 1
+        assert f.term.fencing.stalls == 1
 
     await _with_namesrv(body)
 
@@ -98,6 +98,6 @@ async def test_without_a_stall_after_write_asks_nothing(tmp_path, clock) -> None
         admitted = await f.before_write()
         await _register_newer_master(namesrv, 2)
         await f.after_write(admitted)  # not asked: the registration answer fences it, later
-        assert f.fenced is None and f.fencing.last_check == float("-inf")
+        assert f.term.fenced is None and f.term.fencing.last_check == float("-inf")
 
     await _with_namesrv(body)
