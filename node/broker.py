@@ -182,7 +182,7 @@ class Broker:
             self.stop()
 
     def _on_master(
-        self, services: NodeServices, sync: SlaveSync | None, answer: RegisterReply
+        self, ha_client: HAClient | None, sync: SlaveSync | None, answer: RegisterReply
     ) -> None:
         """A registration answer named the group's master: a slave without a static
         haMasterAddress / masterAddr follows it (RocketMQ's haServerAddr from the name server),
@@ -195,50 +195,56 @@ class Broker:
         address, ha_address = answer.master_address, answer.master_ha_address
         follow = self.failover.follows_namesrv(answer.master_epoch)
         if (isinstance(ha_address, str) and (follow or not cfg.store.ha_master_address)
-                and services.ha_client is not None and ha_address not in cfg.own_addresses()):
-            services.ha_client.update_master_address(ha_address)
+                and ha_client is not None and ha_address not in cfg.own_addresses()):
+            ha_client.update_master_address(ha_address)
         if isinstance(address, str) and (follow or not cfg.master_addr) and sync is not None \
                 and address not in cfg.own_addresses():
             sync.set_master_addr(address)
 
     def _build_term(self, store: MessageStore) -> tuple[NodeServices, SlaveSync | None,
                                                         NameServerRegistration | None]:
-        """One term's collaborators, each given what it needs at construction (started by `_serve`)."""
+        """One term's collaborators, each given what it needs at construction (started by
+        `_serve`); NodeServices last, with all of them."""
         cfg, controller = self.cfg, self.controller
-        services = NodeServices(cfg=cfg, store=store, topics=self.topics, offsets=self.offsets, subgroups=self.subgroups,
-                                failover=self.failover)
-        sync = None
+        ha_master: HAService | None = None
+        ha_client: HAClient | None = None
+        schedule: ScheduleMessageService | None = None
+        sync: SlaveSync | None = None
         if cfg.role.is_master:
             # the controller shrinks the in-sync set past a lagging member
-            services.ha_master = HAService(store, host=cfg.broker_ip1, port=cfg.ha_listen_port,
-                                           on_ack_timeout=controller.on_ack_timeout if controller else None,
-                                           on_connections=self.failover.wake,
-                                           secure_accept=partial(accept_replica, self.ha_port_tls, cfg.tls_mode)
-                                           if self.ha_port_tls is not None else None, net=self.net)
-            services.schedule = ScheduleMessageService(store)
+            ha_master = HAService(store, host=cfg.broker_ip1, port=cfg.ha_listen_port,
+                                  on_ack_timeout=controller.on_ack_timeout if controller else None,
+                                  on_connections=self.failover.wake,
+                                  secure_accept=partial(accept_replica, self.ha_port_tls, cfg.tls_mode)
+                                  if self.ha_port_tls is not None else None, net=self.net)
+            schedule = ScheduleMessageService(store)
         else:
             # the controller names the slave's HA connection in etcd as soon as it is up
-            services.ha_client = HAClient(store, admit=self.failover.admit,
-                                          on_connect=controller.wake if controller else None,
-                                          secure_connect=partial(_tls_to, cfg.client_tls)
-                                          if cfg.client_tls is not None else None, net=self.net)
+            ha_client = HAClient(store, admit=self.failover.admit,
+                                 on_connect=controller.wake if controller else None,
+                                 secure_connect=partial(_tls_to, cfg.client_tls)
+                                 if cfg.client_tls is not None else None, net=self.net)
             if cfg.master_addr or cfg.namesrv_addr:  # else: no way to find the master
                 sync = SlaveSync(cfg.master_addr, self.topics, self.offsets, max_frame_size=cfg.max_frame_size,
                                  delay_offset_path=ScheduleMessageService.path_in(store), subgroups=self.subgroups,
                                  credentials=cfg.credentials, tls=cfg.client_tls, net=self.net)
-                services.slave_sync_status = sync.status
         registration = None
         if cfg.namesrv_addr:
             registration = NameServerRegistration(
-                cfg, self.topics, store, on_master=partial(self._on_master, services, sync),
+                cfg, self.topics, store, on_master=partial(self._on_master, ha_client, sync),
                 epoch=lambda: self.failover.epoch,
                 controller=controller.route_view if controller else None,
                 changes=[self.topics.changes, self.failover.epoch_changes] + ([controller.changes] if controller else []),
                 hold=lambda: self.failover.candidate, net=self.net,
             )
-            services.registration_status = registration.status
-        if self.guard is not None:
-            services.security_status = self.guard.view
+        services = NodeServices(
+            cfg=cfg, store=store, topics=self.topics, offsets=self.offsets, subgroups=self.subgroups,
+            ha_master=ha_master, ha_client=ha_client, schedule=schedule,
+            slave_sync_status=sync.status if sync is not None else None,
+            registration_status=registration.status if registration is not None else None,
+            security_status=self.guard.view if self.guard is not None else None,
+            failover=self.failover,
+        )
         return services, sync, registration
 
     async def _serve(self, task_status: trio.TaskStatus[str]) -> Transition | None:
@@ -254,6 +260,7 @@ class Broker:
                     self.services = services
                     if services.ha_master is not None:
                         await nursery.start(services.ha_master.run)  # attaches itself as the replicator
+                    if services.schedule is not None:  # built with the HA service (a master's)
                         await runtime.run_sync(services.schedule.load)
                         await nursery.start(services.schedule.run)
                     if services.ha_client is not None:

@@ -174,7 +174,7 @@ class EtcdController:
         """check_write, and in a SYNC_MASTER group shrink the in-sync set first when the
         write cannot wait for a slave (it will answer SLAVE_NOT_AVAILABLE)."""
         self.check_write()
-        services = self.failover.services
+        services = self.failover.term.services
         members = (self.sync_set or {}).get("in_sync")
         if self.cfg.role is not BrokerRole.SYNC_MASTER or not members or services is None:
             return
@@ -327,7 +327,7 @@ class EtcdController:
             self.sync_set, address=self.cfg.address, is_master=self.cfg.role.is_master,
             fenced=failover.fenced is not None)
         action = step(None if master_kv is None else master_kv.lease, self.lease,
-                      busy=failover.transition is not None or failover.services is None,
+                      busy=failover.transition is not None or failover.term.services is None,
                       may_campaign=may_campaign, is_master=self.cfg.role.is_master)
         if action is Step.CAMPAIGN:
             self._stop_acking()
@@ -342,7 +342,7 @@ class EtcdController:
         riding out an etcd outage cut off from etcd alone then stops acknowledging before
         this node is elected (it needs every member's ack). The HA client follows whichever
         node wins (`_follow`)."""
-        services = self.failover.services
+        services = self.failover.term.services
         client = services.ha_client if services else None
         if client is not None and client.master_address is not None and not self.cfg.role.is_master:
             self._event("the leadership key is gone: leaving master HA %s before campaigning",
@@ -352,16 +352,17 @@ class EtcdController:
     async def _campaign(self, epoch_kv: KeyValue | None) -> None:
         failover = self.failover
         counter = int(epoch_kv.value or b"0") if epoch_kv else 0
-        epoch = max(counter, failover.newest_seen, failover.epoch) + 1
+        epoch = max(counter, failover.term.newest_seen, failover.epoch) + 1
         role = self.cfg.role.value if self.cfg.role.is_master else (self.sync_set or {}).get("role")
         if role not in (BrokerRole.SYNC_MASTER.value, BrokerRole.ASYNC_MASTER.value):
-            role = failover.master.role or BrokerRole.SYNC_MASTER.value
+            role = failover.term.master.role or BrokerRole.SYNC_MASTER.value
         info = {"address": self.cfg.address, "ha_address": self.cfg.ha_address, "epoch": epoch,
                 "role": role, "since_ms": int(runtime.wall_clock() * 1000)}
         # the winner's term starts with a set of itself alone (as RocketMQ 5's controller
         # elects), written in the same transaction: a slave that acks the new term's first
         # writes cannot be outvoted by the old set's members, who may lack them
-        previous, own_set = self.sync_set, {"master": self.cfg.address, "epoch": epoch, "role": role, "in_sync": []}
+        previous = self.sync_set
+        own_set: dict[str, Any] = {"master": self.cfg.address, "epoch": epoch, "role": role, "in_sync": []}
         result = await self.etcd.txn(
             [cmp_absent(self.key_master), cmp_mod_revision(self.key_epoch, epoch_kv.mod_revision if epoch_kv else 0)],
             [op_put(self.key_master, json.dumps(info), lease=self.lease), op_put(self.key_epoch, str(epoch)),
@@ -397,7 +398,7 @@ class EtcdController:
         epoch, address, ha_address = info.get("epoch"), info.get("address"), info.get("ha_address")
         if type(epoch) is not int or not isinstance(address, str) or not isinstance(ha_address, str):
             return
-        failover.newest_seen = max(failover.newest_seen, epoch)
+        failover.term.newest_seen = max(failover.term.newest_seen, epoch)
         failover.set_master(address, ha_address, epoch, info.get("role"))
         if address == cfg.address:
             return  # a key left by this node's previous run: it expires with that lease
@@ -407,15 +408,15 @@ class EtcdController:
                             address, cfg.broker_name, epoch)
                 failover.fence(epoch, address, f"etcd {self.endpoints[0]}")
             return
-        services = failover.services
+        services = failover.term.services
         client = services.ha_client if services else None
         if client is None:
             return
         if client.master_address != ha_address:
             self._event("following master %s (HA %s, epoch %d)", address, ha_address, epoch)
             client.update_master_address(ha_address)
-        if failover.sync is not None:
-            failover.sync.set_master_addr(address)
+        if failover.term.sync is not None:
+            failover.term.sync.set_master_addr(address)
         # the same master, elected again: take its new epochs, only over the live connection
         # to it (refresh_epochs: right after the switch above, the old master's is still open)
         if epoch > failover.epoch:
@@ -430,7 +431,7 @@ class EtcdController:
         service waits for a joining slave's acks before etcd names it and for a leaving
         one's until etcd no longer does, so every member always holds every PUT_OK."""
         async with self._publish_lock:
-            services = self.failover.services
+            services = self.failover.term.services
             ha = services.ha_master if services else None
             peers: list[str] = []
             if ha is not None and not shrink:
@@ -458,7 +459,7 @@ class EtcdController:
         a member joins only if it acked every offset answered PUT_OK (checked with no await
         before the HA service starts waiting for it)."""
         cfg = self.cfg
-        services = self.failover.services
+        services = self.failover.term.services
         ha = services.ha_master if services else None
         if ha is not None:
             keep = ha.ack_members or frozenset()
@@ -486,7 +487,7 @@ class EtcdController:
         shrink the set to the slaves holding `next_offset` (RocketMQ 5 shrinks before it
         stops waiting), so the put is acknowledged; False when none does, or etcd refuses
         (the put then answers FLUSH_SLAVE_TIMEOUT)."""
-        services = self.failover.services
+        services = self.failover.term.services
         ha = services.ha_master if services else None
         if ha is None or not self.leading or self.reachable is False:
             return False  # (etcd unreachable: the set cannot shrink, the put is not acknowledged)
@@ -505,7 +506,7 @@ class EtcdController:
 
     async def _publish_replica(self) -> None:
         """A slave tells the master which HA connection is its own."""
-        services = self.failover.services
+        services = self.failover.term.services
         client = services.ha_client if services else None
         local = client.local_address if client is not None and not self.cfg.role.is_master else None
         if local is None or local == self._published_replica or not self.lease:

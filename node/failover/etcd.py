@@ -122,7 +122,7 @@ class EtcdClient:
                 errors.append(f"{url}: {type(e).__name__} {e}".strip())
                 continue
             try:
-                answer = response.json()
+                answer: dict[str, Any] = response.json()
             except ValueError:
                 answer = {}
             if response.status_code != 200:

@@ -104,9 +104,9 @@ def put_response(request_id: int, result: PutMessageResult, queue_id: int, *, ba
                      commitlog_offset=append.wrote_offset).to_wire(request_id)
 
 
-async def _check_writeable(s: NodeServices) -> int:
+async def _check_writeable(s: NodeServices) -> float:
     """A slave refuses writes; a master asks for the group's epoch first when it must
-    (fencing). Returns the token `_confirm_write` takes (Failover's stall count)."""
+    (fencing). Returns the token `_confirm_write` takes (when Failover admitted the write)."""
     refuse_on_slave(s, "writes")
     if s.write_wiped:
         raise OpError(Status.SERVICE_NOT_AVAILABLE,
@@ -117,7 +117,7 @@ async def _check_writeable(s: NodeServices) -> int:
     return 0
 
 
-async def _confirm_write(s: NodeServices, checked: int, *, unreplicated: bool = False) -> None:
+async def _confirm_write(s: NodeServices, checked: float, *, unreplicated: bool = False) -> None:
     """A stored write is not acknowledged by a node that a newer epoch replaced, or whose
     lease ran out, or that stalled since `checked` and cannot confirm its epoch, or (some
     of it `unreplicated`, SLAVE_NOT_AVAILABLE) whose in-sync set cannot shrink: raises
@@ -143,8 +143,8 @@ class PendingPut:
     appended: Appended | None = None
     at: float = 0.0
     """trio time of the append: the group's timeouts count from its first append."""
-    checked: int = 0
-    """What the write check returned (`_check_writeable`), for `_confirm_write`."""
+    checked: float = 0
+    """When the write check admitted it (trio time, `_check_writeable`), for `_confirm_write`."""
     encoded: bool = False
     """Answered with its encoded frame when stored (a plain send of the compiled path)."""
     topic: str = ""

@@ -37,11 +37,21 @@ from ..tables.topics import TopicConfigManager
 
 class FailoverHooks(Protocol):
     """What the ops ask of node/failover/promotion.py's Failover: typed here, so ops (below failover,
-    which raises OpError and is handed NodeServices) does not import it."""
+    which raises OpError and is handed NodeServices) does not import it. mypy checks that
+    Failover satisfies it (promotion.py assigns one to a FailoverHooks under TYPE_CHECKING)."""
 
-    async def before_write(self) -> int: ...
+    @property
+    def controller(self) -> object | None:
+        """The etcd controller when controllerMode is etcd (a manual promotion is refused then)."""
 
-    async def after_write(self, checked: int) -> None: ...
+    async def before_write(self) -> float:
+        """Refuse a write this master must not take (OpError); else the trio time it was
+        admitted, which `after_write` takes."""
+
+    async def after_write(self, admitted: float, *, unreplicated: bool = False) -> None:
+        """Refuse (OpError INDETERMINATE) to acknowledge a stored write admitted at `admitted`
+        that this node may no longer answer PUT_OK; `unreplicated`: some of it answers
+        SLAVE_NOT_AVAILABLE."""
 
     def status(self) -> dict[str, Any]: ...
 
@@ -62,9 +72,15 @@ class OpError(Exception):
         self.message = message
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, on_setattr=attrs.setters.frozen)
 class NodeServices:
-    """What the operations act on: one node's store, tables and replication services."""
+    """What the operations act on: one node's store, tables and replication services.
+
+    A term's collaborators are built first and handed over here (node/broker.py
+    `_build_term`): none is set afterwards (assigning one raises FrozenAttributeError), so
+    an op never sees a half-built node. None means this node has none in its role (a
+    master has no HA client, a slave no HA service) or was built without it (tests).
+    Only the node's switches change while it serves (`write_wiped`, `stopping`)."""
 
     cfg: BrokerConfig
     store: MessageStore
@@ -85,11 +101,12 @@ class NodeServices:
     producers: ProducerManager = attrs.field(
         default=attrs.Factory(lambda s: ProducerManager(expire_s=s.cfg.channel_expired_timeout / 1000),
                               takes_self=True))
-    write_wiped: bool = attrs.field(default=attrs.Factory(lambda s: _read_write_wiped(s.cfg), takes_self=True))
+    write_wiped: bool = attrs.field(default=attrs.Factory(lambda s: _read_write_wiped(s.cfg), takes_self=True),
+                                    on_setattr=attrs.setters.NO_OP)
     """mqadmin wipeWritePerm: the node refuses sends until addWritePerm (kept in
     `config/writePerm.json`, so a restart or a promotion keeps it)."""
     failover: FailoverHooks | None = None
-    stopping: bool = False
+    stopping: bool = attrs.field(default=False, on_setattr=attrs.setters.NO_OP)
     _long_polls: set[trio.CancelScope] = attrs.field(factory=set)
 
     @property

@@ -1,4 +1,6 @@
-"""Promotion with epochs, fencing and truncation on rejoin, with real node processes.
+"""Promotion with epochs, fencing and truncation on rejoin, with real node processes: what
+needs one (SIGKILL, SIGSTOP, restarts, the CLI). Failover's logic without them runs on the
+simulated network in tests/node/test_failover_sim.py.
 
 Each test runs a name server, a master and its slave of group broker-t on 127.0.0.1 with
 small segments, a 1 s registration period and a 2 s haHousekeepingInterval.
@@ -17,7 +19,6 @@ import trio
 import trio.testing
 
 from cluster.client import Admin, Producer, Status
-from store.epoch_file import EpochEntry, format_entries
 from tests.cluster.helpers import (
     broker_conf,
     call,
@@ -243,43 +244,6 @@ async def _logged(node: NodeProcess, text: str) -> bool:
 
 async def _disconnected(address: str) -> bool:
     return not (await status(address))["ha"]["connected"]
-
-
-async def test_a_slave_refuses_a_master_with_an_older_epoch(tmp_path, nodes) -> None:
-    m_conf = broker_conf(tmp_path, "m", GROUP, None, role="ASYNC_MASTER", **FAST)
-    m = nodes.start(m_conf)  # no name server: nothing tells it about newer epochs; epoch 1
-    s_conf = slave_of(tmp_path, m_conf, "s", None, **FAST)
-    root = store_root(s_conf)
-    root.mkdir(parents=True)
-    # this slave followed a master of epoch 2 before (its history says so)
-    (root / "epochFileCheckpoint").write_text(format_entries([EpochEntry(2, 0)]))
-    s = nodes.start(s_conf)
-    fresh = nodes.start(slave_of(tmp_path, m_conf, "fresh", None, **FAST))
-    await call(m.address, "topic_create", topic=TOPIC)
-    r = await call(m.address, "send", topic=TOPIC, body=b"epoch 1 data")
-    assert r["status"] == "PUT_OK"
-    await wait_for(lambda: _caught_up(fresh.address, m.address), what="a slave without history replicates")
-    await wait_for(lambda: _logged(s, "epoch 1 is older than the newest seen, 2"), what="refusal logged")
-    refused = await status(s.address)
-    assert refused["max_phy_offset"] == 0 and not refused["ha"]["connected"]
-    assert refused["epochs"] == [[2, 0]]
-
-
-async def test_a_live_master_that_lost_its_slave_to_a_promotion_is_fenced(tmp_path, nodes) -> None:
-    ns, m, s, _, _ = group(nodes, tmp_path, "ASYNC_MASTER")
-    await call(m.address, "topic_create", topic=TOPIC)
-    await wait_slave_connected(m.address)
-    async with Admin(namesrv=ns.address) as admin:
-        result = await admin.promote(GROUP, 1)  # the master never stopped
-    # its next write waits for a fresh answer: refused as fenced (naming the new epoch) or,
-    # a moment later, as a slave, or the node is restarting in between; never stored
-    with pytest.raises(TidemqError) as refused:
-        await call(m.address, "send", topic=TOPIC, body=b"split brain?")
-    assert refused.value.status in ("SERVICE_NOT_AVAILABLE", "CONNECTION_LOST"), refused.value
-    if "fenced" in str(refused.value):
-        assert f"epoch {result['epoch']}" in str(refused.value)
-    rejoined = await wait_for(lambda: serves_as(m.address, 1, "SLAVE"), what="the old master rejoined as slave")
-    assert rejoined["last_truncation"] is None  # it stored nothing after its slave left
 
 
 async def test_the_other_slaves_follow_the_promoted_master(tmp_path, nodes) -> None:

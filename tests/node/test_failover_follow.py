@@ -15,7 +15,6 @@ from types import SimpleNamespace
 import trio
 
 from node.config import load_config
-from node.failover import promotion
 from node.failover.controller import EtcdController
 from node.failover.epochs import Cut, admission
 from node.failover.promotion import Failover
@@ -45,22 +44,22 @@ async def test_a_slave_following_a_new_master_keeps_its_history_while_the_old_co
         async with running_slave(tmp_path / "s", ha.port) as (store, client):
             await wait_until(caught_up(old_master, store))
             tail_end = store.get_max_phy_offset()
-            failover.services = SimpleNamespace(store=store, ha_client=client)
-            failover.cache.replace([EpochEntry(3, 0)])  # c's history: epoch 3 from 0
+            failover.term.services = SimpleNamespace(store=store, ha_client=client)
+            failover.term.cache.replace([EpochEntry(3, 0)])  # c's history: epoch 3 from 0
             seg = cfg.store.mapped_file_size_commit_log
             new_start = tail_end - 1000  # the elected node lacks c's last bytes
             answer = _reply([(3, 0), (4, new_start)], tail_end + 5000, seg)
 
-            async def ask(address, request, cfg, net):
+            async def ask(address, request):
                 return answer
 
-            monkeypatch.setattr(promotion, "_ask", ask)
+            monkeypatch.setattr(failover, "asker", SimpleNamespace(ask=ask))
             await controller._follow({"epoch": 4, "address": NEW_MASTER, "ha_address": NEW_MASTER_HA,
                                       "role": "SYNC_MASTER"})
             assert client.master_address == NEW_MASTER_HA
             # c's tail is still in the log: the history stays c's, so admission cuts it
-            assert failover.cache.entries == [EpochEntry(3, 0)]
-            decision = admission(answer, address=NEW_MASTER, own=failover.cache, newest_seen=4,
+            assert failover.term.cache.entries == [EpochEntry(3, 0)]
+            decision = admission(answer, address=NEW_MASTER, own=failover.term.cache, newest_seen=4,
                                  max_offset=store.get_max_phy_offset(), segment_size=seg)
             assert decision == Cut(new_start, decision.reason)
 
@@ -73,4 +72,4 @@ async def test_a_slave_following_a_new_master_keeps_its_history_while_the_old_co
             with trio.fail_after(5):
                 await controller._follow({"epoch": 4, "address": "127.0.0.1:9", "ha_address": old,
                                           "role": "SYNC_MASTER"})
-            assert failover.cache.entries == [EpochEntry(3, 0), EpochEntry(4, tail_end)]
+            assert failover.term.cache.entries == [EpochEntry(3, 0), EpochEntry(4, tail_end)]

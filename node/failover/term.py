@@ -1,0 +1,248 @@
+"""One node's failover state across its terms: epochs, role, fencing, the group's master.
+
+`TermState` is what node/failover/promotion.py's `Failover` knows and decides without
+asking anyone: it awaits nothing and opens no connection, so the rules below are read (and
+tested) as plain state changes. Its only writes are its own files: the epoch file
+(store/epoch_file.py, through `EpochFileCache`), which is the history it keeps.
+
+- **A term starts** (`start`): a master starts its epoch (N+1 after a promotion, 1 on a
+  first start) and checks before its first write; one restarted on its old epoch waits
+  PROMOTE_SETTLE_S for a check (its slave may be mid-promotion); in etcd mode a master
+  read from local files is a candidate until elected (`begin_epoch`).
+- **It ends** (`fence`, or a transition Failover requests): the role a node serves next.
+- **What it tells others**: the `epoch` op's answer and `status`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import attrs
+import trio
+
+from store.config import BrokerRole
+from store.epoch_file import EPOCH_FILE_NAME, EpochEntry, EpochFileCache, EpochFileError
+from wire.protocol.namesrv import RegisterReply
+
+from ..config import BrokerConfig, ConfigError
+from ..ops.services import NodeServices
+from ..slave_sync import SlaveSync
+from ..tables.changes import Changes
+from ..tables.jsonfile import ConfigFileError
+from .fencing import STALL_S, Fencing
+from .role import RoleState, Transition, effective_config
+from .truncation import load_truncation
+
+log = logging.getLogger("tidemq.node")
+
+__all__ = ["PROMOTE_SETTLE_S", "GroupMaster", "TermState"]
+
+PROMOTE_SETTLE_S = 2 * STALL_S
+"""A promoted slave waits this long after leaving its master before it announces its epoch,
+so no pause of the old master can span the promotion without being a stall."""
+
+
+@attrs.define
+class GroupMaster:
+    """The group's master as the name servers last named it."""
+
+    address: str | None = None
+    ha_address: str | None = None
+    epoch: int | None = None
+    role: str | None = None
+
+
+@attrs.define(eq=False)
+class TermState:
+    """One node's epochs, role and fencing state; see the module docstring."""
+
+    base_cfg: BrokerConfig
+    """The config file's settings (never rewritten)."""
+    role_state: RoleState | None
+    cfg: BrokerConfig
+    """`base_cfg` with the stored role in place of its own: what the node serves as."""
+    cache: EpochFileCache
+    newest_seen: int
+    """The newest epoch this node has seen anywhere (its own, a master's, a name server's)."""
+    last_truncation: dict[str, Any] | None = None
+    epoch_changes: Changes = attrs.field(factory=Changes)
+    """Bumped when a slave takes its master's epochs, or a candidate is elected: the
+    registration registers again at once, so routes and clusterList show the epoch the
+    node serves on."""
+    candidate: bool = False
+    """etcd mode: this term started as master from local files, and no election has made
+    it master yet (start): it neither writes nor registers."""
+    master: GroupMaster = attrs.field(factory=GroupMaster)
+    transition: Transition | None = None
+    services: NodeServices | None = None
+    sync: SlaveSync | None = None
+    """A slave term's topic/offset sync, re-pointed with the HA client on a new master."""
+    fenced: str | None = None
+    fencing: Fencing = attrs.field(factory=lambda: Fencing(last_beat=0.0))
+    used_ids: set[int] = attrs.field(factory=set)
+    """The group's brokerIds the name servers listed at the last check."""
+    follow_namesrv: bool = False
+    """Set when the configured master was refused: the slave follows the name servers."""
+    replication_refused: str | None = None
+    """Why the HA client may not replicate from the master it found (a config mismatch
+    that would corrupt this store); None while replication is allowed."""
+
+    @classmethod
+    def load(cls, cfg: BrokerConfig) -> TermState:
+        """The state kept in the store root (role file, epoch file, last truncation);
+        ConfigFileError when the role or epoch file is damaged."""
+        root = cfg.store.store_path_root_dir
+        os.makedirs(root, exist_ok=True)
+        try:
+            role_state = RoleState.load(root)
+            effective = effective_config(cfg, role_state)
+            cache = EpochFileCache.load(os.path.join(root, EPOCH_FILE_NAME))
+        except (EpochFileError, ConfigError) as e:
+            raise ConfigFileError(str(e)) from None
+        return cls(cfg, role_state, effective, cache, cache.last_epoch(), load_truncation(root))
+
+    @property
+    def root(self) -> str:
+        return self.base_cfg.store.store_path_root_dir
+
+    @property
+    def epoch(self) -> int:
+        return self.cache.last_epoch()
+
+    # ---- terms -------------------------------------------------------------------------------
+    def start(self, services: NodeServices, sync: SlaveSync | None, *, elected: bool) -> None:
+        """Services are built for `self.cfg`; a master starts its epoch and checks before
+        writing. `elected`: an etcd controller decides who is master (controllerMode etcd)."""
+        self.services = services
+        self.sync = sync
+        self.transition = None
+        self.fenced = None
+        self.candidate = False
+        self.fencing = Fencing(last_beat=trio.current_time())
+        store = services.store
+        if not self.cfg.role.is_master:
+            return
+        max_offset = store.get_max_phy_offset()
+        pending = self.role_state.pending_epoch if self.role_state else None
+        elected_now = pending is not None and pending > self.cache.last_epoch()
+        if elected and not elected_now:
+            # etcd mode: a master's role read from local files (a first start, a restart) is
+            # no mandate. The node is a candidate: no writes (the controller refuses them
+            # without the lease), no registration as master, no epoch of its own, until the
+            # election makes it master (begin_epoch) or fences it (seed 9100442: a restarted
+            # master served on its old epoch after a newer one was elected)
+            self.candidate = True
+            self.fencing.needs_check = True
+            return
+        if elected_now and pending is not None:
+            self.cache.truncate_suffix_by_offset(max_offset)
+            self.cache.append(EpochEntry(pending, max_offset))
+            log.warning("epoch %d starts at CommitLog offset %d: this node is the master of %s",
+                        pending, max_offset, self.cfg.broker_name)
+        elif not len(self.cache):
+            epoch, start = max(self.newest_seen, 0) + 1, max(store.get_min_phy_offset(), 0)
+            self.cache.append(EpochEntry(epoch, start))
+            log.info("epoch %d starts at CommitLog offset %d (first term with epochs)", epoch, start)
+        self.newest_seen = max(self.newest_seen, self.cache.last_epoch())
+        self.fencing.needs_check = True  # a node that starts as master asks before its first write
+        if pending is None and not elected and self.cfg.namesrv_addresses:
+            # restarted on its old epoch: its slave may be mid-promotion, gone before this
+            # start and announcing only after its settle time (found by the simulation)
+            self.fencing.settle_until = trio.current_time() + PROMOTE_SETTLE_S
+
+    def begin_epoch(self, epoch: int) -> None:
+        """A master elected by the controller starts `epoch` at its max offset (an empty
+        term of its own that starts there is replaced)."""
+        if self.services is None or epoch <= self.cache.last_epoch():
+            return
+        max_offset = self.services.store.get_max_phy_offset()
+        self.cache.truncate_suffix_by_offset(max_offset)
+        self.cache.append(EpochEntry(epoch, max_offset))
+        self.newest_seen = max(self.newest_seen, epoch)
+        self.candidate = False
+        self.epoch_changes.bump()  # register as the master of `epoch` now
+        log.warning("epoch %d starts at CommitLog offset %d: this node is the elected master of %s",
+                    epoch, max_offset, self.cfg.broker_name)
+
+    def take_role(self, role: RoleState) -> None:
+        """Between terms: serve as `role` from the next term on."""
+        self.role_state = role
+        self.cfg = effective_config(self.base_cfg, role)
+
+    def fence(self, epoch: int, address: str | None, source: str) -> Transition | None:
+        """`address` serves a newer `epoch`: stop taking writes. The role change to request
+        (rejoin as a slave under a brokerId the group does not use), None when already fenced."""
+        if self.fenced is not None:
+            return None
+        self.fenced = (f"fenced: {self.cfg.broker_name}'s epoch {epoch} (master {address}, from {source}) "
+                       f"is newer than this node's epoch {self.epoch}; it rejoins as a slave")
+        log.warning("%s", self.fenced)
+        used = self.used_ids | {0}
+        slave_id = next(i for i in range(1, len(used) + 2) if i not in used)
+        return Transition(RoleState(slave_id, BrokerRole.SLAVE.value, self.fenced))
+
+    # ---- the group's master ------------------------------------------------------------------
+    def set_master(self, address: str, ha_address: str, epoch: int, role: str | None) -> None:
+        self.master = GroupMaster(address, ha_address, epoch, role)
+
+    def on_registration(self, answer: RegisterReply) -> GroupMaster | None:
+        """A registration answer names the group's master and its epoch: that master when
+        this master must fence (it serves a newer epoch), else None."""
+        self.master = GroupMaster(answer.master_address, answer.master_ha_address, answer.master_epoch,
+                                  answer.master_role)
+        if self.master.epoch is None:
+            return None
+        self.newest_seen = max(self.newest_seen, self.master.epoch)
+        if (self.cfg.role.is_master and self.master.epoch > self.epoch
+                and self.master.address not in self.cfg.own_addresses()):
+            return self.master
+        return None
+
+    def follows_namesrv(self, master_epoch: int | None) -> bool:
+        """Should a slave take the name servers' master over its configured address? Only
+        once the group moved on: a newer epoch than the one it follows, or the configured
+        master refused (not serving as master, or older). Until then a static address wins,
+        so a haMasterAddress that goes through a proxy stays in use."""
+        newer = master_epoch is not None and master_epoch > self.epoch >= 1
+        return newer or self.follow_namesrv
+
+    def master_client_address(self, ha_address: str) -> str | None:
+        if self.master.ha_address == ha_address and self.master.address:
+            return self.master.address
+        if ha_address == self.cfg.store.ha_master_address:
+            return self.cfg.master_addr
+        return None
+
+    # ---- what a node tells others ------------------------------------------------------------
+    def epoch_answer(self) -> dict[str, Any]:
+        """The `epoch` op's fields."""
+        store = self.services.store if self.services else None
+        return {
+            "epoch": self.epoch,
+            "entries": [e.to_wire() for e in self.cache.entries],
+            "max_offset": store.get_max_phy_offset() if store else 0,
+            "broker_id": self.cfg.broker_id,
+            "role": self.cfg.role.value,
+            "fenced": self.fenced,
+            "mapped_file_size_commit_log": self.cfg.store.mapped_file_size_commit_log,
+        }
+
+    def status(self, controller: dict[str, Any] | None) -> dict[str, Any]:
+        """`status`'s failover fields; `controller`: the etcd controller's view, if any."""
+        return {
+            "epoch": self.epoch,
+            "epochs": [e.to_wire() for e in self.cache.entries],
+            "newest_epoch_seen": self.newest_seen,
+            "fenced": self.fenced,
+            "stalls": self.fencing.stalls,
+            "last_stall_s": self.fencing.last_stall_s,
+            "writes_held": ("a candidate: no election has made this node master yet (controllerMode etcd)"
+                            if self.candidate else self.fencing.held_reason()),
+            "slave_left": self.fencing.slave_left_at is not None,
+            "role_file": self.role_state.to_json() if self.role_state else None,
+            "last_truncation": self.last_truncation,
+            "replication_refused": self.replication_refused,
+            "controller": controller,
+        }
