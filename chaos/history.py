@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from typing import IO, Any
 
 import attrs
@@ -70,9 +69,6 @@ class History:
         if self._file is not None:
             self._file.close()
             self._file = None
-
-    def by_outcome(self, outcome: str) -> Iterator[Op]:
-        return (op for op in self.ops if op.outcome == outcome)
 
     def counts(self) -> dict[str, int]:
         out = {OK: 0, FAIL: 0, INFO: 0}
