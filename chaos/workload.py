@@ -22,10 +22,9 @@ import attrs
 import trio
 
 from cluster.client.consumer import PullConsumer
+from cluster.drills.history import FAIL, INFO, OK, History, Op, key_of
 from wire.client import ConnectionLost, Indeterminate, OutcomeUnknown, TidemqError, connect
 from wire.protocol import GetStatus, Send, SendReply, StatusReply, TopicCreate
-
-from .history import FAIL, INFO, OK, History, Op
 
 log = logging.getLogger("tidemq.chaos")
 
@@ -41,19 +40,6 @@ class WorkloadConfig:
     queues: int = 4
     send_timeout: float = 4.0
     topic: str = TOPIC
-
-
-def key_of(run_id: str, process: int, seq: int) -> str:
-    return f"{run_id}-p{process}-{seq}"
-
-
-def parse_key(key: str) -> tuple[int, int] | None:
-    """(process, seq) from a workload key, None for a key of another run."""
-    try:
-        _run, p, seq = key.rsplit("-", 2)
-        return int(p[1:]), int(seq)
-    except ValueError:
-        return None
 
 
 @attrs.define

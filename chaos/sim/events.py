@@ -8,7 +8,7 @@ import hashlib
 
 import trio
 
-from ..history import Op
+from cluster.drills.history import Op
 
 __all__ = ["EventLog", "op_line"]
 

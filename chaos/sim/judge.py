@@ -8,10 +8,10 @@ import os
 
 import attrs
 
+from cluster.drills.checker import check
+from cluster.drills.history import FAIL, INFO, OK, History
 from store.epoch_file import EPOCH_FILE_NAME, EpochFileCache
 
-from ..checker import check
-from ..history import FAIL, INFO, OK, History
 from .cluster import SimGroup
 from .load import QUEUES, RETRYING, TOPIC, SimLoad
 from .verdict import Observed, verdict

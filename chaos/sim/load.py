@@ -16,10 +16,10 @@ import trio
 
 from cluster.client.consumer import PullConsumer
 from cluster.client.producer import Producer
+from cluster.drills.history import FAIL, INFO, OK, History
 from wire.client import OutcomeUnknown, TidemqError, connect
 from wire.protocol import Send
 
-from ..history import FAIL, INFO, OK, History
 from ..workload import consume, record_send
 from .cluster import CLIENT_HOST, NAMESRV_ADDRESS, SimCluster, SimGroup
 from .events import EventLog, op_line

@@ -11,12 +11,12 @@ from typing import Any
 import trio
 
 from cluster.client.admin import Admin
+from cluster.drills.history import History
 from node.failover.promotion import ASK_TIMEOUT_S
 from store import runtime
 from wire.client import TidemqError, connect
 from wire.protocol import TopicCreate
 
-from ..history import History
 from .cluster import CLIENT_HOST, NAMESRV_ADDRESS, SimCluster, SimGroup, SimNode
 from .etcd_link import ETCD_HOST
 from .events import EventLog

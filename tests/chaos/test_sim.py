@@ -15,7 +15,6 @@ import trio.testing
 
 from chaos.cli import main as chaos_main
 from chaos.cli import parse_seeds
-from chaos.history import Op
 from chaos.sim.judge import across
 from chaos.sim.load import RETRYING
 from chaos.sim.run import MODES, run_seed
@@ -23,6 +22,7 @@ from chaos.sim.schedule import Fault, Schedule, draw
 from chaos.sim.simulation import Simulation
 from chaos.sim.spin import SpinGuard
 from chaos.sim.sweep import sweep
+from cluster.drills.history import Op
 from store import Message, StoreConfig
 from store.markers import AbortFile
 from store.message_store import MessageStore, open_store

@@ -22,8 +22,7 @@ import attrs
 from store.queue_tools import dump_queue
 from store.tools import StoreToolError, dump, iter_segments, verify
 
-from .history import FAIL, INFO, OK, History
-from .workload import parse_key
+from .history import FAIL, INFO, OK, History, parse_key
 
 MAX_LISTED = 20  # examples kept per finding
 

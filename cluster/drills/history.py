@@ -83,3 +83,16 @@ class History:
             if op.status:
                 out[op.status] = out.get(op.status, 0) + 1
         return out
+
+
+def key_of(run_id: str, process: int, seq: int) -> str:
+    return f"{run_id}-p{process}-{seq}"
+
+
+def parse_key(key: str) -> tuple[int, int] | None:
+    """(process, seq) from a workload key, None for a key of another run."""
+    try:
+        _run, p, seq = key.rsplit("-", 2)
+        return int(p[1:]), int(seq)
+    except ValueError:
+        return None
