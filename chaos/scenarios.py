@@ -21,7 +21,7 @@ import trio
 from cluster.client.admin import Admin
 from cluster.drills.history import OK
 from cluster.launch.launcher import LauncherError
-from store.message import decode_msg_id
+from store.msg_id import decode_msg_id
 from wire.client import ConnectionLost, RequestTimeout, TidemqError, connect
 from wire.protocol import Send, StatusReply
 
