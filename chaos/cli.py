@@ -223,8 +223,9 @@ def _cmd_soak(args: argparse.Namespace) -> int:
     if args.minutes <= 0:
         return _error(f"--minutes must be positive, got {args.minutes:g}")
     deadline = time.monotonic() + args.minutes * 60
-    totals = {"runs": 0, "passed": 0, "skipped": 0, "faults": 0, "acked_checked": 0, "losses": 0,
-              "seeds": set(), "scenarios": set()}
+    totals = {"runs": 0, "passed": 0, "skipped": 0, "faults": 0, "acked_checked": 0, "losses": 0}
+    seeds: set[int] = set()
+    names: set[str] = set()
     plan = itertools.count(args.seed)
     pairs = [(s, m) for s in scenarios for m in MODES]
     with open(args.log, "a", encoding="utf-8") as log:
@@ -244,13 +245,13 @@ def _cmd_soak(args: argparse.Namespace) -> int:
             totals["skipped"] += bool(report.skipped)
             totals["passed"] += report.passed
             totals["faults"] += report.faults
-            totals["seeds"].add(seed)
-            totals["scenarios"].add(scenario.name)
+            seeds.add(seed)
+            names.add(scenario.name)
             if report.check is not None:
                 totals["acked_checked"] += report.check.acked
                 totals["losses"] += report.check.losses
             print(report.verdict, flush=True)
-    summary = {**totals, "seeds": len(totals["seeds"]), "scenarios": sorted(totals["scenarios"]),
+    summary = {**totals, "seeds": len(seeds), "scenarios": sorted(names),
                "failed": totals["runs"] - totals["passed"] - totals["skipped"], "log": args.log}
     print(json.dumps(summary))
     return EXIT_OK if summary["failed"] == 0 else EXIT_FOUND

@@ -29,7 +29,8 @@ from typing import Any
 
 import attrs
 
-from .checker import CheckReport
+from cluster.drills.checker import CheckReport
+
 from .layout import MASTER
 
 

@@ -24,13 +24,13 @@ import trio
 from requests import RequestException
 from toxiproxy import Toxiproxy
 
+from cluster.drills.checker import CheckReport, check
+from cluster.drills.history import OK, History
 from cluster.launch.launcher import LauncherError
 from cluster.launch.secrets import forget_layout_secrets
 from wire.client import TidemqError
 
-from .checker import CheckReport, check
 from .expectations import Expectation, expectation, violations
-from .history import OK, History
 from .layout import MASTER, NAMESRV, SLAVE, ChaosCluster, write_cluster
 from .workload import Workload, WorkloadConfig, sample_node
 

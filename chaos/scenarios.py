@@ -19,13 +19,13 @@ import attrs
 import trio
 
 from cluster.client.admin import Admin
+from cluster.drills.history import OK
 from cluster.launch.launcher import LauncherError
-from store.message import decode_msg_id
+from store.msg_id import decode_msg_id
 from wire.client import ConnectionLost, RequestTimeout, TidemqError, connect
 from wire.protocol import Send, StatusReply
 
 from . import disk
-from .history import OK
 from .layout import BROKER_NAME, MASTER, MODES, NAMESRV, SLAVE
 from .runner import FaultContext
 from .workload import node_status, sample_node

@@ -113,6 +113,7 @@ def _spawn_and_kill(root: str, mode: str, seed: int, kill_after: int, timeout: f
         [sys.executable, "-m", "chaos.store_crash", "child", root, mode, str(seed)],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
+    assert proc.stdout is not None  # stdout=PIPE
     acks: list[Ack] = []
     # a child that stops printing would block the read below for ever: the watchdog kills
     # it at the deadline, which ends the read

@@ -22,10 +22,9 @@ import attrs
 import trio
 
 from cluster.client.consumer import PullConsumer
+from cluster.drills.history import FAIL, INFO, OK, History, Op, key_of
 from wire.client import ConnectionLost, Indeterminate, OutcomeUnknown, TidemqError, connect
 from wire.protocol import GetStatus, Send, SendReply, StatusReply, TopicCreate
-
-from .history import FAIL, INFO, OK, History, Op
 
 log = logging.getLogger("tidemq.chaos")
 
@@ -41,19 +40,6 @@ class WorkloadConfig:
     queues: int = 4
     send_timeout: float = 4.0
     topic: str = TOPIC
-
-
-def key_of(run_id: str, process: int, seq: int) -> str:
-    return f"{run_id}-p{process}-{seq}"
-
-
-def parse_key(key: str) -> tuple[int, int] | None:
-    """(process, seq) from a workload key, None for a key of another run."""
-    try:
-        _run, p, seq = key.rsplit("-", 2)
-        return int(p[1:]), int(seq)
-    except ValueError:
-        return None
 
 
 @attrs.define
@@ -168,9 +154,11 @@ async def consume(stop: trio.Event, consumed: dict[str, int], make: Callable[[],
             nursery.start_soon(cancel_on_stop)
             while True:
                 try:
+                    # type-var: messages() is an async generator (aclose, as its docstring says to use it)
+                    # typed AsyncIterator in cluster/client/consumer.py
                     async with make() as consumer, \
-                            contextlib.aclosing(consumer.messages(poll_ms=poll_ms, auto_commit=True,
-                                                                       pull_interval_ms=pull_interval_ms)) as it:
+                            contextlib.aclosing(consumer.messages(  # type: ignore[type-var]
+                                poll_ms=poll_ms, auto_commit=True, pull_interval_ms=pull_interval_ms)) as it:
                         if on_consumer is not None:
                             on_consumer(consumer)
                         async for msg in it:

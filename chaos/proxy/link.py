@@ -245,10 +245,10 @@ class Link:
                     return
             elif kind == "slicer" and toxic.attr("average_size") > 0:
                 rest = toxics[i + 1:]
-                for n, piece in enumerate(self._slices(toxic, data)):
+                for n, part in enumerate(self._slices(toxic, data)):
                     if n:
                         await trio.sleep(toxic.attr("delay") / 1_000_000)  # poll-exempt: slicer's delay
-                    await self._through(stream, rest, arrival, piece, dst)
+                    await self._through(stream, rest, arrival, part, dst)
                 return
         await self._send(dst, data, stream)
 

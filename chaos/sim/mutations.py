@@ -7,7 +7,7 @@ restores it after; the code under test is otherwise the production code.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -15,7 +15,7 @@ import attrs
 
 from ha.master import HAService
 from node.failover.fencing import Fencing
-from node.failover.promotion import Failover
+from node.failover.promotion import Failover, Transition
 
 __all__ = ["MUTATIONS", "mutated"]
 
@@ -39,8 +39,8 @@ def _no_departure(self: Fencing, now: float, open_count: int, accepted: int,
     return 0
 
 
-def _keep_tail(original: Any) -> Any:
-    def apply(self: Failover, transition: Any) -> None:
+def _keep_tail(original: Callable[[Failover, Transition], None]) -> Callable[[Failover, Transition], None]:
+    def apply(self: Failover, transition: Transition) -> None:
         original(self, attrs.evolve(transition, truncate_to=None))
     return apply
 
@@ -57,11 +57,12 @@ def mutated(name: str | None) -> Iterator[None]:
         return
     if name not in MUTATIONS:
         raise ValueError(f"no mutation {name!r}; there are {', '.join(MUTATIONS)}")
-    patches = {
+    by_name: dict[str, list[tuple[type[Any], str, Callable[..., Any]]]] = {
         "pause-fencing": [(Fencing, "beat", _no_stall), (Fencing, "slaves", _no_departure)],
         "truncation": [(Failover, "apply", _keep_tail(Failover.apply))],
         "in-sync-wait": [(HAService, "wait_for_slave", _acked)],
-    }[name]
+    }
+    patches = by_name[name]
     originals = [(owner, attribute, getattr(owner, attribute)) for owner, attribute, _ in patches]
     for owner, attribute, replacement in patches:
         setattr(owner, attribute, replacement)

@@ -24,6 +24,8 @@ from typing import Any
 
 import trio
 
+from store.address import format_host_port, split_host_port
+
 __all__ = ["SimHost", "SimNetwork", "SimStream"]
 
 FIRST_EPHEMERAL_PORT = 40000
@@ -60,8 +62,8 @@ class SimStream(trio.abc.HalfCloseableStream):
         self.local = local
         self.peer = peer
         self._network = network
-        self._host = local.rsplit(":", 1)[0]
-        self._peer_host = peer.rsplit(":", 1)[0]
+        self._host = split_host_port(local)[0]
+        self._peer_host = split_host_port(peer)[0]
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         if self._sending:
@@ -252,9 +254,9 @@ class SimHost:
         if listener is None or self.network.is_cut(self.name, host):
             raise ConnectionRefusedError(errno.ECONNREFUSED, f"{host}:{port}: connection refused (simulated)")
         up, down = _Pipe(), _Pipe()  # client to server, server to client
-        local = f"{self.name}:{self.network.next_port()}"
-        client = SimStream(up, down, local, f"{host}:{port}", self.network)
-        server = SimStream(down, up, f"{host}:{port}", local, self.network)
+        local, remote = format_host_port(self.name, self.network.next_port()), format_host_port(host, port)
+        client = SimStream(up, down, local, remote, self.network)
+        server = SimStream(down, up, remote, local, self.network)
         self.network.connections.append((self.name, host, client, server))
         listener.arrive(server)
         return client

@@ -74,7 +74,7 @@ async def _fail_over(run: DrillRun, sig: str) -> None:
         return new in (sync.get("in_sync") or [])
     run.promise("broker-a's slave joins the in-sync set under load",
                 await run.wait_until(slave_in_sync, 30, "broker-a's slave in the in-sync set"))
-    epoch = (await _status(old)).epoch
+    epoch = (await _status(old)).epoch or 0  # a node with no epoch history: before every epoch
     run.fault(f"SIG{sig} broker-a (master)")
     await run.kill("broker-a", sig)
     try:
@@ -142,7 +142,7 @@ async def auto_soak(run: DrillRun) -> None:
                            await run.wait_until(in_sync, 30, f"round {i}: {follower} in the in-sync set")):
             return
         await trio.sleep(rng.uniform(0.2, 1.0))  # writes land between faults
-        epoch = (await _status(old)).epoch
+        epoch = (await _status(old)).epoch or 0  # a node with no epoch history: before every epoch
         sig = rng.choice(["KILL", "STOP"])
         run.fault(f"round {i}: SIG{sig} {leader} (master)")
         await run.kill(leader, sig)

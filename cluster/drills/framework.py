@@ -8,6 +8,8 @@ against it, stops the producers, lets the group drain and prints the report: sen
 acknowledged (PUT_OK), failed, consumed, duplicates by UNIQ_KEY, acknowledged-but-lost,
 time until producers recovered, time until every queue was consumed again, and the
 promises checked. Exit 1 when a promise is broken, 2 when the drill could not run.
+Every send is an op of a History, judged against what the group consumed by the checker
+the chaos suite uses (history.py, checker.py `check_consumption`).
 
 A drill is `async def drill(run: DrillRun) -> None` registered with `@drill("name",
 "help")`: it injects faults through `run.kill` / `run.start`, marks the fault with
@@ -36,13 +38,15 @@ import trio
 from wire.client import OutcomeUnknown, TidemqError
 
 from ..client.admin import Admin
-from ..client.base import STORED, ReceivedMessage
+from ..client.base import ReceivedMessage
 from ..client.producer import Producer
 from ..client.push_consumer import Consumer
 from ..client.rebalance import HEARTBEAT_INTERVAL_S, REBALANCE_INTERVAL_S, allocate_averagely
 from ..client.routing import MessageQueue
 from ..launch import launcher
 from ..launch.secrets import forget_layout_secrets, make_dev_secrets
+from .checker import ConsumptionReport, check_consumption
+from .history import FAIL, INFO, OK, History
 
 log = logging.getLogger("tidemq.drill")
 
@@ -55,6 +59,7 @@ TOPIC = "DrillTopic"
 GROUP = "drill-group"
 QUEUES = 4
 DRAIN_TIMEOUT_S = 40.0
+PROMISED = ("PUT_OK",)  # the acknowledgements a drill promises to keep (the others count as stored, unconfirmed)
 # small segments: four nodes start fast and use little disk
 # a paused master is dropped by its slave after 3 s (partition drill); heartbeats keep an idle
 # connection inside that
@@ -167,8 +172,7 @@ class DrillRun:
         self.report = DrillReport(name)
         self.t0 = trio.current_time()
         self.fault_at: float | None = None
-        self.acked: dict[str, float] = {}
-        self.failed_keys: set[str] = set()
+        self.history = History()  # every send and what the producer was told
         self.send_log: list[tuple[float, float, bool]] = []  # start, end, ok
         self.consumed: dict[str, list[Consumption]] = {}
         self.consumed_msg_ids: set[str] = set()
@@ -248,31 +252,29 @@ class DrillRun:
             seq = 0
             while self._producing:
                 key = f"p{producer_id}-{seq}"
+                op = self.history.invoke(producer_id, seq, key)
                 seq += 1
                 started = self.now()
-                self.report.sent += 1
                 self.sends_in_flight += 1
                 try:
                     result = await producer.send(TOPIC, key.encode(), keys=[key], properties={"UNIQ_KEY": key})
                 except OutcomeUnknown as e:  # may be stored: neither acknowledged nor failed
-                    self.report.indeterminate += 1
+                    self.history.complete(op, INFO, status=e.status, error=str(e)[:200])
                     self.send_log.append((started, self.now(), False))
                     log.info("send %s: outcome unknown: %s", key, e)
                     continue
                 except TidemqError as e:
-                    self.report.failed += 1
-                    self.failed_keys.add(key)
+                    self.history.complete(op, FAIL, status=e.status, error=str(e)[:200])
                     self.send_log.append((started, self.now(), False))
                     log.info("send %s failed: %s", key, e)
                     continue
                 finally:
                     self.sends_in_flight -= 1
+                self.history.complete(op, OK, status=result.status.value, msg_id=result.msg_id,
+                                      queue_id=result.queue_id, queue_offset=result.queue_offset,
+                                      commitlog_offset=result.commitlog_offset, copies=1 + result.unknown_attempts)
                 self.send_log.append((started, self.now(), True))
-                if result.ok:
-                    self.acked[key] = self.now()
-                elif result.status in STORED:
-                    self.report.stored_unconfirmed += 1
-                await trio.sleep(1 / self.rate)
+                await trio.sleep(1 / self.rate)  # poll: the producer's pace
 
     def _handler(self, member: str) -> Callable[[ReceivedMessage], Awaitable[None]]:
         async def handle(msg: ReceivedMessage) -> None:
@@ -448,13 +450,23 @@ class DrillRun:
 
     # ---- the report --------------------------------------------------------------------
 
+    def judged(self) -> ConsumptionReport:
+        """The history against what the group consumed, so far."""
+        return check_consumption(self.history, {k: len(v) for k, v in self.consumed.items()}, promised=PROMISED)
+
     def finish(self) -> DrillReport:
+        """The report's figures, from the history and the judge (also mid-drill: so far)."""
         r = self.report
-        r.acknowledged = len(self.acked)
+        counts, judged = self.history.counts(), self.judged()
+        r.sent = len(self.history.ops)
+        r.acknowledged = judged.acked
+        r.stored_unconfirmed = counts[OK] - judged.acked
+        r.indeterminate = counts[INFO]  # a send still in flight included: its outcome is unknown
+        r.failed = counts[FAIL]
         r.consumed = sum(len(v) for v in self.consumed.values())
-        r.duplicates = sum(len(v) - 1 for v in self.consumed.values() if len(v) > 1)
-        r.lost = sorted(k for k in self.acked if k not in self.consumed)
-        r.failed_stored = sorted(k for k in self.failed_keys if k in self.consumed)
+        r.duplicates = judged.duplicates
+        r.lost = judged.lost
+        r.failed_stored = judged.failed_consumed
         r.consumed_from_slave = sum(1 for cs in self.consumed.values() for c in cs if c.from_slave)
         if self.fault_at is not None:
             fails = [end for _, end, ok in self.send_log if not ok and end >= self.fault_at]
@@ -551,9 +563,9 @@ async def _drive(run: DrillRun, fn: DrillFn, producers: int) -> None:
     await run.wait_until(lambda: run.sends_in_flight == 0, 30, "producers stopped")
 
     def drained() -> bool:
-        return all(k in run.consumed for k in run.acked)
+        return not run.judged().lost
     run.promise("every acknowledged message is consumed (nothing lost)",
                 await run.wait_until(drained, DRAIN_TIMEOUT_S, "the group consumed every acknowledged message"))
-    stored = sorted(k for k in run.failed_keys if k in run.consumed)
+    stored = run.judged().failed_consumed
     run.promise(f"no send reported failed was stored ({len(stored)} were: {', '.join(stored[:5]) or '-'})",
                 not stored)

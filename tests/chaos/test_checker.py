@@ -8,11 +8,10 @@ import random
 import pytest
 
 from chaos import disk
-from chaos.checker import check
 from chaos.expectations import Expectation, expectation, violations
-from chaos.history import FAIL, INFO, OK, History
 from chaos.scenarios import SCENARIOS
-from chaos.workload import key_of
+from cluster.drills.checker import check
+from cluster.drills.history import FAIL, INFO, OK, History, key_of
 from store import Message, StoreConfig, open_store
 
 TOPIC = "ChaosTopic"

@@ -14,10 +14,14 @@ import trio
 import trio.testing
 
 from chaos.cli import main as chaos_main
-from chaos.history import Op
-from chaos.sim.run import MODES, RETRYING, Simulation, SpinGuard, run_seed
+from chaos.sim.judge import across
+from chaos.sim.load import RETRYING
+from chaos.sim.run import MODES, run_seed
 from chaos.sim.schedule import Fault, Schedule, draw
+from chaos.sim.simulation import Simulation
+from chaos.sim.spin import SpinGuard
 from chaos.sim.sweep import sweep
+from cluster.drills.history import Op
 from store import Message, StoreConfig
 from store.markers import AbortFile
 from store.message_store import MessageStore, open_store
@@ -225,11 +229,11 @@ def test_a_send_stored_in_two_groups_beyond_its_attempts_is_a_violation(tmp_path
     twice = Op(RETRYING, 1, "sim-p6-1", 0.0, outcome="ok", copies=2)
     lane = Op(7, 0, "sim-p7-0", 0.0, outcome="ok")  # broker-b's first producer
     sim.history.ops += [once, twice, lane]
-    found = sim._across({"broker-a": {"sim-p6-0": 1, "sim-p6-1": 1, "sim-p7-0": 1},
+    found = across(sim.load, {"broker-a": {"sim-p6-0": 1, "sim-p6-1": 1, "sim-p7-0": 1},
                          "broker-b": {"sim-p6-0": 1, "sim-p6-1": 1}})
     assert len(found) == 1 and found[0].startswith("2 send(s) stored across groups")
     assert "sim-p6-0 stored 2 times" in found[0] and "sim-p7-0 (sent to broker-b) stored in ['broker-a']" in found[0]
-    assert sim._across({"broker-a": {"sim-p6-1": 1}, "broker-b": {"sim-p6-1": 1, "sim-p7-0": 1}}) == []
+    assert across(sim.load, {"broker-a": {"sim-p6-1": 1}, "broker-b": {"sim-p6-1": 1, "sim-p7-0": 1}}) == []
 
 
 @pytest.mark.slow  # a worker process

@@ -16,6 +16,7 @@ import trio
 from cluster.client.routing import MessageQueue
 from cluster.drills.cli import add_commands
 from cluster.drills.framework import DRILLS, TOPIC, Consumption, DrillRun, run_drill
+from cluster.drills.history import FAIL, INFO, OK
 from tests.node.nodeproc import REPO
 from tests.waiting import wait_until
 
@@ -35,6 +36,30 @@ async def test_the_brokers_view_flags_a_member_consuming_a_queue_locked_to_anoth
                     "k5": [Consumption(3.5, "a", q, False)]}  # b both sides, but the group changed between
     [overlap] = run.broker_overlaps()
     assert overlap.startswith("2.50 s: a consumed k4") and b in overlap
+
+
+async def test_the_report_is_judged_from_the_history_and_what_the_group_consumed(tmp_path) -> None:
+    """The checker's check_consumption: a PUT_OK never consumed is lost, a failed send consumed
+    was stored after all, a second delivery is a duplicate; other acknowledgements and
+    indeterminate sends promise nothing, and a send still in flight counts as indeterminate."""
+    run = DrillRun("kill-master", tmp_path, "127.0.0.1:1", None, heartbeat_s=1.0, rebalance_s=2.0, rate=1.0)
+    q = MessageQueue(TOPIC, "broker-a", 0)
+    outcomes = {"p0-0": (OK, "PUT_OK"), "p0-1": (OK, "PUT_OK"), "p0-2": (OK, "FLUSH_SLAVE_TIMEOUT"),
+                "p0-3": (FAIL, "SERVICE_NOT_AVAILABLE"), "p0-4": (FAIL, "SERVICE_NOT_AVAILABLE"),
+                "p0-5": (INFO, "TIMEOUT"), "p0-6": (None, None)}
+    for seq, (key, (outcome, status)) in enumerate(outcomes.items()):
+        op = run.history.invoke(0, seq, key)
+        if outcome is not None:
+            run.history.complete(op, outcome, status=status)
+    run.consumed = {k: [Consumption(1.0, "m1", q, False)] * n
+                    for k, n in {"p0-0": 2, "p0-3": 1, "p0-4": 0, "p0-5": 1}.items()}
+    assert run.judged().lost == ["p0-1"]
+    report = run.finish()
+    assert (report.sent, report.acknowledged, report.stored_unconfirmed, report.failed, report.indeterminate) == (
+        7, 2, 1, 2, 2)
+    assert report.lost == ["p0-1"] and report.failed_stored == ["p0-3"]
+    assert report.consumed == 4 and report.duplicates == 1
+    assert report.to_json()["acknowledged_but_lost"] == 1
 
 
 def test_drill_command_registers_and_refuses_unknown_drills(capsys):

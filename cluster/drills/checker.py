@@ -1,6 +1,8 @@
 """The history checker: after the faults heal and the nodes are stopped cleanly, read
 every queue of every node from its store files (store.tools, read-only) and compare with
-what the clients were told.
+what the clients were told (`check`: the chaos suite and the simulation); or compare what
+the clients were told with what a consumer group received (`check_consumption`: the drills,
+whose nodes run on).
 
 Reported per run: acknowledged-but-missing (on the master, and per node), duplicates by
 key (beyond the copies a client's retries allow: `Op.copies`), per-queue order and contiguity breaks, CRC failures and damage, master/slave
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import attrs
@@ -22,8 +24,7 @@ import attrs
 from store.queue_tools import dump_queue
 from store.tools import StoreToolError, dump, iter_segments, verify
 
-from .history import FAIL, INFO, OK, History
-from .workload import parse_key
+from .history import FAIL, INFO, OK, History, parse_key
 
 MAX_LISTED = 20  # examples kept per finding
 
@@ -237,4 +238,30 @@ def check(history: History, roots: Mapping[str, str], *, master: str, topic: str
         missing = sorted((k, offset) for k, offset in consumed.items() if k not in on_master and offset >= master_min)
         report.consumed_missing = [k for k, _ in missing]
         report.consumed_missing_offsets = [offset for _, offset in missing]
+    return report
+
+
+@attrs.define
+class ConsumptionReport:
+    acked: int = 0  # acknowledged with a status that promises the message is kept
+    lost: list[str] = attrs.field(factory=list)  # those never consumed
+    failed_consumed: list[str] = attrs.field(factory=list)  # reported failed, consumed: stored after all
+    duplicates: int = 0  # deliveries past each key's first (at least once: a redelivery or a retry's copy)
+
+
+def check_consumption(history: History, delivered: Mapping[str, int], *,
+                      promised: Collection[str] | None = None) -> ConsumptionReport:
+    """Compare `history` with what a consumer group received (`delivered`: key → times it was
+    consumed). An acknowledgement counts as a promise when its status is in `promised`
+    (default: every `ok`); a send still in flight promises nothing."""
+    report = ConsumptionReport(duplicates=sum(n - 1 for n in delivered.values() if n > 1))
+    for op in history.ops:
+        if op.outcome == OK and (promised is None or op.status in promised):
+            report.acked += 1
+            if not delivered.get(op.key):
+                report.lost.append(op.key)
+        elif op.outcome == FAIL and delivered.get(op.key):
+            report.failed_consumed.append(op.key)
+    report.lost.sort()
+    report.failed_consumed.sort()
     return report

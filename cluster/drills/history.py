@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from typing import IO, Any
 
 import attrs
@@ -71,9 +70,6 @@ class History:
             self._file.close()
             self._file = None
 
-    def by_outcome(self, outcome: str) -> Iterator[Op]:
-        return (op for op in self.ops if op.outcome == outcome)
-
     def counts(self) -> dict[str, int]:
         out = {OK: 0, FAIL: 0, INFO: 0}
         for op in self.ops:
@@ -87,3 +83,16 @@ class History:
             if op.status:
                 out[op.status] = out.get(op.status, 0) + 1
         return out
+
+
+def key_of(run_id: str, process: int, seq: int) -> str:
+    return f"{run_id}-p{process}-{seq}"
+
+
+def parse_key(key: str) -> tuple[int, int] | None:
+    """(process, seq) from a workload key, None for a key of another run."""
+    try:
+        _run, p, seq = key.rsplit("-", 2)
+        return int(p[1:]), int(seq)
+    except ValueError:
+        return None
