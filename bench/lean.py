@@ -307,6 +307,7 @@ class _Connection(asyncio.Protocol):
                 self._track(s)
             out.append(self.requests[s])
         if out:
+            assert self.transport is not None  # slots are sent once connection_made has run
             self._outstanding += len(out)
             self.run.in_flight += len(out)
             self.transport.write(b"".join(out))
@@ -315,6 +316,7 @@ class _Connection(asyncio.Protocol):
         codec, run = self.codec, self.run
         done = codec.feed(data)
         if codec.outgoing:
+            assert self.transport is not None  # asyncio calls data_received after connection_made
             self.transport.write(codec.outgoing)
             codec.outgoing = b""
         if not self.ready.done() and codec.ready:

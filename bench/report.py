@@ -33,9 +33,14 @@ TITLES = {
 }
 
 
-def _median(values: list[float]) -> float | None:
-    values = [v for v in values if v is not None]
-    return round(statistics.median(values), 3) if values else None
+def _median(values: list[float | None]) -> float | None:
+    """The median of the values present (rounded), None when there are none."""
+    present = [v for v in values if v is not None]
+    return _median_of(present) if present else None
+
+
+def _median_of(values: list[float]) -> float:
+    return round(statistics.median(values), 3)
 
 
 def summarize(raw: dict[str, Any]) -> dict[str, Any]:
@@ -49,7 +54,7 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
             cpu_names = runs[0]["cpu_cores"].keys()
             table.setdefault(system, {})[case] = {
                 "runs": len(runs),
-                "msgs_per_s": round(_median([r["msgs_per_s"] for r in runs])),
+                "msgs_per_s": round(_median_of([r["msgs_per_s"] for r in runs])),  # every run has it
                 "msgs_per_s_each": [r["msgs_per_s"] for r in runs],
                 "p50_ms": _median([r["p50_ms"] for r in runs]),
                 "p99_ms": _median([r["p99_ms"] for r in runs]),
@@ -254,11 +259,11 @@ def chart(summary: dict[str, Any], path: Path, when: str) -> bool:
     cases = [k for k in CASES if any(_get(summary, c, k) for c in cols)]
     fig, ax = plt.subplots(figsize=(12, 5.5))
     width = 0.8 / max(1, len(cols))
-    colors = plt.get_cmap("tab20").colors  # 11 systems: tab10 would repeat a colour
+    colors = plt.get_cmap("tab20")  # 11 systems: tab10 would repeat a colour; colors(k) is its k-th
     for i, c in enumerate(cols):
         xs = [j + i * width for j in range(len(cases))]
         ax.bar(xs, [_get(summary, c, k) or 0 for k in cases], width, label=TITLES[c],
-               color=colors[(2 * i) % 20 if i < 10 else 2 * (i - 10) + 1])
+               color=colors((2 * i) % 20 if i < 10 else 2 * (i - 10) + 1))
     ax.set_xticks([j + width * (len(cols) - 1) / 2 for j in range(len(cases))])
     ax.set_xticklabels([CASES[k].short for k in cases], fontsize=9)
     ax.set_yscale("log")

@@ -157,8 +157,10 @@ def stats_chart(result: dict[str, Any], path: str) -> None:
     width = dt.timedelta(milliseconds=result.get("bin_width_ms", 1)) * 0.9
     bottom = [0] * len(starts)
     for name, t in sorted(result["topics"].items()):
-        ax.bar(starts, t["histogram"], width=width, bottom=bottom, label=f"{name} ({t['messages']})",
-               align="edge")
+        # matplotlib's stubs type x and width as plain numbers; bar() converts datetime and
+        # timedelta through its units registry (matplotlib.dates), as documented
+        ax.bar(starts, t["histogram"], width=width, bottom=bottom,  # type: ignore[arg-type]
+               label=f"{name} ({t['messages']})", align="edge")
         bottom = [a + b for a, b in zip(bottom, t["histogram"], strict=True)]
     ax.set_title(f"messages by store time: {result['source']}")
     ax.set_xlabel("store time (UTC)")

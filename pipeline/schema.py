@@ -13,7 +13,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from store.message import PROPERTY_KEYS, PROPERTY_TAGS, StoredMessage, decode_msg_id, msg_id_prefix
+from store.message import StoredMessage
+from store.msg_id import decode_msg_id, msg_id_prefix
+from store.properties import PROPERTY_KEYS, PROPERTY_TAGS
 
 CORRUPT_COLUMN = "_corrupt"
 

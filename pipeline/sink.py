@@ -22,7 +22,7 @@ from cluster.client import Credentials, OutgoingMessage, Producer, Status, Tidem
 from pipeline.live import credentials_option, tls_context, tls_option
 from pipeline.schema import require_write_columns
 from pipeline.store_scan import parse_bool, parse_positive
-from store.message import PROPERTY_UNIQ_KEY
+from store.properties import PROPERTY_UNIQ_KEY
 
 STORED = {Status.PUT_OK, Status.FLUSH_DISK_TIMEOUT, Status.FLUSH_SLAVE_TIMEOUT, Status.SLAVE_NOT_AVAILABLE}
 MAX_BATCH_BYTES = 512 * 1024

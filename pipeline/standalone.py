@@ -43,7 +43,7 @@ class StandaloneCluster:
         self.workers, self.cores, self.memory, self.timeout = workers, cores, memory, timeout
         self.port, self.ui_port = _free_port(), _free_port()
         self.url = f"spark://127.0.0.1:{self.port}"
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []  # (main class, process)
 
     def __enter__(self) -> str:
         try:
@@ -77,8 +77,8 @@ class StandaloneCluster:
 
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str]) -> None:
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 (the process keeps it)
-        self.procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                           env=env, start_new_session=True))
+        self.procs.append((cmd[1], subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                                    stdin=subprocess.DEVNULL, env=env, start_new_session=True)))
         log.close()
 
     def state(self) -> dict:
@@ -89,9 +89,9 @@ class StandaloneCluster:
     def _wait(self, ready, what: str) -> None:  # noqa: ANN001
         deadline = time.monotonic() + self.timeout
         while True:
-            for p in self.procs:
+            for main_class, p in self.procs:
                 if p.poll() is not None:
-                    raise RuntimeError(f"Spark standalone: a process exited ({p.args[1]}, code {p.returncode}); "
+                    raise RuntimeError(f"Spark standalone: a process exited ({main_class}, code {p.returncode}); "
                                        f"see {self.workdir}/*.log")
             try:
                 if ready(self.state()):
@@ -104,7 +104,7 @@ class StandaloneCluster:
 
     def stop(self) -> None:
         """Stop the processes (and the executors the workers started)."""
-        for p in reversed(self.procs):
+        for _, p in reversed(self.procs):
             try:
                 family = [psutil.Process(p.pid), *psutil.Process(p.pid).children(recursive=True)]
             except psutil.Error:

@@ -122,6 +122,7 @@ def _add_login_options(parser: argparse.ArgumentParser) -> None:
             login.add_argument("--tls-ca", metavar="FILE",
                                help="connect with TLS, checking servers with this CA (default: $TIDEMQ_TLS_CA)")
         return
+    assert isinstance(sub, argparse._SubParsersAction)  # the one action of add_subparsers' group
     for child in set(sub.choices.values()):
         _add_login_options(child)
 

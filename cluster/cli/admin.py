@@ -44,7 +44,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from store.cli import EXIT_OK, EXIT_PROBLEM, UsageError, error, print_json
-from store.message import decode_msg_id
+from store.msg_id import decode_msg_id
 
 from .client import message_json, print_broker_status
 from .common import add_source, handled, run_async, source
@@ -336,7 +336,8 @@ def _check_broker_config(args: argparse.Namespace) -> None:
 async def _broker_config(args: argparse.Namespace, admin: Any) -> int:
     """JSON: one line per broker and key; the table: one row per key, a column per broker."""
     brokers = await admin.brokers(**_targets(args, brokers_key="brokers"))
-    rows, pivot = [], {}
+    rows: list[dict[str, Any]] = []
+    pivot: dict[str, dict[str, Any]] = {}  # key -> {"key": key, column: value, ..., "live": bool}
     for b in brokers:
         answer = await admin.broker_config(b.address)
         live = set(answer.live_keys)

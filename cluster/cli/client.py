@@ -22,7 +22,8 @@ from typing import Any
 import trio
 
 from store.cli import EXIT_OK, EXIT_PROBLEM, UsageError, error, print_json
-from store.message import PROPERTY_DELAY, decode_msg_id
+from store.msg_id import decode_msg_id
+from store.properties import PROPERTY_DELAY
 from wire.client import NoPermission, NotFound, OutcomeUnknown, TidemqError
 
 from .common import add_source, handled, run_async, source, until_signal

@@ -21,6 +21,7 @@ from wire.protocol.namesrv import NamesrvStatusReply
 
 from ..launch import launcher
 from ..launch.health import NodeStatus, cluster_status, served
+from ..launch.proxies import ProxyRow
 from ..launch.state import LauncherError, LayoutError
 from .tables import BrokerRow, broker_table, failover_lines
 
@@ -97,9 +98,9 @@ def _cmd_copy_layout(args: argparse.Namespace) -> int:
     print(f"copied {src} to {dst}: ports " + ", ".join(f"{a}->{b}" for a, b in sorted(mapping.items())))
     namesrv = dst / "namesrv.toml"
     if namesrv.is_file():
-        [port] = layout_ports(namesrv.read_text(encoding="utf-8"))[:1] or [None]
-        if port is not None:
-            print(f"its name server listens on port {port}")
+        namesrv_ports = layout_ports(namesrv.read_text(encoding="utf-8"))
+        if namesrv_ports:
+            print(f"its name server listens on port {namesrv_ports[0]}")
     return EXIT_OK
 
 
@@ -132,7 +133,7 @@ def node_rows(rows: list[NodeStatus], base_dir: str) -> list[BrokerRow]:
     return sorted(out, key=lambda r: (first[r.group], r.broker_id if r.broker_id is not None else 1 << 30, r.node))
 
 
-def _proxy_rows(base_dir: str) -> list[dict[str, Any]]:
+def _proxy_rows(base_dir: str) -> list[ProxyRow]:
     """The cluster's proxies as recorded and as the proxy server reports them now."""
     from ..launch import proxies
     from ..launch.state import load_state
@@ -143,7 +144,7 @@ def _proxy_rows(base_dir: str) -> list[dict[str, Any]]:
     return proxies.describe(state.proxy_url, state.proxies.values())
 
 
-def _proxy_line(row: dict[str, Any]) -> str:
+def _proxy_line(row: ProxyRow) -> str:
     if "error" in row:
         how = f"ERROR: {row['error']}"
     else:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 from urllib.parse import urlsplit
 
 from node.config import ConfigError, load_config
@@ -30,7 +30,7 @@ from store.address import AddressError, format_host_port, split_host_port
 from .layout import set_key
 from .state import LauncherError, LayoutError, NodeRecord, ProxyRecord, Stage
 
-__all__ = ["LINKS", "connect", "describe", "ensure", "plan", "remove", "write_configs"]
+__all__ = ["LINKS", "ProxyRow", "connect", "describe", "ensure", "plan", "remove", "write_configs"]
 
 LINKS = ("client", "ha")
 PROXIED_CONF = "proxied-conf"
@@ -158,10 +158,25 @@ def remove(client: Any, proxies: Iterable[ProxyRecord]) -> list[str]:
     return problems
 
 
-def describe(url: str, proxies: Iterable[ProxyRecord]) -> list[dict[str, Any]]:
+class ProxyRow(TypedDict):
+    """One proxy in `cluster status` (a line, or an object of its JSON): the record, then
+    what the server says now: `enabled` and `toxics`, or `error`."""
+
+    name: str
+    node: str
+    link: str
+    listen: str
+    upstream: str
+    enabled: NotRequired[bool]
+    toxics: NotRequired[list[str]]
+    error: NotRequired[str]
+
+
+def describe(url: str, proxies: Iterable[ProxyRecord]) -> list[ProxyRow]:
     """Each proxy as recorded plus what the server says now: enabled, toxics, or error."""
-    rows = [{"name": p.name, "node": p.node, "link": p.link, "listen": p.listen, "upstream": p.upstream}
-            for p in proxies]
+    rows: list[ProxyRow] = [
+        {"name": p.name, "node": p.node, "link": p.link, "listen": p.listen, "upstream": p.upstream}
+        for p in proxies]
     try:
         client = connect(url)
         live = client.proxies()

@@ -304,3 +304,12 @@ def test_after_a_failover_the_tools_show_the_roles_served(cluster_dirs: tuple[Pa
     stopped = tidemq("cluster", "down", "--base-dir", str(base), cwd=cwd).stdout
     order = [line.split()[0] for line in stopped.splitlines() if "stopped" in line or "killed" in line]
     assert order.index("broker-a") < order.index("broker-a-s"), stopped  # the slave as served stops first
+
+
+def test_copy_layout_command_names_the_name_server_port(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tidemq.cli import main
+
+    assert main(["cluster", "copy-layout", str(LAYOUT), str(tmp_path / "copy"), "--port-offset", "7"]) == 0
+    port = tomllib.loads((tmp_path / "copy" / "namesrv.toml").read_text())["listenPort"]
+    assert port == tomllib.loads((LAYOUT / "namesrv.toml").read_text())["listenPort"] + 7
+    assert capsys.readouterr().out.splitlines()[-1] == f"its name server listens on port {port}"

@@ -175,3 +175,49 @@ def test_a_missing_client_library_is_named(monkeypatch) -> None:
     with pytest.raises(LayoutError, match=r"toxiproxy-python client of the `chaos` extra, which is not installed: "
                        r"\.venv/bin/pip install -e '\.\[chaos\]'"):
         proxies.connect("http://127.0.0.1:8474")
+
+
+def test_describe_says_what_the_server_says_of_each_proxy(monkeypatch) -> None:
+    """`cluster status`'s proxy rows without a server: enabled and toxics from the client,
+    an error for a proxy the server lacks or cannot list, each rendered as one line."""
+    from requests import ConnectionError as RequestsConnectionError
+
+    from cluster.cli.cluster import _proxy_line
+    from cluster.launch.state import ProxyRecord
+
+    class FakeProxy:
+        def __init__(self, enabled: bool, toxics: dict | None) -> None:
+            self.enabled, self._toxics = enabled, toxics
+
+        def toxics(self) -> dict:
+            if self._toxics is None:
+                raise RequestsConnectionError("reset")
+            return self._toxics
+
+    class FakeClient:
+        def proxies(self) -> dict:
+            return {"a-client": FakeProxy(True, {"slow": object(), "cut": object()}),
+                    "a-ha": FakeProxy(False, {}), "b-client": FakeProxy(True, None)}
+
+    monkeypatch.setattr(proxies, "connect", lambda url: FakeClient())
+    records = [ProxyRecord(name=n, node=n.split("-")[0], link=n.split("-")[1], upstream="127.0.0.1:1",
+                           listen="127.0.0.1:2") for n in ("a-client", "a-ha", "b-client", "b-ha")]
+    rows = proxies.describe("http://127.0.0.1:8474", records)
+    assert [{k: v for k, v in r.items() if k in ("enabled", "toxics", "error")} for r in rows] == [
+        {"enabled": True, "toxics": ["cut", "slow"]},
+        {"enabled": False, "toxics": []},
+        {"enabled": True, "error": "ConnectionError reset"},
+        {"error": "missing on the proxy server"},
+    ]
+    assert rows[0]["name"] == "a-client" and rows[0]["upstream"] == "127.0.0.1:1"
+    lines = [_proxy_line(r) for r in rows]
+    assert lines[0].endswith(f"-> {'127.0.0.1:1':<22} enabled, toxics: cut, slow"), lines[0]
+    assert lines[1].endswith("DISABLED (link cut)") and lines[2].endswith("ERROR: ConnectionError reset")
+    assert lines[3] == f"proxy {'b-ha':<22} {'127.0.0.1:2':<22} -> {'127.0.0.1:1':<22} ERROR: missing on the proxy server"
+
+    def refused(url: str) -> None:
+        raise LauncherError("no Toxiproxy server answers at http://127.0.0.1:8474")
+
+    monkeypatch.setattr(proxies, "connect", refused)
+    assert [r.get("error") for r in proxies.describe("http://127.0.0.1:8474", records[:1])] == [
+        "no Toxiproxy server answers at http://127.0.0.1:8474"]

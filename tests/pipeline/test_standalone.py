@@ -67,3 +67,19 @@ def test_a_write_and_a_stream_through_a_live_node(session, node, tmp_path):
     assert q.awaitTermination(120)
     got = sorted(r["body"] for r in session.read.parquet(str(out)).collect())
     assert got == sorted(b for _, b in rows)
+
+
+def test_a_process_that_exits_is_named_by_its_main_class(tmp_path):
+    """No Spark here: a 'master' that exits at once, and the wait names it and its exit code."""
+    import re
+    import sys
+
+    cluster = StandaloneCluster(tmp_path, workers=0, timeout=30.0)
+    try:
+        cluster._spawn("master", [sys.executable, "-c", "raise SystemExit(3)"], dict(os.environ))
+        with pytest.raises(RuntimeError, match=r"^Spark standalone: a process exited \(-c, code 3\); "
+                           rf"see {re.escape(str(tmp_path))}/\*\.log$"):
+            cluster._wait(lambda state: True, "the master")
+    finally:
+        cluster.stop()
+    assert cluster.procs == []

@@ -1,0 +1,49 @@
+"""bench/report.py on hand-made runs: medians per (system, case), figures a run did not
+record stay None, and the chart draws one colour per system (no processes, no timings)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import report
+
+
+def _run(system: str, case: str, msgs_per_s: int, **extra: Any) -> dict[str, Any]:
+    return {"system": system, "case": case, "msgs_per_s": msgs_per_s, "p50_ms": 1.0, "p99_ms": 2.0,
+            "failed": 0, "errors": {}, "cpu_cores": {"master": 0.5}, "client_cpu_cores": 0.25, **extra}
+
+
+def test_summarize_takes_medians_and_leaves_unrecorded_figures_none() -> None:
+    raw = {"runs": [_run("floor", "1x1", 100), _run("floor", "1x1", 301), _run("floor", "1x1", 250),
+                    _run("tidemq-async", "1x1", 7, server_us_per_msg=12.5),
+                    _run("tidemq-async", "1x1", 9)],
+           "fio": [], "catch_up": []}
+    table = report.summarize(raw)["table"]
+    floor, tidemq = table["floor"]["1x1"], table["tidemq-async"]["1x1"]
+    assert floor["msgs_per_s"] == 250 and floor["msgs_per_s_each"] == [100, 301, 250]
+    assert floor["server_us_per_msg"] is None  # no run of the floor measured it
+    assert tidemq["msgs_per_s"] == 8 and tidemq["server_us_per_msg"] == 12.5  # the one run that did
+    assert tidemq["cpu_cores"] == {"master": 0.5} and tidemq["runs"] == 2
+
+
+def test_chart_gives_each_system_its_own_colour(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("matplotlib")
+    from matplotlib.axes import Axes
+
+    colours: list[tuple[float, ...]] = []
+    bar = Axes.bar
+
+    def recording_bar(self: Axes, *args: Any, **kwargs: Any) -> Any:
+        colours.append(tuple(kwargs["color"]))
+        return bar(self, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "bar", recording_bar)
+    runs = [_run(system, "1x1", 1000 + i) for i, system in enumerate(report.COLUMNS)]
+    summary = report.summarize({"runs": runs, "fio": [], "catch_up": []})
+    png = tmp_path / "compare.png"
+    assert report.chart(summary, png, "today")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(colours) == len(report.COLUMNS) == len(set(colours))
