@@ -320,10 +320,6 @@ class Connection:
         return self._closed.is_set()
 
     @property
-    def close_reason(self) -> str:
-        return self._close_reason
-
-    @property
     def in_flight(self) -> int:
         return len(self._pending)
 
