@@ -169,9 +169,10 @@ class SlaveSync:
             try:
                 await self.sync_once()
             except* (TidemqError, ConfigFileError, OSError) as group:
-                # except*: a connection's nursery may group its error with a Cancelled (the
-                # node shutting down for a role change): the error is logged, the Cancelled
-                # goes on and ends this task instead of the process
+                # except*: should a group come out with a Cancelled in it (the node shutting
+                # down for a role change), the error is logged and the Cancelled goes on and
+                # ends this task instead of the process (connect itself raises the Cancelled
+                # bare: wire.client.block_nursery)
                 failed = group.exceptions[0]
             if failed is not None:
                 if self.last_error != str(failed):

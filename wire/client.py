@@ -17,8 +17,7 @@ import itertools
 import logging
 import math
 import ssl
-from collections.abc import Callable, Mapping, Sequence
-from types import TracebackType
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -51,9 +50,9 @@ __all__ = [
     "RequestTimeout",
     "ServiceUnavailable",
     "TidemqError",
+    "block_nursery",
     "connect",
     "error_for",
-    "exit_nursery",
     "read_reply",
 ]
 
@@ -463,72 +462,71 @@ class Connection:
             self._abort(reason)
 
 
-class connect:  # noqa: N801 - used like a function: `async with connect(address) as conn:`
-    """`async with connect("host:port") as conn:` — a Connection with its own reader nursery.
+@contextlib.asynccontextmanager
+async def connect(
+    address: str,
+    *,
+    connect_timeout: float = 5.0,
+    request_timeout: float = 10.0,
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    credentials: Credentials | None = None,
+    tls: ssl.SSLContext | None = None,
+    net: Network = TCP,
+) -> AsyncIterator[Connection]:
+    """`async with connect("host:port") as conn:` — a Connection with its own reader nursery,
+    closed when the block ends.
 
     An exception raised in the block comes out as itself, not wrapped in the nursery's
-    ExceptionGroup, so `except NotFound:` around the block works."""
-
-    def __init__(
-        self,
-        address: str,
-        *,
-        connect_timeout: float = 5.0,
-        request_timeout: float = 10.0,
-        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-        credentials: Credentials | None = None,
-        tls: ssl.SSLContext | None = None,
-        net: Network = TCP,
-    ) -> None:
-        self._args = (address, connect_timeout, request_timeout, max_frame_size, credentials, tls)
-        self._net = net
-        self._nursery_cm: Any = None
-        self._conn: Connection | None = None
-
-    async def __aenter__(self) -> Connection:
-        address, connect_timeout, request_timeout, max_frame_size, credentials, tls = self._args
-        self._nursery_cm = trio.open_nursery()
-        nursery = await self._nursery_cm.__aenter__()
+    ExceptionGroup, so `except NotFound:` around the block works (`block_nursery`)."""
+    async with block_nursery() as nursery:
+        conn = await Connection.open(
+            address, nursery, connect_timeout=connect_timeout, request_timeout=request_timeout,
+            max_frame_size=max_frame_size, credentials=credentials, tls=tls, net=net,
+        )
         try:
-            self._conn = await Connection.open(
-                address, nursery, connect_timeout=connect_timeout,
-                request_timeout=request_timeout, max_frame_size=max_frame_size, credentials=credentials,
-                tls=tls, net=self._net,
-            )
-        except BaseException as e:
-            await self._exit(type(e), e, e.__traceback__)
-            raise
-        return self._conn
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        if self._conn is not None:
+            yield conn
+        finally:
             with trio.CancelScope(shield=True):
-                await self._conn.aclose()
-        return await self._exit(exc_type, exc, tb)
-
-    async def _exit(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        return await exit_nursery(self._nursery_cm, exc_type, exc, tb)
+                await conn.aclose()
 
 
-async def exit_nursery(
-    nursery_cm: Any, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-) -> bool | None:
-    """Leave a nursery that a context manager opened around its caller's block, so the
-    block's own exception comes out as itself rather than inside trio's ExceptionGroup,
-    `except ConnectionLost:` around the block keeps working. That holds too when an outer
-    cancellation put `Cancelled` beside it (a connection lost while the node shuts down for
-    a role change): the Cancelled is dropped here and raised again at the caller's next
-    checkpoint, since its scope is still cancelled. Any other error keeps its group."""
+@contextlib.asynccontextmanager
+async def block_nursery() -> AsyncIterator[trio.Nursery]:
+    """A nursery for a context manager's background tasks (readers, heartbeats) around its
+    user's block, which trio would otherwise report in an ExceptionGroup. The block's own
+    exception comes out as itself, so `except ConnectionLost:` around the block works. When
+    an outer cancellation also ended tasks of the nursery (a connection lost while the node
+    shuts down for a role change), that Cancelled comes out instead, the block's exception
+    as its context: the cancellation always reaches the scope that was cancelled. Any other
+    error of a task keeps its group."""
+    raised: BaseException | None = None
+    unwrapped: BaseException | None = None
     try:
-        return await nursery_cm.__aexit__(exc_type, exc, tb)
+        async with trio.open_nursery() as nursery:
+            try:
+                yield nursery
+            except BaseException as e:
+                raised = e
+                raise
     except BaseExceptionGroup as group:
-        if exc is not None and all(e is exc or isinstance(e, trio.Cancelled) for e in _leaves(group)):
-            return False  # the block's own exception: let it propagate as it was raised
-        raise
+        unwrapped = _block_exception(group, raised)
+        if unwrapped is None:
+            raise
+    if unwrapped is not None:
+        raise unwrapped  # outside the except clause: the block's exception keeps its context
+
+
+def _block_exception(group: BaseExceptionGroup, raised: BaseException | None) -> BaseException | None:
+    """What `block_nursery` raises for `group` when the block raised `raised`: `raised`,
+    or a Cancelled beside it; None when a task failed otherwise (the group is raised)."""
+    if raised is None:
+        return None
+    leaves = _leaves(group)
+    if not all(e is raised or isinstance(e, trio.Cancelled) for e in leaves):
+        return None
+    if isinstance(raised, trio.Cancelled):
+        return raised
+    return next((e for e in leaves if e is not raised), raised)
 
 
 def _leaves(group: BaseExceptionGroup) -> list[BaseException]:

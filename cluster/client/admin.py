@@ -99,9 +99,6 @@ class Admin(_Client):
         super().__init__(namesrv, brokers, connect_timeout=connect_timeout,
                          request_timeout=request_timeout, route_ttl_s=0.0, credentials=credentials, tls=tls, net=net)
 
-    async def __aenter__(self) -> Admin:
-        return await super().__aenter__()
-
     async def status(self) -> list[BrokerStatus]:
         """Every known broker's `status` answer (concurrently), or the reason it gave none."""
         infos = await self.cluster_info()

@@ -105,9 +105,6 @@ class PullConsumer(_Client):
         self._positions: dict[MessageQueue, int] = {}
         self._pending_commits: dict[MessageQueue, int] = {}
 
-    async def __aenter__(self) -> PullConsumer:
-        return await super().__aenter__()
-
     # ---- queues and positions -----------------------------------------------------------
 
     async def queues(self, *, refresh: bool = False) -> list[MessageQueue]:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import math
 import random
 import ssl
-from collections.abc import Iterable, Mapping, Sequence
-from types import TracebackType
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -123,26 +123,16 @@ class Producer(_Client):
         self._creating: dict[str, float] = {}  # topic → until when it is sent without a route
         self._masters: tuple[float, list[BrokerInfo]] | None = None
 
-    async def __aenter__(self) -> Producer:
-        await super().__aenter__()
-        if self.heartbeats is not None:
-            try:
-                await self.heartbeats.start()
-            except BaseException as e:
-                await super().__aexit__(type(e), e, e.__traceback__)
-                raise
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        if self.heartbeats is not None:  # its nursery first: the reverse of entering
-            try:
-                await self.heartbeats.close(exc_type, exc, tb)
-            except BaseException as e:
-                await super().__aexit__(type(e), e, e.__traceback__)
-                raise
-        return await super().__aexit__(exc_type, exc, tb)
+    @contextlib.asynccontextmanager
+    async def _running(self) -> AsyncIterator[None]:
+        """The client's life, and within it the group's heartbeats (when it has a group):
+        they end, and unregister, before the connections close."""
+        async with super()._running():
+            if self.heartbeats is None:
+                yield
+            else:
+                async with self.heartbeats.running():
+                    yield
 
     async def send(
         self,
