@@ -16,19 +16,18 @@ import contextlib
 import itertools
 import logging
 import math
-import ssl
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import attrs
 import trio
 from scramp import ScramException
 
-from ha.net import TCP, Network
 from store.address import AddressError, split_host_port
 
 from .credentials import Credentials, CredentialsError, default_credentials
 from .framing import FrameDecoder, FrameError, encode_frame
+from .options import DEFAULT_MAX_FRAME_SIZE, ConnectKeywords, ConnectOptions
 from .protocol import PROTOCOL_VERSION, ReplyError, Status, WireRequest
 from .protocol.auth import AuthFinish, AuthStart
 from .tls import TlsError, TlsHandshakeFailed, default_client_tls, wrap_client
@@ -37,6 +36,7 @@ __all__ = [
     "AuthenticationFailed",
     "BadReply",
     "BadRequest",
+    "ConnectOptions",
     "Connection",
     "ConnectionLost",
     "ConnectionLostInFlight",
@@ -59,8 +59,6 @@ __all__ = [
 log = logging.getLogger("tidemq.client")
 
 RECEIVE_SIZE = 256 * 1024
-DEFAULT_MAX_FRAME_SIZE = 8 * 1024 * 1024
-"""Largest frame a client sends: the node's default maxFrameSize."""
 MAX_RECEIVE_FRAME_SIZE = 64 * 1024 * 1024
 """Largest frame a client accepts: above any node's sensible maxFrameSize."""
 CONNECTION_LOST = "CONNECTION_LOST"
@@ -241,32 +239,30 @@ class Connection:
         cls,
         address: str,
         nursery: trio.Nursery,
-        *,
-        connect_timeout: float = 5.0,
-        request_timeout: float = 10.0,
-        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-        credentials: Credentials | None = None,
-        tls: ssl.SSLContext | None = None,
-        net: Network = TCP,
+        options: ConnectOptions | None = None,
+        **keywords: Unpack[ConnectKeywords],
     ) -> Connection:
         """Connect (ConnectionLost when refused or slower than `connect_timeout`), with TLS
         when there is a context (`tls`, else the process's or the environment's:
         wire/tls.py), start the reader in `nursery` and log in with `credentials`
         (default: the process's or the environment's, wire/credentials.py; none: no
-        login), within `connect_timeout` too. AuthenticationFailed when the login is refused;
-        ConnectionLost naming the cause when the TLS handshake fails."""
+        login), within `connect_timeout` too: `options`, or the defaults, with `keywords`
+        (wire/options.py). AuthenticationFailed when the login is refused; ConnectionLost
+        naming the cause when the TLS handshake fails."""
+        o = ConnectOptions.of(options, keywords)
+        connect_timeout, credentials = o.connect_timeout, o.credentials
         try:
             host, port = split_host_port(address)
         except AddressError as e:
             raise ConnectionLost(f"address {e}", address=address) from None
         try:
-            context = tls if tls is not None else default_client_tls()
+            context = o.tls if o.tls is not None else default_client_tls()
         except TlsError as e:
             raise ConnectionLost(f"TLS settings: {e}", address=address) from None
         stream: trio.abc.Stream
         try:
             with trio.fail_after(connect_timeout):
-                raw = await net.connect(host, port)
+                raw = await o.net.connect(host, port)
                 stream = raw
                 if context is not None:
                     try:
@@ -280,7 +276,7 @@ class Connection:
             raise ConnectionLost(str(e), address=address) from None
         except OSError as e:
             raise ConnectionLost(f"cannot connect: {e.strerror or e}", address=address) from None
-        conn = cls(stream, address, request_timeout=request_timeout, max_frame_size=max_frame_size)
+        conn = cls(stream, address, request_timeout=o.request_timeout, max_frame_size=o.max_frame_size)
         nursery.start_soon(conn._read_loop)
         try:
             if credentials is None:
@@ -464,25 +460,15 @@ class Connection:
 
 @contextlib.asynccontextmanager
 async def connect(
-    address: str,
-    *,
-    connect_timeout: float = 5.0,
-    request_timeout: float = 10.0,
-    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-    credentials: Credentials | None = None,
-    tls: ssl.SSLContext | None = None,
-    net: Network = TCP,
+    address: str, options: ConnectOptions | None = None, **keywords: Unpack[ConnectKeywords]
 ) -> AsyncIterator[Connection]:
     """`async with connect("host:port") as conn:` — a Connection with its own reader nursery,
-    closed when the block ends.
+    closed when the block ends; `options` and `keywords` as for `Connection.open`.
 
     An exception raised in the block comes out as itself, not wrapped in the nursery's
     ExceptionGroup, so `except NotFound:` around the block works (`block_nursery`)."""
     async with block_nursery() as nursery:
-        conn = await Connection.open(
-            address, nursery, connect_timeout=connect_timeout, request_timeout=request_timeout,
-            max_frame_size=max_frame_size, credentials=credentials, tls=tls, net=net,
-        )
+        conn = await Connection.open(address, nursery, options, **keywords)
         try:
             yield conn
         finally:
@@ -544,15 +530,10 @@ class ConnectionPool:
     tasks run in the owner's nursery (the cluster client library's Producer, PullConsumer
     and Admin each own one)."""
 
-    def __init__(self, nursery: trio.Nursery, *, connect_timeout: float, request_timeout: float,
-                 credentials: Credentials | None = None, tls: ssl.SSLContext | None = None,
-                 net: Network = TCP) -> None:
+    def __init__(self, nursery: trio.Nursery, options: ConnectOptions | None = None,
+                 **keywords: Unpack[ConnectKeywords]) -> None:
         self._nursery = nursery
-        self.net = net
-        self.credentials = credentials
-        self.tls = tls
-        self.connect_timeout = connect_timeout
-        self.request_timeout = request_timeout
+        self.options = ConnectOptions.of(options, keywords)
         self._conns: dict[str, Connection] = {}
         self._locks: dict[str, trio.Lock] = {}
 
@@ -563,11 +544,7 @@ class ConnectionPool:
         async with self._locks.setdefault(address, trio.Lock()):
             conn = self._conns.get(address)
             if conn is None or conn.closed:
-                conn = await Connection.open(
-                    address, self._nursery,
-                    connect_timeout=self.connect_timeout, request_timeout=self.request_timeout,
-                    credentials=self.credentials, tls=self.tls, net=self.net,
-                )
+                conn = await Connection.open(address, self._nursery, self.options)
                 self._conns[address] = conn
             return conn
 

@@ -48,6 +48,7 @@ from wire.client import (
     connect,
 )
 from wire.credentials import Credentials, CredentialsError, set_default_credentials
+from wire.options import ConnectOptions
 from wire.protocol import Status
 from wire.tls import TlsError, TlsSettings, set_default_client_tls
 
@@ -63,6 +64,7 @@ __all__ = [
     "BadRequest",
     "BrokerInfo",
     "BrokerStatus",
+    "ConnectOptions",
     "Connection",
     "ConnectionLost",
     "ConnectionLostInFlight",

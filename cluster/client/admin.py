@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import logging
-import ssl
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import attrs
 import trio
 
-from ha.net import TCP, Network
 from store.message import decode_msg_id
 from wire.client import (
     BadRequest,
@@ -18,7 +16,7 @@ from wire.client import (
     ServiceUnavailable,
     TidemqError,
 )
-from wire.credentials import Credentials
+from wire.options import ConnectKeywords, ConnectOptions
 from wire.protocol import (
     INT64_MAX,
     BrokerConfigReply,
@@ -64,6 +62,7 @@ from wire.protocol import (
 from wire.protocol.namesrv import AddWritePerm, WipeWritePerm
 
 from .base import (
+    CLIENT_OPTIONS,
     BrokerStatus,
     ReceivedMessage,
     TopicInfo,
@@ -90,14 +89,11 @@ class Admin(_Client):
         namesrv: str | Sequence[str] | None = None,
         brokers: Sequence[str] | str | None = None,
         *,
-        request_timeout: float = 5.0,
-        connect_timeout: float = 3.0,
-        credentials: Credentials | None = None,
-        tls: ssl.SSLContext | None = None,
-        net: Network = TCP,
+        options: ConnectOptions | None = None,
+        **connection: Unpack[ConnectKeywords],
     ) -> None:
-        super().__init__(namesrv, brokers, connect_timeout=connect_timeout,
-                         request_timeout=request_timeout, route_ttl_s=0.0, credentials=credentials, tls=tls, net=net)
+        super().__init__(namesrv, brokers, options=ConnectOptions.of(options, connection, CLIENT_OPTIONS),
+                         route_ttl_s=0.0)
 
     async def status(self) -> list[BrokerStatus]:
         """Every known broker's `status` answer (concurrently), or the reason it gave none."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
@@ -14,7 +13,6 @@ from typing import Any, Self
 import attrs
 import trio
 
-from ha.net import TCP, Network
 from wire.client import (
     ConnectionLost,
     ConnectionPool,
@@ -22,7 +20,7 @@ from wire.client import (
     TidemqError,
     block_nursery,
 )
-from wire.credentials import Credentials
+from wire.options import ConnectOptions
 from wire.protocol import BatchMessage, Status, StatusReply, WireRequest
 
 from .routing import (
@@ -42,6 +40,9 @@ log = logging.getLogger("tidemq.client")
 
 ROUTE_TTL_S = 30.0
 """How long a route is used before it is fetched again (RocketMQ polls every 30 s)."""
+CLIENT_OPTIONS = ConnectOptions(connect_timeout=3.0, request_timeout=5.0)
+"""What PullConsumer, Admin and the push Consumer connect with unless told otherwise (the
+Producer's requests, its sends, time out after 3 s)."""
 FAULT_BACKOFF_S = 5.0
 """A master that refused a connection or a write (SERVICE_NOT_AVAILABLE) is avoided this long by
 the producer (its route is fetched again meanwhile: producer.ROUTE_RECHECK_S)."""
@@ -263,22 +264,14 @@ class _Client(_LifeCycle):
         namesrv: str | Sequence[str] | None,
         brokers: Sequence[str] | str | None,
         *,
-        connect_timeout: float,
-        request_timeout: float,
+        options: ConnectOptions,
         route_ttl_s: float,
-        credentials: Credentials | None = None,
-        tls: ssl.SSLContext | None = None,
-        net: Network = TCP,
     ) -> None:
-        self.net = net  # where brokers and name servers are reached (ha/net.py): TCP, or a simulated network
-        self.credentials = credentials  # None: the process's or the environment's (docs/security.md)
-        self.tls = tls  # None: the process's or the environment's (TIDEMQ_TLS_CA), else plaintext
+        self.options = options  # timeouts, login, TLS and network of every connection (wire/options.py)
         self._namesrv = parse_addresses(namesrv, "a name server address")
         self._brokers = parse_addresses(brokers, "a broker address")
         if bool(self._namesrv) == bool(self._brokers):
             raise ValueError("give either namesrv (name server addresses) or brokers (broker addresses)")
-        self.connect_timeout = connect_timeout
-        self.request_timeout = request_timeout
         self.route_ttl_s = route_ttl_s
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
         self._pool: ConnectionPool | None = None
@@ -291,9 +284,7 @@ class _Client(_LifeCycle):
         comes back as it was raised, not in trio's group, so `except ConnectionLost:` around
         the `async with` works (wire.client.block_nursery)."""
         async with block_nursery() as nursery:
-            pool = self._pool = ConnectionPool(nursery, connect_timeout=self.connect_timeout,
-                                               request_timeout=self.request_timeout,
-                                               credentials=self.credentials, tls=self.tls, net=self.net)
+            pool = self._pool = ConnectionPool(nursery, self.options)
             if self._namesrv:
                 self._discovery = NameServerDiscovery(self._namesrv, pool)
             else:

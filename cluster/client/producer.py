@@ -7,14 +7,12 @@ import itertools
 import logging
 import math
 import random
-import ssl
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import attrs
 import trio
 
-from ha.net import TCP, Network
 from wire.client import (
     BadRequest,
     ConnectionLost,
@@ -25,10 +23,11 @@ from wire.client import (
     TidemqError,
     read_reply,
 )
-from wire.credentials import Credentials
+from wire.options import ConnectKeywords, ConnectOptions
 from wire.protocol import BatchMessage, Send, SendBatch, SendBatchReply, SendReply, Status
 
 from .base import (
+    CLIENT_OPTIONS,
     FAULT_BACKOFF_S,
     ROUTE_TTL_S,
     OutgoingMessage,
@@ -45,6 +44,8 @@ from .routing import (
 
 log = logging.getLogger("tidemq.client")
 
+PRODUCER_OPTIONS = CLIENT_OPTIONS.but(request_timeout=3.0)
+"""What a Producer connects with unless told otherwise: `send_timeout` (its request timeout) 3 s."""
 ROUTE_RECHECK_S = 0.5
 """While a group's master is avoided (it failed a send, or the name server saw it go), the
 topic's route is fetched again at most this often, so a promoted or restarted master takes
@@ -84,7 +85,9 @@ class Producer(_Client):
 
     Sends may run concurrently from several tasks: they share one connection per master,
     pipelined (answers pair by id); `send_many` does that for a list of messages.
-    `send_timeout` bounds each attempt. With `wait=True` on a SYNC_MASTER the node may
+    `send_timeout` (default 3 s; `options.request_timeout`, wire/options.py, as are the
+    other connection settings: `connect_timeout`, `credentials`, `tls`, `net`, ...) bounds
+    each attempt. With `wait=True` on a SYNC_MASTER the node may
     take up to its slaveTimeout (3 s) before answering FLUSH_SLAVE_TIMEOUT; give a larger
     send_timeout if that answer matters more than a retry (a retried send may be stored
     twice). A topic no route knows yet is sent, for one route period (`route_ttl_s`),
@@ -98,22 +101,21 @@ class Producer(_Client):
         namesrv: str | Sequence[str] | None = None,
         brokers: Sequence[str] | str | None = None,
         *,
-        send_timeout: float = 3.0,
+        send_timeout: float | None = None,
         retries: int = 2,
-        connect_timeout: float = 3.0,
         route_ttl_s: float = ROUTE_TTL_S,
-        credentials: Credentials | None = None,
-        tls: ssl.SSLContext | None = None,
-        net: Network = TCP,
         group: str | None = None,
         heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
         rng: random.Random | None = None,
+        options: ConnectOptions | None = None,
+        **connection: Unpack[ConnectKeywords],
     ) -> None:
-        super().__init__(namesrv, brokers, connect_timeout=connect_timeout,
-                         request_timeout=send_timeout, route_ttl_s=route_ttl_s, credentials=credentials, tls=tls, net=net)
+        if send_timeout is not None:  # the producer's name for its request timeout
+            connection["request_timeout"] = send_timeout
+        super().__init__(namesrv, brokers, options=ConnectOptions.of(options, connection, PRODUCER_OPTIONS),
+                         route_ttl_s=route_ttl_s)
         if retries < 0:
             raise ValueError(f"retries must be >= 0, got {retries}")
-        self.send_timeout = send_timeout
         self.retries = retries
         self.group = group
         self.heartbeats = ProducerHeartbeats(self, group, interval_s=heartbeat_interval_s) if group else None
@@ -133,6 +135,11 @@ class Producer(_Client):
             else:
                 async with self.heartbeats.running():
                     yield
+
+    @property
+    def send_timeout(self) -> float:
+        """Each attempt's timeout: the request timeout of its options."""
+        return self.options.request_timeout
 
     async def send(
         self,

@@ -26,21 +26,21 @@ last commit, and a queue moving between members may deliver a few messages twice
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import logging
-import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Unpack
 
 import attrs
 import trio
 
 from store.properties import PROPERTY_RETRY_TOPIC
 from wire.client import NoPermission, ServiceUnavailable, TidemqError, block_nursery
-from wire.credentials import Credentials
+from wire.options import ConnectKeywords, ConnectOptions
 from wire.protocol import ConsumerSendBack, SendBackReply
 
-from .base import ROUTE_TTL_S, ReceivedMessage, _LifeCycle
+from .base import CLIENT_OPTIONS, ROUTE_TTL_S, ReceivedMessage, _LifeCycle
 from .consumer import PullConsumer
 from .rebalance import HEARTBEAT_INTERVAL_S, REBALANCE_INTERVAL_S, RebalanceService
 from .routing import UNREACHABLE, MessageQueue
@@ -96,12 +96,11 @@ class Consumer(_LifeCycle):
         poll_ms: int = 1000,
         local_retry_s: float = 1.0,
         client_id: str | None = None,
-        request_timeout: float = 5.0,
         route_ttl_s: float = ROUTE_TTL_S,
         max_messages: int | None = None,
         master_retry_max_s: float = 30.0,
-        credentials: Credentials | None = None,
-        tls: ssl.SSLContext | None = None,
+        options: ConnectOptions | None = None,
+        **connection: Unpack[ConnectKeywords],
     ) -> None:
         if max_messages is not None and max_messages < 1:
             raise ValueError(f"max_messages must be >= 1, got {max_messages}")
@@ -120,11 +119,12 @@ class Consumer(_LifeCycle):
         """Set once `max_messages` messages were consumed (never without a limit)."""
         self.last_message_at = 0.0  # trio clock of the last message handed to the handler
         self._taken = 0
-        common = dict(namesrv=namesrv, brokers=brokers, group=group, start=start,
-                      request_timeout=request_timeout, route_ttl_s=route_ttl_s,
-                      master_retry_max_s=master_retry_max_s, credentials=credentials, tls=tls)
-        self._main = PullConsumer(topic=topic, tag_filter=tag_filter, **common)
-        self._retry = PullConsumer(topic=RETRY_PREFIX + group, **common)
+        self.options = ConnectOptions.of(options, connection, CLIENT_OPTIONS)
+        pull_consumer = functools.partial(PullConsumer, namesrv, brokers, group=group, start=start,
+                                          route_ttl_s=route_ttl_s, master_retry_max_s=master_retry_max_s,
+                                          options=self.options)
+        self._main = pull_consumer(topic=topic, tag_filter=tag_filter)
+        self._retry = pull_consumer(topic=RETRY_PREFIX + group)
         self.rebalance = RebalanceService(
             group, [self._main, self._retry], acquire=self._acquire, release=self._release,
             client_id=client_id, heartbeat_interval_s=heartbeat_interval_s,
