@@ -8,8 +8,7 @@ import ssl
 
 import trio
 
-from cluster.client import Admin, ConnectOptions, Credentials, Producer, PullConsumer
-from cluster.client.push_consumer import Consumer
+from cluster.client import Admin, ConnectOptions, Consumer, Credentials, Producer, PullConsumer
 from wire.client import ConnectionPool
 
 NS = "127.0.0.1:1"
