@@ -206,7 +206,7 @@ class NameServerRegistration:
     async def _register(self, target: _Target) -> None:
         cfg = self.cfg
         conn = await self._connection(target)
-        extra = {}
+        extra: dict[str, Any] = {}  # the optional fields: epoch, the controller's view
         if self.epoch is not None and self.epoch() >= 0:
             extra["epoch"] = self.epoch()
         if self.controller is not None:

@@ -28,7 +28,7 @@ from store.address import AddressError, split_host_port
 from .credentials import Credentials, CredentialsError, default_credentials
 from .framing import FrameDecoder, FrameError, encode_frame
 from .options import DEFAULT_MAX_FRAME_SIZE, ConnectKeywords, ConnectOptions
-from .protocol import PROTOCOL_VERSION, ReplyError, Status, WireRequest
+from .protocol import PROTOCOL_VERSION, ReplyError, Status, WireReply, WireRequest
 from .protocol.auth import AuthFinish, AuthStart
 from .tls import TlsError, TlsHandshakeFailed, default_client_tls, wrap_client
 
@@ -181,8 +181,11 @@ _PUT_FAILURES = {
 def read_reply(request: WireRequest | type[WireRequest], answer: dict[str, Any], address: str | None = None) -> Any:
     """`answer` (a map `request`, or a request of that class, was answered with) as its
     REPLY class; BadReply when it does not have that shape."""
+    reply = request.REPLY
+    if not issubclass(reply, WireReply):
+        raise TypeError(f"{request.OP}: REPLY is {reply!r}, not a wire reply class")
     try:
-        return request.REPLY.from_wire(answer)
+        return reply.from_wire(answer)
     except (ReplyError, ValueError, TypeError) as e:
         raise BadReply("BAD_REPLY", f"{request.OP}: {e}", address=address) from None
 
@@ -226,7 +229,10 @@ class Connection:
         raw = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
         sock = getattr(raw, "socket", None)
         # closes at once (wakes the reader) from _abort; a simulated stream has close_now
-        self._close_now: Callable[[], None] = sock.close if sock is not None else raw.close_now
+        close_now: Callable[[], None] | None = sock.close if sock is not None else getattr(raw, "close_now", None)
+        if close_now is None:
+            raise TypeError(f"{type(raw).__name__}: a stream with neither a socket nor close_now")
+        self._close_now = close_now
         self._decoder = FrameDecoder(max(max_frame_size, MAX_RECEIVE_FRAME_SIZE))
         self._ids = itertools.count(1)
         self._pending: dict[int, _Slot] = {}
@@ -341,8 +347,10 @@ class Connection:
         if isinstance(op, WireRequest):
             if fields:
                 raise TypeError(f"{op.OP}: the request object holds its fields; got {sorted(fields)} too")
-            op, fields = op.OP, op.wire_fields()
-        (answer,) = await self.request_many(op, [fields], timeout=timeout)
+            name, fields = op.OP, op.wire_fields()
+        else:
+            name = op
+        (answer,) = await self.request_many(name, [fields], timeout=timeout)
         if isinstance(answer, TidemqError):
             raise answer
         return answer

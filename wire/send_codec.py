@@ -50,7 +50,7 @@ if COMPILED is not None:
 def request_of(p: PlainSend | PlainBatch) -> Request:
     """The request `parse_with` makes of the frame `p` was decoded from (for the reference
     path: a refusal, a login check)."""
-    if type(p) is PlainBatch:
+    if isinstance(p, PlainBatch):
         messages = [BatchMessage(body=body, tags=tags) for body, tags in p.messages]
         return Request(op=SendBatch.OP, id=p.id,
                        fields=SendBatch(topic=p.topic, messages=messages, queue_id=p.queue_id, wait=p.wait))

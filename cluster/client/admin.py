@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Unpack
 
 import attrs
 import trio
 
-from store.message import decode_msg_id
+from store.msg_id import decode_msg_id
 from wire.client import (
     BadRequest,
     NotFound,
@@ -282,7 +282,7 @@ class Admin(_Client):
             raise NotFound(Status.NOT_FOUND.value, f"no broker {broker_name!r} is registered (broker groups: {known})")
         rows: list[dict[str, Any]] = []
         for b in sorted(members, key=lambda b: b.broker_id):
-            row = {"where": f"broker {b.broker_id} ({b.role})", "address": b.address, "topics": None,
+            row: dict[str, Any] = {"where": f"broker {b.broker_id} ({b.role})", "address": b.address, "topics": None,
                    "writeable": None, "error": None}
             try:
                 answer: WritePermReply = await self.pool.call(b.address, BrokerWritePerm(writeable=writeable))
@@ -421,7 +421,7 @@ class Admin(_Client):
         raise _with_message(last, f"message {msg_id} not found: "
                             + "; ".join(str(e) for e in errors))
 
-    async def _queue_read(self, queue: MessageQueue, request: type[WireRequest], **fields: Any) -> Any:
+    async def _queue_read(self, queue: MessageQueue, request: Callable[..., WireRequest], **fields: Any) -> Any:
         """`request` (a class taking topic and queue_id) for `queue`, on its group."""
         route = await self.route(queue.topic)
         group = route.group(queue.broker_name)

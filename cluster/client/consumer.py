@@ -111,7 +111,7 @@ class PullConsumer(_Client):
         except NotFound:
             route = TopicRoute(self.topic, ())
         self._learn(route)
-        out = set()
+        out: set[MessageQueue] = set()
         for group in route.groups:
             qd = group.queue_data
             if qd is not None and qd.readable:

@@ -38,6 +38,7 @@ from .base import (
 from .producer_group import HEARTBEAT_INTERVAL_S, ProducerHeartbeats
 from .routing import (
     BrokerInfo,
+    BrokerRoute,
     GroupRoute,
     TopicRoute,
 )
@@ -354,7 +355,7 @@ class Producer(_Client):
             counter = self._counters[topic] = itertools.count(start)
         return counter
 
-    def _avoided(self, master: BrokerInfo | None, now: float) -> bool:
+    def _avoided(self, master: BrokerRoute | None, now: float) -> bool:
         """The name server saw this master go, or it failed a send within FAULT_BACKOFF_S."""
         return master is None or not master.alive or self._down_until.get(master.address, 0) > now
 

@@ -186,7 +186,7 @@ class RebalanceService:
                 self.trigger()
 
     async def _master_addresses(self) -> set[str]:
-        masters = set()
+        masters: set[str] = set()
         for consumer in self.consumers:
             try:
                 route = await consumer.route(consumer.topic)
