@@ -311,8 +311,8 @@ class BrokerConfig:
                 except ConfigError as e:
                     raise ConfigError(f"{where}{e}") from None
 
-        listen_port = broker_kwargs.get("listen_port", _BROKER_FIELDS["listen_port"].default)
-        broker_ip1 = broker_kwargs.get("broker_ip1", _BROKER_FIELDS["broker_ip1"].default)
+        listen_port: int = broker_kwargs.get("listen_port", _plain_default("listen_port"))
+        broker_ip1: str = broker_kwargs.get("broker_ip1", _plain_default("broker_ip1"))
         ha_port = 0
         if "ha_listen_port" in store_values:
             key = spelled["ha_listen_port"]
@@ -390,6 +390,15 @@ _CAMEL = {
 _NOT_KEYS = {"store", "source", "namesrv_addresses", "_security_files"}
 _BROKER_FIELDS = {f.name: f for f in attrs.fields(BrokerConfig) if f.name not in _NOT_KEYS}
 _STORE_FIELDS = {f.name: f for f in attrs.fields(StoreConfig)}
+
+
+def _plain_default(name: str) -> Any:
+    """A BrokerConfig key's default, for the keys read before the config is built (each has
+    a plain value, not a factory)."""
+    default = _BROKER_FIELDS[name].default
+    if default is None:
+        raise TypeError(f"BrokerConfig.{name} has no plain default")
+    return default
 _BROKER_KEYS = [_CAMEL[n] for n in _BROKER_FIELDS]
 _OPTIONAL_STR = {"namesrv_addr", "ha_master_address", "master_addr", "advertised_address",
                  "ha_advertised_address", "controller_mode", "etcd_endpoints", "access_key", "secret_key_file",

@@ -89,8 +89,10 @@ def check_live_value(key: str, value: str) -> tuple[str, Any]:
     """(canonical key, the value as the node would set it); ConfigError names what is wrong."""
     name, field, _ = _field(key)
     converted = convert_value(field, value, name)
-    if field.converter is not None:
-        converted = field.converter(converted)
+    converter = field.converter
+    if converter is not None:
+        assert not isinstance(converter, attrs.Converter), "the config's converters are plain functions"
+        converted = converter(converted)
     if field.validator is not None:
         field.validator(None, field, converted)
     return name, converted

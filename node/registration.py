@@ -24,6 +24,7 @@ from ha.net import TCP, Network
 from store import runtime
 from store.message_store import MessageStore
 from wire.client import Connection, TidemqError, connect
+from wire.options import ConnectOptions
 from wire.protocol.namesrv import RegisterBroker, RegisterReply, UnregisterBroker
 
 from .config import BrokerConfig
@@ -184,14 +185,16 @@ class NameServerRegistration:
     async def _connection(self, target: _Target) -> Connection:
         if target.conn is None or target.conn.closed:
             assert self._nursery is not None
-            target.conn = await Connection.open(
-                target.address, self._nursery,
-                connect_timeout=CONNECT_TIMEOUT_S, request_timeout=REQUEST_TIMEOUT_S,
-                max_frame_size=self.cfg.max_frame_size, credentials=self.cfg.credentials,
-                tls=self.cfg.client_tls, net=self.net,
-            )
+            target.conn = await Connection.open(target.address, self._nursery, self._connect_options())
             self._nursery.start_soon(self._watch, target, target.conn)
         return target.conn
+
+    def _connect_options(self) -> ConnectOptions:
+        """How a name server is reached: the node's login, TLS and frame cap (of the config
+        it registers as now: a promotion announces with a new one)."""
+        return ConnectOptions(connect_timeout=CONNECT_TIMEOUT_S, request_timeout=REQUEST_TIMEOUT_S,
+                              max_frame_size=self.cfg.max_frame_size, credentials=self.cfg.credentials,
+                              tls=self.cfg.client_tls, net=self.net)
 
     async def _watch(self, target: _Target, conn: Connection) -> None:
         """A registration connection that closes means the name server forgot we are alive:
@@ -203,7 +206,7 @@ class NameServerRegistration:
     async def _register(self, target: _Target) -> None:
         cfg = self.cfg
         conn = await self._connection(target)
-        extra = {}
+        extra: dict[str, Any] = {}  # the optional fields: epoch, the controller's view
         if self.epoch is not None and self.epoch() >= 0:
             extra["epoch"] = self.epoch()
         if self.controller is not None:
@@ -235,9 +238,7 @@ class NameServerRegistration:
             if target.conn is not None and not target.conn.closed:
                 await target.conn.request(request)
             else:  # the run nursery may be gone: a connection of its own
-                async with connect(target.address, connect_timeout=CONNECT_TIMEOUT_S,
-                                   request_timeout=REQUEST_TIMEOUT_S, credentials=self.cfg.credentials,
-                                   tls=self.cfg.client_tls, net=self.net) as conn:
+                async with connect(target.address, self._connect_options()) as conn:
                     await conn.request(request)
             log.info("unregistered from name server %s", target.address)
         except TidemqError as e:

@@ -21,6 +21,7 @@ from ha.net import TCP, Network
 from store import runtime
 from wire.client import BadRequest, Connection, TidemqError, connect
 from wire.credentials import Credentials
+from wire.options import ConnectOptions
 from wire.protocol import GetStatus, OffsetList, SubGroupList, TopicList
 
 from .tables.jsonfile import ConfigFileError, write_json_atomic
@@ -96,13 +97,10 @@ class SlaveSync:
         net: Network = TCP,
     ) -> None:
         self.master_addr = master_addr
-        self.credentials = credentials
-        self.tls = tls
-        self.net = net  # where the master is reached (ha/net.py)
+        self.connect_options = ConnectOptions(max_frame_size=max_frame_size, credentials=credentials, tls=tls, net=net)
         self.topics = topics
         self.offsets = offsets
         self.subgroups = subgroups
-        self.max_frame_size = max_frame_size
         self.interval_s = interval_s
         self.delay_offset_path = delay_offset_path
         self._delay_offsets: dict[str, int] | None = None
@@ -126,8 +124,7 @@ class SlaveSync:
         if self.master_addr is None:
             return
         source = f"master {self.master_addr}"
-        async with connect(self.master_addr, max_frame_size=self.max_frame_size, credentials=self.credentials,
-                           tls=self.tls, net=self.net) as conn:
+        async with connect(self.master_addr, self.connect_options) as conn:
             topics = _topic_configs((await conn.call(TopicList())).topics, source)
             offsets = _offset_entries((await conn.call(OffsetList())).offsets, source)
             schedule = (await conn.call(GetStatus())).schedule if self.delay_offset_path else None
@@ -169,9 +166,10 @@ class SlaveSync:
             try:
                 await self.sync_once()
             except* (TidemqError, ConfigFileError, OSError) as group:
-                # except*: a connection's nursery may group its error with a Cancelled (the
-                # node shutting down for a role change): the error is logged, the Cancelled
-                # goes on and ends this task instead of the process
+                # except*: should a group come out with a Cancelled in it (the node shutting
+                # down for a role change), the error is logged and the Cancelled goes on and
+                # ends this task instead of the process (connect itself raises the Cancelled
+                # bare: wire.client.block_nursery)
                 failed = group.exceptions[0]
             if failed is not None:
                 if self.last_error != str(failed):

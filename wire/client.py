@@ -16,21 +16,19 @@ import contextlib
 import itertools
 import logging
 import math
-import ssl
-from collections.abc import Callable, Mapping, Sequence
-from types import TracebackType
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, Unpack
 
 import attrs
 import trio
 from scramp import ScramException
 
-from ha.net import TCP, Network
 from store.address import AddressError, split_host_port
 
 from .credentials import Credentials, CredentialsError, default_credentials
 from .framing import FrameDecoder, FrameError, encode_frame
-from .protocol import PROTOCOL_VERSION, ReplyError, Status, WireRequest
+from .options import DEFAULT_MAX_FRAME_SIZE, ConnectKeywords, ConnectOptions
+from .protocol import PROTOCOL_VERSION, ReplyError, Status, WireReply, WireRequest
 from .protocol.auth import AuthFinish, AuthStart
 from .tls import TlsError, TlsHandshakeFailed, default_client_tls, wrap_client
 
@@ -38,6 +36,7 @@ __all__ = [
     "AuthenticationFailed",
     "BadReply",
     "BadRequest",
+    "ConnectOptions",
     "Connection",
     "ConnectionLost",
     "ConnectionLostInFlight",
@@ -51,17 +50,15 @@ __all__ = [
     "RequestTimeout",
     "ServiceUnavailable",
     "TidemqError",
+    "block_nursery",
     "connect",
     "error_for",
-    "exit_nursery",
     "read_reply",
 ]
 
 log = logging.getLogger("tidemq.client")
 
 RECEIVE_SIZE = 256 * 1024
-DEFAULT_MAX_FRAME_SIZE = 8 * 1024 * 1024
-"""Largest frame a client sends: the node's default maxFrameSize."""
 MAX_RECEIVE_FRAME_SIZE = 64 * 1024 * 1024
 """Largest frame a client accepts: above any node's sensible maxFrameSize."""
 CONNECTION_LOST = "CONNECTION_LOST"
@@ -184,8 +181,11 @@ _PUT_FAILURES = {
 def read_reply(request: WireRequest | type[WireRequest], answer: dict[str, Any], address: str | None = None) -> Any:
     """`answer` (a map `request`, or a request of that class, was answered with) as its
     REPLY class; BadReply when it does not have that shape."""
+    reply = request.REPLY
+    if not issubclass(reply, WireReply):
+        raise TypeError(f"{request.OP}: REPLY is {reply!r}, not a wire reply class")
     try:
-        return request.REPLY.from_wire(answer)
+        return reply.from_wire(answer)
     except (ReplyError, ValueError, TypeError) as e:
         raise BadReply("BAD_REPLY", f"{request.OP}: {e}", address=address) from None
 
@@ -229,7 +229,10 @@ class Connection:
         raw = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
         sock = getattr(raw, "socket", None)
         # closes at once (wakes the reader) from _abort; a simulated stream has close_now
-        self._close_now: Callable[[], None] = sock.close if sock is not None else raw.close_now
+        close_now: Callable[[], None] | None = sock.close if sock is not None else getattr(raw, "close_now", None)
+        if close_now is None:
+            raise TypeError(f"{type(raw).__name__}: a stream with neither a socket nor close_now")
+        self._close_now = close_now
         self._decoder = FrameDecoder(max(max_frame_size, MAX_RECEIVE_FRAME_SIZE))
         self._ids = itertools.count(1)
         self._pending: dict[int, _Slot] = {}
@@ -242,32 +245,30 @@ class Connection:
         cls,
         address: str,
         nursery: trio.Nursery,
-        *,
-        connect_timeout: float = 5.0,
-        request_timeout: float = 10.0,
-        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-        credentials: Credentials | None = None,
-        tls: ssl.SSLContext | None = None,
-        net: Network = TCP,
+        options: ConnectOptions | None = None,
+        **keywords: Unpack[ConnectKeywords],
     ) -> Connection:
         """Connect (ConnectionLost when refused or slower than `connect_timeout`), with TLS
         when there is a context (`tls`, else the process's or the environment's:
         wire/tls.py), start the reader in `nursery` and log in with `credentials`
         (default: the process's or the environment's, wire/credentials.py; none: no
-        login), within `connect_timeout` too. AuthenticationFailed when the login is refused;
-        ConnectionLost naming the cause when the TLS handshake fails."""
+        login), within `connect_timeout` too: `options`, or the defaults, with `keywords`
+        (wire/options.py). AuthenticationFailed when the login is refused; ConnectionLost
+        naming the cause when the TLS handshake fails."""
+        o = ConnectOptions.of(options, keywords)
+        connect_timeout, credentials = o.connect_timeout, o.credentials
         try:
             host, port = split_host_port(address)
         except AddressError as e:
             raise ConnectionLost(f"address {e}", address=address) from None
         try:
-            context = tls if tls is not None else default_client_tls()
+            context = o.tls if o.tls is not None else default_client_tls()
         except TlsError as e:
             raise ConnectionLost(f"TLS settings: {e}", address=address) from None
         stream: trio.abc.Stream
         try:
             with trio.fail_after(connect_timeout):
-                raw = await net.connect(host, port)
+                raw = await o.net.connect(host, port)
                 stream = raw
                 if context is not None:
                     try:
@@ -281,7 +282,7 @@ class Connection:
             raise ConnectionLost(str(e), address=address) from None
         except OSError as e:
             raise ConnectionLost(f"cannot connect: {e.strerror or e}", address=address) from None
-        conn = cls(stream, address, request_timeout=request_timeout, max_frame_size=max_frame_size)
+        conn = cls(stream, address, request_timeout=o.request_timeout, max_frame_size=o.max_frame_size)
         nursery.start_soon(conn._read_loop)
         try:
             if credentials is None:
@@ -320,10 +321,6 @@ class Connection:
         return self._closed.is_set()
 
     @property
-    def close_reason(self) -> str:
-        return self._close_reason
-
-    @property
     def in_flight(self) -> int:
         return len(self._pending)
 
@@ -350,8 +347,10 @@ class Connection:
         if isinstance(op, WireRequest):
             if fields:
                 raise TypeError(f"{op.OP}: the request object holds its fields; got {sorted(fields)} too")
-            op, fields = op.OP, op.wire_fields()
-        (answer,) = await self.request_many(op, [fields], timeout=timeout)
+            name, fields = op.OP, op.wire_fields()
+        else:
+            name = op
+        (answer,) = await self.request_many(name, [fields], timeout=timeout)
         if isinstance(answer, TidemqError):
             raise answer
         return answer
@@ -467,72 +466,61 @@ class Connection:
             self._abort(reason)
 
 
-class connect:  # noqa: N801 - used like a function: `async with connect(address) as conn:`
-    """`async with connect("host:port") as conn:` — a Connection with its own reader nursery.
+@contextlib.asynccontextmanager
+async def connect(
+    address: str, options: ConnectOptions | None = None, **keywords: Unpack[ConnectKeywords]
+) -> AsyncIterator[Connection]:
+    """`async with connect("host:port") as conn:` — a Connection with its own reader nursery,
+    closed when the block ends; `options` and `keywords` as for `Connection.open`.
 
     An exception raised in the block comes out as itself, not wrapped in the nursery's
-    ExceptionGroup, so `except NotFound:` around the block works."""
-
-    def __init__(
-        self,
-        address: str,
-        *,
-        connect_timeout: float = 5.0,
-        request_timeout: float = 10.0,
-        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-        credentials: Credentials | None = None,
-        tls: ssl.SSLContext | None = None,
-        net: Network = TCP,
-    ) -> None:
-        self._args = (address, connect_timeout, request_timeout, max_frame_size, credentials, tls)
-        self._net = net
-        self._nursery_cm: Any = None
-        self._conn: Connection | None = None
-
-    async def __aenter__(self) -> Connection:
-        address, connect_timeout, request_timeout, max_frame_size, credentials, tls = self._args
-        self._nursery_cm = trio.open_nursery()
-        nursery = await self._nursery_cm.__aenter__()
+    ExceptionGroup, so `except NotFound:` around the block works (`block_nursery`)."""
+    async with block_nursery() as nursery:
+        conn = await Connection.open(address, nursery, options, **keywords)
         try:
-            self._conn = await Connection.open(
-                address, nursery, connect_timeout=connect_timeout,
-                request_timeout=request_timeout, max_frame_size=max_frame_size, credentials=credentials,
-                tls=tls, net=self._net,
-            )
-        except BaseException as e:
-            await self._exit(type(e), e, e.__traceback__)
-            raise
-        return self._conn
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        if self._conn is not None:
+            yield conn
+        finally:
             with trio.CancelScope(shield=True):
-                await self._conn.aclose()
-        return await self._exit(exc_type, exc, tb)
-
-    async def _exit(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        return await exit_nursery(self._nursery_cm, exc_type, exc, tb)
+                await conn.aclose()
 
 
-async def exit_nursery(
-    nursery_cm: Any, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-) -> bool | None:
-    """Leave a nursery that a context manager opened around its caller's block, so the
-    block's own exception comes out as itself rather than inside trio's ExceptionGroup,
-    `except ConnectionLost:` around the block keeps working. That holds too when an outer
-    cancellation put `Cancelled` beside it (a connection lost while the node shuts down for
-    a role change): the Cancelled is dropped here and raised again at the caller's next
-    checkpoint, since its scope is still cancelled. Any other error keeps its group."""
+@contextlib.asynccontextmanager
+async def block_nursery() -> AsyncIterator[trio.Nursery]:
+    """A nursery for a context manager's background tasks (readers, heartbeats) around its
+    user's block, which trio would otherwise report in an ExceptionGroup. The block's own
+    exception comes out as itself, so `except ConnectionLost:` around the block works. When
+    an outer cancellation also ended tasks of the nursery (a connection lost while the node
+    shuts down for a role change), that Cancelled comes out instead, the block's exception
+    as its context: the cancellation always reaches the scope that was cancelled. Any other
+    error of a task keeps its group."""
+    raised: BaseException | None = None
+    unwrapped: BaseException | None = None
     try:
-        return await nursery_cm.__aexit__(exc_type, exc, tb)
+        async with trio.open_nursery() as nursery:
+            try:
+                yield nursery
+            except BaseException as e:
+                raised = e
+                raise
     except BaseExceptionGroup as group:
-        if exc is not None and all(e is exc or isinstance(e, trio.Cancelled) for e in _leaves(group)):
-            return False  # the block's own exception: let it propagate as it was raised
-        raise
+        unwrapped = _block_exception(group, raised)
+        if unwrapped is None:
+            raise
+    if unwrapped is not None:
+        raise unwrapped  # outside the except clause: the block's exception keeps its context
+
+
+def _block_exception(group: BaseExceptionGroup, raised: BaseException | None) -> BaseException | None:
+    """What `block_nursery` raises for `group` when the block raised `raised`: `raised`,
+    or a Cancelled beside it; None when a task failed otherwise (the group is raised)."""
+    if raised is None:
+        return None
+    leaves = _leaves(group)
+    if not all(e is raised or isinstance(e, trio.Cancelled) for e in leaves):
+        return None
+    if isinstance(raised, trio.Cancelled):
+        return raised
+    return next((e for e in leaves if e is not raised), raised)
 
 
 def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
@@ -550,15 +538,10 @@ class ConnectionPool:
     tasks run in the owner's nursery (the cluster client library's Producer, PullConsumer
     and Admin each own one)."""
 
-    def __init__(self, nursery: trio.Nursery, *, connect_timeout: float, request_timeout: float,
-                 credentials: Credentials | None = None, tls: ssl.SSLContext | None = None,
-                 net: Network = TCP) -> None:
+    def __init__(self, nursery: trio.Nursery, options: ConnectOptions | None = None,
+                 **keywords: Unpack[ConnectKeywords]) -> None:
         self._nursery = nursery
-        self.net = net
-        self.credentials = credentials
-        self.tls = tls
-        self.connect_timeout = connect_timeout
-        self.request_timeout = request_timeout
+        self.options = ConnectOptions.of(options, keywords)
         self._conns: dict[str, Connection] = {}
         self._locks: dict[str, trio.Lock] = {}
 
@@ -569,11 +552,7 @@ class ConnectionPool:
         async with self._locks.setdefault(address, trio.Lock()):
             conn = self._conns.get(address)
             if conn is None or conn.closed:
-                conn = await Connection.open(
-                    address, self._nursery,
-                    connect_timeout=self.connect_timeout, request_timeout=self.request_timeout,
-                    credentials=self.credentials, tls=self.tls, net=self.net,
-                )
+                conn = await Connection.open(address, self._nursery, self.options)
                 self._conns[address] = conn
             return conn
 

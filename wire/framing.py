@@ -29,7 +29,7 @@ def _load_compiled() -> Any:
     if forced_pure():
         return None
     try:
-        from wire import _send_codec
+        from . import _send_codec
     except ImportError:  # built without a C compiler: pure Python
         return None
     return _send_codec

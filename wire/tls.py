@@ -148,7 +148,7 @@ async def _accept_tls(
     return tls, None
 
 
-async def wrap_client(stream: trio.SocketStream, context: ssl.SSLContext, host: str) -> trio.SSLStream:
+async def wrap_client(stream: trio.abc.Stream, context: ssl.SSLContext, host: str) -> trio.SSLStream[trio.abc.Stream]:
     """The client side of a TLS connection, handshake done (the caller bounds the time).
     TlsHandshakeFailed says why in terms an operator can act on."""
     tls = trio.SSLStream(stream, context, server_hostname=host)

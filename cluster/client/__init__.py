@@ -1,4 +1,5 @@
-"""The tidemq client library (trio): Producer, PullConsumer, Admin.
+"""The tidemq client library (trio): Producer, PullConsumer, Consumer (a push-style group
+member, cluster/client/push_consumer.py), Admin.
 
 Each is an async context manager that owns a nursery (for the connections' reader tasks)
 and finds brokers either through name servers (`namesrv="host:port[;host:port]"`) or from
@@ -10,6 +11,9 @@ a fixed list of broker addresses (`brokers=[...]`, no name server needed):
     async with PullConsumer(namesrv="127.0.0.1:9876", group="G", topic="Orders") as consumer:
         async for msg in consumer.messages(idle_timeout_ms=2000):
             ...
+
+    async with Consumer("G", "Orders", handle, namesrv="127.0.0.1:9876"):  # handle(msg) per message
+        await trio.sleep_forever()
 
 Failures raise the typed errors of `wire.client` (re-exported here): `TidemqError(status,
 message)` and its subclasses `BadRequest`, `NotFound`, `ServiceUnavailable`, `PutFailed`,
@@ -48,6 +52,7 @@ from wire.client import (
     connect,
 )
 from wire.credentials import Credentials, CredentialsError, set_default_credentials
+from wire.options import ConnectOptions
 from wire.protocol import Status
 from wire.tls import TlsError, TlsSettings, set_default_client_tls
 
@@ -55,6 +60,7 @@ from .admin import Admin
 from .base import BrokerStatus, OutgoingMessage, PullResult, ReceivedMessage, SendResult, TopicInfo
 from .consumer import PullConsumer
 from .producer import Producer
+from .push_consumer import Consumer, ConsumerStats
 from .routing import BrokerInfo, GroupRoute, MessageQueue, QueueData, TopicRoute
 
 __all__ = [
@@ -63,9 +69,12 @@ __all__ = [
     "BadRequest",
     "BrokerInfo",
     "BrokerStatus",
+    "ConnectOptions",
     "Connection",
     "ConnectionLost",
     "ConnectionLostInFlight",
+    "Consumer",
+    "ConsumerStats",
     "Credentials",
     "CredentialsError",
     "GroupRoute",

@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import logging
-import ssl
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Unpack
 
 import attrs
 import trio
 
-from ha.net import TCP, Network
-from store.message import decode_msg_id
+from store.msg_id import decode_msg_id
 from wire.client import (
     BadRequest,
     NotFound,
     ServiceUnavailable,
     TidemqError,
 )
-from wire.credentials import Credentials
+from wire.options import ConnectKeywords, ConnectOptions
 from wire.protocol import (
     INT64_MAX,
     BrokerConfigReply,
@@ -64,6 +62,7 @@ from wire.protocol import (
 from wire.protocol.namesrv import AddWritePerm, WipeWritePerm
 
 from .base import (
+    CLIENT_OPTIONS,
     BrokerStatus,
     ReceivedMessage,
     TopicInfo,
@@ -90,17 +89,11 @@ class Admin(_Client):
         namesrv: str | Sequence[str] | None = None,
         brokers: Sequence[str] | str | None = None,
         *,
-        request_timeout: float = 5.0,
-        connect_timeout: float = 3.0,
-        credentials: Credentials | None = None,
-        tls: ssl.SSLContext | None = None,
-        net: Network = TCP,
+        options: ConnectOptions | None = None,
+        **connection: Unpack[ConnectKeywords],
     ) -> None:
-        super().__init__(namesrv, brokers, connect_timeout=connect_timeout,
-                         request_timeout=request_timeout, route_ttl_s=0.0, credentials=credentials, tls=tls, net=net)
-
-    async def __aenter__(self) -> Admin:
-        return await super().__aenter__()
+        super().__init__(namesrv, brokers, options=ConnectOptions.of(options, connection, CLIENT_OPTIONS),
+                         route_ttl_s=0.0)
 
     async def status(self) -> list[BrokerStatus]:
         """Every known broker's `status` answer (concurrently), or the reason it gave none."""
@@ -289,7 +282,7 @@ class Admin(_Client):
             raise NotFound(Status.NOT_FOUND.value, f"no broker {broker_name!r} is registered (broker groups: {known})")
         rows: list[dict[str, Any]] = []
         for b in sorted(members, key=lambda b: b.broker_id):
-            row = {"where": f"broker {b.broker_id} ({b.role})", "address": b.address, "topics": None,
+            row: dict[str, Any] = {"where": f"broker {b.broker_id} ({b.role})", "address": b.address, "topics": None,
                    "writeable": None, "error": None}
             try:
                 answer: WritePermReply = await self.pool.call(b.address, BrokerWritePerm(writeable=writeable))
@@ -428,7 +421,7 @@ class Admin(_Client):
         raise _with_message(last, f"message {msg_id} not found: "
                             + "; ".join(str(e) for e in errors))
 
-    async def _queue_read(self, queue: MessageQueue, request: type[WireRequest], **fields: Any) -> Any:
+    async def _queue_read(self, queue: MessageQueue, request: Callable[..., WireRequest], **fields: Any) -> Any:
         """`request` (a class taking topic and queue_id) for `queue`, on its group."""
         route = await self.route(queue.topic)
         group = route.group(queue.broker_name)

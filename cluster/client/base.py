@@ -3,25 +3,24 @@ constants, and `_Client` (discovery, the connection pool, the nursery)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
-import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import attrs
 import trio
 
-from ha.net import TCP, Network
 from wire.client import (
     ConnectionLost,
     ConnectionPool,
     ServiceUnavailable,
     TidemqError,
-    exit_nursery,
+    block_nursery,
 )
-from wire.credentials import Credentials
+from wire.options import ConnectOptions
 from wire.protocol import BatchMessage, Status, StatusReply, WireMessage, WireRequest
 
 from .routing import (
@@ -41,6 +40,9 @@ log = logging.getLogger("tidemq.client")
 
 ROUTE_TTL_S = 30.0
 """How long a route is used before it is fetched again (RocketMQ polls every 30 s)."""
+CLIENT_OPTIONS = ConnectOptions(connect_timeout=3.0, request_timeout=5.0)
+"""What PullConsumer, Admin and the push Consumer connect with unless told otherwise (the
+Producer's requests, its sends, time out after 3 s)."""
 FAULT_BACKOFF_S = 5.0
 """A master that refused a connection or a write (SERVICE_NOT_AVAILABLE) is avoided this long by
 the producer (its route is fetched again meanwhile: producer.ROUTE_RECHECK_S)."""
@@ -213,7 +215,34 @@ def _with_message(error: TidemqError, message: str) -> TidemqError:
 # ---------------------------------------------------------------- shared base
 
 
-class _Client:
+class _LifeCycle:
+    """An async context manager whose life is one `_running()` context (an
+    asynccontextmanager that subclasses extend): entering enters it, leaving leaves it,
+    so a class keeps trio's nurseries properly nested without entering them by hand."""
+
+    _stack: contextlib.AsyncExitStack | None = None
+
+    def _running(self) -> contextlib.AbstractAsyncContextManager[None]:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        if self._stack is not None:
+            raise RuntimeError(f"{type(self).__name__} is already in use: enter it once")
+        stack = contextlib.AsyncExitStack()
+        await stack.enter_async_context(self._running())
+        self._stack = stack
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        stack, self._stack = self._stack, None
+        if stack is None:
+            raise RuntimeError(f"{type(self).__name__}: leaving a context that was not entered")
+        return await stack.__aexit__(exc_type, exc, tb)
+
+
+class _Client(_LifeCycle):
     """What Producer, PullConsumer and Admin share: a nursery, a connection pool, a
     discovery (name servers or a broker list) and a route cache."""
 
@@ -222,54 +251,41 @@ class _Client:
         namesrv: str | Sequence[str] | None,
         brokers: Sequence[str] | str | None,
         *,
-        connect_timeout: float,
-        request_timeout: float,
+        options: ConnectOptions,
         route_ttl_s: float,
-        credentials: Credentials | None = None,
-        tls: ssl.SSLContext | None = None,
-        net: Network = TCP,
     ) -> None:
-        self.net = net  # where brokers and name servers are reached (ha/net.py): TCP, or a simulated network
-        self.credentials = credentials  # None: the process's or the environment's (docs/security.md)
-        self.tls = tls  # None: the process's or the environment's (TIDEMQ_TLS_CA), else plaintext
+        self.options = options  # timeouts, login, TLS and network of every connection (wire/options.py)
         self._namesrv = parse_addresses(namesrv, "a name server address")
         self._brokers = parse_addresses(brokers, "a broker address")
         if bool(self._namesrv) == bool(self._brokers):
             raise ValueError("give either namesrv (name server addresses) or brokers (broker addresses)")
-        self.connect_timeout = connect_timeout
-        self.request_timeout = request_timeout
         self.route_ttl_s = route_ttl_s
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
-        self._nursery_cm: Any = None
         self._pool: ConnectionPool | None = None
         self._discovery: Discovery | None = None
 
-    async def __aenter__(self) -> Any:
-        self._nursery_cm = trio.open_nursery()
-        nursery = await self._nursery_cm.__aenter__()
-        self._pool = ConnectionPool(nursery, connect_timeout=self.connect_timeout,
-                                    request_timeout=self.request_timeout, credentials=self.credentials,
-                                    tls=self.tls, net=self.net)
-        if self._namesrv:
-            self._discovery = NameServerDiscovery(self._namesrv, self._pool)
-        else:
-            self._discovery = StaticDiscovery(self._brokers, self._pool)
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        cm, self._nursery_cm = self._nursery_cm, None
-        with trio.CancelScope(shield=True):  # flush and close even when the block was cancelled
+    @contextlib.asynccontextmanager
+    async def _running(self) -> AsyncIterator[None]:
+        """The client's life: its pool and discovery in a nursery of its own around the
+        caller's block (subclasses wrap it with what they run beside). The block's exception
+        comes back as it was raised, not in trio's group, so `except ConnectionLost:` around
+        the `async with` works (wire.client.block_nursery)."""
+        async with block_nursery() as nursery:
+            pool = self._pool = ConnectionPool(nursery, self.options)
+            if self._namesrv:
+                self._discovery = NameServerDiscovery(self._namesrv, pool)
+            else:
+                self._discovery = StaticDiscovery(self._brokers, pool)
             try:
-                await self._before_close()
-            except TidemqError as e:
-                log.warning("%s: closing: %s", type(self).__name__, e)
-            await self.pool.aclose()
-        self._pool = self._discovery = None
-        # the body's exception comes back as it was raised, not in trio's group, so
-        # `except ConnectionLost:` around the `async with` works
-        return await exit_nursery(cm, exc_type, exc, tb)
+                yield
+            finally:
+                with trio.CancelScope(shield=True):  # flush and close even when the block was cancelled
+                    try:
+                        await self._before_close()
+                    except TidemqError as e:
+                        log.warning("%s: closing: %s", type(self).__name__, e)
+                    await pool.aclose()
+                self._pool = self._discovery = None
 
     async def _before_close(self) -> None:
         """Subclasses flush what they must before the connections close."""

@@ -5,24 +5,23 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import ssl
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Unpack
 
 import attrs
 import trio
 
-from ha.net import TCP, Network
 from wire.client import (
     ConnectionLost,
     NotFound,
     ServiceUnavailable,
     TidemqError,
 )
-from wire.credentials import Credentials
+from wire.options import ConnectKeywords, ConnectOptions
 from wire.protocol import CommitOffset, FetchOffset, MaxOffset, MinOffset, Pull, Status, WireRequest
 
 from .base import (
+    CLIENT_OPTIONS,
     ROUTE_TTL_S,
     PullResult,
     ReceivedMessage,
@@ -82,17 +81,14 @@ class PullConsumer(_Client):
         topic: str,
         tag_filter: str | None = None,
         start: Literal["first", "last"] = "first",
-        request_timeout: float = 5.0,
-        connect_timeout: float = 3.0,
         master_retry_s: float = 1.0,
         master_retry_max_s: float = 30.0,
         route_ttl_s: float = ROUTE_TTL_S,
-        credentials: Credentials | None = None,
-        tls: ssl.SSLContext | None = None,
-        net: Network = TCP,
+        options: ConnectOptions | None = None,
+        **connection: Unpack[ConnectKeywords],
     ) -> None:
-        super().__init__(namesrv, brokers, connect_timeout=connect_timeout,
-                         request_timeout=request_timeout, route_ttl_s=route_ttl_s, credentials=credentials, tls=tls, net=net)
+        super().__init__(namesrv, brokers, options=ConnectOptions.of(options, connection, CLIENT_OPTIONS),
+                         route_ttl_s=route_ttl_s)
         if start not in ("first", "last"):
             raise ValueError(f"start must be 'first' or 'last', got {start!r}")
         self.group = group
@@ -105,9 +101,6 @@ class PullConsumer(_Client):
         self._positions: dict[MessageQueue, int] = {}
         self._pending_commits: dict[MessageQueue, int] = {}
 
-    async def __aenter__(self) -> PullConsumer:
-        return await super().__aenter__()
-
     # ---- queues and positions -----------------------------------------------------------
 
     async def queues(self, *, refresh: bool = False) -> list[MessageQueue]:
@@ -118,7 +111,7 @@ class PullConsumer(_Client):
         except NotFound:
             route = TopicRoute(self.topic, ())
         self._learn(route)
-        out = set()
+        out: set[MessageQueue] = set()
         for group in route.groups:
             qd = group.queue_data
             if qd is not None and qd.readable:
@@ -169,7 +162,7 @@ class PullConsumer(_Client):
         response, address, from_slave = await self._read(
             queue.broker_name, Pull(topic=queue.topic, queue_id=queue.queue_id, offset=begin, max_msgs=max_msgs,
                                     tag_filter=self.tag_filter, timeout_ms=timeout_ms, group=self.group),
-            timeout=timeout_ms / 1000 + self.request_timeout,
+            timeout=timeout_ms / 1000 + self.options.request_timeout,
         )
         status = response.status
         messages = [ReceivedMessage.from_wire(m, queue.broker_name) for m in response.messages]
@@ -253,7 +246,7 @@ class PullConsumer(_Client):
                         queue.broker_name,
                         Pull(topic=queue.topic, queue_id=queue.queue_id, offset=begin, max_msgs=1,
                              tag_filter=self.tag_filter, timeout_ms=timeout_ms, group=self.group),
-                        timeout=timeout_ms / 1000 + self.request_timeout,
+                        timeout=timeout_ms / 1000 + self.options.request_timeout,
                     )
                 except TidemqError as e:
                     log.debug("long poll on %s failed: %s", queue, e)
@@ -422,7 +415,7 @@ class PullConsumer(_Client):
 
     async def _before_close(self) -> None:
         if self._pending_commits:
-            with trio.move_on_after(self.connect_timeout + self.request_timeout):
+            with trio.move_on_after(self.options.connect_timeout + self.options.request_timeout):
                 await self.flush_commits()
             if self._pending_commits:
                 log.warning("%d offset commit(s) of group %s could not reach the master and are lost; "

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import math
 import random
-import ssl
-from collections.abc import Iterable, Mapping, Sequence
-from types import TracebackType
-from typing import Any
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from typing import Any, Unpack
 
 import attrs
 import trio
 
-from ha.net import TCP, Network
 from wire.client import (
     BadRequest,
     ConnectionLost,
@@ -25,10 +23,11 @@ from wire.client import (
     TidemqError,
     read_reply,
 )
-from wire.credentials import Credentials
+from wire.options import ConnectKeywords, ConnectOptions
 from wire.protocol import BatchMessage, Send, SendBatch, SendBatchReply, SendReply, Status
 
 from .base import (
+    CLIENT_OPTIONS,
     FAULT_BACKOFF_S,
     ROUTE_TTL_S,
     OutgoingMessage,
@@ -39,12 +38,15 @@ from .base import (
 from .producer_group import HEARTBEAT_INTERVAL_S, ProducerHeartbeats
 from .routing import (
     BrokerInfo,
+    BrokerRoute,
     GroupRoute,
     TopicRoute,
 )
 
 log = logging.getLogger("tidemq.client")
 
+PRODUCER_OPTIONS = CLIENT_OPTIONS.but(request_timeout=3.0)
+"""What a Producer connects with unless told otherwise: `send_timeout` (its request timeout) 3 s."""
 ROUTE_RECHECK_S = 0.5
 """While a group's master is avoided (it failed a send, or the name server saw it go), the
 topic's route is fetched again at most this often, so a promoted or restarted master takes
@@ -84,7 +86,9 @@ class Producer(_Client):
 
     Sends may run concurrently from several tasks: they share one connection per master,
     pipelined (answers pair by id); `send_many` does that for a list of messages.
-    `send_timeout` bounds each attempt. With `wait=True` on a SYNC_MASTER the node may
+    `send_timeout` (default 3 s; `options.request_timeout`, wire/options.py, as are the
+    other connection settings: `connect_timeout`, `credentials`, `tls`, `net`, ...) bounds
+    each attempt. With `wait=True` on a SYNC_MASTER the node may
     take up to its slaveTimeout (3 s) before answering FLUSH_SLAVE_TIMEOUT; give a larger
     send_timeout if that answer matters more than a retry (a retried send may be stored
     twice). A topic no route knows yet is sent, for one route period (`route_ttl_s`),
@@ -98,22 +102,21 @@ class Producer(_Client):
         namesrv: str | Sequence[str] | None = None,
         brokers: Sequence[str] | str | None = None,
         *,
-        send_timeout: float = 3.0,
+        send_timeout: float | None = None,
         retries: int = 2,
-        connect_timeout: float = 3.0,
         route_ttl_s: float = ROUTE_TTL_S,
-        credentials: Credentials | None = None,
-        tls: ssl.SSLContext | None = None,
-        net: Network = TCP,
         group: str | None = None,
         heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
         rng: random.Random | None = None,
+        options: ConnectOptions | None = None,
+        **connection: Unpack[ConnectKeywords],
     ) -> None:
-        super().__init__(namesrv, brokers, connect_timeout=connect_timeout,
-                         request_timeout=send_timeout, route_ttl_s=route_ttl_s, credentials=credentials, tls=tls, net=net)
+        if send_timeout is not None:  # the producer's name for its request timeout
+            connection["request_timeout"] = send_timeout
+        super().__init__(namesrv, brokers, options=ConnectOptions.of(options, connection, PRODUCER_OPTIONS),
+                         route_ttl_s=route_ttl_s)
         if retries < 0:
             raise ValueError(f"retries must be >= 0, got {retries}")
-        self.send_timeout = send_timeout
         self.retries = retries
         self.group = group
         self.heartbeats = ProducerHeartbeats(self, group, interval_s=heartbeat_interval_s) if group else None
@@ -123,26 +126,21 @@ class Producer(_Client):
         self._creating: dict[str, float] = {}  # topic → until when it is sent without a route
         self._masters: tuple[float, list[BrokerInfo]] | None = None
 
-    async def __aenter__(self) -> Producer:
-        await super().__aenter__()
-        if self.heartbeats is not None:
-            try:
-                await self.heartbeats.start()
-            except BaseException as e:
-                await super().__aexit__(type(e), e, e.__traceback__)
-                raise
-        return self
+    @contextlib.asynccontextmanager
+    async def _running(self) -> AsyncIterator[None]:
+        """The client's life, and within it the group's heartbeats (when it has a group):
+        they end, and unregister, before the connections close."""
+        async with super()._running():
+            if self.heartbeats is None:
+                yield
+            else:
+                async with self.heartbeats.running():
+                    yield
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        if self.heartbeats is not None:  # its nursery first: the reverse of entering
-            try:
-                await self.heartbeats.close(exc_type, exc, tb)
-            except BaseException as e:
-                await super().__aexit__(type(e), e, e.__traceback__)
-                raise
-        return await super().__aexit__(exc_type, exc, tb)
+    @property
+    def send_timeout(self) -> float:
+        """Each attempt's timeout: the request timeout of its options."""
+        return self.options.request_timeout
 
     async def send(
         self,
@@ -357,7 +355,7 @@ class Producer(_Client):
             counter = self._counters[topic] = itertools.count(start)
         return counter
 
-    def _avoided(self, master: BrokerInfo | None, now: float) -> bool:
+    def _avoided(self, master: BrokerRoute | None, now: float) -> bool:
         """The name server saw this master go, or it failed a send within FAULT_BACKOFF_S."""
         return master is None or not master.alive or self._down_until.get(master.address, 0) > now
 

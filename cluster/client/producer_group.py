@@ -9,13 +9,14 @@ live. Sends themselves carry no group: nothing is added per message.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from types import TracebackType
+from collections.abc import AsyncIterator
 from typing import Any
 
 import trio
 
-from wire.client import TidemqError, exit_nursery
+from wire.client import TidemqError, block_nursery
 from wire.protocol import ProducerHeartbeat, ProducerUnregister
 
 from .rebalance import new_client_id
@@ -40,26 +41,19 @@ class ProducerHeartbeats:
         self.interval_s = interval_s
         self.client_id = client_id or new_client_id()
         self.told: set[str] = set()  # masters that may list this producer
-        self._cm: Any = None
-        self._nursery: trio.Nursery | None = None
 
-    async def start(self) -> None:
-        """Heartbeat now and then every interval, in a nursery of its own (`close` ends it)."""
-        self._cm = trio.open_nursery()
-        self._nursery = await self._cm.__aenter__()
-        self._nursery.start_soon(self._run)
-
-    async def close(self, exc_type: type[BaseException] | None = None, exc: BaseException | None = None,
-                    tb: TracebackType | None = None) -> None:
-        """End the heartbeats (leaving the nursery `start` entered: call it where the
-        producer's block ended, in no other cancel scope), then unregister from every master
-        told, best effort and bounded, even when cancelled."""
-        if self._nursery is None:
-            return
-        self._nursery.cancel_scope.cancel()
-        cm, self._cm, self._nursery = self._cm, None, None
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Heartbeat now and then every interval, in a nursery of its own, while the
+        producer's block runs; then unregister from every master told, best effort and
+        bounded, even when cancelled."""
         try:
-            await exit_nursery(cm, exc_type, exc, tb)
+            async with block_nursery() as nursery:
+                nursery.start_soon(self._run)
+                try:
+                    yield
+                finally:
+                    nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(UNREGISTER_TIMEOUT_S):
                 for address in sorted(self.told):

@@ -25,22 +25,22 @@ last commit, and a queue moving between members may deliver a few messages twice
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import inspect
 import logging
-import ssl
-from collections.abc import Awaitable, Callable, Sequence
-from types import TracebackType
-from typing import Any, Literal
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, Literal, Unpack
 
 import attrs
 import trio
 
 from store.properties import PROPERTY_RETRY_TOPIC
-from wire.client import NoPermission, ServiceUnavailable, TidemqError, exit_nursery
-from wire.credentials import Credentials
+from wire.client import NoPermission, ServiceUnavailable, TidemqError, block_nursery
+from wire.options import ConnectKeywords, ConnectOptions
 from wire.protocol import ConsumerSendBack, SendBackReply
 
-from .base import ROUTE_TTL_S, ReceivedMessage
+from .base import CLIENT_OPTIONS, ROUTE_TTL_S, ReceivedMessage, _LifeCycle
 from .consumer import PullConsumer
 from .rebalance import HEARTBEAT_INTERVAL_S, REBALANCE_INTERVAL_S, RebalanceService
 from .routing import UNREACHABLE, MessageQueue
@@ -76,7 +76,7 @@ class _QueueTask:
     done: trio.Event = attrs.field(factory=trio.Event)
 
 
-class Consumer:
+class Consumer(_LifeCycle):
     """See the module docstring. `brokers` instead of `namesrv` works too (no name server)."""
 
     def __init__(
@@ -96,12 +96,11 @@ class Consumer:
         poll_ms: int = 1000,
         local_retry_s: float = 1.0,
         client_id: str | None = None,
-        request_timeout: float = 5.0,
         route_ttl_s: float = ROUTE_TTL_S,
         max_messages: int | None = None,
         master_retry_max_s: float = 30.0,
-        credentials: Credentials | None = None,
-        tls: ssl.SSLContext | None = None,
+        options: ConnectOptions | None = None,
+        **connection: Unpack[ConnectKeywords],
     ) -> None:
         if max_messages is not None and max_messages < 1:
             raise ValueError(f"max_messages must be >= 1, got {max_messages}")
@@ -120,11 +119,12 @@ class Consumer:
         """Set once `max_messages` messages were consumed (never without a limit)."""
         self.last_message_at = 0.0  # trio clock of the last message handed to the handler
         self._taken = 0
-        common = dict(namesrv=namesrv, brokers=brokers, group=group, start=start,
-                      request_timeout=request_timeout, route_ttl_s=route_ttl_s,
-                      master_retry_max_s=master_retry_max_s, credentials=credentials, tls=tls)
-        self._main = PullConsumer(topic=topic, tag_filter=tag_filter, **common)
-        self._retry = PullConsumer(topic=RETRY_PREFIX + group, **common)
+        self.options = ConnectOptions.of(options, connection, CLIENT_OPTIONS)
+        pull_consumer = functools.partial(PullConsumer, namesrv, brokers, group=group, start=start,
+                                          route_ttl_s=route_ttl_s, master_retry_max_s=master_retry_max_s,
+                                          options=self.options)
+        self._main = pull_consumer(topic=topic, tag_filter=tag_filter)
+        self._retry = pull_consumer(topic=RETRY_PREFIX + group)
         self.rebalance = RebalanceService(
             group, [self._main, self._retry], acquire=self._acquire, release=self._release,
             client_id=client_id, heartbeat_interval_s=heartbeat_interval_s,
@@ -132,7 +132,6 @@ class Consumer:
         )
         self._tasks: dict[MessageQueue, _QueueTask] = {}
         self._nursery: trio.Nursery | None = None
-        self._cm: Any = None
 
     @property
     def client_id(self) -> str:
@@ -151,47 +150,21 @@ class Consumer:
         """Raise NotFound (no route) or ConnectionLost (no name server) for the topic."""
         await self._main.route(self.topic)
 
-    async def __aenter__(self) -> Consumer:
-        await self._main.__aenter__()
-        try:
-            await self._retry.__aenter__()
-            self._cm = trio.open_nursery()
-            self._nursery = await self._cm.__aenter__()
-            await self._nursery.start(self.rebalance.run)
-        except BaseException as e:  # e.g. cancelled while the first rebalance ran
-            # leave the nurseries in the reverse order of entering them, and in no other
-            # cancel scope: anything else corrupts trio's scope stack
+    @contextlib.asynccontextmanager
+    async def _running(self) -> AsyncIterator[None]:
+        """The topic's client, the retry topic's, then the queue tasks' nursery with the
+        rebalance service (left in the reverse order). On the way out every queue is
+        released (committed) and the member unregistered before the tasks are cancelled."""
+        async with self._main, self._retry, block_nursery() as nursery:
+            self._nursery = nursery
+            await nursery.start(self.rebalance.run)
             try:
-                if self._nursery is not None:
-                    self._nursery.cancel_scope.cancel()
-                    await exit_nursery(self._cm, type(e), e, e.__traceback__)
+                yield
             finally:
-                await self._close_clients(type(e), e, e.__traceback__)
-            raise
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        with trio.CancelScope(shield=True):
-            await self.rebalance.close()  # every queue released (committed), then unregistered
-        assert self._nursery is not None
-        self._nursery.cancel_scope.cancel()
-        try:
-            await self._cm.__aexit__(exc_type, exc, tb)
-        finally:
-            await self._close_clients(exc_type, exc, tb)
-        return None
-
-    async def _close_clients(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        """Leave the retry topic's client, then the topic's (the reverse of entering), the
-        second even when leaving the first raised (a Cancelled of the caller's scope)."""
-        try:
-            if self._retry._nursery_cm is not None:
-                await self._retry.__aexit__(None, None, None)
-        finally:
-            if self._main._nursery_cm is not None:
-                await self._main.__aexit__(None, None, None)
+                with trio.CancelScope(shield=True):
+                    await self.rebalance.close()
+                nursery.cancel_scope.cancel()
+                self._nursery = None
 
     # ---- queue ownership (RebalanceService callbacks) -----------------------------------
 

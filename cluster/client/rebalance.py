@@ -161,7 +161,7 @@ class RebalanceService:
     async def _watch(self, address: str) -> None:
         """Rebalance as soon as `address` says the group changed (see the module docstring)."""
         pool = self.consumers[0].pool
-        timeout = WATCH_MS / 1000 + self.consumers[0].request_timeout
+        timeout = WATCH_MS / 1000 + self.consumers[0].options.request_timeout
         version, failures = -1, 0
         while not self._closed:
             try:
@@ -186,7 +186,7 @@ class RebalanceService:
                 self.trigger()
 
     async def _master_addresses(self) -> set[str]:
-        masters = set()
+        masters: set[str] = set()
         for consumer in self.consumers:
             try:
                 route = await consumer.route(consumer.topic)
@@ -302,7 +302,7 @@ class RebalanceService:
             except (*UNREACHABLE, ServiceUnavailable) as e:
                 log.debug("unregister at %s failed: %s", address, e)
 
-        with trio.move_on_after(self.consumers[0].connect_timeout + self.consumers[0].request_timeout):
+        with trio.move_on_after(self.consumers[0].options.connect_timeout + self.consumers[0].options.request_timeout):
             async with trio.open_nursery() as nursery:
                 for address in self._masters:
                     nursery.start_soon(one, address)

@@ -28,6 +28,7 @@ from typing import Any
 import attrs
 from scramp import ScramMechanism
 
+from store.address import AddressError, split_host_port
 from store.properties import PROPERTY_REAL_TOPIC, PROPERTY_RETRY_TOPIC
 from wire.protocol.auth import AUTH_OPS, AuthReply
 from wire.protocol.codec import Request, Status, error_response
@@ -69,11 +70,15 @@ class Session:
 
 
 def peer_host(peer: str | None) -> str:
-    """The host part of "ip:port" / "[ip]:port" (what address rules and rate limits use)."""
+    """The host part of "ip:port" / "[ip]:port" (what address rules and rate limits use).
+    A peer name that is not host:port is taken whole, so it still counts for rate limits
+    (and matches no address rule but `*`)."""
     if not peer:
         return ""
-    host = peer.rsplit(":", 1)[0]
-    return host[1:-1] if host.startswith("[") else host
+    try:
+        return split_host_port(peer)[0]
+    except AddressError:
+        return peer
 
 
 class Guard:

@@ -89,8 +89,11 @@ class SubscriptionGroupManager:
         """Set the given settings of `group` (the others keep their value, or the default)."""
         async with self._lock:
             old = self._groups.get(group) or SubscriptionGroupConfig(group)
-            config = attrs.evolve(old, **{k: v for k, v in (("consume_enable", consume_enable),
-                                                             ("retry_max_times", retry_max_times)) if v is not None})
+            config = old
+            if consume_enable is not None:
+                config = attrs.evolve(config, consume_enable=consume_enable)
+            if retry_max_times is not None:
+                config = attrs.evolve(config, retry_max_times=retry_max_times)
             if self._groups.get(group) == config:
                 return config
             await self._publish({**self._groups, group: config})

@@ -64,3 +64,4 @@ async def test_a_connection_and_a_pool_cancelled_mid_request_leave_cleanly() -> 
                             await pool.aclose()
             assert scope.cancelled_caught
         nursery.cancel_scope.cancel()
+

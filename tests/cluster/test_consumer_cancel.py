@@ -9,7 +9,7 @@ from functools import partial
 import pytest
 import trio
 
-from cluster.client.push_consumer import Consumer
+from cluster.client import Consumer
 from cluster.namesrv import NameServer, NamesrvConfig
 
 

@@ -15,8 +15,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cluster.client import Admin, NotFound, Producer
-from cluster.client.push_consumer import Consumer
+from cluster.client import Admin, Consumer, NotFound, Producer
 from cluster.client.rebalance import allocate_averagely
 from cluster.client.routing import MessageQueue
 from tests.cluster.helpers import broker_conf, call, start_namesrv, wait_for

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.client import Producer
-from cluster.client.push_consumer import Consumer
+from cluster.client import Consumer, Producer
 from tests.cluster.helpers import broker_conf, call, start_namesrv, wait_for
 from tests.cluster.test_consumer_group import setup_cluster
 from tests.node.nodeproc import Nodes

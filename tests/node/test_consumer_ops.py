@@ -11,7 +11,7 @@ import pytest
 import trio
 import trio.testing
 
-from cluster.client.push_consumer import Consumer
+from cluster.client import Consumer
 from tests.cluster.helpers import call
 from tests.node.nodeproc import REPO, Nodes, master_conf, slave_conf, store_root
 from wire.client import BadRequest, ServiceUnavailable, connect

@@ -19,7 +19,7 @@ from node.security import (
     Session,
     make_verifier,
 )
-from node.security.guard import MAX_FAILURES
+from node.security.guard import MAX_FAILURES, peer_host
 from node.security.rules import RULES
 from wire.protocol import NODE_REQUESTS, Request
 from wire.protocol.auth import AuthFinish, AuthStart
@@ -253,3 +253,16 @@ def test_a_message_looked_up_by_id_needs_sub_on_its_topic(acl_file: Path) -> Non
     hidden = guard.check_answer(session, lookup, {"id": 1, "status": "OK", "message": {"topic": "payments"}})
     assert hidden["error"] == "get_by_msg_id: account 'alice' lacks SUB on topic 'payments'"
     assert "message" not in hidden
+
+
+@pytest.mark.parametrize(("peer", "host"), [
+    ("127.0.0.1:40001", "127.0.0.1"),
+    ("[::1]:40001", "::1"),
+    ("[fe80::1%eth0]:7", "fe80::1%eth0"),
+    ("broker-a.local:1", "broker-a.local"),
+    (None, ""),
+    ("", ""),
+    ("not-an-address", "not-an-address"),
+])
+def test_the_peer_host_is_the_address_without_its_port(peer: str | None, host: str) -> None:
+    assert peer_host(peer) == host
