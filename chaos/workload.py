@@ -154,10 +154,8 @@ async def consume(stop: trio.Event, consumed: dict[str, int], make: Callable[[],
             nursery.start_soon(cancel_on_stop)
             while True:
                 try:
-                    # type-var: messages() is an async generator (aclose, as its docstring says to use it)
-                    # typed AsyncIterator in cluster/client/consumer.py
                     async with make() as consumer, \
-                            contextlib.aclosing(consumer.messages(  # type: ignore[type-var]
+                            contextlib.aclosing(consumer.messages(
                                 poll_ms=poll_ms, auto_commit=True, pull_interval_ms=pull_interval_ms)) as it:
                         if on_consumer is not None:
                             on_consumer(consumer)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any, Literal, Unpack
 
 import attrs
@@ -196,7 +196,7 @@ class PullConsumer(_Client):
         max_msgs: int = 32,
         auto_commit: bool = False,
         pull_interval_ms: int = 0,
-    ) -> AsyncIterator[ReceivedMessage]:
+    ) -> AsyncGenerator[ReceivedMessage, None]:
         """Every message of the topic, walking all queues from their positions (committed
         offsets at first). Waits (long polling on all queues at once) when caught up; ends
         after `idle_timeout_ms` without a message (never, when None). With `auto_commit`,
