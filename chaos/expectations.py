@@ -29,7 +29,7 @@ from typing import Any
 
 import attrs
 
-from cluster.drills.checker import CheckReport
+from cluster.judge.checker import CheckReport
 
 from .layout import MASTER
 

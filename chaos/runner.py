@@ -24,8 +24,8 @@ import trio
 from requests import RequestException
 from toxiproxy import Toxiproxy
 
-from cluster.drills.checker import CheckReport, check
-from cluster.drills.history import OK, History
+from cluster.judge.checker import CheckReport, check
+from cluster.judge.history import OK, History
 from cluster.launch.launcher import LauncherError
 from cluster.launch.secrets import forget_layout_secrets
 from wire.client import TidemqError

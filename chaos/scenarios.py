@@ -19,7 +19,7 @@ import attrs
 import trio
 
 from cluster.client.admin import Admin
-from cluster.drills.history import OK
+from cluster.judge.history import OK
 from cluster.launch.launcher import LauncherError
 from store.msg_id import decode_msg_id
 from wire.client import ConnectionLost, RequestTimeout, TidemqError, connect

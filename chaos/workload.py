@@ -22,7 +22,7 @@ import attrs
 import trio
 
 from cluster.client.consumer import PullConsumer
-from cluster.drills.history import FAIL, INFO, OK, History, Op, key_of
+from cluster.judge.history import FAIL, INFO, OK, History, Op, key_of
 from wire.client import ConnectionLost, Indeterminate, OutcomeUnknown, TidemqError, connect
 from wire.protocol import GetStatus, Send, SendReply, StatusReply, TopicCreate
 

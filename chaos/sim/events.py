@@ -8,7 +8,7 @@ import hashlib
 
 import trio
 
-from cluster.drills.history import Op
+from cluster.judge.history import Op
 
 __all__ = ["EventLog", "op_line"]
 

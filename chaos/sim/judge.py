@@ -8,8 +8,8 @@ import os
 
 import attrs
 
-from cluster.drills.checker import check
-from cluster.drills.history import FAIL, INFO, OK, History
+from cluster.judge.checker import check
+from cluster.judge.history import FAIL, INFO, OK, History
 from store.epoch_file import EPOCH_FILE_NAME, EpochFileCache
 
 from .cluster import SimGroup

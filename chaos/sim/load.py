@@ -16,7 +16,7 @@ import trio
 
 from cluster.client.consumer import PullConsumer
 from cluster.client.producer import Producer
-from cluster.drills.history import FAIL, INFO, OK, History
+from cluster.judge.history import FAIL, INFO, OK, History
 from wire.client import OutcomeUnknown, TidemqError, connect
 from wire.protocol import Send
 

@@ -11,7 +11,7 @@ from typing import Any
 import trio
 
 from cluster.client.admin import Admin
-from cluster.drills.history import History
+from cluster.judge.history import History
 from node.failover.promotion import ASK_TIMEOUT_S
 from store import runtime
 from wire.client import TidemqError, connect

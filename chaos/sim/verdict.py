@@ -1,5 +1,5 @@
 """What a simulated run must not do, checked on the chaos suite's CheckReport
-(cluster/drills/checker.py, the stores read back from their files) and on what the run observed.
+(cluster/judge/checker.py, the stores read back from their files) and on what the run observed.
 
 - No acknowledged message lost beyond the mode's promise: SYNC_MASTER loses no PUT_OK; any
   other acknowledgement (ASYNC_MASTER's PUT_OK, SYNC_MASTER's FLUSH_SLAVE_TIMEOUT /
@@ -27,8 +27,8 @@ from collections import defaultdict
 
 import attrs
 
-from cluster.drills.checker import CheckReport
-from cluster.drills.history import OK, History, parse_key
+from cluster.judge.checker import CheckReport
+from cluster.judge.history import OK, History, parse_key
 from node.failover.promotion import ASK_TIMEOUT_S
 from store.msg_id import decode_msg_id
 

@@ -43,10 +43,10 @@ from ..client.producer import Producer
 from ..client.push_consumer import Consumer
 from ..client.rebalance import HEARTBEAT_INTERVAL_S, REBALANCE_INTERVAL_S, allocate_averagely
 from ..client.routing import MessageQueue
+from ..judge.checker import ConsumptionReport, check_consumption
+from ..judge.history import FAIL, INFO, OK, History
 from ..launch import launcher
 from ..launch.secrets import forget_layout_secrets, make_dev_secrets
-from .checker import ConsumptionReport, check_consumption
-from .history import FAIL, INFO, OK, History
 
 log = logging.getLogger("tidemq.drill")
 

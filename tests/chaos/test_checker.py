@@ -10,8 +10,8 @@ import pytest
 from chaos import disk
 from chaos.expectations import Expectation, expectation, violations
 from chaos.scenarios import SCENARIOS
-from cluster.drills.checker import check
-from cluster.drills.history import FAIL, INFO, OK, History, key_of
+from cluster.judge.checker import check
+from cluster.judge.history import FAIL, INFO, OK, History, key_of
 from store import Message, StoreConfig, open_store
 
 TOPIC = "ChaosTopic"

@@ -21,7 +21,7 @@ from chaos.sim.schedule import Fault, Schedule, draw
 from chaos.sim.simulation import Simulation
 from chaos.sim.spin import SpinGuard
 from chaos.sim.sweep import sweep
-from cluster.drills.history import Op
+from cluster.judge.history import Op
 from store import Message, StoreConfig
 from store.markers import AbortFile
 from store.message_store import MessageStore, open_store

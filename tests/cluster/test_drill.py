@@ -16,7 +16,7 @@ import trio
 from cluster.client.routing import MessageQueue
 from cluster.drills.cli import add_commands
 from cluster.drills.framework import DRILLS, TOPIC, Consumption, DrillRun, run_drill
-from cluster.drills.history import FAIL, INFO, OK
+from cluster.judge.history import FAIL, INFO, OK
 from tests.node.nodeproc import REPO
 from tests.waiting import wait_until
 
