@@ -28,7 +28,6 @@ from .message import (
     encode_blank,
     msg_id_prefix,
     place_records,
-    read_total_size,
 )
 from .recovery import RecoveredLog, RecoveryProgress, recover, truncate
 from .status import AppendMessageResult, AppendMessageStatus
@@ -279,12 +278,6 @@ class CommitLog:
             return decode_record(mf.mm, pos, check_crc=check_crc, read_body=read_body, limit=limit)
         finally:
             mf.release()
-
-    def record_size_at(self, offset: int) -> int | None:
-        mf = self.queue.find_by_offset(offset)
-        if mf is None or offset % self.file_size + 8 > mf.get_read_position():
-            return None
-        return read_total_size(mf.mm, offset % self.file_size)[0]
 
     def iter_records(self, from_offset: int, *, check_crc: bool = False, read_body: bool = True):
         """Yield (offset, Decoded) from `from_offset` up to the readable end; BLANKs are yielded

@@ -137,10 +137,6 @@ class MessageStore:
     def shutdown_done(self) -> bool:
         return self.flags.shut_down
 
-    @property
-    def abort_path(self) -> str:
-        return self.abort_file.path
-
     def load(self, recovery_progress: RecoveryProgress | None = None) -> MessageStore:
         """Lock the root, map the segments and recover (blocking; done once at start).
         `recovery_progress(validated_bytes, total_bytes)` follows CommitLog validation."""
