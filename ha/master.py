@@ -33,8 +33,9 @@ import attrs
 import trio
 
 from store import runtime
-from store.config import BrokerRole
-from store.message_store import MessageStore
+from store.address import split_host_port
+from store.config import BrokerRole, StoreConfig
+from store.replica_log import ReplicaLog
 from store.waiters import OffsetWaiters
 
 from .connection import ReadEnd, guarded, read_until_closed
@@ -92,21 +93,22 @@ class HAService:
 
     Start with ``await nursery.start(ha.run)``; ``ha.port`` is the bound port afterwards
     (useful with port 0). While running it is attached as the store's replicator
-    (``store.attach_replicator``) and append listener; SYNC_MASTER puts wait on it.
+    (``ReplicaLog.attach_replicator``) and append listener; SYNC_MASTER puts wait on it.
     """
 
-    def __init__(self, store: MessageStore, *, host: str = "127.0.0.1", port: int | None = None,
+    def __init__(self, log: ReplicaLog, config: StoreConfig, *, host: str = "127.0.0.1", port: int | None = None,
                  on_ack_timeout: Callable[[int], Awaitable[bool]] | None = None,
                  on_connections: Callable[[], None] | None = None,
                  secure_accept: Callable[[trio.SocketStream], Awaitable[trio.abc.Stream | None]] | None = None,
                  net: Network = TCP) -> None:
-        self.store = store
         self.net = net  # where connections come from (ha/net.py): TCP, or a simulated network
         self.secure_accept = secure_accept
         """The node's TLS check of a new slave connection (mutual TLS, wire/tls.py):
         the stream to serve, or None to drop it before a byte of the CommitLog is sent."""
-        self.log = store.replica_log
-        self.config = store.config
+        self.log = log
+        """The store's CommitLog as replication sees it: read ranges, wait on appends."""
+        self.config = config
+        """The store's config: the ha* keys and brokerRole (read live: a promotion changes the role)."""
         self.host = host
         self.port = self.config.ha_listen_port if port is None else port
         self.push2slave_max_offset = 0
@@ -139,7 +141,7 @@ class HAService:
 
     def slave_hosts(self) -> frozenset[str]:
         """The hosts the connected slaves connect from."""
-        return frozenset(c.address.rsplit(":", 1)[0] for c in self._connections)
+        return frozenset(split_host_port(c.address)[0] for c in self._connections)
 
     def is_slave_ok(self, master_put_where: int) -> bool:
         """A SYNC_MASTER put waits only if the slaves it needs (`acks_needed`) are connected
