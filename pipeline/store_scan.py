@@ -39,6 +39,7 @@ import pyarrow as pa
 
 from pipeline.columns import batch_from_columns
 from pipeline.schema import BatchBuilder
+from store.layout import StoreToolError, iter_segments
 from store.message import (
     BLANK_MAGIC_CODE,
     COMPILED,
@@ -50,7 +51,6 @@ from store.message import (
 )
 from store.record_rows import scan_rows
 from store.segment_walker import Record, last_data_index, step
-from store.tools import StoreToolError, iter_segments
 
 DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
 _MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)

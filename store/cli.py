@@ -23,7 +23,7 @@ from typing import Any
 
 import trio
 
-from store import queue_tools, tools
+from store import layout, queue_tools, tools
 
 EXIT_OK = 0
 EXIT_PROBLEM = 1
@@ -102,8 +102,8 @@ def segment_progress(what: str) -> Iterator[tools.Progress | None]:
 
 def _stores(path: str) -> list[tuple[str, str]]:
     try:
-        return tools.find_stores(path)
-    except tools.StoreToolError as e:
+        return layout.find_stores(path)
+    except layout.StoreToolError as e:
         raise UsageError(str(e)) from None
 
 
@@ -219,7 +219,7 @@ async def until_signal(body: Callable[[], Awaitable[int]]) -> int:
 
 
 def _handled(fn: Handler) -> Handler:
-    return handled(fn, usage=(tools.StoreToolError,))
+    return handled(fn, usage=(layout.StoreToolError,))
 
 
 _DIR_HELP = ("a store (a node's storePathRootDir, e.g. data/store/broker-a), or a cluster base dir "

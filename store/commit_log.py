@@ -17,6 +17,7 @@ import attrs
 from . import runtime
 from .allocate import AllocateMappedFileService
 from .config import StoreConfig
+from .layout import COMMITLOG_DIR
 from .mapped_file import MappedFile, SelectResult
 from .mapped_file_queue import MappedFileQueue
 from .message import (
@@ -69,7 +70,7 @@ class CommitLog:
         self.file_size = config.mapped_file_size_commit_log
         self.allocator = allocator
         self.queue = MappedFileQueue(
-            config.path("commitlog"),
+            config.path(COMMITLOG_DIR),
             self.file_size,
             pool=pool,
             allocator=allocator.allocate if allocator else None,

@@ -25,13 +25,12 @@ Deliberate deviations from RocketMQ 4.9.8, each guarding against a RocketMQ bug:
 from __future__ import annotations
 
 import logging
-import os
-import re
 import struct
 import threading
 from collections.abc import Callable, Iterator
 
 from .config import CQ_STORE_UNIT_SIZE
+from .layout import list_queue_dirs, queue_dir
 from .mapped_file import MappedFile, SelectResult
 from .mapped_file_queue import MappedFileQueue
 
@@ -67,7 +66,7 @@ class ConsumeQueue:
         self.queue_id = queue_id
         self.store_path = store_path
         self.file_size = file_size
-        self.queue_dir = os.path.join(store_path, topic, str(queue_id))
+        self.queue_dir = queue_dir(store_path, topic, queue_id)
         self.mapped_file_queue = MappedFileQueue(self.queue_dir, file_size)
         # CommitLog end (offset + size) of the newest unit built; -1 = nothing built yet.
         self.max_physic_offset = -1
@@ -376,7 +375,6 @@ class ConsumeQueue:
         self.mapped_file_queue.shutdown()
 
 
-_QUEUE_ID_RE = re.compile(r"-?[0-9]+")
 
 
 class ConsumeQueueTable:
@@ -390,23 +388,10 @@ class ConsumeQueueTable:
 
     def load(self) -> None:
         """Load every `<topic>/<int queueId>` directory; other names are skipped."""
-        if not os.path.isdir(self.store_path):
-            return
-        for topic in sorted(os.listdir(self.store_path)):
-            topic_dir = os.path.join(self.store_path, topic)
-            if not os.path.isdir(topic_dir):
-                continue
-            for name in sorted(os.listdir(topic_dir)):
-                if not _QUEUE_ID_RE.fullmatch(name) or str(int(name)) != name:
-                    log.warning("skip consume queue dir %s: not a queue id", os.path.join(topic_dir, name))
-                    continue
-                queue_id = int(name)
-                if not -(2**31) <= queue_id < 2**31:
-                    log.warning("skip consume queue dir %s: queue id out of range", name)
-                    continue
-                cq = ConsumeQueue(topic, queue_id, self.store_path, self.file_size)
-                cq.load()
-                self._queues[(topic, queue_id)] = cq
+        for topic, queue_id, _path in list_queue_dirs(self.store_path):
+            cq = ConsumeQueue(topic, queue_id, self.store_path, self.file_size)
+            cq.load()
+            self._queues[(topic, queue_id)] = cq
 
     def recover(self) -> int:
         """Recover every queue; returns max_physic_offset_of_all()."""

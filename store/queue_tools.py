@@ -24,15 +24,16 @@ from store.index_file import (
 )
 from store.message import RecordKind, StoredMessage, decode_record
 
-from .tools import (
-    SEGMENT_NAME,
-    Buffer,
+from .layout import (
     StoreToolError,
+    consumequeue_dir,
     find_segment,
+    index_dir,
     iter_segments,
-    message_to_dict,
-    open_segment,
+    queue_dir,
+    segment_names,
 )
+from .tools import Buffer, message_to_dict, open_segment
 
 
 class _SegmentReader:
@@ -69,10 +70,10 @@ def dump_queue(
     Each dict is `message_to_dict`'s plus "queueOffset" from the unit; a unit whose record
     is gone or disagrees gives {"queueOffset", "offset", "error"} and the walk goes on.
     """
-    qdir = os.path.join(os.fspath(root), "consumequeue", topic, str(queue_id))
+    qdir = queue_dir(consumequeue_dir(root), topic, queue_id)
     if not os.path.isdir(qdir):
         raise StoreToolError(f"no ConsumeQueue for {topic}-{queue_id} under {os.fspath(root)}")
-    names = sorted(n for n in os.listdir(qdir) if SEGMENT_NAME.match(n))
+    names = segment_names(os.listdir(qdir))
     emitted = 0
     with _SegmentReader(root) as reader:
         for name in names:
@@ -170,7 +171,7 @@ def query_key(
     """Messages of `topic` with KEYS or UNIQ_KEY `key`, newest first, through the index
     files. Their geometry is worked out per file (`index_geometry`) unless given.
     Candidates are re-read, so hash collisions never return another key."""
-    idir = os.path.join(os.fspath(root), "index")
+    idir = index_dir(root)
     if not os.path.isdir(idir):
         raise StoreToolError(f"no index directory under {os.fspath(root)}")
     candidates: list[int] = []
