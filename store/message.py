@@ -526,6 +526,11 @@ def read_total_size(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int,
     return _SIZE_MAGIC.unpack_from(buf, pos)
 
 
+def read_physical_offset(buf: bytes | bytearray | memoryview, pos: int) -> int:
+    """PHYSICALOFFSET of the record at pos, without decoding the rest."""
+    return _I64.unpack_from(buf, pos + PHYSICAL_OFFSET_POSITION)[0]
+
+
 def read_store_timestamp(buf: bytes | bytearray | memoryview, pos: int) -> int:
     sys_flag = _I32.unpack_from(buf, pos + SYSFLAG_POSITION)[0]
     return _I64.unpack_from(buf, pos + store_timestamp_position(sys_flag))[0]
