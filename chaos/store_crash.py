@@ -25,7 +25,7 @@ import attrs
 import trio
 
 from store import GetMessageStatus, Message, StoreConfig, open_store
-from store.message import RecordKind
+from store.record_codec import RecordKind
 from store.tools import verify
 
 MODES = ("sync", "async", "async-pool")

@@ -13,7 +13,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from store.message import PROPERTY_KEYS, PROPERTY_TAGS, StoredMessage, decode_msg_id, msg_id_prefix
+from store.message import PROPERTY_KEYS, PROPERTY_TAGS, StoredMessage, decode_msg_id
+from store.msg_id import msg_id_prefix
 
 CORRUPT_COLUMN = "_corrupt"
 

@@ -39,9 +39,9 @@ import pyarrow as pa
 
 from pipeline.columns import batch_from_columns
 from pipeline.schema import BatchBuilder
+from store.accel import COMPILED
 from store.consume_queue import written_units
 from store.layout import StoreToolError, consumequeue_dir, iter_segments, list_queue_dirs
-from store.message import COMPILED
 from store.record_rows import scan_rows
 from store.segment_walker import (
     Record,

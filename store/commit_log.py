@@ -20,14 +20,14 @@ from .config import StoreConfig
 from .layout import COMMITLOG_DIR
 from .mapped_file import MappedFile, SelectResult
 from .mapped_file_queue import MappedFileQueue
-from .message import (
+from .msg_id import msg_id_prefix
+from .record_codec import (
     END_FILE_MIN_BLANK_LENGTH,
     Decoded,
     PreparedRecord,
     RecordKind,
     decode_record,
     encode_blank,
-    msg_id_prefix,
     place_records,
 )
 from .recovery import RecoveredLog, RecoveryProgress, recover, truncate

@@ -35,11 +35,12 @@ from .index_file import IndexService
 from .layout import ABORT_FILE, CHECKPOINT_FILE, CONSUMEQUEUE_DIR, INDEX_DIR
 from .markers import AbortFile, StoreLock
 from .markers import StoreLockedError as StoreLockedError  # importable from here, as before
-from .message import Message, RecordKind, StoredMessage
+from .message import Message, StoredMessage
 from .puts import Appended, MessagePuts, Prepared
 from .reads import GetMessageResult as GetMessageResult  # importable from here, as before
 from .reads import MessageReads
 from .reads import StoreUnavailableError as StoreUnavailableError
+from .record_codec import RecordKind
 from .recovery import RecoveryProgress, TruncateReport
 from .replica_log import ReplicaLog
 from .replica_log import Replicator as Replicator  # importable from here, as before

@@ -16,18 +16,12 @@ from typing import TYPE_CHECKING, NamedTuple
 import trio
 
 from .config import BrokerRole, StoreConfig
-from .message import (
-    PROPERTY_DELAY,
-    EncodeError,
-    Message,
-    PreparedRecord,
-    prepare_plain,
-    prepare_record,
-    topic_error,
-    transaction_type,
-)
+from .message import Message, topic_error
+from .properties import PROPERTY_DELAY
+from .record_codec import EncodeError, PreparedRecord, prepare_plain, prepare_record
 from .schedule import DelayError, rewrite_delayed
 from .status import AppendMessageResult, AppendMessageStatus, PutMessageResult, PutMessageStatus
+from .sysflag import transaction_type
 
 if TYPE_CHECKING:
     from .commit_log import CommitLog
@@ -132,7 +126,7 @@ class MessagePuts:
                       born_timestamp: int | None, born_host: str | None) -> Prepared | None:
         """`prepare_message` of a plain message (a valid topic, a body, at most tags) that the
         caller checked, with `refusal()`, the store takes: built without its Message
-        (store.message.prepare_plain). None when it is refused: `prepare_message` then
+        (store.record_codec.prepare_plain). None when it is refused: `prepare_message` then
         says why."""
         try:
             record = prepare_plain(topic, body, queue_id, tags, flag, born_timestamp, born_host,

@@ -22,7 +22,8 @@ from store.index_file import (
     build_key,
     index_file_size,
 )
-from store.message import RecordKind, StoredMessage, decode_record
+from store.message import StoredMessage
+from store.record_codec import RecordKind, decode_record
 
 from .layout import (
     StoreToolError,

@@ -12,8 +12,9 @@ import trio
 
 from .config import CQ_STORE_UNIT_SIZE, StoreConfig
 from .consume_queue import ConsumeQueueTable, is_blank_unit, iter_units
-from .message import RecordKind, StoredMessage
+from .message import StoredMessage
 from .msg_id import decode_msg_id
+from .record_codec import RecordKind
 from .status import GetMessageStatus
 from .tag_filter import TagFilter
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from .message import COMPILED, RecordKind, masked_crc32
-from .message import py_decode_record as decode_record
+from .accel import COMPILED
 from .msg_id import msg_id_prefix
 from .properties import PROPERTY_KEYS, PROPERTY_TAGS
+from .record_codec import RecordKind, masked_crc32
+from .record_codec import py_decode_record as decode_record
 
 ROW_FIELDS = (
     "topic", "queue_id", "queue_offset", "commitlog_offset", "size", "body", "body_crc",

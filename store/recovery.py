@@ -37,7 +37,7 @@ import attrs
 
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
-from .message import (
+from .record_codec import (
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     read_store_timestamp,

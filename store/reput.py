@@ -19,19 +19,18 @@ from .checkpoint import StoreCheckpoint
 from .commit_log import CommitLog
 from .consume_queue import ConsumeQueueTable
 from .index_file import IndexService
-from .message import (
+from .record_codec import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
-    TRANSACTION_MASK,
     DispatchRequest,
     RecordKind,
-    SysFlag,
     decode_dispatch,
     read_total_size,
 )
 from .running_flags import RunningFlags
 from .schedule import SCHEDULE_TOPIC, deliver_timestamp
+from .sysflag import TRANSACTION_MASK, SysFlag
 
 TRANSACTION_COMMIT = int(SysFlag.TRANSACTION_COMMIT)
 ROUND_BYTES = 64 * 1024

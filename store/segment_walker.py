@@ -44,14 +44,14 @@ from collections.abc import Iterator, Sequence
 
 import attrs
 
-from .message import (
+from .accel import COMPILED
+from .message import StoredMessage
+from .record_codec import (
     BLANK_MAGIC_CODE,
-    COMPILED,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     PHYSICAL_OFFSET_POSITION,
     RecordKind,
-    StoredMessage,
     decode_record,
     masked_crc32,
     message_extent,

@@ -23,7 +23,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from store.layout import StoreToolError, find_segment, iter_segments
-from store.message import RecordKind, StoredMessage, decode_record
+from store.message import StoredMessage
+from store.record_codec import RecordKind, decode_record
 from store.segment_walker import Blank, Record, last_data_index, walk
 
 log = logging.getLogger(__name__)

@@ -14,11 +14,11 @@ from pipeline import store_scan
 from pipeline.schema import rows_to_dicts
 from pipeline.store_scan import ScanOptions, StoreReadError
 from store import layout, tools
-from store.message import (
+from store.message import Message
+from store.record_codec import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
-    Message,
     masked_crc32,
 )
 from tests.store.test_tools import SEG, sample_messages, write_store

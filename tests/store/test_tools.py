@@ -18,14 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store import layout, tools
-from store.message import (
-    Message,
-    encode_blank,
-    encode_msg_id,
-    encode_record,
-    masked_crc32,
-    patch_record,
-)
+from store.message import Message, encode_msg_id
+from store.record_codec import encode_blank, encode_record, masked_crc32, patch_record
 from tidemq.cli import main
 
 SEG = 4096

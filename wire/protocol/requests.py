@@ -10,15 +10,8 @@ from typing import Any
 
 import attrs
 
-from store.message import (
-    NAME_VALUE_SEPARATOR,
-    PROPERTY_KEYS,
-    PROPERTY_SEPARATOR,
-    PROPERTY_TAGS,
-    PROPERTY_WAIT,
-    decode_msg_id,
-    topic_error,
-)
+from store.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_WAIT, decode_msg_id, topic_error
+from store.properties import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 from store.tag_filter import parse_tag_expression
 
 from .codec import (
