@@ -188,8 +188,8 @@ class HAService:
                 return self.push2slave_max_offset
             acks = sorted((c.ack_offset for c in self._connections), reverse=True)
             return acks[needed - 1] if len(acks) >= needed else -1
-        acks = {c.address: c.ack_offset for c in self._connections}
-        return min(acks.get(m, -1) for m in members)
+        by_address = {c.address: c.ack_offset for c in self._connections}
+        return min(by_address.get(m, -1) for m in members)
 
     def acked_by(self, offset: int) -> list[str]:
         """Peer addresses of the connected slaves that acked `offset` (hold everything below it)."""
@@ -301,12 +301,15 @@ class HAService:
         """One slave: reader and writer tasks; either ending closes the connection."""
         no_delay(raw)
         address = peer_address(raw) or "?"
-        stream: trio.abc.Stream | None = raw
+        stream: trio.abc.Stream = raw
         if self.secure_accept is not None:
-            stream = await self.secure_accept(raw)
-            if stream is None:
+            if not isinstance(raw, trio.SocketStream):
+                raise TypeError(f"TLS on the HA port needs TCP sockets, not {type(raw).__name__}")
+            secured = await self.secure_accept(raw)
+            if secured is None:
                 await trio.aclose_forcefully(raw)
                 return
+            stream = secured
         conn = HAConnection(stream, address, int(runtime.wall_clock() * 1000))
         self._connections.add(conn)
         self.slaves_accepted += 1
@@ -340,7 +343,7 @@ class HAService:
         connection) on EOF, silence or a bad offset."""
         decoder = ReportDecoder()
 
-        async def on_data(data: bytes) -> bool:
+        async def on_data(data: bytes | bytearray) -> bool:
             reports = decoder.feed(data)
             return not reports or self._on_reports(conn, reports)
 
@@ -446,14 +449,15 @@ class HAService:
             if selected.size <= 0 or selected.start_offset != offset or batch_size <= 0:
                 return 0, b""
             total = min(selected.size, max(batch_size, SEND_BYTES - SEND_BYTES % batch_size))
-            parts = []
+            parts: list[bytes | memoryview] = []
+            views = []
             for start in range(0, total, batch_size):
                 size = min(batch_size, total - start)
-                parts.append(encode_transfer_header(offset + start, size))
-                parts.append(selected.view[start : start + size])
+                views.append(selected.view[start : start + size])
+                parts += (encode_transfer_header(offset + start, size), views[-1])
             data = b"".join(parts)
-            for part in parts[1::2]:
-                part.release()
+            for view in views:
+                view.release()
             return total, data
 
     async def _wait_for_data(self, deadline: float) -> None:

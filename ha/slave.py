@@ -239,6 +239,8 @@ class HAClient:
         local = local_address(stream)
         if self.secure_connect is not None:
             raw = stream
+            if not isinstance(raw, trio.SocketStream):
+                raise TypeError(f"TLS to the master needs TCP sockets, not {type(raw).__name__}")
             try:
                 with trio.fail_after(self.config.ha_send_heartbeat_interval / 1000):
                     stream = await self.secure_connect(raw, host)
@@ -292,7 +294,7 @@ class HAClient:
         """Decode frames and append them; returns on EOF or `haHousekeepingInterval` of silence."""
         decoder = TransferDecoder(max_body=self.config.ha_transfer_batch_size)
 
-        async def on_data(data: bytes) -> bool:
+        async def on_data(data: bytes | bytearray) -> bool:
             if len(data) >= RECEIVE_SIZE // 2:  # more is waiting: the copy goes before dispatch
                 self.log.note_full_read()
             frames = decoder.feed(data)

@@ -86,7 +86,7 @@ class MappedFileQueue:
             mf = self.allocator(path, self.file_size)
         except (OSError, SegmentSizeError) as e:
             if isinstance(e, OSError) and e.strerror:
-                reason = f"{e.strerror} ({errno.errorcode.get(e.errno, e.errno)})"
+                reason = f"{e.strerror} ({errno.errorcode.get(e.errno, e.errno) if e.errno is not None else '?'})"
             else:
                 reason = str(e)
             self.create_error = f"cannot create segment {path}: {reason}"
