@@ -29,7 +29,8 @@ def load_compiled() -> ModuleType | None:
     address = crc32_address()
     if address:
         _accel.bind_crc32(address)
-    return _accel
+    compiled: ModuleType = _accel  # no stubs for the extension: typed as the module it is
+    return compiled
 
 
 def crc32_address() -> int | None:

@@ -167,10 +167,12 @@ def handled(fn: Handler, usage: tuple[type[Exception], ...] = (),
     line on stderr and exit 2 (unusable input), the `problem` errors exit 1 (it ran and
     found a problem), whichever entry point (tidemq, scripts/drill, ...) calls it."""
 
+    usage_errors: tuple[type[Exception], ...] = (UsageError, *usage)
+
     def run(args: argparse.Namespace) -> int:
         try:
             return fn(args)
-        except (UsageError, *usage) as e:
+        except usage_errors as e:
             error(str(e))
             return EXIT_USAGE
         except problem as e:
@@ -226,7 +228,7 @@ _DIR_HELP = ("a store (a node's storePathRootDir, e.g. data/store/broker-a), or 
              "(e.g. data) to walk every node's store under <DIR>/store/<node>")
 
 
-def add_commands(subparsers: argparse._SubParsersAction) -> None:
+def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `tidemq store {dump,query,verify}`."""
     group = subparsers.add_parser(
         "store",

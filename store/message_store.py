@@ -40,7 +40,6 @@ from .puts import Appended, MessagePuts, Prepared
 from .reads import GetMessageResult as GetMessageResult  # importable from here, as before
 from .reads import MessageReads
 from .reads import StoreUnavailableError as StoreUnavailableError
-from .record_codec import RecordKind
 from .recovery import RecoveryProgress, TruncateReport
 from .replica_log import ReplicaLog
 from .replica_log import Replicator as Replicator  # importable from here, as before
@@ -283,7 +282,7 @@ class MessageStore:
         msg_ids = tuple(
             decoded.message.msg_id
             for _at, decoded in self.commit_log.iter_records(phy_offset, read_body=False)
-            if decoded.kind is RecordKind.MESSAGE
+            if decoded.message is not None  # a message is decoded only for MESSAGE
         )
         segments = self.commit_log.truncate(phy_offset)
         self._cut_queues_and_index(phy_offset)

@@ -31,7 +31,7 @@ def encode_host(host: str) -> bytes:
     return ipaddress.ip_address(addr).packed + _I32.pack(port)
 
 
-def decode_host(raw: bytes | memoryview) -> str:
+def decode_host(raw: bytes | bytearray | memoryview) -> str:
     """Address bytes + int32 port → 'ip:port' ('[v6]:port'); cached, hosts repeat."""
     return _decode_host(bytes(raw))
 

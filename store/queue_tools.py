@@ -88,7 +88,8 @@ def dump_queue(
                     queue_offset = (int(name) + pos) // UNIT.size
                     msg, error = reader.record(phy)
                     if msg is not None and (msg.size != size or msg.queue_offset != queue_offset):
-                        msg, error = None, f"record at {phy} is size {msg.size} queue offset {msg.queue_offset}"
+                        error = f"record at {phy} is size {msg.size} queue offset {msg.queue_offset}"
+                        msg = None
                     if msg is None:
                         yield {"queueOffset": queue_offset, "offset": phy, "error": error}
                     else:
@@ -135,7 +136,7 @@ def _geometry_fits(path: str, size: int, slots: int, entries: int) -> bool:
     if len(last) < INDEX_ENTRY_SIZE:
         return False
     _hash, phy, time_diff, prev = _INDEX_ENTRY.unpack(last)
-    return begin_phy <= phy <= end_phy and time_diff >= 0 and 0 <= prev < count - 1
+    return bool(begin_phy <= phy <= end_phy and time_diff >= 0 and 0 <= prev < count - 1)
 
 
 def index_geometry(root: str | os.PathLike[str], path: str) -> tuple[int, int]:

@@ -11,10 +11,12 @@ the offline tools all read records through here, and store/_accel.pyx is its com
 from __future__ import annotations
 
 import enum
+import mmap
 import struct
 import sys
 import zlib
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import Literal, NamedTuple, overload
 
 import attrs
 
@@ -32,6 +34,9 @@ from .properties import (
     encode_properties,
 )
 from .sysflag import BORNHOST_V6_FLAG, STOREHOST_V6_FLAG, TRANSACTION_MASK, SysFlag
+
+Buffer = bytes | bytearray | memoryview | mmap.mmap
+"""What records are read from: a segment's map, a slice of it, or bytes."""
 
 MESSAGE_MAGIC_CODE = 0xDAA320A7
 MESSAGE_MAGIC_CODE_V2 = 0xDAA320AB
@@ -58,7 +63,7 @@ _SIZE_MAGIC = struct.Struct(">iI")
 _TAIL = struct.Struct(">iqi")
 
 
-def masked_crc32(data: bytes | memoryview) -> int:
+def masked_crc32(data: bytes | bytearray | memoryview) -> int:
     """IEEE CRC-32 masked to a non-negative int32, as RocketMQ stores BODYCRC."""
     return zlib.crc32(data) & 0x7FFFFFFF
 
@@ -181,7 +186,7 @@ def record_parts(
     return fixed, rec.body, rec.tail
 
 
-def place_records(records: list[PreparedRecord], parts: list[bytes], queue_offset: int, physical_offset: int,
+def place_records(records: Sequence[PreparedRecord], parts: list[bytes], queue_offset: int, physical_offset: int,
                   store_timestamp: int, id_prefix: str) -> tuple[str, int]:
     """Place a put's records from `physical_offset` on: their bytes go to `parts` (to be
     written with one append), and the answer is their msgIds joined by commas and the queue
@@ -239,7 +244,7 @@ class Decoded:
 
 
 def decode_record(
-    buf: bytes | bytearray | memoryview,
+    buf: Buffer,
     pos: int = 0,
     *,
     check_crc: bool = True,
@@ -250,18 +255,27 @@ def decode_record(
 
     Never raises on bad data: a torn, zeroed or garbage record is `INVALID` with the reason.
     """
-    return _decode(buf, pos, check_crc, read_body, limit, True)
+    return _decode(buf, pos, check_crc, read_body, limit, build=True)
 
 
-def message_extent(buf: bytes | bytearray | memoryview, pos: int, *, check_crc: bool) -> tuple[int, int] | None:
+def message_extent(buf: Buffer, pos: int, *, check_crc: bool) -> tuple[int, int] | None:
     """(TOTALSIZE, PHYSICALOFFSET) of the message record at `pos` when `decode_record` would
     decode it, else None: decode_record's own checks, building nothing (the segment walker's
     bulk path when pure)."""
-    got = _decode(buf, pos, check_crc, check_crc, None, False)
+    got = _decode(buf, pos, check_crc, check_crc, None, build=False)
     return got if type(got) is tuple else None
 
 
-def _decode(buf, pos, check_crc, read_body, limit, build) -> Decoded | tuple[int, int]:
+@overload
+def _decode(buf: Buffer, pos: int, check_crc: bool, read_body: bool, limit: int | None, *,
+            build: Literal[True]) -> Decoded: ...
+@overload
+def _decode(buf: Buffer, pos: int, check_crc: bool, read_body: bool, limit: int | None, *,
+            build: Literal[False]) -> Decoded | tuple[int, int]: ...
+def _decode(buf: Buffer, pos: int, check_crc: bool, read_body: bool, limit: int | None, *,
+            build: bool) -> Decoded | tuple[int, int]:
+    """decode_record's rules; with `build` False, (TOTALSIZE, PHYSICALOFFSET) stands for a
+    valid message record (nothing built). A Decoded is always built when `build`."""
     end = len(buf) if limit is None else limit
     avail = end - pos
     if avail < 8:
@@ -285,7 +299,8 @@ def _decode(buf, pos, check_crc, read_body, limit, build) -> Decoded | tuple[int
         return Decoded(RecordKind.INVALID, -1, error=f"malformed record: {e}")
 
 
-def _decode_message(buf, pos, total, magic, check_crc, read_body, build) -> Decoded | tuple[int, int]:
+def _decode_message(buf: Buffer, pos: int, total: int, magic: int, check_crc: bool, read_body: bool,
+                    build: bool) -> Decoded | tuple[int, int]:
     """Without `build`, (total, phys) once every check passed; host decoding is skipped then,
     as it can only fail past the buffer's end, where a later read fails too."""
     (
@@ -352,7 +367,7 @@ def _decode_message(buf, pos, total, magic, check_crc, read_body, build) -> Deco
 
 
 def torn_end_error(
-    buf: bytes | bytearray | memoryview, end: int, topic_len: int, props_len: int
+    buf: Buffer, end: int, topic_len: int, props_len: int
 ) -> str | None:
     """Why a record whose lengths add up still looks torn, or None.
 
@@ -371,19 +386,22 @@ def torn_end_error(
     return "the record ends in zeroed bytes (a torn write)" if buf[last] == 0 else None
 
 
-def read_total_size(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+def read_total_size(buf: Buffer, pos: int) -> tuple[int, int]:
     """(TOTALSIZE, MAGIC) at pos, without decoding the rest."""
-    return _SIZE_MAGIC.unpack_from(buf, pos)
+    total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+    return total, magic
 
 
-def read_physical_offset(buf: bytes | bytearray | memoryview, pos: int) -> int:
+def read_physical_offset(buf: Buffer, pos: int) -> int:
     """PHYSICALOFFSET of the record at pos, without decoding the rest."""
-    return _I64.unpack_from(buf, pos + PHYSICAL_OFFSET_POSITION)[0]
+    offset: int = _I64.unpack_from(buf, pos + PHYSICAL_OFFSET_POSITION)[0]
+    return offset
 
 
-def read_store_timestamp(buf: bytes | bytearray | memoryview, pos: int) -> int:
-    sys_flag = _I32.unpack_from(buf, pos + SYSFLAG_POSITION)[0]
-    return _I64.unpack_from(buf, pos + store_timestamp_position(sys_flag))[0]
+def read_store_timestamp(buf: Buffer, pos: int) -> int:
+    sys_flag: int = _I32.unpack_from(buf, pos + SYSFLAG_POSITION)[0]
+    timestamp: int = _I64.unpack_from(buf, pos + store_timestamp_position(sys_flag))[0]
+    return timestamp
 
 
 class DispatchRequest(NamedTuple):
@@ -405,7 +423,7 @@ _DISPATCH_HEAD = struct.Struct(">iIiiiqqi")  # ... up to SYSFLAG
 
 
 def decode_dispatch(
-    buf: bytes | bytearray | memoryview, pos: int, limit: int
+    buf: Buffer, pos: int, limit: int
 ) -> tuple[RecordKind, int, DispatchRequest | None, str]:
     """(kind, size, request, error) for the record at `pos`: the dispatch fast path (no
     body copy, no host decoding, no message object). Checks structure, not the CRC."""

@@ -51,6 +51,7 @@ from .record_codec import (
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     PHYSICAL_OFFSET_POSITION,
+    Buffer,
     RecordKind,
     decode_record,
     masked_crc32,
@@ -59,8 +60,6 @@ from .record_codec import (
     read_store_timestamp,
     read_total_size,
 )
-
-Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 _ZERO_CHUNK = 1 << 20
 _ZEROS = bytes(_ZERO_CHUNK)
