@@ -8,8 +8,8 @@ accelerator (`store._accel.scan_columns`, docs/accelerator.md) or as row tuples
 Partitions are one per CommitLog segment, or, for a segment holding more than
 `max_partition_bytes`, byte ranges whose cuts are record starts found by hopping from
 TOTALSIZE to TOTALSIZE (8 bytes read per record: the walker's `hop`). ConsumeQueue units
-come from store's reader (`consume_queue.written_units`); no byte layout is known here. Pruning never decides what a row holds,
-only which ranges need not be read at all:
+come from store's reader (`consume_queue.written_units`): no byte layout is known here.
+Pruning never decides what a row holds, only which ranges need not be read at all:
 
 - time: a range's records were stored between its first record's store time and the next
   range's (a node's CommitLog is appended in store-time order), so a range wholly before
