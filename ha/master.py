@@ -33,7 +33,7 @@ import attrs
 import trio
 
 from store import runtime
-from store.address import split_host_port
+from store.address import AddressError, split_host_port
 from store.config import BrokerRole, StoreConfig
 from store.replica_log import ReplicaLog
 from store.waiters import OffsetWaiters
@@ -55,6 +55,15 @@ in few large writes, not one per 32 KiB."""
 WAKEUP_FALLBACK_S = 0.1
 """A caught-up writer re-checks at least this often even without an append wakeup."""
 
+
+
+def _host(address: str) -> str:
+    """The host of a slave's peer address; the address itself when it is none ("?": the
+    peer was gone when the connection was accepted)."""
+    try:
+        return split_host_port(address)[0]
+    except AddressError:
+        return address
 
 
 @attrs.frozen
@@ -141,7 +150,7 @@ class HAService:
 
     def slave_hosts(self) -> frozenset[str]:
         """The hosts the connected slaves connect from."""
-        return frozenset(split_host_port(c.address)[0] for c in self._connections)
+        return frozenset(_host(c.address) for c in self._connections)
 
     def is_slave_ok(self, master_put_where: int) -> bool:
         """A SYNC_MASTER put waits only if the slaves it needs (`acks_needed`) are connected
