@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 import random
 
-from store.tools import dump, iter_segments, verify
+from store.layout import iter_segments
+from store.tools import dump, verify
 
 
 def _last_record(root: str) -> tuple[int, int, str, int]:

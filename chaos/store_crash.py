@@ -25,7 +25,7 @@ import attrs
 import trio
 
 from store import GetMessageStatus, Message, StoreConfig, open_store
-from store.message import RecordKind
+from store.record_codec import RecordKind
 from store.tools import verify
 
 MODES = ("sync", "async", "async-pool")
@@ -152,6 +152,7 @@ async def _check(root: str, mode: str, seed: int, acks: list[Ack]) -> IterationR
             if decoded.kind is RecordKind.BLANK:
                 continue
             m = decoded.message
+            assert m is not None  # a MESSAGE record decodes to its message
             recovered += 1
             cq = store.consume_queues.find(m.topic, m.queue_id)
             unit = cq.get_unit(m.queue_offset) if cq else None

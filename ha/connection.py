@@ -60,7 +60,7 @@ async def read_until_closed(
     stream: trio.abc.ReceiveStream,
     receive_size: int,
     silence_s: float,
-    handle: Callable[[bytes], Awaitable[bool]],
+    handle: Callable[[bytes | bytearray], Awaitable[bool]],
 ) -> ReadEnd:
     """Feed every chunk read to `handle` until the peer closes (EOF), `handle` returns False
     (REFUSED), or nothing arrived for `silence_s` seconds (SILENT)."""

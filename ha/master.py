@@ -33,8 +33,9 @@ import attrs
 import trio
 
 from store import runtime
-from store.config import BrokerRole
-from store.message_store import MessageStore
+from store.address import AddressError, split_host_port
+from store.config import BrokerRole, StoreConfig
+from store.replica_log import ReplicaLog
 from store.waiters import OffsetWaiters
 
 from .connection import ReadEnd, guarded, read_until_closed
@@ -54,6 +55,15 @@ in few large writes, not one per 32 KiB."""
 WAKEUP_FALLBACK_S = 0.1
 """A caught-up writer re-checks at least this often even without an append wakeup."""
 
+
+
+def _host(address: str) -> str:
+    """The host of a slave's peer address; the address itself when it is none ("?": the
+    peer was gone when the connection was accepted)."""
+    try:
+        return split_host_port(address)[0]
+    except AddressError:
+        return address
 
 
 @attrs.frozen
@@ -92,21 +102,22 @@ class HAService:
 
     Start with ``await nursery.start(ha.run)``; ``ha.port`` is the bound port afterwards
     (useful with port 0). While running it is attached as the store's replicator
-    (``store.attach_replicator``) and append listener; SYNC_MASTER puts wait on it.
+    (``ReplicaLog.attach_replicator``) and append listener; SYNC_MASTER puts wait on it.
     """
 
-    def __init__(self, store: MessageStore, *, host: str = "127.0.0.1", port: int | None = None,
+    def __init__(self, log: ReplicaLog, config: StoreConfig, *, host: str = "127.0.0.1", port: int | None = None,
                  on_ack_timeout: Callable[[int], Awaitable[bool]] | None = None,
                  on_connections: Callable[[], None] | None = None,
                  secure_accept: Callable[[trio.SocketStream], Awaitable[trio.abc.Stream | None]] | None = None,
                  net: Network = TCP) -> None:
-        self.store = store
         self.net = net  # where connections come from (ha/net.py): TCP, or a simulated network
         self.secure_accept = secure_accept
         """The node's TLS check of a new slave connection (mutual TLS, wire/tls.py):
         the stream to serve, or None to drop it before a byte of the CommitLog is sent."""
-        self.log = store.replica_log
-        self.config = store.config
+        self.log = log
+        """The store's CommitLog as replication sees it: read ranges, wait on appends."""
+        self.config = config
+        """The store's config: the ha* keys and brokerRole (read live: a promotion changes the role)."""
         self.host = host
         self.port = self.config.ha_listen_port if port is None else port
         self.push2slave_max_offset = 0
@@ -139,7 +150,7 @@ class HAService:
 
     def slave_hosts(self) -> frozenset[str]:
         """The hosts the connected slaves connect from."""
-        return frozenset(c.address.rsplit(":", 1)[0] for c in self._connections)
+        return frozenset(_host(c.address) for c in self._connections)
 
     def is_slave_ok(self, master_put_where: int) -> bool:
         """A SYNC_MASTER put waits only if the slaves it needs (`acks_needed`) are connected
@@ -186,8 +197,8 @@ class HAService:
                 return self.push2slave_max_offset
             acks = sorted((c.ack_offset for c in self._connections), reverse=True)
             return acks[needed - 1] if len(acks) >= needed else -1
-        acks = {c.address: c.ack_offset for c in self._connections}
-        return min(acks.get(m, -1) for m in members)
+        by_address = {c.address: c.ack_offset for c in self._connections}
+        return min(by_address.get(m, -1) for m in members)
 
     def acked_by(self, offset: int) -> list[str]:
         """Peer addresses of the connected slaves that acked `offset` (hold everything below it)."""
@@ -299,12 +310,15 @@ class HAService:
         """One slave: reader and writer tasks; either ending closes the connection."""
         no_delay(raw)
         address = peer_address(raw) or "?"
-        stream: trio.abc.Stream | None = raw
+        stream: trio.abc.Stream = raw
         if self.secure_accept is not None:
-            stream = await self.secure_accept(raw)
-            if stream is None:
+            if not isinstance(raw, trio.SocketStream):
+                raise TypeError(f"TLS on the HA port needs TCP sockets, not {type(raw).__name__}")
+            secured = await self.secure_accept(raw)
+            if secured is None:
                 await trio.aclose_forcefully(raw)
                 return
+            stream = secured
         conn = HAConnection(stream, address, int(runtime.wall_clock() * 1000))
         self._connections.add(conn)
         self.slaves_accepted += 1
@@ -338,7 +352,7 @@ class HAService:
         connection) on EOF, silence or a bad offset."""
         decoder = ReportDecoder()
 
-        async def on_data(data: bytes) -> bool:
+        async def on_data(data: bytes | bytearray) -> bool:
             reports = decoder.feed(data)
             return not reports or self._on_reports(conn, reports)
 
@@ -444,14 +458,15 @@ class HAService:
             if selected.size <= 0 or selected.start_offset != offset or batch_size <= 0:
                 return 0, b""
             total = min(selected.size, max(batch_size, SEND_BYTES - SEND_BYTES % batch_size))
-            parts = []
+            parts: list[bytes | memoryview] = []
+            views = []
             for start in range(0, total, batch_size):
                 size = min(batch_size, total - start)
-                parts.append(encode_transfer_header(offset + start, size))
-                parts.append(selected.view[start : start + size])
+                views.append(selected.view[start : start + size])
+                parts += (encode_transfer_header(offset + start, size), views[-1])
             data = b"".join(parts)
-            for part in parts[1::2]:
-                part.release()
+            for view in views:
+                view.release()
             return total, data
 
     async def _wait_for_data(self, deadline: float) -> None:

@@ -24,8 +24,8 @@ import attrs
 import trio
 
 from store.address import AddressError, split_host_port
-from store.message_store import MessageStore
-from store.replica_log import FollowerAppendError
+from store.config import StoreConfig
+from store.replica_log import FollowerAppendError, ReplicaLog
 
 from .connection import ReadEnd, guarded, read_until_closed
 from .net import TCP, Network, local_address
@@ -97,7 +97,8 @@ class HAClient:
 
     def __init__(
         self,
-        store: MessageStore,
+        log: ReplicaLog,
+        config: StoreConfig,
         master_address: str | None = None,
         *,
         admit: Callable[[str], Awaitable[bool]] | None = None,
@@ -105,19 +106,19 @@ class HAClient:
         secure_connect: Callable[[trio.SocketStream, str], Awaitable[trio.abc.Stream]] | None = None,
         net: Network = TCP,
     ) -> None:
-        self.store = store
         self.net = net  # where connections come from (ha/net.py): TCP, or a simulated network
         self.secure_connect = secure_connect
         """The node's TLS around a new connection to `host` (mutual TLS, wire/tls.py);
         it raises when the handshake fails, and the client tries again later."""
-        self.log = store.replica_log
+        self.log = log
+        """The store's CommitLog as a follower appends to it."""
         self.admit = admit
         """Asked before each connection whether this master may be replicated from (the
         node's epoch check, over the client protocol: the HA bytes stay RocketMQ 4.x's)."""
         self.on_connect = on_connect
         """Called once a connection is up (the etcd controller publishes its address then)."""
         self._run_scope = trio.CancelScope()
-        self.config = store.config
+        self.config = config
         self.master_address = master_address if master_address is not None else self.config.ha_master_address
         if self.master_address is not None:
             split_address(self.master_address)
@@ -238,6 +239,8 @@ class HAClient:
         local = local_address(stream)
         if self.secure_connect is not None:
             raw = stream
+            if not isinstance(raw, trio.SocketStream):
+                raise TypeError(f"TLS to the master needs TCP sockets, not {type(raw).__name__}")
             try:
                 with trio.fail_after(self.config.ha_send_heartbeat_interval / 1000):
                     stream = await self.secure_connect(raw, host)
@@ -291,7 +294,7 @@ class HAClient:
         """Decode frames and append them; returns on EOF or `haHousekeepingInterval` of silence."""
         decoder = TransferDecoder(max_body=self.config.ha_transfer_batch_size)
 
-        async def on_data(data: bytes) -> bool:
+        async def on_data(data: bytes | bytearray) -> bool:
             if len(data) >= RECEIVE_SIZE // 2:  # more is waiting: the copy goes before dispatch
                 self.log.note_full_read()
             frames = decoder.feed(data)

@@ -212,7 +212,7 @@ class Broker:
         sync: SlaveSync | None = None
         if cfg.role.is_master:
             # the controller shrinks the in-sync set past a lagging member
-            ha_master = HAService(store, host=cfg.broker_ip1, port=cfg.ha_listen_port,
+            ha_master = HAService(store.replica_log, store.config, host=cfg.broker_ip1, port=cfg.ha_listen_port,
                                   on_ack_timeout=controller.on_ack_timeout if controller else None,
                                   on_connections=self.failover.wake,
                                   secure_accept=partial(accept_replica, self.ha_port_tls, cfg.tls_mode)
@@ -220,7 +220,7 @@ class Broker:
             schedule = ScheduleMessageService(store)
         else:
             # the controller names the slave's HA connection in etcd as soon as it is up
-            ha_client = HAClient(store, admit=self.failover.admit,
+            ha_client = HAClient(store.replica_log, store.config, admit=self.failover.admit,
                                  on_connect=controller.wake if controller else None,
                                  secure_connect=partial(_tls_to, cfg.client_tls)
                                  if cfg.client_tls is not None else None, net=self.net)

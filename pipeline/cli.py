@@ -23,7 +23,7 @@ from typing import Any
 
 import psutil
 
-from store.tools import StoreToolError
+from store.layout import StoreToolError
 
 
 def add_commands(subparsers: Any) -> None:

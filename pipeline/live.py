@@ -37,7 +37,7 @@ from cluster.client import (
 )
 from pipeline.schema import BatchBuilder
 from pipeline.store_scan import parse_bool, parse_positive, parse_time
-from store.message import masked_crc32
+from store.record_codec import masked_crc32
 
 Offsets = dict[str, dict[str, int]]
 EARLIEST, LATEST = -2, -1

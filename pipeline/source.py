@@ -40,7 +40,7 @@ from pyspark.sql.types import StructType
 
 from pipeline import store_scan
 from pipeline.schema import ddl
-from store.tools import StoreToolError
+from store.layout import StoreToolError
 
 if TYPE_CHECKING:
     from pipeline import live, sink

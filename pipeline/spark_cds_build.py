@@ -45,15 +45,18 @@ def _exercise(spark: object, work: Path) -> None:
     """Read a small store, aggregate, write Parquet: the classes tidemq's jobs load."""
     from pyspark.sql import functions as F
 
-    from store.message import Message, encode_record, patch_record
+    from store.layout import commitlog_dir, segment_name
+    from store.message import Message
+    from store.record_codec import encode_record, patch_record
 
     seg = bytearray()
     for i in range(20):
         rec = encode_record(Message(f"T{i % 2}", b"x" * 64, tags="t", keys=[f"k{i}"]), "127.0.0.1:1", 1 << 20)
         patch_record(rec, i, len(seg), 1_700_000_000_000 + i)
         seg += rec
-    (work / "store" / "commitlog").mkdir(parents=True)
-    (work / "store" / "commitlog" / f"{0:020d}").write_bytes(bytes(seg) + bytes(4096))
+    segments = Path(commitlog_dir(work / "store"))
+    segments.mkdir(parents=True)
+    (segments / segment_name(0)).write_bytes(bytes(seg) + bytes(4096))
     df = spark.read.format("tidemq").load(str(work / "store"))  # type: ignore[attr-defined]
     df.groupBy("topic").agg(F.count("*"), F.sum("size"), F.min("store_time")).collect()
     df.select("topic", F.explode("keys")).groupBy("topic").count().orderBy("topic").collect()

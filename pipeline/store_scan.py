@@ -7,8 +7,9 @@ accelerator (`store._accel.scan_columns`, docs/accelerator.md) or as row tuples
 
 Partitions are one per CommitLog segment, or, for a segment holding more than
 `max_partition_bytes`, byte ranges whose cuts are record starts found by hopping from
-TOTALSIZE to TOTALSIZE (8 bytes read per record). Pruning never decides what a row holds,
-only which ranges need not be read at all:
+TOTALSIZE to TOTALSIZE (8 bytes read per record: the walker's `hop`). ConsumeQueue units
+come from store's reader (`consume_queue.written_units`): no byte layout is known here.
+Pruning never decides what a row holds, only which ranges need not be read at all:
 
 - time: a range's records were stored between its first record's store time and the next
   range's (a node's CommitLog is appended in store-time order), so a range wholly before
@@ -30,7 +31,6 @@ import functools
 import glob
 import mmap
 import os
-import struct
 from collections.abc import Callable, Iterator
 
 import attrs
@@ -39,24 +39,21 @@ import pyarrow as pa
 
 from pipeline.columns import batch_from_columns
 from pipeline.schema import BatchBuilder
-from store.message import (
-    BLANK_MAGIC_CODE,
-    COMPILED,
-    MESSAGE_MAGIC_CODE,
-    MESSAGE_MAGIC_CODE_V2,
-    PHYSICAL_OFFSET_POSITION,
-    read_store_timestamp,
-    read_total_size,
-)
+from store.accel import COMPILED
+from store.consume_queue import written_units
+from store.layout import StoreToolError, consumequeue_dir, iter_segments, list_queue_dirs
 from store.record_rows import scan_rows
-from store.segment_walker import Record, last_data_index, step
-from store.tools import StoreToolError, iter_segments
+from store.segment_walker import (
+    Record,
+    data_at,
+    hop,
+    last_data_index,
+    record_starts_at,
+    step,
+    store_timestamp_at,
+)
 
 DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
-_MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
-_CQ_UNIT = np.dtype([("phy", ">i8"), ("size", ">i4"), ("code", ">i8")])
-_INT_MAX = 0x7FFFFFFF
-_I64 = struct.Struct(">q")
 
 
 class StoreReadError(Exception):
@@ -210,17 +207,11 @@ class _QueueUnits:
     def load(cls, root: str) -> _QueueUnits:
         phys: dict[str, list[np.ndarray]] = {}
         end = -1
-        cq_root = os.path.join(root, "consumequeue")
-        for topic in sorted(os.listdir(cq_root)) if os.path.isdir(cq_root) else ():
-            tdir = os.path.join(cq_root, topic)
-            if not os.path.isdir(tdir):
-                continue
-            for qid in sorted(os.listdir(tdir)):
-                units = _queue_units(os.path.join(tdir, qid))
-                if units.size:
-                    offsets = units["phy"].astype(np.int64)
-                    end = max(end, int(offsets[-1]) + int(units["size"][-1]))
-                    phys.setdefault(topic, []).append(offsets)
+        for topic, _queue_id, qdir in list_queue_dirs(consumequeue_dir(root)):
+            offsets, sizes = written_units(qdir)
+            if offsets:
+                end = max(end, offsets[-1] + sizes[-1])
+                phys.setdefault(topic, []).append(np.frombuffer(offsets, dtype=np.int64))
         return cls(phys, end)
 
     def first_at_or_after(self, targets: np.ndarray) -> np.ndarray:
@@ -246,8 +237,8 @@ def _cut_segment(
     step_bytes = opts.max_partition_bytes
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            if _record_at(buf, 0, start, size):
-                cuts.append((0, _store_ts(buf, 0)))
+            if record_starts_at(buf, 0, start):
+                cuts.append((0, store_timestamp_at(buf, 0)))
             targets = np.arange(step_bytes, size, step_bytes, dtype=np.int64)
             found = queues().first_at_or_after(targets + start) if len(targets) else targets
             pos = 0
@@ -255,12 +246,12 @@ def _cut_segment(
                 if not cuts or target <= pos:
                     continue
                 cut = unit - start if 0 <= unit - start < size else -1
-                if cut < 0 or not (pos < cut < target + step_bytes and _record_at(buf, cut, start, size)):
-                    cut = _hop(buf, pos, target, size)  # not dispatched there: hop
+                if cut < 0 or not (pos < cut < target + step_bytes and record_starts_at(buf, cut, start)):
+                    cut = hop(buf, pos, target)  # not dispatched there: hop
                 if cut is None:
                     break
                 if cut > pos:
-                    cuts.append((cut, _store_ts(buf, cut)))
+                    cuts.append((cut, store_timestamp_at(buf, cut)))
                     pos = cut
     except (OSError, ValueError):
         cuts = []  # unreadable or empty: one partition, whose reader reports it
@@ -271,35 +262,6 @@ def _cut_segment(
         end = cuts[k + 1][0] if k + 1 < len(cuts) else size
         out.append(_Range(StorePartition(root, path, start, begin, end, last), ts))
     return out
-
-
-def _record_at(buf: mmap.mmap, pos: int, segment_start: int, size: int) -> bool:
-    """Whether a message record that names `pos` as its offset starts at byte `pos`."""
-    if pos + PHYSICAL_OFFSET_POSITION + 8 > size:
-        return False
-    total, magic = read_total_size(buf, pos)
-    return (magic in _MAGICS and 0 < total <= size - pos
-            and _I64.unpack_from(buf, pos + PHYSICAL_OFFSET_POSITION)[0] == segment_start + pos)
-
-
-def _hop(buf: mmap.mmap, pos: int, target: int, size: int) -> int | None:
-    """The first record start at or past `target`, hopping TOTALSIZE by TOTALSIZE from the
-    record at `pos`; None at the segment's end of data or at damage (the reader reports it)."""
-    while pos < target:
-        if pos + 8 > size:
-            return None
-        total, magic = read_total_size(buf, pos)
-        if magic not in _MAGICS or total <= 0 or pos + total > size:
-            return None
-        pos += total
-    return pos if pos + 8 <= size and read_total_size(buf, pos)[1] in _MAGICS else None
-
-
-def _store_ts(buf: mmap.mmap, pos: int) -> int | None:
-    try:
-        return read_store_timestamp(buf, pos) if read_total_size(buf, pos)[0] >= 64 else None
-    except Exception:
-        return None
 
 
 def _prune_by_topics(
@@ -313,38 +275,13 @@ def _prune_by_topics(
     keep = []
     for p in parts:
         lo, hi = p.segment_start + p.begin, p.segment_start + p.end
-        if hi > queues.dispatched_end and _data_at(p, max(lo, queues.dispatched_end) - p.segment_start):
+        if hi > queues.dispatched_end and data_at(p.path, max(lo, queues.dispatched_end) - p.segment_start):
             keep.append(p)  # records the ConsumeQueues do not cover yet: read it
             continue
         i = int(np.searchsorted(phys, lo))
         if i < len(phys) and phys[i] < hi:
             keep.append(p)
     return keep
-
-
-def _data_at(part: StorePartition, pos: int) -> bool:
-    """Whether a record (not zeros, not a BLANK filler) starts at byte `pos` of the file."""
-    try:
-        with open(part.path, "rb") as f:
-            f.seek(pos)
-            head = f.read(8)
-    except OSError:
-        return True  # the reader reports it
-    if len(head) < 8 or head == b"\0" * 8:
-        return False
-    return read_total_size(head, 0)[1] != BLANK_MAGIC_CODE
-
-
-def _queue_units(qdir: str) -> np.ndarray:
-    """The written units of one queue directory, in order (blank and zero units dropped)."""
-    chunks = []
-    for name in sorted(os.listdir(qdir)):
-        if len(name) == 20 and name.isdigit():
-            path = os.path.join(qdir, name)
-            n = os.path.getsize(path) // _CQ_UNIT.itemsize
-            units = np.fromfile(path, dtype=_CQ_UNIT, count=n)
-            chunks.append(units[(units["size"] > 0) & (units["size"] != _INT_MAX)])
-    return np.concatenate(chunks) if chunks else np.empty(0, _CQ_UNIT)
 
 
 # ---------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ async def _slave_main(root: str, port: int, until: int) -> None:
     once its ConsumeQueues and index cover the log up to that offset."""
     config = _config(root, "SLAVE", ha_master_address=f"127.0.0.1:{port}")
     async with open_store(config) as store, trio.open_nursery() as nursery:
-        await nursery.start(HAClient(store).run)
+        await nursery.start(HAClient(store.replica_log, store.config).run)
         print("READY", flush=True)
         if until:
             while store.reput.reput_from_offset < until:
@@ -86,7 +86,7 @@ async def catch_up(work: str, mb: int, body_bytes: int, run: int = 0) -> dict:
     name = f"c{body_bytes}-{run}"
     async with open_store(_config(os.path.join(work, name + "-m"), "ASYNC_MASTER")) as master, \
             trio.open_nursery() as nursery:
-        ha = HAService(master, port=0)
+        ha = HAService(master.replica_log, master.config, port=0)
         await nursery.start(ha.run)
         n = 0
         while master.get_max_phy_offset() < mb * 2**20:
@@ -123,7 +123,7 @@ async def put_latency(work: str, role: str, producers: int, count: int, run: int
     name = f"{role.lower()}-{producers}-{run}"
     async with open_store(_config(os.path.join(work, name + "-m"), role)) as master, \
             trio.open_nursery() as nursery:
-        ha = HAService(master, port=0)
+        ha = HAService(master.replica_log, master.config, port=0)
         await nursery.start(ha.run)
         proc = _start_slave(os.path.join(work, name + "-s"), ha.port)
         lags: list[int] = []

@@ -40,13 +40,8 @@ import trio
 from bench import spark_floor
 from pipeline import local_session, store_scan
 from store import accel
-from store.message import (
-    Message,
-    encode_blank,
-    prepare_record,
-    record_parts,
-    tags_code,
-)
+from store.message import Message, tags_code
+from store.record_codec import encode_blank, prepare_record, record_parts
 
 REPO = Path(__file__).resolve().parents[1]
 GiB = 1 << 30

@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import trio  # noqa: E402
 
 from store import FlushDiskType, Message, StoreConfig, accel, open_store  # noqa: E402
-from store.message import encode_record, masked_crc32, prepare_record, record_parts  # noqa: E402
+from store.record_codec import encode_record, masked_crc32, prepare_record, record_parts
 
 MiB = 1024 * 1024
 SIZES = {"128B": 128, "1KiB": 1024}

@@ -1,7 +1,7 @@
 """tidemq's embedded storage engine (RocketMQ 4.x layout): no sockets, no processes.
 
 The names below load their module on first use (PEP 562), so a reader that needs only
-the record codec (`store.message`, `store.segment_walker`: the pipeline's Spark workers)
+the record codec (`store.record_codec`, `store.segment_walker`: the pipeline's Spark workers)
 does not import the engine and trio with it."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Compiled fast paths of the CommitLog record codec (store/message.py stays the reference).
+"""Compiled fast paths of the CommitLog record codec (store/record_codec.py stays the reference).
 
 Each function here handles the common, valid case in C and hands every other case (a
 malformed, torn or CRC-bad record, a buffer it cannot read directly, an encode that fails
@@ -59,7 +59,7 @@ cdef object _tuple_new = tuple.__new__
 
 
 def bind(m) -> None:
-    """Take the reference implementations and result classes from store.message."""
+    """Take the reference implementations and result classes from store.record_codec."""
     global _Decoded, _StoredMessage, _DispatchRequest, _MESSAGE, _BLANK
     global _py_decode_record, _py_decode_dispatch
     global _decode_host, _tags_code, _msg_id_prefix
@@ -277,7 +277,7 @@ cdef object message_at(const uint8_t* b, Fields* f, bint check_crc, bint read_bo
 
 
 def decode_record(buf, Py_ssize_t pos=0, *, bint check_crc=True, bint read_body=True, limit=None):
-    """store.message.decode_record, compiled for valid message records."""
+    """store.record_codec.decode_record, compiled for valid message records."""
     cdef Py_buffer view
     cdef Fields f
     cdef Py_ssize_t end
@@ -304,7 +304,7 @@ def decode_record(buf, Py_ssize_t pos=0, *, bint check_crc=True, bint read_body=
 
 
 def decode_dispatch(buf, Py_ssize_t pos, Py_ssize_t limit):
-    """store.message.decode_dispatch, compiled for valid message records."""
+    """store.record_codec.decode_dispatch, compiled for valid message records."""
     cdef Py_buffer view
     cdef Fields f
     cdef bint ok = False
@@ -890,7 +890,7 @@ cdef object properties_bytes(msg):
 
 
 def prepare_record(msg, store_host, max_message_size):
-    """store.message.prepare_record, compiled; every refusal is the reference's."""
+    """store.record_codec.prepare_record, compiled; every refusal is the reference's."""
     try:
         got = _prepare(msg, store_host, max_message_size)
     except Exception:
@@ -980,7 +980,7 @@ cdef inline void put64(uint8_t* p, uint64_t u) noexcept nogil:
 
 
 def record_parts(rec, queue_offset, physical_offset, store_timestamp):
-    """store.message.record_parts, compiled; values out of range go to the reference."""
+    """store.record_codec.record_parts, compiled; values out of range go to the reference."""
     try:
         fixed = fixed_part(rec, queue_offset, physical_offset, store_timestamp)
     except (TypeError, ValueError, OverflowError):
@@ -1054,7 +1054,7 @@ def bind_place(m) -> None:
 
 
 def place_records(records, list parts, queue_offset, physical_offset, store_timestamp, id_prefix):
-    """store.message.place_records, compiled: the same parts and answer, or the reference's
+    """store.record_codec.place_records, compiled: the same parts and answer, or the reference's
     for a group with any record it must pack."""
     cdef int64_t qo, po, st, phys, total
     cdef Py_ssize_t count, plen
@@ -1132,7 +1132,7 @@ cdef object plain_tail(topic, tags):
 
 
 def prepare_plain(topic, body, queue_id, tags, flag, born_timestamp, born_host, store_host, max_message_size):
-    """store.message.prepare_plain, compiled: the record of a send with a body, a topic and
+    """store.record_codec.prepare_plain, compiled: the record of a send with a body, a topic and
     at most tags (no keys or other properties), without building its Message; anything
     out of the common case is the reference's."""
     cdef int64_t total, born_ts = -1, q = -1, fl = 0, limit = 0

@@ -1,6 +1,6 @@
 """Which implementation of the record codec runs: the compiled accelerator (store._accel,
 built from store/_accel.pyx by `pip install` when a C compiler is there) or the pure-Python
-reference in store/message.py and store/record_rows.py.
+reference in store/record_codec.py and store/record_rows.py.
 
 The compiled one is used when it was built, unless TIDEMQ_PURE=1. An install without a
 compiler (or with a failed build) has no store._accel, and everything runs pure: the two
@@ -29,7 +29,8 @@ def load_compiled() -> ModuleType | None:
     address = crc32_address()
     if address:
         _accel.bind_crc32(address)
-    return _accel
+    compiled: ModuleType = _accel  # no stubs for the extension: typed as the module it is
+    return compiled
 
 
 def crc32_address() -> int | None:
@@ -63,10 +64,10 @@ def crc32_address() -> int | None:
 
 
 COMPILED: ModuleType | None = None if forced_pure() else load_compiled()
-"""The accelerator the codec modules (message.py, record_rows.py) bind, or None: chosen here,
+"""The accelerator the codec modules (record_codec.py, record_rows.py) bind, or None: chosen here,
 once, so they import the choice instead of this module importing them back."""
 
 
 def implementation() -> str:
-    """'compiled' or 'pure': what store.message's codec functions are."""
+    """'compiled' or 'pure': what store.record_codec's codec functions are."""
     return "compiled" if COMPILED is not None else "pure"

@@ -14,7 +14,8 @@ import threading
 import trio
 
 from . import runtime
-from .mapped_file import MappedFile, offset_to_file_name
+from .layout import segment_name
+from .mapped_file import MappedFile
 from .transient_store_pool import TransientStorePool
 
 log = logging.getLogger("tidemq.store")
@@ -41,7 +42,7 @@ class AllocateMappedFileService:
             else:
                 self.preallocated_hits += 1
         directory, name = os.path.split(path)
-        self._wanted = (os.path.join(directory, offset_to_file_name(int(name) + file_size)), file_size)
+        self._wanted = (os.path.join(directory, segment_name(int(name) + file_size)), file_size)
         self._wake.set()
         return mf
 

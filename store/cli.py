@@ -23,7 +23,7 @@ from typing import Any
 
 import trio
 
-from store import queue_tools, tools
+from store import layout, queue_tools, tools
 
 EXIT_OK = 0
 EXIT_PROBLEM = 1
@@ -102,8 +102,8 @@ def segment_progress(what: str) -> Iterator[tools.Progress | None]:
 
 def _stores(path: str) -> list[tuple[str, str]]:
     try:
-        return tools.find_stores(path)
-    except tools.StoreToolError as e:
+        return layout.find_stores(path)
+    except layout.StoreToolError as e:
         raise UsageError(str(e)) from None
 
 
@@ -167,10 +167,12 @@ def handled(fn: Handler, usage: tuple[type[Exception], ...] = (),
     line on stderr and exit 2 (unusable input), the `problem` errors exit 1 (it ran and
     found a problem), whichever entry point (tidemq, scripts/drill, ...) calls it."""
 
+    usage_errors: tuple[type[Exception], ...] = (UsageError, *usage)
+
     def run(args: argparse.Namespace) -> int:
         try:
             return fn(args)
-        except (UsageError, *usage) as e:
+        except usage_errors as e:
             error(str(e))
             return EXIT_USAGE
         except problem as e:
@@ -219,14 +221,14 @@ async def until_signal(body: Callable[[], Awaitable[int]]) -> int:
 
 
 def _handled(fn: Handler) -> Handler:
-    return handled(fn, usage=(tools.StoreToolError,))
+    return handled(fn, usage=(layout.StoreToolError,))
 
 
 _DIR_HELP = ("a store (a node's storePathRootDir, e.g. data/store/broker-a), or a cluster base dir "
              "(e.g. data) to walk every node's store under <DIR>/store/<node>")
 
 
-def add_commands(subparsers: argparse._SubParsersAction) -> None:
+def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `tidemq store {dump,query,verify}`."""
     group = subparsers.add_parser(
         "store",

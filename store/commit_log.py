@@ -10,25 +10,25 @@ that does not fit (needs `size + 8` bytes) leaves a BLANK filler and goes to a n
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import attrs
 
 from . import runtime
 from .allocate import AllocateMappedFileService
 from .config import StoreConfig
+from .layout import COMMITLOG_DIR
 from .mapped_file import MappedFile, SelectResult
 from .mapped_file_queue import MappedFileQueue
-from .message import (
+from .msg_id import msg_id_prefix
+from .record_codec import (
     END_FILE_MIN_BLANK_LENGTH,
     Decoded,
     PreparedRecord,
     RecordKind,
     decode_record,
     encode_blank,
-    msg_id_prefix,
     place_records,
-    read_total_size,
 )
 from .recovery import RecoveredLog, RecoveryProgress, recover, truncate
 from .status import AppendMessageResult, AppendMessageStatus
@@ -70,7 +70,7 @@ class CommitLog:
         self.file_size = config.mapped_file_size_commit_log
         self.allocator = allocator
         self.queue = MappedFileQueue(
-            config.path("commitlog"),
+            config.path(COMMITLOG_DIR),
             self.file_size,
             pool=pool,
             allocator=allocator.allocate if allocator else None,
@@ -95,7 +95,7 @@ class CommitLog:
 
     def is_record_boundary(self, offset: int) -> bool:
         """Whether a record (or the log's end, or a segment) starts at `offset`."""
-        if offset == self.max_offset() or (offset % self.file_size == 0 and self.queue.find_by_offset(offset)):
+        if offset == self.max_offset() or (offset % self.file_size == 0 and self.queue.find_by_offset(offset) is not None):
             return True
         for at, _decoded in self.iter_records(offset - offset % self.file_size, read_body=False):
             if at >= offset:
@@ -132,7 +132,7 @@ class CommitLog:
                 )
         return mf
 
-    def _fill_blank(self, mf) -> None:
+    def _fill_blank(self, mf: MappedFile) -> None:
         remaining = mf.remaining
         filler = encode_blank(remaining)
         if mf.write_buffer is not None:  # a reused buffer may hold stale bytes: zero the tail
@@ -181,11 +181,13 @@ class CommitLog:
     def _place(self, run: _Run, records: Sequence[PreparedRecord], topic: str, queue_id: int, total: int,
                now: int) -> AppendMessageResult:
         """Encode one put at the end of `run` (written by `_write`)."""
+        mf = run.mf
+        assert mf is not None, "a put is placed only in a run with a segment"
         key = f"{topic}-{queue_id}"
         queue_offset = run.queue_offsets.get(key)
         if queue_offset is None:
             queue_offset = self.topic_queue_table.get(key, 0)
-        wrote_offset = phys = run.mf.file_from_offset + run.mf.wrote_position + run.size
+        wrote_offset = phys = mf.file_from_offset + mf.wrote_position + run.size
         if self._id_prefix[0] != self.store_host:
             self._id_prefix = (self.store_host, msg_id_prefix(self.store_host))
         msg_ids, next_queue_offset = place_records(records, run.parts, queue_offset, phys, now, self._id_prefix[1])
@@ -205,13 +207,14 @@ class CommitLog:
     def _write(self, run: _Run, results: list[AppendMessageResult], now: int) -> bool:
         """Write a run's bytes with one append and commit its queue offsets; when the write
         fails, the run's puts (the last `run.placed` results) fail with nothing counted."""
-        if not run.placed:
+        mf = run.mf
+        if not run.placed or mf is None:  # puts are placed only in a run with a segment
             return False
-        if not run.mf.append(b"".join(run.parts)):
-            failed = AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR, error=run.mf.write_error)
+        if not mf.append(b"".join(run.parts)):
+            failed = AppendMessageResult(AppendMessageStatus.UNKNOWN_ERROR, error=mf.write_error)
             results[-run.placed:] = [failed] * run.placed
             return False
-        run.mf.store_timestamp = now
+        mf.store_timestamp = now
         self.topic_queue_table.update(run.queue_offsets)
         return True
 
@@ -280,13 +283,8 @@ class CommitLog:
         finally:
             mf.release()
 
-    def record_size_at(self, offset: int) -> int | None:
-        mf = self.queue.find_by_offset(offset)
-        if mf is None or offset % self.file_size + 8 > mf.get_read_position():
-            return None
-        return read_total_size(mf.mm, offset % self.file_size)[0]
-
-    def iter_records(self, from_offset: int, *, check_crc: bool = False, read_body: bool = True):
+    def iter_records(self, from_offset: int, *, check_crc: bool = False,
+                     read_body: bool = True) -> Iterator[tuple[int, Decoded]]:
         """Yield (offset, Decoded) from `from_offset` up to the readable end; BLANKs are yielded
         too and move to the next segment. Stops at the first INVALID record (yielded)."""
         offset = from_offset

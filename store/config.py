@@ -43,22 +43,22 @@ class BrokerRole(enum.Enum):
         return self is not BrokerRole.SLAVE
 
 
-def _positive(_inst: Any, attribute: attrs.Attribute, value: int) -> None:
+def _positive(_inst: Any, attribute: attrs.Attribute[Any], value: int) -> None:
     if value <= 0:
         raise ConfigError(f"{_camel(attribute.name)} must be > 0, got {value!r}")
 
 
-def _non_negative(_inst: Any, attribute: attrs.Attribute, value: int) -> None:
+def _non_negative(_inst: Any, attribute: attrs.Attribute[Any], value: int) -> None:
     if value < 0:
         raise ConfigError(f"{_camel(attribute.name)} must be >= 0, got {value!r}")
 
 
-def _ratio(_inst: Any, attribute: attrs.Attribute, value: float) -> None:
+def _ratio(_inst: Any, attribute: attrs.Attribute[Any], value: float) -> None:
     if not 0.0 < value <= 1.0:
         raise ConfigError(f"{_camel(attribute.name)} must be in (0, 1], got {value!r}")
 
 
-def _delete_when(_inst: Any, attribute: attrs.Attribute, value: str) -> None:
+def _delete_when(_inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
     for part in value.split(";"):
         if not part.strip().isdigit() or not 0 <= int(part) <= 23:
             raise ConfigError(
@@ -66,7 +66,7 @@ def _delete_when(_inst: Any, attribute: attrs.Attribute, value: str) -> None:
             )
 
 
-def _delay_levels(_inst: Any, attribute: attrs.Attribute, value: str) -> None:
+def _delay_levels(_inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
     from .schedule import DelayError, parse_delay_levels  # schedule imports message, not config
 
     try:
@@ -75,7 +75,7 @@ def _delay_levels(_inst: Any, attribute: attrs.Attribute, value: str) -> None:
         raise ConfigError(str(e)) from None
 
 
-def validate_host_port(_inst: Any, attribute: attrs.Attribute, value: str | None) -> None:
+def validate_host_port(_inst: Any, attribute: attrs.Attribute[Any], value: str | None) -> None:
     """attrs validator of an optional host:port option; the error names the camelCase key."""
     if value is None:
         return
@@ -85,6 +85,19 @@ def validate_host_port(_inst: Any, attribute: attrs.Attribute, value: str | None
         raise ConfigError(f"{_camel(attribute.name)} {e}") from None
 
 
+def _to_role(value: BrokerRole | str) -> BrokerRole:
+    return BrokerRole(value) if isinstance(value, str) else value
+
+
+def _to_flush_type(value: FlushDiskType | str) -> FlushDiskType:
+    return FlushDiskType(value) if isinstance(value, str) else value
+
+
+def _clamp_used_ratio(value: int | str) -> int:
+    """diskMaxUsedSpaceRatio, held to 10..95 as RocketMQ does."""
+    return min(95, max(10, int(value)))
+
+
 @attrs.define(kw_only=True)
 class StoreConfig:
     """Options of one store. Defaults are RocketMQ 4.9's MessageStoreConfig values."""
@@ -92,8 +105,8 @@ class StoreConfig:
     store_path_root_dir: str = attrs.field(default=os.path.join(os.path.expanduser("~"), "store"))
     # host:port written as STOREHOSTADDRESS and used in offset msgIds (brokerIP1:listenPort).
     store_host: str = attrs.field(default="127.0.0.1:10911", validator=validate_host_port)
-    broker_role: BrokerRole = attrs.field(default=BrokerRole.ASYNC_MASTER, converter=lambda v: BrokerRole(v) if isinstance(v, str) else v)
-    flush_disk_type: FlushDiskType = attrs.field(default=FlushDiskType.ASYNC_FLUSH, converter=lambda v: FlushDiskType(v) if isinstance(v, str) else v)
+    broker_role: BrokerRole = attrs.field(default=BrokerRole.ASYNC_MASTER, converter=_to_role)
+    flush_disk_type: FlushDiskType = attrs.field(default=FlushDiskType.ASYNC_FLUSH, converter=_to_flush_type)
 
     # files
     mapped_file_size_commit_log: int = attrs.field(default=GiB, validator=_positive)
@@ -132,7 +145,7 @@ class StoreConfig:
     # cleanup
     file_reserved_time: int = attrs.field(default=72, validator=_positive)
     delete_when: str = attrs.field(default="04", validator=_delete_when)
-    disk_max_used_space_ratio: int = attrs.field(default=75, converter=lambda v: min(95, max(10, int(v))))
+    disk_max_used_space_ratio: int = attrs.field(default=75, converter=_clamp_used_ratio)
     disk_space_warning_level_ratio: float = attrs.field(default=0.90, validator=_ratio)
     disk_space_clean_forcibly_ratio: float = attrs.field(default=0.85, validator=_ratio)
     clean_file_forcibly_enable: bool = True
@@ -221,7 +234,7 @@ def _unknown_key_message(key: str, source: str, extra: Iterable[str] = ()) -> st
 _FIELDS = {f.name: f for f in attrs.fields(StoreConfig)}
 
 
-def convert_value(field: attrs.Attribute, value: Any, key: str, source: str = "") -> Any:
+def convert_value(field: attrs.Attribute[Any], value: Any, key: str, source: str = "") -> Any:
     """Convert a raw config value (often a string from .properties) to the field's type."""
     where = f"{source}: " if source else ""
     typ = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", "")

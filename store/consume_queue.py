@@ -24,14 +24,15 @@ Deliberate deviations from RocketMQ 4.9.8, each guarding against a RocketMQ bug:
 
 from __future__ import annotations
 
+import array
 import logging
-import os
-import re
 import struct
+import sys
 import threading
 from collections.abc import Callable, Iterator
 
 from .config import CQ_STORE_UNIT_SIZE
+from .layout import list_queue_dirs, list_segments, queue_dir
 from .mapped_file import MappedFile, SelectResult
 from .mapped_file_queue import MappedFileQueue
 
@@ -57,6 +58,57 @@ def iter_units(view: memoryview | bytes) -> Iterator[tuple[int, int, int]]:
         yield UNIT.unpack_from(view, i)
 
 
+# ---------------------------------------------------------------------------------------
+# offline: a queue's units in bulk
+
+
+def unit_columns(data: bytes | memoryview) -> tuple[array.array[int], array.array[int]]:
+    """(CommitLog offsets, sizes) of the whole units in `data`, as native int64 and int32
+    arrays: `UNIT` decoded in bulk, a million units in tens of milliseconds (one
+    `UNIT.unpack_from` per unit takes five times as long).
+
+    Every unit is five big-endian 4-byte words, so the sizes are every fifth word from the
+    third; an offset (8 bytes at 20*i) is 8-aligned in even units and 8-aligned from byte 4
+    in odd ones, so two int64 views, every fifth element of each, give them all.
+    """
+    n = len(data) // CQ_STORE_UNIT_SIZE
+    view = memoryview(data)[: n * CQ_STORE_UNIT_SIZE]
+    words, even, odd = array.array("i"), array.array("q"), array.array("q")
+    words.frombytes(view)
+    even.frombytes(view[: len(view) // 8 * 8])
+    if n:
+        odd.frombytes(view[4 : 4 + (len(view) - 4) // 8 * 8])
+    if sys.byteorder == "little":
+        for a in (words, even, odd):
+            a.byteswap()
+    offsets = array.array("q", bytes(8 * n))
+    offsets[0::2] = even[0::5]
+    offsets[1::2] = odd[2::5]
+    return offsets, words[2::5]
+
+
+def written_units(qdir: str) -> tuple[array.array[int], array.array[int]]:
+    """(CommitLog offsets, sizes) of the written units of one queue directory, in queue
+    order, read from its segment files without mapping them or touching the CommitLog (the
+    pipeline's topic pruning). Units of size <= 0 (unwritten) or INT_MAX (pre-blank: no
+    record is that large) are dropped."""
+    offsets: array.array[int] = array.array("q")
+    sizes: array.array[int] = array.array("i")
+    for _start, path in list_segments(qdir):
+        with open(path, "rb") as f:
+            data = f.read()
+        # the unwritten tail is zeros: stop after the last unit holding a non-zero byte
+        written = -(-len(data.rstrip(b"\0")) // CQ_STORE_UNIT_SIZE) * CQ_STORE_UNIT_SIZE
+        file_offsets, file_sizes = unit_columns(memoryview(data)[:written])
+        if file_sizes and (min(file_sizes) <= 0 or INT_MAX in file_sizes):
+            kept = [(o, s) for o, s in zip(file_offsets, file_sizes, strict=True) if 0 < s != INT_MAX]
+            file_offsets = array.array("q", [o for o, _ in kept])
+            file_sizes = array.array("i", [s for _, s in kept])
+        offsets.extend(file_offsets)
+        sizes.extend(file_sizes)
+    return offsets, sizes
+
+
 class ConsumeQueue:
     """One topic-queue's ConsumeQueue."""
 
@@ -67,7 +119,7 @@ class ConsumeQueue:
         self.queue_id = queue_id
         self.store_path = store_path
         self.file_size = file_size
-        self.queue_dir = os.path.join(store_path, topic, str(queue_id))
+        self.queue_dir = queue_dir(store_path, topic, queue_id)
         self.mapped_file_queue = MappedFileQueue(self.queue_dir, file_size)
         # CommitLog end (offset + size) of the newest unit built; -1 = nothing built yet.
         self.max_physic_offset = -1
@@ -376,7 +428,6 @@ class ConsumeQueue:
         self.mapped_file_queue.shutdown()
 
 
-_QUEUE_ID_RE = re.compile(r"-?[0-9]+")
 
 
 class ConsumeQueueTable:
@@ -390,23 +441,10 @@ class ConsumeQueueTable:
 
     def load(self) -> None:
         """Load every `<topic>/<int queueId>` directory; other names are skipped."""
-        if not os.path.isdir(self.store_path):
-            return
-        for topic in sorted(os.listdir(self.store_path)):
-            topic_dir = os.path.join(self.store_path, topic)
-            if not os.path.isdir(topic_dir):
-                continue
-            for name in sorted(os.listdir(topic_dir)):
-                if not _QUEUE_ID_RE.fullmatch(name) or str(int(name)) != name:
-                    log.warning("skip consume queue dir %s: not a queue id", os.path.join(topic_dir, name))
-                    continue
-                queue_id = int(name)
-                if not -(2**31) <= queue_id < 2**31:
-                    log.warning("skip consume queue dir %s: queue id out of range", name)
-                    continue
-                cq = ConsumeQueue(topic, queue_id, self.store_path, self.file_size)
-                cq.load()
-                self._queues[(topic, queue_id)] = cq
+        for topic, queue_id, _path in list_queue_dirs(self.store_path):
+            cq = ConsumeQueue(topic, queue_id, self.store_path, self.file_size)
+            cq.load()
+            self._queues[(topic, queue_id)] = cq
 
     def recover(self) -> int:
         """Recover every queue; returns max_physic_offset_of_all()."""

@@ -32,7 +32,9 @@ import attrs
 from . import runtime
 from .checkpoint import StoreCheckpoint
 from .mapped_file import MappedFile
-from .message import KEY_SEPARATOR, TRANSACTION_MASK, java_string_hash
+from .message import java_string_hash
+from .properties import KEY_SEPARATOR
+from .sysflag import TRANSACTION_MASK
 
 log = logging.getLogger("tidemq.store")
 

@@ -134,10 +134,6 @@ def _create(path: str, file_size: int, preallocate: bool) -> None:
     os.rename(tmp, path)
 
 
-def offset_to_file_name(offset: int) -> str:
-    return f"{offset:020d}"
-
-
 class SegmentSizeError(ValueError):
     """A segment on disk does not have the configured size."""
 

@@ -12,7 +12,8 @@ import os
 from collections.abc import Callable
 
 from . import runtime
-from .mapped_file import CREATING_SUFFIX, MappedFile, SegmentSizeError, offset_to_file_name
+from .layout import segment_name, segment_names
+from .mapped_file import CREATING_SUFFIX, MappedFile, SegmentSizeError
 from .transient_store_pool import TransientStorePool
 
 log = logging.getLogger("tidemq.store")
@@ -54,8 +55,7 @@ class MappedFileQueue:
             if name.endswith(CREATING_SUFFIX):  # a creation cut short by a crash
                 log.info("removing unfinished segment %s", os.path.join(self.store_path, name))
                 os.unlink(os.path.join(self.store_path, name))
-        names = sorted(n for n in listing if n.isdigit() and len(n) == 20)
-        for name in names:
+        for name in segment_names(listing):
             mf = MappedFile(os.path.join(self.store_path, name), self.file_size, expect_existing=True)
             mf.set_positions(self.file_size)  # recovery sets the real end
             self.files.append(mf)
@@ -80,13 +80,13 @@ class MappedFileQueue:
             create_offset = start_offset - start_offset % self.file_size
         else:
             create_offset = last.file_from_offset + self.file_size
-        path = os.path.join(self.store_path, offset_to_file_name(create_offset))
+        path = os.path.join(self.store_path, segment_name(create_offset))
         try:
             os.makedirs(self.store_path, exist_ok=True)
             mf = self.allocator(path, self.file_size)
         except (OSError, SegmentSizeError) as e:
             if isinstance(e, OSError) and e.strerror:
-                reason = f"{e.strerror} ({errno.errorcode.get(e.errno, e.errno)})"
+                reason = f"{e.strerror} ({errno.errorcode.get(e.errno, e.errno) if e.errno is not None else '?'})"
             else:
                 reason = str(e)
             self.create_error = f"cannot create segment {path}: {reason}"

@@ -14,6 +14,8 @@ import fcntl
 import os
 from contextlib import suppress
 
+from .layout import LOCK_FILE
+
 _LOCKED_ROOTS: set[str] = set()  # fcntl locks do not exclude the same process
 
 
@@ -26,7 +28,7 @@ class StoreLock:
 
     def __init__(self, root: str) -> None:
         self.root = os.path.realpath(root)
-        self.path = os.path.join(self.root, "lock")
+        self.path = os.path.join(self.root, LOCK_FILE)
         self._fd: int | None = None
 
     def acquire(self) -> None:

@@ -32,9 +32,10 @@ from .flush import (
     flush_to_end,
 )
 from .index_file import IndexService
+from .layout import ABORT_FILE, CHECKPOINT_FILE, CONSUMEQUEUE_DIR, INDEX_DIR
 from .markers import AbortFile, StoreLock
 from .markers import StoreLockedError as StoreLockedError  # importable from here, as before
-from .message import Message, RecordKind, StoredMessage
+from .message import Message, StoredMessage
 from .puts import Appended, MessagePuts, Prepared
 from .reads import GetMessageResult as GetMessageResult  # importable from here, as before
 from .reads import MessageReads
@@ -87,7 +88,7 @@ class MessageStore:
         self.disk_usage = disk_usage  # cleanup's disk probe (None: psutil on the real partition)
         self.flags = RunningFlags()
         self.lock = StoreLock(config.store_path_root_dir)
-        self.abort_file = AbortFile(config.path("abort"))
+        self.abort_file = AbortFile(config.path(ABORT_FILE))
         self.pool = (
             TransientStorePool(config.transient_store_pool_size, config.mapped_file_size_commit_log)
             if config.transient_pool_active
@@ -102,7 +103,7 @@ class MessageStore:
         self.allocator = AllocateMappedFileService(self.pool)
         self.commit_log = CommitLog(config, pool=self.pool, allocator=self.allocator, clock=clock)
         self.delay_levels = parse_delay_levels(config.message_delay_level)
-        self.consume_queues = ConsumeQueueTable(config.path("consumequeue"), config.cq_file_size)
+        self.consume_queues = ConsumeQueueTable(config.path(CONSUMEQUEUE_DIR), config.cq_file_size)
         self.loaded = False
         self.last_exit_ok = True
         self._dispatch_from: int | None = None
@@ -137,10 +138,6 @@ class MessageStore:
     def shutdown_done(self) -> bool:
         return self.flags.shut_down
 
-    @property
-    def abort_path(self) -> str:
-        return self.abort_file.path
-
     def load(self, recovery_progress: RecoveryProgress | None = None) -> MessageStore:
         """Lock the root, map the segments and recover (blocking; done once at start).
         `recovery_progress(validated_bytes, total_bytes)` follows CommitLog validation."""
@@ -151,10 +148,10 @@ class MessageStore:
             self.last_exit_ok = not self.abort_file.exists()
             self.commit_log.load()
             self.consume_queues.load()
-            self.checkpoint = StoreCheckpoint(self.config.path("checkpoint"))
+            self.checkpoint = StoreCheckpoint(self.config.path(CHECKPOINT_FILE))
             self._create_flush_services(self.checkpoint)
             self.index = IndexService(
-                self.config.path("index"), self.config.max_hash_slot_num, self.config.max_index_num,
+                self.config.path(INDEX_DIR), self.config.max_hash_slot_num, self.config.max_index_num,
                 self.checkpoint, max_msgs_num_batch=self.config.max_msgs_num_batch,
                 clock=lambda: int(self.clock() * 1000),
             ) if self.config.message_index_enable else None
@@ -285,7 +282,7 @@ class MessageStore:
         msg_ids = tuple(
             decoded.message.msg_id
             for _at, decoded in self.commit_log.iter_records(phy_offset, read_body=False)
-            if decoded.kind is RecordKind.MESSAGE
+            if decoded.message is not None  # a message is decoded only for MESSAGE
         )
         segments = self.commit_log.truncate(phy_offset)
         self._cut_queues_and_index(phy_offset)

@@ -2,8 +2,9 @@
 
 A record's BORNHOST and STOREHOSTADDRESS are address bytes + an int32 port (8 bytes for
 IPv4, 20 for IPv6); a msgId is the store host's bytes + the record's PHYSICALOFFSET as hex,
-so decoding one gives the node and a direct read position. Split from message.py, whose
-names still re-export these, so the record codec stays one screenful of concepts.
+so decoding one gives the node and a direct read position. The record codec
+(record_codec.py) and the message model (message.py, which re-exports decode_msg_id and
+encode_msg_id for their many callers) use it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def encode_host(host: str) -> bytes:
     return ipaddress.ip_address(addr).packed + _I32.pack(port)
 
 
-def decode_host(raw: bytes | memoryview) -> str:
+def decode_host(raw: bytes | bytearray | memoryview) -> str:
     """Address bytes + int32 port → 'ip:port' ('[v6]:port'); cached, hosts repeat."""
     return _decode_host(bytes(raw))
 

@@ -10,24 +10,18 @@ MessageStore builds one in `load()`, handing it what it reads."""
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 import trio
 
 from .config import BrokerRole, StoreConfig
-from .message import (
-    PROPERTY_DELAY,
-    EncodeError,
-    Message,
-    PreparedRecord,
-    prepare_plain,
-    prepare_record,
-    topic_error,
-    transaction_type,
-)
+from .message import Message, topic_error
+from .properties import PROPERTY_DELAY
+from .record_codec import EncodeError, PreparedRecord, prepare_plain, prepare_record
 from .schedule import DelayError, rewrite_delayed
 from .status import AppendMessageResult, AppendMessageStatus, PutMessageResult, PutMessageStatus
+from .sysflag import transaction_type
 
 if TYPE_CHECKING:
     from .commit_log import CommitLog
@@ -62,7 +56,7 @@ class MessagePuts:
     """The puts of one MessageStore (see the module docstring)."""
 
     def __init__(self, config: StoreConfig, commit_log: CommitLog, flags: RunningFlags,
-                 delay_levels: dict[int, int], group_commit: GroupCommitService | None,
+                 delay_levels: tuple[int, ...], group_commit: GroupCommitService | None,
                  replica_log: ReplicaLog) -> None:
         self.config = config
         self.commit_log = commit_log
@@ -132,7 +126,7 @@ class MessagePuts:
                       born_timestamp: int | None, born_host: str | None) -> Prepared | None:
         """`prepare_message` of a plain message (a valid topic, a body, at most tags) that the
         caller checked, with `refusal()`, the store takes: built without its Message
-        (store.message.prepare_plain). None when it is refused: `prepare_message` then
+        (store.record_codec.prepare_plain). None when it is refused: `prepare_message` then
         says why."""
         try:
             record = prepare_plain(topic, body, queue_id, tags, flag, born_timestamp, born_host,
@@ -194,16 +188,16 @@ class MessagePuts:
         write per segment, one notification); refused ones stay as they are. The store's
         state is checked again first: puts prepared earlier (a node gathers a turn's puts
         before appending them) are refused if it shut down or stopped taking writes since."""
-        group = [p for p in puts if type(p) is Prepared]
+        group = [p for p in puts if isinstance(p, Prepared)]
         if not group:
-            return list(puts)
+            return [p for p in puts if isinstance(p, PutMessageResult)]
         refused = self._check_writes_taken()
         if refused is not None:
-            return [refused if type(p) is Prepared else p for p in puts]
+            return [refused if isinstance(p, Prepared) else p for p in puts]
         if len(group) == len(puts):
-            return self.commit_log.append_group(group)
+            return list(self.commit_log.append_group(group))
         appended = iter(self.commit_log.append_group(group))
-        return [next(appended) if type(p) is Prepared else p for p in puts]
+        return [next(appended) if isinstance(p, Prepared) else p for p in puts]
 
     def append_message(self, msg: Message) -> Appended:
         """Check, encode and append one message; finish it with `finish_puts`."""
@@ -241,11 +235,11 @@ class MessagePuts:
         flushed = replicated = -1  # the largest end offset known flushed / acked
         if flush_end >= 0 or replica_end >= 0:
             start = trio.current_time() if since is None else since
-            if flush_end >= 0:
+            if flush_end >= 0 and self.group_commit is not None:  # set only with a group commit
                 flushed = await self._reached(
                     self.group_commit.wait_for_flush, self._ends(appended, flush_end),
                     self.config.sync_flush_timeout / 1000 - (trio.current_time() - start))
-            if replica_end >= 0:
+            if replica_end >= 0 and replicator is not None:  # set only with a replicator
                 replicated = await self._reached(
                     replicator.wait_for_slave, self._ends(appended, replica_end),
                     self.config.slave_timeout / 1000 - (trio.current_time() - start))
@@ -275,7 +269,7 @@ class MessagePuts:
                        and r.end_offset <= limit})
 
     @staticmethod
-    async def _reached(wait_for, ends: list[int], timeout_s: float) -> int:
+    async def _reached(wait_for: Callable[[int, float], Awaitable[bool]], ends: list[int], timeout_s: float) -> int:
         """The largest of `ends` that `wait_for(offset, timeout)` reached: one wait for the
         largest; after a timeout, the smaller ones are checked (they were reached or not
         by then, so only the first miss can cost a timer round)."""

@@ -22,17 +22,19 @@ from store.index_file import (
     build_key,
     index_file_size,
 )
-from store.message import RecordKind, StoredMessage, decode_record
+from store.message import StoredMessage
+from store.record_codec import RecordKind, decode_record
 
-from .tools import (
-    SEGMENT_NAME,
-    Buffer,
+from .layout import (
     StoreToolError,
+    consumequeue_dir,
     find_segment,
+    index_dir,
     iter_segments,
-    message_to_dict,
-    open_segment,
+    queue_dir,
+    segment_names,
 )
+from .tools import Buffer, message_to_dict, open_segment
 
 
 class _SegmentReader:
@@ -69,10 +71,10 @@ def dump_queue(
     Each dict is `message_to_dict`'s plus "queueOffset" from the unit; a unit whose record
     is gone or disagrees gives {"queueOffset", "offset", "error"} and the walk goes on.
     """
-    qdir = os.path.join(os.fspath(root), "consumequeue", topic, str(queue_id))
+    qdir = queue_dir(consumequeue_dir(root), topic, queue_id)
     if not os.path.isdir(qdir):
         raise StoreToolError(f"no ConsumeQueue for {topic}-{queue_id} under {os.fspath(root)}")
-    names = sorted(n for n in os.listdir(qdir) if SEGMENT_NAME.match(n))
+    names = segment_names(os.listdir(qdir))
     emitted = 0
     with _SegmentReader(root) as reader:
         for name in names:
@@ -86,7 +88,8 @@ def dump_queue(
                     queue_offset = (int(name) + pos) // UNIT.size
                     msg, error = reader.record(phy)
                     if msg is not None and (msg.size != size or msg.queue_offset != queue_offset):
-                        msg, error = None, f"record at {phy} is size {msg.size} queue offset {msg.queue_offset}"
+                        error = f"record at {phy} is size {msg.size} queue offset {msg.queue_offset}"
+                        msg = None
                     if msg is None:
                         yield {"queueOffset": queue_offset, "offset": phy, "error": error}
                     else:
@@ -133,7 +136,7 @@ def _geometry_fits(path: str, size: int, slots: int, entries: int) -> bool:
     if len(last) < INDEX_ENTRY_SIZE:
         return False
     _hash, phy, time_diff, prev = _INDEX_ENTRY.unpack(last)
-    return begin_phy <= phy <= end_phy and time_diff >= 0 and 0 <= prev < count - 1
+    return bool(begin_phy <= phy <= end_phy and time_diff >= 0 and 0 <= prev < count - 1)
 
 
 def index_geometry(root: str | os.PathLike[str], path: str) -> tuple[int, int]:
@@ -170,7 +173,7 @@ def query_key(
     """Messages of `topic` with KEYS or UNIQ_KEY `key`, newest first, through the index
     files. Their geometry is worked out per file (`index_geometry`) unless given.
     Candidates are re-read, so hash collisions never return another key."""
-    idir = os.path.join(os.fspath(root), "index")
+    idir = index_dir(root)
     if not os.path.isdir(idir):
         raise StoreToolError(f"no index directory under {os.fspath(root)}")
     candidates: list[int] = []

@@ -11,9 +11,10 @@ import psutil
 import trio
 
 from .config import CQ_STORE_UNIT_SIZE, StoreConfig
-from .consume_queue import ConsumeQueueTable, is_blank_unit, iter_units
-from .message import RecordKind, StoredMessage
+from .consume_queue import ConsumeQueue, ConsumeQueueTable, is_blank_unit, iter_units
+from .message import StoredMessage
 from .msg_id import decode_msg_id
+from .record_codec import RecordKind
 from .status import GetMessageStatus
 from .tag_filter import TagFilter
 
@@ -79,7 +80,7 @@ class MessageReads:
 
     def _store_time_at(self, commitlog_offset: int, size: int) -> int | None:
         decoded = self.commit_log.read_record(commitlog_offset, read_body=False)
-        if decoded is None or decoded.kind is not RecordKind.MESSAGE:
+        if decoded is None or decoded.message is None:  # a message is decoded only for MESSAGE
             return None
         return decoded.message.store_timestamp
 
@@ -133,7 +134,7 @@ class MessageReads:
             self._read_units(cq, offset, max_msgs, TagFilter.parse(tag_filter), result)
         return result
 
-    def _read_units(self, cq, offset: int, max_msgs: int, tags: TagFilter, result: GetMessageResult) -> None:
+    def _read_units(self, cq: ConsumeQueue, offset: int, max_msgs: int, tags: TagFilter, result: GetMessageResult) -> None:
         buf = cq.get_index_buffer(offset)
         if buf is None:
             result.status = GetMessageStatus.OFFSET_FOUND_NULL

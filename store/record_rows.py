@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from .message import COMPILED, RecordKind, masked_crc32
-from .message import py_decode_record as decode_record
+from .accel import COMPILED
 from .msg_id import msg_id_prefix
 from .properties import PROPERTY_KEYS, PROPERTY_TAGS
+from .record_codec import Buffer, masked_crc32
+from .record_codec import py_decode_record as decode_record
 
 ROW_FIELDS = (
     "topic", "queue_id", "queue_offset", "commitlog_offset", "size", "body", "body_crc",
@@ -23,9 +24,9 @@ ROW_FIELDS = (
 
 
 def scan_rows(
-    buf, pos: int, end: int, segment_start: int, rows: list, max_rows: int, *,
+    buf: Buffer, pos: int, end: int, segment_start: int, rows: list[tuple[object, ...]], max_rows: int, *,
     verify_crc: bool, include_body: bool, topics: Collection[str] | None,
-    start_time: int | None, end_time: int | None, extra: tuple,
+    start_time: int | None, end_time: int | None, extra: tuple[object, ...],
 ) -> int:
     """Append a row (ROW_FIELDS + extra) to `rows` for each clean message record from byte
     `pos` of the segment `buf`, skipping the records outside `topics` and the store-time
@@ -40,9 +41,9 @@ def scan_rows(
     need_body = include_body or verify_crc
     while pos < end and len(rows) < max_rows:
         d = decode_record(buf, pos, check_crc=False, read_body=need_body)
-        if d.kind is not RecordKind.MESSAGE:
-            break
         m = d.message
+        if m is None:  # not a MESSAGE record
+            break
         if topics is not None and m.topic not in topics:
             pos += d.size
             continue

@@ -37,7 +37,7 @@ import attrs
 
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
-from .message import (
+from .record_codec import (
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     read_store_timestamp,
@@ -97,7 +97,7 @@ def recover(
     if not files:
         return RecoveredLog(0, None)
     clean = safe_timestamp is None
-    index = max(0, len(files) - 3) if clean else abnormal_start(files, safe_timestamp)
+    index = max(0, len(files) - 3) if safe_timestamp is None else abnormal_start(files, safe_timestamp)
     first = files[index]
     end = scan_valid_end(files, queue.file_size, index, check_crc=check_crc, progress=progress)
     deleted = truncate(queue, end)

@@ -150,8 +150,7 @@ class ReplicaLog:
         it) must lose it before it can start at the leader's newest segment."""
         queue = self._commit_log.queue
         dropped = []
-        while queue.files:
-            mf = queue.last()
+        while (mf := queue.last()) is not None:
             if mf.wrote_position or not queue.delete_file(mf, 0):
                 raise FollowerAppendError(f"cannot drop empty segment {mf.path} to start elsewhere")
             dropped.append(mf.path)

@@ -19,19 +19,19 @@ from .checkpoint import StoreCheckpoint
 from .commit_log import CommitLog
 from .consume_queue import ConsumeQueueTable
 from .index_file import IndexService
-from .message import (
+from .mapped_file import MappedFile
+from .record_codec import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
-    TRANSACTION_MASK,
     DispatchRequest,
     RecordKind,
-    SysFlag,
     decode_dispatch,
     read_total_size,
 )
 from .running_flags import RunningFlags
 from .schedule import SCHEDULE_TOPIC, deliver_timestamp
+from .sysflag import TRANSACTION_MASK, SysFlag
 
 TRANSACTION_COMMIT = int(SysFlag.TRANSACTION_COMMIT)
 ROUND_BYTES = 64 * 1024
@@ -129,7 +129,7 @@ class ReputMessageService:
             self._dispatched = trio.Event()
         return count
 
-    def _reput_segment(self, mf, stop_at: int | None, limit: int | None) -> tuple[bool, int]:
+    def _reput_segment(self, mf: MappedFile, stop_at: int | None, limit: int | None) -> tuple[bool, int]:
         """Dispatch records of the held segment `mf` from `reput_from_offset`, none ending past
         `limit`; returns (go on with the next segment, records dispatched)."""
         cl = self.commit_log
@@ -167,6 +167,7 @@ class ReputMessageService:
                 return True, n
             if limit is not None and base + pos + size > limit:
                 return False, n  # not yet on every in-sync slave: woken when it is
+            assert req is not None  # decode_dispatch gives a request with every MESSAGE
             dispatch(req, is_slave)
             pos += size
             self.reput_from_offset = base + pos

@@ -41,9 +41,6 @@ class RunningFlags:
     def is_readable(self) -> bool:
         return not self.bits & self.NOT_READABLE
 
-    def is_cq_writeable(self) -> bool:
-        return not self.bits & (self.NOT_WRITEABLE | self.WRITE_LOGICS_QUEUE_ERROR | self.WRITE_INDEX_FILE_ERROR)
-
     def names(self) -> list[str]:
         return [name for bit, name in self._NAMES.items() if self.bits & bit]
 

@@ -14,18 +14,16 @@ from __future__ import annotations
 
 import re
 
-from .message import (
+from .message import Message, StoredMessage
+from .properties import (
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
     PROPERTY_WAIT,
-    Message,
-    StoredMessage,
-    SysFlag,
-    transaction_type,
 )
+from .sysflag import SysFlag, transaction_type
 
 __all__ = [
     "DEFAULT_DELAY_LEVELS",

@@ -26,6 +26,10 @@ A record whose structure is intact but whose body CRC or PHYSICALOFFSET is wrong
 `Record`; `Record.problems` names what is wrong and each caller applies its policy
 (recovery cuts at a bad CRC, verify and the pipeline report both and read on).
 
+The hop (`record_starts_at`, `hop`, `store_timestamp_at`, `data_at`) finds record starts by
+reading 8 bytes per record, judging nothing: the pipeline cuts large segments into partitions
+and prunes them by time with it, and `step` judges every record when a partition is read.
+
 `skip_clean` is the bulk path: it hops over clean records without building anything
 (compiled in store/_accel.pyx, as the pipeline's column scan is) and stops where `step`
 must look, so the fast paths end exactly where these rules take over.
@@ -40,20 +44,22 @@ from collections.abc import Iterator, Sequence
 
 import attrs
 
-from .message import (
+from .accel import COMPILED
+from .message import StoredMessage
+from .record_codec import (
     BLANK_MAGIC_CODE,
-    COMPILED,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
+    PHYSICAL_OFFSET_POSITION,
+    Buffer,
     RecordKind,
-    StoredMessage,
     decode_record,
     masked_crc32,
     message_extent,
+    read_physical_offset,
+    read_store_timestamp,
     read_total_size,
 )
-
-Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 _ZERO_CHUNK = 1 << 20
 _ZEROS = bytes(_ZERO_CHUNK)
@@ -267,6 +273,65 @@ def last_data_index(paths: Sequence[str]) -> int:
         except (OSError, ValueError):
             return i
     return -1
+
+
+# ---------------------------------------------------------------------------------------
+# the hop: record starts without decoding (the pipeline's partition planning)
+
+
+_MESSAGE_MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
+
+
+def record_starts_at(buf: Buffer, pos: int, segment_start: int) -> bool:
+    """Whether a message record that names its own place starts at byte `pos`: MAGIC, a
+    TOTALSIZE that fits the segment and PHYSICALOFFSET = segment_start + pos are checked,
+    nothing else. The pipeline checks a cut it took from a ConsumeQueue unit with it; the
+    record itself is judged by `step` when it is read."""
+    n = len(buf)
+    if pos < 0 or pos + PHYSICAL_OFFSET_POSITION + 8 > n:
+        return False
+    total, magic = read_total_size(buf, pos)
+    return (magic in _MESSAGE_MAGICS and 0 < total <= n - pos
+            and read_physical_offset(buf, pos) == segment_start + pos)
+
+
+def hop(buf: Buffer, pos: int, target: int) -> int | None:
+    """The first record start at or past `target`, hopping TOTALSIZE by TOTALSIZE from the
+    record at `pos` (8 bytes read per record, so a 1 GiB segment is cut without reading it);
+    None at the end of data or at damage, which `step` names when the range is read."""
+    n = len(buf)
+    while pos < target:
+        if pos + 8 > n:
+            return None
+        total, magic = read_total_size(buf, pos)
+        if magic not in _MESSAGE_MAGICS or total <= 0 or pos + total > n:
+            return None
+        pos += total
+    return pos if pos + 8 <= n and read_total_size(buf, pos)[1] in _MESSAGE_MAGICS else None
+
+
+def store_timestamp_at(buf: Buffer, pos: int) -> int | None:
+    """STORETIMESTAMP of the record at `pos`, None when no record that holds one is there
+    (the pipeline prunes ranges by time with it, and never on a guess)."""
+    try:
+        return read_store_timestamp(buf, pos) if read_total_size(buf, pos)[0] >= 64 else None
+    except Exception:
+        return None
+
+
+def data_at(path: str, pos: int) -> bool:
+    """Whether data (a record or damage, not zeros and not a BLANK filler) starts at byte
+    `pos` of the segment file at `path`; True when the file cannot be read, so its reader
+    reports why."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(pos)
+            head = f.read(8)
+    except OSError:
+        return True
+    if len(head) < 8 or head == bytes(8):
+        return False
+    return read_total_size(head, 0)[1] != BLANK_MAGIC_CODE
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Offline, read-only tools over a store directory: list segments, dump records, verify.
+"""Offline, read-only tools over a store directory: dump records, verify. Which files are
+segments, and where stores are, is `store.layout`'s.
 
 Synchronous and lock-free: nothing here takes `<root>/lock` or writes a byte, so the tools
 run against the store of a live node (they then see whatever the node has written so far,
@@ -18,87 +19,18 @@ import contextlib
 import logging
 import mmap
 import os
-import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from store.message import RecordKind, StoredMessage, decode_record
+from store.layout import StoreToolError, find_segment, iter_segments
+from store.message import StoredMessage
+from store.record_codec import RecordKind, decode_record
 from store.segment_walker import Blank, Record, last_data_index, walk
 
 log = logging.getLogger(__name__)
 
-COMMITLOG_DIR = "commitlog"
-SEGMENT_NAME = re.compile(r"^\d{20}$")
-
 Buffer = bytes | mmap.mmap
 Progress = Callable[[int, int], None]  # (segments done, segments in all)
-
-
-WHERE_STORES_ARE = (
-    "a store is a node's storePathRootDir; a local cluster keeps each node's under "
-    "<base-dir>/store/<node>, e.g. data/store/broker-a (give that, or the base dir to walk "
-    "every node's store)"
-)
-
-
-class StoreToolError(Exception):
-    """The directory cannot be read as a store (missing, not a store, unreadable)."""
-
-
-def commitlog_dir(root: str | os.PathLike[str]) -> str:
-    return os.path.join(os.fspath(root), COMMITLOG_DIR)
-
-
-def iter_segments(root: str | os.PathLike[str]) -> list[tuple[int, str]]:
-    """CommitLog segments of the store at `root` as (start offset, path), in name order.
-
-    Files whose name is not a 20-digit offset are ignored. Raises StoreToolError when
-    `root` or `root/commitlog` is not a directory.
-    """
-    root = os.fspath(root)
-    if not os.path.isdir(root):
-        raise StoreToolError(f"store directory {root!r} does not exist")
-    cl = commitlog_dir(root)
-    if not os.path.isdir(cl):
-        raise StoreToolError(f"{root!r} is not a store directory: it has no {COMMITLOG_DIR}/; {WHERE_STORES_ARE}")
-    try:
-        names = sorted(os.listdir(cl))
-    except OSError as e:
-        raise StoreToolError(f"cannot list {cl!r}: {e.strerror or e}") from None
-    segments = []
-    for name in names:
-        path = os.path.join(cl, name)
-        if not SEGMENT_NAME.match(name) or not os.path.isfile(path):
-            log.debug("ignoring %s: not a CommitLog segment", path)
-            continue
-        segments.append((int(name), path))
-    return segments
-
-
-def is_store(path: str | os.PathLike[str]) -> bool:
-    return os.path.isdir(commitlog_dir(path))
-
-
-def find_stores(path: str | os.PathLike[str]) -> list[tuple[str, str]]:
-    """The stores at `path` as (name, root): the store itself, or every store under a
-    local cluster's base dir (`<base>/store/<node>`) or under a directory of stores.
-
-    StoreToolError says where stores live when there is none."""
-    path = os.fspath(path)
-    if not os.path.isdir(path):
-        raise StoreToolError(f"store directory {path!r} does not exist")
-    if is_store(path):
-        return [(os.path.basename(os.path.normpath(path)) or path, path)]
-    for parent in (os.path.join(path, "store"), path):
-        if os.path.isdir(parent):
-            found = [(name, os.path.join(parent, name)) for name in sorted(os.listdir(parent))
-                     if is_store(os.path.join(parent, name))]
-            if found:
-                return found
-    raise StoreToolError(
-        f"{path!r} is not a store directory (it has no {COMMITLOG_DIR}/) and holds no stores; "
-        f"{WHERE_STORES_ARE}"
-    )
 
 
 @contextlib.contextmanager
@@ -181,13 +113,6 @@ def message_to_dict(offset: int, m: StoredMessage) -> dict[str, Any]:
         "crcOk": m.crc_ok,
         "body": base64.b64encode(m.body).decode("ascii"),
     }
-
-
-def find_segment(segments: list[tuple[int, str]], offset: int) -> int | None:
-    for i, (start, path) in enumerate(segments):
-        if start <= offset < start + os.path.getsize(path):
-            return i
-    return None
 
 
 def dump(

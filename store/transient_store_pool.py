@@ -22,7 +22,7 @@ def _mlock(buf: mmap.mmap, size: int) -> bool:
         return False
     libc = ctypes.CDLL(libc_name, use_errno=True)
     addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
-    return libc.mlock(ctypes.c_void_p(addr), ctypes.c_size_t(size)) == 0
+    return bool(libc.mlock(ctypes.c_void_p(addr), ctypes.c_size_t(size)) == 0)
 
 
 class TransientStorePool:

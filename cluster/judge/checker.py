@@ -21,8 +21,9 @@ from typing import Any
 
 import attrs
 
+from store.layout import StoreToolError, iter_segments
 from store.queue_tools import dump_queue
-from store.tools import StoreToolError, dump, iter_segments, verify
+from store.tools import dump, verify
 
 from .history import FAIL, INFO, OK, History, parse_key
 

@@ -47,9 +47,9 @@ async def test_sends_and_replication_run_over_the_simulated_network(tmp_path):
                               batched_ops=BATCHED_OPS, commit=partial(append_requests, services),
                               finish=partial(finish_requests, services), net=net.host(M))
         await nursery.start(server.run)
-        ha = HAService(master, host=M, port=10912, net=net.host(M))
+        ha = HAService(master.replica_log, master.config, host=M, port=10912, net=net.host(M))
         await nursery.start(ha.run)
-        client = HAClient(slave, f"{M}:10912", net=net.host(S))
+        client = HAClient(slave.replica_log, slave.config, f"{M}:10912", net=net.host(S))
         await nursery.start(client.run)
 
         async with connect(f"{M}:10911", net=net.host(C)) as conn:

@@ -113,7 +113,7 @@ def delete_oldest_segments(store: MessageStore, keep: int) -> None:
 @asynccontextmanager
 async def running_master(root: os.PathLike, **kw) -> AsyncIterator[tuple[MessageStore, HAService]]:
     async with open_store(make_config(root, **kw)) as store, trio.open_nursery() as nursery:
-        ha = HAService(store, port=0)
+        ha = HAService(store.replica_log, store.config, port=0)
         await nursery.start(ha.run)
         yield store, ha
         nursery.cancel_scope.cancel()
@@ -122,7 +122,7 @@ async def running_master(root: os.PathLike, **kw) -> AsyncIterator[tuple[Message
 @asynccontextmanager
 async def running_slave(root: os.PathLike, port: int, **kw) -> AsyncIterator[tuple[MessageStore, HAClient]]:
     async with open_store(make_config(root, BrokerRole.SLAVE, **kw)) as store, trio.open_nursery() as nursery:
-        client = HAClient(store, f"127.0.0.1:{port}")
+        client = HAClient(store.replica_log, store.config, f"127.0.0.1:{port}")
         await nursery.start(client.run)
         yield store, client
         nursery.cancel_scope.cancel()
@@ -222,7 +222,7 @@ async def test_slave_restart_resumes_from_its_own_offset(tmp_path, caplog):
 async def test_master_killed_mid_transfer(tmp_path):
     config = make_config(tmp_path / "m", ha_transfer_batch_size=4096)
     async with open_store(config) as master, trio.open_nursery() as nursery:
-        ha = HAService(master, port=0)
+        ha = HAService(master.replica_log, master.config, port=0)
         kill = await start_cancellable(nursery, ha.run)
         port = ha.port
         async with running_slave(tmp_path / "s", port, ha_transfer_batch_size=4096) as (slave, client):
@@ -242,7 +242,7 @@ async def test_master_killed_mid_transfer(tmp_path):
             assert kept >= 2 * SEG
             await put_workload(master, 200, 100)  # the master keeps taking writes
             assert slave.commit_log.max_offset() == kept < master.commit_log.max_offset()
-            ha2 = HAService(master, port=port)
+            ha2 = HAService(master.replica_log, master.config, port=port)
             await nursery.start(ha2.run)
             await wait_until(caught_up(master, slave))
             assert_identical(master, slave)

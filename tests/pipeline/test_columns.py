@@ -14,12 +14,13 @@ from hypothesis import strategies as st
 from pipeline import store_scan
 from pipeline.columns import batch_from_columns
 from pipeline.schema import BatchBuilder
-from store import message, record_rows, segment_walker
-from store.message import Message, encode_blank, encode_record, patch_record
+from store import record_codec, record_rows, segment_walker
+from store.message import Message
+from store.record_codec import encode_blank, encode_record, patch_record
 from tests.store.test_accel import SETTINGS, int64, segments
 from tests.store.test_message import MAX_MESSAGE_SIZE
 
-COMPILED = message.COMPILED
+COMPILED = record_codec.COMPILED
 pytestmark = pytest.mark.skipif(COMPILED is None, reason="store._accel not loaded")
 
 
@@ -111,7 +112,7 @@ def test_a_partition_reads_the_same_with_and_without_columns(tmp_path, monkeypat
     fast = rows()
     monkeypatch.setattr(store_scan, "COMPILED", None)
     monkeypatch.setattr(store_scan, "scan_rows", record_rows.py_scan_rows)
-    monkeypatch.setattr(segment_walker, "decode_record", message.py_decode_record)
+    monkeypatch.setattr(segment_walker, "decode_record", record_codec.py_decode_record)
     assert fast == rows()
     assert len(fast) == 41 and [r["_corrupt"] is not None for r in fast].count(True) == 2
     assert pa.types.is_map(store_scan.BatchBuilder(permissive=True).schema.field("properties").type)

@@ -13,12 +13,12 @@ import pytest
 from pipeline import store_scan
 from pipeline.schema import rows_to_dicts
 from pipeline.store_scan import ScanOptions, StoreReadError
-from store import tools
-from store.message import (
+from store import layout, tools
+from store.message import Message
+from store.record_codec import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
-    Message,
     masked_crc32,
 )
 from tests.store.test_tools import SEG, sample_messages, write_store
@@ -82,7 +82,7 @@ def test_two_stores_by_glob_and_by_list(spark, tmp_path):
     assert store_scan.expand_paths(f"{a.root}, {b.root}") == [str(a.root), str(b.root)]
     by_list = spark.read.format("tidemq").load(f"{a.root},{b.root}")
     assert by_list.count() == 12
-    with pytest.raises(tools.StoreToolError, match="no store directory matches"):
+    with pytest.raises(layout.StoreToolError, match="no store directory matches"):
         store_scan.expand_paths(str(tmp_path / "nothing-*"))
 
 
@@ -319,7 +319,7 @@ def test_not_a_commitlog_and_not_a_store(spark, tmp_path):
         scan_rows(tmp_path / "junk")
     rows = scan_rows(tmp_path / "junk", permissive=True)
     assert len(rows) == 1 and "not a CommitLog segment" in rows[0]["_corrupt"]
-    with pytest.raises(tools.StoreToolError, match="no commitlog"):
+    with pytest.raises(layout.StoreToolError, match="no commitlog"):
         store_scan.plan([str(tmp_path)], ScanOptions())
     with pytest.raises(Exception, match="does not exist"):
         spark.read.format("tidemq").load(str(tmp_path / "missing")).count()

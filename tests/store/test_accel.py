@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store import accel, message, record_rows, segment_walker
-from store.message import (
+from store import accel, message, record_codec, record_rows, segment_walker, sysflag
+from store.record_codec import (
     MESSAGE_MAGIC_CODE_V2,
     Decoded,
     encode_blank,
@@ -24,7 +24,7 @@ from store.message import (
 )
 from tests.store.test_message import MAX_MESSAGE_SIZE, hosts, int64, messages, topics
 
-COMPILED = message.COMPILED
+COMPILED = record_codec.COMPILED
 needs_compiled = pytest.mark.skipif(
     COMPILED is None, reason="store._accel not loaded (TIDEMQ_PURE=1 or not built)"
 )
@@ -38,7 +38,7 @@ def test_the_accelerator_is_built():
     assert accel.load_compiled() is not None, "store._accel was not built: see setup.py's warnings"
     if not accel.forced_pure():
         assert accel.implementation() == "compiled"
-        assert message.decode_record is COMPILED.decode_record
+        assert record_codec.decode_record is COMPILED.decode_record
         assert record_rows.scan_rows is COMPILED.scan_rows
         assert segment_walker.skip_clean is COMPILED.skip_clean
 
@@ -65,8 +65,8 @@ def test_the_c_crc_answers_as_zlib(body):
 
 def test_tidemq_pure_forces_the_pure_codec():
     env = dict(os.environ, TIDEMQ_PURE="1")
-    code = ("from store import accel, message, record_rows, segment_walker; "
-            "assert message.decode_record is message.py_decode_record; "
+    code = ("from store import accel, record_codec, record_rows, segment_walker; "
+            "assert record_codec.decode_record is record_codec.py_decode_record; "
             "assert record_rows.scan_rows is record_rows.py_scan_rows; "
             "assert segment_walker.skip_clean is segment_walker.py_skip_clean; "
             "print(accel.implementation())")
@@ -156,7 +156,7 @@ def test_decode_record_identical(data, check_crc, read_body, cut):
     for view in (buf, bytearray(buf), memoryview(buf)):
         for limit in (None, max(pos, len(buf) - cut)):
             same_decoded(
-                message.py_decode_record(view, pos, check_crc=check_crc, read_body=read_body, limit=limit),
+                record_codec.py_decode_record(view, pos, check_crc=check_crc, read_body=read_body, limit=limit),
                 COMPILED.decode_record(view, pos, check_crc=check_crc, read_body=read_body, limit=limit),
             )
 
@@ -167,7 +167,7 @@ def test_decode_record_identical(data, check_crc, read_body, cut):
 def test_decode_dispatch_identical(data, cut):
     buf, pos = data
     for limit in (len(buf), max(pos, len(buf) - cut)):
-        assert message.py_decode_dispatch(buf, pos, limit) == COMPILED.decode_dispatch(buf, pos, limit)
+        assert record_codec.py_decode_dispatch(buf, pos, limit) == COMPILED.decode_dispatch(buf, pos, limit)
 
 
 @needs_compiled
@@ -176,8 +176,8 @@ def test_decode_dispatch_identical(data, cut):
 @pytest.mark.parametrize("pos", [0, 1, 4, 200])
 def test_short_blank_and_garbage_identical(buf, pos):
     """Edge positions and sizes, including reads that start past the buffer's end."""
-    same_decoded(message.py_decode_record(buf, pos), COMPILED.decode_record(buf, pos))
-    assert message.py_decode_dispatch(buf, pos, len(buf)) == COMPILED.decode_dispatch(buf, pos, len(buf))
+    same_decoded(record_codec.py_decode_record(buf, pos), COMPILED.decode_record(buf, pos))
+    assert record_codec.py_decode_dispatch(buf, pos, len(buf)) == COMPILED.decode_dispatch(buf, pos, len(buf))
 
 
 @needs_compiled
@@ -186,7 +186,7 @@ def test_a_buffer_without_direct_access_goes_to_the_reference():
     refuse it the same way."""
     rec = encode_record(message.Message("T", b"body"), "127.0.0.1:1", MAX_MESSAGE_SIZE)
     strided = memoryview(bytes(rec) * 2)[::2]
-    for decode in (message.py_decode_record, COMPILED.decode_record):
+    for decode in (record_codec.py_decode_record, COMPILED.decode_record):
         with pytest.raises(BufferError):
             decode(strided, 0)
 
@@ -272,10 +272,10 @@ def outcome(fn, *args):
 @given(msg=messages(), store_host=hosts, max_size=st.sampled_from([0, 100, MAX_MESSAGE_SIZE]),
        offsets=st.tuples(int64, int64, int64))
 def test_encoding_identical(msg, store_host, max_size, offsets):
-    pure = outcome(message.py_prepare_record, msg, store_host, max_size)
+    pure = outcome(record_codec.py_prepare_record, msg, store_host, max_size)
     assert pure == outcome(COMPILED.prepare_record, msg, store_host, max_size)
-    if isinstance(pure, message.PreparedRecord):
-        assert b"".join(message.py_record_parts(pure, *offsets)) == b"".join(COMPILED.record_parts(pure, *offsets))
+    if isinstance(pure, record_codec.PreparedRecord):
+        assert b"".join(record_codec.py_record_parts(pure, *offsets)) == b"".join(COMPILED.record_parts(pure, *offsets))
 
 
 @needs_compiled
@@ -293,9 +293,9 @@ def test_a_plain_send_encodes_as_its_message_does(topic, body, queue_id, tags, f
     """prepare_plain, the compiled send path's record builder, against the reference (the
     Message encoder): the same record, or the same refusal."""
     args = (topic, body, queue_id, tags, flag, born_timestamp, born_host, store_host, max_size)
-    pure = outcome(message.py_prepare_plain, *args)
+    pure = outcome(record_codec.py_prepare_plain, *args)
     assert pure == outcome(COMPILED.prepare_plain, *args)
-    assert message.prepare_plain is COMPILED.prepare_plain or accel.forced_pure()
+    assert record_codec.prepare_plain is COMPILED.prepare_plain or accel.forced_pure()
 
 
 @needs_compiled
@@ -311,12 +311,12 @@ def test_placing_a_puts_records_is_identical(msgs, tx, queue_offset, phys, now, 
     records = []
     for msg, t in zip(msgs, tx, strict=False):
         msg.sys_flag = t
-        rec = outcome(message.py_prepare_record, msg, "127.0.0.1:10911", MAX_MESSAGE_SIZE)
-        if isinstance(rec, message.PreparedRecord):
+        rec = outcome(record_codec.py_prepare_record, msg, "127.0.0.1:10911", MAX_MESSAGE_SIZE)
+        if isinstance(rec, record_codec.PreparedRecord):
             records.append(rec)
     pure_parts: list[bytes] = []
     compiled_parts: list[bytes] = []
-    pure = outcome(message.py_place_records, records, pure_parts, queue_offset, phys, now, prefix)
+    pure = outcome(record_codec.py_place_records, records, pure_parts, queue_offset, phys, now, prefix)
     assert pure == outcome(COMPILED.place_records, records, compiled_parts, queue_offset, phys, now, prefix)
     assert pure_parts == compiled_parts
 
@@ -337,7 +337,7 @@ ODD_MESSAGES = [
     dict(topic="T", body=b"x" * 200),
     dict(topic="T", body=b"x", born_host="nowhere"),
     dict(topic="T", body=b"x", born_host="[::1]:5"),
-    dict(topic="T", body=b"x", sys_flag=message.SysFlag.MULTI_TAGS | message.SysFlag.BORNHOST_V6),
+    dict(topic="T", body=b"x", sys_flag=sysflag.SysFlag.MULTI_TAGS | sysflag.SysFlag.BORNHOST_V6),
     dict(topic="T", body=b"x", sys_flag=2**31),
     dict(topic="T", body=b"x", sys_flag=0x7F),
     dict(topic="T", body=b"x", queue_id=True),
@@ -354,19 +354,19 @@ ODD_MESSAGES = [
 @pytest.mark.parametrize("store_host", ["127.0.0.1:10911", "[2001:db8::1]:10911", "bad"])
 def test_odd_messages_encode_identically(fields, store_host):
     msg = message.Message(born_timestamp=fields.pop("born_timestamp", 1), **fields)
-    pure = outcome(message.py_prepare_record, msg, store_host, 100)
+    pure = outcome(record_codec.py_prepare_record, msg, store_host, 100)
     assert pure == outcome(COMPILED.prepare_record, msg, store_host, 100)
-    if isinstance(pure, message.PreparedRecord):
+    if isinstance(pure, record_codec.PreparedRecord):
         for offsets in ((0, 0, 0), (2**63 - 1, -(2**63), 1), (2**63, 0, 0), (0, 0, "x")):
-            assert outcome(message.py_record_parts, pure, *offsets) == outcome(COMPILED.record_parts, pure, *offsets)
+            assert outcome(record_codec.py_record_parts, pure, *offsets) == outcome(COMPILED.record_parts, pure, *offsets)
 
 
 @needs_compiled
 def test_odd_prepared_records_pack_identically():
-    rec = message.py_prepare_record(message.Message("T", b"x", born_timestamp=1), "127.0.0.1:1", 100)
+    rec = record_codec.py_prepare_record(message.Message("T", b"x", born_timestamp=1), "127.0.0.1:1", 100)
     for odd in (rec._replace(total=2**31), rec._replace(born_host=b"\1" * 9),
                 rec._replace(born_timestamp=2**63), rec._replace(queue_id=None), rec._replace(body=b"")):
-        assert outcome(message.py_record_parts, odd, 1, 2, 3) == outcome(COMPILED.record_parts, odd, 1, 2, 3)
+        assert outcome(record_codec.py_record_parts, odd, 1, 2, 3) == outcome(COMPILED.record_parts, odd, 1, 2, 3)
 
 
 @needs_compiled

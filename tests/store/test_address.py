@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from store.address import AddressError, format_host_port, parse_address_list, split_host_port
-from store.message import decode_host, encode_host
+from store.msg_id import decode_host, encode_host
 
 
 @given(ip=st.ip_addresses(), port=st.integers(1, 65535))

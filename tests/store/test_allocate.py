@@ -8,14 +8,14 @@ import os
 import trio
 
 from store.allocate import AllocateMappedFileService
-from store.mapped_file import offset_to_file_name
+from store.layout import segment_name
 from tests.waiting import wait_until
 
 SIZE = 64 * 1024
 
 
 def seg(tmp_path, offset: int) -> str:
-    return str(tmp_path / offset_to_file_name(offset))
+    return str(tmp_path / segment_name(offset))
 
 
 async def wait_for_file(path: str) -> None:
@@ -55,10 +55,10 @@ async def test_a_failed_precreation_is_logged_and_allocate_still_works(tmp_path,
     gone.mkdir()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(service.run)
-        first = service.allocate(str(gone / offset_to_file_name(0)), SIZE)
+        first = service.allocate(str(gone / segment_name(0)), SIZE)
         gone.rename(moved)  # before the background task runs: its pre-creation fails
         await wait_until(lambda: "could not pre-create" in caplog.text, what="the failed pre-creation logged")
-        second = service.allocate(str(moved / offset_to_file_name(SIZE)), SIZE)  # made inline
+        second = service.allocate(str(moved / segment_name(SIZE)), SIZE)  # made inline
         assert service.preallocated_hits == 0 and second.file_from_offset == SIZE
         nursery.cancel_scope.cancel()
     service.shutdown()

@@ -21,13 +21,8 @@ from store import (
     StoreConfig,
     open_store,
 )
-from store.message import (
-    BLANK_MAGIC_CODE,
-    MESSAGE_MAGIC_CODE,
-    RecordKind,
-    decode_msg_id,
-    encode_msg_id,
-)
+from store.message import decode_msg_id, encode_msg_id
+from store.record_codec import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, RecordKind
 from store.running_flags import RunningFlags
 from store.status import AppendMessageStatus
 

@@ -1,3 +1,4 @@
+import array
 import logging
 import os
 import struct
@@ -8,7 +9,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from store.config import StoreConfig
-from store.consume_queue import INT_MAX, ConsumeQueue, ConsumeQueueTable, iter_units
+from store.consume_queue import (
+    INT_MAX,
+    ConsumeQueue,
+    ConsumeQueueTable,
+    iter_units,
+    unit_columns,
+    written_units,
+)
 from store.mapped_file import SegmentSizeError
 
 UNIT = 20
@@ -415,3 +423,38 @@ def test_recover_matches_what_was_written(tmp_path_factory, first, sizes, units_
         assert {i: cq.get_unit(i) for i in expected} == expected
     finally:
         cq.shutdown()
+
+
+# ---------------------------------------------------------------------------------------
+# the offline bulk reader (the pipeline's topic pruning)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(-(2**63), 2**63 - 1), st.integers(-(2**31), 2**31 - 1),
+                          st.integers(-(2**63), 2**63 - 1)), max_size=23),
+       st.binary(max_size=19))
+def test_unit_columns_equal_unpacking_unit_by_unit(units, tail):
+    offsets, sizes = unit_columns(b"".join(unit(*u) for u in units) + tail)
+    assert list(offsets) == [u[0] for u in units]
+    assert list(sizes) == [u[1] for u in units]
+
+
+def test_written_units_span_segments_and_drop_blank_and_unwritten_units(tmp_path):
+    cq = ConsumeQueue("T", 0, str(tmp_path), FILE)
+    cq.load()
+    try:
+        assert cq.put_message_position_info(500, 40, 0, 2)  # queue offset 2: two pre-blank units first
+        assert cq.put_message_position_info(540, 50, 7, 3)
+        assert cq.put_message_position_info(590, 60, 0, 4)  # tagsCode 0: a unit ending in zero bytes
+        assert cq.put_message_position_info(650, 70, 0, 5)  # the second segment
+        cq.flush(0)
+    finally:
+        cq.shutdown()
+    assert sorted(os.listdir(tmp_path / "T" / "0")) == [f"{0:020d}", f"{FILE:020d}"]
+    offsets, sizes = written_units(str(tmp_path / "T" / "0"))
+    assert list(offsets) == [500, 540, 590, 650]
+    assert list(sizes) == [40, 50, 60, 70]
+
+
+def test_written_units_of_an_empty_queue_dir(tmp_path):
+    assert written_units(str(tmp_path)) == (array.array("q"), array.array("i"))

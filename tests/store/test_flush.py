@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from store import BrokerRole, FlushDiskType, Message, PutMessageStatus, StoreConfig, open_store
-from store.message import RecordKind
+from store.record_codec import RecordKind
 from tests.waiting import wait_until
 
 SEG = 4096

@@ -7,14 +7,15 @@ import os
 
 import pytest
 
-from store.mapped_file import PWRITE_MIN_BYTES, MappedFile, offset_to_file_name
+from store.layout import segment_name
+from store.mapped_file import PWRITE_MIN_BYTES, MappedFile
 
 SIZE = 256 * 1024
 
 
 @pytest.fixture
 def mf(tmp_path):
-    f = MappedFile(str(tmp_path / offset_to_file_name(0)), SIZE, preallocate=True)
+    f = MappedFile(str(tmp_path / segment_name(0)), SIZE, preallocate=True)
     yield f
     f.destroy(0)
 

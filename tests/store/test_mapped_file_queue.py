@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from store.mapped_file import CREATING_SUFFIX, SegmentSizeError, offset_to_file_name
+from store.layout import segment_name
+from store.mapped_file import CREATING_SUFFIX, SegmentSizeError
 from store.mapped_file_queue import MappedFileQueue
 
 SIZE = 4096
@@ -32,7 +33,7 @@ def queue(tmp_path):
 def test_roll_and_find_by_offset(queue):
     assert queue.get_last_mapped_file(0, need_create=False) is None
     fill(queue, 3)
-    assert [mf.file_name for mf in queue.files] == [offset_to_file_name(i * SIZE) for i in range(3)]
+    assert [mf.file_name for mf in queue.files] == [segment_name(i * SIZE) for i in range(3)]
     assert queue.max_offset() == queue.max_wrote_offset() == 3 * SIZE
     for offset, index in ((0, 0), (SIZE - 1, 0), (SIZE, 1), (3 * SIZE - 1, 2)):
         assert queue.find_by_offset(offset) is queue.files[index]
@@ -86,17 +87,17 @@ def test_load_maps_segments_and_drops_unfinished_ones(tmp_path):
     q = MappedFileQueue(str(path), SIZE)
     fill(q, 2)
     q.shutdown()
-    (path / (offset_to_file_name(2 * SIZE) + CREATING_SUFFIX)).write_bytes(b"half")
+    (path / (segment_name(2 * SIZE) + CREATING_SUFFIX)).write_bytes(b"half")
     (path / "README").write_text("not a segment")
     loaded = MappedFileQueue(str(path), SIZE)
     loaded.load()
     try:
         assert [mf.file_from_offset for mf in loaded.files] == [0, SIZE]
-        assert not (path / (offset_to_file_name(2 * SIZE) + CREATING_SUFFIX)).exists()
+        assert not (path / (segment_name(2 * SIZE) + CREATING_SUFFIX)).exists()
         assert loaded.files[1].read(0, 4) == bytes([2]) * 4
     finally:
         loaded.shutdown()
-    (path / offset_to_file_name(2 * SIZE)).write_bytes(b"short")
+    (path / segment_name(2 * SIZE)).write_bytes(b"short")
     wrong = MappedFileQueue(str(path), SIZE)
     with pytest.raises(SegmentSizeError, match="configured size"):
         wrong.load()

@@ -11,27 +11,28 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from store.message import (
+    Message,
+    decode_msg_id,
+    encode_msg_id,
+    java_string_hash,
+    tags_code,
+    topic_error,
+)
+from store.properties import decode_properties, encode_properties
+from store.record_codec import (
     BLANK_MAGIC_CODE,
     MAX_PROPERTIES_LENGTH,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     EncodeError,
-    Message,
     RecordKind,
-    SysFlag,
-    decode_msg_id,
-    decode_properties,
     decode_record,
     encode_blank,
-    encode_msg_id,
-    encode_properties,
     encode_record,
-    java_string_hash,
     masked_crc32,
     patch_record,
-    tags_code,
-    topic_error,
 )
+from store.sysflag import SysFlag
 
 pytestmark = pytest.mark.usefixtures("both_codecs")  # compiled and pure (conftest.py)
 

@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from store import Message, MessageStore, StoreConfig
-from store.message import prepare_record
+from store.record_codec import prepare_record
 from store.replica_log import BACKLOG_WINDOW_S, FollowerAppendError
 
 SEGMENT = 64 * 1024

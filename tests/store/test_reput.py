@@ -9,8 +9,9 @@ import trio
 import trio.testing
 
 from store import BrokerRole, Message, MessageStore, StoreConfig
-from store.message import SysFlag, encode_record, patch_record, prepare_record
+from store.record_codec import encode_record, patch_record, prepare_record
 from store.running_flags import RunningFlags
+from store.sysflag import SysFlag
 
 pytestmark = pytest.mark.usefixtures("both_codecs")  # compiled and pure (conftest.py)
 

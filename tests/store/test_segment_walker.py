@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from store import StoreConfig, open_store, segment_walker, tools
 from store.mapped_file import MappedFile
-from store.message import MESSAGE_MAGIC_CODE, RecordKind, message_extent, py_decode_record
+from store.record_codec import MESSAGE_MAGIC_CODE, RecordKind, message_extent, py_decode_record
 from store.recovery import scan_valid_end
 from store.segment_walker import Blank, End, Record, first_nonzero, step, walk
 from tests.store.test_accel import SETTINGS, segments

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from store import Message, StoreConfig, mapped_file, open_store, segment_walker, tools
-from store.mapped_file import MappedFile, offset_to_file_name, reserve_step
+from store.layout import segment_name
+from store.mapped_file import MappedFile, reserve_step
 from store.recovery import scan_valid_end
 from store.status import GetMessageStatus
 from tests.store.test_cleanup import read_queue, settle
@@ -67,7 +68,7 @@ async def test_a_fresh_segment_is_sparse_in_every_flush_mode(tmp_path, mode):
             assert first.write_buffer is not None  # the pool's path: written by the commit
             store.commit_log.queue.commit(0)
         settle(store)
-        next_path = tmp_path / "commitlog" / offset_to_file_name(seg)
+        next_path = tmp_path / "commitlog" / segment_name(seg)
         await wait_until(next_path.exists, what="the next segment pre-created")
         for path in (first.path, next_path):
             assert os.path.getsize(path) == seg
@@ -85,7 +86,7 @@ async def test_the_pre_created_segment_is_sparse(tmp_path):
     from store.allocate import AllocateMappedFileService
 
     service = AllocateMappedFileService()
-    path = str(tmp_path / offset_to_file_name(0))
+    path = str(tmp_path / segment_name(0))
     service._preallocate(path, 1 << 30)  # RocketMQ's 1 GiB default
     assert os.path.getsize(path) == 1 << 30
     assert 0 < allocated(path) <= reserve_step(1 << 30) + PAGE  # 1 MiB of 1 GiB
@@ -95,7 +96,7 @@ async def test_the_pre_created_segment_is_sparse(tmp_path):
 
 def test_appends_reserve_blocks_a_step_ahead_and_never_write_into_a_hole(tmp_path):
     size = 16 * MiB
-    mf = MappedFile(str(tmp_path / offset_to_file_name(0)), size, preallocate=True)
+    mf = MappedFile(str(tmp_path / segment_name(0)), size, preallocate=True)
     try:
         step = mf.reserve_step
         assert step == 256 * KiB and mf.reserved == step
@@ -115,7 +116,7 @@ def test_appends_reserve_blocks_a_step_ahead_and_never_write_into_a_hole(tmp_pat
 
 def test_an_existing_segment_reserves_from_its_write_position(tmp_path):
     size = 16 * MiB
-    path = str(tmp_path / offset_to_file_name(0))
+    path = str(tmp_path / segment_name(0))
     MappedFile(path, size, preallocate=True).close()
     mf = MappedFile(path, size, expect_existing=True)
     try:
@@ -129,7 +130,7 @@ def test_an_existing_segment_reserves_from_its_write_position(tmp_path):
 
 
 def test_a_full_disk_refuses_the_append_and_loses_nothing(tmp_path, monkeypatch):
-    mf = MappedFile(str(tmp_path / offset_to_file_name(0)), 16 * MiB, preallocate=True)
+    mf = MappedFile(str(tmp_path / segment_name(0)), 16 * MiB, preallocate=True)
     try:
         step = mf.reserve_step
         assert mf.append(b"a" * (step - 10))
@@ -156,7 +157,7 @@ def test_a_full_disk_refuses_the_append_and_loses_nothing(tmp_path, monkeypatch)
 
 def test_cutting_the_tail_frees_its_blocks_and_the_next_append_reserves_again(tmp_path):
     size = 16 * MiB
-    mf = MappedFile(str(tmp_path / offset_to_file_name(0)), size, preallocate=True)
+    mf = MappedFile(str(tmp_path / segment_name(0)), size, preallocate=True)
     try:
         while mf.wrote_position < 2 * MiB:
             assert mf.append(os.urandom(4000))
@@ -222,8 +223,8 @@ def big_mostly_empty(tmp_path):
     import trio
 
     end = trio.run(fill)
-    seg0 = root / "commitlog" / offset_to_file_name(0)
-    seg1 = root / "commitlog" / offset_to_file_name(SEG)
+    seg0 = root / "commitlog" / segment_name(0)
+    seg1 = root / "commitlog" / segment_name(SEG)
     zeros = bytes(MiB)
     with open(seg0, "r+b") as f:
         pos = -(-end // PAGE) * PAGE
@@ -324,7 +325,7 @@ async def test_abnormal_recovery_finds_every_record_of_a_multi_segment_log(tmp_p
     placed = await _write(config, msgs)
     end = placed[-1][0] + placed[-1][1]
     assert end // seg == 2  # three segments
-    seg2 = Path(root) / "commitlog" / offset_to_file_name(2 * seg)
+    seg2 = Path(root) / "commitlog" / segment_name(2 * seg)
     with open(seg2, "r+b") as f:
         os.pwrite(f.fileno(), b"\xee" * 64, seg - 64)  # garbage at the segment's very end
     expect_end, kept = end, msgs
@@ -362,7 +363,7 @@ async def test_a_zero_totalsize_ends_the_data_and_the_blank_filler_still_rolls(t
     k = next(i for i, (offset, _) in enumerate(placed) if offset > seg + 1000)  # in segment 1
     offset, _ = placed[k]
     assert tools.verify(root)["blanks"] == 1  # segment 0 ends with a BLANK filler
-    with open(Path(root) / "commitlog" / offset_to_file_name(seg), "r+b") as f:
+    with open(Path(root) / "commitlog" / segment_name(seg), "r+b") as f:
         os.pwrite(f.fileno(), bytes(4), offset - seg)  # TOTALSIZE := 0
     v = tools.verify(root)
     assert v["firstInvalidOffset"] == offset

@@ -17,15 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store import tools
-from store.message import (
-    Message,
-    encode_blank,
-    encode_msg_id,
-    encode_record,
-    masked_crc32,
-    patch_record,
-)
+from store import layout, tools
+from store.message import Message, encode_msg_id
+from store.record_codec import encode_blank, encode_record, masked_crc32, patch_record
 from tidemq.cli import main
 
 SEG = 4096
@@ -151,19 +145,19 @@ def first_in_second_segment(s: Store) -> int:
 def test_iter_segments(store: Store):
     (store.root / "commitlog" / "README").write_text("not a segment")
     (store.root / "commitlog" / "123").write_bytes(bytes(SEG))
-    assert tools.iter_segments(store.root) == [
+    assert layout.iter_segments(store.root) == [
         (0, str(store.root / "commitlog" / f"{0:020d}")),
         (SEG, str(store.root / "commitlog" / f"{SEG:020d}")),
     ]
 
 
 def test_iter_segments_missing_dirs(tmp_path: Path):
-    with pytest.raises(tools.StoreToolError, match="does not exist"):
-        tools.iter_segments(tmp_path / "nope")
-    with pytest.raises(tools.StoreToolError, match="no commitlog"):
-        tools.iter_segments(tmp_path)
+    with pytest.raises(layout.StoreToolError, match="does not exist"):
+        layout.iter_segments(tmp_path / "nope")
+    with pytest.raises(layout.StoreToolError, match="no commitlog"):
+        layout.iter_segments(tmp_path)
     (tmp_path / "commitlog").mkdir()
-    assert tools.iter_segments(tmp_path) == []
+    assert layout.iter_segments(tmp_path) == []
 
 
 # ---------------------------------------------------------------------------------------
