@@ -2,7 +2,7 @@
 
 - cluster/cli/client.py: `namesrv start`, `send`, `consume`, `query`, `status`
 - cluster/cli/cluster.py: `cluster up/status/down/kill/start` (the local launcher)
-- cluster/cli/admin.py: `admin ...`, with RocketMQ mqadmin's names as aliases
+- cluster/cli/admin.py: `admin ...`, with RocketMQ mqadmin's names as aliases (its actions: admin_queries.py, admin_changes.py; what they share: admin_common.py)
 - cluster/drills/cli.py: `drill NAME`, failover drills on a scratch 2m-2s-sync cluster (cluster/drills/framework.py)
 
 Exit codes and output helpers are store/cli.py's.
