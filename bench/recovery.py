@@ -31,6 +31,7 @@ from pathlib import Path
 import attrs
 
 from store import Message, StoreConfig, tools
+from store.layout import ABORT_FILE, iter_segments
 from store.message_store import MessageStore
 
 __all__ = ["Row", "parse_size", "run_row"]
@@ -154,7 +155,7 @@ def drop_cache(root: Path) -> None:
 
 
 def allocate_segments(root: Path) -> None:
-    for p in sorted((root / "commitlog").iterdir()):
+    for _start, p in iter_segments(root):
         fd = os.open(p, os.O_RDWR)
         try:
             os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
@@ -163,7 +164,7 @@ def allocate_segments(root: Path) -> None:
 
 
 def usage(root: Path) -> dict:
-    segments = sorted((root / "commitlog").iterdir())
+    segments = [Path(p) for _start, p in iter_segments(root)]
     return {
         "commitlog_segments": len(segments),
         "commitlog_segment_disk_bytes": [disk_bytes(p) for p in segments],
@@ -198,7 +199,7 @@ def run_row(work: Path, row: Row) -> dict:
     fill_s = time.perf_counter() - t0
     if row.allocated:
         allocate_segments(root)
-    assert (root / "abort").exists(), "the killed store left no abort file"
+    assert (root / ABORT_FILE).exists(), "the killed store left no abort file"
     before = usage(root)
     verify_s, summary = timed_verify(root)
     recovery_s, store = timed_recovery(root, row)

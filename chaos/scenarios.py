@@ -21,6 +21,7 @@ import trio
 from cluster.client.admin import Admin
 from cluster.judge.history import OK
 from cluster.launch.launcher import LauncherError
+from store.layout import commitlog_dir, list_segments
 from store.msg_id import decode_msg_id
 from wire.client import ConnectionLost, RequestTimeout, TidemqError, connect
 from wire.protocol import Send, StatusReply
@@ -90,8 +91,9 @@ async def pause_master(ctx: FaultContext) -> None:
 
 
 def _segments(root: str) -> list[str]:
+    """Names of the CommitLog segments of the store at `root`, in offset order ([] before it exists)."""
     try:
-        return sorted(n for n in os.listdir(os.path.join(root, "commitlog")) if n.isdigit())
+        return [os.path.basename(path) for _start, path in list_segments(commitlog_dir(root))]
     except FileNotFoundError:
         return []
 
@@ -349,7 +351,7 @@ async def unreadable_segment(ctx: FaultContext) -> None:
     await ctx.until(lambda: len(_segments(root)) >= 2, 30.0, "two CommitLog segments on the slave")
     await ctx.signal(SLAVE, "KILL")
     name = _segments(root)[0]
-    path = os.path.join(root, "commitlog", name)
+    path = os.path.join(commitlog_dir(root), name)
     backup = path + ".chaos-backup"
     os.replace(path, backup)
     with open(backup, "rb") as src, open(path, "wb") as dst:

@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,8 @@ import trio
 from bench import spark_floor
 from pipeline import local_session, store_scan
 from store import accel
+from store.consume_queue import UNIT
+from store.layout import commitlog_dir, consumequeue_dir, queue_dir, segment_name
 from store.message import Message, tags_code
 from store.record_codec import encode_blank, prepare_record, record_parts
 
@@ -48,7 +49,6 @@ GiB = 1 << 30
 BODY = 1024
 SEGMENT = GiB
 STORE_HOST = "127.0.0.1:10911"
-_UNIT = struct.Struct(">qiq")  # a ConsumeQueue unit
 GOAL_SPARK_RATIO = 0.85
 GOAL_ARROW_ROWS_PER_S = 1_000_000
 GOAL_PLAN_SECONDS = {1: 0.1, 10: 0.5}
@@ -57,12 +57,12 @@ GOAL_JOB_SECONDS = 15.0
 
 def write_store(root: Path, total_bytes: int) -> dict:
     """CommitLog segments holding at least `total_bytes` of 1 KiB-body records."""
-    cl = root / "commitlog"
+    cl = Path(commitlog_dir(root))
     cl.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     queue_offsets: dict[tuple[str, int], int] = {}
     seg_start, pos, written, n = 0, 0, 0, 0
-    f = open(cl / f"{seg_start:020d}", "wb")  # noqa: SIM115 (rolled below)
+    f = open(cl / segment_name(seg_start), "wb")  # noqa: SIM115 (rolled below)
     chunk: list[bytes] = []
     units: dict[tuple[str, int], list[bytes]] = {}
     base_ts = int(time.time() * 1000) - 3_600_000
@@ -79,11 +79,11 @@ def write_store(root: Path, total_bytes: int) -> dict:
             f.truncate(SEGMENT)
             f.close()
             seg_start, pos = seg_start + SEGMENT, 0
-            f = open(cl / f"{seg_start:020d}", "wb")  # noqa: SIM115
+            f = open(cl / segment_name(seg_start), "wb")  # noqa: SIM115
         q = queue_offsets.get((topic, qid), 0)
         queue_offsets[(topic, qid)] = q + 1
         chunk.extend(record_parts(rec, q, seg_start + pos, base_ts + n // 100))
-        units.setdefault((topic, qid), []).append(_UNIT.pack(seg_start + pos, rec.total, tags_code(f"t{n % 3}")))
+        units.setdefault((topic, qid), []).append(UNIT.pack(seg_start + pos, rec.total, tags_code(f"t{n % 3}")))
         pos += rec.total
         written += rec.total
         n += 1
@@ -94,10 +94,10 @@ def write_store(root: Path, total_bytes: int) -> dict:
     f.truncate(SEGMENT)
     f.close()
     for (topic, qid), queue in units.items():  # one file holds 300,000 units
-        qdir = root / "consumequeue" / topic / str(qid)
+        qdir = Path(queue_dir(consumequeue_dir(root), topic, qid))
         qdir.mkdir(parents=True, exist_ok=True)
         for k in range(0, len(queue), 300_000):
-            (qdir / f"{k * _UNIT.size:020d}").write_bytes(b"".join(queue[k:k + 300_000]))
+            (qdir / segment_name(k * UNIT.size)).write_bytes(b"".join(queue[k:k + 300_000]))
     return {"records": n, "bytes": written, "segments": seg_start // SEGMENT + 1,
             "write_seconds": round(time.perf_counter() - t0, 1)}
 

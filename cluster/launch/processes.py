@@ -24,6 +24,8 @@ from pathlib import Path
 import attrs
 import psutil
 
+from store.layout import ABORT_FILE
+
 from .state import LauncherError, NodeRecord
 
 __all__ = ["Launch", "StopResult", "abandon", "process", "spawn", "state_of", "stop", "wait_gone", "wait_ready"]
@@ -231,7 +233,7 @@ def stop(records: list[NodeRecord], grace_s: float,
                 _signal(proc, signal.SIGKILL)
         wait_gone([(r, p) for r, p in running if r.name in stubborn], 10.0)
         for rec, _proc in running:
-            abort = bool(rec.store_root) and os.path.exists(os.path.join(rec.store_root or "", "abort"))
+            abort = bool(rec.store_root) and os.path.exists(os.path.join(rec.store_root or "", ABORT_FILE))
             results.append(StopResult(rec.name, rec.pid, "killed" if rec.name in stubborn else "stopped",
                                       round(time.monotonic() - t0, 2), abort))
         for res in results[-len(group):]:

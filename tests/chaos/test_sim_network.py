@@ -26,6 +26,7 @@ from tests.ha.test_replication import assert_identical, caught_up, make_config
 from tests.node.nodeproc import master_conf
 from tests.waiting import wait_until
 from wire.client import ConnectionLost, connect
+from wire.protocol import Send, Status
 
 M, S, C = "10.0.0.1", "10.0.0.2", "10.0.0.3"  # hosts are addresses: a message stores its born host
 
@@ -54,8 +55,8 @@ async def test_sends_and_replication_run_over_the_simulated_network(tmp_path):
 
         async with connect(f"{M}:10911", net=net.host(C)) as conn:
             for i in range(20):
-                answer = await conn.request("send", topic="Sim", queue_id=i % 4, body=b"m%d" % i)
-                assert answer["status"] == "PUT_OK", answer
+                answer = await conn.call(Send(topic="Sim", queue_id=i % 4, body=b"m%d" % i))
+                assert answer.status is Status.PUT_OK, answer
         await wait_until(caught_up(master, slave), what="the slave caught up")
         assert ha.status()[0].address == client.local_address  # both ends name the link alike
         assert client.local_address.startswith(f"{S}:")
@@ -64,7 +65,7 @@ async def test_sends_and_replication_run_over_the_simulated_network(tmp_path):
         await wait_until(lambda: not client.connected, what="the cut ended the replication link")
         async with connect(f"{M}:10911", net=net.host(C)) as conn:  # other links stay up
             for i in range(20, 30):
-                assert (await conn.request("send", topic="Sim", queue_id=0, body=b"m%d" % i))["status"] == "PUT_OK"
+                assert (await conn.call(Send(topic="Sim", queue_id=0, body=b"m%d" % i))).status is Status.PUT_OK
         with pytest.raises(ConnectionLost, match="refused"):
             async with connect(f"{M}:10911", net=net.host(S)):
                 pass

@@ -19,6 +19,7 @@ import trio
 from tests.node.nodeproc import REPO, NodeProcess, Nodes, master_conf, slave_conf, write_conf
 from tests.waiting import wait_until
 from wire.client import TidemqError, connect
+from wire.protocol import GetStatus, WireRequest
 
 __all__ = [
     "broker_conf",
@@ -59,10 +60,11 @@ def slave_of(directory: Path, master: Path, name: str, namesrv: str | None, **ex
     return slave_conf(directory, master, name, **extra)
 
 
-async def call(address: str, op: str, **fields: Any) -> dict[str, Any]:
-    """One request on a fresh connection (typed errors)."""
+async def call(address: str, request: WireRequest) -> Any:
+    """One typed request on a fresh connection: its reply object (`request.REPLY`; typed
+    errors), as `Connection.call` gives it."""
     async with connect(address, connect_timeout=3.0, request_timeout=10.0) as conn:
-        return await conn.request(op, **fields)
+        return await conn.call(request)
 
 
 async def wait_slave_connected(master_address: str) -> None:
@@ -70,7 +72,7 @@ async def wait_slave_connected(master_address: str) -> None:
     sends get PUT_OK)."""
 
     async def connected() -> bool:
-        slaves = (await call(master_address, "status"))["ha"]["slaves"]
+        slaves = (await call(master_address, GetStatus())).ha["slaves"]
         return any(s["ack_offset"] >= 0 for s in slaves)
 
     await wait_for(connected, what=f"a slave acknowledging {master_address}")

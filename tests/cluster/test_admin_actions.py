@@ -20,6 +20,7 @@ from tests.cluster.helpers import (
     sync_group,
 )
 from tests.waiting import wait_until
+from wire.protocol import Pull
 
 pytestmark = pytest.mark.slow  # every test here starts `tidemq` processes
 
@@ -124,8 +125,8 @@ def test_get_and_update_broker_config_take_effect_while_running(cluster):
         assert sorted((u["address"], u["old"], u["new"]) for u in updated) == sorted(
             [(master, 32, 2), (cluster["slave"], 32, 2)])
         send(ns, "ConfT", 5, "--queue-id", "0")
-        pulled = trio.run(lambda: call(master, "pull", topic="ConfT", queue_id=0, offset=0, max_msgs=32))
-        assert len(pulled["messages"]) == 2, "the running node caps a pull at the new value"
+        pulled = trio.run(lambda: call(master, Pull(topic="ConfT", queue_id=0, offset=0, max_msgs=32)))
+        assert len(pulled.messages) == 2, "the running node caps a pull at the new value"
         out = table(admin("getBrokerConfig", "-n", ns, "-b", "broker-a", "-k", key))
         [row] = [line for line in out.splitlines() if key in line]
         assert row.split("│")[2].strip() == "2" and row.split("│")[3].strip() == "2" and "true" in row, out

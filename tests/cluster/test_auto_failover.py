@@ -25,6 +25,21 @@ from node.failover.etcd import EtcdClient, parse_endpoints
 from tests.cluster.helpers import broker_conf, call, slave_of, start_namesrv, wait_for
 from tests.node.nodeproc import NodeProcess, Nodes, free_port
 from wire.client import TidemqError, connect
+from wire.protocol import (
+    GetByMsgId,
+    GetStatus,
+    Promote,
+    Pull,
+    PullReply,
+    QueryByKey,
+    Send,
+    SendReply,
+    Status,
+    StatusReply,
+    TopicCreate,
+    WireMessage,
+)
+from wire.protocol.namesrv import GetRoute
 
 pytestmark = pytest.mark.slow
 
@@ -53,14 +68,14 @@ class Group:
         return await g_etcd_value(self.etcd, name)
 
 
-async def status(address: str) -> dict[str, Any]:
-    return await call(address, "status")
+async def status(address: str) -> StatusReply:
+    return await call(address, GetStatus())
 
 
-async def leading(node: NodeProcess, role: str = "SYNC_MASTER") -> dict[str, Any] | None:
+async def leading(node: NodeProcess, role: str = "SYNC_MASTER") -> StatusReply | None:
     s = await status(node.address)
-    c = s.get("controller") or {}
-    return s if c.get("leading") and s["broker_id"] == 0 and s["role"] == role else None
+    c = s.controller or {}
+    return s if c.get("leading") and s.broker_id == 0 and s.role == role else None
 
 
 async def in_sync(g: Group, member: str) -> dict[str, Any] | None:
@@ -68,29 +83,29 @@ async def in_sync(g: Group, member: str) -> dict[str, Any] | None:
     return value if value and member in value["in_sync"] else None
 
 
-async def send(address: str, key: str) -> dict[str, Any]:
-    return await call(address, "send", topic=TOPIC, body=key.encode(), keys=[key])
+async def send(address: str, key: str) -> SendReply:
+    return await call(address, Send(topic=TOPIC, body=key.encode(), keys=[key]))
 
 
 async def keys_on(address: str, acked: dict[str, str]) -> None:
     for key, msg_id in acked.items():
-        message = (await call(address, "get_by_msg_id", msg_id=msg_id))["message"]
-        assert message["keys"] == [key]
+        message = (await call(address, GetByMsgId(msg_id=msg_id))).message
+        assert message.keys == [key]
 
 
 async def started_group(nodes: Nodes, tmp_path: Path, etcd: EtcdServer, **kwargs: Any) -> Group:
     g = Group(nodes, tmp_path, etcd, **kwargs)
     first = await wait_for(lambda: leading(g.m), timeout=ELECTION_S, what="the master elected at start")
     holder = await g.etcd_value("master")
-    assert holder["address"] == g.m.address and holder["epoch"] == first["epoch"] >= 1
-    await call(g.m.address, "topic_create", topic=TOPIC)
+    assert holder["address"] == g.m.address and holder["epoch"] == first.epoch >= 1
+    await call(g.m.address, TopicCreate(topic=TOPIC))
     await wait_for(lambda: in_sync(g, g.s.address), timeout=ELECTION_S, what="the slave in the in-sync set")
     return g
 
 
 async def route_view(g: Group) -> dict[str, Any]:
     """The name server's route for TOPIC: broker-t's controller view, brokers by address."""
-    groups = (await call(g.ns.address, "get_route", topic=TOPIC))["groups"]
+    groups = (await call(g.ns.address, GetRoute(topic=TOPIC))).groups
     route = TopicRoute.from_wire(TOPIC, groups).group(GROUP)
     assert route is not None
     return {**route.controller_view(), "brokers": {b.address: b for b in route.brokers}}
@@ -98,7 +113,7 @@ async def route_view(g: Group) -> dict[str, Any]:
 
 async def test_election_on_start_reelection_after_kill_and_the_old_master_rejoins(tmp_path, nodes, etcd) -> None:
     g = await started_group(nodes, tmp_path, etcd)
-    epoch = (await status(g.m.address))["epoch"]
+    epoch = (await status(g.m.address)).epoch
 
     async def routed(holder: str, members: list[str], epoch: int | None = None) -> dict[str, Any] | None:
         view = await route_view(g)
@@ -111,38 +126,38 @@ async def test_election_on_start_reelection_after_kill_and_the_old_master_rejoin
     acked = {}
     for i in range(10):
         r = await send(g.m.address, f"a{i}")
-        assert r["status"] == "PUT_OK"
-        acked[f"a{i}"] = r["msg_id"]
+        assert r.status is Status.PUT_OK
+        acked[f"a{i}"] = r.msg_id
     with pytest.raises(TidemqError, match="is a slave|SLAVE") as refused:
         await send(g.s.address, "to-the-slave")
     assert refused.value.status != "PUT_OK"
     with pytest.raises(TidemqError, match="controllerMode etcd: etcd elects broker-t's master") as manual:
-        await call(g.s.address, "promote")  # `tidemq admin promote` would fight the election
+        await call(g.s.address, Promote())  # `tidemq admin promote` would fight the election
     assert manual.value.status == "BAD_REQUEST"
-    assert (await status(g.s.address))["role"] == "SLAVE"
+    assert (await status(g.s.address)).role == "SLAVE"
 
     g.m.kill()
     promoted = await wait_for(lambda: leading(g.s), timeout=ELECTION_S, what="the slave elected")
-    assert promoted["epoch"] > epoch
+    assert promoted.epoch > epoch
     assert (await g.etcd_value("master"))["address"] == g.s.address
-    assert any("promoting this slave" in e["event"] for e in promoted["controller"]["events"])
+    assert any("promoting this slave" in e["event"] for e in promoted.controller["events"])
     await keys_on(g.s.address, acked)  # no PUT_OK lost
     # keep-alives every third of the lease: httpx's INFO lines stay out of the node's log
     assert "httpx" not in g.s.stderr() and "HTTP Request" not in g.s.stderr()
 
     back = nodes.start(g.m_conf)  # starts as master, finds the holder, fences, rejoins
 
-    async def rejoined() -> dict[str, Any] | None:
+    async def rejoined() -> StatusReply | None:
         s, m = await status(back.address), await status(g.s.address)
-        return s if (s["role"] == "SLAVE" and s["ha"].get("connected")
-                     and s["max_phy_offset"] == m["max_phy_offset"]) else None
+        return s if (s.role == "SLAVE" and s.ha.get("connected")
+                     and s.max_phy_offset == m.max_phy_offset) else None
     st = await wait_for(rejoined, timeout=ELECTION_S, what="the old master rejoined as a slave")
-    assert st["last_truncation"] is None  # a SYNC master's log had nothing the slave lacked
+    assert st.last_truncation is None  # a SYNC master's log had nothing the slave lacked
     await wait_for(lambda: in_sync(g, back.address), timeout=ELECTION_S, what="the rejoined node in sync")
-    await wait_for(lambda: routed(g.s.address, [back.address], promoted["epoch"]), timeout=ELECTION_S,
+    await wait_for(lambda: routed(g.s.address, [back.address], promoted.epoch), timeout=ELECTION_S,
                    what="the route showing the new holder and the rejoined node in sync")
     r = await send(g.s.address, "after")
-    assert r["status"] == "PUT_OK"
+    assert r.status is Status.PUT_OK
 
 
 async def test_a_restarted_master_never_serves_as_master_on_its_old_epoch(tmp_path, nodes, etcd) -> None:
@@ -151,7 +166,7 @@ async def test_a_restarted_master_never_serves_as_master_on_its_old_epoch(tmp_pa
     listed as master by the name server, and takes no write, until an election makes it
     master with a newer epoch or makes another node master and it rejoins as a slave."""
     g = await started_group(nodes, tmp_path, etcd)
-    old_epoch = (await status(g.m.address))["epoch"]
+    old_epoch = (await status(g.m.address)).epoch
     stale: list[Any] = []
     settled = trio.Event()
 
@@ -170,10 +185,10 @@ async def test_a_restarted_master_never_serves_as_master_on_its_old_epoch(tmp_pa
         with pytest.raises(TidemqError):  # READY, not elected: no write is taken
             await send(back.address, "to-the-restarted-master")
 
-        async def elected() -> dict[str, Any] | None:
+        async def elected() -> StatusReply | None:
             return await leading(back) or await leading(g.s)
         winner = await wait_for(elected, timeout=ELECTION_S, what="an election after the restart")
-        assert winner["epoch"] > old_epoch
+        assert winner.epoch > old_epoch
         settled.set()
     assert stale == [], f"the restarted master was routed as master on its old epoch: {stale}"
 
@@ -182,22 +197,22 @@ async def test_a_stopped_master_releases_its_lease_and_the_watch_hands_over(tmp_
     g = await started_group(nodes, tmp_path, etcd)
 
     async def watching() -> bool:
-        return (await status(g.s.address))["controller"]["watching"] is True
+        return (await status(g.s.address)).controller["watching"] is True
     await wait_for(watching, timeout=ELECTION_S, what="the slave's etcd watch open")
     r = await send(g.m.address, "before-the-stop")
-    assert r["status"] == "PUT_OK"
+    assert r.status is Status.PUT_OK
     await trio.to_thread.run_sync(g.m.stop)  # a clean stop revokes the lease: the key goes at once
     promoted = await wait_for(lambda: leading(g.s), timeout=ELECTION_S, what="the slave elected")
-    events = [e["event"] for e in promoted["controller"]["events"]]
+    events = [e["event"] for e in promoted.controller["events"]]
     assert any(f"etcd watch: the leadership key of {GROUP} is gone (holder {g.m.address})" in e
                for e in events), events
-    assert promoted["controller"]["watch_events"] >= 1
-    await keys_on(g.s.address, {"before-the-stop": r["msg_id"]})
+    assert promoted.controller["watch_events"] >= 1
+    await keys_on(g.s.address, {"before-the-stop": r.msg_id})
 
 
 async def test_a_paused_master_is_fenced_by_its_lease_deadline(tmp_path, nodes, etcd) -> None:
     g = await started_group(nodes, tmp_path, etcd)
-    assert (await send(g.m.address, "before"))["status"] == "PUT_OK"
+    assert (await send(g.m.address, "before")).status is Status.PUT_OK
     g.m.proc.send_signal(signal.SIGSTOP)
     try:
         await wait_for(lambda: leading(g.s), timeout=ELECTION_S, what="the slave elected while the master is paused")
@@ -214,11 +229,11 @@ async def test_a_paused_master_is_fenced_by_its_lease_deadline(tmp_path, nodes, 
 
 
 async def _serves_as_slave(address: str) -> bool:
-    return (await status(address))["role"] == "SLAVE"
+    return (await status(address)).role == "SLAVE"
 
 
-async def _find_key(address: str, key: str) -> list[dict[str, Any]]:
-    return (await call(address, "query_by_key", topic=TOPIC, key=key))["messages"]
+async def _find_key(address: str, key: str) -> list[WireMessage]:
+    return (await call(address, QueryByKey(topic=TOPIC, key=key))).messages
 
 
 async def test_only_in_sync_slaves_are_elected(tmp_path, nodes, etcd) -> None:
@@ -226,7 +241,7 @@ async def test_only_in_sync_slaves_are_elected(tmp_path, nodes, etcd) -> None:
     g.s.kill()
     # SYNC_MASTER with no slave: the set shrinks before the write is answered
     r = await send(g.m.address, "alone")
-    assert r["status"] == "SLAVE_NOT_AVAILABLE"
+    assert r.status is Status.SLAVE_NOT_AVAILABLE
     assert (await g.etcd_value("syncStateSet"))["in_sync"] == []
     g.m.kill()
     g.s = nodes.start(g.s_conf)
@@ -234,12 +249,12 @@ async def test_only_in_sync_slaves_are_elected(tmp_path, nodes, etcd) -> None:
     with trio.move_on_after(3 * LEASE_MS / 1000):
         while True:
             s = await status(g.s.address)
-            assert s["role"] == "SLAVE" and not s["controller"]["leading"], s["controller"]
+            assert s.role == "SLAVE" and not (s.controller or {}).get("leading"), s.controller
             await trio.sleep(0.2)  # poll: asserting that nothing happens for a while
     assert await g.etcd_value("master") is None
     g.m = nodes.start(g.m_conf)  # the set's master comes back and is elected again
     await wait_for(lambda: leading(g.m), timeout=ELECTION_S, what="the old master re-elected")
-    assert (await call(g.m.address, "get_by_msg_id", msg_id=r["msg_id"]))["message"]["keys"] == ["alone"]
+    assert (await call(g.m.address, GetByMsgId(msg_id=r.msg_id))).message.keys == ["alone"]
 
 
 async def test_two_slaves_every_member_acks_and_a_lagging_one_leaves_before_the_answer(tmp_path, nodes, etcd) -> None:
@@ -249,7 +264,7 @@ async def test_two_slaves_every_member_acks_and_a_lagging_one_leaves_before_the_
     s2_conf = slave_of(tmp_path, g.m_conf, "s2", g.ns.address, brokerId=2, **g.extra)
     s2 = nodes.start(s2_conf)
     await wait_for(lambda: leading(g.m), timeout=ELECTION_S, what="the master elected at start")
-    await call(g.m.address, "topic_create", topic=TOPIC)
+    await call(g.m.address, TopicCreate(topic=TOPIC))
 
     async def both_in_sync() -> bool:
         return sorted((await g.etcd_value("syncStateSet"))["in_sync"]) == sorted([g.s.address, s2.address])
@@ -257,29 +272,29 @@ async def test_two_slaves_every_member_acks_and_a_lagging_one_leaves_before_the_
     acked = {}
     for i in range(5):
         r = await send(g.m.address, f"both{i}")
-        assert r["status"] == "PUT_OK"
-        acked[f"both{i}"] = r["msg_id"]
+        assert r.status is Status.PUT_OK
+        acked[f"both{i}"] = r.msg_id
 
     s2.proc.send_signal(signal.SIGSTOP)
     try:
         r = await send(g.m.address, "s2-paused")  # waits slaveTimeout for s2, then s2 leaves
-        assert r["status"] == "PUT_OK", r
-        acked["s2-paused"] = r["msg_id"]
+        assert r.status is Status.PUT_OK, r
+        acked["s2-paused"] = r.msg_id
         assert (await g.etcd_value("syncStateSet"))["in_sync"] == [g.s.address]
-        events = [e["event"] for e in (await status(g.m.address))["controller"]["events"]]
+        events = [e["event"] for e in (await status(g.m.address)).controller["events"]]
         assert f"in-sync set of {GROUP}: master {g.m.address}, slaves {g.s.address}" in events, events
         r = await send(g.m.address, "s2-still-paused")  # no wait for a non-member
-        assert r["status"] == "PUT_OK"
-        acked["s2-still-paused"] = r["msg_id"]
+        assert r.status is Status.PUT_OK
+        acked["s2-still-paused"] = r.msg_id
         g.m.kill()
         promoted = await wait_for(lambda: leading(g.s), timeout=ELECTION_S, what="the in-sync slave elected")
     finally:
         s2.proc.send_signal(signal.SIGCONT)
-    await keys_on(promoted["address"], acked)
-    assert (await status(s2.address))["role"] == "SLAVE"  # it lacked PUT_OK messages: never a candidate
+    await keys_on(promoted.address, acked)
+    assert (await status(s2.address)).role == "SLAVE"  # it lacked PUT_OK messages: never a candidate
 
     async def s2_caught_up() -> bool:  # and it follows the new master
-        return (await status(s2.address))["max_phy_offset"] == (await status(g.s.address))["max_phy_offset"]
+        return (await status(s2.address)).max_phy_offset == (await status(g.s.address)).max_phy_offset
     await wait_for(s2_caught_up, timeout=ELECTION_S, what="the paused slave following the new master")
     await keys_on(s2.address, acked)
 
@@ -290,36 +305,36 @@ async def test_consumers_see_only_what_every_in_sync_slave_holds(tmp_path, nodes
     would be skipped by a consumer already past it. Once the paused slave has left the set
     (it stopped acking), the record is the master's alone and visible."""
     g = await started_group(nodes, tmp_path, etcd, slave_timeout_ms=4000)
-    first = await call(g.m.address, "send", topic=TOPIC, body=b"first", queue_id=0)
-    assert first["status"] == "PUT_OK"
+    first = await call(g.m.address, Send(topic=TOPIC, body=b"first", queue_id=0))
+    assert first.status is Status.PUT_OK
 
-    async def pull(offset: int) -> dict[str, Any]:
-        return await call(g.m.address, "pull", topic=TOPIC, queue_id=0, offset=offset)
-    assert [m["body"] for m in (await pull(0))["messages"]] == [b"first"]
-    end = (await status(g.m.address))["max_phy_offset"]
+    async def pull(offset: int) -> PullReply:
+        return await call(g.m.address, Pull(topic=TOPIC, queue_id=0, offset=offset))
+    assert [m.body for m in (await pull(0)).messages] == [b"first"]
+    end = (await status(g.m.address)).max_phy_offset
     g.s.proc.send_signal(signal.SIGSTOP)
     try:
-        answer: dict[str, Any] = {}
+        answer: list[SendReply] = []
         async with trio.open_nursery() as nursery:
             async def unconfirmed() -> None:
-                answer.update(await call(g.m.address, "send", topic=TOPIC, body=b"second", queue_id=0))
+                answer.append(await call(g.m.address, Send(topic=TOPIC, body=b"second", queue_id=0)))
             nursery.start_soon(unconfirmed)
 
             async def appended() -> bool:
-                return (await status(g.m.address))["max_phy_offset"] > end
+                return (await status(g.m.address)).max_phy_offset > end
             await wait_for(appended, what="the second record appended on the master")
             seen = await pull(1)  # the put still waits for the paused member
-            assert not answer and seen["messages"] == [] and seen["max_offset"] == 1, (answer, seen)
+            assert not answer and seen.messages == [] and seen.max_offset == 1, (answer, seen)
         # stored on the master, not confirmed (the member left at the timeout, or at a tick
         # that found its HA connection dropped)
-        assert answer["status"] in ("FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE"), answer
+        assert answer[0].status in (Status.FLUSH_SLAVE_TIMEOUT, Status.SLAVE_NOT_AVAILABLE), answer
 
         async def set_alone() -> bool:
             return (await g.etcd_value("syncStateSet"))["in_sync"] == []
         await wait_for(set_alone, timeout=ELECTION_S, what="the paused slave out of the in-sync set")
 
         async def visible() -> bool:
-            return [m["body"] for m in (await pull(1))["messages"]] == [b"second"]
+            return [m.body for m in (await pull(1)).messages] == [b"second"]
         await wait_for(visible, what="the second record visible once the master is the set alone")
     finally:
         g.s.proc.send_signal(signal.SIGCONT)
@@ -342,12 +357,12 @@ async def test_a_slave_behind_a_proxy_is_reported_and_never_joins_the_set(tmp_pa
         await wait_for(lambda: leading(m), timeout=ELECTION_S, what="the master elected")
 
         async def reported() -> dict[str, Any] | None:
-            c = (await status(m.address))["controller"]
-            return c if c["unnamed_slaves"] else None
+            c = (await status(m.address)).controller
+            return c if c and c["unnamed_slaves"] else None
         c = await wait_for(reported, timeout=ELECTION_S, what="the proxied slave reported as unnamed")
         assert any("cannot name the slave on HA connection" in e["event"] for e in c["events"])
         assert c["sync_state_set"]["in_sync"] == []
-        ha = (await status(s.address))["ha"]
+        ha = (await status(s.address)).ha
         assert ha["connected"] and ha["master_address"] == proxy.listen  # replication itself works
         assert (await g_etcd_value(etcd, "syncStateSet"))["in_sync"] == []
 
@@ -382,10 +397,11 @@ class Load:
                 except TidemqError as e:
                     self.other[key] = f"{address}: {e.status}"
                     continue
-                if r["status"] == "PUT_OK":
-                    self.acked[key] = {**r, "address": address, "at": trio.current_time()}
+                if r.status is Status.PUT_OK:
+                    self.acked[key] = {"msg_id": r.msg_id, "commitlog_offset": r.commitlog_offset,
+                                       "address": address, "at": trio.current_time()}
                 else:
-                    self.other[key] = r["status"]
+                    self.other[key] = r.status.value
                 break
             await trio.sleep(0.02)  # poll-exempt: pacing, not synchronisation
 
@@ -405,9 +421,10 @@ async def test_etcd_stopped_under_load_sync_writes_go_on_and_nothing_is_lost(tmp
         down = trio.current_time()
         await trio.sleep(ETCD_DOWN_S)  # poll-exempt: etcd stays down under load for this long
         st = await status(g.m.address)
-        assert st["controller"]["etcd_reachable"] is False and st["role"] == "SYNC_MASTER"
-        assert any("etcd unreachable" in e["event"] for e in st["controller"]["events"])
-        assert (await status(g.s.address))["role"] == "SLAVE"  # nobody else took over
+        assert st.controller is not None
+        assert st.controller["etcd_reachable"] is False and st.role == "SYNC_MASTER"
+        assert any("etcd unreachable" in e["event"] for e in st.controller["events"])
+        assert (await status(g.s.address)).role == "SLAVE"  # nobody else took over
         past_lease = load.acked_since(down + 2 * LEASE_MS / 1000)
         assert past_lease > 0.5 * (ETCD_DOWN_S - 2 * LEASE_MS / 1000) * 10, (past_lease, load.other)
         etcd.start()  # same data dir and ports
@@ -444,7 +461,7 @@ async def test_etcd_cut_from_the_master_alone_it_stops_acknowledging_before_the_
         s_conf = slave_of(tmp_path, m_conf, "s", ns.address, etcdEndpoints=etcd.endpoint, **extra)
         m, s = nodes.start(m_conf), nodes.start(s_conf)
         await wait_for(lambda: leading(m), timeout=ELECTION_S, what="the master elected")
-        await call(m.address, "topic_create", topic=TOPIC)
+        await call(m.address, TopicCreate(topic=TOPIC))
 
         async def slave_in_sync() -> bool:
             value = await g_etcd_value(etcd, "syncStateSet")
@@ -457,9 +474,9 @@ async def test_etcd_cut_from_the_master_alone_it_stops_acknowledging_before_the_
             proxy.disable()  # the master alone is cut from etcd
             promoted = await wait_for(lambda: leading(s), timeout=ELECTION_S, what="the slave elected")
             stop.set()
-        events = [e["event"] for e in promoted["controller"]["events"]]
+        events = [e["event"] for e in promoted.controller["events"]]
         assert any("leaving master HA" in e for e in events), events
-        start = promoted["epochs"][-1][1]  # the new term's start offset
+        start = promoted.epochs[-1][1]  # the new term's start offset
         old = [r for r in load.acked.values() if r["address"] == m.address]
         assert old and all(r["commitlog_offset"] < start for r in old)
         with pytest.raises(TidemqError) as refused:  # no write is acknowledged:
@@ -490,7 +507,7 @@ async def test_seeded_kill_pause_rounds_lose_no_acknowledged_message(tmp_path, n
     rng = random.Random(SEED)
     procs = {g.m.address: (g.m, g.m_conf), g.s.address: (g.s, g.s_conf)}
     acked: dict[str, str] = {}
-    epochs = [(await status(g.m.address))["epoch"]]
+    epochs = [(await status(g.m.address)).epoch]
     target = [g.m.address]
     counter = [0]
 
@@ -501,9 +518,9 @@ async def test_seeded_kill_pause_rounds_lose_no_acknowledged_message(tmp_path, n
             counter[0] += 1
             try:
                 async with connect(target[0], connect_timeout=1.0, request_timeout=2.0) as conn:
-                    r = await conn.request("send", topic=TOPIC, body=key.encode(), keys=[key])
-                if r["status"] == "PUT_OK":
-                    acked[key] = r["msg_id"]
+                    r = await conn.call(Send(topic=TOPIC, body=key.encode(), keys=[key]))
+                if r.status is Status.PUT_OK:
+                    acked[key] = r.msg_id
             except TidemqError:
                 await trio.sleep(0.05)  # poll: the leader is changing
 
@@ -524,7 +541,7 @@ async def test_seeded_kill_pause_rounds_lose_no_acknowledged_message(tmp_path, n
             try:
                 elected = await wait_for(lambda f=follower: leading(procs[f][0]), timeout=ELECTION_S,
                                          what=f"round {i} ({fault}): {follower} elected")
-                epochs.append(elected["epoch"])
+                epochs.append(elected.epoch)
             finally:
                 if fault == "pause":
                     proc.proc.send_signal(signal.SIGCONT)

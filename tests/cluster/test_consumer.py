@@ -19,6 +19,7 @@ from tests.cluster.helpers import (
     wait_for,
     wait_slave_connected,
 )
+from wire.protocol import FetchOffset
 
 pytestmark = pytest.mark.slow  # every test here starts node processes
 
@@ -140,8 +141,8 @@ async def test_consumer_reads_the_slave_while_the_master_is_down_and_returns(tmp
         assert not consumer.reading_from_slave("broker-a")
         assert consumer.pending_commits == {}, "pending commits reached the master"
         for q in queues:
-            fetched = await call(master.address, "fetch_offset", group="G", topic="FO", queue_id=q.queue_id)
-            assert fetched["offset"] == ends[q]
+            fetched = await call(master.address, FetchOffset(group="G", topic="FO", queue_id=q.queue_id))
+            assert fetched.offset == ends[q]
 
         async with Producer(namesrv=ns.address) as producer:
             late = await producer.send("FO", b"after", queue_id=queues[1].queue_id, wait=False)

@@ -20,6 +20,7 @@ from cluster.client.rebalance import allocate_averagely
 from cluster.client.routing import MessageQueue
 from tests.cluster.helpers import broker_conf, call, start_namesrv, wait_for
 from tests.node.nodeproc import REPO, Nodes
+from wire.protocol import ConsumerList, FetchOffset, MaxOffset
 
 
 def mqs(n: int) -> list[MessageQueue]:
@@ -99,11 +100,11 @@ async def test_members_share_queues_rebalance_on_join_and_leave_and_skip_nothing
                 return partition_ok([a, b], topic, 4) and all(
                     len([q for q in c.owned if q.topic == topic]) == 2 for c in (a, b))
             await wait_for(shared, what="a and b own 2 queues each")
-            listed = await call(master.address, "consumer_list", group=group)
-            assert listed["members"] == sorted([a.client_id, b.client_id])
+            listed = await call(master.address, ConsumerList(group=group))
+            assert listed.members == sorted([a.client_id, b.client_id])
             # each queue is locked on the master by the one member that consumes it
             expected = {f"{q.topic}:{q.queue_id}": c.client_id for c in (a, b) for q in c.owned}
-            assert listed["locks"] == expected
+            assert listed.locks == expected
             for i in range(40):
                 await producer.send(topic, f"m{i}".encode())
 
@@ -112,7 +113,7 @@ async def test_members_share_queues_rebalance_on_join_and_leave_and_skip_nothing
             await wait_for(all_in, what="40 messages consumed")
             assert got.get("a") and got.get("b"), "both members consumed"
         # b closed cleanly: unregistered at once, a takes everything back
-        assert (await call(master.address, "consumer_list", group=group))["members"] == [a.client_id]
+        assert (await call(master.address, ConsumerList(group=group))).members == [a.client_id]
         await wait_for(owns_all([a], topic, 4),
                        timeout=5, what="a owns all 4 queues again")
         for i in range(40, 60):
@@ -126,8 +127,8 @@ async def test_members_share_queues_rebalance_on_join_and_leave_and_skip_nothing
         route = await admin.route(topic)
         assert route.groups
     for qid in range(4):
-        committed = (await call(master.address, "fetch_offset", group=group, topic=topic, queue_id=qid))["offset"]
-        end = (await call(master.address, "max_offset", topic=topic, queue_id=qid))["offset"]
+        committed = (await call(master.address, FetchOffset(group=group, topic=topic, queue_id=qid))).offset
+        end = (await call(master.address, MaxOffset(topic=topic, queue_id=qid))).offset
         assert committed == end
 
 
@@ -143,7 +144,7 @@ async def test_a_crashed_member_is_dropped_and_its_queues_taken_over(tmp_path, n
         opts = dict(namesrv=ns.address, heartbeat_interval_s=0.3, rebalance_interval_s=1.0, poll_ms=200)
         async with Consumer(group, topic, lambda m: None, **opts) as a:
             async def two_members():
-                members = (await call(master.address, "consumer_list", group=group))["members"]
+                members = (await call(master.address, ConsumerList(group=group))).members
                 mine = [q for q in a.owned if q.topic == topic]
                 return len(members) == 2 and len(mine) == 1
             await wait_for(two_members, what="the other process joined and a owns 1 queue")
@@ -177,7 +178,7 @@ async def test_consume_as_member_takes_exactly_max_and_leaves_the_rest_committed
     committed = 0
     for qid in range(2):
         with contextlib.suppress(NotFound):  # a queue never committed
-            committed += (await call(master.address, "fetch_offset", group="g", topic="MX", queue_id=qid))["offset"]
+            committed += (await call(master.address, FetchOffset(group="g", topic="MX", queue_id=qid))).offset
     assert committed == 3, "exactly what was handled is committed"
     stats = await consume_as_member(lambda m: seen.append(m.body), group="g", topic="MX",
                                     idle_timeout_ms=1500, **opts)
@@ -212,9 +213,9 @@ async def test_consume_commit_stops_cleanly_on_a_signal(tmp_path, nodes: Nodes, 
     assert f"stopped by {sig.name}" in err and "Traceback" not in err, err
     committed = 0
     for queue_id in range(2):
-        committed += (await call(m.address, "fetch_offset", group="G", topic="Stop", queue_id=queue_id))["offset"]
+        committed += (await call(m.address, FetchOffset(group="G", topic="Stop", queue_id=queue_id))).offset
     assert committed == 6  # exactly what it printed
-    assert (await call(m.address, "consumer_list", group="G"))["members"] == []  # it left the group
+    assert (await call(m.address, ConsumerList(group="G"))).members == []  # it left the group
 
 
 @pytest.mark.slow
@@ -255,8 +256,8 @@ async def test_a_member_whose_connection_broke_lets_go_and_rejoins(tmp_path, nod
         async def settled() -> bool:  # b rebalanced for the drop and for the rejoin
             return b.rebalance.rebalances >= before + 2 and await even()
         await wait_for(settled, timeout=5, what="the even split again after a rejoined")
-        members = (await call(master.address, "consumer_list", group=group))["members"]
+        members = (await call(master.address, ConsumerList(group=group))).members
         assert sorted(members) == sorted([a.client_id, b.client_id])
-        locks = (await call(master.address, "consumer_list", group=group))["locks"]
+        locks = (await call(master.address, ConsumerList(group=group))).locks
         mine = {f"{topic}:{q.queue_id}" for q in a.owned if q.topic == topic}
         assert {k for k, holder in locks.items() if holder == a.client_id and k.startswith(topic)} == mine

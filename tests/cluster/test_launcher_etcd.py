@@ -15,7 +15,7 @@ from cluster.launch.health import settled
 from cluster.launch.launcher import copy_layout
 from cluster.launch.launcher_etcd import ETCD_STATE
 from tests.cluster.helpers import call, cli, wait_for
-from wire.protocol import StatusReply
+from wire.protocol import GetStatus, StatusReply
 
 pytestmark = pytest.mark.slow
 
@@ -59,7 +59,8 @@ async def test_up_starts_etcd_status_shows_the_election_and_down_stops_it(tmp_pa
         master = next(n["address"] for n in nodes if n["name"] == "broker-a")
 
         async def leading() -> bool:
-            return bool((await call(master, "status"))["controller"]["leading"])
+            status: StatusReply = await call(master, GetStatus())
+            return bool(status.controller and status.controller["leading"])
         await wait_for(leading, timeout=30, what="broker-a elected")
         shown = await trio.to_thread.run_sync(lambda: cli("cluster", "status", "--base-dir", str(base)))
         assert b"etcd lease holder, epoch" in shown.stdout, shown.stdout

@@ -22,6 +22,7 @@ from store.message import decode_msg_id
 from tests.cluster.test_launcher import copy_dev_layout, status_json, tidemq
 from tests.waiting import wait_until
 from wire.client import TidemqError, connect
+from wire.protocol import GetStatus, Send, StatusReply, TopicCreate
 
 pytestmark = pytest.mark.slow
 
@@ -46,9 +47,9 @@ def dirs(tmp_path: Path):
     launcher.down(base, grace_s=5)
 
 
-async def _status(address: str) -> dict:
+async def _status(address: str) -> StatusReply:
     async with connect(address, connect_timeout=2.0, request_timeout=3.0) as conn:
-        return await conn.request("status")
+        return await conn.call(GetStatus())
 
 
 def test_every_link_goes_through_its_proxy(dirs, proxy_url: str, client: Toxiproxy) -> None:
@@ -82,23 +83,23 @@ def test_every_link_goes_through_its_proxy(dirs, proxy_url: str, client: Toxipro
         assert infos[0].address == byname["broker-a-client"].listen
         assert infos[1].address == byname["broker-a-s-client"].listen
         slave = await _status(direct["broker-a-s"])
-        assert slave["address"] == byname["broker-a-s-client"].listen
-        assert slave["bind_address"] == direct["broker-a-s"]
-        assert slave["ha"]["master_address"] == byname["broker-a-ha"].listen
-        assert slave["sync"]["master_addr"] == byname["broker-a-client"].listen
+        assert slave.address == byname["broker-a-s-client"].listen
+        assert slave.bind_address == direct["broker-a-s"]
+        assert slave.ha["master_address"] == byname["broker-a-ha"].listen
+        assert slave.sync is not None and slave.sync["master_addr"] == byname["broker-a-client"].listen
 
         # a message sent through the master's proxy keeps the bound address in its msgId
         async with connect(byname["broker-a-client"].listen) as conn:
-            await conn.request("topic_create", topic="Px", read_queue_nums=1, write_queue_nums=1)
-            sent = await conn.request("send", topic="Px", body=b"through the proxy", queue_id=0)
-        assert decode_msg_id(sent["msg_id"])[0] == master.bind_address
+            await conn.call(TopicCreate(topic="Px", read_queue_nums=1, write_queue_nums=1))
+            sent = await conn.call(Send(topic="Px", body=b"through the proxy", queue_id=0))
+        assert decode_msg_id(sent.msg_id)[0] == master.bind_address
 
         # cut the HA proxy: the slave loses its master; restore it: it reconnects
         ha = live["broker-a-ha"]
         await trio.to_thread.run_sync(ha.disable)
 
         async def ha_connected() -> bool:
-            return bool((await _status(direct["broker-a-s"]))["ha"].get("connected"))
+            return bool((await _status(direct["broker-a-s"])).ha.get("connected"))
 
         await wait_until(lambda: _not(ha_connected), timeout=20, what="the slave losing its HA link")
         code, doc = await trio.to_thread.run_sync(status_json, base, cwd)

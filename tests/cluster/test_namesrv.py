@@ -19,6 +19,14 @@ from tests.cluster.helpers import (
 )
 from tests.node.nodeproc import free_port
 from wire.client import connect
+from wire.protocol import GetStatus
+from wire.protocol.namesrv import (
+    ClusterInfo,
+    GetRoute,
+    NamesrvStatus,
+    RegisterBroker,
+    UnregisterBroker,
+)
 
 pytestmark = pytest.mark.slow  # every test here starts node processes
 
@@ -57,8 +65,8 @@ async def test_registration_route_and_master_discovery(tmp_path, nodes):
         assert any(t.topic == "Fresh" for t in await admin.topics())
 
         # the node reports its registrations
-        status = await call(master.address, "status")
-        [reg] = status["namesrv"]
+        status = await call(master.address, GetStatus())
+        [reg] = status.namesrv
         assert reg["address"] == ns.address and reg["last_error"] is None and reg["last_register_ms"]
 
 
@@ -71,46 +79,50 @@ async def test_register_answer_names_the_master_and_schema_is_checked(tmp_path, 
     ns = start_namesrv(nodes, tmp_path)
     base = {"cluster": "C", "broker_name": "g", "role": "SLAVE", "ha_address": "127.0.0.1:2",
             "topics": {"T": {"read_queue_nums": 1, "write_queue_nums": 1, "perm": 6}}, "max_offset": 5}
+    slave = RegisterBroker(broker_id=1, address="127.0.0.1:1", **base)
     async with connect(ns.address) as conn:
-        alone = await conn.request("register_broker", broker_id=1, address="127.0.0.1:1", **base)
-        assert alone["master_address"] is None and alone["master_ha_address"] is None
-        await conn.request("register_broker", **{**base, "role": "ASYNC_MASTER", "ha_address": "127.0.0.1:11"},
-                           broker_id=0, address="127.0.0.1:10")
-        again = await conn.request("register_broker", broker_id=1, address="127.0.0.1:1", **base)
-        assert (again["master_address"], again["master_ha_address"]) == ("127.0.0.1:10", "127.0.0.1:11")
-        route = await conn.request("get_route", topic="T")
-        [group] = route["groups"]
+        alone = await conn.call(slave)
+        assert alone.registered and alone.master_address is None and alone.master_ha_address is None
+        await conn.call(RegisterBroker(**{**base, "role": "ASYNC_MASTER", "ha_address": "127.0.0.1:11"},
+                                       broker_id=0, address="127.0.0.1:10"))
+        again = await conn.call(slave)
+        assert (again.master_address, again.master_ha_address) == ("127.0.0.1:10", "127.0.0.1:11")
+        route = await conn.call(GetRoute(topic="T"))
+        [group] = route.groups
         assert [b["broker_id"] for b in group["brokers"]] == [0, 1]
         assert group["queue_data"] == {"read_queue_nums": 1, "write_queue_nums": 1, "perm": 6}
 
         # an unregister naming another address does not remove the broker
-        kept = await conn.request("unregister_broker", cluster="C", broker_name="g", broker_id=1, address="127.0.0.1:9")
-        assert kept["removed"] is False
-        gone = await conn.request("unregister_broker", cluster="C", broker_name="g", broker_id=1, address="127.0.0.1:1")
-        assert gone["removed"] is True
+        kept = await conn.call(UnregisterBroker(cluster="C", broker_name="g", broker_id=1, address="127.0.0.1:9"))
+        assert kept.removed is False
+        gone = await conn.call(UnregisterBroker(cluster="C", broker_name="g", broker_id=1, address="127.0.0.1:1"))
+        assert gone.removed is True
 
+        # the client sends a request object as it is: the name server checks the values
         with pytest.raises(BadRequest, match="field 'role' of op 'register_broker': must be one of"):
-            await conn.request("register_broker", broker_id=1, address="127.0.0.1:1", **{**base, "role": "BOSS"})
+            await conn.call(RegisterBroker(broker_id=1, address="127.0.0.1:1", **{**base, "role": "BOSS"}))
         with pytest.raises(BadRequest, match=r"read_queue_nums must be an integer in 1\.\.1024"):
-            await conn.request("register_broker", broker_id=1, address="127.0.0.1:1",
-                               **{**base, "topics": {"T": {"read_queue_nums": 0, "write_queue_nums": 1, "perm": 6}}})
+            await conn.call(RegisterBroker(
+                broker_id=1, address="127.0.0.1:1",
+                **{**base, "topics": {"T": {"read_queue_nums": 0, "write_queue_nums": 1, "perm": 6}}}))
         # controllerMode etcd: the lease holder and in-sync set ride on the registration
-        await conn.request("register_broker", **{**base, "role": "SYNC_MASTER", "ha_address": "127.0.0.1:11"},
-                           broker_id=0, address="127.0.0.1:10", epoch=3, lease_holder="127.0.0.1:10",
-                           in_sync=["127.0.0.1:1"])
-        [group] = (await conn.request("get_route", topic="T"))["groups"]
+        await conn.call(RegisterBroker(**{**base, "role": "SYNC_MASTER", "ha_address": "127.0.0.1:11"},
+                                       broker_id=0, address="127.0.0.1:10", epoch=3, lease_holder="127.0.0.1:10",
+                                       in_sync=["127.0.0.1:1"]))
+        [group] = (await conn.call(GetRoute(topic="T"))).groups
         [master] = [b for b in group["brokers"] if b["broker_id"] == 0]
         assert (master["epoch"], master["lease_holder"], master["in_sync"]) == (3, "127.0.0.1:10", ["127.0.0.1:1"])
         with pytest.raises(BadRequest, match=r"field 'in_sync' of op 'register_broker': \[1\]"):
-            await conn.request("register_broker", broker_id=0, address="127.0.0.1:10", epoch=3,
-                               in_sync=["127.0.0.1:1", "nowhere"], **{**base, "role": "SYNC_MASTER"})
+            await conn.call(RegisterBroker(broker_id=0, address="127.0.0.1:10", epoch=3,
+                                           in_sync=["127.0.0.1:1", "nowhere"], **{**base, "role": "SYNC_MASTER"}))
+        # a field of the wrong wire type, which a request object cannot carry: raw, by hand
         with pytest.raises(BadRequest, match="field 'in_sync'"):
             await conn.request("register_broker", broker_id=0, address="127.0.0.1:10", epoch=3,
                                in_sync="127.0.0.1:1", **{**base, "role": "SYNC_MASTER"})
 
         with pytest.raises(BadRequest, match="unknown op 'send'"):
-            await conn.request("send", topic="T", body=b"x")  # a name server is not a broker
-        assert (await conn.request("status"))["role"] == "NAMESRV"
+            await conn.request("send", topic="T", body=b"x")  # a name server is not a broker: raw on purpose
+        assert (await conn.call(NamesrvStatus())).role == "NAMESRV"
 
 
 async def test_stop_unregisters_kill_marks_not_alive_then_expires(tmp_path, nodes):
@@ -157,7 +169,7 @@ async def test_name_server_down_or_restarting_is_not_fatal(tmp_path, nodes):
     node = nodes.start(broker_conf(tmp_path, "m", "broker-a", address, registerNameServerPeriod=60000))
     # nothing listens on the name server's port: the node serves anyway and says why
     status = await wait_for(lambda: _failing(node.address), timeout=10, what="registration error reported")
-    assert "cannot connect" in status["namesrv"][0]["last_error"]
+    assert "cannot connect" in status.namesrv[0]["last_error"]
 
     ns = start_namesrv(nodes, tmp_path, port=port)
     # the node retries with a back-off far shorter than its 60 s period
@@ -169,9 +181,9 @@ async def test_name_server_down_or_restarting_is_not_fatal(tmp_path, nodes):
 
 
 async def _failing(address):
-    status = await call(address, "status")
-    return status if status["namesrv"][0]["last_error"] else None
+    status = await call(address, GetStatus())
+    return status if status.namesrv[0]["last_error"] else None
 
 
 async def _listed(namesrv):
-    return (await call(namesrv, "get_cluster_info"))["brokers"]
+    return (await call(namesrv, ClusterInfo())).brokers

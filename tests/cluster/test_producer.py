@@ -27,6 +27,8 @@ from cluster.client import (
 )
 from tests.cluster.helpers import broker_conf, cli, slave_of, start_namesrv, wait_for
 from tests.node.nodeproc import free_port
+from wire.client import Connection
+from wire.protocol import QueryByKey, WireMessage
 
 pytestmark = pytest.mark.slow  # every test here starts node processes
 
@@ -184,8 +186,8 @@ async def test_an_unknown_outcome_is_raised_as_such_never_as_a_failure(tmp_path,
         assert not isinstance(refused.value, OutcomeUnknown)  # nothing was written anywhere
 
 
-async def _by_key(conn, key: str) -> list:
-    return (await conn.request("query_by_key", topic="Unknown", key=key))["messages"]
+async def _by_key(conn: Connection, key: str) -> list[WireMessage]:
+    return (await conn.call(QueryByKey(topic="Unknown", key=key))).messages
 
 
 async def test_sends_resume_on_a_promoted_master_within_a_second(tmp_path, nodes) -> None:

@@ -11,6 +11,7 @@ from tests.cluster.helpers import broker_conf, call, start_namesrv, wait_for
 from tests.cluster.test_consumer_group import setup_cluster
 from tests.node.nodeproc import Nodes
 from wire.client import NoPermission, NotFound, connect
+from wire.protocol import ConsumerHeartbeat, ConsumerSendBack, Pull, Send, TopicCreate
 
 LEVELS = " ".join(["1s"] * 18)
 
@@ -27,25 +28,25 @@ async def test_send_back_ladder_reaches_the_dlq_after_16_retries(tmp_path, nodes
     ns = start_namesrv(nodes, tmp_path)
     node = nodes.start(broker_conf(tmp_path, "m", "broker-a", ns.address, messageDelayLevel=LEVELS))
     addr = node.address
-    await call(addr, "topic_create", topic="T", read_queue_nums=1, write_queue_nums=1)
-    sent = await call(addr, "send", topic="T", body=b"b", tags="t", keys=["k"], properties={"UNIQ_KEY": "U"})
+    await call(addr, TopicCreate(topic="T", read_queue_nums=1, write_queue_nums=1))
+    sent = await call(addr, Send(topic="T", body=b"b", tags="t", keys=["k"], properties={"UNIQ_KEY": "U"}))
     async with connect(addr) as conn:  # a member's connection: its heartbeat lives while it is open
         with pytest.raises(NotFound):
-            await conn.request("consumer_send_back", group="g", commitlog_offset=10**9)
+            await conn.call(ConsumerSendBack(group="g", commitlog_offset=10**9))
         with pytest.raises(NoPermission, match="which group 'g' does not consume"):  # no member of g reads T yet
-            await conn.request("consumer_send_back", group="g", commitlog_offset=sent["commitlog_offset"])
-        await conn.request("consumer_heartbeat", group="g", client_id="c1", topics=["T"])
-        offset = sent["commitlog_offset"]
+            await conn.call(ConsumerSendBack(group="g", commitlog_offset=sent.commitlog_offset))
+        await conn.call(ConsumerHeartbeat(group="g", client_id="c1", topics=["T"]))
+        offset = sent.commitlog_offset
         for n in range(16):  # each send-back stores the next try; its record is what fails next
-            back = await conn.request("consumer_send_back", group="g", commitlog_offset=offset)
-            assert (back["topic"], back["reconsume_times"], back["delay_level"]) == ("%RETRY%g", n + 1, 3 + n)
-            offset = back["commitlog_offset"]
-        dead = await conn.request("consumer_send_back", group="g", commitlog_offset=offset)
-    assert dead["topic"] == "%DLQ%g" and dead["reconsume_times"] == 17
-    [m] = (await call(addr, "pull", topic="%DLQ%g", queue_id=0, offset=0))["messages"]
-    assert (m["body"], m["tags"], m["keys"]) == (b"b", "t", ["k"])
-    assert m["properties"]["RETRY_TOPIC"] == "T" and m["properties"]["ORIGIN_MESSAGE_ID"] == "U"
-    assert "DELAY" not in m["properties"]
+            back = await conn.call(ConsumerSendBack(group="g", commitlog_offset=offset))
+            assert (back.topic, back.reconsume_times, back.delay_level) == ("%RETRY%g", n + 1, 3 + n)
+            offset = back.commitlog_offset
+        dead = await conn.call(ConsumerSendBack(group="g", commitlog_offset=offset))
+    assert dead.topic == "%DLQ%g" and dead.reconsume_times == 17
+    [m] = (await call(addr, Pull(topic="%DLQ%g", queue_id=0, offset=0))).messages
+    assert (m.body, m.tags, m.keys) == (b"b", "t", ["k"])
+    assert m.properties["RETRY_TOPIC"] == "T" and m.properties["ORIGIN_MESSAGE_ID"] == "U"
+    assert "DELAY" not in m.properties
 
 
 @pytest.mark.slow
@@ -74,9 +75,9 @@ async def test_handler_failures_retry_later_then_go_to_the_dlq(tmp_path, nodes):
         assert calls[b"poison"] == [("R", 0), ("R", 1), ("R", 2)]
 
         async def in_dlq():
-            r = await call(master.address, "pull", topic="%DLQ%rg", queue_id=0, offset=0)
-            return r.get("messages")
+            r = await call(master.address, Pull(topic="%DLQ%rg", queue_id=0, offset=0))
+            return r.messages
         [dead] = await wait_for(in_dlq, what="poison in the DLQ")
-        assert dead["body"] == b"poison" and dead["properties"]["RETRY_TOPIC"] == "R"
+        assert dead.body == b"poison" and dead.properties["RETRY_TOPIC"] == "R"
         assert consumer.stats.dead == 1 and consumer.stats.retried == 4
         assert sum(len(v) for v in calls.values()) == 7

@@ -17,11 +17,15 @@ from tests.node.nodeproc import REPO, Nodes, master_conf, slave_conf, store_root
 from wire.client import BadRequest, ServiceUnavailable, connect
 from wire.protocol import (
     ConsumerHeartbeat,
+    ConsumerList,
     ConsumerLock,
+    ConsumerSendBack,
     ConsumerUnlock,
     ConsumerUnregister,
     ConsumerWatch,
+    GetStatus,
     MembersReply,
+    TopicList,
 )
 
 
@@ -47,11 +51,11 @@ async def test_heartbeats_locks_and_bad_requests(tmp_path, nodes):
     master = nodes.start(mconf)
     addr = master.address
     with pytest.raises(BadRequest, match="client_id"):
-        await call(addr, "consumer_heartbeat", group="g", client_id="has space")
+        await call(addr, ConsumerHeartbeat(group="g", client_id="has space"))
     with pytest.raises(BadRequest, match="topics"):
-        await call(addr, "consumer_heartbeat", group="g", client_id="c1", topics=["bad topic"])
+        await call(addr, ConsumerHeartbeat(group="g", client_id="c1", topics=["bad topic"]))
     with pytest.raises(BadRequest, match="queue_ids"):
-        await call(addr, "consumer_lock", group="g", client_id="c1", topic="T", queue_ids=[-1])
+        await call(addr, ConsumerLock(group="g", client_id="c1", topic="T", queue_ids=[-1]))
     async with connect(addr) as c1, connect(addr) as c2:  # a member lives as long as its connection
         # not a member yet: no lock
         assert (await c1.call(ConsumerLock(group="g", client_id="c1", topic="T", queue_ids=[0]))).locked == []
@@ -59,13 +63,13 @@ async def test_heartbeats_locks_and_bad_requests(tmp_path, nodes):
         assert hb.members == ["c2"]
         hb = await c1.call(ConsumerHeartbeat(group="g", client_id="c1", topics=["T"], heartbeat_interval_ms=500))
         assert hb.members == ["c1", "c2"]
-        assert "%RETRY%g" in {t["topic"] for t in (await call(addr, "topic_list"))["topics"]}
+        assert "%RETRY%g" in {t["topic"] for t in (await call(addr, TopicList())).topics}
         got = await c1.call(ConsumerLock(group="g", client_id="c1", topic="T", queue_ids=[0, 1]))
         assert got.locked == [0, 1]
         got = await c2.call(ConsumerLock(group="g", client_id="c2", topic="T", queue_ids=[1, 2]))
         assert got.locked == [2], "queue 1 is c1's"
         await c2.call(ConsumerUnlock(group="g", client_id="c2", topic="T", queue_ids=[1]))  # not c2's
-        assert (await call(addr, "consumer_list", group="g"))["locks"] == {"T:0": "c1", "T:1": "c1", "T:2": "c2"}
+        assert (await call(addr, ConsumerList(group="g"))).locks == {"T:0": "c1", "T:1": "c1", "T:2": "c2"}
         left = await c1.call(ConsumerUnregister(group="g", client_id="c1"))
         assert left.removed and left.members == ["c2"]
         got = await c2.call(ConsumerLock(group="g", client_id="c2", topic="T", queue_ids=[0, 1]))
@@ -75,9 +79,9 @@ async def test_heartbeats_locks_and_bad_requests(tmp_path, nodes):
     sconf = slave_conf(tmp_path, mconf, "s")
     slave = nodes.start(sconf)
     with pytest.raises(ServiceUnavailable, match="SLAVE"):
-        await call(slave.address, "consumer_send_back", group="g", commitlog_offset=0)
-    hb = await call(slave.address, "consumer_heartbeat", group="g", client_id="c3")
-    assert hb["members"] == ["c3"], "a slave keeps its own member table"
+        await call(slave.address, ConsumerSendBack(group="g", commitlog_offset=0))
+    hb = await call(slave.address, ConsumerHeartbeat(group="g", client_id="c3"))
+    assert hb.members == ["c3"], "a slave keeps its own member table"
 
 
 @pytest.mark.slow
@@ -110,7 +114,7 @@ async def test_consumer_watch_answers_at_once_on_a_join_a_closed_connection_and_
             v4 = (await watcher.call(ConsumerWatch(group="w", since=-1, timeout_ms=0))).version
         left = await changed(v4)  # c2's connection closed: it left the group
         assert left.members == ["c1"]
-        assert (await call(addr, "consumer_list", group="w"))["members"] == ["c1"]
+        assert (await call(addr, ConsumerList(group="w"))).members == ["c1"]
 
 
 async def _append(into: list, awaitable) -> None:
@@ -121,7 +125,7 @@ async def _append(into: list, awaitable) -> None:
 async def test_a_damaged_delay_offset_file_or_level_string_stops_the_node_naming_it(tmp_path, nodes):
     conf = master_conf(tmp_path, "m", "ASYNC_MASTER")
     node = nodes.start(conf)
-    await call(node.address, "status")
+    await call(node.address, GetStatus())
     assert node.stop() == 0
     path = store_root(conf) / "config" / "delayOffset.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -134,7 +138,7 @@ async def test_a_damaged_delay_offset_file_or_level_string_stops_the_node_naming
     # RocketMQ's own file (fastjson: integer keys bare) is read
     path.write_text('{\n\t"offsetTable":{1:0,3:0},"dataVersion":{"counter":2,"timestamp":1}\n}')
     node = nodes.start(conf)
-    assert (await call(node.address, "status"))["schedule"]["offsets"] == {"1": 0, "3": 0}
+    assert (await call(node.address, GetStatus())).schedule["offsets"] == {"1": 0, "3": 0}
     assert node.stop() == 0
 
     bad = master_conf(tmp_path, "b", "ASYNC_MASTER", messageDelayLevel="1s 5x")

@@ -21,6 +21,7 @@ from node.ops.services import OpError
 from tests.node.nodeproc import master_conf
 from wire.client import connect
 from wire.protocol import Status
+from wire.protocol.namesrv import RegisterBroker
 
 NODE, NAMESRV, OTHER = "10.0.0.1", "10.0.0.9", "10.0.0.2"
 NAMESRV_ADDRESS = f"{NAMESRV}:9876"
@@ -43,9 +44,9 @@ async def _failover(tmp_path, net: SimNetwork) -> Failover:
 
 async def _register_newer_master(net: SimNetwork, epoch: int) -> None:
     async with connect(NAMESRV_ADDRESS, net=net.host(OTHER)) as conn:
-        await conn.request("register_broker", cluster="DefaultCluster", broker_name="broker-t", broker_id=0,
-                           role="ASYNC_MASTER", address=f"{OTHER}:10911",
-                           ha_address=f"{OTHER}:10912", topics={}, max_offset=0, epoch=epoch)
+        await conn.call(RegisterBroker(cluster="DefaultCluster", broker_name="broker-t", broker_id=0,
+                                       role="ASYNC_MASTER", address=f"{OTHER}:10911",
+                                       ha_address=f"{OTHER}:10912", topics={}, max_offset=0, epoch=epoch))
 
 
 async def _with_namesrv(net: SimNetwork, body: Any) -> None:

@@ -27,6 +27,7 @@ from store.epoch_file import EPOCH_FILE_NAME, EpochEntry, format_entries
 from tests.node.nodeproc import master_conf, slave_conf
 from tests.waiting import wait_until
 from wire.client import ConnectionLost, ServiceUnavailable, connect
+from wire.protocol import Send, SendReply, Status, TopicCreate
 
 NAMESRV, M, S, S2, C = "10.0.0.9", "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.1.1"
 NAMESRV_ADDRESS = f"{NAMESRV}:9876"
@@ -61,14 +62,14 @@ async def _serving(net: SimNetwork, confs: dict[str, Path], *, namesrv: bool) ->
             nursery.cancel_scope.cancel()
 
 
-async def _send(net: SimNetwork, host: str, body: bytes) -> dict[str, Any]:
+async def _send(net: SimNetwork, host: str, body: bytes) -> SendReply:
     async with connect(f"{host}:10911", net=net.host(C)) as conn:
-        return await conn.request("send", topic=TOPIC, body=body)
+        return await conn.call(Send(topic=TOPIC, body=body))
 
 
 async def _create_topic(net: SimNetwork, host: str) -> None:
     async with connect(f"{host}:10911", net=net.host(C)) as conn:
-        await conn.request("topic_create", topic=TOPIC)
+        await conn.call(TopicCreate(topic=TOPIC))
 
 
 async def test_a_slave_refuses_a_master_with_an_older_epoch(tmp_path, autojump_clock) -> None:
@@ -83,7 +84,7 @@ async def test_a_slave_refuses_a_master_with_an_older_epoch(tmp_path, autojump_c
     async with _serving(net, {M: m_conf, S: s_conf, S2: fresh_conf}, namesrv=False) as nodes:
         master, refusing, fresh = nodes[M], nodes[S], nodes[S2]
         await _create_topic(net, M)
-        assert (await _send(net, M, b"epoch 1 data"))["status"] == "PUT_OK"
+        assert (await _send(net, M, b"epoch 1 data")).status is Status.PUT_OK
         end = master.services.store.get_max_phy_offset()
         await wait_until(lambda: fresh.services.store.get_max_phy_offset() == end,
                          what="a slave without history replicates")
@@ -102,7 +103,7 @@ async def test_a_live_master_that_lost_its_slave_to_a_promotion_is_fenced(tmp_pa
         master, slave = nodes[M], nodes[S]
         await _create_topic(net, M)
         await wait_until(lambda: master.services.ha_master.connection_count == 1, what="the slave connected")
-        assert (await _send(net, M, b"before"))["status"] == "PUT_OK"
+        assert (await _send(net, M, b"before")).status is Status.PUT_OK
         promoted = await slave.failover.promote("ASYNC_MASTER")  # the master never stopped
         assert promoted["epoch"] == 2
         await wait_until(lambda: slave.services is not None and slave.cfg.role.is_master and slave.failover.epoch == 2,

@@ -20,6 +20,7 @@ from store.message_store import open_store
 from tests.node.nodeproc import free_port, master_conf
 from tests.waiting import wait_until
 from wire.client import connect
+from wire.protocol.namesrv import ClusterInfo
 
 
 def test_role_state_round_trips_and_names_a_damaged_file(tmp_path) -> None:
@@ -37,7 +38,7 @@ def test_role_state_round_trips_and_names_a_damaged_file(tmp_path) -> None:
 
 async def _brokers(namesrv: str) -> list[dict]:
     async with connect(namesrv) as conn:
-        return (await conn.request("get_cluster_info"))["brokers"]
+        return (await conn.call(ClusterInfo())).brokers
 
 
 async def test_registers_with_every_name_server_at_once_on_a_change_and_unregisters(tmp_path) -> None:
