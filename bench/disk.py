@@ -97,12 +97,12 @@ async def catch_up(work: Path, mb: int, *, bases: list[Path], timeout_s: float =
         # connection to its first status showing the slave's ack of the whole log
         with trio.fail_after(timeout_s):
             while True:
-                slaves = (await tidemq_status(master.address)).ha.get("slaves") or []
+                slaves = (await tidemq_status(master.address)).ha.slaves or []
                 now = time.time()
-                if slaves and slaves[0]["ack_offset"] >= total:
+                if slaves and slaves[0].ack_offset >= total:
                     break
                 await trio.sleep(0.01)  # poll: the master's view of the slave, against a deadline
-        span = now - slaves[0]["connected_since"] / 1000
+        span = now - slaves[0].connected_since / 1000
         return {
             "mb": round(total / 1e6, 1),
             "mb_per_s": round(total / span / 1e6, 1) if span > 0 else None,

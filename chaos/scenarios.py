@@ -176,7 +176,7 @@ async def old_master_returns(ctx: FaultContext) -> None:
 
         async def dropped() -> bool:
             status = await node_status(ctx.cluster.slave_address)
-            return status is not None and not status.ha.get("connected")
+            return status is not None and not status.ha.connected
 
         await ctx.until(dropped, 20.0, "the slave dropping its paused master")
         promotion = await _promote_slave(ctx)
@@ -224,7 +224,7 @@ async def _old_master_rejoins(ctx: FaultContext, promotion: dict[str, Any]) -> N
 
     async def as_slave() -> StatusReply | None:
         status = await node_status(ctx.cluster.master_address)
-        if status and status.role == "SLAVE" and status.ha.get("connected"):
+        if status and status.role == "SLAVE" and status.ha.connected:
             return status
         return None
 

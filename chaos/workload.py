@@ -206,6 +206,6 @@ async def sample_node(address: str, timeout: float = 1.0) -> NodeSample | None:
     s = await node_status(address, timeout)
     if s is None:
         return None
-    slaves = s.ha.get("slaves")
-    ack = max((x["ack_offset"] for x in slaves), default=None) if slaves is not None else None
+    slaves = s.ha.slaves
+    ack = max((x.ack_offset for x in slaves), default=None) if slaves is not None else None
     return NodeSample(time.time(), s.max_phy_offset, s.flushed_offset, s.min_phy_offset, ack, list(s.running_flags))

@@ -116,10 +116,10 @@ def _ha_note(answer: StatusReply) -> str:
     ha = answer.ha
     flags = ", ".join(answer.running_flags + (["FENCED"] if answer.fenced else [])
                       + (["REPLICATION REFUSED"] if answer.replication_refused else []))
-    if "slaves" in ha:
-        note = f"{len(ha['slaves'])} slave(s)" if ha["slaves"] else "no slave"
-    elif "connected" in ha:
-        note = "connected" if ha["connected"] else "NOT connected to master"
+    if ha.slaves is not None:
+        note = f"{len(ha.slaves)} slave(s)" if ha.slaves else "no slave"
+    elif ha.client is not None:
+        note = "connected" if ha.client.connected else "NOT connected to master"
     else:
         note = ""
     return ", ".join(x for x in (note, flags) if x) or "ok"

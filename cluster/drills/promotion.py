@@ -62,7 +62,7 @@ async def _rejoined(run: DrillRun, address: str) -> StatusReply | None:
 
     async def slave() -> bool:
         s = await _status(address)
-        if s.role == "SLAVE" and s.ha.get("connected"):
+        if s.role == "SLAVE" and s.ha.connected:
             found.append(s)
             return True
         return False
@@ -129,7 +129,7 @@ async def partition(run: DrillRun) -> None:
     await run.kill("broker-a", "STOP")
     try:
         async def dropped() -> bool:
-            return not (await _status(new)).ha.get("connected")
+            return not (await _status(new)).ha.connected
         run.promise("the slave drops the silent master (haHousekeepingInterval)",
                     await run.wait_until(dropped, 60, "broker-a's slave dropped its paused master"))
         result = await _promote(run)

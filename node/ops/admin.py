@@ -7,7 +7,6 @@ import inspect
 import logging
 from typing import Any
 
-import attrs
 import psutil
 
 from store import runtime
@@ -49,6 +48,9 @@ from wire.protocol import (
     TopicStatus,
     TopicStatusReply,
     UpdateBrokerConfig,
+    WireHAClient,
+    WireHASlave,
+    WireHAView,
     WireRequest,
     WritePermReply,
 )
@@ -146,12 +148,12 @@ async def _producer_list(s: NodeServices, r: Request, peer: str | None) -> dict[
     return ProducerListReply(producers=s.producers.members(r.fields.group)).to_wire(r.id)
 
 
-def _ha_status(s: NodeServices) -> dict[str, Any]:
+def _ha_status(s: NodeServices) -> WireHAView:
     if s.ha_master is not None:
-        return {"slaves": [attrs.asdict(x) for x in s.ha_master.status()]}
+        return WireHAView(slaves=[WireHASlave.of(x) for x in s.ha_master.status()])
     if s.ha_client is not None:
-        return attrs.asdict(s.ha_client.status())
-    return {}
+        return WireHAView(client=WireHAClient.of(s.ha_client.status()))
+    return WireHAView()
 
 
 async def _status(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:

@@ -69,13 +69,13 @@ async def test_accounts_get_what_their_rules_grant_and_nothing_else(secure):
 
     async def replicated() -> bool:  # the slave logged in to its master and the name server
         status = await _call(master, GetStatus(), admin)
-        return any(s["ack_offset"] >= 0 for s in status.ha["slaves"])
+        return any(s.ack_offset >= 0 for s in status.ha.slaves or ())
 
     await wait_for(replicated, what="the slave replicating")
     sent = await _call(master, Send(topic="orders", body=b"hello"), alice)
     assert sent.status.value == "PUT_OK"  # SYNC_MASTER: the slave has it too
     pulled = await _call(master, Pull(topic="orders", queue_id=sent.queue_id, offset=0), alice)
-    assert [m["body"] for m in pulled.messages] == [b"hello"]
+    assert [m.body for m in pulled.messages] == [b"hello"]
     refusals = [
         (Send(topic="logs-app", body=b"x"), alice, "lacks PUB on topic 'logs-app'"),
         (Pull(topic="logs-secret", queue_id=0, offset=0), alice, "lacks SUB on topic 'logs-secret'"),

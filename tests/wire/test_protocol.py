@@ -563,7 +563,8 @@ def test_a_stored_message_is_the_map_docs_protocol_md_lists_byte_for_byte():
     """WireMessage is the message map pull, query_by_key and get_by_msg_id answer with: the
     same keys in the same order (so the same CBOR bytes) as docs/protocol.md lists them, and
     a client reads back what the node wrote."""
-    from store.message import Message, decode_record, encode_record
+    from store.message import Message
+    from store.record_codec import decode_record, encode_record
     from wire.protocol import MessageReply, PullReply, WireMessage
 
     msg = Message(topic="T", body=b"payload", queue_id=2, tags="a", keys=("k1", "k2"), properties={"p": "v"},
@@ -595,3 +596,41 @@ def test_the_status_enum_is_the_node_s_names_and_the_store_s_in_their_order():
     node = ["OK", "BAD_REQUEST", "NOT_FOUND", "INTERNAL_ERROR", "INDETERMINATE", "NO_PERMISSION"]
     assert [s.value for s in Status] == node + [m.value for m in PutMessageStatus] + [m.value for m in GetMessageStatus]
     assert all(s.name == s.value for s in Status)
+
+
+def _doc_keys(row: str, braces: str) -> list[str]:
+    """The field names docs/protocol.md lists in a `{a, b, ...}` group of the status table's row."""
+    line = next(x for x in DOC.read_text().splitlines() if x.startswith(f"| `{row}` |"))
+    return [k.strip() for k in re.findall(braces, line)[0].split(",")]
+
+
+def test_a_node_s_ha_view_is_the_map_docs_protocol_md_lists_byte_for_byte():
+    """WireHAView is `status`'s `ha`: a master's `{"slaves": [...]}`, a slave's flat client
+    map or `{}`, the keys in docs/protocol.md's order; shorter and older maps still read."""
+    from ha.master import SlaveStatus
+    from ha.slave import SlaveHAStatus
+    from wire.protocol import StatusReply, WireHAClient, WireHASlave, WireHAView
+
+    row = {"address": "10.0.0.2:5000", "ack_offset": 4096, "lag_bytes": 100, "connected_since": 1_700_000_000_000}
+    master = WireHAView(slaves=[WireHASlave.of(SlaveStatus(**row))])
+    assert cbor2.dumps(master.to_wire()) == cbor2.dumps({"slaves": [row]})
+    assert list(row) == _doc_keys("ha", r'"slaves": \[\{([^}]*)\}')
+    client = {"master_address": "10.0.0.1:10912", "connected": True, "max_offset": 4096,
+              "master_max_offset_seen": 4196, "lag_bytes": 100}
+    slave = WireHAView(client=WireHAClient.of(SlaveHAStatus(**client)))
+    assert cbor2.dumps(slave.to_wire()) == cbor2.dumps(client)
+    assert list(client) == _doc_keys("ha", r"on a slave: `\{([^}]*)\}")
+    assert WireHAView().to_wire() == {}
+    for view in (master, slave, WireHAView()):
+        reply = StatusReply(role="SLAVE", ha=view)
+        assert cbor2.dumps(reply.to_wire(1)["ha"]) == cbor2.dumps(view.to_wire())
+        assert StatusReply.from_wire(cbor2.loads(cbor2.dumps(reply.to_wire(1)))).ha == view
+    assert (master.lag_bytes(), slave.lag_bytes(), WireHAView().lag_bytes()) == (100, 100, None)
+    assert (master.connected, slave.connected) == (False, True)
+    # a node that omits fields, a null slave list, an answer without `ha` (the name server's)
+    short = WireHAView.from_wire({"slaves": [{"lag_bytes": 7}]})
+    assert short.slaves == [WireHASlave(address="", ack_offset=-1, lag_bytes=7, connected_since=0)]
+    assert WireHAView.from_wire({"connected": True}).client == WireHAClient(connected=True)
+    assert WireHAView.from_wire({"slaves": None}) == WireHAView(slaves=[])
+    assert StatusReply.from_wire({"role": "NAMESRV"}).ha == WireHAView()
+    assert StatusReply.from_wire({"ha": {"slaves": [row, {"lag_bytes": 9}]}}).lag_bytes() == 100

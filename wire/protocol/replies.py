@@ -7,8 +7,8 @@ SLAVE_NOT_AVAILABLE, a pull's FOUND / NO_NEW_MSG / ...). Failures are not replie
 
 `from_wire` keeps the fields the class declares and ignores others (a newer node may say
 more); a missing field takes its default, and a missing field without one is a
-ReplyError. A nested message is a WireMessage (values.py); other nested values (a topic
-entry, a node's HA and controller views) are still maps.
+ReplyError. Nested values are values.py's classes (a message, a node's HA view); the
+others (a topic entry, a node's controller view) are still maps.
 """
 
 from __future__ import annotations
@@ -19,7 +19,15 @@ from typing import Any, TypeVar
 import attrs
 
 from .codec import Status
-from .values import ReplyError, WireMessage, WireValue
+from .values import (
+    ReplyError,
+    WireHAClient,
+    WireHASlave,
+    WireHAView,
+    WireMessage,
+    WireValue,
+    nested,
+)
 
 __all__ = [
     "BrokerConfigReply", "BrokerConfigUpdateReply", "ConsumerListReply", "ConsumerUnregisterReply",
@@ -27,18 +35,12 @@ __all__ = [
     "OffsetListReply", "OffsetReply", "ProducerListReply", "ProducerUnregisterReply", "PromoteReply", "PullReply",
     "ReplyError", "SendBackReply", "StatsAllReply", "SubGroupDeleteReply", "SubGroupListReply", "SubGroupReply",
     "SendBatchReply", "SendReply", "StatusReply", "TopicDeleteReply", "TopicListReply", "TopicReply",
-    "TopicStatusReply", "WireMessage", "WireReply", "WireValue", "WritePermReply", "nested",
+    "TopicStatusReply", "WireHAClient", "WireHASlave", "WireHAView", "WireMessage", "WireReply", "WireValue", "WritePermReply", "nested",
 ]
 
 R = TypeVar("R", bound="WireReply")
 
 _PLAIN, _STATUS, _ONE, _MANY = range(4)
-
-
-def nested(cls: type[WireValue], *, many: bool = False) -> Any:
-    """A reply field holding a WireValue (or, `many`, a list of them): the reply writes each
-    as its map and reads each map back as `cls`."""
-    return attrs.field(metadata={"nested": cls, "many": many})
 
 
 _PLANS: dict[type, tuple[tuple[str, int, Any], ...]] = {}
@@ -358,7 +360,7 @@ class StatusReply(WireReply):
     """`status`: a node's identity, log, HA, disk and failover views. Every field has a
     default, so an older node's answer reads too, and so does the name server's shorter one
     (namesrv.NamesrvStatusReply: role NAMESRV, address) for tools that ask every process.
-    The nested views stay maps (their shapes are docs/protocol.md's)."""
+    `ha` is a WireHAView; the other nested views stay maps (their shapes are docs/protocol.md's)."""
 
     role: str | None = None
     address: str | None = None
@@ -375,7 +377,7 @@ class StatusReply(WireReply):
     running_flags: list[str] = attrs.field(factory=list)
     last_store_timestamp: int = 0
     stats: dict[str, Any] = attrs.field(factory=dict)
-    ha: dict[str, Any] = attrs.field(factory=dict)
+    ha: WireHAView = nested(WireHAView, factory=WireHAView)
     disk: dict[str, Any] = attrs.field(factory=dict)
     sync: dict[str, Any] | None = None
     namesrv: Any = None
@@ -398,6 +400,4 @@ class StatusReply(WireReply):
 
     def lag_bytes(self) -> int | None:
         """A master's largest slave lag, or a slave's own; None when it has no HA peer."""
-        if "slaves" in self.ha:
-            return max((s.get("lag_bytes", 0) for s in self.ha["slaves"] or []), default=None)
-        return self.ha.get("lag_bytes")
+        return self.ha.lag_bytes()

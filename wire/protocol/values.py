@@ -1,10 +1,12 @@
-"""The values nested in replies (a stored message), one attrs class each, written by the
-server and read by the clients, so a nested map's keys are spelled once, here.
+"""The values nested in replies (a stored message, a node's HA view), one attrs class
+each, written by the server and read by the clients, so a nested map's keys are spelled
+once, here.
 
 `to_wire()` is the map the wire carries (every field, in declaration order: that order is
 the CBOR map's, which tests/wire/test_protocol.py pins); `from_wire(map)` keeps the fields
 the class declares, ignores others (a newer node may say more) and fills a missing one
-from its default (a ReplyError when it has none).
+from its default (a ReplyError when it has none). A field declared with `nested()` holds
+a value (or a list of them) of its own, written and read as its map.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from typing import Any, ClassVar, TypeVar
 
 import attrs
 
+from ha.master import SlaveStatus
+from ha.slave import SlaveHAStatus
 from store.message import StoredMessage
 from store.properties import PROPERTY_KEYS, PROPERTY_TAGS
 
-__all__ = ["ReplyError", "WireMessage", "WireValue"]
+__all__ = ["ReplyError", "WireHAClient", "WireHASlave", "WireHAView", "WireMessage", "WireValue", "nested"]
 
 V = TypeVar("V", bound="WireValue")
 
@@ -27,30 +31,50 @@ class ReplyError(ValueError):
     version of the protocol, or not tidemq)."""
 
 
+def nested(cls: type[WireValue], *, many: bool = False, default: Any = attrs.NOTHING,
+           factory: Any = None) -> Any:
+    """A field holding a WireValue (or, `many`, a list of them), in a reply or in another
+    value: it is written as the value's map and each map is read back as `cls`."""
+    return attrs.field(metadata={"nested": cls, "many": many}, default=default, factory=factory)
+
+
 class WireValue:
     """Base of the nested value classes (attrs classes): `to_wire()` and `from_wire`."""
 
     __slots__ = ()
     _NAMES: ClassVar[tuple[str, ...]] = ()
+    _NESTED: ClassVar[tuple[tuple[str, bool, type[WireValue]], ...]] = ()
 
     def to_wire(self) -> dict[str, Any]:
-        names = type(self)._NAMES or _names(type(self))
-        return {name: getattr(self, name) for name in names}
+        cls = type(self)
+        out = {name: getattr(self, name) for name in cls._NAMES or _names(cls)}
+        for name, many, _ in cls._NESTED:  # in place: the map keeps the declaration order
+            v = out[name]
+            out[name] = [x.to_wire() for x in v] if many else None if v is None else v.to_wire()
+        return out
 
     @classmethod
     def from_wire(cls: type[V], raw: Mapping[str, Any]) -> V:
         kwargs: dict[str, Any] = {}
         for a in attrs.fields(cls):  # type: ignore[arg-type]  # subclasses are attrs classes
             if a.name in raw:
-                kwargs[a.name] = raw[a.name]
+                v = raw[a.name]
+                inner = a.metadata.get("nested")
+                if inner is not None:  # a list that is null reads as none (an older node's shape)
+                    v = [inner.from_wire(x) for x in v or ()] if a.metadata["many"] else \
+                        None if v is None else inner.from_wire(v)
+                kwargs[a.name] = v
             elif a.default is attrs.NOTHING:
                 raise ReplyError(f"the answer lacks the field {a.name!r} of {cls.__name__}")
         return cls(**kwargs)
 
 
 def _names(cls: type[WireValue]) -> tuple[str, ...]:
-    """A value class's field names, worked out once (a pull answers with many messages)."""
-    cls._NAMES = tuple(a.name for a in attrs.fields(cls))  # type: ignore[arg-type]
+    """A value class's field names and nested fields, worked out once (a pull answers with
+    many messages)."""
+    fields = attrs.fields(cls)  # type: ignore[arg-type]
+    cls._NESTED = tuple((a.name, a.metadata["many"], a.metadata["nested"]) for a in fields if "nested" in a.metadata)
+    cls._NAMES = tuple(a.name for a in fields)
     return cls._NAMES
 
 
@@ -89,3 +113,82 @@ class WireMessage(WireValue):
                    born_timestamp=m.born_timestamp, store_timestamp=m.store_timestamp, flag=m.flag,
                    reconsume_times=m.reconsume_times, size=m.size, sys_flag=m.sys_flag, born_host=m.born_host,
                    body_crc=m.body_crc)
+
+
+# ---------------------------------------------------------------- a node's HA view
+
+
+@attrs.define(kw_only=True)
+class WireHASlave(WireValue):
+    """One slave as its master's `status` lists it (ha/master.py's SlaveStatus). Every
+    field has a default (a node always writes them all), so a shorter row still reads."""
+
+    address: str = ""
+    ack_offset: int = -1
+    """The slave's newest reported max offset; -1 before its first report."""
+    lag_bytes: int = 0
+    connected_since: int = 0
+    """Epoch milliseconds of the master's accept."""
+
+    @classmethod
+    def of(cls, s: SlaveStatus) -> WireHASlave:
+        return cls(address=s.address, ack_offset=s.ack_offset, lag_bytes=s.lag_bytes,
+                   connected_since=s.connected_since)
+
+
+@attrs.define(kw_only=True)
+class WireHAClient(WireValue):
+    """A slave's replication as its `status` tells it (ha/slave.py's SlaveHAStatus). Every
+    field has a default, so an older node's shorter map still reads."""
+
+    master_address: str | None = None
+    connected: bool = False
+    max_offset: int = 0
+    master_max_offset_seen: int = -1
+    """End of the newest frame (or a heartbeat's offset) received; -1 before any."""
+    lag_bytes: int = 0
+
+    @classmethod
+    def of(cls, s: SlaveHAStatus) -> WireHAClient:
+        return cls(master_address=s.master_address, connected=s.connected, max_offset=s.max_offset,
+                   master_max_offset_seen=s.master_max_offset_seen, lag_bytes=s.lag_bytes)
+
+
+_CLIENT_KEYS = frozenset(a.name for a in attrs.fields(WireHAClient))
+
+
+@attrs.define(kw_only=True)
+class WireHAView(WireValue):
+    """`status`'s `ha`: a master's slaves, or a slave's HA client, or neither (a master
+    without an HA service). The wire has one map whose shape says which (`{"slaves":
+    [...]}`, the client's own fields, `{}`), so this class writes and reads that shape
+    itself instead of a map of its two fields."""
+
+    slaves: list[WireHASlave] | None = None
+    """On a master: its connected slaves, oldest connection first."""
+    client: WireHAClient | None = None
+    """On a slave: its HA client."""
+
+    def to_wire(self) -> dict[str, Any]:
+        if self.slaves is not None:
+            return {"slaves": [s.to_wire() for s in self.slaves]}
+        return {} if self.client is None else self.client.to_wire()
+
+    @classmethod
+    def from_wire(cls: type[V], raw: Mapping[str, Any]) -> V:
+        if "slaves" in raw:
+            return cls(slaves=[WireHASlave.from_wire(s) for s in raw["slaves"] or ()])  # type: ignore[call-arg]
+        if _CLIENT_KEYS.intersection(raw):
+            return cls(client=WireHAClient.from_wire(raw))  # type: ignore[call-arg]
+        return cls()
+
+    @property
+    def connected(self) -> bool:
+        """A slave whose HA client is connected to its master (false on a master)."""
+        return self.client is not None and self.client.connected
+
+    def lag_bytes(self) -> int | None:
+        """A master's largest slave lag, or a slave's own; None when it has no HA peer."""
+        if self.slaves is not None:
+            return max((s.lag_bytes for s in self.slaves), default=None)
+        return None if self.client is None else self.client.lag_bytes
