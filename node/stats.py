@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
+
+from wire.protocol import WireNodeStats
 
 WINDOW_S = 60
 
@@ -78,7 +81,11 @@ class BrokerStats:
                   for (t, g), c in sorted(self.group_get.items())]
         return topics, groups
 
-    def to_json(self) -> dict[str, float | int]:
-        return {"put_tps": self.put.per_second(), "get_tps": self.get.per_second(),
-                "put_total": self.put.total, "get_total": self.get.total,
-                "send_requests": self.send_requests, "send_groups": self.send_groups}
+    def to_json(self) -> dict[str, Any]:
+        return self.view().to_wire()
+
+    def view(self) -> WireNodeStats:
+        """The node's totals as `status` answers them."""
+        return WireNodeStats(put_tps=self.put.per_second(), get_tps=self.get.per_second(),
+                             put_total=self.put.total, get_total=self.get.total,
+                             send_requests=self.send_requests, send_groups=self.send_groups)

@@ -203,8 +203,8 @@ def broker_table(rows: Iterable[BrokerRow], title: str, *, processes: bool = Fal
         slaves = [r for r in members if r.broker_id not in (0, None)]
         for row in members:
             a = row.answer
-            stats = a.stats if a else {}
-            disk = a.disk if a else {}
+            stats = a.stats if a else None
+            disk = a.disk if a else None
             lag_s = _lag_seconds(row, master, slaves) if a else None
             cells: list[Any] = [
                 row.group, "-" if row.broker_id is None else str(row.broker_id), row.role, row.address,
@@ -212,9 +212,9 @@ def broker_table(rows: Iterable[BrokerRow], title: str, *, processes: bool = Fal
                 f"{a.max_phy_offset:,}" if a else "-",
                 size(a.lag_bytes()) if a else "-",
                 "-" if lag_s is None else f"{lag_s:.1f}",
-                f"{disk['used_ratio']:.0%}" if "used_ratio" in disk else "-",
-                f"{stats['put_tps']:g}" if "put_tps" in stats else "-",
-                f"{stats['get_tps']:g}" if "get_tps" in stats else "-",
+                "-" if disk is None else f"{disk.used_ratio:.0%}",
+                "-" if stats is None else f"{stats.put_tps:g}",
+                "-" if stats is None else f"{stats.get_tps:g}",
                 # Text, not markup: "[Errno 111]" in an error is not a style
                 Text(row.error, style="red") if row.error else Text(_ha_note(a) if a else row.note or "-"),
             ]

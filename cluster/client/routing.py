@@ -24,7 +24,16 @@ from wire.client import (
     RequestTimeout,
     TidemqError,
 )
-from wire.protocol import GetStatus, StatusReply, TopicList, TopicListReply, WireRequest
+from wire.protocol import (
+    GetStatus,
+    StatusReply,
+    TopicList,
+    TopicListReply,
+    WireGroupRoute,
+    WireQueueData,
+    WireRequest,
+    WireRouteBroker,
+)
 from wire.protocol.namesrv import ClusterInfo, ClusterInfoReply, GetRoute, RouteReply
 
 log = logging.getLogger("tidemq.client")
@@ -81,7 +90,15 @@ class QueueData:
 
     @classmethod
     def from_wire(cls, raw: Mapping[str, Any]) -> QueueData:
-        return cls(int(raw["read_queue_nums"]), int(raw["write_queue_nums"]), int(raw.get("perm", 6)))
+        return cls.of(WireQueueData.from_wire(raw))
+
+    @classmethod
+    def of(cls, q: WireQueueData) -> QueueData:
+        return cls(q.read_queue_nums, q.write_queue_nums, q.perm)
+
+    def to_wire(self) -> WireQueueData:
+        return WireQueueData(read_queue_nums=self.read_queue_nums, write_queue_nums=self.write_queue_nums,
+                             perm=self.perm)
 
 
 def _in_sync(raw: Mapping[str, Any]) -> tuple[str, ...] | None:
@@ -110,10 +127,10 @@ class BrokerRoute:
         return self.broker_id == 0
 
     @classmethod
-    def from_wire(cls, raw: Mapping[str, Any]) -> BrokerRoute:
+    def of(cls, b: WireRouteBroker) -> BrokerRoute:
         """A `get_route` answer's broker entry (BrokerInfo.route_entry writes it)."""
-        return cls(int(raw["broker_id"]), str(raw["role"]), str(raw["address"]), raw.get("ha_address"),
-                   bool(raw.get("alive", True)), raw.get("epoch"), raw.get("lease_holder"), _in_sync(raw))
+        return cls(b.broker_id, b.role, b.address, b.ha_address, b.alive, b.epoch, b.lease_holder,
+                   tuple(b.in_sync) if b.in_sync is not None else None)
 
     def as_route(self) -> BrokerRoute:
         """Just the route's fields (a BrokerInfo is a BrokerRoute with more)."""
@@ -157,13 +174,11 @@ class TopicRoute:
         return next((g for g in self.groups if g.broker_name == broker_name), None)
 
     @classmethod
-    def from_wire(cls, topic: str, raw_groups: Sequence[Mapping[str, Any]]) -> TopicRoute:
-        groups = []
-        for g in raw_groups:
-            brokers = tuple(BrokerRoute.from_wire(b) for b in g.get("brokers", ()))
-            qd = g.get("queue_data")
-            groups.append(GroupRoute(str(g["broker_name"]), brokers, QueueData.from_wire(qd) if qd else None,
-                                     str(g.get("cluster", ""))))
+    def of(cls, topic: str, wire_groups: Sequence[WireGroupRoute]) -> TopicRoute:
+        """The client's view of a `get_route` answer."""
+        groups = [GroupRoute(g.broker_name, tuple(BrokerRoute.of(b) for b in g.brokers),
+                             QueueData.of(g.queue_data) if g.queue_data else None, g.cluster)
+                  for g in wire_groups]
         return cls(topic, tuple(sorted(groups, key=lambda g: g.broker_name)))
 
 
@@ -213,27 +228,19 @@ class BrokerInfo(BrokerRoute):
             in_sync=_in_sync(raw),
         )
 
-    def route_entry(self) -> dict[str, Any]:
-        """The broker as a `get_route` answer lists it (BrokerRoute reads it)."""
-        return {
-            "broker_id": self.broker_id,
-            "role": self.role,
-            "address": self.address,
-            "ha_address": self.ha_address,
-            "alive": self.alive,
-            "max_offset": self.max_offset,
-            "epoch": self.epoch,
-            "lease_holder": self.lease_holder,
-            "in_sync": list(self.in_sync) if self.in_sync is not None else None,
-            "age_ms": self.age_ms,
-        }
+    def route_entry(self) -> WireRouteBroker:
+        """The broker as a `get_route` answer lists it (BrokerRoute.of reads it)."""
+        return WireRouteBroker(broker_id=self.broker_id, role=self.role, address=self.address,
+                               ha_address=self.ha_address, alive=self.alive, max_offset=self.max_offset,
+                               epoch=self.epoch, lease_holder=self.lease_holder,
+                               in_sync=list(self.in_sync) if self.in_sync is not None else None, age_ms=self.age_ms)
 
     def to_wire(self) -> dict[str, Any]:
         """The broker as a `get_cluster_info` answer lists it (`from_wire` reads it)."""
         return {
             "cluster": self.cluster,
             "broker_name": self.broker_name,
-            **self.route_entry(),
+            **self.route_entry().to_wire(),
             "topics": {t: attrs.asdict(q) for t, q in self.topics.items()},
             "last_update_ms": self.last_update_ms,
         }
@@ -316,7 +323,7 @@ class NameServerDiscovery(Discovery):
 
     async def route(self, topic: str) -> TopicRoute:
         response: RouteReply = await self.call(GetRoute(topic=topic))
-        return TopicRoute.from_wire(topic, response.groups)
+        return TopicRoute.of(topic, response.groups)
 
     async def cluster_info(self) -> list[BrokerInfo]:
         response: ClusterInfoReply = await self.call(ClusterInfo())

@@ -8,6 +8,7 @@ from typing import Any
 import attrs
 
 from store import runtime
+from wire.protocol import WireGroupRoute
 from wire.protocol.namesrv import RegisterBroker
 
 from ..client.routing import PERM_WRITE, BrokerInfo, groups_serving
@@ -137,7 +138,7 @@ class RouteTable:
                         b.broker_name, b.broker_id, b.address, r.age_ms(now))
         return [r.broker for r in gone]
 
-    def route(self, topic: str, now: float | None = None) -> list[dict[str, Any]]:
+    def route(self, topic: str, now: float | None = None) -> list[WireGroupRoute]:
         """The groups serving `topic` (any of its brokers has it), by brokerName.
 
         Each group lists all its brokers (so a consumer can fall back to a slave) and the
@@ -147,12 +148,8 @@ class RouteTable:
         now = runtime.monotonic() if now is None else now
         brokers = [self._seen(r, now) for r in self._brokers.values()]
         return [
-            {
-                "broker_name": name,
-                "cluster": members[0].cluster,
-                "brokers": [b.route_entry() for b in members],
-                "queue_data": attrs.asdict(queue_data),
-            }
+            WireGroupRoute(broker_name=name, cluster=members[0].cluster, brokers=[b.route_entry() for b in members],
+                           queue_data=queue_data.to_wire())
             for name, members, queue_data in groups_serving(topic, brokers)
         ]
 

@@ -48,6 +48,7 @@ from wire.protocol import (
     TopicStatus,
     TopicStatusReply,
     UpdateBrokerConfig,
+    WireDiskUsage,
     WireHAClient,
     WireHASlave,
     WireHAView,
@@ -177,15 +178,10 @@ async def _status(s: NodeServices, r: Request, peer: str | None) -> dict[str, An
         # store time of the newest record dispatched: a slave's lag in seconds is the
         # master's minus its own
         "last_store_timestamp": store.checkpoint.logics_msg_timestamp if store.checkpoint else 0,
-        "stats": s.stats.to_json(),
+        "stats": s.stats.view(),
         "ha": _ha_status(s),
-        "disk": {
-            "path": root,
-            "total": disk.total,
-            "used": disk.used,
-            "free": disk.free,
-            "used_ratio": round(disk.used / disk.total, 4) if disk.total else 0.0,
-        },
+        "disk": WireDiskUsage(path=root, total=disk.total, used=disk.used, free=disk.free,
+                              used_ratio=round(disk.used / disk.total, 4) if disk.total else 0.0),
     }
     if s.slave_sync_status is not None:
         fields["sync"] = s.slave_sync_status()

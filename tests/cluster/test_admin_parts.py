@@ -89,13 +89,13 @@ def test_a_wiped_group_is_routed_without_the_write_bit_until_added_back():
     assert table.set_write_perm("nope", False) is None
     assert table.set_write_perm("a", False) == 2
     table.register(_reg("a", 0, "h:1"), "h:1", now=1)  # registering again does not undo it
-    perms = {g["broker_name"]: g["queue_data"]["perm"] for g in table.route("T", now=1)}
+    perms = {g.broker_name: g.queue_data.perm for g in table.route("T", now=1)}
     assert perms == {"a": 4, "b": 6}
     assert {b["broker_name"]: b["topics"]["T"]["perm"] for b in table.cluster_info(now=1)} == {"a": 4, "b": 6}
-    assert table.route("R", now=1)[0]["queue_data"]["perm"] == 4  # read-only stays read-only
+    assert table.route("R", now=1)[0].queue_data.perm == 4  # read-only stays read-only
     assert table.write_wiped() == ["a"]
     assert table.set_write_perm("a", True) == 2
-    assert {g["broker_name"]: g["queue_data"]["perm"] for g in table.route("T", now=1)} == {"a": 6, "b": 6}
+    assert {g.broker_name: g.queue_data.perm for g in table.route("T", now=1)} == {"a": 6, "b": 6}
 
 
 def test_cells_print_booleans_as_mqadmin_does_and_never_raw_json():

@@ -106,7 +106,7 @@ async def started_group(nodes: Nodes, tmp_path: Path, etcd: EtcdServer, **kwargs
 async def route_view(g: Group) -> dict[str, Any]:
     """The name server's route for TOPIC: broker-t's controller view, brokers by address."""
     groups = (await call(g.ns.address, GetRoute(topic=TOPIC))).groups
-    route = TopicRoute.from_wire(TOPIC, groups).group(GROUP)
+    route = TopicRoute.of(TOPIC, groups).group(GROUP)
     assert route is not None
     return {**route.controller_view(), "brokers": {b.address: b for b in route.brokers}}
 

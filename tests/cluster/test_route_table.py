@@ -26,15 +26,15 @@ def test_route_groups_brokers_and_falls_back_to_slave_queue_data():
     table.register(reg("a", 0, "h:1"), "p3", now=0)
     assert table.route("nope", now=0) == []
     route = table.route("T", now=0.5)
-    assert [g["broker_name"] for g in route] == ["a", "b"]
-    assert [b["broker_id"] for b in route[0]["brokers"]] == [0, 1], "the slave is listed for reads"
-    assert route[0]["brokers"][0]["age_ms"] == 500
-    assert route[1]["queue_data"]["write_queue_nums"] == 2
+    assert [g.broker_name for g in route] == ["a", "b"]
+    assert [b.broker_id for b in route[0].brokers] == [0, 1], "the slave is listed for reads"
+    assert route[0].brokers[0].age_ms == 500
+    assert route[1].queue_data.write_queue_nums == 2
     # the master goes away: the group stays routable through the slave once it has the topic
     assert table.unregister("a", 0, "h:1")
-    assert table.route("T", now=0.5)[0]["broker_name"] == "b"
+    assert table.route("T", now=0.5)[0].broker_name == "b"
     table.register(reg("a", 1, "h:3"), "p2", now=0.6)
-    assert [g["broker_name"] for g in table.route("T", now=0.6)] == ["a", "b"]
+    assert [g.broker_name for g in table.route("T", now=0.6)] == ["a", "b"]
 
 
 def test_connection_close_marks_not_alive_and_expiry_drops():
@@ -42,7 +42,7 @@ def test_connection_close_marks_not_alive_and_expiry_drops():
     table.register(reg("a", 0, "h:1"), "peer-1", now=0)
     table.register(reg("a", 1, "h:2"), "peer-2", now=0.5)
     table.connection_closed("peer-1")
-    alive = {b["broker_id"]: b["alive"] for b in table.route("T", now=0.6)[0]["brokers"]}
+    alive = {b.broker_id: b.alive for b in table.route("T", now=0.6)[0].brokers}
     assert alive == {0: False, 1: True}
     assert [e.broker_id for e in table.expire(now=1.2)] == [0]
     assert [b["broker_id"] for b in table.cluster_info(now=1.2)] == [1]
@@ -75,9 +75,9 @@ def test_clients_read_the_table_as_one_broker_class():
     assert attrs.evolve(table.master_of("a"), age_ms=250) == brokers[0]
     served = table.route("T", now=0.25)[0]
     route = route_from_brokers("T", brokers).groups[0]
-    assert route.broker_name == served["broker_name"] and route.cluster == served["cluster"]
-    assert [(r.broker_id, r.alive) for r in route.brokers] == [(b["broker_id"], b["alive"]) for b in served["brokers"]]
-    assert route.queue_data is not None and route.queue_data.write_queue_nums == served["queue_data"]["write_queue_nums"]
+    assert route.broker_name == served.broker_name and route.cluster == served.cluster
+    assert [(r.broker_id, r.alive) for r in route.brokers] == [(b.broker_id, b.alive) for b in served.brokers]
+    assert route.queue_data is not None and route.queue_data.write_queue_nums == served.queue_data.write_queue_nums
 
 
 def test_a_master_with_an_older_epoch_cannot_take_the_route_back():
@@ -87,7 +87,7 @@ def test_a_master_with_an_older_epoch_cannot_take_the_route_back():
     # the slave is promoted: epoch 2 replaces the master and drops its own slave entry
     assert table.register(reg("a", 0, "h:2", epoch=2), "p2", now=1) is not None
     assert table.master_of("a").address == "h:2"
-    assert [b["broker_id"] for b in table.route("T", now=1)[0]["brokers"]] == [0]
+    assert [b.broker_id for b in table.route("T", now=1)[0].brokers] == [0]
     # the old master comes back claiming brokerId 0: refused, with or without an epoch
     assert table.register(reg("a", 0, "h:1", epoch=1), "p3", now=2) is None
     assert table.register(reg("a", 0, "h:1"), "p3", now=2) is None

@@ -169,7 +169,7 @@ async def test_a_slave_refuses_writes_and_reports_its_role(tmp_path):
         status = await conn.call(GetStatus())
         assert status.role == "SLAVE" and status.broker_id == 1
         assert status.max_phy_offset == services.store.get_max_phy_offset() == 0
-        assert status.address == services.cfg.address and status.disk["total"] > 0
+        assert status.address == services.cfg.address and status.disk is not None and status.disk.total > 0
 
 
 def test_every_request_class_has_one_handler_and_the_batched_ops_are_the_sends():

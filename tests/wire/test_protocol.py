@@ -18,6 +18,7 @@ from wire.protocol import (
     INT64_MAX,
     OPS,
     InvalidRequest,
+    ReplyError,
     Request,
     Send,
     Status,
@@ -634,3 +635,53 @@ def test_a_node_s_ha_view_is_the_map_docs_protocol_md_lists_byte_for_byte():
     assert WireHAView.from_wire({"slaves": None}) == WireHAView(slaves=[])
     assert StatusReply.from_wire({"role": "NAMESRV"}).ha == WireHAView()
     assert StatusReply.from_wire({"ha": {"slaves": [row, {"lag_bytes": 9}]}}).lag_bytes() == 100
+
+
+def test_a_route_is_the_map_docs_protocol_md_lists_byte_for_byte():
+    """`get_route`'s groups are WireGroupRoute values (brokers WireRouteBroker, queue data
+    WireQueueData): keys in docs/protocol.md's order, read back as written, and a name
+    server that says less still reads (defaults: alive, no epoch, perm 6, no queue data)."""
+    from wire.protocol import WireGroupRoute, WireQueueData, WireRouteBroker
+    from wire.protocol.namesrv import RouteReply
+
+    broker = {"broker_id": 1, "role": "SLAVE", "address": "h:2", "ha_address": "h:3", "alive": False,
+              "max_offset": 4096, "epoch": 2, "lease_holder": "h:1", "in_sync": ["h:2"], "age_ms": 250}
+    queue_data = {"read_queue_nums": 4, "write_queue_nums": 2, "perm": 4}
+    group = {"broker_name": "a", "cluster": "C", "brokers": [broker], "queue_data": queue_data}
+    value = WireGroupRoute(broker_name="a", cluster="C", brokers=[WireRouteBroker(**broker)],
+                           queue_data=WireQueueData(**queue_data))
+    reply = RouteReply(topic="T", groups=[value])
+    assert cbor2.dumps(reply.to_wire(3)) == cbor2.dumps({"id": 3, "status": "OK", "topic": "T", "groups": [group]})
+    assert RouteReply.from_wire(cbor2.loads(cbor2.dumps(reply.to_wire(3)))) == reply
+    text = DOC.read_text().split("### `get_route`", 1)[1].split("### ", 1)[0].split("sorted by name", 1)[1]
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    assert [k for r in rows for k in re.findall(r"`(\w+)`", r.split(" | ")[0])] == list(group)
+    assert re.findall(r"`(\w+)`", rows[1].split("by id:")[1]) == list(broker)
+    assert [k.strip() for k in re.findall(r"\{([^}]*)\}", rows[2])[0].split(",")] == list(queue_data)
+    short = WireGroupRoute.from_wire({"broker_name": "a", "brokers": [{"broker_id": 0, "role": "SYNC_MASTER",
+                                                                       "address": "h:1"}]})
+    assert short == WireGroupRoute(broker_name="a", brokers=[WireRouteBroker(broker_id=0, role="SYNC_MASTER",
+                                                                             address="h:1")])
+    assert (short.cluster, short.queue_data, short.brokers[0].alive, short.brokers[0].epoch) == ("", None, True, None)
+    assert WireQueueData.from_wire({"read_queue_nums": 1, "write_queue_nums": 1}).perm == 6
+    with pytest.raises(ReplyError, match="'address' of WireRouteBroker"):
+        WireGroupRoute.from_wire({"broker_name": "a", "brokers": [{"broker_id": 0, "role": "SLAVE"}]})
+
+
+def test_a_node_s_disk_and_stats_sections_are_the_maps_docs_protocol_md_lists():
+    """`status`'s `disk` and `stats` are WireDiskUsage and WireNodeStats: keys in
+    docs/protocol.md's order, read back as written; a section an answer lacks is None and a
+    shorter one takes defaults."""
+    from wire.protocol import StatusReply, WireDiskUsage, WireNodeStats
+
+    disk = {"path": "/s", "total": 1000, "used": 250, "free": 750, "used_ratio": 0.25}
+    stats = {"put_tps": 2.5, "get_tps": 1.0, "put_total": 10, "get_total": 4, "send_requests": 8, "send_groups": 2}
+    reply = StatusReply(disk=WireDiskUsage(**disk), stats=WireNodeStats(**stats))
+    wire_map = reply.to_wire(1)
+    assert cbor2.dumps([wire_map["disk"], wire_map["stats"]]) == cbor2.dumps([disk, stats])
+    assert StatusReply.from_wire(cbor2.loads(cbor2.dumps(wire_map))) == reply
+    assert list(stats) == _doc_keys("stats", r"`\{([^}]*)\}`")
+    line = next(x for x in DOC.read_text().splitlines() if x.startswith("| `disk` |"))
+    assert re.findall(r"`(\w+)`", line.split(" | ", 1)[1]) == list(disk)
+    older = StatusReply.from_wire({"stats": {"put_tps": 3.0}})
+    assert (older.disk, older.stats) == (None, WireNodeStats(put_tps=3.0))

@@ -24,6 +24,7 @@ from .codec import (
     wrong_type,
 )
 from .replies import WireReply, WritePermReply
+from .values import WireGroupRoute, nested
 
 __all__ = ["NAMESRV_REQUESTS", "ROLES", "AddWritePerm", "ClusterInfo", "ClusterInfoReply", "GetRoute", "NamesrvStatus",
            "NamesrvStatusReply", "RegisterBroker", "RegisterReply", "RouteReply", "UnregisterBroker", "UnregisterReply",
@@ -135,10 +136,11 @@ class UnregisterReply(WireReply):
 
 @attrs.define(kw_only=True)
 class RouteReply(WireReply):
-    """`get_route`: the groups serving the topic (maps; cluster.client's TopicRoute reads them)."""
+    """`get_route`: the groups serving the topic, by brokerName (cluster.client's TopicRoute
+    is the client's view of them)."""
 
     topic: str
-    groups: list[dict[str, Any]]
+    groups: list[WireGroupRoute] = nested(WireGroupRoute, many=True)
 
 
 @attrs.define(kw_only=True)

@@ -7,8 +7,9 @@ SLAVE_NOT_AVAILABLE, a pull's FOUND / NO_NEW_MSG / ...). Failures are not replie
 
 `from_wire` keeps the fields the class declares and ignores others (a newer node may say
 more); a missing field takes its default, and a missing field without one is a
-ReplyError. Nested values are values.py's classes (a message, a node's HA view); the
-others (a topic entry, a node's controller view) are still maps.
+ReplyError. Nested values are values.py's classes (a message, a route, a node's HA, disk
+and stats views); the others (a topic entry, a node's controller view and diagnostics)
+are still maps.
 """
 
 from __future__ import annotations
@@ -21,10 +22,15 @@ import attrs
 from .codec import Status
 from .values import (
     ReplyError,
+    WireDiskUsage,
+    WireGroupRoute,
     WireHAClient,
     WireHASlave,
     WireHAView,
     WireMessage,
+    WireNodeStats,
+    WireQueueData,
+    WireRouteBroker,
     WireValue,
     nested,
 )
@@ -35,7 +41,7 @@ __all__ = [
     "OffsetListReply", "OffsetReply", "ProducerListReply", "ProducerUnregisterReply", "PromoteReply", "PullReply",
     "ReplyError", "SendBackReply", "StatsAllReply", "SubGroupDeleteReply", "SubGroupListReply", "SubGroupReply",
     "SendBatchReply", "SendReply", "StatusReply", "TopicDeleteReply", "TopicListReply", "TopicReply",
-    "TopicStatusReply", "WireHAClient", "WireHASlave", "WireHAView", "WireMessage", "WireReply", "WireValue", "WritePermReply", "nested",
+    "TopicStatusReply", "WireDiskUsage", "WireGroupRoute", "WireHAClient", "WireHASlave", "WireHAView", "WireMessage", "WireNodeStats", "WireQueueData", "WireReply", "WireRouteBroker", "WireValue", "WritePermReply", "nested",
 ]
 
 R = TypeVar("R", bound="WireReply")
@@ -360,7 +366,9 @@ class StatusReply(WireReply):
     """`status`: a node's identity, log, HA, disk and failover views. Every field has a
     default, so an older node's answer reads too, and so does the name server's shorter one
     (namesrv.NamesrvStatusReply: role NAMESRV, address) for tools that ask every process.
-    `ha` is a WireHAView; the other nested views stay maps (their shapes are docs/protocol.md's)."""
+    `ha`, `disk` and `stats` are values (values.py), None when an answer lacks the section
+    (`ha`: an empty view); the other nested views stay maps (their shapes are
+    docs/protocol.md's)."""
 
     role: str | None = None
     address: str | None = None
@@ -376,9 +384,10 @@ class StatusReply(WireReply):
     dispatch_behind_bytes: int = 0
     running_flags: list[str] = attrs.field(factory=list)
     last_store_timestamp: int = 0
-    stats: dict[str, Any] = attrs.field(factory=dict)
+    stats: WireNodeStats | None = nested(WireNodeStats, default=None)
     ha: WireHAView = nested(WireHAView, factory=WireHAView)
-    disk: dict[str, Any] = attrs.field(factory=dict)
+    disk: WireDiskUsage | None = nested(WireDiskUsage, default=None)
+    # free-form diagnostics, shown whole and read by key by no client: maps (docs/protocol.md)
     sync: dict[str, Any] | None = None
     namesrv: Any = None
     schedule: dict[str, Any] | None = None

@@ -1,4 +1,5 @@
-"""The values nested in replies (a stored message, a node's HA view), one attrs class
+"""The values nested in replies (a stored message, a node's HA, disk and stats views, a
+route), one attrs class
 each, written by the server and read by the clients, so a nested map's keys are spelled
 once, here.
 
@@ -21,7 +22,8 @@ from ha.slave import SlaveHAStatus
 from store.message import StoredMessage
 from store.properties import PROPERTY_KEYS, PROPERTY_TAGS
 
-__all__ = ["ReplyError", "WireHAClient", "WireHASlave", "WireHAView", "WireMessage", "WireValue", "nested"]
+__all__ = ["ReplyError", "WireDiskUsage", "WireGroupRoute", "WireHAClient", "WireHASlave", "WireHAView", "WireMessage",
+           "WireNodeStats", "WireQueueData", "WireRouteBroker", "WireValue", "nested"]
 
 V = TypeVar("V", bound="WireValue")
 
@@ -192,3 +194,77 @@ class WireHAView(WireValue):
         if self.slaves is not None:
             return max((s.lag_bytes for s in self.slaves), default=None)
         return None if self.client is None else self.client.lag_bytes
+
+
+# ---------------------------------------------------------------- a node's status sections
+
+
+@attrs.define(kw_only=True)
+class WireDiskUsage(WireValue):
+    """`status`'s `disk`: the store partition in bytes (psutil.disk_usage of the store root),
+    `used_ratio` 0..1 rounded to 4 places, what the cleanup's 75/85/90 % limits compare."""
+
+    path: str = ""
+    total: int = 0
+    used: int = 0
+    free: int = 0
+    used_ratio: float = 0.0
+
+
+@attrs.define(kw_only=True)
+class WireNodeStats(WireValue):
+    """`status`'s `stats` (node/stats.py): messages stored and pulled, per second over the
+    last minute and since start, and send requests against the CommitLog groups they were
+    appended in (requests ÷ groups is what group commit gathers)."""
+
+    put_tps: float = 0.0
+    get_tps: float = 0.0
+    put_total: int = 0
+    get_total: int = 0
+    send_requests: int = 0
+    send_groups: int = 0
+
+
+# ---------------------------------------------------------------- a topic's route (the name server's)
+
+
+@attrs.define(kw_only=True)
+class WireQueueData(WireValue):
+    """A topic's queue counts and PermName bits on one broker group (cluster.client's
+    QueueData is the client's view of it)."""
+
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int = 6
+
+
+@attrs.define(kw_only=True)
+class WireRouteBroker(WireValue):
+    """One broker of a group as `get_route` lists it: also the group's brokers without the
+    topic, so a consumer can read from a slave. Identity is required; the rest defaults
+    (`alive` true, no epoch) for a name server that says less."""
+
+    broker_id: int
+    role: str
+    address: str
+    ha_address: str | None = None
+    alive: bool = True
+    max_offset: int = 0
+    epoch: int | None = None
+    lease_holder: str | None = None
+    """controllerMode etcd: who holds the group's leadership lease, as this broker sees it."""
+    in_sync: list[str] | None = None
+    """controllerMode etcd: the group's in-sync slaves, as this broker sees them."""
+    age_ms: int | None = None
+    """Since the broker's last registration."""
+
+
+@attrs.define(kw_only=True)
+class WireGroupRoute(WireValue):
+    """One broker group serving a topic in a `get_route` answer: its brokers by id and the
+    queue data of its master (else of its lowest-id broker that has the topic)."""
+
+    broker_name: str
+    cluster: str = ""
+    brokers: list[WireRouteBroker] = nested(WireRouteBroker, many=True, factory=list)
+    queue_data: WireQueueData | None = nested(WireQueueData, default=None)
