@@ -30,6 +30,7 @@ from typing import Any
 import attrs
 
 from cluster.judge.checker import CheckReport
+from wire.protocol import WireTruncation
 
 from .layout import MASTER
 
@@ -67,20 +68,20 @@ def window_at_fault(mode: str, sample: Any | None) -> tuple[int | None, str]:
     return min(starts), "; ".join(parts) + f" (master at {sample.max_phy_offset})"
 
 
-def truncation_window(truncation: dict[str, Any] | None) -> tuple[tuple[str, ...], tuple[int, int] | None, str]:
+def truncation_window(truncation: WireTruncation | None) -> tuple[tuple[str, ...], tuple[int, int] | None, str]:
     """After a promotion: the msgIds and CommitLog range the old master reported dropping
     when it rejoined (its `last_truncation`), and the window in words."""
-    if not truncation:
+    if truncation is None:
         return (), None, "none: the old master dropped nothing when it rejoined"
-    ids = tuple(truncation["msg_ids"])
+    ids = tuple(truncation.msg_ids)
     shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
-    return ids, (truncation["from_offset"], truncation["to_offset"]), (
-        f"the {truncation['message_count']} message(s) the old master dropped on rejoin, CommitLog "
-        f"[{truncation['from_offset']}, {truncation['to_offset']}): msgIds {shown or '-'}")
+    return ids, (truncation.from_offset, truncation.to_offset), (
+        f"the {truncation.message_count} message(s) the old master dropped on rejoin, CommitLog "
+        f"[{truncation.from_offset}, {truncation.to_offset}): msgIds {shown or '-'}")
 
 
 def expectation(scenario: Any, mode: str, sample: Any | None,
-                truncation: dict[str, Any] | None = None) -> Expectation:
+                truncation: WireTruncation | None = None) -> Expectation:
     """`truncation`: the old master's report after a promotion scenario."""
     truncated, truncated_range = None, None
     if scenario.promotion:

@@ -29,6 +29,7 @@ from cluster.judge.history import OK, History
 from cluster.launch.launcher import LauncherError
 from cluster.launch.secrets import forget_layout_secrets
 from wire.client import TidemqError
+from wire.protocol import WireTruncation
 
 from .expectations import Expectation, expectation, violations
 from .layout import MASTER, NAMESRV, SLAVE, ChaosCluster, write_cluster
@@ -104,7 +105,7 @@ class FaultContext:
     events: list[tuple[float, str]] = attrs.field(factory=list)
     findings: list[str] = attrs.field(factory=list)  # broken promises a fault function saw itself
     disk_resumed: bool = True  # full disk: writes were accepted again after the space was freed
-    truncation: dict[str, Any] | None = None  # a promotion: the old master's `last_truncation` on rejoin
+    truncation: WireTruncation | None = None  # a promotion: the old master's `last_truncation` on rejoin
 
     def note(self, what: str) -> None:
         self.events.append((round(time.monotonic() - self.t0, 3), what))

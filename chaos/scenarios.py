@@ -233,7 +233,7 @@ async def _old_master_rejoins(ctx: FaultContext, promotion: dict[str, Any]) -> N
         ctx.findings.append(f"the old master rejoined on epoch {status.epoch}, not {epoch}")
     cut = ctx.truncation = status.last_truncation
     ctx.note(f"heal: {MASTER} rejoined as a slave; " + (
-        f"it dropped CommitLog [{cut['from_offset']}, {cut['to_offset']}): {cut['message_count']} message(s)"
+        f"it dropped CommitLog [{cut.from_offset}, {cut.to_offset}): {cut.message_count} message(s)"
         if cut else "it dropped nothing"))
     address = ctx.cluster.master_address
     late = [op.key for op in ctx.history.ops if op.outcome == OK and op.invoked_at > promotion["promoted_at"]

@@ -159,9 +159,9 @@ def failover_lines(rows: Iterable[BrokerRow]) -> list[str]:
             lines.append(f"{who}: {controller_line(s.controller)}")
         cut = s.last_truncation
         if cut:
-            ids = cut.get("msg_ids") or []
-            lines.append(f"{who}: dropped CommitLog [{cut['from_offset']}, {cut['to_offset']}) when it rejoined "
-                         f"({cut['message_count']} message(s)): {', '.join(ids[:20])}{' ...' if len(ids) > 20 else ''}")
+            ids = cut.msg_ids
+            lines.append(f"{who}: dropped CommitLog [{cut.from_offset}, {cut.to_offset}) when it rejoined "
+                         f"({cut.message_count} message(s)): {', '.join(ids[:20])}{' ...' if len(ids) > 20 else ''}")
     return lines
 
 

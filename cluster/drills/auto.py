@@ -104,11 +104,11 @@ def _nothing_cut_was_read(run: DrillRun, rejoined: StatusReply | None, round_: s
     """What the old master cut when it rejoined was never on the in-sync slave, so no
     consumer may have read it (it sees only what every member holds): a consumer that had
     would skip the new term's message at that queue offset."""
-    cut = (rejoined.last_truncation or {}) if rejoined is not None else {}
-    if not cut:
+    cut = rejoined.last_truncation if rejoined is not None else None
+    if cut is None:
         return
-    run.event(f"{round_}the old master truncated: {cut}")
-    read = sorted(run.consumed_msg_ids.intersection(cut.get("msg_ids") or ()))
+    run.event(f"{round_}the old master truncated: {cut.to_wire()}")
+    read = sorted(run.consumed_msg_ids.intersection(cut.msg_ids))
     run.promise(f"{round_}no consumer read a message the old master then cut ({len(read)} did: "
                 f"{', '.join(read) or '-'})", not read)
 

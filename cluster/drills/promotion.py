@@ -88,11 +88,11 @@ def _check_truncation(run: DrillRun, rejoined: StatusReply, old_address: str) ->
     if report is None:
         run.event("the old master had nothing to truncate")
         return
-    run.event(f"the old master truncated [{report['from_offset']}, {report['to_offset']}): "
-              f"{report['message_count']} message(s): {', '.join(report['msg_ids'][:5])}"
-              f"{' ...' if len(report['msg_ids']) > 5 else ''}")
+    run.event(f"the old master truncated [{report.from_offset}, {report.to_offset}): "
+              f"{report.message_count} message(s): {', '.join(report.msg_ids[:5])}"
+              f"{' ...' if len(report.msg_ids) > 5 else ''}")
     run.promise("the truncation report names every dropped message",
-                report["message_count"] == len(report["msg_ids"]) or len(report["msg_ids"]) >= 10_000)
+                report.message_count == len(report.msg_ids) or len(report.msg_ids) >= 10_000)
     run.promise("the truncation is in the old master's log",
                 "dropped CommitLog" in run.node_log("broker-a"))
 

@@ -53,6 +53,7 @@ from wire.protocol import (
     WireHASlave,
     WireHAView,
     WireRequest,
+    WireTruncation,
     WritePermReply,
 )
 
@@ -194,6 +195,8 @@ async def _status(s: NodeServices, r: Request, peer: str | None) -> dict[str, An
     fields["consumer_groups"] = {g: s.consumers.members(g) for g in s.consumers.groups()}
     if s.failover is not None:
         fields.update(s.failover.status())
+        cut = fields.get("last_truncation")  # the failover's own report is the file's map
+        fields["last_truncation"] = None if cut is None else WireTruncation.from_wire(cut)
     return StatusReply(**fields).to_wire(r.id)
 
 

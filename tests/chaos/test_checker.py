@@ -13,6 +13,7 @@ from chaos.scenarios import SCENARIOS
 from cluster.judge.checker import check
 from cluster.judge.history import FAIL, INFO, OK, History, key_of
 from store import Message, StoreConfig, open_store
+from wire.protocol import WireTruncation
 
 TOPIC = "ChaosTopic"
 
@@ -86,8 +87,8 @@ async def test_after_a_promotion_only_what_the_old_master_dropped_may_be_missing
     report = check(h, {"broker-a-s": root}, master="broker-a-s", topic=TOPIC, queues=2,
                    consumed={dropped.key: 5000, other.key: 6000})
     assert report.acked_missing == [dropped.key, other.key]
-    truncation = {"from_offset": 5000, "to_offset": 5419, "dropped_bytes": 419, "message_count": 1,
-                  "msg_ids": [dropped_id]}
+    truncation = WireTruncation(from_offset=5000, to_offset=5419, dropped_bytes=419, message_count=1,
+                                msg_ids=[dropped_id])
     promotion = SCENARIOS["promote-under-load"]
 
     async_exp = expectation(promotion, "ASYNC_MASTER+ASYNC_FLUSH", None, truncation)

@@ -58,7 +58,7 @@ async def test_a_cut_message_a_consumer_read_breaks_the_promise(tmp_path) -> Non
     """The promise behind the confirmOffset rule: the msgIds the old master cut when it
     rejoined must be none the members received (no cut, no promise)."""
     from cluster.drills.auto import _nothing_cut_was_read
-    from wire.protocol import StatusReply
+    from wire.protocol import StatusReply, WireTruncation
 
     async with trio.open_nursery() as nursery:
         run = drill.DrillRun("auto-partition", tmp_path, "127.0.0.1:1", nursery, heartbeat_s=0.5,
@@ -67,8 +67,8 @@ async def test_a_cut_message_a_consumer_read_breaks_the_promise(tmp_path) -> Non
     _nothing_cut_was_read(run, StatusReply(last_truncation=None), "")
     _nothing_cut_was_read(run, None, "")
     assert run.report.promises == {}
-    _nothing_cut_was_read(run, StatusReply(last_truncation={"msg_ids": ["C", "D"]}), "")
-    _nothing_cut_was_read(run, StatusReply(last_truncation={"msg_ids": ["D", "B"]}), "round 3: ")
+    _nothing_cut_was_read(run, StatusReply(last_truncation=WireTruncation(msg_ids=["C", "D"])), "")
+    _nothing_cut_was_read(run, StatusReply(last_truncation=WireTruncation(msg_ids=["D", "B"])), "round 3: ")
     assert run.report.promises == {"no consumer read a message the old master then cut (0 did: -)": True,
                                    "round 3: no consumer read a message the old master then cut (1 did: B)": False}
     assert not run.report.ok

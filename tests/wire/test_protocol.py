@@ -682,6 +682,21 @@ def test_a_node_s_disk_and_stats_sections_are_the_maps_docs_protocol_md_lists():
     assert StatusReply.from_wire(cbor2.loads(cbor2.dumps(wire_map))) == reply
     assert list(stats) == _doc_keys("stats", r"`\{([^}]*)\}`")
     line = next(x for x in DOC.read_text().splitlines() if x.startswith("| `disk` |"))
-    assert re.findall(r"`(\w+)`", line.split(" | ", 1)[1]) == list(disk)
+    assert re.findall(r"`(\w+)`", line.split(" | ", 1)[1].split(";")[0]) == list(disk)
     older = StatusReply.from_wire({"stats": {"put_tps": 3.0}})
     assert (older.disk, older.stats) == (None, WireNodeStats(put_tps=3.0))
+
+
+def test_a_node_s_last_truncation_is_the_map_docs_protocol_md_lists():
+    """`status`'s `last_truncation` is a WireTruncation: the report's keys in
+    docs/protocol.md's order, null when nothing was cut, shorter reports read."""
+    from wire.protocol import StatusReply, WireTruncation
+
+    cut = {"from_offset": 5000, "to_offset": 5419, "dropped_bytes": 419, "message_count": 1, "msg_ids": [MSG_ID],
+           "at_ms": 1_700_000_000_000, "reason": "rejoin at epoch 3"}
+    reply = StatusReply(last_truncation=WireTruncation(**cut))
+    assert cbor2.dumps(reply.to_wire(1)["last_truncation"]) == cbor2.dumps(cut)
+    assert StatusReply.from_wire(cbor2.loads(cbor2.dumps(reply.to_wire(1)))) == reply
+    assert list(cut) == _doc_keys("last_truncation", r"`\{([^}]*)\}`")
+    assert StatusReply().to_wire(1)["last_truncation"] is None
+    assert StatusReply.from_wire({"last_truncation": {"msg_ids": ["A"]}}).last_truncation == WireTruncation(msg_ids=["A"])

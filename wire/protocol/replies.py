@@ -7,8 +7,8 @@ SLAVE_NOT_AVAILABLE, a pull's FOUND / NO_NEW_MSG / ...). Failures are not replie
 
 `from_wire` keeps the fields the class declares and ignores others (a newer node may say
 more); a missing field takes its default, and a missing field without one is a
-ReplyError. Nested values are values.py's classes (a message, a route, a node's HA, disk
-and stats views); the others (a topic entry, a node's controller view and diagnostics)
+ReplyError. Nested values are values.py's classes (a message, a route, a node's HA, disk,
+stats and truncation views); the others (a topic entry, a node's controller view and diagnostics)
 are still maps.
 """
 
@@ -31,6 +31,7 @@ from .values import (
     WireNodeStats,
     WireQueueData,
     WireRouteBroker,
+    WireTruncation,
     WireValue,
     nested,
 )
@@ -41,7 +42,7 @@ __all__ = [
     "OffsetListReply", "OffsetReply", "ProducerListReply", "ProducerUnregisterReply", "PromoteReply", "PullReply",
     "ReplyError", "SendBackReply", "StatsAllReply", "SubGroupDeleteReply", "SubGroupListReply", "SubGroupReply",
     "SendBatchReply", "SendReply", "StatusReply", "TopicDeleteReply", "TopicListReply", "TopicReply",
-    "TopicStatusReply", "WireDiskUsage", "WireGroupRoute", "WireHAClient", "WireHASlave", "WireHAView", "WireMessage", "WireNodeStats", "WireQueueData", "WireReply", "WireRouteBroker", "WireValue", "WritePermReply", "nested",
+    "TopicStatusReply", "WireDiskUsage", "WireGroupRoute", "WireHAClient", "WireHASlave", "WireHAView", "WireMessage", "WireNodeStats", "WireQueueData", "WireReply", "WireRouteBroker", "WireTruncation", "WireValue", "WritePermReply", "nested",
 ]
 
 R = TypeVar("R", bound="WireReply")
@@ -366,7 +367,7 @@ class StatusReply(WireReply):
     """`status`: a node's identity, log, HA, disk and failover views. Every field has a
     default, so an older node's answer reads too, and so does the name server's shorter one
     (namesrv.NamesrvStatusReply: role NAMESRV, address) for tools that ask every process.
-    `ha`, `disk` and `stats` are values (values.py), None when an answer lacks the section
+    `ha`, `disk`, `stats` and `last_truncation` are values (values.py), None when an answer lacks the section
     (`ha`: an empty view); the other nested views stay maps (their shapes are
     docs/protocol.md's)."""
 
@@ -403,7 +404,7 @@ class StatusReply(WireReply):
     writes_held: str | None = None
     slave_left: bool = False
     role_file: dict[str, Any] | None = None
-    last_truncation: dict[str, Any] | None = None
+    last_truncation: WireTruncation | None = nested(WireTruncation, default=None)
     replication_refused: str | None = None
     controller: dict[str, Any] | None = None
 

@@ -1,7 +1,6 @@
-"""The values nested in replies (a stored message, a node's HA, disk and stats views, a
-route), one attrs class
-each, written by the server and read by the clients, so a nested map's keys are spelled
-once, here.
+"""The values nested in replies (a stored message, a route, a node's HA, disk, stats and
+truncation views), one attrs class each, written by the server and read by the clients,
+so a nested map's keys are spelled once, here.
 
 `to_wire()` is the map the wire carries (every field, in declaration order: that order is
 the CBOR map's, which tests/wire/test_protocol.py pins); `from_wire(map)` keeps the fields
@@ -23,7 +22,7 @@ from store.message import StoredMessage
 from store.properties import PROPERTY_KEYS, PROPERTY_TAGS
 
 __all__ = ["ReplyError", "WireDiskUsage", "WireGroupRoute", "WireHAClient", "WireHASlave", "WireHAView", "WireMessage",
-           "WireNodeStats", "WireQueueData", "WireRouteBroker", "WireValue", "nested"]
+           "WireNodeStats", "WireQueueData", "WireRouteBroker", "WireTruncation", "WireValue", "nested"]
 
 V = TypeVar("V", bound="WireValue")
 
@@ -62,7 +61,7 @@ class WireValue:
             if a.name in raw:
                 v = raw[a.name]
                 inner = a.metadata.get("nested")
-                if inner is not None:  # a list that is null reads as none (an older node's shape)
+                if inner is not None:  # a null list reads as an empty one (an older node's shape)
                     v = [inner.from_wire(x) for x in v or ()] if a.metadata["many"] else \
                         None if v is None else inner.from_wire(v)
                 kwargs[a.name] = v
@@ -223,6 +222,23 @@ class WireNodeStats(WireValue):
     get_total: int = 0
     send_requests: int = 0
     send_groups: int = 0
+
+
+@attrs.define(kw_only=True)
+class WireTruncation(WireValue):
+    """`status`'s `last_truncation`: what the node's last rejoin cut from its CommitLog
+    (node/failover/truncation.py writes it beside the store), which drills and the chaos
+    checker hold against what clients were told. Every field has a default, so a report
+    an older node kept still reads."""
+
+    from_offset: int = 0
+    to_offset: int = 0
+    dropped_bytes: int = 0
+    message_count: int = 0
+    msg_ids: list[str] = attrs.field(factory=list)
+    """The dropped messages' msgIds (capped: a huge cut names its first ones)."""
+    at_ms: int = 0
+    reason: str = ""
 
 
 # ---------------------------------------------------------------- a topic's route (the name server's)
