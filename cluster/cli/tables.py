@@ -26,7 +26,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from wire.protocol import StatusReply
+from wire.protocol import StatusReply, WireControllerView
 
 __all__ = ["BrokerRow", "broker_table", "cell", "rows_table", "size", "timestamp"]
 
@@ -165,20 +165,20 @@ def failover_lines(rows: Iterable[BrokerRow]) -> list[str]:
     return lines
 
 
-def controller_line(c: Mapping[str, Any]) -> str:
+def controller_line(c: WireControllerView) -> str:
     """A node's view of the etcd election (docs/auto-failover.md)."""
-    holder = c.get("lease_holder") or {}
-    sync = c.get("sync_state_set") or {}
-    if c.get("leading"):
-        text = (f"etcd lease holder, epoch {holder.get('epoch', '-')}, lease {c.get('lease_left_ms', 0)} ms left, "
+    holder = c.lease_holder or {}
+    sync = c.sync_state_set or {}
+    if c.leading:
+        text = (f"etcd lease holder, epoch {holder.get('epoch', '-')}, lease {c.lease_left_ms} ms left, "
                 f"in-sync set: {', '.join([sync.get('master', '?'), *(sync.get('in_sync') or [])])}")
     else:
         text = f"etcd holder {holder.get('address', 'none')} (epoch {holder.get('epoch', '-')})"
-    if c.get("unnamed_slaves"):
-        text += (f"; cannot name the slave(s) on HA connection(s) {', '.join(c['unnamed_slaves'])} "
+    if c.unnamed_slaves:
+        text += (f"; cannot name the slave(s) on HA connection(s) {', '.join(c.unnamed_slaves)} "
                  "(a proxy or NAT?): kept out of the in-sync set")
-    if c.get("etcd_reachable") is False:
-        text += f"; etcd UNREACHABLE: {c.get('last_error')}"
+    if c.etcd_reachable is False:
+        text += f"; etcd UNREACHABLE: {c.last_error}"
     return text
 
 

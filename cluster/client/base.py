@@ -184,7 +184,7 @@ class BrokerStatus:
             "broker_id": self.broker_id,
             "role": self.role,
             "reachable": self.reachable,
-            "status": attrs.asdict(self.status) if self.status is not None else None,
+            "status": self.status.to_json() if self.status is not None else None,
             "error": self.error,
             "registration": (
                 {k: v for k, v in self.registration.to_json().items() if k != "topics"}

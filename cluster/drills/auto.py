@@ -19,11 +19,12 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import trio
 
 from wire.client import TidemqError, connect
-from wire.protocol import Send, StatusReply
+from wire.protocol import Send, StatusReply, WireControllerView
 
 from ..launch import launcher_etcd
 from .framework import REPO, TOPIC, DrillRun, drill
@@ -38,12 +39,22 @@ ETCD_DOWN_S = 8.0
 """How long the etcd-down drill keeps etcd stopped: past the lease deadline (LEASE_S) twice."""
 
 
+def _controller(s: StatusReply) -> WireControllerView:
+    """The node's election view; an empty one when it runs without a controller."""
+    return s.controller if s.controller is not None else WireControllerView()
+
+
+def _sync_state_set(s: StatusReply) -> dict[str, Any]:
+    """The group's in-sync set as the node last read it from etcd ({} when none)."""
+    return _controller(s).sync_state_set or {}
+
+
 async def _elected(run: DrillRun, address: str) -> StatusReply | None:
     found: list[StatusReply] = []
 
     async def leading() -> bool:
         s = await _status(address)
-        if s.broker_id == 0 and (s.controller or {}).get("leading"):
+        if s.broker_id == 0 and s.controller is not None and s.controller.leading:
             found.append(s)
             return True
         return False
@@ -70,7 +81,7 @@ async def _fail_over(run: DrillRun, sig: str) -> None:
     old, new = run.address("broker-a"), run.address("broker-a-s")
 
     async def slave_in_sync() -> bool:
-        sync = ((await _status(old)).controller or {}).get("sync_state_set") or {}
+        sync = _sync_state_set(await _status(old))
         return new in (sync.get("in_sync") or [])
     run.promise("broker-a's slave joins the in-sync set under load",
                 await run.wait_until(slave_in_sync, 30, "broker-a's slave in the in-sync set"))
@@ -136,7 +147,7 @@ async def auto_soak(run: DrillRun) -> None:
         old, new = run.address(leader), run.address(follower)
 
         async def in_sync(old: str = old, new: str = new) -> bool:
-            sync = ((await _status(old)).controller or {}).get("sync_state_set") or {}
+            sync = _sync_state_set(await _status(old))
             return new in (sync.get("in_sync") or [])
         if not run.promise(f"round {i}: {follower} in the in-sync set",
                            await run.wait_until(in_sync, 30, f"round {i}: {follower} in the in-sync set")):
@@ -169,7 +180,7 @@ async def auto_soak(run: DrillRun) -> None:
 async def etcd_down(run: DrillRun) -> None:
     await trio.sleep(1.0)
     master, slave = run.address("broker-a"), run.address("broker-a-s")
-    endpoint = ((await _status(master)).controller or {})["endpoints"][0].split("://")[-1]
+    endpoint = _controller(await _status(master)).endpoints[0].split("://")[-1]
     run.fault("etcd stopped")
     said = await trio.to_thread.run_sync(launcher_etcd.stop_etcd, run.base)
     run.event(said or "etcd was not running")
@@ -178,7 +189,7 @@ async def etcd_down(run: DrillRun) -> None:
     run.promise(f"broker-a's master still acknowledges writes {ETCD_DOWN_S:g} s into the outage "
                 f"(every in-sync slave acks them): {answer}", answer == "answered PUT_OK")
     st = await _status(master)
-    run.promise("its status says etcd is unreachable", (st.controller or {}).get("etcd_reachable") is False)
+    run.promise("its status says etcd is unreachable", _controller(st).etcd_reachable is False)
     run.promise("no slave takes over while etcd is down", (await _status(slave)).role == "SLAVE")
     run.event(await trio.to_thread.run_sync(launcher_etcd.start_etcd, run.base, endpoint))
     back = run.now()

@@ -44,7 +44,8 @@ class NodeStatus:
         return self.state in ("running", "stopped")
 
     def to_json(self) -> dict[str, Any]:
-        return {**attrs.asdict(self), "alive": self.alive}
+        return {**attrs.asdict(self), "answer": self.answer.to_json() if self.answer is not None else None,
+                "alive": self.alive}
 
 
 async def query_status(
@@ -119,11 +120,11 @@ def settled(answer: StatusReply) -> bool:
     """Whether the node's role is final: always, except in etcd mode before the election
     decided (a master that does not hold the lease yet, a slave that knows no master)."""
     controller = answer.controller
-    if not controller or controller.get("mode") != "etcd":
+    if controller is None or controller.mode != "etcd":
         return True
     if answer.role != "SLAVE":
-        return bool(controller.get("leading"))
-    return bool(controller.get("lease_holder"))
+        return controller.leading
+    return bool(controller.lease_holder)
 
 
 def _describe(answer: StatusReply) -> str:

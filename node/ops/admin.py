@@ -48,6 +48,7 @@ from wire.protocol import (
     TopicStatus,
     TopicStatusReply,
     UpdateBrokerConfig,
+    WireControllerView,
     WireDiskUsage,
     WireHAClient,
     WireHASlave,
@@ -197,6 +198,8 @@ async def _status(s: NodeServices, r: Request, peer: str | None) -> dict[str, An
         fields.update(s.failover.status())
         cut = fields.get("last_truncation")  # the failover's own report is the file's map
         fields["last_truncation"] = None if cut is None else WireTruncation.from_wire(cut)
+        view = fields.get("controller")
+        fields["controller"] = None if view is None else WireControllerView.from_wire(view)
     return StatusReply(**fields).to_wire(r.id)
 
 

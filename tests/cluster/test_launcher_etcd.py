@@ -15,7 +15,7 @@ from cluster.launch.health import settled
 from cluster.launch.launcher import copy_layout
 from cluster.launch.launcher_etcd import ETCD_STATE
 from tests.cluster.helpers import call, cli, wait_for
-from wire.protocol import GetStatus, StatusReply
+from wire.protocol import GetStatus, StatusReply, WireControllerView
 
 pytestmark = pytest.mark.slow
 
@@ -60,7 +60,7 @@ async def test_up_starts_etcd_status_shows_the_election_and_down_stops_it(tmp_pa
 
         async def leading() -> bool:
             status: StatusReply = await call(master, GetStatus())
-            return bool(status.controller and status.controller["leading"])
+            return bool(status.controller and status.controller.leading)
         await wait_for(leading, timeout=30, what="broker-a elected")
         shown = await trio.to_thread.run_sync(lambda: cli("cluster", "status", "--base-dir", str(base)))
         assert b"etcd lease holder, epoch" in shown.stdout, shown.stdout
@@ -81,5 +81,6 @@ async def test_up_starts_etcd_status_shows_the_election_and_down_stops_it(tmp_pa
 ])
 def test_cluster_up_prints_an_etcd_node_only_once_settled(role: str, controller: dict | None, final: bool) -> None:
     answer = StatusReply(broker_cluster_name="C", broker_name="broker-a", broker_id=0, role=role,
-                         address="127.0.0.1:1", ha_address="127.0.0.1:2", controller=controller)
+                         address="127.0.0.1:1", ha_address="127.0.0.1:2",
+                         controller=None if controller is None else WireControllerView.from_wire(controller))
     assert settled(answer) is final

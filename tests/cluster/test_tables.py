@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from cluster.cli.tables import BrokerRow, broker_table, controller_line
-from wire.protocol import StatusReply
+from wire.protocol import StatusReply, WireControllerView
 
 
 def render(table) -> str:
@@ -61,9 +61,9 @@ def test_controller_line_names_the_holder_the_set_and_what_is_wrong():
     holder = {"address": "127.0.0.1:1", "epoch": 4}
     leading = {"leading": True, "lease_holder": holder, "lease_left_ms": 1900, "etcd_reachable": True,
                "sync_state_set": {"master": "127.0.0.1:1", "in_sync": ["127.0.0.1:2"]}, "unnamed_slaves": []}
-    assert controller_line(leading) == ("etcd lease holder, epoch 4, lease 1900 ms left, "
+    assert controller_line(WireControllerView.from_wire(leading)) == ("etcd lease holder, epoch 4, lease 1900 ms left, "
                                         "in-sync set: 127.0.0.1:1, 127.0.0.1:2")
     troubled = {**leading, "unnamed_slaves": ["127.0.0.1:9"], "etcd_reachable": False, "last_error": "refused"}
-    line = controller_line(troubled)
+    line = controller_line(WireControllerView.from_wire(troubled))
     assert "cannot name the slave(s) on HA connection(s) 127.0.0.1:9" in line and "etcd UNREACHABLE: refused" in line
-    assert controller_line({"leading": False, "lease_holder": holder}) == "etcd holder 127.0.0.1:1 (epoch 4)"
+    assert controller_line(WireControllerView(leading=False, lease_holder=holder)) == "etcd holder 127.0.0.1:1 (epoch 4)"

@@ -700,3 +700,26 @@ def test_a_node_s_last_truncation_is_the_map_docs_protocol_md_lists():
     assert list(cut) == _doc_keys("last_truncation", r"`\{([^}]*)\}`")
     assert StatusReply().to_wire(1)["last_truncation"] is None
     assert StatusReply.from_wire({"last_truncation": {"msg_ids": ["A"]}}).last_truncation == WireTruncation(msg_ids=["A"])
+
+
+def test_a_node_s_controller_view_is_the_map_docs_auto_failover_md_lists():
+    """`status`'s `controller` is a WireControllerView: keys in docs/auto-failover.md's
+    order, the etcd values (`lease_holder`, `sync_state_set`) kept as maps, and tools print
+    a status as its wire maps, not as the values' attributes."""
+    from wire.protocol import StatusReply, WireControllerView, WireHAClient, WireHAView
+
+    view = {"mode": "etcd", "endpoints": ["http://127.0.0.1:2379"], "lease": "7a", "lease_left_ms": 1900,
+            "leading": True, "lease_holder": {"address": "h:1", "epoch": 4},
+            "sync_state_set": {"master": "h:1", "in_sync": ["h:2"]}, "etcd_reachable": True, "unnamed_slaves": [],
+            "watching": True, "watch_events": 3, "last_error": None, "events": [{"at_ms": 1, "event": "won"}]}
+    reply = StatusReply(controller=WireControllerView(**view))
+    assert cbor2.dumps(reply.to_wire(1)["controller"]) == cbor2.dumps(view)
+    assert StatusReply.from_wire(cbor2.loads(cbor2.dumps(reply.to_wire(1)))) == reply
+    section = (DOC.parent / "auto-failover.md").read_text().split("keys in this order):", 1)[1].split(". `tidemq", 1)[0]
+    listed = [w for w in re.findall(r"`(\w+)`", section) if w not in ("etcd", "master", "replicas")]
+    assert listed == list(view)
+    assert StatusReply.from_wire({"controller": {"leading": True}}).controller == WireControllerView(leading=True)
+    client = WireHAClient(master_address="h:1", connected=True)
+    printed = StatusReply(ha=WireHAView(client=client), controller=WireControllerView(**view)).to_json()
+    assert "id" not in printed and "status" not in printed
+    assert (printed["ha"], printed["controller"]) == (client.to_wire(), view)

@@ -8,7 +8,7 @@ SLAVE_NOT_AVAILABLE, a pull's FOUND / NO_NEW_MSG / ...). Failures are not replie
 `from_wire` keeps the fields the class declares and ignores others (a newer node may say
 more); a missing field takes its default, and a missing field without one is a
 ReplyError. Nested values are values.py's classes (a message, a route, a node's HA, disk,
-stats and truncation views); the others (a topic entry, a node's controller view and diagnostics)
+stats, truncation and controller views); the others (a topic entry, a node's diagnostics)
 are still maps.
 """
 
@@ -22,6 +22,7 @@ import attrs
 from .codec import Status
 from .values import (
     ReplyError,
+    WireControllerView,
     WireDiskUsage,
     WireGroupRoute,
     WireHAClient,
@@ -42,7 +43,7 @@ __all__ = [
     "OffsetListReply", "OffsetReply", "ProducerListReply", "ProducerUnregisterReply", "PromoteReply", "PullReply",
     "ReplyError", "SendBackReply", "StatsAllReply", "SubGroupDeleteReply", "SubGroupListReply", "SubGroupReply",
     "SendBatchReply", "SendReply", "StatusReply", "TopicDeleteReply", "TopicListReply", "TopicReply",
-    "TopicStatusReply", "WireDiskUsage", "WireGroupRoute", "WireHAClient", "WireHASlave", "WireHAView", "WireMessage", "WireNodeStats", "WireQueueData", "WireReply", "WireRouteBroker", "WireTruncation", "WireValue", "WritePermReply", "nested",
+    "TopicStatusReply", "WireControllerView", "WireDiskUsage", "WireGroupRoute", "WireHAClient", "WireHASlave", "WireHAView", "WireMessage", "WireNodeStats", "WireQueueData", "WireReply", "WireRouteBroker", "WireTruncation", "WireValue", "WritePermReply", "nested",
 ]
 
 R = TypeVar("R", bound="WireReply")
@@ -83,6 +84,16 @@ class WireReply:
                 out[name] = None if value is None else value.to_wire()
             else:
                 out[name] = [v.to_wire() for v in value]
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """The answer's fields as the wire carries them (nested values as their maps), without
+        the envelope: what tools print as JSON (attrs.asdict would print a value's attributes,
+        not its wire shape)."""
+        out = self.to_wire(0)
+        del out["id"]
+        if "status" not in attrs.fields_dict(type(self)):  # type: ignore[arg-type]
+            del out["status"]
         return out
 
     @classmethod
@@ -367,7 +378,7 @@ class StatusReply(WireReply):
     """`status`: a node's identity, log, HA, disk and failover views. Every field has a
     default, so an older node's answer reads too, and so does the name server's shorter one
     (namesrv.NamesrvStatusReply: role NAMESRV, address) for tools that ask every process.
-    `ha`, `disk`, `stats` and `last_truncation` are values (values.py), None when an answer lacks the section
+    `ha`, `disk`, `stats`, `last_truncation` and `controller` are values (values.py), None when an answer lacks the section
     (`ha`: an empty view); the other nested views stay maps (their shapes are
     docs/protocol.md's)."""
 
@@ -406,7 +417,7 @@ class StatusReply(WireReply):
     role_file: dict[str, Any] | None = None
     last_truncation: WireTruncation | None = nested(WireTruncation, default=None)
     replication_refused: str | None = None
-    controller: dict[str, Any] | None = None
+    controller: WireControllerView | None = nested(WireControllerView, default=None)
 
     def lag_bytes(self) -> int | None:
         """A master's largest slave lag, or a slave's own; None when it has no HA peer."""

@@ -1,5 +1,5 @@
-"""The values nested in replies (a stored message, a route, a node's HA, disk, stats and
-truncation views), one attrs class each, written by the server and read by the clients,
+"""The values nested in replies (a stored message, a route, a node's HA, disk, stats,
+truncation and controller views), one attrs class each, written by the server and read by the clients,
 so a nested map's keys are spelled once, here.
 
 `to_wire()` is the map the wire carries (every field, in declaration order: that order is
@@ -22,7 +22,8 @@ from store.message import StoredMessage
 from store.properties import PROPERTY_KEYS, PROPERTY_TAGS
 
 __all__ = ["ReplyError", "WireDiskUsage", "WireGroupRoute", "WireHAClient", "WireHASlave", "WireHAView", "WireMessage",
-           "WireNodeStats", "WireQueueData", "WireRouteBroker", "WireTruncation", "WireValue", "nested"]
+           "WireNodeStats", "WireQueueData", "WireRouteBroker", "WireTruncation", "WireValue",
+           "WireControllerView", "nested"]
 
 V = TypeVar("V", bound="WireValue")
 
@@ -239,6 +240,30 @@ class WireTruncation(WireValue):
     """The dropped messages' msgIds (capped: a huge cut names its first ones)."""
     at_ms: int = 0
     reason: str = ""
+
+
+@attrs.define(kw_only=True)
+class WireControllerView(WireValue):
+    """`status`'s `controller` (controllerMode etcd, node/failover/controller.py): the node's
+    view of the election, which the launcher waits on and drills check. `lease_holder` and
+    `sync_state_set` are the etcd keys' JSON as stored (docs/auto-failover.md), so they stay
+    maps; `events` are recent `{at_ms, event}` notes."""
+
+    mode: str = "etcd"
+    endpoints: list[str] = attrs.field(factory=list)
+    lease: str | None = None
+    """The node's lease id in hex; None without one."""
+    lease_left_ms: int = 0
+    leading: bool = False
+    lease_holder: dict[str, Any] | None = None
+    sync_state_set: dict[str, Any] | None = None
+    etcd_reachable: bool | None = None
+    """None before the first exchange with etcd."""
+    unnamed_slaves: list[str] = attrs.field(factory=list)
+    watching: bool = False
+    watch_events: int = 0
+    last_error: str | None = None
+    events: list[dict[str, Any]] = attrs.field(factory=list)
 
 
 # ---------------------------------------------------------------- a topic's route (the name server's)
