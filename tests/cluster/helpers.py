@@ -72,8 +72,8 @@ async def wait_slave_connected(master_address: str) -> None:
     sends get PUT_OK)."""
 
     async def connected() -> bool:
-        slaves = (await call(master_address, GetStatus())).ha["slaves"]
-        return any(s["ack_offset"] >= 0 for s in slaves)
+        slaves = (await call(master_address, GetStatus())).ha.slaves or []
+        return any(s.ack_offset >= 0 for s in slaves)
 
     await wait_for(connected, what=f"a slave acknowledging {master_address}")
 

@@ -37,6 +37,7 @@ from wire.protocol import (
     Status,
     StatusReply,
     TopicCreate,
+    WireControllerView,
     WireMessage,
 )
 from wire.protocol.namesrv import GetRoute
@@ -74,8 +75,7 @@ async def status(address: str) -> StatusReply:
 
 async def leading(node: NodeProcess, role: str = "SYNC_MASTER") -> StatusReply | None:
     s = await status(node.address)
-    c = s.controller or {}
-    return s if c.get("leading") and s.broker_id == 0 and s.role == role else None
+    return s if s.controller is not None and s.controller.leading and s.broker_id == 0 and s.role == role else None
 
 
 async def in_sync(g: Group, member: str) -> dict[str, Any] | None:
@@ -140,7 +140,7 @@ async def test_election_on_start_reelection_after_kill_and_the_old_master_rejoin
     promoted = await wait_for(lambda: leading(g.s), timeout=ELECTION_S, what="the slave elected")
     assert promoted.epoch > epoch
     assert (await g.etcd_value("master"))["address"] == g.s.address
-    assert any("promoting this slave" in e["event"] for e in promoted.controller["events"])
+    assert any("promoting this slave" in e["event"] for e in promoted.controller.events)
     await keys_on(g.s.address, acked)  # no PUT_OK lost
     # keep-alives every third of the lease: httpx's INFO lines stay out of the node's log
     assert "httpx" not in g.s.stderr() and "HTTP Request" not in g.s.stderr()
@@ -149,7 +149,7 @@ async def test_election_on_start_reelection_after_kill_and_the_old_master_rejoin
 
     async def rejoined() -> StatusReply | None:
         s, m = await status(back.address), await status(g.s.address)
-        return s if (s.role == "SLAVE" and s.ha.get("connected")
+        return s if (s.role == "SLAVE" and s.ha.connected
                      and s.max_phy_offset == m.max_phy_offset) else None
     st = await wait_for(rejoined, timeout=ELECTION_S, what="the old master rejoined as a slave")
     assert st.last_truncation is None  # a SYNC master's log had nothing the slave lacked
@@ -197,16 +197,16 @@ async def test_a_stopped_master_releases_its_lease_and_the_watch_hands_over(tmp_
     g = await started_group(nodes, tmp_path, etcd)
 
     async def watching() -> bool:
-        return (await status(g.s.address)).controller["watching"] is True
+        return (await status(g.s.address)).controller.watching is True
     await wait_for(watching, timeout=ELECTION_S, what="the slave's etcd watch open")
     r = await send(g.m.address, "before-the-stop")
     assert r.status is Status.PUT_OK
     await trio.to_thread.run_sync(g.m.stop)  # a clean stop revokes the lease: the key goes at once
     promoted = await wait_for(lambda: leading(g.s), timeout=ELECTION_S, what="the slave elected")
-    events = [e["event"] for e in promoted.controller["events"]]
+    events = [e["event"] for e in promoted.controller.events]
     assert any(f"etcd watch: the leadership key of {GROUP} is gone (holder {g.m.address})" in e
                for e in events), events
-    assert promoted.controller["watch_events"] >= 1
+    assert promoted.controller.watch_events >= 1
     await keys_on(g.s.address, {"before-the-stop": r.msg_id})
 
 
@@ -249,7 +249,7 @@ async def test_only_in_sync_slaves_are_elected(tmp_path, nodes, etcd) -> None:
     with trio.move_on_after(3 * LEASE_MS / 1000):
         while True:
             s = await status(g.s.address)
-            assert s.role == "SLAVE" and not (s.controller or {}).get("leading"), s.controller
+            assert s.role == "SLAVE" and not (s.controller is not None and s.controller.leading), s.controller
             await trio.sleep(0.2)  # poll: asserting that nothing happens for a while
     assert await g.etcd_value("master") is None
     g.m = nodes.start(g.m_conf)  # the set's master comes back and is elected again
@@ -281,7 +281,7 @@ async def test_two_slaves_every_member_acks_and_a_lagging_one_leaves_before_the_
         assert r.status is Status.PUT_OK, r
         acked["s2-paused"] = r.msg_id
         assert (await g.etcd_value("syncStateSet"))["in_sync"] == [g.s.address]
-        events = [e["event"] for e in (await status(g.m.address)).controller["events"]]
+        events = [e["event"] for e in (await status(g.m.address)).controller.events]
         assert f"in-sync set of {GROUP}: master {g.m.address}, slaves {g.s.address}" in events, events
         r = await send(g.m.address, "s2-still-paused")  # no wait for a non-member
         assert r.status is Status.PUT_OK
@@ -356,14 +356,14 @@ async def test_a_slave_behind_a_proxy_is_reported_and_never_joins_the_set(tmp_pa
         s = nodes.start(slave_of(tmp_path, m_conf, "s", ns.address, haMasterAddress=proxy.listen, **extra))
         await wait_for(lambda: leading(m), timeout=ELECTION_S, what="the master elected")
 
-        async def reported() -> dict[str, Any] | None:
+        async def reported() -> WireControllerView | None:
             c = (await status(m.address)).controller
-            return c if c and c["unnamed_slaves"] else None
+            return c if c and c.unnamed_slaves else None
         c = await wait_for(reported, timeout=ELECTION_S, what="the proxied slave reported as unnamed")
-        assert any("cannot name the slave on HA connection" in e["event"] for e in c["events"])
-        assert c["sync_state_set"]["in_sync"] == []
+        assert any("cannot name the slave on HA connection" in e["event"] for e in c.events)
+        assert (c.sync_state_set or {})["in_sync"] == []
         ha = (await status(s.address)).ha
-        assert ha["connected"] and ha["master_address"] == proxy.listen  # replication itself works
+        assert ha.connected and ha.client is not None and ha.client.master_address == proxy.listen
         assert (await g_etcd_value(etcd, "syncStateSet"))["in_sync"] == []
 
 
@@ -422,8 +422,8 @@ async def test_etcd_stopped_under_load_sync_writes_go_on_and_nothing_is_lost(tmp
         await trio.sleep(ETCD_DOWN_S)  # poll-exempt: etcd stays down under load for this long
         st = await status(g.m.address)
         assert st.controller is not None
-        assert st.controller["etcd_reachable"] is False and st.role == "SYNC_MASTER"
-        assert any("etcd unreachable" in e["event"] for e in st.controller["events"])
+        assert st.controller.etcd_reachable is False and st.role == "SYNC_MASTER"
+        assert any("etcd unreachable" in e["event"] for e in st.controller.events)
         assert (await status(g.s.address)).role == "SLAVE"  # nobody else took over
         past_lease = load.acked_since(down + 2 * LEASE_MS / 1000)
         assert past_lease > 0.5 * (ETCD_DOWN_S - 2 * LEASE_MS / 1000) * 10, (past_lease, load.other)
@@ -474,7 +474,7 @@ async def test_etcd_cut_from_the_master_alone_it_stops_acknowledging_before_the_
             proxy.disable()  # the master alone is cut from etcd
             promoted = await wait_for(lambda: leading(s), timeout=ELECTION_S, what="the slave elected")
             stop.set()
-        events = [e["event"] for e in promoted.controller["events"]]
+        events = [e["event"] for e in promoted.controller.events]
         assert any("leaving master HA" in e for e in events), events
         start = promoted.epochs[-1][1]  # the new term's start offset
         old = [r for r in load.acked.values() if r["address"] == m.address]

@@ -134,7 +134,7 @@ async def test_sync_promotion_loses_no_put_ok_and_the_old_master_rejoins(tmp_pat
 
 async def _caught_up(slave: str, master: str) -> StatusReply | None:
     s, m = await status(slave), await status(master)
-    return s if s.ha.get("connected") and s.max_phy_offset == m.max_phy_offset else None
+    return s if s.ha.connected and s.max_phy_offset == m.max_phy_offset else None
 
 
 async def test_async_promotion_truncates_the_unreplicated_tail_and_reports_it(tmp_path, nodes) -> None:
@@ -177,9 +177,9 @@ async def test_async_promotion_truncates_the_unreplicated_tail_and_reports_it(tm
     back = nodes.start(m_conf)
     rejoined = await wait_for(lambda: _truncated(back.address), timeout=30, what="old master truncated")
     report = rejoined.last_truncation
-    assert (report["from_offset"], report["to_offset"]) == (start, m_end)
-    assert report["message_count"] == len(tail)
-    assert report["msg_ids"] == [r.msg_id for r in tail]
+    assert report is not None and (report.from_offset, report.to_offset) == (start, m_end)
+    assert report.message_count == len(tail)
+    assert report.msg_ids == [r.msg_id for r in tail]
     assert "dropped CommitLog" in back.stderr() and tail[0].msg_id in back.stderr()
     shown = cli("status", "--namesrv", ns.address)
     assert f"dropped CommitLog [{start}, {m_end})" in shown.stdout.decode() and tail[-1].msg_id in shown.stdout.decode()
@@ -242,8 +242,8 @@ async def test_a_paused_async_master_reports_and_truncates_what_it_took_before_i
     assert [r.msg_id for r in first + tail if r.commitlog_offset >= start] == [r.msg_id for r in tail]
     rejoined = await wait_for(lambda: _truncated(m.address), timeout=30, what="paused master truncated")
     report = rejoined.last_truncation
-    assert (report["from_offset"], report["to_offset"]) == (start, m_end)
-    assert report["msg_ids"] == [r.msg_id for r in tail] and report["message_count"] == len(tail)
+    assert report is not None and (report.from_offset, report.to_offset) == (start, m_end)
+    assert report.msg_ids == [r.msg_id for r in tail] and report.message_count == len(tail)
     await wait_for(lambda: _caught_up(m.address, s.address), what="the old master replicates from the new one")
     for r in first:
         assert await key_of(m.address, r.msg_id) == [r.key]
@@ -254,7 +254,7 @@ async def _logged(node: NodeProcess, text: str) -> bool:
 
 
 async def _disconnected(address: str) -> bool:
-    return not (await status(address)).ha["connected"]
+    return not (await status(address)).ha.connected
 
 
 async def test_the_other_slaves_follow_the_promoted_master(tmp_path, nodes) -> None:
@@ -269,7 +269,7 @@ async def test_the_other_slaves_follow_the_promoted_master(tmp_path, nodes) -> N
     after = await send_all(ns.address, 5, "b")
     assert all(r.address == s.address for r in after)
     followed = await wait_for(lambda: _caught_up(s2.address, s.address), what="second slave follows the new master")
-    assert followed.ha["master_address"] == (await status(s.address)).ha_address
+    assert followed.ha.client.master_address == (await status(s.address)).ha_address
     assert followed.epochs == (await status(s.address)).epochs
 
 
@@ -329,7 +329,7 @@ async def test_a_short_pause_across_a_promotion_answers_no_put_ok(tmp_path, node
     assert "stalled for" in m.stderr()  # the pause was seen as one
     print("answers:", sorted(a.status for a in answers))
     rejoined = await wait_for(lambda: serves_as(m.address, 1, "SLAVE"), timeout=30, what="old master rejoined")
-    truncated = set((rejoined.last_truncation or {}).get("msg_ids", []))
+    truncated = set(rejoined.last_truncation.msg_ids if rejoined.last_truncation else [])
     indeterminate = [a for a in answers if a.status == "INDETERMINATE"]
     assert all("stored, but not acknowledged" in a.message for a in indeterminate)
     await wait_for(lambda: _caught_up(m.address, s.address), what="the old master replicates from the new one")

@@ -85,7 +85,7 @@ def test_every_link_goes_through_its_proxy(dirs, proxy_url: str, client: Toxipro
         slave = await _status(direct["broker-a-s"])
         assert slave.address == byname["broker-a-s-client"].listen
         assert slave.bind_address == direct["broker-a-s"]
-        assert slave.ha["master_address"] == byname["broker-a-ha"].listen
+        assert slave.ha.client.master_address == byname["broker-a-ha"].listen
         assert slave.sync is not None and slave.sync["master_addr"] == byname["broker-a-client"].listen
 
         # a message sent through the master's proxy keeps the bound address in its msgId
@@ -99,7 +99,7 @@ def test_every_link_goes_through_its_proxy(dirs, proxy_url: str, client: Toxipro
         await trio.to_thread.run_sync(ha.disable)
 
         async def ha_connected() -> bool:
-            return bool((await _status(direct["broker-a-s"])).ha.get("connected"))
+            return bool((await _status(direct["broker-a-s"])).ha.connected)
 
         await wait_until(lambda: _not(ha_connected), timeout=20, what="the slave losing its HA link")
         code, doc = await trio.to_thread.run_sync(status_json, base, cwd)
