@@ -19,11 +19,14 @@ from typing import Any
 
 import trio
 
-from wire.client import TidemqError, connect
+from wire.client import ConnectionLost, TidemqError, connect
 from wire.protocol import GetStatus, Send, StatusReply
 
 from ..client.admin import Admin
 from .framework import TOPIC, DrillRun, drill
+
+PROBE_S = 10.0
+"""How long the partition drill tries to reach the resumed old master."""
 
 GROUP = "broker-a"
 PROMOTE_TIMEOUT_S = 30.0
@@ -120,6 +123,28 @@ async def promote(run: DrillRun) -> None:
         _check_truncation(run, rejoined, old)
 
 
+async def _probe_old_master(old: str, epoch: int) -> tuple[bool, str]:
+    """Send one write to the resumed old master: (fenced, what it said). A node that fenced
+    itself may be between terms (its client port closed while it restarts as a slave), so a
+    refused connection is tried again for a few seconds; fenced is a SERVICE_NOT_AVAILABLE
+    naming the new epoch, or the slave's refusal once it rejoined."""
+    why = "no answer"
+    with trio.move_on_after(PROBE_S):
+        while True:
+            try:
+                async with connect(old, connect_timeout=2.0, request_timeout=10.0) as conn:
+                    answer = await conn.call(Send(topic=TOPIC, body=b"probe after the promotion"))
+                return False, f"answered {answer.status.value}"
+            except ConnectionLost as e:
+                why = e.message
+                await trio.sleep(0.2)  # poll: the node is restarting its term
+            except TidemqError as e:
+                fenced = e.status == "SERVICE_NOT_AVAILABLE" and (f"epoch {epoch}" in e.message
+                                                                  or "is a SLAVE" in e.message)
+                return fenced, e.message
+    return False, f"no answer within {PROBE_S:g} s: {why}"
+
+
 @drill("partition", "SIGSTOP broker-a's master, promote its slave, SIGCONT: the old master fences itself")
 async def partition(run: DrillRun) -> None:
     await trio.sleep(1.0)
@@ -138,12 +163,7 @@ async def partition(run: DrillRun) -> None:
     run.promise("broker-a's slave is promoted with a new epoch", result is not None and result["epoch"] >= 2)
     if result is None:
         return
-    try:
-        async with connect(old, connect_timeout=2.0, request_timeout=10.0) as conn:
-            answer = await conn.call(Send(topic=TOPIC, body=b"probe after the promotion"))
-        refused, why = False, f"answered {answer.status.value}"
-    except TidemqError as e:
-        refused, why = e.status == "SERVICE_NOT_AVAILABLE" and f"epoch {result['epoch']}" in e.message, e.message
+    refused, why = await _probe_old_master(old, result["epoch"])
     run.event(f"a write to the old master after SIGCONT: {why}")
     run.promise("the resumed old master fences itself (no write PUT_OK after the promotion)", refused)
     run.promise("producers write to broker-a again (its new master)",
