@@ -27,6 +27,7 @@ from wire.protocol.namesrv import (
     RegisterBroker,
     UnregisterBroker,
 )
+from wire.protocol.values import WireQueueData
 
 pytestmark = pytest.mark.slow  # every test here starts node processes
 
@@ -89,8 +90,8 @@ async def test_register_answer_names_the_master_and_schema_is_checked(tmp_path, 
         assert (again.master_address, again.master_ha_address) == ("127.0.0.1:10", "127.0.0.1:11")
         route = await conn.call(GetRoute(topic="T"))
         [group] = route.groups
-        assert [b["broker_id"] for b in group["brokers"]] == [0, 1]
-        assert group["queue_data"] == {"read_queue_nums": 1, "write_queue_nums": 1, "perm": 6}
+        assert [b.broker_id for b in group.brokers] == [0, 1]
+        assert group.queue_data == WireQueueData(read_queue_nums=1, write_queue_nums=1, perm=6)
 
         # an unregister naming another address does not remove the broker
         kept = await conn.call(UnregisterBroker(cluster="C", broker_name="g", broker_id=1, address="127.0.0.1:9"))
@@ -110,8 +111,8 @@ async def test_register_answer_names_the_master_and_schema_is_checked(tmp_path, 
                                        broker_id=0, address="127.0.0.1:10", epoch=3, lease_holder="127.0.0.1:10",
                                        in_sync=["127.0.0.1:1"]))
         [group] = (await conn.call(GetRoute(topic="T"))).groups
-        [master] = [b for b in group["brokers"] if b["broker_id"] == 0]
-        assert (master["epoch"], master["lease_holder"], master["in_sync"]) == (3, "127.0.0.1:10", ["127.0.0.1:1"])
+        [master] = [b for b in group.brokers if b.broker_id == 0]
+        assert (master.epoch, master.lease_holder, master.in_sync) == (3, "127.0.0.1:10", ["127.0.0.1:1"])
         with pytest.raises(BadRequest, match=r"field 'in_sync' of op 'register_broker': \[1\]"):
             await conn.call(RegisterBroker(broker_id=0, address="127.0.0.1:10", epoch=3,
                                            in_sync=["127.0.0.1:1", "nowhere"], **{**base, "role": "SYNC_MASTER"}))
