@@ -44,6 +44,7 @@ from .ops.dispatch import (
 )
 from .ops.services import NodeServices
 from .registration import NameServerRegistration
+from .remoting.processor import NodeRemoting
 from .schedule import ScheduleMessageService
 from .security.guard import Guard
 from .server import ClientServer
@@ -281,6 +282,8 @@ class Broker:
                         guard=self.guard, tls=self.client_port_tls,
                         plain_sends=partial(handle_plain_sends, services), net=self.net,
                     )
+                    # RocketMQ's clients on the same port (node/remoting/)
+                    self.server.remoting = NodeRemoting(services, self.server.checked_topics)
                     await nursery.start(self.server.run)
                     if registration is not None:
                         await nursery.start(registration.run)

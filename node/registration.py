@@ -31,6 +31,9 @@ from .config import BrokerConfig
 from .tables.changes import Changes
 from .tables.topics import TopicConfigManager
 
+AUTO_CREATE_TOPIC = "TBW102"
+"""RocketMQ's TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC."""
+
 log = logging.getLogger("tidemq.node")
 
 __all__ = ["NameServerRegistration"]
@@ -219,7 +222,7 @@ class NameServerRegistration:
             role=cfg.role.value,
             address=cfg.address,
             ha_address=cfg.ha_address,
-            topics={c.topic: c.to_json() for c in self.topics.list()},
+            topics=self._registered_topics(),
             max_offset=self.store.get_max_phy_offset(),
         ))
         if not target.registered or target.last_error is not None:
@@ -229,6 +232,15 @@ class NameServerRegistration:
         target.last_register_ms = int(runtime.wall_clock() * 1000)
         if self.on_master is not None:
             self.on_master(RegisterReply.from_wire(answer))
+
+    def _registered_topics(self) -> dict[str, dict[str, int]]:
+        """The topic table, and with autoCreateTopicEnable RocketMQ's `TBW102` (8 queues,
+        inherit + read + write), through whose route a RocketMQ client sends a topic's first
+        message (docs/remoting.md). The node creates the topic itself on that send."""
+        topics = {c.topic: c.to_json() for c in self.topics.list()}
+        if self.cfg.auto_create_topic_enable:
+            topics.setdefault(AUTO_CREATE_TOPIC, {"read_queue_nums": 8, "write_queue_nums": 8, "perm": 7})
+        return topics
 
     async def _unregister(self, target: _Target) -> None:
         cfg = self.cfg

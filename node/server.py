@@ -46,9 +46,19 @@ from wire.protocol import (
     parse_with,
 )
 from wire.protocol.auth import AUTH_OPS, AuthReply
+from wire.remoting.codes import ResponseCode
+from wire.remoting.command import (
+    BadCommand,
+    CommandDecoder,
+    RemotingCommand,
+    RemotingFrameError,
+    encode_command,
+    looks_like_remoting,
+)
 from wire.send_codec import PlainBatch, PlainSend, request_of
 from wire.tls import accept_tls
 
+from .remoting.channel import RemotingChannel, RemotingService
 from .security.guard import Guard, Session, peer_host
 
 log = logging.getLogger("tidemq.node")
@@ -98,6 +108,7 @@ class _Connection:
     gone: bool = False  # the connection ended: its answers are dropped
     gone_told: bool = False  # on_disconnect was called for it
     session: Session | None = None  # its login, when the server checks logins
+    first: bytes = b""  # what the protocol sniff read, not yet decoded
 
     def close_now(self) -> None:
         """Drop the connection: in-flight requests are cancelled unanswered."""
@@ -168,6 +179,7 @@ class ClientServer:
         tls: tuple[ssl.SSLContext, str] | None = None,
         net: Network = TCP,
         plain_sends: PlainSendHandler | None = None,
+        remoting: RemotingService | None = None,
     ) -> None:
         if batched_ops and (finish is None or commit is None):
             raise ValueError("batched ops need a commit and a finish for their deferred results")
@@ -186,6 +198,9 @@ class ClientServer:
         self.guard = guard
         self.tls = tls  # (server context, tlsMode), wire/tls.py
         self.net = net  # where connections come from (ha/net.py): TCP, or a simulated network
+        self.remoting = remoting
+        """Answers RocketMQ remoting connections on the same port (node/remoting/): the
+        first frame tells the protocols apart (wire/remoting/command.py looks_like_remoting)."""
         self.checked_topics: set[str] = set()
         """Topics this server's parser found valid: not checked again, and the compiled
         codec decodes plain sends to these only. Per server, not per process: the
@@ -262,7 +277,14 @@ class ClientServer:
         self._connections.add(conn)
         log.debug("client %s connected", conn.peer)
         try:
-            await self._serve_connection(conn)
+            first = await self._sniff(conn)
+            if first is None:
+                return
+            if self.remoting is not None and looks_like_remoting(first):
+                await self._serve_remoting(conn, self.remoting, first)
+            else:
+                conn.first = first
+                await self._serve_connection(conn)
         except Exception:  # a bug must cost one connection, never the node
             log.exception("client %s: unexpected error; closing the connection", conn.peer)
         finally:
@@ -273,6 +295,108 @@ class ClientServer:
             await trio.aclose_forcefully(stream)
             log.debug("client %s disconnected", conn.peer)
             self._tell_gone(conn)
+
+    async def _sniff(self, conn: _Connection) -> bytes | None:
+        """The connection's first bytes, at least 5 (enough to tell remoting from CBOR), or
+        fewer at EOF or after a length prefix either protocol refuses (the CBOR reader says
+        why); None when it ended before sending anything. Without remoting: none read."""
+        first = b""
+        if self.remoting is None:
+            return first
+        while len(first) < 5:
+            if len(first) >= 4 and int.from_bytes(first[:4], "big") > self.max_frame_size:
+                break
+            data = await self._receive(conn)
+            if not data:
+                return first or None
+            first += data
+        return first
+
+    async def _serve_remoting(self, conn: _Connection, service: RemotingService, first: bytes) -> None:
+        """A RocketMQ remoting connection: each request goes to `service`, the codes it
+        orders in arrival order inline, the rest as a task each; answers go out through the
+        connection's writer. A frame that breaks the framing is answered SYSTEM_ERROR, then
+        the connection closes; a frame with an unreadable header is answered and the
+        connection goes on."""
+        channel = RemotingChannel(conn.peer, partial(self._deliver, conn))
+        decoder = CommandDecoder(self.max_frame_size)
+        error: str | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                conn.nursery = nursery
+                data: bytes | bytearray | None = first
+                while data:
+                    try:
+                        commands = decoder.feed(data)
+                    except RemotingFrameError as e:
+                        error = e.reason
+                        break
+                    for cmd in commands:
+                        if isinstance(cmd, RemotingCommand) and cmd.is_response:
+                            continue  # a client's answer to a push: nothing waits for it
+                        conn.in_flight += 1
+                        if isinstance(cmd, BadCommand):
+                            self._answer_remoting(conn, RemotingCommand(
+                                code=ResponseCode.SYSTEM_ERROR, opaque=cmd.opaque, flag=1, remark=cmd.reason,
+                                serialize_type=cmd.serialize_type))
+                        elif cmd.code in service.ordered:
+                            started = await self._start_remoting(service, cmd, channel)
+                            if callable(started):
+                                nursery.start_soon(self._finish_remoting, conn, cmd, started)
+                            else:
+                                self._answer_remoting(conn, started, cmd)
+                        else:
+                            nursery.start_soon(self._run_remoting, conn, service, cmd, channel)
+                    if conn.in_flight >= MAX_IN_FLIGHT:
+                        conn.room = trio.Event()
+                        await conn.room.wait()
+                    data = await self._receive(conn)
+                if not self._stopping:
+                    self._tell_gone(conn)
+                if error is not None:
+                    log.info("remoting client %s: %s; closing the connection", conn.peer, error)
+                    with trio.move_on_after(ERROR_FRAME_TIMEOUT_S):
+                        self._deliver(conn, encode_command(RemotingCommand(
+                            code=ResponseCode.SYSTEM_ERROR, flag=1, remark=error)))
+                        await conn.wait_written()
+                    conn.close_now()
+        finally:
+            channel.closed = True
+            service.closed(channel)
+
+    async def _start_remoting(self, service: RemotingService, cmd: RemotingCommand, channel: RemotingChannel,
+                              ) -> Any:
+        try:
+            return await service.start(cmd, channel)
+        except Exception as e:  # the service answers its own errors; a bug lands here
+            log.exception("remoting request code %d (opaque %d) failed", cmd.code, cmd.opaque)
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+
+    async def _finish_remoting(self, conn: _Connection, cmd: RemotingCommand, finish: Any) -> None:
+        try:
+            response = await finish()
+        except Exception as e:
+            log.exception("remoting request code %d (opaque %d) failed", cmd.code, cmd.opaque)
+            response = cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+        self._answer_remoting(conn, response, cmd)
+
+    async def _run_remoting(self, conn: _Connection, service: RemotingService, cmd: RemotingCommand,
+                            channel: RemotingChannel) -> None:
+        started = await self._start_remoting(service, cmd, channel)
+        if callable(started):
+            await self._finish_remoting(conn, cmd, started)
+        else:
+            self._answer_remoting(conn, started, cmd)
+
+    def _answer_remoting(self, conn: _Connection, response: RemotingCommand | None,
+                         request: RemotingCommand | None = None) -> None:
+        """Write one answer (none to a oneway request, except REQUEST_CODE_NOT_SUPPORTED,
+        as RocketMQ does)."""
+        if response is None or (request is not None and request.is_oneway
+                                and response.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED):
+            conn.answered(1)
+            return
+        self._deliver(conn, encode_command(response), 1)
 
     async def _refuse_plaintext(self, raw: trio.abc.Stream, peer: str | None, why: str | None) -> None:
         """A connection the TLS check refused: a plaintext client is told so in its own
@@ -339,7 +463,8 @@ class ClientServer:
         plain = self.plain_sends is not None
         decoder = FrameDecoder(self.max_frame_size, plain_sends=self.checked_topics if plain else None)
         while True:
-            data = await self._receive(conn)
+            data: bytes | bytearray | None
+            data, conn.first = (conn.first, b"") if conn.first else (await self._receive(conn), b"")
             if not data:
                 return None
             frames, error = decoder.feed_all(data)

@@ -44,6 +44,7 @@ from wire.protocol.namesrv import (
 )
 
 from .config import NamesrvConfig
+from .remoting import NamesrvRemoting
 from .route_table import RouteTable
 
 log = logging.getLogger("tidemq.namesrv")
@@ -93,6 +94,7 @@ class NameServer:
                     requests=NAMESRV_REQUESTS,
                     on_disconnect=self.table.connection_closed,
                     guard=self.guard, tls=self.tls, net=self.net,
+                    remoting=NamesrvRemoting(self.table),
                 )
                 await nursery.start(self.server.run)
                 nursery.start_soon(self._expire_loop)

@@ -1,0 +1,56 @@
+"""A remoting client's connection as the processors see it, and what a server that speaks
+remoting must provide (`RemotingService`). node/server.py reads the frames and calls the
+service; a processor may keep a channel to push requests to its client later
+(NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import attrs
+
+from wire.remoting.command import RPC_ONEWAY, RemotingCommand, encode_command
+
+__all__ = ["Finish", "RemotingChannel", "RemotingService"]
+
+Finish = Callable[[], Awaitable["RemotingCommand | None"]]
+"""The rest of a request that `start` began in arrival order (a send's wait for its flush
+or slave), run as its own task."""
+
+_opaques = itertools.count(1)
+
+
+@attrs.define(eq=False)
+class RemotingChannel:
+    """One remoting connection: its peer and a way to push a command to it. `client_id` is
+    the RocketMQ client id its heartbeats named (None before the first)."""
+
+    peer: str | None
+    deliver: Callable[[bytes], None]
+    client_id: str | None = None
+    closed: bool = False
+
+    def push(self, code: int, ext_fields: dict[str, str] | None = None, body: bytes = b"") -> None:
+        """Send a oneway request to the client (no answer is awaited); dropped once closed."""
+        if self.closed:
+            return
+        opaque = next(_opaques) & 0x7FFFFFFF
+        self.deliver(encode_command(RemotingCommand(code=code, opaque=opaque, flag=RPC_ONEWAY,
+                                                    ext_fields=ext_fields, body=body)))
+
+
+class RemotingService(Protocol):
+    """What a server hands remoting requests to (the node's processor, the name server's)."""
+
+    ordered: frozenset[int]
+    """Request codes whose `start` runs in the reader, in arrival order (sends: per-queue
+    order holds); the reader starts a task for every other request."""
+
+    async def start(self, cmd: RemotingCommand, channel: RemotingChannel) -> RemotingCommand | Finish | None:
+        """Answer a request (None: no answer, as for a oneway one), or begin it and return
+        the rest to run as a task. Never raises, except Cancelled."""
+
+    def closed(self, channel: RemotingChannel) -> None:
+        """The connection ended: forget what it registered."""
