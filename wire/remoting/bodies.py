@@ -92,7 +92,8 @@ class BatchEntry:
 def decode_batch(body: bytes) -> list[BatchEntry]:
     """MessageDecoder's batch form: each message `totalSize | magic | bodyCRC | flag |
     bodyLen | body | propLen(int16) | props`, concatenated."""
-    out, pos = [], 0
+    out: list[BatchEntry] = []
+    pos = 0
     while pos < len(body):
         if len(body) - pos < _BATCH_HEAD.size:
             raise BodyError(f"batch message {len(out)} is cut short at byte {pos}")

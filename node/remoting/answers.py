@@ -1,0 +1,26 @@
+"""CBOR reply statuses in RocketMQ's terms: the response code a remoting client gets for
+what the node's handler answered."""
+
+from __future__ import annotations
+
+from wire.remoting.codes import ResponseCode
+
+__all__ = ["response_code"]
+
+_CODES = {
+    "OK": ResponseCode.SUCCESS, "PUT_OK": ResponseCode.SUCCESS, "FOUND": ResponseCode.SUCCESS,
+    "FLUSH_DISK_TIMEOUT": ResponseCode.FLUSH_DISK_TIMEOUT, "FLUSH_SLAVE_TIMEOUT": ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    "SLAVE_NOT_AVAILABLE": ResponseCode.SLAVE_NOT_AVAILABLE, "SERVICE_NOT_AVAILABLE": ResponseCode.SERVICE_NOT_AVAILABLE,
+    "MESSAGE_ILLEGAL": ResponseCode.MESSAGE_ILLEGAL, "PROPERTIES_SIZE_EXCEEDED": ResponseCode.MESSAGE_ILLEGAL,
+    "OS_PAGECACHE_BUSY": ResponseCode.SYSTEM_BUSY, "NO_PERMISSION": ResponseCode.NO_PERMISSION,
+}
+
+
+def response_code(status: str, not_found: int = ResponseCode.SYSTEM_ERROR) -> int:
+    """A CBOR reply status as RocketMQ's response code (`not_found`: what NOT_FOUND means
+    for the op: TOPIC_NOT_EXIST for a send, QUERY_NOT_FOUND for a lookup, ...). Everything
+    without a RocketMQ twin (BAD_REQUEST, INDETERMINATE, INTERNAL_ERROR, ...) is
+    SYSTEM_ERROR, which RocketMQ's clients retry on another broker."""
+    if status == "NOT_FOUND":
+        return not_found
+    return _CODES.get(status, ResponseCode.SYSTEM_ERROR)

@@ -1,0 +1,10 @@
+"""Clients and groups over remoting: heartbeats, unregistration, the member list and its
+change notices, queue locks for orderly consumers, and consume retries (send-back)."""
+
+from __future__ import annotations
+
+from .sends import Processor
+
+__all__ = ["CLIENT_PROCESSORS"]
+
+CLIENT_PROCESSORS: dict[int, Processor] = {}

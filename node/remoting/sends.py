@@ -1,0 +1,117 @@
+"""Sends over remoting: SEND_MESSAGE (the C++ client's, batches too), SEND_MESSAGE_V2 and
+SEND_BATCH_MESSAGE (the Java client's), through the CBOR send path (node/ops/puts.py): one
+message store, one write check, one answer per status.
+
+A body the client deflated (sysFlag bit 0) is stored inflated, so a CBOR consumer reads it
+as sent. A C++ batch (code 10 with batch "1") is a batch (wire/remoting/headers.py).
+Transactional half messages (TRAN_MSG) are refused with NO_PERMISSION until transactions
+are served.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from store.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_WAIT, decode_properties
+from wire.protocol import InvalidRequest
+from wire.remoting.bodies import decode_batch
+from wire.remoting.codes import RequestCode, ResponseCode
+from wire.remoting.command import RemotingCommand
+from wire.remoting.headers import send_header
+
+from ..ops.dispatch import append_requests, finish_requests, handle_now
+from ..ops.puts import PendingPut
+from .answers import response_code
+from .channel import Finish, RemotingChannel
+
+if TYPE_CHECKING:
+    from .processor import NodeRemoting
+
+__all__ = ["SEND_PROCESSORS", "Processor", "message_fields"]
+
+Processor = Callable[["NodeRemoting", RemotingCommand, RemotingChannel],
+                     Awaitable["RemotingCommand | Finish | None"]]
+"""One request code's processor: the answer, or a Finish to run as a task (None: no answer)."""
+
+PROPERTY_TRAN_MSG = "TRAN_MSG"
+MSG_SYSFLAG_COMPRESSED = 0x1
+REGION_ID = "DefaultRegion"
+
+
+def message_fields(properties: dict[str, str]) -> dict[str, Any]:
+    """A message's tags, keys and other properties as the CBOR send's fields (WAIT is the
+    send's `wait`; empty names and values are dropped, as the C++ client drops them)."""
+    props = {k: v for k, v in properties.items() if k and v}
+    out: dict[str, Any] = {}
+    tags = props.pop(PROPERTY_TAGS, None)
+    if tags:
+        out["tags"] = tags
+    keys = props.pop(PROPERTY_KEYS, "").split()
+    if keys:
+        out["keys"] = keys
+    props.pop(PROPERTY_WAIT, None)
+    if props:
+        out["properties"] = props
+    return out
+
+
+async def _send(proc: NodeRemoting, cmd: RemotingCommand, channel: RemotingChannel) -> RemotingCommand | Finish:
+    h = send_header(cmd.code, cmd.ext_fields)
+    body = cmd.body
+    if h.sys_flag & MSG_SYSFLAG_COMPRESSED:
+        try:
+            body = zlib.decompress(body)
+        except zlib.error as e:
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"the message body cannot be inflated: {e}")
+    props = decode_properties(h.properties)
+    if props.get(PROPERTY_TRAN_MSG, "").lower() == "true":
+        return cmd.response(ResponseCode.NO_PERMISSION,
+                            "transactional (half) messages are not served yet; send them without TRAN_MSG")
+    wait = props.get(PROPERTY_WAIT, "true").lower() != "false"
+    frame: dict[str, Any] = {"id": 0, "topic": h.topic, "wait": wait}
+    if h.queue_id >= 0:
+        frame["queue_id"] = h.queue_id
+    if h.batch:
+        frame["op"] = "send_batch"
+        frame["messages"] = [{"body": e.body, "flag": e.flag, **message_fields(decode_properties(e.properties))}
+                             for e in decode_batch(body)]
+    else:
+        frame.update(op="send", body=body, flag=h.flag, **message_fields(props))
+        if h.born_timestamp > 0:
+            frame["born_timestamp"] = h.born_timestamp
+    try:
+        request = proc.request(frame)
+    except InvalidRequest as e:
+        return cmd.response(ResponseCode.MESSAGE_ILLEGAL, e.message)
+    s = proc.services
+    pending = await handle_now(s, request, channel.peer)
+    if not isinstance(pending, PendingPut):
+        return _send_answer(cmd, pending)
+    append_requests(s, [pending])
+
+    async def finish() -> RemotingCommand:
+        (answer,) = await finish_requests(s, [pending])
+        assert isinstance(answer, dict)  # not the compiled path's frame: a Request was handled
+        return _send_answer(cmd, answer)
+
+    return finish if pending.waits else await finish()
+
+def _send_answer(cmd: RemotingCommand, answer: dict[str, Any]) -> RemotingCommand:
+    status = answer["status"]
+    code = response_code(status, ResponseCode.TOPIC_NOT_EXIST)
+    if "msg_id" not in answer and "msg_ids" not in answer:
+        return cmd.response(code if code != ResponseCode.SUCCESS else ResponseCode.SYSTEM_ERROR,
+                            answer.get("error") or status)
+    msg_id = answer["msg_id"] if "msg_id" in answer else ",".join(answer["msg_ids"])
+    return cmd.response(code, ext_fields={
+        "msgId": msg_id, "queueId": str(answer["queue_id"]), "queueOffset": str(answer["queue_offset"]),
+        "MSG_REGION": REGION_ID, "TRACE_ON": "true"})
+
+
+SEND_PROCESSORS: dict[int, Processor] = {
+    RequestCode.SEND_MESSAGE: _send,
+    RequestCode.SEND_MESSAGE_V2: _send,
+    RequestCode.SEND_BATCH_MESSAGE: _send,
+}
