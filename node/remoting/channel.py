@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
 
+from wire.protocol import Request
 from wire.remoting.command import RPC_ONEWAY, RemotingCommand, encode_command
 
-__all__ = ["Finish", "RemotingChannel", "RemotingService"]
+from ..ops.services import NodeServices
+
+__all__ = ["Finish", "Processor", "ProcessorContext", "RemotingChannel", "RemotingService"]
 
 Finish = Callable[[], Awaitable["RemotingCommand | None"]]
 """The rest of a request that `start` began in arrival order (a send's wait for its flush
@@ -54,3 +57,16 @@ class RemotingService(Protocol):
 
     def closed(self, channel: RemotingChannel) -> None:
         """The connection ended: forget what it registered."""
+
+
+class ProcessorContext(Protocol):
+    """What a node's processor reads and runs requests with (processor.py's NodeRemoting)."""
+
+    services: NodeServices
+
+    def request(self, frame: dict[str, Any]) -> Request:
+        """A CBOR op's map as the node's schema reads it (InvalidRequest)."""
+
+
+Processor = Callable[[ProcessorContext, RemotingCommand, RemotingChannel], Awaitable["RemotingCommand | Finish | None"]]
+"""One request code's processor: the answer, or a Finish to run as a task (None: no answer)."""

@@ -3,7 +3,7 @@ change notices, queue locks for orderly consumers, and consume retries (send-bac
 
 from __future__ import annotations
 
-from .sends import Processor
+from .channel import Processor
 
 __all__ = ["CLIENT_PROCESSORS"]
 

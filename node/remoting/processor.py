@@ -22,10 +22,10 @@ from wire.remoting.command import RemotingCommand
 from wire.remoting.headers import HeaderError
 
 from ..ops.services import NodeServices
-from .channel import Finish, RemotingChannel
+from .channel import Finish, Processor, RemotingChannel
 from .clients import CLIENT_PROCESSORS
 from .pulls import PULL_PROCESSORS
-from .sends import SEND_PROCESSORS, Processor
+from .sends import SEND_PROCESSORS
 
 log = logging.getLogger("tidemq.remoting")
 

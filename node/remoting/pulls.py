@@ -3,7 +3,7 @@ message lookups."""
 
 from __future__ import annotations
 
-from .sends import Processor
+from .channel import Processor
 
 __all__ = ["PULL_PROCESSORS"]
 

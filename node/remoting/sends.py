@@ -11,8 +11,7 @@ are served.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from store.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_WAIT, decode_properties
 from wire.protocol import InvalidRequest
@@ -24,16 +23,9 @@ from wire.remoting.headers import send_header
 from ..ops.dispatch import append_requests, finish_requests, handle_now
 from ..ops.puts import PendingPut
 from .answers import response_code
-from .channel import Finish, RemotingChannel
+from .channel import Finish, Processor, ProcessorContext, RemotingChannel
 
-if TYPE_CHECKING:
-    from .processor import NodeRemoting
-
-__all__ = ["SEND_PROCESSORS", "Processor", "message_fields"]
-
-Processor = Callable[["NodeRemoting", RemotingCommand, RemotingChannel],
-                     Awaitable["RemotingCommand | Finish | None"]]
-"""One request code's processor: the answer, or a Finish to run as a task (None: no answer)."""
+__all__ = ["SEND_PROCESSORS", "message_fields"]
 
 PROPERTY_TRAN_MSG = "TRAN_MSG"
 MSG_SYSFLAG_COMPRESSED = 0x1
@@ -57,7 +49,7 @@ def message_fields(properties: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-async def _send(proc: NodeRemoting, cmd: RemotingCommand, channel: RemotingChannel) -> RemotingCommand | Finish:
+async def _send(proc: ProcessorContext, cmd: RemotingCommand, channel: RemotingChannel) -> RemotingCommand | Finish:
     h = send_header(cmd.code, cmd.ext_fields)
     body = cmd.body
     if h.sys_flag & MSG_SYSFLAG_COMPRESSED:
