@@ -23,7 +23,7 @@ from wire.remoting.headers import HeaderError
 
 from ..ops.services import NodeServices
 from .channel import Finish, Processor, RemotingChannel
-from .clients import CLIENT_PROCESSORS
+from .clients import CLIENT_PROCESSORS, channel_closed
 from .pulls import PULL_PROCESSORS
 from .sends import SEND_PROCESSORS
 
@@ -43,7 +43,7 @@ class NodeRemoting:
         """Sends start in the reader, in arrival order: a queue's order holds."""
 
     def closed(self, channel: RemotingChannel) -> None:
-        pass
+        channel_closed(self.services, channel)
 
     async def start(self, cmd: RemotingCommand, channel: RemotingChannel) -> RemotingCommand | Finish | None:
         processor = self._processors.get(cmd.code)

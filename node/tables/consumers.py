@@ -11,12 +11,17 @@ table lives in memory only: after a node restart the members' next heartbeats re
 Every change of a group (a member joins or leaves, a queue lock is let go) bumps its
 version; `wait_changed` returns when the version passes the one a member saw, which is how
 members hear of a change at once (`consumer_watch`, RocketMQ's NOTIFY_CONSUMER_IDS_CHANGED)
-instead of at their next rebalance.
+instead of at their next rebalance. `listeners` hear of membership changes (a join, a
+leave, a drop) synchronously, as they are recorded: the remoting layer pushes RocketMQ's
+NOTIFY_CONSUMER_IDS_CHANGED from there. A silent member's drop is recorded on the next access
+to its group (the members' heartbeats, their rebalances' member lists, a watch's wake-up).
 
 Queue locks (RocketMQ's RebalanceLockManager) make "one owner per queue" hold while a
 queue changes hands: a member locks a queue here before it consumes it and unlocks it
 after it has committed its offset. A lock belongs to its member while that member is
-live; it goes with the member's unregistration or expiry.
+live; it goes with the member's unregistration or expiry. A lock may also be given a life
+(`life_s`: RocketMQ's 60 s lockMaxLiveTime, for remoting clients, which re-lock every 20 s):
+once that passes without a re-lock, another member may take the queue.
 """
 
 from __future__ import annotations
@@ -75,6 +80,10 @@ class ConsumerManager:
         self._locks: dict[tuple[str, str, int], str] = {}  # (group, topic, queue id) → client id
         self._versions: dict[str, int] = {}
         self._changed: dict[str, trio.Event] = {}
+        self._lock_until: dict[tuple[str, str, int], float] = {}  # locks with a life: when it ends
+        self.listeners: list[Callable[[str], None]] = []
+        """Called with the group on each membership change, after the version bump; they
+        must not call back into the table (it may be mid-update)."""
 
     # ---- change notices -----------------------------------------------------------------
 
@@ -88,6 +97,14 @@ class ConsumerManager:
         event = self._changed.pop(group, None)
         if event is not None:
             event.set()
+
+    def _members_changed(self, group: str) -> None:
+        self._bump(group)
+        for listener in self.listeners:
+            try:
+                listener(group)
+            except Exception:
+                log.exception("consumer group %s: a membership listener failed", group)
 
     async def wait_changed(self, group: str, since: int) -> int:
         """Return the group's version once it is not `since` (at once when it already is
@@ -115,10 +132,11 @@ class ConsumerManager:
         now = self.clock()
         self._expire(group)
         members = self._groups.setdefault(group, {})
-        if client_id not in members:
-            log.info("consumer group %s: member %s joined (topics %s)", group, client_id, ", ".join(topics))
-            self._bump(group)
+        joined = client_id not in members
         members[client_id] = MemberInfo(client_id, tuple(topics), heartbeat_interval_ms, now, peer)
+        if joined:
+            log.info("consumer group %s: member %s joined (topics %s)", group, client_id, ", ".join(topics))
+            self._members_changed(group)
         return self.members(group)
 
     def unregister(self, group: str, client_id: str) -> bool:
@@ -130,7 +148,7 @@ class ConsumerManager:
         self._drop_locks(group, client_id)
         if not members:
             self._groups.pop(group, None)
-        self._bump(group)
+        self._members_changed(group)
         return True
 
     def _expire(self, group: str) -> dict[str, MemberInfo]:
@@ -142,7 +160,7 @@ class ConsumerManager:
                             group, client_id, now - info.last_seen)
                 del members[client_id]
                 self._drop_locks(group, client_id)
-                self._bump(group)
+                self._members_changed(group)
         if not members:
             self._groups.pop(group, None)
         return members
@@ -170,18 +188,30 @@ class ConsumerManager:
     def _drop_locks(self, group: str, client_id: str) -> None:
         for key in [k for k, holder in self._locks.items() if k[0] == group and holder == client_id]:
             del self._locks[key]
+            self._lock_until.pop(key, None)
 
-    def lock(self, group: str, client_id: str, topic: str, queue_ids: list[int]) -> list[int]:
-        """Lock what is free (or already ours) for a live member; the queue ids it now holds."""
+    def _lock_lapsed(self, key: tuple[str, str, int], now: float) -> bool:
+        until = self._lock_until.get(key)
+        return until is not None and now >= until
+
+    def lock(self, group: str, client_id: str, topic: str, queue_ids: list[int],
+             life_s: float | None = None) -> list[int]:
+        """Lock what is free (or already ours) for a live member; the queue ids it now holds.
+        With `life_s` the lock lapses that long after this call unless taken again."""
         live = self._expire(group)
         if client_id not in live:
             return []
+        now = self.clock()
         held = []
         for qid in queue_ids:
             key = (group, topic, qid)
             holder = self._locks.get(key)
-            if holder is None or holder == client_id or holder not in live:
+            if holder is None or holder == client_id or holder not in live or self._lock_lapsed(key, now):
                 self._locks[key] = client_id
+                if life_s is None:
+                    self._lock_until.pop(key, None)
+                else:
+                    self._lock_until[key] = now + life_s
                 held.append(qid)
         return held
 
@@ -191,6 +221,7 @@ class ConsumerManager:
             key = (group, topic, qid)
             if self._locks.get(key) == client_id:
                 del self._locks[key]
+                self._lock_until.pop(key, None)
                 freed = True
         if freed:  # a member waiting for one of them takes it now
             self._bump(group)
@@ -198,4 +229,6 @@ class ConsumerManager:
     def lock_holders(self, group: str) -> dict[str, str]:
         """"topic:queueId" → holder, for status and tests."""
         live = self._expire(group)
-        return {f"{t}:{q}": c for (g, t, q), c in sorted(self._locks.items()) if g == group and c in live}
+        now = self.clock()
+        return {f"{t}:{q}": c for (g, t, q), c in sorted(self._locks.items())
+                if g == group and c in live and not self._lock_lapsed((g, t, q), now)}

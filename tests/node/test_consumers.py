@@ -50,3 +50,35 @@ def test_channel_expired_timeout_is_a_node_key_with_rocketmqs_default() -> None:
     assert BrokerConfig(channel_expired_timeout=2_000).channel_expired_timeout == 2_000
     with pytest.raises(ConfigError, match="channelExpiredTimeout must be in 1000..3600000 ms"):
         BrokerConfig(channel_expired_timeout=10)
+
+
+async def test_listeners_hear_joins_leaves_and_drops_not_refreshes_or_unlocks(autojump_clock) -> None:
+    consumers = ConsumerManager(clock=trio.current_time, expire_s=5.0)
+    heard: list[str] = []
+    consumers.listeners.append(heard.append)
+    consumers.heartbeat("G", "a", ["T"], 1_000)
+    consumers.heartbeat("G", "b", ["T"], 1_000)
+    consumers.heartbeat("G", "a", ["T"], 1_000)  # a refresh
+    assert consumers.lock("G", "a", "T", [0]) == [0]
+    consumers.unlock("G", "a", "T", [0])  # a freed lock bumps the version, but no one joined or left
+    assert heard == ["G", "G"]
+    consumers.unregister("G", "b")
+    assert heard == ["G", "G", "G"]
+    await trio.sleep(2 * 1 + EXPIRE_EXTRA_S)  # poll-exempt: the autojump clock moves past a's expiry
+    assert consumers.members("G") == []
+    assert heard == ["G", "G", "G", "G"]
+
+
+async def test_a_lock_with_a_life_lapses_unless_taken_again(autojump_clock) -> None:
+    consumers = ConsumerManager(clock=trio.current_time)
+    consumers.heartbeat("G", "a", ["T"], 1_000)
+    consumers.heartbeat("G", "b", ["T"], 1_000)
+    assert consumers.lock("G", "a", "T", [0, 1], life_s=60) == [0, 1]
+    await trio.sleep(30)  # poll-exempt: virtual time, within the locks' life
+    assert consumers.lock("G", "a", "T", [1], life_s=60) == [1]  # the re-lock renews queue 1's lock
+    assert consumers.lock("G", "b", "T", [0, 1], life_s=60) == []
+    await trio.sleep(31)  # poll-exempt: queue 0's life is over, queue 1's is not
+    for member in ("a", "b"):
+        consumers.heartbeat("G", member, ["T"], 1_000)
+    assert consumers.lock_holders("G") == {"T:1": "a"}
+    assert consumers.lock("G", "b", "T", [0, 1], life_s=60) == [0]

@@ -1,0 +1,222 @@
+"""Consumer groups over remoting (node/remoting/clients.py): heartbeats join the same member
+table the CBOR ops use, members hear of each change (NOTIFY_CONSUMER_IDS_CHANGED), queue
+locks are exclusive, and send-back shares the retry and DLQ topics. The lean client shows
+what the broker answers; each test uses its own group."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import trio
+
+from tests.remoting.client import RemotingClient
+from tests.waiting import wait_until
+from wire.client import connect
+from wire.protocol import (
+    ConsumerHeartbeat,
+    ConsumerList,
+    ConsumerUnregister,
+    Pull,
+    Send,
+    TopicCreate,
+    TopicStatus,
+)
+from wire.remoting.codes import RequestCode, ResponseCode
+from wire.remoting.command import RemotingCommand
+
+TOPIC = "RmqGroups"
+
+
+def cpp_heartbeat(client_id: str, group: str, topics: list[str]) -> bytes:
+    """A C++ 1.2.3 HeartbeatData: ordinals, subVersion a string, codeSet atoi'd, no producers."""
+    subs = [{"topic": t, "subString": "*", "tagsSet": [], "codeSet": [0], "subVersion": "1700000000000"}
+            for t in topics]
+    return json.dumps({"clientID": client_id, "consumerDataSet": [
+        {"groupName": group, "consumeType": 1, "messageModel": 1, "consumeFromWhere": 0,
+         "subscriptionDataSet": subs}]}).encode()
+
+
+def java_heartbeat(client_id: str, group: str, topics: list[str], producer: str) -> bytes:
+    """A Java HeartbeatData: enum names, subVersion a number, an inner producer group."""
+    subs = [{"classFilterMode": False, "topic": t, "subString": "*", "tagsSet": [], "codeSet": [],
+             "subVersion": 1700000000000, "expressionType": "TAG"} for t in topics]
+    return json.dumps({"clientID": client_id, "producerDataSet": [{"groupName": producer},
+                                                                  {"groupName": "CLIENT_INNER_PRODUCER"}],
+                       "consumerDataSet": [{"groupName": group, "consumeType": "CONSUME_PASSIVELY",
+                                            "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                                            "unitMode": False, "subscriptionDataSet": subs}]}).encode()
+
+
+def heartbeat(c: RemotingClient, client_id: str, group: str) -> None:
+    r = c.call(RequestCode.HEART_BEAT, body=cpp_heartbeat(client_id, group, [TOPIC, f"%RETRY%{group}"]))
+    assert (r.code, r.body) == (ResponseCode.SUCCESS, b""), r.remark
+
+
+def member_list(c: RemotingClient, group: str) -> RemotingCommand:
+    return c.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+
+
+def members(c: RemotingClient, group: str) -> list[str]:
+    r = member_list(c, group)
+    if r.code == ResponseCode.SYSTEM_ERROR:
+        return []
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    return sorted(json.loads(r.body)["consumerIdList"])
+
+
+def notices(c: RemotingClient, group: str) -> int:
+    """How many NOTIFY_CONSUMER_IDS_CHANGED for `group` the client has read so far."""
+    return sum(1 for p in c.pushed if p.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED
+               and (p.ext_fields or {}).get("consumerGroup") == group)
+
+
+async def cbor(address: str, request: Any) -> Any:
+    async with connect(address) as conn:
+        return await conn.call(request)
+
+
+@pytest.fixture(scope="module")
+def topic(rmq_cluster) -> str:
+    trio.run(cbor, rmq_cluster.master, TopicCreate(topic=TOPIC, read_queue_nums=4, write_queue_nums=4))
+    return TOPIC
+
+
+def test_heartbeat_registers_a_member_both_protocols_list(rmq_cluster, topic) -> None:
+    group = "g-hb"
+    with RemotingClient(rmq_cluster.master) as c:
+        r = member_list(c, group)
+        assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
+        heartbeat(c, "10.0.0.1@hb", group)
+        assert members(c, group) == ["10.0.0.1@hb"]
+        listed = trio.run(cbor, rmq_cluster.master, ConsumerList(group=group))
+        assert listed.members == ["10.0.0.1@hb"]
+        assert sorted(listed.details[0]["topics"]) == sorted([TOPIC, f"%RETRY%{group}"])
+        assert listed.details[0]["heartbeat_interval_ms"] == 30_000
+        # the heartbeat made the group's retry topic, as the CBOR heartbeat does
+        status = trio.run(cbor, rmq_cluster.master, TopicStatus(topic=f"%RETRY%{group}"))
+        assert [q["queue_id"] for q in status.queues] == [0]
+
+
+def test_java_heartbeat_with_enum_names_and_producers(rmq_cluster, topic) -> None:
+    group = "g-java"
+    with RemotingClient(rmq_cluster.master) as c:
+        r = c.call(RequestCode.HEART_BEAT, body=java_heartbeat("10.0.0.9@java", group, [TOPIC], "pg-java"))
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        assert members(c, group) == ["10.0.0.9@java"]
+        r = c.call(RequestCode.HEART_BEAT, body=b'{"clientID":"x"')
+        assert r.code == ResponseCode.SYSTEM_ERROR
+
+
+def test_a_join_notifies_the_members_and_a_close_removes_and_notifies(rmq_cluster, topic) -> None:
+    group = "g-notify"
+    with RemotingClient(rmq_cluster.master) as a:
+        heartbeat(a, "10.0.0.1@a", group)
+        with RemotingClient(rmq_cluster.master) as b:
+            seen = notices(a, group)
+            heartbeat(b, "10.0.0.2@b", group)
+            # the notice went out before b's answer, so it precedes a's next answer
+            assert members(a, group) == ["10.0.0.1@a", "10.0.0.2@b"]
+            assert notices(a, group) > seen
+            seen = notices(a, group)
+            heartbeat(b, "10.0.0.2@b", group)  # a refresh is no change
+            assert members(a, group) == ["10.0.0.1@a", "10.0.0.2@b"]
+            assert notices(a, group) == seen
+        trio.run(lambda: wait_until(lambda: members(a, group) == ["10.0.0.1@a"], what="b's member gone"))
+        assert notices(a, group) > seen
+
+
+def test_unregister_removes_and_notifies_the_rest(rmq_cluster, topic) -> None:
+    group = "g-unreg"
+    with RemotingClient(rmq_cluster.master) as a, RemotingClient(rmq_cluster.master) as b:
+        heartbeat(a, "10.0.0.1@a", group)
+        heartbeat(b, "10.0.0.2@b", group)
+        members(a, group)
+        seen = notices(a, group)
+        r = b.call(RequestCode.UNREGISTER_CLIENT, {"clientID": "10.0.0.2@b", "producerGroup": "",
+                                                   "consumerGroup": group})
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        assert members(a, group) == ["10.0.0.1@a"]
+        assert notices(a, group) == seen + 1
+
+
+def test_a_group_mixes_cbor_and_remoting_members(rmq_cluster, topic) -> None:
+    group = "g-mixed"
+    with RemotingClient(rmq_cluster.master) as c:
+        heartbeat(c, "10.0.0.1@rmq", group)
+        members(c, group)
+        seen = notices(c, group)
+
+        async def cbor_member() -> None:
+            async with connect(rmq_cluster.master) as conn:
+                await conn.call(ConsumerHeartbeat(group=group, client_id="tidemq-1", topics=[TOPIC]))
+                assert members(c, group) == ["10.0.0.1@rmq", "tidemq-1"]
+                assert notices(c, group) == seen + 1  # a CBOR join notifies the remoting member
+                await conn.call(ConsumerUnregister(group=group, client_id="tidemq-1"))
+                assert members(c, group) == ["10.0.0.1@rmq"]
+                assert notices(c, group) == seen + 2
+
+        trio.run(cbor_member)
+
+
+def lock_body(group: str, client_id: str, queue_ids: list[int]) -> bytes:
+    return json.dumps({"consumerGroup": group, "clientId": client_id, "mqSet": [
+        {"topic": TOPIC, "brokerName": "broker-r", "queueId": q} for q in queue_ids]}).encode()
+
+
+def locked(c: RemotingClient, group: str, client_id: str, queue_ids: list[int]) -> list[int]:
+    r = c.call(RequestCode.LOCK_BATCH_MQ, body=lock_body(group, client_id, queue_ids))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    return sorted(mq["queueId"] for mq in json.loads(r.body)["lockOKMQSet"])
+
+
+def test_queue_locks_are_exclusive_between_members(rmq_cluster, topic) -> None:
+    group = "g-lock"
+    with RemotingClient(rmq_cluster.master) as a, RemotingClient(rmq_cluster.master) as b:
+        heartbeat(a, "10.0.0.1@a", group)
+        heartbeat(b, "10.0.0.2@b", group)
+        assert locked(a, group, "10.0.0.1@a", [0, 1]) == [0, 1]
+        assert locked(b, group, "10.0.0.2@b", [0, 1, 2]) == [2]
+        assert locked(a, group, "10.0.0.1@a", [0, 1]) == [0, 1]  # a re-lock keeps them
+        r = a.call(RequestCode.UNLOCK_BATCH_MQ, body=lock_body(group, "10.0.0.1@a", [0]))
+        assert (r.code, r.body) == (ResponseCode.SUCCESS, b"")
+        assert locked(b, group, "10.0.0.2@b", [0, 1]) == [0]
+        held = trio.run(cbor, rmq_cluster.master, ConsumerList(group=group)).locks
+        assert held == {f"{TOPIC}:0": "10.0.0.2@b", f"{TOPIC}:1": "10.0.0.1@a", f"{TOPIC}:2": "10.0.0.2@b"}
+
+
+def test_send_back_goes_to_the_retry_topic_then_the_dlq(rmq_cluster, topic) -> None:
+    group = "g-back"
+
+    async def run() -> None:
+        async with connect(rmq_cluster.master) as conn:
+            sent = await conn.call(Send(topic=TOPIC, body=b"fails", queue_id=0, keys=["back-1"]))
+            with RemotingClient(rmq_cluster.master) as c:
+                heartbeat(c, "10.0.0.1@back", group)
+                r = c.call(RequestCode.CONSUMER_SEND_MSG_BACK, {"offset": str(sent.commitlog_offset),
+                                                                 "group": group, "delayLevel": "1"})
+                assert r.code == ResponseCode.SUCCESS, r.remark
+
+                async def retried() -> Any:
+                    got = await conn.call(Pull(topic=f"%RETRY%{group}", queue_id=0, offset=0))
+                    return got.messages
+
+                (copy,) = await wait_until(retried, what="the copy on the retry topic (delay level 1: 1 s)")
+                assert (copy.body, copy.reconsume_times) == (b"fails", 1)
+                assert copy.properties["RETRY_TOPIC"] == TOPIC
+                # the copy fails again, at the client's maximum of 1: the DLQ, at once
+                r = c.call(RequestCode.CONSUMER_SEND_MSG_BACK, {"offset": str(copy.commitlog_offset),
+                                                                 "group": group, "delayLevel": "0",
+                                                                 "maxReconsumeTimes": "1",
+                                                                 "originMsgId": sent.msg_id})
+                assert r.code == ResponseCode.SUCCESS, r.remark
+                dead = (await conn.call(Pull(topic=f"%DLQ%{group}", queue_id=0, offset=0))).messages
+                assert [(m.body, m.reconsume_times) for m in dead] == [(b"fails", 2)]
+                assert dead[0].properties["ORIGIN_MESSAGE_ID"] == sent.msg_id
+                # nothing at an offset where no message starts
+                r = c.call(RequestCode.CONSUMER_SEND_MSG_BACK, {"offset": str(2**40), "group": group,
+                                                                 "delayLevel": "0"})
+                assert r.code == ResponseCode.SYSTEM_ERROR
+
+    trio.run(run)
