@@ -3,7 +3,9 @@ a child process per action, so its threads, its process-wide client instance and
 stay out of pytest. `python -m tests.remoting.cpp ACTION --namesrv ADDR ...` prints one JSON
 object on stdout; `run_cpp` runs it and returns that object.
 
-Actions: `produce` (send_sync of `--count` messages, with keys and tags)."""
+Actions: `produce` (send_sync of `--count` messages, with keys and tags); `push` (a
+PushConsumer on `--topic` that writes each message it is given as a JSON line to `--out`
+until `--stop-file` exists; `start_cpp` runs it alongside the test)."""
 
 from __future__ import annotations
 
@@ -12,11 +14,13 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from typing import Any
 
 from tests.node.nodeproc import REPO
 
-__all__ = ["run_cpp"]
+__all__ = ["run_cpp", "start_cpp"]
 
 
 def run_cpp(action: str, *args: str, timeout: float = 60.0) -> dict[str, Any]:
@@ -28,6 +32,13 @@ def run_cpp(action: str, *args: str, timeout: float = 60.0) -> dict[str, Any]:
         raise AssertionError(f"C++ client {action} exited {proc.returncode}:\n{proc.stderr.decode(errors='replace')}")
     out: dict[str, Any] = json.loads(proc.stdout.decode().strip().splitlines()[-1])
     return out
+
+
+def start_cpp(action: str, *args: str) -> subprocess.Popen[bytes]:
+    """Start an action in a child process and return at once (a push consumer the test
+    stops through its `--stop-file`); stdout and stderr are pipes."""
+    return subprocess.Popen([sys.executable, "-m", "tests.remoting.cpp", action, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
 def _producer(args: argparse.Namespace) -> Any:
@@ -59,9 +70,49 @@ def _produce(args: argparse.Namespace) -> dict[str, Any]:
     return {"sent": sent}
 
 
+def _push(args: argparse.Namespace) -> dict[str, Any]:
+    """Consume until the stop file appears (or `--seconds` pass). A message whose body is
+    `--fail-body` makes the callback raise (RECONSUME_LATER: the client sends it back)
+    while its reconsume_times is below `--fail-times`."""
+    from rocketmq.client import PushConsumer
+
+    lock = threading.Lock()
+    count = 0
+    out = open(args.out, "a")  # noqa: SIM115 -- open until shutdown, written by the client's threads
+
+    def on_message(msg: Any) -> None:
+        nonlocal count
+        body = msg.body.decode(errors="replace")
+        fail = bool(args.fail_body) and body == args.fail_body and msg.reconsume_times < args.fail_times
+        record = {"body": body, "topic": msg.topic.decode() if isinstance(msg.topic, bytes) else msg.topic,
+                  "queue_id": msg.queue_id, "queue_offset": msg.queue_offset, "reconsume_times": msg.reconsume_times,
+                  "instance": args.instance, "failed": fail}
+        with lock:
+            count += 1
+            out.write(json.dumps(record) + "\n")
+            out.flush()
+        if fail:
+            raise RuntimeError("consume failed on purpose: RECONSUME_LATER")
+
+    c = PushConsumer(args.group)
+    c.set_namesrv_addr(args.namesrv)
+    if args.instance:
+        c.set_instance_name(args.instance)
+    c.subscribe(args.topic, on_message)
+    c.start()
+    deadline = time.monotonic() + args.seconds
+    try:
+        while not os.path.exists(args.stop_file) and time.monotonic() < deadline:
+            time.sleep(0.05)  # poll: the test creates the stop file
+    finally:
+        c.shutdown()
+        out.close()
+    return {"received": count}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.remoting.cpp")
-    parser.add_argument("action", choices=["produce"])
+    parser.add_argument("action", choices=["produce", "push"])
     parser.add_argument("--namesrv", required=True)
     parser.add_argument("--topic", default="RmqTest")
     parser.add_argument("--group", default="rmq-test-group")
@@ -71,8 +122,14 @@ def main() -> None:
     parser.add_argument("--timeout-ms", type=int, default=5000)
     parser.add_argument("--access-key", default="")
     parser.add_argument("--secret-key", default="")
+    parser.add_argument("--out", default="")
+    parser.add_argument("--stop-file", default="")
+    parser.add_argument("--instance", default="")
+    parser.add_argument("--seconds", type=float, default=120.0)
+    parser.add_argument("--fail-body", default="")
+    parser.add_argument("--fail-times", type=int, default=1)
     args = parser.parse_args()
-    out = {"produce": _produce}[args.action](args)
+    out = {"produce": _produce, "push": _push}[args.action](args)
     print(json.dumps(out), flush=True)
 
 

@@ -6,12 +6,16 @@ what the broker answers; each test uses its own group."""
 from __future__ import annotations
 
 import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
 from tests.remoting.client import RemotingClient
+from tests.remoting.cpp import start_cpp
 from tests.waiting import wait_until
 from wire.client import connect
 from wire.protocol import (
@@ -220,3 +224,70 @@ def test_send_back_goes_to_the_retry_topic_then_the_dlq(rmq_cluster, topic) -> N
                 assert r.code == ResponseCode.SYSTEM_ERROR
 
     trio.run(run)
+
+
+# ---------------------------------------------------------------- the C++ push consumer
+
+
+class PushConsumers:
+    """C++ push consumers in child processes, each writing what it is given to a file."""
+
+    def __init__(self, directory: Path, namesrv: str) -> None:
+        self.directory, self.namesrv = directory, namesrv
+        self.stop_file = directory / "stop"
+        self.children: list[tuple[subprocess.Popen[bytes], Path]] = []
+
+    def start(self, group: str, topic: str, instance: str, *extra: str) -> Path:
+        out = self.directory / f"{instance}.jsonl"
+        out.touch()
+        child = start_cpp("push", "--namesrv", self.namesrv, "--group", group, "--topic", topic,
+                          "--instance", instance, "--out", str(out), "--stop-file", str(self.stop_file), *extra)
+        self.children.append((child, out))
+        return out
+
+    @staticmethod
+    def received(out: Path) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in out.read_text().splitlines() if line.endswith("}")]
+
+    def stop(self) -> None:
+        self.stop_file.touch()
+        for child, _ in self.children:
+            try:
+                _, err = child.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                _, err = child.communicate()
+            assert child.returncode == 0, err.decode(errors="replace")
+
+
+@pytest.fixture
+def push_consumers(rmq_cluster, tmp_path) -> Iterator[PushConsumers]:
+    consumers = PushConsumers(tmp_path, rmq_cluster.namesrv)
+    try:
+        yield consumers
+    finally:
+        consumers.stop()
+
+
+async def group_members(address: str, group: str) -> list[dict[str, Any]]:
+    return list((await cbor(address, ConsumerList(group=group))).details)
+
+
+async def wait_members(address: str, group: str, n: int) -> list[dict[str, Any]]:
+    async def joined() -> list[dict[str, Any]] | None:
+        details = await group_members(address, group)
+        return details if len(details) == n else None
+
+    found: list[dict[str, Any]] = await wait_until(joined, timeout=30, what=f"{n} member(s) in group {group}")
+    return found
+
+
+def test_cpp_push_consumers_join_the_group_with_their_retry_subscription(rmq_cluster, topic, push_consumers) -> None:
+    group = "g-cpp-join"
+    push_consumers.start(group, TOPIC, "cpp-a")
+    push_consumers.start(group, TOPIC, "cpp-b")
+    details = trio.run(wait_members, rmq_cluster.master, group, 2)
+    assert all(sorted(d["topics"]) == sorted([TOPIC, f"%RETRY%{group}"]) for d in details), details
+    assert all(d["heartbeat_interval_ms"] == 30_000 for d in details)
+    with RemotingClient(rmq_cluster.master) as c:
+        assert members(c, group) == sorted(d["client_id"] for d in details)
