@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 import trio
 
+from node.remoting.pulls import PULL_PROCESSORS
 from tests.remoting.client import RemotingClient
-from tests.remoting.cpp import start_cpp
+from tests.remoting.cpp import run_cpp, start_cpp
 from tests.waiting import wait_until
 from wire.client import connect
 from wire.protocol import (
@@ -291,3 +292,84 @@ def test_cpp_push_consumers_join_the_group_with_their_retry_subscription(rmq_clu
     assert all(d["heartbeat_interval_ms"] == 30_000 for d in details)
     with RemotingClient(rmq_cluster.master) as c:
         assert members(c, group) == sorted(d["client_id"] for d in details)
+
+
+needs_pull = pytest.mark.skipif(RequestCode.PULL_MESSAGE not in PULL_PROCESSORS,
+                                reason="PULL_MESSAGE is not served yet (node/remoting/pulls.py)")
+
+
+def create_topic(address: str, name: str) -> None:
+    trio.run(cbor, address, TopicCreate(topic=name, read_queue_nums=4, write_queue_nums=4))
+
+
+async def send_cbor(address: str, topic: str, bodies: list[str]) -> None:
+    async with connect(address) as conn:
+        for i, body in enumerate(bodies):
+            await conn.call(Send(topic=topic, body=body.encode(), queue_id=i % 4))
+
+
+async def wait_received(outs: list[Path], bodies: set[str], what: str, timeout: float = 60) -> list[dict[str, Any]]:
+    """Every record the consumers wrote, once their bodies cover `bodies`."""
+    def covered() -> list[dict[str, Any]] | None:
+        records = [r for out in outs for r in PushConsumers.received(out)]
+        return records if bodies <= {r["body"] for r in records} else None
+
+    found: list[dict[str, Any]] = await wait_until(covered, timeout=timeout, interval=0.1, what=what)
+    return found
+
+
+@needs_pull
+def test_a_cpp_push_consumer_receives_what_cpp_and_tidemq_producers_sent(rmq_cluster, push_consumers) -> None:
+    topic, group = "RmqPushAll", "g-push-all"
+    create_topic(rmq_cluster.master, topic)
+    cpp_sent = run_cpp("produce", "--namesrv", rmq_cluster.namesrv, "--topic", topic, "--count", "6",
+                       "--prefix", "cpp", "--group", "pg-push-all")
+    assert [s["status"] for s in cpp_sent["sent"]] == [0] * 6
+    tide = [f"tide-{i}" for i in range(6)]
+    trio.run(send_cbor, rmq_cluster.master, topic, tide)
+    out = push_consumers.start(group, topic, "all")
+    expected = {s["body"] for s in cpp_sent["sent"]} | set(tide)
+    records = trio.run(wait_received, [out], expected, "all 12 messages at the C++ push consumer")
+    assert sorted(r["body"] for r in records) == sorted(expected)  # each once
+    assert {r["topic"] for r in records} == {topic}
+
+
+@needs_pull
+def test_two_cpp_push_consumers_split_the_queues(rmq_cluster, push_consumers) -> None:
+    topic, group = "RmqPushSplit", "g-push-split"
+    create_topic(rmq_cluster.master, topic)
+    outs = [push_consumers.start(group, topic, name) for name in ("split-a", "split-b")]
+    trio.run(wait_members, rmq_cluster.master, group, 2)
+    first = [f"first-{i}" for i in range(8)]
+    trio.run(send_cbor, rmq_cluster.master, topic, first)
+    trio.run(wait_received, outs, set(first), "the first batch, between the two consumers")
+    # steady state: each consumer owns its queues, so a second batch is split without duplicates
+    seen = [len(PushConsumers.received(out)) for out in outs]
+    second = [f"second-{i}" for i in range(8)]
+    trio.run(send_cbor, rmq_cluster.master, topic, second)
+    trio.run(wait_received, outs, set(second), "the second batch, between the two consumers")
+    shares = [[r for r in PushConsumers.received(out)[n:] if r["body"].startswith("second-")]
+              for out, n in zip(outs, seen, strict=True)]
+    assert sorted(r["body"] for share in shares for r in share) == sorted(second)  # no duplicates
+    assert all(shares), shares  # each got a share
+    queues = [{r["queue_id"] for r in share} for share in shares]
+    assert not queues[0] & queues[1] and queues[0] | queues[1] == {0, 1, 2, 3}, queues
+
+
+@needs_pull
+def test_a_failed_message_comes_back_from_the_retry_topic(rmq_cluster, push_consumers) -> None:
+    topic, group = "RmqPushRetry", "g-push-retry"
+    create_topic(rmq_cluster.master, topic)
+    trio.run(send_cbor, rmq_cluster.master, topic, ["fine", "bad"])
+    out = push_consumers.start(group, topic, "retry", "--fail-body", "bad", "--fail-times", "1")
+
+    async def retried() -> list[dict[str, Any]] | None:
+        records = PushConsumers.received(out)
+        return records if any(r["body"] == "bad" and r["reconsume_times"] >= 1 for r in records) else None
+
+    # sent back with delay level 0: the broker delays the first retry by level 3 (10 s)
+    records = trio.run(lambda: wait_until(retried, timeout=60, interval=0.2, what="'bad' again, from the retry topic"))
+    bad = [r for r in records if r["body"] == "bad"]
+    assert [(r["reconsume_times"], r["failed"]) for r in bad] == [(0, True), (1, False)]
+    assert bad[1]["topic"] == topic  # the client restores the topic from RETRY_TOPIC
+    assert [r["body"] for r in records].count("fine") == 1
