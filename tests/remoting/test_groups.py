@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from wire.protocol import (
     ConsumerHeartbeat,
     ConsumerList,
     ConsumerUnregister,
+    ProducerList,
     Pull,
     Send,
     TopicCreate,
@@ -54,9 +56,12 @@ def java_heartbeat(client_id: str, group: str, topics: list[str], producer: str)
                                             "unitMode": False, "subscriptionDataSet": subs}]}).encode()
 
 
-def heartbeat(c: RemotingClient, client_id: str, group: str) -> None:
+def heartbeat(c: RemotingClient, client_id: str, group: str) -> float:
+    """A C++ consumer's heartbeat; how long its answer took."""
+    start = time.monotonic()
     r = c.call(RequestCode.HEART_BEAT, body=cpp_heartbeat(client_id, group, [TOPIC, f"%RETRY%{group}"]))
     assert (r.code, r.body) == (ResponseCode.SUCCESS, b""), r.remark
+    return time.monotonic() - start
 
 
 def member_list(c: RemotingClient, group: str) -> RemotingCommand:
@@ -93,7 +98,8 @@ def test_heartbeat_registers_a_member_both_protocols_list(rmq_cluster, topic) ->
     with RemotingClient(rmq_cluster.master) as c:
         r = member_list(c, group)
         assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
-        heartbeat(c, "10.0.0.1@hb", group)
+        # the first one creates the retry topic; C++ closes the connection after 3 s
+        assert heartbeat(c, "10.0.0.1@hb", group) < 3.0
         assert members(c, group) == ["10.0.0.1@hb"]
         listed = trio.run(cbor, rmq_cluster.master, ConsumerList(group=group))
         assert listed.members == ["10.0.0.1@hb"]
@@ -110,6 +116,11 @@ def test_java_heartbeat_with_enum_names_and_producers(rmq_cluster, topic) -> Non
         r = c.call(RequestCode.HEART_BEAT, body=java_heartbeat("10.0.0.9@java", group, [TOPIC], "pg-java"))
         assert r.code == ResponseCode.SUCCESS, r.remark
         assert members(c, group) == ["10.0.0.9@java"]
+        producers = trio.run(cbor, rmq_cluster.master, ProducerList(group="pg-java")).producers
+        assert [p["client_id"] for p in producers] == ["10.0.0.9@java"]
+        # a C++ producer's heartbeat: no consumerDataSet at all (empty arrays are left out)
+        r = c.call(RequestCode.HEART_BEAT, body=b'{"clientID":"10.0.0.8@cpp","producerDataSet":[{"groupName":"pg-c"}]}')
+        assert r.code == ResponseCode.SUCCESS, r.remark
         r = c.call(RequestCode.HEART_BEAT, body=b'{"clientID":"x"')
         assert r.code == ResponseCode.SYSTEM_ERROR
 
