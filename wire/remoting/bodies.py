@@ -42,6 +42,10 @@ def parse_json_body(body: bytes, what: str) -> dict[str, Any]:
             value = json.loads(_quote_numeric_keys(text))
         except json.JSONDecodeError as e:
             raise BodyError(f"the {what} body is not JSON: {e}") from None
+        except RecursionError:
+            raise BodyError(f"the {what} body nests too deeply") from None
+    except RecursionError:  # deeper than the parser goes: a hostile body is a BodyError, not a crash
+        raise BodyError(f"the {what} body nests too deeply") from None
     if type(value) is not dict:
         raise BodyError(f"the {what} body must be a JSON object")
     return value
