@@ -3,7 +3,9 @@ a child process per action, so its threads, its process-wide client instance and
 stay out of pytest. `python -m tests.remoting.cpp ACTION --namesrv ADDR ...` prints one JSON
 object on stdout; `run_cpp` runs it and returns that object.
 
-Actions: `produce` (send_sync of `--count` messages, with keys and tags)."""
+Actions: `produce` (send_sync of `--count` messages, with keys and tags); `send` (`--mode`
+sync, oneway, orderly or batch, with `--delay-level`, `--body-size`, `--orders` and
+`--extra-key`). Bodies are text: the wrapper's `set_body` cuts a body at its first NUL."""
 
 from __future__ import annotations
 
@@ -59,9 +61,59 @@ def _produce(args: argparse.Namespace) -> dict[str, Any]:
     return {"sent": sent}
 
 
+def _text_body(prefix: str, i: int, size: int) -> str:
+    """`prefix-i`, or a text of exactly `size` bytes that starts so (C++ deflates ≥ 4096)."""
+    head = f"{prefix}-{i}"
+    if size <= len(head):
+        return head
+    filler = "".join(chr(ord("a") + (j * 7 + i) % 26) for j in range(size))
+    return (head + ":" + filler)[:size]
+
+
+def _send(args: argparse.Namespace) -> dict[str, Any]:
+    """`--count` messages by `--mode`: message i has key `prefix-ki` (plus `--extra-key`),
+    tags `--tags`, a text body; orderly sends pass order `i % --orders` as the selector's
+    argument (the wrapper's hashing selector picks queue `arg % n`)."""
+    from rocketmq.client import Message
+
+    p = _producer(args)
+    out: dict[str, Any] = {"mode": args.mode, "sent": []}
+    try:
+        messages = []
+        for i in range(args.count):
+            m = Message(args.topic)
+            key = f"{args.prefix}-k{i}"
+            m.set_keys(f"{key} {args.extra_key}" if args.extra_key else key)
+            m.set_tags(args.tags)
+            body = _text_body(args.prefix, i, args.body_size)
+            m.set_body(body)
+            if args.delay_level:
+                m.set_delay_time_level(args.delay_level)
+            entry: dict[str, Any] = {"key": key, "body": body, "order": i % args.orders}
+            if args.mode == "sync":
+                r = p.send_sync(m)
+            elif args.mode == "orderly":
+                r = p.send_orderly(m, i % args.orders)
+            elif args.mode == "oneway":
+                p.send_oneway(m)
+                r = None
+            else:
+                messages.append(m)
+                r = None
+            if r is not None:
+                entry.update(status=int(r.status), msg_id=r.msg_id, offset=r.offset)
+            out["sent"].append(entry)
+        if messages:
+            r = p.send_batch(messages)
+            out["batch"] = {"status": int(r.status), "msg_id": r.msg_id, "offset": r.offset}
+    finally:
+        p.shutdown()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.remoting.cpp")
-    parser.add_argument("action", choices=["produce"])
+    parser.add_argument("action", choices=["produce", "send"])
     parser.add_argument("--namesrv", required=True)
     parser.add_argument("--topic", default="RmqTest")
     parser.add_argument("--group", default="rmq-test-group")
@@ -71,8 +123,13 @@ def main() -> None:
     parser.add_argument("--timeout-ms", type=int, default=5000)
     parser.add_argument("--access-key", default="")
     parser.add_argument("--secret-key", default="")
+    parser.add_argument("--mode", choices=["sync", "oneway", "orderly", "batch"], default="sync")
+    parser.add_argument("--delay-level", type=int, default=0)
+    parser.add_argument("--body-size", type=int, default=0)
+    parser.add_argument("--orders", type=int, default=1)
+    parser.add_argument("--extra-key", default="")
     args = parser.parse_args()
-    out = {"produce": _produce}[args.action](args)
+    out = {"produce": _produce, "send": _send}[args.action](args)
     print(json.dumps(out), flush=True)
 
 
