@@ -331,7 +331,14 @@ def test_ext_bool_reads_cpp_and_java_booleans(value: str | None, expected: bool)
     assert ext_bool(None if value is None else {"b": value}, "b") is expected
 
 
+@pytest.mark.parametrize("value", ["1_000", " 5", "5 ", "\u0665", "0x10", "1.0", "1e3", "-", "+", "9" * 21])
+def test_ext_int_takes_what_java_parses_only(value: str) -> None:
+    with pytest.raises(HeaderError, match="not an integer"):
+        ext_int({"a": value}, "a")
+
+
 def test_ext_str_and_ext_int() -> None:
+    assert ext_int({"a": "+7"}, "a") == 7 and ext_int({"a": "1700000000000"}, "a") == 1700000000000
     assert ext_str({"a": ""}, "a") == "" and ext_str(None, "a", "d") == "d"
     assert ext_int({"a": "-5"}, "a") == -5 and ext_int({"a": ""}, "a", 3) == 3
     with pytest.raises(HeaderError):
