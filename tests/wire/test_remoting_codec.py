@@ -421,7 +421,8 @@ def test_unquoted_numeric_keys_read_as_their_quoted_form(table: dict[int, str]) 
     assert parse_json_body(fastjson.encode(), "x") == {str(k): v for k, v in table.items()}
 
 
-@pytest.mark.parametrize("body", [b"\xff", b"[1]", b"not json", b'{"a":', b"[" * 50_000, b"{0:" * 50_000])
+@pytest.mark.parametrize("body", [b"\xff", b"[1]", b"not json", b'{"a":', b"[" * 50_000, b"{0:" * 50_000,
+                                  b'{"a":' + b"1" * 5000 + b"}"])
 def test_an_unreadable_json_body_is_a_body_error(body: bytes) -> None:
     with pytest.raises(BodyError):
         parse_json_body(body, "test")
