@@ -70,6 +70,24 @@ class MessageReads:
             return None
         return decoded.message
 
+    def message_bytes(self, commitlog_offset: int, size: int | None = None) -> bytes | None:
+        """The message record at `commitlog_offset` byte for byte as stored: what RocketMQ's
+        clients take in a pull or lookup answer and decode themselves. `size` is the record's
+        size as a read just decoded it (a pull's StoredMessage.size): the bytes are then one
+        copy, no decode. Without it the record is checked to be a message first. None when
+        there is none there."""
+        self._check_readable()
+        if size is None:
+            decoded = self.commit_log.read_record(commitlog_offset, read_body=False)
+            if decoded is None or decoded.kind is not RecordKind.MESSAGE:
+                return None
+            size = decoded.size
+        selected = self.commit_log.get_message(commitlog_offset, size)
+        if selected is None:
+            return None
+        with selected:
+            return bytes(selected.view)
+
     def look_message_by_msg_id(self, msg_id: str) -> StoredMessage | None:
         """Offset msgIds hold the physical offset: a direct read (raises ValueError on a bad id)."""
         _host, offset = decode_msg_id(msg_id)
@@ -175,20 +193,30 @@ class MessageReads:
     def query_message(
         self, topic: str, key: str, max_num: int = 32, begin_ts: int = 0, end_ts: int = 2**63 - 1
     ) -> list[StoredMessage]:
+        """`query_message_result(...).messages`."""
+        return self.query_message_result(topic, key, max_num, begin_ts, end_ts).messages
+
+    def query_message_result(
+        self, topic: str, key: str, max_num: int = 32, begin_ts: int = 0, end_ts: int = 2**63 - 1
+    ) -> QueryMessageResult:
         """Messages of `topic` whose KEYS or UNIQ_KEY equal `key`, stored in [begin_ts, end_ts],
-        newest first. The index gives candidates; each is re-read so hash collisions never
-        return another key's message."""
+        newest first, and where the index stood (DefaultMessageStore.queryMessage). The
+        index gives candidates; each is re-read so hash collisions never return another
+        key's message."""
         self._check_readable()
+        result = QueryMessageResult()
         if self.index is None:
-            return []
-        found: list[StoredMessage] = []
-        for offset in self.index.query_offsets(topic, key, self.config.max_msgs_num_batch, begin_ts, end_ts):
+            return result
+        candidates = self.index.query_offset(topic, key, self.config.max_msgs_num_batch, begin_ts, end_ts)
+        result.index_last_update_timestamp = candidates.index_last_update_timestamp
+        result.index_last_update_phyoffset = candidates.index_last_update_phyoffset
+        for offset in candidates.phy_offsets:
             msg = self.look_message_by_offset(offset)
             if msg is not None and msg.topic == topic and (key in msg.keys or msg.uniq_key == key):
-                found.append(msg)
-                if len(found) >= max_num:
+                result.messages.append(msg)
+                if len(result.messages) >= max_num:
                     break
-        return found
+        return result
 
     async def wait_for_message(self, topic: str, queue_id: int, offset: int, timeout: float) -> bool:
         """Long polling: True as soon as the queue holds a message at `offset`, False at timeout."""
@@ -214,3 +242,10 @@ class GetMessageResult:
     min_offset: int = 0
     max_offset: int = 0
     suggest_pulling_from_slave: bool = False
+
+
+@attrs.define
+class QueryMessageResult:
+    messages: list[StoredMessage] = attrs.field(factory=list)
+    index_last_update_timestamp: int = 0
+    index_last_update_phyoffset: int = 0
