@@ -451,8 +451,11 @@ class MessageStore:
     def look_message_by_msg_id(self, msg_id: str) -> StoredMessage | None:
         return self.reads.look_message_by_msg_id(msg_id)
 
-    def message_bytes(self, commitlog_offset: int, size: int | None = None) -> bytes | None:
-        return self.reads.message_bytes(commitlog_offset, size)
+    def message_bytes(self, commitlog_offset: int) -> bytes | None:
+        return self.reads.message_bytes(commitlog_offset)
+
+    def records_bytes(self, messages: Sequence[StoredMessage]) -> list[bytes | None]:
+        return self.reads.records_bytes(messages)
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         return self.reads.get_offset_in_queue_by_time(topic, queue_id, timestamp_ms)

@@ -6,7 +6,7 @@ protocols share the field checks, and run by that op's handler where its answer 
 RocketMQ needs (offsets). A pull and the lookups answer with the CommitLog records byte for
 byte (RocketMQ's clients decode them), so they share the handler's code instead: the pull
 runs node/ops/pulls.py `read_queue` (its consume check and long polling) and the store
-hands over the records' bytes (`message_bytes`).
+hands over the records' bytes (`records_bytes`, `message_bytes`).
 """
 
 from __future__ import annotations
@@ -137,8 +137,7 @@ def _pull_answer(proc: ProcessorContext, cmd: RemotingCommand, offset: int, got:
     the records as the CommitLog holds them."""
     status, next_begin = got.result.status, got.next_begin_offset
     records: list[bytes] = []
-    for m in got.messages:
-        raw = proc.services.store.message_bytes(m.commitlog_offset, m.size)
+    for m, raw in zip(got.messages, proc.services.store.records_bytes(got.messages), strict=True):
         if raw is None:  # removed since the read: continue there
             next_begin = m.queue_offset
             break
@@ -231,7 +230,7 @@ async def _query_message(proc: ProcessorContext, cmd: RemotingCommand, channel: 
     store = proc.services.store
     try:
         found = store.query_message_result(f.topic, f.key, f.max_num, f.begin_ts, f.end_ts)
-        records = [raw for m in found.messages if (raw := store.message_bytes(m.commitlog_offset, m.size))]
+        records = [raw for raw in store.records_bytes(found.messages) if raw is not None]
     except StoreUnavailableError as e:
         return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
     header = {"indexLastUpdateTimestamp": str(found.index_last_update_timestamp),
