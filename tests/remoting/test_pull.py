@@ -160,7 +160,11 @@ def test_each_store_status_answers_its_pull_code_and_next_offset(rmq_cluster, pu
 
 
 def test_pull_checks_answer_in_rocketmq_order(rmq_cluster, pulled_topic) -> None:
-    trio.run(_call, rmq_cluster.master, SubGroupUpdate(group="rmq-off", consume_enable=False))
+    async def setup() -> None:
+        await _call(rmq_cluster.master, SubGroupUpdate(group="rmq-off", consume_enable=False))
+        await _call(rmq_cluster.master, TopicCreate(topic="RmqWriteOnly", perm=2))
+
+    trio.run(setup)
     with RemotingClient(rmq_cluster.master) as c:
         def code(**kw: Any) -> int:
             fields = _pull_fields(kw.pop("topic", "RmqPull"), kw.pop("queue", 0), 0, **kw)
@@ -168,6 +172,7 @@ def test_pull_checks_answer_in_rocketmq_order(rmq_cluster, pulled_topic) -> None
 
         assert code(group="rmq-off", topic="RmqNoSuchTopic") == ResponseCode.NO_PERMISSION
         assert code(topic="RmqNoSuchTopic", queue=99, subscription="||") == ResponseCode.TOPIC_NOT_EXIST
+        assert code(topic="RmqWriteOnly", queue=99, subscription="||") == ResponseCode.NO_PERMISSION
         assert code(queue=4, subscription="||") == ResponseCode.SYSTEM_ERROR
         assert code(subscription="||") == ResponseCode.SUBSCRIPTION_PARSE_FAILED
         missing = c.call(RequestCode.PULL_MESSAGE, {"topic": "RmqPull", "queueId": "0"})
@@ -196,6 +201,12 @@ def test_suspended_pull_times_out_with_pull_not_found(rmq_cluster, pulled_topic)
         took = time.monotonic() - began
     assert (r.code, r.ext_fields["nextBeginOffset"]) == (ResponseCode.PULL_NOT_FOUND, "0")
     assert 1.4 <= took < 5.0, took
+    # filtered units are scanned past while parked: the answer continues after them
+    with RemotingClient(rmq_cluster.master) as c:
+        r = c.call(RequestCode.PULL_MESSAGE, _pull_fields("RmqPull", 0, 0, sys_flag=FLAG_SUSPEND | FLAG_SUBSCRIPTION,
+                                                          suspend_ms=500, subscription="TagZ"))
+    assert (r.code, r.remark, r.ext_fields["nextBeginOffset"]) == (ResponseCode.PULL_NOT_FOUND, "OFFSET_OVERFLOW_ONE",
+                                                                   "3")
 
 
 def test_offsets_and_times(rmq_cluster, pulled_topic) -> None:
@@ -257,6 +268,9 @@ def test_a_slave_serves_pulls_and_leaves_commits_to_the_master(rmq_cluster, pull
         assert [m.body for m in _records(r.body)] == [b"p-0", b"p-1", b"p-2"]
         group = {"consumerGroup": "rmq-slave-only", "topic": "RmqPull", "queueId": "0"}
         r = c.call(RequestCode.UPDATE_CONSUMER_OFFSET, {**group, "commitOffset": "2"})
+        assert r.code == ResponseCode.SUCCESS
+        r = c.call(RequestCode.PULL_MESSAGE, _pull_fields("RmqPull", 0, 0, group="rmq-slave-only", commit=2,
+                                                          sys_flag=FLAG_COMMIT_OFFSET | FLAG_SUBSCRIPTION))
         assert r.code == ResponseCode.SUCCESS
     with RemotingClient(rmq_cluster.master) as m:
         r = m.call(RequestCode.QUERY_CONSUMER_OFFSET, group)
