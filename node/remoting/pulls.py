@@ -83,6 +83,10 @@ def _failed(cmd: RemotingCommand, answer: dict[str, Any], not_found: int = Respo
 
 
 async def _pull(proc: ProcessorContext, cmd: RemotingCommand, channel: RemotingChannel) -> RemotingCommand:
+    """PullMessageProcessor's checks in its order (each with its code, which the clients
+    act on), the commit a master takes with the pull, then the CBOR pull's read with
+    RocketMQ's parking rule. The park never outlasts suspendTimeoutMillis, which the clients
+    keep below their RPC timeout (15 s against 30 s)."""
     ext = cmd.ext_fields
     group, topic = ext_str(ext, "consumerGroup"), ext_str(ext, "topic")
     queue_id, offset = ext_int(ext, "queueId"), ext_int(ext, "queueOffset")
