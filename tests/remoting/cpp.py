@@ -5,7 +5,8 @@ object on stdout; `run_cpp` runs it and returns that object.
 
 Actions: `produce` (send_sync of `--count` messages, with keys and tags); `send` (`--mode`
 sync, oneway, orderly or batch, with `--delay-level`, `--body-size`, `--orders` and
-`--extra-key`). Bodies are text: the wrapper's `set_body` cuts a body at its first NUL."""
+`--extra-key`); `pull` (a PullConsumer reads the topic's queues from offset 0 until `--count`
+messages or none new). Bodies are text: the wrapper's `set_body` cuts a body at its first NUL."""
 
 from __future__ import annotations
 
@@ -109,17 +110,49 @@ def _send(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         p.shutdown()
     return out
+def _pull(args: argparse.Namespace) -> dict[str, Any]:
+    """PullConsumer.pull walks every queue until NO_NEW_MSG (its offsets: a class-level
+    table, from 0); passes repeat until `--count` messages came (or 15 s passed)."""
+    import time
+
+    from rocketmq.client import PullConsumer
+
+    c = PullConsumer(args.group)
+    c.set_namesrv_addr(args.namesrv)
+    if args.access_key:
+        c.set_session_credentials(args.access_key, args.secret_key, "")
+    c.start()
+    got: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 15
+    try:
+        while True:
+            for m in c.pull(args.topic, args.expression, args.max_num):  # read each one before the next pull frees it
+                got.append({"topic": m.topic, "id": m.id, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
+                            "commit_log_offset": m.commit_log_offset, "store_size": m.store_size,
+                            "body": m.body.decode(), "tags": m.tags.decode(), "keys": m.keys.decode(),
+                            "uniq_key": (m.get_property("UNIQ_KEY") or b"").decode()})
+            if len(got) >= args.count or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)  # poll: another pass over the queues
+    finally:
+        c.shutdown()
+    return {"received": got}
+
+
+ACTIONS = {"produce": _produce, "send": _send, "pull": _pull}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.remoting.cpp")
-    parser.add_argument("action", choices=["produce", "send"])
+    parser.add_argument("action", choices=sorted(ACTIONS))
     parser.add_argument("--namesrv", required=True)
     parser.add_argument("--topic", default="RmqTest")
     parser.add_argument("--group", default="rmq-test-group")
     parser.add_argument("--tags", default="TagA")
     parser.add_argument("--prefix", default="m")
     parser.add_argument("--count", type=int, default=1)
+    parser.add_argument("--max-num", type=int, default=32)
+    parser.add_argument("--expression", default="*")
     parser.add_argument("--timeout-ms", type=int, default=5000)
     parser.add_argument("--access-key", default="")
     parser.add_argument("--secret-key", default="")
@@ -129,7 +162,7 @@ def main() -> None:
     parser.add_argument("--orders", type=int, default=1)
     parser.add_argument("--extra-key", default="")
     args = parser.parse_args()
-    out = {"produce": _produce, "send": _send}[args.action](args)
+    out = ACTIONS[args.action](args)
     print(json.dumps(out), flush=True)
 
 
