@@ -351,6 +351,7 @@ class ClientServer:
                         conn.room = trio.Event()
                         await conn.room.wait()
                     data = await self._receive(conn)
+                self._remoting_gone(service, channel)
                 if not self._stopping:
                     self._tell_gone(conn)
                 if error is not None:
@@ -360,7 +361,17 @@ class ClientServer:
                             code=ResponseCode.SYSTEM_ERROR, flag=1, remark=error)))
                         await conn.wait_written()
                     conn.close_now()
+                elif not self._stopping:
+                    # the client closed: nobody is left to answer (a RocketMQ client never
+                    # half-closes), so its parked pulls end now rather than at their timeout
+                    conn.close_now()
         finally:
+            self._remoting_gone(service, channel)
+
+    @staticmethod
+    def _remoting_gone(service: RemotingService, channel: RemotingChannel) -> None:
+        """Once, as soon as the connection stops reading: the service forgets the channel."""
+        if not channel.closed:
             channel.closed = True
             service.closed(channel)
 
