@@ -174,7 +174,7 @@ def _push(args: argparse.Namespace) -> dict[str, Any]:
         if fail:
             raise RuntimeError("consume failed on purpose: RECONSUME_LATER")
 
-    c = PushConsumer(args.group)
+    c = PushConsumer(args.group, orderly=args.orderly)
     c.set_namesrv_addr(args.namesrv)
     if args.instance:
         c.set_instance_name(args.instance)
@@ -218,6 +218,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=120.0)
     parser.add_argument("--fail-body", default="")
     parser.add_argument("--fail-times", type=int, default=1)
+    parser.add_argument("--orderly", action="store_true")
     args = parser.parse_args()
     out = ACTIONS[args.action](args)
     print(json.dumps(out), flush=True)

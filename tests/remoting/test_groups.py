@@ -269,7 +269,7 @@ class PushConsumers:
         self.stop_file.touch()
         for child, out in self.children:
             try:
-                _, err = child.communicate(timeout=20)
+                _, err = child.communicate(timeout=15)
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.communicate()
@@ -383,3 +383,17 @@ def test_a_failed_message_comes_back_from_the_retry_topic(rmq_cluster, push_cons
     assert [(r["reconsume_times"], r["failed"]) for r in bad] == [(0, True), (1, False)]
     assert bad[1]["topic"] == topic  # the client restores the topic from RETRY_TOPIC
     assert [r["body"] for r in records].count("fine") == 1
+
+
+def test_an_orderly_cpp_push_consumer_locks_its_queues_and_reads_them_in_order(rmq_cluster, push_consumers) -> None:
+    topic, group = "RmqPushOrderly", "g-push-orderly"
+    create_topic(rmq_cluster.master, topic)
+    bodies = [f"o-{i}" for i in range(12)]
+    trio.run(send_cbor, rmq_cluster.master, topic, bodies)  # queue i % 4, in order
+    out = push_consumers.start(group, topic, "orderly", "--orderly")
+    records = trio.run(wait_received, [out], set(bodies), "all messages at the orderly consumer")
+    for q in range(4):
+        assert [r["body"] for r in records if r["queue_id"] == q] == bodies[q::4]
+    # it holds its queues' locks here (LOCK_BATCH_MQ, re-locked every 20 s)
+    locks = trio.run(cbor, rmq_cluster.master, ConsumerList(group=group)).locks
+    assert {k for k in locks if k.startswith(topic)} == {f"{topic}:{q}" for q in range(4)}, locks
