@@ -8,24 +8,31 @@ keeps the session of the request it runs in `CURRENT` (a context variable: each 
 request runs in its own task, or inline in the reader before the next one starts), and
 `screened` judges every CBOR request a processor builds with `Guard.screen`, so a remoting
 op needs exactly what its CBOR op needs; a refusal is NO_PERMISSION (`Refused`).
+`checked_messages` is the CBOR answers' message rule (Guard.check_answer) for the
+remoting answers that carry stored messages, whichever processor wrote them: every record
+in the body is read and its topic (and a copy's original topic) checked.
 """
 
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Awaitable, Callable
 from functools import partial
 
 import attrs
 
+from store.record_codec import RecordKind, decode_record
 from wire.protocol import Request
 from wire.remoting.acl import SERVER_SKIPPED, credentials, signing_content
-from wire.remoting.codes import ResponseCode
+from wire.remoting.codes import RequestCode, ResponseCode
 from wire.remoting.command import RemotingCommand
 
 from ..security.guard import Guard, Session, peer_host
 from .answers import response_code
+from .channel import Finish
 
-__all__ = ["CURRENT", "NO_CREDENTIALS", "Refused", "screened", "signed_session"]
+__all__ = ["CURRENT", "MESSAGE_CODES", "NO_CREDENTIALS", "Refused", "checked_messages", "guarded", "screened",
+           "signed_session"]
 
 NO_CREDENTIALS = "No accessKey is configured"
 """RocketMQ's remark for a request without an AccessKey on a broker with aclEnable."""
@@ -41,6 +48,26 @@ class Refused(Exception):
         super().__init__(remark)
         self.code = code
         self.remark = remark
+
+
+async def guarded(guard: Guard, cmd: RemotingCommand, peer: str | None,
+                  run: Callable[[], Awaitable[RemotingCommand | Finish | None]]) -> RemotingCommand | Finish | None:
+    """`run` the request's processor as the account that signed it (`CURRENT`), and check
+    the messages its answer shows, now or when its Finish ends; a bad signature runs nothing."""
+    session = signed_session(guard, cmd, peer)
+    if isinstance(session, RemotingCommand):
+        CURRENT.set(None)
+        return session
+    CURRENT.set(session)
+    result = await run()
+    if not callable(result):
+        return checked_messages(guard, session, cmd, result)
+    finish = result
+
+    async def checked() -> RemotingCommand | None:
+        return checked_messages(guard, session, cmd, await finish())
+
+    return checked
 
 
 def signed_session(guard: Guard, cmd: RemotingCommand, peer: str | None) -> Session | RemotingCommand:
@@ -65,3 +92,27 @@ def screened(guard: Guard, session: Session | None, request: Request) -> Request
     if refusal is not None:
         raise Refused(response_code(refusal["status"]), refusal.get("error") or refusal["status"])
     return attrs.evolve(request, reader=partial(guard.refusal_to_read, session))
+
+
+MESSAGE_CODES = frozenset({RequestCode.PULL_MESSAGE, RequestCode.QUERY_MESSAGE, RequestCode.VIEW_MESSAGE_BY_ID})
+"""Requests whose answer body holds stored messages (CommitLog records, one after another)."""
+
+
+def checked_messages(guard: Guard, session: Session | None, cmd: RemotingCommand,
+                     response: RemotingCommand | None) -> RemotingCommand | None:
+    """`response`, or NO_PERMISSION in its place when its body shows a message the account
+    may not read (rules.message_needs); a body that is not records fails closed."""
+    if response is None or cmd.code not in MESSAGE_CODES or not response.body:
+        return response
+    if session is None:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, NO_CREDENTIALS)
+    body, pos = response.body, 0
+    while pos < len(body):
+        record = decode_record(body, pos, check_crc=False, read_body=False)
+        if record.kind is not RecordKind.MESSAGE or record.message is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, "the answer's messages cannot be checked; not sent")
+        why = guard.refusal_to_read(session, record.message.topic, record.message.properties)
+        if why is not None:
+            return cmd.response(ResponseCode.NO_PERMISSION, why)
+        pos += record.size
+    return response

@@ -13,6 +13,7 @@ refused.
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any
 
 from wire.protocol import NODE_REQUESTS, InvalidRequest, Request, parse_with
@@ -23,7 +24,7 @@ from wire.remoting.headers import HeaderError
 
 from ..ops.services import NodeServices
 from ..security.guard import Guard
-from .acl import CURRENT, Refused, screened, signed_session
+from .acl import CURRENT, Refused, guarded, screened
 from .channel import Finish, Processor, RemotingChannel
 from .clients import CLIENT_PROCESSORS
 from .pulls import PULL_PROCESSORS
@@ -53,11 +54,12 @@ class NodeRemoting:
         processor = self._processors.get(cmd.code)
         if processor is None:
             return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
-        if self.guard is not None:
-            session = signed_session(self.guard, cmd, channel.peer)
-            CURRENT.set(session if not isinstance(session, RemotingCommand) else None)
-            if isinstance(session, RemotingCommand):
-                return session
+        if self.guard is not None:  # aclEnable: signed, screened, its messages checked (acl.py)
+            return await guarded(self.guard, cmd, channel.peer, partial(self._run, processor, cmd, channel))
+        return await self._run(processor, cmd, channel)
+
+    async def _run(self, processor: Processor, cmd: RemotingCommand, channel: RemotingChannel,
+                   ) -> RemotingCommand | Finish | None:
         try:
             return await processor(self, cmd, channel)
         except (HeaderError, BodyError, InvalidRequest) as e:

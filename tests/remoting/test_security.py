@@ -10,6 +10,7 @@ secret, kept in a file) and `app` (PUB|SUB on RmqSecA only)."""
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import pytest
 import trio
 
 from node.security.acl import make_verifier
-from tests.cluster.helpers import start_namesrv
+from tests.cluster.helpers import cli, start_namesrv
 from tests.node.nodeproc import Nodes, master_conf, write_conf
 from tests.remoting.client import RemotingClient
 from tests.remoting.cpp import run_cpp
@@ -203,3 +204,42 @@ def test_a_remoting_secret_equal_to_the_scram_secret_is_refused(tmp_path: Path) 
         Acl.from_toml(text)
     assert Acl.from_toml(text.replace('remotingSecret = "same"', 'remotingSecret = "other"')).accounts["x"] \
         .remoting_secret == "other"
+
+
+@pytest.fixture(scope="module")
+def tls_namesrvs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """Name servers with tlsMode enforcing and permissive: their port is the ClientServer
+    every node has, so remoting connections meet the same TLS check there."""
+    tmp = tmp_path_factory.mktemp("rmq-tls")
+    made = cli("tls", "make-dev-certs", str(tmp / "certs"))
+    assert made.returncode == 0, made.stderr.decode()
+    nodes = Nodes()
+    try:
+        out: dict[str, Any] = {"ca": str(tmp / "certs" / "ca.pem")}
+        for mode in ("enforcing", "permissive"):
+            conf = write_conf(tmp, mode, {"listenPort": 0, "tlsMode": mode, "tlsCertFile": "certs/node.pem",
+                                          "tlsKeyFile": "certs/node-key.pem"})
+            out[mode] = nodes.start(conf, ["namesrv", "start", "-c", str(conf)]).address
+        yield out
+    finally:
+        nodes.cleanup()
+
+
+def test_tls_enforcing_refuses_a_plaintext_remoting_client_in_its_own_terms(tls_namesrvs: dict[str, Any]) -> None:
+    route = {"topic": "TBW102", "AccessKey": "", "OnsChannel": "", "Signature": ""}
+    with RemotingClient(tls_namesrvs["enforcing"]) as c:
+        refused = c.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, route)
+        assert (refused.code, refused.remark) == (ResponseCode.SYSTEM_ERROR,
+                                                  "this port accepts TLS only (tlsMode enforcing)")
+        with pytest.raises((ConnectionError, OSError)):  # then the connection is closed
+            c.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, route)
+    # the same request over TLS is served (no broker: no route)
+    context = ssl.create_default_context(cafile=tls_namesrvs["ca"])
+    for address in (tls_namesrvs["enforcing"], tls_namesrvs["permissive"]):
+        with RemotingClient(address) as c:
+            c.sock = context.wrap_socket(c.sock, server_hostname="127.0.0.1")
+            assert c.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, route).code == ResponseCode.TOPIC_NOT_EXIST
+    # permissive serves plaintext too
+    with RemotingClient(tls_namesrvs["permissive"]) as c:
+        assert c.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, route).code == ResponseCode.TOPIC_NOT_EXIST
+
