@@ -6,7 +6,8 @@ One cluster for the module: a name server with aclEnable, an open one (so a clie
 wrong secret still finds the broker, and it is the broker's check that refuses it) and an
 ASYNC_MASTER with aclEnable registered with both. The ACL file has `broker` (admin; the
 node logs in with its SCRAM secret, RocketMQ clients sign with its separate remoting
-secret, kept in a file) and `app` (PUB|SUB on RmqSecA only)."""
+secret, kept in a file) and `app` (PUB|SUB on RmqSecA only; `tidemq acl add-user
+--remoting-secret-file` adds it)."""
 
 from __future__ import annotations
 
@@ -49,14 +50,14 @@ accessKey = "broker"
 scram = "{make_verifier(BROKER_SECRET).text()}"
 admin = true
 remotingSecretFile = "broker.remoting"
-
-[[accounts]]
-accessKey = "app"
-scram = "{make_verifier("app-scram-secret").text()}"
-topicPerms = ["{TOPIC_A}=PUB|SUB"]
-defaultGroupPerm = "SUB"
-remotingSecret = "{APP_REMOTING}"
 """)
+    (tmp / "app.remoting").write_text(APP_REMOTING + "\n")
+    made = cli("acl", "add-user", "app", "-f", str(tmp / "acl.toml"), "--generate", "--secret-file",
+               str(tmp / "app.secret"), "--topic-perm", f"{TOPIC_A}=PUB|SUB", "--default-group-perm", "SUB",
+               "--remoting-secret-file", str(tmp / "app.remoting"))
+    assert made.returncode == 0, made.stderr.decode()
+    assert 'remotingSecretFile = "app.remoting"' in (tmp / "acl.toml").read_text()
+    assert APP_REMOTING not in (tmp / "acl.toml").read_text()
     nodes = Nodes()
     try:
         ns_conf = write_conf(tmp, "namesrv", {"listenPort": 0, "aclEnable": True})
