@@ -176,6 +176,7 @@ class Account:
     white_remote_address: tuple[str, ...] = ()  # empty: any address
     remoting_secret: str | None = attrs.field(default=None, repr=False)
     """The secret RocketMQ clients sign with (ACL 1.0); None: remoting clients cannot use it."""
+    remoting_secret_file: str | None = None  # where it was read from (a change reloads the ACL)
 
     def may_topic(self, topic: str, want: Perm) -> bool:
         return self.admin or _decide(self.topic_rules, self.default_topic_perm, topic, want)
@@ -218,6 +219,12 @@ class Acl:
 
     accounts: Mapping[str, Account]
     source: str = ""
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The files it was read from: the ACL file and the remoting secret files it names."""
+        return (self.source, *sorted({a.remoting_secret_file for a in self.accounts.values()
+                                      if a.remoting_secret_file}))
 
     @classmethod
     def from_toml(cls, text: str, *, source: str = "") -> Acl:
@@ -275,6 +282,7 @@ def _account(entry: Mapping[str, Any], where: str, directory: str) -> Account:
             group_rules=tuple(Rule.parse(r) for r in _texts(entry.get("groupPerms", []), "groupPerms")),
             white_remote_address=tuple(addresses),
             remoting_secret=_remoting_secret(entry, verifier, directory),
+            remoting_secret_file=_secret_path(entry, directory),
         )
     except ValueError as e:
         raise AclError(f"{where}: {e}") from None
@@ -288,7 +296,7 @@ def _remoting_secret(entry: Mapping[str, Any], verifier: Verifier, directory: st
     if "remotingSecret" in entry:
         secret = _text(entry["remotingSecret"], "remotingSecret")
     elif "remotingSecretFile" in entry:
-        path = os.path.join(directory, _text(entry["remotingSecretFile"], "remotingSecretFile"))
+        path = _secret_path(entry, directory) or ""
         try:
             with open(path, encoding="utf-8") as f:
                 secret = f.readline().rstrip("\r\n")
@@ -302,6 +310,12 @@ def _remoting_secret(entry: Mapping[str, Any], verifier: Verifier, directory: st
         raise ValueError("the remoting secret is the account's SCRAM secret; give RocketMQ clients a separate one "
                          "(the broker keeps it in a form that signs)")
     return secret
+
+
+def _secret_path(entry: Mapping[str, Any], directory: str) -> str | None:
+    if "remotingSecretFile" not in entry:
+        return None
+    return os.path.join(directory, _text(entry["remotingSecretFile"], "remotingSecretFile"))
 
 
 def verifier_matches(verifier: Verifier, secret: str) -> bool:
@@ -333,6 +347,11 @@ def load_acl(path: str) -> Acl:
     except UnicodeDecodeError as e:
         raise AclError(f"{path}: not UTF-8 text: {e}") from None
     return Acl.from_toml(text, source=path)
+
+
+def files_stamp(acl: Acl) -> tuple[tuple[int, int, int] | None, ...]:
+    """What tells that the ACL file, or a remoting secret file it names, changed."""
+    return tuple(file_stamp(p) for p in acl.files)
 
 
 def file_stamp(path: str) -> tuple[int, int, int] | None:

@@ -41,7 +41,7 @@ from .acl import (
     Acl,
     AclError,
     Perm,
-    file_stamp,
+    files_stamp,
     load_acl,
 )
 from .rules import message_needs, needs, topic_need
@@ -90,7 +90,7 @@ class Guard:
         self.path = path
         self._clock = clock
         self._acl: Acl = load_acl(path)
-        self._stamp = file_stamp(path)
+        self._stamp = files_stamp(self._acl)
         self._checked_at = clock()
         self._mechanism = ScramMechanism(SCRAM_MECHANISM)
         self._decoy_key = os.urandom(32)
@@ -113,12 +113,15 @@ class Guard:
         return self._acl
 
     def _check_file(self) -> None:
-        """Reload the file when its stamp changed (a stat when it did not)."""
+        """Reload the file when its stamp, or a remoting secret file's, changed (a stat
+        each when none did)."""
         self._checked_at = self._clock()
-        stamp = file_stamp(self.path)
+        stamp = files_stamp(self._acl)
         if stamp != self._stamp:
-            self._stamp = stamp
             self._reload()
+            # the ACL file as it was before the reload (a write since then reloads again),
+            # and the secret files the loaded one names
+            self._stamp = (stamp[0], *files_stamp(self._acl)[1:])
 
     def _account(self, name: str) -> Account | None:
         """The account a login names; one the loaded file lacks is looked for in the file

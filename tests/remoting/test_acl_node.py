@@ -104,3 +104,24 @@ def test_an_answer_that_shows_a_message_the_account_may_not_read_is_refused(guar
     send = RemotingCommand(code=RequestCode.SEND_MESSAGE)
     ok = send.response(ResponseCode.SUCCESS, body=b"anything")
     assert checked_messages(guard, app, send, ok) is ok
+
+
+def test_a_new_remoting_secret_in_its_file_applies_within_a_second(tmp_path: Path) -> None:
+    (tmp_path / "app.remoting").write_text("old-secret\n")
+    (tmp_path / "acl.toml").write_text(f"""[[accounts]]
+accessKey = "app"
+scram = "{make_verifier("scram").text()}"
+remotingSecretFile = "app.remoting"
+""")
+    now = [0.0]
+    guard = Guard(str(tmp_path / "acl.toml"), clock=lambda: now[0])
+
+    def signs_with(secret: str) -> bool:
+        cmd = RemotingCommand(code=10, ext_fields=signed_fields({"topic": "t"}, "app", secret))
+        return isinstance(signed_session(guard, cmd, "127.0.0.1:1"), Session)
+
+    assert signs_with("old-secret") and not signs_with("the-new-secret")
+    (tmp_path / "app.remoting").write_text("the-new-secret\n")  # the ACL file itself is unchanged
+    now[0] += 1.0
+    assert signs_with("the-new-secret") and not signs_with("old-secret")
+    assert guard.reloads == 1
