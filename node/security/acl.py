@@ -1,4 +1,5 @@
-"""The ACL file: accounts, their salted credentials and their permissions (no I/O but `load`).
+"""The ACL file: accounts, their salted credentials and their permissions (no I/O but
+`load_acl` and the remoting secret files an account names).
 
 The file is TOML, one `[[accounts]]` table per account, with RocketMQ's plain_acl.yml key
 names (ACL 1.0):
@@ -19,10 +20,12 @@ when the file is read, with a warning: the file then holds a secret. The stored 
 PostgreSQL's SCRAM verifier, so the file never holds what a client sends or could log in
 with. The one exception is opt-in: RocketMQ's remoting clients sign each request with
 HMAC-SHA1 keyed by the plain secret (ACL 1.0), so an account they use holds a separate
-remoting secret, in the file or in a file beside it; it must differ from the SCRAM secret,
-so what the broker keeps to check signatures never logs in over tidemq's protocol
-(docs/security.md, "RocketMQ clients"). A pattern ending in `*` is a prefix; among the rules that match a name, DENY wins,
-else their permissions add up; a name no rule matches gets the default permission.
+remoting secret, in the file or in a file beside it (read with the file); it must differ
+from the SCRAM secret, so what the broker keeps to check signatures never logs in over
+tidemq's protocol (docs/security.md, "RocketMQ clients").
+
+A pattern ending in `*` is a prefix; among the rules that match a name, DENY wins, else
+their permissions add up; a name no rule matches gets the default permission.
 """
 
 from __future__ import annotations
