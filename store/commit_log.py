@@ -269,6 +269,29 @@ class CommitLog:
             return None
         return mf.select(offset % self.file_size, size)
 
+    def copy_spans(self, spans: Sequence[tuple[int, int]]) -> list[bytes | None]:
+        """Copies of the byte ranges (offset, size), in order; None for one not readable
+        whole in one segment. A segment is looked up and held once per run of spans in it
+        (a pull's records), not once per span."""
+        out: list[bytes | None] = []
+        held: MappedFile | None = None
+        try:
+            for offset, size in spans:
+                if held is None or not held.file_from_offset <= offset < held.file_from_offset + self.file_size:
+                    if held is not None:
+                        held.release()
+                        held = None
+                    mf = self.queue.find_by_offset(offset)
+                    if mf is None or not mf.hold():
+                        out.append(None)
+                        continue
+                    held = mf
+                out.append(held.read(offset % self.file_size, size))
+        finally:
+            if held is not None:
+                held.release()
+        return out
+
     def read_record(self, offset: int, *, check_crc: bool = False, read_body: bool = True) -> Decoded | None:
         """Decode the record at a physical offset, its size read from the record itself."""
         mf = self.queue.find_by_offset(offset)

@@ -39,6 +39,7 @@ from .message import Message, StoredMessage
 from .puts import Appended, MessagePuts, Prepared
 from .reads import GetMessageResult as GetMessageResult  # importable from here, as before
 from .reads import MessageReads
+from .reads import QueryMessageResult as QueryMessageResult
 from .reads import StoreUnavailableError as StoreUnavailableError
 from .recovery import RecoveryProgress, TruncateReport
 from .replica_log import ReplicaLog
@@ -450,6 +451,12 @@ class MessageStore:
     def look_message_by_msg_id(self, msg_id: str) -> StoredMessage | None:
         return self.reads.look_message_by_msg_id(msg_id)
 
+    def message_bytes(self, commitlog_offset: int) -> bytes | None:
+        return self.reads.message_bytes(commitlog_offset)
+
+    def records_bytes(self, messages: Sequence[StoredMessage]) -> list[bytes | None]:
+        return self.reads.records_bytes(messages)
+
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         return self.reads.get_offset_in_queue_by_time(topic, queue_id, timestamp_ms)
 
@@ -461,6 +468,10 @@ class MessageStore:
 
     def query_message(self, topic: str, key: str, max_num: int = 32, begin_ts: int = 0, end_ts: int = 2**63 - 1) -> list[StoredMessage]:
         return self.reads.query_message(topic, key, max_num, begin_ts, end_ts)
+
+    def query_message_result(self, topic: str, key: str, max_num: int = 32, begin_ts: int = 0,
+                             end_ts: int = 2**63 - 1) -> QueryMessageResult:
+        return self.reads.query_message_result(topic, key, max_num, begin_ts, end_ts)
 
     def wait_for_message(self, topic: str, queue_id: int, offset: int, timeout: float) -> Coroutine[Any, Any, bool]:
         return self.reads.wait_for_message(topic, queue_id, offset, timeout)

@@ -4,6 +4,7 @@ MessageStore builds one in `load()`, handing it what it reads."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import attrs
@@ -69,6 +70,22 @@ class MessageReads:
         if size is not None and decoded.size != size:
             return None
         return decoded.message
+
+    def message_bytes(self, commitlog_offset: int) -> bytes | None:
+        """The message record at `commitlog_offset` byte for byte as stored (None when no
+        message record starts there): what RocketMQ's clients take in a lookup answer."""
+        self._check_readable()
+        decoded = self.commit_log.read_record(commitlog_offset, read_body=False)
+        if decoded is None or decoded.kind is not RecordKind.MESSAGE:
+            return None
+        return self.commit_log.copy_spans([(commitlog_offset, decoded.size)])[0]
+
+    def records_bytes(self, messages: Sequence[StoredMessage]) -> list[bytes | None]:
+        """The records of messages a read just decoded (a pull's, a query's), byte for byte
+        as stored: what RocketMQ's clients take in a pull answer and decode themselves. One
+        copy each, no decode; None for one removed since."""
+        self._check_readable()
+        return self.commit_log.copy_spans([(m.commitlog_offset, m.size) for m in messages])
 
     def look_message_by_msg_id(self, msg_id: str) -> StoredMessage | None:
         """Offset msgIds hold the physical offset: a direct read (raises ValueError on a bad id)."""
@@ -175,20 +192,30 @@ class MessageReads:
     def query_message(
         self, topic: str, key: str, max_num: int = 32, begin_ts: int = 0, end_ts: int = 2**63 - 1
     ) -> list[StoredMessage]:
+        """`query_message_result(...).messages`."""
+        return self.query_message_result(topic, key, max_num, begin_ts, end_ts).messages
+
+    def query_message_result(
+        self, topic: str, key: str, max_num: int = 32, begin_ts: int = 0, end_ts: int = 2**63 - 1
+    ) -> QueryMessageResult:
         """Messages of `topic` whose KEYS or UNIQ_KEY equal `key`, stored in [begin_ts, end_ts],
-        newest first. The index gives candidates; each is re-read so hash collisions never
-        return another key's message."""
+        newest first, and where the index stood (DefaultMessageStore.queryMessage). The
+        index gives candidates; each is re-read so hash collisions never return another
+        key's message."""
         self._check_readable()
+        result = QueryMessageResult()
         if self.index is None:
-            return []
-        found: list[StoredMessage] = []
-        for offset in self.index.query_offsets(topic, key, self.config.max_msgs_num_batch, begin_ts, end_ts):
+            return result
+        candidates = self.index.query_offset(topic, key, self.config.max_msgs_num_batch, begin_ts, end_ts)
+        result.index_last_update_timestamp = candidates.index_last_update_timestamp
+        result.index_last_update_phyoffset = candidates.index_last_update_phyoffset
+        for offset in candidates.phy_offsets:
             msg = self.look_message_by_offset(offset)
             if msg is not None and msg.topic == topic and (key in msg.keys or msg.uniq_key == key):
-                found.append(msg)
-                if len(found) >= max_num:
+                result.messages.append(msg)
+                if len(result.messages) >= max_num:
                     break
-        return found
+        return result
 
     async def wait_for_message(self, topic: str, queue_id: int, offset: int, timeout: float) -> bool:
         """Long polling: True as soon as the queue holds a message at `offset`, False at timeout."""
@@ -214,3 +241,10 @@ class GetMessageResult:
     min_offset: int = 0
     max_offset: int = 0
     suggest_pulling_from_slave: bool = False
+
+
+@attrs.define
+class QueryMessageResult:
+    messages: list[StoredMessage] = attrs.field(factory=list)
+    index_last_update_timestamp: int = 0
+    index_last_update_phyoffset: int = 0

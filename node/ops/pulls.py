@@ -3,8 +3,10 @@ consumer offsets a group commits and fetches."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import attrs
 import trio
 
 from store.message import StoredMessage
@@ -39,7 +41,7 @@ from .services import (
     refuse_on_slave,
 )
 
-__all__ = ["PULL_HANDLERS"]
+__all__ = ["PULL_HANDLERS", "PullOutcome", "check_consume", "read_queue", "waits_for_more"]
 
 # Long polling waits only when a later message could turn the answer into FOUND
 # (RocketMQ's PULL_NOT_FOUND family; NO_MATCHED_MESSAGE continues from next_begin_offset).
@@ -65,13 +67,38 @@ def _fit(messages: list[StoredMessage], budget: int) -> list[StoredMessage]:
     return messages
 
 
-async def _pull(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
-    f = r.fields
-    if f.group is not None:
-        settings = s.subgroups.get(f.group)
-        if settings is not None and not settings.consume_enable:
-            raise OpError(Status.NO_PERMISSION, f"consumer group {f.group!r} may not consume on {s.cfg.broker_name} "
-                                                "(its consumption is disabled: updateSubGroup --consumeEnable)")
+def check_consume(s: NodeServices, group: str | None) -> None:
+    """Refuse a pull for a group whose consumption is disabled (OpError NO_PERMISSION)."""
+    if group is None:
+        return
+    settings = s.subgroups.get(group)
+    if settings is not None and not settings.consume_enable:
+        raise OpError(Status.NO_PERMISSION, f"consumer group {group!r} may not consume on {s.cfg.broker_name} "
+                                            "(its consumption is disabled: updateSubGroup --consumeEnable)")
+
+
+def waits_for_more(status: GetMessageStatus, offset: int) -> bool:
+    """The CBOR pull's long polling: every answer a later message could turn into FOUND."""
+    return status in _WAITABLE
+
+
+@attrs.frozen
+class PullOutcome:
+    """What a pull read: the store's last answer, the messages that fit a response, and
+    where the consumer continues."""
+
+    result: GetMessageResult
+    messages: list[StoredMessage]
+    next_begin_offset: int
+
+
+async def read_queue(s: NodeServices, f: Pull,
+                     waits: Callable[[GetMessageStatus, int], bool] = waits_for_more) -> PullOutcome:
+    """A pull's read, shared by the CBOR op and RocketMQ's PULL_MESSAGE (node/remoting/):
+    the group's consume check, the store read, and long polling for up to `f.timeout_ms`
+    while `waits(status, offset)` says a later message could answer it (filtered units are
+    scanned past meanwhile), woken as soon as one lands."""
+    check_consume(s, f.group)
     topic, queue_id, offset = f.topic, f.queue_id, f.offset
     deadline = trio.current_time() + f.timeout_ms / 1000
 
@@ -79,7 +106,7 @@ async def _pull(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]
         return s.store.get_message(f.group or "", topic, queue_id, at, f.max_msgs, f.tag_filter)
 
     result = read(offset)
-    while result.status in _WAITABLE and not s.stopping and trio.current_time() < deadline:
+    while waits(result.status, offset) and not s.stopping and trio.current_time() < deadline:
         if result.status is GetMessageStatus.NO_MATCHED_MESSAGE:
             offset = result.next_begin_offset  # filtered units: scan on from there
             if offset < result.max_offset:
@@ -96,8 +123,14 @@ async def _pull(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]
     next_begin = result.next_begin_offset
     if len(messages) < len(result.messages):
         next_begin = result.messages[len(messages)].queue_offset
-    return PullReply(status=Status(result.status.value), messages=[WireMessage.of(m) for m in messages],
-                     next_begin_offset=next_begin, min_offset=result.min_offset,
+    return PullOutcome(result, messages, next_begin)
+
+
+async def _pull(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    got = await read_queue(s, r.fields)
+    result = got.result
+    return PullReply(status=Status(result.status.value), messages=[WireMessage.of(m) for m in got.messages],
+                     next_begin_offset=got.next_begin_offset, min_offset=result.min_offset,
                      max_offset=result.max_offset).to_wire(r.id)
 
 

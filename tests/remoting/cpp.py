@@ -3,7 +3,10 @@ a child process per action, so its threads, its process-wide client instance and
 stay out of pytest. `python -m tests.remoting.cpp ACTION --namesrv ADDR ...` prints one JSON
 object on stdout; `run_cpp` runs it and returns that object.
 
-Actions: `produce` (send_sync of `--count` messages, with keys and tags)."""
+Actions: `produce` (send_sync of `--count` messages, with keys and tags); `send` (`--mode`
+sync, oneway, orderly or batch, with `--delay-level`, `--body-size`, `--orders` and
+`--extra-key`); `pull` (a PullConsumer reads the topic's queues from offset 0 until `--count`
+messages or none new). Bodies are text: the wrapper's `set_body` cuts a body at its first NUL."""
 
 from __future__ import annotations
 
@@ -65,21 +68,108 @@ def _produce(args: argparse.Namespace) -> dict[str, Any]:
     return {"sent": sent}
 
 
+def _text_body(prefix: str, i: int, size: int) -> str:
+    """`prefix-i`, or a text of exactly `size` bytes that starts so (C++ deflates ≥ 4096)."""
+    head = f"{prefix}-{i}"
+    if size <= len(head):
+        return head
+    filler = "".join(chr(ord("a") + (j * 7 + i) % 26) for j in range(size))
+    return (head + ":" + filler)[:size]
+
+
+def _send(args: argparse.Namespace) -> dict[str, Any]:
+    """`--count` messages by `--mode`: message i has key `prefix-ki` (plus `--extra-key`),
+    tags `--tags`, a text body; orderly sends pass order `i % --orders` as the selector's
+    argument (the wrapper's hashing selector picks queue `arg % n`)."""
+    from rocketmq.client import Message
+
+    p = _producer(args)
+    out: dict[str, Any] = {"mode": args.mode, "sent": []}
+    try:
+        messages = []
+        for i in range(args.count):
+            m = Message(args.topic)
+            key = f"{args.prefix}-k{i}"
+            m.set_keys(f"{key} {args.extra_key}" if args.extra_key else key)
+            m.set_tags(args.tags)
+            body = _text_body(args.prefix, i, args.body_size)
+            m.set_body(body)
+            if args.delay_level:
+                m.set_delay_time_level(args.delay_level)
+            entry: dict[str, Any] = {"key": key, "body": body, "order": i % args.orders}
+            if args.mode == "sync":
+                r = p.send_sync(m)
+            elif args.mode == "orderly":
+                r = p.send_orderly(m, i % args.orders)
+            elif args.mode == "oneway":
+                p.send_oneway(m)
+                r = None
+            else:
+                messages.append(m)
+                r = None
+            if r is not None:
+                entry.update(status=int(r.status), msg_id=r.msg_id, offset=r.offset)
+            out["sent"].append(entry)
+        if messages:
+            r = p.send_batch(messages)
+            out["batch"] = {"status": int(r.status), "msg_id": r.msg_id, "offset": r.offset}
+    finally:
+        p.shutdown()
+    return out
+def _pull(args: argparse.Namespace) -> dict[str, Any]:
+    """PullConsumer.pull walks every queue until NO_NEW_MSG (its offsets: a class-level
+    table, from 0); passes repeat until `--count` messages came (or 15 s passed)."""
+    import time
+
+    from rocketmq.client import PullConsumer
+
+    c = PullConsumer(args.group)
+    c.set_namesrv_addr(args.namesrv)
+    if args.access_key:
+        c.set_session_credentials(args.access_key, args.secret_key, "")
+    c.start()
+    got: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 15
+    try:
+        while True:
+            for m in c.pull(args.topic, args.expression, args.max_num):  # read each one before the next pull frees it
+                got.append({"topic": m.topic, "id": m.id, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
+                            "commit_log_offset": m.commit_log_offset, "store_size": m.store_size,
+                            "body": m.body.decode(), "tags": m.tags.decode(), "keys": m.keys.decode(),
+                            "uniq_key": (m.get_property("UNIQ_KEY") or b"").decode()})
+            if len(got) >= args.count or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)  # poll: another pass over the queues
+    finally:
+        c.shutdown()
+    return {"received": got}
+
+
+ACTIONS = {"produce": _produce, "send": _send, "pull": _pull}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.remoting.cpp")
-    parser.add_argument("action", choices=["produce"])
+    parser.add_argument("action", choices=sorted(ACTIONS))
     parser.add_argument("--namesrv", required=True)
     parser.add_argument("--topic", default="RmqTest")
     parser.add_argument("--group", default="rmq-test-group")
     parser.add_argument("--tags", default="TagA")
     parser.add_argument("--prefix", default="m")
     parser.add_argument("--count", type=int, default=1)
+    parser.add_argument("--max-num", type=int, default=32)
+    parser.add_argument("--expression", default="*")
     parser.add_argument("--timeout-ms", type=int, default=5000)
     parser.add_argument("--access-key", default="")
     parser.add_argument("--secret-key", default="")
     parser.add_argument("--record-errors", action="store_true", help="a failed send is an entry with 'error'")
+    parser.add_argument("--mode", choices=["sync", "oneway", "orderly", "batch"], default="sync")
+    parser.add_argument("--delay-level", type=int, default=0)
+    parser.add_argument("--body-size", type=int, default=0)
+    parser.add_argument("--orders", type=int, default=1)
+    parser.add_argument("--extra-key", default="")
     args = parser.parse_args()
-    out = {"produce": _produce}[args.action](args)
+    out = ACTIONS[args.action](args)
     print(json.dumps(out), flush=True)
 
 

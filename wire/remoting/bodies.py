@@ -36,15 +36,26 @@ def parse_json_body(body: bytes, what: str) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise BodyError(f"the {what} body is not UTF-8") from None
     try:
-        value = json.loads(text)
+        value = _loads(text, what)
     except json.JSONDecodeError:
         try:
-            value = json.loads(_quote_numeric_keys(text))
+            value = _loads(_quote_numeric_keys(text), what)
         except json.JSONDecodeError as e:
             raise BodyError(f"the {what} body is not JSON: {e}") from None
     if type(value) is not dict:
         raise BodyError(f"the {what} body must be a JSON object")
     return value
+
+
+def _loads(text: str, what: str) -> Any:
+    """json.loads, with what else it raises on hostile input (nesting deeper than the parser
+    goes, an integer of more than 4300 digits) as BodyError; JSONDecodeError passes."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except (RecursionError, ValueError) as e:
+        raise BodyError(f"the {what} body cannot be read: {type(e).__name__}: {str(e)[:100]}") from None
 
 
 def _quote_numeric_keys(text: str) -> str:

@@ -160,6 +160,8 @@ def _from_json(header: bytes) -> RemotingCommand:
         raw = json.loads(header)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"the JSON header cannot be parsed: {e}") from None
+    except RecursionError:  # nesting deeper than the parser goes: a fuzzed or hostile header
+        raise ValueError("the JSON header nests too deeply") from None
     if type(raw) is not dict:
         raise ValueError("the JSON header must be an object")
     ext = raw.get("extFields")
@@ -224,7 +226,7 @@ def _opaque_of(header: bytes, serialize_type: int) -> int:
             return int(_INT32.unpack_from(header, 5)[0])
         raw = json.loads(header)
         return _int32(raw.get("opaque"), "opaque") if type(raw) is dict else 0
-    except (ValueError, struct.error, UnicodeDecodeError):
+    except (ValueError, struct.error, UnicodeDecodeError, RecursionError):
         return 0
 
 

@@ -10,6 +10,7 @@ as "0"/"1", and Java reading "1" as false is what stores a C++ batch as one mess
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 import attrs
@@ -21,6 +22,12 @@ __all__ = ["HeaderError", "SendHeader", "ext_bool", "ext_int", "ext_str", "send_
 
 class HeaderError(ValueError):
     """A request header field is missing or malformed."""
+
+
+_JAVA_INT = re.compile(r"[+-]?[0-9]+")
+"""What Java's Integer/Long.parseLong take: ASCII digits and a sign. Python's int() also
+takes spaces, underscores and other scripts' digits ("1_0", " 5", "٥"), which a Java
+broker refuses."""
 
 
 def ext_str(ext: Mapping[str, str] | None, name: str, default: str | None = None) -> str:
@@ -38,10 +45,9 @@ def ext_int(ext: Mapping[str, str] | None, name: str, default: int | None = None
         if default is None:
             raise HeaderError(f"the custom header field {name!r} is null")
         return default
-    try:
-        return int(value)
-    except ValueError:
-        raise HeaderError(f"the custom header field {name!r} is not an integer: {value!r}") from None
+    if _JAVA_INT.fullmatch(value) is None or len(value) > 20:
+        raise HeaderError(f"the custom header field {name!r} is not an integer: {value!r}")
+    return int(value)
 
 
 def ext_bool(ext: Mapping[str, str] | None, name: str) -> bool:
