@@ -6,8 +6,8 @@ One cluster for the module: a name server with aclEnable, an open one (so a clie
 wrong secret still finds the broker, and it is the broker's check that refuses it) and an
 ASYNC_MASTER with aclEnable registered with both. The ACL file has `broker` (admin; the
 node logs in with its SCRAM secret, RocketMQ clients sign with its separate remoting
-secret, kept in a file) and `app` (PUB|SUB on RmqSecA only; `tidemq acl add-user
---remoting-secret-file` adds it)."""
+secret, kept in a file) and `app` (PUB|SUB on RmqSecA and RmqSecPull only, SUB on every
+group; `tidemq acl add-user --remoting-secret-file` adds it)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from tests.remoting.client import RemotingClient
 from tests.remoting.cpp import run_cpp
 from wire.client import NotFound, connect
 from wire.credentials import Credentials
-from wire.protocol import GetStatus, QueryByKey, TopicCreate
+from wire.protocol import GetStatus, QueryByKey, Send, TopicCreate
 from wire.protocol.namesrv import NamesrvStatus
 from wire.remoting.acl import signed_fields
 from wire.remoting.codes import RequestCode, ResponseCode
@@ -36,7 +36,7 @@ pytestmark = pytest.mark.slow  # it starts `tidemq` processes
 BROKER_SECRET = "broker-scram-secret"
 BROKER_REMOTING = "broker-remoting-secret"
 APP_REMOTING = "app-remoting-secret"
-TOPIC_A, TOPIC_B = "RmqSecA", "RmqSecB"
+TOPIC_A, TOPIC_B, TOPIC_P = "RmqSecA", "RmqSecB", "RmqSecPull"
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,8 @@ remotingSecretFile = "broker.remoting"
 """)
     (tmp / "app.remoting").write_text(APP_REMOTING + "\n")
     made = cli("acl", "add-user", "app", "-f", str(tmp / "acl.toml"), "--generate", "--secret-file",
-               str(tmp / "app.secret"), "--topic-perm", f"{TOPIC_A}=PUB|SUB", "--default-group-perm", "SUB",
+               str(tmp / "app.secret"), "--topic-perm", f"{TOPIC_A}=PUB|SUB",
+               "--topic-perm", f"{TOPIC_P}=PUB|SUB", "--default-group-perm", "SUB",
                "--remoting-secret-file", str(tmp / "app.remoting"))
     assert made.returncode == 0, made.stderr.decode()
     assert 'remotingSecretFile = "app.remoting"' in (tmp / "acl.toml").read_text()
@@ -189,10 +190,11 @@ def test_the_name_server_wants_valid_credentials_for_a_route(secure: dict[str, A
         assert right.code == ResponseCode.SUCCESS and b"broker-sec" in right.body
         info = c.call(RequestCode.GET_BROKER_CLUSTER_INFO, signed_fields(None, "app", APP_REMOTING))
         assert info.code == ResponseCode.SUCCESS and b"broker-sec" in info.body
-    # the C++ client with a wrong secret finds no route there (last: its retries use up
-    # app's failures from this address at the name server for a minute)
+    # the C++ client with a wrong secret finds no route there (as `broker`: its retries use
+    # up that key's failures from this address at the name server for a minute, and the
+    # other tests' clients sign as `app`)
     before = _security(secure["namesrv"], NamesrvStatus())
-    sent = _produce(secure, TOPIC_A, "noroute", "app", "not-the-secret")
+    sent = _produce(secure, TOPIC_A, "noroute", "broker", "not-the-secret")
     assert "error" in sent[0] and "route" in sent[0]["error"].lower(), sent
     assert _security(secure["namesrv"], NamesrvStatus())["failed_signatures"] > before["failed_signatures"]
 
@@ -205,6 +207,47 @@ def test_a_remoting_secret_equal_to_the_scram_secret_is_refused(tmp_path: Path) 
         Acl.from_toml(text)
     assert Acl.from_toml(text.replace('remotingSecret = "same"', 'remotingSecret = "other"')).accounts["x"] \
         .remoting_secret == "other"
+
+
+def test_the_cpp_pull_consumer_reads_what_its_account_may_and_nothing_else(secure: dict[str, Any]) -> None:
+    sent = _produce(secure, TOPIC_P, "pull", "app", APP_REMOTING, count=2)
+    assert [s.get("status") for s in sent] == [0, 0], sent
+    got = run_cpp("pull", "--namesrv", secure["namesrv"], "--access-key", "app", "--secret-key", APP_REMOTING,
+                  "--topic", TOPIC_P, "--count", "2")
+    assert sorted(m["body"] for m in got["received"]) == ["pull-0", "pull-1"], got
+    # refused pulls, as the lean client sees them (the Python wrapper's PullConsumer.pull
+    # retries a failed pull forever, so a refused C++ pull never returns)
+    pull = {"consumerGroup": "rmq-sec-pull", "topic": TOPIC_B, "queueId": "0", "queueOffset": "0",
+            "maxMsgNums": "32", "sysFlag": "0", "commitOffset": "0", "suspendTimeoutMillis": "0",
+            "subscription": "*", "subVersion": "0"}
+    with RemotingClient(secure["master"]) as c:
+        refused = c.call(RequestCode.PULL_MESSAGE, signed_fields(pull, "app", APP_REMOTING))
+        assert (refused.code, refused.remark, refused.body) == (
+            ResponseCode.NO_PERMISSION, f"pull: account 'app' lacks SUB on topic '{TOPIC_B}'", b"")
+        wrong = c.call(RequestCode.PULL_MESSAGE, signed_fields({**pull, "topic": TOPIC_P}, "app", "not-it"))
+        assert (wrong.code, wrong.body) == (ResponseCode.SYSTEM_ERROR, b"")
+        mine = c.call(RequestCode.PULL_MESSAGE, signed_fields({**pull, "topic": TOPIC_P, "queueId": str(
+            got["received"][0]["queue_id"])}, "app", APP_REMOTING))
+        assert mine.code == ResponseCode.SUCCESS and b"pull-" in mine.body
+
+
+def test_a_message_the_account_may_not_read_is_not_shown_by_id(secure: dict[str, Any]) -> None:
+    async def store() -> int:
+        async with connect(secure["master"], credentials=Credentials("broker", BROKER_SECRET)) as conn:
+            await conn.call(TopicCreate(topic=TOPIC_B))
+            await conn.call(Send(topic=TOPIC_B, body=b"secret", keys=["by-id"]))
+            (m,) = (await conn.call(QueryByKey(topic=TOPIC_B, key="by-id"))).messages
+            return int(m.commitlog_offset)
+
+    offset = {"offset": str(trio.run(store))}
+    with RemotingClient(secure["master"]) as c:
+        # VIEW_MESSAGE_BY_ID names no topic (any account may ask, as CBOR's get_by_msg_id):
+        # the answer's message is what is checked
+        app = c.call(RequestCode.VIEW_MESSAGE_BY_ID, signed_fields(offset, "app", APP_REMOTING))
+        assert (app.code, app.body) == (ResponseCode.NO_PERMISSION, b"")
+        assert app.remark == f"account 'app' lacks SUB on topic '{TOPIC_B}'"
+        admin = c.call(RequestCode.VIEW_MESSAGE_BY_ID, signed_fields(offset, "broker", BROKER_REMOTING))
+        assert admin.code == ResponseCode.SUCCESS and b"secret" in admin.body
 
 
 @pytest.fixture(scope="module")
