@@ -7,19 +7,19 @@ wrong secret still finds the broker, and it is the broker's check that refuses i
 ASYNC_MASTER with aclEnable registered with both. The ACL file has `broker` (admin; the
 node logs in with its SCRAM secret, RocketMQ clients sign with its separate remoting
 secret, kept in a file) and `app` (PUB|SUB on RmqSecA and RmqSecPull only, SUB on every
-group; `tidemq acl add-user --remoting-secret-file` adds it)."""
+group; `tidemq acl add-user --remoting-secret-file` adds it). A second fixture runs name
+servers with tlsMode enforcing and permissive, for what TLS means to a remoting client."""
 
 from __future__ import annotations
 
 import ssl
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from node.security.acl import make_verifier
+from node.security.acl import Acl, AclError, make_verifier
 from tests.cluster.helpers import cli, start_namesrv
 from tests.node.nodeproc import Nodes, master_conf, write_conf
 from tests.remoting.client import RemotingClient
@@ -199,9 +199,7 @@ def test_the_name_server_wants_valid_credentials_for_a_route(secure: dict[str, A
     assert _security(secure["namesrv"], NamesrvStatus())["failed_signatures"] > before["failed_signatures"]
 
 
-def test_a_remoting_secret_equal_to_the_scram_secret_is_refused(tmp_path: Path) -> None:
-    from node.security.acl import Acl, AclError
-
+def test_a_remoting_secret_equal_to_the_scram_secret_is_refused() -> None:
     text = f'[[accounts]]\naccessKey = "x"\nscram = "{make_verifier("same").text()}"\nremotingSecret = "same"\n'
     with pytest.raises(AclError, match="separate one"):
         Acl.from_toml(text)
