@@ -15,7 +15,7 @@ from node.security.guard import Guard, Session
 from store.message import Message
 from store.properties import PROPERTY_RETRY_TOPIC
 from store.record_codec import encode_record
-from wire.protocol import NODE_REQUESTS, parse_with
+from wire.protocol import NODE_REQUESTS, Request, parse_with
 from wire.remoting.acl import signed_fields
 from wire.remoting.codes import RequestCode, ResponseCode
 from wire.remoting.command import RemotingCommand
@@ -71,7 +71,7 @@ def test_failed_signatures_are_rate_limited_per_address_and_key(guard: Guard) ->
 def test_the_cbor_ops_permissions_apply(guard: Guard) -> None:
     app = Session("127.0.0.1", account="app")
 
-    def send(topic: str) -> object:
+    def send(topic: str) -> Request:
         return parse_with({"v": 1, "id": 0, "op": "send", "topic": topic, "body": b"x"}, NODE_REQUESTS)
 
     assert screened(guard, app, send("orders")).reader is not None  # copies ask the same rule
