@@ -283,7 +283,7 @@ class Broker:
                         plain_sends=partial(handle_plain_sends, services), net=self.net,
                     )
                     # RocketMQ's clients on the same port (node/remoting/)
-                    self.server.remoting = NodeRemoting(services, self.server.checked_topics)
+                    self.server.remoting = NodeRemoting(services, self.server.checked_topics, self.guard)
                     await nursery.start(self.server.run)
                     if registration is not None:
                         await nursery.start(registration.run)

@@ -411,20 +411,49 @@ class ClientServer:
 
     async def _refuse_plaintext(self, raw: trio.abc.Stream, peer: str | None, why: str | None) -> None:
         """A connection the TLS check refused: a plaintext client is told so in its own
-        protocol (one error frame), then the connection is closed."""
+        protocol (one error frame: a remoting client gets SYSTEM_ERROR as the answer to its
+        first request), then the connection is closed."""
         log.info("client %s refused: %s", peer, why)
         if why is not None and why.startswith("plaintext"):
+            text = "this port accepts TLS only (tlsMode enforcing)"
             with trio.move_on_after(ERROR_FRAME_TIMEOUT_S):
                 with contextlib.suppress(*_IO_ERRORS):
-                    await raw.send_all(encode_frame(error_response(
-                        None, Status.BAD_REQUEST, "this port accepts TLS only (tlsMode enforcing): connect with TLS "
-                        "(--tls-ca FILE or TIDEMQ_TLS_CA)")))
+                    first = await self._first_request(raw) if self.remoting is not None else None
+                    if first is not None:  # a RocketMQ client: no client option makes it speak TLS here
+                        await raw.send_all(encode_command(RemotingCommand(
+                            code=ResponseCode.SYSTEM_ERROR, opaque=first.opaque, flag=1, remark=text)))
+                    else:
+                        await raw.send_all(encode_frame(error_response(
+                            None, Status.BAD_REQUEST, f"{text}: connect with TLS (--tls-ca FILE or TIDEMQ_TLS_CA)")))
                     await cast(trio.abc.HalfCloseableStream, raw).send_eof()
                     # read what the client sent until it closes: closing with unread bytes
                     # would reset the connection and lose the error frame on its way
                     while await raw.receive_some(RECEIVE_SIZE):
                         pass
         await trio.aclose_forcefully(raw)
+
+    async def _first_request(self, raw: trio.abc.Stream) -> RemotingCommand | BadCommand | None:
+        """A refused plaintext connection's first remoting request (its opaque pairs the
+        answer with it), or None when it is not remoting (only its first bytes are read)."""
+        first = b""
+        while len(first) < 5:
+            data = await raw.receive_some(RECEIVE_SIZE)
+            if not data:
+                return None
+            first += data
+        if not looks_like_remoting(first):
+            return None
+        decoder = CommandDecoder(self.max_frame_size)
+        data = first
+        while data:
+            try:
+                commands = decoder.feed(data)
+            except RemotingFrameError:
+                return None
+            if commands:
+                return commands[0]
+            data = await raw.receive_some(RECEIVE_SIZE)
+        return None
 
     def _tell_gone(self, conn: _Connection) -> None:
         """`on_disconnect` once per connection: as soon as its reading ended (EOF, a reset,

@@ -6,6 +6,9 @@ A route lists the brokers the name server believes alive, by brokerId, at the cl
 each registered: that port answers remoting too. A topic no broker serves is TOPIC_NOT_EXIST,
 and a RocketMQ client then asks for `TBW102`'s route, which every node with
 autoCreateTopicEnable registers, to send a topic's first message (node/registration.py).
+
+With aclEnable every request must be signed (ACL 1.0, node/remoting/acl.py), and is held
+to what the CBOR op it stands for needs (get_route, get_cluster_info: any account).
 """
 
 from __future__ import annotations
@@ -13,7 +16,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from node.remoting.acl import Refused, screened, signed_session
 from node.remoting.channel import Finish, RemotingChannel
+from node.security.guard import Guard
+from wire.protocol import InvalidRequest, parse_with
+from wire.protocol.namesrv import NAMESRV_REQUESTS
 from wire.remoting.bodies import json_body, route_body
 from wire.remoting.codes import RequestCode, ResponseCode
 from wire.remoting.command import RemotingCommand
@@ -31,14 +38,19 @@ class NamesrvRemoting:
 
     ordered: frozenset[int] = frozenset()
 
-    def __init__(self, table: RouteTable) -> None:
+    def __init__(self, table: RouteTable, guard: Guard | None = None) -> None:
         self.table = table
+        self.guard = guard
 
     def closed(self, channel: RemotingChannel) -> None:
         pass
 
     async def start(self, cmd: RemotingCommand, channel: RemotingChannel) -> RemotingCommand | Finish | None:
         try:
+            if self.guard is not None:
+                refusal = self._refusal(self.guard, cmd, channel)
+                if refusal is not None:
+                    return refusal
             if cmd.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
                 return self._route(cmd)
             if cmd.code == RequestCode.GET_BROKER_CLUSTER_INFO:
@@ -48,6 +60,25 @@ class NamesrvRemoting:
         except HeaderError as e:
             return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
         return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+
+    def _refusal(self, guard: Guard, cmd: RemotingCommand, channel: RemotingChannel) -> RemotingCommand | None:
+        """Why a request is refused (its signature, or what its CBOR op needs); None: it may run."""
+        session = signed_session(guard, cmd, channel.peer)
+        if isinstance(session, RemotingCommand):
+            return session
+        if cmd.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
+            frame: dict[str, Any] = {"op": "get_route", "topic": ext_str(cmd.ext_fields, "topic")}
+        elif cmd.code in (RequestCode.GET_BROKER_CLUSTER_INFO, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER):
+            frame = {"op": "get_cluster_info"}  # the topic list is part of the cluster's info
+        else:
+            return None  # not answered: REQUEST_CODE_NOT_SUPPORTED
+        try:
+            screened(guard, session, parse_with({"v": 1, "id": 0, **frame}, NAMESRV_REQUESTS))
+        except InvalidRequest as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, e.message)
+        except Refused as e:
+            return cmd.response(e.code, e.remark)
+        return None
 
     def _route(self, cmd: RemotingCommand) -> RemotingCommand:
         topic = ext_str(cmd.ext_fields, "topic")

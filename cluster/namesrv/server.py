@@ -94,7 +94,7 @@ class NameServer:
                     requests=NAMESRV_REQUESTS,
                     on_disconnect=self.table.connection_closed,
                     guard=self.guard, tls=self.tls, net=self.net,
-                    remoting=NamesrvRemoting(self.table),
+                    remoting=NamesrvRemoting(self.table, self.guard),
                 )
                 await nursery.start(self.server.run)
                 nursery.start_soon(self._expire_loop)

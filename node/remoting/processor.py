@@ -13,6 +13,7 @@ refused.
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any
 
 from wire.protocol import NODE_REQUESTS, InvalidRequest, Request, parse_with
@@ -22,6 +23,8 @@ from wire.remoting.command import RemotingCommand
 from wire.remoting.headers import HeaderError
 
 from ..ops.services import NodeServices
+from ..security.guard import Guard
+from .acl import CURRENT, Refused, guarded, screened
 from .channel import Finish, Processor, RemotingChannel
 from .clients import CLIENT_PROCESSORS, channel_closed
 from .pulls import PULL_PROCESSORS
@@ -35,9 +38,11 @@ __all__ = ["NodeRemoting"]
 class NodeRemoting:
     """The node's RemotingService (node/remoting/channel.py)."""
 
-    def __init__(self, services: NodeServices, checked_topics: set[str]) -> None:
+    def __init__(self, services: NodeServices, checked_topics: set[str], guard: Guard | None = None) -> None:
         self.services = services
         self.checked_topics = checked_topics
+        self.guard = guard
+        """With aclEnable: every request is signed, and `request` screens what it builds (acl.py)."""
         self._processors: dict[int, Processor] = {**SEND_PROCESSORS, **PULL_PROCESSORS, **CLIENT_PROCESSORS}
         self.ordered = frozenset(SEND_PROCESSORS)
         """Sends start in the reader, in arrival order: a queue's order holds."""
@@ -49,12 +54,25 @@ class NodeRemoting:
         processor = self._processors.get(cmd.code)
         if processor is None:
             return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+        if self.guard is not None:  # aclEnable: signed, screened, its messages checked (acl.py)
+            return await guarded(self.guard, cmd, channel.peer, partial(self._run, processor, cmd, channel))
+        return await self._run(processor, cmd, channel)
+
+    async def _run(self, processor: Processor, cmd: RemotingCommand, channel: RemotingChannel,
+                   ) -> RemotingCommand | Finish | None:
         try:
             return await processor(self, cmd, channel)
         except (HeaderError, BodyError, InvalidRequest) as e:
             return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        except Refused as e:
+            return cmd.response(e.code, e.remark)
 
     def request(self, frame: dict[str, Any]) -> Request:
         """A CBOR op's map (its fields, "op" and "id"; the envelope's "v" is added) as the
-        node's schema reads it: the same checks as a CBOR client gets (InvalidRequest)."""
-        return parse_with({"v": 1, **frame}, NODE_REQUESTS, self.checked_topics)
+        node's schema reads it: the same checks as a CBOR client gets (InvalidRequest), and
+        with aclEnable the same permissions, for the account that signed the request
+        (Refused)."""
+        request = parse_with({"v": 1, **frame}, NODE_REQUESTS, self.checked_topics)
+        if self.guard is None:
+            return request
+        return screened(self.guard, CURRENT.get(), request)

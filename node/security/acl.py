@@ -1,4 +1,5 @@
-"""The ACL file: accounts, their salted credentials and their permissions (no I/O but `load`).
+"""The ACL file: accounts, their salted credentials and their permissions (no I/O but
+`load_acl` and the remoting secret files an account names).
 
 The file is TOML, one `[[accounts]]` table per account, with RocketMQ's plain_acl.yml key
 names (ACL 1.0):
@@ -12,18 +13,27 @@ names (ACL 1.0):
     topicPerms = ["orders=PUB|SUB", "logs-*=SUB", "logs-secret=DENY"]
     groupPerms = ["billing=SUB"]
     whiteRemoteAddress = "127.0.0.1"   # or "10.0.0.0/8", "192.168.1.*", a list of them; "*" is anyone
+    remotingSecretFile = "alice.remoting"  # optional: RocketMQ clients' secret (or remotingSecret = "...")
 
 `secretKey = "..."` (the plain secret, as plain_acl.yml holds it) is accepted too and hashed
 when the file is read, with a warning: the file then holds a secret. The stored form is
 PostgreSQL's SCRAM verifier, so the file never holds what a client sends or could log in
-with. A pattern ending in `*` is a prefix; among the rules that match a name, DENY wins,
-else their permissions add up; a name no rule matches gets the default permission.
+with. The one exception is opt-in: RocketMQ's remoting clients sign each request with
+HMAC-SHA1 keyed by the plain secret (ACL 1.0), so an account they use holds a separate
+remoting secret, in the file or in a file beside it (read with the file); it must differ
+from the SCRAM secret, so what the broker keeps to check signatures never logs in over
+tidemq's protocol (docs/security.md, "RocketMQ clients").
+
+A pattern ending in `*` is a prefix; among the rules that match a name, DENY wins, else
+their permissions add up; a name no rule matches gets the default permission.
 """
 
 from __future__ import annotations
 
 import base64
 import enum
+import hashlib
+import hmac
 import ipaddress
 import logging
 import os
@@ -167,6 +177,9 @@ class Account:
     topic_rules: tuple[Rule, ...] = ()
     group_rules: tuple[Rule, ...] = ()
     white_remote_address: tuple[str, ...] = ()  # empty: any address
+    remoting_secret: str | None = attrs.field(default=None, repr=False)
+    """The secret RocketMQ clients sign with (ACL 1.0); None: remoting clients cannot use it."""
+    remoting_secret_file: str | None = None  # where it was read from (a change reloads the ACL)
 
     def may_topic(self, topic: str, want: Perm) -> bool:
         return self.admin or _decide(self.topic_rules, self.default_topic_perm, topic, want)
@@ -200,7 +213,7 @@ def _check_address_pattern(pattern: str) -> None:
 
 
 _ACCOUNT_KEYS = {"accessKey", "scram", "secretKey", "admin", "defaultTopicPerm", "defaultGroupPerm",
-                 "topicPerms", "groupPerms", "whiteRemoteAddress"}
+                 "topicPerms", "groupPerms", "whiteRemoteAddress", "remotingSecret", "remotingSecretFile"}
 
 
 @attrs.frozen
@@ -209,6 +222,12 @@ class Acl:
 
     accounts: Mapping[str, Account]
     source: str = ""
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The files it was read from: the ACL file and the remoting secret files it names."""
+        return (self.source, *sorted({a.remoting_secret_file for a in self.accounts.values()
+                                      if a.remoting_secret_file}))
 
     @classmethod
     def from_toml(cls, text: str, *, source: str = "") -> Acl:
@@ -225,14 +244,14 @@ class Acl:
             raise AclError(f"{where}: 'accounts' must be [[accounts]] tables")
         accounts: dict[str, Account] = {}
         for index, entry in enumerate(entries, start=1):
-            account = _account(entry, f"{where}: account {index}")
+            account = _account(entry, f"{where}: account {index}", os.path.dirname(source))
             if account.access_key in accounts:
                 raise AclError(f"{where}: account {index}: accessKey {account.access_key!r} appears twice")
             accounts[account.access_key] = account
         return cls(accounts, source)
 
 
-def _account(entry: Mapping[str, Any], where: str) -> Account:
+def _account(entry: Mapping[str, Any], where: str, directory: str) -> Account:
     unknown = set(entry) - _ACCOUNT_KEYS
     if unknown:
         raise AclError(f"{where}: unknown key(s) {sorted(unknown)}; known: {sorted(_ACCOUNT_KEYS)}")
@@ -265,9 +284,48 @@ def _account(entry: Mapping[str, Any], where: str) -> Account:
             topic_rules=tuple(Rule.parse(r) for r in _texts(entry.get("topicPerms", []), "topicPerms")),
             group_rules=tuple(Rule.parse(r) for r in _texts(entry.get("groupPerms", []), "groupPerms")),
             white_remote_address=tuple(addresses),
+            remoting_secret=_remoting_secret(entry, verifier, directory),
+            remoting_secret_file=_secret_path(entry, directory),
         )
     except ValueError as e:
         raise AclError(f"{where}: {e}") from None
+
+
+def _remoting_secret(entry: Mapping[str, Any], verifier: Verifier, directory: str) -> str | None:
+    """The account's remoting secret (`remotingSecret`, or the first line of
+    `remotingSecretFile`, relative to the ACL file's directory), if it has one."""
+    if "remotingSecret" in entry and "remotingSecretFile" in entry:
+        raise ValueError("give one of remotingSecret or remotingSecretFile")
+    if "remotingSecret" in entry:
+        secret = _text(entry["remotingSecret"], "remotingSecret")
+    elif "remotingSecretFile" in entry:
+        path = _secret_path(entry, directory) or ""
+        try:
+            with open(path, encoding="utf-8") as f:
+                secret = f.readline().rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"remotingSecretFile {path}: cannot read it: {getattr(e, 'strerror', None) or e}") from None
+    else:
+        return None
+    if not secret:
+        raise ValueError("the remoting secret must not be empty")
+    if verifier_matches(verifier, secret):
+        raise ValueError("the remoting secret is the account's SCRAM secret; give RocketMQ clients a separate one "
+                         "(the broker keeps it in a form that signs)")
+    return secret
+
+
+def _secret_path(entry: Mapping[str, Any], directory: str) -> str | None:
+    if "remotingSecretFile" not in entry:
+        return None
+    return os.path.join(directory, _text(entry["remotingSecretFile"], "remotingSecretFile"))
+
+
+def verifier_matches(verifier: Verifier, secret: str) -> bool:
+    """Whether `secret` is the one `verifier` was made from (RFC 5802's StoredKey)."""
+    salted = hashlib.pbkdf2_hmac("sha256", secret.encode(), verifier.salt, verifier.iterations)
+    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+    return hmac.compare_digest(hashlib.sha256(client_key).digest(), verifier.stored_key)
 
 
 def _text(value: Any, key: str) -> str:
@@ -292,6 +350,11 @@ def load_acl(path: str) -> Acl:
     except UnicodeDecodeError as e:
         raise AclError(f"{path}: not UTF-8 text: {e}") from None
     return Acl.from_toml(text, source=path)
+
+
+def files_stamp(acl: Acl) -> tuple[tuple[int, int, int] | None, ...]:
+    """What tells that the ACL file, or a remoting secret file it names, changed."""
+    return tuple(file_stamp(p) for p in acl.files)
 
 
 def file_stamp(path: str) -> tuple[int, int, int] | None:

@@ -54,6 +54,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                      help="a consumer-group rule (NAME may end in * for a prefix); repeat for more")
     add.add_argument("--white-remote-address", action="append", default=[], metavar="PATTERN",
                      help="addresses the account may log in from: an IP, 10.0.0.0/8 or 192.168.1.*; repeat for more")
+    add.add_argument("--remoting-secret-file", metavar="FILE",
+                     help="RocketMQ clients (ACL 1.0) sign with the secret in FILE, made (random, 0600) if missing; "
+                     "it must differ from the account's secret (docs/security.md)")
     add.set_defaults(handler=handled(_cmd_add_user))
 
     remove = actions.add_parser("remove-user", help="remove an account (its open connections lose access)")
@@ -120,7 +123,7 @@ def _cmd_add_user(args: argparse.Namespace) -> int:
             args.file, args.access_key, _secret(args), admin=args.admin,
             default_topic_perm=args.default_topic_perm, default_group_perm=args.default_group_perm,
             topic_perms=args.topic_perm, group_perms=args.group_perm,
-            white_remote_address=args.white_remote_address,
+            white_remote_address=args.white_remote_address, remoting_secret_file=args.remoting_secret_file,
         )
     except AclError as e:
         raise UsageError(str(e)) from None
@@ -150,5 +153,6 @@ def _cmd_list(args: argparse.Namespace) -> int:
         groups = ", ".join(f"{r.pattern}={perm_text(r.perm)}" for r in a.group_rules) or "-"
         print(f"{a.access_key}\tadmin={str(a.admin).lower()}\ttopics: default {perm_text(a.default_topic_perm)}; "
               f"{rules}\tgroups: default {perm_text(a.default_group_perm)}; {groups}"
-              f"\tfrom: {', '.join(a.white_remote_address) or 'anywhere'}")
+              f"\tfrom: {', '.join(a.white_remote_address) or 'anywhere'}"
+              f"\tremoting: {'signed' if a.remoting_secret else 'no'}")
     return EXIT_OK

@@ -69,11 +69,13 @@ def check_permissions(default_perms: Sequence[str], rules: Sequence[str]) -> Non
 def put_account(
     path: str, access_key: str, secret: str, *, admin: bool = False, default_topic_perm: str = "DENY",
     default_group_perm: str = "DENY", topic_perms: Sequence[str] = (), group_perms: Sequence[str] = (),
-    white_remote_address: Sequence[str] = (),
+    white_remote_address: Sequence[str] = (), remoting_secret_file: str | None = None,
 ) -> bool:
     """Add `access_key` to the ACL file at `path` (created if missing), or replace it; True
     when it replaced one. AclError (a bad permission among them: the result is checked
-    whole before it is written) changes nothing."""
+    whole before it is written) changes nothing. `remoting_secret_file`: RocketMQ clients
+    sign with the secret in that file (made, random, when missing); the entry names it
+    relative to the ACL file."""
     document = _read_document(path)
     entry = tomlkit.table()
     entry["accessKey"] = access_key
@@ -85,6 +87,11 @@ def put_account(
     entry["groupPerms"] = list(group_perms)
     if white_remote_address:
         entry["whiteRemoteAddress"] = list(white_remote_address)
+    if remoting_secret_file is not None:
+        if not os.path.exists(remoting_secret_file):
+            new_secret(remoting_secret_file)
+        entry["remotingSecretFile"] = os.path.relpath(os.path.abspath(remoting_secret_file),
+                                                      os.path.dirname(os.path.abspath(path)))
     accounts = _accounts(document)
     replaced = False
     for index, old in enumerate(accounts):

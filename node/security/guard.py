@@ -32,6 +32,7 @@ from store.address import AddressError, split_host_port
 from store.properties import PROPERTY_REAL_TOPIC, PROPERTY_RETRY_TOPIC
 from wire.protocol.auth import AUTH_OPS, AuthReply
 from wire.protocol.codec import Request, Status, error_response
+from wire.remoting.acl import sign_content
 
 from .acl import (
     SCRAM_ITERATIONS,
@@ -40,7 +41,7 @@ from .acl import (
     Acl,
     AclError,
     Perm,
-    file_stamp,
+    files_stamp,
     load_acl,
 )
 from .rules import message_needs, needs, topic_need
@@ -89,7 +90,7 @@ class Guard:
         self.path = path
         self._clock = clock
         self._acl: Acl = load_acl(path)
-        self._stamp = file_stamp(path)
+        self._stamp = files_stamp(self._acl)
         self._checked_at = clock()
         self._mechanism = ScramMechanism(SCRAM_MECHANISM)
         self._decoy_key = os.urandom(32)
@@ -100,6 +101,8 @@ class Guard:
         self.refused = 0
         self.reloads = 0
         self.reload_error: str | None = None
+        self.signed_requests = 0  # RocketMQ clients' requests whose signature passed
+        self.failed_signatures = 0
 
     # ------------------------------------------------------------ the ACL file
 
@@ -110,12 +113,15 @@ class Guard:
         return self._acl
 
     def _check_file(self) -> None:
-        """Reload the file when its stamp changed (a stat when it did not)."""
+        """Reload the file when its stamp, or a remoting secret file's, changed (a stat
+        each when none did)."""
         self._checked_at = self._clock()
-        stamp = file_stamp(self.path)
+        stamp = files_stamp(self._acl)
         if stamp != self._stamp:
-            self._stamp = stamp
             self._reload()
+            # the ACL file as it was before the reload (a write since then reloads again),
+            # and the secret files the loaded one names
+            self._stamp = (stamp[0], *files_stamp(self._acl)[1:])
 
     def _account(self, name: str) -> Account | None:
         """The account a login names; one the loaded file lacks is looked for in the file
@@ -274,14 +280,17 @@ class Guard:
 
     def _failed(self, session: Session, request: Any, why: object) -> dict[str, Any]:
         self.failed_logins += 1
-        now = self._clock()
-        if len(self._failures) > MAX_TRACKED_HOSTS:  # many addresses failed: forget the old ones
-            self._failures = {h: d for h, d in self._failures.items() if d and now - d[-1] <= FAILURE_WINDOW_S}
-        self._failures.setdefault(session.host, collections.deque()).append(now)
+        self._note_failure(session.host)
         # the claimed name is logged (an operator needs it), the messages never are
         log.warning("failed login from %s as %r (%s: %s)", session.host, session.claimed, request.op,
                     type(why).__name__ if isinstance(why, Exception) else why)
         return error_response(request.id, Status.NO_PERMISSION, f"{request.op}: {AUTH_FAILED}")
+
+    def _note_failure(self, host: str) -> None:
+        now = self._clock()
+        if len(self._failures) > MAX_TRACKED_HOSTS:  # many addresses failed: forget the old ones
+            self._failures = {h: d for h, d in self._failures.items() if d and now - d[-1] <= FAILURE_WINDOW_S}
+        self._failures.setdefault(host, collections.deque()).append(now)
 
     def _rate_limit_wait(self, host: str) -> float | None:
         """Seconds until `host` may try again, or None when it may now."""
@@ -304,11 +313,42 @@ class Guard:
         return digest[:16], hashlib.sha256(digest + b"stored").digest(), hashlib.sha256(digest + b"server").digest(), \
             SCRAM_ITERATIONS
 
+    # ------------------------------------------------------------ RocketMQ clients (ACL 1.0)
+
+    def signed_session(self, host: str, access_key: str, signature: str, content: bytes) -> Session | str:
+        """The session of one signed remoting request from `host` (each request carries
+        its own signature: no login state), or why it is refused, in RocketMQ's words.
+        Failures are rate-limited per address and access key (the same limit as logins),
+        not per address: a client that signs with a stale secret sends a failure with
+        every request, and must not lock its host's other accounts, or the broker's own
+        logins, out. Unlike RocketMQ, a white address never stands in for the signature."""
+        tracked = f"{host} {access_key}"
+        wait = self._rate_limit_wait(tracked)
+        if wait is not None:
+            self.rate_limited += 1
+            return f"too many failed signatures for accessKey={access_key} from {host}; try again in {wait:.0f} s"
+        account = self._account(access_key)
+        if account is None or account.remoting_secret is None:
+            return self._signature_failed(tracked, f"No acl config for {access_key}")
+        if not account.may_connect_from(host):
+            return self._signature_failed(tracked, f"accessKey={access_key} may not connect from {host}")
+        if not hmac.compare_digest(sign_content(account.remoting_secret, content).encode(), signature.encode()):
+            return self._signature_failed(tracked, f"Check signature failed for accessKey={access_key}")
+        self.signed_requests += 1
+        return Session(host, account=access_key)
+
+    def _signature_failed(self, tracked: str, why: str) -> str:
+        self.failed_signatures += 1
+        self._note_failure(tracked)
+        log.warning("refused a signed request (%s): %s", tracked, why)
+        return why
+
     def view(self) -> dict[str, Any]:
         """For `status`: the counters and the file (never an account's credentials)."""
         return {"acl_file": self.path, "accounts": len(self._acl.accounts), "logins": self.logins,
                 "failed_logins": self.failed_logins, "rate_limited": self.rate_limited, "refused": self.refused,
-                "reloads": self.reloads, "reload_error": self.reload_error}
+                "reloads": self.reloads, "reload_error": self.reload_error,
+                "signed_requests": self.signed_requests, "failed_signatures": self.failed_signatures}
 
 
 def _messages_in(response: dict[str, Any]) -> list[dict[str, Any]]:

@@ -66,7 +66,13 @@ def _produce(args: argparse.Namespace) -> dict[str, Any]:
             m.set_keys(f"{args.prefix}-k{i}")
             m.set_tags(args.tags)
             m.set_body(f"{args.prefix}-{i}")
-            r = p.send_sync(m)
+            try:
+                r = p.send_sync(m)
+            except Exception as e:  # a refused send (--record-errors): what the client said
+                if not args.record_errors:
+                    raise
+                sent.append({"error": f"{type(e).__name__}: {e}", "body": f"{args.prefix}-{i}"})
+                continue
             sent.append({"status": int(r.status), "msg_id": r.msg_id, "offset": r.offset, "body": f"{args.prefix}-{i}"})
     finally:
         p.shutdown()
@@ -207,6 +213,7 @@ def main() -> None:
     parser.add_argument("--timeout-ms", type=int, default=5000)
     parser.add_argument("--access-key", default="")
     parser.add_argument("--secret-key", default="")
+    parser.add_argument("--record-errors", action="store_true", help="a failed send is an entry with 'error'")
     parser.add_argument("--mode", choices=["sync", "oneway", "orderly", "batch"], default="sync")
     parser.add_argument("--delay-level", type=int, default=0)
     parser.add_argument("--body-size", type=int, default=0)
