@@ -8,7 +8,9 @@ see each other in the member list, share queue locks, and send back into one ret
 A remoting member's heartbeat also records its channel per (group, client id), and the
 consumer table's membership listener pushes NOTIFY_CONSUMER_IDS_CHANGED to every remoting
 member of a group on each join or leave, whichever protocol caused it (a heartbeat, an
-unregister, a closed connection, an expiry). The C++ client rebalances at once on it.
+unregister, a closed connection, an expiry). The C++ client rebalances at once on it. An
+expiry is recorded at the group's next access, so no timer runs: a live member's member
+list (C++ rebalances every 10 s) or heartbeat (30 s) records it and sends the notices.
 """
 
 from __future__ import annotations
