@@ -182,6 +182,8 @@ def _push(args: argparse.Namespace) -> dict[str, Any]:
 
     c = PushConsumer(args.group, orderly=args.orderly)
     c.set_namesrv_addr(args.namesrv)
+    if args.access_key:
+        c.set_session_credentials(args.access_key, args.secret_key, "")
     if args.instance:
         c.set_instance_name(args.instance)
     c.subscribe(args.topic, on_message)

@@ -24,6 +24,7 @@ from tests.cluster.helpers import cli, start_namesrv
 from tests.node.nodeproc import Nodes, master_conf, write_conf
 from tests.remoting.client import RemotingClient
 from tests.remoting.cpp import run_cpp
+from tests.remoting.test_groups import PushConsumers, wait_received
 from wire.client import NotFound, connect
 from wire.credentials import Credentials
 from wire.protocol import GetStatus, QueryByKey, Send, TopicCreate
@@ -227,6 +228,26 @@ def test_the_cpp_pull_consumer_reads_what_its_account_may_and_nothing_else(secur
         mine = c.call(RequestCode.PULL_MESSAGE, signed_fields({**pull, "topic": TOPIC_P, "queueId": str(
             got["received"][0]["queue_id"])}, "app", APP_REMOTING))
         assert mine.code == ResponseCode.SUCCESS and b"pull-" in mine.body
+
+
+def test_the_cpp_push_consumer_with_its_account_consumes(secure: dict[str, Any], tmp_path) -> None:
+    """A signed push consumer: heartbeat, rebalance, offsets and long-polled pulls all pass
+    the broker's signature and permission checks, and it receives what its account sent."""
+    sent = _produce(secure, TOPIC_A, "push", "app", APP_REMOTING, count=3)
+    assert [s.get("status") for s in sent] == [0, 0, 0], sent
+    before = _security(secure["master"])
+    consumers = PushConsumers(tmp_path, secure["namesrv"])
+    try:
+        out = consumers.start("rmq-sec-push", TOPIC_A, "sec-push", "--access-key", "app", "--secret-key",
+                              APP_REMOTING)
+        expected = {f"push-{i}" for i in range(3)}
+        records = trio.run(wait_received, [out], expected, "the account's messages at its push consumer")
+        assert expected <= {r["body"] for r in records}
+    finally:
+        consumers.stop()
+    after = _security(secure["master"])
+    assert after["failed_signatures"] == before["failed_signatures"]  # every request it made was signed right
+    assert after["refused"] == before["refused"]
 
 
 def test_a_message_the_account_may_not_read_is_not_shown_by_id(secure: dict[str, Any]) -> None:
