@@ -11,6 +11,7 @@ Everything started is stopped at the end, on an error and on Ctrl-C / SIGTERM.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import math
 import os
@@ -116,7 +117,8 @@ SECURE = {"tidemq-secure"}
 
 @attrs.frozen
 class Settings:
-    systems: tuple[str, ...] = tuple(SYSTEMS)
+    systems: tuple[str, ...] = tuple(k for k in SYSTEMS if k not in RMQ_MODES)
+    """Every system but the remoting ones (`--only tidemq-async-rmq,...` runs those)."""
     runs: int = 3
     seconds: float = 3.0
     warmup: float = 0.5
@@ -242,6 +244,10 @@ async def _round(i: int, settings: Settings, procs: Processes, work: Path, bases
         else:
             async with _system(key, procs, sub, bases) as target:
                 for case_key in system.cases:
+                    if CASES_ALL[case_key].kind == "cpp" and importlib.util.find_spec("rocketmq") is None:
+                        if i == 0:
+                            out["skipped"].append(f"{key} {case_key} (PyPI `rocketmq`, the C++ client, is not installed)")
+                        continue
                     r = await run_case(target, CASES_ALL[case_key], settings.seconds, settings.warmup)
                     out["runs"].append({"run": i + 1, "system": key, "name": target.system, "case": case_key, **r})
                 if key == "tidemq-async" and settings.soak_minutes and i == 0:
