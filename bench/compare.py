@@ -11,6 +11,7 @@ Everything started is stopped at the end, on an error and on Ctrl-C / SIGTERM.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import math
 import os
@@ -31,7 +32,7 @@ from cluster.launch import launcher
 from . import disk, peers
 from .procs import Processes, ensure_tools
 
-__all__ = ["CASES", "SYSTEMS", "Settings", "run"]
+__all__ = ["CASES", "CASES_ALL", "REMOTING_CASES", "SYSTEMS", "Settings", "run"]
 
 REPO = peers.REPO
 RSS_SAMPLE_S = 0.25
@@ -45,6 +46,10 @@ class Case:
     in_flight: int
     batch: int = 1  # tidemq / floor: messages per send_batch
     short: str = ""  # the chart's label
+    kind: str = ""
+    """The load: "" the lean client with the target's codec, "remoting" the lean client
+    with RocketMQ remoting frames, "cpp" the C++ client's own send_sync loop
+    (bench/cpp_load.py, `connections` processes)."""
 
 
 CASES = {
@@ -56,6 +61,17 @@ CASES = {
 }
 ALL = tuple(CASES)
 FAN_IN = ("16x1",)
+REMOTING_CASES = {
+    "rmq-1x1": Case("rmq-1x1", "remoting: 1 connection, 1 in flight", 1, 1, kind="remoting"),
+    "rmq-16x1": Case("rmq-16x1", "remoting: 16 connections, 1 in flight each", 16, 1, kind="remoting"),
+    "rmq-1x64": Case("rmq-1x64", "remoting: 1 connection, 64 SEND_MESSAGE in flight", 1, 64, kind="remoting"),
+    "cpp-1": Case("cpp-1", "C++ client: 1 process, send_sync in a loop", 1, 1, kind="cpp"),
+    "cpp-4": Case("cpp-4", "C++ client: 4 processes, send_sync in a loop", 4, 1, kind="cpp"),
+}
+"""RocketMQ's remoting protocol against the same node, beside its CBOR rows (the
+`*-rmq` systems run both, interleaved)."""
+CASES_ALL = {**CASES, **REMOTING_CASES}
+RMQ = ("1x1", "rmq-1x1", "16x1", "rmq-16x1", "1x64", "rmq-1x64", "cpp-1", "cpp-4")
 
 
 @attrs.frozen
@@ -79,6 +95,8 @@ SYSTEMS = {
         System("redis-always-wait", FAN_IN, ("redis-server",)),
         System("js-r1", FAN_IN, ("nats-server",)),
         System("js-r3", FAN_IN, ("nats-server",)),
+        System("tidemq-async-rmq", RMQ),
+        System("tidemq-syncflush-rmq", RMQ),
         System("fio", (), ("fio",)),
         System("catchup", ()),
     )
@@ -90,12 +108,17 @@ MODES = {  # system key -> (flushDiskType, brokerRole)
     "tidemq-both": ("SYNC_FLUSH", "SYNC_MASTER"),
     "tidemq-secure": ("ASYNC_FLUSH", "ASYNC_MASTER"),  # tidemq-async with TLS and logins on
 }
+RMQ_MODES = {  # CBOR and remoting rows against one node of the mode
+    "tidemq-async-rmq": MODES["tidemq-async"],
+    "tidemq-syncflush-rmq": MODES["tidemq-syncflush"],
+}
 SECURE = {"tidemq-secure"}
 
 
 @attrs.frozen
 class Settings:
-    systems: tuple[str, ...] = tuple(SYSTEMS)
+    systems: tuple[str, ...] = tuple(k for k in SYSTEMS if k not in RMQ_MODES)
+    """Every system but the remoting ones (`--only tidemq-async-rmq,...` runs those)."""
     runs: int = 3
     seconds: float = 3.0
     warmup: float = 0.5
@@ -112,6 +135,8 @@ def _system(key: str, procs: Processes, work: Path, bases: list[Path]) -> contex
         return peers.floor(procs, work)
     if key in MODES:
         return peers.tidemq(work, *MODES[key], bases=bases, secure=key in SECURE)
+    if key in RMQ_MODES:
+        return peers.tidemq(work, *RMQ_MODES[key], bases=bases)
     if key.startswith("redis-"):
         return peers.redis(procs, work, key.split("-")[1], replica=key.endswith("-wait"))
     if key.startswith("js-r"):
@@ -120,6 +145,13 @@ def _system(key: str, procs: Processes, work: Path, bases: list[Path]) -> contex
 
 
 def _lean_argv(target: peers.Target, case: Case, seconds: float, warmup: float) -> list[str]:
+    if case.kind == "cpp":
+        return [sys.executable, "-m", "bench.cpp_load", "--namesrv", target.namesrv, "--processes",
+                str(case.connections), "--seconds", f"{seconds:g}", "--warmup", f"{warmup:g}"]
+    if case.kind == "remoting":
+        return [sys.executable, "-m", "bench.lean", "remoting", "--port", ",".join(map(str, target.ports)),
+                "--connections", str(case.connections), "--in-flight", str(case.in_flight),
+                "--seconds", f"{seconds:g}", "--warmup", f"{warmup:g}"]
     in_flight, batch = case.in_flight, case.batch
     if target.kind != "tidemq" and batch > 1:  # peers without send_batch pipeline instead
         in_flight, batch = 64, 1
@@ -212,7 +244,11 @@ async def _round(i: int, settings: Settings, procs: Processes, work: Path, bases
         else:
             async with _system(key, procs, sub, bases) as target:
                 for case_key in system.cases:
-                    r = await run_case(target, CASES[case_key], settings.seconds, settings.warmup)
+                    if CASES_ALL[case_key].kind == "cpp" and importlib.util.find_spec("rocketmq") is None:
+                        if i == 0:
+                            out["skipped"].append(f"{key} {case_key} (PyPI `rocketmq`, the C++ client, is not installed)")
+                        continue
+                    r = await run_case(target, CASES_ALL[case_key], settings.seconds, settings.warmup)
                     out["runs"].append({"run": i + 1, "system": key, "name": target.system, "case": case_key, **r})
                 if key == "tidemq-async" and settings.soak_minutes and i == 0:
                     out["soak"] = await _soak(target, settings.soak_minutes, log)

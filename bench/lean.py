@@ -9,12 +9,14 @@ design drives every system of `scripts/bench compare` through a codec:
 - `TidemqCodec`: the node's frames (4-byte length + CBOR map), `send` or `send_batch`,
   responses paired with their slot by id (a node may answer out of order); the trio floor
   speaks the same frames.
+- `RemotingCodec`: RocketMQ remoting SEND_MESSAGE frames as the C++ client writes them,
+  to a tidemq node's client port (the same port: the node tells the protocols apart).
 - `RespCodec`: Redis `XADD` (optionally followed by `WAIT n 0` in the same request), replies
   in order.
 - `NatsCodec`: NATS `PUB subject reply` to a JetStream stream; the ack arrives on the
   slot's own reply inbox.
 
-Run as `python -m bench.lean {tidemq,redis,nats} --port P ...`: prints one JSON object.
+Run as `python -m bench.lean {tidemq,remoting,redis,nats} --port P ...`: prints one JSON object.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any
 import cbor2
 from scramp import ScramClient
 
-__all__ = ["NatsCodec", "RespCodec", "TidemqCodec", "drive", "main", "percentile"]
+__all__ = ["NatsCodec", "RemotingCodec", "RespCodec", "TidemqCodec", "drive", "main", "percentile"]
 
 HEADER = struct.Struct(">I")
 BODY_BYTES = 1024
@@ -112,6 +114,55 @@ class TidemqCodec:
             rid = response.get("id")
             if type(rid) is int:
                 done.append((rid - self.id_base, ok))
+        del buf[:pos]
+        return done
+
+
+class RemotingCodec:
+    """RocketMQ remoting SEND_MESSAGE (code 10) as the C++ client 1.2.3 writes it: a JSON
+    header (keys sorted, a trailing newline, every extField the client sets, numbers where
+    it writes numbers), the message's properties (KEYS, UNIQ_KEY, WAIT, TAGS), a raw body;
+    each slot its own opaque and a queue of its own (round robin over `queues`)."""
+
+    def __init__(self, *, body: bytes, topic: str = TOPIC, id_base: int = 0, queues: int = 4) -> None:
+        self.body, self.topic, self.id_base, self.queues = body, topic, id_base, queues
+        self.msgs_per_request = 1
+        self.ready = True
+        self.outgoing = b""
+        self.errors: collections.Counter[str] = collections.Counter()
+        self._buf = bytearray()
+
+    def handshake(self) -> bytes:
+        return b""
+
+    def request(self, slot: int) -> bytes:
+        opaque = self.id_base + slot
+        props = f"UNIQ_KEY\x01{opaque:032X}\x02WAIT\x01true\x02TAGS\x01bench\x02"
+        header = {"code": 10, "flag": 0, "language": "CPP", "opaque": opaque, "remark": "", "version": 63,
+                  "extFields": {"AccessKey": "", "OnsChannel": "", "Signature": "", "batch": "0",
+                                "bornTimestamp": str(int(time.time() * 1000)), "defaultTopic": "TBW102",
+                                "defaultTopicQueueNums": 4, "flag": 0, "producerGroup": "bench-producer",
+                                "properties": props, "queueId": slot % self.queues, "reconsumeTimes": "0",
+                                "sysFlag": 0, "topic": self.topic, "unitMode": "0"}}
+        raw = (json.dumps(header, sort_keys=True, separators=(",", ":")) + "\n").encode()
+        return HEADER.pack(4 + len(raw) + len(self.body)) + HEADER.pack(len(raw)) + raw + self.body
+
+    def feed(self, data: bytes) -> list[tuple[int, bool]]:
+        buf = self._buf
+        buf += data
+        done = []
+        pos = 0
+        while len(buf) - pos >= 8:
+            (size,) = HEADER.unpack_from(buf, pos)
+            if len(buf) - pos - 4 < size:
+                break
+            (header_len,) = HEADER.unpack_from(buf, pos + 4)
+            header = json.loads(bytes(buf[pos + 8:pos + 8 + (header_len & 0xFFFFFF)]))
+            pos += 4 + size
+            ok = header.get("code") == 0
+            if not ok:
+                self.errors[f"{header.get('code')}: {header.get('remark', '')}"[:200]] += 1
+            done.append((header.get("opaque", -1) - self.id_base, ok))
         del buf[:pos]
         return done
 
@@ -404,6 +455,8 @@ def codec_factory(kind: str, *, batch: int = 1, replicas: int = 0,
     body = os.urandom(BODY_BYTES)
     if kind == "tidemq":
         return lambda i: TidemqCodec(body=body, batch=batch, id_base=i << 20, login=login)
+    if kind == "remoting":
+        return lambda i: RemotingCodec(body=body, id_base=i << 20)
     if kind == "redis":
         return lambda i: RespCodec(body=body, replicas=replicas)
     if kind == "nats":
@@ -413,7 +466,7 @@ def codec_factory(kind: str, *, batch: int = 1, replicas: int = 0,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.lean", description=__doc__.split("\n\n")[0])
-    parser.add_argument("kind", choices=["tidemq", "redis", "nats"])
+    parser.add_argument("kind", choices=["tidemq", "remoting", "redis", "nats"])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", required=True, help="port, or comma-separated ports (round robin)")
     parser.add_argument("--connections", type=int, default=1)

@@ -47,6 +47,7 @@ class Target:
     base: Path | None = None  # tidemq: the launcher's base dir
     lean_args: tuple[str, ...] = ()  # tidemq-secure: the lean client's login and CA
     serving: str = ""  # the process (a key of procs) that answers the client: its CPU per message
+    namesrv: str = ""  # tidemq: the name server's address (the C++ client's route)
 
 
 def _ps(started: Started) -> psutil.Process:
@@ -101,9 +102,10 @@ async def tidemq(work: Path, flush: str, role: str, *, bases: list[Path], secure
         results = await trio.to_thread.run_sync(lambda: launcher.up(conf, base, timeout_s=60.0))
         master = next(r.record for r in results if r.record.stage is launcher.Stage.MASTER)
         nodes = {r.record.name: psutil.Process(r.record.pid) for r in results if r.record.pid}
+        namesrv = next((r.record.address for r in results if r.record.kind == "namesrv"), "")
         yield Target(_mode_name(flush, role, secure), "tidemq", [split_host_port(master.address)[1]],
                      nodes, master=nodes[master.name], address=master.address, base=base, lean_args=lean_args,
-                     serving=master.name)
+                     serving=master.name, namesrv=namesrv or "")
     finally:
         await trio.to_thread.run_sync(launcher.down, base)
         bases.remove(base)

@@ -11,9 +11,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from .compare import CASES, MODES
+from .compare import CASES, MODES, REMOTING_CASES, RMQ_MODES
 
-__all__ = ["chart", "goals", "markdown", "summarize"]
+__all__ = ["chart", "goals", "markdown", "remoting_markdown", "summarize"]
 
 COLUMNS = ("floor", *MODES, "redis-everysec", "redis-always", "redis-everysec-wait", "redis-always-wait",
            "js-r1", "js-r3")
@@ -243,7 +243,35 @@ def markdown(raw: dict[str, Any], summary: dict[str, Any], goal_rows: list[dict[
         extra.append("Skipped: " + "; ".join(raw["skipped"]) + ".")
     if extra:
         lines += ["", "## Notes", ""] + [f"- {e}" for e in extra]
+    lines += remoting_markdown(summary)
     return "\n".join(lines) + "\n"
+
+
+def remoting_markdown(summary: dict[str, Any]) -> list[str]:
+    """The `*-rmq` systems: each CBOR case beside its remoting twin against the same node
+    (msgs/s, p50/p99, the master's CPU per message and remoting ÷ CBOR of it), then the C++
+    client's own send_sync loop."""
+    lines: list[str] = []
+    for system in (s for s in RMQ_MODES if s in summary["table"]):
+        lines += ["", f"## RocketMQ remoting: {system} (one node, CBOR and remoting interleaved)", "",
+                  "| case | CBOR msgs/s | remoting msgs/s | CBOR p50 / p99 ms | remoting p50 / p99 ms | "
+                  "CBOR µs/msg | remoting µs/msg | remoting ÷ CBOR µs/msg |", "|---|---|---|---|---|---|---|---|"]
+        for key, case in CASES.items():
+            twin = f"rmq-{key}"
+            if twin not in REMOTING_CASES or _get(summary, system, key) is None or _get(summary, system, twin) is None:
+                continue
+            cbor_us, rmq_us = (_get(summary, system, k, "server_us_per_msg") for k in (key, twin))
+            ratio = f"{rmq_us / cbor_us:.2f}" if cbor_us and rmq_us else "—"
+            lines.append(f"| {case.title} | {_fmt(_get(summary, system, key))} | {_fmt(_get(summary, system, twin))} | "
+                         f"{_fmt(_get(summary, system, key, 'p50_ms'))} / {_fmt(_get(summary, system, key, 'p99_ms'))} | "
+                         f"{_fmt(_get(summary, system, twin, 'p50_ms'))} / {_fmt(_get(summary, system, twin, 'p99_ms'))} | "
+                         f"{_fmt(cbor_us)} | {_fmt(rmq_us)} | {ratio} |")
+        for key, case in REMOTING_CASES.items():
+            if case.kind == "cpp" and _get(summary, system, key) is not None:
+                lines.append(f"| {case.title} | — | {_fmt(_get(summary, system, key))} | — | "
+                             f"{_fmt(_get(summary, system, key, 'p50_ms'))} / {_fmt(_get(summary, system, key, 'p99_ms'))} "
+                             f"| — | {_fmt(_get(summary, system, key, 'server_us_per_msg'))} | — |")
+    return lines
 
 
 def chart(summary: dict[str, Any], path: Path, when: str) -> bool:

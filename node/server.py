@@ -58,7 +58,7 @@ from wire.remoting.command import (
 from wire.send_codec import PlainBatch, PlainSend, request_of
 from wire.tls import accept_tls
 
-from .remoting.channel import RemotingChannel, RemotingService
+from .remoting.channel import GroupedSend, RemotingChannel, RemotingService
 from .security.guard import Guard, Session, peer_host
 
 log = logging.getLogger("tidemq.node")
@@ -109,6 +109,9 @@ class _Connection:
     gone_told: bool = False  # on_disconnect was called for it
     session: Session | None = None  # its login, when the server checks logins
     first: bytes = b""  # what the protocol sniff read, not yet decoded
+    remoting_answers: dict[Any, Callable[[Any], bytes]] | None = None
+    """A remoting connection's sends in the turn: each one's answer frame from its CBOR
+    response (b"" for a oneway request); None on a CBOR connection."""
 
     def close_now(self) -> None:
         """Drop the connection: in-flight requests are cancelled unanswered."""
@@ -321,6 +324,9 @@ class ClientServer:
         channel = RemotingChannel(conn.peer, partial(self._deliver, conn))
         decoder = CommandDecoder(self.max_frame_size)
         error: str | None = None
+        grouped = self.commit is not None  # sends join the turn, as CBOR sends do
+        if grouped:
+            conn.remoting_answers = {}
         try:
             async with trio.open_nursery() as nursery:
                 conn.nursery = nursery
@@ -331,22 +337,34 @@ class ClientServer:
                     except RemotingFrameError as e:
                         error = e.reason
                         break
+                    out: list[bytes] = []  # answers ready now: one write for the receive
+                    placed: list[Any] = []
                     for cmd in commands:
                         if isinstance(cmd, RemotingCommand) and cmd.is_response:
                             continue  # a client's answer to a push: nothing waits for it
                         conn.in_flight += 1
                         if isinstance(cmd, BadCommand):
-                            self._answer_remoting(conn, RemotingCommand(
+                            out.append(self._remoting_frame(RemotingCommand(
                                 code=ResponseCode.SYSTEM_ERROR, opaque=cmd.opaque, flag=1, remark=cmd.reason,
-                                serialize_type=cmd.serialize_type))
+                                serialize_type=cmd.serialize_type)))
                         elif cmd.code in service.ordered:
                             started = await self._start_remoting(service, cmd, channel)
-                            if callable(started):
+                            if grouped and isinstance(started, GroupedSend):
+                                assert conn.remoting_answers is not None
+                                conn.remoting_answers[started.pending] = partial(self._grouped_answer, started, cmd)
+                                placed.append(started.pending)
+                            elif callable(started):
                                 nursery.start_soon(self._finish_remoting, conn, cmd, started)
                             else:
-                                self._answer_remoting(conn, started, cmd)
+                                out.append(self._remoting_frame(started, cmd))
                         else:
                             nursery.start_soon(self._run_remoting, conn, service, cmd, channel)
+                    if placed:
+                        conn.puts_pending += len(placed)
+                        self._turn.append((conn, placed))
+                        self._turn_added.set()
+                    if out:
+                        self._deliver(conn, b"".join(out), len(out))
                     if conn.in_flight >= MAX_IN_FLIGHT:
                         conn.room = trio.Event()
                         await conn.room.wait()
@@ -354,6 +372,8 @@ class ClientServer:
                 self._remoting_gone(service, channel)
                 if not self._stopping:
                     self._tell_gone(conn)
+                if error is None:  # EOF or shutdown: the sends in the turn are answered
+                    await conn.wait_settled()
                 if error is not None:
                     log.info("remoting client %s: %s; closing the connection", conn.peer, error)
                     with trio.move_on_after(ERROR_FRAME_TIMEOUT_S):
@@ -401,13 +421,26 @@ class ClientServer:
 
     def _answer_remoting(self, conn: _Connection, response: RemotingCommand | None,
                          request: RemotingCommand | None = None) -> None:
-        """Write one answer (none to a oneway request, except REQUEST_CODE_NOT_SUPPORTED,
-        as RocketMQ does)."""
+        """Write one answer (see `_remoting_frame`)."""
+        self._deliver(conn, self._remoting_frame(response, request), 1)
+
+    @staticmethod
+    def _remoting_frame(response: RemotingCommand | None, request: RemotingCommand | None = None) -> bytes:
+        """An answer's frame: b"" for none and to a oneway request, except
+        REQUEST_CODE_NOT_SUPPORTED, as RocketMQ does."""
         if response is None or (request is not None and request.is_oneway
                                 and response.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED):
-            conn.answered(1)
-            return
-        self._deliver(conn, encode_command(response), 1)
+            return b""
+        return encode_command(response)
+
+    def _grouped_answer(self, send: GroupedSend, request: RemotingCommand, response: Any) -> bytes:
+        """A grouped send's answer frame from its CBOR response (the turn's `_answer`)."""
+        try:
+            answer = send.answer(response)
+        except Exception as e:  # the processor answers its own errors; a bug lands here
+            log.exception("remoting request code %d (opaque %d) failed", request.code, request.opaque)
+            answer = request.response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+        return self._remoting_frame(answer, request)
 
     async def _refuse_plaintext(self, raw: trio.abc.Stream, peer: str | None, why: str | None) -> None:
         """A connection the TLS check refused: a plaintext client is told so in its own
@@ -665,8 +698,9 @@ class ClientServer:
         """Finish a group (one wait) and write each connection's answers with one write."""
         responses = await self._finish([r for _, r in group])
         frames: dict[_Connection, list[bytes]] = {}
-        for (conn, _), response in zip(group, responses, strict=True):
-            frames.setdefault(conn, []).append(self._encode(response))
+        for (conn, r), response in zip(group, responses, strict=True):
+            answers = conn.remoting_answers
+            frames.setdefault(conn, []).append(self._encode(response) if answers is None else answers.pop(r)(response))
         for conn, out in frames.items():
             self._deliver(conn, b"".join(out), len(out))
             conn.puts_answered(len(out))
@@ -696,6 +730,10 @@ class ClientServer:
         for the connection's outbox task; one writer at a time keeps frames whole.
         `answers` responses leave the connection's in-flight count once written."""
         if conn.gone:
+            return
+        if not data:  # nothing to write (a oneway request's answer)
+            if answers:
+                conn.answered(answers)
             return
         if not conn.writing and conn.write_now is not None:
             try:

@@ -15,7 +15,7 @@ from store.cli import positive_int, until_signal
 
 from ..launch import launcher
 from . import basic  # noqa: F401  (registers the drills)
-from .framework import DRILLS, LAYOUTS, run_drill
+from .framework import CLIENTS, DRILLS, LAYOUTS, DrillUnavailable, run_drill
 
 __all__ = ["add_commands", "main"]
 
@@ -34,12 +34,16 @@ def _cmd_drill(args: argparse.Namespace) -> int:
         got["report"] = await run_drill(args.name, base_dir=args.base_dir, keep=args.keep,
                                         heartbeat_s=args.heartbeat, rebalance_s=args.rebalance,
                                         rate=args.rate, rounds=args.rounds, seed=args.seed,
-                                        channel_expired_s=args.channel_expired, secure=args.secure)
+                                        channel_expired_s=args.channel_expired, secure=args.secure,
+                                        client=args.client)
         return 0
 
     try:
         code = trio.run(until_signal, body)  # SIGTERM/Ctrl-C: the drill stops its cluster first
-    except (launcher.LauncherError, OSError) as e:
+    except DrillUnavailable as e:
+        print(f"tidemq drill {args.name}: cannot run: {e}", file=sys.stderr)
+        return 2
+    except (launcher.LauncherError, OSError, ValueError) as e:
         print(f"tidemq drill {args.name}: cannot run: {e}", file=sys.stderr)
         return 2
     if "report" not in got:
@@ -70,6 +74,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                    help="members' rebalance interval (default: the client's 20 s for rebalance, else 2 s)")
     p.add_argument("--channel-expired", type=float, metavar="S",
                    help="the nodes' channelExpiredTimeout (default theirs, 120 s): when a silent member is dropped")
+    p.add_argument("--client", choices=CLIENTS, default="tidemq",
+                   help="whose producers load the cluster: tidemq's client, or RocketMQ's C++ client over the "
+                   "remoting protocol (PyPI `rocketmq`, one child process per producer)")
     p.add_argument("--rate", type=float, default=50.0, metavar="N", help="sends per second per producer")
     p.add_argument("--rounds", type=positive_int, default=20, metavar="N",
                    help="faults of a repeating drill (auto-soak; default 20)")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -44,13 +45,14 @@ from ..client.push_consumer import Consumer
 from ..client.rebalance import HEARTBEAT_INTERVAL_S, REBALANCE_INTERVAL_S, allocate_averagely
 from ..client.routing import MessageQueue
 from ..judge.checker import ConsumptionReport, check_consumption
-from ..judge.history import FAIL, INFO, OK, History
+from ..judge.history import FAIL, INFO, OK, History, Op
 from ..launch import launcher
 from ..launch.secrets import forget_layout_secrets, make_dev_secrets
+from . import rocketmq_producer
 
 log = logging.getLogger("tidemq.drill")
 
-__all__ = ["DRILLS", "DrillReport", "DrillRun", "drill", "run_drill"]
+__all__ = ["CLIENTS", "DRILLS", "DrillUnavailable", "DrillReport", "DrillRun", "drill", "run_drill"]
 
 REPO = Path(__file__).resolve().parents[2]
 LAYOUT = REPO / "conf" / "2m-2s-sync"
@@ -66,6 +68,14 @@ PROMISED = ("PUT_OK",)  # the acknowledgements a drill promises to keep (the oth
 NODE_OVERRIDES = {"mappedFileSizeCommitLog": 16 * 1024 * 1024, "mappedFileSizeConsumeQueue": 60_000,
                   "messageDelayLevel": " ".join(["1s"] * 18),
                   "haHousekeepingInterval": 3000, "haSendHeartbeatInterval": 1000}
+
+CLIENTS = ("tidemq", "rocketmq")
+"""Whose producers a drill's load runs (`--client`)."""
+
+
+class DrillUnavailable(Exception):
+    """The drill cannot run here (a client library is missing)."""
+
 
 DrillFn = Callable[["DrillRun"], Awaitable[None]]
 DRILLS: dict[str, tuple[str, DrillFn]] = {}
@@ -100,6 +110,8 @@ class DrillReport:
     indeterminate: int = 0
     """Sends whose outcome is unknown (timed out, lost after writing, INDETERMINATE): each
     may or may not be stored; never counted as failed."""
+    acknowledged_after_fault: int = 0
+    """Sends begun after the fault and acknowledged: the load resumed."""
     failed: int = 0
     """Sends that were not stored (the drill checks that none was consumed)."""
     failed_stored: list[str] = attrs.field(factory=list)
@@ -135,6 +147,7 @@ class DrillReport:
         rows = [
             ("sent", self.sent), ("acknowledged (PUT_OK)", self.acknowledged),
             ("stored, unconfirmed", self.stored_unconfirmed),
+            ("acknowledged, sent after the fault", self.acknowledged_after_fault),
             ("indeterminate (outcome unknown)", self.indeterminate), ("failed", self.failed),
             ("failed but stored", len(self.failed_stored)),
             ("consumed", self.consumed), ("duplicates (UNIQ_KEY)", self.duplicates),
@@ -156,8 +169,11 @@ class DrillRun:
 
     def __init__(self, name: str, base: Path, namesrv: str, nursery: trio.Nursery, *,
                  heartbeat_s: float, rebalance_s: float, rate: float, rounds: int = 1, seed: int = 0,
-                 channel_expired_s: float = 120.0) -> None:
+                 channel_expired_s: float = 120.0, client: str = "tidemq") -> None:
         self.name = name
+        self.client = client
+        """Whose producers load the cluster: "tidemq" (cluster/client) or "rocketmq" (the C++
+        client over remoting, cluster/drills/rocketmq_producer.py)."""
         self.base = base
         self.namesrv = namesrv
         self.nursery = nursery
@@ -190,6 +206,8 @@ class DrillRun:
         self._stop_members: dict[str, trio.Event] = {}
         self._producing = True
         self.sends_in_flight = 0
+        self.producers_running = 0
+        """Producers not yet ended: a C++ producer's process sends until it exits."""
 
     # ---- observation -------------------------------------------------------------------
 
@@ -248,6 +266,16 @@ class DrillRun:
     # ---- load --------------------------------------------------------------------------
 
     async def produce(self, producer_id: int) -> None:
+        self.producers_running += 1
+        try:
+            if self.client == "rocketmq":
+                await self.produce_rocketmq(producer_id)
+            else:
+                await self._produce(producer_id)
+        finally:
+            self.producers_running -= 1
+
+    async def _produce(self, producer_id: int) -> None:
         async with Producer(namesrv=self.namesrv, send_timeout=3.0, retries=2, route_ttl_s=3.0) as producer:
             seq = 0
             while self._producing:
@@ -276,12 +304,64 @@ class DrillRun:
                 self.send_log.append((started, self.now(), True))
                 await trio.sleep(1 / self.rate)  # poll: the producer's pace
 
+    async def produce_rocketmq(self, producer_id: int) -> None:
+        """The C++ producer in a child process (rocketmq_producer.py): each line it prints
+        is an op of the history; it stops when its stdin closes."""
+        argv = [sys.executable, "-m", "cluster.drills.rocketmq_producer", self.namesrv, TOPIC, f"p{producer_id}",
+                str(self.rate)]
+        proc = await trio.lowlevel.open_process(argv, cwd=str(REPO), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)})
+        self.event(f"C++ producer p{producer_id} started as process {proc.pid}")
+        ops: dict[str, tuple[Op, float]] = {}
+        seq = 0
+        assert proc.stdout is not None and proc.stdin is not None
+
+        async def stop_when_told() -> None:
+            while self._producing and proc.returncode is None:
+                await trio.sleep(0.05)  # poll
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await proc.stdin.aclose()  # type: ignore[union-attr]
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(stop_when_told)
+                buffer = b""
+                async for chunk in proc.stdout:
+                    buffer += chunk
+                    *lines, buffer = buffer.split(b"\n")
+                    for line in lines:
+                        event = json.loads(line)
+                        if "invoke" in event:
+                            ops[event["invoke"]] = (self.history.invoke(producer_id, seq, event["invoke"]), self.now())
+                            seq += 1
+                            self.sends_in_flight += 1
+                        elif "outcome" in event:
+                            op, started = ops.pop(event["key"])
+                            self.sends_in_flight -= 1
+                            ok = event["outcome"] == "ok"
+                            if ok:
+                                self.history.complete(op, OK, status="PUT_OK", msg_id=event["msg_id"],
+                                                      queue_offset=event["offset"])
+                            else:
+                                self.history.complete(op, INFO, status="UNKNOWN", error=event.get("error"))
+                            self.send_log.append((started, self.now(), ok))
+                nursery.cancel_scope.cancel()
+        finally:
+            self.sends_in_flight -= len(ops)  # in flight when it ended: indeterminate
+            with trio.CancelScope(shield=True), trio.move_on_after(10):
+                await proc.wait()
+            if proc.returncode is None:
+                proc.kill()
+        if self._producing:
+            self.event(f"C++ producer p{producer_id} exited early ({proc.returncode})")
+
     def _handler(self, member: str) -> Callable[[ReceivedMessage], Awaitable[None]]:
         async def handle(msg: ReceivedMessage) -> None:
             await self.gate.wait()
             consumer = self.members.get(member)
             from_slave = bool(consumer and consumer.reading_from_slave(msg.broker_name or ""))
-            key = msg.properties.get("UNIQ_KEY", msg.msg_id)
+            # the drill's key: its KEYS (a C++ producer draws a new UNIQ_KEY per attempt)
+            key = msg.keys[0] if msg.keys else msg.properties.get("UNIQ_KEY", msg.msg_id)
             self.consumed_msg_ids.add(msg.msg_id)
             self.consumed.setdefault(key, []).append(Consumption(self.now(), member, msg.queue, from_slave))
         return handle
@@ -473,6 +553,7 @@ class DrillRun:
             after = max(fails, default=self.fault_at)
             firsts = [end for start, end, ok in self.send_log if ok and start >= after]
             r.producers_recovered_s = (min(firsts) - self.fault_at) if firsts else None
+            r.acknowledged_after_fault = sum(1 for start, _, ok in self.send_log if ok and start >= self.fault_at)
         return r
 
 
@@ -483,11 +564,19 @@ measures the client's defaults (RocketMQ's); the failover drills use short ones 
 
 async def run_drill(name: str, *, base_dir: str | None = None, keep: bool = False, heartbeat_s: float | None = None,
                     rebalance_s: float | None = None, rate: float = 50.0, producers: int = 2, rounds: int = 1,
-                    seed: int = 0, channel_expired_s: float | None = None, secure: bool = False) -> DrillReport:
+                    seed: int = 0, channel_expired_s: float | None = None, secure: bool = False,
+                    client: str = "tidemq") -> DrillReport:
     """Start the cluster, run drill `name` under load, stop everything; the report.
     `channel_expired_s`: the nodes' channelExpiredTimeout (default: theirs, 120 s).
     `secure`: on conf/2m-2s-secure (accounts, permissions and TLS on; fresh secrets), the
-    drill's clients logging in as its admin account."""
+    drill's clients logging in as its admin account. `client`: whose producers load it,
+    "tidemq" or "rocketmq" (the C++ client over remoting; needs PyPI `rocketmq`)."""
+    if client not in CLIENTS:
+        raise ValueError(f"unknown client {client!r}; one of {', '.join(CLIENTS)}")
+    if client == "rocketmq" and not rocketmq_producer.available():
+        raise DrillUnavailable(rocketmq_producer.MISSING)
+    if client == "rocketmq" and secure:
+        raise ValueError("the RocketMQ client load runs without accounts; drop --secure")
     if name not in DRILLS:
         raise ValueError(f"unknown drill {name!r}; one of {', '.join(sorted(DRILLS))}")
     if secure and name in LAYOUTS:
@@ -516,7 +605,8 @@ async def run_drill(name: str, *, base_dir: str | None = None, keep: bool = Fals
         async with trio.open_nursery() as nursery:
             run = DrillRun(name, base, namesrv, nursery, heartbeat_s=heartbeat_s, rebalance_s=rebalance_s,
                            rate=rate, rounds=rounds, seed=seed,
-                           channel_expired_s=120.0 if channel_expired_s is None else channel_expired_s)
+                           channel_expired_s=120.0 if channel_expired_s is None else channel_expired_s,
+                           client=client)
             try:
                 await _drive(run, DRILLS[name][1], producers)
             except (TidemqError, launcher.LauncherError, OSError) as e:
@@ -560,7 +650,7 @@ async def _drive(run: DrillRun, fn: DrillFn, producers: int) -> None:
     await fn(run)
     run.stop_producing()
     # a send in flight may still be acknowledged: the drain check covers it too
-    await run.wait_until(lambda: run.sends_in_flight == 0, 30, "producers stopped")
+    await run.wait_until(lambda: run.sends_in_flight == 0 and not run.producers_running, 30, "producers stopped")
 
     def drained() -> bool:
         return not run.judged().lost

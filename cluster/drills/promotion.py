@@ -32,6 +32,9 @@ GROUP = "broker-a"
 PROMOTE_TIMEOUT_S = 30.0
 REJOIN_TIMEOUT_S = 60.0
 PRODUCERS_RECOVER_S = 15.0
+CPP_PRODUCERS_RECOVER_S = 45.0
+"""The C++ client (`--client rocketmq`) refreshes a route every 30 s and only then sees the
+new master: until then its retries take broker-b."""
 CONSUMPTION_RECOVER_S = 30.0
 
 
@@ -56,7 +59,8 @@ async def _writes_reach(run: DrillRun, address: str, start_offset: int) -> bool:
     """The producers store on the new master (its log grows past the epoch's start)."""
     async def grew() -> bool:
         return (await _status(address)).max_phy_offset > start_offset
-    return await run.wait_until(grew, PRODUCERS_RECOVER_S, f"producers write to broker-a's new master {address}")
+    limit = CPP_PRODUCERS_RECOVER_S if run.client == "rocketmq" else PRODUCERS_RECOVER_S
+    return await run.wait_until(grew, limit, f"producers write to broker-a's new master {address}")
 
 
 async def _rejoined(run: DrillRun, address: str) -> StatusReply | None:

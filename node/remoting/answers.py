@@ -1,5 +1,14 @@
 """CBOR reply statuses in RocketMQ's terms: the response code a remoting client gets for
-what the node's handler answered."""
+what the node's handler answered.
+
+Failover answers, checked against the clients: only SUCCESS is an acknowledgement. The C++
+client (1.2.3, sendDefaultImpl) retries a sync send over the queues, up to 5 tries, on any
+other answer, the stored-but-unconfirmed ones (10, 11, 12) included, and throws once they
+are spent; Java retries SYSTEM_ERROR, SERVICE_NOT_AVAILABLE, TOPIC_NOT_EXIST and
+NO_PERMISSION on another broker. So a slave's or a fenced master's refusal
+(SERVICE_NOT_AVAILABLE) and a write that cannot be confirmed (INDETERMINATE, as
+SYSTEM_ERROR) move both clients on, and no failover answer tells a client "stored" for a
+message a promotion may drop."""
 
 from __future__ import annotations
 

@@ -14,13 +14,33 @@ import attrs
 from wire.protocol import Request
 from wire.remoting.command import RPC_ONEWAY, RemotingCommand, encode_command
 
+from ..ops.dispatch import append_requests, finish_requests
+from ..ops.puts import PendingPut
 from ..ops.services import NodeServices
 
-__all__ = ["Finish", "Processor", "ProcessorContext", "RemotingChannel", "RemotingService"]
+__all__ = ["Finish", "GroupedSend", "Processor", "ProcessorContext", "RemotingChannel", "RemotingService"]
 
 Finish = Callable[[], Awaitable["RemotingCommand | None"]]
 """The rest of a request that `start` began in arrival order (a send's wait for its flush
 or slave), run as its own task."""
+
+
+@attrs.define(eq=False)
+class GroupedSend:
+    """A Finish for a send that is checked and encoded, not yet appended: a server with a
+    turn (node/server.py) appends it with every send its connections read in that turn as
+    one CommitLog group, finishes the group with one wait and writes `answer(response)`;
+    called as a plain Finish, it appends and finishes alone."""
+
+    pending: PendingPut
+    answer: Callable[[dict[str, Any] | bytes], RemotingCommand]
+    """The remoting answer to the send's CBOR response (node/ops/dispatch.py finish_requests)."""
+    services: NodeServices
+
+    async def __call__(self) -> RemotingCommand:
+        append_requests(self.services, [self.pending])
+        (response,) = await finish_requests(self.services, [self.pending])
+        return self.answer(response)
 
 _opaques = itertools.count(1)
 

@@ -11,6 +11,7 @@ are served.
 from __future__ import annotations
 
 import zlib
+from functools import partial
 from typing import Any
 
 from store.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_WAIT, decode_properties
@@ -20,10 +21,10 @@ from wire.remoting.codes import RequestCode, ResponseCode
 from wire.remoting.command import RemotingCommand
 from wire.remoting.headers import send_header
 
-from ..ops.dispatch import append_requests, finish_requests, handle_now
+from ..ops.dispatch import handle_now
 from ..ops.puts import PendingPut
 from .answers import response_code
-from .channel import Finish, Processor, ProcessorContext, RemotingChannel
+from .channel import Finish, GroupedSend, Processor, ProcessorContext, RemotingChannel
 
 __all__ = ["SEND_PROCESSORS", "message_fields"]
 
@@ -81,16 +82,11 @@ async def _send(proc: ProcessorContext, cmd: RemotingCommand, channel: RemotingC
     pending = await handle_now(s, request, channel.peer)
     if not isinstance(pending, PendingPut):
         return _send_answer(cmd, pending)
-    append_requests(s, [pending])
+    return GroupedSend(pending, partial(_send_answer, cmd), s)
 
-    async def finish() -> RemotingCommand:
-        (answer,) = await finish_requests(s, [pending])
-        assert isinstance(answer, dict)  # not the compiled path's frame: a Request was handled
-        return _send_answer(cmd, answer)
 
-    return finish if pending.waits else await finish()
-
-def _send_answer(cmd: RemotingCommand, answer: dict[str, Any]) -> RemotingCommand:
+def _send_answer(cmd: RemotingCommand, answer: dict[str, Any] | bytes) -> RemotingCommand:
+    assert isinstance(answer, dict)  # not the compiled path's frame: a Request was handled
     status = answer["status"]
     code = response_code(status, ResponseCode.TOPIC_NOT_EXIST)
     if "msg_id" not in answer and "msg_ids" not in answer:

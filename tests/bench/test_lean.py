@@ -15,10 +15,11 @@ import pytest
 import trio
 
 from bench import lean, peers
-from bench.lean import NatsCodec, RespCodec, TidemqCodec
+from bench.lean import NatsCodec, RemotingCodec, RespCodec, TidemqCodec
 from bench.procs import Processes
 from tests.node.nodeproc import REPO, master_conf
 from wire.framing import encode_frame
+from wire.remoting.command import CommandDecoder, RemotingCommand, encode_command
 
 
 def _feed_bytewise(codec, data: bytes) -> list[tuple[int, bool]]:
@@ -92,6 +93,31 @@ def test_against_a_real_node_every_response_pairs_and_is_stored(nodes, tmp_path)
     total = trio.run(stored)
     # every counted response was a PUT_OK of a message the node holds (warm-up ones too)
     assert total >= single["requests"] + batch["requests"] * 4
+
+
+def test_remoting_codec_writes_cpp_style_send_message_and_pairs_answers_by_opaque():
+    codec = RemotingCodec(body=b"x" * 16, id_base=3 << 20)
+    (cmd,) = CommandDecoder().feed(codec.request(5))
+    assert (cmd.code, cmd.opaque, cmd.language, cmd.version, cmd.body) == (10, (3 << 20) + 5, "CPP", 63, b"x" * 16)
+    assert cmd.ext_fields is not None and cmd.ext_fields["queueId"] == "1" and cmd.ext_fields["topic"] == lean.TOPIC
+    answers = b"".join(encode_command(RemotingCommand(code, (3 << 20) + slot, 1, remark, {"msgId": "M"}))
+                       for code, slot, remark in ((0, 5, None), (14, 2, "a slave"), (0, 0, None)))
+    assert _feed_bytewise(codec, answers) == [(5, True), (2, False), (0, True)]
+    assert codec.errors == {"14: a slave": 1}
+
+
+@pytest.mark.slow
+def test_remoting_frames_against_a_real_node_are_each_stored(nodes, tmp_path):
+    node = nodes.start(master_conf(tmp_path, role="ASYNC_MASTER"))
+    port = int(node.address.rsplit(":", 1)[1])
+    r = _drive(port, "remoting", connections=2, in_flight=8, seconds=0.5, warmup=0.1)
+    assert r["requests"] > 0 and r["failed"] == 0 and r["errors"] == {}, r
+
+    async def stored() -> int:
+        status = await peers.tidemq_status(node.address)
+        return status.stats.put_total if status.stats else 0
+
+    assert trio.run(stored) >= r["requests"]
 
 
 @pytest.mark.slow

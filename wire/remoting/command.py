@@ -109,13 +109,23 @@ def looks_like_remoting(first: bytes | bytearray) -> bool:
 
 
 def _json_header(cmd: RemotingCommand) -> bytes:
-    header: dict[str, Any] = {"code": cmd.code, "flag": cmd.flag, "language": cmd.language, "opaque": cmd.opaque,
-                              "serializeTypeCurrentRPC": cmd.serialize_type.name, "version": cmd.version}
-    if cmd.ext_fields is not None:
-        header["extFields"] = cmd.ext_fields
+    """`json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`,
+    written out: the same bytes at a fraction of the cost (every answer pays it)."""
+    ext = cmd.ext_fields
+    parts = ['{"code":', str(int(cmd.code))]
+    if ext is not None:
+        parts.append(',"extFields":{')
+        parts.append(",".join(_quote(k) + ":" + _quote(v) for k, v in sorted(ext.items())))
+        parts.append("}")
+    parts += [',"flag":', str(int(cmd.flag)), ',"language":', _quote(cmd.language), ',"opaque":', str(int(cmd.opaque))]
     if cmd.remark is not None:
-        header["remark"] = cmd.remark
-    return json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        parts += [',"remark":', _quote(cmd.remark)]
+    parts += [',"serializeTypeCurrentRPC":"', cmd.serialize_type.name, '","version":', str(int(cmd.version)), "}"]
+    return "".join(parts).encode()
+
+
+_quote: Any = json.encoder.encode_basestring
+"""A JSON string literal as json.dumps(ensure_ascii=False) writes it."""
 
 
 def _binary_string(value: str | None, width: struct.Struct) -> bytes:
@@ -174,7 +184,7 @@ def _from_json(header: bytes) -> RemotingCommand:
     return RemotingCommand(
         code=_int32(raw.get("code"), "code"), opaque=_int32(raw.get("opaque", 0), "opaque"),
         flag=_int32(raw.get("flag", 0), "flag"), remark=remark,
-        ext_fields=None if ext is None else {str(k): _ext_value(str(k), v) for k, v in ext.items()},
+        ext_fields=None if ext is None else {k: v if type(v) is str else _ext_value(k, v) for k, v in ext.items()},
         language=language if type(language) is str else "OTHER", version=_int32(raw.get("version", 0), "version"),
         serialize_type=SerializeType.JSON)
 
