@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from cluster.launch.etcd_server import EtcdServer, etcd_binary
+from tests import examples  # noqa: F401 (registers the `quick` hypothesis profile before it loads)
 from tests.node.nodeproc import Nodes
 
 
