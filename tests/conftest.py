@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from cluster.launch.etcd_server import EtcdServer, etcd_binary
+from tests import examples  # noqa: F401 (registers the `quick` hypothesis profile before it loads)
 from tests.node.nodeproc import Nodes
 
 
@@ -28,3 +29,30 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
     server.start()
     yield server
     server.stop()
+
+
+LONGEST_FILES = (
+    "tests/chaos/test_scenarios.py",
+    "tests/cluster/test_auto_failover.py",
+    "tests/tidemq/test_readme.py",
+    "tests/pipeline/test_standalone.py",
+    "tests/pipeline/test_live.py",
+    "tests/cluster/test_launcher.py",
+)
+"""The files that take longest (a minute or more each on two idle cores), longest first."""
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Whole files in the order that lets two workers end together (scripts/test runs the
+    whole suite with `--dist loadfile --no-loadscope-reorder`, so workers take files in this
+    order): the longest files first, then every other file with a slow test, then the
+    in-process files, which fill the end. A file's tests keep their order."""
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        path = item.nodeid.split("::", 1)[0]
+        if path in LONGEST_FILES:
+            return 0, LONGEST_FILES.index(path)
+        return (1 if path in slow_files else 2), 0
+
+    slow_files = {i.nodeid.split("::", 1)[0] for i in items if i.get_closest_marker("slow")}
+    items.sort(key=rank)  # stable: within a rank, files and tests keep the collection order

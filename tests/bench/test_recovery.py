@@ -20,6 +20,7 @@ def test_sizes_parse_in_binary_units():
         parse_size("lots")
 
 
+@pytest.mark.slow  # writer and reader processes
 def test_the_benchmark_prints_one_row_per_store(capsys, tmp_path):
     assert bench_recovery.main(["--data", "3KiB,300KiB", "--segment", "16MiB", "--dir", str(tmp_path)]) == 0
     out = json.loads(capsys.readouterr().out)

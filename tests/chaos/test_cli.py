@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # CLI processes
 REPO = Path(__file__).resolve().parents[2]
 
 

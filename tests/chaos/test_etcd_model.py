@@ -27,6 +27,7 @@ from node.failover.etcd import (
     op_put,
     parse_endpoints,
 )
+from tests.examples import examples
 
 pytestmark = pytest.mark.slow  # a real etcd
 
@@ -142,7 +143,7 @@ async def play(etcd: Any, prefix: str, ops: list[tuple]) -> tuple[list[Any], lis
 _examples = itertools.count()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=operations)
 def test_the_model_answers_as_etcd_does(etcd, ops) -> None:
     prefix = f"/model-check/{next(_examples)}/"

@@ -230,6 +230,7 @@ def test_a_signal_stop_of_consume_is_not_an_error(cluster):
 # ---------------------------------------------------------------- item 9
 
 
+@pytest.mark.slow  # CLI processes
 def test_offline_store_commands_take_no_login_options(tmp_path):
     helped = run("store", "query", "--help", env=ENV)
     assert helped.returncode == 0 and "--user" not in helped.stdout and "--tls-ca" not in helped.stdout
@@ -276,6 +277,7 @@ def test_chaos_sim_leaves_a_core_free_by_default():
     assert args.jobs == max(1, (os.cpu_count() or 1) - 1)
 
 
+@pytest.mark.slow  # a CLI process
 def test_chaos_run_base_dir_must_be_new_or_empty(tmp_path):
     (tmp_path / "something").write_text("x")
     r = run("chaos", "run", "kill-namesrv", "--base-dir", str(tmp_path), env=ENV)

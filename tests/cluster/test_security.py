@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from node.security import AUTH_FAILED, Credentials
 from tests.cluster.helpers import cli, wait_for
+from tests.examples import examples
 from tests.node.nodeproc import Nodes, master_conf, slave_conf, write_conf
 from wire.client import AuthenticationFailed, NoPermission, connect
 from wire.protocol import CommitOffset, GetStatus, Promote, Pull, Send, TopicCreate
@@ -164,7 +165,7 @@ async def test_a_recorded_login_replayed_on_a_new_connection_is_refused(secure):
             await conn.call(Send(topic="orders", body=b"replayed"))
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(first=st.text(min_size=1, max_size=120), final=st.text(min_size=1, max_size=120),
        garbage=st.dictionaries(st.text(max_size=8).filter(lambda k: k not in ("v", "op", "id")), st.one_of(st.integers(), st.text(max_size=8), st.binary(max_size=8)),
                                max_size=3))

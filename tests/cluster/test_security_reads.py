@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from node.security import Credentials, make_verifier
+from tests.examples import examples
 from tests.node.nodeproc import Nodes, master_conf
 from wire.client import NoPermission, TidemqError, connect
 from wire.protocol import (
@@ -156,7 +157,7 @@ OPS = st.one_of(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(account=st.sampled_from(sorted(ACCOUNTS)), op=OPS,
        heartbeat=st.sampled_from([None, ["orders"], ["payments"], ["orders", "payments"]]))
 def test_no_answer_shows_and_no_op_copies_a_message_the_account_may_not_read(secured, account, op, heartbeat):

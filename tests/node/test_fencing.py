@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from node.failover.fencing import STALL_S, CheckOutcome, Fencing
+from tests.examples import examples
 
 
 def test_a_stall_holds_writes_until_a_check_that_started_after_it_confirms() -> None:
@@ -155,5 +156,5 @@ class FencingMachine(RuleBasedStateMachine):
                 assert ok
 
 
-FencingMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
+FencingMachine.TestCase.settings = settings(max_examples=examples(200), stateful_step_count=40, deadline=None)
 test_fencing_machine = FencingMachine.TestCase

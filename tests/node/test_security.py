@@ -21,6 +21,7 @@ from node.security import (
 )
 from node.security.guard import MAX_FAILURES, peer_host
 from node.security.rules import RULES
+from tests.examples import examples
 from wire.protocol import NODE_REQUESTS, Request
 from wire.protocol.auth import AuthFinish, AuthStart
 from wire.protocol.namesrv import NAMESRV_REQUESTS
@@ -187,7 +188,7 @@ def test_the_file_is_reloaded_when_it_changes_and_a_bad_one_is_not_used(acl_file
     assert "no longer allowed" in gone["error"]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(first=st.text(max_size=200), final=st.text(max_size=200))
 def test_fuzzed_handshakes_never_log_in_or_raise(tmp_path_factory: pytest.TempPathFactory,
                                                  first: str, final: str) -> None:

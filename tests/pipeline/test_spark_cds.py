@@ -82,6 +82,7 @@ def test_only_the_newest_archives_are_kept(cache):
     assert [p.exists() for p in made] == [False, False, True, True, True, True]
 
 
+@pytest.mark.slow  # a JVM
 @pytest.mark.skipif(shutil.which("java") is None, reason="needs a JVM")
 def test_a_jvm_ignores_an_archive_it_cannot_use(tmp_path):
     """Another Java's archive, or a damaged one: the JVM starts without it, silently."""

@@ -25,7 +25,7 @@ def standalone(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def session(standalone):
+def session(no_shared_spark, standalone):
     from pipeline import local_session
 
     spark = local_session("tidemq-standalone", master=standalone.url, **{

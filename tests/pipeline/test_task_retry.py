@@ -16,7 +16,7 @@ BATCH = 50
 
 
 @pytest.fixture(scope="module")
-def spark():
+def spark(no_shared_spark):
     from pipeline import local_session
 
     session = local_session(

@@ -12,6 +12,7 @@ import pytest
 from pipeline import WorkerPythonError, check_worker_python, register, worker_python
 
 
+@pytest.mark.slow  # a venv and its Python
 def test_a_worker_python_without_the_data_source_is_named_with_the_fix(tmp_path) -> None:
     bare = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)

@@ -22,13 +22,14 @@ from store.record_codec import (
     encode_record,
     patch_record,
 )
+from tests.examples import examples
 from tests.store.test_message import MAX_MESSAGE_SIZE, hosts, int64, messages, topics
 
 COMPILED = record_codec.COMPILED
 needs_compiled = pytest.mark.skipif(
     COMPILED is None, reason="store._accel not loaded (TIDEMQ_PURE=1 or not built)"
 )
-SETTINGS = settings(max_examples=300, deadline=None,
+SETTINGS = settings(max_examples=examples(300), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 

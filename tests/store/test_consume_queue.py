@@ -18,6 +18,7 @@ from store.consume_queue import (
     written_units,
 )
 from store.mapped_file import SegmentSizeError
+from tests.examples import examples
 
 UNIT = 20
 FILE = 5 * UNIT  # 5 units per segment
@@ -397,7 +398,7 @@ def test_table_load_and_max_physic_offset(tmp_path):
     assert ConsumeQueueTable(str(tmp_path / "none"), FILE).max_physic_offset_of_all() == -1
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     first=st.integers(0, 30),
     sizes=st.lists(st.integers(1, 5000), min_size=1, max_size=40),
@@ -429,7 +430,7 @@ def test_recover_matches_what_was_written(tmp_path_factory, first, sizes, units_
 # the offline bulk reader (the pipeline's topic pruning)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.tuples(st.integers(-(2**63), 2**63 - 1), st.integers(-(2**31), 2**31 - 1),
                           st.integers(-(2**63), 2**63 - 1)), max_size=23),
        st.binary(max_size=19))

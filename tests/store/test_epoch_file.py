@@ -18,6 +18,7 @@ from store.epoch_file import (
     format_entries,
     parse_entries,
 )
+from tests.examples import examples
 
 
 def entries_strategy(min_size: int = 0) -> st.SearchStrategy[list[EpochEntry]]:
@@ -142,7 +143,7 @@ def two_histories(draw) -> tuple[list[int], list[int], int | None, int | None]:
     return logs[0], logs[1], empty[0], empty[1]
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(two_histories())
 def test_consistent_point_is_where_the_logs_diverge(h) -> None:
     a, b, ea, eb = h
@@ -156,7 +157,7 @@ def test_consistent_point_is_where_the_logs_diverge(h) -> None:
         assert point == lcp
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(two_histories(), st.integers(0, 30))
 def test_truncate_suffix_by_offset_matches_a_shorter_log(h, cut) -> None:
     labels = h[0]

@@ -33,6 +33,7 @@ from store.record_codec import (
     patch_record,
 )
 from store.sysflag import SysFlag
+from tests.examples import examples
 
 pytestmark = pytest.mark.usefixtures("both_codecs")  # compiled and pure (conftest.py)
 
@@ -95,7 +96,7 @@ def _canonical(host: str) -> str:
 # round trips
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(msg=messages(), store_host=hosts, queue_offset=int64, phys=int64, store_ts=int64)
 def test_round_trip(msg: Message, store_host: str, queue_offset: int, phys: int, store_ts: int):
     buf = encode_record(msg, store_host, MAX_MESSAGE_SIZE)
@@ -134,7 +135,7 @@ def test_round_trip(msg: Message, store_host: str, queue_offset: int, phys: int,
 
 
 @given(msg=messages(), phys=int64)
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 def test_round_trip_inside_a_larger_buffer(msg: Message, phys: int):
     """A record at a non-zero position, followed by other bytes, decodes the same."""
     buf = encode_record(msg, STORE_V4, MAX_MESSAGE_SIZE)
@@ -434,7 +435,7 @@ def test_wrong_total_size_is_invalid():
     assert d.kind is RecordKind.INVALID and "TOTALSIZE" in d.error
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(data=st.binary(max_size=512), pos=st.integers(0, 520))
 def test_random_bytes_never_raise(data: bytes, pos: int):
     d = decode_record(data, min(pos, len(data)))
@@ -443,7 +444,7 @@ def test_random_bytes_never_raise(data: bytes, pos: int):
         assert d.error
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     header=st.sampled_from([MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, BLANK_MAGIC_CODE]),
     size=st.integers(-10, 600),
@@ -456,7 +457,7 @@ def test_random_bytes_behind_a_real_magic_never_raise(header: int, size: int, ta
         assert d.error
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), min_size=1, max_size=4))
 def test_corrupted_records_never_raise(flips: list[tuple[int, int]]):
     raw = bytearray(_record())

@@ -19,6 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from store import GetMessageStatus, Message, StoreConfig, open_store
 from store.index_file import index_key_hash, slot_of
 from store.message import tags_code
+from tests.examples import examples
 from tests.waiting import wait_until
 
 CL_SEGMENT = 4096
@@ -305,6 +306,6 @@ class StoreModel(RuleBasedStateMachine):
 
 
 StoreModel.TestCase.settings = settings(
-    max_examples=20, stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(20), stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 test_store_matches_the_model = StoreModel.TestCase

@@ -26,6 +26,7 @@ from store.mapped_file import MappedFile
 from store.record_codec import MESSAGE_MAGIC_CODE, RecordKind, message_extent, py_decode_record
 from store.recovery import scan_valid_end
 from store.segment_walker import Blank, End, Record, first_nonzero, step, walk
+from tests.examples import examples
 from tests.store.test_accel import SETTINGS, segments
 from tests.store.test_tools import SEG, Store, sample_messages, write_store
 
@@ -248,7 +249,7 @@ def test_the_pipeline_gives_the_same_answer(name, tmp_path):
     assert pipeline_answer(fx) == by_verify
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(edits=st.lists(st.tuples(st.integers(0, 2 * SEG - 1), st.binary(min_size=1, max_size=64)),
                       min_size=1, max_size=4))
 def test_random_damage_one_answer(edits: list[tuple[int, bytes]]):

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from store import layout, tools
 from store.message import Message, encode_msg_id
 from store.record_codec import encode_blank, encode_record, masked_crc32, patch_record
+from tests.examples import examples
 from tidemq.cli import main
 
 SEG = 4096
@@ -476,7 +477,7 @@ def test_random_segment_never_raises(tmp_path: Path):
     assert list(tools.dump(tmp_path))[-1]["offset"] == 0
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     edits=st.lists(
         st.tuples(st.integers(0, 2 * SEG - 1), st.binary(min_size=1, max_size=64)), max_size=6

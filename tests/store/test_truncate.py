@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from store import GetMessageStatus, Message, MessageStore, StoreConfig, open_store, truncate_store
+from tests.examples import examples
 
 SEGMENT = 4096
 TOPICS = ("TA", "TB")
@@ -78,7 +79,7 @@ specs_strategy = st.lists(
 )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(specs=specs_strategy, data=st.data())
 async def test_truncate_matches_a_model_and_survives_restart(specs, data):
     with tempfile.TemporaryDirectory() as root:

@@ -66,6 +66,7 @@ def test_usage_errors_exit_2_with_one_line(argv, capsys):
     assert "tidemq: error:" in err and "Traceback" not in err, err
 
 
+@pytest.mark.slow  # a CLI process
 def test_python_dash_m_tidemq_runs_the_entry():
     p = subprocess.run([sys.executable, "-m", "tidemq", "--help"], cwd=REPO, capture_output=True, text=True,
                        timeout=60)

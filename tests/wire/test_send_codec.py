@@ -43,6 +43,7 @@ from store.accel import forced_pure
 from store.message import topic_error
 from store.message_store import open_store
 from store.status import PutMessageStatus
+from tests.examples import examples
 from tests.node.nodeproc import master_conf
 from tests.waiting import wait_until
 from wire import send_codec
@@ -58,7 +59,7 @@ from wire.protocol import (
 from wire.send_codec import PlainBatch, PlainSend, send_batch_reply_frame, send_reply_frame
 
 needs_compiled = pytest.mark.skipif(COMPILED is None, reason="wire._send_codec not loaded (TIDEMQ_PURE=1 or not built)")
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 MAX_FRAME = 1 << 20
 
 int64 = st.integers(-(2**63), 2**63 - 1)
@@ -342,7 +343,7 @@ sends_of_all_kinds = st.one_of(
 
 
 @needs_compiled
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(requests=st.lists(sends_of_all_kinds, min_size=1, max_size=40), cuts=st.lists(st.integers(0, 20000),
                                                                                      max_size=3),
