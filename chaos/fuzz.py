@@ -2,7 +2,9 @@
 
 Client frames: random bytes, length prefixes around the cap, valid CBOR with random ops
 and field values, and mutated valid requests. The node must answer each frame with a
-response (a CBOR map with a status) or close that connection; a control connection
+response (a CBOR map with a status; a remoting response when the bytes start as a
+RocketMQ remoting frame, whose byte 4 is 0 or 1: the port speaks both) or close that
+connection; a control connection
 opened beforehand must keep answering `status`. HA frames: random bytes and 8-byte
 offsets sent to the master's HA port as a slave's reports; the real slave must keep
 replicating (the runner checks it catches up). Runs in a thread (hypothesis is
@@ -22,6 +24,12 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from store.address import split_host_port
+from wire.remoting.command import (
+    RemotingCommand,
+    RemotingFrameError,
+    decode_payload,
+    looks_like_remoting,
+)
 
 OPS = ["send", "send_batch", "pull", "query_by_key", "get_by_msg_id", "offset_by_time", "min_offset",
        "max_offset", "commit_offset", "fetch_offset", "offset_list", "topic_list", "status", "nope", ""]
@@ -61,6 +69,8 @@ client_frames = st.one_of(
     st.integers(min_value=2**24, max_value=2**32 - 1).map(lambda n: struct.pack(">I", n) + b"\x00" * 8),
     st.tuples(requests(), st.integers(min_value=0, max_value=40), st.binary(min_size=1, max_size=4)).map(
         lambda t: _mutate(_frame(cbor2.dumps(t[0])), t[1], t[2])),
+    st.tuples(st.sampled_from([0, 1]), st.binary(max_size=200)).map(  # remoting frames with random headers
+        lambda t: _frame(struct.pack(">I", t[0] << 24 | len(t[1])) + t[1])),
 )
 ha_frames = st.one_of(st.binary(min_size=1, max_size=64),
                       st.lists(st.integers(min_value=-(2**63), max_value=2**63 - 1), min_size=1, max_size=4).map(
@@ -76,8 +86,9 @@ def _addr(address: str) -> tuple[str, int]:
     return split_host_port(address)
 
 
-def _read_response(sock: socket.socket) -> dict[str, Any] | None:
-    """The node's answer to one frame; None when it closed the connection."""
+def _read_response(sock: socket.socket, remoting: bool = False) -> dict[str, Any] | None:
+    """The node's answer to one frame; None when it closed the connection. `remoting`: the
+    frame started as a remoting one, so the answer is a remoting response."""
     head = b""
     while len(head) < 4:
         data = sock.recv(4 - len(head))
@@ -91,6 +102,15 @@ def _read_response(sock: socket.socket) -> dict[str, Any] | None:
         if not data:
             return None
         body += data
+    if remoting:
+        try:
+            command = decode_payload(body)
+        except RemotingFrameError as e:
+            raise AssertionError(f"the node answered a remoting frame with a broken one: {e}") from None
+        if not isinstance(command, RemotingCommand) or not command.is_response:
+            raise AssertionError(f"the node answered a remoting frame with something that is not a response: "
+                                 f"{command!r}")
+        return {"status": "REMOTING", "code": command.code}
     answer = cbor2.loads(body)
     if not isinstance(answer, dict) or "status" not in answer:
         raise AssertionError(f"the node answered with something that is not a response: {answer!r}")
@@ -124,7 +144,7 @@ def fuzz_node(client_address: str, ha_address: str | None, *, seconds: float, ma
             s.sendall(frame)
             s.shutdown(socket.SHUT_WR)  # a frame cut short is then answered or closed, never awaited
             try:
-                answer = _read_response(s)
+                answer = _read_response(s, looks_like_remoting(frame))
             except (ConnectionResetError, BrokenPipeError):
                 answer = None
             except TimeoutError:

@@ -144,6 +144,7 @@ class _JobRun:
         """Cancel, stop the session and the JVM, say so in one line: 128 + the signal."""
         self.stopping.set()
         logging.getLogger("py4j").setLevel(logging.CRITICAL + 1)  # the job's calls fail as the JVM goes
+        logging.getLogger().setLevel(logging.CRITICAL + 1)  # and some of py4j's log on the root logger
         previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             if self.spark is not None:
