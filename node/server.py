@@ -419,15 +419,18 @@ class ClientServer:
         else:
             self._answer_remoting(conn, started, cmd)
 
-    def _answer_remoting(self, conn: _Connection, response: RemotingCommand | None,
+    def _answer_remoting(self, conn: _Connection, response: RemotingCommand | bytes | None,
                          request: RemotingCommand | None = None) -> None:
         """Write one answer (see `_remoting_frame`)."""
         self._deliver(conn, self._remoting_frame(response, request), 1)
 
     @staticmethod
-    def _remoting_frame(response: RemotingCommand | None, request: RemotingCommand | None = None) -> bytes:
+    def _remoting_frame(response: RemotingCommand | bytes | None, request: RemotingCommand | None = None) -> bytes:
         """An answer's frame: b"" for none and to a oneway request, except
-        REQUEST_CODE_NOT_SUPPORTED, as RocketMQ does."""
+        REQUEST_CODE_NOT_SUPPORTED, as RocketMQ does. An answer already encoded (a fast
+        send's, node/remoting/fastsend.py) is its own frame."""
+        if isinstance(response, bytes):
+            return b"" if request is not None and request.is_oneway else response
         if response is None or (request is not None and request.is_oneway
                                 and response.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED):
             return b""

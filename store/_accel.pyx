@@ -1131,16 +1131,50 @@ cdef object plain_tail(topic, tags):
     return tail
 
 
-def prepare_plain(topic, body, queue_id, tags, flag, born_timestamp, born_host, store_host, max_message_size):
-    """store.record_codec.prepare_plain, compiled: the record of a send with a body, a topic and
-    at most tags (no keys or other properties), without building its Message; anything
-    out of the common case is the reference's."""
+cdef object props_tail(topic, tags, properties, keys):
+    """The tail of a message with other properties and keys (a remoting send's), encoded as
+    `Message.all_properties` orders them (its own, then TAGS, then KEYS), or None for one
+    the reference must encode (WAIT, TAGS or KEYS among its own, a name or value that is
+    not a str, a NUL, a surrogate, a topic or properties out of bounds)."""
+    if type(properties) is not dict or type(topic) is not str:
+        return None
+    if "WAIT" in properties or "TAGS" in properties or "KEYS" in properties:
+        return None
+    parts = []
+    for k, v in (<dict>properties).items():
+        if type(k) is not str or type(v) is not str:
+            return None
+        parts.append(k + "\x01" + v)
+    if tags:
+        parts.append("TAGS\x01" + tags)
+    if keys:
+        for k in keys:
+            if type(k) is not str:
+                return None
+        parts.append("KEYS\x01" + " ".join(keys))
+    try:
+        topic_bytes = topic.encode("utf-8")
+        props_bytes = "\x02".join(parts).encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    if (b"\x00" in topic_bytes or len(topic_bytes) > MAX_TOPIC or b"\x00" in props_bytes
+            or len(props_bytes) > MAX_PROPS):
+        return None
+    return tail_bytes(topic_bytes, props_bytes)
+
+
+def prepare_plain(topic, body, queue_id, tags, flag, born_timestamp, born_host, store_host, max_message_size,
+                  properties=None, keys=()):
+    """store.record_codec.prepare_plain, compiled: the record of a send with a body, a topic,
+    tags, and keys and other properties, without building its Message; anything out of
+    the common case is the reference's."""
     cdef int64_t total, born_ts = -1, q = -1, fl = 0, limit = 0
     cdef int32_t sys_flag = 0
     cdef Py_ssize_t n
     if (type(topic) is str and type(body) is bytes and type(queue_id) is int and type(flag) is int
-            and type(max_message_size) is int and (tags is None or type(tags) is str)):
-        tail = plain_tail(topic, tags)
+            and type(max_message_size) is int and (tags is None or type(tags) is str)
+            and (properties is None or type(properties) is dict) and (type(keys) is tuple or type(keys) is list)):
+        tail = props_tail(topic, tags, properties, keys) if properties or keys else plain_tail(topic, tags)
         try:
             q, fl, limit = queue_id, flag, max_message_size
             born = host_bytes(born_host or store_host)
@@ -1166,4 +1200,4 @@ def prepare_plain(topic, body, queue_id, tags, flag, born_timestamp, born_host, 
                     born_ts, born, store, 0, 0, body, tail,
                 ))
     return _py_prepare_plain(topic, body, queue_id, tags, flag, born_timestamp, born_host, store_host,
-                             max_message_size)
+                             max_message_size, properties, keys)

@@ -123,14 +123,17 @@ class MessagePuts:
         return Prepared(records, msg.topic, msg.queue_id)
 
     def prepare_plain(self, topic: str, body: bytes, queue_id: int, tags: str | None, flag: int,
-                      born_timestamp: int | None, born_host: str | None) -> Prepared | None:
-        """`prepare_message` of a plain message (a valid topic, a body, at most tags) that the
-        caller checked, with `refusal()`, the store takes: built without its Message
-        (store.record_codec.prepare_plain). None when it is refused: `prepare_message` then
-        says why."""
+                      born_timestamp: int | None, born_host: str | None,
+                      properties: dict[str, str] | None = None, keys: Sequence[str] = ()) -> Prepared | None:
+        """`prepare_message` of a plain message (a valid topic, a body, tags, keys and other
+        properties without DELAY) that the caller checked, with `refusal()`, the store
+        takes: built without its Message (store.record_codec.prepare_plain). None when it is
+        refused: `prepare_message` then says why."""
+        if properties and PROPERTY_DELAY in properties:  # rewrite_delayed's: prepare_message decides
+            return None
         try:
             record = prepare_plain(topic, body, queue_id, tags, flag, born_timestamp, born_host,
-                                   self.config.store_host, self.config.max_message_size)
+                                   self.config.store_host, self.config.max_message_size, properties, keys)
         except (EncodeError, ValueError, struct.error):
             return None
         return Prepared([record], topic, queue_id)

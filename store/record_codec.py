@@ -15,7 +15,7 @@ import mmap
 import struct
 import sys
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal, NamedTuple, overload
 
 import attrs
@@ -157,12 +157,13 @@ def prepare_record(msg: Message, store_host: str, max_message_size: int) -> Prep
 
 
 def prepare_plain(topic: str, body: bytes, queue_id: int, tags: str | None, flag: int, born_timestamp: int | None,
-                  born_host: str | None, store_host: str, max_message_size: int) -> PreparedRecord:
-    """The record of a plain send (a topic, a body, at most tags: no keys, no other
-    properties) as `prepare_record` encodes its Message; the compiled send path builds it
-    without the Message. Raises EncodeError."""
-    msg = Message(topic=topic, body=body, queue_id=queue_id, tags=tags, flag=flag, born_timestamp=born_timestamp,
-                  born_host=born_host)
+                  born_host: str | None, store_host: str, max_message_size: int,
+                  properties: Mapping[str, str] | None = None, keys: Sequence[str] = ()) -> PreparedRecord:
+    """The record of a plain send (a topic, a body, tags, and for a remoting send its keys
+    and other properties) as `prepare_record` encodes its Message; the compiled send paths
+    build it without the Message. Raises EncodeError."""
+    msg = Message(topic=topic, body=body, queue_id=queue_id, tags=tags, keys=tuple(keys), properties=properties,
+                  flag=flag, born_timestamp=born_timestamp, born_host=born_host)
     return prepare_record(msg, store_host, max_message_size)
 
 

@@ -34,7 +34,7 @@ from .services import (
     refuse_on_slave,
 )
 
-__all__ = ["PUT_HANDLERS", "Handler", "PendingPut", "append_sends", "finish_sends", "prepare_plain_sends", "put_response"]
+__all__ = ["PUT_HANDLERS", "Handler", "PendingPut", "append_sends", "finish_sends", "prepare_plain_send", "prepare_plain_sends", "put_response"]
 
 
 async def _checked_topic(services: NodeServices, topic: str, queue_id: int | None) -> int:
@@ -149,6 +149,9 @@ class PendingPut:
     """Answered with its encoded frame when stored (a plain send of the compiled path)."""
     topic: str = ""
     """For the per-topic stats (statsAll)."""
+    reply: Callable[[str, str, int, int], Any] | None = None
+    """Answers it when stored, from (status, msgId, queue id, queue offset), instead of the
+    CBOR reply (the remoting fast path's templated answer, node/remoting/fastsend.py)."""
 
 
 async def _send(s: NodeServices, r: Request, peer: str | None) -> PendingPut:
@@ -205,6 +208,30 @@ async def prepare_plain_sends(s: NodeServices, sends: list[PlainSend | PlainBatc
     return out
 
 
+async def prepare_plain_send(s: NodeServices, topic: str, body: bytes, queue_id: int, tags: str | None,
+                             keys: tuple[str, ...], properties: dict[str, str], flag: int, born_timestamp: int | None,
+                             wait: bool, peer: str | None, reply: Callable[[str, str, int, int], Any],
+                             ) -> PendingPut | None:
+    """`prepare_plain_sends` for one send with keys and other properties (a remoting send
+    the fast path read: its topic valid, its fields as the schema would take them), to be
+    answered with `reply` when stored. None for a send off that path: the caller runs the
+    reference path for it, which answers why."""
+    try:
+        checked = await _check_writeable(s)
+    except (OpError, StoreUnavailableError):
+        return None
+    puts = s.store.puts
+    config = s.topics.get(topic)
+    if (config is None or not config.writeable or queue_id >= config.write_queue_nums
+            or puts.refusal() is not None):
+        return None
+    prepared = puts.prepare_plain(topic, body, queue_id, tags, flag, born_timestamp, peer, properties, keys)
+    if prepared is None:
+        return None
+    return PendingPut(0, prepared, wait, queue_id, False, puts.put_waits(wait), checked=checked, topic=topic,
+                      reply=reply)
+
+
 def append_sends(s: NodeServices, pending: list[PendingPut]) -> None:
     """Append prepared sends, in order, as one CommitLog group."""
     s.stats.send_requests += len(pending)
@@ -240,6 +267,8 @@ async def finish_sends(s: NodeServices, pending: list[PendingPut]) -> list[dict[
                 else put_response(p.request_id, result, p.queue_id, batch=p.batch)
                 for p, result in zip(pending, results, strict=True)]
     return [put_response(p.request_id, result, p.queue_id, batch=p.batch, encoded=p.encoded)
+            if p.reply is None or result.append is None or not result.status.stored
+            else p.reply(result.status.value, result.append.msg_id, p.queue_id, result.append.queue_offset)
             for p, result in zip(pending, results, strict=True)]
 
 

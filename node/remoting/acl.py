@@ -64,8 +64,11 @@ async def guarded(guard: Guard, cmd: RemotingCommand, peer: str | None,
         return checked_messages(guard, session, cmd, result)
     finish = result
 
-    async def checked() -> RemotingCommand | None:
-        return checked_messages(guard, session, cmd, await finish())
+    async def checked() -> RemotingCommand | bytes | None:
+        response = await finish()
+        if isinstance(response, bytes):  # a fast send's answer (no messages); not taken with a guard
+            return response
+        return checked_messages(guard, session, cmd, response)
 
     return checked
 

@@ -20,9 +20,9 @@ from ..ops.services import NodeServices
 
 __all__ = ["Finish", "GroupedSend", "Processor", "ProcessorContext", "RemotingChannel", "RemotingService"]
 
-Finish = Callable[[], Awaitable["RemotingCommand | None"]]
+Finish = Callable[[], Awaitable["RemotingCommand | bytes | None"]]
 """The rest of a request that `start` began in arrival order (a send's wait for its flush
-or slave), run as its own task."""
+or slave), run as its own task; its answer, or the answer's frame already encoded."""
 
 
 @attrs.define(eq=False)
@@ -33,11 +33,12 @@ class GroupedSend:
     called as a plain Finish, it appends and finishes alone."""
 
     pending: PendingPut
-    answer: Callable[[dict[str, Any] | bytes], RemotingCommand]
-    """The remoting answer to the send's CBOR response (node/ops/dispatch.py finish_requests)."""
+    answer: Callable[[dict[str, Any] | bytes], RemotingCommand | bytes]
+    """The remoting answer to the send's CBOR response (node/ops/dispatch.py finish_requests),
+    or its frame already encoded (the fast path's, node/remoting/fastsend.py)."""
     services: NodeServices
 
-    async def __call__(self) -> RemotingCommand:
+    async def __call__(self) -> RemotingCommand | bytes:
         append_requests(self.services, [self.pending])
         (response,) = await finish_requests(self.services, [self.pending])
         return self.answer(response)
@@ -83,6 +84,11 @@ class ProcessorContext(Protocol):
     """What a node's processor reads and runs requests with (processor.py's NodeRemoting)."""
 
     services: NodeServices
+    checked_topics: set[str]
+    """Topics the server's schema found valid (the fast path takes sends to these only)."""
+    fast_sends: bool
+    """Whether sends may take the fast path (node/remoting/fastsend.py): not when every
+    request is screened (aclEnable), nor when turned off to test against the reference."""
 
     def request(self, frame: dict[str, Any]) -> Request:
         """A CBOR op's map as the node's schema reads it (InvalidRequest)."""

@@ -13,6 +13,7 @@ refused.
 from __future__ import annotations
 
 import logging
+import os
 from functools import partial
 from typing import Any
 
@@ -44,6 +45,9 @@ class NodeRemoting:
         self.guard = guard
         """With aclEnable: every request is signed, and `request` screens what it builds (acl.py)."""
         self._processors: dict[int, Processor] = {**SEND_PROCESSORS, **PULL_PROCESSORS, **CLIENT_PROCESSORS}
+        self.fast_sends = guard is None and os.environ.get("TIDEMQ_REMOTING_FAST_SENDS", "1") != "0"
+        """Sends may take the fast path (node/remoting/fastsend.py); with aclEnable every one
+        is screened on the reference path, and TIDEMQ_REMOTING_FAST_SENDS=0 turns it off."""
         self.ordered = frozenset(SEND_PROCESSORS)
         """Sends start in the reader, in arrival order: a queue's order holds."""
 

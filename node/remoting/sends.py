@@ -25,12 +25,12 @@ from ..ops.dispatch import handle_now
 from ..ops.puts import PendingPut
 from .answers import response_code
 from .channel import Finish, GroupedSend, Processor, ProcessorContext, RemotingChannel
+from .fastsend import REGION_ID, fast_send
 
 __all__ = ["SEND_PROCESSORS", "message_fields"]
 
 PROPERTY_TRAN_MSG = "TRAN_MSG"
 MSG_SYSFLAG_COMPRESSED = 0x1
-REGION_ID = "DefaultRegion"
 
 
 def message_fields(properties: dict[str, str]) -> dict[str, Any]:
@@ -51,6 +51,10 @@ def message_fields(properties: dict[str, str]) -> dict[str, Any]:
 
 
 async def _send(proc: ProcessorContext, cmd: RemotingCommand, channel: RemotingChannel) -> RemotingCommand | Finish:
+    if proc.fast_sends:
+        fast = await fast_send(proc, cmd, channel, partial(_send_answer, cmd))
+        if fast is not None:
+            return fast
     h = send_header(cmd.code, cmd.ext_fields)
     body = cmd.body
     if h.sys_flag & MSG_SYSFLAG_COMPRESSED:
@@ -81,12 +85,17 @@ async def _send(proc: ProcessorContext, cmd: RemotingCommand, channel: RemotingC
     s = proc.services
     pending = await handle_now(s, request, channel.peer)
     if not isinstance(pending, PendingPut):
-        return _send_answer(cmd, pending)
+        return _response(cmd, pending)
     return GroupedSend(pending, partial(_send_answer, cmd), s)
 
 
-def _send_answer(cmd: RemotingCommand, answer: dict[str, Any] | bytes) -> RemotingCommand:
-    assert isinstance(answer, dict)  # not the compiled path's frame: a Request was handled
+def _send_answer(cmd: RemotingCommand, answer: dict[str, Any] | bytes) -> RemotingCommand | bytes:
+    if isinstance(answer, bytes):  # the fast path's templated answer frame (fastsend.py)
+        return answer
+    return _response(cmd, answer)
+
+
+def _response(cmd: RemotingCommand, answer: dict[str, Any]) -> RemotingCommand:
     status = answer["status"]
     code = response_code(status, ResponseCode.TOPIC_NOT_EXIST)
     if "msg_id" not in answer and "msg_ids" not in answer:

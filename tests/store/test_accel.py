@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from store import accel, message, record_codec, record_rows, segment_walker, sysflag
+from store.properties import encode_properties
 from store.record_codec import (
     MESSAGE_MAGIC_CODE_V2,
     Decoded,
@@ -297,6 +298,34 @@ def test_a_plain_send_encodes_as_its_message_does(topic, body, queue_id, tags, f
     pure = outcome(record_codec.py_prepare_plain, *args)
     assert pure == outcome(COMPILED.prepare_plain, *args)
     assert record_codec.prepare_plain is COMPILED.prepare_plain or accel.forced_pure()
+
+
+_PROP_TEXT = st.one_of(st.text(max_size=10), st.sampled_from(["UNIQ_KEY", "WAIT", "TAGS", "KEYS", "a\x00", "\ud800",
+                                                               "C0A8000100002A9F0000000000000001"]))
+
+
+@needs_compiled
+@SETTINGS
+@given(topic=st.one_of(topics, st.sampled_from(["T\x00", "T" * 128])),
+       body=st.one_of(st.binary(max_size=300), st.just(b"x" * 200)),
+       queue_id=st.integers(0, 2**31 - 1),
+       tags=st.one_of(st.none(), st.text(max_size=12), st.sampled_from(["", "\x00", "\ud800"])),
+       properties=st.one_of(st.none(), st.dictionaries(_PROP_TEXT, _PROP_TEXT, max_size=4),
+                            st.just({"a": "x" * 40000}), st.just({"a": None}), st.just({"a": 1})),
+       keys=st.one_of(st.lists(st.text(max_size=8), max_size=3), st.lists(st.text(max_size=8), max_size=2).map(tuple),
+                      st.just([1])),
+       flag=st.integers(-(2**31), 2**31 - 1), born_timestamp=st.integers(0, 2**63 - 1),
+       born_host=st.one_of(st.none(), hosts), store_host=hosts, max_size=st.sampled_from([0, 100, MAX_MESSAGE_SIZE]))
+def test_a_plain_send_with_properties_encodes_as_its_message_does(topic, body, queue_id, tags, properties, keys, flag,
+                                                                  born_timestamp, born_host, store_host, max_size):
+    """prepare_plain with a remoting send's keys and other properties, compiled against the
+    reference (the Message encoder): the same record, or the same refusal."""
+    args = (topic, body, queue_id, tags, flag, born_timestamp, born_host, store_host, max_size, properties, keys)
+    pure = outcome(record_codec.py_prepare_plain, *args)
+    assert pure == outcome(COMPILED.prepare_plain, *args)
+    if properties and type(properties) is dict and all(type(v) is str for v in properties.values()) and not tags \
+            and not keys and "WAIT" not in properties and isinstance(pure, record_codec.PreparedRecord):
+        assert pure.tail.endswith(encode_properties(properties).encode())  # its own, in their order
 
 
 @needs_compiled
