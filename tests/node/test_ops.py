@@ -45,9 +45,8 @@ from wire.protocol import (
 
 
 @asynccontextmanager
-async def serving_ops(conf: Path, **server: Any) -> AsyncIterator[tuple[NodeServices, Connection]]:
-    """A node's store, tables and operations behind a ClientServer on a free port, and a
-    connection to it (`server`: more ClientServer arguments, e.g. an older op table)."""
+async def node_services(conf: Path) -> AsyncIterator[NodeServices]:
+    """A node's store and tables from its config file, as NodeServices (no server)."""
     cfg = load_config(str(conf))
     root = cfg.store.store_path_root_dir
     topics = TopicConfigManager(root, auto_create=cfg.auto_create_topic_enable,
@@ -55,12 +54,25 @@ async def serving_ops(conf: Path, **server: Any) -> AsyncIterator[tuple[NodeServ
     topics.load()
     offsets = ConsumerOffsetManager(root)
     offsets.load()
-    async with open_store(cfg.store) as store, trio.open_nursery() as nursery:
-        services = NodeServices(cfg=cfg, store=store, topics=topics, offsets=offsets)
-        server = ClientServer(partial(handle_now, services), host="127.0.0.1", port=0,
-                              max_frame_size=cfg.max_frame_size, batched_ops=BATCHED_OPS,
-                              commit=partial(append_requests, services),
-                              finish=partial(finish_requests, services), **server)
+    async with open_store(cfg.store) as store:
+        yield NodeServices(cfg=cfg, store=store, topics=topics, offsets=offsets)
+
+
+def ops_server(services: NodeServices, **server: Any) -> ClientServer:
+    """A ClientServer on a free port answering with the node's ops, sends batched as the
+    node batches them (`server`: more ClientServer arguments)."""
+    return ClientServer(partial(handle_now, services), host="127.0.0.1", port=0,
+                        max_frame_size=services.cfg.max_frame_size, batched_ops=BATCHED_OPS,
+                        commit=partial(append_requests, services), finish=partial(finish_requests, services),
+                        **server)
+
+
+@asynccontextmanager
+async def serving_ops(conf: Path, **server: Any) -> AsyncIterator[tuple[NodeServices, Connection]]:
+    """A node's store, tables and operations behind a ClientServer on a free port, and a
+    connection to it (`server`: more ClientServer arguments, e.g. an older op table)."""
+    async with node_services(conf) as services, trio.open_nursery() as nursery:
+        server = ops_server(services, **server)
         await nursery.start(server.run)
         async with connect(format_host_port("127.0.0.1", server.port)) as conn:
             yield services, conn

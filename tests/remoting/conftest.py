@@ -10,8 +10,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from tests.cluster.helpers import broker_conf, slave_of, start_namesrv
-from tests.node.nodeproc import Nodes
+from tests.cluster.helpers import sync_group
 
 
 @attrs.frozen
@@ -25,16 +24,8 @@ class RemotingCluster:
 @pytest.fixture(scope="module")
 def rmq_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RemotingCluster]:
     directory = tmp_path_factory.mktemp("rmq")
-    nodes = Nodes()
-    try:
-        ns = start_namesrv(nodes, directory)
-        master = broker_conf(directory, "m", "broker-r", ns.address, role="SYNC_MASTER")
-        m = nodes.start(master)
-        s = nodes.start(slave_of(directory, master, "s", ns.address))
-        yield RemotingCluster(ns.address, m.address, s.address, directory)
-    finally:
-        nodes.cleanup()
-
+    with sync_group(directory) as cluster:
+        yield RemotingCluster(cluster["namesrv"], cluster["master"], cluster["slave"], directory)
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test on the cluster starts processes: the slow tier, not `scripts/test --quick`'s."""

@@ -14,7 +14,6 @@ import queue
 import socket
 import threading
 from collections.abc import Iterator
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +24,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import node.remoting.sends as sends_module
-from node.config import load_config
-from node.ops.dispatch import BATCHED_OPS, append_requests, finish_requests, handle_now
 from node.ops.services import NodeServices
 from node.remoting.processor import NodeRemoting
-from node.server import ClientServer
-from node.tables.offsets import ConsumerOffsetManager
-from node.tables.topics import TopicConfigManager
 from store import record_codec
-from store.message_store import open_store
 from tests.node.nodeproc import master_conf
+from tests.node.test_ops import node_services, ops_server
 from wire.remoting.codes import RequestCode, ResponseCode
 from wire.remoting.command import RemotingCommand, encode_command
 from wire.remoting.send_reply import send_reply_frame
@@ -68,23 +62,13 @@ class Pair:
 
 
 async def _serve(conf: Path, fast: bool, ready: queue.Queue[Any], nursery: trio.Nursery) -> None:
-    cfg = load_config(str(conf))
-    root = cfg.store.store_path_root_dir
-    topics = TopicConfigManager(root, auto_create=cfg.auto_create_topic_enable,
-                                default_queue_nums=cfg.default_topic_queue_nums)
-    topics.load()
-    offsets = ConsumerOffsetManager(root)
-    offsets.load()
-    async with open_store(cfg.store) as store:
-        services = NodeServices(cfg=cfg, store=store, topics=topics, offsets=offsets)
-        server = ClientServer(partial(handle_now, services), host="127.0.0.1", port=0,
-                              max_frame_size=cfg.max_frame_size, batched_ops=BATCHED_OPS,
-                              commit=partial(append_requests, services), finish=partial(finish_requests, services))
+    async with node_services(conf) as services:
+        server = ops_server(services)
         remoting = NodeRemoting(services, server.checked_topics)
         remoting.fast_sends = fast
         server.remoting = remoting
         await nursery.start(server.run)
-        ready.put(Node(server.port, Path(root), services))
+        ready.put(Node(server.port, Path(services.cfg.store.store_path_root_dir), services))
         await trio.sleep_forever()
 
 
