@@ -269,7 +269,7 @@ class PushConsumers:
         self.stop_file.touch()
         for child, out in self.children:
             try:
-                _, err = child.communicate(timeout=15)
+                _, err = child.communicate(timeout=5)
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.communicate()
