@@ -92,6 +92,10 @@ async def _pull(proc: ProcessorContext, cmd: RemotingCommand, channel: RemotingC
     queue_id, offset = ext_int(ext, "queueId"), ext_int(ext, "queueOffset")
     sys_flag = ext_int(ext, "sysFlag")
     s = proc.services
+    # the account's permission first (with aclEnable), as RocketMQ's ACL hook runs before the
+    # processor: a topic the account may not read is refused before its existence is told
+    proc.request({"op": "pull", "id": 0, "topic": topic, "queue_id": max(queue_id, 0), "offset": max(offset, 0),
+                  "group": group})
     try:
         check_consume(s, group)
     except OpError as e:

@@ -223,6 +223,10 @@ def test_the_cpp_pull_consumer_reads_what_its_account_may_and_nothing_else(secur
         refused = c.call(RequestCode.PULL_MESSAGE, signed_fields(pull, "app", APP_REMOTING))
         assert (refused.code, refused.remark, refused.body) == (
             ResponseCode.NO_PERMISSION, f"pull: account 'app' lacks SUB on topic '{TOPIC_B}'", b"")
+        # a topic the account may not read is refused before anyone says whether it exists
+        unknown = c.call(RequestCode.PULL_MESSAGE, signed_fields({**pull, "topic": "RmqSecNoSuch"}, "app",
+                                                                 APP_REMOTING))
+        assert unknown.code == ResponseCode.NO_PERMISSION, unknown
         wrong = c.call(RequestCode.PULL_MESSAGE, signed_fields({**pull, "topic": TOPIC_P}, "app", "not-it"))
         assert (wrong.code, wrong.body) == (ResponseCode.SYSTEM_ERROR, b"")
         mine = c.call(RequestCode.PULL_MESSAGE, signed_fields({**pull, "topic": TOPIC_P, "queueId": str(
