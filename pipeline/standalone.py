@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import time
 import urllib.request
@@ -82,7 +83,16 @@ class StandaloneCluster:
         log.close()
 
     def state(self) -> dict:
-        """The master's JSON view (workers, applications)."""
+        """The master's JSON view (workers, applications). The port picked for its web UI
+        can be taken by another process before the master binds it (Spark then moves to the
+        next port, and another Spark UI answers here with HTML): the port the master logs
+        it bound wins, and an answer that is not JSON is "not up yet" (ValueError)."""
+        log = self.workdir / "master.log"
+        bound, ui_bound = _logged_port(log, b"sparkMaster"), _logged_port(log, b"MasterUI")
+        if bound is not None and bound != self.port:  # the same race for the master's own port
+            self.port, self.url = bound, f"spark://127.0.0.1:{bound}"
+        if ui_bound is not None:
+            self.ui_port = ui_bound
         with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=5) as r:
             return json.loads(r.read())
 
@@ -98,6 +108,8 @@ class StandaloneCluster:
                     return
             except OSError:
                 pass  # not listening yet
+            except ValueError:
+                pass  # another server on the port we picked: the master's log names its own
             if time.monotonic() > deadline:
                 raise TimeoutError(f"Spark standalone: {what} not up within {self.timeout:.0f} s; see {self.workdir}/*.log")
             time.sleep(0.2)  # poll
@@ -117,3 +129,12 @@ class StandaloneCluster:
                 with contextlib.suppress(psutil.Error):
                     proc.kill()
         self.procs.clear()
+
+
+def _logged_port(log: Path, service: bytes) -> int | None:
+    """The port the standalone master says it bound `service` to (None before it says so)."""
+    try:
+        found = re.search(rb"Successfully started service '" + service + rb"' on port (\d+)", log.read_bytes())
+    except OSError:
+        return None
+    return int(found.group(1)) if found else None
