@@ -17,6 +17,8 @@ PROPERTY_DELAY = "DELAY"
 PROPERTY_UNIQ_KEY = "UNIQ_KEY"
 PROPERTY_REAL_TOPIC = "REAL_TOPIC"
 PROPERTY_REAL_QID = "REAL_QID"
+PROPERTY_TRAN_MSG = "TRAN_MSG"
+"""True on a transactional half message."""
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 """The topic a retry or dead-letter copy was first stored under (its original topic)."""
 

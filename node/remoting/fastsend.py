@@ -18,10 +18,17 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from store.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_WAIT, decode_properties
+from store.properties import (
+    PROPERTY_DELAY,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_TRAN_MSG,
+    PROPERTY_WAIT,
+    decode_properties,
+)
 from wire.remoting.codes import RequestCode
 from wire.remoting.command import RemotingCommand, SerializeType
-from wire.remoting.headers import _V2_NAMES
+from wire.remoting.headers import v1_names
 from wire.remoting.send_reply import send_reply_frame
 
 from ..ops.puts import prepare_plain_send
@@ -32,7 +39,7 @@ __all__ = ["FastSend", "fast_send", "plain_send"]
 
 REGION_ID = "DefaultRegion"
 _INT_FIELDS = ("queueId", "sysFlag", "bornTimestamp", "flag", "defaultTopicQueueNums", "reconsumeTimes")
-_SPECIAL = ("TRAN_MSG", "DELAY")
+_SPECIAL = (PROPERTY_TRAN_MSG, PROPERTY_DELAY)
 """Properties the reference treats specially (a half message refused, a delayed message
 rewritten onto SCHEDULE_TOPIC_XXXX): their sends take the reference path."""
 INT32_MAX = 2**31 - 1
@@ -61,7 +68,7 @@ def plain_send(code: int, ext: Mapping[str, str] | None, body: bytes, checked_to
     if ext is None or not body or (code != RequestCode.SEND_MESSAGE and code != RequestCode.SEND_MESSAGE_V2):
         return None
     if code == RequestCode.SEND_MESSAGE_V2:
-        ext = {_V2_NAMES.get(k, k): v for k, v in ext.items()}
+        ext = v1_names(ext)
     topic = ext.get("topic")
     if topic not in checked_topics or ext.get("producerGroup") is None:
         return None

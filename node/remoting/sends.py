@@ -14,7 +14,13 @@ import zlib
 from functools import partial
 from typing import Any
 
-from store.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_WAIT, decode_properties
+from store.properties import (
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_TRAN_MSG,
+    PROPERTY_WAIT,
+    decode_properties,
+)
 from wire.protocol import InvalidRequest
 from wire.remoting.bodies import decode_batch
 from wire.remoting.codes import RequestCode, ResponseCode
@@ -29,7 +35,6 @@ from .fastsend import REGION_ID, fast_send
 
 __all__ = ["SEND_PROCESSORS", "message_fields"]
 
-PROPERTY_TRAN_MSG = "TRAN_MSG"
 MSG_SYSFLAG_COMPRESSED = 0x1
 
 

@@ -17,7 +17,7 @@ import attrs
 
 from .codes import RequestCode
 
-__all__ = ["HeaderError", "SendHeader", "ext_bool", "ext_int", "ext_str", "send_header"]
+__all__ = ["V2_NAMES", "HeaderError", "SendHeader", "ext_bool", "ext_int", "ext_str", "send_header", "v1_names"]
 
 
 class HeaderError(ValueError):
@@ -55,10 +55,15 @@ def ext_bool(ext: Mapping[str, str] | None, name: str) -> bool:
     return value is not None and (value.lower() == "true" or value == "1")
 
 
-_V2_NAMES = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
+V2_NAMES = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
              "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes",
              "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch", "n": "bname"}
 """SendMessageRequestHeaderV2's one-letter keys (codes 310 and 320) and the V1 names."""
+
+
+def v1_names(ext: Mapping[str, str]) -> dict[str, str]:
+    """A V2 send header's extFields under their V1 names."""
+    return {V2_NAMES.get(k, k): v for k, v in ext.items()}
 
 
 @attrs.frozen
@@ -83,7 +88,7 @@ def send_header(code: int, ext: Mapping[str, str] | None) -> SendHeader:
     """The send header of a SEND_MESSAGE (long names) or SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE
     (one-letter names) request. A V2 batch is a batch whatever its `m` says."""
     if code != RequestCode.SEND_MESSAGE and ext is not None:
-        ext = {_V2_NAMES.get(k, k): v for k, v in ext.items()}
+        ext = v1_names(ext)
     max_reconsume = None if ext is None or not ext.get("maxReconsumeTimes") else ext_int(ext, "maxReconsumeTimes")
     return SendHeader(
         producer_group=ext_str(ext, "producerGroup"), topic=ext_str(ext, "topic"),
