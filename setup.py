@@ -1,5 +1,5 @@
-"""Builds the optional compiled accelerators store._accel (store/_accel.pyx) and
-wire._send_codec (wire/_send_codec.pyx); everything else is in pyproject.toml. A build that cannot compile it (no C compiler, no Python headers)
+"""Builds the optional compiled accelerators store._accel (store/_accel.pyx),
+wire._send_codec (wire/_send_codec.pyx) and wire._remoting_codec (wire/_remoting_codec.pyx); everything else is in pyproject.toml. A build that cannot compile it (no C compiler, no Python headers)
 warns and still installs: store.accel then finds no store._accel and the pure-Python
 codec runs."""
 
@@ -31,7 +31,8 @@ def extensions() -> list[Extension]:
     try:
         return cythonize(
             [Extension("store._accel", ["store/_accel.pyx"], extra_compile_args=["-O2"]),
-             Extension("wire._send_codec", ["wire/_send_codec.pyx"], extra_compile_args=["-O2"])],
+             Extension("wire._send_codec", ["wire/_send_codec.pyx"], extra_compile_args=["-O2"]),
+             Extension("wire._remoting_codec", ["wire/_remoting_codec.pyx"], extra_compile_args=["-O2"])],
             compiler_directives={"language_level": "3"},
             quiet=True,
         )

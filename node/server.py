@@ -55,6 +55,7 @@ from wire.remoting.command import (
     encode_command,
     looks_like_remoting,
 )
+from wire.remoting.plain_send import RemotingSend, plain_reader
 from wire.send_codec import PlainBatch, PlainSend, request_of
 from wire.tls import accept_tls
 
@@ -322,9 +323,10 @@ class ClientServer:
         the connection closes; a frame with an unreadable header is answered and the
         connection goes on."""
         channel = RemotingChannel(conn.peer, partial(self._deliver, conn))
-        decoder = CommandDecoder(self.max_frame_size)
-        error: str | None = None
         grouped = self.commit is not None  # sends join the turn, as CBOR sends do
+        topics = service.plain_topics if grouped else None
+        decoder = CommandDecoder(self.max_frame_size, None if topics is None else plain_reader(topics))
+        error: str | None = None
         if grouped:
             conn.remoting_answers = {}
         try:
@@ -339,7 +341,15 @@ class ClientServer:
                         break
                     out: list[bytes] = []  # answers ready now: one write for the receive
                     placed: list[Any] = []
+                    run: list[RemotingSend] = []  # sends the decoder read compiled, in a row
                     for cmd in commands:
+                        if isinstance(cmd, RemotingSend):
+                            conn.in_flight += 1
+                            run.append(cmd)
+                            continue
+                        if run:
+                            await self._serve_remoting_sends(conn, service, channel, run, out, placed)
+                            run = []
                         if isinstance(cmd, RemotingCommand) and cmd.is_response:
                             continue  # a client's answer to a push: nothing waits for it
                         conn.in_flight += 1
@@ -347,18 +357,14 @@ class ClientServer:
                             out.append(self._remoting_frame(RemotingCommand(
                                 code=ResponseCode.SYSTEM_ERROR, opaque=cmd.opaque, flag=1, remark=cmd.reason,
                                 serialize_type=cmd.serialize_type)))
-                        elif cmd.code in service.ordered:
+                        elif isinstance(cmd, RemotingCommand) and cmd.code in service.ordered:
                             started = await self._start_remoting(service, cmd, channel)
-                            if grouped and isinstance(started, GroupedSend):
-                                assert conn.remoting_answers is not None
-                                conn.remoting_answers[started.pending] = partial(self._grouped_answer, started, cmd)
-                                placed.append(started.pending)
-                            elif callable(started):
-                                nursery.start_soon(self._finish_remoting, conn, cmd, started)
-                            else:
-                                out.append(self._remoting_frame(started, cmd))
+                            self._place_remoting(conn, cmd, started, out, placed)
                         else:
+                            assert isinstance(cmd, RemotingCommand)
                             nursery.start_soon(self._run_remoting, conn, service, cmd, channel)
+                    if run:
+                        await self._serve_remoting_sends(conn, service, channel, run, out, placed)
                     if placed:
                         conn.puts_pending += len(placed)
                         self._turn.append((conn, placed))
@@ -387,6 +393,36 @@ class ClientServer:
                     conn.close_now()
         finally:
             self._remoting_gone(service, channel)
+
+    def _place_remoting(self, conn: _Connection, cmd: RemotingCommand | RemotingSend, started: Any,
+                        out: list[bytes], placed: list[Any]) -> None:
+        """An ordered request begun in the reader: a send for the turn joins `placed`, the
+        rest of one runs as a task, an answer ready now joins `out`."""
+        if conn.remoting_answers is not None and isinstance(started, GroupedSend):
+            conn.remoting_answers[started.pending] = partial(self._grouped_answer, started, cmd)
+            placed.append(started.pending)
+        elif callable(started):
+            assert conn.nursery is not None
+            request = cmd.command() if isinstance(cmd, RemotingSend) else cmd
+            conn.nursery.start_soon(self._finish_remoting, conn, request, started)
+        else:
+            out.append(self._remoting_frame(started, cmd))
+
+    async def _serve_remoting_sends(self, conn: _Connection, service: RemotingService, channel: RemotingChannel,
+                                    run: list[RemotingSend], out: list[bytes], placed: list[Any]) -> None:
+        """A run of sends the decoder read compiled: begun together (one write check), and
+        each the service cannot take that way decoded and begun on its own, in order."""
+        try:
+            started: list[GroupedSend | None] = await service.plain_sends(run, channel)
+        except Exception:  # the service answers its own errors; a bug lands here
+            log.exception("%d remoting send(s) failed on the fast path; taking the reference path", len(run))
+            started = [None] * len(run)
+        for send, grouped in zip(run, started, strict=True):
+            if grouped is None:
+                cmd = send.command()
+                self._place_remoting(conn, cmd, await self._start_remoting(service, cmd, channel), out, placed)
+            else:
+                self._place_remoting(conn, send, grouped, out, placed)
 
     @staticmethod
     def _remoting_gone(service: RemotingService, channel: RemotingChannel) -> None:
@@ -425,7 +461,8 @@ class ClientServer:
         self._deliver(conn, self._remoting_frame(response, request), 1)
 
     @staticmethod
-    def _remoting_frame(response: RemotingCommand | bytes | None, request: RemotingCommand | None = None) -> bytes:
+    def _remoting_frame(response: RemotingCommand | bytes | None,
+                        request: RemotingCommand | RemotingSend | None = None) -> bytes:
         """An answer's frame: b"" for none and to a oneway request, except
         REQUEST_CODE_NOT_SUPPORTED, as RocketMQ does. An answer already encoded (a fast
         send's, node/remoting/fastsend.py) is its own frame."""
@@ -436,13 +473,14 @@ class ClientServer:
             return b""
         return encode_command(response)
 
-    def _grouped_answer(self, send: GroupedSend, request: RemotingCommand, response: Any) -> bytes:
+    def _grouped_answer(self, send: GroupedSend, request: RemotingCommand | RemotingSend, response: Any) -> bytes:
         """A grouped send's answer frame from its CBOR response (the turn's `_answer`)."""
         try:
             answer = send.answer(response)
         except Exception as e:  # the processor answers its own errors; a bug lands here
             log.exception("remoting request code %d (opaque %d) failed", request.code, request.opaque)
-            answer = request.response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+            command = request.command() if isinstance(request, RemotingSend) else request
+            answer = command.response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
         return self._remoting_frame(answer, request)
 
     async def _refuse_plaintext(self, raw: trio.abc.Stream, peer: str | None, why: str | None) -> None:
@@ -487,7 +525,8 @@ class ClientServer:
             except RemotingFrameError:
                 return None
             if commands:
-                return commands[0]
+                command = commands[0]  # (no tuples: this decoder reads no plain sends)
+                return command if isinstance(command, RemotingCommand | BadCommand) else None
             data = await raw.receive_some(RECEIVE_SIZE)
         return None
 

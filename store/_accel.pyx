@@ -1201,3 +1201,19 @@ def prepare_plain(topic, body, queue_id, tags, flag, born_timestamp, born_host, 
                 ))
     return _py_prepare_plain(topic, body, queue_id, tags, flag, born_timestamp, born_host, store_host,
                              max_message_size, properties, keys)
+
+
+def java_string_hash(str s):
+    """Java's String.hashCode over `s`'s UTF-16 code units, as a signed int32
+    (store/message.py's reference): an IndexFile key and a tag code are hashed per message."""
+    cdef uint32_t h = 0, u
+    cdef Py_UCS4 c
+    for c in s:
+        u = <uint32_t>c
+        if u > 0xFFFF:  # a supplementary character: its two surrogates
+            u -= 0x10000
+            h = 31 * h + (0xD800 + (u >> 10))
+            h = 31 * h + (0xDC00 + (u & 0x3FF))
+        else:
+            h = 31 * h + u
+    return <int32_t>h

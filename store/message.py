@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import attrs
 
+from .accel import COMPILED
 from .msg_id import decode_msg_id, encode_msg_id
 from .properties import (
     KEY_SEPARATOR,
@@ -37,6 +38,7 @@ __all__ = [
     "decode_msg_id",
     "encode_msg_id",
     "java_string_hash",
+    "reference_java_string_hash",
     "tags_code",
     "topic_error",
 ]
@@ -46,13 +48,18 @@ MAX_TOPIC_LENGTH = 127
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
 
-def java_string_hash(s: str) -> int:
+def reference_java_string_hash(s: str) -> int:
     """Java String.hashCode: 31*h + c over UTF-16 code units, wrapped to a signed int32."""
     h = 0
     data = s.encode("utf-16-be")
     for i in range(0, len(data), 2):
         h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
     return h - 0x1_0000_0000 if h & 0x8000_0000 else h
+
+
+java_string_hash: Callable[[str], int] = (reference_java_string_hash if COMPILED is None
+                                          else COMPILED.java_string_hash)
+"""The compiled hash when store._accel is built (every indexed key pays it), else the reference."""
 
 
 @functools.lru_cache(maxsize=4096)

@@ -17,7 +17,7 @@ import logging
 from typing import Any
 
 from node.remoting.acl import Refused, screened, signed_session
-from node.remoting.channel import Finish, RemotingChannel
+from node.remoting.channel import Finish, GroupedSend, RemotingChannel
 from node.security.guard import Guard
 from wire.protocol import InvalidRequest, parse_with
 from wire.protocol.namesrv import NAMESRV_REQUESTS
@@ -25,6 +25,7 @@ from wire.remoting.bodies import json_body, route_body
 from wire.remoting.codes import RequestCode, ResponseCode
 from wire.remoting.command import RemotingCommand
 from wire.remoting.headers import HeaderError, ext_str
+from wire.remoting.plain_send import RemotingSend
 
 from .route_table import RouteTable
 
@@ -37,6 +38,10 @@ class NamesrvRemoting:
     """The name server's RemotingService (node/remoting/channel.py)."""
 
     ordered: frozenset[int] = frozenset()
+    plain_topics: set[str] | None = None  # no sends here
+
+    async def plain_sends(self, sends: list[RemotingSend], channel: RemotingChannel) -> list[GroupedSend | None]:
+        return [None] * len(sends)  # never called: no plain_topics
 
     def __init__(self, table: RouteTable, guard: Guard | None = None) -> None:
         self.table = table

@@ -4,7 +4,7 @@ and answered after the flush or slave its WAIT asks for."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, cast, overload
 
 import attrs
@@ -26,6 +26,7 @@ from wire.protocol import (
     WireRequest,
     error_response,
 )
+from wire.remoting.plain_send import RemotingSend
 from wire.send_codec import PlainBatch, PlainSend, send_batch_reply_frame, send_reply_frame
 
 from .services import (
@@ -34,7 +35,7 @@ from .services import (
     refuse_on_slave,
 )
 
-__all__ = ["PUT_HANDLERS", "Handler", "PendingPut", "append_sends", "finish_sends", "prepare_plain_send", "prepare_plain_sends", "put_response"]
+__all__ = ["PUT_HANDLERS", "Handler", "PendingPut", "append_sends", "finish_sends", "prepare_remoting_sends", "prepare_plain_sends", "put_response"]
 
 
 async def _checked_topic(services: NodeServices, topic: str, queue_id: int | None) -> int:
@@ -149,8 +150,8 @@ class PendingPut:
     """Answered with its encoded frame when stored (a plain send of the compiled path)."""
     topic: str = ""
     """For the per-topic stats (statsAll)."""
-    reply: Callable[[str, str, int, int], Any] | None = None
-    """Answers it when stored, from (status, msgId, queue id, queue offset), instead of the
+    reply: Callable[[int, str, str, int, int], Any] | None = None
+    """Answers it when stored, from (request id, status, msgId, queue id, queue offset), instead of the
     CBOR reply (the remoting fast path's templated answer, node/remoting/fastsend.py)."""
 
 
@@ -208,28 +209,33 @@ async def prepare_plain_sends(s: NodeServices, sends: list[PlainSend | PlainBatc
     return out
 
 
-async def prepare_plain_send(s: NodeServices, topic: str, body: bytes, queue_id: int, tags: str | None,
-                             keys: tuple[str, ...], properties: dict[str, str], flag: int, born_timestamp: int | None,
-                             wait: bool, peer: str | None, reply: Callable[[str, str, int, int], Any],
-                             ) -> PendingPut | None:
-    """`prepare_plain_sends` for one send with keys and other properties (a remoting send
-    the fast path read: its topic valid, its fields as the schema would take them), to be
-    answered with `reply` when stored. None for a send off that path: the caller runs the
+async def prepare_remoting_sends(s: NodeServices, sends: Sequence[RemotingSend], peer: str | None,
+                                 reply: Callable[[int, str, str, int, int], Any]) -> list[PendingPut | None]:
+    """`prepare_plain_sends` for remoting sends the fast path read, with keys and other
+    properties (their topics valid, their fields as the schema would take them): one write
+    check for the run, each to be answered with `reply(opaque, status, msgId, queue id,
+    queue offset)` when stored. None for a send off that path: the caller runs the
     reference path for it, which answers why."""
     try:
         checked = await _check_writeable(s)
     except (OpError, StoreUnavailableError):
-        return None
+        return [None] * len(sends)
     puts = s.store.puts
-    config = s.topics.get(topic)
-    if (config is None or not config.writeable or queue_id >= config.write_queue_nums
-            or puts.refusal() is not None):
-        return None
-    prepared = puts.prepare_plain(topic, body, queue_id, tags, flag, born_timestamp, peer, properties, keys)
-    if prepared is None:
-        return None
-    return PendingPut(0, prepared, wait, queue_id, False, puts.put_waits(wait), checked=checked, topic=topic,
-                      reply=reply)
+    if puts.refusal() is not None:
+        return [None] * len(sends)
+    topics = s.topics
+    out: list[PendingPut | None] = []
+    for f in sends:
+        config = topics.get(f.topic)
+        if config is None or not config.writeable or f.queue_id >= config.write_queue_nums:
+            out.append(None)
+            continue
+        prepared = puts.prepare_plain(f.topic, f.body, f.queue_id, f.tags, f.flag, f.born_timestamp, peer,
+                                      f.properties, f.keys)
+        out.append(None if prepared is None else PendingPut(
+            f.opaque, prepared, f.wait, f.queue_id, False, puts.put_waits(f.wait), checked=checked, topic=f.topic,
+            reply=reply))
+    return out
 
 
 def append_sends(s: NodeServices, pending: list[PendingPut]) -> None:
@@ -268,7 +274,8 @@ async def finish_sends(s: NodeServices, pending: list[PendingPut]) -> list[dict[
                 for p, result in zip(pending, results, strict=True)]
     return [put_response(p.request_id, result, p.queue_id, batch=p.batch, encoded=p.encoded)
             if p.reply is None or result.append is None or not result.status.stored
-            else p.reply(result.status.value, result.append.msg_id, p.queue_id, result.append.queue_offset)
+            else p.reply(p.request_id, result.status.value, result.append.msg_id, p.queue_id,
+                         result.append.queue_offset)
             for p, result in zip(pending, results, strict=True)]
 
 

@@ -13,6 +13,7 @@ import attrs
 
 from wire.protocol import Request
 from wire.remoting.command import RPC_ONEWAY, RemotingCommand, encode_command
+from wire.remoting.plain_send import RemotingSend
 
 from ..ops.dispatch import append_requests, finish_requests
 from ..ops.puts import PendingPut
@@ -71,6 +72,15 @@ class RemotingService(Protocol):
     ordered: frozenset[int]
     """Request codes whose `start` runs in the reader, in arrival order (sends: per-queue
     order holds); the reader starts a task for every other request."""
+
+    @property
+    def plain_topics(self) -> set[str] | None:
+        """Topics whose plain sends the server's decoder reads compiled and hands to
+        `plain_sends` (wire/remoting/plain_send.py); None: none."""
+
+    async def plain_sends(self, sends: list[RemotingSend], channel: RemotingChannel) -> list[GroupedSend | None]:
+        """A receive's run of compiled-read sends, each begun for the server's turn, or None
+        where the request must go to `start` (decoded by `RemotingSend.command`)."""
 
     async def start(self, cmd: RemotingCommand, channel: RemotingChannel) -> RemotingCommand | Finish | None:
         """Answer a request (None: no answer, as for a oneway one), or begin it and return

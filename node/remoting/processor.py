@@ -22,14 +22,16 @@ from wire.remoting.bodies import BodyError
 from wire.remoting.codes import ResponseCode
 from wire.remoting.command import RemotingCommand
 from wire.remoting.headers import HeaderError
+from wire.remoting.plain_send import RemotingSend
 
 from ..ops.services import NodeServices
 from ..security.guard import Guard
 from .acl import CURRENT, Refused, guarded, screened
-from .channel import Finish, Processor, RemotingChannel
+from .channel import Finish, GroupedSend, Processor, RemotingChannel
 from .clients import CLIENT_PROCESSORS, channel_closed
+from .fastsend import plain_sends
 from .pulls import PULL_PROCESSORS
-from .sends import SEND_PROCESSORS
+from .sends import SEND_PROCESSORS, send_answer
 
 log = logging.getLogger("tidemq.remoting")
 
@@ -50,6 +52,14 @@ class NodeRemoting:
         is screened on the reference path, and TIDEMQ_REMOTING_FAST_SENDS=0 turns it off."""
         self.ordered = frozenset(SEND_PROCESSORS)
         """Sends start in the reader, in arrival order: a queue's order holds."""
+
+    @property
+    def plain_topics(self) -> set[str] | None:
+        """The server's decoder reads sends to these compiled (wire/remoting/plain_send.py)."""
+        return self.checked_topics if self.fast_sends else None
+
+    async def plain_sends(self, sends: list[RemotingSend], channel: RemotingChannel) -> list[GroupedSend | None]:
+        return await plain_sends(self, sends, channel, send_answer)
 
     def closed(self, channel: RemotingChannel) -> None:
         channel_closed(self.services, channel)

@@ -33,7 +33,7 @@ from .answers import response_code
 from .channel import Finish, GroupedSend, Processor, ProcessorContext, RemotingChannel
 from .fastsend import REGION_ID, fast_send
 
-__all__ = ["SEND_PROCESSORS", "message_fields"]
+__all__ = ["SEND_PROCESSORS", "message_fields", "send_answer"]
 
 MSG_SYSFLAG_COMPRESSED = 0x1
 
@@ -57,7 +57,7 @@ def message_fields(properties: dict[str, str]) -> dict[str, Any]:
 
 async def _send(proc: ProcessorContext, cmd: RemotingCommand, channel: RemotingChannel) -> RemotingCommand | Finish:
     if proc.fast_sends:
-        fast = await fast_send(proc, cmd, channel, partial(_send_answer, cmd))
+        fast = await fast_send(proc, cmd, channel, partial(send_answer, cmd))
         if fast is not None:
             return fast
     h = send_header(cmd.code, cmd.ext_fields)
@@ -91,10 +91,11 @@ async def _send(proc: ProcessorContext, cmd: RemotingCommand, channel: RemotingC
     pending = await handle_now(s, request, channel.peer)
     if not isinstance(pending, PendingPut):
         return _response(cmd, pending)
-    return GroupedSend(pending, partial(_send_answer, cmd), s)
+    return GroupedSend(pending, partial(send_answer, cmd), s)
 
 
-def _send_answer(cmd: RemotingCommand, answer: dict[str, Any] | bytes) -> RemotingCommand | bytes:
+def send_answer(cmd: RemotingCommand, answer: dict[str, Any] | bytes) -> RemotingCommand | bytes:
+    """A send's answer to its CBOR response (the fast path's templated frame passes through)."""
     if isinstance(answer, bytes):  # the fast path's templated answer frame (fastsend.py)
         return answer
     return _response(cmd, answer)

@@ -23,7 +23,7 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import node.remoting.sends as sends_module
+import node.remoting.fastsend as fastsend_module
 from node.ops.services import NodeServices
 from node.remoting.processor import NodeRemoting
 from store import record_codec
@@ -31,6 +31,7 @@ from tests.node.nodeproc import master_conf
 from tests.node.test_ops import node_services, ops_server
 from wire.remoting.codes import RequestCode, ResponseCode
 from wire.remoting.command import RemotingCommand, encode_command
+from wire.remoting.plain_send import RemotingSend
 from wire.remoting.send_reply import send_reply_frame
 
 TOPICS = ("FastA", "FastB_1", "Fast%C")
@@ -58,7 +59,8 @@ class Pair:
     fast: Node
     reference: Node
     fast_taken: list[int]
-    """Opaques of the sends the fast path took (node.remoting.sends.fast_send, observed)."""
+    """Opaques of the sends the fast path took (node.remoting.fastsend's
+    prepare_remoting_sends, observed: the compiled reader's runs and fast_send alike)."""
 
 
 async def _serve(conf: Path, fast: bool, ready: queue.Queue[Any], nursery: trio.Nursery) -> None:
@@ -80,12 +82,11 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     ready: queue.Queue[Any] = queue.Queue()
     scopes: list[tuple[trio.lowlevel.TrioToken, trio.CancelScope]] = []
     taken: list[int] = []
-    original = sends_module.fast_send
+    original = fastsend_module.prepare_remoting_sends
 
-    async def observed(proc: Any, cmd: RemotingCommand, channel: Any, answer: Any) -> Any:
-        got = await original(proc, cmd, channel, answer)
-        if got is not None:
-            taken.append(cmd.opaque)
+    async def observed(s: Any, sends: list[RemotingSend], peer: Any, reply: Any) -> Any:
+        got = await original(s, sends, peer, reply)
+        taken.extend(f.opaque for f, p in zip(sends, got, strict=True) if p is not None)
         return got
 
     async def main() -> None:
@@ -100,7 +101,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
         except BaseException as e:  # noqa: BLE001 (told to the test thread)
             ready.put(e)
 
-    sends_module.fast_send = observed  # type: ignore[assignment]
+    fastsend_module.prepare_remoting_sends = observed  # type: ignore[assignment]
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     try:
@@ -112,7 +113,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
         ref = next(n for n in nodes if n.root.name == "ref")
         yield Pair(fast, ref, taken)
     finally:
-        sends_module.fast_send = original  # type: ignore[assignment]
+        fastsend_module.prepare_remoting_sends = original  # type: ignore[assignment]
         for token, scope in scopes:
             with contextlib.suppress(trio.RunFinishedError):
                 trio.from_thread.run_sync(scope.cancel, trio_token=token)
@@ -127,7 +128,16 @@ class Client:
         self.buf = b""
 
     def call(self, frame: bytes) -> bytes:
-        self.sock.sendall(frame)
+        (answer,) = self.call_many([frame])
+        return answer
+
+    def call_many(self, frames: list[bytes]) -> list[bytes]:
+        """The frames written at once (the node reads them in one receive, as a run), and
+        their answers in the order they came."""
+        self.sock.sendall(b"".join(frames))
+        return [self._answer() for _ in frames]
+
+    def _answer(self) -> bytes:
         while True:
             if len(self.buf) >= 4:
                 n = int.from_bytes(self.buf[:4], "big") + 4
@@ -209,14 +219,25 @@ SENDS = st.fixed_dictionaries({
 })
 
 
+def _opaque(answer: bytes) -> int:
+    header_len = int.from_bytes(answer[4:8], "big") & 0xFFFFFF
+    return int(json.loads(answer[8:8 + header_len])["opaque"])
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(sends=st.lists(SENDS, min_size=1, max_size=4))
+@given(sends=st.lists(SENDS, min_size=1, max_size=6), pipelined=st.booleans())
 def test_the_fast_path_stores_and_answers_as_the_reference_does(pair: Pair, clients: tuple[Client, Client],
-                                                                sends: list[dict[str, Any]]) -> None:
+                                                                sends: list[dict[str, Any]], pipelined: bool) -> None:
+    """One send at a time, or all written at once (a run the compiled reader reads, sends
+    it leaves for the reference path among them, in order)."""
     fast, ref = clients
-    for i, s in enumerate(sends):
-        frame = _frame(s["code"], 100 + i, _ext(s["topic"], s["queue_id"], s["properties"], **s["more"]), s["body"])
-        assert fast.call(frame) == ref.call(frame), s
+    frames = [_frame(s["code"], 100 + i, _ext(s["topic"], s["queue_id"], s["properties"], **s["more"]), s["body"])
+              for i, s in enumerate(sends)]
+    if pipelined:
+        assert sorted(fast.call_many(frames), key=_opaque) == sorted(ref.call_many(frames), key=_opaque), sends
+    else:
+        for frame, s in zip(frames, sends, strict=True):
+            assert fast.call(frame) == ref.call(frame), s
     assert _records(pair.fast) == _records(pair.reference)
 
 

@@ -406,3 +406,13 @@ def test_born_timestamp_defaults_to_now():
     before = int(time.time() * 1000)
     rec = COMPILED.prepare_record(message.Message("T", b"x"), "127.0.0.1:1", 100)
     assert before <= rec.born_timestamp <= int(time.time() * 1000)
+
+
+@needs_compiled
+@SETTINGS
+@given(text=st.text(max_size=300))
+def test_compiled_java_string_hash_is_the_reference(text: str) -> None:
+    """The compiled String.hashCode (every IndexFile key and tag code) equals the reference's,
+    surrogate pairs for characters past U+FFFF included."""
+    assert message.java_string_hash is COMPILED.java_string_hash
+    assert COMPILED.java_string_hash(text) == message.reference_java_string_hash(text)

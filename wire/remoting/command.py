@@ -18,13 +18,14 @@ from __future__ import annotations
 import enum
 import json
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 
 from .codes import language_code, language_name
 
-__all__ = ["BadCommand", "CommandDecoder", "RPC_ONEWAY", "RPC_RESPONSE", "RemotingCommand", "RemotingFrameError",
+__all__ = ["BadCommand", "CommandDecoder", "PlainReader", "RPC_ONEWAY", "RPC_RESPONSE", "RemotingCommand", "RemotingFrameError",
            "SerializeType", "decode_payload", "encode_command", "looks_like_remoting"]
 
 RPC_RESPONSE = 1
@@ -264,22 +265,30 @@ def decode_payload(payload: bytes) -> RemotingCommand | BadCommand:
     return cmd
 
 
+PlainReader = Callable[[bytearray, int, int], "tuple[Any, ...] | None"]
+"""A compiled reader of one kind of request (wire/remoting/plain_send.py's): the frame in
+buf[start:end] (without its length prefix) as its fields, or None to decode it here."""
+
+
 class CommandDecoder:
     """Incremental: feed bytes in any chunking, get whole commands (or BadCommands) out.
-    A length over `max_frame_size` is refused before its body is buffered."""
+    A length over `max_frame_size` is refused before its body is buffered. With
+    `read_plain`, a frame it reads comes out as what it returns instead of a command."""
 
-    def __init__(self, max_frame_size: int = MAX_FRAME_SIZE) -> None:
+    def __init__(self, max_frame_size: int = MAX_FRAME_SIZE, read_plain: PlainReader | None = None) -> None:
         self.max_frame_size = max_frame_size
+        self.read_plain = read_plain
         self._buf = bytearray()
         self._broken: RemotingFrameError | None = None
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand | BadCommand]:
+    def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand | BadCommand | tuple[Any, ...]]:
         if self._broken is not None:
             raise self._broken
         self._buf += data
-        out: list[RemotingCommand | BadCommand] = []
+        out: list[RemotingCommand | BadCommand | tuple[Any, ...]] = []
         pos = 0
         buf = self._buf
+        read_plain = self.read_plain
         try:
             while len(buf) - pos >= 4:
                 (length,) = _UINT32.unpack_from(buf, pos)
@@ -287,7 +296,8 @@ class CommandDecoder:
                     raise RemotingFrameError(f"frame of {length} bytes exceeds the limit {self.max_frame_size}")
                 if len(buf) - pos - 4 < length:
                     break
-                out.append(decode_payload(bytes(buf[pos + 4:pos + 4 + length])))
+                plain = None if read_plain is None else read_plain(buf, pos + 4, pos + 4 + length)
+                out.append(decode_payload(bytes(buf[pos + 4:pos + 4 + length])) if plain is None else plain)
                 pos += 4 + length
         except RemotingFrameError as e:
             self._broken = e
