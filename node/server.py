@@ -55,10 +55,11 @@ from wire.remoting.command import (
     encode_command,
     looks_like_remoting,
 )
-from wire.remoting.plain_send import RemotingSend, plain_reader
+from wire.remoting.plain_send import RemotingSend, plain_splitter
 from wire.send_codec import PlainBatch, PlainSend, request_of
 from wire.tls import accept_tls
 
+from .ops.puts import PendingPut
 from .remoting.channel import GroupedSend, RemotingChannel, RemotingService
 from .security.guard import Guard, Session, peer_host
 
@@ -325,7 +326,7 @@ class ClientServer:
         channel = RemotingChannel(conn.peer, partial(self._deliver, conn))
         grouped = self.commit is not None  # sends join the turn, as CBOR sends do
         topics = service.plain_topics if grouped else None
-        decoder = CommandDecoder(self.max_frame_size, None if topics is None else plain_reader(topics))
+        decoder = CommandDecoder(self.max_frame_size, None if topics is None else plain_splitter(topics))
         error: str | None = None
         if grouped:
             conn.remoting_answers = {}
@@ -394,7 +395,7 @@ class ClientServer:
         finally:
             self._remoting_gone(service, channel)
 
-    def _place_remoting(self, conn: _Connection, cmd: RemotingCommand | RemotingSend, started: Any,
+    def _place_remoting(self, conn: _Connection, cmd: RemotingCommand, started: Any,
                         out: list[bytes], placed: list[Any]) -> None:
         """An ordered request begun in the reader: a send for the turn joins `placed`, the
         rest of one runs as a task, an answer ready now joins `out`."""
@@ -403,26 +404,40 @@ class ClientServer:
             placed.append(started.pending)
         elif callable(started):
             assert conn.nursery is not None
-            request = cmd.command() if isinstance(cmd, RemotingSend) else cmd
-            conn.nursery.start_soon(self._finish_remoting, conn, request, started)
+            conn.nursery.start_soon(self._finish_remoting, conn, cmd, started)
         else:
             out.append(self._remoting_frame(started, cmd))
 
     async def _serve_remoting_sends(self, conn: _Connection, service: RemotingService, channel: RemotingChannel,
                                     run: list[RemotingSend], out: list[bytes], placed: list[Any]) -> None:
-        """A run of sends the decoder read compiled: begun together (one write check), and
-        each the service cannot take that way decoded and begun on its own, in order."""
+        """A run of sends the decoder read compiled: begun together (one write check) for
+        the turn, and each the service cannot take that way decoded and begun on its own,
+        in order."""
+        assert conn.remoting_answers is not None  # (the decoder reads sends only for a turn)
         try:
-            started: list[GroupedSend | None] = await service.plain_sends(run, channel)
+            started: list[PendingPut | None] = await service.plain_sends(run, channel)
         except Exception:  # the service answers its own errors; a bug lands here
             log.exception("%d remoting send(s) failed on the fast path; taking the reference path", len(run))
             started = [None] * len(run)
-        for send, grouped in zip(run, started, strict=True):
-            if grouped is None:
+        for send, pending in zip(run, started, strict=True):
+            if pending is None:
                 cmd = send.command()
                 self._place_remoting(conn, cmd, await self._start_remoting(service, cmd, channel), out, placed)
             else:
-                self._place_remoting(conn, send, grouped, out, placed)
+                conn.remoting_answers[pending] = partial(self._plain_answer, service, send)
+                placed.append(pending)
+
+    def _plain_answer(self, service: RemotingService, send: RemotingSend, response: Any) -> bytes:
+        """A compiled-read send's answer frame: its templated frame when stored, else the
+        service's answer to its CBOR response."""
+        if type(response) is bytes:
+            return b"" if send.oneway else response
+        try:
+            answer = service.plain_answer(send, response)
+        except Exception as e:  # the processor answers its own errors; a bug lands here
+            log.exception("remoting request code %d (opaque %d) failed", send.code, send.opaque)
+            answer = send.command().response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+        return self._remoting_frame(answer, send)
 
     @staticmethod
     def _remoting_gone(service: RemotingService, channel: RemotingChannel) -> None:
@@ -473,14 +488,13 @@ class ClientServer:
             return b""
         return encode_command(response)
 
-    def _grouped_answer(self, send: GroupedSend, request: RemotingCommand | RemotingSend, response: Any) -> bytes:
+    def _grouped_answer(self, send: GroupedSend, request: RemotingCommand, response: Any) -> bytes:
         """A grouped send's answer frame from its CBOR response (the turn's `_answer`)."""
         try:
             answer = send.answer(response)
         except Exception as e:  # the processor answers its own errors; a bug lands here
             log.exception("remoting request code %d (opaque %d) failed", request.code, request.opaque)
-            command = request.command() if isinstance(request, RemotingSend) else request
-            answer = command.response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+            answer = request.response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
         return self._remoting_frame(answer, request)
 
     async def _refuse_plaintext(self, raw: trio.abc.Stream, peer: str | None, why: str | None) -> None:

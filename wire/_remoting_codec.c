@@ -1731,7 +1731,7 @@ struct __pyx_t_4wire_15_remoting_codec_Cursor;
 struct __pyx_t_4wire_15_remoting_codec_Text;
 struct __pyx_t_4wire_15_remoting_codec_Value;
 
-/* "wire/_remoting_codec.pyx":29
+/* "wire/_remoting_codec.pyx":30
  * cdef int64_t INT32_MIN = -2147483648
  * cdef int64_t PLAIN_MAX = 999999999999999999  # 18 digits: what the reference takes as a plain number
  * cdef enum:             # <<<<<<<<<<<<<<
@@ -1742,7 +1742,7 @@ enum  {
   __pyx_e_4wire_15_remoting_codec_MAX_TEXT = 0x4000
 };
 
-/* "wire/_remoting_codec.pyx":211
+/* "wire/_remoting_codec.pyx":212
  * 
  * # the extFields the fast path reads, by their V1 names; SEND_MESSAGE_V2 writes one letter each
  * cdef enum:             # <<<<<<<<<<<<<<
@@ -1765,7 +1765,7 @@ enum  {
   __pyx_e_4wire_15_remoting_codec_NFIELDS = 11
 };
 
-/* "wire/_remoting_codec.pyx":38
+/* "wire/_remoting_codec.pyx":39
  * 
  * 
  * cdef struct Cursor:             # <<<<<<<<<<<<<<
@@ -1778,7 +1778,7 @@ struct __pyx_t_4wire_15_remoting_codec_Cursor {
   Py_ssize_t i;
 };
 
-/* "wire/_remoting_codec.pyx":44
+/* "wire/_remoting_codec.pyx":45
  * 
  * 
  * cdef struct Text:  # a JSON string's raw bytes (between the quotes) and whether it holds an escape             # <<<<<<<<<<<<<<
@@ -1791,7 +1791,7 @@ struct __pyx_t_4wire_15_remoting_codec_Text {
   int escaped;
 };
 
-/* "wire/_remoting_codec.pyx":250
+/* "wire/_remoting_codec.pyx":251
  * 
  * 
  * cdef struct Value:  # an extFields value: a string (its Text) or an integer             # <<<<<<<<<<<<<<
@@ -2220,6 +2220,13 @@ static void __Pyx_ArgTypeError(PyObject *obj, PyTypeObject *type, const char *na
 /* ArgTypeTest.proto */
 static CYTHON_INLINE int __Pyx_ArgTypeTest(PyObject *obj, PyTypeObject *type, int none_allowed, const char *name, int exact);
 
+/* ListAppend.proto */
+#if CYTHON_USE_PYLIST_INTERNALS && CYTHON_ASSUME_SAFE_MACROS && CYTHON_ASSUME_SAFE_SIZE
+static CYTHON_INLINE int __Pyx_PyList_Append(PyObject* list, PyObject* x);
+#else
+#define __Pyx_PyList_Append(L,x) PyList_Append(L,x)
+#endif
+
 /* GetException.proto */
 #if CYTHON_FAST_THREAD_STATE
 #define __Pyx_GetException(type, value, tb)  __Pyx__GetException(__pyx_tstate, type, value, tb)
@@ -2296,6 +2303,15 @@ static CYTHON_INLINE PyObject* __Pyx_CallUnboundCMethod1(__Pyx_CachedCFunction* 
 
 /* PyObjectCompare.proto */
 static CYTHON_INLINE PyObject* __Pyx_PyObject_CompareNe_object_str(PyObject *op1, PyObject *op2, int pyop);
+
+/* unicode_iter.proto */
+static CYTHON_INLINE int __Pyx_init_unicode_iteration(
+    PyObject* ustring, Py_ssize_t *length, void** data, int *kind);
+
+/* WriteUnraisableException.proto */
+static void __Pyx_WriteUnraisable(const char *name, int clineno,
+                                  int lineno, const char *filename,
+                                  int full_traceback, int nogil);
 
 /* TypeImport.proto */
 #ifndef __PYX_HAVE_RT_ImportType_proto_3_3_1
@@ -2540,8 +2556,14 @@ static void __Pyx_AddTraceback(const char *funcname, int c_line,
 #define __Pyx_HAS_GCC_DIAGNOSTIC
 #endif
 
+/* UnicodeAsUCS4.proto */
+static CYTHON_INLINE Py_UCS4 __Pyx_PyUnicode_AsPy_UCS4(PyObject*);
+
 /* CIntFromPy.proto */
 static CYTHON_INLINE int __Pyx_PyLong_As_int(PyObject *);
+
+/* CIntFromPy.proto */
+static CYTHON_INLINE PY_LONG_LONG __Pyx_PyLong_As_PY_LONG_LONG(PyObject *);
 
 /* PyObjectVectorcallKwds.proto (used by PyObjectVectorcallMethodKwds) */
 #if CYTHON_VECTORCALL
@@ -2565,6 +2587,12 @@ static CYTHON_INLINE PyObject* __Pyx_PyLong_From___pyx_anon_enum(int value);
 
 /* CIntToPy.proto */
 static CYTHON_INLINE PyObject* __Pyx_PyLong_From_int64_t(int64_t value);
+
+/* ObjectAsUCS4.proto */
+static Py_UCS4 __Pyx__PyObject_AsPy_UCS4(PyObject*);
+static CYTHON_INLINE Py_UCS4 __Pyx_PyObject_AsPy_UCS4(PyObject *x) {
+    return (likely(PyUnicode_Check(x)) ? __Pyx_PyUnicode_AsPy_UCS4(x) : __Pyx__PyObject_AsPy_UCS4(x));
+}
 
 /* FormatTypeName.proto */
 #if CYTHON_COMPILING_IN_LIMITED_API && __PYX_LIMITED_VERSION_HEX >= 0x030d0000
@@ -2601,6 +2629,9 @@ static unsigned long __Pyx_get_runtime_version(void);
 
 /* CheckBinaryVersion.proto */
 static int __Pyx_check_binary_version(unsigned long ct_version, unsigned long rt_version, int allow_newer);
+
+/* DecompressString.proto */
+static PyObject *__Pyx_DecompressString(const char *s, Py_ssize_t length, int algo);
 
 /* MultiPhaseInitModuleState.proto */
 #if CYTHON_PEP489_MULTI_PHASE_INIT && CYTHON_USE_MODULE_STATE
@@ -2727,6 +2758,7 @@ static int __pyx_f_4wire_15_remoting_codec_valid_utf8(uint8_t const *, Py_ssize_
 static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remoting_codec_Cursor *, int, struct __pyx_t_4wire_15_remoting_codec_Value *, int *); /*proto*/
 static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *, Py_ssize_t, PyObject *); /*proto*/
 static int __pyx_f_4wire_15_remoting_codec_skip_object(struct __pyx_t_4wire_15_remoting_codec_Cursor *); /*proto*/
+static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_plain_ascii(PyObject *); /*proto*/
 /* #### Code section: typeinfo ### */
 /* #### Code section: before_global_var ### */
 #define __Pyx_MODULE_NAME "wire._remoting_codec"
@@ -2756,10 +2788,13 @@ static const char __pyx_k_reconsumeTimes[] = "reconsumeTimes";
 static const char __pyx_k_maxReconsumeTimes[] = "maxReconsumeTimes";
 static const char __pyx_k_defaultTopicQueueNums[] = "defaultTopicQueueNums";
 static const char __pyx_k_serializeTypeCurrentRPC[] = "serializeTypeCurrentRPC";
+static const char __pyx_k_code_d_extFields_MSG_REGION_s_T[] = "{\"code\":%d,\"extFields\":{\"MSG_REGION\":\"%s\",\"TRACE_ON\":\"true\",\"msgId\":\"%s\",\"queueId\":\"%lld\",\"queueOffset\":\"%lld\"},\"flag\":1,\"language\":\"JAVA\",\"opaque\":%d,\"serializeTypeCurrentRPC\":\"JSON\",\"version\":%d}";
 static const char __pyx_k_The_remoting_send_fast_path_s_re[] = "The remoting send fast path\047s reader, compiled (wire/remoting/plain_send.py holds the\nreference and chooses): a SEND_MESSAGE / SEND_MESSAGE_V2 frame\047s JSON header read straight\nto the fields the node stores, without json.loads, the extFields dict or the\nRemotingCommand.\n\nIt reads the header shapes clients write: an object of code, opaque, flag, version,\nlanguage, remark, serializeTypeCurrentRPC and extFields, each once; extFields an object of\nstrings and integers, each key once; strings with the JSON escapes but surrogates. Anything\nelse (a float, a literal, a nested value, an unknown top-level key, a duplicate, a\nsurrogate escape, a field the reference would read otherwise) is None, and the frame takes\nthe reference decoder and `plain_send`, which answer it as they answer any frame.\ntests/wire/test_remoting_plain_send.py holds the two to each other.\n";
 /* #### Code section: decls ### */
 static PyObject *__pyx_pf_4wire_15_remoting_codec_bind(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_remoting_send_class); /* proto */
-static PyObject *__pyx_pf_4wire_15_remoting_codec_2read_plain_send(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_buf, Py_ssize_t __pyx_v_start, Py_ssize_t __pyx_v_end, PyObject *__pyx_v_checked_topics); /* proto */
+static PyObject *__pyx_pf_4wire_15_remoting_codec_2split_frames(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_data, Py_ssize_t __pyx_v_max_frame_size, PyObject *__pyx_v_checked_topics); /* proto */
+static PyObject *__pyx_pf_4wire_15_remoting_codec_4read_plain_send(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_buf, Py_ssize_t __pyx_v_start, Py_ssize_t __pyx_v_end, PyObject *__pyx_v_checked_topics); /* proto */
+static PyObject *__pyx_pf_4wire_15_remoting_codec_6send_reply_frame(CYTHON_UNUSED PyObject *__pyx_self, int __pyx_v_code, int __pyx_v_opaque, PyObject *__pyx_v_msg_id, PY_LONG_LONG __pyx_v_queue_id, PY_LONG_LONG __pyx_v_queue_offset, PyObject *__pyx_v_region, int __pyx_v_version); /* proto */
 /* #### Code section: late_includes ### */
 /* #### Code section: module_state ### */
 /* SmallCodeConfig */
@@ -2787,8 +2822,9 @@ namespace {
     __Pyx_CachedCFunction __pyx_umethod_PyDict_Type_items;
     __Pyx_CachedCFunction __pyx_umethod_PyDict_Type_pop;
     __Pyx_CachedCFunction __pyx_umethod_PyDict_Type_values;
-    PyObject *__pyx_codeobj_tab[2];
-    PyObject *__pyx_string_tab[44];
+    PyObject *__pyx_codeobj_tab[4];
+    PyObject *__pyx_string_tab[64];
+    PyObject *__pyx_number_tab[1];
 /* #### Code section: module_state_contents ### */
 /* CommonTypesMetaclass.module_state_decls */
 PyTypeObject *__pyx_CommonTypesMetaclassType;
@@ -2859,23 +2895,44 @@ static __pyx_mstatetype * const __pyx_mstate_global = &__pyx_mstate_global_stati
 #define __pyx_n_u_buf __pyx_string_tab[24]
 #define __pyx_n_u_checked_topics __pyx_string_tab[25]
 #define __pyx_n_u_cline_in_traceback __pyx_string_tab[26]
-#define __pyx_n_u_end __pyx_string_tab[27]
-#define __pyx_n_u_false __pyx_string_tab[28]
-#define __pyx_n_u_items __pyx_string_tab[29]
-#define __pyx_n_u_lower __pyx_string_tab[30]
-#define __pyx_n_u_pop __pyx_string_tab[31]
-#define __pyx_n_u_read_plain_send __pyx_string_tab[32]
-#define __pyx_n_u_remoting_send_class __pyx_string_tab[33]
-#define __pyx_n_u_return __pyx_string_tab[34]
-#define __pyx_n_u_setdefault __pyx_string_tab[35]
-#define __pyx_n_u_split __pyx_string_tab[36]
-#define __pyx_n_u_start __pyx_string_tab[37]
-#define __pyx_n_u_true __pyx_string_tab[38]
-#define __pyx_n_u_values __pyx_string_tab[39]
-#define __pyx_n_u_view __pyx_string_tab[40]
-#define __pyx_n_u_wire__remoting_codec __pyx_string_tab[41]
-#define __pyx_kp_b_iso88591_auAV1_6_2S_Bd_s_b_b_1_uA_T_b_t2 __pyx_string_tab[42]
-#define __pyx_kp_b_iso88591_A __pyx_string_tab[43]
+#define __pyx_n_u_code __pyx_string_tab[27]
+#define __pyx_n_u_data __pyx_string_tab[28]
+#define __pyx_n_u_end __pyx_string_tab[29]
+#define __pyx_n_u_false __pyx_string_tab[30]
+#define __pyx_n_u_i __pyx_string_tab[31]
+#define __pyx_n_u_item __pyx_string_tab[32]
+#define __pyx_n_u_items __pyx_string_tab[33]
+#define __pyx_n_u_lower __pyx_string_tab[34]
+#define __pyx_n_u_m __pyx_string_tab[35]
+#define __pyx_n_u_max_frame_size __pyx_string_tab[36]
+#define __pyx_n_u_msg_id __pyx_string_tab[37]
+#define __pyx_n_u_n __pyx_string_tab[38]
+#define __pyx_n_u_opaque __pyx_string_tab[39]
+#define __pyx_n_u_p __pyx_string_tab[40]
+#define __pyx_n_u_pop __pyx_string_tab[41]
+#define __pyx_n_u_queue_id __pyx_string_tab[42]
+#define __pyx_n_u_queue_offset __pyx_string_tab[43]
+#define __pyx_n_u_r __pyx_string_tab[44]
+#define __pyx_n_u_read_plain_send __pyx_string_tab[45]
+#define __pyx_n_u_region __pyx_string_tab[46]
+#define __pyx_n_u_remoting_send_class __pyx_string_tab[47]
+#define __pyx_n_u_return __pyx_string_tab[48]
+#define __pyx_n_u_send_reply_frame __pyx_string_tab[49]
+#define __pyx_n_u_setdefault __pyx_string_tab[50]
+#define __pyx_n_u_size __pyx_string_tab[51]
+#define __pyx_n_u_split __pyx_string_tab[52]
+#define __pyx_n_u_split_frames __pyx_string_tab[53]
+#define __pyx_n_u_start __pyx_string_tab[54]
+#define __pyx_n_u_true __pyx_string_tab[55]
+#define __pyx_n_u_values __pyx_string_tab[56]
+#define __pyx_n_u_version __pyx_string_tab[57]
+#define __pyx_n_u_view __pyx_string_tab[58]
+#define __pyx_n_u_wire__remoting_codec __pyx_string_tab[59]
+#define __pyx_kp_b_iso88591_auAV1_6_2S_Bd_s_b_b_1_uA_T_b_t2 __pyx_string_tab[60]
+#define __pyx_kp_b_iso88591_s_82T_Cq_c_DP_q_gQa_gQa_Rs_qDJ __pyx_string_tab[61]
+#define __pyx_kp_b_iso88591_1_a_avQfA_D_D_b_Cq_L_S_C_1ARr_C __pyx_string_tab[62]
+#define __pyx_kp_b_iso88591_A __pyx_string_tab[63]
+#define __pyx_int_neg_1 __pyx_number_tab[0]
 /* #### Code section: module_state_clear ### */
 #if CYTHON_USE_MODULE_STATE
 static CYTHON_SMALL_CODE int __pyx_m_clear(PyObject *m) {
@@ -2894,8 +2951,9 @@ static CYTHON_SMALL_CODE int __pyx_m_clear(PyObject *m) {
   Py_CLEAR(clear_module_state->__pyx_umethod_PyDict_Type_items.method);
   Py_CLEAR(clear_module_state->__pyx_umethod_PyDict_Type_pop.method);
   Py_CLEAR(clear_module_state->__pyx_umethod_PyDict_Type_values.method);
-  for (int i=0; i<2; ++i) { Py_CLEAR(clear_module_state->__pyx_codeobj_tab[i]); }
-  for (int i=0; i<44; ++i) { Py_CLEAR(clear_module_state->__pyx_string_tab[i]); }
+  for (int i=0; i<4; ++i) { Py_CLEAR(clear_module_state->__pyx_codeobj_tab[i]); }
+  for (int i=0; i<64; ++i) { Py_CLEAR(clear_module_state->__pyx_string_tab[i]); }
+  for (int i=0; i<1; ++i) { Py_CLEAR(clear_module_state->__pyx_number_tab[i]); }
 /* #### Code section: module_state_clear_contents ### */
 /* CommonTypesMetaclass.module_state_clear */
 Py_CLEAR(clear_module_state->__pyx_CommonTypesMetaclassType);
@@ -2922,8 +2980,9 @@ static CYTHON_SMALL_CODE int __pyx_m_traverse(PyObject *m, visitproc visit, void
   Py_VISIT(traverse_module_state->__pyx_umethod_PyDict_Type_items.method);
   Py_VISIT(traverse_module_state->__pyx_umethod_PyDict_Type_pop.method);
   Py_VISIT(traverse_module_state->__pyx_umethod_PyDict_Type_values.method);
-  for (int i=0; i<2; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_codeobj_tab[i]); }
-  for (int i=0; i<44; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_string_tab[i]); }
+  for (int i=0; i<4; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_codeobj_tab[i]); }
+  for (int i=0; i<64; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_string_tab[i]); }
+  for (int i=0; i<1; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_number_tab[i]); }
 /* #### Code section: module_state_traverse_contents ### */
 /* CommonTypesMetaclass.module_state_traverse */
 Py_VISIT(traverse_module_state->__pyx_CommonTypesMetaclassType);
@@ -2937,7 +2996,7 @@ return 0;
 #endif
 /* #### Code section: module_code ### */
 
-/* "wire/_remoting_codec.pyx":33
+/* "wire/_remoting_codec.pyx":34
  * 
  * 
  * def bind(remoting_send_class) -> None:             # <<<<<<<<<<<<<<
@@ -2984,32 +3043,32 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   {
     PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_remoting_send_class,0};
     const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
-    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 33, __pyx_L3_error)
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 34, __pyx_L3_error)
     if (__pyx_kwds_len > 0) {
       switch (__pyx_nargs) {
         case  1:
         values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 33, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 34, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  0: break;
         default: goto __pyx_L5_argtuple_error;
       }
       const Py_ssize_t kwd_pos_args = __pyx_nargs;
-      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "bind", 0) < (0)) __PYX_ERR(0, 33, __pyx_L3_error)
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "bind", 0) < (0)) __PYX_ERR(0, 34, __pyx_L3_error)
       for (Py_ssize_t i = __pyx_nargs; i < 1; i++) {
-        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("bind", 1, 1, 1, i); __PYX_ERR(0, 33, __pyx_L3_error) }
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("bind", 1, 1, 1, i); __PYX_ERR(0, 34, __pyx_L3_error) }
       }
     } else if (unlikely(__pyx_nargs != 1)) {
       goto __pyx_L5_argtuple_error;
     } else {
       values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 33, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 34, __pyx_L3_error)
     }
     __pyx_v_remoting_send_class = values[0];
   }
   goto __pyx_L6_skip;
   __pyx_L5_argtuple_error:;
-  __Pyx_RaiseArgtupleInvalid("bind", 1, 1, 1, __pyx_nargs); __PYX_ERR(0, 33, __pyx_L3_error)
+  __Pyx_RaiseArgtupleInvalid("bind", 1, 1, 1, __pyx_nargs); __PYX_ERR(0, 34, __pyx_L3_error)
   __pyx_L6_skip:;
   goto __pyx_L4_argument_unpacking_done;
   __pyx_L3_error:;
@@ -3035,7 +3094,7 @@ static PyObject *__pyx_pf_4wire_15_remoting_codec_bind(CYTHON_UNUSED PyObject *_
   __Pyx_RefNannyDeclarations
   __Pyx_RefNannySetupContext("bind", 0);
 
-  /* "wire/_remoting_codec.pyx":35
+  /* "wire/_remoting_codec.pyx":36
  * def bind(remoting_send_class) -> None:
  *     global _RemotingSend
  *     _RemotingSend = remoting_send_class             # <<<<<<<<<<<<<<
@@ -3047,7 +3106,7 @@ static PyObject *__pyx_pf_4wire_15_remoting_codec_bind(CYTHON_UNUSED PyObject *_
   __Pyx_DECREF_SET(__pyx_v_4wire_15_remoting_codec__RemotingSend, __pyx_v_remoting_send_class);
   __Pyx_GIVEREF(__pyx_v_remoting_send_class);
 
-  /* "wire/_remoting_codec.pyx":33
+  /* "wire/_remoting_codec.pyx":34
  * 
  * 
  * def bind(remoting_send_class) -> None:             # <<<<<<<<<<<<<<
@@ -3062,7 +3121,7 @@ static PyObject *__pyx_pf_4wire_15_remoting_codec_bind(CYTHON_UNUSED PyObject *_
   return __pyx_r;
 }
 
-/* "wire/_remoting_codec.pyx":50
+/* "wire/_remoting_codec.pyx":51
  * 
  * 
  * cdef inline void ws(Cursor* c) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -3074,7 +3133,7 @@ static CYTHON_INLINE void __pyx_f_4wire_15_remoting_codec_ws(struct __pyx_t_4wir
   int __pyx_t_1;
   int __pyx_t_2;
 
-  /* "wire/_remoting_codec.pyx":51
+  /* "wire/_remoting_codec.pyx":52
  * 
  * cdef inline void ws(Cursor* c) noexcept nogil:
  *     while c.i < c.n and (c.p[c.i] == 32 or c.p[c.i] == 9 or c.p[c.i] == 10 or c.p[c.i] == 13):             # <<<<<<<<<<<<<<
@@ -3131,7 +3190,7 @@ static CYTHON_INLINE void __pyx_f_4wire_15_remoting_codec_ws(struct __pyx_t_4wir
 
     if (!__pyx_t_1) break;
 
-    /* "wire/_remoting_codec.pyx":52
+    /* "wire/_remoting_codec.pyx":53
  * cdef inline void ws(Cursor* c) noexcept nogil:
  *     while c.i < c.n and (c.p[c.i] == 32 or c.p[c.i] == 9 or c.p[c.i] == 10 or c.p[c.i] == 13):
  *         c.i += 1             # <<<<<<<<<<<<<<
@@ -3141,7 +3200,7 @@ static CYTHON_INLINE void __pyx_f_4wire_15_remoting_codec_ws(struct __pyx_t_4wir
     __pyx_v_c->i = (__pyx_v_c->i + 1);
   }
 
-  /* "wire/_remoting_codec.pyx":50
+  /* "wire/_remoting_codec.pyx":51
  * 
  * 
  * cdef inline void ws(Cursor* c) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -3152,7 +3211,7 @@ static CYTHON_INLINE void __pyx_f_4wire_15_remoting_codec_ws(struct __pyx_t_4wir
   /* function exit code */
 }
 
-/* "wire/_remoting_codec.pyx":55
+/* "wire/_remoting_codec.pyx":56
  * 
  * 
  * cdef inline bint eat(Cursor* c, uint8_t ch) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -3165,7 +3224,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_eat(struct __pyx_t_4wir
   int __pyx_t_1;
   int __pyx_t_2;
 
-  /* "wire/_remoting_codec.pyx":56
+  /* "wire/_remoting_codec.pyx":57
  * 
  * cdef inline bint eat(Cursor* c, uint8_t ch) noexcept nogil:
  *     ws(c)             # <<<<<<<<<<<<<<
@@ -3174,7 +3233,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_eat(struct __pyx_t_4wir
 */
   __pyx_f_4wire_15_remoting_codec_ws(__pyx_v_c);
 
-  /* "wire/_remoting_codec.pyx":57
+  /* "wire/_remoting_codec.pyx":58
  * cdef inline bint eat(Cursor* c, uint8_t ch) noexcept nogil:
  *     ws(c)
  *     if c.i < c.n and c.p[c.i] == ch:             # <<<<<<<<<<<<<<
@@ -3200,7 +3259,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_eat(struct __pyx_t_4wir
   if (__pyx_t_1) {
 
 
-    /* "wire/_remoting_codec.pyx":58
+    /* "wire/_remoting_codec.pyx":59
  *     ws(c)
  *     if c.i < c.n and c.p[c.i] == ch:
  *         c.i += 1             # <<<<<<<<<<<<<<
@@ -3209,7 +3268,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_eat(struct __pyx_t_4wir
 */
     __pyx_v_c->i = (__pyx_v_c->i + 1);
 
-    /* "wire/_remoting_codec.pyx":59
+    /* "wire/_remoting_codec.pyx":60
  *     if c.i < c.n and c.p[c.i] == ch:
  *         c.i += 1
  *         return True             # <<<<<<<<<<<<<<
@@ -3222,7 +3281,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_eat(struct __pyx_t_4wir
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":57
+    /* "wire/_remoting_codec.pyx":58
  * cdef inline bint eat(Cursor* c, uint8_t ch) noexcept nogil:
  *     ws(c)
  *     if c.i < c.n and c.p[c.i] == ch:             # <<<<<<<<<<<<<<
@@ -3231,7 +3290,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_eat(struct __pyx_t_4wir
 */
   }
 
-  /* "wire/_remoting_codec.pyx":60
+  /* "wire/_remoting_codec.pyx":61
  *         c.i += 1
  *         return True
  *     return False             # <<<<<<<<<<<<<<
@@ -3244,7 +3303,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_eat(struct __pyx_t_4wir
   }
   goto __pyx_L0;
 
-  /* "wire/_remoting_codec.pyx":55
+  /* "wire/_remoting_codec.pyx":56
  * 
  * 
  * cdef inline bint eat(Cursor* c, uint8_t ch) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -3257,7 +3316,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_eat(struct __pyx_t_4wir
   return __pyx_r;
 }
 
-/* "wire/_remoting_codec.pyx":63
+/* "wire/_remoting_codec.pyx":64
  * 
  * 
  * cdef inline int hex4(const uint8_t* s) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -3273,7 +3332,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_hex4(uint8_t const *__p
   int __pyx_t_1;
   int __pyx_t_2;
 
-  /* "wire/_remoting_codec.pyx":65
+  /* "wire/_remoting_codec.pyx":66
  * cdef inline int hex4(const uint8_t* s) noexcept nogil:
  *     """Four hex digits' value, or -1."""
  *     cdef int k, v = 0, d             # <<<<<<<<<<<<<<
@@ -3282,7 +3341,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_hex4(uint8_t const *__p
 */
   __pyx_v_v = 0;
 
-  /* "wire/_remoting_codec.pyx":66
+  /* "wire/_remoting_codec.pyx":67
  *     """Four hex digits' value, or -1."""
  *     cdef int k, v = 0, d
  *     for k in range(4):             # <<<<<<<<<<<<<<
@@ -3292,7 +3351,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_hex4(uint8_t const *__p
   for (__pyx_t_1 = 0; __pyx_t_1 < 4; __pyx_t_1+=1) {
     __pyx_v_k = __pyx_t_1;
 
-    /* "wire/_remoting_codec.pyx":67
+    /* "wire/_remoting_codec.pyx":68
  *     cdef int k, v = 0, d
  *     for k in range(4):
  *         d = s[k]             # <<<<<<<<<<<<<<
@@ -3301,7 +3360,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_hex4(uint8_t const *__p
 */
     __pyx_v_d = (__pyx_v_s[__pyx_v_k]);
 
-    /* "wire/_remoting_codec.pyx":68
+    /* "wire/_remoting_codec.pyx":69
  *     for k in range(4):
  *         d = s[k]
  *         if 48 <= d <= 57:             # <<<<<<<<<<<<<<
@@ -3315,7 +3374,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_hex4(uint8_t const *__p
     if (__pyx_t_2) {
 
 
-      /* "wire/_remoting_codec.pyx":69
+      /* "wire/_remoting_codec.pyx":70
  *         d = s[k]
  *         if 48 <= d <= 57:
  *             d -= 48             # <<<<<<<<<<<<<<
@@ -3324,7 +3383,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_hex4(uint8_t const *__p
 */
       __pyx_v_d = (__pyx_v_d - 48);
 
-      /* "wire/_remoting_codec.pyx":68
+      /* "wire/_remoting_codec.pyx":69
  *     for k in range(4):
  *         d = s[k]
  *         if 48 <= d <= 57:             # <<<<<<<<<<<<<<
@@ -3334,7 +3393,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_hex4(uint8_t const *__p
       goto __pyx_L5;
     }
 
-    /* "wire/_remoting_codec.pyx":70
+    /* "wire/_remoting_codec.pyx":71
  *         if 48 <= d <= 57:
  *             d -= 48
  *         elif 97 <= d <= 102:             # <<<<<<<<<<<<<<
@@ -3348,7 +3407,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_hex4(uint8_t const *__p
     if (__pyx_t_2) {
 
 
-      /* "wire/_remoting_codec.pyx":71
+      /* "wire/_remoting_codec.pyx":72
  *             d -= 48
  *         elif 97 <= d <= 102:
  *             d -= 87             # <<<<<<<<<<<<<<
@@ -3357,7 +3416,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_hex4(uint8_t const *__p
 */
       __pyx_v_d = (__pyx_v_d - 87);
 
-      /* "wire/_remoting_codec.pyx":70
+      /* "wire/_remoting_codec.pyx":71
  *         if 48 <= d <= 57:
  *             d -= 48
  *         elif 97 <= d <= 102:             # <<<<<<<<<<<<<<
@@ -3367,7 +3426,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_hex4(uint8_t const *__p
       goto __pyx_L5;
     }
 
-    /* "wire/_remoting_codec.pyx":72
+    /* "wire/_remoting_codec.pyx":73
  *         elif 97 <= d <= 102:
  *             d -= 87
  *         elif 65 <= d <= 70:             # <<<<<<<<<<<<<<
@@ -3381,7 +3440,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_hex4(uint8_t const *__p
     if (__pyx_t_2) {
 
 
-      /* "wire/_remoting_codec.pyx":73
+      /* "wire/_remoting_codec.pyx":74
  *             d -= 87
  *         elif 65 <= d <= 70:
  *             d -= 55             # <<<<<<<<<<<<<<
@@ -3390,7 +3449,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_hex4(uint8_t const *__p
 */
       __pyx_v_d = (__pyx_v_d - 55);
 
-      /* "wire/_remoting_codec.pyx":72
+      /* "wire/_remoting_codec.pyx":73
  *         elif 97 <= d <= 102:
  *             d -= 87
  *         elif 65 <= d <= 70:             # <<<<<<<<<<<<<<
@@ -3400,7 +3459,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_hex4(uint8_t const *__p
       goto __pyx_L5;
     }
 
-    /* "wire/_remoting_codec.pyx":75
+    /* "wire/_remoting_codec.pyx":76
  *             d -= 55
  *         else:
  *             return -1             # <<<<<<<<<<<<<<
@@ -3416,7 +3475,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_hex4(uint8_t const *__p
     }
     __pyx_L5:;
 
-    /* "wire/_remoting_codec.pyx":76
+    /* "wire/_remoting_codec.pyx":77
  *         else:
  *             return -1
  *         v = v * 16 + d             # <<<<<<<<<<<<<<
@@ -3426,7 +3485,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_hex4(uint8_t const *__p
     __pyx_v_v = ((__pyx_v_v * 16) + __pyx_v_d);
   }
 
-  /* "wire/_remoting_codec.pyx":77
+  /* "wire/_remoting_codec.pyx":78
  *             return -1
  *         v = v * 16 + d
  *     return v             # <<<<<<<<<<<<<<
@@ -3439,7 +3498,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_hex4(uint8_t const *__p
   }
   goto __pyx_L0;
 
-  /* "wire/_remoting_codec.pyx":63
+  /* "wire/_remoting_codec.pyx":64
  * 
  * 
  * cdef inline int hex4(const uint8_t* s) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -3455,7 +3514,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_hex4(uint8_t const *__p
   return __pyx_r;
 }
 
-/* "wire/_remoting_codec.pyx":80
+/* "wire/_remoting_codec.pyx":81
  * 
  * 
  * cdef bint text_at(Cursor* c, Text* t) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -3476,7 +3535,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
   int __pyx_t_4;
   uint8_t const *__pyx_t_5;
 
-  /* "wire/_remoting_codec.pyx":83
+  /* "wire/_remoting_codec.pyx":84
  *     """A JSON string (the cursor on its opening quote after spaces): its raw bytes; False
  *     for a raw control character, a bad escape or a surrogate escape, or no string."""
  *     cdef const uint8_t* p = c.p             # <<<<<<<<<<<<<<
@@ -3487,7 +3546,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 
   __pyx_v_p = __pyx_t_1;
 
-  /* "wire/_remoting_codec.pyx":84
+  /* "wire/_remoting_codec.pyx":85
  *     for a raw control character, a bad escape or a surrogate escape, or no string."""
  *     cdef const uint8_t* p = c.p
  *     cdef Py_ssize_t n = c.n, i             # <<<<<<<<<<<<<<
@@ -3498,7 +3557,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 
   __pyx_v_n = __pyx_t_2;
 
-  /* "wire/_remoting_codec.pyx":87
+  /* "wire/_remoting_codec.pyx":88
  *     cdef uint8_t b
  *     cdef int v
  *     ws(c)             # <<<<<<<<<<<<<<
@@ -3507,7 +3566,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 */
   __pyx_f_4wire_15_remoting_codec_ws(__pyx_v_c);
 
-  /* "wire/_remoting_codec.pyx":88
+  /* "wire/_remoting_codec.pyx":89
  *     cdef int v
  *     ws(c)
  *     i = c.i             # <<<<<<<<<<<<<<
@@ -3518,7 +3577,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 
   __pyx_v_i = __pyx_t_2;
 
-  /* "wire/_remoting_codec.pyx":89
+  /* "wire/_remoting_codec.pyx":90
  *     ws(c)
  *     i = c.i
  *     if i >= n or p[i] != 34:             # <<<<<<<<<<<<<<
@@ -3544,7 +3603,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
   if (__pyx_t_3) {
 
 
-    /* "wire/_remoting_codec.pyx":90
+    /* "wire/_remoting_codec.pyx":91
  *     i = c.i
  *     if i >= n or p[i] != 34:
  *         return False             # <<<<<<<<<<<<<<
@@ -3557,7 +3616,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":89
+    /* "wire/_remoting_codec.pyx":90
  *     ws(c)
  *     i = c.i
  *     if i >= n or p[i] != 34:             # <<<<<<<<<<<<<<
@@ -3566,7 +3625,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 */
   }
 
-  /* "wire/_remoting_codec.pyx":91
+  /* "wire/_remoting_codec.pyx":92
  *     if i >= n or p[i] != 34:
  *         return False
  *     i += 1             # <<<<<<<<<<<<<<
@@ -3575,7 +3634,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 */
   __pyx_v_i = (__pyx_v_i + 1);
 
-  /* "wire/_remoting_codec.pyx":92
+  /* "wire/_remoting_codec.pyx":93
  *         return False
  *     i += 1
  *     t.s, t.escaped = p + i, False             # <<<<<<<<<<<<<<
@@ -3589,7 +3648,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
   __pyx_v_t->s = __pyx_t_5;
   __pyx_v_t->escaped = __pyx_t_3;
 
-  /* "wire/_remoting_codec.pyx":93
+  /* "wire/_remoting_codec.pyx":94
  *     i += 1
  *     t.s, t.escaped = p + i, False
  *     while i < n:             # <<<<<<<<<<<<<<
@@ -3602,7 +3661,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 
     if (!__pyx_t_3) break;
 
-    /* "wire/_remoting_codec.pyx":94
+    /* "wire/_remoting_codec.pyx":95
  *     t.s, t.escaped = p + i, False
  *     while i < n:
  *         b = p[i]             # <<<<<<<<<<<<<<
@@ -3611,7 +3670,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 */
     __pyx_v_b = (__pyx_v_p[__pyx_v_i]);
 
-    /* "wire/_remoting_codec.pyx":95
+    /* "wire/_remoting_codec.pyx":96
  *     while i < n:
  *         b = p[i]
  *         if b > 34 and b != 92:  # the common byte             # <<<<<<<<<<<<<<
@@ -3637,7 +3696,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
     if (__pyx_t_3) {
 
 
-      /* "wire/_remoting_codec.pyx":96
+      /* "wire/_remoting_codec.pyx":97
  *         b = p[i]
  *         if b > 34 and b != 92:  # the common byte
  *             i += 1             # <<<<<<<<<<<<<<
@@ -3646,7 +3705,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 */
       __pyx_v_i = (__pyx_v_i + 1);
 
-      /* "wire/_remoting_codec.pyx":97
+      /* "wire/_remoting_codec.pyx":98
  *         if b > 34 and b != 92:  # the common byte
  *             i += 1
  *             continue             # <<<<<<<<<<<<<<
@@ -3655,7 +3714,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 */
       goto __pyx_L6_continue;
 
-      /* "wire/_remoting_codec.pyx":95
+      /* "wire/_remoting_codec.pyx":96
  *     while i < n:
  *         b = p[i]
  *         if b > 34 and b != 92:  # the common byte             # <<<<<<<<<<<<<<
@@ -3664,7 +3723,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 */
     }
 
-    /* "wire/_remoting_codec.pyx":98
+    /* "wire/_remoting_codec.pyx":99
  *             i += 1
  *             continue
  *         if b == 34:             # <<<<<<<<<<<<<<
@@ -3676,7 +3735,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
     if (__pyx_t_3) {
 
 
-      /* "wire/_remoting_codec.pyx":99
+      /* "wire/_remoting_codec.pyx":100
  *             continue
  *         if b == 34:
  *             t.n = p + i - t.s             # <<<<<<<<<<<<<<
@@ -3685,7 +3744,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 */
       __pyx_v_t->n = ((__pyx_v_p + __pyx_v_i) - __pyx_v_t->s);
 
-      /* "wire/_remoting_codec.pyx":100
+      /* "wire/_remoting_codec.pyx":101
  *         if b == 34:
  *             t.n = p + i - t.s
  *             c.i = i + 1             # <<<<<<<<<<<<<<
@@ -3694,7 +3753,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 */
       __pyx_v_c->i = (__pyx_v_i + 1);
 
-      /* "wire/_remoting_codec.pyx":101
+      /* "wire/_remoting_codec.pyx":102
  *             t.n = p + i - t.s
  *             c.i = i + 1
  *             return True             # <<<<<<<<<<<<<<
@@ -3707,7 +3766,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
       }
       goto __pyx_L0;
 
-      /* "wire/_remoting_codec.pyx":98
+      /* "wire/_remoting_codec.pyx":99
  *             i += 1
  *             continue
  *         if b == 34:             # <<<<<<<<<<<<<<
@@ -3716,7 +3775,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 */
     }
 
-    /* "wire/_remoting_codec.pyx":102
+    /* "wire/_remoting_codec.pyx":103
  *             c.i = i + 1
  *             return True
  *         if b < 32:             # <<<<<<<<<<<<<<
@@ -3728,7 +3787,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
     if (__pyx_t_3) {
 
 
-      /* "wire/_remoting_codec.pyx":103
+      /* "wire/_remoting_codec.pyx":104
  *             return True
  *         if b < 32:
  *             return False             # <<<<<<<<<<<<<<
@@ -3741,7 +3800,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
       }
       goto __pyx_L0;
 
-      /* "wire/_remoting_codec.pyx":102
+      /* "wire/_remoting_codec.pyx":103
  *             c.i = i + 1
  *             return True
  *         if b < 32:             # <<<<<<<<<<<<<<
@@ -3750,7 +3809,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 */
     }
 
-    /* "wire/_remoting_codec.pyx":104
+    /* "wire/_remoting_codec.pyx":105
  *         if b < 32:
  *             return False
  *         if b == 92:  # a backslash             # <<<<<<<<<<<<<<
@@ -3762,7 +3821,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
     if (__pyx_t_3) {
 
 
-      /* "wire/_remoting_codec.pyx":105
+      /* "wire/_remoting_codec.pyx":106
  *             return False
  *         if b == 92:  # a backslash
  *             t.escaped = True             # <<<<<<<<<<<<<<
@@ -3771,7 +3830,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 */
       __pyx_v_t->escaped = 1;
 
-      /* "wire/_remoting_codec.pyx":106
+      /* "wire/_remoting_codec.pyx":107
  *         if b == 92:  # a backslash
  *             t.escaped = True
  *             if i + 1 >= n:             # <<<<<<<<<<<<<<
@@ -3783,7 +3842,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
       if (__pyx_t_3) {
 
 
-        /* "wire/_remoting_codec.pyx":107
+        /* "wire/_remoting_codec.pyx":108
  *             t.escaped = True
  *             if i + 1 >= n:
  *                 return False             # <<<<<<<<<<<<<<
@@ -3796,7 +3855,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
         }
         goto __pyx_L0;
 
-        /* "wire/_remoting_codec.pyx":106
+        /* "wire/_remoting_codec.pyx":107
  *         if b == 92:  # a backslash
  *             t.escaped = True
  *             if i + 1 >= n:             # <<<<<<<<<<<<<<
@@ -3805,7 +3864,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 */
       }
 
-      /* "wire/_remoting_codec.pyx":108
+      /* "wire/_remoting_codec.pyx":109
  *             if i + 1 >= n:
  *                 return False
  *             b = p[i + 1]             # <<<<<<<<<<<<<<
@@ -3814,7 +3873,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 */
       __pyx_v_b = (__pyx_v_p[(__pyx_v_i + 1)]);
 
-      /* "wire/_remoting_codec.pyx":109
+      /* "wire/_remoting_codec.pyx":110
  *                 return False
  *             b = p[i + 1]
  *             if b == 117:  # \uXXXX             # <<<<<<<<<<<<<<
@@ -3826,7 +3885,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
       if (__pyx_t_3) {
 
 
-        /* "wire/_remoting_codec.pyx":110
+        /* "wire/_remoting_codec.pyx":111
  *             b = p[i + 1]
  *             if b == 117:  # \uXXXX
  *                 if i + 6 > n:             # <<<<<<<<<<<<<<
@@ -3838,7 +3897,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
         if (__pyx_t_3) {
 
 
-          /* "wire/_remoting_codec.pyx":111
+          /* "wire/_remoting_codec.pyx":112
  *             if b == 117:  # \uXXXX
  *                 if i + 6 > n:
  *                     return False             # <<<<<<<<<<<<<<
@@ -3851,7 +3910,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
           }
           goto __pyx_L0;
 
-          /* "wire/_remoting_codec.pyx":110
+          /* "wire/_remoting_codec.pyx":111
  *             b = p[i + 1]
  *             if b == 117:  # \uXXXX
  *                 if i + 6 > n:             # <<<<<<<<<<<<<<
@@ -3860,7 +3919,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 */
         }
 
-        /* "wire/_remoting_codec.pyx":112
+        /* "wire/_remoting_codec.pyx":113
  *                 if i + 6 > n:
  *                     return False
  *                 v = hex4(p + i + 2)             # <<<<<<<<<<<<<<
@@ -3869,7 +3928,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 */
         __pyx_v_v = __pyx_f_4wire_15_remoting_codec_hex4(((__pyx_v_p + __pyx_v_i) + 2));
 
-        /* "wire/_remoting_codec.pyx":113
+        /* "wire/_remoting_codec.pyx":114
  *                     return False
  *                 v = hex4(p + i + 2)
  *                 if v < 0 or 0xD800 <= v <= 0xDFFF:             # <<<<<<<<<<<<<<
@@ -3897,7 +3956,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
         if (__pyx_t_3) {
 
 
-          /* "wire/_remoting_codec.pyx":114
+          /* "wire/_remoting_codec.pyx":115
  *                 v = hex4(p + i + 2)
  *                 if v < 0 or 0xD800 <= v <= 0xDFFF:
  *                     return False             # <<<<<<<<<<<<<<
@@ -3910,7 +3969,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
           }
           goto __pyx_L0;
 
-          /* "wire/_remoting_codec.pyx":113
+          /* "wire/_remoting_codec.pyx":114
  *                     return False
  *                 v = hex4(p + i + 2)
  *                 if v < 0 or 0xD800 <= v <= 0xDFFF:             # <<<<<<<<<<<<<<
@@ -3919,7 +3978,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 */
         }
 
-        /* "wire/_remoting_codec.pyx":115
+        /* "wire/_remoting_codec.pyx":116
  *                 if v < 0 or 0xD800 <= v <= 0xDFFF:
  *                     return False
  *                 i += 6             # <<<<<<<<<<<<<<
@@ -3928,7 +3987,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 */
         __pyx_v_i = (__pyx_v_i + 6);
 
-        /* "wire/_remoting_codec.pyx":116
+        /* "wire/_remoting_codec.pyx":117
  *                     return False
  *                 i += 6
  *                 continue             # <<<<<<<<<<<<<<
@@ -3937,7 +3996,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 */
         goto __pyx_L6_continue;
 
-        /* "wire/_remoting_codec.pyx":109
+        /* "wire/_remoting_codec.pyx":110
  *                 return False
  *             b = p[i + 1]
  *             if b == 117:  # \uXXXX             # <<<<<<<<<<<<<<
@@ -3946,7 +4005,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 */
       }
 
-      /* "wire/_remoting_codec.pyx":117
+      /* "wire/_remoting_codec.pyx":118
  *                 i += 6
  *                 continue
  *             if b not in (34, 92, 47, 98, 102, 110, 114, 116):             # <<<<<<<<<<<<<<
@@ -3974,7 +4033,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
       if (__pyx_t_4) {
 
 
-        /* "wire/_remoting_codec.pyx":118
+        /* "wire/_remoting_codec.pyx":119
  *                 continue
  *             if b not in (34, 92, 47, 98, 102, 110, 114, 116):
  *                 return False             # <<<<<<<<<<<<<<
@@ -3987,7 +4046,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
         }
         goto __pyx_L0;
 
-        /* "wire/_remoting_codec.pyx":117
+        /* "wire/_remoting_codec.pyx":118
  *                 i += 6
  *                 continue
  *             if b not in (34, 92, 47, 98, 102, 110, 114, 116):             # <<<<<<<<<<<<<<
@@ -3996,7 +4055,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 */
       }
 
-      /* "wire/_remoting_codec.pyx":119
+      /* "wire/_remoting_codec.pyx":120
  *             if b not in (34, 92, 47, 98, 102, 110, 114, 116):
  *                 return False
  *             i += 2             # <<<<<<<<<<<<<<
@@ -4005,7 +4064,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 */
       __pyx_v_i = (__pyx_v_i + 2);
 
-      /* "wire/_remoting_codec.pyx":120
+      /* "wire/_remoting_codec.pyx":121
  *                 return False
  *             i += 2
  *             continue             # <<<<<<<<<<<<<<
@@ -4014,7 +4073,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 */
       goto __pyx_L6_continue;
 
-      /* "wire/_remoting_codec.pyx":104
+      /* "wire/_remoting_codec.pyx":105
  *         if b < 32:
  *             return False
  *         if b == 92:  # a backslash             # <<<<<<<<<<<<<<
@@ -4023,7 +4082,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
 */
     }
 
-    /* "wire/_remoting_codec.pyx":121
+    /* "wire/_remoting_codec.pyx":122
  *             i += 2
  *             continue
  *         i += 1  # a space, ! (32, 33)             # <<<<<<<<<<<<<<
@@ -4034,7 +4093,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
     __pyx_L6_continue:;
   }
 
-  /* "wire/_remoting_codec.pyx":122
+  /* "wire/_remoting_codec.pyx":123
  *             continue
  *         i += 1  # a space, ! (32, 33)
  *     return False             # <<<<<<<<<<<<<<
@@ -4047,7 +4106,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
   }
   goto __pyx_L0;
 
-  /* "wire/_remoting_codec.pyx":80
+  /* "wire/_remoting_codec.pyx":81
  * 
  * 
  * cdef bint text_at(Cursor* c, Text* t) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -4065,7 +4124,7 @@ static int __pyx_f_4wire_15_remoting_codec_text_at(struct __pyx_t_4wire_15_remot
   return __pyx_r;
 }
 
-/* "wire/_remoting_codec.pyx":125
+/* "wire/_remoting_codec.pyx":126
  * 
  * 
  * cdef Py_ssize_t unescape(Text* t, uint8_t* out) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -4084,7 +4143,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
   Py_ssize_t __pyx_t_3;
   Py_ssize_t __pyx_t_4;
 
-  /* "wire/_remoting_codec.pyx":127
+  /* "wire/_remoting_codec.pyx":128
  * cdef Py_ssize_t unescape(Text* t, uint8_t* out) noexcept nogil:
  *     """A checked string's value as UTF-8 into `out` (at most t.n bytes); its length."""
  *     cdef Py_ssize_t i = 0, o = 0             # <<<<<<<<<<<<<<
@@ -4094,7 +4153,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
   __pyx_v_i = 0;
   __pyx_v_o = 0;
 
-  /* "wire/_remoting_codec.pyx":130
+  /* "wire/_remoting_codec.pyx":131
  *     cdef uint8_t b
  *     cdef int v
  *     if not t.escaped:             # <<<<<<<<<<<<<<
@@ -4106,7 +4165,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
   if (__pyx_t_1) {
 
 
-    /* "wire/_remoting_codec.pyx":131
+    /* "wire/_remoting_codec.pyx":132
  *     cdef int v
  *     if not t.escaped:
  *         for i in range(t.n):             # <<<<<<<<<<<<<<
@@ -4120,7 +4179,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
     for (__pyx_t_4 = 0; __pyx_t_4 < __pyx_t_3; __pyx_t_4+=1) {
       __pyx_v_i = __pyx_t_4;
 
-      /* "wire/_remoting_codec.pyx":132
+      /* "wire/_remoting_codec.pyx":133
  *     if not t.escaped:
  *         for i in range(t.n):
  *             out[i] = t.s[i]             # <<<<<<<<<<<<<<
@@ -4131,7 +4190,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
     }
 
 
-    /* "wire/_remoting_codec.pyx":133
+    /* "wire/_remoting_codec.pyx":134
  *         for i in range(t.n):
  *             out[i] = t.s[i]
  *         return t.n             # <<<<<<<<<<<<<<
@@ -4144,7 +4203,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":130
+    /* "wire/_remoting_codec.pyx":131
  *     cdef uint8_t b
  *     cdef int v
  *     if not t.escaped:             # <<<<<<<<<<<<<<
@@ -4153,7 +4212,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
 */
   }
 
-  /* "wire/_remoting_codec.pyx":134
+  /* "wire/_remoting_codec.pyx":135
  *             out[i] = t.s[i]
  *         return t.n
  *     while i < t.n:             # <<<<<<<<<<<<<<
@@ -4166,7 +4225,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
 
     if (!__pyx_t_1) break;
 
-    /* "wire/_remoting_codec.pyx":135
+    /* "wire/_remoting_codec.pyx":136
  *         return t.n
  *     while i < t.n:
  *         b = t.s[i]             # <<<<<<<<<<<<<<
@@ -4175,7 +4234,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
 */
     __pyx_v_b = (__pyx_v_t->s[__pyx_v_i]);
 
-    /* "wire/_remoting_codec.pyx":136
+    /* "wire/_remoting_codec.pyx":137
  *     while i < t.n:
  *         b = t.s[i]
  *         if b != 92:             # <<<<<<<<<<<<<<
@@ -4187,7 +4246,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
     if (__pyx_t_1) {
 
 
-      /* "wire/_remoting_codec.pyx":137
+      /* "wire/_remoting_codec.pyx":138
  *         b = t.s[i]
  *         if b != 92:
  *             out[o] = b             # <<<<<<<<<<<<<<
@@ -4196,7 +4255,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
 */
       (__pyx_v_out[__pyx_v_o]) = __pyx_v_b;
 
-      /* "wire/_remoting_codec.pyx":138
+      /* "wire/_remoting_codec.pyx":139
  *         if b != 92:
  *             out[o] = b
  *             o += 1             # <<<<<<<<<<<<<<
@@ -4205,7 +4264,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
 */
       __pyx_v_o = (__pyx_v_o + 1);
 
-      /* "wire/_remoting_codec.pyx":139
+      /* "wire/_remoting_codec.pyx":140
  *             out[o] = b
  *             o += 1
  *             i += 1             # <<<<<<<<<<<<<<
@@ -4214,7 +4273,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
 */
       __pyx_v_i = (__pyx_v_i + 1);
 
-      /* "wire/_remoting_codec.pyx":140
+      /* "wire/_remoting_codec.pyx":141
  *             o += 1
  *             i += 1
  *             continue             # <<<<<<<<<<<<<<
@@ -4223,7 +4282,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
 */
       goto __pyx_L6_continue;
 
-      /* "wire/_remoting_codec.pyx":136
+      /* "wire/_remoting_codec.pyx":137
  *     while i < t.n:
  *         b = t.s[i]
  *         if b != 92:             # <<<<<<<<<<<<<<
@@ -4232,7 +4291,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
 */
     }
 
-    /* "wire/_remoting_codec.pyx":141
+    /* "wire/_remoting_codec.pyx":142
  *             i += 1
  *             continue
  *         b = t.s[i + 1]             # <<<<<<<<<<<<<<
@@ -4241,7 +4300,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
 */
     __pyx_v_b = (__pyx_v_t->s[(__pyx_v_i + 1)]);
 
-    /* "wire/_remoting_codec.pyx":142
+    /* "wire/_remoting_codec.pyx":143
  *             continue
  *         b = t.s[i + 1]
  *         if b == 117:             # <<<<<<<<<<<<<<
@@ -4253,7 +4312,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
     if (__pyx_t_1) {
 
 
-      /* "wire/_remoting_codec.pyx":143
+      /* "wire/_remoting_codec.pyx":144
  *         b = t.s[i + 1]
  *         if b == 117:
  *             v = hex4(t.s + i + 2)             # <<<<<<<<<<<<<<
@@ -4262,7 +4321,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
 */
       __pyx_v_v = __pyx_f_4wire_15_remoting_codec_hex4(((__pyx_v_t->s + __pyx_v_i) + 2));
 
-      /* "wire/_remoting_codec.pyx":144
+      /* "wire/_remoting_codec.pyx":145
  *         if b == 117:
  *             v = hex4(t.s + i + 2)
  *             if v < 0x80:             # <<<<<<<<<<<<<<
@@ -4274,7 +4333,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
       if (__pyx_t_1) {
 
 
-        /* "wire/_remoting_codec.pyx":145
+        /* "wire/_remoting_codec.pyx":146
  *             v = hex4(t.s + i + 2)
  *             if v < 0x80:
  *                 out[o] = <uint8_t>v             # <<<<<<<<<<<<<<
@@ -4283,7 +4342,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
 */
         (__pyx_v_out[__pyx_v_o]) = ((uint8_t)__pyx_v_v);
 
-        /* "wire/_remoting_codec.pyx":146
+        /* "wire/_remoting_codec.pyx":147
  *             if v < 0x80:
  *                 out[o] = <uint8_t>v
  *                 o += 1             # <<<<<<<<<<<<<<
@@ -4292,7 +4351,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
 */
         __pyx_v_o = (__pyx_v_o + 1);
 
-        /* "wire/_remoting_codec.pyx":144
+        /* "wire/_remoting_codec.pyx":145
  *         if b == 117:
  *             v = hex4(t.s + i + 2)
  *             if v < 0x80:             # <<<<<<<<<<<<<<
@@ -4302,7 +4361,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
         goto __pyx_L10;
       }
 
-      /* "wire/_remoting_codec.pyx":147
+      /* "wire/_remoting_codec.pyx":148
  *                 out[o] = <uint8_t>v
  *                 o += 1
  *             elif v < 0x800:             # <<<<<<<<<<<<<<
@@ -4314,7 +4373,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
       if (__pyx_t_1) {
 
 
-        /* "wire/_remoting_codec.pyx":148
+        /* "wire/_remoting_codec.pyx":149
  *                 o += 1
  *             elif v < 0x800:
  *                 out[o] = <uint8_t>(0xC0 | (v >> 6))             # <<<<<<<<<<<<<<
@@ -4323,7 +4382,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
 */
         (__pyx_v_out[__pyx_v_o]) = ((uint8_t)(0xC0 | (__pyx_v_v >> 6)));
 
-        /* "wire/_remoting_codec.pyx":149
+        /* "wire/_remoting_codec.pyx":150
  *             elif v < 0x800:
  *                 out[o] = <uint8_t>(0xC0 | (v >> 6))
  *                 out[o + 1] = <uint8_t>(0x80 | (v & 0x3F))             # <<<<<<<<<<<<<<
@@ -4332,7 +4391,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
 */
         (__pyx_v_out[(__pyx_v_o + 1)]) = ((uint8_t)(0x80 | (__pyx_v_v & 0x3F)));
 
-        /* "wire/_remoting_codec.pyx":150
+        /* "wire/_remoting_codec.pyx":151
  *                 out[o] = <uint8_t>(0xC0 | (v >> 6))
  *                 out[o + 1] = <uint8_t>(0x80 | (v & 0x3F))
  *                 o += 2             # <<<<<<<<<<<<<<
@@ -4341,7 +4400,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
 */
         __pyx_v_o = (__pyx_v_o + 2);
 
-        /* "wire/_remoting_codec.pyx":147
+        /* "wire/_remoting_codec.pyx":148
  *                 out[o] = <uint8_t>v
  *                 o += 1
  *             elif v < 0x800:             # <<<<<<<<<<<<<<
@@ -4351,7 +4410,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
         goto __pyx_L10;
       }
 
-      /* "wire/_remoting_codec.pyx":152
+      /* "wire/_remoting_codec.pyx":153
  *                 o += 2
  *             else:
  *                 out[o] = <uint8_t>(0xE0 | (v >> 12))             # <<<<<<<<<<<<<<
@@ -4361,7 +4420,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
       /*else*/ {
         (__pyx_v_out[__pyx_v_o]) = ((uint8_t)(0xE0 | (__pyx_v_v >> 12)));
 
-        /* "wire/_remoting_codec.pyx":153
+        /* "wire/_remoting_codec.pyx":154
  *             else:
  *                 out[o] = <uint8_t>(0xE0 | (v >> 12))
  *                 out[o + 1] = <uint8_t>(0x80 | ((v >> 6) & 0x3F))             # <<<<<<<<<<<<<<
@@ -4370,7 +4429,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
 */
         (__pyx_v_out[(__pyx_v_o + 1)]) = ((uint8_t)(0x80 | ((__pyx_v_v >> 6) & 0x3F)));
 
-        /* "wire/_remoting_codec.pyx":154
+        /* "wire/_remoting_codec.pyx":155
  *                 out[o] = <uint8_t>(0xE0 | (v >> 12))
  *                 out[o + 1] = <uint8_t>(0x80 | ((v >> 6) & 0x3F))
  *                 out[o + 2] = <uint8_t>(0x80 | (v & 0x3F))             # <<<<<<<<<<<<<<
@@ -4379,7 +4438,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
 */
         (__pyx_v_out[(__pyx_v_o + 2)]) = ((uint8_t)(0x80 | (__pyx_v_v & 0x3F)));
 
-        /* "wire/_remoting_codec.pyx":155
+        /* "wire/_remoting_codec.pyx":156
  *                 out[o + 1] = <uint8_t>(0x80 | ((v >> 6) & 0x3F))
  *                 out[o + 2] = <uint8_t>(0x80 | (v & 0x3F))
  *                 o += 3             # <<<<<<<<<<<<<<
@@ -4390,7 +4449,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
       }
       __pyx_L10:;
 
-      /* "wire/_remoting_codec.pyx":156
+      /* "wire/_remoting_codec.pyx":157
  *                 out[o + 2] = <uint8_t>(0x80 | (v & 0x3F))
  *                 o += 3
  *             i += 6             # <<<<<<<<<<<<<<
@@ -4399,7 +4458,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
 */
       __pyx_v_i = (__pyx_v_i + 6);
 
-      /* "wire/_remoting_codec.pyx":157
+      /* "wire/_remoting_codec.pyx":158
  *                 o += 3
  *             i += 6
  *             continue             # <<<<<<<<<<<<<<
@@ -4408,7 +4467,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
 */
       goto __pyx_L6_continue;
 
-      /* "wire/_remoting_codec.pyx":142
+      /* "wire/_remoting_codec.pyx":143
  *             continue
  *         b = t.s[i + 1]
  *         if b == 117:             # <<<<<<<<<<<<<<
@@ -4417,7 +4476,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
 */
     }
 
-    /* "wire/_remoting_codec.pyx":158
+    /* "wire/_remoting_codec.pyx":159
  *             i += 6
  *             continue
  *         if b == 98:             # <<<<<<<<<<<<<<
@@ -4427,7 +4486,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
     switch (__pyx_v_b) {
       case 98:
 
-      /* "wire/_remoting_codec.pyx":159
+      /* "wire/_remoting_codec.pyx":160
  *             continue
  *         if b == 98:
  *             out[o] = 8             # <<<<<<<<<<<<<<
@@ -4436,7 +4495,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
 */
       (__pyx_v_out[__pyx_v_o]) = 8;
 
-      /* "wire/_remoting_codec.pyx":158
+      /* "wire/_remoting_codec.pyx":159
  *             i += 6
  *             continue
  *         if b == 98:             # <<<<<<<<<<<<<<
@@ -4446,7 +4505,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
       break;
       case 0x66:
 
-      /* "wire/_remoting_codec.pyx":161
+      /* "wire/_remoting_codec.pyx":162
  *             out[o] = 8
  *         elif b == 102:
  *             out[o] = 12             # <<<<<<<<<<<<<<
@@ -4455,7 +4514,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
 */
       (__pyx_v_out[__pyx_v_o]) = 12;
 
-      /* "wire/_remoting_codec.pyx":160
+      /* "wire/_remoting_codec.pyx":161
  *         if b == 98:
  *             out[o] = 8
  *         elif b == 102:             # <<<<<<<<<<<<<<
@@ -4465,7 +4524,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
       break;
       case 0x6E:
 
-      /* "wire/_remoting_codec.pyx":163
+      /* "wire/_remoting_codec.pyx":164
  *             out[o] = 12
  *         elif b == 110:
  *             out[o] = 10             # <<<<<<<<<<<<<<
@@ -4474,7 +4533,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
 */
       (__pyx_v_out[__pyx_v_o]) = 10;
 
-      /* "wire/_remoting_codec.pyx":162
+      /* "wire/_remoting_codec.pyx":163
  *         elif b == 102:
  *             out[o] = 12
  *         elif b == 110:             # <<<<<<<<<<<<<<
@@ -4484,7 +4543,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
       break;
       case 0x72:
 
-      /* "wire/_remoting_codec.pyx":165
+      /* "wire/_remoting_codec.pyx":166
  *             out[o] = 10
  *         elif b == 114:
  *             out[o] = 13             # <<<<<<<<<<<<<<
@@ -4493,7 +4552,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
 */
       (__pyx_v_out[__pyx_v_o]) = 13;
 
-      /* "wire/_remoting_codec.pyx":164
+      /* "wire/_remoting_codec.pyx":165
  *         elif b == 110:
  *             out[o] = 10
  *         elif b == 114:             # <<<<<<<<<<<<<<
@@ -4503,7 +4562,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
       break;
       case 0x74:
 
-      /* "wire/_remoting_codec.pyx":167
+      /* "wire/_remoting_codec.pyx":168
  *             out[o] = 13
  *         elif b == 116:
  *             out[o] = 9             # <<<<<<<<<<<<<<
@@ -4512,7 +4571,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
 */
       (__pyx_v_out[__pyx_v_o]) = 9;
 
-      /* "wire/_remoting_codec.pyx":166
+      /* "wire/_remoting_codec.pyx":167
  *         elif b == 114:
  *             out[o] = 13
  *         elif b == 116:             # <<<<<<<<<<<<<<
@@ -4522,7 +4581,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
       break;
       default:
 
-      /* "wire/_remoting_codec.pyx":169
+      /* "wire/_remoting_codec.pyx":170
  *             out[o] = 9
  *         else:  # " \ /
  *             out[o] = b             # <<<<<<<<<<<<<<
@@ -4533,7 +4592,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
       break;
     }
 
-    /* "wire/_remoting_codec.pyx":170
+    /* "wire/_remoting_codec.pyx":171
  *         else:  # " \ /
  *             out[o] = b
  *         o += 1             # <<<<<<<<<<<<<<
@@ -4542,7 +4601,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
 */
     __pyx_v_o = (__pyx_v_o + 1);
 
-    /* "wire/_remoting_codec.pyx":171
+    /* "wire/_remoting_codec.pyx":172
  *             out[o] = b
  *         o += 1
  *         i += 2             # <<<<<<<<<<<<<<
@@ -4553,7 +4612,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
     __pyx_L6_continue:;
   }
 
-  /* "wire/_remoting_codec.pyx":172
+  /* "wire/_remoting_codec.pyx":173
  *         o += 1
  *         i += 2
  *     return o             # <<<<<<<<<<<<<<
@@ -4566,7 +4625,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
   }
   goto __pyx_L0;
 
-  /* "wire/_remoting_codec.pyx":125
+  /* "wire/_remoting_codec.pyx":126
  * 
  * 
  * cdef Py_ssize_t unescape(Text* t, uint8_t* out) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -4583,7 +4642,7 @@ static Py_ssize_t __pyx_f_4wire_15_remoting_codec_unescape(struct __pyx_t_4wire_
   return __pyx_r;
 }
 
-/* "wire/_remoting_codec.pyx":175
+/* "wire/_remoting_codec.pyx":176
  * 
  * 
  * cdef inline bint text_is(Text* t, const char* name, Py_ssize_t m) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -4596,7 +4655,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_text_is(struct __pyx_t_
   int __pyx_t_1;
   int __pyx_t_2;
 
-  /* "wire/_remoting_codec.pyx":176
+  /* "wire/_remoting_codec.pyx":177
  * 
  * cdef inline bint text_is(Text* t, const char* name, Py_ssize_t m) noexcept nogil:
  *     return not t.escaped and t.n == m and memcmp(t.s, name, m) == 0             # <<<<<<<<<<<<<<
@@ -4634,7 +4693,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_text_is(struct __pyx_t_
   }
   goto __pyx_L0;
 
-  /* "wire/_remoting_codec.pyx":175
+  /* "wire/_remoting_codec.pyx":176
  * 
  * 
  * cdef inline bint text_is(Text* t, const char* name, Py_ssize_t m) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -4647,7 +4706,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_text_is(struct __pyx_t_
   return __pyx_r;
 }
 
-/* "wire/_remoting_codec.pyx":179
+/* "wire/_remoting_codec.pyx":180
  * 
  * 
  * cdef bint int_at(Cursor* c, int64_t* out, bint* big) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -4666,7 +4725,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
   uint8_t __pyx_t_4;
   int64_t __pyx_t_5;
 
-  /* "wire/_remoting_codec.pyx":182
+  /* "wire/_remoting_codec.pyx":183
  *     """A JSON integer (no fraction or exponent); `big` when it has more than 18 digits
  *     (its value is then not read: no field this reader takes holds one)."""
  *     cdef bint negative = False             # <<<<<<<<<<<<<<
@@ -4675,7 +4734,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
 */
   __pyx_v_negative = 0;
 
-  /* "wire/_remoting_codec.pyx":183
+  /* "wire/_remoting_codec.pyx":184
  *     (its value is then not read: no field this reader takes holds one)."""
  *     cdef bint negative = False
  *     cdef int digits = 0             # <<<<<<<<<<<<<<
@@ -4684,7 +4743,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
 */
   __pyx_v_digits = 0;
 
-  /* "wire/_remoting_codec.pyx":184
+  /* "wire/_remoting_codec.pyx":185
  *     cdef bint negative = False
  *     cdef int digits = 0
  *     cdef int64_t v = 0             # <<<<<<<<<<<<<<
@@ -4693,7 +4752,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
 */
   __pyx_v_v = 0;
 
-  /* "wire/_remoting_codec.pyx":185
+  /* "wire/_remoting_codec.pyx":186
  *     cdef int digits = 0
  *     cdef int64_t v = 0
  *     ws(c)             # <<<<<<<<<<<<<<
@@ -4702,7 +4761,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
 */
   __pyx_f_4wire_15_remoting_codec_ws(__pyx_v_c);
 
-  /* "wire/_remoting_codec.pyx":186
+  /* "wire/_remoting_codec.pyx":187
  *     cdef int64_t v = 0
  *     ws(c)
  *     if c.i < c.n and c.p[c.i] == 45:  # '-'             # <<<<<<<<<<<<<<
@@ -4728,7 +4787,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
   if (__pyx_t_1) {
 
 
-    /* "wire/_remoting_codec.pyx":187
+    /* "wire/_remoting_codec.pyx":188
  *     ws(c)
  *     if c.i < c.n and c.p[c.i] == 45:  # '-'
  *         negative = True             # <<<<<<<<<<<<<<
@@ -4737,7 +4796,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
 */
     __pyx_v_negative = 1;
 
-    /* "wire/_remoting_codec.pyx":188
+    /* "wire/_remoting_codec.pyx":189
  *     if c.i < c.n and c.p[c.i] == 45:  # '-'
  *         negative = True
  *         c.i += 1             # <<<<<<<<<<<<<<
@@ -4746,7 +4805,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
 */
     __pyx_v_c->i = (__pyx_v_c->i + 1);
 
-    /* "wire/_remoting_codec.pyx":186
+    /* "wire/_remoting_codec.pyx":187
  *     cdef int64_t v = 0
  *     ws(c)
  *     if c.i < c.n and c.p[c.i] == 45:  # '-'             # <<<<<<<<<<<<<<
@@ -4755,7 +4814,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
 */
   }
 
-  /* "wire/_remoting_codec.pyx":189
+  /* "wire/_remoting_codec.pyx":190
  *         negative = True
  *         c.i += 1
  *     if c.i >= c.n or not (48 <= c.p[c.i] <= 57):             # <<<<<<<<<<<<<<
@@ -4786,7 +4845,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
   if (__pyx_t_1) {
 
 
-    /* "wire/_remoting_codec.pyx":190
+    /* "wire/_remoting_codec.pyx":191
  *         c.i += 1
  *     if c.i >= c.n or not (48 <= c.p[c.i] <= 57):
  *         return False             # <<<<<<<<<<<<<<
@@ -4799,7 +4858,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":189
+    /* "wire/_remoting_codec.pyx":190
  *         negative = True
  *         c.i += 1
  *     if c.i >= c.n or not (48 <= c.p[c.i] <= 57):             # <<<<<<<<<<<<<<
@@ -4808,7 +4867,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
 */
   }
 
-  /* "wire/_remoting_codec.pyx":191
+  /* "wire/_remoting_codec.pyx":192
  *     if c.i >= c.n or not (48 <= c.p[c.i] <= 57):
  *         return False
  *     if c.p[c.i] == 48 and c.i + 1 < c.n and 48 <= c.p[c.i + 1] <= 57:             # <<<<<<<<<<<<<<
@@ -4849,7 +4908,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
   if (__pyx_t_1) {
 
 
-    /* "wire/_remoting_codec.pyx":192
+    /* "wire/_remoting_codec.pyx":193
  *         return False
  *     if c.p[c.i] == 48 and c.i + 1 < c.n and 48 <= c.p[c.i + 1] <= 57:
  *         return False  # a leading zero: not JSON             # <<<<<<<<<<<<<<
@@ -4862,7 +4921,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":191
+    /* "wire/_remoting_codec.pyx":192
  *     if c.i >= c.n or not (48 <= c.p[c.i] <= 57):
  *         return False
  *     if c.p[c.i] == 48 and c.i + 1 < c.n and 48 <= c.p[c.i + 1] <= 57:             # <<<<<<<<<<<<<<
@@ -4871,7 +4930,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
 */
   }
 
-  /* "wire/_remoting_codec.pyx":193
+  /* "wire/_remoting_codec.pyx":194
  *     if c.p[c.i] == 48 and c.i + 1 < c.n and 48 <= c.p[c.i + 1] <= 57:
  *         return False  # a leading zero: not JSON
  *     while c.i < c.n and 48 <= c.p[c.i] <= 57:             # <<<<<<<<<<<<<<
@@ -4900,7 +4959,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
 
     if (!__pyx_t_1) break;
 
-    /* "wire/_remoting_codec.pyx":194
+    /* "wire/_remoting_codec.pyx":195
  *         return False  # a leading zero: not JSON
  *     while c.i < c.n and 48 <= c.p[c.i] <= 57:
  *         if digits < 18:             # <<<<<<<<<<<<<<
@@ -4912,7 +4971,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
     if (__pyx_t_1) {
 
 
-      /* "wire/_remoting_codec.pyx":195
+      /* "wire/_remoting_codec.pyx":196
  *     while c.i < c.n and 48 <= c.p[c.i] <= 57:
  *         if digits < 18:
  *             v = v * 10 + (c.p[c.i] - 48)             # <<<<<<<<<<<<<<
@@ -4921,7 +4980,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
 */
       __pyx_v_v = ((__pyx_v_v * 10) + ((__pyx_v_c->p[__pyx_v_c->i]) - 48));
 
-      /* "wire/_remoting_codec.pyx":194
+      /* "wire/_remoting_codec.pyx":195
  *         return False  # a leading zero: not JSON
  *     while c.i < c.n and 48 <= c.p[c.i] <= 57:
  *         if digits < 18:             # <<<<<<<<<<<<<<
@@ -4930,7 +4989,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
 */
     }
 
-    /* "wire/_remoting_codec.pyx":196
+    /* "wire/_remoting_codec.pyx":197
  *         if digits < 18:
  *             v = v * 10 + (c.p[c.i] - 48)
  *         digits += 1             # <<<<<<<<<<<<<<
@@ -4939,7 +4998,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
 */
     __pyx_v_digits = (__pyx_v_digits + 1);
 
-    /* "wire/_remoting_codec.pyx":197
+    /* "wire/_remoting_codec.pyx":198
  *             v = v * 10 + (c.p[c.i] - 48)
  *         digits += 1
  *         c.i += 1             # <<<<<<<<<<<<<<
@@ -4949,7 +5008,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
     __pyx_v_c->i = (__pyx_v_c->i + 1);
   }
 
-  /* "wire/_remoting_codec.pyx":198
+  /* "wire/_remoting_codec.pyx":199
  *         digits += 1
  *         c.i += 1
  *     if c.i < c.n and (c.p[c.i] == 46 or c.p[c.i] == 101 or c.p[c.i] == 69):  # . e E: a float             # <<<<<<<<<<<<<<
@@ -4995,7 +5054,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
   if (__pyx_t_1) {
 
 
-    /* "wire/_remoting_codec.pyx":199
+    /* "wire/_remoting_codec.pyx":200
  *         c.i += 1
  *     if c.i < c.n and (c.p[c.i] == 46 or c.p[c.i] == 101 or c.p[c.i] == 69):  # . e E: a float
  *         return False             # <<<<<<<<<<<<<<
@@ -5008,7 +5067,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":198
+    /* "wire/_remoting_codec.pyx":199
  *         digits += 1
  *         c.i += 1
  *     if c.i < c.n and (c.p[c.i] == 46 or c.p[c.i] == 101 or c.p[c.i] == 69):  # . e E: a float             # <<<<<<<<<<<<<<
@@ -5017,7 +5076,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
 */
   }
 
-  /* "wire/_remoting_codec.pyx":200
+  /* "wire/_remoting_codec.pyx":201
  *     if c.i < c.n and (c.p[c.i] == 46 or c.p[c.i] == 101 or c.p[c.i] == 69):  # . e E: a float
  *         return False
  *     big[0] = digits > 18             # <<<<<<<<<<<<<<
@@ -5026,7 +5085,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
 */
   (__pyx_v_big[0]) = (__pyx_v_digits > 18);
 
-  /* "wire/_remoting_codec.pyx":201
+  /* "wire/_remoting_codec.pyx":202
  *         return False
  *     big[0] = digits > 18
  *     out[0] = -v if negative else v             # <<<<<<<<<<<<<<
@@ -5043,7 +5102,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
   (__pyx_v_out[0]) = __pyx_t_5;
 
 
-  /* "wire/_remoting_codec.pyx":202
+  /* "wire/_remoting_codec.pyx":203
  *     big[0] = digits > 18
  *     out[0] = -v if negative else v
  *     return True             # <<<<<<<<<<<<<<
@@ -5056,7 +5115,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
   }
   goto __pyx_L0;
 
-  /* "wire/_remoting_codec.pyx":179
+  /* "wire/_remoting_codec.pyx":180
  * 
  * 
  * cdef bint int_at(Cursor* c, int64_t* out, bint* big) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -5072,7 +5131,7 @@ static int __pyx_f_4wire_15_remoting_codec_int_at(struct __pyx_t_4wire_15_remoti
   return __pyx_r;
 }
 
-/* "wire/_remoting_codec.pyx":205
+/* "wire/_remoting_codec.pyx":206
  * 
  * 
  * cdef inline bint int32_at(Cursor* c, int64_t* out) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -5086,7 +5145,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_int32_at(struct __pyx_t
   int __pyx_t_1;
   int __pyx_t_2;
 
-  /* "wire/_remoting_codec.pyx":207
+  /* "wire/_remoting_codec.pyx":208
  * cdef inline bint int32_at(Cursor* c, int64_t* out) noexcept nogil:
  *     cdef bint big
  *     return int_at(c, out, &big) and not big and INT32_MIN <= out[0] <= INT32_MAX             # <<<<<<<<<<<<<<
@@ -5126,7 +5185,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_int32_at(struct __pyx_t
   }
   goto __pyx_L0;
 
-  /* "wire/_remoting_codec.pyx":205
+  /* "wire/_remoting_codec.pyx":206
  * 
  * 
  * cdef inline bint int32_at(Cursor* c, int64_t* out) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -5140,7 +5199,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_int32_at(struct __pyx_t
   return __pyx_r;
 }
 
-/* "wire/_remoting_codec.pyx":231
+/* "wire/_remoting_codec.pyx":232
  * 
  * 
  * cdef int field_of(Text* key, bint v2) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -5159,7 +5218,7 @@ static int __pyx_f_4wire_15_remoting_codec_field_of(struct __pyx_t_4wire_15_remo
   int __pyx_t_5;
   int __pyx_t_6;
 
-  /* "wire/_remoting_codec.pyx":236
+  /* "wire/_remoting_codec.pyx":237
  *     cdef int k
  *     cdef Py_ssize_t m
  *     if key.escaped:             # <<<<<<<<<<<<<<
@@ -5168,7 +5227,7 @@ static int __pyx_f_4wire_15_remoting_codec_field_of(struct __pyx_t_4wire_15_remo
 */
   if (__pyx_v_key->escaped) {
 
-    /* "wire/_remoting_codec.pyx":237
+    /* "wire/_remoting_codec.pyx":238
  *     cdef Py_ssize_t m
  *     if key.escaped:
  *         return -1             # <<<<<<<<<<<<<<
@@ -5181,7 +5240,7 @@ static int __pyx_f_4wire_15_remoting_codec_field_of(struct __pyx_t_4wire_15_remo
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":236
+    /* "wire/_remoting_codec.pyx":237
  *     cdef int k
  *     cdef Py_ssize_t m
  *     if key.escaped:             # <<<<<<<<<<<<<<
@@ -5190,7 +5249,7 @@ static int __pyx_f_4wire_15_remoting_codec_field_of(struct __pyx_t_4wire_15_remo
 */
   }
 
-  /* "wire/_remoting_codec.pyx":238
+  /* "wire/_remoting_codec.pyx":239
  *     if key.escaped:
  *         return -1
  *     if v2 and key.n == 1:             # <<<<<<<<<<<<<<
@@ -5212,7 +5271,7 @@ static int __pyx_f_4wire_15_remoting_codec_field_of(struct __pyx_t_4wire_15_remo
   if (__pyx_t_1) {
 
 
-    /* "wire/_remoting_codec.pyx":239
+    /* "wire/_remoting_codec.pyx":240
  *         return -1
  *     if v2 and key.n == 1:
  *         for k in range(NFIELDS):             # <<<<<<<<<<<<<<
@@ -5226,7 +5285,7 @@ static int __pyx_f_4wire_15_remoting_codec_field_of(struct __pyx_t_4wire_15_remo
     for (__pyx_t_5 = 0; __pyx_t_5 < __pyx_t_4; __pyx_t_5+=1) {
       __pyx_v_k = __pyx_t_5;
 
-      /* "wire/_remoting_codec.pyx":240
+      /* "wire/_remoting_codec.pyx":241
  *     if v2 and key.n == 1:
  *         for k in range(NFIELDS):
  *             if key.s[0] == V2_LETTERS[k]:             # <<<<<<<<<<<<<<
@@ -5238,7 +5297,7 @@ static int __pyx_f_4wire_15_remoting_codec_field_of(struct __pyx_t_4wire_15_remo
       if (__pyx_t_1) {
 
 
-        /* "wire/_remoting_codec.pyx":241
+        /* "wire/_remoting_codec.pyx":242
  *         for k in range(NFIELDS):
  *             if key.s[0] == V2_LETTERS[k]:
  *                 return k             # <<<<<<<<<<<<<<
@@ -5251,7 +5310,7 @@ static int __pyx_f_4wire_15_remoting_codec_field_of(struct __pyx_t_4wire_15_remo
         }
         goto __pyx_L0;
 
-        /* "wire/_remoting_codec.pyx":240
+        /* "wire/_remoting_codec.pyx":241
  *     if v2 and key.n == 1:
  *         for k in range(NFIELDS):
  *             if key.s[0] == V2_LETTERS[k]:             # <<<<<<<<<<<<<<
@@ -5262,7 +5321,7 @@ static int __pyx_f_4wire_15_remoting_codec_field_of(struct __pyx_t_4wire_15_remo
     }
 
 
-    /* "wire/_remoting_codec.pyx":242
+    /* "wire/_remoting_codec.pyx":243
  *             if key.s[0] == V2_LETTERS[k]:
  *                 return k
  *         return F_OTHER             # <<<<<<<<<<<<<<
@@ -5275,7 +5334,7 @@ static int __pyx_f_4wire_15_remoting_codec_field_of(struct __pyx_t_4wire_15_remo
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":238
+    /* "wire/_remoting_codec.pyx":239
  *     if key.escaped:
  *         return -1
  *     if v2 and key.n == 1:             # <<<<<<<<<<<<<<
@@ -5284,7 +5343,7 @@ static int __pyx_f_4wire_15_remoting_codec_field_of(struct __pyx_t_4wire_15_remo
 */
   }
 
-  /* "wire/_remoting_codec.pyx":243
+  /* "wire/_remoting_codec.pyx":244
  *                 return k
  *         return F_OTHER
  *     for k in range(NFIELDS):             # <<<<<<<<<<<<<<
@@ -5298,7 +5357,7 @@ static int __pyx_f_4wire_15_remoting_codec_field_of(struct __pyx_t_4wire_15_remo
   for (__pyx_t_5 = 0; __pyx_t_5 < __pyx_t_4; __pyx_t_5+=1) {
     __pyx_v_k = __pyx_t_5;
 
-    /* "wire/_remoting_codec.pyx":244
+    /* "wire/_remoting_codec.pyx":245
  *         return F_OTHER
  *     for k in range(NFIELDS):
  *         m = <Py_ssize_t>strlen(V1_NAMES[k])             # <<<<<<<<<<<<<<
@@ -5307,7 +5366,7 @@ static int __pyx_f_4wire_15_remoting_codec_field_of(struct __pyx_t_4wire_15_remo
 */
     __pyx_v_m = ((Py_ssize_t)strlen((__pyx_v_4wire_15_remoting_codec_V1_NAMES[__pyx_v_k])));
 
-    /* "wire/_remoting_codec.pyx":245
+    /* "wire/_remoting_codec.pyx":246
  *     for k in range(NFIELDS):
  *         m = <Py_ssize_t>strlen(V1_NAMES[k])
  *         if key.n == m and memcmp(key.s, V1_NAMES[k], m) == 0:             # <<<<<<<<<<<<<<
@@ -5333,7 +5392,7 @@ static int __pyx_f_4wire_15_remoting_codec_field_of(struct __pyx_t_4wire_15_remo
     if (__pyx_t_1) {
 
 
-      /* "wire/_remoting_codec.pyx":246
+      /* "wire/_remoting_codec.pyx":247
  *         m = <Py_ssize_t>strlen(V1_NAMES[k])
  *         if key.n == m and memcmp(key.s, V1_NAMES[k], m) == 0:
  *             return -1 if v2 else k             # <<<<<<<<<<<<<<
@@ -5352,7 +5411,7 @@ static int __pyx_f_4wire_15_remoting_codec_field_of(struct __pyx_t_4wire_15_remo
       }
       goto __pyx_L0;
 
-      /* "wire/_remoting_codec.pyx":245
+      /* "wire/_remoting_codec.pyx":246
  *     for k in range(NFIELDS):
  *         m = <Py_ssize_t>strlen(V1_NAMES[k])
  *         if key.n == m and memcmp(key.s, V1_NAMES[k], m) == 0:             # <<<<<<<<<<<<<<
@@ -5363,7 +5422,7 @@ static int __pyx_f_4wire_15_remoting_codec_field_of(struct __pyx_t_4wire_15_remo
   }
 
 
-  /* "wire/_remoting_codec.pyx":247
+  /* "wire/_remoting_codec.pyx":248
  *         if key.n == m and memcmp(key.s, V1_NAMES[k], m) == 0:
  *             return -1 if v2 else k
  *     return F_OTHER             # <<<<<<<<<<<<<<
@@ -5376,7 +5435,7 @@ static int __pyx_f_4wire_15_remoting_codec_field_of(struct __pyx_t_4wire_15_remo
   }
   goto __pyx_L0;
 
-  /* "wire/_remoting_codec.pyx":231
+  /* "wire/_remoting_codec.pyx":232
  * 
  * 
  * cdef int field_of(Text* key, bint v2) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -5391,7 +5450,7 @@ static int __pyx_f_4wire_15_remoting_codec_field_of(struct __pyx_t_4wire_15_remo
   return __pyx_r;
 }
 
-/* "wire/_remoting_codec.pyx":257
+/* "wire/_remoting_codec.pyx":258
  * 
  * 
  * cdef bint value_at(Cursor* c, Value* v) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -5404,7 +5463,7 @@ static int __pyx_f_4wire_15_remoting_codec_value_at(struct __pyx_t_4wire_15_remo
   int __pyx_t_1;
   int __pyx_t_2;
 
-  /* "wire/_remoting_codec.pyx":258
+  /* "wire/_remoting_codec.pyx":259
  * 
  * cdef bint value_at(Cursor* c, Value* v) noexcept nogil:
  *     ws(c)             # <<<<<<<<<<<<<<
@@ -5413,7 +5472,7 @@ static int __pyx_f_4wire_15_remoting_codec_value_at(struct __pyx_t_4wire_15_remo
 */
   __pyx_f_4wire_15_remoting_codec_ws(__pyx_v_c);
 
-  /* "wire/_remoting_codec.pyx":259
+  /* "wire/_remoting_codec.pyx":260
  * cdef bint value_at(Cursor* c, Value* v) noexcept nogil:
  *     ws(c)
  *     if c.i < c.n and c.p[c.i] == 34:             # <<<<<<<<<<<<<<
@@ -5439,7 +5498,7 @@ static int __pyx_f_4wire_15_remoting_codec_value_at(struct __pyx_t_4wire_15_remo
   if (__pyx_t_1) {
 
 
-    /* "wire/_remoting_codec.pyx":260
+    /* "wire/_remoting_codec.pyx":261
  *     ws(c)
  *     if c.i < c.n and c.p[c.i] == 34:
  *         v.is_int = False             # <<<<<<<<<<<<<<
@@ -5448,7 +5507,7 @@ static int __pyx_f_4wire_15_remoting_codec_value_at(struct __pyx_t_4wire_15_remo
 */
     __pyx_v_v->is_int = 0;
 
-    /* "wire/_remoting_codec.pyx":261
+    /* "wire/_remoting_codec.pyx":262
  *     if c.i < c.n and c.p[c.i] == 34:
  *         v.is_int = False
  *         return text_at(c, &v.text)             # <<<<<<<<<<<<<<
@@ -5461,7 +5520,7 @@ static int __pyx_f_4wire_15_remoting_codec_value_at(struct __pyx_t_4wire_15_remo
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":259
+    /* "wire/_remoting_codec.pyx":260
  * cdef bint value_at(Cursor* c, Value* v) noexcept nogil:
  *     ws(c)
  *     if c.i < c.n and c.p[c.i] == 34:             # <<<<<<<<<<<<<<
@@ -5470,7 +5529,7 @@ static int __pyx_f_4wire_15_remoting_codec_value_at(struct __pyx_t_4wire_15_remo
 */
   }
 
-  /* "wire/_remoting_codec.pyx":262
+  /* "wire/_remoting_codec.pyx":263
  *         v.is_int = False
  *         return text_at(c, &v.text)
  *     v.is_int = True             # <<<<<<<<<<<<<<
@@ -5479,7 +5538,7 @@ static int __pyx_f_4wire_15_remoting_codec_value_at(struct __pyx_t_4wire_15_remo
 */
   __pyx_v_v->is_int = 1;
 
-  /* "wire/_remoting_codec.pyx":263
+  /* "wire/_remoting_codec.pyx":264
  *         return text_at(c, &v.text)
  *     v.is_int = True
  *     return int_at(c, &v.number, &v.big)             # <<<<<<<<<<<<<<
@@ -5492,7 +5551,7 @@ static int __pyx_f_4wire_15_remoting_codec_value_at(struct __pyx_t_4wire_15_remo
   }
   goto __pyx_L0;
 
-  /* "wire/_remoting_codec.pyx":257
+  /* "wire/_remoting_codec.pyx":258
  * 
  * 
  * cdef bint value_at(Cursor* c, Value* v) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -5505,7 +5564,7 @@ static int __pyx_f_4wire_15_remoting_codec_value_at(struct __pyx_t_4wire_15_remo
   return __pyx_r;
 }
 
-/* "wire/_remoting_codec.pyx":266
+/* "wire/_remoting_codec.pyx":267
  * 
  * 
  * cdef bint plain_number(Value* v, int64_t* out) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -5524,7 +5583,7 @@ static int __pyx_f_4wire_15_remoting_codec_plain_number(struct __pyx_t_4wire_15_
   Py_ssize_t __pyx_t_5;
   Py_ssize_t __pyx_t_6;
 
-  /* "wire/_remoting_codec.pyx":270
+  /* "wire/_remoting_codec.pyx":271
  *     negative), and its value."""
  *     cdef Py_ssize_t k
  *     cdef int64_t n = 0             # <<<<<<<<<<<<<<
@@ -5533,7 +5592,7 @@ static int __pyx_f_4wire_15_remoting_codec_plain_number(struct __pyx_t_4wire_15_
 */
   __pyx_v_n = 0;
 
-  /* "wire/_remoting_codec.pyx":271
+  /* "wire/_remoting_codec.pyx":272
  *     cdef Py_ssize_t k
  *     cdef int64_t n = 0
  *     if v.is_int:             # <<<<<<<<<<<<<<
@@ -5542,7 +5601,7 @@ static int __pyx_f_4wire_15_remoting_codec_plain_number(struct __pyx_t_4wire_15_
 */
   if (__pyx_v_v->is_int) {
 
-    /* "wire/_remoting_codec.pyx":272
+    /* "wire/_remoting_codec.pyx":273
  *     cdef int64_t n = 0
  *     if v.is_int:
  *         if v.big or v.number < 0 or v.number > PLAIN_MAX:             # <<<<<<<<<<<<<<
@@ -5574,7 +5633,7 @@ static int __pyx_f_4wire_15_remoting_codec_plain_number(struct __pyx_t_4wire_15_
     if (__pyx_t_1) {
 
 
-      /* "wire/_remoting_codec.pyx":273
+      /* "wire/_remoting_codec.pyx":274
  *     if v.is_int:
  *         if v.big or v.number < 0 or v.number > PLAIN_MAX:
  *             return False             # <<<<<<<<<<<<<<
@@ -5587,7 +5646,7 @@ static int __pyx_f_4wire_15_remoting_codec_plain_number(struct __pyx_t_4wire_15_
       }
       goto __pyx_L0;
 
-      /* "wire/_remoting_codec.pyx":272
+      /* "wire/_remoting_codec.pyx":273
  *     cdef int64_t n = 0
  *     if v.is_int:
  *         if v.big or v.number < 0 or v.number > PLAIN_MAX:             # <<<<<<<<<<<<<<
@@ -5596,7 +5655,7 @@ static int __pyx_f_4wire_15_remoting_codec_plain_number(struct __pyx_t_4wire_15_
 */
     }
 
-    /* "wire/_remoting_codec.pyx":274
+    /* "wire/_remoting_codec.pyx":275
  *         if v.big or v.number < 0 or v.number > PLAIN_MAX:
  *             return False
  *         out[0] = v.number             # <<<<<<<<<<<<<<
@@ -5608,7 +5667,7 @@ static int __pyx_f_4wire_15_remoting_codec_plain_number(struct __pyx_t_4wire_15_
     (__pyx_v_out[0]) = __pyx_t_3;
 
 
-    /* "wire/_remoting_codec.pyx":275
+    /* "wire/_remoting_codec.pyx":276
  *             return False
  *         out[0] = v.number
  *         return True             # <<<<<<<<<<<<<<
@@ -5621,7 +5680,7 @@ static int __pyx_f_4wire_15_remoting_codec_plain_number(struct __pyx_t_4wire_15_
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":271
+    /* "wire/_remoting_codec.pyx":272
  *     cdef Py_ssize_t k
  *     cdef int64_t n = 0
  *     if v.is_int:             # <<<<<<<<<<<<<<
@@ -5630,7 +5689,7 @@ static int __pyx_f_4wire_15_remoting_codec_plain_number(struct __pyx_t_4wire_15_
 */
   }
 
-  /* "wire/_remoting_codec.pyx":276
+  /* "wire/_remoting_codec.pyx":277
  *         out[0] = v.number
  *         return True
  *     if v.text.escaped or v.text.n == 0 or v.text.n > 18:             # <<<<<<<<<<<<<<
@@ -5662,7 +5721,7 @@ static int __pyx_f_4wire_15_remoting_codec_plain_number(struct __pyx_t_4wire_15_
   if (__pyx_t_1) {
 
 
-    /* "wire/_remoting_codec.pyx":277
+    /* "wire/_remoting_codec.pyx":278
  *         return True
  *     if v.text.escaped or v.text.n == 0 or v.text.n > 18:
  *         return False             # <<<<<<<<<<<<<<
@@ -5675,7 +5734,7 @@ static int __pyx_f_4wire_15_remoting_codec_plain_number(struct __pyx_t_4wire_15_
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":276
+    /* "wire/_remoting_codec.pyx":277
  *         out[0] = v.number
  *         return True
  *     if v.text.escaped or v.text.n == 0 or v.text.n > 18:             # <<<<<<<<<<<<<<
@@ -5684,7 +5743,7 @@ static int __pyx_f_4wire_15_remoting_codec_plain_number(struct __pyx_t_4wire_15_
 */
   }
 
-  /* "wire/_remoting_codec.pyx":278
+  /* "wire/_remoting_codec.pyx":279
  *     if v.text.escaped or v.text.n == 0 or v.text.n > 18:
  *         return False
  *     for k in range(v.text.n):             # <<<<<<<<<<<<<<
@@ -5698,7 +5757,7 @@ static int __pyx_f_4wire_15_remoting_codec_plain_number(struct __pyx_t_4wire_15_
   for (__pyx_t_6 = 0; __pyx_t_6 < __pyx_t_5; __pyx_t_6+=1) {
     __pyx_v_k = __pyx_t_6;
 
-    /* "wire/_remoting_codec.pyx":279
+    /* "wire/_remoting_codec.pyx":280
  *         return False
  *     for k in range(v.text.n):
  *         if not (48 <= v.text.s[k] <= 57):             # <<<<<<<<<<<<<<
@@ -5715,7 +5774,7 @@ static int __pyx_f_4wire_15_remoting_codec_plain_number(struct __pyx_t_4wire_15_
     if (__pyx_t_2) {
 
 
-      /* "wire/_remoting_codec.pyx":280
+      /* "wire/_remoting_codec.pyx":281
  *     for k in range(v.text.n):
  *         if not (48 <= v.text.s[k] <= 57):
  *             return False             # <<<<<<<<<<<<<<
@@ -5728,7 +5787,7 @@ static int __pyx_f_4wire_15_remoting_codec_plain_number(struct __pyx_t_4wire_15_
       }
       goto __pyx_L0;
 
-      /* "wire/_remoting_codec.pyx":279
+      /* "wire/_remoting_codec.pyx":280
  *         return False
  *     for k in range(v.text.n):
  *         if not (48 <= v.text.s[k] <= 57):             # <<<<<<<<<<<<<<
@@ -5737,7 +5796,7 @@ static int __pyx_f_4wire_15_remoting_codec_plain_number(struct __pyx_t_4wire_15_
 */
     }
 
-    /* "wire/_remoting_codec.pyx":281
+    /* "wire/_remoting_codec.pyx":282
  *         if not (48 <= v.text.s[k] <= 57):
  *             return False
  *         n = n * 10 + (v.text.s[k] - 48)             # <<<<<<<<<<<<<<
@@ -5748,7 +5807,7 @@ static int __pyx_f_4wire_15_remoting_codec_plain_number(struct __pyx_t_4wire_15_
   }
 
 
-  /* "wire/_remoting_codec.pyx":282
+  /* "wire/_remoting_codec.pyx":283
  *             return False
  *         n = n * 10 + (v.text.s[k] - 48)
  *     out[0] = n             # <<<<<<<<<<<<<<
@@ -5757,7 +5816,7 @@ static int __pyx_f_4wire_15_remoting_codec_plain_number(struct __pyx_t_4wire_15_
 */
   (__pyx_v_out[0]) = __pyx_v_n;
 
-  /* "wire/_remoting_codec.pyx":283
+  /* "wire/_remoting_codec.pyx":284
  *         n = n * 10 + (v.text.s[k] - 48)
  *     out[0] = n
  *     return True             # <<<<<<<<<<<<<<
@@ -5770,7 +5829,7 @@ static int __pyx_f_4wire_15_remoting_codec_plain_number(struct __pyx_t_4wire_15_
   }
   goto __pyx_L0;
 
-  /* "wire/_remoting_codec.pyx":266
+  /* "wire/_remoting_codec.pyx":267
  * 
  * 
  * cdef bint plain_number(Value* v, int64_t* out) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -5785,7 +5844,7 @@ static int __pyx_f_4wire_15_remoting_codec_plain_number(struct __pyx_t_4wire_15_
   return __pyx_r;
 }
 
-/* "wire/_remoting_codec.pyx":286
+/* "wire/_remoting_codec.pyx":287
  * 
  * 
  * cdef object text_value(Text* t):             # <<<<<<<<<<<<<<
@@ -5809,7 +5868,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_text_value(struct __pyx_t_4wire
   int __pyx_clineno = 0;
   __Pyx_RefNannySetupContext("text_value", 0);
 
-  /* "wire/_remoting_codec.pyx":290
+  /* "wire/_remoting_codec.pyx":291
  *     cdef uint8_t buf[MAX_TEXT]
  *     cdef Py_ssize_t n
  *     if not t.escaped:             # <<<<<<<<<<<<<<
@@ -5821,7 +5880,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_text_value(struct __pyx_t_4wire
   if (__pyx_t_1) {
 
 
-    /* "wire/_remoting_codec.pyx":291
+    /* "wire/_remoting_codec.pyx":292
  *     cdef Py_ssize_t n
  *     if not t.escaped:
  *         try:             # <<<<<<<<<<<<<<
@@ -5837,14 +5896,14 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_text_value(struct __pyx_t_4wire
       __Pyx_XGOTREF(__pyx_t_4);
       /*try:*/ {
 
-        /* "wire/_remoting_codec.pyx":292
+        /* "wire/_remoting_codec.pyx":293
  *     if not t.escaped:
  *         try:
  *             return PyUnicode_DecodeUTF8(<const char*>t.s, t.n, "strict")             # <<<<<<<<<<<<<<
  *         except UnicodeDecodeError:
  *             return None
 */
-        __pyx_t_5 = PyUnicode_DecodeUTF8(((char const *)__pyx_v_t->s), __pyx_v_t->n, ((char *)"strict")); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 292, __pyx_L4_error)
+        __pyx_t_5 = PyUnicode_DecodeUTF8(((char const *)__pyx_v_t->s), __pyx_v_t->n, ((char *)"strict")); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 293, __pyx_L4_error)
         __Pyx_GOTREF(__pyx_t_5);
         {
           PyObject *__pyx_temp;
@@ -5857,7 +5916,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_text_value(struct __pyx_t_4wire
         __pyx_t_5 = 0;
         goto __pyx_L8_try_return;
 
-        /* "wire/_remoting_codec.pyx":291
+        /* "wire/_remoting_codec.pyx":292
  *     cdef Py_ssize_t n
  *     if not t.escaped:
  *         try:             # <<<<<<<<<<<<<<
@@ -5868,7 +5927,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_text_value(struct __pyx_t_4wire
       __pyx_L4_error:;
       __Pyx_XDECREF(__pyx_t_5); __pyx_t_5 = 0;
 
-      /* "wire/_remoting_codec.pyx":293
+      /* "wire/_remoting_codec.pyx":294
  *         try:
  *             return PyUnicode_DecodeUTF8(<const char*>t.s, t.n, "strict")
  *         except UnicodeDecodeError:             # <<<<<<<<<<<<<<
@@ -5879,7 +5938,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_text_value(struct __pyx_t_4wire
       if (__pyx_t_6) {
         __Pyx_ErrRestore(0,0,0);
 
-        /* "wire/_remoting_codec.pyx":294
+        /* "wire/_remoting_codec.pyx":295
  *             return PyUnicode_DecodeUTF8(<const char*>t.s, t.n, "strict")
  *         except UnicodeDecodeError:
  *             return None             # <<<<<<<<<<<<<<
@@ -5898,7 +5957,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_text_value(struct __pyx_t_4wire
       }
       goto __pyx_L6_except_error;
 
-      /* "wire/_remoting_codec.pyx":291
+      /* "wire/_remoting_codec.pyx":292
  *     cdef Py_ssize_t n
  *     if not t.escaped:
  *         try:             # <<<<<<<<<<<<<<
@@ -5925,7 +5984,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_text_value(struct __pyx_t_4wire
       goto __pyx_L0;
     }
 
-    /* "wire/_remoting_codec.pyx":290
+    /* "wire/_remoting_codec.pyx":291
  *     cdef uint8_t buf[MAX_TEXT]
  *     cdef Py_ssize_t n
  *     if not t.escaped:             # <<<<<<<<<<<<<<
@@ -5934,7 +5993,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_text_value(struct __pyx_t_4wire
 */
   }
 
-  /* "wire/_remoting_codec.pyx":295
+  /* "wire/_remoting_codec.pyx":296
  *         except UnicodeDecodeError:
  *             return None
  *     if t.n > MAX_TEXT:             # <<<<<<<<<<<<<<
@@ -5946,7 +6005,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_text_value(struct __pyx_t_4wire
   if (__pyx_t_1) {
 
 
-    /* "wire/_remoting_codec.pyx":296
+    /* "wire/_remoting_codec.pyx":297
  *             return None
  *     if t.n > MAX_TEXT:
  *         return None             # <<<<<<<<<<<<<<
@@ -5963,7 +6022,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_text_value(struct __pyx_t_4wire
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":295
+    /* "wire/_remoting_codec.pyx":296
  *         except UnicodeDecodeError:
  *             return None
  *     if t.n > MAX_TEXT:             # <<<<<<<<<<<<<<
@@ -5972,7 +6031,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_text_value(struct __pyx_t_4wire
 */
   }
 
-  /* "wire/_remoting_codec.pyx":297
+  /* "wire/_remoting_codec.pyx":298
  *     if t.n > MAX_TEXT:
  *         return None
  *     n = unescape(t, buf)             # <<<<<<<<<<<<<<
@@ -5981,7 +6040,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_text_value(struct __pyx_t_4wire
 */
   __pyx_v_n = __pyx_f_4wire_15_remoting_codec_unescape(__pyx_v_t, __pyx_v_buf);
 
-  /* "wire/_remoting_codec.pyx":298
+  /* "wire/_remoting_codec.pyx":299
  *         return None
  *     n = unescape(t, buf)
  *     try:             # <<<<<<<<<<<<<<
@@ -5997,14 +6056,14 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_text_value(struct __pyx_t_4wire
     __Pyx_XGOTREF(__pyx_t_2);
     /*try:*/ {
 
-      /* "wire/_remoting_codec.pyx":299
+      /* "wire/_remoting_codec.pyx":300
  *     n = unescape(t, buf)
  *     try:
  *         return PyUnicode_DecodeUTF8(<const char*>buf, n, "strict")             # <<<<<<<<<<<<<<
  *     except UnicodeDecodeError:
  *         return None
 */
-      __pyx_t_5 = PyUnicode_DecodeUTF8(((char const *)__pyx_v_buf), __pyx_v_n, ((char *)"strict")); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 299, __pyx_L13_error)
+      __pyx_t_5 = PyUnicode_DecodeUTF8(((char const *)__pyx_v_buf), __pyx_v_n, ((char *)"strict")); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 300, __pyx_L13_error)
       __Pyx_GOTREF(__pyx_t_5);
       {
         PyObject *__pyx_temp;
@@ -6017,7 +6076,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_text_value(struct __pyx_t_4wire
       __pyx_t_5 = 0;
       goto __pyx_L17_try_return;
 
-      /* "wire/_remoting_codec.pyx":298
+      /* "wire/_remoting_codec.pyx":299
  *         return None
  *     n = unescape(t, buf)
  *     try:             # <<<<<<<<<<<<<<
@@ -6028,7 +6087,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_text_value(struct __pyx_t_4wire
     __pyx_L13_error:;
     __Pyx_XDECREF(__pyx_t_5); __pyx_t_5 = 0;
 
-    /* "wire/_remoting_codec.pyx":300
+    /* "wire/_remoting_codec.pyx":301
  *     try:
  *         return PyUnicode_DecodeUTF8(<const char*>buf, n, "strict")
  *     except UnicodeDecodeError:             # <<<<<<<<<<<<<<
@@ -6039,7 +6098,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_text_value(struct __pyx_t_4wire
     if (__pyx_t_6) {
       __Pyx_ErrRestore(0,0,0);
 
-      /* "wire/_remoting_codec.pyx":301
+      /* "wire/_remoting_codec.pyx":302
  *         return PyUnicode_DecodeUTF8(<const char*>buf, n, "strict")
  *     except UnicodeDecodeError:
  *         return None             # <<<<<<<<<<<<<<
@@ -6058,7 +6117,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_text_value(struct __pyx_t_4wire
     }
     goto __pyx_L15_except_error;
 
-    /* "wire/_remoting_codec.pyx":298
+    /* "wire/_remoting_codec.pyx":299
  *         return None
  *     n = unescape(t, buf)
  *     try:             # <<<<<<<<<<<<<<
@@ -6085,7 +6144,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_text_value(struct __pyx_t_4wire
     goto __pyx_L0;
   }
 
-  /* "wire/_remoting_codec.pyx":286
+  /* "wire/_remoting_codec.pyx":287
  * 
  * 
  * cdef object text_value(Text* t):             # <<<<<<<<<<<<<<
@@ -6106,7 +6165,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_text_value(struct __pyx_t_4wire
   return __pyx_r;
 }
 
-/* "wire/_remoting_codec.pyx":304
+/* "wire/_remoting_codec.pyx":305
  * 
  * 
  * cdef inline bint has_byte(const uint8_t* s, Py_ssize_t n, uint8_t b) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -6122,7 +6181,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_has_byte(uint8_t const 
   Py_ssize_t __pyx_t_3;
   int __pyx_t_4;
 
-  /* "wire/_remoting_codec.pyx":306
+  /* "wire/_remoting_codec.pyx":307
  * cdef inline bint has_byte(const uint8_t* s, Py_ssize_t n, uint8_t b) noexcept nogil:
  *     cdef Py_ssize_t k
  *     for k in range(n):             # <<<<<<<<<<<<<<
@@ -6136,7 +6195,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_has_byte(uint8_t const 
   for (__pyx_t_3 = 0; __pyx_t_3 < __pyx_t_2; __pyx_t_3+=1) {
     __pyx_v_k = __pyx_t_3;
 
-    /* "wire/_remoting_codec.pyx":307
+    /* "wire/_remoting_codec.pyx":308
  *     cdef Py_ssize_t k
  *     for k in range(n):
  *         if s[k] == b:             # <<<<<<<<<<<<<<
@@ -6148,7 +6207,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_has_byte(uint8_t const 
     if (__pyx_t_4) {
 
 
-      /* "wire/_remoting_codec.pyx":308
+      /* "wire/_remoting_codec.pyx":309
  *     for k in range(n):
  *         if s[k] == b:
  *             return True             # <<<<<<<<<<<<<<
@@ -6161,7 +6220,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_has_byte(uint8_t const 
       }
       goto __pyx_L0;
 
-      /* "wire/_remoting_codec.pyx":307
+      /* "wire/_remoting_codec.pyx":308
  *     cdef Py_ssize_t k
  *     for k in range(n):
  *         if s[k] == b:             # <<<<<<<<<<<<<<
@@ -6172,7 +6231,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_has_byte(uint8_t const 
   }
 
 
-  /* "wire/_remoting_codec.pyx":309
+  /* "wire/_remoting_codec.pyx":310
  *         if s[k] == b:
  *             return True
  *     return False             # <<<<<<<<<<<<<<
@@ -6185,7 +6244,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_has_byte(uint8_t const 
   }
   goto __pyx_L0;
 
-  /* "wire/_remoting_codec.pyx":304
+  /* "wire/_remoting_codec.pyx":305
  * 
  * 
  * cdef inline bint has_byte(const uint8_t* s, Py_ssize_t n, uint8_t b) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -6199,7 +6258,7 @@ static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_has_byte(uint8_t const 
   return __pyx_r;
 }
 
-/* "wire/_remoting_codec.pyx":312
+/* "wire/_remoting_codec.pyx":313
  * 
  * 
  * cdef object properties_of(Value* v, dict props):             # <<<<<<<<<<<<<<
@@ -6229,7 +6288,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
   int __pyx_clineno = 0;
   __Pyx_RefNannySetupContext("properties_of", 0);
 
-  /* "wire/_remoting_codec.pyx":317
+  /* "wire/_remoting_codec.pyx":318
  *     not a string this reader takes."""
  *     cdef uint8_t buf[MAX_TEXT]
  *     cdef Py_ssize_t n, start = 0, k, sep             # <<<<<<<<<<<<<<
@@ -6238,7 +6297,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
 */
   __pyx_v_start = 0;
 
-  /* "wire/_remoting_codec.pyx":319
+  /* "wire/_remoting_codec.pyx":320
  *     cdef Py_ssize_t n, start = 0, k, sep
  *     cdef const uint8_t* s
  *     if v.is_int or v.text.n > MAX_TEXT:             # <<<<<<<<<<<<<<
@@ -6260,7 +6319,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
   if (__pyx_t_1) {
 
 
-    /* "wire/_remoting_codec.pyx":320
+    /* "wire/_remoting_codec.pyx":321
  *     cdef const uint8_t* s
  *     if v.is_int or v.text.n > MAX_TEXT:
  *         return False             # <<<<<<<<<<<<<<
@@ -6278,7 +6337,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":319
+    /* "wire/_remoting_codec.pyx":320
  *     cdef Py_ssize_t n, start = 0, k, sep
  *     cdef const uint8_t* s
  *     if v.is_int or v.text.n > MAX_TEXT:             # <<<<<<<<<<<<<<
@@ -6287,7 +6346,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
 */
   }
 
-  /* "wire/_remoting_codec.pyx":321
+  /* "wire/_remoting_codec.pyx":322
  *     if v.is_int or v.text.n > MAX_TEXT:
  *         return False
  *     n = unescape(&v.text, buf)             # <<<<<<<<<<<<<<
@@ -6296,7 +6355,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
 */
   __pyx_v_n = __pyx_f_4wire_15_remoting_codec_unescape((&__pyx_v_v->text), __pyx_v_buf);
 
-  /* "wire/_remoting_codec.pyx":322
+  /* "wire/_remoting_codec.pyx":323
  *         return False
  *     n = unescape(&v.text, buf)
  *     while start <= n:             # <<<<<<<<<<<<<<
@@ -6309,7 +6368,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
 
     if (!__pyx_t_1) break;
 
-    /* "wire/_remoting_codec.pyx":323
+    /* "wire/_remoting_codec.pyx":324
  *     n = unescape(&v.text, buf)
  *     while start <= n:
  *         k = start             # <<<<<<<<<<<<<<
@@ -6318,7 +6377,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
 */
     __pyx_v_k = __pyx_v_start;
 
-    /* "wire/_remoting_codec.pyx":324
+    /* "wire/_remoting_codec.pyx":325
  *     while start <= n:
  *         k = start
  *         while k < n and buf[k] != 2:             # <<<<<<<<<<<<<<
@@ -6345,7 +6404,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
 
       if (!__pyx_t_1) break;
 
-      /* "wire/_remoting_codec.pyx":325
+      /* "wire/_remoting_codec.pyx":326
  *         k = start
  *         while k < n and buf[k] != 2:
  *             k += 1             # <<<<<<<<<<<<<<
@@ -6355,7 +6414,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
       __pyx_v_k = (__pyx_v_k + 1);
     }
 
-    /* "wire/_remoting_codec.pyx":327
+    /* "wire/_remoting_codec.pyx":328
  *             k += 1
  *         # the segment buf[start:k]: name \x01 value
  *         sep = start             # <<<<<<<<<<<<<<
@@ -6364,7 +6423,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
 */
     __pyx_v_sep = __pyx_v_start;
 
-    /* "wire/_remoting_codec.pyx":328
+    /* "wire/_remoting_codec.pyx":329
  *         # the segment buf[start:k]: name \x01 value
  *         sep = start
  *         while sep < k and buf[sep] != 1:             # <<<<<<<<<<<<<<
@@ -6391,7 +6450,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
 
       if (!__pyx_t_1) break;
 
-      /* "wire/_remoting_codec.pyx":329
+      /* "wire/_remoting_codec.pyx":330
  *         sep = start
  *         while sep < k and buf[sep] != 1:
  *             sep += 1             # <<<<<<<<<<<<<<
@@ -6401,7 +6460,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
       __pyx_v_sep = (__pyx_v_sep + 1);
     }
 
-    /* "wire/_remoting_codec.pyx":330
+    /* "wire/_remoting_codec.pyx":331
  *         while sep < k and buf[sep] != 1:
  *             sep += 1
  *         if sep < k and sep > start and k > sep + 1:  # a name and a value             # <<<<<<<<<<<<<<
@@ -6437,7 +6496,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
     if (__pyx_t_1) {
 
 
-      /* "wire/_remoting_codec.pyx":331
+      /* "wire/_remoting_codec.pyx":332
  *             sep += 1
  *         if sep < k and sep > start and k > sep + 1:  # a name and a value
  *             if has_byte(buf + sep + 1, k - sep - 1, 1):             # <<<<<<<<<<<<<<
@@ -6449,7 +6508,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
       if (__pyx_t_1) {
 
 
-        /* "wire/_remoting_codec.pyx":332
+        /* "wire/_remoting_codec.pyx":333
  *         if sep < k and sep > start and k > sep + 1:  # a name and a value
  *             if has_byte(buf + sep + 1, k - sep - 1, 1):
  *                 return False  # the schema refuses a value with \x01             # <<<<<<<<<<<<<<
@@ -6467,7 +6526,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
         }
         goto __pyx_L0;
 
-        /* "wire/_remoting_codec.pyx":331
+        /* "wire/_remoting_codec.pyx":332
  *             sep += 1
  *         if sep < k and sep > start and k > sep + 1:  # a name and a value
  *             if has_byte(buf + sep + 1, k - sep - 1, 1):             # <<<<<<<<<<<<<<
@@ -6476,7 +6535,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
 */
       }
 
-      /* "wire/_remoting_codec.pyx":333
+      /* "wire/_remoting_codec.pyx":334
  *             if has_byte(buf + sep + 1, k - sep - 1, 1):
  *                 return False  # the schema refuses a value with \x01
  *             try:             # <<<<<<<<<<<<<<
@@ -6492,31 +6551,31 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
         __Pyx_XGOTREF(__pyx_t_5);
         /*try:*/ {
 
-          /* "wire/_remoting_codec.pyx":334
+          /* "wire/_remoting_codec.pyx":335
  *                 return False  # the schema refuses a value with \x01
  *             try:
  *                 name = PyUnicode_DecodeUTF8(<const char*>(buf + start), sep - start, "strict")             # <<<<<<<<<<<<<<
  *                 value = PyUnicode_DecodeUTF8(<const char*>(buf + sep + 1), k - sep - 1, "strict")
  *             except UnicodeDecodeError:
 */
-          __pyx_t_6 = PyUnicode_DecodeUTF8(((char const *)(__pyx_v_buf + __pyx_v_start)), (__pyx_v_sep - __pyx_v_start), ((char *)"strict")); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 334, __pyx_L21_error)
+          __pyx_t_6 = PyUnicode_DecodeUTF8(((char const *)(__pyx_v_buf + __pyx_v_start)), (__pyx_v_sep - __pyx_v_start), ((char *)"strict")); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 335, __pyx_L21_error)
           __Pyx_GOTREF(__pyx_t_6);
           __Pyx_XDECREF_SET(__pyx_v_name, ((PyObject*)__pyx_t_6));
           __pyx_t_6 = 0;
 
-          /* "wire/_remoting_codec.pyx":335
+          /* "wire/_remoting_codec.pyx":336
  *             try:
  *                 name = PyUnicode_DecodeUTF8(<const char*>(buf + start), sep - start, "strict")
  *                 value = PyUnicode_DecodeUTF8(<const char*>(buf + sep + 1), k - sep - 1, "strict")             # <<<<<<<<<<<<<<
  *             except UnicodeDecodeError:
  *                 return False
 */
-          __pyx_t_6 = PyUnicode_DecodeUTF8(((char const *)((__pyx_v_buf + __pyx_v_sep) + 1)), ((__pyx_v_k - __pyx_v_sep) - 1), ((char *)"strict")); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 335, __pyx_L21_error)
+          __pyx_t_6 = PyUnicode_DecodeUTF8(((char const *)((__pyx_v_buf + __pyx_v_sep) + 1)), ((__pyx_v_k - __pyx_v_sep) - 1), ((char *)"strict")); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 336, __pyx_L21_error)
           __Pyx_GOTREF(__pyx_t_6);
           __Pyx_XDECREF_SET(__pyx_v_value, ((PyObject*)__pyx_t_6));
           __pyx_t_6 = 0;
 
-          /* "wire/_remoting_codec.pyx":333
+          /* "wire/_remoting_codec.pyx":334
  *             if has_byte(buf + sep + 1, k - sep - 1, 1):
  *                 return False  # the schema refuses a value with \x01
  *             try:             # <<<<<<<<<<<<<<
@@ -6531,7 +6590,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
         __pyx_L21_error:;
         __Pyx_XDECREF(__pyx_t_6); __pyx_t_6 = 0;
 
-        /* "wire/_remoting_codec.pyx":336
+        /* "wire/_remoting_codec.pyx":337
  *                 name = PyUnicode_DecodeUTF8(<const char*>(buf + start), sep - start, "strict")
  *                 value = PyUnicode_DecodeUTF8(<const char*>(buf + sep + 1), k - sep - 1, "strict")
  *             except UnicodeDecodeError:             # <<<<<<<<<<<<<<
@@ -6542,7 +6601,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
         if (__pyx_t_7) {
           __Pyx_ErrRestore(0,0,0);
 
-          /* "wire/_remoting_codec.pyx":337
+          /* "wire/_remoting_codec.pyx":338
  *                 value = PyUnicode_DecodeUTF8(<const char*>(buf + sep + 1), k - sep - 1, "strict")
  *             except UnicodeDecodeError:
  *                 return False             # <<<<<<<<<<<<<<
@@ -6562,7 +6621,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
         }
         goto __pyx_L23_except_error;
 
-        /* "wire/_remoting_codec.pyx":333
+        /* "wire/_remoting_codec.pyx":334
  *             if has_byte(buf + sep + 1, k - sep - 1, 1):
  *                 return False  # the schema refuses a value with \x01
  *             try:             # <<<<<<<<<<<<<<
@@ -6584,7 +6643,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
         __pyx_L28_try_end:;
       }
 
-      /* "wire/_remoting_codec.pyx":338
+      /* "wire/_remoting_codec.pyx":339
  *             except UnicodeDecodeError:
  *                 return False
  *             props[name] = value             # <<<<<<<<<<<<<<
@@ -6593,11 +6652,11 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
 */
       if (unlikely(__pyx_v_props == Py_None)) {
         PyErr_SetString(PyExc_TypeError, "\047NoneType\047 object is not subscriptable");
-        __PYX_ERR(0, 338, __pyx_L1_error)
+        __PYX_ERR(0, 339, __pyx_L1_error)
       }
-      if (unlikely((PyDict_SetItem(__pyx_v_props, __pyx_v_name, __pyx_v_value) < 0))) __PYX_ERR(0, 338, __pyx_L1_error)
+      if (unlikely((PyDict_SetItem(__pyx_v_props, __pyx_v_name, __pyx_v_value) < 0))) __PYX_ERR(0, 339, __pyx_L1_error)
 
-      /* "wire/_remoting_codec.pyx":330
+      /* "wire/_remoting_codec.pyx":331
  *         while sep < k and buf[sep] != 1:
  *             sep += 1
  *         if sep < k and sep > start and k > sep + 1:  # a name and a value             # <<<<<<<<<<<<<<
@@ -6606,7 +6665,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
 */
     }
 
-    /* "wire/_remoting_codec.pyx":339
+    /* "wire/_remoting_codec.pyx":340
  *                 return False
  *             props[name] = value
  *         start = k + 1             # <<<<<<<<<<<<<<
@@ -6616,7 +6675,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
     __pyx_v_start = (__pyx_v_k + 1);
   }
 
-  /* "wire/_remoting_codec.pyx":340
+  /* "wire/_remoting_codec.pyx":341
  *             props[name] = value
  *         start = k + 1
  *     return True             # <<<<<<<<<<<<<<
@@ -6634,7 +6693,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
   }
   goto __pyx_L0;
 
-  /* "wire/_remoting_codec.pyx":312
+  /* "wire/_remoting_codec.pyx":313
  * 
  * 
  * cdef object properties_of(Value* v, dict props):             # <<<<<<<<<<<<<<
@@ -6660,7 +6719,509 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
   return __pyx_r;
 }
 
-/* "wire/_remoting_codec.pyx":343
+/* "wire/_remoting_codec.pyx":344
+ * 
+ * 
+ * def split_frames(data, Py_ssize_t max_frame_size, set checked_topics):             # <<<<<<<<<<<<<<
+ *     """The complete frames at the start of `data`: (items, bytes used, an oversized
+ *     frame's length or -1). An item is a RemotingSend when this reader reads the frame,
+*/
+
+/* Python wrapper */
+static PyObject *__pyx_pw_4wire_15_remoting_codec_3split_frames(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+); /*proto*/
+PyDoc_STRVAR(__pyx_doc_4wire_15_remoting_codec_2split_frames, "The complete frames at the start of `data`: (items, bytes used, an oversized\n    frame\047s length or -1). An item is a RemotingSend when this reader reads the frame,\n    else the frame\047s bytes without its length prefix (for decode_payload).");
+static PyMethodDef __pyx_mdef_4wire_15_remoting_codec_3split_frames = {"split_frames", (PyCFunction)(void(*)(void))(__Pyx_PyCFunction_FastCallWithKeywords)__pyx_pw_4wire_15_remoting_codec_3split_frames, __Pyx_METH_FASTCALL|METH_KEYWORDS, __pyx_doc_4wire_15_remoting_codec_2split_frames};
+static PyObject *__pyx_pw_4wire_15_remoting_codec_3split_frames(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+) {
+  PyObject *__pyx_v_data = 0;
+  Py_ssize_t __pyx_v_max_frame_size;
+  PyObject *__pyx_v_checked_topics = 0;
+  #if !CYTHON_VECTORCALL
+  CYTHON_UNUSED Py_ssize_t __pyx_nargs;
+  #endif
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  PyObject* values[3] = {0,0,0};
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  PyObject *__pyx_r = 0;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("split_frames (wrapper)", 0);
+  #if !CYTHON_VECTORCALL
+  #if CYTHON_ASSUME_SAFE_SIZE
+  __pyx_nargs = PyTuple_GET_SIZE(__pyx_args);
+  #else
+  __pyx_nargs = PyTuple_Size(__pyx_args); if (unlikely(__pyx_nargs < 0)) return NULL;
+  #endif
+  #endif
+  __pyx_kwvalues = __Pyx_KwValues_FASTCALL(__pyx_args, __pyx_nargs);
+  {
+    PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_data,&__pyx_mstate_global->__pyx_n_u_max_frame_size,&__pyx_mstate_global->__pyx_n_u_checked_topics,0};
+    const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 344, __pyx_L3_error)
+    if (__pyx_kwds_len > 0) {
+      switch (__pyx_nargs) {
+        case  3:
+        values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 344, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  2:
+        values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 344, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  1:
+        values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 344, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  0: break;
+        default: goto __pyx_L5_argtuple_error;
+      }
+      const Py_ssize_t kwd_pos_args = __pyx_nargs;
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "split_frames", 0) < (0)) __PYX_ERR(0, 344, __pyx_L3_error)
+      for (Py_ssize_t i = __pyx_nargs; i < 3; i++) {
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("split_frames", 1, 3, 3, i); __PYX_ERR(0, 344, __pyx_L3_error) }
+      }
+    } else if (unlikely(__pyx_nargs != 3)) {
+      goto __pyx_L5_argtuple_error;
+    } else {
+      values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 344, __pyx_L3_error)
+      values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 344, __pyx_L3_error)
+      values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 344, __pyx_L3_error)
+    }
+    __pyx_v_data = values[0];
+    __pyx_v_max_frame_size = __Pyx_PyIndex_AsSsize_t(values[1]); if (unlikely((__pyx_v_max_frame_size == (Py_ssize_t)-1) && PyErr_Occurred())) __PYX_ERR(0, 344, __pyx_L3_error)
+    __pyx_v_checked_topics = ((PyObject*)values[2]);
+  }
+  goto __pyx_L6_skip;
+  __pyx_L5_argtuple_error:;
+  __Pyx_RaiseArgtupleInvalid("split_frames", 1, 3, 3, __pyx_nargs); __PYX_ERR(0, 344, __pyx_L3_error)
+  __pyx_L6_skip:;
+  goto __pyx_L4_argument_unpacking_done;
+  __pyx_L3_error:;
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __Pyx_AddTraceback("wire._remoting_codec.split_frames", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __Pyx_RefNannyFinishContext();
+  return NULL;
+  __pyx_L4_argument_unpacking_done:;
+  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v_checked_topics), (&PySet_Type), 1, "checked_topics", 1))) __PYX_ERR(0, 344, __pyx_L1_error)
+  __pyx_r = __pyx_pf_4wire_15_remoting_codec_2split_frames(__pyx_self, __pyx_v_data, __pyx_v_max_frame_size, __pyx_v_checked_topics);
+
+  /* function exit code */
+  goto __pyx_L0;
+  __pyx_L1_error:;
+  __pyx_r = NULL;
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  goto __pyx_L7_cleaned_up;
+  __pyx_L0:;
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __pyx_L7_cleaned_up:;
+
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static PyObject *__pyx_pf_4wire_15_remoting_codec_2split_frames(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_data, Py_ssize_t __pyx_v_max_frame_size, PyObject *__pyx_v_checked_topics) {
+  Py_buffer __pyx_v_view;
+  uint8_t const *__pyx_v_p;
+  Py_ssize_t __pyx_v_n;
+  Py_ssize_t __pyx_v_i;
+  Py_ssize_t __pyx_v_size;
+  PyObject *__pyx_v_items = 0;
+  PyObject *__pyx_v_item = NULL;
+  PyObject *__pyx_r = NULL;
+  __Pyx_RefNannyDeclarations
+  PyObject *__pyx_t_1 = NULL;
+  int __pyx_t_2;
+  Py_ssize_t __pyx_t_3;
+  int __pyx_t_4;
+  PyObject *__pyx_t_5 = NULL;
+  PyObject *__pyx_t_6 = NULL;
+  int __pyx_t_7;
+  int __pyx_t_8;
+  char const *__pyx_t_9;
+  PyObject *__pyx_t_10 = NULL;
+  PyObject *__pyx_t_11 = NULL;
+  PyObject *__pyx_t_12 = NULL;
+  PyObject *__pyx_t_13 = NULL;
+  PyObject *__pyx_t_14 = NULL;
+  PyObject *__pyx_t_15 = NULL;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("split_frames", 0);
+
+  /* "wire/_remoting_codec.pyx":350
+ *     cdef Py_buffer view
+ *     cdef const uint8_t* p
+ *     cdef Py_ssize_t n, i = 0, size             # <<<<<<<<<<<<<<
+ *     cdef list items = []
+ *     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+*/
+  __pyx_v_i = 0;
+
+  /* "wire/_remoting_codec.pyx":351
+ *     cdef const uint8_t* p
+ *     cdef Py_ssize_t n, i = 0, size
+ *     cdef list items = []             # <<<<<<<<<<<<<<
+ *     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+ *     try:
+*/
+  __pyx_t_1 = PyList_New(0); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 351, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __pyx_v_items = ((PyObject*)__pyx_t_1);
+  __pyx_t_1 = 0;
+
+  /* "wire/_remoting_codec.pyx":352
+ *     cdef Py_ssize_t n, i = 0, size
+ *     cdef list items = []
+ *     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)             # <<<<<<<<<<<<<<
+ *     try:
+ *         p = <const uint8_t*>view.buf
+*/
+  __pyx_t_2 = PyObject_GetBuffer(__pyx_v_data, (&__pyx_v_view), PyBUF_SIMPLE); if (unlikely(__pyx_t_2 == ((int)-1))) __PYX_ERR(0, 352, __pyx_L1_error)
+
+
+  /* "wire/_remoting_codec.pyx":353
+ *     cdef list items = []
+ *     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+ *     try:             # <<<<<<<<<<<<<<
+ *         p = <const uint8_t*>view.buf
+ *         n = view.len
+*/
+  /*try:*/ {
+
+    /* "wire/_remoting_codec.pyx":354
+ *     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+ *     try:
+ *         p = <const uint8_t*>view.buf             # <<<<<<<<<<<<<<
+ *         n = view.len
+ *         while n - i >= 4:
+*/
+    __pyx_v_p = ((uint8_t const *)__pyx_v_view.buf);
+
+    /* "wire/_remoting_codec.pyx":355
+ *     try:
+ *         p = <const uint8_t*>view.buf
+ *         n = view.len             # <<<<<<<<<<<<<<
+ *         while n - i >= 4:
+ *             size = (<Py_ssize_t>p[i] << 24) | (<Py_ssize_t>p[i + 1] << 16) | (<Py_ssize_t>p[i + 2] << 8) | p[i + 3]
+*/
+    __pyx_t_3 = __pyx_v_view.len;
+
+    __pyx_v_n = __pyx_t_3;
+
+    /* "wire/_remoting_codec.pyx":356
+ *         p = <const uint8_t*>view.buf
+ *         n = view.len
+ *         while n - i >= 4:             # <<<<<<<<<<<<<<
+ *             size = (<Py_ssize_t>p[i] << 24) | (<Py_ssize_t>p[i + 1] << 16) | (<Py_ssize_t>p[i + 2] << 8) | p[i + 3]
+ *             if size > max_frame_size:
+*/
+    while (1) {
+      __pyx_t_4 = ((__pyx_v_n - __pyx_v_i) >= 4);
+
+
+      if (!__pyx_t_4) break;
+
+      /* "wire/_remoting_codec.pyx":357
+ *         n = view.len
+ *         while n - i >= 4:
+ *             size = (<Py_ssize_t>p[i] << 24) | (<Py_ssize_t>p[i + 1] << 16) | (<Py_ssize_t>p[i + 2] << 8) | p[i + 3]             # <<<<<<<<<<<<<<
+ *             if size > max_frame_size:
+ *                 return items, i, size
+*/
+      __pyx_v_size = ((((((Py_ssize_t)(__pyx_v_p[__pyx_v_i])) << 24) | (((Py_ssize_t)(__pyx_v_p[(__pyx_v_i + 1)])) << 16)) | (((Py_ssize_t)(__pyx_v_p[(__pyx_v_i + 2)])) << 8)) | (__pyx_v_p[(__pyx_v_i + 3)]));
+
+      /* "wire/_remoting_codec.pyx":358
+ *         while n - i >= 4:
+ *             size = (<Py_ssize_t>p[i] << 24) | (<Py_ssize_t>p[i + 1] << 16) | (<Py_ssize_t>p[i + 2] << 8) | p[i + 3]
+ *             if size > max_frame_size:             # <<<<<<<<<<<<<<
+ *                 return items, i, size
+ *             if n - i - 4 < size:
+*/
+      __pyx_t_4 = (__pyx_v_size > __pyx_v_max_frame_size);
+
+      if (__pyx_t_4) {
+
+
+        /* "wire/_remoting_codec.pyx":359
+ *             size = (<Py_ssize_t>p[i] << 24) | (<Py_ssize_t>p[i + 1] << 16) | (<Py_ssize_t>p[i + 2] << 8) | p[i + 3]
+ *             if size > max_frame_size:
+ *                 return items, i, size             # <<<<<<<<<<<<<<
+ *             if n - i - 4 < size:
+ *                 break
+*/
+        __pyx_t_1 = PyLong_FromSsize_t(__pyx_v_i); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 359, __pyx_L4_error)
+        __Pyx_GOTREF(__pyx_t_1);
+        __pyx_t_5 = PyLong_FromSsize_t(__pyx_v_size); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 359, __pyx_L4_error)
+        __Pyx_GOTREF(__pyx_t_5);
+        __pyx_t_6 = PyTuple_New(3); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 359, __pyx_L4_error)
+        __Pyx_GOTREF(__pyx_t_6);
+        __Pyx_INCREF(__pyx_v_items);
+        __Pyx_GIVEREF(__pyx_v_items);
+        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_6, 0, __pyx_v_items) != (0)) __PYX_ERR(0, 359, __pyx_L4_error);
+        __Pyx_GIVEREF(__pyx_t_1);
+        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_6, 1, __pyx_t_1) != (0)) __PYX_ERR(0, 359, __pyx_L4_error);
+        __Pyx_GIVEREF(__pyx_t_5);
+        if (__Pyx_PyTuple_SET_ITEM(__pyx_t_6, 2, __pyx_t_5) != (0)) __PYX_ERR(0, 359, __pyx_L4_error);
+        __pyx_t_1 = 0;
+        __pyx_t_5 = 0;
+        {
+          PyObject *__pyx_temp;
+          {
+            __pyx_temp = __pyx_r;
+            __pyx_r = __pyx_t_6;
+          }
+          __Pyx_XDECREF(__pyx_temp);
+        }
+        __pyx_t_6 = 0;
+        goto __pyx_L3_return;
+
+        /* "wire/_remoting_codec.pyx":358
+ *         while n - i >= 4:
+ *             size = (<Py_ssize_t>p[i] << 24) | (<Py_ssize_t>p[i + 1] << 16) | (<Py_ssize_t>p[i + 2] << 8) | p[i + 3]
+ *             if size > max_frame_size:             # <<<<<<<<<<<<<<
+ *                 return items, i, size
+ *             if n - i - 4 < size:
+*/
+      }
+
+      /* "wire/_remoting_codec.pyx":360
+ *             if size > max_frame_size:
+ *                 return items, i, size
+ *             if n - i - 4 < size:             # <<<<<<<<<<<<<<
+ *                 break
+ *             item = _read(p + i + 4, size, checked_topics) if size >= 4 else None
+*/
+      __pyx_t_4 = (((__pyx_v_n - __pyx_v_i) - 4) < __pyx_v_size);
+
+      if (__pyx_t_4) {
+
+
+        /* "wire/_remoting_codec.pyx":361
+ *                 return items, i, size
+ *             if n - i - 4 < size:
+ *                 break             # <<<<<<<<<<<<<<
+ *             item = _read(p + i + 4, size, checked_topics) if size >= 4 else None
+ *             if item is None:
+*/
+        goto __pyx_L7_break;
+
+        /* "wire/_remoting_codec.pyx":360
+ *             if size > max_frame_size:
+ *                 return items, i, size
+ *             if n - i - 4 < size:             # <<<<<<<<<<<<<<
+ *                 break
+ *             item = _read(p + i + 4, size, checked_topics) if size >= 4 else None
+*/
+      }
+
+      /* "wire/_remoting_codec.pyx":362
+ *             if n - i - 4 < size:
+ *                 break
+ *             item = _read(p + i + 4, size, checked_topics) if size >= 4 else None             # <<<<<<<<<<<<<<
+ *             if item is None:
+ *                 item = PyBytes_FromStringAndSize(<const char*>(p + i + 4), size)
+*/
+      __pyx_t_4 = (__pyx_v_size >= 4);
+
+      if (__pyx_t_4) {
+        __pyx_t_5 = __pyx_f_4wire_15_remoting_codec__read(((__pyx_v_p + __pyx_v_i) + 4), __pyx_v_size, __pyx_v_checked_topics); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 362, __pyx_L4_error)
+        __Pyx_GOTREF(__pyx_t_5);
+        __pyx_t_6 = __pyx_t_5;
+        __pyx_t_5 = 0;
+      } else {
+        __Pyx_INCREF(Py_None);
+        __pyx_t_6 = Py_None;
+      }
+
+      __Pyx_XDECREF_SET(__pyx_v_item, __pyx_t_6);
+      __pyx_t_6 = 0;
+
+      /* "wire/_remoting_codec.pyx":363
+ *                 break
+ *             item = _read(p + i + 4, size, checked_topics) if size >= 4 else None
+ *             if item is None:             # <<<<<<<<<<<<<<
+ *                 item = PyBytes_FromStringAndSize(<const char*>(p + i + 4), size)
+ *             items.append(item)
+*/
+      __pyx_t_4 = (__pyx_v_item == Py_None);
+      if (__pyx_t_4) {
+
+
+        /* "wire/_remoting_codec.pyx":364
+ *             item = _read(p + i + 4, size, checked_topics) if size >= 4 else None
+ *             if item is None:
+ *                 item = PyBytes_FromStringAndSize(<const char*>(p + i + 4), size)             # <<<<<<<<<<<<<<
+ *             items.append(item)
+ *             i += 4 + size
+*/
+        __pyx_t_6 = PyBytes_FromStringAndSize(((char const *)((__pyx_v_p + __pyx_v_i) + 4)), __pyx_v_size); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 364, __pyx_L4_error)
+        __Pyx_GOTREF(__pyx_t_6);
+        __Pyx_DECREF_SET(__pyx_v_item, __pyx_t_6);
+        __pyx_t_6 = 0;
+
+        /* "wire/_remoting_codec.pyx":363
+ *                 break
+ *             item = _read(p + i + 4, size, checked_topics) if size >= 4 else None
+ *             if item is None:             # <<<<<<<<<<<<<<
+ *                 item = PyBytes_FromStringAndSize(<const char*>(p + i + 4), size)
+ *             items.append(item)
+*/
+      }
+
+      /* "wire/_remoting_codec.pyx":365
+ *             if item is None:
+ *                 item = PyBytes_FromStringAndSize(<const char*>(p + i + 4), size)
+ *             items.append(item)             # <<<<<<<<<<<<<<
+ *             i += 4 + size
+ *         return items, i, -1
+*/
+      __pyx_t_7 = __Pyx_PyList_Append(__pyx_v_items, __pyx_v_item); if (unlikely(__pyx_t_7 == ((int)-1))) __PYX_ERR(0, 365, __pyx_L4_error)
+
+
+      /* "wire/_remoting_codec.pyx":366
+ *                 item = PyBytes_FromStringAndSize(<const char*>(p + i + 4), size)
+ *             items.append(item)
+ *             i += 4 + size             # <<<<<<<<<<<<<<
+ *         return items, i, -1
+ *     finally:
+*/
+      __pyx_v_i = (__pyx_v_i + (4 + __pyx_v_size));
+    }
+    __pyx_L7_break:;
+
+    /* "wire/_remoting_codec.pyx":367
+ *             items.append(item)
+ *             i += 4 + size
+ *         return items, i, -1             # <<<<<<<<<<<<<<
+ *     finally:
+ *         PyBuffer_Release(&view)
+*/
+    __pyx_t_6 = PyLong_FromSsize_t(__pyx_v_i); if (unlikely(!__pyx_t_6)) __PYX_ERR(0, 367, __pyx_L4_error)
+    __Pyx_GOTREF(__pyx_t_6);
+    __pyx_t_5 = PyTuple_New(3); if (unlikely(!__pyx_t_5)) __PYX_ERR(0, 367, __pyx_L4_error)
+    __Pyx_GOTREF(__pyx_t_5);
+    __Pyx_INCREF(__pyx_v_items);
+    __Pyx_GIVEREF(__pyx_v_items);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_5, 0, __pyx_v_items) != (0)) __PYX_ERR(0, 367, __pyx_L4_error);
+    __Pyx_GIVEREF(__pyx_t_6);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_5, 1, __pyx_t_6) != (0)) __PYX_ERR(0, 367, __pyx_L4_error);
+    __Pyx_INCREF(__pyx_mstate_global->__pyx_int_neg_1);
+    __Pyx_GIVEREF(__pyx_mstate_global->__pyx_int_neg_1);
+    if (__Pyx_PyTuple_SET_ITEM(__pyx_t_5, 2, __pyx_mstate_global->__pyx_int_neg_1) != (0)) __PYX_ERR(0, 367, __pyx_L4_error);
+    __pyx_t_6 = 0;
+    {
+      PyObject *__pyx_temp;
+      {
+        __pyx_temp = __pyx_r;
+        __pyx_r = __pyx_t_5;
+      }
+      __Pyx_XDECREF(__pyx_temp);
+    }
+    __pyx_t_5 = 0;
+    goto __pyx_L3_return;
+  }
+
+  /* "wire/_remoting_codec.pyx":369
+ *         return items, i, -1
+ *     finally:
+ *         PyBuffer_Release(&view)             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  /*finally:*/ {
+    __pyx_L4_error:;
+    /*exception exit:*/{
+      __Pyx_PyThreadState_declare
+      __Pyx_PyThreadState_assign
+      __pyx_t_10 = 0; __pyx_t_11 = 0; __pyx_t_12 = 0; __pyx_t_13 = 0; __pyx_t_14 = 0; __pyx_t_15 = 0;
+      __Pyx_XDECREF(__pyx_t_1); __pyx_t_1 = 0;
+      __Pyx_XDECREF(__pyx_t_5); __pyx_t_5 = 0;
+      __Pyx_XDECREF(__pyx_t_6); __pyx_t_6 = 0;
+       __Pyx_ExceptionSwap(&__pyx_t_13, &__pyx_t_14, &__pyx_t_15);
+      if ( unlikely(__Pyx_GetException(&__pyx_t_10, &__pyx_t_11, &__pyx_t_12) < 0)) __Pyx_ErrFetch(&__pyx_t_10, &__pyx_t_11, &__pyx_t_12);
+      __Pyx_XGOTREF(__pyx_t_10);
+      __Pyx_XGOTREF(__pyx_t_11);
+      __Pyx_XGOTREF(__pyx_t_12);
+      __Pyx_XGOTREF(__pyx_t_13);
+      __Pyx_XGOTREF(__pyx_t_14);
+      __Pyx_XGOTREF(__pyx_t_15);
+      __pyx_t_2 = __pyx_lineno; __pyx_t_8 = __pyx_clineno; __pyx_t_9 = __pyx_filename;
+      {
+        PyBuffer_Release((&__pyx_v_view));
+      }
+      __Pyx_XGIVEREF(__pyx_t_13);
+      __Pyx_XGIVEREF(__pyx_t_14);
+      __Pyx_XGIVEREF(__pyx_t_15);
+      __Pyx_ExceptionReset(__pyx_t_13, __pyx_t_14, __pyx_t_15);
+      __Pyx_XGIVEREF(__pyx_t_10);
+      __Pyx_XGIVEREF(__pyx_t_11);
+      __Pyx_XGIVEREF(__pyx_t_12);
+      __Pyx_ErrRestore(__pyx_t_10, __pyx_t_11, __pyx_t_12);
+      __pyx_t_10 = 0; __pyx_t_11 = 0; __pyx_t_12 = 0; __pyx_t_13 = 0; __pyx_t_14 = 0; __pyx_t_15 = 0;
+      __pyx_lineno = __pyx_t_2; __pyx_clineno = __pyx_t_8; __pyx_filename = __pyx_t_9;
+      goto __pyx_L1_error;
+    }
+    __pyx_L3_return: {
+      __pyx_t_15 = __pyx_r;
+      __pyx_r = 0;
+      PyBuffer_Release((&__pyx_v_view));
+      __pyx_r = __pyx_t_15;
+      __pyx_t_15 = 0;
+      goto __pyx_L0;
+    }
+  }
+
+  /* "wire/_remoting_codec.pyx":344
+ * 
+ * 
+ * def split_frames(data, Py_ssize_t max_frame_size, set checked_topics):             # <<<<<<<<<<<<<<
+ *     """The complete frames at the start of `data`: (items, bytes used, an oversized
+ *     frame's length or -1). An item is a RemotingSend when this reader reads the frame,
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_1);
+  __Pyx_XDECREF(__pyx_t_5);
+  __Pyx_XDECREF(__pyx_t_6);
+  __Pyx_AddTraceback("wire._remoting_codec.split_frames", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = NULL;
+  __pyx_L0:;
+
+
+
+
+
+  __Pyx_XDECREF(__pyx_v_items);
+  __Pyx_XDECREF(__pyx_v_item);
+  __Pyx_XGIVEREF(__pyx_r);
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "wire/_remoting_codec.pyx":372
  * 
  * 
  * def read_plain_send(buf, Py_ssize_t start, Py_ssize_t end, set checked_topics):             # <<<<<<<<<<<<<<
@@ -6669,16 +7230,16 @@ static PyObject *__pyx_f_4wire_15_remoting_codec_properties_of(struct __pyx_t_4w
 */
 
 /* Python wrapper */
-static PyObject *__pyx_pw_4wire_15_remoting_codec_3read_plain_send(PyObject *__pyx_self, 
+static PyObject *__pyx_pw_4wire_15_remoting_codec_5read_plain_send(PyObject *__pyx_self, 
 #if CYTHON_VECTORCALL
 PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
 #else
 PyObject *__pyx_args, PyObject *__pyx_kwds
 #endif
 ); /*proto*/
-PyDoc_STRVAR(__pyx_doc_4wire_15_remoting_codec_2read_plain_send, "The frame buf[start:end] (without its length prefix) as a RemotingSend, or None.");
-static PyMethodDef __pyx_mdef_4wire_15_remoting_codec_3read_plain_send = {"read_plain_send", (PyCFunction)(void(*)(void))(__Pyx_PyCFunction_FastCallWithKeywords)__pyx_pw_4wire_15_remoting_codec_3read_plain_send, __Pyx_METH_FASTCALL|METH_KEYWORDS, __pyx_doc_4wire_15_remoting_codec_2read_plain_send};
-static PyObject *__pyx_pw_4wire_15_remoting_codec_3read_plain_send(PyObject *__pyx_self, 
+PyDoc_STRVAR(__pyx_doc_4wire_15_remoting_codec_4read_plain_send, "The frame buf[start:end] (without its length prefix) as a RemotingSend, or None.");
+static PyMethodDef __pyx_mdef_4wire_15_remoting_codec_5read_plain_send = {"read_plain_send", (PyCFunction)(void(*)(void))(__Pyx_PyCFunction_FastCallWithKeywords)__pyx_pw_4wire_15_remoting_codec_5read_plain_send, __Pyx_METH_FASTCALL|METH_KEYWORDS, __pyx_doc_4wire_15_remoting_codec_4read_plain_send};
+static PyObject *__pyx_pw_4wire_15_remoting_codec_5read_plain_send(PyObject *__pyx_self, 
 #if CYTHON_VECTORCALL
 PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
 #else
@@ -6711,53 +7272,53 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   {
     PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_buf,&__pyx_mstate_global->__pyx_n_u_start,&__pyx_mstate_global->__pyx_n_u_end,&__pyx_mstate_global->__pyx_n_u_checked_topics,0};
     const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
-    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 343, __pyx_L3_error)
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 372, __pyx_L3_error)
     if (__pyx_kwds_len > 0) {
       switch (__pyx_nargs) {
         case  4:
         values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 343, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 372, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  3:
         values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 343, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 372, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  2:
         values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 343, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 372, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  1:
         values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 343, __pyx_L3_error)
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 372, __pyx_L3_error)
         CYTHON_FALLTHROUGH;
         case  0: break;
         default: goto __pyx_L5_argtuple_error;
       }
       const Py_ssize_t kwd_pos_args = __pyx_nargs;
-      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "read_plain_send", 0) < (0)) __PYX_ERR(0, 343, __pyx_L3_error)
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "read_plain_send", 0) < (0)) __PYX_ERR(0, 372, __pyx_L3_error)
       for (Py_ssize_t i = __pyx_nargs; i < 4; i++) {
-        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("read_plain_send", 1, 4, 4, i); __PYX_ERR(0, 343, __pyx_L3_error) }
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("read_plain_send", 1, 4, 4, i); __PYX_ERR(0, 372, __pyx_L3_error) }
       }
     } else if (unlikely(__pyx_nargs != 4)) {
       goto __pyx_L5_argtuple_error;
     } else {
       values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 343, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 372, __pyx_L3_error)
       values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 343, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 372, __pyx_L3_error)
       values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 343, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 372, __pyx_L3_error)
       values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
-      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 343, __pyx_L3_error)
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 372, __pyx_L3_error)
     }
     __pyx_v_buf = values[0];
-    __pyx_v_start = __Pyx_PyIndex_AsSsize_t(values[1]); if (unlikely((__pyx_v_start == (Py_ssize_t)-1) && PyErr_Occurred())) __PYX_ERR(0, 343, __pyx_L3_error)
-    __pyx_v_end = __Pyx_PyIndex_AsSsize_t(values[2]); if (unlikely((__pyx_v_end == (Py_ssize_t)-1) && PyErr_Occurred())) __PYX_ERR(0, 343, __pyx_L3_error)
+    __pyx_v_start = __Pyx_PyIndex_AsSsize_t(values[1]); if (unlikely((__pyx_v_start == (Py_ssize_t)-1) && PyErr_Occurred())) __PYX_ERR(0, 372, __pyx_L3_error)
+    __pyx_v_end = __Pyx_PyIndex_AsSsize_t(values[2]); if (unlikely((__pyx_v_end == (Py_ssize_t)-1) && PyErr_Occurred())) __PYX_ERR(0, 372, __pyx_L3_error)
     __pyx_v_checked_topics = ((PyObject*)values[3]);
   }
   goto __pyx_L6_skip;
   __pyx_L5_argtuple_error:;
-  __Pyx_RaiseArgtupleInvalid("read_plain_send", 1, 4, 4, __pyx_nargs); __PYX_ERR(0, 343, __pyx_L3_error)
+  __Pyx_RaiseArgtupleInvalid("read_plain_send", 1, 4, 4, __pyx_nargs); __PYX_ERR(0, 372, __pyx_L3_error)
   __pyx_L6_skip:;
   goto __pyx_L4_argument_unpacking_done;
   __pyx_L3_error:;
@@ -6768,8 +7329,8 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   __Pyx_RefNannyFinishContext();
   return NULL;
   __pyx_L4_argument_unpacking_done:;
-  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v_checked_topics), (&PySet_Type), 1, "checked_topics", 1))) __PYX_ERR(0, 343, __pyx_L1_error)
-  __pyx_r = __pyx_pf_4wire_15_remoting_codec_2read_plain_send(__pyx_self, __pyx_v_buf, __pyx_v_start, __pyx_v_end, __pyx_v_checked_topics);
+  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v_checked_topics), (&PySet_Type), 1, "checked_topics", 1))) __PYX_ERR(0, 372, __pyx_L1_error)
+  __pyx_r = __pyx_pf_4wire_15_remoting_codec_4read_plain_send(__pyx_self, __pyx_v_buf, __pyx_v_start, __pyx_v_end, __pyx_v_checked_topics);
 
   /* function exit code */
   goto __pyx_L0;
@@ -6790,7 +7351,7 @@ PyObject *__pyx_args, PyObject *__pyx_kwds
   return __pyx_r;
 }
 
-static PyObject *__pyx_pf_4wire_15_remoting_codec_2read_plain_send(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_buf, Py_ssize_t __pyx_v_start, Py_ssize_t __pyx_v_end, PyObject *__pyx_v_checked_topics) {
+static PyObject *__pyx_pf_4wire_15_remoting_codec_4read_plain_send(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_buf, Py_ssize_t __pyx_v_start, Py_ssize_t __pyx_v_end, PyObject *__pyx_v_checked_topics) {
   Py_buffer __pyx_v_view;
   PyObject *__pyx_r = NULL;
   __Pyx_RefNannyDeclarations
@@ -6811,17 +7372,17 @@ static PyObject *__pyx_pf_4wire_15_remoting_codec_2read_plain_send(CYTHON_UNUSED
   int __pyx_clineno = 0;
   __Pyx_RefNannySetupContext("read_plain_send", 0);
 
-  /* "wire/_remoting_codec.pyx":346
+  /* "wire/_remoting_codec.pyx":375
  *     """The frame buf[start:end] (without its length prefix) as a RemotingSend, or None."""
  *     cdef Py_buffer view
  *     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)             # <<<<<<<<<<<<<<
  *     try:
  *         if start < 0 or end > view.len or end - start < 4:
 */
-  __pyx_t_1 = PyObject_GetBuffer(__pyx_v_buf, (&__pyx_v_view), PyBUF_SIMPLE); if (unlikely(__pyx_t_1 == ((int)-1))) __PYX_ERR(0, 346, __pyx_L1_error)
+  __pyx_t_1 = PyObject_GetBuffer(__pyx_v_buf, (&__pyx_v_view), PyBUF_SIMPLE); if (unlikely(__pyx_t_1 == ((int)-1))) __PYX_ERR(0, 375, __pyx_L1_error)
 
 
-  /* "wire/_remoting_codec.pyx":347
+  /* "wire/_remoting_codec.pyx":376
  *     cdef Py_buffer view
  *     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
  *     try:             # <<<<<<<<<<<<<<
@@ -6830,7 +7391,7 @@ static PyObject *__pyx_pf_4wire_15_remoting_codec_2read_plain_send(CYTHON_UNUSED
 */
   /*try:*/ {
 
-    /* "wire/_remoting_codec.pyx":348
+    /* "wire/_remoting_codec.pyx":377
  *     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
  *     try:
  *         if start < 0 or end > view.len or end - start < 4:             # <<<<<<<<<<<<<<
@@ -6866,7 +7427,7 @@ static PyObject *__pyx_pf_4wire_15_remoting_codec_2read_plain_send(CYTHON_UNUSED
     if (__pyx_t_2) {
 
 
-      /* "wire/_remoting_codec.pyx":349
+      /* "wire/_remoting_codec.pyx":378
  *     try:
  *         if start < 0 or end > view.len or end - start < 4:
  *             return None             # <<<<<<<<<<<<<<
@@ -6883,7 +7444,7 @@ static PyObject *__pyx_pf_4wire_15_remoting_codec_2read_plain_send(CYTHON_UNUSED
       }
       goto __pyx_L3_return;
 
-      /* "wire/_remoting_codec.pyx":348
+      /* "wire/_remoting_codec.pyx":377
  *     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
  *     try:
  *         if start < 0 or end > view.len or end - start < 4:             # <<<<<<<<<<<<<<
@@ -6892,14 +7453,14 @@ static PyObject *__pyx_pf_4wire_15_remoting_codec_2read_plain_send(CYTHON_UNUSED
 */
     }
 
-    /* "wire/_remoting_codec.pyx":350
+    /* "wire/_remoting_codec.pyx":379
  *         if start < 0 or end > view.len or end - start < 4:
  *             return None
  *         return _read(<const uint8_t*>view.buf + start, end - start, checked_topics)             # <<<<<<<<<<<<<<
  *     finally:
  *         PyBuffer_Release(&view)
 */
-    __pyx_t_4 = __pyx_f_4wire_15_remoting_codec__read((((uint8_t const *)__pyx_v_view.buf) + __pyx_v_start), (__pyx_v_end - __pyx_v_start), __pyx_v_checked_topics); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 350, __pyx_L4_error)
+    __pyx_t_4 = __pyx_f_4wire_15_remoting_codec__read((((uint8_t const *)__pyx_v_view.buf) + __pyx_v_start), (__pyx_v_end - __pyx_v_start), __pyx_v_checked_topics); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 379, __pyx_L4_error)
     __Pyx_GOTREF(__pyx_t_4);
     {
       PyObject *__pyx_temp;
@@ -6913,7 +7474,7 @@ static PyObject *__pyx_pf_4wire_15_remoting_codec_2read_plain_send(CYTHON_UNUSED
     goto __pyx_L3_return;
   }
 
-  /* "wire/_remoting_codec.pyx":352
+  /* "wire/_remoting_codec.pyx":381
  *         return _read(<const uint8_t*>view.buf + start, end - start, checked_topics)
  *     finally:
  *         PyBuffer_Release(&view)             # <<<<<<<<<<<<<<
@@ -6961,7 +7522,7 @@ static PyObject *__pyx_pf_4wire_15_remoting_codec_2read_plain_send(CYTHON_UNUSED
     }
   }
 
-  /* "wire/_remoting_codec.pyx":343
+  /* "wire/_remoting_codec.pyx":372
  * 
  * 
  * def read_plain_send(buf, Py_ssize_t start, Py_ssize_t end, set checked_topics):             # <<<<<<<<<<<<<<
@@ -6981,7 +7542,7 @@ static PyObject *__pyx_pf_4wire_15_remoting_codec_2read_plain_send(CYTHON_UNUSED
   return __pyx_r;
 }
 
-/* "wire/_remoting_codec.pyx":355
+/* "wire/_remoting_codec.pyx":384
  * 
  * 
  * cdef bint valid_utf8(const uint8_t* p, Py_ssize_t n):             # <<<<<<<<<<<<<<
@@ -7007,7 +7568,7 @@ static int __pyx_f_4wire_15_remoting_codec_valid_utf8(uint8_t const *__pyx_v_p, 
   int __pyx_clineno = 0;
   __Pyx_RefNannySetupContext("valid_utf8", 0);
 
-  /* "wire/_remoting_codec.pyx":359
+  /* "wire/_remoting_codec.pyx":388
  *     every string in it is UTF-8, and so is every unescaped one (no surrogate escapes)."""
  *     cdef Py_ssize_t k
  *     for k in range(n):             # <<<<<<<<<<<<<<
@@ -7021,7 +7582,7 @@ static int __pyx_f_4wire_15_remoting_codec_valid_utf8(uint8_t const *__pyx_v_p, 
   for (__pyx_t_3 = 0; __pyx_t_3 < __pyx_t_2; __pyx_t_3+=1) {
     __pyx_v_k = __pyx_t_3;
 
-    /* "wire/_remoting_codec.pyx":360
+    /* "wire/_remoting_codec.pyx":389
  *     cdef Py_ssize_t k
  *     for k in range(n):
  *         if p[k] >= 0x80:             # <<<<<<<<<<<<<<
@@ -7033,7 +7594,7 @@ static int __pyx_f_4wire_15_remoting_codec_valid_utf8(uint8_t const *__pyx_v_p, 
     if (__pyx_t_4) {
 
 
-      /* "wire/_remoting_codec.pyx":361
+      /* "wire/_remoting_codec.pyx":390
  *     for k in range(n):
  *         if p[k] >= 0x80:
  *             try:             # <<<<<<<<<<<<<<
@@ -7049,18 +7610,18 @@ static int __pyx_f_4wire_15_remoting_codec_valid_utf8(uint8_t const *__pyx_v_p, 
         __Pyx_XGOTREF(__pyx_t_7);
         /*try:*/ {
 
-          /* "wire/_remoting_codec.pyx":362
+          /* "wire/_remoting_codec.pyx":391
  *         if p[k] >= 0x80:
  *             try:
  *                 PyUnicode_DecodeUTF8(<const char*>p, n, "strict")             # <<<<<<<<<<<<<<
  *             except UnicodeDecodeError:
  *                 return False
 */
-          __pyx_t_8 = PyUnicode_DecodeUTF8(((char const *)__pyx_v_p), __pyx_v_n, ((char *)"strict")); if (unlikely(!__pyx_t_8)) __PYX_ERR(0, 362, __pyx_L6_error)
+          __pyx_t_8 = PyUnicode_DecodeUTF8(((char const *)__pyx_v_p), __pyx_v_n, ((char *)"strict")); if (unlikely(!__pyx_t_8)) __PYX_ERR(0, 391, __pyx_L6_error)
           __Pyx_GOTREF(__pyx_t_8);
           __Pyx_DECREF(__pyx_t_8); __pyx_t_8 = 0;
 
-          /* "wire/_remoting_codec.pyx":361
+          /* "wire/_remoting_codec.pyx":390
  *     for k in range(n):
  *         if p[k] >= 0x80:
  *             try:             # <<<<<<<<<<<<<<
@@ -7075,7 +7636,7 @@ static int __pyx_f_4wire_15_remoting_codec_valid_utf8(uint8_t const *__pyx_v_p, 
         __pyx_L6_error:;
         __Pyx_XDECREF(__pyx_t_8); __pyx_t_8 = 0;
 
-        /* "wire/_remoting_codec.pyx":363
+        /* "wire/_remoting_codec.pyx":392
  *             try:
  *                 PyUnicode_DecodeUTF8(<const char*>p, n, "strict")
  *             except UnicodeDecodeError:             # <<<<<<<<<<<<<<
@@ -7086,7 +7647,7 @@ static int __pyx_f_4wire_15_remoting_codec_valid_utf8(uint8_t const *__pyx_v_p, 
         if (__pyx_t_9) {
           __Pyx_ErrRestore(0,0,0);
 
-          /* "wire/_remoting_codec.pyx":364
+          /* "wire/_remoting_codec.pyx":393
  *                 PyUnicode_DecodeUTF8(<const char*>p, n, "strict")
  *             except UnicodeDecodeError:
  *                 return False             # <<<<<<<<<<<<<<
@@ -7101,7 +7662,7 @@ static int __pyx_f_4wire_15_remoting_codec_valid_utf8(uint8_t const *__pyx_v_p, 
         }
         goto __pyx_L8_except_error;
 
-        /* "wire/_remoting_codec.pyx":361
+        /* "wire/_remoting_codec.pyx":390
  *     for k in range(n):
  *         if p[k] >= 0x80:
  *             try:             # <<<<<<<<<<<<<<
@@ -7123,7 +7684,7 @@ static int __pyx_f_4wire_15_remoting_codec_valid_utf8(uint8_t const *__pyx_v_p, 
         __pyx_L13_try_end:;
       }
 
-      /* "wire/_remoting_codec.pyx":365
+      /* "wire/_remoting_codec.pyx":394
  *             except UnicodeDecodeError:
  *                 return False
  *             return True             # <<<<<<<<<<<<<<
@@ -7136,7 +7697,7 @@ static int __pyx_f_4wire_15_remoting_codec_valid_utf8(uint8_t const *__pyx_v_p, 
       }
       goto __pyx_L0;
 
-      /* "wire/_remoting_codec.pyx":360
+      /* "wire/_remoting_codec.pyx":389
  *     cdef Py_ssize_t k
  *     for k in range(n):
  *         if p[k] >= 0x80:             # <<<<<<<<<<<<<<
@@ -7147,7 +7708,7 @@ static int __pyx_f_4wire_15_remoting_codec_valid_utf8(uint8_t const *__pyx_v_p, 
   }
 
 
-  /* "wire/_remoting_codec.pyx":366
+  /* "wire/_remoting_codec.pyx":395
  *                 return False
  *             return True
  *     return True             # <<<<<<<<<<<<<<
@@ -7160,7 +7721,7 @@ static int __pyx_f_4wire_15_remoting_codec_valid_utf8(uint8_t const *__pyx_v_p, 
   }
   goto __pyx_L0;
 
-  /* "wire/_remoting_codec.pyx":355
+  /* "wire/_remoting_codec.pyx":384
  * 
  * 
  * cdef bint valid_utf8(const uint8_t* p, Py_ssize_t n):             # <<<<<<<<<<<<<<
@@ -7180,7 +7741,7 @@ static int __pyx_f_4wire_15_remoting_codec_valid_utf8(uint8_t const *__pyx_v_p, 
   return __pyx_r;
 }
 
-/* "wire/_remoting_codec.pyx":369
+/* "wire/_remoting_codec.pyx":398
  * 
  * 
  * cdef bint read_ext(Cursor* c, bint v2, Value* fields, bint* present) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -7196,7 +7757,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
   int __pyx_t_1;
   int __pyx_t_2;
 
-  /* "wire/_remoting_codec.pyx":375
+  /* "wire/_remoting_codec.pyx":404
  *     cdef Value value
  *     cdef int f
  *     if not eat(c, 123):             # <<<<<<<<<<<<<<
@@ -7208,7 +7769,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
   if (__pyx_t_1) {
 
 
-    /* "wire/_remoting_codec.pyx":376
+    /* "wire/_remoting_codec.pyx":405
  *     cdef int f
  *     if not eat(c, 123):
  *         return False             # <<<<<<<<<<<<<<
@@ -7221,7 +7782,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":375
+    /* "wire/_remoting_codec.pyx":404
  *     cdef Value value
  *     cdef int f
  *     if not eat(c, 123):             # <<<<<<<<<<<<<<
@@ -7230,7 +7791,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
 */
   }
 
-  /* "wire/_remoting_codec.pyx":377
+  /* "wire/_remoting_codec.pyx":406
  *     if not eat(c, 123):
  *         return False
  *     if eat(c, 125):             # <<<<<<<<<<<<<<
@@ -7242,7 +7803,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
   if (__pyx_t_1) {
 
 
-    /* "wire/_remoting_codec.pyx":378
+    /* "wire/_remoting_codec.pyx":407
  *         return False
  *     if eat(c, 125):
  *         return True             # <<<<<<<<<<<<<<
@@ -7255,7 +7816,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":377
+    /* "wire/_remoting_codec.pyx":406
  *     if not eat(c, 123):
  *         return False
  *     if eat(c, 125):             # <<<<<<<<<<<<<<
@@ -7264,7 +7825,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
 */
   }
 
-  /* "wire/_remoting_codec.pyx":379
+  /* "wire/_remoting_codec.pyx":408
  *     if eat(c, 125):
  *         return True
  *     while True:             # <<<<<<<<<<<<<<
@@ -7273,7 +7834,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
 */
   while (1) {
 
-    /* "wire/_remoting_codec.pyx":380
+    /* "wire/_remoting_codec.pyx":409
  *         return True
  *     while True:
  *         if not text_at(c, &key) or not eat(c, 58) or not value_at(c, &value):             # <<<<<<<<<<<<<<
@@ -7309,7 +7870,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
     if (__pyx_t_1) {
 
 
-      /* "wire/_remoting_codec.pyx":381
+      /* "wire/_remoting_codec.pyx":410
  *     while True:
  *         if not text_at(c, &key) or not eat(c, 58) or not value_at(c, &value):
  *             return False             # <<<<<<<<<<<<<<
@@ -7322,7 +7883,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
       }
       goto __pyx_L0;
 
-      /* "wire/_remoting_codec.pyx":380
+      /* "wire/_remoting_codec.pyx":409
  *         return True
  *     while True:
  *         if not text_at(c, &key) or not eat(c, 58) or not value_at(c, &value):             # <<<<<<<<<<<<<<
@@ -7331,7 +7892,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
 */
     }
 
-    /* "wire/_remoting_codec.pyx":382
+    /* "wire/_remoting_codec.pyx":411
  *         if not text_at(c, &key) or not eat(c, 58) or not value_at(c, &value):
  *             return False
  *         f = field_of(&key, v2)             # <<<<<<<<<<<<<<
@@ -7340,7 +7901,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
 */
     __pyx_v_f = __pyx_f_4wire_15_remoting_codec_field_of((&__pyx_v_key), __pyx_v_v2);
 
-    /* "wire/_remoting_codec.pyx":383
+    /* "wire/_remoting_codec.pyx":412
  *             return False
  *         f = field_of(&key, v2)
  *         if f < 0:             # <<<<<<<<<<<<<<
@@ -7352,7 +7913,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
     if (__pyx_t_1) {
 
 
-      /* "wire/_remoting_codec.pyx":384
+      /* "wire/_remoting_codec.pyx":413
  *         f = field_of(&key, v2)
  *         if f < 0:
  *             return False             # <<<<<<<<<<<<<<
@@ -7365,7 +7926,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
       }
       goto __pyx_L0;
 
-      /* "wire/_remoting_codec.pyx":383
+      /* "wire/_remoting_codec.pyx":412
  *             return False
  *         f = field_of(&key, v2)
  *         if f < 0:             # <<<<<<<<<<<<<<
@@ -7374,7 +7935,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
 */
     }
 
-    /* "wire/_remoting_codec.pyx":385
+    /* "wire/_remoting_codec.pyx":414
  *         if f < 0:
  *             return False
  *         if f != F_OTHER:             # <<<<<<<<<<<<<<
@@ -7386,7 +7947,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
     if (__pyx_t_1) {
 
 
-      /* "wire/_remoting_codec.pyx":386
+      /* "wire/_remoting_codec.pyx":415
  *             return False
  *         if f != F_OTHER:
  *             if present[f]:             # <<<<<<<<<<<<<<
@@ -7395,7 +7956,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
 */
       if ((__pyx_v_present[__pyx_v_f])) {
 
-        /* "wire/_remoting_codec.pyx":387
+        /* "wire/_remoting_codec.pyx":416
  *         if f != F_OTHER:
  *             if present[f]:
  *                 return False             # <<<<<<<<<<<<<<
@@ -7408,7 +7969,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
         }
         goto __pyx_L0;
 
-        /* "wire/_remoting_codec.pyx":386
+        /* "wire/_remoting_codec.pyx":415
  *             return False
  *         if f != F_OTHER:
  *             if present[f]:             # <<<<<<<<<<<<<<
@@ -7417,7 +7978,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
 */
       }
 
-      /* "wire/_remoting_codec.pyx":388
+      /* "wire/_remoting_codec.pyx":417
  *             if present[f]:
  *                 return False
  *             present[f] = True             # <<<<<<<<<<<<<<
@@ -7426,7 +7987,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
 */
       (__pyx_v_present[__pyx_v_f]) = 1;
 
-      /* "wire/_remoting_codec.pyx":389
+      /* "wire/_remoting_codec.pyx":418
  *                 return False
  *             present[f] = True
  *             fields[f] = value             # <<<<<<<<<<<<<<
@@ -7435,7 +7996,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
 */
       (__pyx_v_fields[__pyx_v_f]) = __pyx_v_value;
 
-      /* "wire/_remoting_codec.pyx":385
+      /* "wire/_remoting_codec.pyx":414
  *         if f < 0:
  *             return False
  *         if f != F_OTHER:             # <<<<<<<<<<<<<<
@@ -7444,7 +8005,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
 */
     }
 
-    /* "wire/_remoting_codec.pyx":390
+    /* "wire/_remoting_codec.pyx":419
  *             present[f] = True
  *             fields[f] = value
  *         if eat(c, 125):             # <<<<<<<<<<<<<<
@@ -7456,7 +8017,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
     if (__pyx_t_1) {
 
 
-      /* "wire/_remoting_codec.pyx":391
+      /* "wire/_remoting_codec.pyx":420
  *             fields[f] = value
  *         if eat(c, 125):
  *             return True             # <<<<<<<<<<<<<<
@@ -7469,7 +8030,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
       }
       goto __pyx_L0;
 
-      /* "wire/_remoting_codec.pyx":390
+      /* "wire/_remoting_codec.pyx":419
  *             present[f] = True
  *             fields[f] = value
  *         if eat(c, 125):             # <<<<<<<<<<<<<<
@@ -7478,7 +8039,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
 */
     }
 
-    /* "wire/_remoting_codec.pyx":392
+    /* "wire/_remoting_codec.pyx":421
  *         if eat(c, 125):
  *             return True
  *         if not eat(c, 44):             # <<<<<<<<<<<<<<
@@ -7490,7 +8051,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
     if (__pyx_t_1) {
 
 
-      /* "wire/_remoting_codec.pyx":393
+      /* "wire/_remoting_codec.pyx":422
  *             return True
  *         if not eat(c, 44):
  *             return False             # <<<<<<<<<<<<<<
@@ -7503,7 +8064,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
       }
       goto __pyx_L0;
 
-      /* "wire/_remoting_codec.pyx":392
+      /* "wire/_remoting_codec.pyx":421
  *         if eat(c, 125):
  *             return True
  *         if not eat(c, 44):             # <<<<<<<<<<<<<<
@@ -7513,7 +8074,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
     }
   }
 
-  /* "wire/_remoting_codec.pyx":369
+  /* "wire/_remoting_codec.pyx":398
  * 
  * 
  * cdef bint read_ext(Cursor* c, bint v2, Value* fields, bint* present) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -7530,7 +8091,7 @@ static int __pyx_f_4wire_15_remoting_codec_read_ext(struct __pyx_t_4wire_15_remo
   return __pyx_r;
 }
 
-/* "wire/_remoting_codec.pyx":396
+/* "wire/_remoting_codec.pyx":425
  * 
  * 
  * cdef object _read(const uint8_t* p, Py_ssize_t n, set checked_topics):             # <<<<<<<<<<<<<<
@@ -7593,7 +8154,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
   int __pyx_clineno = 0;
   __Pyx_RefNannySetupContext("_read", 0);
 
-  /* "wire/_remoting_codec.pyx":397
+  /* "wire/_remoting_codec.pyx":426
  * 
  * cdef object _read(const uint8_t* p, Py_ssize_t n, set checked_topics):
  *     cdef uint32_t type_and_len = (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]             # <<<<<<<<<<<<<<
@@ -7602,7 +8163,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   __pyx_v_type_and_len = ((((((uint32_t)(__pyx_v_p[0])) << 24) | (((uint32_t)(__pyx_v_p[1])) << 16)) | (((uint32_t)(__pyx_v_p[2])) << 8)) | (__pyx_v_p[3]));
 
-  /* "wire/_remoting_codec.pyx":398
+  /* "wire/_remoting_codec.pyx":427
  * cdef object _read(const uint8_t* p, Py_ssize_t n, set checked_topics):
  *     cdef uint32_t type_and_len = (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
  *     cdef Py_ssize_t header_len = type_and_len & 0xFFFFFF             # <<<<<<<<<<<<<<
@@ -7611,7 +8172,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   __pyx_v_header_len = (__pyx_v_type_and_len & 0xFFFFFF);
 
-  /* "wire/_remoting_codec.pyx":403
+  /* "wire/_remoting_codec.pyx":432
  *     cdef Value fields[11]
  *     cdef bint present[11]
  *     cdef int k, f, seen = 0             # <<<<<<<<<<<<<<
@@ -7620,7 +8181,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   __pyx_v_seen = 0;
 
-  /* "wire/_remoting_codec.pyx":404
+  /* "wire/_remoting_codec.pyx":433
  *     cdef bint present[11]
  *     cdef int k, f, seen = 0
  *     cdef int64_t code = -1, opaque = 0, rpc_flag = 0, number, queue_id = 0, flag = 0, born = 0, sys_flag = 0             # <<<<<<<<<<<<<<
@@ -7635,7 +8196,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
   __pyx_v_born = 0;
   __pyx_v_sys_flag = 0;
 
-  /* "wire/_remoting_codec.pyx":405
+  /* "wire/_remoting_codec.pyx":434
  *     cdef int k, f, seen = 0
  *     cdef int64_t code = -1, opaque = 0, rpc_flag = 0, number, queue_id = 0, flag = 0, born = 0, sys_flag = 0
  *     cdef Py_ssize_t ext_at = -1             # <<<<<<<<<<<<<<
@@ -7644,19 +8205,19 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   __pyx_v_ext_at = -1L;
 
-  /* "wire/_remoting_codec.pyx":406
+  /* "wire/_remoting_codec.pyx":435
  *     cdef int64_t code = -1, opaque = 0, rpc_flag = 0, number, queue_id = 0, flag = 0, born = 0, sys_flag = 0
  *     cdef Py_ssize_t ext_at = -1
  *     cdef dict props = {}             # <<<<<<<<<<<<<<
  *     if type_and_len >> 24 != 0 or header_len > n - 4 or header_len == n - 4:  # JSON, and a body
  *         return None
 */
-  __pyx_t_1 = __Pyx_PyDict_NewPresized(0); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 406, __pyx_L1_error)
+  __pyx_t_1 = __Pyx_PyDict_NewPresized(0); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 435, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_1);
   __pyx_v_props = ((PyObject*)__pyx_t_1);
   __pyx_t_1 = 0;
 
-  /* "wire/_remoting_codec.pyx":407
+  /* "wire/_remoting_codec.pyx":436
  *     cdef Py_ssize_t ext_at = -1
  *     cdef dict props = {}
  *     if type_and_len >> 24 != 0 or header_len > n - 4 or header_len == n - 4:  # JSON, and a body             # <<<<<<<<<<<<<<
@@ -7692,7 +8253,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
   if (__pyx_t_2) {
 
 
-    /* "wire/_remoting_codec.pyx":408
+    /* "wire/_remoting_codec.pyx":437
  *     cdef dict props = {}
  *     if type_and_len >> 24 != 0 or header_len > n - 4 or header_len == n - 4:  # JSON, and a body
  *         return None             # <<<<<<<<<<<<<<
@@ -7709,7 +8270,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":407
+    /* "wire/_remoting_codec.pyx":436
  *     cdef Py_ssize_t ext_at = -1
  *     cdef dict props = {}
  *     if type_and_len >> 24 != 0 or header_len > n - 4 or header_len == n - 4:  # JSON, and a body             # <<<<<<<<<<<<<<
@@ -7718,21 +8279,21 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   }
 
-  /* "wire/_remoting_codec.pyx":409
+  /* "wire/_remoting_codec.pyx":438
  *     if type_and_len >> 24 != 0 or header_len > n - 4 or header_len == n - 4:  # JSON, and a body
  *         return None
  *     if not valid_utf8(p + 4, header_len):             # <<<<<<<<<<<<<<
  *         return None
  *     for k in range(NFIELDS):
 */
-  __pyx_t_2 = __pyx_f_4wire_15_remoting_codec_valid_utf8((__pyx_v_p + 4), __pyx_v_header_len); if (unlikely(__pyx_t_2 == ((int)-1) && PyErr_Occurred())) __PYX_ERR(0, 409, __pyx_L1_error)
+  __pyx_t_2 = __pyx_f_4wire_15_remoting_codec_valid_utf8((__pyx_v_p + 4), __pyx_v_header_len); if (unlikely(__pyx_t_2 == ((int)-1) && PyErr_Occurred())) __PYX_ERR(0, 438, __pyx_L1_error)
   __pyx_t_3 = (!__pyx_t_2);
 
 
   if (__pyx_t_3) {
 
 
-    /* "wire/_remoting_codec.pyx":410
+    /* "wire/_remoting_codec.pyx":439
  *         return None
  *     if not valid_utf8(p + 4, header_len):
  *         return None             # <<<<<<<<<<<<<<
@@ -7749,7 +8310,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":409
+    /* "wire/_remoting_codec.pyx":438
  *     if type_and_len >> 24 != 0 or header_len > n - 4 or header_len == n - 4:  # JSON, and a body
  *         return None
  *     if not valid_utf8(p + 4, header_len):             # <<<<<<<<<<<<<<
@@ -7758,7 +8319,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   }
 
-  /* "wire/_remoting_codec.pyx":411
+  /* "wire/_remoting_codec.pyx":440
  *     if not valid_utf8(p + 4, header_len):
  *         return None
  *     for k in range(NFIELDS):             # <<<<<<<<<<<<<<
@@ -7772,7 +8333,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
   for (__pyx_t_6 = 0; __pyx_t_6 < __pyx_t_5; __pyx_t_6+=1) {
     __pyx_v_k = __pyx_t_6;
 
-    /* "wire/_remoting_codec.pyx":412
+    /* "wire/_remoting_codec.pyx":441
  *         return None
  *     for k in range(NFIELDS):
  *         present[k] = False             # <<<<<<<<<<<<<<
@@ -7783,7 +8344,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
   }
 
 
-  /* "wire/_remoting_codec.pyx":413
+  /* "wire/_remoting_codec.pyx":442
  *     for k in range(NFIELDS):
  *         present[k] = False
  *     c.p, c.n, c.i = p + 4, header_len, 0             # <<<<<<<<<<<<<<
@@ -7800,7 +8361,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
   __pyx_v_c.n = __pyx_t_8;
   __pyx_v_c.i = __pyx_t_9;
 
-  /* "wire/_remoting_codec.pyx":416
+  /* "wire/_remoting_codec.pyx":445
  *     # the top level; extFields is read where it stands when code came first (clients sort
  *     # their keys), else skipped and read once code says which names it uses
  *     if not eat(&c, 123):  # {             # <<<<<<<<<<<<<<
@@ -7812,7 +8373,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
   if (__pyx_t_3) {
 
 
-    /* "wire/_remoting_codec.pyx":417
+    /* "wire/_remoting_codec.pyx":446
  *     # their keys), else skipped and read once code says which names it uses
  *     if not eat(&c, 123):  # {
  *         return None             # <<<<<<<<<<<<<<
@@ -7829,7 +8390,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":416
+    /* "wire/_remoting_codec.pyx":445
  *     # the top level; extFields is read where it stands when code came first (clients sort
  *     # their keys), else skipped and read once code says which names it uses
  *     if not eat(&c, 123):  # {             # <<<<<<<<<<<<<<
@@ -7838,7 +8399,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   }
 
-  /* "wire/_remoting_codec.pyx":418
+  /* "wire/_remoting_codec.pyx":447
  *     if not eat(&c, 123):  # {
  *         return None
  *     if not eat(&c, 125):  # not empty             # <<<<<<<<<<<<<<
@@ -7850,7 +8411,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
   if (__pyx_t_3) {
 
 
-    /* "wire/_remoting_codec.pyx":419
+    /* "wire/_remoting_codec.pyx":448
  *         return None
  *     if not eat(&c, 125):  # not empty
  *         while True:             # <<<<<<<<<<<<<<
@@ -7859,7 +8420,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
     while (1) {
 
-      /* "wire/_remoting_codec.pyx":420
+      /* "wire/_remoting_codec.pyx":449
  *     if not eat(&c, 125):  # not empty
  *         while True:
  *             if not text_at(&c, &key) or not eat(&c, 58):  # "key":             # <<<<<<<<<<<<<<
@@ -7885,7 +8446,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
       if (__pyx_t_3) {
 
 
-        /* "wire/_remoting_codec.pyx":421
+        /* "wire/_remoting_codec.pyx":450
  *         while True:
  *             if not text_at(&c, &key) or not eat(&c, 58):  # "key":
  *                 return None             # <<<<<<<<<<<<<<
@@ -7902,7 +8463,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
         }
         goto __pyx_L0;
 
-        /* "wire/_remoting_codec.pyx":420
+        /* "wire/_remoting_codec.pyx":449
  *     if not eat(&c, 125):  # not empty
  *         while True:
  *             if not text_at(&c, &key) or not eat(&c, 58):  # "key":             # <<<<<<<<<<<<<<
@@ -7911,7 +8472,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
       }
 
-      /* "wire/_remoting_codec.pyx":422
+      /* "wire/_remoting_codec.pyx":451
  *             if not text_at(&c, &key) or not eat(&c, 58):  # "key":
  *                 return None
  *             if text_is(&key, b"code", 4):             # <<<<<<<<<<<<<<
@@ -7923,7 +8484,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
       if (__pyx_t_3) {
 
 
-        /* "wire/_remoting_codec.pyx":423
+        /* "wire/_remoting_codec.pyx":452
  *                 return None
  *             if text_is(&key, b"code", 4):
  *                 f = 1             # <<<<<<<<<<<<<<
@@ -7932,7 +8493,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
         __pyx_v_f = 1;
 
-        /* "wire/_remoting_codec.pyx":422
+        /* "wire/_remoting_codec.pyx":451
  *             if not text_at(&c, &key) or not eat(&c, 58):  # "key":
  *                 return None
  *             if text_is(&key, b"code", 4):             # <<<<<<<<<<<<<<
@@ -7942,7 +8503,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
         goto __pyx_L17;
       }
 
-      /* "wire/_remoting_codec.pyx":424
+      /* "wire/_remoting_codec.pyx":453
  *             if text_is(&key, b"code", 4):
  *                 f = 1
  *             elif text_is(&key, b"opaque", 6):             # <<<<<<<<<<<<<<
@@ -7954,7 +8515,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
       if (__pyx_t_3) {
 
 
-        /* "wire/_remoting_codec.pyx":425
+        /* "wire/_remoting_codec.pyx":454
  *                 f = 1
  *             elif text_is(&key, b"opaque", 6):
  *                 f = 2             # <<<<<<<<<<<<<<
@@ -7963,7 +8524,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
         __pyx_v_f = 2;
 
-        /* "wire/_remoting_codec.pyx":424
+        /* "wire/_remoting_codec.pyx":453
  *             if text_is(&key, b"code", 4):
  *                 f = 1
  *             elif text_is(&key, b"opaque", 6):             # <<<<<<<<<<<<<<
@@ -7973,7 +8534,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
         goto __pyx_L17;
       }
 
-      /* "wire/_remoting_codec.pyx":426
+      /* "wire/_remoting_codec.pyx":455
  *             elif text_is(&key, b"opaque", 6):
  *                 f = 2
  *             elif text_is(&key, b"flag", 4):             # <<<<<<<<<<<<<<
@@ -7985,7 +8546,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
       if (__pyx_t_3) {
 
 
-        /* "wire/_remoting_codec.pyx":427
+        /* "wire/_remoting_codec.pyx":456
  *                 f = 2
  *             elif text_is(&key, b"flag", 4):
  *                 f = 4             # <<<<<<<<<<<<<<
@@ -7994,7 +8555,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
         __pyx_v_f = 4;
 
-        /* "wire/_remoting_codec.pyx":426
+        /* "wire/_remoting_codec.pyx":455
  *             elif text_is(&key, b"opaque", 6):
  *                 f = 2
  *             elif text_is(&key, b"flag", 4):             # <<<<<<<<<<<<<<
@@ -8004,7 +8565,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
         goto __pyx_L17;
       }
 
-      /* "wire/_remoting_codec.pyx":428
+      /* "wire/_remoting_codec.pyx":457
  *             elif text_is(&key, b"flag", 4):
  *                 f = 4
  *             elif text_is(&key, b"version", 7):             # <<<<<<<<<<<<<<
@@ -8016,7 +8577,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
       if (__pyx_t_3) {
 
 
-        /* "wire/_remoting_codec.pyx":429
+        /* "wire/_remoting_codec.pyx":458
  *                 f = 4
  *             elif text_is(&key, b"version", 7):
  *                 f = 8             # <<<<<<<<<<<<<<
@@ -8025,7 +8586,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
         __pyx_v_f = 8;
 
-        /* "wire/_remoting_codec.pyx":428
+        /* "wire/_remoting_codec.pyx":457
  *             elif text_is(&key, b"flag", 4):
  *                 f = 4
  *             elif text_is(&key, b"version", 7):             # <<<<<<<<<<<<<<
@@ -8035,7 +8596,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
         goto __pyx_L17;
       }
 
-      /* "wire/_remoting_codec.pyx":430
+      /* "wire/_remoting_codec.pyx":459
  *             elif text_is(&key, b"version", 7):
  *                 f = 8
  *             elif text_is(&key, b"language", 8):             # <<<<<<<<<<<<<<
@@ -8047,7 +8608,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
       if (__pyx_t_3) {
 
 
-        /* "wire/_remoting_codec.pyx":431
+        /* "wire/_remoting_codec.pyx":460
  *                 f = 8
  *             elif text_is(&key, b"language", 8):
  *                 f = 16             # <<<<<<<<<<<<<<
@@ -8056,7 +8617,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
         __pyx_v_f = 16;
 
-        /* "wire/_remoting_codec.pyx":430
+        /* "wire/_remoting_codec.pyx":459
  *             elif text_is(&key, b"version", 7):
  *                 f = 8
  *             elif text_is(&key, b"language", 8):             # <<<<<<<<<<<<<<
@@ -8066,7 +8627,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
         goto __pyx_L17;
       }
 
-      /* "wire/_remoting_codec.pyx":432
+      /* "wire/_remoting_codec.pyx":461
  *             elif text_is(&key, b"language", 8):
  *                 f = 16
  *             elif text_is(&key, b"remark", 6):             # <<<<<<<<<<<<<<
@@ -8078,7 +8639,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
       if (__pyx_t_3) {
 
 
-        /* "wire/_remoting_codec.pyx":433
+        /* "wire/_remoting_codec.pyx":462
  *                 f = 16
  *             elif text_is(&key, b"remark", 6):
  *                 f = 32             # <<<<<<<<<<<<<<
@@ -8087,7 +8648,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
         __pyx_v_f = 32;
 
-        /* "wire/_remoting_codec.pyx":432
+        /* "wire/_remoting_codec.pyx":461
  *             elif text_is(&key, b"language", 8):
  *                 f = 16
  *             elif text_is(&key, b"remark", 6):             # <<<<<<<<<<<<<<
@@ -8097,7 +8658,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
         goto __pyx_L17;
       }
 
-      /* "wire/_remoting_codec.pyx":434
+      /* "wire/_remoting_codec.pyx":463
  *             elif text_is(&key, b"remark", 6):
  *                 f = 32
  *             elif text_is(&key, b"serializeTypeCurrentRPC", 23):             # <<<<<<<<<<<<<<
@@ -8109,7 +8670,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
       if (__pyx_t_3) {
 
 
-        /* "wire/_remoting_codec.pyx":435
+        /* "wire/_remoting_codec.pyx":464
  *                 f = 32
  *             elif text_is(&key, b"serializeTypeCurrentRPC", 23):
  *                 f = 64             # <<<<<<<<<<<<<<
@@ -8118,7 +8679,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
         __pyx_v_f = 64;
 
-        /* "wire/_remoting_codec.pyx":434
+        /* "wire/_remoting_codec.pyx":463
  *             elif text_is(&key, b"remark", 6):
  *                 f = 32
  *             elif text_is(&key, b"serializeTypeCurrentRPC", 23):             # <<<<<<<<<<<<<<
@@ -8128,7 +8689,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
         goto __pyx_L17;
       }
 
-      /* "wire/_remoting_codec.pyx":436
+      /* "wire/_remoting_codec.pyx":465
  *             elif text_is(&key, b"serializeTypeCurrentRPC", 23):
  *                 f = 64
  *             elif text_is(&key, b"extFields", 9):             # <<<<<<<<<<<<<<
@@ -8140,7 +8701,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
       if (__pyx_t_3) {
 
 
-        /* "wire/_remoting_codec.pyx":437
+        /* "wire/_remoting_codec.pyx":466
  *                 f = 64
  *             elif text_is(&key, b"extFields", 9):
  *                 f = 128             # <<<<<<<<<<<<<<
@@ -8149,7 +8710,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
         __pyx_v_f = 0x80;
 
-        /* "wire/_remoting_codec.pyx":436
+        /* "wire/_remoting_codec.pyx":465
  *             elif text_is(&key, b"serializeTypeCurrentRPC", 23):
  *                 f = 64
  *             elif text_is(&key, b"extFields", 9):             # <<<<<<<<<<<<<<
@@ -8159,7 +8720,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
         goto __pyx_L17;
       }
 
-      /* "wire/_remoting_codec.pyx":439
+      /* "wire/_remoting_codec.pyx":468
  *                 f = 128
  *             else:
  *                 return None             # <<<<<<<<<<<<<<
@@ -8179,7 +8740,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
       }
       __pyx_L17:;
 
-      /* "wire/_remoting_codec.pyx":440
+      /* "wire/_remoting_codec.pyx":469
  *             else:
  *                 return None
  *             if seen & f:             # <<<<<<<<<<<<<<
@@ -8191,7 +8752,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
       if (__pyx_t_3) {
 
 
-        /* "wire/_remoting_codec.pyx":441
+        /* "wire/_remoting_codec.pyx":470
  *                 return None
  *             if seen & f:
  *                 return None             # <<<<<<<<<<<<<<
@@ -8208,7 +8769,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
         }
         goto __pyx_L0;
 
-        /* "wire/_remoting_codec.pyx":440
+        /* "wire/_remoting_codec.pyx":469
  *             else:
  *                 return None
  *             if seen & f:             # <<<<<<<<<<<<<<
@@ -8217,7 +8778,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
       }
 
-      /* "wire/_remoting_codec.pyx":442
+      /* "wire/_remoting_codec.pyx":471
  *             if seen & f:
  *                 return None
  *             seen |= f             # <<<<<<<<<<<<<<
@@ -8226,7 +8787,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
       __pyx_v_seen = (__pyx_v_seen | __pyx_v_f);
 
-      /* "wire/_remoting_codec.pyx":443
+      /* "wire/_remoting_codec.pyx":472
  *                 return None
  *             seen |= f
  *             if f == 128:             # <<<<<<<<<<<<<<
@@ -8238,7 +8799,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
       if (__pyx_t_3) {
 
 
-        /* "wire/_remoting_codec.pyx":444
+        /* "wire/_remoting_codec.pyx":473
  *             seen |= f
  *             if f == 128:
  *                 ws(&c)             # <<<<<<<<<<<<<<
@@ -8247,7 +8808,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
         __pyx_f_4wire_15_remoting_codec_ws((&__pyx_v_c));
 
-        /* "wire/_remoting_codec.pyx":445
+        /* "wire/_remoting_codec.pyx":474
  *             if f == 128:
  *                 ws(&c)
  *                 if seen & 1:             # <<<<<<<<<<<<<<
@@ -8259,7 +8820,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
         if (__pyx_t_3) {
 
 
-          /* "wire/_remoting_codec.pyx":446
+          /* "wire/_remoting_codec.pyx":475
  *                 ws(&c)
  *                 if seen & 1:
  *                     if (code != 10 and code != 310) or not read_ext(&c, code == 310, fields, present):             # <<<<<<<<<<<<<<
@@ -8292,7 +8853,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
           if (__pyx_t_3) {
 
 
-            /* "wire/_remoting_codec.pyx":447
+            /* "wire/_remoting_codec.pyx":476
  *                 if seen & 1:
  *                     if (code != 10 and code != 310) or not read_ext(&c, code == 310, fields, present):
  *                         return None             # <<<<<<<<<<<<<<
@@ -8309,7 +8870,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
             }
             goto __pyx_L0;
 
-            /* "wire/_remoting_codec.pyx":446
+            /* "wire/_remoting_codec.pyx":475
  *                 ws(&c)
  *                 if seen & 1:
  *                     if (code != 10 and code != 310) or not read_ext(&c, code == 310, fields, present):             # <<<<<<<<<<<<<<
@@ -8318,7 +8879,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
           }
 
-          /* "wire/_remoting_codec.pyx":445
+          /* "wire/_remoting_codec.pyx":474
  *             if f == 128:
  *                 ws(&c)
  *                 if seen & 1:             # <<<<<<<<<<<<<<
@@ -8328,7 +8889,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
           goto __pyx_L20;
         }
 
-        /* "wire/_remoting_codec.pyx":449
+        /* "wire/_remoting_codec.pyx":478
  *                         return None
  *                 else:
  *                     ext_at = c.i             # <<<<<<<<<<<<<<
@@ -8340,7 +8901,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 
           __pyx_v_ext_at = __pyx_t_9;
 
-          /* "wire/_remoting_codec.pyx":450
+          /* "wire/_remoting_codec.pyx":479
  *                 else:
  *                     ext_at = c.i
  *                     if not skip_object(&c):             # <<<<<<<<<<<<<<
@@ -8352,7 +8913,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
           if (__pyx_t_3) {
 
 
-            /* "wire/_remoting_codec.pyx":451
+            /* "wire/_remoting_codec.pyx":480
  *                     ext_at = c.i
  *                     if not skip_object(&c):
  *                         return None             # <<<<<<<<<<<<<<
@@ -8369,7 +8930,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
             }
             goto __pyx_L0;
 
-            /* "wire/_remoting_codec.pyx":450
+            /* "wire/_remoting_codec.pyx":479
  *                 else:
  *                     ext_at = c.i
  *                     if not skip_object(&c):             # <<<<<<<<<<<<<<
@@ -8380,7 +8941,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
         }
         __pyx_L20:;
 
-        /* "wire/_remoting_codec.pyx":443
+        /* "wire/_remoting_codec.pyx":472
  *                 return None
  *             seen |= f
  *             if f == 128:             # <<<<<<<<<<<<<<
@@ -8390,7 +8951,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
         goto __pyx_L19;
       }
 
-      /* "wire/_remoting_codec.pyx":452
+      /* "wire/_remoting_codec.pyx":481
  *                     if not skip_object(&c):
  *                         return None
  *             elif f <= 8:             # <<<<<<<<<<<<<<
@@ -8402,7 +8963,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
       if (__pyx_t_3) {
 
 
-        /* "wire/_remoting_codec.pyx":453
+        /* "wire/_remoting_codec.pyx":482
  *                         return None
  *             elif f <= 8:
  *                 if not int32_at(&c, &number):             # <<<<<<<<<<<<<<
@@ -8414,7 +8975,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
         if (__pyx_t_3) {
 
 
-          /* "wire/_remoting_codec.pyx":454
+          /* "wire/_remoting_codec.pyx":483
  *             elif f <= 8:
  *                 if not int32_at(&c, &number):
  *                     return None             # <<<<<<<<<<<<<<
@@ -8431,7 +8992,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
           }
           goto __pyx_L0;
 
-          /* "wire/_remoting_codec.pyx":453
+          /* "wire/_remoting_codec.pyx":482
  *                         return None
  *             elif f <= 8:
  *                 if not int32_at(&c, &number):             # <<<<<<<<<<<<<<
@@ -8440,7 +9001,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
         }
 
-        /* "wire/_remoting_codec.pyx":455
+        /* "wire/_remoting_codec.pyx":484
  *                 if not int32_at(&c, &number):
  *                     return None
  *                 if f == 1:             # <<<<<<<<<<<<<<
@@ -8450,7 +9011,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
         switch (__pyx_v_f) {
           case 1:
 
-          /* "wire/_remoting_codec.pyx":456
+          /* "wire/_remoting_codec.pyx":485
  *                     return None
  *                 if f == 1:
  *                     code = number             # <<<<<<<<<<<<<<
@@ -8459,7 +9020,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
           __pyx_v_code = __pyx_v_number;
 
-          /* "wire/_remoting_codec.pyx":455
+          /* "wire/_remoting_codec.pyx":484
  *                 if not int32_at(&c, &number):
  *                     return None
  *                 if f == 1:             # <<<<<<<<<<<<<<
@@ -8469,7 +9030,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
           break;
           case 2:
 
-          /* "wire/_remoting_codec.pyx":458
+          /* "wire/_remoting_codec.pyx":487
  *                     code = number
  *                 elif f == 2:
  *                     opaque = number             # <<<<<<<<<<<<<<
@@ -8478,7 +9039,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
           __pyx_v_opaque = __pyx_v_number;
 
-          /* "wire/_remoting_codec.pyx":457
+          /* "wire/_remoting_codec.pyx":486
  *                 if f == 1:
  *                     code = number
  *                 elif f == 2:             # <<<<<<<<<<<<<<
@@ -8488,7 +9049,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
           break;
           case 4:
 
-          /* "wire/_remoting_codec.pyx":460
+          /* "wire/_remoting_codec.pyx":489
  *                     opaque = number
  *                 elif f == 4:
  *                     rpc_flag = number             # <<<<<<<<<<<<<<
@@ -8497,7 +9058,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
           __pyx_v_rpc_flag = __pyx_v_number;
 
-          /* "wire/_remoting_codec.pyx":459
+          /* "wire/_remoting_codec.pyx":488
  *                 elif f == 2:
  *                     opaque = number
  *                 elif f == 4:             # <<<<<<<<<<<<<<
@@ -8508,7 +9069,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
           default: break;
         }
 
-        /* "wire/_remoting_codec.pyx":452
+        /* "wire/_remoting_codec.pyx":481
  *                     if not skip_object(&c):
  *                         return None
  *             elif f <= 8:             # <<<<<<<<<<<<<<
@@ -8518,7 +9079,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
         goto __pyx_L19;
       }
 
-      /* "wire/_remoting_codec.pyx":461
+      /* "wire/_remoting_codec.pyx":490
  *                 elif f == 4:
  *                     rpc_flag = number
  *             elif f == 32:             # <<<<<<<<<<<<<<
@@ -8530,7 +9091,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
       if (__pyx_t_3) {
 
 
-        /* "wire/_remoting_codec.pyx":462
+        /* "wire/_remoting_codec.pyx":491
  *                     rpc_flag = number
  *             elif f == 32:
  *                 ws(&c)             # <<<<<<<<<<<<<<
@@ -8539,7 +9100,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
         __pyx_f_4wire_15_remoting_codec_ws((&__pyx_v_c));
 
-        /* "wire/_remoting_codec.pyx":463
+        /* "wire/_remoting_codec.pyx":492
  *             elif f == 32:
  *                 ws(&c)
  *                 if c.i + 4 <= c.n and memcmp(c.p + c.i, b"null", 4) == 0:             # <<<<<<<<<<<<<<
@@ -8565,7 +9126,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
         if (__pyx_t_3) {
 
 
-          /* "wire/_remoting_codec.pyx":464
+          /* "wire/_remoting_codec.pyx":493
  *                 ws(&c)
  *                 if c.i + 4 <= c.n and memcmp(c.p + c.i, b"null", 4) == 0:
  *                     c.i += 4             # <<<<<<<<<<<<<<
@@ -8574,7 +9135,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
           __pyx_v_c.i = (__pyx_v_c.i + 4);
 
-          /* "wire/_remoting_codec.pyx":463
+          /* "wire/_remoting_codec.pyx":492
  *             elif f == 32:
  *                 ws(&c)
  *                 if c.i + 4 <= c.n and memcmp(c.p + c.i, b"null", 4) == 0:             # <<<<<<<<<<<<<<
@@ -8584,7 +9145,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
           goto __pyx_L26;
         }
 
-        /* "wire/_remoting_codec.pyx":465
+        /* "wire/_remoting_codec.pyx":494
  *                 if c.i + 4 <= c.n and memcmp(c.p + c.i, b"null", 4) == 0:
  *                     c.i += 4
  *                 elif not text_at(&c, &t):             # <<<<<<<<<<<<<<
@@ -8596,7 +9157,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
         if (__pyx_t_3) {
 
 
-          /* "wire/_remoting_codec.pyx":466
+          /* "wire/_remoting_codec.pyx":495
  *                     c.i += 4
  *                 elif not text_at(&c, &t):
  *                     return None             # <<<<<<<<<<<<<<
@@ -8613,7 +9174,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
           }
           goto __pyx_L0;
 
-          /* "wire/_remoting_codec.pyx":465
+          /* "wire/_remoting_codec.pyx":494
  *                 if c.i + 4 <= c.n and memcmp(c.p + c.i, b"null", 4) == 0:
  *                     c.i += 4
  *                 elif not text_at(&c, &t):             # <<<<<<<<<<<<<<
@@ -8623,7 +9184,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
         }
         __pyx_L26:;
 
-        /* "wire/_remoting_codec.pyx":461
+        /* "wire/_remoting_codec.pyx":490
  *                 elif f == 4:
  *                     rpc_flag = number
  *             elif f == 32:             # <<<<<<<<<<<<<<
@@ -8633,7 +9194,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
         goto __pyx_L19;
       }
 
-      /* "wire/_remoting_codec.pyx":467
+      /* "wire/_remoting_codec.pyx":496
  *                 elif not text_at(&c, &t):
  *                     return None
  *             elif not text_at(&c, &t):  # language, serializeTypeCurrentRPC             # <<<<<<<<<<<<<<
@@ -8645,7 +9206,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
       if (__pyx_t_3) {
 
 
-        /* "wire/_remoting_codec.pyx":468
+        /* "wire/_remoting_codec.pyx":497
  *                     return None
  *             elif not text_at(&c, &t):  # language, serializeTypeCurrentRPC
  *                 return None             # <<<<<<<<<<<<<<
@@ -8662,7 +9223,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
         }
         goto __pyx_L0;
 
-        /* "wire/_remoting_codec.pyx":467
+        /* "wire/_remoting_codec.pyx":496
  *                 elif not text_at(&c, &t):
  *                     return None
  *             elif not text_at(&c, &t):  # language, serializeTypeCurrentRPC             # <<<<<<<<<<<<<<
@@ -8672,7 +9233,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
       }
       __pyx_L19:;
 
-      /* "wire/_remoting_codec.pyx":469
+      /* "wire/_remoting_codec.pyx":498
  *             elif not text_at(&c, &t):  # language, serializeTypeCurrentRPC
  *                 return None
  *             if eat(&c, 125):             # <<<<<<<<<<<<<<
@@ -8684,7 +9245,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
       if (__pyx_t_3) {
 
 
-        /* "wire/_remoting_codec.pyx":470
+        /* "wire/_remoting_codec.pyx":499
  *                 return None
  *             if eat(&c, 125):
  *                 break             # <<<<<<<<<<<<<<
@@ -8693,7 +9254,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
         goto __pyx_L13_break;
 
-        /* "wire/_remoting_codec.pyx":469
+        /* "wire/_remoting_codec.pyx":498
  *             elif not text_at(&c, &t):  # language, serializeTypeCurrentRPC
  *                 return None
  *             if eat(&c, 125):             # <<<<<<<<<<<<<<
@@ -8702,7 +9263,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
       }
 
-      /* "wire/_remoting_codec.pyx":471
+      /* "wire/_remoting_codec.pyx":500
  *             if eat(&c, 125):
  *                 break
  *             if not eat(&c, 44):             # <<<<<<<<<<<<<<
@@ -8714,7 +9275,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
       if (__pyx_t_3) {
 
 
-        /* "wire/_remoting_codec.pyx":472
+        /* "wire/_remoting_codec.pyx":501
  *                 break
  *             if not eat(&c, 44):
  *                 return None             # <<<<<<<<<<<<<<
@@ -8731,7 +9292,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
         }
         goto __pyx_L0;
 
-        /* "wire/_remoting_codec.pyx":471
+        /* "wire/_remoting_codec.pyx":500
  *             if eat(&c, 125):
  *                 break
  *             if not eat(&c, 44):             # <<<<<<<<<<<<<<
@@ -8742,7 +9303,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
     }
     __pyx_L13_break:;
 
-    /* "wire/_remoting_codec.pyx":418
+    /* "wire/_remoting_codec.pyx":447
  *     if not eat(&c, 123):  # {
  *         return None
  *     if not eat(&c, 125):  # not empty             # <<<<<<<<<<<<<<
@@ -8751,7 +9312,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   }
 
-  /* "wire/_remoting_codec.pyx":473
+  /* "wire/_remoting_codec.pyx":502
  *             if not eat(&c, 44):
  *                 return None
  *     ws(&c)             # <<<<<<<<<<<<<<
@@ -8760,7 +9321,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   __pyx_f_4wire_15_remoting_codec_ws((&__pyx_v_c));
 
-  /* "wire/_remoting_codec.pyx":474
+  /* "wire/_remoting_codec.pyx":503
  *                 return None
  *     ws(&c)
  *     if c.i != c.n or not seen & 128 or rpc_flag & 1:  # trailing bytes; no extFields; a response             # <<<<<<<<<<<<<<
@@ -8796,7 +9357,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
   if (__pyx_t_3) {
 
 
-    /* "wire/_remoting_codec.pyx":475
+    /* "wire/_remoting_codec.pyx":504
  *     ws(&c)
  *     if c.i != c.n or not seen & 128 or rpc_flag & 1:  # trailing bytes; no extFields; a response
  *         return None             # <<<<<<<<<<<<<<
@@ -8813,7 +9374,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":474
+    /* "wire/_remoting_codec.pyx":503
  *                 return None
  *     ws(&c)
  *     if c.i != c.n or not seen & 128 or rpc_flag & 1:  # trailing bytes; no extFields; a response             # <<<<<<<<<<<<<<
@@ -8822,7 +9383,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   }
 
-  /* "wire/_remoting_codec.pyx":476
+  /* "wire/_remoting_codec.pyx":505
  *     if c.i != c.n or not seen & 128 or rpc_flag & 1:  # trailing bytes; no extFields; a response
  *         return None
  *     if code != 10 and code != 310:             # <<<<<<<<<<<<<<
@@ -8841,7 +9402,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
   if (__pyx_t_3) {
 
 
-    /* "wire/_remoting_codec.pyx":477
+    /* "wire/_remoting_codec.pyx":506
  *         return None
  *     if code != 10 and code != 310:
  *         return None             # <<<<<<<<<<<<<<
@@ -8858,7 +9419,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":476
+    /* "wire/_remoting_codec.pyx":505
  *     if c.i != c.n or not seen & 128 or rpc_flag & 1:  # trailing bytes; no extFields; a response
  *         return None
  *     if code != 10 and code != 310:             # <<<<<<<<<<<<<<
@@ -8867,7 +9428,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   }
 
-  /* "wire/_remoting_codec.pyx":478
+  /* "wire/_remoting_codec.pyx":507
  *     if code != 10 and code != 310:
  *         return None
  *     if ext_at >= 0:             # <<<<<<<<<<<<<<
@@ -8879,7 +9440,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
   if (__pyx_t_3) {
 
 
-    /* "wire/_remoting_codec.pyx":479
+    /* "wire/_remoting_codec.pyx":508
  *         return None
  *     if ext_at >= 0:
  *         c.i = ext_at             # <<<<<<<<<<<<<<
@@ -8888,7 +9449,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
     __pyx_v_c.i = __pyx_v_ext_at;
 
-    /* "wire/_remoting_codec.pyx":480
+    /* "wire/_remoting_codec.pyx":509
  *     if ext_at >= 0:
  *         c.i = ext_at
  *         if not read_ext(&c, code == 310, fields, present):             # <<<<<<<<<<<<<<
@@ -8900,7 +9461,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
     if (__pyx_t_3) {
 
 
-      /* "wire/_remoting_codec.pyx":481
+      /* "wire/_remoting_codec.pyx":510
  *         c.i = ext_at
  *         if not read_ext(&c, code == 310, fields, present):
  *             return None             # <<<<<<<<<<<<<<
@@ -8917,7 +9478,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
       }
       goto __pyx_L0;
 
-      /* "wire/_remoting_codec.pyx":480
+      /* "wire/_remoting_codec.pyx":509
  *     if ext_at >= 0:
  *         c.i = ext_at
  *         if not read_ext(&c, code == 310, fields, present):             # <<<<<<<<<<<<<<
@@ -8926,7 +9487,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
     }
 
-    /* "wire/_remoting_codec.pyx":478
+    /* "wire/_remoting_codec.pyx":507
  *     if code != 10 and code != 310:
  *         return None
  *     if ext_at >= 0:             # <<<<<<<<<<<<<<
@@ -8935,7 +9496,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   }
 
-  /* "wire/_remoting_codec.pyx":483
+  /* "wire/_remoting_codec.pyx":512
  *             return None
  *     # the reference's checks (plain_send), in its order where it matters
  *     if not present[F_TOPIC] or fields[F_TOPIC].is_int or not present[F_GROUP]:             # <<<<<<<<<<<<<<
@@ -8967,7 +9528,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
   if (__pyx_t_3) {
 
 
-    /* "wire/_remoting_codec.pyx":484
+    /* "wire/_remoting_codec.pyx":513
  *     # the reference's checks (plain_send), in its order where it matters
  *     if not present[F_TOPIC] or fields[F_TOPIC].is_int or not present[F_GROUP]:
  *         return None             # <<<<<<<<<<<<<<
@@ -8984,7 +9545,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":483
+    /* "wire/_remoting_codec.pyx":512
  *             return None
  *     # the reference's checks (plain_send), in its order where it matters
  *     if not present[F_TOPIC] or fields[F_TOPIC].is_int or not present[F_GROUP]:             # <<<<<<<<<<<<<<
@@ -8993,19 +9554,19 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   }
 
-  /* "wire/_remoting_codec.pyx":485
+  /* "wire/_remoting_codec.pyx":514
  *     if not present[F_TOPIC] or fields[F_TOPIC].is_int or not present[F_GROUP]:
  *         return None
  *     topic = text_value(&fields[F_TOPIC].text)             # <<<<<<<<<<<<<<
  *     if topic is None or topic not in checked_topics:
  *         return None
 */
-  __pyx_t_1 = __pyx_f_4wire_15_remoting_codec_text_value((&(__pyx_v_fields[__pyx_e_4wire_15_remoting_codec_F_TOPIC]).text)); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 485, __pyx_L1_error)
+  __pyx_t_1 = __pyx_f_4wire_15_remoting_codec_text_value((&(__pyx_v_fields[__pyx_e_4wire_15_remoting_codec_F_TOPIC]).text)); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 514, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_1);
   __pyx_v_topic = __pyx_t_1;
   __pyx_t_1 = 0;
 
-  /* "wire/_remoting_codec.pyx":486
+  /* "wire/_remoting_codec.pyx":515
  *         return None
  *     topic = text_value(&fields[F_TOPIC].text)
  *     if topic is None or topic not in checked_topics:             # <<<<<<<<<<<<<<
@@ -9023,9 +9584,9 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
   }
   if (unlikely(__pyx_v_checked_topics == Py_None)) {
     PyErr_SetString(PyExc_TypeError, "\047NoneType\047 object is not iterable");
-    __PYX_ERR(0, 486, __pyx_L1_error)
+    __PYX_ERR(0, 515, __pyx_L1_error)
   }
-  __pyx_t_2 = (__Pyx_PySet_ContainsTF(__pyx_v_topic, __pyx_v_checked_topics, Py_NE)); if (unlikely((__pyx_t_2 < 0))) __PYX_ERR(0, 486, __pyx_L1_error)
+  __pyx_t_2 = (__Pyx_PySet_ContainsTF(__pyx_v_topic, __pyx_v_checked_topics, Py_NE)); if (unlikely((__pyx_t_2 < 0))) __PYX_ERR(0, 515, __pyx_L1_error)
 
   __pyx_t_3 = __pyx_t_2;
 
@@ -9033,7 +9594,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
   if (__pyx_t_3) {
 
 
-    /* "wire/_remoting_codec.pyx":487
+    /* "wire/_remoting_codec.pyx":516
  *     topic = text_value(&fields[F_TOPIC].text)
  *     if topic is None or topic not in checked_topics:
  *         return None             # <<<<<<<<<<<<<<
@@ -9050,7 +9611,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":486
+    /* "wire/_remoting_codec.pyx":515
  *         return None
  *     topic = text_value(&fields[F_TOPIC].text)
  *     if topic is None or topic not in checked_topics:             # <<<<<<<<<<<<<<
@@ -9059,7 +9620,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   }
 
-  /* "wire/_remoting_codec.pyx":488
+  /* "wire/_remoting_codec.pyx":517
  *     if topic is None or topic not in checked_topics:
  *         return None
  *     for f in range(NFIELDS):             # <<<<<<<<<<<<<<
@@ -9073,7 +9634,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
   for (__pyx_t_6 = 0; __pyx_t_6 < __pyx_t_5; __pyx_t_6+=1) {
     __pyx_v_f = __pyx_t_6;
 
-    /* "wire/_remoting_codec.pyx":489
+    /* "wire/_remoting_codec.pyx":518
  *         return None
  *     for f in range(NFIELDS):
  *         if f in (F_QUEUE, F_SYSFLAG, F_BORN, F_FLAG, F_QUEUENUMS, F_RECONSUME) and present[f]:             # <<<<<<<<<<<<<<
@@ -9110,7 +9671,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
     if (__pyx_t_3) {
 
 
-      /* "wire/_remoting_codec.pyx":490
+      /* "wire/_remoting_codec.pyx":519
  *     for f in range(NFIELDS):
  *         if f in (F_QUEUE, F_SYSFLAG, F_BORN, F_FLAG, F_QUEUENUMS, F_RECONSUME) and present[f]:
  *             if not plain_number(&fields[f], &number):             # <<<<<<<<<<<<<<
@@ -9122,7 +9683,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
       if (__pyx_t_3) {
 
 
-        /* "wire/_remoting_codec.pyx":491
+        /* "wire/_remoting_codec.pyx":520
  *         if f in (F_QUEUE, F_SYSFLAG, F_BORN, F_FLAG, F_QUEUENUMS, F_RECONSUME) and present[f]:
  *             if not plain_number(&fields[f], &number):
  *                 return None             # <<<<<<<<<<<<<<
@@ -9139,7 +9700,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
         }
         goto __pyx_L0;
 
-        /* "wire/_remoting_codec.pyx":490
+        /* "wire/_remoting_codec.pyx":519
  *     for f in range(NFIELDS):
  *         if f in (F_QUEUE, F_SYSFLAG, F_BORN, F_FLAG, F_QUEUENUMS, F_RECONSUME) and present[f]:
  *             if not plain_number(&fields[f], &number):             # <<<<<<<<<<<<<<
@@ -9148,7 +9709,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
       }
 
-      /* "wire/_remoting_codec.pyx":489
+      /* "wire/_remoting_codec.pyx":518
  *         return None
  *     for f in range(NFIELDS):
  *         if f in (F_QUEUE, F_SYSFLAG, F_BORN, F_FLAG, F_QUEUENUMS, F_RECONSUME) and present[f]:             # <<<<<<<<<<<<<<
@@ -9159,7 +9720,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
   }
 
 
-  /* "wire/_remoting_codec.pyx":492
+  /* "wire/_remoting_codec.pyx":521
  *             if not plain_number(&fields[f], &number):
  *                 return None
  *     if present[F_MAXRECONSUME] and (fields[F_MAXRECONSUME].is_int or fields[F_MAXRECONSUME].text.n > 0):             # <<<<<<<<<<<<<<
@@ -9187,7 +9748,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
   if (__pyx_t_3) {
 
 
-    /* "wire/_remoting_codec.pyx":493
+    /* "wire/_remoting_codec.pyx":522
  *                 return None
  *     if present[F_MAXRECONSUME] and (fields[F_MAXRECONSUME].is_int or fields[F_MAXRECONSUME].text.n > 0):
  *         if not plain_number(&fields[F_MAXRECONSUME], &number):             # <<<<<<<<<<<<<<
@@ -9199,7 +9760,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
     if (__pyx_t_3) {
 
 
-      /* "wire/_remoting_codec.pyx":494
+      /* "wire/_remoting_codec.pyx":523
  *     if present[F_MAXRECONSUME] and (fields[F_MAXRECONSUME].is_int or fields[F_MAXRECONSUME].text.n > 0):
  *         if not plain_number(&fields[F_MAXRECONSUME], &number):
  *             return None             # <<<<<<<<<<<<<<
@@ -9216,7 +9777,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
       }
       goto __pyx_L0;
 
-      /* "wire/_remoting_codec.pyx":493
+      /* "wire/_remoting_codec.pyx":522
  *                 return None
  *     if present[F_MAXRECONSUME] and (fields[F_MAXRECONSUME].is_int or fields[F_MAXRECONSUME].text.n > 0):
  *         if not plain_number(&fields[F_MAXRECONSUME], &number):             # <<<<<<<<<<<<<<
@@ -9225,7 +9786,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
     }
 
-    /* "wire/_remoting_codec.pyx":492
+    /* "wire/_remoting_codec.pyx":521
  *             if not plain_number(&fields[f], &number):
  *                 return None
  *     if present[F_MAXRECONSUME] and (fields[F_MAXRECONSUME].is_int or fields[F_MAXRECONSUME].text.n > 0):             # <<<<<<<<<<<<<<
@@ -9234,7 +9795,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   }
 
-  /* "wire/_remoting_codec.pyx":495
+  /* "wire/_remoting_codec.pyx":524
  *         if not plain_number(&fields[F_MAXRECONSUME], &number):
  *             return None
  *     if present[F_BATCH]:             # <<<<<<<<<<<<<<
@@ -9243,7 +9804,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   if ((__pyx_v_present[__pyx_e_4wire_15_remoting_codec_F_BATCH])) {
 
-    /* "wire/_remoting_codec.pyx":496
+    /* "wire/_remoting_codec.pyx":525
  *             return None
  *     if present[F_BATCH]:
  *         if fields[F_BATCH].is_int:             # <<<<<<<<<<<<<<
@@ -9252,7 +9813,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
     if ((__pyx_v_fields[__pyx_e_4wire_15_remoting_codec_F_BATCH]).is_int) {
 
-      /* "wire/_remoting_codec.pyx":497
+      /* "wire/_remoting_codec.pyx":526
  *     if present[F_BATCH]:
  *         if fields[F_BATCH].is_int:
  *             if fields[F_BATCH].number == 1 and not fields[F_BATCH].big:             # <<<<<<<<<<<<<<
@@ -9278,7 +9839,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
       if (__pyx_t_3) {
 
 
-        /* "wire/_remoting_codec.pyx":498
+        /* "wire/_remoting_codec.pyx":527
  *         if fields[F_BATCH].is_int:
  *             if fields[F_BATCH].number == 1 and not fields[F_BATCH].big:
  *                 return None             # <<<<<<<<<<<<<<
@@ -9295,7 +9856,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
         }
         goto __pyx_L0;
 
-        /* "wire/_remoting_codec.pyx":497
+        /* "wire/_remoting_codec.pyx":526
  *     if present[F_BATCH]:
  *         if fields[F_BATCH].is_int:
  *             if fields[F_BATCH].number == 1 and not fields[F_BATCH].big:             # <<<<<<<<<<<<<<
@@ -9304,7 +9865,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
       }
 
-      /* "wire/_remoting_codec.pyx":496
+      /* "wire/_remoting_codec.pyx":525
  *             return None
  *     if present[F_BATCH]:
  *         if fields[F_BATCH].is_int:             # <<<<<<<<<<<<<<
@@ -9314,7 +9875,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
       goto __pyx_L57;
     }
 
-    /* "wire/_remoting_codec.pyx":500
+    /* "wire/_remoting_codec.pyx":529
  *                 return None
  *         else:
  *             text = text_value(&fields[F_BATCH].text)             # <<<<<<<<<<<<<<
@@ -9322,12 +9883,12 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
  *                 return None
 */
     /*else*/ {
-      __pyx_t_1 = __pyx_f_4wire_15_remoting_codec_text_value((&(__pyx_v_fields[__pyx_e_4wire_15_remoting_codec_F_BATCH]).text)); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 500, __pyx_L1_error)
+      __pyx_t_1 = __pyx_f_4wire_15_remoting_codec_text_value((&(__pyx_v_fields[__pyx_e_4wire_15_remoting_codec_F_BATCH]).text)); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 529, __pyx_L1_error)
       __Pyx_GOTREF(__pyx_t_1);
       __pyx_v_text = __pyx_t_1;
       __pyx_t_1 = 0;
 
-      /* "wire/_remoting_codec.pyx":501
+      /* "wire/_remoting_codec.pyx":530
  *         else:
  *             text = text_value(&fields[F_BATCH].text)
  *             if text is None or text == "1" or text.lower() == "true":             # <<<<<<<<<<<<<<
@@ -9343,7 +9904,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 
         goto __pyx_L62_bool_binop_done;
       }
-      __pyx_t_10 = (__Pyx_PyObject_Equals_obj_ch49(__pyx_v_text, __pyx_mstate_global->__pyx_kp_u_1, Py_EQ)); if (unlikely((__pyx_t_10 < 0))) __PYX_ERR(0, 501, __pyx_L1_error)
+      __pyx_t_10 = (__Pyx_PyObject_Equals_obj_ch49(__pyx_v_text, __pyx_mstate_global->__pyx_kp_u_1, Py_EQ)); if (unlikely((__pyx_t_10 < 0))) __PYX_ERR(0, 530, __pyx_L1_error)
       if (!__pyx_t_10) {
 
       } else {
@@ -9359,10 +9920,10 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
         PyObject *__pyx_callargs[2] = {__pyx_t_11, NULL};
         __pyx_t_1 = __Pyx_PyObject_FastCallMethod((PyObject*)__pyx_mstate_global->__pyx_n_u_lower, __pyx_callargs+__pyx_t_12, (1-__pyx_t_12) | (1*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
         __Pyx_XDECREF(__pyx_t_11); __pyx_t_11 = 0;
-        if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 501, __pyx_L1_error)
+        if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 530, __pyx_L1_error)
         __Pyx_GOTREF(__pyx_t_1);
       }
-      __pyx_t_10 = __Pyx_PyObject_CompareBoolEq_object_str(__pyx_t_1, __pyx_mstate_global->__pyx_n_u_true, Py_EQ); if (unlikely((__pyx_t_10 < 0))) __PYX_ERR(0, 501, __pyx_L1_error)
+      __pyx_t_10 = __Pyx_PyObject_CompareBoolEq_object_str(__pyx_t_1, __pyx_mstate_global->__pyx_n_u_true, Py_EQ); if (unlikely((__pyx_t_10 < 0))) __PYX_ERR(0, 530, __pyx_L1_error)
       __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
 
       __pyx_t_3 = __pyx_t_10;
@@ -9371,7 +9932,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
       if (__pyx_t_3) {
 
 
-        /* "wire/_remoting_codec.pyx":502
+        /* "wire/_remoting_codec.pyx":531
  *             text = text_value(&fields[F_BATCH].text)
  *             if text is None or text == "1" or text.lower() == "true":
  *                 return None             # <<<<<<<<<<<<<<
@@ -9388,7 +9949,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
         }
         goto __pyx_L0;
 
-        /* "wire/_remoting_codec.pyx":501
+        /* "wire/_remoting_codec.pyx":530
  *         else:
  *             text = text_value(&fields[F_BATCH].text)
  *             if text is None or text == "1" or text.lower() == "true":             # <<<<<<<<<<<<<<
@@ -9399,7 +9960,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
     }
     __pyx_L57:;
 
-    /* "wire/_remoting_codec.pyx":495
+    /* "wire/_remoting_codec.pyx":524
  *         if not plain_number(&fields[F_MAXRECONSUME], &number):
  *             return None
  *     if present[F_BATCH]:             # <<<<<<<<<<<<<<
@@ -9408,7 +9969,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   }
 
-  /* "wire/_remoting_codec.pyx":503
+  /* "wire/_remoting_codec.pyx":532
  *             if text is None or text == "1" or text.lower() == "true":
  *                 return None
  *     if not present[F_QUEUE]:             # <<<<<<<<<<<<<<
@@ -9420,7 +9981,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
   if (__pyx_t_3) {
 
 
-    /* "wire/_remoting_codec.pyx":504
+    /* "wire/_remoting_codec.pyx":533
  *                 return None
  *     if not present[F_QUEUE]:
  *         return None             # <<<<<<<<<<<<<<
@@ -9437,7 +9998,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":503
+    /* "wire/_remoting_codec.pyx":532
  *             if text is None or text == "1" or text.lower() == "true":
  *                 return None
  *     if not present[F_QUEUE]:             # <<<<<<<<<<<<<<
@@ -9446,7 +10007,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   }
 
-  /* "wire/_remoting_codec.pyx":505
+  /* "wire/_remoting_codec.pyx":534
  *     if not present[F_QUEUE]:
  *         return None
  *     plain_number(&fields[F_QUEUE], &queue_id)             # <<<<<<<<<<<<<<
@@ -9455,7 +10016,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   (void)(__pyx_f_4wire_15_remoting_codec_plain_number((&(__pyx_v_fields[__pyx_e_4wire_15_remoting_codec_F_QUEUE])), (&__pyx_v_queue_id)));
 
-  /* "wire/_remoting_codec.pyx":506
+  /* "wire/_remoting_codec.pyx":535
  *         return None
  *     plain_number(&fields[F_QUEUE], &queue_id)
  *     if present[F_SYSFLAG]:             # <<<<<<<<<<<<<<
@@ -9464,7 +10025,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   if ((__pyx_v_present[__pyx_e_4wire_15_remoting_codec_F_SYSFLAG])) {
 
-    /* "wire/_remoting_codec.pyx":507
+    /* "wire/_remoting_codec.pyx":536
  *     plain_number(&fields[F_QUEUE], &queue_id)
  *     if present[F_SYSFLAG]:
  *         plain_number(&fields[F_SYSFLAG], &sys_flag)             # <<<<<<<<<<<<<<
@@ -9473,7 +10034,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
     (void)(__pyx_f_4wire_15_remoting_codec_plain_number((&(__pyx_v_fields[__pyx_e_4wire_15_remoting_codec_F_SYSFLAG])), (&__pyx_v_sys_flag)));
 
-    /* "wire/_remoting_codec.pyx":508
+    /* "wire/_remoting_codec.pyx":537
  *     if present[F_SYSFLAG]:
  *         plain_number(&fields[F_SYSFLAG], &sys_flag)
  *         if sys_flag & 1:             # <<<<<<<<<<<<<<
@@ -9485,7 +10046,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
     if (__pyx_t_3) {
 
 
-      /* "wire/_remoting_codec.pyx":509
+      /* "wire/_remoting_codec.pyx":538
  *         plain_number(&fields[F_SYSFLAG], &sys_flag)
  *         if sys_flag & 1:
  *             return None             # <<<<<<<<<<<<<<
@@ -9502,7 +10063,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
       }
       goto __pyx_L0;
 
-      /* "wire/_remoting_codec.pyx":508
+      /* "wire/_remoting_codec.pyx":537
  *     if present[F_SYSFLAG]:
  *         plain_number(&fields[F_SYSFLAG], &sys_flag)
  *         if sys_flag & 1:             # <<<<<<<<<<<<<<
@@ -9511,7 +10072,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
     }
 
-    /* "wire/_remoting_codec.pyx":506
+    /* "wire/_remoting_codec.pyx":535
  *         return None
  *     plain_number(&fields[F_QUEUE], &queue_id)
  *     if present[F_SYSFLAG]:             # <<<<<<<<<<<<<<
@@ -9520,7 +10081,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   }
 
-  /* "wire/_remoting_codec.pyx":510
+  /* "wire/_remoting_codec.pyx":539
  *         if sys_flag & 1:
  *             return None
  *     if present[F_FLAG]:             # <<<<<<<<<<<<<<
@@ -9529,7 +10090,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   if ((__pyx_v_present[__pyx_e_4wire_15_remoting_codec_F_FLAG])) {
 
-    /* "wire/_remoting_codec.pyx":511
+    /* "wire/_remoting_codec.pyx":540
  *             return None
  *     if present[F_FLAG]:
  *         plain_number(&fields[F_FLAG], &flag)             # <<<<<<<<<<<<<<
@@ -9538,7 +10099,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
     (void)(__pyx_f_4wire_15_remoting_codec_plain_number((&(__pyx_v_fields[__pyx_e_4wire_15_remoting_codec_F_FLAG])), (&__pyx_v_flag)));
 
-    /* "wire/_remoting_codec.pyx":510
+    /* "wire/_remoting_codec.pyx":539
  *         if sys_flag & 1:
  *             return None
  *     if present[F_FLAG]:             # <<<<<<<<<<<<<<
@@ -9547,7 +10108,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   }
 
-  /* "wire/_remoting_codec.pyx":512
+  /* "wire/_remoting_codec.pyx":541
  *     if present[F_FLAG]:
  *         plain_number(&fields[F_FLAG], &flag)
  *     if flag > INT32_MAX or queue_id > INT32_MAX:             # <<<<<<<<<<<<<<
@@ -9573,7 +10134,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
   if (__pyx_t_3) {
 
 
-    /* "wire/_remoting_codec.pyx":513
+    /* "wire/_remoting_codec.pyx":542
  *         plain_number(&fields[F_FLAG], &flag)
  *     if flag > INT32_MAX or queue_id > INT32_MAX:
  *         return None             # <<<<<<<<<<<<<<
@@ -9590,7 +10151,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":512
+    /* "wire/_remoting_codec.pyx":541
  *     if present[F_FLAG]:
  *         plain_number(&fields[F_FLAG], &flag)
  *     if flag > INT32_MAX or queue_id > INT32_MAX:             # <<<<<<<<<<<<<<
@@ -9599,7 +10160,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   }
 
-  /* "wire/_remoting_codec.pyx":514
+  /* "wire/_remoting_codec.pyx":543
  *     if flag > INT32_MAX or queue_id > INT32_MAX:
  *         return None
  *     if present[F_BORN]:             # <<<<<<<<<<<<<<
@@ -9608,7 +10169,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   if ((__pyx_v_present[__pyx_e_4wire_15_remoting_codec_F_BORN])) {
 
-    /* "wire/_remoting_codec.pyx":515
+    /* "wire/_remoting_codec.pyx":544
  *         return None
  *     if present[F_BORN]:
  *         plain_number(&fields[F_BORN], &born)             # <<<<<<<<<<<<<<
@@ -9617,7 +10178,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
     (void)(__pyx_f_4wire_15_remoting_codec_plain_number((&(__pyx_v_fields[__pyx_e_4wire_15_remoting_codec_F_BORN])), (&__pyx_v_born)));
 
-    /* "wire/_remoting_codec.pyx":514
+    /* "wire/_remoting_codec.pyx":543
  *     if flag > INT32_MAX or queue_id > INT32_MAX:
  *         return None
  *     if present[F_BORN]:             # <<<<<<<<<<<<<<
@@ -9626,7 +10187,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   }
 
-  /* "wire/_remoting_codec.pyx":516
+  /* "wire/_remoting_codec.pyx":545
  *     if present[F_BORN]:
  *         plain_number(&fields[F_BORN], &born)
  *     if present[F_PROPERTIES] and not properties_of(&fields[F_PROPERTIES], props):             # <<<<<<<<<<<<<<
@@ -9639,9 +10200,9 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
     __pyx_t_3 = (__pyx_v_present[__pyx_e_4wire_15_remoting_codec_F_PROPERTIES]);
     goto __pyx_L74_bool_binop_done;
   }
-  __pyx_t_1 = __pyx_f_4wire_15_remoting_codec_properties_of((&(__pyx_v_fields[__pyx_e_4wire_15_remoting_codec_F_PROPERTIES])), __pyx_v_props); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 516, __pyx_L1_error)
+  __pyx_t_1 = __pyx_f_4wire_15_remoting_codec_properties_of((&(__pyx_v_fields[__pyx_e_4wire_15_remoting_codec_F_PROPERTIES])), __pyx_v_props); if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 545, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_1);
-  __pyx_t_10 = __Pyx_PyObject_IsTrue(__pyx_t_1); if (unlikely((__pyx_t_10 < 0))) __PYX_ERR(0, 516, __pyx_L1_error)
+  __pyx_t_10 = __Pyx_PyObject_IsTrue(__pyx_t_1); if (unlikely((__pyx_t_10 < 0))) __PYX_ERR(0, 545, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
   __pyx_t_2 = (!__pyx_t_10);
 
@@ -9653,7 +10214,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
   if (__pyx_t_3) {
 
 
-    /* "wire/_remoting_codec.pyx":517
+    /* "wire/_remoting_codec.pyx":546
  *         plain_number(&fields[F_BORN], &born)
  *     if present[F_PROPERTIES] and not properties_of(&fields[F_PROPERTIES], props):
  *         return None             # <<<<<<<<<<<<<<
@@ -9670,7 +10231,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":516
+    /* "wire/_remoting_codec.pyx":545
  *     if present[F_BORN]:
  *         plain_number(&fields[F_BORN], &born)
  *     if present[F_PROPERTIES] and not properties_of(&fields[F_PROPERTIES], props):             # <<<<<<<<<<<<<<
@@ -9679,14 +10240,14 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   }
 
-  /* "wire/_remoting_codec.pyx":518
+  /* "wire/_remoting_codec.pyx":547
  *     if present[F_PROPERTIES] and not properties_of(&fields[F_PROPERTIES], props):
  *         return None
  *     if "TRAN_MSG" in props or "DELAY" in props:             # <<<<<<<<<<<<<<
  *         return None
  *     wait = props.pop("WAIT", "true").lower() != "false"
 */
-  __pyx_t_2 = (__Pyx_PyDict_ContainsTF(__pyx_mstate_global->__pyx_n_u_TRAN_MSG, __pyx_v_props, Py_EQ)); if (unlikely((__pyx_t_2 < 0))) __PYX_ERR(0, 518, __pyx_L1_error)
+  __pyx_t_2 = (__Pyx_PyDict_ContainsTF(__pyx_mstate_global->__pyx_n_u_TRAN_MSG, __pyx_v_props, Py_EQ)); if (unlikely((__pyx_t_2 < 0))) __PYX_ERR(0, 547, __pyx_L1_error)
   if (!__pyx_t_2) {
 
   } else {
@@ -9695,7 +10256,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 
     goto __pyx_L77_bool_binop_done;
   }
-  __pyx_t_2 = (__Pyx_PyDict_ContainsTF(__pyx_mstate_global->__pyx_n_u_DELAY, __pyx_v_props, Py_EQ)); if (unlikely((__pyx_t_2 < 0))) __PYX_ERR(0, 518, __pyx_L1_error)
+  __pyx_t_2 = (__Pyx_PyDict_ContainsTF(__pyx_mstate_global->__pyx_n_u_DELAY, __pyx_v_props, Py_EQ)); if (unlikely((__pyx_t_2 < 0))) __PYX_ERR(0, 547, __pyx_L1_error)
 
   __pyx_t_3 = __pyx_t_2;
 
@@ -9703,7 +10264,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
   if (__pyx_t_3) {
 
 
-    /* "wire/_remoting_codec.pyx":519
+    /* "wire/_remoting_codec.pyx":548
  *         return None
  *     if "TRAN_MSG" in props or "DELAY" in props:
  *         return None             # <<<<<<<<<<<<<<
@@ -9720,7 +10281,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":518
+    /* "wire/_remoting_codec.pyx":547
  *     if present[F_PROPERTIES] and not properties_of(&fields[F_PROPERTIES], props):
  *         return None
  *     if "TRAN_MSG" in props or "DELAY" in props:             # <<<<<<<<<<<<<<
@@ -9729,14 +10290,14 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
 */
   }
 
-  /* "wire/_remoting_codec.pyx":520
+  /* "wire/_remoting_codec.pyx":549
  *     if "TRAN_MSG" in props or "DELAY" in props:
  *         return None
  *     wait = props.pop("WAIT", "true").lower() != "false"             # <<<<<<<<<<<<<<
  *     tags = props.pop("TAGS", None)
  *     keys = tuple(props.pop("KEYS", "").split())
 */
-  __pyx_t_13 = __Pyx_PyDict_Pop(__pyx_v_props, __pyx_mstate_global->__pyx_n_u_WAIT, __pyx_mstate_global->__pyx_n_u_true); if (unlikely(!__pyx_t_13)) __PYX_ERR(0, 520, __pyx_L1_error)
+  __pyx_t_13 = __Pyx_PyDict_Pop(__pyx_v_props, __pyx_mstate_global->__pyx_n_u_WAIT, __pyx_mstate_global->__pyx_n_u_true); if (unlikely(!__pyx_t_13)) __PYX_ERR(0, 549, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_13);
   __pyx_t_11 = __pyx_t_13;
   __Pyx_INCREF(__pyx_t_11);
@@ -9746,34 +10307,34 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
     __pyx_t_1 = __Pyx_PyObject_FastCallMethod((PyObject*)__pyx_mstate_global->__pyx_n_u_lower, __pyx_callargs+__pyx_t_12, (1-__pyx_t_12) | (1*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
     __Pyx_XDECREF(__pyx_t_11); __pyx_t_11 = 0;
     __Pyx_DECREF(__pyx_t_13); __pyx_t_13 = 0;
-    if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 520, __pyx_L1_error)
+    if (unlikely(!__pyx_t_1)) __PYX_ERR(0, 549, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_1);
   }
-  __pyx_t_13 = __Pyx_PyObject_CompareNe_object_str(__pyx_t_1, __pyx_mstate_global->__pyx_n_u_false, Py_NE); __Pyx_XGOTREF(__pyx_t_13); if (unlikely(!__pyx_t_13)) __PYX_ERR(0, 520, __pyx_L1_error)
+  __pyx_t_13 = __Pyx_PyObject_CompareNe_object_str(__pyx_t_1, __pyx_mstate_global->__pyx_n_u_false, Py_NE); __Pyx_XGOTREF(__pyx_t_13); if (unlikely(!__pyx_t_13)) __PYX_ERR(0, 549, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
   __pyx_v_wait = __pyx_t_13;
   __pyx_t_13 = 0;
 
-  /* "wire/_remoting_codec.pyx":521
+  /* "wire/_remoting_codec.pyx":550
  *         return None
  *     wait = props.pop("WAIT", "true").lower() != "false"
  *     tags = props.pop("TAGS", None)             # <<<<<<<<<<<<<<
  *     keys = tuple(props.pop("KEYS", "").split())
  *     body = PyBytes_FromStringAndSize(<const char*>(p + 4 + header_len), n - 4 - header_len)
 */
-  __pyx_t_13 = __Pyx_PyDict_Pop(__pyx_v_props, __pyx_mstate_global->__pyx_n_u_TAGS, Py_None); if (unlikely(!__pyx_t_13)) __PYX_ERR(0, 521, __pyx_L1_error)
+  __pyx_t_13 = __Pyx_PyDict_Pop(__pyx_v_props, __pyx_mstate_global->__pyx_n_u_TAGS, Py_None); if (unlikely(!__pyx_t_13)) __PYX_ERR(0, 550, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_13);
   __pyx_v_tags = __pyx_t_13;
   __pyx_t_13 = 0;
 
-  /* "wire/_remoting_codec.pyx":522
+  /* "wire/_remoting_codec.pyx":551
  *     wait = props.pop("WAIT", "true").lower() != "false"
  *     tags = props.pop("TAGS", None)
  *     keys = tuple(props.pop("KEYS", "").split())             # <<<<<<<<<<<<<<
  *     body = PyBytes_FromStringAndSize(<const char*>(p + 4 + header_len), n - 4 - header_len)
  *     header = PyBytes_FromStringAndSize(<const char*>(p + 4), header_len)
 */
-  __pyx_t_11 = __Pyx_PyDict_Pop(__pyx_v_props, __pyx_mstate_global->__pyx_n_u_KEYS, __pyx_mstate_global->__pyx_kp_u_); if (unlikely(!__pyx_t_11)) __PYX_ERR(0, 522, __pyx_L1_error)
+  __pyx_t_11 = __Pyx_PyDict_Pop(__pyx_v_props, __pyx_mstate_global->__pyx_n_u_KEYS, __pyx_mstate_global->__pyx_kp_u_); if (unlikely(!__pyx_t_11)) __PYX_ERR(0, 551, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_11);
   __pyx_t_1 = __pyx_t_11;
   __Pyx_INCREF(__pyx_t_1);
@@ -9783,40 +10344,40 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
     __pyx_t_13 = __Pyx_PyObject_FastCallMethod((PyObject*)__pyx_mstate_global->__pyx_n_u_split, __pyx_callargs+__pyx_t_12, (1-__pyx_t_12) | (1*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
     __Pyx_XDECREF(__pyx_t_1); __pyx_t_1 = 0;
     __Pyx_DECREF(__pyx_t_11); __pyx_t_11 = 0;
-    if (unlikely(!__pyx_t_13)) __PYX_ERR(0, 522, __pyx_L1_error)
+    if (unlikely(!__pyx_t_13)) __PYX_ERR(0, 551, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_13);
   }
-  __pyx_t_11 = __Pyx_PySequence_Tuple(__pyx_t_13); if (unlikely(!__pyx_t_11)) __PYX_ERR(0, 522, __pyx_L1_error)
+  __pyx_t_11 = __Pyx_PySequence_Tuple(__pyx_t_13); if (unlikely(!__pyx_t_11)) __PYX_ERR(0, 551, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_11);
   __Pyx_DECREF(__pyx_t_13); __pyx_t_13 = 0;
   __pyx_v_keys = ((PyObject*)__pyx_t_11);
   __pyx_t_11 = 0;
 
-  /* "wire/_remoting_codec.pyx":523
+  /* "wire/_remoting_codec.pyx":552
  *     tags = props.pop("TAGS", None)
  *     keys = tuple(props.pop("KEYS", "").split())
  *     body = PyBytes_FromStringAndSize(<const char*>(p + 4 + header_len), n - 4 - header_len)             # <<<<<<<<<<<<<<
  *     header = PyBytes_FromStringAndSize(<const char*>(p + 4), header_len)
  *     return _tuple_new(_RemotingSend, (code, opaque, bool(rpc_flag & 2), topic, queue_id, flag,
 */
-  __pyx_t_11 = PyBytes_FromStringAndSize(((char const *)((__pyx_v_p + 4) + __pyx_v_header_len)), ((__pyx_v_n - 4) - __pyx_v_header_len)); if (unlikely(!__pyx_t_11)) __PYX_ERR(0, 523, __pyx_L1_error)
+  __pyx_t_11 = PyBytes_FromStringAndSize(((char const *)((__pyx_v_p + 4) + __pyx_v_header_len)), ((__pyx_v_n - 4) - __pyx_v_header_len)); if (unlikely(!__pyx_t_11)) __PYX_ERR(0, 552, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_11);
   __pyx_v_body = ((PyObject*)__pyx_t_11);
   __pyx_t_11 = 0;
 
-  /* "wire/_remoting_codec.pyx":524
+  /* "wire/_remoting_codec.pyx":553
  *     keys = tuple(props.pop("KEYS", "").split())
  *     body = PyBytes_FromStringAndSize(<const char*>(p + 4 + header_len), n - 4 - header_len)
  *     header = PyBytes_FromStringAndSize(<const char*>(p + 4), header_len)             # <<<<<<<<<<<<<<
  *     return _tuple_new(_RemotingSend, (code, opaque, bool(rpc_flag & 2), topic, queue_id, flag,
  *                                       born if born > 0 else None, tags, keys, props, wait, body, header))
 */
-  __pyx_t_11 = PyBytes_FromStringAndSize(((char const *)(__pyx_v_p + 4)), __pyx_v_header_len); if (unlikely(!__pyx_t_11)) __PYX_ERR(0, 524, __pyx_L1_error)
+  __pyx_t_11 = PyBytes_FromStringAndSize(((char const *)(__pyx_v_p + 4)), __pyx_v_header_len); if (unlikely(!__pyx_t_11)) __PYX_ERR(0, 553, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_11);
   __pyx_v_header = ((PyObject*)__pyx_t_11);
   __pyx_t_11 = 0;
 
-  /* "wire/_remoting_codec.pyx":525
+  /* "wire/_remoting_codec.pyx":554
  *     body = PyBytes_FromStringAndSize(<const char*>(p + 4 + header_len), n - 4 - header_len)
  *     header = PyBytes_FromStringAndSize(<const char*>(p + 4), header_len)
  *     return _tuple_new(_RemotingSend, (code, opaque, bool(rpc_flag & 2), topic, queue_id, flag,             # <<<<<<<<<<<<<<
@@ -9826,18 +10387,18 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
   __pyx_t_13 = NULL;
   __Pyx_INCREF(__pyx_v_4wire_15_remoting_codec__tuple_new);
   __pyx_t_1 = __pyx_v_4wire_15_remoting_codec__tuple_new; 
-  __pyx_t_14 = __Pyx_PyLong_From_int64_t(__pyx_v_code); if (unlikely(!__pyx_t_14)) __PYX_ERR(0, 525, __pyx_L1_error)
+  __pyx_t_14 = __Pyx_PyLong_From_int64_t(__pyx_v_code); if (unlikely(!__pyx_t_14)) __PYX_ERR(0, 554, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_14);
-  __pyx_t_15 = __Pyx_PyLong_From_int64_t(__pyx_v_opaque); if (unlikely(!__pyx_t_15)) __PYX_ERR(0, 525, __pyx_L1_error)
+  __pyx_t_15 = __Pyx_PyLong_From_int64_t(__pyx_v_opaque); if (unlikely(!__pyx_t_15)) __PYX_ERR(0, 554, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_15);
-  __pyx_t_16 = __Pyx_PyBool_FromLong((!(!((__pyx_v_rpc_flag & 2) != 0)))); if (unlikely(!__pyx_t_16)) __PYX_ERR(0, 525, __pyx_L1_error)
+  __pyx_t_16 = __Pyx_PyBool_FromLong((!(!((__pyx_v_rpc_flag & 2) != 0)))); if (unlikely(!__pyx_t_16)) __PYX_ERR(0, 554, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_16);
-  __pyx_t_17 = __Pyx_PyLong_From_int64_t(__pyx_v_queue_id); if (unlikely(!__pyx_t_17)) __PYX_ERR(0, 525, __pyx_L1_error)
+  __pyx_t_17 = __Pyx_PyLong_From_int64_t(__pyx_v_queue_id); if (unlikely(!__pyx_t_17)) __PYX_ERR(0, 554, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_17);
-  __pyx_t_18 = __Pyx_PyLong_From_int64_t(__pyx_v_flag); if (unlikely(!__pyx_t_18)) __PYX_ERR(0, 525, __pyx_L1_error)
+  __pyx_t_18 = __Pyx_PyLong_From_int64_t(__pyx_v_flag); if (unlikely(!__pyx_t_18)) __PYX_ERR(0, 554, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_18);
 
-  /* "wire/_remoting_codec.pyx":526
+  /* "wire/_remoting_codec.pyx":555
  *     header = PyBytes_FromStringAndSize(<const char*>(p + 4), header_len)
  *     return _tuple_new(_RemotingSend, (code, opaque, bool(rpc_flag & 2), topic, queue_id, flag,
  *                                       born if born > 0 else None, tags, keys, props, wait, body, header))             # <<<<<<<<<<<<<<
@@ -9847,7 +10408,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
   __pyx_t_3 = (__pyx_v_born > 0);
 
   if (__pyx_t_3) {
-    __pyx_t_20 = __Pyx_PyLong_From_int64_t(__pyx_v_born); if (unlikely(!__pyx_t_20)) __PYX_ERR(0, 526, __pyx_L1_error)
+    __pyx_t_20 = __Pyx_PyLong_From_int64_t(__pyx_v_born); if (unlikely(!__pyx_t_20)) __PYX_ERR(0, 555, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_20);
     __pyx_t_19 = __pyx_t_20;
     __pyx_t_20 = 0;
@@ -9857,48 +10418,48 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
   }
 
 
-  /* "wire/_remoting_codec.pyx":525
+  /* "wire/_remoting_codec.pyx":554
  *     body = PyBytes_FromStringAndSize(<const char*>(p + 4 + header_len), n - 4 - header_len)
  *     header = PyBytes_FromStringAndSize(<const char*>(p + 4), header_len)
  *     return _tuple_new(_RemotingSend, (code, opaque, bool(rpc_flag & 2), topic, queue_id, flag,             # <<<<<<<<<<<<<<
  *                                       born if born > 0 else None, tags, keys, props, wait, body, header))
  * 
 */
-  __pyx_t_20 = PyTuple_New(13); if (unlikely(!__pyx_t_20)) __PYX_ERR(0, 525, __pyx_L1_error)
+  __pyx_t_20 = PyTuple_New(13); if (unlikely(!__pyx_t_20)) __PYX_ERR(0, 554, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_20);
   __Pyx_GIVEREF(__pyx_t_14);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 0, __pyx_t_14) != (0)) __PYX_ERR(0, 525, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 0, __pyx_t_14) != (0)) __PYX_ERR(0, 554, __pyx_L1_error);
   __Pyx_GIVEREF(__pyx_t_15);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 1, __pyx_t_15) != (0)) __PYX_ERR(0, 525, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 1, __pyx_t_15) != (0)) __PYX_ERR(0, 554, __pyx_L1_error);
   __Pyx_GIVEREF(__pyx_t_16);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 2, __pyx_t_16) != (0)) __PYX_ERR(0, 525, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 2, __pyx_t_16) != (0)) __PYX_ERR(0, 554, __pyx_L1_error);
   __Pyx_INCREF(__pyx_v_topic);
   __Pyx_GIVEREF(__pyx_v_topic);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 3, __pyx_v_topic) != (0)) __PYX_ERR(0, 525, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 3, __pyx_v_topic) != (0)) __PYX_ERR(0, 554, __pyx_L1_error);
   __Pyx_GIVEREF(__pyx_t_17);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 4, __pyx_t_17) != (0)) __PYX_ERR(0, 525, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 4, __pyx_t_17) != (0)) __PYX_ERR(0, 554, __pyx_L1_error);
   __Pyx_GIVEREF(__pyx_t_18);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 5, __pyx_t_18) != (0)) __PYX_ERR(0, 525, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 5, __pyx_t_18) != (0)) __PYX_ERR(0, 554, __pyx_L1_error);
   __Pyx_GIVEREF(__pyx_t_19);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 6, __pyx_t_19) != (0)) __PYX_ERR(0, 525, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 6, __pyx_t_19) != (0)) __PYX_ERR(0, 554, __pyx_L1_error);
   __Pyx_INCREF(__pyx_v_tags);
   __Pyx_GIVEREF(__pyx_v_tags);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 7, __pyx_v_tags) != (0)) __PYX_ERR(0, 525, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 7, __pyx_v_tags) != (0)) __PYX_ERR(0, 554, __pyx_L1_error);
   __Pyx_INCREF(__pyx_v_keys);
   __Pyx_GIVEREF(__pyx_v_keys);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 8, __pyx_v_keys) != (0)) __PYX_ERR(0, 525, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 8, __pyx_v_keys) != (0)) __PYX_ERR(0, 554, __pyx_L1_error);
   __Pyx_INCREF(__pyx_v_props);
   __Pyx_GIVEREF(__pyx_v_props);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 9, __pyx_v_props) != (0)) __PYX_ERR(0, 525, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 9, __pyx_v_props) != (0)) __PYX_ERR(0, 554, __pyx_L1_error);
   __Pyx_INCREF(__pyx_v_wait);
   __Pyx_GIVEREF(__pyx_v_wait);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 10, __pyx_v_wait) != (0)) __PYX_ERR(0, 525, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 10, __pyx_v_wait) != (0)) __PYX_ERR(0, 554, __pyx_L1_error);
   __Pyx_INCREF(__pyx_v_body);
   __Pyx_GIVEREF(__pyx_v_body);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 11, __pyx_v_body) != (0)) __PYX_ERR(0, 525, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 11, __pyx_v_body) != (0)) __PYX_ERR(0, 554, __pyx_L1_error);
   __Pyx_INCREF(__pyx_v_header);
   __Pyx_GIVEREF(__pyx_v_header);
-  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 12, __pyx_v_header) != (0)) __PYX_ERR(0, 525, __pyx_L1_error);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_20, 12, __pyx_v_header) != (0)) __PYX_ERR(0, 554, __pyx_L1_error);
   __pyx_t_14 = 0;
   __pyx_t_15 = 0;
   __pyx_t_16 = 0;
@@ -9923,7 +10484,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
     __Pyx_XDECREF(__pyx_t_13); __pyx_t_13 = 0;
     __Pyx_DECREF(__pyx_t_20); __pyx_t_20 = 0;
     __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
-    if (unlikely(!__pyx_t_11)) __PYX_ERR(0, 525, __pyx_L1_error)
+    if (unlikely(!__pyx_t_11)) __PYX_ERR(0, 554, __pyx_L1_error)
     __Pyx_GOTREF(__pyx_t_11);
   }
   {
@@ -9937,7 +10498,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
   __pyx_t_11 = 0;
   goto __pyx_L0;
 
-  /* "wire/_remoting_codec.pyx":396
+  /* "wire/_remoting_codec.pyx":425
  * 
  * 
  * cdef object _read(const uint8_t* p, Py_ssize_t n, set checked_topics):             # <<<<<<<<<<<<<<
@@ -9992,7 +10553,7 @@ static PyObject *__pyx_f_4wire_15_remoting_codec__read(uint8_t const *__pyx_v_p,
   return __pyx_r;
 }
 
-/* "wire/_remoting_codec.pyx":529
+/* "wire/_remoting_codec.pyx":558
  * 
  * 
  * cdef bint skip_object(Cursor* c) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -10007,7 +10568,7 @@ static int __pyx_f_4wire_15_remoting_codec_skip_object(struct __pyx_t_4wire_15_r
   int __pyx_t_1;
   int __pyx_t_2;
 
-  /* "wire/_remoting_codec.pyx":533
+  /* "wire/_remoting_codec.pyx":562
  *     cdef Text t
  *     cdef Value v
  *     if not eat(c, 123):             # <<<<<<<<<<<<<<
@@ -10019,7 +10580,7 @@ static int __pyx_f_4wire_15_remoting_codec_skip_object(struct __pyx_t_4wire_15_r
   if (__pyx_t_1) {
 
 
-    /* "wire/_remoting_codec.pyx":534
+    /* "wire/_remoting_codec.pyx":563
  *     cdef Value v
  *     if not eat(c, 123):
  *         return False             # <<<<<<<<<<<<<<
@@ -10032,7 +10593,7 @@ static int __pyx_f_4wire_15_remoting_codec_skip_object(struct __pyx_t_4wire_15_r
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":533
+    /* "wire/_remoting_codec.pyx":562
  *     cdef Text t
  *     cdef Value v
  *     if not eat(c, 123):             # <<<<<<<<<<<<<<
@@ -10041,7 +10602,7 @@ static int __pyx_f_4wire_15_remoting_codec_skip_object(struct __pyx_t_4wire_15_r
 */
   }
 
-  /* "wire/_remoting_codec.pyx":535
+  /* "wire/_remoting_codec.pyx":564
  *     if not eat(c, 123):
  *         return False
  *     if eat(c, 125):             # <<<<<<<<<<<<<<
@@ -10053,7 +10614,7 @@ static int __pyx_f_4wire_15_remoting_codec_skip_object(struct __pyx_t_4wire_15_r
   if (__pyx_t_1) {
 
 
-    /* "wire/_remoting_codec.pyx":536
+    /* "wire/_remoting_codec.pyx":565
  *         return False
  *     if eat(c, 125):
  *         return True             # <<<<<<<<<<<<<<
@@ -10066,7 +10627,7 @@ static int __pyx_f_4wire_15_remoting_codec_skip_object(struct __pyx_t_4wire_15_r
     }
     goto __pyx_L0;
 
-    /* "wire/_remoting_codec.pyx":535
+    /* "wire/_remoting_codec.pyx":564
  *     if not eat(c, 123):
  *         return False
  *     if eat(c, 125):             # <<<<<<<<<<<<<<
@@ -10075,7 +10636,7 @@ static int __pyx_f_4wire_15_remoting_codec_skip_object(struct __pyx_t_4wire_15_r
 */
   }
 
-  /* "wire/_remoting_codec.pyx":537
+  /* "wire/_remoting_codec.pyx":566
  *     if eat(c, 125):
  *         return True
  *     while True:             # <<<<<<<<<<<<<<
@@ -10084,7 +10645,7 @@ static int __pyx_f_4wire_15_remoting_codec_skip_object(struct __pyx_t_4wire_15_r
 */
   while (1) {
 
-    /* "wire/_remoting_codec.pyx":538
+    /* "wire/_remoting_codec.pyx":567
  *         return True
  *     while True:
  *         if not text_at(c, &t) or not eat(c, 58) or not value_at(c, &v):             # <<<<<<<<<<<<<<
@@ -10120,7 +10681,7 @@ static int __pyx_f_4wire_15_remoting_codec_skip_object(struct __pyx_t_4wire_15_r
     if (__pyx_t_1) {
 
 
-      /* "wire/_remoting_codec.pyx":539
+      /* "wire/_remoting_codec.pyx":568
  *     while True:
  *         if not text_at(c, &t) or not eat(c, 58) or not value_at(c, &v):
  *             return False             # <<<<<<<<<<<<<<
@@ -10133,7 +10694,7 @@ static int __pyx_f_4wire_15_remoting_codec_skip_object(struct __pyx_t_4wire_15_r
       }
       goto __pyx_L0;
 
-      /* "wire/_remoting_codec.pyx":538
+      /* "wire/_remoting_codec.pyx":567
  *         return True
  *     while True:
  *         if not text_at(c, &t) or not eat(c, 58) or not value_at(c, &v):             # <<<<<<<<<<<<<<
@@ -10142,7 +10703,7 @@ static int __pyx_f_4wire_15_remoting_codec_skip_object(struct __pyx_t_4wire_15_r
 */
     }
 
-    /* "wire/_remoting_codec.pyx":540
+    /* "wire/_remoting_codec.pyx":569
  *         if not text_at(c, &t) or not eat(c, 58) or not value_at(c, &v):
  *             return False
  *         if eat(c, 125):             # <<<<<<<<<<<<<<
@@ -10154,7 +10715,7 @@ static int __pyx_f_4wire_15_remoting_codec_skip_object(struct __pyx_t_4wire_15_r
     if (__pyx_t_1) {
 
 
-      /* "wire/_remoting_codec.pyx":541
+      /* "wire/_remoting_codec.pyx":570
  *             return False
  *         if eat(c, 125):
  *             return True             # <<<<<<<<<<<<<<
@@ -10167,7 +10728,7 @@ static int __pyx_f_4wire_15_remoting_codec_skip_object(struct __pyx_t_4wire_15_r
       }
       goto __pyx_L0;
 
-      /* "wire/_remoting_codec.pyx":540
+      /* "wire/_remoting_codec.pyx":569
  *         if not text_at(c, &t) or not eat(c, 58) or not value_at(c, &v):
  *             return False
  *         if eat(c, 125):             # <<<<<<<<<<<<<<
@@ -10176,21 +10737,24 @@ static int __pyx_f_4wire_15_remoting_codec_skip_object(struct __pyx_t_4wire_15_r
 */
     }
 
-    /* "wire/_remoting_codec.pyx":542
+    /* "wire/_remoting_codec.pyx":571
  *         if eat(c, 125):
  *             return True
  *         if not eat(c, 44):             # <<<<<<<<<<<<<<
  *             return False
+ * 
 */
     __pyx_t_1 = (!__pyx_f_4wire_15_remoting_codec_eat(__pyx_v_c, 44));
 
     if (__pyx_t_1) {
 
 
-      /* "wire/_remoting_codec.pyx":543
+      /* "wire/_remoting_codec.pyx":572
  *             return True
  *         if not eat(c, 44):
  *             return False             # <<<<<<<<<<<<<<
+ * 
+ * 
 */
       {
 
@@ -10198,16 +10762,17 @@ static int __pyx_f_4wire_15_remoting_codec_skip_object(struct __pyx_t_4wire_15_r
       }
       goto __pyx_L0;
 
-      /* "wire/_remoting_codec.pyx":542
+      /* "wire/_remoting_codec.pyx":571
  *         if eat(c, 125):
  *             return True
  *         if not eat(c, 44):             # <<<<<<<<<<<<<<
  *             return False
+ * 
 */
     }
   }
 
-  /* "wire/_remoting_codec.pyx":529
+  /* "wire/_remoting_codec.pyx":558
  * 
  * 
  * cdef bint skip_object(Cursor* c) noexcept nogil:             # <<<<<<<<<<<<<<
@@ -10220,6 +10785,609 @@ static int __pyx_f_4wire_15_remoting_codec_skip_object(struct __pyx_t_4wire_15_r
   __pyx_L0:;
 
 
+  return __pyx_r;
+}
+
+/* "wire/_remoting_codec.pyx":575
+ * 
+ * 
+ * cdef inline bint plain_ascii(str s) noexcept:             # <<<<<<<<<<<<<<
+ *     """Whether JSON writes `s` as it is between quotes (printable ASCII, no quote or backslash)."""
+ *     cdef Py_UCS4 ch
+*/
+
+static CYTHON_INLINE int __pyx_f_4wire_15_remoting_codec_plain_ascii(PyObject *__pyx_v_s) {
+  Py_UCS4 __pyx_v_ch;
+  int __pyx_r;
+  __Pyx_RefNannyDeclarations
+  PyObject *__pyx_t_1 = NULL;
+  Py_ssize_t __pyx_t_2;
+  Py_ssize_t __pyx_t_3;
+  void *__pyx_t_4;
+  int __pyx_t_5;
+  int __pyx_t_6;
+  Py_ssize_t __pyx_t_7;
+  int __pyx_t_8;
+  int __pyx_t_9;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("plain_ascii", 0);
+
+  /* "wire/_remoting_codec.pyx":578
+ *     """Whether JSON writes `s` as it is between quotes (printable ASCII, no quote or backslash)."""
+ *     cdef Py_UCS4 ch
+ *     for ch in s:             # <<<<<<<<<<<<<<
+ *         if ch < 32 or ch > 126 or ch == 34 or ch == 92:
+ *             return False
+*/
+  if (unlikely(__pyx_v_s == Py_None)) {
+    PyErr_SetString(PyExc_TypeError, "\047NoneType\047 is not iterable");
+    __PYX_ERR(0, 578, __pyx_L1_error)
+  }
+  __Pyx_INCREF(__pyx_v_s);
+  __pyx_t_1 = __pyx_v_s;
+  __pyx_t_6 = __Pyx_init_unicode_iteration(__pyx_t_1, (&__pyx_t_3), (&__pyx_t_4), (&__pyx_t_5)); if (unlikely(__pyx_t_6 == ((int)-1))) __PYX_ERR(0, 578, __pyx_L1_error)
+
+  for (__pyx_t_7 = 0; __pyx_t_7 < __pyx_t_3; __pyx_t_7++) {
+    __pyx_t_2 = __pyx_t_7;
+    __pyx_v_ch = __Pyx_PyUnicode_READ(__pyx_t_5, __pyx_t_4, __pyx_t_2);
+
+    /* "wire/_remoting_codec.pyx":579
+ *     cdef Py_UCS4 ch
+ *     for ch in s:
+ *         if ch < 32 or ch > 126 or ch == 34 or ch == 92:             # <<<<<<<<<<<<<<
+ *             return False
+ *     return True
+*/
+    __pyx_t_9 = (__pyx_v_ch < 32);
+
+    if (!__pyx_t_9) {
+
+    } else {
+
+      __pyx_t_8 = __pyx_t_9;
+
+      goto __pyx_L6_bool_binop_done;
+    }
+    __pyx_t_9 = (__pyx_v_ch > 0x7E);
+
+    if (!__pyx_t_9) {
+
+    } else {
+
+      __pyx_t_8 = __pyx_t_9;
+
+      goto __pyx_L6_bool_binop_done;
+    }
+    switch (__pyx_v_ch) {
+      case 34:
+      case 92:
+      __pyx_t_9 = 1;
+      break;
+      default:
+      __pyx_t_9 = 0;
+      break;
+    }
+
+    __pyx_t_8 = __pyx_t_9;
+
+    __pyx_L6_bool_binop_done:;
+    if (__pyx_t_8) {
+
+
+      /* "wire/_remoting_codec.pyx":580
+ *     for ch in s:
+ *         if ch < 32 or ch > 126 or ch == 34 or ch == 92:
+ *             return False             # <<<<<<<<<<<<<<
+ *     return True
+ * 
+*/
+      {
+
+        __pyx_r = 0;
+      }
+      __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+      goto __pyx_L0;
+
+      /* "wire/_remoting_codec.pyx":579
+ *     cdef Py_UCS4 ch
+ *     for ch in s:
+ *         if ch < 32 or ch > 126 or ch == 34 or ch == 92:             # <<<<<<<<<<<<<<
+ *             return False
+ *     return True
+*/
+    }
+  }
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+
+  /* "wire/_remoting_codec.pyx":581
+ *         if ch < 32 or ch > 126 or ch == 34 or ch == 92:
+ *             return False
+ *     return True             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  {
+
+    __pyx_r = 1;
+  }
+  goto __pyx_L0;
+
+  /* "wire/_remoting_codec.pyx":575
+ * 
+ * 
+ * cdef inline bint plain_ascii(str s) noexcept:             # <<<<<<<<<<<<<<
+ *     """Whether JSON writes `s` as it is between quotes (printable ASCII, no quote or backslash)."""
+ *     cdef Py_UCS4 ch
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_1);
+  __Pyx_WriteUnraisable("wire._remoting_codec.plain_ascii", __pyx_clineno, __pyx_lineno, __pyx_filename, 1, 0);
+  __pyx_r = 0;
+  __pyx_L0:;
+
+
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "wire/_remoting_codec.pyx":584
+ * 
+ * 
+ * def send_reply_frame(int code, int opaque, str msg_id, long long queue_id, long long queue_offset, str region,             # <<<<<<<<<<<<<<
+ *                      int version):
+ *     """wire/remoting/send_reply.py's templated answer, byte for byte, or None when `msg_id`
+*/
+
+/* Python wrapper */
+static PyObject *__pyx_pw_4wire_15_remoting_codec_7send_reply_frame(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+); /*proto*/
+PyDoc_STRVAR(__pyx_doc_4wire_15_remoting_codec_6send_reply_frame, "wire/remoting/send_reply.py\047s templated answer, byte for byte, or None when `msg_id`\n    or `region` would need a JSON escape (the reference writes those).");
+static PyMethodDef __pyx_mdef_4wire_15_remoting_codec_7send_reply_frame = {"send_reply_frame", (PyCFunction)(void(*)(void))(__Pyx_PyCFunction_FastCallWithKeywords)__pyx_pw_4wire_15_remoting_codec_7send_reply_frame, __Pyx_METH_FASTCALL|METH_KEYWORDS, __pyx_doc_4wire_15_remoting_codec_6send_reply_frame};
+static PyObject *__pyx_pw_4wire_15_remoting_codec_7send_reply_frame(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+) {
+  int __pyx_v_code;
+  int __pyx_v_opaque;
+  PyObject *__pyx_v_msg_id = 0;
+  PY_LONG_LONG __pyx_v_queue_id;
+  PY_LONG_LONG __pyx_v_queue_offset;
+  PyObject *__pyx_v_region = 0;
+  int __pyx_v_version;
+  #if !CYTHON_VECTORCALL
+  CYTHON_UNUSED Py_ssize_t __pyx_nargs;
+  #endif
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  PyObject* values[7] = {0,0,0,0,0,0,0};
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  PyObject *__pyx_r = 0;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("send_reply_frame (wrapper)", 0);
+  #if !CYTHON_VECTORCALL
+  #if CYTHON_ASSUME_SAFE_SIZE
+  __pyx_nargs = PyTuple_GET_SIZE(__pyx_args);
+  #else
+  __pyx_nargs = PyTuple_Size(__pyx_args); if (unlikely(__pyx_nargs < 0)) return NULL;
+  #endif
+  #endif
+  __pyx_kwvalues = __Pyx_KwValues_FASTCALL(__pyx_args, __pyx_nargs);
+  {
+    PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_code,&__pyx_mstate_global->__pyx_n_u_opaque,&__pyx_mstate_global->__pyx_n_u_msg_id,&__pyx_mstate_global->__pyx_n_u_queue_id,&__pyx_mstate_global->__pyx_n_u_queue_offset,&__pyx_mstate_global->__pyx_n_u_region,&__pyx_mstate_global->__pyx_n_u_version,0};
+    const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(0, 584, __pyx_L3_error)
+    if (__pyx_kwds_len > 0) {
+      switch (__pyx_nargs) {
+        case  7:
+        values[6] = __Pyx_ArgRef_FASTCALL(__pyx_args, 6);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[6])) __PYX_ERR(0, 584, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  6:
+        values[5] = __Pyx_ArgRef_FASTCALL(__pyx_args, 5);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(0, 584, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  5:
+        values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(0, 584, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  4:
+        values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 584, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  3:
+        values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 584, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  2:
+        values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 584, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  1:
+        values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 584, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  0: break;
+        default: goto __pyx_L5_argtuple_error;
+      }
+      const Py_ssize_t kwd_pos_args = __pyx_nargs;
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "send_reply_frame", 0) < (0)) __PYX_ERR(0, 584, __pyx_L3_error)
+      for (Py_ssize_t i = __pyx_nargs; i < 7; i++) {
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("send_reply_frame", 1, 7, 7, i); __PYX_ERR(0, 584, __pyx_L3_error) }
+      }
+    } else if (unlikely(__pyx_nargs != 7)) {
+      goto __pyx_L5_argtuple_error;
+    } else {
+      values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(0, 584, __pyx_L3_error)
+      values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(0, 584, __pyx_L3_error)
+      values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(0, 584, __pyx_L3_error)
+      values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(0, 584, __pyx_L3_error)
+      values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(0, 584, __pyx_L3_error)
+      values[5] = __Pyx_ArgRef_FASTCALL(__pyx_args, 5);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(0, 584, __pyx_L3_error)
+      values[6] = __Pyx_ArgRef_FASTCALL(__pyx_args, 6);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[6])) __PYX_ERR(0, 584, __pyx_L3_error)
+    }
+    __pyx_v_code = __Pyx_PyLong_As_int(values[0]); if (unlikely((__pyx_v_code == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 584, __pyx_L3_error)
+    __pyx_v_opaque = __Pyx_PyLong_As_int(values[1]); if (unlikely((__pyx_v_opaque == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 584, __pyx_L3_error)
+    __pyx_v_msg_id = ((PyObject*)values[2]);
+    __pyx_v_queue_id = __Pyx_PyLong_As_PY_LONG_LONG(values[3]); if (unlikely((__pyx_v_queue_id == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 584, __pyx_L3_error)
+    __pyx_v_queue_offset = __Pyx_PyLong_As_PY_LONG_LONG(values[4]); if (unlikely((__pyx_v_queue_offset == (PY_LONG_LONG)-1) && PyErr_Occurred())) __PYX_ERR(0, 584, __pyx_L3_error)
+    __pyx_v_region = ((PyObject*)values[5]);
+    __pyx_v_version = __Pyx_PyLong_As_int(values[6]); if (unlikely((__pyx_v_version == (int)-1) && PyErr_Occurred())) __PYX_ERR(0, 585, __pyx_L3_error)
+  }
+  goto __pyx_L6_skip;
+  __pyx_L5_argtuple_error:;
+  __Pyx_RaiseArgtupleInvalid("send_reply_frame", 1, 7, 7, __pyx_nargs); __PYX_ERR(0, 584, __pyx_L3_error)
+  __pyx_L6_skip:;
+  goto __pyx_L4_argument_unpacking_done;
+  __pyx_L3_error:;
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __Pyx_AddTraceback("wire._remoting_codec.send_reply_frame", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __Pyx_RefNannyFinishContext();
+  return NULL;
+  __pyx_L4_argument_unpacking_done:;
+  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v_msg_id), (&PyUnicode_Type), 1, "msg_id", 1))) __PYX_ERR(0, 584, __pyx_L1_error)
+  if (unlikely(!__Pyx_ArgTypeTest(((PyObject *)__pyx_v_region), (&PyUnicode_Type), 1, "region", 1))) __PYX_ERR(0, 584, __pyx_L1_error)
+  __pyx_r = __pyx_pf_4wire_15_remoting_codec_6send_reply_frame(__pyx_self, __pyx_v_code, __pyx_v_opaque, __pyx_v_msg_id, __pyx_v_queue_id, __pyx_v_queue_offset, __pyx_v_region, __pyx_v_version);
+
+  /* function exit code */
+  goto __pyx_L0;
+  __pyx_L1_error:;
+  __pyx_r = NULL;
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  goto __pyx_L7_cleaned_up;
+  __pyx_L0:;
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __pyx_L7_cleaned_up:;
+
+
+
+
+
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static PyObject *__pyx_pf_4wire_15_remoting_codec_6send_reply_frame(CYTHON_UNUSED PyObject *__pyx_self, int __pyx_v_code, int __pyx_v_opaque, PyObject *__pyx_v_msg_id, PY_LONG_LONG __pyx_v_queue_id, PY_LONG_LONG __pyx_v_queue_offset, PyObject *__pyx_v_region, int __pyx_v_version) {
+  char __pyx_v_buf[512];
+  int __pyx_v_n;
+  PyObject *__pyx_v_m = NULL;
+  PyObject *__pyx_v_r = NULL;
+  PyObject *__pyx_r = NULL;
+  __Pyx_RefNannyDeclarations
+  int __pyx_t_1;
+  Py_ssize_t __pyx_t_2;
+  int __pyx_t_3;
+  PyObject *__pyx_t_4 = NULL;
+  char const *__pyx_t_5;
+  char const *__pyx_t_6;
+  char __pyx_t_7;
+  char __pyx_t_8;
+  char __pyx_t_9;
+  char __pyx_t_10;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("send_reply_frame", 0);
+
+  /* "wire/_remoting_codec.pyx":590
+ *     cdef char buf[512]
+ *     cdef int n
+ *     if len(msg_id) > 200 or len(region) > 100 or not plain_ascii(msg_id) or not plain_ascii(region):             # <<<<<<<<<<<<<<
+ *         return None
+ *     m = msg_id.encode("ascii")
+*/
+  if (unlikely(__pyx_v_msg_id == Py_None)) {
+    PyErr_SetString(PyExc_TypeError, "object of type \047NoneType\047 has no len()");
+    __PYX_ERR(0, 590, __pyx_L1_error)
+  }
+  __pyx_t_2 = __Pyx_PyUnicode_GET_LENGTH(__pyx_v_msg_id); if (unlikely(__pyx_t_2 == ((Py_ssize_t)-1))) __PYX_ERR(0, 590, __pyx_L1_error)
+  __pyx_t_3 = (__pyx_t_2 > 0xC8);
+
+
+  if (!__pyx_t_3) {
+
+  } else {
+
+    __pyx_t_1 = __pyx_t_3;
+
+    goto __pyx_L4_bool_binop_done;
+  }
+  if (unlikely(__pyx_v_region == Py_None)) {
+    PyErr_SetString(PyExc_TypeError, "object of type \047NoneType\047 has no len()");
+    __PYX_ERR(0, 590, __pyx_L1_error)
+  }
+  __pyx_t_2 = __Pyx_PyUnicode_GET_LENGTH(__pyx_v_region); if (unlikely(__pyx_t_2 == ((Py_ssize_t)-1))) __PYX_ERR(0, 590, __pyx_L1_error)
+  __pyx_t_3 = (__pyx_t_2 > 0x64);
+
+
+  if (!__pyx_t_3) {
+
+  } else {
+
+    __pyx_t_1 = __pyx_t_3;
+
+    goto __pyx_L4_bool_binop_done;
+  }
+  __pyx_t_3 = (!__pyx_f_4wire_15_remoting_codec_plain_ascii(__pyx_v_msg_id));
+
+  if (!__pyx_t_3) {
+
+  } else {
+
+    __pyx_t_1 = __pyx_t_3;
+
+    goto __pyx_L4_bool_binop_done;
+  }
+  __pyx_t_3 = (!__pyx_f_4wire_15_remoting_codec_plain_ascii(__pyx_v_region));
+
+
+  __pyx_t_1 = __pyx_t_3;
+
+  __pyx_L4_bool_binop_done:;
+  if (__pyx_t_1) {
+
+
+    /* "wire/_remoting_codec.pyx":591
+ *     cdef int n
+ *     if len(msg_id) > 200 or len(region) > 100 or not plain_ascii(msg_id) or not plain_ascii(region):
+ *         return None             # <<<<<<<<<<<<<<
+ *     m = msg_id.encode("ascii")
+ *     r = region.encode("ascii")
+*/
+    {
+      PyObject *__pyx_temp;
+      {
+        __pyx_temp = __pyx_r;
+        __pyx_r = Py_None; __Pyx_INCREF(Py_None);
+      }
+      __Pyx_XDECREF(__pyx_temp);
+    }
+    goto __pyx_L0;
+
+    /* "wire/_remoting_codec.pyx":590
+ *     cdef char buf[512]
+ *     cdef int n
+ *     if len(msg_id) > 200 or len(region) > 100 or not plain_ascii(msg_id) or not plain_ascii(region):             # <<<<<<<<<<<<<<
+ *         return None
+ *     m = msg_id.encode("ascii")
+*/
+  }
+
+  /* "wire/_remoting_codec.pyx":592
+ *     if len(msg_id) > 200 or len(region) > 100 or not plain_ascii(msg_id) or not plain_ascii(region):
+ *         return None
+ *     m = msg_id.encode("ascii")             # <<<<<<<<<<<<<<
+ *     r = region.encode("ascii")
+ *     n = snprintf(buf + 8, 500, b'{"code":%d,"extFields":{"MSG_REGION":"%s","TRACE_ON":"true","msgId":"%s",'
+*/
+  if (unlikely(__pyx_v_msg_id == Py_None)) {
+    PyErr_Format(PyExc_AttributeError, "\047NoneType\047 object has no attribute \047%.30s\047", "encode");
+    __PYX_ERR(0, 592, __pyx_L1_error)
+  }
+  __pyx_t_4 = PyUnicode_AsASCIIString(__pyx_v_msg_id); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 592, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_4);
+  __pyx_v_m = ((PyObject*)__pyx_t_4);
+  __pyx_t_4 = 0;
+
+  /* "wire/_remoting_codec.pyx":593
+ *         return None
+ *     m = msg_id.encode("ascii")
+ *     r = region.encode("ascii")             # <<<<<<<<<<<<<<
+ *     n = snprintf(buf + 8, 500, b'{"code":%d,"extFields":{"MSG_REGION":"%s","TRACE_ON":"true","msgId":"%s",'
+ *                  b'"queueId":"%lld","queueOffset":"%lld"},"flag":1,"language":"JAVA","opaque":%d,'
+*/
+  if (unlikely(__pyx_v_region == Py_None)) {
+    PyErr_Format(PyExc_AttributeError, "\047NoneType\047 object has no attribute \047%.30s\047", "encode");
+    __PYX_ERR(0, 593, __pyx_L1_error)
+  }
+  __pyx_t_4 = PyUnicode_AsASCIIString(__pyx_v_region); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 593, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_4);
+  __pyx_v_r = ((PyObject*)__pyx_t_4);
+  __pyx_t_4 = 0;
+
+  /* "wire/_remoting_codec.pyx":596
+ *     n = snprintf(buf + 8, 500, b'{"code":%d,"extFields":{"MSG_REGION":"%s","TRACE_ON":"true","msgId":"%s",'
+ *                  b'"queueId":"%lld","queueOffset":"%lld"},"flag":1,"language":"JAVA","opaque":%d,'
+ *                  b'"serializeTypeCurrentRPC":"JSON","version":%d}', code, <const char*>r, <const char*>m,             # <<<<<<<<<<<<<<
+ *                  queue_id, queue_offset, opaque, version)
+ *     if n < 0 or n >= 500:
+*/
+  __pyx_t_5 = __Pyx_PyBytes_AsString(__pyx_v_r); if (unlikely((!__pyx_t_5) && PyErr_Occurred())) __PYX_ERR(0, 596, __pyx_L1_error)
+  __pyx_t_6 = __Pyx_PyBytes_AsString(__pyx_v_m); if (unlikely((!__pyx_t_6) && PyErr_Occurred())) __PYX_ERR(0, 596, __pyx_L1_error)
+
+  /* "wire/_remoting_codec.pyx":594
+ *     m = msg_id.encode("ascii")
+ *     r = region.encode("ascii")
+ *     n = snprintf(buf + 8, 500, b'{"code":%d,"extFields":{"MSG_REGION":"%s","TRACE_ON":"true","msgId":"%s",'             # <<<<<<<<<<<<<<
+ *                  b'"queueId":"%lld","queueOffset":"%lld"},"flag":1,"language":"JAVA","opaque":%d,'
+ *                  b'"serializeTypeCurrentRPC":"JSON","version":%d}', code, <const char*>r, <const char*>m,
+*/
+  __pyx_v_n = snprintf((__pyx_v_buf + 8), 0x1F4, __pyx_k_code_d_extFields_MSG_REGION_s_T, __pyx_v_code, ((char const *)__pyx_t_5), ((char const *)__pyx_t_6), __pyx_v_queue_id, __pyx_v_queue_offset, __pyx_v_opaque, __pyx_v_version);
+
+
+
+  /* "wire/_remoting_codec.pyx":598
+ *                  b'"serializeTypeCurrentRPC":"JSON","version":%d}', code, <const char*>r, <const char*>m,
+ *                  queue_id, queue_offset, opaque, version)
+ *     if n < 0 or n >= 500:             # <<<<<<<<<<<<<<
+ *         return None
+ *     buf[0], buf[1], buf[2], buf[3] = <char>((n + 4) >> 24), <char>((n + 4) >> 16), <char>((n + 4) >> 8), <char>(n + 4)
+*/
+  __pyx_t_3 = (__pyx_v_n < 0);
+
+  if (!__pyx_t_3) {
+
+  } else {
+
+    __pyx_t_1 = __pyx_t_3;
+
+    goto __pyx_L9_bool_binop_done;
+  }
+  __pyx_t_3 = (__pyx_v_n >= 0x1F4);
+
+
+  __pyx_t_1 = __pyx_t_3;
+
+  __pyx_L9_bool_binop_done:;
+  if (__pyx_t_1) {
+
+
+    /* "wire/_remoting_codec.pyx":599
+ *                  queue_id, queue_offset, opaque, version)
+ *     if n < 0 or n >= 500:
+ *         return None             # <<<<<<<<<<<<<<
+ *     buf[0], buf[1], buf[2], buf[3] = <char>((n + 4) >> 24), <char>((n + 4) >> 16), <char>((n + 4) >> 8), <char>(n + 4)
+ *     buf[4], buf[5], buf[6], buf[7] = <char>(n >> 24), <char>(n >> 16), <char>(n >> 8), <char>n
+*/
+    {
+      PyObject *__pyx_temp;
+      {
+        __pyx_temp = __pyx_r;
+        __pyx_r = Py_None; __Pyx_INCREF(Py_None);
+      }
+      __Pyx_XDECREF(__pyx_temp);
+    }
+    goto __pyx_L0;
+
+    /* "wire/_remoting_codec.pyx":598
+ *                  b'"serializeTypeCurrentRPC":"JSON","version":%d}', code, <const char*>r, <const char*>m,
+ *                  queue_id, queue_offset, opaque, version)
+ *     if n < 0 or n >= 500:             # <<<<<<<<<<<<<<
+ *         return None
+ *     buf[0], buf[1], buf[2], buf[3] = <char>((n + 4) >> 24), <char>((n + 4) >> 16), <char>((n + 4) >> 8), <char>(n + 4)
+*/
+  }
+
+  /* "wire/_remoting_codec.pyx":600
+ *     if n < 0 or n >= 500:
+ *         return None
+ *     buf[0], buf[1], buf[2], buf[3] = <char>((n + 4) >> 24), <char>((n + 4) >> 16), <char>((n + 4) >> 8), <char>(n + 4)             # <<<<<<<<<<<<<<
+ *     buf[4], buf[5], buf[6], buf[7] = <char>(n >> 24), <char>(n >> 16), <char>(n >> 8), <char>n
+ *     return PyBytes_FromStringAndSize(buf, n + 8)
+*/
+  __pyx_t_7 = ((char)((__pyx_v_n + 4) >> 24));
+
+  __pyx_t_8 = ((char)((__pyx_v_n + 4) >> 16));
+
+  __pyx_t_9 = ((char)((__pyx_v_n + 4) >> 8));
+
+  __pyx_t_10 = ((char)(__pyx_v_n + 4));
+
+  (__pyx_v_buf[0]) = __pyx_t_7;
+
+  (__pyx_v_buf[1]) = __pyx_t_8;
+
+  (__pyx_v_buf[2]) = __pyx_t_9;
+
+  (__pyx_v_buf[3]) = __pyx_t_10;
+
+
+  /* "wire/_remoting_codec.pyx":601
+ *         return None
+ *     buf[0], buf[1], buf[2], buf[3] = <char>((n + 4) >> 24), <char>((n + 4) >> 16), <char>((n + 4) >> 8), <char>(n + 4)
+ *     buf[4], buf[5], buf[6], buf[7] = <char>(n >> 24), <char>(n >> 16), <char>(n >> 8), <char>n             # <<<<<<<<<<<<<<
+ *     return PyBytes_FromStringAndSize(buf, n + 8)
+*/
+  __pyx_t_10 = ((char)(__pyx_v_n >> 24));
+
+  __pyx_t_9 = ((char)(__pyx_v_n >> 16));
+
+  __pyx_t_8 = ((char)(__pyx_v_n >> 8));
+
+  __pyx_t_7 = ((char)__pyx_v_n);
+
+  (__pyx_v_buf[4]) = __pyx_t_10;
+
+  (__pyx_v_buf[5]) = __pyx_t_9;
+
+  (__pyx_v_buf[6]) = __pyx_t_8;
+
+  (__pyx_v_buf[7]) = __pyx_t_7;
+
+
+  /* "wire/_remoting_codec.pyx":602
+ *     buf[0], buf[1], buf[2], buf[3] = <char>((n + 4) >> 24), <char>((n + 4) >> 16), <char>((n + 4) >> 8), <char>(n + 4)
+ *     buf[4], buf[5], buf[6], buf[7] = <char>(n >> 24), <char>(n >> 16), <char>(n >> 8), <char>n
+ *     return PyBytes_FromStringAndSize(buf, n + 8)             # <<<<<<<<<<<<<<
+*/
+  __pyx_t_4 = PyBytes_FromStringAndSize(__pyx_v_buf, (__pyx_v_n + 8)); if (unlikely(!__pyx_t_4)) __PYX_ERR(0, 602, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_4);
+  {
+    PyObject *__pyx_temp;
+    {
+      __pyx_temp = __pyx_r;
+      __pyx_r = __pyx_t_4;
+    }
+    __Pyx_XDECREF(__pyx_temp);
+  }
+  __pyx_t_4 = 0;
+  goto __pyx_L0;
+
+  /* "wire/_remoting_codec.pyx":584
+ * 
+ * 
+ * def send_reply_frame(int code, int opaque, str msg_id, long long queue_id, long long queue_offset, str region,             # <<<<<<<<<<<<<<
+ *                      int version):
+ *     """wire/remoting/send_reply.py's templated answer, byte for byte, or None when `msg_id`
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_4);
+  __Pyx_AddTraceback("wire._remoting_codec.send_reply_frame", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = NULL;
+  __pyx_L0:;
+
+
+  __Pyx_XDECREF(__pyx_v_m);
+  __Pyx_XDECREF(__pyx_v_r);
+  __Pyx_XGIVEREF(__pyx_r);
+  __Pyx_RefNannyFinishContext();
   return __pyx_r;
 }
 /* #### Code section: module_exttypes ### */
@@ -10599,7 +11767,7 @@ __Pyx_RefNannySetupContext("PyInit__remoting_codec", 0);
   if (__Pyx_InitAfterSharedUtility() < (0)) __PYX_ERR(0, 1, __pyx_L1_error)
   /*--- Execution code ---*/
 
-  /* "wire/_remoting_codec.pyx":23
+  /* "wire/_remoting_codec.pyx":24
  * from libc.string cimport memcmp, strlen
  * 
  * cdef object _RemotingSend = tuple  # wire/remoting/plain_send.py binds its NamedTuple             # <<<<<<<<<<<<<<
@@ -10611,21 +11779,21 @@ __Pyx_RefNannySetupContext("PyInit__remoting_codec", 0);
   __Pyx_DECREF_SET(__pyx_v_4wire_15_remoting_codec__RemotingSend, ((PyObject *)(&PyTuple_Type)));
   __Pyx_GIVEREF((PyObject *)(&PyTuple_Type));
 
-  /* "wire/_remoting_codec.pyx":24
+  /* "wire/_remoting_codec.pyx":25
  * 
  * cdef object _RemotingSend = tuple  # wire/remoting/plain_send.py binds its NamedTuple
  * cdef object _tuple_new = tuple.__new__             # <<<<<<<<<<<<<<
  * 
  * cdef int64_t INT32_MAX = 2147483647
 */
-  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(((PyObject *)(&PyTuple_Type)), __pyx_mstate_global->__pyx_n_u_new); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 24, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(((PyObject *)(&PyTuple_Type)), __pyx_mstate_global->__pyx_n_u_new); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 25, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
   __Pyx_XGOTREF(__pyx_v_4wire_15_remoting_codec__tuple_new);
   __Pyx_DECREF_SET(__pyx_v_4wire_15_remoting_codec__tuple_new, __pyx_t_2);
   __Pyx_GIVEREF(__pyx_t_2);
   __pyx_t_2 = 0;
 
-  /* "wire/_remoting_codec.pyx":26
+  /* "wire/_remoting_codec.pyx":27
  * cdef object _tuple_new = tuple.__new__
  * 
  * cdef int64_t INT32_MAX = 2147483647             # <<<<<<<<<<<<<<
@@ -10634,7 +11802,7 @@ __Pyx_RefNannySetupContext("PyInit__remoting_codec", 0);
 */
   __pyx_v_4wire_15_remoting_codec_INT32_MAX = 0x7FFFFFFF;
 
-  /* "wire/_remoting_codec.pyx":27
+  /* "wire/_remoting_codec.pyx":28
  * 
  * cdef int64_t INT32_MAX = 2147483647
  * cdef int64_t INT32_MIN = -2147483648             # <<<<<<<<<<<<<<
@@ -10643,7 +11811,7 @@ __Pyx_RefNannySetupContext("PyInit__remoting_codec", 0);
 */
   __pyx_v_4wire_15_remoting_codec_INT32_MIN = -2147483648L;
 
-  /* "wire/_remoting_codec.pyx":28
+  /* "wire/_remoting_codec.pyx":29
  * cdef int64_t INT32_MAX = 2147483647
  * cdef int64_t INT32_MIN = -2147483648
  * cdef int64_t PLAIN_MAX = 999999999999999999  # 18 digits: what the reference takes as a plain number             # <<<<<<<<<<<<<<
@@ -10652,27 +11820,27 @@ __Pyx_RefNannySetupContext("PyInit__remoting_codec", 0);
 */
   __pyx_v_4wire_15_remoting_codec_PLAIN_MAX = 0xDE0B6B3A763FFFF;
 
-  /* "wire/_remoting_codec.pyx":33
+  /* "wire/_remoting_codec.pyx":34
  * 
  * 
  * def bind(remoting_send_class) -> None:             # <<<<<<<<<<<<<<
  *     global _RemotingSend
  *     _RemotingSend = remoting_send_class
 */
-  __pyx_t_2 = __Pyx_PyDict_NewPresized(1); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 33, __pyx_L1_error)
+  __pyx_t_2 = __Pyx_PyDict_NewPresized(1); if (unlikely(!__pyx_t_2)) __PYX_ERR(0, 34, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_2);
-  if (PyDict_SetItem(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_return, __pyx_mstate_global->__pyx_n_u_None) < (0)) __PYX_ERR(0, 33, __pyx_L1_error)
-  __pyx_t_3 = __Pyx_CyFunction_New(&__pyx_mdef_4wire_15_remoting_codec_1bind, 0, __pyx_mstate_global->__pyx_n_u_bind, NULL, __pyx_mstate_global->__pyx_n_u_wire__remoting_codec, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[0])); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 33, __pyx_L1_error)
+  if (PyDict_SetItem(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_return, __pyx_mstate_global->__pyx_n_u_None) < (0)) __PYX_ERR(0, 34, __pyx_L1_error)
+  __pyx_t_3 = __Pyx_CyFunction_New(&__pyx_mdef_4wire_15_remoting_codec_1bind, 0, __pyx_mstate_global->__pyx_n_u_bind, NULL, __pyx_mstate_global->__pyx_n_u_wire__remoting_codec, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[0])); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 34, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_3);
   #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
   PyUnstable_Object_EnableDeferredRefcount(__pyx_t_3);
   #endif
   __Pyx_CyFunction_SetAnnotationsDict(__pyx_t_3, __pyx_t_2);
   __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
-  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_bind, __pyx_t_3) < (0)) __PYX_ERR(0, 33, __pyx_L1_error)
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_bind, __pyx_t_3) < (0)) __PYX_ERR(0, 34, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
 
-  /* "wire/_remoting_codec.pyx":226
+  /* "wire/_remoting_codec.pyx":227
  *     NFIELDS = 11
  * cdef const char* V1_NAMES[11]
  * V1_NAMES[:] = [b"producerGroup", b"topic", b"queueId", b"sysFlag", b"bornTimestamp", b"flag",             # <<<<<<<<<<<<<<
@@ -10682,7 +11850,7 @@ __Pyx_RefNannySetupContext("PyInit__remoting_codec", 0);
   static char const *const __pyx_carray__2[11] = {__pyx_k_producerGroup,__pyx_k_topic,__pyx_k_queueId,__pyx_k_sysFlag,__pyx_k_bornTimestamp,__pyx_k_flag,__pyx_k_defaultTopicQueueNums,__pyx_k_reconsumeTimes,__pyx_k_maxReconsumeTimes,__pyx_k_batch,__pyx_k_properties};
   memcpy(&(__pyx_v_4wire_15_remoting_codec_V1_NAMES[0]), __pyx_carray__2, sizeof(__pyx_v_4wire_15_remoting_codec_V1_NAMES[0]) * (11));
 
-  /* "wire/_remoting_codec.pyx":228
+  /* "wire/_remoting_codec.pyx":229
  * V1_NAMES[:] = [b"producerGroup", b"topic", b"queueId", b"sysFlag", b"bornTimestamp", b"flag",
  *                b"defaultTopicQueueNums", b"reconsumeTimes", b"maxReconsumeTimes", b"batch", b"properties"]
  * cdef const char* V2_LETTERS = b"abefghdjlmi"  # V1_NAMES[k]'s SendMessageRequestHeaderV2 key             # <<<<<<<<<<<<<<
@@ -10691,19 +11859,49 @@ __Pyx_RefNannySetupContext("PyInit__remoting_codec", 0);
 */
   __pyx_v_4wire_15_remoting_codec_V2_LETTERS = __pyx_k_abefghdjlmi;
 
-  /* "wire/_remoting_codec.pyx":343
+  /* "wire/_remoting_codec.pyx":344
+ * 
+ * 
+ * def split_frames(data, Py_ssize_t max_frame_size, set checked_topics):             # <<<<<<<<<<<<<<
+ *     """The complete frames at the start of `data`: (items, bytes used, an oversized
+ *     frame's length or -1). An item is a RemotingSend when this reader reads the frame,
+*/
+  __pyx_t_3 = __Pyx_CyFunction_New(&__pyx_mdef_4wire_15_remoting_codec_3split_frames, 0, __pyx_mstate_global->__pyx_n_u_split_frames, NULL, __pyx_mstate_global->__pyx_n_u_wire__remoting_codec, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[1])); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 344, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_3);
+  #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
+  PyUnstable_Object_EnableDeferredRefcount(__pyx_t_3);
+  #endif
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_split_frames, __pyx_t_3) < (0)) __PYX_ERR(0, 344, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
+
+  /* "wire/_remoting_codec.pyx":372
  * 
  * 
  * def read_plain_send(buf, Py_ssize_t start, Py_ssize_t end, set checked_topics):             # <<<<<<<<<<<<<<
  *     """The frame buf[start:end] (without its length prefix) as a RemotingSend, or None."""
  *     cdef Py_buffer view
 */
-  __pyx_t_3 = __Pyx_CyFunction_New(&__pyx_mdef_4wire_15_remoting_codec_3read_plain_send, 0, __pyx_mstate_global->__pyx_n_u_read_plain_send, NULL, __pyx_mstate_global->__pyx_n_u_wire__remoting_codec, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[1])); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 343, __pyx_L1_error)
+  __pyx_t_3 = __Pyx_CyFunction_New(&__pyx_mdef_4wire_15_remoting_codec_5read_plain_send, 0, __pyx_mstate_global->__pyx_n_u_read_plain_send, NULL, __pyx_mstate_global->__pyx_n_u_wire__remoting_codec, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[2])); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 372, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_3);
   #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
   PyUnstable_Object_EnableDeferredRefcount(__pyx_t_3);
   #endif
-  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_read_plain_send, __pyx_t_3) < (0)) __PYX_ERR(0, 343, __pyx_L1_error)
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_read_plain_send, __pyx_t_3) < (0)) __PYX_ERR(0, 372, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
+
+  /* "wire/_remoting_codec.pyx":584
+ * 
+ * 
+ * def send_reply_frame(int code, int opaque, str msg_id, long long queue_id, long long queue_offset, str region,             # <<<<<<<<<<<<<<
+ *                      int version):
+ *     """wire/remoting/send_reply.py's templated answer, byte for byte, or None when `msg_id`
+*/
+  __pyx_t_3 = __Pyx_CyFunction_New(&__pyx_mdef_4wire_15_remoting_codec_7send_reply_frame, 0, __pyx_mstate_global->__pyx_n_u_send_reply_frame, NULL, __pyx_mstate_global->__pyx_n_u_wire__remoting_codec, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[3])); if (unlikely(!__pyx_t_3)) __PYX_ERR(0, 584, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_3);
+  #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
+  PyUnstable_Object_EnableDeferredRefcount(__pyx_t_3);
+  #endif
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_send_reply_frame, __pyx_t_3) < (0)) __PYX_ERR(0, 584, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
 
   /* "wire/_remoting_codec.pyx":1
@@ -10780,14 +11978,29 @@ static int __Pyx_InitConstants(__pyx_mstatetype *__pyx_mstate) {
   int __pyx_clineno = 0;
   CYTHON_UNUSED_VAR(__pyx_mstate);
   {
-    const struct { const unsigned int length: 8; } str_length_index[] = {{0},{1},{1},{179},{8},{24},{5},{4},{4},{4},{8},{4},{20},{12},{8},{8},{10},{8},{7},{12},{8},{13},{18},{4},{3},{14},{18},{3},{5},{5},{5},{3},{15},{19},{6},{10},{5},{5},{4},{6},{4},{20}};
-    const struct { const unsigned int length: 7; } bytes_length_index[] = {{91},{13}};
-    /* compression: none (624 bytes) */
-static const char bytes[] = "1?Note that Cython is deliberately stricter than PEP-484 and rejects subclasses of builtin types. If you need to pass subclasses then set the \047annotation_typing\047 directive to False.add_notewire/_remoting_codec.pyxDELAYKEYSNoneTAGSTRAN_MSGWAIT__Pyx_PyDict_NextRef__annotate____func____main____module____name____new____qualname____test___is_coroutineasyncio.coroutinesbindbufchecked_topicscline_in_tracebackendfalseitemslowerpopread_plain_sendremoting_send_classreturnsetdefaultsplitstarttruevaluesviewwire._remoting_codec\200\001\360\006\000\005\027\220a\220u\230A\230V\2401\330\004\005\330\010\013\2106\220\022\2202\220S\230\004\230B\230d\240%\240s\250$\250b\260\006\260b\270\001\330\014\023\2201\330\010\017\210u\220A\320\025%\240T\250\025\250b\260\007\260t\2702\270W\300A\340\010\030\230\001\230\021\230!\320\000!\240\021\330\004\005\330\004\024\220A";
+    const struct { const unsigned int length: 8; } str_length_index[] = {{0},{1},{1},{179},{8},{24},{5},{4},{4},{4},{8},{4},{20},{12},{8},{8},{10},{8},{7},{12},{8},{13},{18},{4},{3},{14},{18},{4},{4},{3},{5},{1},{4},{5},{5},{1},{14},{6},{1},{6},{1},{3},{8},{12},{1},{15},{6},{19},{6},{16},{10},{4},{5},{12},{5},{4},{6},{7},{4},{20}};
+    const struct { const unsigned int length: 9; } bytes_length_index[] = {{91},{293},{271},{13}};
+    #ifndef CYTHON_COMPRESS_STRINGS
+      #define CYTHON_COMPRESS_STRINGS 0
+    #endif
+    #if (CYTHON_COMPRESS_STRINGS) == 1 /* compression: zlib (947 bytes) */
+static const char cstring[] = "x\332uROo\3336\024\217;\0471\020c\213\343d\t\260bP\232\006\005\0064[\262n\350e\033\024;\355\272uAb\247\363\2324Q)\211r\270\310\222LRq<\354\220\243\216<\362\250\243\216:\372\250\243\217<\372\330\217\260\217\260G;+\212\002\023 =\352=\362\367\347=\356\376t\030rl\360K\304\215\306\220_\206\201A\230\341b\237\330\230\"\216\375\241\3018%\016\307To\n\214\243\203\243\307O\236>1P\340\032\024\377\211\035\316\014\026\333\216\217\030\303\314\010=\303\216\211\317I`\360a\204\331\216\361\3023\206al\004\030\273\006\017\215\010\366}x\200_\342\300`\230\353\205\361\010\005A\310\021\047a`\301q\022t\037\031.\241@B\256\261>\375\014\371\014\357 \327\265`\037\036@\351k\213\342^\010|]\313\t]\354\354D\303\233\346\301K\363\365\257\007\257\333\207a\200O\314\347\355\223\226yh\375\326~\3361_\234X\326\321\360\006\336&\230\262\016\361\roa\317\262\356\210\261\005\217\027\007\216\216=D\202i\014\335\330\237V\002\324\233E<\320\241\037#\377\277\024\307\214C \014d\3200\006A\030\261a\340\220p\347}\202\331$p\355\330s.\261s\205]\213\207\021q\230\343C\311\002*N\221\203m\344\\i#.\342\010\007\256\247\r\023\302qO\277\314\017\007\230\366z\350\306\362\250&f\344/\310v-\342\006a\204\3721\216\2420\202\020\003\240;\213\241\347A{)\305\310\265\"_[b\200Kq\027\232\374\276u:eMGB1\217i0\375\2478\362\2073\"@p\261\207b\237kF\026\371\204O?wU\306\021\345\234\306\370\032\3711f\327\2302@\277&x\240G\264\363\321\210nK\377,\314\315\257\013$bi\312\337\323\335Iy~RYJ\276\027+bO\264eY\356K7\335NY\3660\263\363\205\334\036\225&\325\272\330\235T>Kba\252\265\355\364$[\203\322b\316G{\243Na\276\253l\310\222\254\311M\200\256\316\315WnY\262\231<\005\260\023Y\227\r\331O+\331=\000s\362\325\374\254(\025\033\343\372\270\251\216\316\324\331\033\365\346\\\303\366\047\345J\262\220t\305\261@\037-+\242$VEK0\271-\373\357\232\277\214\037\253\316\251:\355\252\356\345\244\366\205\3741\333\310k\223\362\342-MV\222\275\244-\356\211-q|\207\271x\333O\312I#\351\213\262h\210>8\323b\346\323?\262VF\363z\336\310\343\321\317\305~a\217?\031\177;\306\252\r\222\316\325""\271\245,[\331Xa\242H\244\"\252(W<\376\177\270N\266\017\336\326\362\356\2505b\305v1\030\333\352\250\255\332\035\325\001\264\213IyI-=L\315\364U\366\000v\242Y\223\356K\350\373\347\332#|\304\265<\226^jN\047QU\325\373\262\231\226`\2254\005\204O\023\033l=\320\234\223\352\252x\231\226\322Z\272\225\266\263r\326\310\376\036\355\216L \246E\275h\024\034|\370\352t\326\332\013u\361V\275u\224\343)\017\254\\\251+_\371=\325\013U\330W}:\251\352y\356\203\204\345u1\220NZ\323\031:\275\005-A\345\n(\\\256\351\321\177\007\323]\221{\262%iZO\237\251\257~\030\275*\266\212\316\330\234aha\313\353j\375\233\274\224\177\tJV\212\275\242\005Zv\047\325\232X\327WC/4\356t2\003\341\312\315\367wF\315m\0023\030/\257\n\363_,!\r\316";
+    PyObject *data = __Pyx_DecompressString(cstring, 947, 1);
+    #define __Pyx_DecompressString_LZSS_UNUSED
+    if (unlikely(!data)) __PYX_ERR(0, 1, __pyx_L1_error)
+    const char* const bytes = __Pyx_PyBytes_AsString(data);
+    #if !CYTHON_ASSUME_SAFE_MACROS
+    if (likely(bytes)); else { Py_DECREF(data); __PYX_ERR(0, 1, __pyx_L1_error) }
+    #endif
+    #else /* compression: none (1296 bytes) */
+static const char bytes[] = "1?Note that Cython is deliberately stricter than PEP-484 and rejects subclasses of builtin types. If you need to pass subclasses then set the \047annotation_typing\047 directive to False.add_notewire/_remoting_codec.pyxDELAYKEYSNoneTAGSTRAN_MSGWAIT__Pyx_PyDict_NextRef__annotate____func____main____module____name____new____qualname____test___is_coroutineasyncio.coroutinesbindbufchecked_topicscline_in_tracebackcodedataendfalseiitemitemslowermmax_frame_sizemsg_idnopaqueppopqueue_idqueue_offsetrread_plain_sendregionremoting_send_classreturnsend_reply_framesetdefaultsizesplitsplit_framesstarttruevaluesversionviewwire._remoting_codec\200\001\360\006\000\005\027\220a\220u\230A\230V\2401\330\004\005\330\010\013\2106\220\022\2202\220S\230\004\230B\230d\240%\240s\250$\250b\260\006\260b\270\001\330\014\023\2201\330\010\017\210u\220A\320\025%\240T\250\025\250b\260\007\260t\2702\270W\300A\340\010\030\230\001\230\021\230!\200\001\360\014\000\005\010\200s\210!\2108\2202\220T\230\023\230C\230q\240\010\250\002\250$\250c\260\024\260[\300\001\300\030\310\023\310D\320P[\320[\\\320\\]\330\010\017\210q\330\004\010\210\006\210g\220Q\220a\330\004\010\210\006\210g\220Q\220a\330\004\010\210\010\220\001\220\024\220R\220s\230%\230q\340DJ\310-\320WZ\320Zg\320gh\330\021\033\230>\250\030\260\021\330\004\007\200r\210\022\2102\210S\220\002\220#\220Q\330\010\017\210q\330\004\007\200q\210\004\210C\210q\220\004\220C\220q\230\004\230C\230q\240\005\240X\250R\250r\260\023\260C\260u\270H\300B\300b\310\003\3103\310e\320S[\320[]\320]_\320_b\320be\320ei\320ip\320pr\320rt\320tu\330\004\007\200q\210\004\210C\210q\220\004\220C\220q\230\004\230C\230q\240\005\240W\250B\250c\260\025\260g\270R\270s\300%\300w\310b\320PS\320SW\320W]\320]^\330\004\013\320\013$\240A\240U\250\"\250B\250a\200\001\360\014\000\005\034\2301\330\004\026\220a\330\004\026\220a\220v\230Q\230f\240A\330\004\005\330\010\014\320\014\034\230D\240\001\330\010\014\210D\220\001\330\010\016\210b\220\002\220\"\220C\220q\330\014\024\220L\240\001\240\021""\240#\240S\250\004\250C\250|\2701\270A\270R\270r\300\023\300C\300t\3103\310l\320Z[\320[\\\320\\^\320^`\320`c\320cf\320fi\320ik\320kl\320lm\320mo\320oq\320qr\330\014\017\210u\220B\220a\330\020\027\220w\230c\240\021\330\014\017\210r\220\022\2202\220R\220r\230\022\2301\330\020\021\330\014\023\2205\230\001\230\022\2302\230R\230r\240\023\240F\320*=\270U\300#\300W\310A\330\014\017\210u\220C\220q\330\020\027\320\0270\260\001\260\036\270r\300\022\3002\300R\300t\3101\330\014\021\220\027\230\001\230\021\330\014\021\220\022\2202\220Q\330\010\017\210w\220d\230!\340\010\030\230\001\230\021\230!\320\000!\240\021\330\004\005\330\004\024\220A";
     PyObject *data = NULL;
+    #define __Pyx_DecompressString_UNUSED
+    #define __Pyx_DecompressString_LZSS_UNUSED
+    #endif
     PyObject **stringtab = __pyx_mstate->__pyx_string_tab;
     Py_ssize_t pos = 0;
-    for (int i = 0; i < 42; i++) {
+    for (int i = 0; i < 60; i++) {
       Py_ssize_t bytes_length = str_length_index[i].length;
       PyObject *string = PyUnicode_DecodeUTF8(bytes + pos, bytes_length, NULL);
       if (likely(string) && i >= 6) PyUnicode_InternInPlace(&string);
@@ -10798,8 +12011,8 @@ static const char bytes[] = "1?Note that Cython is deliberately stricter than PE
       stringtab[i] = string;
       pos += bytes_length;
     }
-    for (int i = 42; i < 44; i++) {
-      Py_ssize_t bytes_length = bytes_length_index[i-42].length;
+    for (int i = 60; i < 64; i++) {
+      Py_ssize_t bytes_length = bytes_length_index[i-60].length;
       PyObject *string = PyBytes_FromStringAndSize(bytes + pos, bytes_length);
       stringtab[i] = string;
       pos += bytes_length;
@@ -10809,15 +12022,15 @@ static const char bytes[] = "1?Note that Cython is deliberately stricter than PE
       }
     }
     Py_XDECREF(data);
-    for (Py_ssize_t i = 0; i < 44; i++) {
+    for (Py_ssize_t i = 0; i < 64; i++) {
       if (unlikely(PyObject_Hash(stringtab[i]) == -1)) {
         __PYX_ERR(0, 1, __pyx_L1_error)
       }
     }
     #if CYTHON_IMMORTAL_CONSTANTS
     {
-      PyObject **table = stringtab + 42;
-      for (Py_ssize_t i=0; i<2; ++i) {
+      PyObject **table = stringtab + 60;
+      for (Py_ssize_t i=0; i<4; ++i) {
         #if PY_VERSION_HEX >= 0x030F0000
         PyUnstable_SetImmortal(table[i]);
         #elif CYTHON_COMPILING_IN_CPYTHON_FREETHREADING
@@ -10838,6 +12051,37 @@ static const char bytes[] = "1?Note that Cython is deliberately stricter than PE
     }
     #endif
   }
+  {
+    PyObject **numbertab = __pyx_mstate->__pyx_number_tab + 0;
+    int8_t const cint_constants_1[] = {-1};
+    for (int i = 0; i < 1; i++) {
+      numbertab[i] = PyLong_FromLong(cint_constants_1[i - 0]);
+      if (unlikely(!numbertab[i])) __PYX_ERR(0, 1, __pyx_L1_error)
+    }
+  }
+  #if CYTHON_IMMORTAL_CONSTANTS
+  {
+    PyObject **table = __pyx_mstate->__pyx_number_tab;
+    for (Py_ssize_t i=0; i<1; ++i) {
+      #if PY_VERSION_HEX >= 0x030F0000
+      PyUnstable_SetImmortal(table[i]);
+      #elif CYTHON_COMPILING_IN_CPYTHON_FREETHREADING
+      if ((PY_SSIZE_T_MAX <= _Py_IMMORTAL_REFCNT_LOCAL)) break;
+      #if PY_VERSION_HEX < 0x030E0000
+      if (_Py_IsOwnedByCurrentThread(table[i]) && Py_REFCNT(table[i]) == 1)
+      #else
+      if (PyUnstable_Object_IsUniquelyReferenced(table[i]))
+      #endif
+      {
+        Py_SET_REFCNT(table[i], ((Py_ssize_t)_Py_IMMORTAL_REFCNT_LOCAL + 1));
+      }
+      #else
+      if ((PY_SSIZE_T_MAX < _Py_IMMORTAL_INITIAL_REFCNT)) break;
+      Py_SET_REFCNT(table[i], _Py_IMMORTAL_INITIAL_REFCNT);
+      #endif
+    }
+  }
+  #endif
   return 0;
   __pyx_L1_error:;
   return -1;
@@ -10850,9 +12094,9 @@ typedef struct {
     unsigned int argcount : 3;
     unsigned int num_posonly_args : 1;
     unsigned int num_kwonly_args : 1;
-    unsigned int nlocals : 3;
+    unsigned int nlocals : 4;
     unsigned int flags : 10;
-    unsigned int first_line : 9;
+    unsigned int first_line : 10;
 } __Pyx_PyCode_New_function_description;
 #ifdef __cplusplus
 } /* anonymous namespace */
@@ -10872,14 +12116,24 @@ static int __Pyx_CreateCodeObjects(__pyx_mstatetype *__pyx_mstate) {
   PyObject* tuple_dedup_map = PyDict_New();
   if (unlikely(!tuple_dedup_map)) return -1;
   {
-    const __Pyx_PyCode_New_function_description descr = {1, 0, 0, 1, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 33};
+    const __Pyx_PyCode_New_function_description descr = {1, 0, 0, 1, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 34};
     PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_remoting_send_class};
     __pyx_mstate_global->__pyx_codeobj_tab[0] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_wire__remoting_codec_pyx, __pyx_mstate->__pyx_n_u_bind, __pyx_mstate->__pyx_kp_b_iso88591_A, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[0])) goto bad;
   }
   {
-    const __Pyx_PyCode_New_function_description descr = {4, 0, 0, 5, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 343};
+    const __Pyx_PyCode_New_function_description descr = {3, 0, 0, 10, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 344};
+    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_data, __pyx_mstate->__pyx_n_u_max_frame_size, __pyx_mstate->__pyx_n_u_checked_topics, __pyx_mstate->__pyx_n_u_view, __pyx_mstate->__pyx_n_u_p, __pyx_mstate->__pyx_n_u_n, __pyx_mstate->__pyx_n_u_i, __pyx_mstate->__pyx_n_u_size, __pyx_mstate->__pyx_n_u_items, __pyx_mstate->__pyx_n_u_item};
+    __pyx_mstate_global->__pyx_codeobj_tab[1] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_wire__remoting_codec_pyx, __pyx_mstate->__pyx_n_u_split_frames, __pyx_mstate->__pyx_kp_b_iso88591_1_a_avQfA_D_D_b_Cq_L_S_C_1ARr_C, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[1])) goto bad;
+  }
+  {
+    const __Pyx_PyCode_New_function_description descr = {4, 0, 0, 5, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 372};
     PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_buf, __pyx_mstate->__pyx_n_u_start, __pyx_mstate->__pyx_n_u_end, __pyx_mstate->__pyx_n_u_checked_topics, __pyx_mstate->__pyx_n_u_view};
-    __pyx_mstate_global->__pyx_codeobj_tab[1] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_wire__remoting_codec_pyx, __pyx_mstate->__pyx_n_u_read_plain_send, __pyx_mstate->__pyx_kp_b_iso88591_auAV1_6_2S_Bd_s_b_b_1_uA_T_b_t2, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[1])) goto bad;
+    __pyx_mstate_global->__pyx_codeobj_tab[2] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_wire__remoting_codec_pyx, __pyx_mstate->__pyx_n_u_read_plain_send, __pyx_mstate->__pyx_kp_b_iso88591_auAV1_6_2S_Bd_s_b_b_1_uA_T_b_t2, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[2])) goto bad;
+  }
+  {
+    const __Pyx_PyCode_New_function_description descr = {7, 0, 0, 11, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 584};
+    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_code, __pyx_mstate->__pyx_n_u_opaque, __pyx_mstate->__pyx_n_u_msg_id, __pyx_mstate->__pyx_n_u_queue_id, __pyx_mstate->__pyx_n_u_queue_offset, __pyx_mstate->__pyx_n_u_region, __pyx_mstate->__pyx_n_u_version, __pyx_mstate->__pyx_n_u_buf, __pyx_mstate->__pyx_n_u_n, __pyx_mstate->__pyx_n_u_m, __pyx_mstate->__pyx_n_u_r};
+    __pyx_mstate_global->__pyx_codeobj_tab[3] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_wire__remoting_codec_pyx, __pyx_mstate->__pyx_n_u_send_reply_frame, __pyx_mstate->__pyx_kp_b_iso88591_s_82T_Cq_c_DP_q_gQa_gQa_Rs_qDJ, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[3])) goto bad;
   }
   Py_DECREF(tuple_dedup_map);
   return 0;
@@ -12252,6 +13506,28 @@ static CYTHON_INLINE int __Pyx_ArgTypeTest(PyObject *obj, PyTypeObject *type, in
     return 0;
 }
 
+/* ListAppendAndDecrefInternal (used by ListAppend) */
+#if CYTHON_USE_PYLIST_INTERNALS && CYTHON_ASSUME_SAFE_MACROS && CYTHON_ASSUME_SAFE_SIZE
+static CYTHON_INLINE void __Pyx__ListComp_AppendAndDecref(PyObject* list, Py_ssize_t len, PyObject* x) {
+    PyList_SET_ITEM(list, len, x);
+    Py_SET_SIZE(list, len + 1);
+}
+#endif
+
+/* ListAppend */
+#if CYTHON_USE_PYLIST_INTERNALS && CYTHON_ASSUME_SAFE_MACROS && CYTHON_ASSUME_SAFE_SIZE
+static CYTHON_INLINE int __Pyx_PyList_Append(PyObject* list, PyObject* x) {
+    PyListObject* L = (PyListObject*) list;
+    Py_ssize_t len = Py_SIZE(list);
+    if (likely(L->allocated > len) & likely(len > (L->allocated >> 1))) {
+        Py_INCREF(x);
+        __Pyx__ListComp_AppendAndDecref(list, len, x);
+        return 0;
+    }
+    return PyList_Append(list, x);
+}
+#endif
+
 /* GetException */
 #if CYTHON_FAST_THREAD_STATE
 static int __Pyx__GetException(PyThreadState *tstate, PyObject **type, PyObject **value, PyObject **tb)
@@ -12723,6 +13999,58 @@ __pyx_return_true:
     Py_RETURN_TRUE;
 __pyx_return_false:
     Py_RETURN_FALSE;
+}
+
+/* unicode_iter */
+static CYTHON_INLINE int __Pyx_init_unicode_iteration(
+    PyObject* ustring, Py_ssize_t *length, void** data, int *kind) {
+#if CYTHON_COMPILING_IN_LIMITED_API
+    *kind   = 0;
+    *length = PyUnicode_GetLength(ustring);
+    *data   = (void*)ustring;
+#else
+    if (unlikely(__Pyx_PyUnicode_READY(ustring) < 0)) return -1;
+    *kind   = PyUnicode_KIND(ustring);
+    *length = PyUnicode_GET_LENGTH(ustring);
+    *data   = PyUnicode_DATA(ustring);
+#endif
+    return 0;
+}
+
+/* WriteUnraisableException */
+static void __Pyx_WriteUnraisable(const char *name, int clineno,
+                                  int lineno, const char *filename,
+                                  int full_traceback, int nogil) {
+    PyObject *old_exc, *old_val, *old_tb;
+    PyObject *ctx;
+    __Pyx_PyThreadState_declare
+    PyGILState_STATE state;
+    if (nogil)
+        state = PyGILState_Ensure();
+    else state = (PyGILState_STATE)0;
+    CYTHON_UNUSED_VAR(clineno);
+    CYTHON_UNUSED_VAR(lineno);
+    CYTHON_UNUSED_VAR(filename);
+    CYTHON_MAYBE_UNUSED_VAR(nogil);
+    __Pyx_PyThreadState_assign
+    __Pyx_ErrFetch(&old_exc, &old_val, &old_tb);
+    if (full_traceback) {
+        Py_XINCREF(old_exc);
+        Py_XINCREF(old_val);
+        Py_XINCREF(old_tb);
+        __Pyx_ErrRestore(old_exc, old_val, old_tb);
+        PyErr_PrintEx(0);
+    }
+    ctx = PyUnicode_FromString(name);
+    __Pyx_ErrRestore(old_exc, old_val, old_tb);
+    if (!ctx) {
+        PyErr_WriteUnraisable(Py_None);
+    } else {
+        PyErr_WriteUnraisable(ctx);
+        Py_DECREF(ctx);
+    }
+    if (nogil)
+        PyGILState_Release(state);
 }
 
 /* TypeImport */
@@ -14680,6 +16008,23 @@ bad:
         return (target_type) value;\
     }
 
+/* UnicodeAsUCS4 */
+static void __Pyx_PyUnicode_AsPy_UCS4_error(Py_ssize_t length) {
+    if (likely(length >= 0)) {
+        PyErr_Format(PyExc_ValueError,
+                     "only single character unicode strings can be converted to Py_UCS4, "
+                     "got length %" CYTHON_FORMAT_SSIZE_T "d", length);
+    }
+}
+static CYTHON_INLINE Py_UCS4 __Pyx_PyUnicode_AsPy_UCS4(PyObject* x) {
+    Py_ssize_t length = __Pyx_PyUnicode_GET_LENGTH(x);
+    if (unlikely(length != 1)) {
+        __Pyx_PyUnicode_AsPy_UCS4_error(length);
+        return (Py_UCS4)-1;
+    }
+    return __Pyx_PyUnicode_READ_CHAR(x, 0);
+}
+
 /* CIntFromPy */
 static int __Pyx_LargePyLong___Pyx_PyLong_As_int(PyObject *x);
 static int __Pyx_raise_neg_overflow___Pyx_PyLong_As_int(void) {
@@ -14981,6 +16326,307 @@ static CYTHON_INLINE int __Pyx_PyLong_As_int(PyObject *x) {
     }
 }
 
+/* CIntFromPy */
+static PY_LONG_LONG __Pyx_LargePyLong___Pyx_PyLong_As_PY_LONG_LONG(PyObject *x);
+static PY_LONG_LONG __Pyx_raise_neg_overflow___Pyx_PyLong_As_PY_LONG_LONG(void) {
+    const char* type_name = "PY_LONG_LONG";
+    PyErr_Format(PyExc_OverflowError,
+        "can't convert negative value to %.200s", type_name);
+    return (PY_LONG_LONG) -1;
+}
+static PY_LONG_LONG __Pyx_raise_overflow___Pyx_PyLong_As_PY_LONG_LONG(void) {
+    const char* type_name = "PY_LONG_LONG";
+    PyErr_Format(PyExc_OverflowError,
+        "value too large to convert to %.200s", type_name);
+    return (PY_LONG_LONG) -1;
+}
+static CYTHON_INLINE PY_LONG_LONG __Pyx_PyULong___Pyx_PyLong_As_PY_LONG_LONG(PyObject *x) {
+    const int is_unsigned = 1;
+#if CYTHON_USE_PYLONG_INTERNALS
+    {
+        const digit* digits = __Pyx_PyLong_Digits(x);
+        const Py_ssize_t size = __Pyx_PyLong_DigitCount(x);
+        if (size == 2 && (8 * sizeof(PY_LONG_LONG) > 1 * PyLong_SHIFT)) {
+            if ((8 * sizeof(unsigned long) > 2 * PyLong_SHIFT)) {
+                __PYX_VERIFY_RETURN_INT(PY_LONG_LONG, unsigned long, (((((unsigned long)digits[1]) << PyLong_SHIFT) | (unsigned long)digits[0])))
+            } else if ((8 * sizeof(PY_LONG_LONG) >= 2 * PyLong_SHIFT)) {
+                return (PY_LONG_LONG) (((((PY_LONG_LONG)digits[1]) << PyLong_SHIFT) | (PY_LONG_LONG)digits[0]));
+            }
+        } else
+        if (size == 3 && (8 * sizeof(PY_LONG_LONG) > 2 * PyLong_SHIFT)) {
+            if ((8 * sizeof(unsigned long) > 3 * PyLong_SHIFT)) {
+                __PYX_VERIFY_RETURN_INT(PY_LONG_LONG, unsigned long, (((((((unsigned long)digits[2]) << PyLong_SHIFT) | (unsigned long)digits[1]) << PyLong_SHIFT) | (unsigned long)digits[0])))
+            } else if ((8 * sizeof(PY_LONG_LONG) >= 3 * PyLong_SHIFT)) {
+                return (PY_LONG_LONG) (((((((PY_LONG_LONG)digits[2]) << PyLong_SHIFT) | (PY_LONG_LONG)digits[1]) << PyLong_SHIFT) | (PY_LONG_LONG)digits[0]));
+            }
+        } else
+        if (size == 4 && (8 * sizeof(PY_LONG_LONG) > 3 * PyLong_SHIFT)) {
+            if ((8 * sizeof(unsigned long) > 4 * PyLong_SHIFT)) {
+                __PYX_VERIFY_RETURN_INT(PY_LONG_LONG, unsigned long, (((((((((unsigned long)digits[3]) << PyLong_SHIFT) | (unsigned long)digits[2]) << PyLong_SHIFT) | (unsigned long)digits[1]) << PyLong_SHIFT) | (unsigned long)digits[0])))
+            } else if ((8 * sizeof(PY_LONG_LONG) >= 4 * PyLong_SHIFT)) {
+                return (PY_LONG_LONG) (((((((((PY_LONG_LONG)digits[3]) << PyLong_SHIFT) | (PY_LONG_LONG)digits[2]) << PyLong_SHIFT) | (PY_LONG_LONG)digits[1]) << PyLong_SHIFT) | (PY_LONG_LONG)digits[0]));
+            }
+        } else
+        {}
+    }
+#elif CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX < 0x030C00A7
+    if (unlikely(Py_SIZE(x) < 0)) {
+        goto raise_neg_overflow;
+    }
+#else
+    {
+        int result = PyObject_RichCompareBool(x, Py_False, Py_LT);
+        if (unlikely(result < 0))
+            return (PY_LONG_LONG) -1;
+        if (unlikely(result == 1))
+            goto raise_neg_overflow;
+    }
+#endif
+    if ((sizeof(PY_LONG_LONG) <= sizeof(unsigned long))) {
+        __PYX_VERIFY_RETURN_INT_EXC(PY_LONG_LONG, unsigned long, PyLong_AsUnsignedLong(x))
+    } else if ((sizeof(PY_LONG_LONG) <= sizeof(unsigned PY_LONG_LONG))) {
+        __PYX_VERIFY_RETURN_INT_EXC(PY_LONG_LONG, unsigned PY_LONG_LONG, PyLong_AsUnsignedLongLong(x))
+    }
+    return __Pyx_LargePyLong___Pyx_PyLong_As_PY_LONG_LONG(x);
+raise_neg_overflow:
+    return __Pyx_raise_neg_overflow___Pyx_PyLong_As_PY_LONG_LONG();
+raise_overflow:
+    return __Pyx_raise_overflow___Pyx_PyLong_As_PY_LONG_LONG();
+}
+static CYTHON_INLINE PY_LONG_LONG __Pyx_PySLong___Pyx_PyLong_As_PY_LONG_LONG(PyObject *x) {
+    const int is_unsigned = 0;
+#if CYTHON_USE_PYLONG_INTERNALS
+    if (__Pyx_PyLong_IsNeg(x)) {
+        const Py_ssize_t size = __Pyx_PyLong_DigitCount(x);
+        const digit* digits = __Pyx_PyLong_Digits(x);
+        if (size == 2 && (8 * sizeof(PY_LONG_LONG) > 1 * PyLong_SHIFT)) {
+            if ((8 * sizeof(long) > 2 * PyLong_SHIFT)) {
+                long ival = - (long) (((((unsigned long)digits[1]) << PyLong_SHIFT) | (unsigned long)digits[0]));
+                __PYX_VERIFY_RETURN_INT(PY_LONG_LONG, long, ival)
+            } else if ((8 * sizeof(PY_LONG_LONG) - 1 > 2 * PyLong_SHIFT)) {
+                return (PY_LONG_LONG) (((PY_LONG_LONG) -1) * (((((PY_LONG_LONG)digits[1]) << PyLong_SHIFT) | (PY_LONG_LONG)digits[0])));
+            }
+        } else
+        if (size == 3 && (8 * sizeof(PY_LONG_LONG) > 2 * PyLong_SHIFT)) {
+            if ((8 * sizeof(long) > 3 * PyLong_SHIFT)) {
+                long ival = - (long) (((((((unsigned long)digits[2]) << PyLong_SHIFT) | (unsigned long)digits[1]) << PyLong_SHIFT) | (unsigned long)digits[0]));
+                __PYX_VERIFY_RETURN_INT(PY_LONG_LONG, long, ival)
+            } else if ((8 * sizeof(PY_LONG_LONG) - 1 > 3 * PyLong_SHIFT)) {
+                return (PY_LONG_LONG) (((PY_LONG_LONG) -1) * (((((((PY_LONG_LONG)digits[2]) << PyLong_SHIFT) | (PY_LONG_LONG)digits[1]) << PyLong_SHIFT) | (PY_LONG_LONG)digits[0])));
+            }
+        } else
+        if (size == 4 && (8 * sizeof(PY_LONG_LONG) > 3 * PyLong_SHIFT)) {
+            if ((8 * sizeof(long) > 4 * PyLong_SHIFT)) {
+                long ival = - (long) (((((((((unsigned long)digits[3]) << PyLong_SHIFT) | (unsigned long)digits[2]) << PyLong_SHIFT) | (unsigned long)digits[1]) << PyLong_SHIFT) | (unsigned long)digits[0]));
+                __PYX_VERIFY_RETURN_INT(PY_LONG_LONG, long, ival)
+            } else if ((8 * sizeof(PY_LONG_LONG) - 1 > 4 * PyLong_SHIFT)) {
+                return (PY_LONG_LONG) (((PY_LONG_LONG) -1) * (((((((((PY_LONG_LONG)digits[3]) << PyLong_SHIFT) | (PY_LONG_LONG)digits[2]) << PyLong_SHIFT) | (PY_LONG_LONG)digits[1]) << PyLong_SHIFT) | (PY_LONG_LONG)digits[0])));
+            }
+        } else
+        {}
+    } else {
+        const Py_ssize_t size = __Pyx_PyLong_DigitCount(x);
+        const digit* digits = __Pyx_PyLong_Digits(x);
+        if (size == 2 && (8 * sizeof(PY_LONG_LONG) > 1 * PyLong_SHIFT)) {
+            if ((8 * sizeof(long) > 2 * PyLong_SHIFT)) {
+                __PYX_VERIFY_RETURN_INT(PY_LONG_LONG, unsigned long, (((((unsigned long)digits[1]) << PyLong_SHIFT) | (unsigned long)digits[0])))
+            } else if ((8 * sizeof(PY_LONG_LONG) - 1 > 2 * PyLong_SHIFT)) {
+                return (PY_LONG_LONG) (((((PY_LONG_LONG)digits[1]) << PyLong_SHIFT) | (PY_LONG_LONG)digits[0]));
+            }
+        } else
+        if (size == 3 && (8 * sizeof(PY_LONG_LONG) > 2 * PyLong_SHIFT)) {
+            if ((8 * sizeof(long) > 3 * PyLong_SHIFT)) {
+                __PYX_VERIFY_RETURN_INT(PY_LONG_LONG, unsigned long, (((((((unsigned long)digits[2]) << PyLong_SHIFT) | (unsigned long)digits[1]) << PyLong_SHIFT) | (unsigned long)digits[0])))
+            } else if ((8 * sizeof(PY_LONG_LONG) - 1 > 3 * PyLong_SHIFT)) {
+                return (PY_LONG_LONG) (((((((PY_LONG_LONG)digits[2]) << PyLong_SHIFT) | (PY_LONG_LONG)digits[1]) << PyLong_SHIFT) | (PY_LONG_LONG)digits[0]));
+            }
+        } else
+        if (size == 4 && (8 * sizeof(PY_LONG_LONG) > 3 * PyLong_SHIFT)) {
+            if ((8 * sizeof(long) > 4 * PyLong_SHIFT)) {
+                __PYX_VERIFY_RETURN_INT(PY_LONG_LONG, unsigned long, (((((((((unsigned long)digits[3]) << PyLong_SHIFT) | (unsigned long)digits[2]) << PyLong_SHIFT) | (unsigned long)digits[1]) << PyLong_SHIFT) | (unsigned long)digits[0])))
+            } else if ((8 * sizeof(PY_LONG_LONG) - 1 > 4 * PyLong_SHIFT)) {
+                return (PY_LONG_LONG) (((((((((PY_LONG_LONG)digits[3]) << PyLong_SHIFT) | (PY_LONG_LONG)digits[2]) << PyLong_SHIFT) | (PY_LONG_LONG)digits[1]) << PyLong_SHIFT) | (PY_LONG_LONG)digits[0]));
+            }
+        } else
+        {}
+    }
+#endif
+    #if __PYX_LIMITED_VERSION_HEX >= 0x030d0000
+    if ((sizeof(PY_LONG_LONG) <= sizeof(int)) && (sizeof(int) < sizeof(long))) {
+        __PYX_VERIFY_RETURN_INT_EXC(PY_LONG_LONG, int, PyLong_AsInt(x))
+    } else
+    #endif
+    if ((sizeof(PY_LONG_LONG) <= sizeof(long))) {
+        __PYX_VERIFY_RETURN_INT_EXC(PY_LONG_LONG, long, PyLong_AsLong(x))
+    } else if ((sizeof(PY_LONG_LONG) <= sizeof(PY_LONG_LONG))) {
+        __PYX_VERIFY_RETURN_INT_EXC(PY_LONG_LONG, PY_LONG_LONG, PyLong_AsLongLong(x))
+    }
+    return __Pyx_LargePyLong___Pyx_PyLong_As_PY_LONG_LONG(x);
+raise_neg_overflow:
+    return __Pyx_raise_neg_overflow___Pyx_PyLong_As_PY_LONG_LONG();
+raise_overflow:
+    return __Pyx_raise_overflow___Pyx_PyLong_As_PY_LONG_LONG();
+}
+static PY_LONG_LONG __Pyx_LargePyLong___Pyx_PyLong_As_PY_LONG_LONG(PyObject *x) {
+#ifdef __Pyx_HAS_GCC_DIAGNOSTIC
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wconversion"
+#endif
+    const PY_LONG_LONG neg_one = (PY_LONG_LONG) -1, const_zero = (PY_LONG_LONG) 0;
+#ifdef __Pyx_HAS_GCC_DIAGNOSTIC
+#pragma GCC diagnostic pop
+#endif
+    const int is_unsigned = neg_one > const_zero;
+    PY_LONG_LONG val;
+    int ret = -1;
+#if PY_VERSION_HEX >= 0x030d00A6 && !CYTHON_COMPILING_IN_LIMITED_API
+    Py_ssize_t bytes_copied = PyLong_AsNativeBytes(
+        x, &val, sizeof(val), Py_ASNATIVEBYTES_NATIVE_ENDIAN | (is_unsigned ? Py_ASNATIVEBYTES_UNSIGNED_BUFFER | Py_ASNATIVEBYTES_REJECT_NEGATIVE : 0));
+    if (unlikely(bytes_copied == -1)) {
+    } else if (unlikely(bytes_copied > (Py_ssize_t) sizeof(val))) {
+        goto raise_overflow;
+    } else {
+        ret = 0;
+    }
+#elif PY_VERSION_HEX < 0x030d0000 && !(CYTHON_COMPILING_IN_PYPY || CYTHON_COMPILING_IN_LIMITED_API) || defined(_PyLong_AsByteArray)
+    int one = 1; int is_little = (int)*(unsigned char *)&one;
+    unsigned char *bytes = (unsigned char *)&val;
+    ret = _PyLong_AsByteArray((PyLongObject *)x,
+                                bytes, sizeof(val),
+                                is_little, !is_unsigned);
+    if ((0)) goto raise_overflow;
+#else
+    PyObject *v;
+    PyObject *stepval = NULL, *mask = NULL, *shift = NULL;
+    int bits, remaining_bits, is_negative = 0;
+    int chunk_size = (sizeof(long) < 8) ? 30 : 62;
+    if (likely(PyLong_CheckExact(x))) {
+        v = __Pyx_NewRef(x);
+    } else {
+        v = PyNumber_Long(x);
+        if (unlikely(!v)) return (PY_LONG_LONG) -1;
+        assert(PyLong_CheckExact(v));
+    }
+    {
+        int result = PyObject_RichCompareBool(v, Py_False, Py_LT);
+        if (unlikely(result < 0)) {
+            Py_DECREF(v);
+            return (PY_LONG_LONG) -1;
+        }
+        is_negative = result == 1;
+    }
+    if (is_unsigned && unlikely(is_negative)) {
+        Py_DECREF(v);
+        PyErr_SetString(PyExc_OverflowError,
+            "can't convert negative value to PY_LONG_LONG");
+        return (PY_LONG_LONG) -1;
+    } else if (is_negative) {
+        stepval = PyNumber_Invert(v);
+        Py_DECREF(v);
+        if (unlikely(!stepval))
+            return (PY_LONG_LONG) -1;
+    } else {
+        stepval = v;
+    }
+    v = NULL;
+    val = (PY_LONG_LONG) 0;
+    mask = PyLong_FromLong((1L << chunk_size) - 1); if (unlikely(!mask)) goto done;
+    shift = PyLong_FromLong(chunk_size); if (unlikely(!shift)) goto done;
+    for (bits = 0; bits < (int) sizeof(PY_LONG_LONG) * 8 - chunk_size; bits += chunk_size) {
+        PyObject *tmp, *digit;
+        long idigit;
+        digit = PyNumber_And(stepval, mask);
+        if (unlikely(!digit)) goto done;
+        idigit = PyLong_AsLong(digit);
+        Py_DECREF(digit);
+        if (unlikely(idigit < 0)) goto done;
+        val |= ((PY_LONG_LONG) idigit) << bits;
+        tmp = PyNumber_Rshift(stepval, shift);
+        if (unlikely(!tmp)) goto done;
+        Py_DECREF(stepval); stepval = tmp;
+    }
+    Py_DECREF(shift); shift = NULL;
+    Py_DECREF(mask); mask = NULL;
+    {
+        long idigit = PyLong_AsLong(stepval);
+        if (unlikely(idigit < 0)) goto done;
+        remaining_bits = ((int) sizeof(PY_LONG_LONG) * 8) - bits - (is_unsigned ? 0 : 1);
+        if (unlikely(idigit >= (1L << remaining_bits)))
+            goto raise_overflow;
+        val |= ((PY_LONG_LONG) idigit) << bits;
+    }
+    if (!is_unsigned) {
+        if (unlikely(val & (((PY_LONG_LONG) 1) << (sizeof(PY_LONG_LONG) * 8 - 1))))
+            goto raise_overflow;
+        if (is_negative)
+            val = ~val;
+    }
+    ret = 0;
+done:
+    Py_XDECREF(shift);
+    Py_XDECREF(mask);
+    Py_XDECREF(stepval);
+#endif
+    if (unlikely(ret))
+        return (PY_LONG_LONG) -1;
+    return val;
+raise_overflow:
+    return __Pyx_raise_overflow___Pyx_PyLong_As_PY_LONG_LONG();
+}
+static CYTHON_INLINE PY_LONG_LONG __Pyx_PyLong___Pyx_PyLong_As_PY_LONG_LONG(PyObject *x) {
+#ifdef __Pyx_HAS_GCC_DIAGNOSTIC
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wconversion"
+#endif
+    const PY_LONG_LONG neg_one = (PY_LONG_LONG) -1, const_zero = (PY_LONG_LONG) 0;
+#ifdef __Pyx_HAS_GCC_DIAGNOSTIC
+#pragma GCC diagnostic pop
+#endif
+    const int is_unsigned = neg_one > const_zero;
+    if (is_unsigned) {
+        #if CYTHON_USE_PYLONG_INTERNALS
+        if (unlikely(__Pyx_PyLong_IsNeg(x))) {
+            goto raise_neg_overflow;
+        } else if (__Pyx_PyLong_IsCompact(x)) {
+            __PYX_VERIFY_RETURN_INT(PY_LONG_LONG, __Pyx_compact_upylong, __Pyx_PyLong_CompactValueUnsigned(x))
+        } else
+        #endif
+        {
+            return __Pyx_PyULong___Pyx_PyLong_As_PY_LONG_LONG(x);
+        }
+    } else {
+        #if CYTHON_USE_PYLONG_INTERNALS
+        if (__Pyx_PyLong_IsCompact(x)) {
+            __PYX_VERIFY_RETURN_INT(PY_LONG_LONG, __Pyx_compact_pylong, __Pyx_PyLong_CompactValue(x))
+        } else
+        #endif
+        {
+            return __Pyx_PySLong___Pyx_PyLong_As_PY_LONG_LONG(x);
+        }
+    }
+#if CYTHON_USE_PYLONG_INTERNALS
+raise_neg_overflow:
+    return __Pyx_raise_neg_overflow___Pyx_PyLong_As_PY_LONG_LONG();
+raise_overflow:
+    return __Pyx_raise_overflow___Pyx_PyLong_As_PY_LONG_LONG();
+#endif
+}
+static PY_LONG_LONG __Pyx_NonPyLong___Pyx_PyLong_As_PY_LONG_LONG(PyObject *x) {
+    PY_LONG_LONG val;
+    PyObject *tmp = __Pyx_PyNumber_Long(x);
+    if (!tmp) return (PY_LONG_LONG) -1;
+    val = __Pyx_PyLong_As_PY_LONG_LONG(tmp);
+    Py_DECREF(tmp);
+    return val;
+}
+static CYTHON_INLINE PY_LONG_LONG __Pyx_PyLong_As_PY_LONG_LONG(PyObject *x) {
+    if (likely(PyLong_Check(x))) {
+        return __Pyx_PyLong___Pyx_PyLong_As_PY_LONG_LONG(x);
+    } else {
+        return __Pyx_NonPyLong___Pyx_PyLong_As_PY_LONG_LONG(x);
+    }
+}
+
 /* PyObjectVectorcallKwds (used by PyObjectVectorcallMethodKwds) */
 #if CYTHON_VECTORCALL
 CYTHON_UNUSED static int __Pyx_CheckVectorcallKwarg(PyObject *kwnames, Py_ssize_t i) {
@@ -15185,6 +16831,27 @@ static CYTHON_INLINE PyObject* __Pyx_PyLong_From_int64_t(int64_t value) {
         return result;
 #endif
     }
+}
+
+/* ObjectAsUCS4 */
+static void __Pyx__PyObject_AsPy_UCS4_raise_error(long ival) {
+   if (ival < 0) {
+       if (!PyErr_Occurred())
+           PyErr_SetString(PyExc_OverflowError,
+                           "cannot convert negative value to Py_UCS4");
+   } else {
+       PyErr_SetString(PyExc_OverflowError,
+                       "value too large to convert to Py_UCS4");
+   }
+}
+static Py_UCS4 __Pyx__PyObject_AsPy_UCS4(PyObject* x) {
+   long ival;
+   ival = __Pyx_PyLong_As_long(x);
+   if (unlikely(!__Pyx_is_valid_index(ival, 1114111 + 1))) {
+       __Pyx__PyObject_AsPy_UCS4_raise_error(ival);
+       return (Py_UCS4)-1;
+   }
+   return (Py_UCS4)ival;
 }
 
 /* FormatTypeName */
@@ -15806,6 +17473,78 @@ done:
     #endif
     Py_DECREF(varnames_tuple);
     return code_obj;
+}
+
+/* DecompressString */
+CYTHON_UNUSED
+static CYTHON_SMALL_CODE PyObject *__Pyx_DecompressString(const char *s, Py_ssize_t length, int algo) {
+#ifdef __Pyx_DecompressString_UNUSED
+    CYTHON_UNUSED_VAR(s);
+    CYTHON_UNUSED_VAR(length);
+    CYTHON_UNUSED_VAR(algo);
+    return NULL;
+#else
+    PyObject *module = NULL, *decompress, *compressed_bytes, *decompressed;
+    const char* module_name = algo == 3 ? "compression.zstd" : algo == 2 ? "bz2" : "zlib";
+    PyObject *methodname = PyUnicode_FromString("decompress");
+    if (unlikely(!methodname)) return NULL;
+    #if __PYX_LIMITED_VERSION_HEX >= 0x030e0000
+    if (algo == 3) {
+        PyObject *fromlist = Py_BuildValue("[O]", methodname);
+        if (unlikely(!fromlist)) goto bad;
+        module = PyImport_ImportModuleLevel("compression.zstd", NULL, NULL, fromlist, 0);
+        Py_DECREF(fromlist);
+    } else
+    #endif
+        module = PyImport_ImportModule(module_name);
+    if (unlikely(!module)) goto import_failed;
+    decompress = PyObject_GetAttr(module, methodname);
+    if (unlikely(!decompress)) goto import_failed;
+    {
+        #ifdef __cplusplus
+            char *memview_bytes = const_cast<char*>(s);
+        #else
+            #if defined(__clang__)
+              #pragma clang diagnostic push
+              #pragma clang diagnostic ignored "-Wcast-qual"
+            #elif !defined(__INTEL_COMPILER) && defined(__GNUC__)
+              #pragma GCC diagnostic push
+              #pragma GCC diagnostic ignored "-Wcast-qual"
+            #endif
+            char *memview_bytes = (char*) s;
+            #if defined(__clang__)
+              #pragma clang diagnostic pop
+            #elif !defined(__INTEL_COMPILER) && defined(__GNUC__)
+              #pragma GCC diagnostic pop
+            #endif
+        #endif
+        #if CYTHON_COMPILING_IN_LIMITED_API && !defined(PyBUF_READ)
+        int memview_flags = 0x100;
+        #else
+        int memview_flags = PyBUF_READ;
+        #endif
+        compressed_bytes = PyMemoryView_FromMemory(memview_bytes, length, memview_flags);
+    }
+    if (unlikely(!compressed_bytes)) {
+        Py_DECREF(decompress);
+        goto bad;
+    }
+    decompressed = PyObject_CallFunctionObjArgs(decompress, compressed_bytes, NULL);
+    Py_DECREF(compressed_bytes);
+    Py_DECREF(decompress);
+    Py_DECREF(module);
+    Py_DECREF(methodname);
+    return decompressed;
+import_failed:
+    PyErr_Format(PyExc_ImportError,
+        "Failed to import '%.20s.decompress' - cannot initialise module strings. "
+        "String compression was configured with the C macro 'CYTHON_COMPRESS_STRINGS=%d'.",
+        module_name, algo);
+bad:
+    Py_XDECREF(module);
+    Py_DECREF(methodname);
+    return NULL;
+#endif
 }
 
 #include <string.h>

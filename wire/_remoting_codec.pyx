@@ -18,6 +18,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.dict cimport PyDict_DelItem, PyDict_GetItem, PyDict_SetItem
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int64_t, uint8_t, uint32_t
+from libc.stdio cimport snprintf
 from libc.string cimport memcmp, strlen
 
 cdef object _RemotingSend = tuple  # wire/remoting/plain_send.py binds its NamedTuple
@@ -340,6 +341,34 @@ cdef object properties_of(Value* v, dict props):
     return True
 
 
+def split_frames(data, Py_ssize_t max_frame_size, set checked_topics):
+    """The complete frames at the start of `data`: (items, bytes used, an oversized
+    frame's length or -1). An item is a RemotingSend when this reader reads the frame,
+    else the frame's bytes without its length prefix (for decode_payload)."""
+    cdef Py_buffer view
+    cdef const uint8_t* p
+    cdef Py_ssize_t n, i = 0, size
+    cdef list items = []
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        p = <const uint8_t*>view.buf
+        n = view.len
+        while n - i >= 4:
+            size = (<Py_ssize_t>p[i] << 24) | (<Py_ssize_t>p[i + 1] << 16) | (<Py_ssize_t>p[i + 2] << 8) | p[i + 3]
+            if size > max_frame_size:
+                return items, i, size
+            if n - i - 4 < size:
+                break
+            item = _read(p + i + 4, size, checked_topics) if size >= 4 else None
+            if item is None:
+                item = PyBytes_FromStringAndSize(<const char*>(p + i + 4), size)
+            items.append(item)
+            i += 4 + size
+        return items, i, -1
+    finally:
+        PyBuffer_Release(&view)
+
+
 def read_plain_send(buf, Py_ssize_t start, Py_ssize_t end, set checked_topics):
     """The frame buf[start:end] (without its length prefix) as a RemotingSend, or None."""
     cdef Py_buffer view
@@ -541,3 +570,33 @@ cdef bint skip_object(Cursor* c) noexcept nogil:
             return True
         if not eat(c, 44):
             return False
+
+
+cdef inline bint plain_ascii(str s) noexcept:
+    """Whether JSON writes `s` as it is between quotes (printable ASCII, no quote or backslash)."""
+    cdef Py_UCS4 ch
+    for ch in s:
+        if ch < 32 or ch > 126 or ch == 34 or ch == 92:
+            return False
+    return True
+
+
+def send_reply_frame(int code, int opaque, str msg_id, long long queue_id, long long queue_offset, str region,
+                     int version):
+    """wire/remoting/send_reply.py's templated answer, byte for byte, or None when `msg_id`
+    or `region` would need a JSON escape (the reference writes those)."""
+    cdef char buf[512]
+    cdef int n
+    if len(msg_id) > 200 or len(region) > 100 or not plain_ascii(msg_id) or not plain_ascii(region):
+        return None
+    m = msg_id.encode("ascii")
+    r = region.encode("ascii")
+    n = snprintf(buf + 8, 500, b'{"code":%d,"extFields":{"MSG_REGION":"%s","TRACE_ON":"true","msgId":"%s",'
+                 b'"queueId":"%lld","queueOffset":"%lld"},"flag":1,"language":"JAVA","opaque":%d,'
+                 b'"serializeTypeCurrentRPC":"JSON","version":%d}', code, <const char*>r, <const char*>m,
+                 queue_id, queue_offset, opaque, version)
+    if n < 0 or n >= 500:
+        return None
+    buf[0], buf[1], buf[2], buf[3] = <char>((n + 4) >> 24), <char>((n + 4) >> 16), <char>((n + 4) >> 8), <char>(n + 4)
+    buf[4], buf[5], buf[6], buf[7] = <char>(n >> 24), <char>(n >> 16), <char>(n >> 8), <char>n
+    return PyBytes_FromStringAndSize(buf, n + 8)

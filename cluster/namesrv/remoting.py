@@ -16,8 +16,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from node.ops.puts import PendingPut
 from node.remoting.acl import Refused, screened, signed_session
-from node.remoting.channel import Finish, GroupedSend, RemotingChannel
+from node.remoting.channel import Finish, RemotingChannel
 from node.security.guard import Guard
 from wire.protocol import InvalidRequest, parse_with
 from wire.protocol.namesrv import NAMESRV_REQUESTS
@@ -40,8 +41,11 @@ class NamesrvRemoting:
     ordered: frozenset[int] = frozenset()
     plain_topics: set[str] | None = None  # no sends here
 
-    async def plain_sends(self, sends: list[RemotingSend], channel: RemotingChannel) -> list[GroupedSend | None]:
+    async def plain_sends(self, sends: list[RemotingSend], channel: RemotingChannel) -> list[PendingPut | None]:
         return [None] * len(sends)  # never called: no plain_topics
+
+    def plain_answer(self, send: RemotingSend, response: dict[str, Any]) -> RemotingCommand:
+        raise AssertionError("the name server begins no sends")
 
     def __init__(self, table: RouteTable, guard: Guard | None = None) -> None:
         self.table = table

@@ -78,9 +78,14 @@ class RemotingService(Protocol):
         """Topics whose plain sends the server's decoder reads compiled and hands to
         `plain_sends` (wire/remoting/plain_send.py); None: none."""
 
-    async def plain_sends(self, sends: list[RemotingSend], channel: RemotingChannel) -> list[GroupedSend | None]:
-        """A receive's run of compiled-read sends, each begun for the server's turn, or None
-        where the request must go to `start` (decoded by `RemotingSend.command`)."""
+    async def plain_sends(self, sends: list[RemotingSend], channel: RemotingChannel) -> list[PendingPut | None]:
+        """A receive's run of compiled-read sends, each checked and encoded for the server's
+        turn, or None where the request must go to `start` (decoded by
+        `RemotingSend.command`). A stored one's answer is its frame (PendingPut.reply)."""
+
+    def plain_answer(self, send: RemotingSend, response: dict[str, Any]) -> RemotingCommand:
+        """The answer to a send `plain_sends` began whose CBOR response is not a stored
+        send's frame (a refusal after the append)."""
 
     async def start(self, cmd: RemotingCommand, channel: RemotingChannel) -> RemotingCommand | Finish | None:
         """Answer a request (None: no answer, as for a oneway one), or begin it and return

@@ -19,25 +19,19 @@ the stored records and the answers byte for byte.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 from wire.remoting.command import RemotingCommand, SerializeType
 from wire.remoting.plain_send import RemotingSend, plain_send
 from wire.remoting.send_reply import send_reply_frame
 
-from ..ops.puts import prepare_remoting_sends
+from ..ops.puts import PendingPut, prepare_remoting_sends
 from .answers import response_code
 from .channel import GroupedSend, ProcessorContext, RemotingChannel
 
 __all__ = ["REGION_ID", "fast_send", "plain_sends"]
 
 REGION_ID = "DefaultRegion"
-
-Answer = Callable[[RemotingCommand, "dict[str, Any] | bytes"], "RemotingCommand | bytes"]
-"""The reference's answer to a send's CBOR response (sends.py), which a stored send's
-templated frame passes through (a refusal after the append is a map)."""
-
 
 def _reply(opaque: int, status: str, msg_id: str, queue_id: int, queue_offset: int) -> bytes:
     """A stored send's answer frame, from the template."""
@@ -58,19 +52,8 @@ async def fast_send(proc: ProcessorContext, cmd: RemotingCommand, channel: Remot
     return None if pending is None else GroupedSend(pending, answer, proc.services)
 
 
-def _answer_of(reference: Answer, send: RemotingSend, response: dict[str, Any] | bytes) -> RemotingCommand | bytes:
-    """A compiled-read send's answer: its templated frame, or (a refusal after the append)
-    the reference's answer to its decoded command."""
-    if isinstance(response, bytes):
-        return response
-    return reference(send.command(), response)
-
-
 async def plain_sends(proc: ProcessorContext, sends: list[RemotingSend], channel: RemotingChannel,
-                      reference: Answer) -> list[GroupedSend | None]:
+                      ) -> list[PendingPut | None]:
     """A receive's run of sends the compiled reader read, checked and encoded for the
     server's turn with one write check; None for each that takes the reference path."""
-    s = proc.services
-    pending = await prepare_remoting_sends(s, sends, channel.peer, _reply)
-    return [None if p is None else GroupedSend(p, partial(_answer_of, reference, f), s)
-            for f, p in zip(sends, pending, strict=True)]
+    return await prepare_remoting_sends(proc.services, sends, channel.peer, _reply)

@@ -24,10 +24,11 @@ from wire.remoting.command import RemotingCommand
 from wire.remoting.headers import HeaderError
 from wire.remoting.plain_send import RemotingSend
 
+from ..ops.puts import PendingPut
 from ..ops.services import NodeServices
 from ..security.guard import Guard
 from .acl import CURRENT, Refused, guarded, screened
-from .channel import Finish, GroupedSend, Processor, RemotingChannel
+from .channel import Finish, Processor, RemotingChannel
 from .clients import CLIENT_PROCESSORS, channel_closed
 from .fastsend import plain_sends
 from .pulls import PULL_PROCESSORS
@@ -58,8 +59,13 @@ class NodeRemoting:
         """The server's decoder reads sends to these compiled (wire/remoting/plain_send.py)."""
         return self.checked_topics if self.fast_sends else None
 
-    async def plain_sends(self, sends: list[RemotingSend], channel: RemotingChannel) -> list[GroupedSend | None]:
-        return await plain_sends(self, sends, channel, send_answer)
+    async def plain_sends(self, sends: list[RemotingSend], channel: RemotingChannel) -> list[PendingPut | None]:
+        return await plain_sends(self, sends, channel)
+
+    def plain_answer(self, send: RemotingSend, response: dict[str, Any]) -> RemotingCommand:
+        answer = send_answer(send.command(), response)
+        assert isinstance(answer, RemotingCommand)  # a map's answer
+        return answer
 
     def closed(self, channel: RemotingChannel) -> None:
         channel_closed(self.services, channel)

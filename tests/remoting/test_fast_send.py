@@ -31,8 +31,8 @@ from tests.node.nodeproc import master_conf
 from tests.node.test_ops import node_services, ops_server
 from wire.remoting.codes import RequestCode, ResponseCode
 from wire.remoting.command import RemotingCommand, encode_command
-from wire.remoting.plain_send import RemotingSend
-from wire.remoting.send_reply import send_reply_frame
+from wire.remoting.plain_send import RemotingSend, reference_read_plain_send
+from wire.remoting.send_reply import reference_send_reply_frame, send_reply_frame
 
 TOPICS = ("FastA", "FastB_1", "Fast%C")
 """Warmed up on both nodes first (created from TBW102, then in the server's checked
@@ -259,8 +259,8 @@ def test_the_common_send_takes_the_fast_path(pair: Pair, clients: tuple[Client, 
 
 
 @given(code=st.sampled_from([0, 10, 11, 12]), opaque=st.integers(-(2**31), 2**31 - 1),
-       msg_id=st.text(max_size=40), queue_id=st.integers(0, 2**31 - 1), queue_offset=st.integers(0, 2**63 - 1),
-       region=st.text(max_size=12))
+       msg_id=st.text(max_size=40) | st.text("0123456789ABCDEF", max_size=32), queue_id=st.integers(0, 2**31 - 1),
+       queue_offset=st.integers(0, 2**63 - 1), region=st.text(max_size=12) | st.just("DefaultRegion"))
 def test_the_templated_answer_is_what_encode_command_writes(code: int, opaque: int, msg_id: str, queue_id: int,
                                                             queue_offset: int, region: str) -> None:
     request = RemotingCommand(code=RequestCode.SEND_MESSAGE, opaque=opaque)
@@ -268,6 +268,7 @@ def test_the_templated_answer_is_what_encode_command_writes(code: int, opaque: i
         "msgId": msg_id, "queueId": str(queue_id), "queueOffset": str(queue_offset), "MSG_REGION": region,
         "TRACE_ON": "true"}))
     assert send_reply_frame(ResponseCode(code), opaque, msg_id, queue_id, queue_offset, region) == expected
+    assert reference_send_reply_frame(ResponseCode(code), opaque, msg_id, queue_id, queue_offset, region) == expected
 
 
 
@@ -285,3 +286,14 @@ def test_a_send_off_the_fast_path_takes_the_reference(pair: Pair, clients: tuple
         assert answer == ref.call(frame) and _code(answer) == ResponseCode.SUCCESS
     assert pair.fast_taken[before:] == [778003]
     assert _records(pair.fast) == _records(pair.reference)
+
+
+def test_a_refusal_after_the_append_is_answered_as_the_reference_answers_it(pair: Pair) -> None:
+    """A send the fast path stored but may not acknowledge (a failover's INDETERMINATE,
+    a map rather than its templated frame) gets the reference path's answer, its opaque."""
+    frame = _frame(RequestCode.SEND_MESSAGE_V2, 779001, _ext(TOPICS[0], 1, "UNIQ_KEY\x01u"), b"late")
+    send = reference_read_plain_send(frame[4:], set(TOPICS))
+    assert send is not None
+    answer = NodeRemoting(pair.fast.services, set(TOPICS)).plain_answer(
+        send, {"id": 0, "status": "INDETERMINATE", "error": "the epoch moved on"})
+    assert (answer.code, answer.opaque, answer.remark) == (ResponseCode.SYSTEM_ERROR, 779001, "the epoch moved on")

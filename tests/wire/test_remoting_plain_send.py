@@ -19,7 +19,18 @@ from hypothesis import strategies as st
 
 from tests.examples import examples
 from wire.remoting import plain_send
-from wire.remoting.plain_send import RemotingSend, read_plain_send, reference_read_plain_send
+from wire.remoting.command import (
+    MAX_FRAME_SIZE,
+    CommandDecoder,
+    RemotingCommand,
+    RemotingFrameError,
+)
+from wire.remoting.plain_send import (
+    RemotingSend,
+    plain_splitter,
+    read_plain_send,
+    reference_read_plain_send,
+)
 
 needs_compiled = pytest.mark.skipif(plain_send.COMPILED is None,
                                     reason="wire._remoting_codec not loaded (TIDEMQ_PURE=1 or not built)")
@@ -161,3 +172,47 @@ def test_the_cpp_clients_send_is_read_compiled() -> None:
         "TopicA", 3, 1700000000000, "bench", ("k1", "k2"), {"UNIQ_KEY": "0A0B0C", "color": "red"}, True, b"hello",
         False)
     assert compiled.command().ext_fields == reference.command().ext_fields if reference else False
+
+
+@needs_compiled
+@SETTINGS
+@given(frames=st.lists(st.one_of(headers(clean=True), headers(clean=False)), min_size=1, max_size=6),
+       cuts=st.lists(st.integers(1, 400), max_size=8), oversized=st.booleans())
+def test_the_compiled_splitter_gives_what_the_decoder_gives(frames: list[tuple[bytes, bytes]], cuts: list[int],
+                                                            oversized: bool) -> None:
+    """A stream of frames in any chunking: the decoder with the compiled splitter gives the
+    same commands as without it, a send it read as the reference reads that send, and the
+    same error where a frame is over the limit."""
+    stream = b"".join(len(p).to_bytes(4, "big") + p for p in (_payload(*f) for f in frames))
+    limit = MAX_FRAME_SIZE
+    if oversized:
+        limit = max(len(_payload(*f)) for f in frames) - 1
+    splitter = plain_splitter(TOPICS)
+    assert splitter is not None
+    plain, compiled = CommandDecoder(limit), CommandDecoder(limit, splitter)
+    chunks, pos = [], 0
+    for cut in cuts + [len(stream)]:
+        chunks.append(stream[pos:pos + cut])
+        pos += cut
+    chunks.append(stream[pos:])
+
+    def run(decoder: CommandDecoder) -> tuple[list[Any], str | None]:
+        out: list[Any] = []
+        try:
+            for chunk in chunks:
+                out.extend(decoder.feed(chunk))
+        except RemotingFrameError as e:
+            return out, e.reason
+        return out, None
+
+    expected, expected_error = run(plain)
+    got, error = run(compiled)
+    assert error == expected_error
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected, strict=True):
+        if isinstance(g, RemotingSend):
+            assert isinstance(e, RemotingCommand)
+            assert g == reference_read_plain_send(_payload(g.header, g.body), TOPICS)
+            assert g.command() == e
+        else:
+            assert g == e

@@ -25,7 +25,7 @@ import attrs
 
 from .codes import language_code, language_name
 
-__all__ = ["BadCommand", "CommandDecoder", "PlainReader", "RPC_ONEWAY", "RPC_RESPONSE", "RemotingCommand", "RemotingFrameError",
+__all__ = ["BadCommand", "CommandDecoder", "Splitter", "RPC_ONEWAY", "RPC_RESPONSE", "RemotingCommand", "RemotingFrameError",
            "SerializeType", "decode_payload", "encode_command", "looks_like_remoting"]
 
 RPC_RESPONSE = 1
@@ -265,43 +265,73 @@ def decode_payload(payload: bytes) -> RemotingCommand | BadCommand:
     return cmd
 
 
-PlainReader = Callable[[bytearray, int, int], "tuple[Any, ...] | None"]
-"""A compiled reader of one kind of request (wire/remoting/plain_send.py's): the frame in
-buf[start:end] (without its length prefix) as its fields, or None to decode it here."""
+Splitter = Callable[[bytes | bytearray, int], "tuple[list[Any], int, int]"]
+"""A compiled splitter (wire/remoting/plain_send.py's `plain_splitter`): (data, max frame
+size) → (items, bytes used, an oversized frame's length or -1); an item is what it read
+of a frame (a send's fields), or the frame's bytes without its length prefix."""
 
 
 class CommandDecoder:
     """Incremental: feed bytes in any chunking, get whole commands (or BadCommands) out.
-    A length over `max_frame_size` is refused before its body is buffered. With
-    `read_plain`, a frame it reads comes out as what it returns instead of a command."""
+    A length over `max_frame_size` is refused before its body is buffered. With `split`,
+    frames are split in C and the ones it reads come out as what it made of them."""
 
-    def __init__(self, max_frame_size: int = MAX_FRAME_SIZE, read_plain: PlainReader | None = None) -> None:
+    def __init__(self, max_frame_size: int = MAX_FRAME_SIZE, split: Splitter | None = None) -> None:
         self.max_frame_size = max_frame_size
-        self.read_plain = read_plain
+        self.split = split
         self._buf = bytearray()
         self._broken: RemotingFrameError | None = None
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand | BadCommand | tuple[Any, ...]]:
         if self._broken is not None:
             raise self._broken
+        if self.split is not None:
+            return self._split(data)
         self._buf += data
         out: list[RemotingCommand | BadCommand | tuple[Any, ...]] = []
         pos = 0
         buf = self._buf
-        read_plain = self.read_plain
         try:
             while len(buf) - pos >= 4:
                 (length,) = _UINT32.unpack_from(buf, pos)
                 if length > self.max_frame_size:
-                    raise RemotingFrameError(f"frame of {length} bytes exceeds the limit {self.max_frame_size}")
+                    raise self._oversized(length)
                 if len(buf) - pos - 4 < length:
                     break
-                plain = None if read_plain is None else read_plain(buf, pos + 4, pos + 4 + length)
-                out.append(decode_payload(bytes(buf[pos + 4:pos + 4 + length])) if plain is None else plain)
+                out.append(decode_payload(bytes(buf[pos + 4:pos + 4 + length])))
                 pos += 4 + length
         except RemotingFrameError as e:
             self._broken = e
             raise
         finally:
             del buf[:pos]
+        return out
+
+    def _oversized(self, length: int) -> RemotingFrameError:
+        return RemotingFrameError(f"frame of {length} bytes exceeds the limit {self.max_frame_size}")
+
+    def _split(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand | BadCommand | tuple[Any, ...]]:
+        """feed with the frames split (and the sends it reads read) in C."""
+        assert self.split is not None
+        chunk: bytes | bytearray
+        if self._buf:
+            self._buf += data
+            chunk = self._buf
+        else:
+            chunk = data if isinstance(data, bytes | bytearray) else bytes(data)
+        items, used, oversized = self.split(chunk, self.max_frame_size)
+        if chunk is self._buf:
+            del self._buf[:used]
+        elif used < len(chunk):
+            self._buf = bytearray(chunk[used:])
+        out: list[RemotingCommand | BadCommand | tuple[Any, ...]] = []
+        try:
+            for item in items:
+                out.append(decode_payload(item) if type(item) is bytes else item)
+        except RemotingFrameError as e:
+            self._broken = e
+            raise
+        if oversized >= 0:
+            self._broken = self._oversized(oversized)
+            raise self._broken
         return out

@@ -29,10 +29,10 @@ from store.properties import (
 )
 
 from .codes import RequestCode
-from .command import PlainReader, RemotingCommand, SerializeType, decode_payload
+from .command import RemotingCommand, SerializeType, Splitter, decode_payload
 from .headers import v1_names
 
-__all__ = ["COMPILED", "RemotingSend", "plain_reader", "plain_send", "read_plain_send", "reference_read_plain_send"]
+__all__ = ["COMPILED", "RemotingSend", "plain_splitter", "plain_send", "read_plain_send", "reference_read_plain_send"]
 
 _INT_FIELDS = ("queueId", "sysFlag", "bornTimestamp", "flag", "defaultTopicQueueNums", "reconsumeTimes")
 _SPECIAL = (PROPERTY_TRAN_MSG, PROPERTY_DELAY)
@@ -159,14 +159,14 @@ def read_plain_send(buf: bytes | bytearray, start: int, end: int, checked_topics
     return send
 
 
-def plain_reader(checked_topics: set[str]) -> PlainReader | None:
-    """CommandDecoder's `read_plain` for sends to `checked_topics` (a set the server keeps
+def plain_splitter(checked_topics: set[str]) -> Splitter | None:
+    """CommandDecoder's `split` reading sends to `checked_topics` (a set the server keeps
     adding to), or None when the compiled reader is not built."""
     if COMPILED is None:
         return None
-    read = COMPILED.read_plain_send
+    split = COMPILED.split_frames
 
-    def reader(buf: bytearray, start: int, end: int) -> RemotingSend | None:
-        send: RemotingSend | None = read(buf, start, end, checked_topics)
-        return send
-    return reader
+    def splitter(data: bytes | bytearray, max_frame_size: int) -> tuple[list[Any], int, int]:
+        got: tuple[list[Any], int, int] = split(data, max_frame_size, checked_topics)
+        return got
+    return splitter
