@@ -48,7 +48,8 @@ class Case:
     short: str = ""  # the chart's label
     kind: str = ""
     """The load: "" the lean client with the target's codec, "remoting" the lean client
-    with RocketMQ remoting frames, "cpp" the C++ client's own send_sync loop
+    with RocketMQ remoting frames carrying the CBOR rows' message, "remoting-uniq" those
+    with the C++ client's UNIQ_KEY too, "cpp" the C++ client's own send_sync loop
     (bench/cpp_load.py, `connections` processes)."""
 
 
@@ -65,13 +66,15 @@ REMOTING_CASES = {
     "rmq-1x1": Case("rmq-1x1", "remoting: 1 connection, 1 in flight", 1, 1, kind="remoting"),
     "rmq-16x1": Case("rmq-16x1", "remoting: 16 connections, 1 in flight each", 16, 1, kind="remoting"),
     "rmq-1x64": Case("rmq-1x64", "remoting: 1 connection, 64 SEND_MESSAGE in flight", 1, 64, kind="remoting"),
+    "rmq-1x64-uniq": Case("rmq-1x64-uniq", "remoting: 1 connection, 64 in flight, each with the C++ client's UNIQ_KEY",
+                          1, 64, kind="remoting-uniq"),
     "cpp-1": Case("cpp-1", "C++ client: 1 process, send_sync in a loop", 1, 1, kind="cpp"),
     "cpp-4": Case("cpp-4", "C++ client: 4 processes, send_sync in a loop", 4, 1, kind="cpp"),
 }
 """RocketMQ's remoting protocol against the same node, beside its CBOR rows (the
 `*-rmq` systems run both, interleaved)."""
 CASES_ALL = {**CASES, **REMOTING_CASES}
-RMQ = ("1x1", "rmq-1x1", "16x1", "rmq-16x1", "1x64", "rmq-1x64", "cpp-1", "cpp-4")
+RMQ = ("1x1", "rmq-1x1", "16x1", "rmq-16x1", "1x64", "rmq-1x64", "rmq-1x64-uniq", "cpp-1", "cpp-4")
 
 
 @attrs.frozen
@@ -148,10 +151,11 @@ def _lean_argv(target: peers.Target, case: Case, seconds: float, warmup: float) 
     if case.kind == "cpp":
         return [sys.executable, "-m", "bench.cpp_load", "--namesrv", target.namesrv, "--processes",
                 str(case.connections), "--seconds", f"{seconds:g}", "--warmup", f"{warmup:g}"]
-    if case.kind == "remoting":
+    if case.kind in ("remoting", "remoting-uniq"):
         return [sys.executable, "-m", "bench.lean", "remoting", "--port", ",".join(map(str, target.ports)),
                 "--connections", str(case.connections), "--in-flight", str(case.in_flight),
-                "--seconds", f"{seconds:g}", "--warmup", f"{warmup:g}"]
+                "--seconds", f"{seconds:g}", "--warmup", f"{warmup:g}",
+                *(["--uniq-key"] if case.kind == "remoting-uniq" else [])]
     in_flight, batch = case.in_flight, case.batch
     if target.kind != "tidemq" and batch > 1:  # peers without send_batch pipeline instead
         in_flight, batch = 64, 1

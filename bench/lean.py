@@ -10,7 +10,9 @@ design drives every system of `scripts/bench compare` through a codec:
   responses paired with their slot by id (a node may answer out of order); the trio floor
   speaks the same frames.
 - `RemotingCodec`: RocketMQ remoting SEND_MESSAGE frames as the C++ client writes them,
-  to a tidemq node's client port (the same port: the node tells the protocols apart).
+  to a tidemq node's client port (the same port: the node tells the protocols apart);
+  the message the `TidemqCodec` sends (a body, TAGS, WAIT), or with `--uniq-key` also the
+  UNIQ_KEY the C++ client puts on every message (which the node indexes).
 - `RespCodec`: Redis `XADD` (optionally followed by `WAIT n 0` in the same request), replies
   in order.
 - `NatsCodec`: NATS `PUB subject reply` to a JetStream stream; the ack arrives on the
@@ -121,11 +123,14 @@ class TidemqCodec:
 class RemotingCodec:
     """RocketMQ remoting SEND_MESSAGE (code 10) as the C++ client 1.2.3 writes it: a JSON
     header (keys sorted, a trailing newline, every extField the client sets, numbers where
-    it writes numbers), the message's properties (KEYS, UNIQ_KEY, WAIT, TAGS), a raw body;
-    each slot its own opaque and a queue of its own (round robin over `queues`)."""
+    it writes numbers), the message's properties (WAIT, TAGS; with `uniq_key` the client's
+    UNIQ_KEY first), a raw body; each slot its own opaque and a queue of its own (round
+    robin over `queues`)."""
 
-    def __init__(self, *, body: bytes, topic: str = TOPIC, id_base: int = 0, queues: int = 4) -> None:
+    def __init__(self, *, body: bytes, topic: str = TOPIC, id_base: int = 0, queues: int = 4,
+                 uniq_key: bool = False) -> None:
         self.body, self.topic, self.id_base, self.queues = body, topic, id_base, queues
+        self.uniq_key = uniq_key
         self.msgs_per_request = 1
         self.ready = True
         self.outgoing = b""
@@ -137,7 +142,7 @@ class RemotingCodec:
 
     def request(self, slot: int) -> bytes:
         opaque = self.id_base + slot
-        props = f"UNIQ_KEY\x01{opaque:032X}\x02WAIT\x01true\x02TAGS\x01bench\x02"
+        props = (f"UNIQ_KEY\x01{opaque:032X}\x02" if self.uniq_key else "") + "WAIT\x01true\x02TAGS\x01bench\x02"
         header = {"code": 10, "flag": 0, "language": "CPP", "opaque": opaque, "remark": "", "version": 63,
                   "extFields": {"AccessKey": "", "OnsChannel": "", "Signature": "", "batch": "0",
                                 "bornTimestamp": str(int(time.time() * 1000)), "defaultTopic": "TBW102",
@@ -450,13 +455,13 @@ async def drive(
 
 
 def codec_factory(kind: str, *, batch: int = 1, replicas: int = 0,
-                  login: tuple[str, str] | None = None) -> Callable[[int], Any]:
+                  login: tuple[str, str] | None = None, uniq_key: bool = False) -> Callable[[int], Any]:
     """The codec maker for `kind` (tidemq, redis, nats), 1 KiB bodies."""
     body = os.urandom(BODY_BYTES)
     if kind == "tidemq":
         return lambda i: TidemqCodec(body=body, batch=batch, id_base=i << 20, login=login)
     if kind == "remoting":
-        return lambda i: RemotingCodec(body=body, id_base=i << 20)
+        return lambda i: RemotingCodec(body=body, id_base=i << 20, uniq_key=uniq_key)
     if kind == "redis":
         return lambda i: RespCodec(body=body, replicas=replicas)
     if kind == "nats":
@@ -478,6 +483,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--user", help="tidemq: log in as this account (aclEnable)")
     parser.add_argument("--secret-file", help="tidemq: the account's secret")
     parser.add_argument("--tls-ca", help="connect with TLS, checking the server with this CA")
+    parser.add_argument("--uniq-key", action="store_true",
+                        help="remoting: put a UNIQ_KEY on every message, as the C++ client does")
     args = parser.parse_args(argv)
     if args.connections < 1 or args.in_flight < 1 or args.batch < 1 or args.seconds <= 0:
         parser.error("--connections, --in-flight, --batch must be >= 1 and --seconds > 0")
@@ -490,7 +497,8 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.secret_file or "", encoding="utf-8") as f:
             login = (args.user, f.readline().strip())
     tls = ssl.create_default_context(cafile=args.tls_ca) if args.tls_ca else None
-    factory = codec_factory(args.kind, batch=args.batch, replicas=args.replicas, login=login)
+    factory = codec_factory(args.kind, batch=args.batch, replicas=args.replicas, login=login,
+                            uniq_key=args.uniq_key)
     try:
         result = asyncio.run(drive(args.host, ports, factory, connections=args.connections,
                                    in_flight=args.in_flight, seconds=args.seconds, warmup=args.warmup, tls=tls))

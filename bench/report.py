@@ -256,13 +256,14 @@ def remoting_markdown(summary: dict[str, Any]) -> list[str]:
         lines += ["", f"## RocketMQ remoting: {system} (one node, CBOR and remoting interleaved)", "",
                   "| case | CBOR msgs/s | remoting msgs/s | CBOR p50 / p99 ms | remoting p50 / p99 ms | "
                   "CBOR µs/msg | remoting µs/msg | remoting ÷ CBOR µs/msg |", "|---|---|---|---|---|---|---|---|"]
-        for key, case in CASES.items():
-            twin = f"rmq-{key}"
+        twins = [(key, f"rmq-{key}", case.title) for key, case in CASES.items()]
+        twins.append(("1x64", "rmq-1x64-uniq", REMOTING_CASES["rmq-1x64-uniq"].title + " (beside CBOR 1 × 64)"))
+        for key, twin, title in twins:
             if twin not in REMOTING_CASES or _get(summary, system, key) is None or _get(summary, system, twin) is None:
                 continue
             cbor_us, rmq_us = (_get(summary, system, k, "server_us_per_msg") for k in (key, twin))
             ratio = f"{rmq_us / cbor_us:.2f}" if cbor_us and rmq_us else "—"
-            lines.append(f"| {case.title} | {_fmt(_get(summary, system, key))} | {_fmt(_get(summary, system, twin))} | "
+            lines.append(f"| {title} | {_fmt(_get(summary, system, key))} | {_fmt(_get(summary, system, twin))} | "
                          f"{_fmt(_get(summary, system, key, 'p50_ms'))} / {_fmt(_get(summary, system, key, 'p99_ms'))} | "
                          f"{_fmt(_get(summary, system, twin, 'p50_ms'))} / {_fmt(_get(summary, system, twin, 'p99_ms'))} | "
                          f"{_fmt(cbor_us)} | {_fmt(rmq_us)} | {ratio} |")

@@ -100,6 +100,10 @@ def test_remoting_codec_writes_cpp_style_send_message_and_pairs_answers_by_opaqu
     (cmd,) = CommandDecoder().feed(codec.request(5))
     assert (cmd.code, cmd.opaque, cmd.language, cmd.version, cmd.body) == (10, (3 << 20) + 5, "CPP", 63, b"x" * 16)
     assert cmd.ext_fields is not None and cmd.ext_fields["queueId"] == "1" and cmd.ext_fields["topic"] == lean.TOPIC
+    assert cmd.ext_fields["properties"] == "WAIT\x01true\x02TAGS\x01bench\x02"  # the CBOR rows' message
+    (with_key,) = CommandDecoder().feed(RemotingCodec(body=b"x", id_base=3 << 20, uniq_key=True).request(5))
+    assert with_key.ext_fields is not None
+    assert with_key.ext_fields["properties"].startswith(f"UNIQ_KEY\x01{(3 << 20) + 5:032X}\x02WAIT")
     answers = b"".join(encode_command(RemotingCommand(code, (3 << 20) + slot, 1, remark, {"msgId": "M"}))
                        for code, slot, remark in ((0, 5, None), (14, 2, "a slave"), (0, 0, None)))
     assert _feed_bytewise(codec, answers) == [(5, True), (2, False), (0, True)]
