@@ -10,7 +10,7 @@ tests/store/test_accel.py proves byte- and parse-identity with hypothesis.
 
 cimport cython
 from cpython.object cimport PyObject_GenericSetAttr
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
@@ -1217,3 +1217,50 @@ def java_string_hash(str s):
         else:
             h = 31 * h + u
     return <int32_t>h
+
+
+cdef inline void put_i32(uint8_t* p, int32_t v) noexcept nogil:
+    cdef uint32_t u = <uint32_t>v
+    p[0] = <uint8_t>(u >> 24)
+    p[1] = <uint8_t>(u >> 16)
+    p[2] = <uint8_t>(u >> 8)
+    p[3] = <uint8_t>u
+
+
+cdef inline void put_i64(uint8_t* p, int64_t v) noexcept nogil:
+    cdef uint64_t u = <uint64_t>v
+    put_i32(p, <int32_t>(<uint32_t>(u >> 32)))
+    put_i32(p + 4, <int32_t>(<uint32_t>u))
+
+
+def index_put(buf, Py_ssize_t slot_pos, Py_ssize_t entry_pos, int32_t key_hash, int64_t phy_offset,
+              int32_t time_diff, int32_t index_count, int64_t store_timestamp, int32_t hash_slot_count):
+    """IndexFile.put_key's writes (store/index_file.py holds the reference): the entry at
+    `entry_pos` chained to the slot's previous entry, the slot pointed at it, and the
+    header's counts and end values. Returns the previous entry (0: none, the slot was
+    empty and `hash_slot_count` + 1 is written)."""
+    cdef Py_buffer view
+    cdef uint8_t* p
+    cdef int32_t prev
+    PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE)
+    try:
+        if slot_pos < 0 or entry_pos < 0 or slot_pos + 4 > view.len or entry_pos + 20 > view.len or view.len < 40:
+            raise ValueError("index position out of the file")
+        p = <uint8_t*>view.buf
+        prev = <int32_t>((<uint32_t>p[slot_pos] << 24) | (<uint32_t>p[slot_pos + 1] << 16)
+                         | (<uint32_t>p[slot_pos + 2] << 8) | p[slot_pos + 3])
+        if prev <= 0 or prev > index_count:
+            prev = 0
+        put_i32(p + entry_pos, key_hash)
+        put_i64(p + entry_pos + 4, phy_offset)
+        put_i32(p + entry_pos + 12, time_diff)
+        put_i32(p + entry_pos + 16, prev)
+        put_i32(p + slot_pos, index_count)
+        if prev == 0:
+            put_i32(p + 32, hash_slot_count + 1)
+        put_i32(p + 36, index_count + 1)
+        put_i64(p + 24, phy_offset)
+        put_i64(p + 8, store_timestamp)
+        return prev
+    finally:
+        PyBuffer_Release(&view)

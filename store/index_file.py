@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable
 import attrs
 
 from . import runtime
+from .accel import COMPILED
 from .checkpoint import StoreCheckpoint
 from .mapped_file import MappedFile
 from .message import java_string_hash
@@ -164,9 +165,6 @@ class IndexFile:
         mm = self._mm
         key_hash = index_key_hash(key)
         abs_slot_pos = INDEX_HEADER_SIZE + slot_of(key_hash, self.hash_slot_num) * HASH_SLOT_SIZE
-        slot_value = _I32.unpack_from(mm, abs_slot_pos)[0]
-        if slot_value <= INVALID_INDEX or slot_value > self.index_count:
-            slot_value = INVALID_INDEX
         if self.begin_timestamp <= 0:
             time_diff = 0
         else:
@@ -177,8 +175,20 @@ class IndexFile:
             + self.hash_slot_num * HASH_SLOT_SIZE
             + self.index_count * INDEX_ENTRY_SIZE
         )
-        _ENTRY.pack_into(mm, abs_index_pos, key_hash, phy_offset, time_diff, slot_value)
-        _I32.pack_into(mm, abs_slot_pos, self.index_count)
+        if COMPILED is not None:  # the same writes in C (every indexed key of every message)
+            slot_value = COMPILED.index_put(mm, abs_slot_pos, abs_index_pos, key_hash, phy_offset, time_diff,
+                                            self.index_count, store_timestamp, self.hash_slot_count)
+        else:
+            slot_value = _I32.unpack_from(mm, abs_slot_pos)[0]
+            if slot_value <= INVALID_INDEX or slot_value > self.index_count:
+                slot_value = INVALID_INDEX
+            _ENTRY.pack_into(mm, abs_index_pos, key_hash, phy_offset, time_diff, slot_value)
+            _I32.pack_into(mm, abs_slot_pos, self.index_count)
+            if slot_value == INVALID_INDEX:
+                _I32.pack_into(mm, _SLOT_COUNT, self.hash_slot_count + 1)
+            _I32.pack_into(mm, _INDEX_COUNT, self.index_count + 1)
+            _I64.pack_into(mm, _END_PHY, phy_offset)
+            _I64.pack_into(mm, _END_TS, store_timestamp)
         if self.index_count <= 1:
             self.begin_phy_offset = phy_offset
             _I64.pack_into(mm, _BEGIN_PHY, phy_offset)
@@ -186,13 +196,9 @@ class IndexFile:
             _I64.pack_into(mm, _BEGIN_TS, store_timestamp)
         if slot_value == INVALID_INDEX:
             self.hash_slot_count += 1
-            _I32.pack_into(mm, _SLOT_COUNT, self.hash_slot_count)
         self.index_count += 1
-        _I32.pack_into(mm, _INDEX_COUNT, self.index_count)
         self.end_phy_offset = phy_offset
-        _I64.pack_into(mm, _END_PHY, phy_offset)
         self.end_timestamp = store_timestamp
-        _I64.pack_into(mm, _END_TS, store_timestamp)
         return True
 
     # ---- reading -----------------------------------------------------------------------------

@@ -416,3 +416,29 @@ def test_compiled_java_string_hash_is_the_reference(text: str) -> None:
     surrogate pairs for characters past U+FFFF included."""
     assert message.java_string_hash is COMPILED.java_string_hash
     assert COMPILED.java_string_hash(text) == message.reference_java_string_hash(text)
+
+
+@needs_compiled
+@SETTINGS
+@given(puts=st.lists(st.tuples(st.text(max_size=12), st.integers(0, 2**62), st.integers(-10_000, 10**7)),
+                     min_size=1, max_size=40), slots=st.integers(1, 17))
+def test_compiled_index_puts_write_the_references_bytes(tmp_path_factory: pytest.TempPathFactory,
+                                                         puts: list[tuple[str, int, int]], slots: int) -> None:
+    """IndexFile.put_key through store._accel's index_put writes the file the reference's
+    struct writes do, byte for byte: entries, chains, slots and header, a full file included."""
+    from store import index_file
+
+    files = []
+    for compiled in (COMPILED, None):
+        path = tmp_path_factory.mktemp("index") / "20240101000000000"
+        original, index_file.COMPILED = index_file.COMPILED, compiled
+        try:
+            f = index_file.IndexFile(str(path), slots, 30)
+            results = [f.put_key(key, phy, 1_700_000_000_000 + ts) for key, phy, ts in puts]
+            state = (results, f.index_count, f.hash_slot_count, f.begin_phy_offset, f.end_phy_offset,
+                     f.begin_timestamp, f.end_timestamp)
+            f.shutdown()
+        finally:
+            index_file.COMPILED = original
+        files.append((state, path.read_bytes()))
+    assert files[0] == files[1]
