@@ -9,6 +9,7 @@ the compiled path for want of a case."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import struct
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from store.accel import forced_pure
 from tests.examples import examples
 from wire.remoting import plain_send
 from wire.remoting.command import (
@@ -40,6 +42,13 @@ V2 = {"producerGroup": "a", "topic": "b", "defaultTopic": "c", "defaultTopicQueu
       "sysFlag": "f", "bornTimestamp": "g", "flag": "h", "properties": "i", "reconsumeTimes": "j",
       "unitMode": "k", "maxReconsumeTimes": "l", "batch": "m", "bname": "n"}
 BMP = st.characters(max_codepoint=0xFFFF, exclude_categories=("Cs",))
+
+
+def test_the_remoting_codec_is_built() -> None:
+    """`pip install` builds wire._remoting_codec on a machine with a C compiler (this one): a
+    build that fell back to the reference would lose the compiled remoting send path."""
+    built = importlib.import_module("wire._remoting_codec")  # ImportError: it was not built
+    assert plain_send.COMPILED is (None if forced_pure() else built)
 
 
 def _payload(header: bytes, body: bytes) -> bytes:
