@@ -173,6 +173,16 @@ async def _send_batch(s: NodeServices, r: Request, peer: str | None) -> PendingP
                       checked=checked, topic=f.topic)
 
 
+async def _fast_path_checked(s: NodeServices) -> float | None:
+    """The write check's token for a run of sends on a compiled path, or None when the
+    check or the store refuses (the reference path then answers each send why)."""
+    try:
+        checked = await _check_writeable(s)
+    except (OpError, StoreUnavailableError):
+        return None
+    return None if s.store.puts.refusal() is not None else checked
+
+
 async def prepare_plain_sends(s: NodeServices, sends: list[PlainSend | PlainBatch], peer: str | None,
                               ) -> list[PendingPut | None]:
     """The compiled send path's step for a receive's run of plain sends and batches
@@ -181,13 +191,10 @@ async def prepare_plain_sends(s: NodeServices, sends: list[PlainSend | PlainBatc
     write check or the store refuses, a topic to auto-create or not writeable, a queue out
     of range, a record the encoder refuses): the caller runs the reference path for it,
     which answers why."""
-    try:
-        checked = await _check_writeable(s)
-    except (OpError, StoreUnavailableError):
+    checked = await _fast_path_checked(s)
+    if checked is None:
         return [None] * len(sends)
     puts = s.store.puts
-    if puts.refusal() is not None:
-        return [None] * len(sends)
     topics = s.topics
     out: list[PendingPut | None] = []
     for p in sends:
@@ -216,13 +223,10 @@ async def prepare_remoting_sends(s: NodeServices, sends: Sequence[RemotingSend],
     check for the run, each to be answered with `reply(opaque, status, msgId, queue id,
     queue offset)` when stored. None for a send off that path: the caller runs the
     reference path for it, which answers why."""
-    try:
-        checked = await _check_writeable(s)
-    except (OpError, StoreUnavailableError):
+    checked = await _fast_path_checked(s)
+    if checked is None:
         return [None] * len(sends)
     puts = s.store.puts
-    if puts.refusal() is not None:
-        return [None] * len(sends)
     topics = s.topics
     out: list[PendingPut | None] = []
     for f in sends:
