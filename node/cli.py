@@ -105,9 +105,12 @@ def _single_cause(exc: BaseException) -> BaseException:
     return exc
 
 
-def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Register `tidemq node start` and `tidemq acl ...`."""
-    security_cli.add_commands(subparsers)
+def add_commands(subparsers: argparse._SubParsersAction, only: str | None = None) -> None:
+    """Register `tidemq node start` and `tidemq acl/tls ...` (or only the group `only` names)."""
+    if only != "node":
+        security_cli.add_commands(subparsers)
+    if only not in (None, "node"):
+        return
     node = subparsers.add_parser(
         "node", help="run a node", description="Run one tidemq node (master or slave)."
     )
