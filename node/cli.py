@@ -16,8 +16,6 @@ from typing import TextIO
 from store.cli import EXIT_OK, UsageError, handled
 from store.recovery import RecoveryProgress
 
-from .security import cli as security_cli
-
 
 @contextlib.contextmanager
 def recovery_progress_bar(stream: TextIO | None = None) -> Iterator[RecoveryProgress | None]:
@@ -105,9 +103,14 @@ def _single_cause(exc: BaseException) -> BaseException:
     return exc
 
 
-def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Register `tidemq node start` and `tidemq acl ...`."""
-    security_cli.add_commands(subparsers)
+def add_commands(subparsers: argparse._SubParsersAction, only: str | None = None) -> None:
+    """Register `tidemq node start` and `tidemq acl/tls ...` (or only the group `only` names)."""
+    if only != "node":  # (imported here: a node start needs none of the ACL file tools)
+        from .security import cli as security_cli
+
+        security_cli.add_commands(subparsers)
+    if only not in (None, "node"):
+        return
     node = subparsers.add_parser(
         "node", help="run a node", description="Run one tidemq node (master or slave)."
     )

@@ -61,9 +61,16 @@ class StandaloneCluster:
         return [self.workdir / f"worker-{i}" for i in range(self.workers)]
 
     def start(self) -> None:
+        from pipeline import spark_cds
+
         self.workdir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "SPARK_LOG_DIR": str(self.workdir / "logs"), "SPARK_NO_DAEMONIZE": "1",
                "SPARK_LOCAL_IP": "127.0.0.1"}
+        # the master's and workers' JVMs map Spark's classes from the local session's archive
+        # (pipeline.spark_cds; this machine's Java and jars): each starts seconds sooner
+        cds = spark_cds.java_options()
+        if cds:
+            env["SPARK_DAEMON_JAVA_OPTS"] = f"{env.get('SPARK_DAEMON_JAVA_OPTS', '')} {cds}".strip()
         self._spawn("master", [spark_class(), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                                "--port", str(self.port), "--webui-port", str(self.ui_port)], env)
         self._wait(lambda state: state.get("status") == "ALIVE", "the master")

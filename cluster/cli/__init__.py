@@ -12,17 +12,23 @@ from __future__ import annotations
 
 import argparse
 
-from ..drills.cli import add_commands as add_drill_commands
-from .admin import add_admin_commands
-from .client import add_client_commands
-from .cluster import add_cluster_commands
-
 __all__ = ["add_commands"]
 
+CLIENT_GROUPS = ("namesrv", "send", "consume", "query", "status")
 
-def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Register namesrv, send, consume, query, status, cluster, admin and drill."""
-    add_client_commands(subparsers)
-    add_cluster_commands(subparsers)
-    add_admin_commands(subparsers)
-    add_drill_commands(subparsers)
+
+def add_commands(subparsers: argparse._SubParsersAction, only: str | None = None) -> None:
+    """Register namesrv, send, consume, query, status, cluster, admin and drill, or only the
+    module of the group `only` names (imported here, so a `send` loads no launcher or drill)."""
+    if only is None or only in CLIENT_GROUPS:
+        from .client import add_client_commands
+        add_client_commands(subparsers)
+    if only in (None, "cluster"):
+        from .cluster import add_cluster_commands
+        add_cluster_commands(subparsers)
+    if only in (None, "admin"):
+        from .admin import add_admin_commands
+        add_admin_commands(subparsers)
+    if only in (None, "drill"):
+        from ..drills.cli import add_commands as add_drill_commands
+        add_drill_commands(subparsers)

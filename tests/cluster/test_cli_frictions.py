@@ -265,7 +265,7 @@ def test_an_exception_group_of_usage_or_os_errors_is_one_line(monkeypatch, capsy
 
         parser = entry.TidemqParser(prog="tidemq")
         parser.set_defaults(handler=handler)
-        monkeypatch.setattr(entry, "build_parser", lambda parser=parser: parser)
+        monkeypatch.setattr(entry, "build_parser", lambda argv=None, parser=parser: parser)
         assert entry.main([]) == 2
         assert capsys.readouterr().err == f"tidemq: error: {said}\n"
 

@@ -1,5 +1,7 @@
-"""The local launcher with real processes: `tidemq cluster up/status/kill/start/down` and
-`scripts/run`, each on a copy of conf/1m-1s-dev whose ports are rewritten to free ones."""
+"""The local launcher with real processes: `tidemq cluster up/status/kill/start/down`, on a
+copy of conf/1m-1s-dev whose ports are rewritten to free ones. `scripts/run` end to end (its
+output, a second run reusing the cluster, `--stop`) is tests/tidemq/test_readme.py's run of
+it, which the README's blocks then use: the suite starts that cluster once."""
 
 from __future__ import annotations
 
@@ -209,39 +211,6 @@ def test_a_recycled_pid_is_not_taken_for_the_node(cluster_dirs: tuple[Path, Path
     finally:
         stranger.kill()
         stranger.wait()
-
-
-@pytest.mark.slow
-def test_scripts_run_end_to_end(tmp_path: Path) -> None:
-    conf, base = copy_dev_layout(tmp_path), tmp_path / "data"
-    env = {**os.environ, "TIDEMQ_BASE_DIR": str(base), "TIDEMQ_CONF": str(conf)}
-    run = [str(REPO / "scripts" / "run")]
-    try:
-        first = subprocess.run(run, capture_output=True, text=True, env=env, timeout=CMD_TIMEOUT_S)
-        assert first.returncode == 0, first.stdout + first.stderr
-        out = first.stdout
-        sent = re.findall(r'"msg_id":\s*"([0-9A-F]+)"', out.split("$ tidemq consume")[0])
-        assert len(sent) >= 3, out
-        consumed = out.split("$ tidemq consume")[1].split("$ tidemq query")[0]
-        assert all(msg_id in consumed for msg_id in sent), out
-        assert "$ tidemq query" in out and "$ tidemq cluster status" in out
-        assert re.search(r"broker-a-s .* running", out), out
-        table = out.split("$ tidemq cluster status")[1]
-        for column in ("node", "pid", "state", "epoch", "max offset", "lag s", "put/s", "get/s", "catch-up"):
-            assert column in table, (column, table)
-        assert re.search(r"namesrv .* running .* \d broker\(s\) registered", table), table
-        assert f"Stop it with: TIDEMQ_BASE_DIR={base} scripts/run --stop" in out  # the base dir it ran with
-        pids = recorded_pids(base)
-
-        # a second run reuses the running cluster
-        second = subprocess.run(run, capture_output=True, text=True, env=env, timeout=CMD_TIMEOUT_S)
-        assert second.returncode == 0, second.stdout + second.stderr
-        assert recorded_pids(base) == pids
-    finally:
-        stop = subprocess.run([*run, "--stop"], capture_output=True, text=True, env=env, timeout=CMD_TIMEOUT_S)
-    assert stop.returncode == 0, stop.stdout + stop.stderr
-    assert pids and all(gone(pid) for pid in pids.values())
-    assert not list(base.glob("store/*/abort"))
 
 
 def test_down_with_nothing_started_leaves_nothing_behind(tmp_path: Path) -> None:

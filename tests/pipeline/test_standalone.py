@@ -26,12 +26,14 @@ def standalone(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def session(no_shared_spark, standalone):
-    from pipeline import local_session
+    from pipeline import local_session, spark_cds
 
     spark = local_session("tidemq-standalone", master=standalone.url, **{
         "spark.ui.showConsoleProgress": "false", "spark.executor.memory": "512m",
         "spark.scheduler.minRegisteredResourcesRatio": "1.0",  # both executors before the first task
-        "spark.scheduler.maxRegisteredResourcesWaitingTime": "60s"})
+        "spark.scheduler.maxRegisteredResourcesWaitingTime": "60s",
+        # the executors' JVMs (on this machine) map Spark's classes from the session's archive
+        "spark.executor.extraJavaOptions": spark_cds.java_options()})
     yield spark
     spark.stop()
 

@@ -10,15 +10,42 @@ from pathlib import Path
 
 import pytest
 
+from tidemq import cli
 from tidemq.cli import build_parser, main
 
 REPO = Path(__file__).resolve().parents[2]
 LAYERS = ["store", "ha", "node", "cluster", "chaos"]
 
 
+def _groups(parser):
+    return list(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+
+
 def test_every_layer_registers_its_own_groups():
-    groups = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    groups = _groups(build_parser())
     assert {"store", "node", "namesrv", "send", "consume", "query", "status", "cluster", "admin"} <= set(groups)
+    assert groups == [name for _, names in cli.LAYERS for name in names], "tidemq.cli.LAYERS names each layer's groups"
+
+
+@pytest.mark.parametrize(("layer", "group"), [(names, name) for _, names in cli.LAYERS for name in names])
+def test_a_named_group_builds_only_its_own_layers_parsers_and_parses_alike(layer, group):
+    """The lazy path (one layer's parsers, at most) parses what the whole parser parses."""
+    built = _groups(build_parser([group, "x"]))
+    assert group in built and set(built) <= set(layer), built
+    whole, alone = build_parser(), build_parser([group])
+    for parser in (whole, alone):
+        with pytest.raises(SystemExit) as e:
+            parser.parse_args([group, "--help"])
+        assert e.value.code == 0
+    assert whole._subparsers._group_actions[0].choices[group].format_help() == (  # type: ignore[union-attr]
+        alone._subparsers._group_actions[0].choices[group].format_help())  # type: ignore[union-attr]
+
+
+def test_a_node_start_imports_no_cluster_chaos_or_pipeline_command_module():
+    code = ("import sys; from tidemq.cli import build_parser; build_parser(['node', 'start']);"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('cluster', 'chaos', 'pipeline')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 @pytest.mark.parametrize(

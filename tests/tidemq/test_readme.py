@@ -11,6 +11,10 @@ lives, a msgId no node produced, fails here. The test runs the README in a scrat
 whose conf/1m-1s-dev is the real one with free ports (so it never meets a cluster already on
 the default ports); the default ports in the commands, also inside msgIds, are rewritten to
 the copy's. `scripts/` is the real one (symlinked), `data/` the scratch cluster's.
+
+The same run is `scripts/run`'s end-to-end test (one run of it in the suite, not two): what
+it prints, that a second run reuses the running cluster, and that `scripts/run --stop`
+stops every node it started, gracefully.
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
+from cluster.launch import launcher
 from cluster.launch.layout import copy_layout, free_ports, layout_ports
 from store.message import decode_msg_id, encode_msg_id
 
@@ -99,10 +105,17 @@ def test_every_readme_block_runs_as_written(tmp_path: Path):
     (work / "scripts").symlink_to(REPO / "scripts")
     env = {**os.environ, "TIDEMQ_BASE_DIR": str(work / "data"), "TIDEMQ_CONF": str(work / "conf" / "1m-1s-dev")}
     env.pop("PYTHONPATH", None)
-    run = subprocess.run([str(REPO / "scripts" / "run")], capture_output=True, text=True, env=env, timeout=TIMEOUT_S)
+    scripts_run = [str(REPO / "scripts" / "run")]
+    run = subprocess.run(scripts_run, capture_output=True, text=True, env=env, timeout=TIMEOUT_S)
+    stopped = False
     try:
         assert run.returncode == 0, run.stdout + run.stderr
         assert ". .venv/bin/activate" in run.stdout and "scripts/tidemq" in run.stdout
+        _check_scripts_run_output(run.stdout, work / "data")
+        pids = _recorded_pids(work / "data")
+        second = subprocess.run(scripts_run, capture_output=True, text=True, env=env, timeout=TIMEOUT_S)
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert _recorded_pids(work / "data") == pids, "a second scripts/run reuses the running cluster"
         for page in (README, *DOCS_RUN):
             for i, (lang, body) in enumerate(readme_blocks(page.read_text(encoding="utf-8"))):
                 script = _rewrite(body, ports)
@@ -112,9 +125,46 @@ def test_every_readme_block_runs_as_written(tmp_path: Path):
                     f"{page.name} block {i + 1} ({lang}) exited {done.returncode}:\n{script}\n"
                     f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
                 )
+        pids = _recorded_pids(work / "data")  # the README restarts a node on the way
+        stop = subprocess.run([*scripts_run, "--stop"], capture_output=True, text=True, env=env, timeout=TIMEOUT_S)
+        stopped = True
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+        assert pids and all(_gone(pid) for pid in pids.values()), pids
+        assert not list((work / "data").glob("store/*/abort")), "scripts/run --stop stops every node gracefully"
     finally:
         for base in work.glob("data-*"):  # a page's own cluster, if a block failed before its `down`
             if (base / "cluster.json").exists():
                 subprocess.run([str(REPO / "scripts" / "tidemq"), "cluster", "down", "--base-dir", str(base)],
                                capture_output=True, env=env, timeout=TIMEOUT_S)
-        subprocess.run([str(REPO / "scripts" / "run"), "--stop"], capture_output=True, env=env, timeout=TIMEOUT_S)
+        if not stopped:
+            subprocess.run([*scripts_run, "--stop"], capture_output=True, env=env, timeout=TIMEOUT_S)
+
+
+def _check_scripts_run_output(out: str, base: Path) -> None:
+    """What `scripts/run` promises to show: the sends' msgIds, each consumed, a query, and
+    `cluster status` with every column and the registered name server; how to stop it."""
+    sent = re.findall(r'"msg_id":\s*"([0-9A-F]+)"', out.split("$ tidemq consume")[0])
+    assert len(sent) >= 3, out
+    consumed = out.split("$ tidemq consume")[1].split("$ tidemq query")[0]
+    assert all(msg_id in consumed for msg_id in sent), out
+    assert "$ tidemq query" in out and "$ tidemq cluster status" in out
+    assert re.search(r"broker-a-s .* running", out), out
+    table = out.split("$ tidemq cluster status")[1]
+    for column in ("node", "pid", "state", "epoch", "max offset", "lag s", "put/s", "get/s", "catch-up"):
+        assert column in table, (column, table)
+    assert re.search(r"namesrv .* running .* \d broker\(s\) registered", table), table
+    assert f"Stop it with: TIDEMQ_BASE_DIR={base} scripts/run --stop" in out  # the base dir it ran with
+
+
+def _recorded_pids(base: Path) -> dict[str, int]:
+    state = launcher.load_state(base)
+    assert state is not None
+    return {name: r.pid for name, r in state.nodes.items() if r.pid is not None}
+
+
+def _gone(pid: int) -> bool:
+    """Exited (a zombie waiting for a reaper counts as exited)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
