@@ -52,6 +52,10 @@ SEND_BYTES = 4 * 1024 * 1024
 haTransferBatchSize each, so the wire stays RocketMQ's): a slave catching up gets its bytes
 in few large writes, not one per 32 KiB."""
 
+DEFAULT_MAX_GAP = 256 * 1024
+DEFAULT_MAX_SILENCE_S = 15.0
+"""The node's defaults of haMaxGapNotInSync and haMaxTimeSlaveNotCatchup (node/config.py)."""
+
 WAKEUP_FALLBACK_S = 0.1
 """A caught-up writer re-checks at least this often even without an append wakeup."""
 
@@ -109,7 +113,8 @@ class HAService:
                  on_ack_timeout: Callable[[int], Awaitable[bool]] | None = None,
                  on_connections: Callable[[], None] | None = None,
                  secure_accept: Callable[[trio.SocketStream], Awaitable[trio.abc.Stream | None]] | None = None,
-                 net: Network = TCP) -> None:
+                 net: Network = TCP, max_gap: int = DEFAULT_MAX_GAP,
+                 max_silence_s: float = DEFAULT_MAX_SILENCE_S) -> None:
         self.net = net  # where connections come from (ha/net.py): TCP, or a simulated network
         self.secure_accept = secure_accept
         """The node's TLS check of a new slave connection (mutual TLS, wire/tls.py):
@@ -133,6 +138,11 @@ class HAService:
         allAckInSyncStateSet), so any member may be elected; else one ack is enough."""
         self.confirmed_offset = 0
         """The largest offset SYNC_MASTER puts were released at: no PUT_OK lies beyond it."""
+        self.max_gap = max_gap
+        self.max_silence_s = max_silence_s
+        """Manual mode's in-sync rule (`members`): the node's haMaxGapNotInSync and
+        haMaxTimeSlaveNotCatchup, the keys etcd mode's controller judges by."""
+        self._confirm = 0  # what confirm_offset last told the slaves
         self.on_ack_timeout = on_ack_timeout
         """Called when a put's wait for the members ran out; True when the controller shrank
         the set to slaves that hold `next_offset` (the put is then acknowledged)."""
@@ -215,29 +225,47 @@ class HAService:
         self._advance()
         self.log.visibility_moved()  # the limit may have come or gone
 
-    def visible_end(self) -> int | None:
-        """What consumers may read up to on a SYNC_MASTER, so no consumer reads a record a
-        promotion could cut (and then skips the record that takes its queue offset):
-        - etcd mode with in-sync slaves: the offset every one of them acked (RocketMQ 5's
-          confirmOffset with allAck); with none, no limit (the master alone is the set);
-        - manual mode, while the slaves a put needs are connected (`acks_needed`): what they
-          all acked (what is in flight is not shown before its PUT_OK); while only some are,
-          the most any of them acked; with none connected, no limit: the writes answer
-          SLAVE_NOT_AVAILABLE, the window docs/failover.md names, and consumers go on reading
-          (a limit kept then would stop them until a slave is back).
-        No limit on an ASYNC_MASTER: it promises nothing about unreplicated records."""
-        if self.config.broker_role is not BrokerRole.SYNC_MASTER:
-            return None
-        if self.ack_members:
-            return self.confirmed_offset
-        if self.on_ack_timeout is not None or not self._connections:  # etcd mode's empty set, or none
-            return None
-        return self.push2slave_max_offset if self._short_of_slaves() else self.confirmed_offset
+    def members(self) -> list[HAConnection]:
+        """The slaves of the in-sync set (the master is always in it, so none: the master
+        alone). etcd mode: the connections of the set its controller published
+        (`ack_members`). Manual mode: the master's own judgement by the same rule the
+        controller applies (`in_sync`: within `max_gap` bytes, reported within
+        `max_silence_s`); a slave catching up from far behind is not waited for."""
+        if self.on_ack_timeout is not None:
+            named = self.ack_members or frozenset()
+            return [c for c in self._connections if c.address in named]
+        in_sync = set(self.in_sync(self.max_gap, self.max_silence_s))
+        return [c for c in self._connections if c.address in in_sync]
 
-    def _short_of_slaves(self) -> bool:
-        """Manual mode: some slaves a put needs are connected, not all (puts then answer
-        SLAVE_NOT_AVAILABLE)."""
-        return self.on_ack_timeout is None and 0 < len(self._connections) < self.acks_needed()
+    def confirm_limit(self) -> int | None:
+        """RocketMQ 5's confirmOffset, in every replication mode: what every member of the
+        in-sync set holds, so no record beyond it reaches a consumer and then disappears
+        when a member is promoted (the consumer would commit past it and skip the record the
+        new master stores at its queue offset). None for the master alone: nothing to wait for.
+
+        etcd mode with members: the offset all of them acked (monotonic; a member that is
+        not connected holds it where it was). Manual mode: the least ack of the slaves in
+        sync. It may lie below what was already dispatched (a slave that has just come
+        within the gap): dispatch then waits until that slave holds what consumers saw."""
+        if self.on_ack_timeout is not None:
+            return self.confirmed_offset if self.ack_members else None
+        acks = [c.ack_offset for c in self.members()]
+        return min(acks) if acks else None
+
+    def visible_end(self) -> int | None:
+        """What consumers may read up to (ReplicaLog.limit_visibility): `confirm_limit`, on
+        an ASYNC_MASTER as on a SYNC_MASTER; None (no limit) with readUnCommitted."""
+        if self.config.read_un_committed:
+            return None
+        return self.confirm_limit()
+
+    def confirm_offset(self) -> int:
+        """The confirm offset slaves learn (never decreasing): `confirm_limit`, or the log's
+        end for the master alone. A slave serves nothing past it."""
+        limit = self.confirm_limit()
+        end = self.log.end()
+        self._confirm = max(self._confirm, end if limit is None else min(limit, end))
+        return self._confirm
 
     def in_sync(self, max_gap: int, max_silence_s: float) -> list[str]:
         """Peer addresses of the slaves within `max_gap` bytes that reported within
@@ -293,18 +321,18 @@ class HAService:
     def _notify_transfer_some(self, ack: int) -> None:
         if ack > self.push2slave_max_offset:
             self.push2slave_max_offset = ack
-            if self._short_of_slaves() and self.config.broker_role is BrokerRole.SYNC_MASTER:
-                self.log.visibility_moved()  # visible_end follows the most acked
         if ack > self.confirmed_offset:
             self._advance()
+        if self.on_ack_timeout is None:
+            self.log.visibility_moved()  # manual mode: the least member's ack may have moved
 
     def _advance(self) -> None:
         acked = self.acked_offset()
         if acked > self.confirmed_offset:
             self.confirmed_offset = acked
             self._ack_waiters.advance(acked)
-            if self.visible_end() is not None:
-                self.log.visibility_moved()
+            if self.ack_members:
+                self.log.visibility_moved()  # etcd mode: confirm_limit moved
 
     async def _handle(self, raw: trio.abc.Stream) -> None:
         """One slave: reader and writer tasks; either ending closes the connection."""
@@ -325,7 +353,7 @@ class HAService:
         # by host: a slave that reconnects before its old connection is found dead (up to
         # haHousekeepingInterval) is not a second slave
         self.peak_slaves = max(self.peak_slaves, len(self.slave_hosts()))
-        self.log.visibility_moved()  # a manual-mode SYNC_MASTER's limit begins (visible_end)
+        self.log.visibility_moved()  # the in-sync set may grow (confirm_limit)
         log.info("slave %s connected", address)
         if self.on_connections is not None:
             self.on_connections()
@@ -335,7 +363,7 @@ class HAService:
                 nursery.start_soon(self._guarded, self._write_loop, conn, nursery.cancel_scope)
         finally:
             self._connections.discard(conn)
-            self.log.visibility_moved()  # the last one gone: no limit
+            self.log.visibility_moved()  # a member gone: the limit moves on (none left: no limit)
             if self.on_connections is not None:
                 self.on_connections()
             await trio.aclose_forcefully(stream)
