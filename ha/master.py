@@ -34,13 +34,19 @@ import trio
 
 from store import runtime
 from store.address import AddressError, split_host_port
-from store.config import BrokerRole, StoreConfig
+from store.config import StoreConfig
 from store.replica_log import ReplicaLog
 from store.waiters import OffsetWaiters
 
 from .connection import ReadEnd, guarded, read_until_closed
 from .net import TCP, Network, close_listener_now, no_delay, peer_address
-from .protocol import ReportDecoder, encode_heartbeat, encode_transfer_header
+from .protocol import (
+    ReportDecoder,
+    encode_confirm,
+    encode_heartbeat,
+    encode_transfer_header,
+    is_offer,
+)
 
 log = logging.getLogger("tidemq.ha")
 
@@ -99,6 +105,10 @@ class HAConnection:
     """Set when the first report was accepted and `start_offset` is known."""
     last_ack_at: float | None = None
     """trio.current_time() of the newest report (the in-sync rule's haMaxTimeSlaveNotCatchup)."""
+    extension: bool = False
+    """The slave offered the confirm-offset extension (a tidemq slave; ha/protocol.py)."""
+    confirm_sent: int = -1
+    """The confirm offset last sent to it."""
 
 
 class HAService:
@@ -400,6 +410,8 @@ class HAService:
         max_offset = self.log.end()
         if conn.request_offset is None and not self._accept_first(conn, reports[0]):
             return False
+        previous = conn.ack_offset  # an offer never comes in the first report's read
+        acks = []
         for offset in reports:
             if offset > max_offset:
                 log.warning(
@@ -407,9 +419,19 @@ class HAService:
                     conn.address, offset, max_offset,
                 )
                 return False
-        conn.ack_offset = reports[-1]
+            if is_offer(previous, offset):
+                if not conn.extension:
+                    log.info("slave %s takes the confirm offset (tidemq extension)", conn.address)
+                conn.extension = True
+                continue
+            acks.append(offset)
+            previous = offset
         conn.last_ack_at = trio.current_time()
-        self._notify_transfer_some(conn.ack_offset)
+        if acks:
+            conn.ack_offset = acks[-1]
+            self._notify_transfer_some(conn.ack_offset)
+        if conn.extension:
+            self._on_append()  # a caught-up writer sends the confirm offset an ack may have moved
         return True
 
     def _accept_first(self, conn: HAConnection, offset: int) -> bool:
@@ -449,6 +471,9 @@ class HAService:
         next_offset = conn.start_offset
         last_write = trio.current_time()
         while True:
+            if conn.extension and (confirm := self.confirm_offset()) > conn.confirm_sent:
+                await stream.send_all(encode_confirm(confirm))
+                conn.confirm_sent = confirm
             size, frame = self._read_batch(next_offset, batch_size)
             if size:
                 await stream.send_all(frame)

@@ -29,7 +29,7 @@ from store.replica_log import FollowerAppendError, ReplicaLog
 
 from .connection import ReadEnd, guarded, read_until_closed
 from .net import TCP, Network, local_address
-from .protocol import Transfer, TransferDecoder, encode_report
+from .protocol import Transfer, TransferDecoder, encode_offer, encode_report
 
 log = logging.getLogger("tidemq.ha")
 
@@ -90,6 +90,9 @@ class _Session:
     reported: int = -1
     last_write: float = 0.0
     frames: int = 0
+    decoder: TransferDecoder | None = None
+    offered: bool = False
+    """The confirm-offset extension was offered on this connection (ha/protocol.py)."""
 
 
 class HAClient:
@@ -123,6 +126,10 @@ class HAClient:
         if self.master_address is not None:
             split_address(self.master_address)
         self.master_max_offset_seen = -1
+        self.confirm_offset: int | None = None
+        """The newest confirm offset a tidemq master sent (kept across connections and
+        masters: a slave cut off from its master serves nothing past what it last knew);
+        None while no master sent one (a RocketMQ 4.x master never does)."""
         self.stopped = trio.Event()
         """Set once `run` has ended (cancelled): no connection is left open."""
         self._session: _Session | None = None
@@ -177,15 +184,26 @@ class HAClient:
             lag_bytes=max(0, self.master_max_offset_seen - max_offset),
         )
 
+    def visible_end(self) -> int | None:
+        """What this slave's consumers may read up to (ReplicaLog.limit_visibility): the
+        confirm offset, so a record a failover may cut is not served here either; None (its
+        whole log) before one is known, and with readUnCommitted."""
+        if self.config.read_un_committed:
+            return None
+        return self.confirm_offset
+
     # ---- the connect loop -----------------------------------------------------------------
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Connect, replicate, reconnect with backoff (100 ms doubling to 5 s) until cancelled."""
         # the first admission is decided before the caller goes on, so the first connect
         # follows at once (as without an admission check)
+        self.log.limit_visibility(self.visible_end)
         try:
             with self._run_scope:
                 await self._run(task_status)
         finally:
+            # replication is over (a promotion, a shutdown): the node's next role decides
+            self.log.limit_visibility(None)
             self.stopped.set()
 
     async def stop(self, timeout_s: float) -> bool:
@@ -272,11 +290,16 @@ class HAClient:
                       expected=(FollowerAppendError,), expected_note="closing the connection to report again")
 
     async def _report(self, session: _Session, *, heartbeat: bool = False) -> None:
-        """Send the max offset if it grew (an ack), or anyway when `heartbeat`."""
+        """Send the max offset if it grew (an ack), or anyway when `heartbeat`; the first
+        report after a frame arrived that can carry it is the extension's offer."""
         async with session.send_lock:
             offset = self.log.end()
-            if offset > session.reported or heartbeat:
-                await session.stream.send_all(encode_report(offset))
+            offer = not session.offered and session.frames > 0 and offset > 0 and session.decoder is not None
+            if offset > session.reported or heartbeat or offer:
+                if offer and session.decoder is not None:
+                    session.decoder.extension = True  # before the master can answer it
+                    session.offered = True
+                await session.stream.send_all(encode_offer(offset) if offer else encode_report(offset))
                 session.reported = offset
                 session.last_write = trio.current_time()
 
@@ -292,12 +315,15 @@ class HAClient:
 
     async def _read_loop(self, session: _Session) -> None:
         """Decode frames and append them; returns on EOF or `haHousekeepingInterval` of silence."""
-        decoder = TransferDecoder(max_body=self.config.ha_transfer_batch_size)
+        decoder = session.decoder = TransferDecoder(max_body=self.config.ha_transfer_batch_size)
 
         async def on_data(data: bytes | bytearray) -> bool:
             if len(data) >= RECEIVE_SIZE // 2:  # more is waiting: the copy goes before dispatch
                 self.log.note_full_read()
             frames = decoder.feed(data)
+            if decoder.confirm is not None and (self.confirm_offset is None or decoder.confirm > self.confirm_offset):
+                self.confirm_offset = decoder.confirm
+                self.log.visibility_moved()
             for run in contiguous_runs(frames, self.log.segment_size):
                 self._apply(run)
             session.frames += len(frames)
