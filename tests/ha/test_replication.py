@@ -17,6 +17,7 @@ import trio
 
 from ha.master import HAService
 from ha.protocol import (
+    ReportDecoder,
     Transfer,
     TransferDecoder,
     encode_heartbeat,
@@ -763,3 +764,37 @@ async def test_replicating_from_names_the_live_connection_and_none_while_it_is_r
             assert client.connected and client.replicating_from() is None
             await wait_until(lambda: client.replicating_from() is not None)
             assert client.replicating_from() == (old, 2)
+
+
+async def test_a_tidemq_slave_of_a_rocketmq_4x_master_sends_only_reports_and_serves_its_log(tmp_path):
+    """Against a master that speaks only RocketMQ 4.x's HA wire (raw here: it never answers
+    the offer), the slave's bytes are all plain 8-byte reports (the offer is E, 0, E) and,
+    with no confirm offset, it serves its whole log as before."""
+    async with running_master(tmp_path / "m") as (master, _ha):
+        await put_workload(master, 0, 6)
+        end = master.commit_log.max_offset()
+        with master.replica_log.read(0) as selected:
+            data = bytes(selected.view[: selected.size])
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        port = listeners[0].socket.getsockname()[1]
+        received = bytearray()
+        async with trio.open_nursery() as nursery:
+            async def raw_master() -> None:
+                stream = await listeners[0].accept()
+                async with stream:
+                    while len(received) < 8:
+                        received.extend(await stream.receive_some(64))
+                    await stream.send_all(encode_transfer(0, data))
+                    while (chunk := await stream.receive_some(64)):
+                        received.extend(chunk)
+            nursery.start_soon(raw_master)
+            async with running_slave(tmp_path / "s", port) as (slave, client):
+                await wait_until(lambda: len(received) >= 32, what="the first report and the offer")
+                await wait_until(lambda: slave.get_max_offset_in_queue(TOPIC, 1) > 0, what="dispatched")
+                assert client.confirm_offset is None and client.visible_end() is None
+            nursery.cancel_scope.cancel()
+        for listener in listeners:
+            await listener.aclose()
+    reports = ReportDecoder().feed(bytes(received))
+    assert len(received) % 8 == 0 and all(r >= 0 for r in reports)
+    assert reports[:4] == [0, end, 0, end]  # first report, then the offer
