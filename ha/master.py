@@ -265,17 +265,24 @@ class HAService:
     def visible_end(self) -> int | None:
         """What consumers may read up to (ReplicaLog.limit_visibility): `confirm_limit`, on
         an ASYNC_MASTER as on a SYNC_MASTER; None (no limit) with readUnCommitted."""
-        if self.config.read_un_committed:
-            return None
-        return self.confirm_limit()
+        limit = self.confirm_limit()
+        self._note(limit)
+        return None if self.config.read_un_committed else limit
 
     def confirm_offset(self) -> int:
-        """The confirm offset slaves learn (never decreasing): `confirm_limit`, or the log's
-        end for the master alone. A slave serves nothing past it."""
-        limit = self.confirm_limit()
+        """The confirm offset slaves learn (never decreasing in a term): `confirm_limit`, or
+        the log's end for the master alone. A slave serves nothing past it."""
+        return self._note(self.confirm_limit())
+
+    def _note(self, limit: int | None) -> int:
+        """Advance the confirm offset by `limit` and keep it in the store (a fenced master
+        restarts as a slave serving nothing past it)."""
         end = self.log.end()
-        self._confirm = max(self._confirm, end if limit is None else min(limit, end))
-        return self._confirm
+        confirm = max(self._confirm, end if limit is None else min(limit, end))
+        if confirm != self._confirm:
+            self._confirm = confirm
+            self.log.note_confirm(confirm)
+        return confirm
 
     def in_sync(self, max_gap: int, max_silence_s: float) -> list[str]:
         """Peer addresses of the slaves within `max_gap` bytes that reported within
@@ -316,6 +323,8 @@ class HAService:
                 task_status.started(self.port)
         finally:  # synchronous only: this runs while cancelled
             self.log.remove_append_listener(self._on_append)
+            if not self.config.read_un_committed:  # the term ends: its confirm offset stays the limit
+                self.log.hold_at_known_confirm()
             self.log.limit_visibility(None)
             self.log.detach_replicator(self)
             for listener in listeners:  # serve_listeners closes them too, if it got to run

@@ -93,6 +93,8 @@ class _Session:
     decoder: TransferDecoder | None = None
     offered: bool = False
     """The confirm-offset extension was offered on this connection (ha/protocol.py)."""
+    confirm: int | None = None
+    """The newest confirm offset this master sent on this connection."""
 
 
 class HAClient:
@@ -126,10 +128,10 @@ class HAClient:
         if self.master_address is not None:
             split_address(self.master_address)
         self.master_max_offset_seen = -1
-        self.confirm_offset: int | None = None
-        """The newest confirm offset a tidemq master sent (kept across connections and
-        masters: a slave cut off from its master serves nothing past what it last knew);
-        None while no master sent one (a RocketMQ 4.x master never does)."""
+        self.confirm_offset: int | None = log.known_confirm
+        """The newest confirm offset a tidemq master sent, kept across connections and
+        restarts (in the store's checkpoint): a slave cut off from its master serves nothing
+        past what it last knew. None while none is known (a RocketMQ 4.x master sends none)."""
         self.stopped = trio.Event()
         """Set once `run` has ended (cancelled): no connection is left open."""
         self._session: _Session | None = None
@@ -202,7 +204,10 @@ class HAClient:
             with self._run_scope:
                 await self._run(task_status)
         finally:
-            # replication is over (a promotion, a shutdown): the node's next role decides
+            # replication is over (a promotion, a shutdown): the confirm offset known stays
+            # the limit (`stop`, a promotion, releases it)
+            if not self.config.read_un_committed:
+                self.log.hold_at_known_confirm()
             self.log.limit_visibility(None)
             self.stopped.set()
 
@@ -212,6 +217,8 @@ class HAClient:
         self._run_scope.cancel()
         with trio.move_on_after(timeout_s):
             await self.stopped.wait()
+        if self.stopped.is_set():
+            self.log.release_hold()  # it leaves its master: what it holds is its own now
         return self.stopped.is_set()
 
     async def _run(self, task_status: trio.TaskStatus[None]) -> None:
@@ -291,11 +298,12 @@ class HAClient:
 
     async def _report(self, session: _Session, *, heartbeat: bool = False) -> None:
         """Send the max offset if it grew (an ack), or anyway when `heartbeat`; the first
-        report after a frame arrived that can carry it is the extension's offer."""
+        such report after a frame arrived (and with data held) carries the extension's
+        offer, so a 4.x master gets its reports when it got them before, none more."""
         async with session.send_lock:
             offset = self.log.end()
-            offer = not session.offered and session.frames > 0 and offset > 0 and session.decoder is not None
-            if offset > session.reported or heartbeat or offer:
+            if offset > session.reported or heartbeat:
+                offer = not session.offered and session.frames > 0 and offset > 0 and session.decoder is not None
                 if offer and session.decoder is not None:
                     session.decoder.extension = True  # before the master can answer it
                     session.offered = True
@@ -321,8 +329,11 @@ class HAClient:
             if len(data) >= RECEIVE_SIZE // 2:  # more is waiting: the copy goes before dispatch
                 self.log.note_full_read()
             frames = decoder.feed(data)
-            if decoder.confirm is not None and (self.confirm_offset is None or decoder.confirm > self.confirm_offset):
-                self.confirm_offset = decoder.confirm
+            if decoder.confirm is not None and decoder.confirm != session.confirm:
+                # this master's word replaces what an earlier one said (a new master's
+                # confirm offset may lie below the old one's: dispatch then just waits)
+                session.confirm = self.confirm_offset = decoder.confirm
+                self.log.note_confirm(decoder.confirm)
                 self.log.visibility_moved()
             for run in contiguous_runs(frames, self.log.segment_size):
                 self._apply(run)

@@ -140,12 +140,14 @@ async def queue_end(address: str, queue_id: int = 0) -> int:
 async def test_a_slave_serves_nothing_past_the_confirm_offset_while_its_master_is_cut_off(tmp_path, nodes):
     """The confirm offset reaches the slaves (tidemq's HA extension): with one of two
     in-sync slaves stopped, an ASYNC_MASTER's new records are on the other slave but not
-    confirmed, so that slave serves none of them, and still none once the master is cut off
-    (SIGSTOP); when both are back the confirm offset moves on and the slave serves them."""
+    confirmed, so that slave serves none of them, still none once the master is cut off
+    (SIGSTOP), and none after it is killed and restarted meanwhile (the checkpoint keeps the
+    confirm offset it knew); when all are back the confirm offset moves on and it serves them."""
     keep = {"haMaxTimeSlaveNotCatchup": 120_000, "haHousekeepingInterval": 120_000}  # B stays in the set
     mconf = master_conf(tmp_path, role="ASYNC_MASTER", **keep)
     master = nodes.start(mconf)
-    a = nodes.start(slave_conf(tmp_path, mconf, "a"))
+    a_conf = slave_conf(tmp_path, mconf, "a")
+    a = nodes.start(a_conf)
     b = nodes.start(slave_conf(tmp_path, mconf, "b", brokerId=2))
     await send_workload(master.address, 0, 64)  # 16 to each of queues 0..3
     for slave in (a, b):
@@ -166,6 +168,11 @@ async def test_a_slave_serves_nothing_past_the_confirm_offset_while_its_master_i
             await trio.sleep(1.0)  # poll: a limit that leaked would dispatch within this second
             assert await queue_end(a.address) == 16  # ...and serves none of them
             assert await max_offset(a.address) == held
+            a.stop(signal.SIGKILL)
+            a = nodes.start(a_conf)  # its master still cut off
+            assert await max_offset(a.address) == held
+            await trio.sleep(1.0)  # poll: as above
+            assert await queue_end(a.address) == 16
         finally:
             master.proc.send_signal(signal.SIGCONT)
     finally:
