@@ -153,6 +153,7 @@ class HAService:
         """Manual mode's in-sync rule (`members`): the node's haMaxGapNotInSync and
         haMaxTimeSlaveNotCatchup, the keys etcd mode's controller judges by."""
         self._confirm = 0  # what confirm_offset last told the slaves
+        self._limit_seen: int | None = None  # what dispatch last asked visible_end for
         self.on_ack_timeout = on_ack_timeout
         """Called when a put's wait for the members ran out; True when the controller shrank
         the set to slaves that hold `next_offset` (the put is then acknowledged)."""
@@ -244,8 +245,7 @@ class HAService:
         if self.on_ack_timeout is not None:
             named = self.ack_members or frozenset()
             return [c for c in self._connections if c.address in named]
-        in_sync = set(self.in_sync(self.max_gap, self.max_silence_s))
-        return [c for c in self._connections if c.address in in_sync]
+        return self._in_sync(self.max_gap, self.max_silence_s)
 
     def confirm_limit(self) -> int | None:
         """RocketMQ 5's confirmOffset, in every replication mode: what every member of the
@@ -265,7 +265,7 @@ class HAService:
     def visible_end(self) -> int | None:
         """What consumers may read up to (ReplicaLog.limit_visibility): `confirm_limit`, on
         an ASYNC_MASTER as on a SYNC_MASTER; None (no limit) with readUnCommitted."""
-        limit = self.confirm_limit()
+        limit = self._limit_seen = self.confirm_limit()
         self._note(limit)
         return None if self.config.read_un_committed else limit
 
@@ -287,11 +287,16 @@ class HAService:
     def in_sync(self, max_gap: int, max_silence_s: float) -> list[str]:
         """Peer addresses of the slaves within `max_gap` bytes that reported within
         `max_silence_s` (RocketMQ 5's haMaxGapNotInSync / haMaxTimeSlaveNotCatchup)."""
+        return sorted(c.address for c in self._in_sync(max_gap, max_silence_s))
+
+    def _in_sync(self, max_gap: int, max_silence_s: float) -> list[HAConnection]:
+        if not self._connections:
+            return []
         max_offset = self.log.end()
         now = trio.current_time()
-        return sorted(c.address for c in self._connections
-                      if c.ack_offset >= 0 and max_offset - c.ack_offset <= max_gap
-                      and c.last_ack_at is not None and now - c.last_ack_at <= max_silence_s)
+        return [c for c in self._connections
+                if c.ack_offset >= 0 and max_offset - c.ack_offset <= max_gap
+                and c.last_ack_at is not None and now - c.last_ack_at <= max_silence_s]
 
     def slave_fall_behind_much(self) -> int:
         return self.log.end() - self.push2slave_max_offset
@@ -342,8 +347,8 @@ class HAService:
             self.push2slave_max_offset = ack
         if ack > self.confirmed_offset:
             self._advance()
-        if self.on_ack_timeout is None:
-            self.log.visibility_moved()  # manual mode: the least member's ack may have moved
+        if self.on_ack_timeout is None and self.confirm_limit() != self._limit_seen:
+            self.log.visibility_moved()  # manual mode: the least member's ack moved the limit
 
     def _advance(self) -> None:
         acked = self.acked_offset()
@@ -439,8 +444,8 @@ class HAService:
         if acks:
             conn.ack_offset = acks[-1]
             self._notify_transfer_some(conn.ack_offset)
-        if conn.extension:
-            self._on_append()  # a caught-up writer sends the confirm offset an ack may have moved
+        if conn.extension and acks and self.confirm_offset() > conn.confirm_sent:
+            self._on_append()  # a caught-up writer sends the confirm offset the ack moved
         return True
 
     def _accept_first(self, conn: HAConnection, offset: int) -> bool:
