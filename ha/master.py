@@ -485,15 +485,17 @@ class HAService:
         next_offset = conn.start_offset
         last_write = trio.current_time()
         while True:
-            if conn.extension and (confirm := self.confirm_offset()) > conn.confirm_sent:
-                await stream.send_all(encode_confirm(confirm))
-                conn.confirm_sent = confirm
-            size, frame = self._read_batch(next_offset, batch_size)
+            confirm = b""  # a new confirm offset rides in the same write as the next frames
+            if conn.extension and (offset := self.confirm_offset()) > conn.confirm_sent:
+                confirm, conn.confirm_sent = encode_confirm(offset), offset
+            size, frame = self._read_batch(next_offset, batch_size, confirm)
             if size:
                 await stream.send_all(frame)
                 next_offset += size
                 last_write = trio.current_time()
                 continue
+            if confirm:
+                await stream.send_all(confirm)
             if next_offset < self.log.start():
                 log.warning(
                     "slave %s needs offset %d but the master's log now starts at %d; closing",
@@ -509,11 +511,11 @@ class HAService:
             # before the clock moves (a MockClock then never reaches the heartbeat: a spin)
             await self._wait_for_data(min(now + WAKEUP_FALLBACK_S, due))
 
-    def _read_batch(self, offset: int, batch_size: int) -> tuple[int, bytes]:
+    def _read_batch(self, offset: int, batch_size: int, prefix: bytes = b"") -> tuple[int, bytes]:
         """(bytes of CommitLog, wire bytes) for up to SEND_BYTES in frames of at most
-        `batch_size` bytes each from `offset`, within its segment; (0, b"") when nothing is
-        readable there yet. A backlog goes out in few large writes; every frame on the wire
-        still respects haTransferBatchSize.
+        `batch_size` bytes each from `offset`, within its segment, after `prefix` (a confirm
+        frame); (0, b"") when nothing is readable there yet. A backlog goes out in few large
+        writes; every frame on the wire still respects haTransferBatchSize.
 
         The bytes are copied out so the segment is not held while the socket is slow: a
         stalled slave must not keep a segment from being deleted or unmapped.
@@ -525,7 +527,7 @@ class HAService:
             if selected.size <= 0 or selected.start_offset != offset or batch_size <= 0:
                 return 0, b""
             total = min(selected.size, max(batch_size, SEND_BYTES - SEND_BYTES % batch_size))
-            parts: list[bytes | memoryview] = []
+            parts: list[bytes | memoryview] = [prefix]
             views = []
             for start in range(0, total, batch_size):
                 size = min(batch_size, total - start)
