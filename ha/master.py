@@ -34,13 +34,19 @@ import trio
 
 from store import runtime
 from store.address import AddressError, split_host_port
-from store.config import BrokerRole, StoreConfig
+from store.config import StoreConfig
 from store.replica_log import ReplicaLog
 from store.waiters import OffsetWaiters
 
 from .connection import ReadEnd, guarded, read_until_closed
 from .net import TCP, Network, close_listener_now, no_delay, peer_address
-from .protocol import ReportDecoder, encode_heartbeat, encode_transfer_header
+from .protocol import (
+    ReportDecoder,
+    encode_confirm,
+    encode_heartbeat,
+    encode_transfer_header,
+    is_offer,
+)
 
 log = logging.getLogger("tidemq.ha")
 
@@ -51,6 +57,10 @@ SEND_BYTES = 4 * 1024 * 1024
 """A backlog goes out in socket writes of up to this many body bytes (frames of at most
 haTransferBatchSize each, so the wire stays RocketMQ's): a slave catching up gets its bytes
 in few large writes, not one per 32 KiB."""
+
+DEFAULT_MAX_GAP = 256 * 1024
+DEFAULT_MAX_SILENCE_S = 15.0
+"""The node's defaults of haMaxGapNotInSync and haMaxTimeSlaveNotCatchup (node/config.py)."""
 
 WAKEUP_FALLBACK_S = 0.1
 """A caught-up writer re-checks at least this often even without an append wakeup."""
@@ -95,6 +105,10 @@ class HAConnection:
     """Set when the first report was accepted and `start_offset` is known."""
     last_ack_at: float | None = None
     """trio.current_time() of the newest report (the in-sync rule's haMaxTimeSlaveNotCatchup)."""
+    extension: bool = False
+    """The slave offered the confirm-offset extension (a tidemq slave; ha/protocol.py)."""
+    confirm_sent: int = -1
+    """The confirm offset last sent to it."""
 
 
 class HAService:
@@ -109,7 +123,8 @@ class HAService:
                  on_ack_timeout: Callable[[int], Awaitable[bool]] | None = None,
                  on_connections: Callable[[], None] | None = None,
                  secure_accept: Callable[[trio.SocketStream], Awaitable[trio.abc.Stream | None]] | None = None,
-                 net: Network = TCP) -> None:
+                 net: Network = TCP, max_gap: int = DEFAULT_MAX_GAP,
+                 max_silence_s: float = DEFAULT_MAX_SILENCE_S) -> None:
         self.net = net  # where connections come from (ha/net.py): TCP, or a simulated network
         self.secure_accept = secure_accept
         """The node's TLS check of a new slave connection (mutual TLS, wire/tls.py):
@@ -133,6 +148,12 @@ class HAService:
         allAckInSyncStateSet), so any member may be elected; else one ack is enough."""
         self.confirmed_offset = 0
         """The largest offset SYNC_MASTER puts were released at: no PUT_OK lies beyond it."""
+        self.max_gap = max_gap
+        self.max_silence_s = max_silence_s
+        """Manual mode's in-sync rule (`members`): the node's haMaxGapNotInSync and
+        haMaxTimeSlaveNotCatchup, the keys etcd mode's controller judges by."""
+        self._confirm = 0  # what confirm_offset last told the slaves
+        self._limit_seen: int | None = None  # what dispatch last asked visible_end for
         self.on_ack_timeout = on_ack_timeout
         """Called when a put's wait for the members ran out; True when the controller shrank
         the set to slaves that hold `next_offset` (the put is then acknowledged)."""
@@ -215,38 +236,67 @@ class HAService:
         self._advance()
         self.log.visibility_moved()  # the limit may have come or gone
 
-    def visible_end(self) -> int | None:
-        """What consumers may read up to on a SYNC_MASTER, so no consumer reads a record a
-        promotion could cut (and then skips the record that takes its queue offset):
-        - etcd mode with in-sync slaves: the offset every one of them acked (RocketMQ 5's
-          confirmOffset with allAck); with none, no limit (the master alone is the set);
-        - manual mode, while the slaves a put needs are connected (`acks_needed`): what they
-          all acked (what is in flight is not shown before its PUT_OK); while only some are,
-          the most any of them acked; with none connected, no limit: the writes answer
-          SLAVE_NOT_AVAILABLE, the window docs/failover.md names, and consumers go on reading
-          (a limit kept then would stop them until a slave is back).
-        No limit on an ASYNC_MASTER: it promises nothing about unreplicated records."""
-        if self.config.broker_role is not BrokerRole.SYNC_MASTER:
-            return None
-        if self.ack_members:
-            return self.confirmed_offset
-        if self.on_ack_timeout is not None or not self._connections:  # etcd mode's empty set, or none
-            return None
-        return self.push2slave_max_offset if self._short_of_slaves() else self.confirmed_offset
+    def members(self) -> list[HAConnection]:
+        """The slaves of the in-sync set (the master is always in it, so none: the master
+        alone). etcd mode: the connections of the set its controller published
+        (`ack_members`). Manual mode: the master's own judgement by the same rule the
+        controller applies (`in_sync`: within `max_gap` bytes, reported within
+        `max_silence_s`); a slave catching up from far behind is not waited for."""
+        if self.on_ack_timeout is not None:
+            named = self.ack_members or frozenset()
+            return [c for c in self._connections if c.address in named]
+        return self._in_sync(self.max_gap, self.max_silence_s)
 
-    def _short_of_slaves(self) -> bool:
-        """Manual mode: some slaves a put needs are connected, not all (puts then answer
-        SLAVE_NOT_AVAILABLE)."""
-        return self.on_ack_timeout is None and 0 < len(self._connections) < self.acks_needed()
+    def confirm_limit(self) -> int | None:
+        """RocketMQ 5's confirmOffset, in every replication mode: what every member of the
+        in-sync set holds, so no record beyond it reaches a consumer and then disappears
+        when a member is promoted (the consumer would commit past it and skip the record the
+        new master stores at its queue offset). None for the master alone: nothing to wait for.
+
+        etcd mode with members: the offset all of them acked (monotonic; a member that is
+        not connected holds it where it was). Manual mode: the least ack of the slaves in
+        sync. It may lie below what was already dispatched (a slave that has just come
+        within the gap): dispatch then waits until that slave holds what consumers saw."""
+        if self.on_ack_timeout is not None:
+            return self.confirmed_offset if self.ack_members else None
+        acks = [c.ack_offset for c in self.members()]
+        return min(acks) if acks else None
+
+    def visible_end(self) -> int | None:
+        """What consumers may read up to (ReplicaLog.limit_visibility): `confirm_limit`, on
+        an ASYNC_MASTER as on a SYNC_MASTER; None (no limit) with readUnCommitted."""
+        limit = self._limit_seen = self.confirm_limit()
+        self._note(limit)
+        return None if self.config.read_un_committed else limit
+
+    def confirm_offset(self) -> int:
+        """The confirm offset slaves learn (never decreasing in a term): `confirm_limit`, or
+        the log's end for the master alone. A slave serves nothing past it."""
+        return self._note(self.confirm_limit())
+
+    def _note(self, limit: int | None) -> int:
+        """Advance the confirm offset by `limit` and keep it in the store (a fenced master
+        restarts as a slave serving nothing past it)."""
+        end = self.log.end()
+        confirm = max(self._confirm, end if limit is None else min(limit, end))
+        if confirm != self._confirm:
+            self._confirm = confirm
+            self.log.note_confirm(confirm)
+        return confirm
 
     def in_sync(self, max_gap: int, max_silence_s: float) -> list[str]:
         """Peer addresses of the slaves within `max_gap` bytes that reported within
         `max_silence_s` (RocketMQ 5's haMaxGapNotInSync / haMaxTimeSlaveNotCatchup)."""
+        return sorted(c.address for c in self._in_sync(max_gap, max_silence_s))
+
+    def _in_sync(self, max_gap: int, max_silence_s: float) -> list[HAConnection]:
+        if not self._connections:
+            return []
         max_offset = self.log.end()
         now = trio.current_time()
-        return sorted(c.address for c in self._connections
-                      if c.ack_offset >= 0 and max_offset - c.ack_offset <= max_gap
-                      and c.last_ack_at is not None and now - c.last_ack_at <= max_silence_s)
+        return [c for c in self._connections
+                if c.ack_offset >= 0 and max_offset - c.ack_offset <= max_gap
+                and c.last_ack_at is not None and now - c.last_ack_at <= max_silence_s]
 
     def slave_fall_behind_much(self) -> int:
         return self.log.end() - self.push2slave_max_offset
@@ -278,6 +328,8 @@ class HAService:
                 task_status.started(self.port)
         finally:  # synchronous only: this runs while cancelled
             self.log.remove_append_listener(self._on_append)
+            if not self.config.read_un_committed:  # the term ends: its confirm offset stays the limit
+                self.log.hold_at_known_confirm()
             self.log.limit_visibility(None)
             self.log.detach_replicator(self)
             for listener in listeners:  # serve_listeners closes them too, if it got to run
@@ -293,18 +345,18 @@ class HAService:
     def _notify_transfer_some(self, ack: int) -> None:
         if ack > self.push2slave_max_offset:
             self.push2slave_max_offset = ack
-            if self._short_of_slaves() and self.config.broker_role is BrokerRole.SYNC_MASTER:
-                self.log.visibility_moved()  # visible_end follows the most acked
         if ack > self.confirmed_offset:
             self._advance()
+        if self.on_ack_timeout is None and self.confirm_limit() != self._limit_seen:
+            self.log.visibility_moved()  # manual mode: the least member's ack moved the limit
 
     def _advance(self) -> None:
         acked = self.acked_offset()
         if acked > self.confirmed_offset:
             self.confirmed_offset = acked
             self._ack_waiters.advance(acked)
-            if self.visible_end() is not None:
-                self.log.visibility_moved()
+            if self.ack_members:
+                self.log.visibility_moved()  # etcd mode: confirm_limit moved
 
     async def _handle(self, raw: trio.abc.Stream) -> None:
         """One slave: reader and writer tasks; either ending closes the connection."""
@@ -325,7 +377,7 @@ class HAService:
         # by host: a slave that reconnects before its old connection is found dead (up to
         # haHousekeepingInterval) is not a second slave
         self.peak_slaves = max(self.peak_slaves, len(self.slave_hosts()))
-        self.log.visibility_moved()  # a manual-mode SYNC_MASTER's limit begins (visible_end)
+        self.log.visibility_moved()  # the in-sync set may grow (confirm_limit)
         log.info("slave %s connected", address)
         if self.on_connections is not None:
             self.on_connections()
@@ -335,7 +387,7 @@ class HAService:
                 nursery.start_soon(self._guarded, self._write_loop, conn, nursery.cancel_scope)
         finally:
             self._connections.discard(conn)
-            self.log.visibility_moved()  # the last one gone: no limit
+            self.log.visibility_moved()  # a member gone: the limit moves on (none left: no limit)
             if self.on_connections is not None:
                 self.on_connections()
             await trio.aclose_forcefully(stream)
@@ -372,6 +424,8 @@ class HAService:
         max_offset = self.log.end()
         if conn.request_offset is None and not self._accept_first(conn, reports[0]):
             return False
+        previous = conn.ack_offset  # an offer never comes in the first report's read
+        acks = []
         for offset in reports:
             if offset > max_offset:
                 log.warning(
@@ -379,9 +433,19 @@ class HAService:
                     conn.address, offset, max_offset,
                 )
                 return False
-        conn.ack_offset = reports[-1]
+            if is_offer(previous, offset):
+                if not conn.extension:
+                    log.info("slave %s takes the confirm offset (tidemq extension)", conn.address)
+                conn.extension = True
+                continue
+            acks.append(offset)
+            previous = offset
         conn.last_ack_at = trio.current_time()
-        self._notify_transfer_some(conn.ack_offset)
+        if acks:
+            conn.ack_offset = acks[-1]
+            self._notify_transfer_some(conn.ack_offset)
+        if conn.extension and acks and self.confirm_offset() > conn.confirm_sent:
+            self._on_append()  # a caught-up writer sends the confirm offset the ack moved
         return True
 
     def _accept_first(self, conn: HAConnection, offset: int) -> bool:
@@ -421,12 +485,17 @@ class HAService:
         next_offset = conn.start_offset
         last_write = trio.current_time()
         while True:
-            size, frame = self._read_batch(next_offset, batch_size)
+            confirm = b""  # a new confirm offset rides in the same write as the next frames
+            if conn.extension and (offset := self.confirm_offset()) > conn.confirm_sent:
+                confirm, conn.confirm_sent = encode_confirm(offset), offset
+            size, frame = self._read_batch(next_offset, batch_size, confirm)
             if size:
                 await stream.send_all(frame)
                 next_offset += size
                 last_write = trio.current_time()
                 continue
+            if confirm:
+                await stream.send_all(confirm)
             if next_offset < self.log.start():
                 log.warning(
                     "slave %s needs offset %d but the master's log now starts at %d; closing",
@@ -442,11 +511,11 @@ class HAService:
             # before the clock moves (a MockClock then never reaches the heartbeat: a spin)
             await self._wait_for_data(min(now + WAKEUP_FALLBACK_S, due))
 
-    def _read_batch(self, offset: int, batch_size: int) -> tuple[int, bytes]:
+    def _read_batch(self, offset: int, batch_size: int, prefix: bytes = b"") -> tuple[int, bytes]:
         """(bytes of CommitLog, wire bytes) for up to SEND_BYTES in frames of at most
-        `batch_size` bytes each from `offset`, within its segment; (0, b"") when nothing is
-        readable there yet. A backlog goes out in few large writes; every frame on the wire
-        still respects haTransferBatchSize.
+        `batch_size` bytes each from `offset`, within its segment, after `prefix` (a confirm
+        frame); (0, b"") when nothing is readable there yet. A backlog goes out in few large
+        writes; every frame on the wire still respects haTransferBatchSize.
 
         The bytes are copied out so the segment is not held while the socket is slow: a
         stalled slave must not keep a segment from being deleted or unmapped.
@@ -458,7 +527,7 @@ class HAService:
             if selected.size <= 0 or selected.start_offset != offset or batch_size <= 0:
                 return 0, b""
             total = min(selected.size, max(batch_size, SEND_BYTES - SEND_BYTES % batch_size))
-            parts: list[bytes | memoryview] = []
+            parts: list[bytes | memoryview] = [prefix]
             views = []
             for start in range(0, total, batch_size):
                 size = min(batch_size, total - start)

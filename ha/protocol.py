@@ -13,6 +13,17 @@ HA keeps the same wire. There is no handshake, no magic and no framing beyond th
   ``offset``. ``size == 0`` is a heartbeat carrying the master's next transfer offset. A body
   is at most ``haTransferBatchSize`` (32 KiB) and is not message-aligned.
 
+**tidemq's confirm-offset extension** (between tidemq peers only; docs/failover.md). A tidemq
+slave offers it in place of the first report it sends anyway (an ack or its heartbeat) once
+a frame has arrived (the master has taken its first report) and it holds data: three
+reports in one write, ``E, 0, E`` (E its max offset), plain 4.x
+reports, which a RocketMQ 4.x master takes as acks (its push2SlaveMaxOffset only grows,
+so the 0 in between changes nothing) and so ignores. A tidemq master knows the 0 after a
+positive report for the offer (a 4.x slave's reports never go down on one connection) and
+from then on sends, between frames, a confirm frame: a header with offset ``CONFIRM_MARK``
+(-1) and size 8, then the confirm offset as an int64. A 4.x slave never offers, so never
+sees one; a 4.x master never sends one: both sides' bytes stay RocketMQ 4.x's.
+
 Because the stream has no resynchronisation point, a bad value means the connection must be
 closed: the decoders raise `ProtocolError` and are unusable afterwards. Frames decoded from
 the same chunk before the bad one are dropped with it; that is harmless, since after a
@@ -36,6 +47,11 @@ _REPORT = struct.Struct(">q")
 _HEADER = struct.Struct(">qi")
 assert _REPORT.size == REPORT_SIZE
 assert _HEADER.size == HEADER_SIZE
+
+CONFIRM_MARK = -1
+"""The header offset of a confirm frame (the extension above; never a CommitLog offset)."""
+CONFIRM_SIZE = 8
+
 
 class ProtocolError(ValueError):
     """The peer (or the caller) produced a value the HA wire cannot carry; close the connection."""
@@ -73,6 +89,25 @@ def encode_transfer(offset: int, body: bytes | bytearray | memoryview) -> bytes:
 def encode_heartbeat(offset: int) -> bytes:
     """Encode a master heartbeat: a header with size 0 carrying the next transfer offset."""
     return encode_transfer_header(offset, 0)
+
+
+def encode_confirm(offset: int) -> bytes:
+    """A confirm frame (the extension): the master's confirm offset, for a slave that offered."""
+    _check_offset(offset, "confirm offset")
+    return _HEADER.pack(CONFIRM_MARK, CONFIRM_SIZE) + _REPORT.pack(offset)
+
+
+def encode_offer(offset: int) -> bytes:
+    """A slave's offer of the extension at max offset `offset` (> 0): three plain reports."""
+    if offset <= 0:
+        raise ProtocolError(f"an offer needs a positive max offset, got {offset}")
+    report = encode_report(offset)
+    return report + encode_report(0) + report
+
+
+def is_offer(previous: int, offset: int) -> bool:
+    """Master side: a report of 0 after a positive one is a tidemq slave's offer (not an ack)."""
+    return offset == 0 and previous > 0
 
 
 class ReportDecoder:
@@ -150,6 +185,10 @@ class TransferDecoder:
         self.max_body = max_body
         self._pending = bytearray()  # the start of a frame split across chunks
         self._failed = False
+        self.extension = False
+        """Set once this slave offered the extension: confirm frames are then accepted."""
+        self.confirm: int | None = None
+        """The newest confirm offset received (None before any)."""
 
     @property
     def buffered(self) -> int:
@@ -172,7 +211,7 @@ class TransferDecoder:
                 if end - pos - HEADER_SIZE < size:
                     break
                 pos += HEADER_SIZE
-                frames.append(Transfer(offset, view[pos : pos + size]))
+                self._emit(frames, offset, view[pos : pos + size])
                 pos += size
         except ProtocolError:
             self._failed = True
@@ -197,11 +236,25 @@ class TransferDecoder:
         pending += view[pos : pos + take]
         pos += take
         if len(pending) == HEADER_SIZE + size:
-            frames.append(Transfer(offset, bytes(pending[HEADER_SIZE:])))
+            self._emit(frames, offset, bytes(pending[HEADER_SIZE:]))
             pending.clear()
         return pos
 
+    def _emit(self, frames: list[Transfer], offset: int, body: bytes | memoryview) -> None:
+        """A transfer goes to `frames`; a confirm frame's offset to `confirm`."""
+        if offset != CONFIRM_MARK:
+            frames.append(Transfer(offset, body))
+            return
+        (confirm,) = _REPORT.unpack(body)
+        if confirm < 0:
+            raise ProtocolError(f"negative confirm offset {confirm}")
+        self.confirm = confirm if self.confirm is None else max(self.confirm, confirm)
+
     def _check_header(self, offset: int, size: int) -> tuple[int, int]:
+        if offset == CONFIRM_MARK and self.extension:
+            if size != CONFIRM_SIZE:
+                raise ProtocolError(f"confirm frame of {size} bytes (expected {CONFIRM_SIZE})")
+            return offset, size
         if offset < 0:
             raise ProtocolError(f"negative offset {offset} in master header")
         if size < 0:

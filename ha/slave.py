@@ -29,7 +29,7 @@ from store.replica_log import FollowerAppendError, ReplicaLog
 
 from .connection import ReadEnd, guarded, read_until_closed
 from .net import TCP, Network, local_address
-from .protocol import Transfer, TransferDecoder, encode_report
+from .protocol import Transfer, TransferDecoder, encode_offer, encode_report
 
 log = logging.getLogger("tidemq.ha")
 
@@ -90,6 +90,11 @@ class _Session:
     reported: int = -1
     last_write: float = 0.0
     frames: int = 0
+    decoder: TransferDecoder | None = None
+    offered: bool = False
+    """The confirm-offset extension was offered on this connection (ha/protocol.py)."""
+    confirm: int | None = None
+    """The newest confirm offset this master sent on this connection."""
 
 
 class HAClient:
@@ -123,6 +128,10 @@ class HAClient:
         if self.master_address is not None:
             split_address(self.master_address)
         self.master_max_offset_seen = -1
+        self.confirm_offset: int | None = log.known_confirm
+        """The newest confirm offset a tidemq master sent, kept across connections and
+        restarts (in the store's checkpoint): a slave cut off from its master serves nothing
+        past what it last knew. None while none is known (a RocketMQ 4.x master sends none)."""
         self.stopped = trio.Event()
         """Set once `run` has ended (cancelled): no connection is left open."""
         self._session: _Session | None = None
@@ -177,15 +186,29 @@ class HAClient:
             lag_bytes=max(0, self.master_max_offset_seen - max_offset),
         )
 
+    def visible_end(self) -> int | None:
+        """What this slave's consumers may read up to (ReplicaLog.limit_visibility): the
+        confirm offset, so a record a failover may cut is not served here either; None (its
+        whole log) before one is known, and with readUnCommitted."""
+        if self.config.read_un_committed:
+            return None
+        return self.confirm_offset
+
     # ---- the connect loop -----------------------------------------------------------------
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Connect, replicate, reconnect with backoff (100 ms doubling to 5 s) until cancelled."""
         # the first admission is decided before the caller goes on, so the first connect
         # follows at once (as without an admission check)
+        self.log.limit_visibility(self.visible_end)
         try:
             with self._run_scope:
                 await self._run(task_status)
         finally:
+            # replication is over (a promotion, a shutdown): the confirm offset known stays
+            # the limit (`stop`, a promotion, releases it)
+            if not self.config.read_un_committed:
+                self.log.hold_at_known_confirm()
+            self.log.limit_visibility(None)
             self.stopped.set()
 
     async def stop(self, timeout_s: float) -> bool:
@@ -194,6 +217,8 @@ class HAClient:
         self._run_scope.cancel()
         with trio.move_on_after(timeout_s):
             await self.stopped.wait()
+        if self.stopped.is_set():
+            self.log.release_hold()  # it leaves its master: what it holds is its own now
         return self.stopped.is_set()
 
     async def _run(self, task_status: trio.TaskStatus[None]) -> None:
@@ -272,11 +297,17 @@ class HAClient:
                       expected=(FollowerAppendError,), expected_note="closing the connection to report again")
 
     async def _report(self, session: _Session, *, heartbeat: bool = False) -> None:
-        """Send the max offset if it grew (an ack), or anyway when `heartbeat`."""
+        """Send the max offset if it grew (an ack), or anyway when `heartbeat`; the first
+        such report after a frame arrived (and with data held) carries the extension's
+        offer, so a 4.x master gets its reports when it got them before, none more."""
         async with session.send_lock:
             offset = self.log.end()
             if offset > session.reported or heartbeat:
-                await session.stream.send_all(encode_report(offset))
+                offer = not session.offered and session.frames > 0 and offset > 0 and session.decoder is not None
+                if offer and session.decoder is not None:
+                    session.decoder.extension = True  # before the master can answer it
+                    session.offered = True
+                await session.stream.send_all(encode_offer(offset) if offer else encode_report(offset))
                 session.reported = offset
                 session.last_write = trio.current_time()
 
@@ -292,12 +323,18 @@ class HAClient:
 
     async def _read_loop(self, session: _Session) -> None:
         """Decode frames and append them; returns on EOF or `haHousekeepingInterval` of silence."""
-        decoder = TransferDecoder(max_body=self.config.ha_transfer_batch_size)
+        decoder = session.decoder = TransferDecoder(max_body=self.config.ha_transfer_batch_size)
 
         async def on_data(data: bytes | bytearray) -> bool:
             if len(data) >= RECEIVE_SIZE // 2:  # more is waiting: the copy goes before dispatch
                 self.log.note_full_read()
             frames = decoder.feed(data)
+            if decoder.confirm is not None and decoder.confirm != session.confirm:
+                # this master's word replaces what an earlier one said (a new master's
+                # confirm offset may lie below the old one's: dispatch then just waits)
+                session.confirm = self.confirm_offset = decoder.confirm
+                self.log.note_confirm(decoder.confirm)
+                self.log.visibility_moved()
             for run in contiguous_runs(frames, self.log.segment_size):
                 self._apply(run)
             session.frames += len(frames)

@@ -217,7 +217,9 @@ class Broker:
                                   on_ack_timeout=controller.on_ack_timeout if controller else None,
                                   on_connections=self.failover.wake,
                                   secure_accept=partial(accept_replica, self.ha_port_tls, cfg.tls_mode)
-                                  if self.ha_port_tls is not None else None, net=self.net)
+                                  if self.ha_port_tls is not None else None, net=self.net,
+                                  max_gap=cfg.ha_max_gap_not_in_sync,
+                                  max_silence_s=cfg.ha_max_time_slave_not_catchup / 1000)
             schedule = ScheduleMessageService(store)
         else:
             # the controller names the slave's HA connection in etcd as soon as it is up

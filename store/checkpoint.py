@@ -4,11 +4,15 @@ Three int64 big-endian timestamps (ms) tell abnormal recovery where it can safel
 
 - offset 0: physic_msg_timestamp, store time of the last CommitLog record covered by a full flush;
 - offset 8: logics_msg_timestamp, store time of the last ConsumeQueue unit covered by a thorough flush;
-- offset 16: index_msg_timestamp, endTimestamp of the last IndexFile flushed because it was full.
+- offset 16: index_msg_timestamp, endTimestamp of the last IndexFile flushed because it was full;
+- offset 32: confirm_phy_offset, RocketMQ 5's confirmPhyOffset: the confirm offset this node
+  last knew (0: none known), so a restarted slave serves nothing past it.
 
-The values live in attributes; only `flush()` writes them into the map and makes them durable,
-so a crash leaves the last flushed values, never a half-updated in-memory state. Bytes after
-offset 24 (RocketMQ 5 keeps two more fields there) are preserved untouched.
+The timestamps live in attributes; only `flush()` writes them into the map and makes them
+durable, so a crash leaves the last flushed values, never a half-updated in-memory state. The
+confirm offset goes into the map at once (`note_confirm`): a killed process leaves the newest
+(one aligned 8-byte store), a power loss an older one, which is the cautious side. The bytes
+at 24 (RocketMQ 5's masterFlushedOffset) and after 40 are preserved untouched.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ log = logging.getLogger("tidemq.store")
 
 CHECKPOINT_FILE_SIZE = 4096  # RocketMQ maps exactly OS_PAGE_SIZE
 _THREE = struct.Struct(">qqq")
+_OFFSET = struct.Struct(">q")
+CONFIRM_AT = 32
 
 
 class StoreCheckpoint:
@@ -59,10 +65,23 @@ class StoreCheckpoint:
                 self.logics_msg_timestamp,
                 self.index_msg_timestamp,
             ) = _THREE.unpack_from(self._mm, 0)
+        (confirm,) = _OFFSET.unpack_from(self._mm, CONFIRM_AT) if exists else (0,)
+        self.confirm_phy_offset: int | None = confirm if confirm > 0 else None
+        """The confirm offset last noted (None: none known; a 4.x file has 0 there)."""
         log.info(
             "checkpoint %s: physic=%d logics=%d index=%d",
             path, self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp,
         )
+
+    def note_confirm(self, offset: int | None) -> None:
+        """Keep `offset` as the confirm offset known (None forgets it); into the map at once."""
+        if offset == self.confirm_phy_offset:
+            return
+        with self._lock:
+            if self._closed:
+                return
+            self.confirm_phy_offset = offset
+            _OFFSET.pack_into(self._mm, CONFIRM_AT, offset or 0)
 
     def flush(self) -> None:
         """Write the three timestamps into the map and fdatasync (blocking: use a worker thread)."""

@@ -163,6 +163,10 @@ class StoreConfig:
     ha_master_address: str | None = attrs.field(default=None, validator=validate_host_port)
     ha_slave_fallbehind_max: int = attrs.field(default=256 * MiB, validator=_positive)
     slave_timeout: int = attrs.field(default=3000, validator=_positive)
+    # RocketMQ 5's readUnCommitted: true lets consumers read past the confirm offset (what
+    # every in-sync member holds), on a master and on a slave; records a promotion cuts may
+    # then be read, and their queue offsets' next messages skipped (docs/failover.md)
+    read_un_committed: bool = False  # snake_case of RocketMQ's camelCase key
 
     # scheduled messages: delay of each DELAY level (store/schedule.py)
     message_delay_level: str = attrs.field(

@@ -150,6 +150,9 @@ class MessageStore:
             self.commit_log.load()
             self.consume_queues.load()
             self.checkpoint = StoreCheckpoint(self.config.path(CHECKPOINT_FILE))
+            self.replica_log.checkpoint = self.checkpoint
+            if not self.config.broker_role.is_master and not self.config.read_un_committed:
+                self.replica_log.hold_at_known_confirm()  # a slave serves nothing past what it knew
             self._create_flush_services(self.checkpoint)
             self.index = IndexService(
                 self.config.path(INDEX_DIR), self.config.max_hash_slot_num, self.config.max_index_num,
@@ -287,6 +290,7 @@ class MessageStore:
         )
         segments = self.commit_log.truncate(phy_offset)
         self._cut_queues_and_index(phy_offset)
+        self.replica_log.forget_confirm_past(phy_offset)
         report = TruncateReport(phy_offset, end, len(msg_ids), msg_ids, segments)
         if phy_offset < end:
             log.warning("truncated the store to offset %d: dropped [%d, %d), %d message(s), %d segment(s)",
@@ -367,7 +371,9 @@ class MessageStore:
                 await self.flush_service.shutdown()
             else:
                 await runtime.run_sync(self.commit_log.queue.flush, 0)
-            self.reput.do_reput(limited=False)  # a clean exit dispatched everything (recovery would)
+            if self.replica_log.noted and not self.config.read_un_committed:
+                self.replica_log.hold_at_known_confirm()  # the confirm offset known stays the limit
+            self.reput.do_reput()  # everything up to it: what lies past waits for the next term
             await self.flush_cq_service.flush(0)
             if self.index is not None:
                 await runtime.run_sync(self.index.shutdown)
@@ -376,7 +382,7 @@ class MessageStore:
         self.commit_log.shutdown()
         if self.pool is not None:
             self.pool.destroy()
-        if self.flags.is_writeable() and self.reput.dispatch_behind_bytes() == 0:
+        if self.flags.is_writeable() and (self.reput.dispatch_behind_bytes() == 0 or self.reput.held_back):
             self.abort_file.remove()
         self.lock.release()
         self.flags.shut_down = True

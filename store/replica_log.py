@@ -18,6 +18,7 @@ import trio
 from .mapped_file import SelectResult
 
 if TYPE_CHECKING:
+    from .checkpoint import StoreCheckpoint
     from .commit_log import CommitLog
 
 __all__ = ["BACKLOG_WINDOW_S", "FollowerAppendError", "ReplicaLog", "Replicator"]
@@ -50,6 +51,13 @@ class ReplicaLog:
         self.visible_limit: Callable[[], int | None] | None = None
         """Where consumers' view of the log ends (None from it: no limit); see `limit_visibility`."""
         self._on_visible: list[Callable[[], None]] = []
+        self.checkpoint: StoreCheckpoint | None = None
+        """Where the confirm offset known is kept across restarts (set by the store at load)."""
+        self.hold: int | None = None
+        """Where dispatch stops while no limit is attached: the confirm offset known, held by
+        the store at a slave's start and at every shutdown (`hold_at_known_confirm`)."""
+        self.noted = False
+        """A confirm offset was noted since the store opened (a replication service ran)."""
         self.backlog_until = -math.inf
         """trio time until which the follower counts as receiving a backlog: each read that
         comes in full (it is behind its leader) moves it BACKLOG_WINDOW_S on. The store's
@@ -106,8 +114,38 @@ class ReplicaLog:
         self.visibility_moved()
 
     def visible_end(self) -> int | None:
-        """The offset consumers may see up to now, or None when no limit applies."""
-        return None if self.visible_limit is None else self.visible_limit()
+        """The offset consumers may see up to now, or None when no limit applies: the
+        attached limit's, else `hold`."""
+        return self.hold if self.visible_limit is None else self.visible_limit()
+
+    # ---- the confirm offset known, across restarts ----------------------------------------------
+    @property
+    def known_confirm(self) -> int | None:
+        """The confirm offset this node last knew (kept in the checkpoint), None if none."""
+        return self.checkpoint.confirm_phy_offset if self.checkpoint is not None else None
+
+    def note_confirm(self, offset: int) -> None:
+        """The replication service's newest confirm offset (a master's own, a slave's learned)."""
+        self.noted = True
+        if self.checkpoint is not None:
+            self.checkpoint.note_confirm(offset)
+
+    def hold_at_known_confirm(self) -> None:
+        """Dispatch nothing past the confirm offset known while no limit is attached: a
+        restarted slave, and every node shutting down after a replication service ran (a
+        fenced master's unconfirmed tail must not reach the ConsumeQueues it reopens with)."""
+        self.hold = self.known_confirm
+
+    def release_hold(self) -> None:
+        """No limit while none is attached (a promoted slave dispatches everything it holds)."""
+        self.hold = None
+        self.visibility_moved()
+
+    def forget_confirm_past(self, end: int) -> None:
+        """The log was cut at `end`: a confirm offset beyond it spoke of records now gone."""
+        known = self.known_confirm
+        if known is not None and known > end and self.checkpoint is not None:
+            self.checkpoint.note_confirm(end or None)
 
     def on_visibility(self, listener: Callable[[], None]) -> None:
         """Call `listener()` (the dispatch's wakeup) whenever the visible end may have moved."""

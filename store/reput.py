@@ -73,6 +73,8 @@ class ReputMessageService:
         offset on a SYNC_MASTER in etcd mode), None for the log's end."""
         self.delay_levels = delay_levels
         self.reput_from_offset = 0
+        self.held_back = False
+        """The last `do_reput` stopped at the visible end (records past it wait)."""
         self.stopped_at_error: str | None = None
         self._wake = trio.Event()
         self._dispatched = trio.Event()  # replaced after every round that made progress
@@ -107,6 +109,7 @@ class ReputMessageService:
         count = 0
         stop_at = None if max_bytes is None else self.reput_from_offset + max_bytes
         limit = self.visible_end() if limited else None
+        self.held_back = False
         if self.reput_from_offset < cl.min_offset():
             log.warning("reput offset %d is below the CommitLog min %d; moving up",
                         self.reput_from_offset, cl.min_offset())
@@ -166,6 +169,7 @@ class ReputMessageService:
                 self.reput_from_offset = cl.roll_next_file(base + pos)
                 return True, n
             if limit is not None and base + pos + size > limit:
+                self.held_back = True
                 return False, n  # not yet on every in-sync slave: woken when it is
             assert req is not None  # decode_dispatch gives a request with every MESSAGE
             dispatch(req, is_slave)

@@ -109,7 +109,7 @@ def test_the_spin_guard_ends_a_loop_that_never_lets_the_clock_move():
 
 
 @pytest.mark.parametrize(("mutation", "seed", "mode", "found"), [
-    ("in-sync-wait", 3, SYNC, "acknowledged message(s) lost beyond the mode's promise"),
+    ("in-sync-wait", 19, SYNC, "acknowledged message(s) lost beyond the mode's promise"),
     ("pause-fencing", 1, "ASYNC_MASTER+ASYNC_FLUSH", "acknowledged by another node than the new master"),
 ])
 def test_each_deliberate_bug_breaks_a_promise_on_the_first_seed_that_caught_it(mutation, seed, mode, found, tmp_path):
@@ -154,7 +154,7 @@ def test_a_ci_sweep_keeps_every_promise_in_every_shape():
 
 @pytest.mark.slow
 def test_a_failing_seed_prints_its_replay_and_shrinks(tmp_path, capsys):
-    seed = 3  # the first of seeds 1..2000 that in-sync-wait breaks (as above)
+    seed = 19  # the first of seeds 1..2000 that in-sync-wait breaks (as above)
     code = chaos_main(["chaos", "sim", "--seed", str(seed), "--mode", SYNC, "--controller", "manual",
                        "--mutate", "in-sync-wait", "--shrink", "--dir", str(tmp_path)])
     out, _ = capsys.readouterr()

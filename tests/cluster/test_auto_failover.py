@@ -55,12 +55,13 @@ FAST = {"registerNameServerPeriod": 1000, "haHousekeepingInterval": 2000, "haSen
 
 class Group:
     def __init__(self, nodes: Nodes, tmp_path: Path, etcd: EtcdServer, *, slave_timeout_ms: int = 3000,
-                 lease_ms: int = LEASE_MS) -> None:
+                 lease_ms: int = LEASE_MS, role: str = "SYNC_MASTER") -> None:
         self.nodes, self.etcd = nodes, etcd
         self.ns = start_namesrv(nodes, tmp_path)
         self.extra = extra = {**FAST, "etcdEndpoints": etcd.endpoint, "slaveTimeout": slave_timeout_ms,
                               "controllerLeaseMs": lease_ms}
-        self.m_conf = broker_conf(tmp_path, "m", GROUP, self.ns.address, role="SYNC_MASTER", **extra)
+        self.role = role
+        self.m_conf = broker_conf(tmp_path, "m", GROUP, self.ns.address, role=role, **extra)
         self.s_conf = slave_of(tmp_path, self.m_conf, "s", self.ns.address, **extra)
         self.m = nodes.start(self.m_conf)
         self.s = nodes.start(self.s_conf)
@@ -95,7 +96,7 @@ async def keys_on(address: str, acked: dict[str, str]) -> None:
 
 async def started_group(nodes: Nodes, tmp_path: Path, etcd: EtcdServer, **kwargs: Any) -> Group:
     g = Group(nodes, tmp_path, etcd, **kwargs)
-    first = await wait_for(lambda: leading(g.m), timeout=ELECTION_S, what="the master elected at start")
+    first = await wait_for(lambda: leading(g.m, g.role), timeout=ELECTION_S, what="the master elected at start")
     holder = await g.etcd_value("master")
     assert holder["address"] == g.m.address and holder["epoch"] == first.epoch >= 1
     await call(g.m.address, TopicCreate(topic=TOPIC))
@@ -336,6 +337,37 @@ async def test_consumers_see_only_what_every_in_sync_slave_holds(tmp_path, nodes
         async def visible() -> bool:
             return [m.body for m in (await pull(1)).messages] == [b"second"]
         await wait_for(visible, what="the second record visible once the master is the set alone")
+    finally:
+        g.s.proc.send_signal(signal.SIGCONT)
+
+
+async def test_an_async_master_shows_consumers_only_what_its_in_sync_slave_holds(tmp_path, nodes, etcd) -> None:
+    """The confirm offset on an ASYNC_MASTER too (etcd mode): its put is answered PUT_OK at
+    once, but a consumer pulls the record only once every member holds it, or once the set
+    is the master alone."""
+    g = await started_group(nodes, tmp_path, etcd, role="ASYNC_MASTER")
+    assert (await call(g.m.address, Send(topic=TOPIC, body=b"first", queue_id=0))).status is Status.PUT_OK
+
+    async def pulled(offset: int) -> list[bytes]:
+        return [m.body for m in (await call(g.m.address, Pull(topic=TOPIC, queue_id=0, offset=offset))).messages]
+
+    async def first_visible() -> bool:
+        return await pulled(0) == [b"first"]
+    await wait_for(first_visible, what="the first record visible once the slave acked it")
+    g.s.proc.send_signal(signal.SIGSTOP)
+    try:
+        assert (await call(g.m.address, Send(topic=TOPIC, body=b"second", queue_id=0))).status is Status.PUT_OK
+        await trio.sleep(0.5)  # poll: an unlimited master dispatches within this
+        if (await g.etcd_value("syncStateSet"))["in_sync"]:  # the paused slave is still a member
+            assert await pulled(1) == []
+
+        async def set_alone() -> bool:
+            return (await g.etcd_value("syncStateSet"))["in_sync"] == []
+        await wait_for(set_alone, timeout=ELECTION_S, what="the paused slave out of the in-sync set")
+
+        async def second_visible() -> bool:
+            return await pulled(1) == [b"second"]
+        await wait_for(second_visible, what="the second record visible once the master is the set alone")
     finally:
         g.s.proc.send_signal(signal.SIGCONT)
 

@@ -14,10 +14,13 @@ from ha.protocol import (
     ReportDecoder,
     Transfer,
     TransferDecoder,
+    encode_confirm,
     encode_heartbeat,
+    encode_offer,
     encode_report,
     encode_transfer,
     encode_transfer_header,
+    is_offer,
 )
 
 INT64_MAX = 2**63 - 1
@@ -295,3 +298,47 @@ def test_frames_do_not_change_when_the_fed_buffer_is_reused():
     (frame,) = TransferDecoder().feed(chunk)
     chunk[HEADER_SIZE:] = b"xyz"
     assert frame.body == b"abc"
+
+
+# --- tidemq's confirm-offset extension ---------------------------------------------------------
+
+
+def test_offer_is_three_plain_reports_and_confirm_golden():
+    """The offer is 4.x reports (E, 0, E): a 4.x master takes them as acks. A confirm frame
+    is a header with offset -1 and size 8, then the offset."""
+    assert encode_offer(0x1234) == encode_report(0x1234) + encode_report(0) + encode_report(0x1234)
+    assert ReportDecoder().feed(encode_offer(7)) == [7, 0, 7]
+    assert encode_confirm(0x40000000) == bytes.fromhex("ffffffffffffffff 00000008 0000000040000000")
+    assert is_offer(7, 0) and not is_offer(0, 0) and not is_offer(-1, 0) and not is_offer(7, 3)
+    with pytest.raises(ProtocolError):
+        encode_offer(0)
+
+
+def test_confirm_frames_only_after_the_offer():
+    """A slave that did not offer (and a 4.x slave never does) refuses a confirm frame as a
+    negative offset; one that offered takes the newest confirm offset and no frame for it."""
+    with pytest.raises(ProtocolError, match="negative offset -1"):
+        TransferDecoder().feed(encode_confirm(5))
+    decoder = TransferDecoder()
+    decoder.extension = True
+    assert decoder.confirm is None
+    assert decoder.feed(encode_transfer(0, b"ab") + encode_confirm(2)) == [Transfer(0, b"ab")]
+    assert decoder.confirm == 2
+    assert decoder.feed(encode_confirm(1)) == [] and decoder.confirm == 2  # never goes back
+
+
+@given(offsets, st.lists(st.integers(min_value=0, max_value=64), max_size=6))
+def test_confirm_frame_any_split(confirm, cuts):
+    data = encode_transfer(10, b"xyz") + encode_confirm(confirm) + encode_heartbeat(13)
+    decoder = TransferDecoder()
+    decoder.extension = True
+    frames = feed_all(decoder, split(data, cuts))
+    assert [(f.offset, bytes(f.body)) for f in frames] == [(10, b"xyz"), (13, b"")]
+    assert decoder.confirm == confirm
+
+
+def test_confirm_frame_of_the_wrong_size_is_refused():
+    decoder = TransferDecoder()
+    decoder.extension = True
+    with pytest.raises(ProtocolError, match="confirm frame of 4 bytes"):
+        decoder.feed(raw_header(-1, 4) + bytes(4))

@@ -17,6 +17,7 @@ import trio
 
 from ha.master import HAService
 from ha.protocol import (
+    ReportDecoder,
     Transfer,
     TransferDecoder,
     encode_heartbeat,
@@ -415,11 +416,83 @@ async def test_a_manual_sync_master_with_two_slaves_answers_put_ok_only_when_bot
         nursery.cancel_scope.cancel()
 
 
-async def test_an_async_master_shows_everything(tmp_path):
-    async with running_master(tmp_path / "m", broker_role=BrokerRole.ASYNC_MASTER) as (_master, ha), \
-            running_slave(tmp_path / "s", ha.port):
-        await slaves_joined(ha)
-        assert ha.visible_end() is None
+async def test_an_async_master_shows_consumers_only_what_its_in_sync_slave_holds(tmp_path):
+    """The confirm offset in every mode: an ASYNC_MASTER answers PUT_OK at once, but
+    consumers see a record only once every in-sync slave acked it; with none connected
+    (the master alone) there is no limit."""
+    async with running_master(tmp_path / "m", broker_role=BrokerRole.ASYNC_MASTER) as (master, ha), \
+            trio.open_nursery() as nursery:
+        def visible() -> int:
+            return master.get_max_offset_in_queue(TOPIC, 0)
+
+        assert (await master.put_message(make_message(0, queue_id=0))).status is PutMessageStatus.PUT_OK
+        assert ha.visible_end() is None  # the master alone
+        await wait_until(lambda: visible() == 1, what="the put dispatched")
+        proxy = PausableProxy(ha.port)
+        await nursery.start(proxy.run)
+        async with running_slave(tmp_path / "s", proxy.port) as (slave, _client):
+            await slaves_joined(ha)
+            await wait_until(lambda: ha.visible_end() == master.commit_log.max_offset(), what="the slave in sync")
+            proxy.to_master.close()  # the slave gets the bytes, the master never hears its ack
+            result = await master.put_message(make_message(1, queue_id=0))
+            assert result.status is PutMessageStatus.PUT_OK  # ASYNC: not waiting for the slave
+            await wait_until(lambda: slave.commit_log.max_offset() >= result.append.end_offset)
+            await trio.testing.wait_all_tasks_blocked()
+            assert visible() == 1  # stored, acknowledged, not on the slave as far as the master knows
+            assert ha.visible_end() is not None and ha.visible_end() < result.append.end_offset
+            assert ha.confirm_offset() < result.append.end_offset
+            proxy.to_master.open()
+            await wait_until(lambda: visible() == 2, what="the put dispatched once the slave's ack came")
+            assert ha.confirm_offset() >= result.append.end_offset
+        await wait_until(lambda: ha.connection_count == 0)
+        assert ha.visible_end() is None  # the master alone again
+        assert (await master.put_message(make_message(2, queue_id=0))).status is PutMessageStatus.PUT_OK
+        await wait_until(lambda: visible() == 3, what="the put dispatched with no slave connected")
+        nursery.cancel_scope.cancel()
+
+
+async def test_read_uncommitted_turns_the_limit_off(tmp_path):
+    """readUnCommitted (RocketMQ 5's key, default false): consumers see a record at once,
+    though no slave acked it; the confirm offset slaves learn is unchanged by it."""
+    async with running_master(tmp_path / "m", broker_role=BrokerRole.ASYNC_MASTER, read_un_committed=True) as (
+        master,
+        ha,
+    ), trio.open_nursery() as nursery:
+        proxy = PausableProxy(ha.port)
+        await nursery.start(proxy.run)
+        async with running_slave(tmp_path / "s", proxy.port):
+            await slaves_joined(ha)
+            await wait_until(lambda: ha.confirm_limit() == master.commit_log.max_offset(), what="the slave in sync")
+            proxy.to_master.close()
+            result = await master.put_message(make_message(0, queue_id=0))
+            assert result.status is PutMessageStatus.PUT_OK
+            await wait_until(lambda: master.get_max_offset_in_queue(TOPIC, 0) == 1, what="dispatched unconfirmed")
+            assert ha.visible_end() is None
+            confirm = ha.confirm_limit()
+            assert confirm is not None and confirm < result.append.end_offset
+            proxy.to_master.open()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_slave_far_behind_is_outside_the_in_sync_set(tmp_path):
+    """Manual mode's in-sync set is the slaves within haMaxGapNotInSync (`max_gap`): one
+    catching up from far behind does not hold consumers back until it is within the gap."""
+    async with open_store(make_config(tmp_path / "m")) as master, trio.open_nursery() as nursery:
+        ha = HAService(master.replica_log, master.config, port=0, max_gap=4096)
+        await nursery.start(ha.run)
+        proxy = PausableProxy(ha.port)
+        await nursery.start(proxy.run)
+        async with running_slave(tmp_path / "s", proxy.port) as (slave, _client):
+            await slaves_joined(ha)
+            await wait_until(lambda: ha.visible_end() is not None, what="the slave in sync")
+            proxy.to_slave.close()  # the slave gets nothing more
+            await put_workload(master, 0, 10)  # 15 KB: beyond the 4 KiB gap
+            await wait_until(lambda: master.get_max_offset_in_queue(TOPIC, 1) > 0, what="dispatched past the slave")
+            assert ha.visible_end() is None and ha.members() == []
+            proxy.to_slave.open()
+            await wait_until(caught_up(master, slave))
+            await wait_until(lambda: len(ha.members()) == 1, what="the slave back in sync")
+        nursery.cancel_scope.cancel()
 
 
 async def test_sync_master_with_sync_flush_waits_for_both_within_slave_timeout(tmp_path):
@@ -691,3 +764,37 @@ async def test_replicating_from_names_the_live_connection_and_none_while_it_is_r
             assert client.connected and client.replicating_from() is None
             await wait_until(lambda: client.replicating_from() is not None)
             assert client.replicating_from() == (old, 2)
+
+
+async def test_a_tidemq_slave_of_a_rocketmq_4x_master_sends_only_reports_and_serves_its_log(tmp_path):
+    """Against a master that speaks only RocketMQ 4.x's HA wire (raw here: it never answers
+    the offer), the slave's bytes are all plain 8-byte reports (the offer is E, 0, E) and,
+    with no confirm offset, it serves its whole log as before."""
+    async with running_master(tmp_path / "m") as (master, _ha):
+        await put_workload(master, 0, 6)
+        end = master.commit_log.max_offset()
+        with master.replica_log.read(0) as selected:
+            data = bytes(selected.view[: selected.size])
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        port = listeners[0].socket.getsockname()[1]
+        received = bytearray()
+        async with trio.open_nursery() as nursery:
+            async def raw_master() -> None:
+                stream = await listeners[0].accept()
+                async with stream:
+                    while len(received) < 8:
+                        received.extend(await stream.receive_some(64))
+                    await stream.send_all(encode_transfer(0, data))
+                    while (chunk := await stream.receive_some(64)):
+                        received.extend(chunk)
+            nursery.start_soon(raw_master)
+            async with running_slave(tmp_path / "s", port) as (slave, client):
+                await wait_until(lambda: len(received) >= 32, what="the first report and the offer")
+                await wait_until(lambda: slave.get_max_offset_in_queue(TOPIC, 1) > 0, what="dispatched")
+                assert client.confirm_offset is None and client.visible_end() is None
+            nursery.cancel_scope.cancel()
+        for listener in listeners:
+            await listener.aclose()
+    reports = ReportDecoder().feed(bytes(received))
+    assert len(received) % 8 == 0 and all(r >= 0 for r in reports)
+    assert reports[:4] == [0, end, 0, end]  # first report, then the offer

@@ -231,6 +231,8 @@ INVALID = {
     "unknown port key": ({"listenPrt": 1}, ["listenPrt", "did you mean 'listenPort'"]),
     "unknown store key": ({"fileReservedTme": 1}, ["fileReservedTme", "did you mean 'fileReservedTime'"]),
     "ip key spelled like rocketmq": ({"brokerIP": "x"}, ["did you mean 'brokerIP1'"]),
+    "read uncommitted misspelt": ({"readUncommited": True}, ["readUncommited", "did you mean 'readUnCommitted'"]),
+    "read uncommitted not a bool": ({"readUnCommitted": "maybe"}, ["readUnCommitted"]),
 }
 
 
@@ -516,3 +518,10 @@ def test_free_port_never_hands_out_a_port_twice_in_a_row_of_calls():
 
     ports = [layout.free_port() for _ in range(300)]
     assert len(set(ports)) == 300
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_read_uncommitted_is_rocketmq_5s_key_off_by_default(tmp_path, fmt):
+    """readUnCommitted (RocketMQ 5's spelling) turns the confirm-offset limit off per node."""
+    assert not load_config(write(tmp_path, fmt, {})).store.read_un_committed
+    assert load_config(write(tmp_path, fmt, {"readUnCommitted": True}, name="on")).store.read_un_committed

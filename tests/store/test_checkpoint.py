@@ -76,3 +76,31 @@ def test_min_timestamp_formulas(tmp_path):
         assert cp.min_timestamp_index == 1
     finally:
         cp.shutdown()
+
+
+def test_confirm_offset_at_32_goes_into_the_file_at_once(tmp_path):
+    """RocketMQ 5's confirmPhyOffset: read at load (0 in a 4.x file: none known), written
+    into the map as soon as it is noted (a killed process leaves it), 24 left alone."""
+    path = tmp_path / "checkpoint"
+    path.write_bytes(struct.pack(">qqqqq", 1, 2, 3, 4, 5))
+    cp = StoreCheckpoint(str(path))
+    assert cp.confirm_phy_offset == 5
+    cp.note_confirm(1234)
+    assert struct.unpack_from(">qq", path.read_bytes(), 24) == (4, 1234)  # before any flush
+    cp.close()  # what a kill leaves
+    cp2 = StoreCheckpoint(str(path))
+    try:
+        assert cp2.confirm_phy_offset == 1234
+        cp2.note_confirm(None)
+    finally:
+        cp2.shutdown()
+    cp3 = StoreCheckpoint(str(path))
+    try:
+        assert cp3.confirm_phy_offset is None
+    finally:
+        cp3.shutdown()
+    fresh = StoreCheckpoint(str(tmp_path / "new"))
+    try:
+        assert fresh.confirm_phy_offset is None
+    finally:
+        fresh.shutdown()

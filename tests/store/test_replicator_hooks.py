@@ -3,6 +3,7 @@ into the store. A SYNC_MASTER put waits on the attached replicator only."""
 
 from __future__ import annotations
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -142,3 +143,51 @@ async def test_dispatch_stops_at_the_visible_end_and_a_clean_exit_dispatches_the
     assert not (tmp_path / "abort").exists()  # shutdown dispatched the tail: a clean exit
     async with open_store(config) as store:
         assert [m.body for m in store.get_message("g", "V", 0, 0, 10).messages] == [b"m0", b"m1", b"m2", b"tail"]
+
+
+async def test_the_confirm_offset_known_holds_dispatch_across_a_restart_as_slave(tmp_path):
+    """The confirm offset a node last knew (the checkpoint's confirmPhyOffset) is where a
+    shutdown stops dispatch and where a store reopened as a slave stops it: a fenced master
+    rejoining, or a restarted slave, serves nothing past it. Reopened as a master, or once
+    the hold is released (a promotion), it dispatches the rest."""
+    config = StoreConfig(store_path_root_dir=str(tmp_path), broker_role=BrokerRole.ASYNC_MASTER,
+                         mapped_file_size_commit_log=64 * 1024)
+    limit = [0]
+    async with open_store(config) as store:
+        store.replica_log.limit_visibility(lambda: limit[0])  # what the HA service does
+        ends = [(await store.put_message(Message("V", b"m%d" % i, queue_id=0))).append.end_offset
+                for i in range(3)]
+        limit[0] = ends[0]
+        store.replica_log.note_confirm(ends[0])
+        store.replica_log.visibility_moved()
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.get_max_offset_in_queue("V", 0) == 1
+        store.replica_log.hold_at_known_confirm()  # the service stops before the store
+        store.replica_log.limit_visibility(None)
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.get_max_offset_in_queue("V", 0) == 1
+    assert not (tmp_path / "abort").exists()  # the held tail is no unclean exit
+    as_slave = attrs.evolve(config, broker_role=BrokerRole.SLAVE)
+    async with open_store(as_slave) as store:
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.get_max_offset_in_queue("V", 0) == 1
+        assert store.replica_log.known_confirm == ends[0]
+        store.replica_log.release_hold()  # promoted: what it holds is its own
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.get_max_offset_in_queue("V", 0) == 3
+
+
+async def test_a_store_reopened_as_master_dispatches_past_the_confirm_offset_known(tmp_path):
+    config = StoreConfig(store_path_root_dir=str(tmp_path), broker_role=BrokerRole.ASYNC_MASTER,
+                         mapped_file_size_commit_log=64 * 1024)
+    async with open_store(config) as store:
+        store.replica_log.limit_visibility(lambda: 0)
+        first = await store.put_message(Message("V", b"m0", queue_id=0))
+        store.replica_log.note_confirm(first.append.end_offset)
+        await store.put_message(Message("V", b"m1", queue_id=0))
+        store.replica_log.hold_at_known_confirm()
+        store.replica_log.limit_visibility(None)
+    async with open_store(config) as store:  # a master alone: no limit
+        assert store.get_max_offset_in_queue("V", 0) == 2
+        assert store.replica_log.known_confirm == first.append.end_offset
+        assert (await store.put_message(Message("V", b"m2", queue_id=0))).append.queue_offset == 2
