@@ -140,7 +140,9 @@ class ReputMessageService:
         base = mf.file_from_offset
         pos = self.reput_from_offset - base
         readable = mf.get_read_position()
-        growing = mf is cl.queue.last() and not mf.is_full()  # replicated bytes may still come
+        # replicated bytes may still come; and with a transient store pool, bytes appended but
+        # not yet committed (a rolled segment's tail, its BLANK filler) are not readable yet
+        growing = (mf is cl.queue.last() and not mf.is_full()) or readable < mf.wrote_position
         mm = mf.mm
         dispatch = self._dispatch
         is_slave = self.is_slave()

@@ -159,3 +159,34 @@ async def test_a_long_poll_by_queue_wakes_only_when_its_queue_grows(tmp_path):
             nursery.cancel_scope.cancel()
     finally:
         store.close()
+
+
+def test_a_rolled_segments_uncommitted_tail_waits_for_its_commit(tmp_path):
+    """With a transient store pool, readers see committed bytes only: once the writer has
+    rolled to the next segment, the last one's tail (its last records and BLANK filler)
+    may still sit in the write buffer. Dispatch waits for it, rather than taking the
+    committed end for a segment without its filler and stopping (a live store that stopped
+    dispatching: found by the crash matrix's async-pool seeds)."""
+    store = loaded_store(tmp_path, transient_store_pool_enable=True, flush_disk_type="ASYNC_FLUSH")
+    try:
+        assert store.config.transient_pool_active
+        queue = store.commit_log.queue
+        n = 0
+        for _ in range(50):  # most of the first segment, committed
+            append(store, Message("T", b"x" * 900, queue_id=0))
+            n += 1
+        queue.files[0].commit(0)
+        while len(queue.files) < 2:  # its tail and the roll, not committed
+            append(store, Message("T", b"x" * 900, queue_id=0))
+            n += 1
+        first = queue.files[0]
+        queue.files[-1].commit(0)  # the new segment's bytes are readable before the old tail's
+        assert first.get_read_position() < first.wrote_position
+        store.reput.do_reput()
+        assert store.reput.stopped_at_error is None
+        first.commit(0)  # the commit service's next step: the tail reaches its file
+        store.reput.do_reput()
+        assert store.reput.stopped_at_error is None
+        assert store.consume_queues.find("T", 0).max_offset_in_queue == n
+    finally:
+        store.close()
