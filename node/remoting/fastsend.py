@@ -47,7 +47,7 @@ async def fast_send(proc: ProcessorContext, cmd: RemotingCommand, channel: Remot
     fields = plain_send(cmd.code, cmd.ext_fields, cmd.body, proc.checked_topics)
     if fields is None:
         return None
-    send = RemotingSend(cmd.code, cmd.opaque, cmd.is_oneway, *fields, cmd.body, b"")
+    send = RemotingSend(cmd.code, cmd.opaque, cmd.is_oneway, *fields, cmd.body, b"")  # (no header: `cmd` is it)
     (pending,) = await prepare_remoting_sends(proc.services, [send], channel.peer, _reply)
     return None if pending is None else GroupedSend(pending, answer, proc.services)
 
