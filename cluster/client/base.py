@@ -242,19 +242,6 @@ class _LifeCycle:
         return await stack.__aexit__(exc_type, exc, tb)
 
 
-async def _shielded_nursery(task_status: trio.TaskStatus[tuple[trio.Nursery, trio.CancelScope]]
-                            = trio.TASK_STATUS_IGNORED) -> None:
-    """A nursery for a client's connection readers that a cancellation of the client's
-    block does not reach: the readers live until the client has flushed what it must (a
-    consumer's last commits after a SIGTERM) and closed its connections, then the client
-    cancels the returned scope. Cancelling the block would otherwise end every reader
-    first, and the flush would find its connections gone."""
-    with trio.CancelScope(shield=True) as scope:
-        async with trio.open_nursery() as nursery:
-            task_status.started((nursery, scope))
-            await trio.sleep_forever()
-
-
 class _Client(_LifeCycle):
     """What Producer, PullConsumer and Admin share: a nursery, a connection pool, a
     discovery (name servers or a broker list) and a route cache."""
@@ -284,13 +271,12 @@ class _Client(_LifeCycle):
         comes back as it was raised, not in trio's group, so `except ConnectionLost:` around
         the `async with` works (wire.client.block_nursery)."""
         async with block_nursery() as nursery:
-            readers, readers_scope = await nursery.start(_shielded_nursery)
-            pool = self._pool = ConnectionPool(readers, self.options)
+            pool = self._pool = ConnectionPool(nursery, self.options)
+            if self._namesrv:
+                self._discovery = NameServerDiscovery(self._namesrv, pool)
+            else:
+                self._discovery = StaticDiscovery(self._brokers, pool)
             try:
-                if self._namesrv:
-                    self._discovery = NameServerDiscovery(self._namesrv, pool)
-                else:
-                    self._discovery = StaticDiscovery(self._brokers, pool)
                 yield
             finally:
                 with trio.CancelScope(shield=True):  # flush and close even when the block was cancelled
@@ -298,9 +284,7 @@ class _Client(_LifeCycle):
                         await self._before_close()
                     except TidemqError as e:
                         log.warning("%s: closing: %s", type(self).__name__, e)
-                    finally:
-                        await pool.aclose()
-                        readers_scope.cancel()  # the readers end with their connections
+                    await pool.aclose()
                 self._pool = self._discovery = None
 
     async def _before_close(self) -> None:
