@@ -7,7 +7,7 @@ no RemotingCommand for the answer.
 
 Two readers feed it (wire/remoting/plain_send.py): with the compiled codec built, the
 server's decoder reads such a frame's JSON header straight to a RemotingSend and hands a
-receive's run of them to `plain_sends` (one write check for the run, as the CBOR path's
+receive's run of them to NodeRemoting.plain_sends (one write check for the run, as the CBOR path's
 plain sends); without it, `fast_send` reads each decoded command's extFields with the
 reference `plain_send`. Either takes only what the reference path (sends.py through the
 CBOR send's schema and handler) would store the same way; anything else (a topic not yet
@@ -25,15 +25,15 @@ from wire.remoting.command import RemotingCommand, SerializeType
 from wire.remoting.plain_send import RemotingSend, plain_send
 from wire.remoting.send_reply import send_reply_frame
 
-from ..ops.puts import PendingPut, prepare_remoting_sends
+from ..ops.puts import prepare_remoting_sends
 from .answers import response_code
 from .channel import GroupedSend, ProcessorContext, RemotingChannel
 
-__all__ = ["REGION_ID", "fast_send", "plain_sends"]
+__all__ = ["REGION_ID", "fast_send", "reply_frame"]
 
 REGION_ID = "DefaultRegion"
 
-def _reply(opaque: int, status: str, msg_id: str, queue_id: int, queue_offset: int) -> bytes:
+def reply_frame(opaque: int, status: str, msg_id: str, queue_id: int, queue_offset: int) -> bytes:
     """A stored send's answer frame, from the template."""
     return send_reply_frame(response_code(status), opaque, msg_id, queue_id, queue_offset, REGION_ID)
 
@@ -48,12 +48,5 @@ async def fast_send(proc: ProcessorContext, cmd: RemotingCommand, channel: Remot
     if fields is None:
         return None
     send = RemotingSend(cmd.code, cmd.opaque, cmd.is_oneway, *fields, cmd.body, b"")  # (no header: `cmd` is it)
-    (pending,) = await prepare_remoting_sends(proc.services, [send], channel.peer, _reply)
+    (pending,) = await prepare_remoting_sends(proc.services, [send], channel.peer, reply_frame)
     return None if pending is None else GroupedSend(pending, answer, proc.services)
-
-
-async def plain_sends(proc: ProcessorContext, sends: list[RemotingSend], channel: RemotingChannel,
-                      ) -> list[PendingPut | None]:
-    """A receive's run of sends the compiled reader read, checked and encoded for the
-    server's turn with one write check; None for each that takes the reference path."""
-    return await prepare_remoting_sends(proc.services, sends, channel.peer, _reply)

@@ -24,13 +24,13 @@ from wire.remoting.command import RemotingCommand
 from wire.remoting.headers import HeaderError
 from wire.remoting.plain_send import RemotingSend
 
-from ..ops.puts import PendingPut
+from ..ops.puts import PendingPut, prepare_remoting_sends
 from ..ops.services import NodeServices
 from ..security.guard import Guard
 from .acl import CURRENT, Refused, guarded, screened
 from .channel import Finish, Processor, RemotingChannel
 from .clients import CLIENT_PROCESSORS, channel_closed
-from .fastsend import plain_sends
+from .fastsend import reply_frame
 from .pulls import PULL_PROCESSORS
 from .sends import SEND_PROCESSORS, send_answer
 
@@ -60,7 +60,7 @@ class NodeRemoting:
         return self.checked_topics if self.fast_sends else None
 
     async def plain_sends(self, sends: list[RemotingSend], channel: RemotingChannel) -> list[PendingPut | None]:
-        return await plain_sends(self, sends, channel)
+        return await prepare_remoting_sends(self.services, sends, channel.peer, reply_frame)
 
     def plain_answer(self, send: RemotingSend, response: dict[str, Any]) -> RemotingCommand:
         answer = send_answer(send.command(), response)

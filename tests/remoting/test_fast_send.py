@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import node.remoting.fastsend as fastsend_module
+import node.remoting.processor as processor_module
 from node.ops.services import NodeServices
 from node.remoting.processor import NodeRemoting
 from store import record_codec
@@ -59,8 +60,8 @@ class Pair:
     fast: Node
     reference: Node
     fast_taken: list[int]
-    """Opaques of the sends the fast path took (node.remoting.fastsend's
-    prepare_remoting_sends, observed: the compiled reader's runs and fast_send alike)."""
+    """Opaques of the sends the fast path took (prepare_remoting_sends, observed where
+    fastsend's fast_send and NodeRemoting.plain_sends call it)."""
 
 
 async def _serve(conf: Path, fast: bool, ready: queue.Queue[Any], nursery: trio.Nursery) -> None:
@@ -102,6 +103,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
             ready.put(e)
 
     fastsend_module.prepare_remoting_sends = observed  # type: ignore[assignment]
+    processor_module.prepare_remoting_sends = observed  # type: ignore[assignment]
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     try:
@@ -114,6 +116,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
         yield Pair(fast, ref, taken)
     finally:
         fastsend_module.prepare_remoting_sends = original  # type: ignore[assignment]
+        processor_module.prepare_remoting_sends = original  # type: ignore[assignment]
         for token, scope in scopes:
             with contextlib.suppress(trio.RunFinishedError):
                 trio.from_thread.run_sync(scope.cancel, trio_token=token)
