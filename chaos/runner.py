@@ -181,14 +181,17 @@ async def _wait_slave_connected(cluster: ChaosCluster, timeout: float = 30.0) ->
 
 
 async def _caught_up(cluster: ChaosCluster, timeout: float) -> float | None:
-    """Seconds until the slave's max offset equals the master's (the nodes serving so
-    now: swapped after a promotion), None at the deadline."""
+    """Seconds until the slave's max offset equals the master's and it serves all of it (the
+    nodes serving so now: swapped after a promotion), None at the deadline. A slave serves
+    only up to the confirm offset it learned (docs/failover.md): the master sends it after the
+    slave's ack, so a slave stopped just after its ack would hold its last records back."""
     t0 = trio.current_time()
     while trio.current_time() - t0 < timeout:
         master = await sample_node(cluster.address_of(cluster.serving_master))
         slave = await sample_node(cluster.address_of(cluster.serving_slave))
         if master and slave and slave.max_phy_offset == master.max_phy_offset \
-                and (master.slave_ack is None or master.slave_ack >= master.max_phy_offset):
+                and (master.slave_ack is None or master.slave_ack >= master.max_phy_offset) \
+                and slave.dispatch_behind_bytes == 0:
             return round(trio.current_time() - t0, 3)
         await trio.sleep(0.05)  # poll
     return None

@@ -50,6 +50,7 @@ class NodeSample:
     min_phy_offset: int
     slave_ack: int | None  # master only: the best slave's acknowledged offset
     running_flags: list[str]
+    dispatch_behind_bytes: int = 0  # CommitLog bytes not yet in the ConsumeQueues (a slave: past its confirm offset)
 
 
 class Workload:
@@ -208,4 +209,5 @@ async def sample_node(address: str, timeout: float = 1.0) -> NodeSample | None:
         return None
     slaves = s.ha.slaves
     ack = max((x.ack_offset for x in slaves), default=None) if slaves is not None else None
-    return NodeSample(time.time(), s.max_phy_offset, s.flushed_offset, s.min_phy_offset, ack, list(s.running_flags))
+    return NodeSample(time.time(), s.max_phy_offset, s.flushed_offset, s.min_phy_offset, ack, list(s.running_flags),
+                      s.dispatch_behind_bytes)
