@@ -188,12 +188,14 @@ def handled(fn: Handler, usage: tuple[type[Exception], ...] = (),
     return run
 
 
-async def until_signal(body: Callable[[], Awaitable[int]]) -> int:
+async def until_signal(body: Callable[[], Awaitable[int]], *, graceful: trio.Event | None = None) -> int:
     """Run `body`; SIGTERM or SIGINT cancels it, so its context managers leave cleanly (a
-    consumer releases its queues, commits and leaves its group; a drill stops its cluster),
-    then one line on stderr that says so (not an error: the stop was asked for) and
-    128 + the signal (143, 130) instead of a traceback. Every long-running command runs
-    under it."""
+    drill stops its cluster), then one line on stderr that says so (not an error: the stop
+    was asked for) and 128 + the signal (143, 130) instead of a traceback. Every
+    long-running command runs under it. With `graceful`, the first signal sets it instead
+    and `body` winds down on its own: a cancellation would also end its clients' connection
+    readers, and a consumer's last commits and its leaving need them. A second signal
+    cancels."""
     got: list[int] = []
     failed: Exception | None = None
     code = 0
@@ -202,6 +204,9 @@ async def until_signal(body: Callable[[], Awaitable[int]]) -> int:
             async def watch() -> None:
                 async for signum in signals:
                     got.append(signum)
+                    if graceful is not None and not graceful.is_set():
+                        graceful.set()
+                        continue
                     nursery.cancel_scope.cancel()
                     return
 

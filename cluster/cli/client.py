@@ -220,13 +220,15 @@ def _cmd_consume(args: argparse.Namespace) -> int:
     if args.max is not None and args.max < 1:
         raise UsageError(f"--max must be >= 1, got {args.max}")
 
+    stop = trio.Event()  # a member stops on a signal by itself: it commits and leaves its group
+
     async def main() -> int:
         if args.commit:  # a member of the group (push_consumer.Consumer): commits what it printed
             from ..client.push_consumer import consume_as_member
 
             await _check_may_consume(src, args)
             await consume_as_member(lambda m: print_json(message_json(m)), group=args.group, topic=args.topic,
-                                    max_messages=args.max, idle_timeout_ms=args.timeout_ms,
+                                    max_messages=args.max, idle_timeout_ms=args.timeout_ms, stop=stop,
                                     tag_filter=args.tags, start=args.start, **src)
             return EXIT_OK
         async with PullConsumer(**src, group=args.group, topic=args.topic, tag_filter=args.tags,
@@ -241,7 +243,7 @@ def _cmd_consume(args: argparse.Namespace) -> int:
                         break
         return EXIT_OK
 
-    return run_async(args, lambda: until_signal(main))
+    return run_async(args, lambda: until_signal(main, graceful=stop if args.commit else None))
 
 
 async def _check_may_consume(src: dict[str, Any], args: argparse.Namespace) -> None:

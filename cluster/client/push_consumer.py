@@ -304,19 +304,33 @@ async def consume_as_member(
     topic: str,
     max_messages: int | None = None,
     idle_timeout_ms: int | None = 2000,
+    stop: trio.Event | None = None,
     **options: Any,
 ) -> ConsumerStats:
-    """Run a Consumer until `max_messages` were consumed or no message came for
-    `idle_timeout_ms` (never, when None); what `tidemq consume` runs. `options` go to
-    Consumer (namesrv or brokers, tag_filter, start, intervals, ...)."""
+    """Run a Consumer until `max_messages` were consumed, no message came for
+    `idle_timeout_ms` (never, when None) or `stop` is set; what `tidemq consume` runs. Each
+    way out leaves cleanly: the member commits what it consumed and leaves its group.
+    `options` go to Consumer (namesrv or brokers, tag_filter, start, intervals, ...)."""
     async with Consumer(group, topic, handler, max_messages=max_messages, **options) as consumer:
         await consumer.check_topic()  # say so rather than wait for nothing
         consumer.last_message_at = trio.current_time()
-        while not consumer.finished.is_set():
-            idle_left = (None if idle_timeout_ms is None
-                         else consumer.last_message_at + idle_timeout_ms / 1000 - trio.current_time())
-            if idle_left is not None and idle_left <= 0:
-                break
-            with trio.move_on_after(min(idle_left or 1.0, 1.0)):
-                await consumer.finished.wait()
+        async with trio.open_nursery() as nursery:
+            if stop is not None:
+                async def stopped() -> None:
+                    await stop.wait()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(stopped)
+            await _until_finished_or_idle(consumer, idle_timeout_ms)
+            nursery.cancel_scope.cancel()
     return consumer.stats
+
+
+async def _until_finished_or_idle(consumer: Consumer, idle_timeout_ms: int | None) -> None:
+    while not consumer.finished.is_set():
+        idle_left = (None if idle_timeout_ms is None
+                     else consumer.last_message_at + idle_timeout_ms / 1000 - trio.current_time())
+        if idle_left is not None and idle_left <= 0:
+            return
+        with trio.move_on_after(min(idle_left or 1.0, 1.0)):
+            await consumer.finished.wait()
