@@ -168,7 +168,7 @@ class DrillReport:
             ("every queue consumed again after", fmt(self.consumption_recovered_s)),
             *((f"{what} after", fmt(took)) for what, took in self.takeovers.items()),
             *((k, v) for k, v in (("delivered again after the fault", self.redelivered_after_fault),
-                                  ("consumed, not committed at the fault", self.consumed_not_committed),
+                                  ("consumed, uncommitted at the fault", self.consumed_not_committed),
                                   ("committed offsets lost", self.committed_offsets_lost)) if v is not None),
         ]
         lines = [f"drill {self.drill}", ""] + [f"  {k:<34} {v}" for k, v in rows] + ["", "promises:"]
