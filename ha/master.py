@@ -16,6 +16,10 @@ instead of two threads per slave:
   a wakeup set by its store append listener when caught up (with a 100 ms fallback, as
   RocketMQ's `allWaitForRunning(100)`).
 
+On the tidemq extension (ha/protocol.py) the writer also sends the confirm offset and the
+node's consumer-offset commits (`offsets_committed`, whole table first); the reader takes
+the slave's offsets acks, which `wait_for_offsets` (a SYNC_MASTER commit) waits on.
+
 Both sides run under `ha.connection.guarded`: either one ending closes that connection only.
 
 Stricter than RocketMQ: a first report beyond the master's max offset, or below its min
