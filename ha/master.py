@@ -116,6 +116,12 @@ class HAConnection:
     confirm_sent: int = -1
     """The confirm offset last sent to it."""
     reports: ReportDecoder = attrs.field(factory=ReportDecoder)
+    frame_sent: bool = False
+    """A transfer or heartbeat was written to it (a tidemq slave offers on its first one)."""
+    reports_after_frame: int = 0
+    """Reports read since then. A tidemq slave offers in its first report after a frame
+    arrived; before that it sends at most one heartbeat report (one per
+    haSendHeartbeatInterval), so a second report without an offer is a RocketMQ 4.x slave."""
     offsets_streamed: bool = False
     """Consumer-offset commits go to this slave (it took the extension; the table was queued)."""
     offsets_pending: dict[tuple[str, str, int], OffsetCommit] = attrs.field(factory=dict)
@@ -247,9 +253,16 @@ class HAService:
 
     def offsets_missing(self, seq: int) -> list[str]:
         """Peer addresses of the in-sync set's slaves that stream offsets and have not acked
-        commit `seq` yet. A RocketMQ 4.x slave (no extension) is not waited for: it pulls the
-        table every 10 s (node/slave_sync.py)."""
-        return sorted(c.address for c in self.members() if c.offsets_streamed and c.offsets_acked < seq)
+        commit `seq` yet, or may still take the extension (`_may_offer`: a slave that just
+        connected). A RocketMQ 4.x slave (no extension) is not waited for once known: it
+        pulls the table every 10 s (node/slave_sync.py)."""
+        return sorted(c.address for c in self.members()
+                      if (c.offsets_acked < seq if c.offsets_streamed else self._may_offer(c)))
+
+    def _may_offer(self, conn: HAConnection) -> bool:
+        """`conn` may yet be a tidemq slave that takes offsets (an empty one offers with its
+        first record): until a second report after a frame says it is RocketMQ 4.x."""
+        return self.offset_table is not None and not conn.extension and conn.reports_after_frame < 2
 
     async def wait_for_offsets(self, seq: int, timeout_s: float) -> list[str]:
         """Wait up to `timeout_s` until every in-sync slave that streams offsets holds commit
@@ -482,6 +495,8 @@ class HAService:
         max_offset = self.log.end()
         if conn.request_offset is None and not self._accept_first(conn, reports[0]):
             return False
+        if conn.frame_sent:
+            conn.reports_after_frame += len(reports)
         previous = conn.ack_offset  # an offer never comes in the first report's read
         acks = []
         for offset in reports:
@@ -572,7 +587,9 @@ class HAService:
         heartbeat_s = self.config.ha_send_heartbeat_interval / 1000
         stream = conn.stream
         next_offset = conn.start_offset
-        last_write = trio.current_time()
+        # a caught-up slave gets a heartbeat at once, not after haSendHeartbeatInterval: a
+        # tidemq slave offers the extension on its first frame, and commits wait until it did
+        last_write = trio.current_time() - heartbeat_s
         while True:
             confirm = b""  # a new confirm offset rides in the same write as the next frames
             if conn.extension and (offset := self.confirm_offset()) > conn.confirm_sent:
@@ -584,6 +601,7 @@ class HAService:
                 await stream.send_all(frame)
                 next_offset += size
                 last_write = trio.current_time()
+                conn.frame_sent = True
                 continue
             if confirm:
                 await stream.send_all(confirm)
@@ -597,6 +615,7 @@ class HAService:
             if now >= due:
                 await stream.send_all(encode_heartbeat(next_offset))
                 last_write = trio.current_time()
+                conn.frame_sent = True
                 continue
             # an absolute deadline: `heartbeat_s - idle` can be a few ulps, a timeout that ends
             # before the clock moves (a MockClock then never reaches the heartbeat: a spin)

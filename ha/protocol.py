@@ -14,8 +14,8 @@ HA keeps the same wire. There is no handshake, no magic and no framing beyond th
   is at most ``haTransferBatchSize`` (32 KiB) and is not message-aligned.
 
 **tidemq's confirm-offset extension** (between tidemq peers only; docs/failover.md). A tidemq
-slave offers it in place of the first report it sends anyway (an ack or its heartbeat) once
-a frame has arrived (the master has taken its first report) and it holds data: three
+slave offers it as soon as a frame has arrived (the master has taken its first report) and
+it holds data, in its ack of that frame (or at once, after a heartbeat): three
 reports in one write, ``E, 0, E`` (E its max offset), plain 4.x
 reports, which a RocketMQ 4.x master takes as acks (its push2SlaveMaxOffset only grows,
 so the 0 in between changes nothing) and so ignores. A tidemq master knows the 0 after a

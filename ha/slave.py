@@ -319,13 +319,15 @@ class HAClient:
                       expected=(FollowerAppendError,), expected_note="closing the connection to report again")
 
     async def _report(self, session: _Session, *, heartbeat: bool = False) -> None:
-        """Send the max offset if it grew (an ack), or anyway when `heartbeat`; the first
-        such report after a frame arrived (and with data held) carries the extension's
-        offer, so a 4.x master gets its reports when it got them before, none more."""
+        """Send the max offset if it grew (an ack), or anyway when `heartbeat`. The first
+        report after a frame arrived (with data held) carries the extension's offer, and
+        goes out at once even when the frame was a heartbeat (the master's commits wait
+        until it knows whether this slave takes offsets): a 4.x master then gets at most
+        one report more than it would have, an ack of the offset it already has."""
         async with session.send_lock:
             offset = self.log.end()
-            if offset > session.reported or heartbeat:
-                offer = not session.offered and session.frames > 0 and offset > 0 and session.decoder is not None
+            offer = not session.offered and session.frames > 0 and offset > 0 and session.decoder is not None
+            if offset > session.reported or heartbeat or offer:
                 if offer and session.decoder is not None:
                     session.decoder.extension = True  # before the master can answer it
                     session.offered = True

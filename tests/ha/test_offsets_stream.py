@@ -1,7 +1,7 @@
 """Consumer-offset commits on the HA extension, end to end over TCP between real stores:
 the table goes to a tidemq slave when it takes the extension, each commit follows, and the
 master's wait (a SYNC_MASTER commit) ends once the in-sync slaves acked; a RocketMQ 4.x
-slave gets none of it and is not waited for."""
+slave gets none of it and, once known as one, is not waited for."""
 
 from __future__ import annotations
 
@@ -79,9 +79,37 @@ async def test_a_rocketmq_4x_slave_gets_no_offsets_and_is_not_waited_for(tmp_pat
                 while got < end:
                     for frame in decoder.feed(await stream.receive_some(65536)):
                         got = max(got, frame.end)
-            await stream.send_all(encode_report(got) + encode_report(got))  # acks, as 4.x sends them
+            # not known yet whether it takes offsets: a commit would wait for it
+            assert len(ha.offsets_missing(ha.offsets_seq)) == 1
+            # two reports after a frame and no offer: RocketMQ 4.x, not waited for
+            await stream.send_all(encode_report(got) + encode_report(got))
+            await wait_until(lambda: not ha.offsets_missing(ha.offsets_seq), what="known as a 4.x slave")
             seq = ha.offsets_committed([OffsetCommit("G", "T", 0, 6)])
             assert await ha.wait_for_offsets(seq, 1.0) == []
             with trio.move_on_after(0.3):  # poll: whatever the master sends meanwhile
                 while data := await stream.receive_some(65536):
                     decoder.feed(data)  # raises ProtocolError on anything but 4.x frames
+
+
+async def test_a_caught_up_slave_takes_the_extension_within_a_round_trip(tmp_path):
+    """A slave that reconnects holding everything (no record to ack) gets a heartbeat at
+    once and offers on it: the table arrives well within haSendHeartbeatInterval (5 s),
+    without a write to the group."""
+    async with (
+        running_master(tmp_path / "m", broker_role=BrokerRole.SYNC_MASTER) as (master, ha),
+        open_store(make_config(tmp_path / "s", BrokerRole.SLAVE)) as slave,
+    ):
+        ha.offset_table = lambda: [OffsetCommit("G", "T", 0, 5)]
+        assert (await master.put_message(make_message(0, wait=False))).ok
+        for connection in range(2):
+            taken: list[OffsetsBatch] = []
+            async with trio.open_nursery() as nursery:
+                client = HAClient(slave.replica_log, slave.config, f"127.0.0.1:{ha.port}", on_offsets=taken.append)
+                await nursery.start(client.run)
+                start = trio.current_time()
+                await wait_until(lambda taken=taken: taken, what=f"the table on connection {connection}")
+                if connection:  # caught up before it connected
+                    assert trio.current_time() - start < 2.0
+                assert slave.commit_log.max_offset() == master.commit_log.max_offset()
+                nursery.cancel_scope.cancel()
+            await wait_until(lambda: ha.connection_count == 0, what="the connection closed")
