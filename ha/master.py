@@ -501,6 +501,10 @@ class HAService:
         acks = []
         for offset in reports:
             if offset < 0:  # an offsets ack (the decoder lets one through only once offsets were sent)
+                if -offset > self.offsets_seq:
+                    log.warning("slave %s acked offsets batch %d, beyond the newest sent (%d); closing",
+                                conn.address, -offset, self.offsets_seq)
+                    return False
                 if -offset > conn.offsets_acked:
                     conn.offsets_acked = -offset
                     self._offsets_moved()

@@ -7,7 +7,14 @@ from __future__ import annotations
 
 import trio
 
-from ha.protocol import OffsetCommit, OffsetsBatch, TransferDecoder, encode_report
+from ha.protocol import (
+    OffsetCommit,
+    OffsetsBatch,
+    TransferDecoder,
+    encode_offer,
+    encode_offsets_ack,
+    encode_report,
+)
 from ha.slave import HAClient
 from store.config import BrokerRole
 from store.message_store import open_store
@@ -113,3 +120,22 @@ async def test_a_caught_up_slave_takes_the_extension_within_a_round_trip(tmp_pat
                 assert slave.commit_log.max_offset() == master.commit_log.max_offset()
                 nursery.cancel_scope.cancel()
             await wait_until(lambda: ha.connection_count == 0, what="the connection closed")
+
+
+async def test_an_ack_of_a_batch_never_sent_closes_the_connection(tmp_path):
+    """A slave that acks offsets it cannot hold (beyond the newest batch) is refused: it
+    would let a SYNC_MASTER answer commits it never got."""
+    async with running_master(tmp_path / "m", broker_role=BrokerRole.SYNC_MASTER) as (master, ha):
+        ha.offset_table = list
+        assert (await master.put_message(make_message(0, wait=False))).ok
+        end = master.commit_log.max_offset()
+        async with await trio.open_tcp_stream("127.0.0.1", ha.port) as stream:
+            await stream.send_all(encode_report(end))
+            await slaves_joined(ha)
+            await stream.send_all(encode_offer(end))  # a tidemq slave's offer: the table follows
+            await wait_until(lambda: ha.offsets_missing(ha.offsets_seq), what="the table sent")
+            await stream.send_all(encode_offsets_ack(ha.offsets_seq + 5))
+            with trio.fail_after(5):
+                while await stream.receive_some(65536):
+                    pass  # until the master closes it
+        await wait_until(lambda: ha.connection_count == 0, what="the connection closed")
