@@ -16,6 +16,10 @@ instead of two threads per slave:
   a wakeup set by its store append listener when caught up (with a 100 ms fallback, as
   RocketMQ's `allWaitForRunning(100)`).
 
+On the tidemq extension (ha/protocol.py) the writer also sends the confirm offset and the
+node's consumer-offset commits (`offsets_committed`, whole table first); the reader takes
+the slave's offsets acks, which `wait_for_offsets` (a SYNC_MASTER commit) waits on.
+
 Both sides run under `ha.connection.guarded`: either one ending closes that connection only.
 
 Stricter than RocketMQ: a first report beyond the master's max offset, or below its min
@@ -41,9 +45,11 @@ from store.waiters import OffsetWaiters
 from .connection import ReadEnd, guarded, read_until_closed
 from .net import TCP, Network, close_listener_now, no_delay, peer_address
 from .protocol import (
+    OffsetCommit,
     ReportDecoder,
     encode_confirm,
     encode_heartbeat,
+    encode_offsets,
     encode_transfer_header,
     is_offer,
 )
@@ -109,6 +115,23 @@ class HAConnection:
     """The slave offered the confirm-offset extension (a tidemq slave; ha/protocol.py)."""
     confirm_sent: int = -1
     """The confirm offset last sent to it."""
+    reports: ReportDecoder = attrs.field(factory=ReportDecoder)
+    frame_sent: bool = False
+    """A transfer or heartbeat was written to it (a tidemq slave offers on its first one)."""
+    reports_after_frame: int = 0
+    """Reports read since then. A tidemq slave offers in its first report after a frame
+    arrived; before that it sends at most one heartbeat report (one per
+    haSendHeartbeatInterval), so a second report without an offer is a RocketMQ 4.x slave."""
+    offsets_streamed: bool = False
+    """Consumer-offset commits go to this slave (it took the extension; the table was queued)."""
+    offsets_pending: dict[tuple[str, str, int], OffsetCommit] = attrs.field(factory=dict)
+    """Commits to send, by (group, topic, queue id): the newest wins."""
+    offsets_replace: bool = False
+    """The pending batch is the whole table (the first one on a connection)."""
+    offsets_pending_seq: int = 0
+    """The commit sequence number the pending batch brings the slave to."""
+    offsets_acked: int = 0
+    """The newest offsets batch the slave acked (it holds every commit up to that number)."""
 
 
 class HAService:
@@ -124,7 +147,8 @@ class HAService:
                  on_connections: Callable[[], None] | None = None,
                  secure_accept: Callable[[trio.SocketStream], Awaitable[trio.abc.Stream | None]] | None = None,
                  net: Network = TCP, max_gap: int = DEFAULT_MAX_GAP,
-                 max_silence_s: float = DEFAULT_MAX_SILENCE_S) -> None:
+                 max_silence_s: float = DEFAULT_MAX_SILENCE_S,
+                 offset_table: Callable[[], list[OffsetCommit]] | None = None) -> None:
         self.net = net  # where connections come from (ha/net.py): TCP, or a simulated network
         self.secure_accept = secure_accept
         """The node's TLS check of a new slave connection (mutual TLS, wire/tls.py):
@@ -159,6 +183,12 @@ class HAService:
         the set to slaves that hold `next_offset` (the put is then acknowledged)."""
         self.on_connections = on_connections
         """Called when a slave connects or disconnects (fencing counts the slaves of a term)."""
+        self.offset_table = offset_table
+        """The node's committed consumer offsets, sent whole to each tidemq slave that takes
+        the extension, then commit by commit (`offsets_committed`); None: none are sent."""
+        self.offsets_seq = 1
+        """The master's commit sequence number: batch `offsets_seq` holds every commit so far."""
+        self._offsets_acked = trio.Event()  # set (and replaced) on each offsets ack
         self._connections: set[HAConnection] = set()
         self._ack_waiters = OffsetWaiters()  # RocketMQ's GroupTransferService: SYNC_MASTER puts
         self._data_event = trio.Event()  # replaced (after set) on an append while writers wait
@@ -208,6 +238,43 @@ class HAService:
         if await self._ack_waiters.wait(next_offset, timeout_s):
             return True
         return self.on_ack_timeout is not None and await self.on_ack_timeout(next_offset)
+
+    def offsets_committed(self, entries: list[OffsetCommit]) -> int:
+        """Queue commits (already in the node's table) for every slave that streams offsets;
+        returns their sequence number, for `wait_for_offsets`."""
+        self.offsets_seq += 1
+        for conn in self._connections:
+            if conn.offsets_streamed:
+                for e in entries:
+                    conn.offsets_pending[(e.group, e.topic, e.queue_id)] = e
+                conn.offsets_pending_seq = self.offsets_seq
+        self._wake_writers()
+        return self.offsets_seq
+
+    def offsets_missing(self, seq: int) -> list[str]:
+        """Peer addresses of the in-sync set's slaves that stream offsets and have not acked
+        commit `seq` yet, or may still take the extension (`_may_offer`: a slave that just
+        connected). A RocketMQ 4.x slave (no extension) is not waited for once known: it
+        pulls the table every 10 s (node/slave_sync.py)."""
+        return sorted(c.address for c in self.members()
+                      if (c.offsets_acked < seq if c.offsets_streamed else self._may_offer(c)))
+
+    def _may_offer(self, conn: HAConnection) -> bool:
+        """`conn` may yet be a tidemq slave that takes offsets (an empty one offers with its
+        first record): until a second report after a frame says it is RocketMQ 4.x."""
+        return self.offset_table is not None and not conn.extension and conn.reports_after_frame < 2
+
+    async def wait_for_offsets(self, seq: int, timeout_s: float) -> list[str]:
+        """Wait up to `timeout_s` until every in-sync slave that streams offsets holds commit
+        `seq` (SYNC_MASTER: a commit answered OK is on whichever member is promoted); the
+        members still missing it ([] once none is)."""
+        with trio.move_on_after(timeout_s):
+            while self.offsets_missing(seq):
+                # an ack or a disconnect wakes it; the in-sync set also moves with time and acks
+                with trio.move_on_after(WAKEUP_FALLBACK_S):
+                    await self._offsets_acked.wait()
+            return []
+        return self.offsets_missing(seq)
 
     def acked_offset(self) -> int:
         """What the slaves a put needs have all acked (`ack_members`, else `acks_needed`)."""
@@ -338,6 +405,9 @@ class HAService:
 
     def _on_append(self) -> None:
         """CommitLog append hook: wake caught-up writers (runs inline in the put path)."""
+        self._wake_writers()
+
+    def _wake_writers(self) -> None:
         if self._writers_waiting:
             event, self._data_event = self._data_event, trio.Event()
             event.set()
@@ -387,6 +457,7 @@ class HAService:
                 nursery.start_soon(self._guarded, self._write_loop, conn, nursery.cancel_scope)
         finally:
             self._connections.discard(conn)
+            self._offsets_moved()  # commit waits re-check the members
             self.log.visibility_moved()  # a member gone: the limit moves on (none left: no limit)
             if self.on_connections is not None:
                 self.on_connections()
@@ -402,7 +473,7 @@ class HAService:
     async def _read_loop(self, conn: HAConnection) -> None:
         """RocketMQ's ReadSocketService: acks from the slave; returns (closing the
         connection) on EOF, silence or a bad offset."""
-        decoder = ReportDecoder()
+        decoder = conn.reports
 
         async def on_data(data: bytes | bytearray) -> bool:
             reports = decoder.feed(data)
@@ -424,9 +495,20 @@ class HAService:
         max_offset = self.log.end()
         if conn.request_offset is None and not self._accept_first(conn, reports[0]):
             return False
+        if conn.frame_sent:
+            conn.reports_after_frame += len(reports)
         previous = conn.ack_offset  # an offer never comes in the first report's read
         acks = []
         for offset in reports:
+            if offset < 0:  # an offsets ack (the decoder lets one through only once offsets were sent)
+                if -offset > self.offsets_seq:
+                    log.warning("slave %s acked offsets batch %d, beyond the newest sent (%d); closing",
+                                conn.address, -offset, self.offsets_seq)
+                    return False
+                if -offset > conn.offsets_acked:
+                    conn.offsets_acked = -offset
+                    self._offsets_moved()
+                continue
             if offset > max_offset:
                 log.warning(
                     "slave %s reported offset %d beyond the master's max offset %d; closing",
@@ -437,6 +519,7 @@ class HAService:
                 if not conn.extension:
                     log.info("slave %s takes the confirm offset (tidemq extension)", conn.address)
                 conn.extension = True
+                self._stream_offsets(conn)
                 continue
             acks.append(offset)
             previous = offset
@@ -447,6 +530,31 @@ class HAService:
         if conn.extension and acks and self.confirm_offset() > conn.confirm_sent:
             self._on_append()  # a caught-up writer sends the confirm offset the ack moved
         return True
+
+    def _stream_offsets(self, conn: HAConnection) -> None:
+        """A tidemq slave took the extension: queue the whole offset table for it (every
+        later commit follows it: `offsets_committed`)."""
+        if self.offset_table is None or conn.offsets_streamed:
+            return
+        conn.offsets_streamed = True
+        conn.reports.offsets_acks = True  # before the table goes out, so its ack is understood
+        conn.offsets_pending = {(e.group, e.topic, e.queue_id): e for e in self.offset_table()}
+        conn.offsets_replace = True
+        conn.offsets_pending_seq = self.offsets_seq
+        self._wake_writers()
+
+    def _offsets_moved(self) -> None:
+        event, self._offsets_acked = self._offsets_acked, trio.Event()
+        event.set()
+
+    def _take_offsets(self, conn: HAConnection) -> bytes:
+        """The offsets frames of the commits pending for `conn` (b"" for none)."""
+        if not conn.offsets_pending_seq:
+            return b""
+        frames = encode_offsets(conn.offsets_pending_seq, tuple(conn.offsets_pending.values()),
+                                replace=conn.offsets_replace)
+        conn.offsets_pending, conn.offsets_replace, conn.offsets_pending_seq = {}, False, 0
+        return frames
 
     def _accept_first(self, conn: HAConnection, offset: int) -> bool:
         """Apply the first-transfer-offset rule; refuse offsets the master cannot serve."""
@@ -483,16 +591,21 @@ class HAService:
         heartbeat_s = self.config.ha_send_heartbeat_interval / 1000
         stream = conn.stream
         next_offset = conn.start_offset
-        last_write = trio.current_time()
+        # a caught-up slave gets a heartbeat at once, not after haSendHeartbeatInterval: a
+        # tidemq slave offers the extension on its first frame, and commits wait until it did
+        last_write = trio.current_time() - heartbeat_s
         while True:
             confirm = b""  # a new confirm offset rides in the same write as the next frames
             if conn.extension and (offset := self.confirm_offset()) > conn.confirm_sent:
                 confirm, conn.confirm_sent = encode_confirm(offset), offset
+            if conn.offsets_pending_seq:  # and so do commits of consumer offsets
+                confirm += self._take_offsets(conn)
             size, frame = self._read_batch(next_offset, batch_size, confirm)
             if size:
                 await stream.send_all(frame)
                 next_offset += size
                 last_write = trio.current_time()
+                conn.frame_sent = True
                 continue
             if confirm:
                 await stream.send_all(confirm)
@@ -506,6 +619,7 @@ class HAService:
             if now >= due:
                 await stream.send_all(encode_heartbeat(next_offset))
                 last_write = trio.current_time()
+                conn.frame_sent = True
                 continue
             # an absolute deadline: `heartbeat_s - idle` can be a few ulps, a timeout that ends
             # before the clock moves (a MockClock then never reaches the heartbeat: a spin)

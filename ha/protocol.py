@@ -14,8 +14,8 @@ HA keeps the same wire. There is no handshake, no magic and no framing beyond th
   is at most ``haTransferBatchSize`` (32 KiB) and is not message-aligned.
 
 **tidemq's confirm-offset extension** (between tidemq peers only; docs/failover.md). A tidemq
-slave offers it in place of the first report it sends anyway (an ack or its heartbeat) once
-a frame has arrived (the master has taken its first report) and it holds data: three
+slave offers it as soon as a frame has arrived (the master has taken its first report) and
+it holds data, in its ack of that frame (or at once, after a heartbeat): three
 reports in one write, ``E, 0, E`` (E its max offset), plain 4.x
 reports, which a RocketMQ 4.x master takes as acks (its push2SlaveMaxOffset only grows,
 so the 0 in between changes nothing) and so ignores. A tidemq master knows the 0 after a
@@ -23,6 +23,13 @@ positive report for the offer (a 4.x slave's reports never go down on one connec
 from then on sends, between frames, a confirm frame: a header with offset ``CONFIRM_MARK``
 (-1) and size 8, then the confirm offset as an int64. A 4.x slave never offers, so never
 sees one; a 4.x master never sends one: both sides' bytes stay RocketMQ 4.x's.
+
+The same extension carries **consumer-offset commits** (docs/formats.md): a tidemq master
+that takes the offer sends its whole committed-offset table once, then every commit, in
+offsets frames (header offset ``OFFSETS_MARK``, -2, then `encode_offsets`' body, each
+tagged with the master's commit sequence number). The slave applies a batch and answers
+with an offsets ack, a report of ``-seq``: negative, so never an ack of CommitLog bytes, and
+sent only to a master that sent offsets frames (so a 4.x master never reads one).
 
 Because the stream has no resynchronisation point, a bad value means the connection must be
 closed: the decoders raise `ProtocolError` and are unusable afterwards. Frames decoded from
@@ -51,6 +58,21 @@ assert _HEADER.size == HEADER_SIZE
 CONFIRM_MARK = -1
 """The header offset of a confirm frame (the extension above; never a CommitLog offset)."""
 CONFIRM_SIZE = 8
+
+
+OFFSETS_MARK = -2
+"""The header offset of an offsets frame (consumer-offset commits; the extension above)."""
+OFFSETS_MAX_BODY = 256 * 1024
+"""The largest offsets frame body: a table is split into frames of at most this size."""
+OFFSETS_REPLACE = 0x01
+"""Offsets frame flag: this batch is the master's whole table (replace, do not merge)."""
+OFFSETS_MORE = 0x02
+"""Offsets frame flag: more frames of this batch follow (apply and ack after the last)."""
+MAX_NAME_BYTES = 0xFFFF
+
+_OFFSETS_HEAD = struct.Struct(">qBI")  # seq, flags, entry count
+_ENTRY_HEAD = struct.Struct(">iqH")  # queue_id, offset, group length (then group, topic length, topic)
+_NAME_LEN = struct.Struct(">H")
 
 
 class ProtocolError(ValueError):
@@ -105,6 +127,106 @@ def encode_offer(offset: int) -> bytes:
     return report + encode_report(0) + report
 
 
+@attrs.frozen
+class OffsetCommit:
+    """One consumer group's committed offset on one queue, as an offsets frame carries it."""
+
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+
+
+@attrs.frozen
+class OffsetsBatch:
+    """A complete batch of commits: the master's whole table (`replace`) or commits since
+    the previous batch, all committed up to sequence number `seq`."""
+
+    seq: int
+    replace: bool
+    entries: tuple[OffsetCommit, ...]
+
+
+def _encode_entry(entry: OffsetCommit) -> bytes:
+    group, topic = entry.group.encode(), entry.topic.encode()
+    if len(group) > MAX_NAME_BYTES or len(topic) > MAX_NAME_BYTES:
+        raise ProtocolError(f"group or topic name of {entry} longer than {MAX_NAME_BYTES} bytes")
+    if not -(2**31) <= entry.queue_id < 2**31:
+        raise ProtocolError(f"queue id {entry.queue_id} does not fit in an int32")
+    _check_offset(entry.offset, "offset commit")
+    return b"".join((_ENTRY_HEAD.pack(entry.queue_id, entry.offset, len(group)), group,
+                     _NAME_LEN.pack(len(topic)), topic))
+
+
+def encode_offsets(seq: int, entries: list[OffsetCommit] | tuple[OffsetCommit, ...], *, replace: bool,
+                   max_body: int = OFFSETS_MAX_BODY) -> bytes:
+    """One batch of commits as offsets frames of at most `max_body` body bytes each (all but
+    the last flagged `OFFSETS_MORE`); an empty table is one frame with no entries."""
+    if seq <= 0:
+        raise ProtocolError(f"offsets sequence number {seq} must be positive")
+    _check_offset(seq, "offsets sequence number")
+    room = max_body - _OFFSETS_HEAD.size
+    chunks: list[list[bytes]] = [[]]
+    used = 0
+    for entry in entries:
+        encoded = _encode_entry(entry)
+        if len(encoded) > room:
+            raise ProtocolError(f"offset commit {entry} does not fit in an offsets frame of {max_body} bytes")
+        if used + len(encoded) > room:
+            chunks.append([])
+            used = 0
+        chunks[-1].append(encoded)
+        used += len(encoded)
+    out: list[bytes] = []
+    for i, chunk in enumerate(chunks):
+        flags = (OFFSETS_REPLACE if replace else 0) | (OFFSETS_MORE if i < len(chunks) - 1 else 0)
+        body = _OFFSETS_HEAD.pack(seq, flags, len(chunk)) + b"".join(chunk)
+        out += (_HEADER.pack(OFFSETS_MARK, len(body)), body)
+    return b"".join(out)
+
+
+def decode_offsets_body(body: bytes | memoryview) -> tuple[int, int, list[OffsetCommit]]:
+    """(seq, flags, entries) of one offsets frame body; ProtocolError when it is malformed."""
+    size = len(body)
+    if size < _OFFSETS_HEAD.size:
+        raise ProtocolError(f"offsets frame of {size} bytes (at least {_OFFSETS_HEAD.size})")
+    seq, flags, count = _OFFSETS_HEAD.unpack_from(body, 0)
+    if seq <= 0:
+        raise ProtocolError(f"offsets frame with sequence number {seq}")
+    if flags & ~(OFFSETS_REPLACE | OFFSETS_MORE):
+        raise ProtocolError(f"offsets frame with unknown flags {flags:#x}")
+    pos = _OFFSETS_HEAD.size
+    entries = []
+    try:
+        for _ in range(count):
+            queue_id, offset, group_len = _ENTRY_HEAD.unpack_from(body, pos)
+            pos += _ENTRY_HEAD.size
+            group = bytes(body[pos : pos + group_len]).decode()
+            pos += group_len
+            (topic_len,) = _NAME_LEN.unpack_from(body, pos)
+            pos += _NAME_LEN.size
+            topic = bytes(body[pos : pos + topic_len]).decode()
+            pos += topic_len
+            if pos > size:
+                raise ProtocolError("offsets frame entry runs past the frame")
+            if offset < 0:
+                raise ProtocolError(f"negative committed offset {offset} for {group}/{topic}:{queue_id}")
+            entries.append(OffsetCommit(group, topic, queue_id, offset))
+    except (struct.error, UnicodeDecodeError) as e:
+        raise ProtocolError(f"malformed offsets frame entry: {e}") from None
+    if pos != size:
+        raise ProtocolError(f"offsets frame has {size - pos} byte(s) after its {count} entries")
+    return seq, flags, entries
+
+
+def encode_offsets_ack(seq: int) -> bytes:
+    """A slave's ack of the offsets batch `seq` (a report of -seq; only to a master that sent one)."""
+    if seq <= 0:
+        raise ProtocolError(f"offsets sequence number {seq} must be positive")
+    _check_offset(seq, "offsets ack")
+    return _REPORT.pack(-seq)
+
+
 def is_offer(previous: int, offset: int) -> bool:
     """Master side: a report of 0 after a positive one is a tidemq slave's offer (not an ack)."""
     return offset == 0 and previous > 0
@@ -122,6 +244,9 @@ class ReportDecoder:
         self._failed = False
         self.last: int | None = None
         """The newest complete report, or None before the first; what the master acts on."""
+        self.offsets_acks = False
+        """Set once the master sent this slave an offsets frame: a negative report is then
+        an offsets ack (-seq), returned as it is; before, it is a protocol error."""
 
     @property
     def buffered(self) -> int:
@@ -140,7 +265,7 @@ class ReportDecoder:
         with memoryview(buf) as view:
             offsets = [value for (value,) in _REPORT.iter_unpack(view[:complete])]
         for value in offsets:
-            if value < 0:
+            if value < 0 and not (self.offsets_acks and value > -INT64_MAX - 1):
                 self._failed = True
                 raise ProtocolError(f"negative offset {value} in slave report")
         del buf[:complete]
@@ -189,6 +314,15 @@ class TransferDecoder:
         """Set once this slave offered the extension: confirm frames are then accepted."""
         self.confirm: int | None = None
         """The newest confirm offset received (None before any)."""
+        self.offsets: list[OffsetsBatch] = []
+        """Complete offsets batches received, oldest first; the caller takes them (`take_offsets`)."""
+        self._batch: list[OffsetCommit] = []  # entries of a batch whose last frame is to come
+        self._batch_head: tuple[int, bool] | None = None  # its (seq, replace)
+
+    def take_offsets(self) -> list[OffsetsBatch]:
+        """The complete offsets batches decoded so far (and forget them)."""
+        batches, self.offsets = self.offsets, []
+        return batches
 
     @property
     def buffered(self) -> int:
@@ -241,7 +375,11 @@ class TransferDecoder:
         return pos
 
     def _emit(self, frames: list[Transfer], offset: int, body: bytes | memoryview) -> None:
-        """A transfer goes to `frames`; a confirm frame's offset to `confirm`."""
+        """A transfer goes to `frames`; a confirm frame's offset to `confirm`; an offsets
+        frame to `offsets` once its batch is complete."""
+        if offset == OFFSETS_MARK:
+            self._offsets_frame(body)
+            return
         if offset != CONFIRM_MARK:
             frames.append(Transfer(offset, body))
             return
@@ -250,7 +388,22 @@ class TransferDecoder:
             raise ProtocolError(f"negative confirm offset {confirm}")
         self.confirm = confirm if self.confirm is None else max(self.confirm, confirm)
 
+    def _offsets_frame(self, body: bytes | memoryview) -> None:
+        seq, flags, entries = decode_offsets_body(body)
+        head = (seq, bool(flags & OFFSETS_REPLACE))
+        if self._batch_head is not None and self._batch_head != head:
+            raise ProtocolError(f"offsets frame of batch {seq} inside batch {self._batch_head[0]}")
+        self._batch_head = head
+        self._batch += entries
+        if not flags & OFFSETS_MORE:
+            self.offsets.append(OffsetsBatch(seq, head[1], tuple(self._batch)))
+            self._batch, self._batch_head = [], None
+
     def _check_header(self, offset: int, size: int) -> tuple[int, int]:
+        if offset == OFFSETS_MARK and self.extension:
+            if not _OFFSETS_HEAD.size <= size <= OFFSETS_MAX_BODY:
+                raise ProtocolError(f"offsets frame of {size} bytes (expected {_OFFSETS_HEAD.size}..{OFFSETS_MAX_BODY})")
+            return offset, size
         if offset == CONFIRM_MARK and self.extension:
             if size != CONFIRM_SIZE:
                 raise ProtocolError(f"confirm frame of {size} bytes (expected {CONFIRM_SIZE})")

@@ -29,7 +29,14 @@ from store.replica_log import FollowerAppendError, ReplicaLog
 
 from .connection import ReadEnd, guarded, read_until_closed
 from .net import TCP, Network, local_address
-from .protocol import Transfer, TransferDecoder, encode_offer, encode_report
+from .protocol import (
+    OffsetsBatch,
+    Transfer,
+    TransferDecoder,
+    encode_offer,
+    encode_offsets_ack,
+    encode_report,
+)
 
 log = logging.getLogger("tidemq.ha")
 
@@ -95,6 +102,8 @@ class _Session:
     """The confirm-offset extension was offered on this connection (ha/protocol.py)."""
     confirm: int | None = None
     """The newest confirm offset this master sent on this connection."""
+    offsets_seq: int = 0
+    """The newest offsets batch taken on this connection (0: none; the first is the table)."""
 
 
 class HAClient:
@@ -110,6 +119,7 @@ class HAClient:
         on_connect: Callable[[], None] | None = None,
         secure_connect: Callable[[trio.SocketStream, str], Awaitable[trio.abc.Stream]] | None = None,
         net: Network = TCP,
+        on_offsets: Callable[[OffsetsBatch], None] | None = None,
     ) -> None:
         self.net = net  # where connections come from (ha/net.py): TCP, or a simulated network
         self.secure_connect = secure_connect
@@ -122,6 +132,12 @@ class HAClient:
         node's epoch check, over the client protocol: the HA bytes stay RocketMQ 4.x's)."""
         self.on_connect = on_connect
         """Called once a connection is up (the etcd controller publishes its address then)."""
+        self.on_offsets = on_offsets
+        """Takes a batch of consumer-offset commits a tidemq master streamed (the node's
+        offset table); the batch is acked once it returns. None: batches are neither taken
+        nor acked (the master's SYNC_MASTER commits then time out waiting for this slave)."""
+        self.offsets_batches = 0
+        """Offsets batches taken so far (a table pulled before one arrived is older)."""
         self._run_scope = trio.CancelScope()
         self.config = config
         self.master_address = master_address if master_address is not None else self.config.ha_master_address
@@ -185,6 +201,12 @@ class HAClient:
             master_max_offset_seen=self.master_max_offset_seen,
             lag_bytes=max(0, self.master_max_offset_seen - max_offset),
         )
+
+    def offsets_streamed(self) -> bool:
+        """The current master streams consumer offsets to this slave and its table arrived:
+        a pull of the table (node/slave_sync.py) would only be older."""
+        session = self._session
+        return session is not None and session.offsets_seq > 0
 
     def visible_end(self) -> int | None:
         """What this slave's consumers may read up to (ReplicaLog.limit_visibility): the
@@ -297,13 +319,15 @@ class HAClient:
                       expected=(FollowerAppendError,), expected_note="closing the connection to report again")
 
     async def _report(self, session: _Session, *, heartbeat: bool = False) -> None:
-        """Send the max offset if it grew (an ack), or anyway when `heartbeat`; the first
-        such report after a frame arrived (and with data held) carries the extension's
-        offer, so a 4.x master gets its reports when it got them before, none more."""
+        """Send the max offset if it grew (an ack), or anyway when `heartbeat`. The first
+        report after a frame arrived (with data held) carries the extension's offer, and
+        goes out at once even when the frame was a heartbeat (the master's commits wait
+        until it knows whether this slave takes offsets): a 4.x master then gets at most
+        one report more than it would have, an ack of the offset it already has."""
         async with session.send_lock:
             offset = self.log.end()
-            if offset > session.reported or heartbeat:
-                offer = not session.offered and session.frames > 0 and offset > 0 and session.decoder is not None
+            offer = not session.offered and session.frames > 0 and offset > 0 and session.decoder is not None
+            if offset > session.reported or heartbeat or offer:
                 if offer and session.decoder is not None:
                     session.decoder.extension = True  # before the master can answer it
                     session.offered = True
@@ -340,6 +364,8 @@ class HAClient:
             session.frames += len(frames)
             if frames:
                 await self._report(session)  # ack before dispatch or anything else runs
+            if decoder.offsets:
+                await self._take_offsets(session, decoder.take_offsets())
             return True
 
         end = await read_until_closed(
@@ -352,6 +378,18 @@ class HAClient:
                 "nothing read from master %s for %d ms (haHousekeepingInterval); closing",
                 session.address, self.config.ha_housekeeping_interval,
             )
+
+    async def _take_offsets(self, session: _Session, batches: list[OffsetsBatch]) -> None:
+        """Hand streamed commits to the node's table, then ack the newest batch."""
+        if self.on_offsets is None:
+            return
+        for batch in batches:
+            self.on_offsets(batch)
+            self.offsets_batches += 1
+            session.offsets_seq = max(session.offsets_seq, batch.seq)
+        async with session.send_lock:
+            await session.stream.send_all(encode_offsets_ack(session.offsets_seq))
+            session.last_write = trio.current_time()
 
     def _apply(self, run: list[Transfer]) -> None:
         """Append a run of frames that continue each other within one segment with one

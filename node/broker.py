@@ -35,6 +35,7 @@ from .failover.controller import EtcdController
 from .failover.etcd import EtcdClient
 from .failover.promotion import Failover, Transition, effective_config
 from .logs import name_role
+from .offset_stream import offset_table, take_batch
 from .ops.dispatch import (
     BATCHED_OPS,
     append_requests,
@@ -219,18 +220,21 @@ class Broker:
                                   secure_accept=partial(accept_replica, self.ha_port_tls, cfg.tls_mode)
                                   if self.ha_port_tls is not None else None, net=self.net,
                                   max_gap=cfg.ha_max_gap_not_in_sync,
-                                  max_silence_s=cfg.ha_max_time_slave_not_catchup / 1000)
+                                  max_silence_s=cfg.ha_max_time_slave_not_catchup / 1000,
+                                  offset_table=partial(offset_table, self.offsets))
             schedule = ScheduleMessageService(store)
         else:
             # the controller names the slave's HA connection in etcd as soon as it is up
             ha_client = HAClient(store.replica_log, store.config, admit=self.failover.admit,
                                  on_connect=controller.wake if controller else None,
                                  secure_connect=partial(_tls_to, cfg.client_tls)
-                                 if cfg.client_tls is not None else None, net=self.net)
+                                 if cfg.client_tls is not None else None, net=self.net,
+                                 on_offsets=partial(take_batch, self.offsets))
             if cfg.master_addr or cfg.namesrv_addr:  # else: no way to find the master
                 sync = SlaveSync(cfg.master_addr, self.topics, self.offsets, max_frame_size=cfg.max_frame_size,
                                  delay_offset_path=ScheduleMessageService.path_in(store), subgroups=self.subgroups,
-                                 credentials=cfg.credentials, tls=cfg.client_tls, net=self.net)
+                                 credentials=cfg.credentials, tls=cfg.client_tls, net=self.net,
+                                 offsets_stream=partial(_offsets_stream, ha_client))
         registration = None
         if cfg.namesrv_addr:
             registration = NameServerRegistration(
@@ -318,6 +322,11 @@ class Broker:
                     except OSError as e:
                         log.error("cannot persist consumer offsets to %s: %s", self.offsets.path, e)
         # leaving open_store: flush, checkpoint, abort file removed
+
+
+def _offsets_stream(ha_client: HAClient) -> tuple[bool, int]:
+    """(the master streams offsets now, batches taken so far): SlaveSync pulls none then."""
+    return ha_client.offsets_streamed(), ha_client.offsets_batches
 
 
 async def _tls_to(context: ssl.SSLContext, stream: trio.SocketStream, host: str) -> trio.abc.Stream:

@@ -3,6 +3,8 @@
 Every `SYNC_INTERVAL_S` (and once at start) the slave asks its master's client address
 (`masterAddr`) for `topic_list` and `offset_list` and takes both tables wholesale, so
 consumers reading from the slave while the master is down resume where they committed.
+The offsets of a pull are not taken while the master streams them over the HA connection
+(node/offset_stream.py), nor when a streamed batch arrived during the pull: those are newer.
 It also copies the master's delay-level progress (the `schedule` part of its `status`)
 into its own `config/delayOffset.json`, as RocketMQ's syncDelayOffset does, so a slave
 that becomes master does not deliver the scheduled messages again.
@@ -95,6 +97,7 @@ class SlaveSync:
         credentials: Credentials | None = None,
         tls: ssl.SSLContext | None = None,
         net: Network = TCP,
+        offsets_stream: Callable[[], tuple[bool, int]] | None = None,
     ) -> None:
         self.master_addr = master_addr
         self.connect_options = ConnectOptions(max_frame_size=max_frame_size, credentials=credentials, tls=tls, net=net)
@@ -102,6 +105,9 @@ class SlaveSync:
         self.offsets = offsets
         self.subgroups = subgroups
         self.interval_s = interval_s
+        self.offsets_stream = offsets_stream
+        """(the master streams offsets over HA now, batches taken so far): while it does, or
+        when a batch came during a round, the pulled table is older and is not taken."""
         self.delay_offset_path = delay_offset_path
         self._delay_offsets: dict[str, int] | None = None
         self.last_sync_ms: int | None = None
@@ -124,6 +130,7 @@ class SlaveSync:
         if self.master_addr is None:
             return
         source = f"master {self.master_addr}"
+        before = self.offsets_stream() if self.offsets_stream is not None else (False, 0)
         async with connect(self.master_addr, self.connect_options) as conn:
             topics = _topic_configs((await conn.call(TopicList())).topics, source)
             offsets = _offset_entries((await conn.call(OffsetList())).offsets, source)
@@ -131,7 +138,9 @@ class SlaveSync:
             groups = await self._group_configs(conn, source) if self.subgroups else None
         if await self.topics.replace_all(topics):
             log.info("synced %d topic(s) from %s", len(topics), self.master_addr)
-        if self.offsets.replace_all(offsets):
+        after = self.offsets_stream() if self.offsets_stream is not None else (False, 0)
+        streamed = before[0] or after[0] or before != after  # the HA stream's table is newer
+        if not streamed and self.offsets.replace_all(offsets):
             log.info("synced %d consumer offset(s) from %s", len(offsets), self.master_addr)
         if self.subgroups is not None and groups is not None and await self.subgroups.replace_all(groups):
             log.info("synced %d subscription group(s) from %s", len(groups), self.master_addr)

@@ -1,8 +1,9 @@
 """The drills `tidemq drill NAME` runs (framework: cluster/drills/framework.py).
 
 - `kill-master`: SIGKILL broker-a's master under load. Promises: producers move to
-  broker-b within 10 s with no send failing beyond the retry budget; the group consumes
-  broker-a's queues from its slave; after the restart the master recovers abnormally,
+  broker-b within 10 s with no send failing beyond the retry budget; the slave holds every
+  committed offset the master answered (SYNC_MASTER); the group consumes broker-a's queues
+  from its slave; after the restart the master recovers abnormally,
   the slave catches up and consumption returns to the master; nothing acknowledged is lost.
 - `rebalance`: with the client's default intervals, a member joins, one leaves, a member
   process is SIGKILLed and another SIGSTOPped, under load. It prints how long each change
@@ -29,10 +30,13 @@ CONSUMPTION_RECOVER_S = 30.0
 @drill("kill-master", "SIGKILL broker-a's master, read its queues from the slave, restart it")
 async def kill_master(run: DrillRun) -> None:
     await trio.sleep(1.0)  # steady load before the fault
-    run.gate = trio.Event()  # hold the handlers a moment: every queue gets a backlog
-    await trio.sleep(1.0)
+    # hold the handlers a moment (every queue gets a backlog) and note the master's commits
+    await run.hold_and_note_commits(run.address("broker-a"))
     run.fault("SIGKILL broker-a (master)")
     await run.kill("broker-a", "KILL")
+    await run.judge_commits_on(run.address("broker-a-s"), "broker-a's slave")
+    run.promise("no committed offset is lost (the slave had every commit the master answered)",
+                run.report.committed_offsets_lost == 0)
     run.gate.set()
     fault = run.fault_at
     assert fault is not None

@@ -37,6 +37,7 @@ import attrs
 import trio
 
 from wire.client import OutcomeUnknown, TidemqError
+from wire.protocol import OffsetList, OffsetListReply
 
 from ..client.admin import Admin
 from ..client.base import ReceivedMessage
@@ -99,6 +100,8 @@ class Consumption:
     member: str
     queue: MessageQueue
     from_slave: bool
+    queue_offset: int = -1
+    """Where in its queue the message lies (-1: not known, a member process's line)."""
 
 
 @attrs.define
@@ -124,6 +127,15 @@ class DrillReport:
     """rebalance: seconds from a member change until the masters' lock tables held the new
     allocation (None: not within the drill's limit)."""
     consumed_from_slave: int = 0
+    redelivered_after_fault: int | None = None
+    """Messages of broker-a's queues consumed before the fault and again after it (the
+    promote drill: messages delivered again after the promotion); None: not measured."""
+    consumed_not_committed: int | None = None
+    """Of broker-a's messages consumed before the fault, those at or past their queue's
+    committed offset as broker-a's master held it then: what a group may consume again."""
+    committed_offsets_lost: int | None = None
+    """broker-a's queues whose committed offset (the master's at the fault) the slave that
+    serves them afterwards does not have (0 promised under SYNC_MASTER)."""
     promises: dict[str, bool] = attrs.field(factory=dict)
     events: list[tuple[float, str]] = attrs.field(factory=list)
     error: str | None = None
@@ -155,6 +167,9 @@ class DrillReport:
             ("producers recovered after", fmt(self.producers_recovered_s)),
             ("every queue consumed again after", fmt(self.consumption_recovered_s)),
             *((f"{what} after", fmt(took)) for what, took in self.takeovers.items()),
+            *((k, v) for k, v in (("delivered again after the fault", self.redelivered_after_fault),
+                                  ("consumed, uncommitted at the fault", self.consumed_not_committed),
+                                  ("committed offsets lost", self.committed_offsets_lost)) if v is not None),
         ]
         lines = [f"drill {self.drill}", ""] + [f"  {k:<34} {v}" for k, v in rows] + ["", "promises:"]
         lines += [f"  [{'ok' if v else 'BROKEN'}] {k}" for k, v in self.promises.items()]
@@ -188,6 +203,8 @@ class DrillRun:
         self.report = DrillReport(name)
         self.t0 = trio.current_time()
         self.fault_at: float | None = None
+        self.committed_at_fault: dict[MessageQueue, int] | None = None
+        """broker-a's master's committed offsets of the drill group just before the fault."""
         self.history = History()  # every send and what the producer was told
         self.send_log: list[tuple[float, float, bool]] = []  # start, end, ok
         self.consumed: dict[str, list[Consumption]] = {}
@@ -363,7 +380,8 @@ class DrillRun:
             # the drill's key: its KEYS (a C++ producer draws a new UNIQ_KEY per attempt)
             key = msg.keys[0] if msg.keys else msg.properties.get("UNIQ_KEY", msg.msg_id)
             self.consumed_msg_ids.add(msg.msg_id)
-            self.consumed.setdefault(key, []).append(Consumption(self.now(), member, msg.queue, from_slave))
+            self.consumed.setdefault(key, []).append(
+                Consumption(self.now(), member, msg.queue, from_slave, msg.queue_offset))
         return handle
 
     async def start_member(self, member: str) -> None:
@@ -499,6 +517,65 @@ class DrillRun:
                     seen[queue] = name
             await trio.sleep(0.02)  # poll
 
+    # ---- committed offsets across the fault ----------------------------------------------
+
+    async def committed(self, address: str, broker_name: str) -> dict[MessageQueue, int]:
+        """The drill group's committed offsets on TOPIC as the node at `address` holds them."""
+        async with Admin(namesrv=self.namesrv) as admin:
+            answer: OffsetListReply = await admin.pool.call(address, OffsetList())
+        return {MessageQueue(TOPIC, broker_name, e["queue_id"]): e["offset"] for e in answer.offsets
+                if e.get("group") == GROUP and e.get("topic") == TOPIC}
+
+    async def hold_and_note_commits(self, master: str) -> None:
+        """Before a fault of broker-a's master: hold the handlers a moment (the commits of
+        what was consumed are answered meanwhile), then note the master's committed offsets."""
+        self.gate = trio.Event()
+        await trio.sleep(1.0)  # poll: commits in flight are answered
+        try:
+            self.committed_at_fault = await self.committed(master, "broker-a")
+        except TidemqError as e:
+            self.event(f"cannot read broker-a's committed offsets before the fault: {e}")
+        else:
+            self.event(f"broker-a's master holds committed offsets {self._offsets_text(self.committed_at_fault)}")
+
+    async def judge_commits_on(self, address: str, node: str) -> None:
+        """After the fault: the committed offsets `node` (at `address`) serves broker-a's
+        queues with, against the master's at the fault (`committed_offsets_lost`)."""
+        if self.committed_at_fault is None:
+            return
+        try:
+            held = await self.committed(address, "broker-a")
+        except TidemqError as e:
+            self.event(f"cannot read {node}'s committed offsets: {e}")
+            return
+        lost = [q for q, offset in self.committed_at_fault.items() if held.get(q, -1) < offset]
+        self.report.committed_offsets_lost = len(lost)
+        self.event(f"{node} holds committed offsets {self._offsets_text(held)}"
+                   + (f"; behind the master's on {len(lost)} queue(s)" if lost else ""))
+
+    @staticmethod
+    def _offsets_text(table: dict[MessageQueue, int]) -> str:
+        return "{" + ", ".join(f"{q.queue_id}: {o}" for q, o in sorted(table.items(), key=lambda i: i[0].queue_id)) + "}"
+
+    def _redelivery(self) -> tuple[int, int, set[str]]:
+        """(messages of broker-a consumed before the fault and again after it, those of them
+        consumed but not committed at the fault, keys delivered again that were committed)."""
+        fault, committed = self.fault_at, self.committed_at_fault or {}
+        assert fault is not None
+        again = uncommitted = 0
+        committed_again = set()
+        for key, cs in self.consumed.items():
+            before = [c for c in cs if c.at < fault and c.queue.broker_name == "broker-a"]
+            if not before:
+                continue
+            not_committed = any(c.queue_offset < 0 or c.queue_offset >= committed.get(c.queue, 0) for c in before)
+            uncommitted += not_committed
+            if any(c.at >= fault for c in cs):
+                again += 1
+                if not not_committed:
+                    committed_again.add(key)
+        return again, uncommitted, committed_again
+
     def queues_consumed_since(self, t: float) -> set[MessageQueue]:
         return {c.queue for cs in self.consumed.values() for c in cs if c.at >= t and c.queue.topic == TOPIC}
 
@@ -554,7 +631,13 @@ class DrillRun:
             firsts = [end for start, end, ok in self.send_log if ok and start >= after]
             r.producers_recovered_s = (min(firsts) - self.fault_at) if firsts else None
             r.acknowledged_after_fault = sum(1 for start, _, ok in self.send_log if ok and start >= self.fault_at)
+            if self.committed_at_fault is not None:
+                r.redelivered_after_fault, r.consumed_not_committed, _ = self._redelivery()
         return r
+
+    def redelivered_committed(self) -> set[str]:
+        """Keys delivered again after the fault though committed at it (promised: none)."""
+        return self._redelivery()[2] if self.fault_at is not None and self.committed_at_fault is not None else set()
 
 
 INTERVALS: dict[str, tuple[float, float]] = {"rebalance": (HEARTBEAT_INTERVAL_S, REBALANCE_INTERVAL_S)}

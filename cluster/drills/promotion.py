@@ -2,9 +2,11 @@
 
 - `promote`: SIGKILL broker-a's master, promote its slave (a new epoch), keep producing to
   broker-a; restart the old master. Promises: the slave serves as master with the next
-  epoch; producers write to broker-a again; the old master truncates any unreplicated
-  tail and rejoins as a slave, its report naming what it dropped; no acknowledged
-  message was among what it dropped; nothing acknowledged is lost (the framework's check).
+  epoch, holding every committed offset the master answered (SYNC_MASTER); producers
+  write to broker-a again; the old master truncates any unreplicated tail and rejoins as
+  a slave, its report naming what it dropped; no acknowledged message was among what it
+  dropped; nothing acknowledged is lost (the framework's check); the messages delivered
+  again after the promotion are only ones consumed but not committed at the kill.
 - `partition`: SIGSTOP broker-a's master past haHousekeepingInterval (its slave drops it),
   promote the slave, SIGCONT the old master. Promises: the old master fences itself — a
   write sent to it answers SERVICE_NOT_AVAILABLE naming the new epoch, so in a SYNC_MASTER
@@ -109,10 +111,14 @@ async def promote(run: DrillRun) -> None:
     await trio.sleep(1.0)  # steady load before the fault
     old = run.address("broker-a")
     new = run.address("broker-a-s")
+    await run.hold_and_note_commits(old)
     run.fault("SIGKILL broker-a (master)")
     await run.kill("broker-a", "KILL")
+    await run.judge_commits_on(new, "broker-a's slave")  # what the promotion carries (no client commits to a slave)
     result = await _promote(run)
+    run.gate.set()
     run.promise("broker-a's slave is promoted with a new epoch", result is not None and result["epoch"] >= 2)
+    _judge_commits(run)
     if result is None:
         return
     run.promise("producers write to broker-a again (its new master)",
@@ -125,6 +131,20 @@ async def promote(run: DrillRun) -> None:
     if rejoined is not None:
         run.promise("the old master follows the new epoch", rejoined.epoch == result["epoch"])
         _check_truncation(run, rejoined, old)
+    _judge_redelivery(run)
+
+
+def _judge_redelivery(run: DrillRun) -> None:
+    again = run.redelivered_committed()
+    if again:
+        run.event(f"delivered again though committed: {', '.join(sorted(again)[:5])}{' ...' if len(again) > 5 else ''}")
+    run.promise("messages delivered again after the fault were consumed but not committed", not again)
+
+
+def _judge_commits(run: DrillRun) -> None:
+    """SYNC_MASTER: every commit answered OK is on the slave (node/offset_stream.py)."""
+    run.promise("no committed offset is lost (the slave had every commit the master answered)",
+                run.report.committed_offsets_lost == 0)
 
 
 async def _probe_old_master(old: str, epoch: int) -> tuple[bool, str]:

@@ -34,6 +34,8 @@ from wire.protocol import (
     WireRequest,
 )
 
+from ..offset_stream import replicate_commit
+from ..tables.offsets import OffsetEntry
 from .puts import Handler
 from .services import (
     NodeServices,
@@ -165,6 +167,11 @@ async def _commit_offset(s: NodeServices, r: Request, peer: str | None) -> dict[
     refuse_on_slave(s, "offset commits")
     f = r.fields
     s.offsets.commit(f.group, f.topic, f.queue_id, f.offset)
+    store_cfg = s.store.config
+    missing = await replicate_commit(s.ha_master, store_cfg.broker_role,
+                                     OffsetEntry(f.group, f.topic, f.queue_id, f.offset), store_cfg.slave_timeout / 1000)
+    if missing:  # stored on the master, not confirmed on every in-sync slave (as a put's status)
+        return {**EmptyReply().to_wire(r.id), "status": Status.FLUSH_SLAVE_TIMEOUT.value}
     return EmptyReply().to_wire(r.id)
 
 

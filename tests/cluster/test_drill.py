@@ -62,6 +62,29 @@ async def test_the_report_is_judged_from_the_history_and_what_the_group_consumed
     assert report.to_json()["acknowledged_but_lost"] == 1
 
 
+async def test_the_report_counts_deliveries_again_against_the_commits_at_the_fault(tmp_path) -> None:
+    """A message of broker-a consumed before the fault and again after it is delivered
+    again; it was committed when its queue offset lies below the master's committed offset
+    at the fault (promised never to be delivered again), else consumed but not committed."""
+    run = DrillRun("promote", tmp_path, "127.0.0.1:1", None, heartbeat_s=1.0, rebalance_s=2.0, rate=1.0)
+    a0, b0 = MessageQueue(TOPIC, "broker-a", 0), MessageQueue(TOPIC, "broker-b", 0)
+    run.fault_at, run.committed_at_fault = 5.0, {a0: 3}
+    run.consumed = {
+        "committed-once": [Consumption(1.0, "m1", a0, False, 1)],
+        "committed-again": [Consumption(1.0, "m1", a0, False, 2), Consumption(6.0, "m1", a0, False, 2)],
+        "uncommitted-again": [Consumption(2.0, "m1", a0, False, 3), Consumption(7.0, "m1", a0, False, 3)],
+        "uncommitted-once": [Consumption(2.0, "m1", a0, False, 4)],
+        "broker-b-again": [Consumption(2.0, "m1", b0, False, 0), Consumption(7.0, "m1", b0, False, 0)],
+    }
+    report = run.finish()
+    assert (report.redelivered_after_fault, report.consumed_not_committed) == (2, 2)
+    assert run.redelivered_committed() == {"committed-again"}
+    report.committed_offsets_lost = 0
+    out = report.to_json()
+    assert (out["redelivered_after_fault"], out["consumed_not_committed"], out["committed_offsets_lost"]) == (2, 2, 0)
+    assert "delivered again after the fault" in report.table()
+
+
 def test_drill_command_registers_and_refuses_unknown_drills(capsys):
     parser = argparse.ArgumentParser(prog="tidemq")
     add_commands(parser.add_subparsers(dest="command", required=True))
@@ -79,6 +102,7 @@ async def test_kill_master_drill_keeps_its_promises(tmp_path):
     assert report.acknowledged > 50 and report.failed == 0
     assert report.lost == [] and report.consumed >= report.acknowledged
     assert report.consumed_from_slave > 0
+    assert report.committed_offsets_lost == 0 and report.redelivered_after_fault is not None
     assert report.producers_recovered_s is not None and report.consumption_recovered_s is not None
     # the cluster was stopped: no node of the drill is left running
     state = json.loads((tmp_path / "drill" / "cluster.json").read_text())

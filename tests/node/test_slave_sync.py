@@ -15,8 +15,10 @@ import trio.testing
 from node.slave_sync import SlaveSync
 from node.tables.offsets import ConsumerOffsetManager
 from node.tables.topics import TopicConfigManager
+from tests.node.nodeproc import master_conf
 from tests.waiting import wait_until
 from wire.client import ConnectionLost, connect
+from wire.protocol import CommitOffset, TopicCreate
 
 
 async def _listen(nursery: trio.Nursery, handler) -> str:
@@ -72,3 +74,25 @@ async def test_slave_sync_ends_cleanly_when_cancelled_amid_lost_connections(tmp_
             assert term.cancelled_caught
             assert "connection" in sync.last_error
         nursery.cancel_scope.cancel()
+
+
+async def test_the_pull_leaves_offsets_alone_while_the_ha_stream_brings_them(tmp_path, nodes) -> None:
+    """A pulled offset table is older than what the HA stream brought (node/offset_stream.py):
+    while offsets stream, or when a batch came during the round, the pull takes the topics
+    but not the offsets; with no stream it takes both."""
+    master = nodes.start(master_conf(tmp_path, "m", "ASYNC_MASTER"))
+    async with connect(master.address) as conn:
+        await conn.call(TopicCreate(topic="Pulled"))
+        await conn.call(CommitOffset(group="G", topic="Pulled", queue_id=0, offset=3))
+    for stream_states, takes_offsets in [([(True, 1), (True, 1)], False), ([(False, 1), (False, 2)], False),
+                                         ([(False, 0), (False, 0)], True)]:
+        root = tmp_path / f"slave-{len(stream_states)}-{takes_offsets}-{stream_states[1][1]}"
+        offsets = ConsumerOffsetManager(str(root))
+        offsets.commit("G", "Pulled", 0, 7)  # what the stream brought
+        topics = TopicConfigManager(str(root), auto_create=False, default_queue_nums=4)
+        states = iter(stream_states)
+        sync = SlaveSync(master.address, topics, offsets, max_frame_size=1 << 20,
+                         offsets_stream=lambda states=states: next(states))
+        await sync.sync_once()
+        assert topics.get("Pulled") is not None
+        assert offsets.fetch("G", "Pulled", 0) == (3 if takes_offsets else 7)

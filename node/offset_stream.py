@@ -1,0 +1,56 @@
+"""Consumer offsets that travel with the HA stream (the node's side of ha/protocol.py's
+offsets frames), so a commit answered OK by a SYNC_MASTER is on the slave it promotes.
+
+The master sends each tidemq slave its whole offset table when the slave takes the HA
+extension, then every commit; a SYNC_MASTER answers a commit once every in-sync slave that
+streams offsets acked it (or answers FLUSH_SLAVE_TIMEOUT after `slaveTimeout`: stored on
+the master, not yet confirmed on a slave, as for a put). A RocketMQ 4.x slave gets none of
+this and keeps the 10 s pull of node/slave_sync.py.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ha.master import HAService
+from ha.protocol import OffsetCommit, OffsetsBatch
+from store.config import BrokerRole
+
+from .tables.offsets import ConsumerOffsetManager, OffsetEntry
+
+log = logging.getLogger("tidemq.node")
+
+__all__ = ["offset_table", "replicate_commit", "take_batch"]
+
+
+def offset_table(offsets: ConsumerOffsetManager) -> list[OffsetCommit]:
+    """The whole table as the HA stream carries it (a slave's first batch)."""
+    return [OffsetCommit(e.group, e.topic, e.queue_id, e.offset) for e in offsets.entries()]
+
+
+def take_batch(offsets: ConsumerOffsetManager, batch: OffsetsBatch) -> None:
+    """A slave takes a streamed batch: the master's whole table, or commits on top of it."""
+    entries = [OffsetEntry(c.group, c.topic, c.queue_id, c.offset) for c in batch.entries]
+    if batch.replace:
+        if offsets.replace_all(entries):
+            log.info("took %d consumer offset(s) from the master's HA stream", len(entries))
+        return
+    for e in entries:
+        offsets.commit(e.group, e.topic, e.queue_id, e.offset)
+
+
+async def replicate_commit(ha: HAService | None, role: BrokerRole, entry: OffsetEntry,
+                           timeout_s: float) -> list[str]:
+    """Send a commit already in the master's table to its slaves; a SYNC_MASTER waits until
+    every in-sync slave that streams offsets holds it. The slaves that did not ack in
+    `timeout_s` ([] when none is missing, and always on an ASYNC_MASTER)."""
+    if ha is None:
+        return []
+    seq = ha.offsets_committed([OffsetCommit(entry.group, entry.topic, entry.queue_id, entry.offset)])
+    if role is not BrokerRole.SYNC_MASTER:
+        return []
+    missing = await ha.wait_for_offsets(seq, timeout_s)
+    if missing:
+        log.warning("commit of %s/%s:%d=%d not acked by in-sync slave(s) %s within %.1f s",
+                    entry.group, entry.topic, entry.queue_id, entry.offset, ", ".join(missing), timeout_s)
+    return missing
