@@ -594,7 +594,8 @@ def test_a_stored_message_is_the_map_docs_protocol_md_lists_byte_for_byte():
 def test_the_status_enum_is_the_node_s_names_and_the_store_s_in_their_order():
     from store.status import GetMessageStatus, PutMessageStatus
 
-    node = ["OK", "BAD_REQUEST", "NOT_FOUND", "INTERNAL_ERROR", "INDETERMINATE", "NO_PERMISSION"]
+    node = ["OK", "BAD_REQUEST", "NOT_FOUND", "INTERNAL_ERROR", "INDETERMINATE", "NO_PERMISSION",
+            "TRANSACTION_ENDED"]
     assert [s.value for s in Status] == node + [m.value for m in PutMessageStatus] + [m.value for m in GetMessageStatus]
     assert all(s.name == s.value for s in Status)
 
