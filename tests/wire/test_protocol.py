@@ -199,6 +199,8 @@ MINIMAL = {
     "broker_config_update": {"key": "syncFlushTimeout", "value": "3000"},
     "broker_write_perm": {"writeable": False},
     "stats_all": {},
+    "end_transaction": {"producer_group": "PG", "tran_state_table_offset": 0, "commitlog_offset": 0,
+                        "outcome": "COMMIT"},
 }
 
 
