@@ -11,7 +11,7 @@ import trio
 
 from store.transaction import HALF_TOPIC, OP_HALF_TOPIC
 from tests.cluster.helpers import cli
-from tests.node.nodeproc import master_conf, slave_conf
+from tests.node.nodeproc import master_conf, slave_conf, store_root
 from tests.waiting import wait_until
 from wire.client import connect
 from wire.protocol import GetStatus, Pull
@@ -61,6 +61,9 @@ def test_send_transaction_commit_rollback_unknown_by_hand(tmp_path, nodes):
     assert (after["open"], after["committed"], after["rolled_back"]) == (1, 1, 1), "rebuilt from the log"
     seen = lines(cli("consume", "--broker", addr, "--topic", "TxCli", "--group", "G2", "--timeout-ms", "500"))
     assert [m["body"] for m in seen] == ["paid order"]
+    nodes.started[-1].stop()
+    [verified] = lines(cli("store", "verify", str(store_root(conf))))
+    assert verified["clean"], verified  # the half and op topics are ordinary records on disk
 
 
 

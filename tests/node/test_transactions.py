@@ -6,19 +6,23 @@ again from its files."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 import trio
 
 from node.ops.transactions import half_of
+from node.tables.transactions import TransactionTable
 from store.message import Message
+from store.message_store import MessageStore
 from store.sysflag import TRANSACTION_MASK, SysFlag
 from store.transaction import (
     HALF_TOPIC,
     OP_HALF_TOPIC,
     PROPERTY_TRAN_END,
     PROPERTY_TRAN_HALF_OFFSET,
+    Outcome,
     committed_message,
 )
 from tests.node.nodeproc import master_conf, slave_conf
@@ -303,3 +307,28 @@ async def test_a_half_message_keeps_its_properties_through_half_of(tmp_path):
         assert (half.topic, half.queue_id, half.sys_flag, half.tags, half.keys) == (HALF_TOPIC, 0, 0, "t", ("a",))
         assert half.properties == {"TRAN_MSG": "true", "PGROUP": GROUP, "u": "1", "REAL_TOPIC": TOPIC,
                                    "REAL_QID": "3"}
+
+
+async def test_the_table_is_built_from_commitlog_records_no_consume_queue_holds_yet(tmp_path):
+    """Records past what is dispatched (a master dispatches only what its in-sync slaves hold;
+    here: ConsumeQueues deleted, a store loaded and not started) are read from the CommitLog."""
+    conf = conf_of(tmp_path)
+    async with serving_ops(conf) as (services, conn):
+        await create_topic(conn)
+        c, r, o = await prepare(conn, b"c"), await prepare(conn, b"r"), await prepare(conn, b"o")
+        await end(conn, c, "COMMIT")
+        await end(conn, r, "ROLLBACK")
+        cfg = services.cfg
+    shutil.rmtree(cfg.store.path("consumequeue"))
+    store = MessageStore(cfg.store).load()
+    try:
+        assert store.get_max_offset_in_queue(OP_HALF_TOPIC, 0) == 0 and store.dispatched_offset() == 0
+        table = TransactionTable()
+        table.load(store)
+        assert set(table.open) == {o.commitlog_offset}
+        assert {k: v.outcome for k, v in table.ended.items()} == {
+            c.commitlog_offset: Outcome.COMMIT, r.commitlog_offset: Outcome.ROLLBACK}
+        assert table.ended[c.commitlog_offset].commit_offset is not None
+        assert table.status()["open_by_topic"] == {TOPIC: 1}
+    finally:
+        store.close()
