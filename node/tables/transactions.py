@@ -86,6 +86,7 @@ class TransactionTable:
         """half queue offset → CommitLog offset, for op records that name only the former
         (RocketMQ's own, without TRAN_HALF_OFFSET)."""
         self.last_op_end = -1
+        """Where the last op record `load` found ends (-1: none)."""
         self.loaded = False
         self.lock = trio.Lock()
 
@@ -142,8 +143,6 @@ class TransactionTable:
         """The END path appended `ended`'s records."""
         self.open.pop(origin, None)
         self.ended[origin] = ended
-        if ended.op_offset is not None:
-            self.last_op_end = max(self.last_op_end, ended.op_offset)
 
     # ---- building ------------------------------------------------------------------------
     def load(self, store: MessageStore) -> None:
