@@ -6,12 +6,14 @@ again from its files."""
 
 from __future__ import annotations
 
+import random
 import shutil
 from pathlib import Path
 
 import pytest
 import trio
 
+from node.ops.services import NodeServices
 from node.ops.transactions import half_of
 from node.tables.transactions import TransactionTable
 from store.message import Message
@@ -332,3 +334,46 @@ async def test_the_table_is_built_from_commitlog_records_no_consume_queue_holds_
         assert table.status()["open_by_topic"] == {TOPIC: 1}
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("seed", range(8))
+async def test_random_ends_keep_one_outcome_each_and_the_rebuilt_table_agrees(tmp_path, seed):
+    """Random prepares and ENDs (duplicates, conflicts, UNKNOWNs) against a model: each answer
+    is the model's, consumers get exactly the committed bodies once, and a table built again
+    from the store equals the one the ENDs kept."""
+    rng = random.Random(seed)
+    async with serving_ops(conf_of(tmp_path)) as (services, conn):
+        await create_topic(conn)
+        halves: list[SendReply] = []
+        model: dict[int, str] = {}  # half offset → outcome
+        for step in range(40):
+            if not halves or rng.random() < 0.35:
+                halves.append(await prepare(conn, f"m{step}".encode()))
+                continue
+            half = rng.choice(halves)
+            asked = rng.choice(["COMMIT", "ROLLBACK", "UNKNOWN"])
+            known = model.get(half.commitlog_offset)
+            if known is not None and asked not in (known, "UNKNOWN"):
+                with pytest.raises(TransactionEnded):
+                    await end(conn, half, asked)
+                continue
+            answer = await end(conn, half, asked)
+            assert answer.outcome == (known or asked)
+            assert answer.duplicate == (known is not None and asked != "UNKNOWN")
+            if known is None and asked != "UNKNOWN":
+                model[half.commitlog_offset] = asked
+        committed = sorted(body_of(services, h) for h in halves if model.get(h.commitlog_offset) == "COMMIT")
+        assert sorted(await delivered(conn)) == committed
+        live = services.transactions
+        rebuilt = TransactionTable()
+        rebuilt.load(services.store)
+        assert set(rebuilt.open) == set(live.open) == {h.commitlog_offset for h in halves} - set(model)
+        assert {k: v.outcome.value for k, v in rebuilt.ended.items()} == model
+        assert {k: v.commit_offset for k, v in rebuilt.ended.items()} == {
+            k: v.commit_offset for k, v in live.ended.items()}
+
+
+def body_of(services: NodeServices, half: SendReply) -> bytes:
+    stored = services.store.look_message_by_offset(half.commitlog_offset)
+    assert stored is not None
+    return stored.body
