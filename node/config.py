@@ -137,6 +137,9 @@ class BrokerConfig:
     # a member whose connection closes is dropped at once.
     channel_expired_timeout: int = attrs.field(default=120_000, validator=_channel_expired)
     auto_create_topic_enable: bool = True
+    # Refuse transactional half messages (TRAN_MSG=true) with NO_PERMISSION (RocketMQ's
+    # rejectTransactionMessage; docs/transactions.md).
+    reject_transaction_message: bool = False
     default_topic_queue_nums: int = attrs.field(default=4, validator=_positive)
     # Largest client-protocol frame accepted or sent (wire/protocol.py).
     max_frame_size: int = attrs.field(default=8 * MiB, validator=_positive)
@@ -365,6 +368,7 @@ _CAMEL = {
     "register_name_server_period": "registerNameServerPeriod",
     "channel_expired_timeout": "channelExpiredTimeout",
     "auto_create_topic_enable": "autoCreateTopicEnable",
+    "reject_transaction_message": "rejectTransactionMessage",
     "default_topic_queue_nums": "defaultTopicQueueNums",
     "max_frame_size": "maxFrameSize",
     "master_addr": "masterAddr",

@@ -8,7 +8,7 @@ everything, writes the checkpoint and removes the abort file last.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -453,6 +453,14 @@ class MessageStore:
 
     def look_message_by_offset(self, commitlog_offset: int, size: int | None = None) -> StoredMessage | None:
         return self.reads.look_message_by_offset(commitlog_offset, size)
+
+    def iter_messages(self, from_offset: int) -> Iterator[StoredMessage]:
+        return self.reads.iter_messages(from_offset)
+
+    def dispatched_offset(self) -> int:
+        """Where dispatch to the ConsumeQueues has reached in the CommitLog (what lies past it
+        is in no queue yet: not on every in-sync slave, or not dispatched yet)."""
+        return self.reput.reput_from_offset
 
     def look_message_by_msg_id(self, msg_id: str) -> StoredMessage | None:
         return self.reads.look_message_by_msg_id(msg_id)

@@ -4,7 +4,7 @@ MessageStore builds one in `load()`, handing it what it reads."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
@@ -70,6 +70,24 @@ class MessageReads:
         if size is not None and decoded.size != size:
             return None
         return decoded.message
+
+    def iter_messages(self, from_offset: int) -> Iterator[StoredMessage]:
+        """The messages of the CommitLog from the record starting at `from_offset` (clamped to
+        the min offset) to its end, in order, dispatched or not: for the node's scans of the
+        undispatched tail (transaction state on start). Stops at a record it cannot decode."""
+        self._check_readable()
+        cl = self.commit_log
+        offset = max(from_offset, cl.min_offset())
+        while 0 <= offset < cl.max_offset():
+            decoded = cl.read_record(offset)
+            if decoded is None or decoded.kind is RecordKind.INVALID:
+                return
+            if decoded.kind is RecordKind.BLANK:
+                offset = cl.roll_next_file(offset)
+                continue
+            assert decoded.message is not None  # a MESSAGE is decoded with its message
+            yield decoded.message
+            offset += decoded.size
 
     def message_bytes(self, commitlog_offset: int) -> bytes | None:
         """The message record at `commitlog_offset` byte for byte as stored (None when no

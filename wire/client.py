@@ -50,6 +50,7 @@ __all__ = [
     "RequestTimeout",
     "ServiceUnavailable",
     "TidemqError",
+    "TransactionEnded",
     "block_nursery",
     "connect",
     "error_for",
@@ -97,6 +98,11 @@ class ServiceUnavailable(TidemqError):
 class NoPermission(TidemqError):
     """NO_PERMISSION: the node's settings forbid it (a consumer group whose consumption an
     operator disabled)."""
+
+
+class TransactionEnded(TidemqError):
+    """TRANSACTION_ENDED: an end_transaction asked COMMIT of a transaction already rolled
+    back, or ROLLBACK of one already committed: nothing was written."""
 
 
 class AuthenticationFailed(NoPermission):
@@ -160,6 +166,7 @@ _BY_STATUS: dict[str, type[TidemqError]] = {
     Status.INTERNAL_ERROR.value: InternalError,
     Status.INDETERMINATE.value: Indeterminate,
     Status.NO_PERMISSION.value: NoPermission,
+    Status.TRANSACTION_ENDED.value: TransactionEnded,
 }
 
 

@@ -147,11 +147,17 @@ def _cmd_send(args: argparse.Namespace) -> int:
     else:
         body_template = None
 
+    if args.transaction is not None and args.delay_level is not None:
+        raise UsageError("--transaction and --delay-level do not go together (a half message is never delayed)")
+
     async def main() -> int:
         unknown = 0
         async with Producer(**src, send_timeout=args.timeout, retries=args.retries) as producer:
             for i in range(args.count):
                 body = body_template if body_template is not None else args.body.replace("{i}", str(i)).encode()
+                if args.transaction is not None:
+                    print_json(await _send_transaction(producer, args, body, keys, properties))
+                    continue
                 try:
                     result = await producer.send(args.topic, body, tags=args.tags, keys=keys,
                                                  properties=properties, queue_id=args.queue_id, wait=args.wait)
@@ -166,6 +172,18 @@ def _cmd_send(args: argparse.Namespace) -> int:
         return EXIT_PROBLEM if unknown else EXIT_OK  # not failed either, but not done: said above
 
     return run_async(args, main)
+
+
+async def _send_transaction(producer: Any, args: argparse.Namespace, body: bytes, keys: list[str],
+                            properties: dict[str, str]) -> dict[str, Any]:
+    """`send --transaction`: a half message, then its END; both answers in one JSON object."""
+    prepared = await producer.send_prepared(args.topic, body, args.group, tags=args.tags, keys=keys,
+                                            properties=properties, queue_id=args.queue_id)
+    out = prepared.to_json()
+    del out["msg_ids"]
+    end = await producer.end_transaction(prepared, args.group, args.transaction.upper())
+    out["transaction"] = end.to_json()
+    return out
 
 
 def _properties(pairs: list[str]) -> dict[str, str]:
@@ -200,6 +218,12 @@ def _add_send_command(subparsers: argparse._SubParsersAction) -> None:
                       help="a user property (repeatable), as mqadmin sendMessage's")
     send.add_argument("--delay-level", type=int, metavar="N",
                       help="deliver after delay level N (1 = 1 s, 2 = 5 s, 3 = 10 s, ... messageDelayLevel)")
+    send.add_argument("--transaction", choices=("commit", "rollback", "unknown"),
+                      help="send each message as a transaction's half message, then end it so "
+                      "(docs/transactions.md); prints the send's answer with a 'transaction' object: "
+                      "outcome, and for a commit where the message now is")
+    send.add_argument("--group", default="tidemq-cli", metavar="G",
+                      help="the producer group of --transaction's half messages (default tidemq-cli)")
     send.add_argument("--count", type=int, default=1, metavar="N", help="send N messages (default 1)")
     send.add_argument("--queue-id", type=int, metavar="Q", help="pin the queue id")
     send.add_argument("--wait", action=argparse.BooleanOptionalAction, default=True,

@@ -24,7 +24,16 @@ from wire.client import (
     read_reply,
 )
 from wire.options import ConnectKeywords, ConnectOptions
-from wire.protocol import BatchMessage, Send, SendBatch, SendBatchReply, SendReply, Status
+from wire.protocol import (
+    BatchMessage,
+    EndTransaction,
+    EndTransactionReply,
+    Send,
+    SendBatch,
+    SendBatchReply,
+    SendReply,
+    Status,
+)
 
 from .base import (
     CLIENT_OPTIONS,
@@ -160,6 +169,36 @@ class Producer(_Client):
         request = Send(topic=topic, body=m.body, tags=m.tags, keys=m.keys, properties=m.properties,
                        flag=m.flag, wait=wait)
         return await self._send(request, queue_id, broker_name)
+
+    async def send_prepared(
+        self,
+        topic: str,
+        body: bytes | str,
+        producer_group: str,
+        *,
+        tags: str | None = None,
+        keys: Iterable[str] = (),
+        properties: Mapping[str, str] | None = None,
+        queue_id: int | None = None,
+    ) -> SendResult:
+        """Store a transaction's half message (TRAN_MSG=true, PGROUP=`producer_group`): no
+        consumer sees it until `end_transaction` commits it (docs/transactions.md). The
+        result's address, commitlog_offset and queue_offset name it to `end_transaction`.
+        Retried as `send` retries: an attempt whose outcome was unknown may have stored a
+        half message too, which stays open (no check service resolves it yet)."""
+        props = {**(properties or {}), "TRAN_MSG": "true", "PGROUP": producer_group}
+        return await self.send(topic, body, tags=tags, keys=keys, properties=props, queue_id=queue_id)
+
+    async def end_transaction(self, prepared: SendResult, producer_group: str, outcome: str, *,
+                              from_transaction_check: bool = False) -> EndTransactionReply:
+        """End the transaction of a half message `send_prepared` stored: COMMIT, ROLLBACK or
+        UNKNOWN, sent to the node that stored it. A repeated END answers what the first did
+        (`duplicate`); the other outcome than the one it has raises TransactionEnded."""
+        request = EndTransaction(producer_group=producer_group, tran_state_table_offset=prepared.queue_offset,
+                                 commitlog_offset=prepared.commitlog_offset, outcome=outcome,
+                                 from_transaction_check=from_transaction_check)
+        reply: EndTransactionReply = await self.pool.call(prepared.address, request, timeout=self.send_timeout)
+        return reply
 
     async def send_batch(
         self,

@@ -191,6 +191,9 @@ async def _status(s: NodeServices, r: Request, peer: str | None) -> dict[str, An
         fields["namesrv"] = s.registration_status()
     if s.schedule is not None:
         fields["schedule"] = s.schedule.status()
+    if s.is_master and (s.transactions.loaded or store.running):  # the serving master's view only
+        s.transactions.ensure_loaded(store)
+        fields["transactions"] = s.transactions.status()
     if s.security_status is not None:
         fields["security"] = s.security_status()
     fields["consumer_groups"] = {g: s.consumers.members(g) for g in s.consumers.groups()}

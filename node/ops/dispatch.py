@@ -2,7 +2,7 @@
 
 The handlers live by concern — `puts` (send, send_batch), `pulls` (reads and consumer
 offsets), `admin` (topics, groups, status, failover, config), `consumers` (heartbeats, locks,
-send-back) — and this module is the one place that joins their tables.
+send-back), `transactions` (end_transaction) — and this module is the one place that joins their tables.
 
 Sends answer in steps: `handle_now` checks and encodes one into a PendingPut,
 `append_requests` appends a batch of them as one CommitLog group, and `finish_requests`
@@ -26,13 +26,15 @@ from .consumers import CONSUMER_HANDLERS
 from .pulls import PULL_HANDLERS
 from .puts import PUT_HANDLERS, Handler, PendingPut, append_sends, finish_sends, prepare_plain_sends
 from .services import NodeServices, OpError
+from .transactions import TRANSACTION_HANDLERS
 
 __all__ = ["BATCHED", "BATCHED_OPS", "HANDLERS", "append_requests", "finish_requests", "handle_now", "handle_plain_sends",
            "handle_request"]
 
 log = logging.getLogger("tidemq.node")
 
-HANDLERS: dict[type[WireRequest], Handler] = {**PUT_HANDLERS, **PULL_HANDLERS, **ADMIN_HANDLERS, **CONSUMER_HANDLERS}
+HANDLERS: dict[type[WireRequest], Handler] = {**PUT_HANDLERS, **PULL_HANDLERS, **ADMIN_HANDLERS, **CONSUMER_HANDLERS,
+                                              **TRANSACTION_HANDLERS}
 """Each request class's handler: the parsed request's own class picks it, so an op's name
 is spelled once, by its request class (wire/protocol/requests.py)."""
 BATCHED: tuple[type[WireRequest], ...] = (Send, SendBatch)

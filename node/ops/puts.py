@@ -5,6 +5,7 @@ and answered after the flush or slave its WAIT asks for."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any, Literal, cast, overload
 
 import attrs
@@ -15,6 +16,7 @@ from store.message_store import StoreUnavailableError
 from store.properties import PROPERTY_WAIT
 from store.puts import Appended, Prepared
 from store.status import PutMessageResult, PutMessageStatus
+from store.transaction import NOT_SENDABLE_TOPICS, is_prepared
 from wire.protocol import (
     BatchMessage,
     Request,
@@ -32,14 +34,18 @@ from wire.send_codec import PlainBatch, PlainSend, send_batch_reply_frame, send_
 from .services import (
     NodeServices,
     OpError,
-    refuse_on_slave,
+    check_writeable,
+    confirm_write,
 )
+from .transactions import check_sendable, half_of, note_prepared
 
 __all__ = ["PUT_HANDLERS", "Handler", "PendingPut", "append_sends", "finish_sends", "prepare_remoting_sends", "prepare_plain_sends", "put_response"]
 
 
 async def _checked_topic(services: NodeServices, topic: str, queue_id: int | None) -> int:
-    """The queue to write to: the topic must exist (or be auto-created) and be writeable."""
+    """The queue to write to: the topic must exist (or be auto-created), be writeable, and
+    not be one only the broker writes."""
+    check_sendable(topic)
     config = services.topics.get(topic) or await services.topics.for_send(topic)
     if config is None:
         raise OpError(
@@ -105,28 +111,6 @@ def put_response(request_id: int, result: PutMessageResult, queue_id: int, *, ba
                      commitlog_offset=append.wrote_offset).to_wire(request_id)
 
 
-async def _check_writeable(s: NodeServices) -> float:
-    """A slave refuses writes; a master asks for the group's epoch first when it must
-    (fencing). Returns the token `_confirm_write` takes (when Failover admitted the write)."""
-    refuse_on_slave(s, "writes")
-    if s.write_wiped:
-        raise OpError(Status.SERVICE_NOT_AVAILABLE,
-                      f"{s.cfg.broker_name}'s write permission is wiped (admin wipeWritePerm): it refuses sends "
-                      "until admin addWritePerm")
-    if s.failover is not None:
-        return await s.failover.before_write()
-    return 0
-
-
-async def _confirm_write(s: NodeServices, checked: float, *, unreplicated: bool = False) -> None:
-    """A stored write is not acknowledged by a node that a newer epoch replaced, or whose
-    lease ran out, or that stalled since `checked` and cannot confirm its epoch, or (some
-    of it `unreplicated`, SLAVE_NOT_AVAILABLE) whose in-sync set cannot shrink: raises
-    OpError(INDETERMINATE)."""
-    if s.failover is not None:
-        await s.failover.after_write(checked, unreplicated=unreplicated)
-
-
 @attrs.define(slots=True, eq=False)
 class PendingPut:
     """A send checked and encoded: `append_sends` appends it with the rest of its group and
@@ -145,29 +129,38 @@ class PendingPut:
     at: float = 0.0
     """trio time of the append: the group's timeouts count from its first append."""
     checked: float = 0
-    """When the write check admitted it (trio time, `_check_writeable`), for `_confirm_write`."""
+    """When the write check admitted it (trio time, `check_writeable`), for `confirm_write`."""
     encoded: bool = False
     """Answered with its encoded frame when stored (a plain send of the compiled path)."""
     topic: str = ""
     """For the per-topic stats (statsAll)."""
+    on_append: Callable[[Appended], None] | None = None
+    """Told the append's result (a half message's, for the transaction table)."""
     reply: Callable[[int, str, str, int, int], Any] | None = None
     """Answers it when stored, from (request id, status, msgId, queue id, queue offset), instead of the
     CBOR reply (the remoting fast path's templated answer, node/remoting/fastsend.py)."""
 
 
 async def _send(s: NodeServices, r: Request, peer: str | None) -> PendingPut:
-    checked = await _check_writeable(s)
+    checked = await check_writeable(s)
     f = r.fields
     queue_id = await _checked_topic(s, f.topic, f.queue_id)
-    prepared = s.store.puts.prepare_message(_message(f, f.topic, queue_id, f.wait, peer, f.born_timestamp))
+    msg = _message(f, f.topic, queue_id, f.wait, peer, f.born_timestamp)
+    on_append = None
+    if is_prepared(msg.properties):  # a transaction's half message (node/ops/transactions.py)
+        msg = await half_of(s, msg)
+        on_append = partial(note_prepared, s.transactions, msg)
+    prepared = s.store.puts.prepare_message(msg)
     return PendingPut(r.id, prepared, f.wait, queue_id, False, s.store.puts.put_waits(f.wait), checked=checked,
-                      topic=f.topic)
+                      topic=msg.topic, on_append=on_append)
 
 
 async def _send_batch(s: NodeServices, r: Request, peer: str | None) -> PendingPut:
-    checked = await _check_writeable(s)
+    checked = await check_writeable(s)
     f = r.fields
     queue_id = await _checked_topic(s, f.topic, f.queue_id)
+    if any(is_prepared(m.properties) for m in f.messages):
+        raise OpError(Status.BAD_REQUEST, "a batch may not hold transactional messages (TRAN_MSG=true): send each alone")
     msgs = [_message(m, f.topic, queue_id, f.wait, peer) for m in f.messages]
     return PendingPut(r.id, s.store.puts.prepare_batch(msgs), f.wait, queue_id, True, s.store.puts.put_waits(f.wait),
                       checked=checked, topic=f.topic)
@@ -177,7 +170,7 @@ async def _fast_path_checked(s: NodeServices) -> float | None:
     """The write check's token for a run of sends on a compiled path, or None when the
     check or the store refuses (the reference path then answers each send why)."""
     try:
-        checked = await _check_writeable(s)
+        checked = await check_writeable(s)
     except (OpError, StoreUnavailableError):
         return None
     return None if s.store.puts.refusal() is not None else checked
@@ -200,7 +193,7 @@ async def prepare_plain_sends(s: NodeServices, sends: list[PlainSend | PlainBatc
     for p in sends:
         config = topics.get(p.topic)
         queue_id = p.queue_id
-        if config is None or not config.writeable or (queue_id is not None and queue_id >= config.write_queue_nums):
+        if config is None or p.topic in NOT_SENDABLE_TOPICS or not config.writeable or (queue_id is not None and queue_id >= config.write_queue_nums):
             out.append(None)
             continue
         if queue_id is None:
@@ -231,7 +224,7 @@ async def prepare_remoting_sends(s: NodeServices, sends: Sequence[RemotingSend],
     out: list[PendingPut | None] = []
     for f in sends:
         config = topics.get(f.topic)
-        if config is None or not config.writeable or f.queue_id >= config.write_queue_nums:
+        if config is None or f.topic in NOT_SENDABLE_TOPICS or is_prepared(f.properties) or not config.writeable or f.queue_id >= config.write_queue_nums:
             out.append(None)
             continue
         prepared = puts.prepare_plain(f.topic, f.body, f.queue_id, f.tags, f.flag, f.born_timestamp, peer,
@@ -250,6 +243,8 @@ def append_sends(s: NodeServices, pending: list[PendingPut]) -> None:
     for p, appended in zip(pending, s.store.puts.append_prepared([p.prepared for p in pending]), strict=True):
         p.appended = appended
         p.at = now
+        if p.on_append is not None:
+            p.on_append(appended)
 
 
 async def finish_sends(s: NodeServices, pending: list[PendingPut]) -> list[dict[str, Any] | bytes]:
@@ -271,7 +266,7 @@ async def finish_sends(s: NodeServices, pending: list[PendingPut]) -> list[dict[
             s.stats.add_put(topic, n)
     try:
         unreplicated = any(r.status is PutMessageStatus.SLAVE_NOT_AVAILABLE for r in results)
-        await _confirm_write(s, min(p.checked for p in pending), unreplicated=unreplicated)
+        await confirm_write(s, min(p.checked for p in pending), unreplicated=unreplicated)
     except OpError as e:  # stored, but this node may no longer acknowledge it
         return [error_response(p.request_id, e.status, e.message) if result.status.stored
                 else put_response(p.request_id, result, p.queue_id, batch=p.batch)

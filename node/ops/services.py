@@ -33,6 +33,7 @@ from ..tables.offsets import ConsumerOffsetManager
 from ..tables.producers import ProducerManager
 from ..tables.subscription_groups import SubscriptionGroupManager
 from ..tables.topics import TopicConfigManager
+from ..tables.transactions import TransactionTable
 
 
 class FailoverHooks(Protocol):
@@ -60,7 +61,8 @@ class FailoverHooks(Protocol):
     async def promote(self, role: str | None) -> dict[str, Any]: ...
 
 
-__all__ = ["FailoverHooks", "NodeServices", "OpError", "refuse_on_slave", "write_perm_path"]
+__all__ = ["FailoverHooks", "NodeServices", "OpError", "check_writeable", "confirm_write", "refuse_on_slave",
+           "write_perm_path"]
 
 
 class OpError(Exception):
@@ -106,6 +108,8 @@ class NodeServices:
     """mqadmin wipeWritePerm: the node refuses sends until addWritePerm (kept in
     `config/writePerm.json`, so a restart or a promotion keeps it)."""
     failover: FailoverHooks | None = None
+    transactions: TransactionTable = attrs.field(factory=TransactionTable)
+    """The term's transaction state, built from the store on first use (node/tables/transactions.py)."""
     stopping: bool = attrs.field(default=False, on_setattr=attrs.setters.NO_OP)
     _long_polls: set[trio.CancelScope] = attrs.field(factory=set)
 
@@ -152,3 +156,23 @@ def refuse_on_slave(services: NodeServices, what: str) -> None:
         )
 
 
+async def check_writeable(s: NodeServices) -> float:
+    """A slave refuses writes; a master asks for the group's epoch first when it must
+    (fencing). Returns the token `confirm_write` takes (when Failover admitted the write)."""
+    refuse_on_slave(s, "writes")
+    if s.write_wiped:
+        raise OpError(Status.SERVICE_NOT_AVAILABLE,
+                      f"{s.cfg.broker_name}'s write permission is wiped (admin wipeWritePerm): it refuses sends "
+                      "until admin addWritePerm")
+    if s.failover is not None:
+        return await s.failover.before_write()
+    return 0
+
+
+async def confirm_write(s: NodeServices, checked: float, *, unreplicated: bool = False) -> None:
+    """A stored write is not acknowledged by a node that a newer epoch replaced, or whose
+    lease ran out, or that stalled since `checked` and cannot confirm its epoch, or (some
+    of it `unreplicated`, SLAVE_NOT_AVAILABLE) whose in-sync set cannot shrink: raises
+    OpError(INDETERMINATE)."""
+    if s.failover is not None:
+        await s.failover.after_write(checked, unreplicated=unreplicated)

@@ -187,11 +187,12 @@ async def test_a_slave_refuses_writes_and_reports_its_role(tmp_path):
 def test_every_request_class_has_one_handler_and_the_batched_ops_are_the_sends():
     """Handlers are keyed by request class: every op the node parses has one, no concern's
     table claims another's class, and the server's batched op names come from the classes."""
-    from node.ops import admin, consumers, pulls, puts
+    from node.ops import admin, consumers, pulls, puts, transactions
     from node.ops.dispatch import BATCHED, HANDLERS
     from wire.protocol import NODE_REQUESTS, Send, SendBatch
 
-    tables = [puts.PUT_HANDLERS, pulls.PULL_HANDLERS, admin.ADMIN_HANDLERS, consumers.CONSUMER_HANDLERS]
+    tables = [puts.PUT_HANDLERS, pulls.PULL_HANDLERS, admin.ADMIN_HANDLERS, consumers.CONSUMER_HANDLERS,
+              transactions.TRANSACTION_HANDLERS]
     assert sum(len(t) for t in tables) == len(HANDLERS), "no request class is in two tables"
     assert set(HANDLERS) == set(NODE_REQUESTS.values())
     assert (Send, SendBatch) == BATCHED and {"send", "send_batch"} == BATCHED_OPS

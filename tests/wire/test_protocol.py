@@ -199,6 +199,8 @@ MINIMAL = {
     "broker_config_update": {"key": "syncFlushTimeout", "value": "3000"},
     "broker_write_perm": {"writeable": False},
     "stats_all": {},
+    "end_transaction": {"producer_group": "PG", "tran_state_table_offset": 0, "commitlog_offset": 0,
+                        "outcome": "COMMIT"},
 }
 
 
@@ -594,7 +596,8 @@ def test_a_stored_message_is_the_map_docs_protocol_md_lists_byte_for_byte():
 def test_the_status_enum_is_the_node_s_names_and_the_store_s_in_their_order():
     from store.status import GetMessageStatus, PutMessageStatus
 
-    node = ["OK", "BAD_REQUEST", "NOT_FOUND", "INTERNAL_ERROR", "INDETERMINATE", "NO_PERMISSION"]
+    node = ["OK", "BAD_REQUEST", "NOT_FOUND", "INTERNAL_ERROR", "INDETERMINATE", "NO_PERMISSION",
+            "TRANSACTION_ENDED"]
     assert [s.value for s in Status] == node + [m.value for m in PutMessageStatus] + [m.value for m in GetMessageStatus]
     assert all(s.name == s.value for s in Status)
 

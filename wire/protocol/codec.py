@@ -59,7 +59,8 @@ __all__ = [
 # INDETERMINATE: a write this node stored but may no longer acknowledge (it was fenced, or
 # its lease ran out, while the write waited): it may or may not survive the failover, so a
 # client reports it as neither acknowledged nor failed. NO_PERMISSION: the node's settings
-# forbid it (a consumer group whose consumption is disabled).
+# forbid it (a consumer group whose consumption is disabled). TRANSACTION_ENDED: an
+# end_transaction asking the other outcome than the one the transaction already has.
 class Status(enum.Enum):
     """A response's status; each value is its name. Spelled out (not built from the store's
     enums) so a type checker sees the members; tests/wire/test_protocol.py holds it to
@@ -71,6 +72,7 @@ class Status(enum.Enum):
     INTERNAL_ERROR = "INTERNAL_ERROR"
     INDETERMINATE = "INDETERMINATE"
     NO_PERMISSION = "NO_PERMISSION"
+    TRANSACTION_ENDED = "TRANSACTION_ENDED"
     # PutMessageStatus
     PUT_OK = "PUT_OK"
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"

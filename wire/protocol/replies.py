@@ -39,7 +39,7 @@ from .values import (
 
 __all__ = [
     "BrokerConfigReply", "BrokerConfigUpdateReply", "ConsumerListReply", "ConsumerUnregisterReply",
-    "DeletedFilesReply", "EmptyReply", "EpochReply", "LockReply", "MembersReply", "MessageReply", "MessagesReply",
+    "DeletedFilesReply", "EmptyReply", "EndTransactionReply", "EpochReply", "LockReply", "MembersReply", "MessageReply", "MessagesReply",
     "OffsetListReply", "OffsetReply", "ProducerListReply", "ProducerUnregisterReply", "PromoteReply", "PullReply",
     "ReplyError", "SendBackReply", "StatsAllReply", "SubGroupDeleteReply", "SubGroupListReply", "SubGroupReply",
     "SendBatchReply", "SendReply", "StatusReply", "TopicDeleteReply", "TopicListReply", "TopicReply",
@@ -129,6 +129,24 @@ class SendReply(WireReply):
     queue_id: int
     queue_offset: int
     commitlog_offset: int
+
+
+@attrs.define(kw_only=True)
+class EndTransactionReply(WireReply):
+    """`end_transaction`: what the transaction's outcome is now. `status` is the committed
+    record's put status (PUT_OK, or a flush/slave status: stored on the master) for a COMMIT
+    that wrote it, else OK. `duplicate`: it had ended this way before, so nothing was written
+    (the committed record's place is the first COMMIT's). UNKNOWN writes nothing either."""
+
+    status: Status
+    outcome: str
+    duplicate: bool = False
+    msg_id: str | None = None
+    """The committed record's offset msgId (COMMIT)."""
+    topic: str | None = None
+    queue_id: int | None = None
+    queue_offset: int | None = None
+    commitlog_offset: int | None = None
 
 
 @attrs.define(kw_only=True)
@@ -403,6 +421,7 @@ class StatusReply(WireReply):
     sync: dict[str, Any] | None = None
     namesrv: Any = None
     schedule: dict[str, Any] | None = None
+    transactions: dict[str, Any] | None = None  # a master's open half messages and outcome counts
     security: dict[str, Any] | None = None  # logins and refusals, with aclEnable
     consumer_groups: dict[str, list[str]] = attrs.field(factory=dict)
     # failover (absent on a node without it)

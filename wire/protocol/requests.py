@@ -63,6 +63,7 @@ from .replies import (
     ConsumerUnregisterReply,
     DeletedFilesReply,
     EmptyReply,
+    EndTransactionReply,
     EpochReply,
     LockReply,
     MembersReply,
@@ -163,7 +164,7 @@ __all__ = [
     "FIELD_TYPES", "MESSAGES", "NODE_REQUESTS", "OPS", "BatchMessage", "CommitOffset", "ConsumerHeartbeat",
     "ConsumerList", "ConsumerLock", "ConsumerSendBack", "ConsumerUnlock", "ConsumerUnregister", "ConsumerWatch",
     "BrokerWritePerm", "GetBrokerConfig", "UpdateBrokerConfig",
-    "DeleteExpiredFiles", "Epoch", "FetchOffset", "GetByMsgId", "MaxOffset", "MinOffset", "GetStatus",
+    "DeleteExpiredFiles", "EndTransaction", "Epoch", "FetchOffset", "GetByMsgId", "MaxOffset", "MinOffset", "GetStatus",
     "OffsetByTime", "OffsetList", "ProducerHeartbeat", "ProducerList", "ProducerUnregister", "Promote", "Pull",
     "QueryByKey", "Send", "SendBatch", "StatsAll", "SubGroupDelete", "SubGroupList",
     "SubGroupUpdate", "TopicCreate",
@@ -400,6 +401,35 @@ class SubGroupDelete(WireRequest):
     group: str = _group_field()
 
 
+# ---------------------------------------------------------------- transactions
+
+
+def _check_outcome(v: str) -> str | None:
+    return None if v in _OUTCOMES else f"must be one of {', '.join(_OUTCOMES)}, got {v!r}"
+
+
+_OUTCOMES = ("COMMIT", "ROLLBACK", "UNKNOWN")
+
+
+@attrs.define(kw_only=True)
+class EndTransaction(WireRequest):
+    """RocketMQ's END_TRANSACTION (EndTransactionRequestHeader): end the transaction whose half
+    message is at `commitlog_offset` (the prepared send's answer) with COMMIT, ROLLBACK or
+    UNKNOWN. `tran_state_table_offset` is the send's queue_offset (the half queue offset) and
+    must match, as `producer_group` must match the half's PGROUP. docs/transactions.md."""
+
+    OP = "end_transaction"
+    REPLY = EndTransactionReply
+    producer_group: str = _group_field()
+    tran_state_table_offset: int = wire(INT, NON_NEG64)
+    commitlog_offset: int = wire(INT, NON_NEG64)
+    outcome: str = wire(STR, _check_outcome)
+    from_transaction_check: bool = wire(BOOL, default=False)
+    msg_id: str | None = wire(STR, check_non_empty, default=None)
+    """The half message's UNIQ_KEY, when the producer set one (checked against it)."""
+    transaction_id: str | None = wire(STR, check_non_empty, default=None)
+
+
 # ---------------------------------------------------------------- producer groups
 
 
@@ -506,7 +536,7 @@ NODE_REQUESTS: dict[str, type[WireRequest]] = {cls.OP: cls for cls in (
     Send, SendBatch, Pull, QueryByKey, GetByMsgId, OffsetByTime, MinOffset, MaxOffset,
     CommitOffset, FetchOffset, OffsetList, TopicCreate, TopicDelete, TopicList,
     ConsumerHeartbeat, ConsumerWatch, ConsumerUnregister, ConsumerList, ConsumerLock, ConsumerUnlock,
-    ConsumerSendBack, SubGroupUpdate, SubGroupList, SubGroupDelete, ProducerHeartbeat, ProducerUnregister,
+    ConsumerSendBack, SubGroupUpdate, SubGroupList, SubGroupDelete, EndTransaction, ProducerHeartbeat, ProducerUnregister,
     ProducerList, GetStatus, DeleteExpiredFiles, Epoch, Promote, TopicStatus, GetBrokerConfig, UpdateBrokerConfig,
     BrokerWritePerm, StatsAll)}
 """The node's op table: op name → request class."""
