@@ -701,7 +701,8 @@ class ClientServer:
         refusal = self.guard.screen(session, request)
         if refusal is not None:
             return refusal
-        request = attrs.evolve(request, reader=partial(self.guard.refusal_to_read, session))
+        request = attrs.evolve(request, reader=partial(self.guard.refusal_to_read, session),
+                               publisher=partial(self.guard.refusal_to_publish, session))
         response = await self.handler(request, conn.peer)
         if type(response) is dict:
             return self.guard.check_answer(session, request, response) or response

@@ -122,6 +122,11 @@ async def _end_transaction(s: NodeServices, r: Request, peer: str | None) -> dic
     async with table.lock:
         table.ensure_loaded(s.store)
         half = _checked_half(s, f)
+        real_topic = half.properties.get(PROPERTY_REAL_TOPIC, "")
+        lacking = r.publisher(real_topic) if r.publisher is not None else None
+        if lacking is not None:  # an END writes to the real topic (or ends its transaction): PUB on it
+            raise OpError(Status.NO_PERMISSION, f"end_transaction: {lacking} (the half message at CommitLog offset "
+                                                f"{f.commitlog_offset} is for topic {real_topic!r})")
         origin = half_origin(half)
         known = table.ended.get(origin)
         if known is not None:

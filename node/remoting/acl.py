@@ -94,7 +94,8 @@ def screened(guard: Guard, session: Session | None, request: Request) -> Request
     refusal = guard.screen(session, request)
     if refusal is not None:
         raise Refused(response_code(refusal["status"]), refusal.get("error") or refusal["status"])
-    return attrs.evolve(request, reader=partial(guard.refusal_to_read, session))
+    return attrs.evolve(request, reader=partial(guard.refusal_to_read, session),
+                        publisher=partial(guard.refusal_to_publish, session))
 
 
 MESSAGE_CODES = frozenset({RequestCode.PULL_MESSAGE, RequestCode.QUERY_MESSAGE, RequestCode.VIEW_MESSAGE_BY_ID})

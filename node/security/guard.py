@@ -221,6 +221,19 @@ class Guard:
         self.refused += 1
         return f"account {account.access_key!r} lacks {lacking}"
 
+    def refusal_to_publish(self, session: Session, topic: str) -> str | None:
+        """Why `session`'s account may not publish to `topic` (None: it may): for an op that
+        writes to a topic it reads from a stored message (`Request.publisher`)."""
+        account = self.acl.accounts.get(session.account or "")
+        if account is None:
+            self.refused += 1
+            return f"account {session.account!r} is no longer allowed here"
+        need = topic_need(topic, Perm.PUB)
+        if need.granted(account):
+            return None
+        self.refused += 1
+        return f"account {account.access_key!r} lacks {need.describe()}"
+
     def _refuse(self, request: Any, account: Account, what: str) -> dict[str, Any]:
         self.refused += 1
         return error_response(request.id, Status.NO_PERMISSION,

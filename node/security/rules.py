@@ -138,9 +138,8 @@ RULES: dict[str, str | Callable[[Any], list[Need]]] = {
     "producer_heartbeat": ANY_ACCOUNT,
     "producer_unregister": ANY_ACCOUNT,
     "producer_list": ADMIN,
-    # a transaction's END: its half message needed PUB on the real topic to be sent, and the
-    # END must name its producer group and offsets (docs/transactions.md: a per-topic check
-    # of the END itself is not built yet)
+    # a transaction's END: PUB on the half message's real topic, which the op reads from the
+    # half message before it writes anything (Request.publisher)
     "end_transaction": ANY_ACCOUNT,
     # the node itself
     "status": ANY_ACCOUNT,

@@ -267,3 +267,13 @@ def test_a_message_looked_up_by_id_needs_sub_on_its_topic(acl_file: Path) -> Non
 ])
 def test_the_peer_host_is_the_address_without_its_port(peer: str | None, host: str) -> None:
     assert peer_host(peer) == host
+
+
+def test_publishing_to_a_topic_learnt_from_a_stored_message_needs_pub_on_it(acl_file: Path) -> None:
+    """Request.publisher: a transaction's END writes to the half message's real topic."""
+    guard = Guard(str(acl_file))
+    session = Session("127.0.0.1")
+    _login(guard, session, "alice", ALICE)
+    assert guard.refusal_to_publish(session, "orders") is None
+    assert guard.refusal_to_publish(session, "logs-a") == "account 'alice' lacks PUB on topic 'logs-a'"
+    assert guard.refusal_to_publish(session, "RMQ_SYS_TRANS_HALF_TOPIC") == "account 'alice' lacks admin"

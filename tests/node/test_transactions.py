@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from node.ops.dispatch import handle_request
 from node.ops.services import NodeServices
 from node.ops.transactions import half_of
 from node.tables.transactions import TransactionTable
@@ -44,6 +45,7 @@ from wire.protocol import (
     GetStatus,
     Pull,
     PullReply,
+    Request,
     Send,
     SendBatch,
     SendReply,
@@ -211,6 +213,30 @@ async def test_reject_transaction_message_refuses_prepared_sends_only(tmp_path):
         with pytest.raises(NoPermission, match="refuses transactional messages \\(rejectTransactionMessage\\)"):
             await conn.call(Send(topic=TOPIC, body=b"x", properties={"TRAN_MSG": "true", "PGROUP": GROUP}))
         assert (await conn.call(Send(topic=TOPIC, body=b"plain"))).status is Status.PUT_OK
+
+
+async def test_an_end_needs_pub_on_the_half_messages_real_topic_and_writes_nothing_without(tmp_path):
+    """Request.publisher, which a server that checks logins sets (node/security/guard.py)."""
+    async with serving_ops(conf_of(tmp_path)) as (services, conn):
+        await create_topic(conn)
+        half = await prepare(conn)
+        before = services.store.get_max_phy_offset()
+        fields = EndTransaction(producer_group=GROUP, tran_state_table_offset=half.queue_offset,
+                                commitlog_offset=half.commitlog_offset, outcome="COMMIT")
+        asked: list[str] = []
+
+        def publisher(topic: str) -> str | None:
+            asked.append(topic)
+            return f"account 'bob' lacks PUB on topic {topic!r}"
+
+        answer = await handle_request(services, Request(op="end_transaction", id=9, fields=fields,
+                                                        publisher=publisher), None)
+        assert isinstance(answer, dict) and answer["status"] == "NO_PERMISSION", answer
+        assert "lacks PUB on topic 'Orders'" in answer["error"] and asked == [TOPIC]
+        assert services.store.get_max_phy_offset() == before and await delivered(conn) == []
+        allowed = await handle_request(services, Request(op="end_transaction", id=10, fields=fields,
+                                                         publisher=lambda _t: None), None)
+        assert isinstance(allowed, dict) and allowed["status"] == "PUT_OK", allowed
 
 
 async def test_a_slave_refuses_end_transaction(tmp_path):

@@ -118,12 +118,15 @@ class Request:
 
     `reader`, set by a server that checks logins, says why the connection's account may not
     read a stored message (`reader(topic, properties)`, None when it may): an op that copies
-    a stored message asks it before writing. None: no account checks on this server."""
+    a stored message asks it before writing. `publisher(topic)` says why it may not publish
+    to a topic the op learns only from a stored message (a transaction's END: the half
+    message's real topic). None: no account checks on this server."""
 
     op: str
     id: int
     fields: Any
     reader: Callable[[str, Mapping[str, str]], str | None] | None = attrs.field(default=None, eq=False)
+    publisher: Callable[[str], str | None] | None = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen
