@@ -5,7 +5,8 @@ it may send to (`producer_heartbeat`, every 30 s by default) and unregisters whe
 (`producer_unregister`); `producer_list` (mqadmin producerConnection) shows who is live.
 Nothing is tracked per message: sends do not name a group. A producer not heard from for
 `channelExpiredTimeout` (120 s, RocketMQ's), and never before 2 of its own heartbeats + 10 s,
-is dropped, so a killed producer leaves the list within that time. The table lives in memory
+is dropped, so a killed producer leaves the list within that time; one whose connection
+closes leaves at once. The table lives in memory
 only: after a node restart the producers' next heartbeats rebuild it.
 """
 
@@ -64,6 +65,20 @@ class ProducerManager:
         if not members:
             self._groups.pop(group, None)
         return True
+
+    def disconnected(self, peer: str | None) -> None:
+        """A client connection closed: the producers that heartbeated on it leave now
+        (RocketMQ's doChannelCloseEvent), so a killed producer is not picked for a
+        transaction check; a live one's next heartbeat registers it again."""
+        if peer is None:
+            return
+        for group, members in list(self._groups.items()):
+            for client_id, info in list(members.items()):
+                if info.peer == peer:
+                    log.info("producer group %s: producer %s left (its connection closed)", group, client_id)
+                    del members[client_id]
+            if not members:
+                self._groups.pop(group, None)
 
     def members(self, group: str) -> list[dict[str, object]]:
         """The group's live producers as `producer_list` answers them, by client id."""

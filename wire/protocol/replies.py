@@ -39,7 +39,7 @@ from .values import (
 
 __all__ = [
     "BrokerConfigReply", "BrokerConfigUpdateReply", "ConsumerListReply", "ConsumerUnregisterReply",
-    "DeletedFilesReply", "EmptyReply", "EndTransactionReply", "EpochReply", "LockReply", "MembersReply", "MessageReply", "MessagesReply",
+    "DeletedFilesReply", "EmptyReply", "EndTransactionReply", "TransactionChecksReply", "TransactionResumeReply", "EpochReply", "LockReply", "MembersReply", "MessageReply", "MessagesReply",
     "OffsetListReply", "OffsetReply", "ProducerListReply", "ProducerUnregisterReply", "PromoteReply", "PullReply",
     "ReplyError", "SendBackReply", "StatsAllReply", "SubGroupDeleteReply", "SubGroupListReply", "SubGroupReply",
     "SendBatchReply", "SendReply", "StatusReply", "TopicDeleteReply", "TopicListReply", "TopicReply",
@@ -147,6 +147,27 @@ class EndTransactionReply(WireReply):
     queue_id: int | None = None
     queue_offset: int | None = None
     commitlog_offset: int | None = None
+
+
+@attrs.define(kw_only=True)
+class TransactionChecksReply(WireReply):
+    """`transaction_check_watch`: the check requests for this producer (RocketMQ's
+    CHECK_TRANSACTION_STATE), empty when the poll timed out. Each is a map: `producer_group`,
+    `commitlog_offset` and `tran_state_table_offset` (what the END names: the newest half
+    record), `origin_offset` (the transaction's identity), `msg_id` (UNIQ_KEY or null),
+    `transaction_id`, `topic`, `queue_id` (the real ones), `body`, `properties`, `check_times`."""
+
+    checks: list[dict[str, Any]]
+
+
+@attrs.define(kw_only=True)
+class TransactionResumeReply(WireReply):
+    """`transaction_resume`: the transactions (their origin CommitLog offsets) written back as
+    open half messages, and the offsets asked for that were not (no discarded transaction
+    has that origin here)."""
+
+    resumed: list[int]
+    not_resumed: list[int]
 
 
 @attrs.define(kw_only=True)
