@@ -168,9 +168,11 @@ def _read_back(s: NodeServices, result: Appended) -> StoredMessage | None:
 
 async def transaction_check_watch(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     """A producer's long poll for its checks (module docstring); a check whose transaction
-    ended while it waited in the mailbox is left out."""
+    ended while it waited in the mailbox is left out. The poll says the producer is live
+    (a promoted master lists it at once, not at its next heartbeat)."""
     refuse_on_slave(s, "transaction_check_watch (checks come from the master)")
     f = cast(TransactionCheckWatch, r.fields)
+    s.producers.seen(f.group, f.client_id, peer, max(f.timeout_ms, 1000))
     with s.long_poll(trio.current_time() + f.timeout_ms / 1000):
         if not await s.checks.wait(f.group, f.client_id, peer):
             return TransactionChecksReply(checks=[]).to_wire(r.id)

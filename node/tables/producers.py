@@ -57,6 +57,16 @@ class ProducerManager:
             log.info("producer group %s: producer %s (%s) is live", group, client_id, peer)
         members[client_id] = ProducerInfo(client_id, heartbeat_interval_ms, self.clock(), peer)
 
+    def seen(self, group: str, client_id: str, peer: str | None, interval_ms: int) -> None:
+        """A producer is live on `peer` without a heartbeat (its transaction_check_watch): a
+        listed one is refreshed, keeping its own interval; another is listed with
+        `interval_ms` (a new master hears of it before the producer's next heartbeat)."""
+        known = self._groups.get(group, {}).get(client_id)
+        if known is None:
+            self.heartbeat(group, client_id, interval_ms, peer)
+        else:
+            known.last_seen, known.peer = self.clock(), peer
+
     def unregister(self, group: str, client_id: str) -> bool:
         members = self._groups.get(group, {})
         if members.pop(client_id, None) is None:

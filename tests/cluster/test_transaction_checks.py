@@ -15,12 +15,13 @@ import textwrap
 from collections import Counter
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 
-from cluster.client import TransactionCheck, TransactionProducer
+from cluster.client import Admin, TransactionCheck, TransactionProducer
 from store.transaction import CHECK_MAX_TIME_TOPIC, HALF_TOPIC
-from tests.cluster.helpers import cli
+from tests.cluster.helpers import broker_conf, cli, slave_of, start_namesrv, wait_for, wait_slave_connected
 from tests.node.nodeproc import master_conf
 from tests.waiting import wait_until
 from wire.client import connect
@@ -169,6 +170,53 @@ async def test_check_max_discards_and_the_admin_action_resumes(tmp_path, nodes):
         await wait_until(lambda: bodies(addr, "TxMax"), what="the resumed transaction committed by a check")
     assert await bodies(addr, "TxMax") == [b"undecided"]
     assert (await transactions_of(addr))["committed"] == 1
+
+
+async def test_the_check_count_survives_a_promotion_and_ends_go_to_the_current_master(tmp_path, nodes):
+    """SYNC_MASTER + slave + name server. Check counts are half records, so the promoted slave
+    goes on counting; an END refused by a slave, or sent to a master that died, is retried
+    on the group's current master; a check on the new master resolves the rest."""
+    ns = start_namesrv(nodes, tmp_path)
+    fast = {**FAST, "registerNameServerPeriod": 1000, "haHousekeepingInterval": 2000}
+    m_conf = broker_conf(tmp_path, "m", "broker-tx", ns.address, role="SYNC_MASTER", **fast)
+    m = nodes.start(m_conf)
+    s = nodes.start(slave_of(tmp_path, m_conf, "s", ns.address, **fast))
+    await wait_slave_connected(m.address)
+    answer = {"now": "UNKNOWN"}
+    seen: list[tuple[bytes, int, str]] = []
+
+    def checker(check: TransactionCheck) -> str:
+        seen.append((check.body, check.check_times, check.address))
+        return answer["now"]
+
+    async with TransactionProducer(namesrv=ns.address, group=GROUP, checker=checker, check_poll_s=2.0,
+                                   masters_recheck_s=0.3, retries=6) as p:
+        await p.send_in_transaction("TxFail", b"checked", lambda prepared: "UNKNOWN", queue_id=0)
+        by_slave = await p.send_prepared("TxFail", b"ended via a slave", GROUP, queue_id=0)
+        after_death = await p.send_prepared("TxFail", b"ended after the promotion", GROUP, queue_id=0)
+        reply, error = await p.end_prepared(attrs.evolve(by_slave, address=s.address), "COMMIT")
+        assert (reply.outcome, error) == ("COMMIT", None), "refused by the slave, taken by the master"
+        await wait_until(lambda: [b for b, _, _ in seen].count(b"checked") >= 2, what="two checks on the master")
+
+        counted_on_master = (await transactions_of(m.address))["checks"]
+        m.kill()
+        async with Admin(namesrv=ns.address) as admin:
+            await admin.promote("broker-tx", 1)
+        counted = (await transactions_of(s.address))["checks"]
+        assert counted >= counted_on_master >= 2, "the counts are replicated half records"
+        reply, error = await p.end_prepared(after_death, "ROLLBACK")
+        assert (reply.outcome, error) == ("ROLLBACK", None), "sent to the dead master, taken by the promoted one"
+        answer["now"] = "COMMIT"
+        async def both_committed() -> bool:
+            return len(await bodies(s.address, "TxFail")) == 2
+
+        await wait_for(both_committed, what="the check's COMMIT on the promoted master")
+    assert await bodies(s.address, "TxFail") == [b"ended via a slave", b"checked"]
+    checked = [(times, address) for body, times, address in seen if body == b"checked"]
+    assert [times for times, _ in checked] == list(range(1, len(checked) + 1)), "one count across both terms"
+    assert checked[0][1] == m.address and checked[-1][1] == s.address, checked
+    t = await transactions_of(s.address)
+    assert (t["open"], t["committed"], t["rolled_back"]) == (0, 2, 1)
 
 
 def test_docs_client_transaction_example_runs_as_written(tmp_path, nodes):
