@@ -21,7 +21,14 @@ import trio
 
 from cluster.client import Admin, TransactionCheck, TransactionProducer
 from store.transaction import CHECK_MAX_TIME_TOPIC, HALF_TOPIC
-from tests.cluster.helpers import broker_conf, cli, slave_of, start_namesrv, wait_for, wait_slave_connected
+from tests.cluster.helpers import (
+    broker_conf,
+    cli,
+    slave_of,
+    start_namesrv,
+    wait_for,
+    wait_slave_connected,
+)
 from tests.node.nodeproc import master_conf
 from tests.waiting import wait_until
 from wire.client import connect
