@@ -81,8 +81,8 @@ async def run_checks(s: NodeServices, task_status: trio.TaskStatus[None] = trio.
 
 async def check_round(s: NodeServices) -> int:
     """One round (module docstring); returns how many checks it posted."""
-    if not s.is_master or s.stopping or not s.store.running:
-        return 0
+    if not s.is_master or s.stopping or not s.store.running or s.topics.get(HALF_TOPIC) is None:
+        return 0  # (no half topic: this node never took a prepared send, so nothing to build)
     table = s.transactions
     now_ms = int(time.time() * 1000)
     checks: list[OpenHalf] = []
