@@ -87,6 +87,9 @@ class SlaveStatus:
     """Master max offset minus the ack (the whole log before the first report)."""
     connected_since: int
     """Epoch milliseconds of the accept."""
+    in_sync: bool = False
+    """In the master's in-sync set (`HAService.members`): a promotion of it loses nothing
+    a consumer may have seen (docs/failover.md)."""
 
 
 @attrs.define(eq=False)
@@ -303,12 +306,14 @@ class HAService:
 
     def status(self) -> list[SlaveStatus]:
         max_offset = self.log.end()
+        members = {id(c) for c in self.members()}
         return [
             SlaveStatus(
                 address=c.address,
                 ack_offset=c.ack_offset,
                 lag_bytes=max(0, max_offset - max(c.ack_offset, 0)),
                 connected_since=c.connected_since,
+                in_sync=id(c) in members,
             )
             for c in sorted(self._connections, key=lambda c: c.connected_since)
         ]

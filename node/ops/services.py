@@ -22,6 +22,7 @@ from ha.slave import HAClient
 from store.message_store import MessageStore
 from wire.protocol import (
     Status,
+    WirePromoteCheck,
 )
 
 from ..config import BrokerConfig
@@ -57,7 +58,9 @@ class FailoverHooks(Protocol):
 
     def epoch_answer(self) -> dict[str, Any]: ...
 
-    async def promote(self, role: str | None) -> dict[str, Any]: ...
+    async def promote(self, role: str | None, *, unclean: bool = False) -> dict[str, Any]: ...
+
+    async def promotion_check(self) -> WirePromoteCheck: ...
 
 
 __all__ = ["FailoverHooks", "NodeServices", "OpError", "refuse_on_slave", "write_perm_path"]

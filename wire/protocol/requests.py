@@ -61,6 +61,7 @@ from .replies import (
     BrokerConfigUpdateReply,
     ConsumerListReply,
     ConsumerUnregisterReply,
+    CountMessagesReply,
     DeletedFilesReply,
     EmptyReply,
     EpochReply,
@@ -72,6 +73,7 @@ from .replies import (
     OffsetReply,
     ProducerListReply,
     ProducerUnregisterReply,
+    PromoteCheckReply,
     PromoteReply,
     PullReply,
     SendBackReply,
@@ -164,7 +166,7 @@ __all__ = [
     "ConsumerList", "ConsumerLock", "ConsumerSendBack", "ConsumerUnlock", "ConsumerUnregister", "ConsumerWatch",
     "BrokerWritePerm", "GetBrokerConfig", "UpdateBrokerConfig",
     "DeleteExpiredFiles", "Epoch", "FetchOffset", "GetByMsgId", "MaxOffset", "MinOffset", "GetStatus",
-    "OffsetByTime", "OffsetList", "ProducerHeartbeat", "ProducerList", "ProducerUnregister", "Promote", "Pull",
+    "OffsetByTime", "OffsetList", "ProducerHeartbeat", "ProducerList", "ProducerUnregister", "Promote", "PromoteCheck", "CountMessages", "Pull",
     "QueryByKey", "Send", "SendBatch", "StatsAll", "SubGroupDelete", "SubGroupList",
     "SubGroupUpdate", "TopicCreate",
     "TopicDelete", "TopicList", "TopicStatus", "parse_request", "parse_tag_filter",
@@ -456,6 +458,26 @@ class Promote(WireRequest):
     OP = "promote"
     REPLY = PromoteReply
     role: str | None = wire(STR, check_master_role, default=None)
+    unclean: bool = wire(BOOL, default=False)
+    """Promote a slave outside the in-sync set or behind the confirm offset anyway."""
+
+
+@attrs.define(kw_only=True)
+class PromoteCheck(WireRequest):
+    """Would `promote` go ahead without `unclean`, and what would it drop (docs/failover.md)."""
+
+    OP = "promote_check"
+    REPLY = PromoteCheckReply
+
+
+@attrs.define(kw_only=True)
+class CountMessages(WireRequest):
+    """Messages stored in CommitLog range [from_offset, to_offset) (what an unclean promotion drops)."""
+
+    OP = "count_messages"
+    REPLY = CountMessagesReply
+    from_offset: int = wire(INT, NON_NEG64)
+    to_offset: int = wire(INT, NON_NEG64)
 
 
 @attrs.define(kw_only=True)
@@ -507,7 +529,7 @@ NODE_REQUESTS: dict[str, type[WireRequest]] = {cls.OP: cls for cls in (
     CommitOffset, FetchOffset, OffsetList, TopicCreate, TopicDelete, TopicList,
     ConsumerHeartbeat, ConsumerWatch, ConsumerUnregister, ConsumerList, ConsumerLock, ConsumerUnlock,
     ConsumerSendBack, SubGroupUpdate, SubGroupList, SubGroupDelete, ProducerHeartbeat, ProducerUnregister,
-    ProducerList, GetStatus, DeleteExpiredFiles, Epoch, Promote, TopicStatus, GetBrokerConfig, UpdateBrokerConfig,
+    ProducerList, GetStatus, DeleteExpiredFiles, Epoch, Promote, PromoteCheck, CountMessages, TopicStatus, GetBrokerConfig, UpdateBrokerConfig,
     BrokerWritePerm, StatsAll)}
 """The node's op table: op name → request class."""
 
