@@ -8,7 +8,9 @@ Who decides depends on what can still be asked:
 - **The master answers** (the slave's HA connection is up and the master's `status`
   came back): its in-sync set decides, matched by the slave's end of the HA connection
   (the 4.x HA wire names no slave); a slave it cannot name (a proxy or NAT on the HA link)
-  is judged by the offsets alone. The master's confirm offset counts too.
+  is judged by the offsets alone. The master's confirm offset counts too. A slave that
+  holds the master's whole log loses nothing, so it passes even when the set left it out
+  (it reported too long ago: haMaxTimeSlaveNotCatchup).
 - **The master is gone** (the usual reason to promote): the slave's own log end against
   the newest confirm offset it learned over HA. An in-sync slave always holds it (the
   confirm offset is the least ack of the set); a slave that fell out learned a confirm
@@ -58,21 +60,30 @@ def assess(address: str, end: int, known_confirm: int | None, ha_local: str | No
         in_set = ha_local in master.in_sync
     drop_to = max(end, confirm or 0, master.max_offset if master else 0)
     behind = confirm is not None and end < confirm
-    where = (f"master {master.address} at offset {master.max_offset}, in-sync set: "
-             f"{', '.join(master.in_sync) or 'the master alone'}" if master is not None
-             else f"master {master_address or 'unknown'} unreachable: the confirm offset is the last this slave learned")
-    if in_set is False:
+    holds_all = master is not None and end >= master.max_offset  # out of the set by silence alone
+    if master is not None:
+        where = f"master {master.address} at offset {master.max_offset}, in-sync set: " + (
+            ", ".join(master.in_sync) or "the master alone")
+    else:
+        where = f"master {master_address or 'unknown'} unreachable: the confirm offset is the last this slave learned"
+    if in_set is False and not holds_all:
         why = (f"{address} (HA connection {ha_local}) is not in the in-sync set: its CommitLog ends at {end}, "
                f"the confirm offset is {_offset(confirm)} ({where})")
     elif behind:
         why = (f"{address} is behind the confirm offset: its CommitLog ends at {end}, the confirm offset is "
                f"{_offset(confirm)} ({where})")
     else:
-        named = ("in the in-sync set" if in_set else "not named by the master (a proxy on the HA link?): judged by "
-                 "offsets") if master is not None else "its master did not answer"
+        if master is None:
+            named = "its master did not answer"
+        elif in_set:
+            named = "in the in-sync set"
+        elif in_set is False:
+            named = "not in the in-sync set (silent too long) but it holds the master's whole log"
+        else:
+            named = "not named by the master (a proxy or NAT on the HA link?): judged by offsets"
         why = (f"{address} holds the confirm offset {_offset(confirm)} (its CommitLog ends at {end}); {named} "
                f"({where})")
-    clean = in_set is not False and not behind
+    clean = (in_set is not False or holds_all) and not behind
     if not clean:
         why += f"; promoting it drops CommitLog [{end}, {drop_to})"
     return WirePromoteCheck(

@@ -1,6 +1,8 @@
 """Issue 42 item 2 with real node processes: the in-sync set in manual mode, shown by
 `tidemq status` and `clusterList`, and `admin promote` refusing a slave behind the confirm
-offset unless `--unclean` (which prints what it drops). The decision's cases without
+offset unless `--unclean` (which prints what it drops). An in-sync slave needs no flag:
+checked here, and promoted so by every promotion of tests/cluster/test_failover.py (with
+the master dead, and alive in the repeated-kills test). The decision's cases without
 processes: tests/node/test_insync.py.
 """
 
@@ -9,9 +11,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import tomllib
 from pathlib import Path
 
 import pytest
+import trio
 
 from cluster.cli.client import status_rows
 from cluster.cli.tables import failover_lines
@@ -25,8 +29,9 @@ from tests.cluster.helpers import (
     wait_for,
     wait_slave_connected,
 )
+from tests.ha.proxy import PausableProxy
 from tests.node.nodeproc import NodeProcess, Nodes
-from wire.client import connect
+from wire.client import BadRequest, connect
 from wire.protocol import GetStatus, Send, StatusReply, TopicCreate
 
 pytestmark = pytest.mark.slow
@@ -60,21 +65,6 @@ async def in_sync(master: str, slave: str) -> bool:
     return bool(rows) and rows[0].in_sync and s.max_phy_offset == m.max_phy_offset
 
 
-async def test_an_in_sync_slave_is_promoted_without_a_flag(tmp_path, nodes) -> None:
-    ns, m, s = group(nodes, tmp_path)
-    await call(m.address, TopicCreate(topic=TOPIC))
-    await wait_slave_connected(m.address)
-    await send(m.address, 5, 100)
-    await wait_for(lambda: in_sync(m.address, s.address), what="the slave caught up, in the set")
-    async with Admin(namesrv=ns.address) as admin:
-        check = await admin.promote_check(GROUP, 1)
-        assert check["clean"] and check["in_set"] is True and check["master_reachable"], check
-        assert (check["drop_from"], check["drop_to"], check["drop_count"]) == (check["max_offset"],) * 2 + (0,)
-        result = await admin.promote(GROUP, 1)  # no unclean
-    assert result["check"]["clean"] and result["epoch"] == 2
-    assert (await status(s.address)).broker_id == 0
-
-
 async def test_a_slave_behind_the_confirm_offset_is_refused_and_promoted_unclean_with_the_range(
         tmp_path, nodes) -> None:
     ns, m, s = group(nodes, tmp_path)
@@ -89,6 +79,10 @@ async def test_a_slave_behind_the_confirm_offset_is_refused_and_promoted_unclean
     rows = {r["broker_id"]: r for r in map(json.loads, listed.stdout.decode().splitlines())}
     assert rows[0]["in_sync"] is True and rows[1]["in_sync"] is True, listed.stdout
     assert rows[1]["confirm_offset"] == (await status(s.address)).max_phy_offset
+    async with Admin(namesrv=ns.address) as admin:  # an in-sync slave needs no --unclean
+        check = await admin.promote_check(GROUP, 1)
+    assert check["clean"] and check["in_set"] is True and check["master_reachable"], check
+    assert (check["drop_from"], check["drop_to"], check["drop_count"]) == (check["max_offset"],) * 2 + (0,)
 
     s.proc.send_signal(signal.SIGSTOP)  # the slave lags: far more than haMaxGapNotInSync
     try:
@@ -129,3 +123,37 @@ async def _out_of_set(master: str) -> StatusReply | None:
 async def _behind(slave: str) -> StatusReply | None:
     s = await status(slave)
     return s if s.confirm_offset is not None and s.confirm_offset > s.max_phy_offset else None
+
+
+async def test_with_the_master_reachable_its_confirm_offset_refuses_and_the_drop_is_counted(tmp_path, nodes) -> None:
+    """The slave's HA link runs through a proxy that holds the master's frames back: the
+    slave stays connected, reports, and falls behind; the master cannot name it (the proxy's
+    address), so its confirm offset decides, and it counts what an unclean promotion drops."""
+    ns = start_namesrv(nodes, tmp_path)
+    m_conf = broker_conf(tmp_path, "m", GROUP, ns.address, role="ASYNC_MASTER", **CONF)
+    m = nodes.start(m_conf)
+    proxy = PausableProxy(int(tomllib.loads(m_conf.read_text())["haListenPort"]))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(proxy.run)
+        s = nodes.start(slave_of(tmp_path, m_conf, "s", ns.address, haMasterAddress=f"127.0.0.1:{proxy.port}",
+                                 **CONF))
+        await call(m.address, TopicCreate(topic=TOPIC))
+        await wait_slave_connected(m.address)
+        await send(m.address, 3, 100)
+        await wait_for(lambda: in_sync(m.address, s.address), what="the slave caught up, in the set")
+        proxy.to_slave.close()
+        await send(m.address, 20, 10 * 1024)  # 200 KiB past haMaxGapNotInSync
+        behind = await wait_for(lambda: _out_of_set(m.address), what="the slave out of the master's set")
+        end = (await status(s.address)).max_phy_offset
+        async with Admin(namesrv=ns.address) as admin:
+            with pytest.raises(BadRequest, match=rf"refused: {s.address} is behind the confirm offset: its "
+                               rf"CommitLog ends at {end}, the confirm offset is {behind.confirm_offset} \(master "
+                               rf"{m.address} at offset {behind.max_phy_offset}, in-sync set: the master alone\)"):
+                await admin.promote(GROUP, 1)
+            check = await admin.promote_check(GROUP, 1)
+            assert check["master_reachable"] and check["in_set"] is None, check  # the proxy hides the slave
+            assert (check["drop_from"], check["drop_to"], check["drop_count"]) == (end, behind.max_phy_offset, 20)
+            result = await admin.promote(GROUP, 1, unclean=True)
+        assert result["check"]["drop_to"] == behind.max_phy_offset and not result["check"]["clean"]
+        assert (await status(s.address)).broker_id == 0
+        nursery.cancel_scope.cancel()
