@@ -13,7 +13,7 @@
 | `unique-key` | `queryMsgByUniqueKey` | messages by UNIQ_KEY (the client's message id) |
 | `send-message` | `sendMessage` | send one message, print where it was stored |
 | `delete-expired` | `deleteExpiredCommitLog` | ask each master to delete its expired files now |
-| `clusters` | `clusterList` | every registered broker per cluster (of `-c CLUSTER`): role, epoch, offsets, liveness |
+| `clusters` | `clusterList` | every registered broker per cluster (of `-c CLUSTER`): role, epoch, offsets, liveness, in-sync set membership, confirm offset |
 | `broker-config` | `getBrokerConfig` | the brokers' config as they run |
 | `update-broker-config` | `updateBrokerConfig` | change a key the brokers read live (node/live_config.py) |
 | `wipe-write-perm` | `wipeWritePerm` | a broker group refuses sends; routes show its topics without the write bit |

@@ -417,7 +417,9 @@ class Failover:
         its master's in-sync set and confirm offset when the master answers over the HA
         connection's peer (its `status`), else the confirm offset it last learned."""
         services = self.term.services
-        if services is None or self.cfg.role.is_master:
+        if services is None:
+            raise OpError(Status.SERVICE_NOT_AVAILABLE, "a role change is under way")
+        if self.cfg.role.is_master:
             raise OpError(Status.BAD_REQUEST, f"{self.cfg.address} is already a master "
                              f"of {self.cfg.broker_name} (epoch {self.epoch})")
         client = services.ha_client
@@ -438,14 +440,6 @@ class Failover:
         controller's (etcd's), else N+1. A manual promotion (no `epoch`) of a slave outside
         its master's in-sync set or behind the confirm offset is refused unless `unclean`
         (`promotion_check`); the answer's `check` says what it drops."""
-        check = None
-        if epoch is None and not self.cfg.role.is_master and self.term.transition is None:
-            check = await self.promotion_check()
-            if not check.clean and not unclean:
-                raise OpError(Status.BAD_REQUEST, f"refused: {check.reason}; promote it anyway with --unclean "
-                                                  "(unclean=true)")
-            if not check.clean:
-                log.warning("unclean promotion: %s", check.reason)
         services = self.term.services
         if services is None or self.cfg.role.is_master:
             raise OpError(Status.BAD_REQUEST, f"{self.cfg.address} is already a master "
@@ -462,6 +456,16 @@ class Failover:
         if role not in (BrokerRole.SYNC_MASTER.value, BrokerRole.ASYNC_MASTER.value):
             raise OpError(Status.BAD_REQUEST, f"the group's master role is not known here ({role!r}); "
                              "pass role SYNC_MASTER or ASYNC_MASTER")
+        check = None
+        if epoch is None:  # a manual promotion: no silent unclean one
+            check = await self.promotion_check()
+            if not check.clean and not unclean:
+                raise OpError(Status.BAD_REQUEST, f"refused: {check.reason}; promote it anyway with --unclean "
+                                                  "(unclean=true)")
+            if not check.clean:
+                log.warning("unclean promotion: %s", check.reason)
+            if self.term.transition is not None or self.cfg.role.is_master:  # changed while the master was asked
+                raise OpError(Status.SERVICE_NOT_AVAILABLE, "a role change is already under way")
         if services.ha_client is not None:
             await services.ha_client.stop(HA_STOP_TIMEOUT_S)
         # An old master paused across everything from here to the announcement then sees a
