@@ -277,6 +277,11 @@ class HAService:
         the log's end for the master alone. A slave serves nothing past it."""
         return self._note(self.confirm_limit())
 
+    def confirm_seen(self) -> int:
+        """`confirm_offset` as it stands now, without advancing it (a status read)."""
+        limit, end = self.confirm_limit(), self.log.end()
+        return max(self._confirm, end if limit is None else min(limit, end))
+
     def _note(self, limit: int | None) -> int:
         """Advance the confirm offset by `limit` and keep it in the store (a fenced master
         restarts as a slave serving nothing past it)."""

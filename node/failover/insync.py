@@ -49,10 +49,10 @@ class MasterView:
 
 
 def assess(address: str, end: int, known_confirm: int | None, ha_local: str | None,
-           master: MasterView | None, master_address: str | None) -> WirePromoteCheck:
+           master: MasterView | None, master_address: str | None, *, asked: bool = True) -> WirePromoteCheck:
     """The verdict for the slave at `address` whose CommitLog ends at `end`, that last learned
     `known_confirm` and connects to its master from `ha_local`; `master` is None when the
-    master at `master_address` did not answer."""
+    master at `master_address` did not answer, or was not `asked` (an unclean promotion)."""
     confirms = [c for c in (known_confirm, master.confirm_offset if master else None) if c is not None]
     confirm = max(confirms) if confirms else None
     in_set = None
@@ -65,7 +65,8 @@ def assess(address: str, end: int, known_confirm: int | None, ha_local: str | No
         where = f"master {master.address} at offset {master.max_offset}, in-sync set: " + (
             ", ".join(master.in_sync) or "the master alone")
     else:
-        where = f"master {master_address or 'unknown'} unreachable: the confirm offset is the last this slave learned"
+        how = "unreachable" if asked else "not asked (unclean)"
+        where = f"master {master_address or 'unknown'} {how}: the confirm offset is the last this slave learned"
     if in_set is False and not holds_all:
         why = (f"{address} (HA connection {ha_local}) is not in the in-sync set: its CommitLog ends at {end}, "
                f"the confirm offset is {_offset(confirm)} ({where})")
@@ -74,7 +75,7 @@ def assess(address: str, end: int, known_confirm: int | None, ha_local: str | No
                f"{_offset(confirm)} ({where})")
     else:
         if master is None:
-            named = "its master did not answer"
+            named = "judged by the confirm offset it learned"
         elif in_set:
             named = "in the in-sync set"
         elif in_set is False:

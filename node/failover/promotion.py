@@ -412,10 +412,11 @@ class Failover:
                 self.epoch_changes.bump()
         return True
 
-    async def promotion_check(self) -> WirePromoteCheck:
+    async def promotion_check(self, *, ask_master: bool = True) -> WirePromoteCheck:
         """Whether this slave may be promoted without `unclean` (node/failover/insync.py):
-        its master's in-sync set and confirm offset when the master answers over the HA
-        connection's peer (its `status`), else the confirm offset it last learned."""
+        its master's in-sync set and confirm offset when the master answers (its `status`,
+        asked while the HA connection is up and `ask_master`), else the confirm offset it
+        last learned."""
         services = self.term.services
         if services is None:
             raise OpError(Status.SERVICE_NOT_AVAILABLE, "a role change is under way")
@@ -425,7 +426,7 @@ class Failover:
         client = services.ha_client
         master_address = self.term.master.address or self.cfg.master_addr
         master = None
-        if client is not None and client.replicating_from() is not None and master_address:
+        if ask_master and client is not None and client.replicating_from() is not None and master_address:
             answer: StatusReply | None = await self.asker.ask(master_address, GetStatus())
             if answer is not None and answer.role != BrokerRole.SLAVE.value \
                     and answer.broker_name == self.cfg.broker_name:
@@ -433,7 +434,8 @@ class Failover:
         store = services.store
         known = client.confirm_offset if client is not None else store.replica_log.known_confirm
         return assess(self.cfg.address, store.get_max_phy_offset(), known,
-                      client.local_address if client is not None else None, master, master_address)
+                      client.local_address if client is not None else None, master, master_address,
+                      asked=ask_master)
 
     async def promote(self, role: str | None, *, epoch: int | None = None, unclean: bool = False) -> dict[str, Any]:
         """Make this slave the group's master (see the module docstring); `epoch` is the
@@ -458,7 +460,9 @@ class Failover:
                              "pass role SYNC_MASTER or ASYNC_MASTER")
         check = None
         if epoch is None:  # a manual promotion: no silent unclean one
-            check = await self.promotion_check()
+            # unclean: the operator has chosen (the CLI asked promote_check first), so the
+            # promotion does not wait for the master's answer; the check is logged and answered
+            check = await self.promotion_check(ask_master=not unclean)
             if not check.clean and not unclean:
                 raise OpError(Status.BAD_REQUEST, f"refused: {check.reason}; promote it anyway with --unclean "
                                                   "(unclean=true)")

@@ -189,7 +189,7 @@ async def _status(s: NodeServices, r: Request, peer: str | None) -> dict[str, An
         "stats": s.stats.view(),
         "ha": _ha_status(s),
         # a master's as it tells its slaves now; a slave's as it last learned it
-        "confirm_offset": s.ha_master.confirm_offset() if s.ha_master is not None else store.replica_log.known_confirm,
+        "confirm_offset": s.ha_master.confirm_seen() if s.ha_master is not None else store.replica_log.known_confirm,
         "disk": WireDiskUsage(path=root, total=disk.total, used=disk.used, free=disk.free,
                               used_ratio=round(disk.used / disk.total, 4) if disk.total else 0.0),
     }

@@ -52,6 +52,8 @@ def test_with_the_master_gone_the_confirm_offset_the_slave_learned_decides():
     refused = assess(SLAVE, 700, 900, None, None, "127.0.0.1:1001")
     assert not refused.clean and (refused.drop_from, refused.drop_to) == (700, 900)
     assert "master 127.0.0.1:1001 unreachable: the confirm offset is the last this slave learned" in refused.reason
+    unasked = assess(SLAVE, 700, 900, HA, None, "127.0.0.1:1001", asked=False)  # unclean: not waited for
+    assert "master 127.0.0.1:1001 not asked (unclean)" in unasked.reason and not unasked.clean
     never = assess(SLAVE, 700, None, None, None, None)  # a RocketMQ 4.x master sends none
     assert never.clean and never.confirm_offset is None and "unknown" in never.reason
 
