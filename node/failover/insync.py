@@ -48,9 +48,10 @@ class MasterView:
                    tuple(r.address for r in rows), tuple(sorted(r.address for r in rows if r.in_sync)))
 
 
-def assess(address: str, end: int, known_confirm: int | None, ha_local: str | None,
-           master: MasterView | None, master_address: str | None, *, asked: bool = True) -> WirePromoteCheck:
-    """The verdict for the slave at `address` whose CommitLog ends at `end`, that last learned
+def assess(address: str, *, end: int, whole_end: int, known_confirm: int | None, ha_local: str | None,
+           master: MasterView | None, master_address: str | None, asked: bool = True) -> WirePromoteCheck:
+    """The verdict for the slave at `address` whose CommitLog ends at `end` (its last whole
+    record at `whole_end`: a promotion cuts the partial one), that last learned
     `known_confirm` and connects to its master from `ha_local`; `master` is None when the
     master at `master_address` did not answer, or was not `asked` (an unclean promotion)."""
     confirms = [c for c in (known_confirm, master.confirm_offset if master else None) if c is not None]
@@ -86,13 +87,13 @@ def assess(address: str, end: int, known_confirm: int | None, ha_local: str | No
                f"({where})")
     clean = (in_set is not False or holds_all) and not behind
     if not clean:
-        why += f"; promoting it drops CommitLog [{end}, {drop_to})"
+        why += f"; promoting it drops CommitLog [{whole_end}, {drop_to})"
     return WirePromoteCheck(
         address=address, clean=clean, reason=why, max_offset=end, confirm_offset=confirm,
         master_address=master.address if master is not None else master_address,
         master_reachable=master is not None, master_offset=master.max_offset if master is not None else None,
         in_sync=list(master.in_sync) if master is not None else None, in_set=in_set,
-        drop_from=end, drop_to=drop_to)
+        drop_from=min(whole_end, end), drop_to=drop_to)
 
 
 def _offset(confirm: int | None) -> str:

@@ -433,9 +433,9 @@ class Failover:
                 master = MasterView.of(master_address, answer)
         store = services.store
         known = client.confirm_offset if client is not None else store.replica_log.known_confirm
-        return assess(self.cfg.address, store.get_max_phy_offset(), known,
-                      client.local_address if client is not None else None, master, master_address,
-                      asked=ask_master)
+        return assess(self.cfg.address, end=store.get_max_phy_offset(), whole_end=store.complete_end(),
+                      known_confirm=known, ha_local=client.local_address if client is not None else None,
+                      master=master, master_address=master_address, asked=ask_master)
 
     async def promote(self, role: str | None, *, epoch: int | None = None, unclean: bool = False) -> dict[str, Any]:
         """Make this slave the group's master (see the module docstring); `epoch` is the

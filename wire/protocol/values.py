@@ -294,6 +294,7 @@ class WirePromoteCheck(WireValue):
     in_set: bool | None = None
     """This slave is in that set; None when the master did not answer or cannot name it."""
     drop_from: int = 0
+    """The end of the slave's last whole record: where its epoch would start."""
     drop_to: int = 0
 
 
