@@ -93,6 +93,9 @@ class SlaveStatus:
     """Master max offset minus the ack (the whole log before the first report)."""
     connected_since: int
     """Epoch milliseconds of the accept."""
+    in_sync: bool = False
+    """In the master's in-sync set (`HAService.members`): a promotion of it loses nothing
+    a consumer may have seen (docs/failover.md)."""
 
 
 @attrs.define(eq=False)
@@ -341,6 +344,11 @@ class HAService:
         the log's end for the master alone. A slave serves nothing past it."""
         return self._note(self.confirm_limit())
 
+    def confirm_seen(self) -> int:
+        """`confirm_offset` as it stands now, without advancing it (a status read)."""
+        limit, end = self.confirm_limit(), self.log.end()
+        return max(self._confirm, end if limit is None else min(limit, end))
+
     def _note(self, limit: int | None) -> int:
         """Advance the confirm offset by `limit` and keep it in the store (a fenced master
         restarts as a slave serving nothing past it)."""
@@ -370,12 +378,14 @@ class HAService:
 
     def status(self) -> list[SlaveStatus]:
         max_offset = self.log.end()
+        members = {id(c) for c in self.members()}
         return [
             SlaveStatus(
                 address=c.address,
                 ack_offset=c.ack_offset,
                 lag_bytes=max(0, max_offset - max(c.ack_offset, 0)),
                 connected_since=c.connected_since,
+                in_sync=id(c) in members,
             )
             for c in sorted(self._connections, key=lambda c: c.connected_since)
         ]

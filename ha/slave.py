@@ -59,6 +59,8 @@ class SlaveHAStatus:
     master_max_offset_seen: int
     """End of the newest frame (or a heartbeat's offset) received; -1 before any."""
     lag_bytes: int
+    local_address: str | None = None
+    """This end of the HA connection: the address the master's status lists this slave by."""
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -200,6 +202,7 @@ class HAClient:
             max_offset=max_offset,
             master_max_offset_seen=self.master_max_offset_seen,
             lag_bytes=max(0, self.master_max_offset_seen - max_offset),
+            local_address=self.local_address,
         )
 
     def offsets_streamed(self) -> bool:

@@ -323,6 +323,17 @@ class CommitLog:
             else:
                 return
 
+    def complete_end(self, from_offset: int) -> int:
+        """Just past the last whole record from `from_offset` (where a record starts) on: where
+        a recovery ends this log. A slave's replicated tail may stop inside a record."""
+        end = from_offset
+        for offset, decoded in self.iter_records(from_offset, read_body=False):
+            if decoded.kind is RecordKind.MESSAGE:
+                end = offset + decoded.size
+            elif decoded.kind is RecordKind.BLANK:
+                end = min(self.roll_next_file(offset), self.max_offset())
+        return end
+
     def shutdown(self) -> None:
         if self.allocator is not None:
             self.allocator.shutdown()

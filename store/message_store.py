@@ -445,6 +445,11 @@ class MessageStore:
     def get_max_phy_offset(self) -> int:
         return self.reads.get_max_phy_offset()
 
+    def complete_end(self) -> int:
+        """Where the last whole record ends (a promoted slave's log is recovered to it): the
+        records from the dispatch position on are walked, headers only."""
+        return self.commit_log.complete_end(self.reput.reput_from_offset)
+
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         return self.reads.get_min_offset_in_queue(topic, queue_id)
 

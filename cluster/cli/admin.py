@@ -13,7 +13,7 @@
 | `unique-key` | `queryMsgByUniqueKey` | messages by UNIQ_KEY (the client's message id) |
 | `send-message` | `sendMessage` | send one message, print where it was stored |
 | `delete-expired` | `deleteExpiredCommitLog` | ask each master to delete its expired files now |
-| `clusters` | `clusterList` | every registered broker per cluster (of `-c CLUSTER`): role, epoch, offsets, liveness |
+| `clusters` | `clusterList` | every registered broker per cluster (of `-c CLUSTER`): role, epoch, offsets, liveness, in-sync set membership, confirm offset |
 | `broker-config` | `getBrokerConfig` | the brokers' config as they run |
 | `update-broker-config` | `updateBrokerConfig` | change a key the brokers read live (node/live_config.py) |
 | `wipe-write-perm` | `wipeWritePerm` | a broker group refuses sends; routes show its topics without the write bit |
@@ -234,7 +234,8 @@ def add_admin_commands(subparsers: argparse._SubParsersAction) -> Any:
         description="Promote slave BROKER_ID of BROKER_NAME: it stops replicating, dispatches what it "
         "holds, starts epoch N+1 at its max offset and serves as brokerId 0; the group's other slaves "
         "follow it, and an old master that returns is fenced and rejoins as a slave (docs/failover.md). "
-        "Exit 1 when the broker is unknown or refuses.",
+        "A slave outside its master's in-sync set or behind the confirm offset is refused, with the "
+        "reason, unless --unclean. Exit 1 when the broker is unknown or refuses.",
     )
     add_source(promote)
     promote.add_argument("broker_name", metavar="BROKER_NAME", help="the group, e.g. broker-a")
@@ -242,6 +243,10 @@ def add_admin_commands(subparsers: argparse._SubParsersAction) -> Any:
     promote.add_argument("--role", choices=("SYNC_MASTER", "ASYNC_MASTER"),
                          help="the role to serve (default: the group master's registered role)")
     promote.add_argument("--timeout", type=float, default=30.0, help="seconds to wait (default 30)")
+    promote.add_argument("--unclean", action="store_true",
+                         help="promote a slave outside the in-sync set or behind the confirm offset anyway, "
+                         "after printing what it drops (offset range, message count); an in-sync slave "
+                         "needs no flag")
     promote.add_argument("--json", action="store_true", help="print the result as JSON")
     promote.set_defaults(handler=common.admin_command(changes.promote, check=changes.check_promote))
     return actions

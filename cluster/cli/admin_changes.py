@@ -179,13 +179,32 @@ def check_promote(args: argparse.Namespace) -> None:
 
 
 async def promote(args: argparse.Namespace, admin: Any) -> int:
-    result = await admin.promote(args.broker_name, args.broker_id, role=args.role, timeout=args.timeout)
+    """Without --unclean the node refuses a slave outside the in-sync set (its reason is the
+    error); with it, what the promotion drops is printed first (a clean slave drops nothing
+    a consumer may have seen, so nothing is printed for it)."""
+    check = None
+    if args.unclean:
+        check = await admin.promote_check(args.broker_name, args.broker_id)
+        if not check["clean"] and not args.json:
+            print(drop_line(args.broker_name, check), flush=True)
+    result = await admin.promote(args.broker_name, args.broker_id, role=args.role, timeout=args.timeout,
+                                 unclean=args.unclean)
     if args.json:
-        print_json(result)
+        print_json({**result, "dropped": None if check is None or check["clean"] else {
+            k: check[k] for k in ("drop_from", "drop_to", "drop_count", "count_note")}})
     else:
         print(f"{args.broker_name}: {result['address']} is the master now (brokerId 0, {result['role']}), "
               f"epoch {result['epoch']} from CommitLog offset {result['start_offset']}")
     return EXIT_OK
+
+
+def drop_line(broker_name: str, check: dict[str, Any]) -> str:
+    """What an unclean promotion drops: the offset range and the message count, or why it is unknown."""
+    count = check["drop_count"]
+    what = f"{count} message(s)" if count is not None else f"message count {check['count_note']}"
+    return (f"{broker_name}: unclean promotion of {check['address']}: drops CommitLog "
+            f"[{check['drop_from']}, {check['drop_to']}) ({check['drop_to'] - check['drop_from']} bytes, {what}): "
+            f"{check['reason']}")
 
 
 async def delete_sub_group(args: argparse.Namespace, admin: Any) -> int:

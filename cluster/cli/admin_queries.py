@@ -182,6 +182,8 @@ async def by_unique_key(args: argparse.Namespace, admin: Any) -> int:
 
 
 async def clusters(args: argparse.Namespace, admin: Any) -> int:
+    from ..client.insync import in_sync_sets
+
     # each broker's own answer for what moves (role, epoch, max offset), as mqadmin asks each
     # broker's runtime info; the registration (up to registerNameServerPeriod old) when it
     # does not answer, so after a failover this agrees with `cluster status`
@@ -194,12 +196,18 @@ async def clusters(args: argparse.Namespace, admin: Any) -> int:
             return EXIT_PROBLEM
         statuses = picked
 
+    # each group's in-sync set as its master judges it (manual and etcd mode alike)
+    sets = in_sync_sets(s.status for s in statuses if s.status is not None)
+
     def row(s: Any) -> dict[str, Any]:
         b, live = s.registration, s.status
+        sync = sets.get(b.broker_name)
         return {"cluster": b.cluster, "broker_name": b.broker_name, "broker_id": s.broker_id,
                 "role": s.role, "address": b.address,
                 "epoch": live.epoch if live is not None and live.epoch is not None else b.epoch,
                 "alive": b.alive, "max_offset": live.max_phy_offset if live is not None else b.max_offset,
+                "in_sync": None if sync is None else sync.has(b.address),
+                "confirm_offset": live.confirm_offset if live is not None else None,
                 "topics": len(b.topics), "age_ms": b.age_ms}
     rows = sorted((row(s) for s in statuses), key=lambda r: (r["cluster"], r["broker_name"], r["broker_id"]))
     emit(args, rows, "clusters")

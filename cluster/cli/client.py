@@ -390,7 +390,11 @@ def print_broker_status(args: argparse.Namespace) -> int:
         async with Admin(**src) as admin:
             rows = await admin.status()
         if args.json:
-            print_json({"brokers": [r.to_json() for r in rows]})
+            from ..client.insync import in_sync_sets
+
+            sets = in_sync_sets(r.status for r in rows if r.status is not None)
+            print_json({"brokers": [r.to_json() for r in rows],
+                        "in_sync": {group: sync.to_json() for group, sync in sorted(sets.items())}})
         elif rows:
             from rich.console import Console
 

@@ -157,7 +157,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
     rows = trio.run(lambda: cluster_status(args.base_dir, timeout_s=args.timeout))
     proxy_rows = _proxy_rows(args.base_dir)
     if args.json:
+        from ..client.insync import in_sync_sets
+
         doc: dict[str, Any] = {"base_dir": os.path.abspath(args.base_dir), "nodes": [r.to_json() for r in rows]}
+        answers = [r.answer for r in rows if isinstance(r.answer, StatusReply)]
+        doc["in_sync"] = {group: sync.to_json() for group, sync in sorted(in_sync_sets(answers).items())}
         if proxy_rows:
             doc["proxies"] = proxy_rows
         print(json.dumps(doc, default=str))

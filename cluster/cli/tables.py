@@ -143,9 +143,14 @@ def _catch_up(row: BrokerRow, master: BrokerRow | None) -> Any:
 
 
 def failover_lines(rows: Iterable[BrokerRow]) -> list[str]:
-    """One line per broker that is fenced, that refuses to replicate from its master, or
-    that cut its log when it rejoined (what it dropped: range, count, msgIds; docs/failover.md)."""
-    lines = []
+    """One line per group's master with its in-sync set (cluster/client/insync.py), then
+    one per broker that is fenced, that refuses to replicate from its master, or that cut
+    its log when it rejoined (what it dropped: range, count, msgIds; docs/failover.md)."""
+    from ..client.insync import in_sync_sets
+
+    rows = list(rows)
+    sets = in_sync_sets(r.answer for r in rows if r.answer is not None)
+    lines = [f"{group}/0 {sync.master}: {sync.line()}" for group, sync in sorted(sets.items())]
     for row in rows:
         s = row.answer
         if s is None:

@@ -25,6 +25,8 @@ from wire.protocol import (
     CommitOffset,
     ConsumerList,
     ConsumerListReply,
+    CountMessages,
+    CountMessagesReply,
     DeleteExpiredFiles,
     FetchOffset,
     GetBrokerConfig,
@@ -39,6 +41,8 @@ from wire.protocol import (
     ProducerList,
     ProducerListReply,
     Promote,
+    PromoteCheck,
+    PromoteCheckReply,
     PromoteReply,
     QueryByKey,
     StatsAll,
@@ -450,13 +454,8 @@ class Admin(_Client):
         except NotFound:
             return None
 
-    async def promote(
-        self, broker_name: str, broker_id: int, *, role: str | None = None, timeout: float = 30.0
-    ) -> dict[str, Any]:
-        """Make slave `broker_id` of `broker_name` the group's master (node op `promote`) and
-        wait until it serves as brokerId 0 with its new epoch. `role` (SYNC_MASTER or
-        ASYNC_MASTER) defaults to the role the group's master registered, else the one the
-        slave last learnt. Returns the node's answer plus `address` and `start_offset`."""
+    async def _slave_of(self, broker_name: str, broker_id: int) -> tuple[BrokerInfo, list[BrokerInfo]]:
+        """The registered slave `broker_id` of `broker_name` (NotFound, BadRequest for a master)."""
         infos = await self.cluster_info()
         target = next((b for b in infos if b.broker_name == broker_name and b.broker_id == broker_id), None)
         if target is None:
@@ -465,10 +464,54 @@ class Admin(_Client):
                            f"no broker {broker_name}/{broker_id} is registered (known: {known})")
         if target.is_master:
             raise BadRequest(Status.BAD_REQUEST.value, f"{broker_name}/0 ({target.address}) is already the master")
+        return target, infos
+
+    async def promote_check(self, broker_name: str, broker_id: int) -> dict[str, Any]:
+        """Whether `promote` would take slave `broker_id` of `broker_name` without `unclean`
+        (node op `promote_check`: its master's in-sync set and the confirm offset,
+        docs/failover.md), and what a promotion drops: `drop_from` .. `drop_to` and
+        `drop_count`, the messages the master stores there (None when it cannot be
+        counted: `count_note` says why)."""
+        target, _ = await self._slave_of(broker_name, broker_id)
+        reply: PromoteCheckReply = await self.pool.call(target.address, PromoteCheck())
+        check = attrs.asdict(reply.check)
+        check.update(await self._count_dropped(reply))
+        return check
+
+    async def _count_dropped(self, reply: PromoteCheckReply) -> dict[str, Any]:
+        c = reply.check
+        if c.drop_to <= c.drop_from:
+            return {"drop_count": 0, "count_note": "nothing to drop"}
+        if not c.master_reachable or c.master_address is None:
+            return {"drop_count": None, "count_note": f"unknown: the records past offset {c.drop_from} are only "
+                                                      f"on the master ({c.master_address or 'unknown'}), which "
+                                                      "did not answer"}
+        try:
+            counted: CountMessagesReply = await self.pool.call(
+                c.master_address, CountMessages(from_offset=c.drop_from, to_offset=c.drop_to))
+        except TidemqError as e:
+            return {"drop_count": None, "count_note": f"unknown: the master did not count them ({e})"}
+        if not counted.complete:
+            return {"drop_count": None, "count_note": f"unknown: at least {counted.count} (counted up to offset "
+                                                      f"{counted.counted_to} in the time allowed)"}
+        return {"drop_count": counted.count, "count_note": "counted on the master"}
+
+    async def promote(
+        self, broker_name: str, broker_id: int, *, role: str | None = None, timeout: float = 30.0,
+        unclean: bool = False,
+    ) -> dict[str, Any]:
+        """Make slave `broker_id` of `broker_name` the group's master (node op `promote`) and
+        wait until it serves as brokerId 0 with its new epoch. `role` (SYNC_MASTER or
+        ASYNC_MASTER) defaults to the role the group's master registered, else the one the
+        slave last learnt. A slave outside its master's in-sync set or behind the confirm
+        offset is refused (BadRequest naming both) unless `unclean` (see `promote_check`).
+        Returns the node's answer plus `address` and `start_offset`."""
+        target, infos = await self._slave_of(broker_name, broker_id)
         if role is None:
             master = next((b for b in infos if b.broker_name == broker_name and b.is_master), None)
             role = master.role if master is not None and master.role != "SLAVE" else None
-        answer: PromoteReply = await self.pool.call(target.address, Promote(role=role), timeout=timeout)
+        answer: PromoteReply = await self.pool.call(target.address, Promote(role=role, unclean=unclean),
+                                                    timeout=timeout)
         epoch = answer.epoch
         status = StatusReply()
         with trio.move_on_after(timeout):

@@ -52,7 +52,7 @@ from ha.net import TCP, Network
 from store import runtime
 from store.config import BrokerRole
 from store.epoch_file import EpochEntry
-from wire.protocol import Epoch, EpochReply, Status
+from wire.protocol import Epoch, EpochReply, GetStatus, Status, StatusReply, WirePromoteCheck
 from wire.protocol.namesrv import RegisterReply
 
 from ..config import BrokerConfig
@@ -62,6 +62,7 @@ from ..tables.changes import Changes
 from .asker import ASK_TIMEOUT_S, EpochAsker
 from .epochs import Cut, Refuse, admission, newer_master
 from .fencing import CheckOutcome
+from .insync import MasterView, assess
 from .role import ROLE_FILE, RoleState, Transition, effective_config
 from .term import PROMOTE_SETTLE_S, GroupMaster, TermState
 from .truncation import TRUNCATION_FILE, cut_log
@@ -411,9 +412,36 @@ class Failover:
                 self.epoch_changes.bump()
         return True
 
-    async def promote(self, role: str | None, *, epoch: int | None = None) -> dict[str, Any]:
+    async def promotion_check(self, *, ask_master: bool = True) -> WirePromoteCheck:
+        """Whether this slave may be promoted without `unclean` (node/failover/insync.py):
+        its master's in-sync set and confirm offset when the master answers (its `status`,
+        asked while the HA connection is up and `ask_master`), else the confirm offset it
+        last learned."""
+        services = self.term.services
+        if services is None:
+            raise OpError(Status.SERVICE_NOT_AVAILABLE, "a role change is under way")
+        if self.cfg.role.is_master:
+            raise OpError(Status.BAD_REQUEST, f"{self.cfg.address} is already a master "
+                             f"of {self.cfg.broker_name} (epoch {self.epoch})")
+        client = services.ha_client
+        master_address = self.term.master.address or self.cfg.master_addr
+        master = None
+        if ask_master and client is not None and client.replicating_from() is not None and master_address:
+            answer: StatusReply | None = await self.asker.ask(master_address, GetStatus())
+            if answer is not None and answer.role != BrokerRole.SLAVE.value \
+                    and answer.broker_name == self.cfg.broker_name:
+                master = MasterView.of(master_address, answer)
+        store = services.store
+        known = client.confirm_offset if client is not None else store.replica_log.known_confirm
+        return assess(self.cfg.address, end=store.get_max_phy_offset(), whole_end=store.complete_end(),
+                      known_confirm=known, ha_local=client.local_address if client is not None else None,
+                      master=master, master_address=master_address, asked=ask_master)
+
+    async def promote(self, role: str | None, *, epoch: int | None = None, unclean: bool = False) -> dict[str, Any]:
         """Make this slave the group's master (see the module docstring); `epoch` is the
-        controller's (etcd's), else N+1."""
+        controller's (etcd's), else N+1. A manual promotion (no `epoch`) of a slave outside
+        its master's in-sync set or behind the confirm offset is refused unless `unclean`
+        (`promotion_check`); the answer's `check` says what it drops."""
         services = self.term.services
         if services is None or self.cfg.role.is_master:
             raise OpError(Status.BAD_REQUEST, f"{self.cfg.address} is already a master "
@@ -430,6 +458,18 @@ class Failover:
         if role not in (BrokerRole.SYNC_MASTER.value, BrokerRole.ASYNC_MASTER.value):
             raise OpError(Status.BAD_REQUEST, f"the group's master role is not known here ({role!r}); "
                              "pass role SYNC_MASTER or ASYNC_MASTER")
+        check = None
+        if epoch is None:  # a manual promotion: no silent unclean one
+            # unclean: the operator has chosen (the CLI asked promote_check first), so the
+            # promotion does not wait for the master's answer; the check is logged and answered
+            check = await self.promotion_check(ask_master=not unclean)
+            if not check.clean and not unclean:
+                raise OpError(Status.BAD_REQUEST, f"refused: {check.reason}; promote it anyway with --unclean "
+                                                  "(unclean=true)")
+            if not check.clean:
+                log.warning("unclean promotion: %s", check.reason)
+            if self.term.transition is not None or self.cfg.role.is_master:  # changed while the master was asked
+                raise OpError(Status.SERVICE_NOT_AVAILABLE, "a role change is already under way")
         if services.ha_client is not None:
             await services.ha_client.stop(HA_STOP_TIMEOUT_S)
         # An old master paused across everything from here to the announcement then sees a
@@ -444,7 +484,7 @@ class Failover:
         max_offset = store.get_max_phy_offset()
         reason = f"promoted to master of {self.cfg.broker_name} with epoch {epoch} (was brokerId {self.cfg.broker_id})"
         self.request_transition(Transition(RoleState(0, role, reason, pending_epoch=epoch)))
-        return {"epoch": epoch, "max_offset": max_offset, "broker_id": 0, "role": role}
+        return {"epoch": epoch, "max_offset": max_offset, "broker_id": 0, "role": role, "check": check}
 
     async def _adopt_master_topics(self, services: NodeServices) -> None:
         """Topics the old master registered that this slave has not synced yet (the sync runs

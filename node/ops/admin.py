@@ -8,12 +8,16 @@ import logging
 from typing import Any
 
 import psutil
+import trio
 
 from store import runtime
+from store.record_codec import RecordKind
 from wire.protocol import (
     BrokerConfigReply,
     BrokerConfigUpdateReply,
     BrokerWritePerm,
+    CountMessages,
+    CountMessagesReply,
     DeletedFilesReply,
     DeleteExpiredFiles,
     EmptyReply,
@@ -27,6 +31,8 @@ from wire.protocol import (
     ProducerUnregister,
     ProducerUnregisterReply,
     Promote,
+    PromoteCheck,
+    PromoteCheckReply,
     PromoteReply,
     Request,
     StatsAll,
@@ -182,6 +188,8 @@ async def _status(s: NodeServices, r: Request, peer: str | None) -> dict[str, An
         "last_store_timestamp": store.checkpoint.logics_msg_timestamp if store.checkpoint else 0,
         "stats": s.stats.view(),
         "ha": _ha_status(s),
+        # a master's as it tells its slaves now; a slave's as it last learned it
+        "confirm_offset": s.ha_master.confirm_seen() if s.ha_master is not None else store.replica_log.known_confirm,
         "disk": WireDiskUsage(path=root, total=disk.total, used=disk.used, free=disk.free,
                               used_ratio=round(disk.used / disk.total, 4) if disk.total else 0.0),
     }
@@ -223,7 +231,38 @@ async def _promote(s: NodeServices, r: Request, peer: str | None) -> dict[str, A
                       f"controllerMode etcd: etcd elects {s.cfg.broker_name}'s master, so a manual promotion "
                       "is refused; stop the current master (its lease is revoked and an in-sync slave is "
                       "elected) to move the leadership")
-    return PromoteReply(**await failover.promote(r.fields.role)).to_wire(r.id)
+    return PromoteReply(**await failover.promote(r.fields.role, unclean=r.fields.unclean)).to_wire(r.id)
+
+
+async def _promote_check(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    return PromoteCheckReply(check=await _failover(s).promotion_check()).to_wire(r.id)
+
+
+COUNT_BUDGET_S = 1.0
+"""How long `count_messages` decodes record headers before it answers a lower bound."""
+
+
+async def _count_messages(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    """Messages stored in [from_offset, to_offset): what an unclean promotion drops, asked of
+    the old master (headers only, within COUNT_BUDGET_S; a log's blanks are not messages)."""
+    start, end = r.fields.from_offset, r.fields.to_offset
+    log_min = s.store.get_min_phy_offset()
+    if start < log_min:
+        raise OpError(Status.BAD_REQUEST, f"offset {start} lies before the CommitLog's start {log_min}")
+    count = 0
+    deadline = trio.current_time() + COUNT_BUDGET_S
+    for offset, decoded in s.store.commit_log.iter_records(start, read_body=False):
+        if offset >= end or decoded.kind is RecordKind.INVALID:
+            break
+        if decoded.kind is RecordKind.MESSAGE:
+            count += 1
+            if count % 1000 == 0:
+                await trio.lowlevel.checkpoint()
+                if trio.current_time() > deadline:
+                    return CountMessagesReply(count=count, counted_to=offset + decoded.size,
+                                              complete=False).to_wire(r.id)
+    counted_to = max(start, min(end, s.store.get_max_phy_offset()))
+    return CountMessagesReply(count=count, counted_to=counted_to, complete=True).to_wire(r.id)
 
 
 async def _broker_config(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
@@ -290,4 +329,6 @@ ADMIN_HANDLERS: dict[type[WireRequest], Handler] = {
     DeleteExpiredFiles: _delete_expired_files,
     Epoch: _epoch,
     Promote: _promote,
+    PromoteCheck: _promote_check,
+    CountMessages: _count_messages,
 }

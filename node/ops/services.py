@@ -22,6 +22,7 @@ from ha.slave import HAClient
 from store.message_store import MessageStore
 from wire.protocol import (
     Status,
+    WirePromoteCheck,
 )
 
 from ..config import BrokerConfig
@@ -59,7 +60,9 @@ class FailoverHooks(Protocol):
 
     def epoch_answer(self) -> dict[str, Any]: ...
 
-    async def promote(self, role: str | None) -> dict[str, Any]: ...
+    async def promote(self, role: str | None, *, unclean: bool = False) -> dict[str, Any]: ...
+
+    async def promotion_check(self) -> WirePromoteCheck: ...
 
 
 __all__ = ["FailoverHooks", "NodeServices", "OpError", "check_writeable", "confirm_write", "refuse_on_slave",

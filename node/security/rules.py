@@ -155,6 +155,8 @@ RULES: dict[str, str | Callable[[Any], list[Need]]] = {
     "subgroup_update": ADMIN,
     "subgroup_list": ADMIN,
     "promote": ADMIN,
+    "promote_check": ADMIN,
+    "count_messages": ADMIN,
     "admin.delete_expired_files": ADMIN,
     "topic_status": _topic(Perm.SUB),  # offsets, as min_offset / max_offset
     "subgroup_delete": ADMIN,

@@ -96,6 +96,9 @@ def test_status_json_and_table(cluster):
     stats = master["status"]["stats"]
     assert stats["put_total"] >= 2 and stats["get_total"] >= 2 and {"put_tps", "get_tps"} <= set(stats)
     assert master["status"]["last_store_timestamp"] > 0
+    # the group's in-sync set by client address (the slave acked each PUT_OK: it is in it)
+    assert doc["in_sync"]["broker-a"]["master"] == cluster["master"]
+    assert doc["in_sync"]["broker-a"]["in_sync"] == [cluster["slave"]], doc["in_sync"]
 
     table = cli("status", "--namesrv", cluster["namesrv"])
     assert table.returncode == 0, table.stderr.decode()

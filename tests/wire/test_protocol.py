@@ -190,6 +190,8 @@ MINIMAL = {
     "admin.delete_expired_files": {},
     "epoch": {},
     "promote": {},
+    "promote_check": {},
+    "count_messages": {"from_offset": 0, "to_offset": 100},
     "subgroup_delete": {"group": "G"},
     "producer_heartbeat": {"group": "PG", "client_id": "127.0.0.1@1@a"},
     "producer_unregister": {"group": "PG", "client_id": "127.0.0.1@1@a"},
@@ -211,7 +213,9 @@ def test_minimal_covers_every_op():
 
 
 def test_promote_takes_only_a_master_role():
-    assert attrs.asdict(parse_request(req("promote", role="ASYNC_MASTER")).fields) == {"role": "ASYNC_MASTER"}
+    assert attrs.asdict(parse_request(req("promote", role="ASYNC_MASTER")).fields) == {"role": "ASYNC_MASTER",
+                                                                                        "unclean": False}
+    assert parse_request(req("promote", unclean=True)).fields.unclean is True
     with pytest.raises(InvalidRequest, match="must be SYNC_MASTER or ASYNC_MASTER, got 'SLAVE'"):
         parse_request(req("promote", role="SLAVE"))
 
@@ -617,12 +621,13 @@ def test_a_node_s_ha_view_is_the_map_docs_protocol_md_lists_byte_for_byte():
     from ha.slave import SlaveHAStatus
     from wire.protocol import StatusReply, WireHAClient, WireHASlave, WireHAView
 
-    row = {"address": "10.0.0.2:5000", "ack_offset": 4096, "lag_bytes": 100, "connected_since": 1_700_000_000_000}
+    row = {"address": "10.0.0.2:5000", "ack_offset": 4096, "lag_bytes": 100, "connected_since": 1_700_000_000_000,
+           "in_sync": True}
     master = WireHAView(slaves=[WireHASlave.of(SlaveStatus(**row))])
     assert cbor2.dumps(master.to_wire()) == cbor2.dumps({"slaves": [row]})
     assert list(row) == _doc_keys("ha", r'"slaves": \[\{([^}]*)\}')
     client = {"master_address": "10.0.0.1:10912", "connected": True, "max_offset": 4096,
-              "master_max_offset_seen": 4196, "lag_bytes": 100}
+              "master_max_offset_seen": 4196, "lag_bytes": 100, "local_address": "10.0.0.2:5000"}
     slave = WireHAView(client=WireHAClient.of(SlaveHAStatus(**client)))
     assert cbor2.dumps(slave.to_wire()) == cbor2.dumps(client)
     assert list(client) == _doc_keys("ha", r"on a slave: `\{([^}]*)\}")
@@ -635,7 +640,7 @@ def test_a_node_s_ha_view_is_the_map_docs_protocol_md_lists_byte_for_byte():
     assert (master.connected, slave.connected) == (False, True)
     # a node that omits fields, a null slave list, an answer without `ha` (the name server's)
     short = WireHAView.from_wire({"slaves": [{"lag_bytes": 7}]})
-    assert short.slaves == [WireHASlave(address="", ack_offset=-1, lag_bytes=7, connected_since=0)]
+    assert short.slaves == [WireHASlave(address="", ack_offset=-1, lag_bytes=7, connected_since=0, in_sync=False)]
     assert WireHAView.from_wire({"connected": True}).client == WireHAClient(connected=True)
     assert WireHAView.from_wire({"slaves": None}) == WireHAView(slaves=[])
     assert StatusReply.from_wire({"role": "NAMESRV"}).ha == WireHAView()

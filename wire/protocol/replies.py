@@ -30,6 +30,7 @@ from .values import (
     WireHAView,
     WireMessage,
     WireNodeStats,
+    WirePromoteCheck,
     WireQueueData,
     WireRouteBroker,
     WireTruncation,
@@ -39,11 +40,13 @@ from .values import (
 
 __all__ = [
     "BrokerConfigReply", "BrokerConfigUpdateReply", "ConsumerListReply", "ConsumerUnregisterReply",
-    "DeletedFilesReply", "EmptyReply", "EndTransactionReply", "TransactionChecksReply", "TransactionResumeReply", "EpochReply", "LockReply", "MembersReply", "MessageReply", "MessagesReply",
-    "OffsetListReply", "OffsetReply", "ProducerListReply", "ProducerUnregisterReply", "PromoteReply", "PullReply",
+    "CountMessagesReply", "DeletedFilesReply", "EmptyReply", "EndTransactionReply", "EpochReply", "LockReply",
+    "MembersReply", "MessageReply", "MessagesReply", "OffsetListReply", "OffsetReply", "ProducerListReply",
+    "ProducerUnregisterReply", "PromoteCheckReply", "PromoteReply", "PullReply", "TransactionChecksReply",
+    "TransactionResumeReply",
     "ReplyError", "SendBackReply", "StatsAllReply", "SubGroupDeleteReply", "SubGroupListReply", "SubGroupReply",
     "SendBatchReply", "SendReply", "StatusReply", "TopicDeleteReply", "TopicListReply", "TopicReply",
-    "TopicStatusReply", "WireControllerView", "WireDiskUsage", "WireGroupRoute", "WireHAClient", "WireHASlave", "WireHAView", "WireMessage", "WireNodeStats", "WireQueueData", "WireReply", "WireRouteBroker", "WireTruncation", "WireValue", "WritePermReply", "nested",
+    "TopicStatusReply", "WireControllerView", "WireDiskUsage", "WireGroupRoute", "WireHAClient", "WireHASlave", "WireHAView", "WireMessage", "WireNodeStats", "WirePromoteCheck", "WireQueueData", "WireReply", "WireRouteBroker", "WireTruncation", "WireValue", "WritePermReply", "nested",
 ]
 
 R = TypeVar("R", bound="WireReply")
@@ -405,6 +408,25 @@ class PromoteReply(WireReply):
     max_offset: int
     broker_id: int
     role: str
+    check: WirePromoteCheck | None = nested(WirePromoteCheck, default=None)
+    """The in-sync check it passed (or, `unclean`, what it dropped); None from an older node."""
+
+
+@attrs.define(kw_only=True)
+class PromoteCheckReply(WireReply):
+    """`promote_check`: whether `promote` would go ahead without `unclean`, and what it drops."""
+
+    check: WirePromoteCheck = nested(WirePromoteCheck)
+
+
+@attrs.define(kw_only=True)
+class CountMessagesReply(WireReply):
+    """`count_messages`: messages stored in a CommitLog range, counted within a time budget."""
+
+    count: int
+    counted_to: int
+    """Where counting stopped: the range's end (or the log's) when `complete`."""
+    complete: bool
 
 
 @attrs.define(kw_only=True)
@@ -458,6 +480,8 @@ class StatusReply(WireReply):
     last_truncation: WireTruncation | None = nested(WireTruncation, default=None)
     replication_refused: str | None = None
     controller: WireControllerView | None = nested(WireControllerView, default=None)
+    confirm_offset: int | None = None
+    """The confirm offset the node last knew (a master's: what it told its slaves); None: none."""
 
     def lag_bytes(self) -> int | None:
         """A master's largest slave lag, or a slave's own; None when it has no HA peer."""

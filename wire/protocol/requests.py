@@ -61,6 +61,7 @@ from .replies import (
     BrokerConfigUpdateReply,
     ConsumerListReply,
     ConsumerUnregisterReply,
+    CountMessagesReply,
     DeletedFilesReply,
     EmptyReply,
     EndTransactionReply,
@@ -73,6 +74,7 @@ from .replies import (
     OffsetReply,
     ProducerListReply,
     ProducerUnregisterReply,
+    PromoteCheckReply,
     PromoteReply,
     PullReply,
     SendBackReply,
@@ -166,8 +168,9 @@ __all__ = [
     "FIELD_TYPES", "MESSAGES", "NODE_REQUESTS", "OPS", "BatchMessage", "CommitOffset", "ConsumerHeartbeat",
     "ConsumerList", "ConsumerLock", "ConsumerSendBack", "ConsumerUnlock", "ConsumerUnregister", "ConsumerWatch",
     "BrokerWritePerm", "GetBrokerConfig", "UpdateBrokerConfig",
-    "DeleteExpiredFiles", "EndTransaction", "TransactionCheckWatch", "TransactionResume", "Epoch", "FetchOffset", "GetByMsgId", "MaxOffset", "MinOffset", "GetStatus",
-    "OffsetByTime", "OffsetList", "ProducerHeartbeat", "ProducerList", "ProducerUnregister", "Promote", "Pull",
+    "CountMessages", "DeleteExpiredFiles", "EndTransaction", "Epoch", "FetchOffset", "GetByMsgId", "MaxOffset",
+    "MinOffset", "GetStatus", "OffsetByTime", "OffsetList", "ProducerHeartbeat", "ProducerList", "ProducerUnregister",
+    "Promote", "PromoteCheck", "Pull", "TransactionCheckWatch", "TransactionResume",
     "QueryByKey", "Send", "SendBatch", "StatsAll", "SubGroupDelete", "SubGroupList",
     "SubGroupUpdate", "TopicCreate",
     "TopicDelete", "TopicList", "TopicStatus", "parse_request", "parse_tag_filter",
@@ -521,6 +524,26 @@ class Promote(WireRequest):
     OP = "promote"
     REPLY = PromoteReply
     role: str | None = wire(STR, check_master_role, default=None)
+    unclean: bool = wire(BOOL, default=False)
+    """Promote a slave outside the in-sync set or behind the confirm offset anyway."""
+
+
+@attrs.define(kw_only=True)
+class PromoteCheck(WireRequest):
+    """Would `promote` go ahead without `unclean`, and what would it drop (docs/failover.md)."""
+
+    OP = "promote_check"
+    REPLY = PromoteCheckReply
+
+
+@attrs.define(kw_only=True)
+class CountMessages(WireRequest):
+    """Messages stored in CommitLog range [from_offset, to_offset) (what an unclean promotion drops)."""
+
+    OP = "count_messages"
+    REPLY = CountMessagesReply
+    from_offset: int = wire(INT, NON_NEG64)
+    to_offset: int = wire(INT, NON_NEG64)
 
 
 @attrs.define(kw_only=True)
@@ -572,8 +595,8 @@ NODE_REQUESTS: dict[str, type[WireRequest]] = {cls.OP: cls for cls in (
     CommitOffset, FetchOffset, OffsetList, TopicCreate, TopicDelete, TopicList,
     ConsumerHeartbeat, ConsumerWatch, ConsumerUnregister, ConsumerList, ConsumerLock, ConsumerUnlock,
     ConsumerSendBack, SubGroupUpdate, SubGroupList, SubGroupDelete, EndTransaction, TransactionCheckWatch,
-    TransactionResume, ProducerHeartbeat, ProducerUnregister,
-    ProducerList, GetStatus, DeleteExpiredFiles, Epoch, Promote, TopicStatus, GetBrokerConfig, UpdateBrokerConfig,
+    TransactionResume, ProducerHeartbeat, ProducerUnregister, ProducerList, GetStatus, DeleteExpiredFiles, Epoch,
+    Promote, PromoteCheck, CountMessages, TopicStatus, GetBrokerConfig, UpdateBrokerConfig,
     BrokerWritePerm, StatsAll)}
 """The node's op table: op name → request class."""
 

@@ -23,7 +23,7 @@ from store.properties import PROPERTY_KEYS, PROPERTY_TAGS
 
 __all__ = ["ReplyError", "WireDiskUsage", "WireGroupRoute", "WireHAClient", "WireHASlave", "WireHAView", "WireMessage",
            "WireNodeStats", "WireQueueData", "WireRouteBroker", "WireTruncation", "WireValue",
-           "WireControllerView", "nested"]
+           "WireControllerView", "WirePromoteCheck", "nested"]
 
 V = TypeVar("V", bound="WireValue")
 
@@ -131,11 +131,13 @@ class WireHASlave(WireValue):
     lag_bytes: int = 0
     connected_since: int = 0
     """Epoch milliseconds of the master's accept."""
+    in_sync: bool = False
+    """In the master's in-sync set (haMaxGapNotInSync / haMaxTimeSlaveNotCatchup, or etcd's)."""
 
     @classmethod
     def of(cls, s: SlaveStatus) -> WireHASlave:
         return cls(address=s.address, ack_offset=s.ack_offset, lag_bytes=s.lag_bytes,
-                   connected_since=s.connected_since)
+                   connected_since=s.connected_since, in_sync=s.in_sync)
 
 
 @attrs.define(kw_only=True)
@@ -149,11 +151,14 @@ class WireHAClient(WireValue):
     master_max_offset_seen: int = -1
     """End of the newest frame (or a heartbeat's offset) received; -1 before any."""
     lag_bytes: int = 0
+    local_address: str | None = None
+    """This end of the HA connection: its master's `slaves` list it by this address."""
 
     @classmethod
     def of(cls, s: SlaveHAStatus) -> WireHAClient:
         return cls(master_address=s.master_address, connected=s.connected, max_offset=s.max_offset,
-                   master_max_offset_seen=s.master_max_offset_seen, lag_bytes=s.lag_bytes)
+                   master_max_offset_seen=s.master_max_offset_seen, lag_bytes=s.lag_bytes,
+                   local_address=s.local_address)
 
 
 _CLIENT_KEYS = frozenset(a.name for a in attrs.fields(WireHAClient))
@@ -264,6 +269,33 @@ class WireControllerView(WireValue):
     watch_events: int = 0
     last_error: str | None = None
     events: list[dict[str, Any]] = attrs.field(factory=list)
+
+
+@attrs.define(kw_only=True)
+class WirePromoteCheck(WireValue):
+    """Whether a slave may be promoted without losing what consumers may have seen
+    (`promote_check`, and `promote`'s answer; node/failover/insync.py decides). `drop_from`
+    .. `drop_to` is the CommitLog range a promotion drops (empty when clean)."""
+
+    address: str = ""
+    clean: bool = False
+    """In its master's in-sync set (when the master answered) and not behind the confirm offset."""
+    reason: str = ""
+    max_offset: int = 0
+    """The slave's CommitLog end."""
+    confirm_offset: int | None = None
+    """The highest confirm offset known: the master's when it answered, else the slave's last."""
+    master_address: str | None = None
+    master_reachable: bool = False
+    master_offset: int | None = None
+    """The master's CommitLog end, when it answered."""
+    in_sync: list[str] | None = None
+    """The master's in-sync slaves (HA connection addresses), when it answered."""
+    in_set: bool | None = None
+    """This slave is in that set; None when the master did not answer or cannot name it."""
+    drop_from: int = 0
+    """The end of the slave's last whole record: where its epoch would start."""
+    drop_to: int = 0
 
 
 # ---------------------------------------------------------------- a topic's route (the name server's)
