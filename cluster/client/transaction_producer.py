@@ -188,8 +188,8 @@ class TransactionProducer(Producer):
                                             properties=properties, queue_id=queue_id)
         try:
             outcome = await _call(local_transaction, prepared)
-        except BaseException:
-            with trio.CancelScope(shield=True):
+        except BaseException:  # (cancelled too) UNKNOWN, bounded: the check decides anyway
+            with trio.CancelScope(shield=True), trio.move_on_after(self.send_timeout):
                 await self.end_prepared(prepared, UNKNOWN)
             raise
         end, error = await self.end_prepared(prepared, outcome)
