@@ -44,6 +44,7 @@ from .ops.dispatch import (
     handle_plain_sends,
 )
 from .ops.services import NodeServices
+from .ops.transaction_checks import run_checks
 from .registration import NameServerRegistration
 from .remoting.processor import NodeRemoting
 from .schedule import ScheduleMessageService
@@ -270,6 +271,8 @@ class Broker:
                     if services.schedule is not None:  # built with the HA service (a master's)
                         await runtime.run_sync(services.schedule.load)
                         await nursery.start(services.schedule.run)
+                    if cfg.role.is_master:  # the serving master asks producers about open transactions
+                        await nursery.start(run_checks, services)
                     if services.ha_client is not None:
                         await nursery.start(services.ha_client.run)
                     if sync is not None:
@@ -284,7 +287,7 @@ class Broker:
                         host=cfg.broker_ip1, port=cfg.listen_port, max_frame_size=cfg.max_frame_size,
                         batched_ops=BATCHED_OPS, commit=partial(append_requests, services),
                         finish=partial(finish_requests, services),
-                        on_disconnect=services.consumers.disconnected,  # a member's connection closed: it left
+                        on_disconnect=partial(_disconnected, services),  # a member's connection closed: it left
                         guard=self.guard, tls=self.client_port_tls,
                         plain_sends=partial(handle_plain_sends, services), net=self.net,
                     )
@@ -322,6 +325,14 @@ class Broker:
                     except OSError as e:
                         log.error("cannot persist consumer offsets to %s: %s", self.offsets.path, e)
         # leaving open_store: flush, checkpoint, abort file removed
+
+
+def _disconnected(services: NodeServices, peer: str | None) -> None:
+    """A client connection closed: the consumer and producer groups and the transaction
+    checks' watches forget it at once."""
+    services.consumers.disconnected(peer)
+    services.producers.disconnected(peer)
+    services.checks.disconnected(peer)
 
 
 def _offsets_stream(ha_client: HAClient) -> tuple[bool, int]:

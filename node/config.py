@@ -140,6 +140,13 @@ class BrokerConfig:
     # Refuse transactional half messages (TRAN_MSG=true) with NO_PERMISSION (RocketMQ's
     # rejectTransactionMessage; docs/transactions.md).
     reject_transaction_message: bool = False
+    # The transaction check service (a master's; docs/transactions.md): every
+    # transactionCheckInterval ms it asks a live producer of the group about each half message
+    # open for transactionTimeOut ms (or its CHECK_IMMUNITY_TIME_IN_SECONDS); after
+    # transactionCheckMax checks the half message goes to TRANS_CHECK_MAX_TIME_TOPIC.
+    transaction_check_interval: int = attrs.field(default=60_000, validator=_positive)
+    transaction_time_out: int = attrs.field(default=6_000, validator=_positive)
+    transaction_check_max: int = attrs.field(default=15, validator=_positive)
     default_topic_queue_nums: int = attrs.field(default=4, validator=_positive)
     # Largest client-protocol frame accepted or sent (wire/protocol.py).
     max_frame_size: int = attrs.field(default=8 * MiB, validator=_positive)
@@ -369,6 +376,9 @@ _CAMEL = {
     "channel_expired_timeout": "channelExpiredTimeout",
     "auto_create_topic_enable": "autoCreateTopicEnable",
     "reject_transaction_message": "rejectTransactionMessage",
+    "transaction_check_interval": "transactionCheckInterval",
+    "transaction_time_out": "transactionTimeOut",
+    "transaction_check_max": "transactionCheckMax",
     "default_topic_queue_nums": "defaultTopicQueueNums",
     "max_frame_size": "maxFrameSize",
     "master_addr": "masterAddr",

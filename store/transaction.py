@@ -37,13 +37,15 @@ from .sysflag import TRANSACTION_MASK, SysFlag
 __all__ = [
     "CHECK_MAX_TIME_TOPIC", "HALF_TOPIC", "NOT_SENDABLE_TOPICS", "OP_HALF_TOPIC", "PROPERTY_PRODUCER_GROUP",
     "PROPERTY_TRANSACTION_ID", "PROPERTY_TRAN_COMMIT_OFFSET", "PROPERTY_TRAN_END", "PROPERTY_TRAN_HALF_OFFSET", "REMOVE_TAG", "Outcome",
-    "committed_message", "half_message", "half_origin", "is_prepared", "op_half_offset", "op_message",
+    "check_copy", "check_times", "committed_message", "discarded_message", "half_message", "half_origin",
+    "immunity_ms", "is_prepared", "op_half_offset", "op_message", "resumed_half",
 ]
 
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
-"""Where the check service (not built yet) discards a half message checked too often."""
+"""Where the check service discards a half message checked `transactionCheckMax` times
+(node/ops/transaction_checks.py); an admin action resumes it."""
 NOT_SENDABLE_TOPICS = frozenset({HALF_TOPIC, OP_HALF_TOPIC, CHECK_MAX_TIME_TOPIC})
 """Topics only the broker writes (RocketMQ TopicValidator's not-allowed-send set, for transactions)."""
 REMOVE_TAG = "d"
@@ -59,8 +61,8 @@ PROPERTY_TRAN_COMMIT_OFFSET = "TRAN_COMMIT_OFFSET"
 """tidemq, on a COMMIT's op record: the committed record's CommitLog offset."""
 PROPERTY_TRAN_HALF_OFFSET = "TRAN_HALF_OFFSET"
 """tidemq, on the op record: the half's CommitLog offset (the transaction's identity). A
-check-service copy of a half message (later) carries the original's, so an END naming the
-copy and one naming the original end the same transaction."""
+check-service copy of a half message carries the original's too (as does a discarded or a
+resumed copy), so an END naming the copy and one naming the original end the same transaction."""
 
 
 class Outcome(enum.Enum):
@@ -101,7 +103,8 @@ def committed_message(half: StoredMessage) -> Message:
     and REAL_QID with the COMMIT sysflag. REAL_TOPIC and REAL_QID are dropped from the stored
     properties (RocketMQ 4.9.8 keeps them by accident); TRAN_MSG and PGROUP stay, as there."""
     props = {k: v for k, v in half.properties.items()
-             if k not in (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID, PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_DELAY)}
+             if k not in (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID, PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_DELAY,
+                           PROPERTY_TRAN_HALF_OFFSET)}
     props[PROPERTY_WAIT] = "true"
     return Message(
         topic=half.properties[PROPERTY_REAL_TOPIC], body=half.body,
@@ -137,3 +140,44 @@ def op_half_offset(op: StoredMessage) -> int | None:
 
 def is_commit_record(msg: StoredMessage) -> bool:
     return msg.sys_flag & TRANSACTION_MASK == SysFlag.TRANSACTION_COMMIT
+
+
+def check_times(half: StoredMessage) -> int:
+    """How often the check service has checked this half message (TRANSACTION_CHECK_TIMES)."""
+    text = half.properties.get(PROPERTY_TRANSACTION_CHECK_TIMES, "0")
+    return int(text) if text.isdigit() else 0
+
+
+def immunity_ms(properties: Mapping[str, str]) -> int | None:
+    """The producer's CHECK_IMMUNITY_TIME_IN_SECONDS, in ms: no first check before it."""
+    text = properties.get(PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS, "").strip()
+    return int(text) * 1000 if text.isdigit() else None
+
+
+def _copy(half: StoredMessage, topic: str, times: int) -> Message:
+    props = dict(half.properties)
+    props[PROPERTY_TRAN_HALF_OFFSET] = str(half_origin(half))
+    props[PROPERTY_TRANSACTION_CHECK_TIMES] = str(times)
+    return Message(
+        topic=topic, body=half.body, queue_id=0, tags=half.tags, keys=half.keys, properties=props,
+        flag=half.flag, born_timestamp=half.born_timestamp, born_host=half.born_host,
+        sys_flag=half.sys_flag & ~TRANSACTION_MASK, reconsume_times=half.reconsume_times,
+    )
+
+
+def check_copy(half: StoredMessage, times: int) -> Message:
+    """The half message written again before its `times`-th check (RocketMQ's
+    putBackHalfMsgQueue): the count is a replicated record, so a restart or a promotion
+    keeps it. TRAN_HALF_OFFSET names the original, so the transaction stays one."""
+    return _copy(half, HALF_TOPIC, times)
+
+
+def discarded_message(half: StoredMessage) -> Message:
+    """The record that discards a half message checked too often: a copy on
+    TRANS_CHECK_MAX_TIME_TOPIC (RocketMQ's resolveDiscardMsg), count kept."""
+    return _copy(half, CHECK_MAX_TIME_TOPIC, check_times(half))
+
+
+def resumed_half(discarded: StoredMessage) -> Message:
+    """A discarded half message written back as an open one, its check count at 0."""
+    return _copy(discarded, HALF_TOPIC, 0)

@@ -26,6 +26,7 @@
 | `update-sub-group` | `updateSubGroup` | a consumer group's broker-side settings: consumption on/off, retry limit |
 | `delete-sub-group` | `deleteSubGroup` | drop a consumer group's broker-side settings |
 | `reset-offset` | `resetOffsetByTime` | rewind (or skip) a stopped group's offsets to a time, or `now` |
+| `resume-half` | `resumeCheckHalfMessage` | write half messages discarded after transactionCheckMax checks back as open ones |
 | `promote` | | make a slave its group's master with a new epoch (docs/failover.md) |
 
 Every action prints a table (tables.rows_table: booleans `true`/`false`, times as local
@@ -42,6 +43,7 @@ from typing import Any
 from . import admin_changes as changes
 from . import admin_common as common
 from . import admin_queries as queries
+from . import admin_transactions as transactions
 from .client import print_broker_status
 from .common import add_source, handled
 
@@ -60,7 +62,8 @@ def add_admin_commands(subparsers: argparse._SubParsersAction) -> Any:
         "topicRoute, topicStatus, consumerProgress, brokerStatus, statsAll, queryMsgById, queryMsgByKey, "
         "queryMsgByUniqueKey, sendMessage, deleteExpiredCommitLog, clusterList, getBrokerConfig, "
         "updateBrokerConfig, wipeWritePerm, addWritePerm, updateTopic, deleteTopic, updateSubGroup, "
-        "deleteSubGroup, consumerConnection, consumerStatus, producerConnection, resetOffsetByTime. "
+        "deleteSubGroup, consumerConnection, consumerStatus, producerConnection, resetOffsetByTime, "
+        "resumeCheckHalfMessage. "
         "Each prints a table, or JSON lines with --json. Exit 1 when a group, topic, cluster or broker "
         "is unknown, 2 for a bad value.",
     )
@@ -216,6 +219,16 @@ def add_admin_commands(subparsers: argparse._SubParsersAction) -> Any:
     reset.add_argument("--force", action="store_true",
                        help="reset even while members are live (they may commit over it)")
     reset.set_defaults(handler=common.admin_command(changes.reset_offset, check=changes.check_reset_offset))
+    resume = action("resume-half", "resumeCheckHalfMessage",
+                    "write half messages the transaction check service discarded (checked transactionCheckMax "
+                    "times, now on TRANS_CHECK_MAX_TIME_TOPIC) back as open ones on every master of -c or -b (else "
+                    "all): checks start again from 0; exit 1 when none was resumed")
+    targets(resume)
+    resume.add_argument("--offset", type=int, action="append", metavar="OFFSET",
+                        help="the transaction's origin CommitLog offset (TRAN_HALF_OFFSET of its discard record); "
+                        "repeatable")
+    resume.add_argument("--all", action="store_true", help="every discarded half message")
+    resume.set_defaults(handler=common.admin_command(transactions.resume, check=transactions.check_resume))
     promote = actions.add_parser(
         "promote", help="make a slave its group's master (a new epoch)",
         description="Promote slave BROKER_ID of BROKER_NAME: it stops replicating, dispatches what it "

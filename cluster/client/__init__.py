@@ -62,8 +62,12 @@ from .consumer import PullConsumer
 from .producer import Producer
 from .push_consumer import Consumer, ConsumerStats
 from .routing import BrokerInfo, GroupRoute, MessageQueue, QueueData, TopicRoute
+from .transaction_producer import TransactionCheck, TransactionProducer, TransactionResult
 
 __all__ = [
+    "TransactionCheck",
+    "TransactionProducer",
+    "TransactionResult",
     "Admin",
     "AuthenticationFailed",
     "BadRequest",

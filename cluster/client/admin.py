@@ -59,6 +59,8 @@ from wire.protocol import (
     TopicReply,
     TopicStatus,
     TopicStatusReply,
+    TransactionResume,
+    TransactionResumeReply,
     UpdateBrokerConfig,
     WireRequest,
     WritePermReply,
@@ -529,6 +531,14 @@ class Admin(_Client):
         return {**attrs.asdict(answer),
                 "broker_name": broker_name, "address": target.address,
                 "start_offset": entries[-1][1] if entries else None}
+
+    async def transaction_resume(self, address: str, offsets: Iterable[int] | None = None) -> TransactionResumeReply:
+        """Write discarded half messages (TRANS_CHECK_MAX_TIME_TOPIC) back as open ones on the
+        master at `address`: those whose transaction has an origin CommitLog offset in
+        `offsets`, or all (docs/transactions.md)."""
+        request = TransactionResume(offsets=None if offsets is None else list(offsets))
+        reply: TransactionResumeReply = await self.pool.call(address, request)
+        return reply
 
     async def delete_expired_files(self, broker: str) -> int:
         """Run the expired-file cleanup now on `broker` (an address, or a brokerName for its

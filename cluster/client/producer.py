@@ -185,7 +185,7 @@ class Producer(_Client):
         consumer sees it until `end_transaction` commits it (docs/transactions.md). The
         result's address, commitlog_offset and queue_offset name it to `end_transaction`.
         Retried as `send` retries: an attempt whose outcome was unknown may have stored a
-        half message too, which stays open (no check service resolves it yet)."""
+        half message too, which stays open until a check ends it (docs/transactions.md)."""
         props = {**(properties or {}), "TRAN_MSG": "true", "PGROUP": producer_group}
         return await self.send(topic, body, tags=tags, keys=keys, properties=props, queue_id=queue_id)
 

@@ -34,6 +34,7 @@ from ..tables.offsets import ConsumerOffsetManager
 from ..tables.producers import ProducerManager
 from ..tables.subscription_groups import SubscriptionGroupManager
 from ..tables.topics import TopicConfigManager
+from ..tables.transaction_checks import CheckRequests
 from ..tables.transactions import TransactionTable
 
 
@@ -113,6 +114,8 @@ class NodeServices:
     failover: FailoverHooks | None = None
     transactions: TransactionTable = attrs.field(factory=TransactionTable)
     """The term's transaction state, built from the store on first use (node/tables/transactions.py)."""
+    checks: CheckRequests = attrs.field(factory=CheckRequests)
+    """Check requests waiting for their producers' `transaction_check_watch`."""
     stopping: bool = attrs.field(default=False, on_setattr=attrs.setters.NO_OP)
     _long_polls: set[trio.CancelScope] = attrs.field(factory=set)
 

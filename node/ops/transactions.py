@@ -37,11 +37,21 @@ from store.transaction import (
     half_origin,
     op_message,
 )
-from wire.protocol import EndTransaction, EndTransactionReply, Request, Status, WireRequest
+from store.transaction import immunity_ms as immunity_of
+from wire.protocol import (
+    EndTransaction,
+    EndTransactionReply,
+    Request,
+    Status,
+    TransactionCheckWatch,
+    TransactionResume,
+    WireRequest,
+)
 
 from ..tables.topics import DEFAULT_PERM
 from ..tables.transactions import Ended, OpenHalf, TransactionTable
 from .services import NodeServices, OpError, check_writeable, confirm_write, refuse_on_slave
+from .transaction_checks import transaction_check_watch, transaction_resume
 
 __all__ = ["TRANSACTION_HANDLERS", "check_sendable", "half_of", "note_prepared"]
 
@@ -77,7 +87,7 @@ def note_prepared(table: TransactionTable, half: Message, appended: Appended) ->
     table.open.setdefault(appended.wrote_offset, OpenHalf(
         offset=appended.wrote_offset, queue_offset=appended.queue_offset, real_topic=props[PROPERTY_REAL_TOPIC],
         producer_group=props[PROPERTY_PRODUCER_GROUP], transaction_id=props.get(PROPERTY_TRANSACTION_ID),
-        store_timestamp=appended.store_timestamp))
+        store_timestamp=appended.store_timestamp, immunity_ms=immunity_of(props)))
 
 
 def _checked_half(s: NodeServices, f: EndTransaction) -> StoredMessage:
@@ -199,4 +209,6 @@ def _status_of(appended: Appended) -> Status:
 
 TRANSACTION_HANDLERS: dict[type[WireRequest], Callable[[NodeServices, Request, str | None], Awaitable[dict[str, Any]]]] = {
     EndTransaction: _end_transaction,
+    TransactionCheckWatch: transaction_check_watch,
+    TransactionResume: transaction_resume,
 }

@@ -141,6 +141,10 @@ RULES: dict[str, str | Callable[[Any], list[Need]]] = {
     # a transaction's END: PUB on the half message's real topic, which the op reads from the
     # half message before it writes anything (Request.publisher)
     "end_transaction": ANY_ACCOUNT,
+    # a producer's wait for check requests: any account that may say it is a producer of the
+    # group (producer_heartbeat); the checks carry the half messages (docs/transactions.md)
+    "transaction_check_watch": ANY_ACCOUNT,
+    "transaction_resume": ADMIN,
     # the node itself
     "status": ANY_ACCOUNT,
     "epoch": ANY_ACCOUNT,

@@ -5,7 +5,8 @@ it may send to (`producer_heartbeat`, every 30 s by default) and unregisters whe
 (`producer_unregister`); `producer_list` (mqadmin producerConnection) shows who is live.
 Nothing is tracked per message: sends do not name a group. A producer not heard from for
 `channelExpiredTimeout` (120 s, RocketMQ's), and never before 2 of its own heartbeats + 10 s,
-is dropped, so a killed producer leaves the list within that time. The table lives in memory
+is dropped, so a killed producer leaves the list within that time; one whose connection
+closes leaves at once. The table lives in memory
 only: after a node restart the producers' next heartbeats rebuild it.
 """
 
@@ -56,6 +57,16 @@ class ProducerManager:
             log.info("producer group %s: producer %s (%s) is live", group, client_id, peer)
         members[client_id] = ProducerInfo(client_id, heartbeat_interval_ms, self.clock(), peer)
 
+    def seen(self, group: str, client_id: str, peer: str | None, interval_ms: int) -> None:
+        """A producer is live on `peer` without a heartbeat (its transaction_check_watch): a
+        listed one is refreshed, keeping its own interval; another is listed with
+        `interval_ms` (a new master hears of it before the producer's next heartbeat)."""
+        known = self._groups.get(group, {}).get(client_id)
+        if known is None:
+            self.heartbeat(group, client_id, interval_ms, peer)
+        else:
+            known.last_seen, known.peer = self.clock(), peer
+
     def unregister(self, group: str, client_id: str) -> bool:
         members = self._groups.get(group, {})
         if members.pop(client_id, None) is None:
@@ -64,6 +75,20 @@ class ProducerManager:
         if not members:
             self._groups.pop(group, None)
         return True
+
+    def disconnected(self, peer: str | None) -> None:
+        """A client connection closed: the producers that heartbeated on it leave now
+        (RocketMQ's doChannelCloseEvent), so a killed producer is not picked for a
+        transaction check; a live one's next heartbeat registers it again."""
+        if peer is None:
+            return
+        for group, members in list(self._groups.items()):
+            for client_id, info in list(members.items()):
+                if info.peer == peer:
+                    log.info("producer group %s: producer %s left (its connection closed)", group, client_id)
+                    del members[client_id]
+            if not members:
+                self._groups.pop(group, None)
 
     def members(self, group: str) -> list[dict[str, object]]:
         """The group's live producers as `producer_list` answers them, by client id."""

@@ -28,6 +28,7 @@ from store.message import StoredMessage
 from store.message_store import MessageStore
 from store.properties import PROPERTY_REAL_TOPIC
 from store.transaction import (
+    CHECK_MAX_TIME_TOPIC,
     HALF_TOPIC,
     OP_HALF_TOPIC,
     PROPERTY_PRODUCER_GROUP,
@@ -36,12 +37,14 @@ from store.transaction import (
     PROPERTY_TRAN_HALF_OFFSET,
     PROPERTY_TRANSACTION_ID,
     Outcome,
+    check_times,
     half_origin,
+    immunity_ms,
     is_commit_record,
     op_half_offset,
 )
 
-__all__ = ["Ended", "OpenHalf", "TransactionTable"]
+__all__ = ["Discarded", "Ended", "OpenHalf", "TransactionTable"]
 
 _BATCH = 256
 
@@ -57,6 +60,31 @@ class OpenHalf:
     producer_group: str
     transaction_id: str | None
     store_timestamp: int
+    latest_offset: int = attrs.field(default=attrs.Factory(lambda h: h.offset, takes_self=True))
+    """The CommitLog offset of its newest half record (the original, or the check service's
+    latest copy): what a check names."""
+    latest_queue_offset: int = attrs.field(default=attrs.Factory(lambda h: h.queue_offset, takes_self=True))
+    last_touch: int = attrs.field(default=attrs.Factory(lambda h: h.store_timestamp, takes_self=True))
+    """The store time (ms) of its newest half record: the next check waits transactionTimeOut from it."""
+    check_times: int = 0
+    """Checks sent so far (TRANSACTION_CHECK_TIMES of its newest half record)."""
+    immunity_ms: int | None = None
+    """CHECK_IMMUNITY_TIME_IN_SECONDS of the producer, in ms: the first check waits that long instead."""
+
+    def seen_copy(self, msg: StoredMessage) -> None:
+        """A newer half record of this transaction (a check copy or a resumed one)."""
+        if msg.commitlog_offset > self.latest_offset:
+            self.latest_offset, self.latest_queue_offset = msg.commitlog_offset, msg.queue_offset
+            self.last_touch, self.check_times = msg.store_timestamp, check_times(msg)
+
+
+@attrs.define
+class Discarded:
+    """A half message the check service gave up on (TRANS_CHECK_MAX_TIME_TOPIC)."""
+
+    half: OpenHalf
+    offset: int
+    """The discard record's CommitLog offset: a half record after it resumes the transaction."""
 
 
 @attrs.define
@@ -82,6 +110,9 @@ class TransactionTable:
     def __init__(self) -> None:
         self.open: dict[int, OpenHalf] = {}
         self.ended: dict[int, Ended] = {}
+        self.discarded: dict[int, Discarded] = {}
+        """Transactions past transactionCheckMax: neither open (never checked) nor ended (an
+        END still ends them; the admin action resumes them)."""
         self._by_queue_offset: dict[int, int] = {}
         """half queue offset → CommitLog offset, for op records that name only the former
         (RocketMQ's own, without TRAN_HALF_OFFSET)."""
@@ -94,12 +125,36 @@ class TransactionTable:
     def note_half(self, msg: StoredMessage) -> None:
         origin = half_origin(msg)
         self._by_queue_offset.setdefault(msg.queue_offset, origin)
-        if origin in self.ended or origin in self.open:
+        if origin in self.ended:
             return
-        self.open[origin] = OpenHalf(
+        known = self.open.get(origin)
+        if known is not None:
+            known.seen_copy(msg)
+            return
+        gone = self.discarded.get(origin)
+        if gone is not None:
+            if msg.commitlog_offset > gone.offset:  # written back after its discard: resumed
+                del self.discarded[origin]
+                gone.half.seen_copy(msg)
+                self.open[origin] = gone.half
+            return
+        half = OpenHalf(
             offset=origin, queue_offset=msg.queue_offset, real_topic=msg.properties.get(PROPERTY_REAL_TOPIC, "?"),
             producer_group=msg.properties.get(PROPERTY_PRODUCER_GROUP, ""),
-            transaction_id=msg.properties.get(PROPERTY_TRANSACTION_ID), store_timestamp=msg.store_timestamp)
+            transaction_id=msg.properties.get(PROPERTY_TRANSACTION_ID), store_timestamp=msg.store_timestamp,
+            immunity_ms=immunity_ms(msg.properties))
+        half.seen_copy(msg)  # a copy read first (the original aged out of the log): its count
+        self.open[origin] = half
+
+    def note_discard(self, msg: StoredMessage) -> None:
+        """A discard record (TRANS_CHECK_MAX_TIME_TOPIC): open no more, unless a half record
+        after it resumed the transaction."""
+        origin = half_origin(msg)
+        half = self.open.get(origin)
+        if half is None or half.latest_offset > msg.commitlog_offset:
+            return
+        del self.open[origin]
+        self.discarded[origin] = Discarded(half, msg.commitlog_offset)
 
     def note_op(self, msg: StoredMessage) -> None:
         self.last_op_end = max(self.last_op_end, msg.commitlog_offset + msg.size)
@@ -117,7 +172,7 @@ class TransactionTable:
             outcome = Outcome.UNKNOWN  # ended, outcome not written (a RocketMQ broker's op record)
         commit_text = msg.properties.get(PROPERTY_TRAN_COMMIT_OFFSET, "")
         commit_offset = int(commit_text) if commit_text.isdigit() else None
-        half = self.open.pop(origin, None)
+        half = self._close(origin)
         known = self.ended.get(origin)
         if known is not None:
             if known.op_offset is None:
@@ -134,21 +189,29 @@ class TransactionTable:
             if known.outcome is Outcome.COMMIT and known.commit_offset is None:
                 known.commit_offset = msg.commitlog_offset
             return
-        half = self.open.pop(origin, None)
+        half = self._close(origin)
         if half is None:
             return  # not a half this log holds (a client's own COMMIT sysflag)
         self.ended[origin] = Ended(Outcome.COMMIT, None, msg.commitlog_offset, half.real_topic)
 
     def end(self, origin: int, ended: Ended) -> None:
         """The END path appended `ended`'s records."""
-        self.open.pop(origin, None)
+        self._close(origin)
         self.ended[origin] = ended
+
+    def _close(self, origin: int) -> OpenHalf | None:
+        """The transaction ended: neither open nor discarded any more."""
+        half = self.open.pop(origin, None)
+        gone = self.discarded.pop(origin, None)
+        return half if half is not None else gone.half if gone is not None else None
 
     # ---- building ------------------------------------------------------------------------
     def load(self, store: MessageStore) -> None:
         """Build from the store (module docstring); runs once per table."""
         for msg in _queue_messages(store, HALF_TOPIC):
             self.note_half(msg)
+        for msg in _queue_messages(store, CHECK_MAX_TIME_TOPIC):
+            self.note_discard(msg)
         for msg in _queue_messages(store, OP_HALF_TOPIC):
             self.note_op(msg)
         starts = [store.dispatched_offset()]
@@ -161,6 +224,8 @@ class TransactionTable:
                 self.note_half(msg)
             elif msg.topic == OP_HALF_TOPIC:
                 self.note_op(msg)
+            elif msg.topic == CHECK_MAX_TIME_TOPIC:
+                self.note_discard(msg)
             elif is_commit_record(msg):
                 self.note_commit(msg)
         self.loaded = True
@@ -181,7 +246,8 @@ class TransactionTable:
         return {"open": len(self.open), "open_by_topic": dict(sorted(per_topic.items())),
                 "committed": counts[Outcome.COMMIT.value], "rolled_back": counts[Outcome.ROLLBACK.value],
                 "ended_unrecorded": counts[Outcome.UNKNOWN.value],
-                "op_missing": sum(1 for e in self.ended.values() if e.op_missing)}
+                "op_missing": sum(1 for e in self.ended.values() if e.op_missing),
+                "discarded": len(self.discarded), "checks": sum(h.check_times for h in self.open.values())}
 
 
 def _queue_messages(store: MessageStore, topic: str) -> Iterator[StoredMessage]:

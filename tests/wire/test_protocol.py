@@ -203,6 +203,8 @@ MINIMAL = {
     "stats_all": {},
     "end_transaction": {"producer_group": "PG", "tran_state_table_offset": 0, "commitlog_offset": 0,
                         "outcome": "COMMIT"},
+    "transaction_check_watch": {"group": "PG", "client_id": "c1"},
+    "transaction_resume": {},
 }
 
 

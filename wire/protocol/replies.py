@@ -42,7 +42,8 @@ __all__ = [
     "BrokerConfigReply", "BrokerConfigUpdateReply", "ConsumerListReply", "ConsumerUnregisterReply",
     "CountMessagesReply", "DeletedFilesReply", "EmptyReply", "EndTransactionReply", "EpochReply", "LockReply",
     "MembersReply", "MessageReply", "MessagesReply", "OffsetListReply", "OffsetReply", "ProducerListReply",
-    "ProducerUnregisterReply", "PromoteCheckReply", "PromoteReply", "PullReply",
+    "ProducerUnregisterReply", "PromoteCheckReply", "PromoteReply", "PullReply", "TransactionChecksReply",
+    "TransactionResumeReply",
     "ReplyError", "SendBackReply", "StatsAllReply", "SubGroupDeleteReply", "SubGroupListReply", "SubGroupReply",
     "SendBatchReply", "SendReply", "StatusReply", "TopicDeleteReply", "TopicListReply", "TopicReply",
     "TopicStatusReply", "WireControllerView", "WireDiskUsage", "WireGroupRoute", "WireHAClient", "WireHASlave", "WireHAView", "WireMessage", "WireNodeStats", "WirePromoteCheck", "WireQueueData", "WireReply", "WireRouteBroker", "WireTruncation", "WireValue", "WritePermReply", "nested",
@@ -149,6 +150,27 @@ class EndTransactionReply(WireReply):
     queue_id: int | None = None
     queue_offset: int | None = None
     commitlog_offset: int | None = None
+
+
+@attrs.define(kw_only=True)
+class TransactionChecksReply(WireReply):
+    """`transaction_check_watch`: the check requests for this producer (RocketMQ's
+    CHECK_TRANSACTION_STATE), empty when the poll timed out. Each is a map: `producer_group`,
+    `commitlog_offset` and `tran_state_table_offset` (what the END names: the newest half
+    record), `origin_offset` (the transaction's identity), `msg_id` (UNIQ_KEY or null),
+    `transaction_id`, `topic`, `queue_id` (the real ones), `body`, `properties`, `check_times`."""
+
+    checks: list[dict[str, Any]]
+
+
+@attrs.define(kw_only=True)
+class TransactionResumeReply(WireReply):
+    """`transaction_resume`: the transactions (their origin CommitLog offsets) written back as
+    open half messages, and the offsets asked for that were not (no discarded transaction
+    has that origin here)."""
+
+    resumed: list[int]
+    not_resumed: list[int]
 
 
 @attrs.define(kw_only=True)

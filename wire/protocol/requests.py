@@ -89,6 +89,8 @@ from .replies import (
     TopicListReply,
     TopicReply,
     TopicStatusReply,
+    TransactionChecksReply,
+    TransactionResumeReply,
     WritePermReply,
 )
 
@@ -168,7 +170,7 @@ __all__ = [
     "BrokerWritePerm", "GetBrokerConfig", "UpdateBrokerConfig",
     "CountMessages", "DeleteExpiredFiles", "EndTransaction", "Epoch", "FetchOffset", "GetByMsgId", "MaxOffset",
     "MinOffset", "GetStatus", "OffsetByTime", "OffsetList", "ProducerHeartbeat", "ProducerList", "ProducerUnregister",
-    "Promote", "PromoteCheck", "Pull",
+    "Promote", "PromoteCheck", "Pull", "TransactionCheckWatch", "TransactionResume",
     "QueryByKey", "Send", "SendBatch", "StatsAll", "SubGroupDelete", "SubGroupList",
     "SubGroupUpdate", "TopicCreate",
     "TopicDelete", "TopicList", "TopicStatus", "parse_request", "parse_tag_filter",
@@ -433,6 +435,39 @@ class EndTransaction(WireRequest):
     transaction_id: str | None = wire(STR, check_non_empty, default=None)
 
 
+@attrs.define(kw_only=True)
+class TransactionCheckWatch(WireRequest):
+    """A transaction producer's long poll for check requests (RocketMQ's broker-to-client
+    CHECK_TRANSACTION_STATE, as `consumer_watch` carries NOTIFY_CONSUMER_IDS_CHANGED): answered
+    as soon as the master's check service has checks for this producer, or after
+    `timeout_ms` with none. The producer answers each with an `end_transaction`
+    (`from_transaction_check`). docs/transactions.md."""
+
+    OP = "transaction_check_watch"
+    REPLY = TransactionChecksReply
+    group: str = _group_field()
+    client_id: str = _client_id_field()
+    timeout_ms: int = wire(INT, value_range(0, 600_000), default=30_000)
+    max_checks: int = wire(INT, value_range(1, 1024), default=32)
+
+
+def _check_offsets(v: list[int]) -> str | None:
+    if len(v) > 10_000 or any(not 0 <= o < 2**63 for o in v):
+        return "must hold at most 10000 CommitLog offsets, each >= 0"
+    return None
+
+
+@attrs.define(kw_only=True)
+class TransactionResume(WireRequest):
+    """Write discarded half messages (TRANS_CHECK_MAX_TIME_TOPIC) back as open ones, their
+    check count at 0: those whose transaction's origin CommitLog offset is in `offsets`, or
+    all of them when `offsets` is null (an admin action; docs/transactions.md)."""
+
+    OP = "transaction_resume"
+    REPLY = TransactionResumeReply
+    offsets: list[int] | None = wire(LIST_INT, _check_offsets, default=None)
+
+
 # ---------------------------------------------------------------- producer groups
 
 
@@ -559,9 +594,9 @@ NODE_REQUESTS: dict[str, type[WireRequest]] = {cls.OP: cls for cls in (
     Send, SendBatch, Pull, QueryByKey, GetByMsgId, OffsetByTime, MinOffset, MaxOffset,
     CommitOffset, FetchOffset, OffsetList, TopicCreate, TopicDelete, TopicList,
     ConsumerHeartbeat, ConsumerWatch, ConsumerUnregister, ConsumerList, ConsumerLock, ConsumerUnlock,
-    ConsumerSendBack, SubGroupUpdate, SubGroupList, SubGroupDelete, EndTransaction, ProducerHeartbeat,
-    ProducerUnregister, ProducerList, GetStatus, DeleteExpiredFiles, Epoch, Promote, PromoteCheck, CountMessages,
-    TopicStatus, GetBrokerConfig, UpdateBrokerConfig,
+    ConsumerSendBack, SubGroupUpdate, SubGroupList, SubGroupDelete, EndTransaction, TransactionCheckWatch,
+    TransactionResume, ProducerHeartbeat, ProducerUnregister, ProducerList, GetStatus, DeleteExpiredFiles, Epoch,
+    Promote, PromoteCheck, CountMessages, TopicStatus, GetBrokerConfig, UpdateBrokerConfig,
     BrokerWritePerm, StatsAll)}
 """The node's op table: op name → request class."""
 
