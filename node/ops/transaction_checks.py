@@ -178,6 +178,14 @@ async def transaction_check_watch(s: NodeServices, r: Request, peer: str | None)
             return TransactionChecksReply(checks=[]).to_wire(r.id)
     taken = s.checks.take(f.group, f.client_id, f.max_checks)
     still_open = [c for c in taken if c["origin_offset"] in s.transactions.open]
+    if r.publisher is not None:  # aclEnable: a check shows the half message, for its producers only
+        refused = [c for c in still_open if r.publisher(c["topic"] or "") is not None]
+        if refused:
+            s.checks.refused += len(refused)
+            log.warning("transaction_check_watch of %s/%s: %d check(s) withheld, the account may not publish to "
+                        "their topic (%s)", f.group, f.client_id, len(refused),
+                        ", ".join(sorted({str(c["topic"]) for c in refused})))
+            still_open = [c for c in still_open if c not in refused]
     return TransactionChecksReply(checks=still_open).to_wire(r.id)
 
 

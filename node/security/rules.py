@@ -143,7 +143,7 @@ RULES: dict[str, str | Callable[[Any], list[Need]]] = {
     "end_transaction": ANY_ACCOUNT,
     # a producer's wait for check requests: any account that may say it is a producer of the
     # group (producer_heartbeat); the checks carry the half messages (docs/transactions.md)
-    "transaction_check_watch": ANY_ACCOUNT,
+    "transaction_check_watch": ANY_ACCOUNT,  # each check needs PUB on its topic (Request.publisher)
     "transaction_resume": ADMIN,
     # the node itself
     "status": ANY_ACCOUNT,

@@ -45,6 +45,7 @@ class CheckRequests:
         self.posted = 0
         self.dropped = 0
         self.no_producer = 0
+        self.refused = 0  # checks withheld from a watcher whose account may not publish to their topic
 
     def pick(self, group: str, live: list[str]) -> str | None:
         """Which of the group's `live` producers (by client id) gets the next check: one with
@@ -105,5 +106,5 @@ class CheckRequests:
 
     def status(self) -> dict[str, int]:
         return {"checks_posted": self.posted, "checks_dropped": self.dropped,
-                "checks_without_producer": self.no_producer,
+                "checks_without_producer": self.no_producer, "checks_refused": self.refused,
                 "producers_watching": sum(1 for w in self._watches.values() if w)}

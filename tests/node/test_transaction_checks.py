@@ -11,11 +11,12 @@ import time
 import pytest
 
 from node.ops import transaction_checks
+from node.ops.dispatch import handle_request
 from node.ops.transaction_checks import check_round
 from tests.node.test_ops import serving_ops
 from tests.node.test_transactions import GROUP, conf_of, create_topic, end, prepare
 from tests.waiting import wait_until
-from wire.protocol import TransactionCheckWatch, TransactionResume
+from wire.protocol import Request, TransactionCheckWatch, TransactionResume
 
 
 def all_due(services) -> bool:
@@ -77,3 +78,23 @@ async def test_without_a_live_producer_a_check_still_counts(tmp_path, live):
         assert await check_round(services) == (1 if live else 0)
         assert services.transactions.status()["checks"] == 1
         assert services.checks.no_producer == (0 if live else 1)
+
+
+async def test_a_check_goes_only_to_a_watcher_whose_account_may_publish_to_its_topic(tmp_path):
+    """A check carries the half message's body: with aclEnable (Request.publisher) a watch
+    gets only checks of topics its account may publish to, and the others are counted."""
+    async with serving_ops(conf_of(tmp_path, transactionTimeOut=1)) as (services, conn):
+        await create_topic(conn)
+        await prepare(conn)
+        services.producers.heartbeat(GROUP, "c1", 30_000, "127.0.0.1:1")
+        await wait_until(lambda: all_due(services), what="the half message due")
+        assert await check_round(services) == 1
+        watch = TransactionCheckWatch(group=GROUP, client_id="c1", timeout_ms=0, max_checks=100)
+        denied = await handle_request(services, Request(op="transaction_check_watch", id=1, fields=watch,
+                                                        publisher=lambda t: f"lacks PUB on topic {t!r}"), None)
+        assert isinstance(denied, dict) and denied["checks"] == [] and services.checks.refused == 1
+        await wait_until(lambda: all_due(services), what="the copy due")
+        assert await check_round(services) == 1  # a later round checks it again
+        allowed = await handle_request(services, Request(op="transaction_check_watch", id=2, fields=watch,
+                                                         publisher=lambda _t: None), None)
+        assert isinstance(allowed, dict) and [c["body"] for c in allowed["checks"]] == [b"order 1"]
