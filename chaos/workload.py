@@ -23,6 +23,7 @@ import trio
 
 from cluster.client.consumer import PullConsumer
 from cluster.judge.history import FAIL, INFO, OK, History, Op, key_of
+from store import runtime
 from wire.client import ConnectionLost, Indeterminate, OutcomeUnknown, TidemqError, connect
 from wire.protocol import GetStatus, Send, SendReply, StatusReply, TopicCreate
 
@@ -140,11 +141,14 @@ async def consume(stop: trio.Event, consumed: dict[str, int], make: Callable[[],
                   poll_ms: int, pull_interval_ms: int = 0, on_consumer: Callable[[PullConsumer], None] | None = None,
                   on_error: Callable[[TidemqError], None] | None = None,
                   by_group: dict[str, dict[str, int]] | None = None,
-                  read: dict[str, set[int]] | None = None) -> None:
+                  read: dict[str, dict[tuple[str, str], float]] | None = None) -> None:
     """Consume with auto-commit until `stop`, noting each key's CommitLog offset in
     `consumed` (and in `by_group`, under the group it was read from: the same key may be
-    read from two groups), and in `read` every CommitLog offset read per group (a retried
-    key read twice, once from a copy a node later dropped, keeps both); a consumer that
+    read from two groups), and in `read` (msgId, first key) of every record read per group,
+    with the wall time it was first read (a retried key read twice, once from a copy a node later
+    dropped, keeps both; a msgId names the node that stored the record and its offset, so a
+    node that cuts a record and stores another at its offset makes the same msgId again: the
+    time tells them apart); a consumer that
     fails is replaced by a fresh one (`make`) after 0.3 s."""
     with trio.CancelScope() as scope:
         async def cancel_on_stop() -> None:
@@ -166,7 +170,8 @@ async def consume(stop: trio.Event, consumed: dict[str, int], make: Callable[[],
                                 if by_group is not None and msg.broker_name is not None:
                                     by_group.setdefault(msg.broker_name, {})[key] = msg.commitlog_offset
                             if read is not None:
-                                read.setdefault(msg.broker_name or "", set()).add(msg.commitlog_offset)
+                                record = (msg.msg_id, msg.keys[0] if msg.keys else "")
+                                read.setdefault(msg.broker_name or "", {}).setdefault(record, runtime.wall_clock())
                 except TidemqError as e:
                     if on_error is not None:
                         on_error(e)

@@ -68,6 +68,9 @@ DEFAULT_MAX_GAP = 256 * 1024
 DEFAULT_MAX_SILENCE_S = 15.0
 """The node's defaults of haMaxGapNotInSync and haMaxTimeSlaveNotCatchup (node/config.py)."""
 
+_PROMOTED = "(promoted)"
+"""The `_departed` key of a promoted master's start hold (`hold_start`)."""
+
 WAKEUP_FALLBACK_S = 0.1
 """A caught-up writer re-checks at least this often even without an append wakeup."""
 
@@ -151,7 +154,8 @@ class HAService:
                  secure_accept: Callable[[trio.SocketStream], Awaitable[trio.abc.Stream | None]] | None = None,
                  net: Network = TCP, max_gap: int = DEFAULT_MAX_GAP,
                  max_silence_s: float = DEFAULT_MAX_SILENCE_S,
-                 offset_table: Callable[[], list[OffsetCommit]] | None = None) -> None:
+                 offset_table: Callable[[], list[OffsetCommit]] | None = None,
+                 hold_start: bool = False) -> None:
         self.net = net  # where connections come from (ha/net.py): TCP, or a simulated network
         self.secure_accept = secure_accept
         """The node's TLS check of a new slave connection (mutual TLS, wire/tls.py):
@@ -180,6 +184,17 @@ class HAService:
         """Manual mode's in-sync rule (`members`): the node's haMaxGapNotInSync and
         haMaxTimeSlaveNotCatchup, the keys etcd mode's controller judges by."""
         self._confirm = 0  # what confirm_offset last told the slaves
+        self._departed: dict[str, tuple[int, float]] = {}
+        """Manual mode: host → (ack offset, trio time of its last ack) of in-sync slaves whose
+        connection ended, kept for `max_silence_s` after that ack as a connected slave that
+        went silent is (`_departed_acks`)."""
+        self._departed_changed = trio.Event()
+        self.hold_start = hold_start
+        """Manual mode, a promoted slave's first term: until a slave connects or
+        `max_silence_s` passed, its log's end at the start holds the confirm offset as a
+        departed member's ack would. Its old master, and the other slaves, were cut off from
+        it or are on their way to follow it; one of them may be promoted next, judged by a
+        confirm offset this node could not tell it (seed 33: two promotions 0.6 s apart)."""
         self._limit_seen: int | None = None  # what dispatch last asked visible_end for
         self.on_ack_timeout = on_ack_timeout
         """Called when a put's wait for the members ran out; True when the controller shrank
@@ -329,8 +344,37 @@ class HAService:
         within the gap): dispatch then waits until that slave holds what consumers saw."""
         if self.on_ack_timeout is not None:
             return self.confirmed_offset if self.ack_members else None
-        acks = [c.ack_offset for c in self.members()]
+        acks = [c.ack_offset for c in self.members()] + self._departed_acks()
         return min(acks) if acks else None
+
+    def _departed_acks(self) -> list[int]:
+        """The last acks of in-sync slaves that disconnected less than `max_silence_s` after
+        their last ack. Such a slave leaves the set as a silent one does, not at once: it may
+        be disconnecting to be promoted (it checked it held the confirm offset, then stopped
+        replicating), and a master alone would show consumers what it then never gets, as
+        Kafka's leader keeps a dead follower in the ISR for replica.lag.time.max.ms."""
+        if not self._departed:
+            return []
+        now = trio.current_time()
+        for host, (_ack, at) in list(self._departed.items()):
+            if now - at > self.max_silence_s:
+                del self._departed[host]
+        return [ack for ack, _at in self._departed.values()]
+
+    async def _expire_departed(self) -> None:
+        """Move the visibility limit on when a departed slave's hold ends (`_departed_acks`)."""
+        while True:
+            due = min((at + self.max_silence_s for _ack, at in self._departed.values()), default=None)
+            if due is None:
+                await self._departed_changed.wait()
+                self._departed_changed = trio.Event()
+                continue
+            with trio.move_on_at(due + 0.001):  # just past it: `_departed_acks` drops it then
+                await self._departed_changed.wait()
+                self._departed_changed = trio.Event()
+                continue
+            self._departed_acks()
+            self.log.visibility_moved()
 
     def visible_end(self) -> int | None:
         """What consumers may read up to (ReplicaLog.limit_visibility): `confirm_limit`, on
@@ -396,11 +440,14 @@ class HAService:
         listeners, self.port = await self.net.listen(self.host, self.port)
         self.log.attach_replicator(self)
         self.log.add_append_listener(self._on_append)
+        if self.hold_start and self.on_ack_timeout is None:
+            self._departed[_PROMOTED] = (self.log.end(), trio.current_time())
         self.log.limit_visibility(self.visible_end)
         log.info("HA service listening on %s:%d", self.host, self.port)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._ack_waiters.run_timer)
+                nursery.start_soon(self._expire_departed)
                 await nursery.start(trio.serve_listeners, self._handle, listeners)
                 task_status.started(self.port)
         finally:  # synchronous only: this runs while cancelled
@@ -453,6 +500,8 @@ class HAService:
             stream = secured
         conn = HAConnection(stream, address, int(runtime.wall_clock() * 1000))
         self._connections.add(conn)
+        self._departed.pop(_host(address), None)  # the slave is back: its connection counts now
+        self._departed.pop(_PROMOTED, None)
         self.slaves_accepted += 1
         # by host: a slave that reconnects before its old connection is found dead (up to
         # haHousekeepingInterval) is not a second slave
@@ -466,9 +515,13 @@ class HAService:
                 nursery.start_soon(self._guarded, self._read_loop, conn, nursery.cancel_scope)
                 nursery.start_soon(self._guarded, self._write_loop, conn, nursery.cancel_scope)
         finally:
+            if self.on_ack_timeout is None and conn in self._in_sync(self.max_gap, self.max_silence_s) \
+                    and conn.last_ack_at is not None:
+                self._departed[_host(address)] = (conn.ack_offset, conn.last_ack_at)
+                self._departed_changed.set()
             self._connections.discard(conn)
             self._offsets_moved()  # commit waits re-check the members
-            self.log.visibility_moved()  # a member gone: the limit moves on (none left: no limit)
+            self.log.visibility_moved()  # a member gone: the limit moves on (`_departed_acks` holds it a while)
             if self.on_connections is not None:
                 self.on_connections()
             await trio.aclose_forcefully(stream)

@@ -19,12 +19,10 @@ from .verdict import Observed, verdict
 __all__ = ["across", "history_of", "judge"]
 
 
-def judge(load: SimLoad, observed: dict[str, Observed], *, replication: str) -> tuple[list[str], list[str]]:
-    """(broken promises, findings of the known gap) of the run, each prefixed with its group
-    when there are two."""
+def judge(load: SimLoad, observed: dict[str, Observed], *, replication: str) -> list[str]:
+    """The run's broken promises, each prefixed with its group when there are two."""
     groups = load.cluster.groups
     violations: list[str] = []
-    known_gap: list[str] = []
     stored: dict[str, dict[str, int]] = {}
     for group in groups:
         history, consumed = load.history, load.consumed
@@ -35,15 +33,14 @@ def judge(load: SimLoad, observed: dict[str, Observed], *, replication: str) -> 
                        queues=QUEUES, consumed=consumed)
         seen = observed[group.name]
         seen.epochs = {n.name: _epochs(n.root) for n in group.nodes}
-        found, known = verdict(report, history, seen, replication=replication, master=group.master.name,
-                               consumed=consumed, read_offsets=load.read_offsets.get(group.name, set()))
+        found = verdict(report, history, seen, replication=replication, master=group.master.name,
+                               consumed=consumed, read_ids=load.read_ids.get(group.name, {}))
         prefix = f"{group.name}: " if len(groups) > 1 else ""
         violations.extend(prefix + f for f in found)
-        known_gap.extend(prefix + k for k in known)
         stored[group.name] = report.stored
     if len(groups) > 1:
         violations.extend(across(load, stored))
-    return violations, known_gap
+    return violations
 
 
 def history_of(load: SimLoad, group: SimGroup) -> History:

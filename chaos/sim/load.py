@@ -52,7 +52,8 @@ class SimLoad:
         self.log = log
         self.consumed: dict[str, int] = {}
         self.consumed_by: dict[str, dict[str, int]] = {}  # group → what the consumer read from it
-        self.read_offsets: dict[str, set[int]] = {}  # group → every CommitLog offset the consumer read
+        self.read_ids: dict[str, dict[tuple[str, str], float]] = {}
+        """group → (msgId, first key) of each record the consumer read → when it first did."""
         self.retried_to: dict[str, str] = {}  # the retrying producer's acknowledged keys → the group that stored them
 
     def lanes(self, group: SimGroup) -> range:
@@ -143,7 +144,7 @@ class SimLoad:
         await consume(stop, self.consumed, lambda: PullConsumer(
             NAMESRV_ADDRESS, group=GROUP, topic=TOPIC, request_timeout=3.0, master_retry_s=0.5,
             net=self.network.host(CLIENT_HOST)), poll_ms=1000, pull_interval_ms=PULL_INTERVAL_MS,
-            by_group=self.consumed_by, read=self.read_offsets)
+            by_group=self.consumed_by, read=self.read_ids)
 
     async def drain_consumer(self) -> None:
         """Let the consumer reach the end of every queue of every group (bounded)."""

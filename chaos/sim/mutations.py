@@ -25,6 +25,9 @@ MUTATIONS = {
                      "promotion could have happened meanwhile",
     "truncation": "a node that rejoins as a slave keeps its divergent tail (Failover.apply skips the cut)",
     "in-sync-wait": "a SYNC_MASTER answers PUT_OK without a slave's ack (HAService.wait_for_slave says yes)",
+    "confirm-offset": "a master shows consumers its whole log and tells its slaves so (HAService.confirm_limit "
+                      "is always None, as for a master alone): what consumers read may not be on the node "
+                      "promoted next",
 }
 
 
@@ -49,6 +52,10 @@ async def _acked(self: HAService, next_offset: int, timeout_s: float) -> bool:
     return True
 
 
+def _unconfirmed(self: HAService) -> int | None:
+    return None
+
+
 @contextmanager
 def mutated(name: str | None) -> Iterator[None]:
     """Run the block with mutation `name` in place (None: none)."""
@@ -61,6 +68,7 @@ def mutated(name: str | None) -> Iterator[None]:
         "pause-fencing": [(Fencing, "beat", _no_stall), (Fencing, "slaves", _no_departure)],
         "truncation": [(Failover, "apply", _keep_tail(Failover.apply))],
         "in-sync-wait": [(HAService, "wait_for_slave", _acked)],
+        "confirm-offset": [(HAService, "confirm_limit", _unconfirmed)],
     }
     patches = by_name[name]
     originals = [(owner, attribute, getattr(owner, attribute)) for owner, attribute, _ in patches]

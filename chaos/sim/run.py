@@ -53,7 +53,6 @@ class SeedResult:
     failed: int = 0
     indeterminate: int = 0
     violations: list[str] = attrs.field(factory=list)
-    known: list[str] = attrs.field(factory=list)  # findings of the known gap, not broken promises
     log_hash: str = ""
     simulated_s: float = 0.0
     wall_s: float = 0.0
@@ -118,7 +117,6 @@ def run_seed(seed: int, *, mode: str = MODES[0], schedule: Schedule | None = Non
         if not keep:
             shutil.rmtree(base, ignore_errors=True)
     result.violations = sim.violations
-    result.known = sim.known
     counts = sim.history.counts()
     result.sends, result.acked = len(sim.history.ops), counts["ok"]
     result.failed, result.indeterminate = counts["fail"], counts["info"]

@@ -60,7 +60,6 @@ class Sweep:
     sends: int = 0
     acked: int = 0
     failing: list[dict[str, Any]] = attrs.field(factory=list)  # each failing seed's result
-    known_gap: list[int] = attrs.field(factory=list)  # seeds that hit the known gap (and nothing else)
     simulated_s: float = 0.0
     wall_s: float = 0.0
     by_mode: dict[str, int] = attrs.field(factory=dict)
@@ -80,8 +79,6 @@ class Sweep:
         self.by_groups[result["groups"]] = self.by_groups.get(result["groups"], 0) + 1
         if result["violations"]:
             self.failing.append(result)
-        elif result["known"]:
-            self.known_gap.append(result["seed"])
 
     def to_json(self) -> dict[str, Any]:
         return {**attrs.asdict(self), "violations": sum(len(r["violations"]) for r in self.failing),
@@ -157,7 +154,6 @@ def sweep(seeds: Sequence[int], *, mode: str = "all", jobs: int = 2, base_dir: s
     out.wall_s = round(time.perf_counter() - began, 3)
     out.simulated_s = round(out.simulated_s, 3)
     out.failing.sort(key=lambda r: r["seed"])
-    out.known_gap.sort()
     return out
 
 

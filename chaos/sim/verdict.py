@@ -12,13 +12,12 @@
   the promoted node, never by the old master (the fencing's promise).
 - Every indeterminate send stored once or not at all; no failed send stored; no duplicate,
   order or contiguity break, damage, CRC failure or divergence between the nodes.
-- Consumers skip nothing they committed past: every acknowledged message stored below a
-  queue's committed offset was consumed, and nothing consumed is gone (but what a
-  rejoining node dropped). A consumer that read a record a node later dropped skips the
-  message that took its queue offset: ASYNC_MASTER's window; on a SYNC_MASTER (which
-  shows consumers only what a slave holds, ha/master.py visible_end) the known gap that
-  a slave, or a fenced master on its way to rejoin, serves its unconfirmed tail: counted
-  apart (`known`), not as a broken promise.
+- Consumers read nothing a failover later cuts and skip nothing, in every mode: a node
+  shows consumers only what every member of its in-sync set holds (the confirm offset,
+  ha/master.py confirm_limit; a slave or a fenced master only up to the confirm offset it
+  learned), so no record a consumer read is among those a rejoining node dropped, every
+  acknowledged message stored below a queue's committed offset was consumed, and nothing
+  consumed is gone (docs/failover.md).
 """
 
 from __future__ import annotations
@@ -41,6 +40,9 @@ SHOWN = 3
 class Observed:
     truncated: set[str] = attrs.field(factory=set)  # msgIds a rejoining node reported dropping
     truncated_ranges: list[tuple[int, int]] = attrs.field(factory=list)  # and their CommitLog ranges
+    cuts: list[tuple[float, frozenset[str]]] = attrs.field(factory=list)
+    """(wall time, msgIds) of each cut: a msgId read before a cut that dropped it was a
+    dropped record (one read after it is another record the node stored at that offset)."""
     terms: list[tuple[float, str, str, int | None]] = attrs.field(factory=list)  # (time, node, role, epoch)
     promotions: list[tuple[float, str, int]] = attrs.field(factory=list)  # (wall time it returned, node, epoch)
     first_master: str = ""  # the node serving as master before any promotion
@@ -53,11 +55,10 @@ class Observed:
 
 
 def verdict(report: CheckReport, history: History, observed: Observed, *, replication: str, master: str,
-            consumed: dict[str, int], read_offsets: set[int] | None = None) -> tuple[list[str], list[str]]:
-    """(broken promises, findings of the known gap). `read_offsets`: every CommitLog offset
-    the consumer read (by default the last one of each key in `consumed`)."""
+            consumed: dict[str, int], read_ids: dict[tuple[str, str], float] | None = None) -> list[str]:
+    """The broken promises. `read_ids`: (msgId, first key) of every record the consumer
+    read, and the wall time it first read it."""
     out: list[str] = []
-    known: list[str] = []
 
     def finding(label: str, items: list[str]) -> None:
         if items:
@@ -92,19 +93,15 @@ def verdict(report: CheckReport, history: History, observed: Observed, *, replic
     gone = [k for k, o in zip(report.consumed_missing, report.consumed_missing_offsets, strict=True)
             if not any(low <= o < high for low, high in observed.truncated_ranges)]
     finding("consumed message(s) no longer stored", gone)
-    skipped = _skipped(report, history, observed, consumed)
-    read = read_offsets if read_offsets is not None else set(consumed.values())
-    read_dropped = any(any(low <= o < high for low, high in observed.truncated_ranges) for o in read)
-    if skipped and read_dropped:
-        # The consumer read a record a node later dropped and skips the message that took its
-        # queue offset: ASYNC_MASTER's window; on a SYNC_MASTER the known gap (a slave, or a
-        # fenced master turning slave, serves its unconfirmed tail: docs/simulation.md).
-        if replication == "SYNC_MASTER":
-            known.append(f"{len(skipped)} acknowledged message(s) the consumer committed past after reading "
-                         f"a dropped record (known gap): {[k for k, _o in skipped][:SHOWN]}")
-        skipped = []
-    finding("acknowledged message(s) the consumer committed past without reading", [k for k, _o in skipped])
-    return out, known
+    # a cut that dropped records the new master holds byte for byte (its epoch file lacked
+    # the epoch they were written in) took nothing: the follower copies them back
+    held = report.nodes[master].records if master in report.nodes else set()
+    finding("record(s) a consumer read that a node later dropped (msgId key)",
+            sorted(f"{m} {k}" for (m, k), at in (read_ids or {}).items()
+                   if (m, k) not in held and any(m in ids and at < cut_at for cut_at, ids in observed.cuts)))
+    finding("acknowledged message(s) the consumer committed past without reading",
+            [k for k, _o in _skipped(report, history, observed, consumed)])
+    return out
 
 
 def _dropped_retry(key: str, history: History, observed: Observed, replication: str) -> bool:

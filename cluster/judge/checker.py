@@ -42,6 +42,9 @@ class NodeReport:
     duplicates: list[str] = attrs.field(factory=list)
     acked_missing: list[str] = attrs.field(factory=list)
     expired: int = 0  # acknowledged, below min_offset: removed by cleanup
+    records: set[tuple[str, str]] = attrs.field(factory=set, repr=False)
+    """(msgId, first key) of the topic's records held (not reported): a msgId names a node and
+    an offset, which a node that cut a record reuses for the next one it stores there."""
 
 
 @attrs.define
@@ -82,6 +85,7 @@ class CheckReport:
             if isinstance(value, list):
                 out[key] = {"count": len(value), "examples": value[:MAX_LISTED]}
         for node in out["nodes"].values():
+            del node["records"]
             for key in ("queue_errors", "duplicates", "acked_missing"):
                 node[key] = {"count": len(node[key]), "examples": node[key][:MAX_LISTED]}
         return out
@@ -122,6 +126,7 @@ def _read_node(name: str, root: str, topic: str, queues: int,
                 rep.queue_errors.append(f"{topic}-{qid}@{q_off}: {rec['error']}")
                 continue
             rep.messages += 1
+            rep.records.add((rec["msgId"], rec["keys"][0] if rec["keys"] else ""))
             for key in rec["keys"]:
                 where.setdefault(key, []).append((qid, q_off))
                 parsed = parse_key(key)

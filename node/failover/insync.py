@@ -5,8 +5,8 @@ promotion goes ahead only for a slave of its master's in-sync set that holds the
 offset, the offset below which consumers may have read (ha/master.py `confirm_limit`).
 Who decides depends on what can still be asked:
 
-- **The master answers** (the slave's HA connection is up and the master's `status`
-  came back): its in-sync set decides, matched by the slave's end of the HA connection
+- **The master answers** (its `status` came back, asked whether or not the slave's HA
+  connection is up): its in-sync set decides, matched by the slave's end of the HA connection
   (the 4.x HA wire names no slave); a slave it cannot name (a proxy or NAT on the HA link)
   is judged by the offsets alone. The master's confirm offset counts too. A slave that
   holds the master's whole log loses nothing, so it passes even when the set left it out

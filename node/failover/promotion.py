@@ -412,11 +412,18 @@ class Failover:
                 self.epoch_changes.bump()
         return True
 
+    def promoted_term(self) -> bool:
+        """The term about to start (or started) begins a new epoch this node was promoted or
+        elected to (its role file's pending epoch)."""
+        role_state = self.term.role_state
+        return role_state is not None and role_state.pending_epoch is not None
+
     async def promotion_check(self, *, ask_master: bool = True) -> WirePromoteCheck:
         """Whether this slave may be promoted without `unclean` (node/failover/insync.py):
         its master's in-sync set and confirm offset when the master answers (its `status`,
-        asked while the HA connection is up and `ask_master`), else the confirm offset it
-        last learned."""
+        asked when `ask_master`, whether or not this slave's HA connection is up: a master
+        that serves while its slaves are away confirms alone what they never got), else the
+        confirm offset it last learned."""
         services = self.term.services
         if services is None:
             raise OpError(Status.SERVICE_NOT_AVAILABLE, "a role change is under way")
@@ -426,7 +433,7 @@ class Failover:
         client = services.ha_client
         master_address = self.term.master.address or self.cfg.master_addr
         master = None
-        if ask_master and client is not None and client.replicating_from() is not None and master_address:
+        if ask_master and master_address:
             answer: StatusReply | None = await self.asker.ask(master_address, GetStatus())
             if answer is not None and answer.role != BrokerRole.SLAVE.value \
                     and answer.broker_name == self.cfg.broker_name:

@@ -342,7 +342,9 @@ async def test_sync_master_flush_slave_timeout_and_slave_not_available(tmp_path)
 
 async def test_a_manual_sync_master_shows_consumers_only_what_a_slave_acknowledged(tmp_path):
     """Manual mode (no controller): while a slave is connected the ConsumeQueues (what
-    consumers read) stop at the slaves' acks; with none connected there is no limit."""
+    consumers read) stop at the slaves' acks; a slave that leaves holds the limit at its last
+    ack for haMaxTimeSlaveNotCatchup (it may be leaving to be promoted); then, with none
+    connected, there is no limit."""
     async with running_master(tmp_path / "m", broker_role=BrokerRole.SYNC_MASTER, slave_timeout=3000) as (
         master,
         ha,
@@ -368,11 +370,14 @@ async def test_a_manual_sync_master_shows_consumers_only_what_a_slave_acknowledg
             assert visible() == 2
             proxy.to_master.open()
             await wait_until(lambda: visible() == 3, what="the put dispatched once the slave's ack came")
+            acked = master.get_max_phy_offset()
+            ha.max_silence_s = 1.5  # haMaxTimeSlaveNotCatchup, short for the test
         await wait_until(lambda: ha.connection_count == 0)
         result = await master.put_message(make_message(3, queue_id=0))
         assert result.status is PutMessageStatus.SLAVE_NOT_AVAILABLE
+        assert ha.visible_end() == acked and visible() == 3  # the departed slave's last ack holds it
+        await wait_until(lambda: visible() == 4, timeout=10, what="the put dispatched once the slave's hold ended")
         assert ha.visible_end() is None  # no slave: consumers go on (SLAVE_NOT_AVAILABLE names the window)
-        await wait_until(lambda: visible() == 4, what="the put dispatched with no slave connected")
         nursery.cancel_scope.cancel()
 
 
@@ -407,19 +412,22 @@ async def test_a_manual_sync_master_with_two_slaves_answers_put_ok_only_when_bot
                 proxy.to_slave.open()
                 await wait_until(caught_up(master, slow))
                 assert (await master.put_message(make_message(2, queue_id=0))).status is PutMessageStatus.PUT_OK
+                ha.max_silence_s = 1.5  # haMaxTimeSlaveNotCatchup, short for the test
             await wait_until(lambda: ha.connection_count == 1, what="the slow slave gone")
             result = await master.put_message(make_message(3, queue_id=0))
             assert result.status is PutMessageStatus.SLAVE_NOT_AVAILABLE  # one of the term's two slaves
             await wait_until(lambda: fast.commit_log.max_offset() >= result.append.end_offset)
-            # the limit follows the slave that is there, so consumers go on
-            await wait_until(lambda: master.get_max_offset_in_queue(TOPIC, 0) == 4, what="dispatched")
+            # the slow slave's last ack holds the limit a while (it may be leaving to be
+            # promoted), then the limit follows the slave that is there, so consumers go on
+            await wait_until(lambda: master.get_max_offset_in_queue(TOPIC, 0) == 4, timeout=10, what="dispatched")
         nursery.cancel_scope.cancel()
 
 
 async def test_an_async_master_shows_consumers_only_what_its_in_sync_slave_holds(tmp_path):
     """The confirm offset in every mode: an ASYNC_MASTER answers PUT_OK at once, but
-    consumers see a record only once every in-sync slave acked it; with none connected
-    (the master alone) there is no limit."""
+    consumers see a record only once every in-sync slave acked it; a slave that leaves
+    holds the limit at its last ack for haMaxTimeSlaveNotCatchup, then (the master alone)
+    there is no limit."""
     async with running_master(tmp_path / "m", broker_role=BrokerRole.ASYNC_MASTER) as (master, ha), \
             trio.open_nursery() as nursery:
         def visible() -> int:
@@ -444,10 +452,13 @@ async def test_an_async_master_shows_consumers_only_what_its_in_sync_slave_holds
             proxy.to_master.open()
             await wait_until(lambda: visible() == 2, what="the put dispatched once the slave's ack came")
             assert ha.confirm_offset() >= result.append.end_offset
+            held = master.get_max_phy_offset()
+            ha.max_silence_s = 1.5  # haMaxTimeSlaveNotCatchup, short for the test
         await wait_until(lambda: ha.connection_count == 0)
-        assert ha.visible_end() is None  # the master alone again
         assert (await master.put_message(make_message(2, queue_id=0))).status is PutMessageStatus.PUT_OK
-        await wait_until(lambda: visible() == 3, what="the put dispatched with no slave connected")
+        assert ha.visible_end() == held  # the slave that left holds the limit at its last ack a while
+        await wait_until(lambda: visible() == 3, timeout=10, what="the put dispatched once the hold ended")
+        assert ha.visible_end() is None  # the master alone again
         nursery.cancel_scope.cancel()
 
 
