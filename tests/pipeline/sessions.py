@@ -13,5 +13,8 @@ from __future__ import annotations
 
 JIT = "-XX:TieredStopAtLevel=1"
 
+SUBMIT_ENV = {"SPARK_SUBMIT_OPTS": JIT}
+"""The same for a `tidemq pipeline` process: the driver JVM spark-submit starts takes it."""
+
 SESSION_CONF = {"spark.ui.showConsoleProgress": "false", "spark.driver.extraJavaOptions": JIT}
 """`local_session(..., **SESSION_CONF)`: a test's local session (its driver runs the tasks)."""
