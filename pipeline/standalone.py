@@ -36,12 +36,14 @@ def spark_class() -> str:
 
 
 class StandaloneCluster:
-    """A master and `workers` workers (`cores` and `memory` each) until the block ends."""
+    """A master and `workers` workers (`cores` and `memory` each) until the block ends;
+    `java_options` are added to their JVMs' options (SPARK_DAEMON_JAVA_OPTS)."""
 
     def __init__(self, workdir: str | Path, *, workers: int = 2, cores: int = 1, memory: str = "1g",
-                 timeout: float = 90.0) -> None:
+                 timeout: float = 90.0, java_options: str = "") -> None:
         self.workdir = Path(workdir)
         self.workers, self.cores, self.memory, self.timeout = workers, cores, memory, timeout
+        self.java_options = java_options
         self.port, self.ui_port = _free_port(), _free_port()
         self.url = f"spark://127.0.0.1:{self.port}"
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []  # (main class, process)
@@ -68,9 +70,9 @@ class StandaloneCluster:
                "SPARK_LOCAL_IP": "127.0.0.1"}
         # the master's and workers' JVMs map Spark's classes from the local session's archive
         # (pipeline.spark_cds; this machine's Java and jars): each starts seconds sooner
-        cds = spark_cds.java_options()
-        if cds:
-            env["SPARK_DAEMON_JAVA_OPTS"] = f"{env.get('SPARK_DAEMON_JAVA_OPTS', '')} {cds}".strip()
+        options = f"{env.get('SPARK_DAEMON_JAVA_OPTS', '')} {self.java_options} {spark_cds.java_options()}".strip()
+        if options:
+            env["SPARK_DAEMON_JAVA_OPTS"] = " ".join(options.split())
         self._spawn("master", [spark_class(), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                                "--port", str(self.port), "--webui-port", str(self.ui_port)], env)
         self._wait(lambda state: state.get("status") == "ALIVE", "the master")

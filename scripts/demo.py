@@ -62,9 +62,14 @@ def cluster_demo(conf: str, base_dir: str) -> int:
         _tidemq("send", "--namesrv", namesrv, "--topic", TOPIC, "--tags", tag, "--keys", key,
                 text.format(f"{run}-{i}"), capture=True)
     seen: set[str] = set()
-    for _attempt in range(5):  # a pull may return fewer than asked; stop once all are back
+    for attempt in range(5):  # a pull may return fewer than asked; stop once all are back
+        # the group has usually committed everything before this run's sends, so the first
+        # try stops at as many messages as were sent instead of idling --timeout-ms after
+        # them; a later try drains whatever else the group had left (a run that failed
+        # before it consumed)
+        most = str(len(keys)) if attempt == 0 else "100"
         out = _tidemq("consume", "--namesrv", namesrv, "--topic", TOPIC, "--group", GROUP,
-                      "--max", "100", "--timeout-ms", "3000", "--commit", capture=True)
+                      "--max", most, "--timeout-ms", "3000", "--commit", capture=True)
         for line in out.splitlines():
             with_keys = json.loads(line) if line.startswith("{") else {}
             seen.update(k for k in with_keys.get("keys", []) or [] if k in keys)

@@ -32,10 +32,11 @@ def _shared_spark() -> Iterator[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def spark(_shared_spark: dict[str, Any]) -> Iterator[Any]:
     from pipeline import local_session
+    from tests.pipeline.sessions import SESSION_CONF
 
     session = _shared_spark.get("session")
     if session is None:
-        session = _shared_spark["session"] = local_session("tidemq-tests", **{"spark.ui.showConsoleProgress": "false"})
+        session = _shared_spark["session"] = local_session("tidemq-tests", **SESSION_CONF)
     conf = dict(session.conf.getAll)
     yield session
     for query in session.streams.active:

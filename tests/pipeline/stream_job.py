@@ -8,11 +8,12 @@ from __future__ import annotations
 import sys
 
 from pipeline import local_session
+from tests.pipeline.sessions import SESSION_CONF
 
 
 def main() -> None:
     namesrv, topic, out, checkpoint = sys.argv[1:5]
-    spark = local_session("tidemq-stream-job", **{"spark.ui.showConsoleProgress": "false"})
+    spark = local_session("tidemq-stream-job", **SESSION_CONF)
     stream = (spark.readStream.format("tidemq").option("namesrv", namesrv).option("topic", topic)
               .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "5").load())
     query = (stream.select("topic", "queue_id", "queue_offset", "body", "properties")

@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from tests.node.nodeproc import REPO
+from tests.pipeline.sessions import SUBMIT_ENV
 from tests.pipeline.test_jobs import msgs
 from tests.store.test_tools import write_store
 
@@ -46,7 +47,8 @@ def _read_until(proc: subprocess.Popen, text: str, timeout: float) -> str:
 def test_a_signalled_job_stops_its_jvm_and_says_so_in_one_line(tmp_path, sig, code, when) -> None:
     store = write_store(tmp_path / "node-a", msgs(20_000 if when == "running" else 40))
     proc = subprocess.Popen([sys.executable, "-m", "tidemq", "pipeline", "stats", str(store.root),
-                             "--master", "local[1]"], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                             "--master", "local[1]"], cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO), **SUBMIT_ENV},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         before = _read_until(proc, "starting Spark" if when == "starting" else "[stats] stage", timeout=120)

@@ -12,6 +12,7 @@ import pytest
 from pipeline import jobs
 from pipeline.standalone import StandaloneCluster
 from tests.pipeline.livenode import master_with_topics
+from tests.pipeline.sessions import JIT, SESSION_CONF
 from tests.store.test_tools import sample_messages, write_store
 
 pytestmark = pytest.mark.slow
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory):
-    cluster = StandaloneCluster(tmp_path_factory.mktemp("standalone"), workers=2)
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("standalone"), workers=2, java_options=JIT)
     with cluster:
         yield cluster
 
@@ -29,11 +30,11 @@ def session(no_shared_spark, standalone):
     from pipeline import local_session, spark_cds
 
     spark = local_session("tidemq-standalone", master=standalone.url, **{
-        "spark.ui.showConsoleProgress": "false", "spark.executor.memory": "512m",
+        **SESSION_CONF, "spark.executor.memory": "512m",
         "spark.scheduler.minRegisteredResourcesRatio": "1.0",  # both executors before the first task
         "spark.scheduler.maxRegisteredResourcesWaitingTime": "60s",
         # the executors' JVMs (on this machine) map Spark's classes from the session's archive
-        "spark.executor.extraJavaOptions": spark_cds.java_options()})
+        "spark.executor.extraJavaOptions": f"{JIT} {spark_cds.java_options()}".strip()})
     yield spark
     spark.stop()
 

@@ -18,11 +18,9 @@ BATCH = 50
 @pytest.fixture(scope="module")
 def spark(no_shared_spark):
     from pipeline import local_session
+    from tests.pipeline.sessions import SESSION_CONF
 
-    session = local_session(
-        "tidemq-task-retry", master="local[1,2]",
-        **{"spark.ui.showConsoleProgress": "false"},
-    )
+    session = local_session("tidemq-task-retry", master="local[1,2]", **SESSION_CONF)
     yield session
     session.stop()
 
