@@ -26,6 +26,7 @@
 | `update-sub-group` | `updateSubGroup` | a consumer group's broker-side settings: consumption on/off, retry limit |
 | `delete-sub-group` | `deleteSubGroup` | drop a consumer group's broker-side settings |
 | `reset-offset` | `resetOffsetByTime` | rewind (or skip) a stopped group's offsets to a time, or `now` |
+| `transactions` | | the open half messages of every master (oldest first) with their check counts |
 | `resume-half` | `resumeCheckHalfMessage` | write half messages discarded after transactionCheckMax checks back as open ones |
 | `promote` | | make a slave its group's master with a new epoch (docs/failover.md) |
 
@@ -219,6 +220,18 @@ def add_admin_commands(subparsers: argparse._SubParsersAction) -> Any:
     reset.add_argument("--force", action="store_true",
                        help="reset even while members are live (they may commit over it)")
     reset.set_defaults(handler=common.admin_command(changes.reset_offset, check=changes.check_reset_offset))
+    open_tx = actions.add_parser(
+        "transactions", help="open half messages (transactions no END ended) on every master",
+        description="The open half messages of every master of -c or -b (else all), oldest first: the "
+        "transaction's origin CommitLog offset (what END and resume-half name), its real topic and queue, "
+        "producer group, transaction id, checks so far, age and when the check service asks next. The "
+        "title line counts every open and discarded one.", conflict_handler="resolve")
+    add_source(open_tx)
+    targets(open_tx)
+    open_tx.add_argument("-t", "--topic", help="only those of this (real) topic")
+    open_tx.add_argument("--limit", type=int, default=1000, metavar="N", help="at most N per master (default 1000)")
+    open_tx.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+    open_tx.set_defaults(handler=common.admin_command(transactions.open_transactions))
     resume = action("resume-half", "resumeCheckHalfMessage",
                     "write half messages the transaction check service discarded (checked transactionCheckMax "
                     "times, now on TRANS_CHECK_MAX_TIME_TOPIC) back as open ones on every master of -c or -b (else "

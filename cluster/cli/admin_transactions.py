@@ -1,4 +1,5 @@
-"""`tidemq admin resume-half`: write half messages the check service discarded (after
+"""`tidemq admin transactions`: the open half messages of every master, with their check
+counts; `tidemq admin resume-half`: write half messages the check service discarded (after
 transactionCheckMax checks, to TRANS_CHECK_MAX_TIME_TOPIC) back as open ones, so checks
 start again from 0 (RocketMQ mqadmin resumeCheckHalfMessage; docs/transactions.md)."""
 
@@ -20,6 +21,22 @@ def check_resume(args: argparse.Namespace) -> None:
         raise UsageError("give --offset or --all, not both")
     if any(o < 0 for o in args.offset or ()):
         raise UsageError("an --offset is a CommitLog offset, >= 0")
+
+
+async def open_transactions(args: argparse.Namespace, admin: Any) -> int:
+    """On every master of -c / -b (else all): its open half messages, oldest first."""
+    rows = []
+    totals = []
+    for b in await admin.masters(**target_brokers(args, brokers_key="brokers")):
+        answer = await admin.transactions(b.address, topic=args.topic, limit=args.limit)
+        totals.append(f"{b.broker_name}: {answer.open} open, {answer.discarded} discarded")
+        rows += [{"broker_name": b.broker_name, **t} for t in answer.transactions]
+    title = "open transactions (" + "; ".join(totals) + ")"
+    if rows or args.json:
+        emit(args, rows, title)
+    else:
+        print(title)  # an empty table prints nothing, not even its title
+    return EXIT_OK
 
 
 async def resume(args: argparse.Namespace, admin: Any) -> int:

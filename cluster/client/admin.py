@@ -59,6 +59,8 @@ from wire.protocol import (
     TopicReply,
     TopicStatus,
     TopicStatusReply,
+    TransactionList,
+    TransactionListReply,
     TransactionResume,
     TransactionResumeReply,
     UpdateBrokerConfig,
@@ -531,6 +533,12 @@ class Admin(_Client):
         return {**attrs.asdict(answer),
                 "broker_name": broker_name, "address": target.address,
                 "start_offset": entries[-1][1] if entries else None}
+
+    async def transactions(self, address: str, *, topic: str | None = None, limit: int = 1000) -> TransactionListReply:
+        """The open half messages of the master at `address` (of `topic`, their real topic, or
+        all), oldest first, at most `limit` (docs/transactions.md)."""
+        reply: TransactionListReply = await self.pool.call(address, TransactionList(topic=topic, limit=limit))
+        return reply
 
     async def transaction_resume(self, address: str, offsets: Iterable[int] | None = None) -> TransactionResumeReply:
         """Write discarded half messages (TRANS_CHECK_MAX_TIME_TOPIC) back as open ones on the

@@ -42,6 +42,8 @@ from wire.protocol import (
     Status,
     TransactionChecksReply,
     TransactionCheckWatch,
+    TransactionList,
+    TransactionListReply,
     TransactionResume,
     TransactionResumeReply,
 )
@@ -53,7 +55,8 @@ from .services import NodeServices, OpError, check_writeable, confirm_write, ref
 
 log = logging.getLogger("tidemq.node")
 
-__all__ = ["CHECKS_PER_ROUND", "check_round", "run_checks", "transaction_check_watch", "transaction_resume"]
+__all__ = ["CHECKS_PER_ROUND", "check_round", "run_checks", "transaction_check_watch", "transaction_list",
+           "transaction_resume"]
 
 CHECKS_PER_ROUND = 256
 """At most this many half messages are checked (or discarded) per round; the rest wait for
@@ -187,6 +190,32 @@ async def transaction_check_watch(s: NodeServices, r: Request, peer: str | None)
                         ", ".join(sorted({str(c["topic"]) for c in refused})))
             still_open = [c for c in still_open if c not in refused]
     return TransactionChecksReply(checks=still_open).to_wire(r.id)
+
+
+async def transaction_list(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    """The open half messages, oldest first (TransactionList): what the check service asks
+    about, with its count and when it asks next."""
+    refuse_on_slave(s, "transaction_list (the master keeps the transactions' state)")
+    f = cast(TransactionList, r.fields)
+    table = s.transactions
+    async with table.lock:
+        table.ensure_loaded(s.store)
+        now_ms = int(time.time() * 1000)
+        halves = sorted((h for h in table.open.values() if f.topic is None or h.real_topic == f.topic),
+                        key=lambda h: h.offset)
+        rows = [{"offset": h.offset, "topic": h.real_topic, "queue_id": _real_queue_id(s, h),
+                 "producer_group": h.producer_group, "transaction_id": h.transaction_id,
+                 "check_times": h.check_times, "age_ms": max(0, now_ms - h.store_timestamp),
+                 "next_check_in_ms": max(0, h.last_touch + _due_after_ms(s.cfg, h) - now_ms)}
+                for h in halves[:f.limit]]
+        return TransactionListReply(transactions=rows, open=len(halves),
+                                    discarded=len(table.discarded)).to_wire(r.id)
+
+
+def _real_queue_id(s: NodeServices, half: OpenHalf) -> int | None:
+    record = s.store.look_message_by_offset(half.offset)
+    qid = record.properties.get(PROPERTY_REAL_QID) if record is not None else None
+    return int(qid) if qid is not None and qid.isdigit() else None
 
 
 async def transaction_resume(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:

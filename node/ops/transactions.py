@@ -44,6 +44,7 @@ from wire.protocol import (
     Request,
     Status,
     TransactionCheckWatch,
+    TransactionList,
     TransactionResume,
     WireRequest,
 )
@@ -51,7 +52,7 @@ from wire.protocol import (
 from ..tables.topics import DEFAULT_PERM
 from ..tables.transactions import Ended, OpenHalf, TransactionTable
 from .services import NodeServices, OpError, check_writeable, confirm_write, refuse_on_slave
-from .transaction_checks import transaction_check_watch, transaction_resume
+from .transaction_checks import transaction_check_watch, transaction_list, transaction_resume
 
 __all__ = ["TRANSACTION_HANDLERS", "check_sendable", "half_of", "note_prepared"]
 
@@ -210,5 +211,6 @@ def _status_of(appended: Appended) -> Status:
 TRANSACTION_HANDLERS: dict[type[WireRequest], Callable[[NodeServices, Request, str | None], Awaitable[dict[str, Any]]]] = {
     EndTransaction: _end_transaction,
     TransactionCheckWatch: transaction_check_watch,
+    TransactionList: transaction_list,
     TransactionResume: transaction_resume,
 }

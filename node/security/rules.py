@@ -145,6 +145,7 @@ RULES: dict[str, str | Callable[[Any], list[Need]]] = {
     # group (producer_heartbeat); the checks carry the half messages (docs/transactions.md)
     "transaction_check_watch": ANY_ACCOUNT,  # each check needs PUB on its topic (Request.publisher)
     "transaction_resume": ADMIN,
+    "transaction_list": ADMIN,
     # the node itself
     "status": ANY_ACCOUNT,
     "epoch": ANY_ACCOUNT,

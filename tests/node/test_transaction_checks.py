@@ -16,7 +16,7 @@ from node.ops.transaction_checks import check_round
 from tests.node.test_ops import serving_ops
 from tests.node.test_transactions import GROUP, conf_of, create_topic, end, prepare
 from tests.waiting import wait_until
-from wire.protocol import Request, TransactionCheckWatch, TransactionResume
+from wire.protocol import Request, TransactionCheckWatch, TransactionList, TransactionResume
 
 
 def all_due(services) -> bool:
@@ -47,6 +47,15 @@ async def test_a_round_is_bounded_oldest_first_and_counts_in_the_log(tmp_path, m
             (b"order 0", 1), (b"order 0", 2), (b"order 2", 1)], "the ended one's check is not handed out"
         assert all(c["origin_offset"] != immune.commitlog_offset for c in answer.checks), "immune for an hour"
 
+        listed = await conn.call(TransactionList())
+        assert (listed.open, listed.discarded) == (3, 0)
+        assert [(t["offset"], t["topic"], t["queue_id"], t["producer_group"], t["check_times"])
+                for t in listed.transactions] == [
+            (halves[0].commitlog_offset, "Orders", 1, GROUP, 2), (halves[2].commitlog_offset, "Orders", 1, GROUP, 1),
+            (immune.commitlog_offset, "Orders", 1, GROUP, 0)], "oldest first, with their counts"
+        assert listed.transactions[2]["next_check_in_ms"] > 3_000_000  # immune for an hour
+        assert (await conn.call(TransactionList(topic="Other"))).transactions == []
+        assert len((await conn.call(TransactionList(limit=1))).transactions) == 1
         await wait_until(lambda: all_due(services), what="the copies due")
         await check_round(services)  # order 0 (2 checks: discarded), order 2 (second check)
         state = services.transactions.status()

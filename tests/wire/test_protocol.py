@@ -205,6 +205,7 @@ MINIMAL = {
                         "outcome": "COMMIT"},
     "transaction_check_watch": {"group": "PG", "client_id": "c1"},
     "transaction_resume": {},
+    "transaction_list": {},
 }
 
 

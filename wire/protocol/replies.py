@@ -43,7 +43,7 @@ __all__ = [
     "CountMessagesReply", "DeletedFilesReply", "EmptyReply", "EndTransactionReply", "EpochReply", "LockReply",
     "MembersReply", "MessageReply", "MessagesReply", "OffsetListReply", "OffsetReply", "ProducerListReply",
     "ProducerUnregisterReply", "PromoteCheckReply", "PromoteReply", "PullReply", "TransactionChecksReply",
-    "TransactionResumeReply",
+    "TransactionListReply", "TransactionResumeReply",
     "ReplyError", "SendBackReply", "StatsAllReply", "SubGroupDeleteReply", "SubGroupListReply", "SubGroupReply",
     "SendBatchReply", "SendReply", "StatusReply", "TopicDeleteReply", "TopicListReply", "TopicReply",
     "TopicStatusReply", "WireControllerView", "WireDiskUsage", "WireGroupRoute", "WireHAClient", "WireHASlave", "WireHAView", "WireMessage", "WireNodeStats", "WirePromoteCheck", "WireQueueData", "WireReply", "WireRouteBroker", "WireTruncation", "WireValue", "WritePermReply", "nested",
@@ -161,6 +161,18 @@ class TransactionChecksReply(WireReply):
     `transaction_id`, `topic`, `queue_id` (the real ones), `body`, `properties`, `check_times`."""
 
     checks: list[dict[str, Any]]
+
+
+@attrs.define(kw_only=True)
+class TransactionListReply(WireReply):
+    """`transaction_list`: open half messages (maps of `offset`, the transaction's origin
+    CommitLog offset; `topic`, `queue_id`, the real ones; `producer_group`; `transaction_id`;
+    `check_times`; `age_ms`, since it was prepared; `next_check_in_ms`, 0 when due), and how
+    many there are in all (`open`, beyond `limit` too) and how many were discarded."""
+
+    transactions: list[dict[str, Any]]
+    open: int
+    discarded: int
 
 
 @attrs.define(kw_only=True)

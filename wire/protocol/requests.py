@@ -90,6 +90,7 @@ from .replies import (
     TopicReply,
     TopicStatusReply,
     TransactionChecksReply,
+    TransactionListReply,
     TransactionResumeReply,
     WritePermReply,
 )
@@ -170,7 +171,7 @@ __all__ = [
     "BrokerWritePerm", "GetBrokerConfig", "UpdateBrokerConfig",
     "CountMessages", "DeleteExpiredFiles", "EndTransaction", "Epoch", "FetchOffset", "GetByMsgId", "MaxOffset",
     "MinOffset", "GetStatus", "OffsetByTime", "OffsetList", "ProducerHeartbeat", "ProducerList", "ProducerUnregister",
-    "Promote", "PromoteCheck", "Pull", "TransactionCheckWatch", "TransactionResume",
+    "Promote", "PromoteCheck", "Pull", "TransactionCheckWatch", "TransactionList", "TransactionResume",
     "QueryByKey", "Send", "SendBatch", "StatsAll", "SubGroupDelete", "SubGroupList",
     "SubGroupUpdate", "TopicCreate",
     "TopicDelete", "TopicList", "TopicStatus", "parse_request", "parse_tag_filter",
@@ -458,6 +459,18 @@ def _check_offsets(v: list[int]) -> str | None:
 
 
 @attrs.define(kw_only=True)
+class TransactionList(WireRequest):
+    """The node's open half messages (no END ended them yet), oldest first, at most `limit`,
+    of `topic` (their real topic) or all: an operator's view of what the check service will
+    ask about (docs/transactions.md)."""
+
+    OP = "transaction_list"
+    REPLY = TransactionListReply
+    topic: str | None = wire(STR, check_topic, default=None)
+    limit: int = wire(INT, value_range(1, 100_000), default=1000)
+
+
+@attrs.define(kw_only=True)
 class TransactionResume(WireRequest):
     """Write discarded half messages (TRANS_CHECK_MAX_TIME_TOPIC) back as open ones, their
     check count at 0: those whose transaction's origin CommitLog offset is in `offsets`, or
@@ -595,7 +608,7 @@ NODE_REQUESTS: dict[str, type[WireRequest]] = {cls.OP: cls for cls in (
     CommitOffset, FetchOffset, OffsetList, TopicCreate, TopicDelete, TopicList,
     ConsumerHeartbeat, ConsumerWatch, ConsumerUnregister, ConsumerList, ConsumerLock, ConsumerUnlock,
     ConsumerSendBack, SubGroupUpdate, SubGroupList, SubGroupDelete, EndTransaction, TransactionCheckWatch,
-    TransactionResume, ProducerHeartbeat, ProducerUnregister, ProducerList, GetStatus, DeleteExpiredFiles, Epoch,
+    TransactionList, TransactionResume, ProducerHeartbeat, ProducerUnregister, ProducerList, GetStatus, DeleteExpiredFiles, Epoch,
     Promote, PromoteCheck, CountMessages, TopicStatus, GetBrokerConfig, UpdateBrokerConfig,
     BrokerWritePerm, StatsAll)}
 """The node's op table: op name → request class."""
