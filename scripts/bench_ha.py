@@ -1,8 +1,10 @@
 """`scripts/bench ha`: replication over loopback with the slave in its own OS process.
 
 Measures catch-up throughput (MB/s) of a slave joining a filled master, put latency
-p50/p99 and puts/s for ASYNC_MASTER and SYNC_MASTER with 1 and 16 producers, and the
-slave's lag (bytes) sampled under the steady 16-producer load. Each figure is the median
+p50/p99 and puts/s for ASYNC_MASTER and SYNC_MASTER with 1 and 16 producers, the
+slave's lag (bytes) sampled under the steady 16-producer load, and the delivery latency
+(a put's start to its ConsumeQueue unit: what a consumer may read) per mode with the
+confirm offset (the default) and with readUnCommitted (the limit off: RocketMQ 4's way). Each figure is the median
 of `--runs` runs (every run's value is listed too): this 2-core VM's timing varies by tens
 of percent from one run to the next. Prints JSON.
 """
@@ -169,19 +171,60 @@ async def put_latency(work: str, role: str, producers: int, count: int, run: int
     }
 
 
+async def delivery_latency(work: str, role: str, read_un_committed: bool, count: int, run: int = 0) -> dict:
+    """One producer's puts, each timed from its start until its unit is in the ConsumeQueue
+    (dispatched, so readable), with a slave connected: the confirm offset makes a record
+    wait for the slave's ack in every mode (issue 42); readUnCommitted turns that off."""
+    body = os.urandom(1024)
+    name = f"d-{role.lower()}-{int(read_un_committed)}-{run}"
+    config = _config(os.path.join(work, name + "-m"), role, read_un_committed=read_un_committed)
+    async with open_store(config) as master, trio.open_nursery() as nursery:
+        ha = HAService(master.replica_log, master.config, port=0)
+        await nursery.start(ha.run)
+        proc = _start_slave(os.path.join(work, name + "-s"), ha.port)
+        latencies: list[float] = []
+        try:
+            await _wait(lambda: ha.connection_count > 0 and ha.push2slave_max_offset >= 0, 30)
+            for i in range(count):
+                queue_id = i % 4
+                t = time.perf_counter()
+                r = await master.put_message(Message("BenchHA", body, queue_id=queue_id))
+                assert r.append is not None
+                while master.get_max_offset_in_queue("BenchHA", queue_id) <= r.append.queue_offset:
+                    await master.reput.wait_dispatched("BenchHA", queue_id)
+                latencies.append(time.perf_counter() - t)
+        finally:
+            proc.kill()
+            proc.wait()
+        nursery.cancel_scope.cancel()
+    _remove_stores(work, name)
+    return {"role": role, "read_un_committed": read_un_committed, "puts": len(latencies),
+            "p50_ms": round(_pct(latencies, 0.50) * 1000, 3), "p99_ms": round(_pct(latencies, 0.99) * 1000, 3)}
+
+
+async def delivery_runs(work: str, count: int, runs: int) -> list[dict]:
+    """Delivery latency per mode, confirm offset on and off, runs interleaved (as the puts'),
+    `count` / 10 puts each; the median run's figures."""
+    setups = [(role, unc) for role in ("ASYNC_MASTER", "SYNC_MASTER") for unc in (False, True)]
+    measured: dict[tuple[str, bool], list[dict]] = {setup: [] for setup in setups}
+    for i in range(runs):
+        for role, unc in setups:
+            measured[(role, unc)].append(await delivery_latency(work, role, unc, max(1, count // 10), i))
+    return [_median_run(measured[setup], "p50_ms", "runs_p50_ms") for setup in setups]
+
+
 async def catch_up_runs(work: str, mb: int, body_bytes: int, runs: int) -> dict:
     """`runs` catch-ups (fresh stores each); the median run's figures, and every run's MB/s."""
     return _median_run([await catch_up(work, mb, body_bytes, i) for i in range(runs)], "mb_per_s", "runs_mb_per_s")
 
 
-async def bench(work: str, mb: int, count: int, runs: int) -> dict:
-    out = {
-        "benchmark": "ha",
-        "message_body_bytes": 1024,
-        # the slave acks once the bytes are in its log; its dispatch (ConsumeQueue + index
-        # per record) shares the event loop and finishes later with small records
-        "catch_up": [await catch_up_runs(work, mb, 1024, runs), await catch_up_runs(work, mb, 16 * 1024, runs)],
-    }
+async def bench(work: str, mb: int, count: int, runs: int, only_delivery: bool = False) -> dict:
+    out: dict = {"benchmark": "ha", "message_body_bytes": 1024}
+    if only_delivery:
+        return {**out, "delivery": await delivery_runs(work, count, runs)}
+    # the slave acks once the bytes are in its log; its dispatch (ConsumeQueue + index per
+    # record) shares the event loop and finishes later with small records
+    out["catch_up"] = [await catch_up_runs(work, mb, 1024, runs), await catch_up_runs(work, mb, 16 * 1024, runs)]
     # runs interleave the four set-ups, so a slow spell of the machine hits them alike;
     # each figure is the median run's, with every run's puts/s listed
     setups = [(role, producers) for role in ("ASYNC_MASTER", "SYNC_MASTER") for producers in (1, 16)]
@@ -192,6 +235,7 @@ async def bench(work: str, mb: int, count: int, runs: int) -> dict:
     out["puts"] = [_median_run(results[setup], "puts_per_s", "runs_puts_per_s") for setup in setups]
     by = {(p["role"], p["producers"]): p["puts_per_s"] for p in out["puts"]}
     out["sync_vs_async_at_16"] = round(by[("SYNC_MASTER", 16)] / by[("ASYNC_MASTER", 16)], 2)
+    out["delivery"] = await delivery_runs(work, count, runs)
     out["aims"] = {"sync_vs_async_at_16": 0.5, "catch_up_mb_per_s": 200}
     return out
 
@@ -206,12 +250,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--puts", type=int, default=20000, help="puts per latency run")
     parser.add_argument("--runs", type=int, default=3,
                         help="runs of each catch-up and put set-up (the median run is reported)")
+    parser.add_argument("--only-delivery", action="store_true",
+                        help="only the delivery latency (confirm offset on and off, per mode)")
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be >= 1")
     work = tempfile.mkdtemp(prefix="tidemq-bench-ha-")
     try:
-        print(json.dumps(trio.run(bench, work, args.catch_up_mb, args.puts, args.runs), indent=2))
+        print(json.dumps(trio.run(bench, work, args.catch_up_mb, args.puts, args.runs, args.only_delivery), indent=2))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
