@@ -211,6 +211,10 @@ class HAService:
         self._ack_waiters = OffsetWaiters()  # RocketMQ's GroupTransferService: SYNC_MASTER puts
         self._data_event = trio.Event()  # replaced (after set) on an append while writers wait
         self._writers_waiting = 0
+        self.missed_wakeups = 0
+        """Writer waits that ran to WAKEUP_FALLBACK_S while records to send were there: an
+        append that happened while the writer was busy and did not wake it (each costs a
+        SYNC_MASTER put, or a record's delivery, up to 100 ms)."""
 
     # ---- Replicator protocol ------------------------------------------------------------
     @property
@@ -657,6 +661,7 @@ class HAService:
         # a caught-up slave gets a heartbeat at once, not after haSendHeartbeatInterval: a
         # tidemq slave offers the extension on its first frame, and commits wait until it did
         last_write = trio.current_time() - heartbeat_s
+        timed_out = False
         while True:
             confirm = b""  # a new confirm offset rides in the same write as the next frames
             if conn.extension and (offset := self.confirm_offset()) > conn.confirm_sent:
@@ -664,6 +669,9 @@ class HAService:
             if conn.offsets_pending_seq:  # and so do commits of consumer offsets
                 confirm += self._take_offsets(conn)
             size, frame = self._read_batch(next_offset, batch_size, confirm)
+            if size and timed_out:
+                self.missed_wakeups += 1  # appended while this writer was not waiting yet
+            timed_out = False
             if size:
                 await stream.send_all(frame)
                 next_offset += size
@@ -672,6 +680,7 @@ class HAService:
                 continue
             if confirm:
                 await stream.send_all(confirm)
+                continue  # an append during the send did not wake this writer: look again
             if next_offset < self.log.start():
                 log.warning(
                     "slave %s needs offset %d but the master's log now starts at %d; closing",
@@ -686,7 +695,7 @@ class HAService:
                 continue
             # an absolute deadline: `heartbeat_s - idle` can be a few ulps, a timeout that ends
             # before the clock moves (a MockClock then never reaches the heartbeat: a spin)
-            await self._wait_for_data(min(now + WAKEUP_FALLBACK_S, due))
+            timed_out = not await self._wait_for_data(min(now + WAKEUP_FALLBACK_S, due))
 
     def _read_batch(self, offset: int, batch_size: int, prefix: bytes = b"") -> tuple[int, bytes]:
         """(bytes of CommitLog, wire bytes) for up to SEND_BYTES in frames of at most
@@ -715,11 +724,13 @@ class HAService:
                 view.release()
             return total, data
 
-    async def _wait_for_data(self, deadline: float) -> None:
-        """Until an append or `deadline` (trio time)."""
+    async def _wait_for_data(self, deadline: float) -> bool:
+        """Until an append (True) or `deadline` (trio time; False)."""
         self._writers_waiting += 1
         try:
             with trio.move_on_at(deadline):
                 await self._data_event.wait()
+                return True
+            return False
         finally:
             self._writers_waiting -= 1

@@ -815,3 +815,24 @@ async def test_a_tidemq_slave_of_a_rocketmq_4x_master_sends_only_reports_and_ser
     reports = ReportDecoder().feed(bytes(received))
     assert len(received) % 8 == 0 and all(r >= 0 for r in reports)
     assert reports[:4] == [0, end, 0, end]  # first report, then the offer
+
+
+async def test_an_append_during_a_confirm_only_write_wakes_the_writer(tmp_path):
+    """With a tidemq slave, each ack moves the confirm offset and the caught-up writer sends
+    it alone; a put appended while that write is under way must be sent at once, not after
+    the writer's 100 ms fallback (sequential SYNC_MASTER puts, each read back once
+    dispatched, hit it every other put: 102 ms a delivery)."""
+    async with running_master(tmp_path / "m", broker_role=BrokerRole.SYNC_MASTER, slave_timeout=3000) as (
+        master,
+        ha,
+    ), running_slave(tmp_path / "s", ha.port):
+        await slaves_joined(ha)
+        assert (await master.put_message(make_message(0, queue_id=0))).status is PutMessageStatus.PUT_OK
+        # a slave offers the extension once it holds a record
+        await wait_until(lambda: any(c.extension for c in ha._connections), what="the slave took the extension")
+        for i in range(1, 31):
+            result = await master.put_message(make_message(i, queue_id=0))
+            assert result.status is PutMessageStatus.PUT_OK
+            while master.get_max_offset_in_queue(TOPIC, 0) <= result.append.queue_offset:
+                await master.reput.wait_dispatched(TOPIC, 0)
+        assert ha.missed_wakeups == 0
