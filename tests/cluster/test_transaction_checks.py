@@ -165,6 +165,9 @@ async def test_check_max_discards_and_the_admin_action_resumes(tmp_path, nodes):
 
     listed = await trio.to_thread.run_sync(lambda: cli("admin", "transactions", "--broker", addr))
     assert listed.returncode == 0 and "0 open, 1 discarded" in listed.stdout.decode(), listed.stderr.decode()
+    other = await trio.to_thread.run_sync(lambda: cli("admin", "transactions", "--broker", addr, "-t", "Other",
+                                                      "--json"))  # (the listing's rows: tests/node/)
+    assert other.returncode == 0 and other.stdout.decode() == ""
     bad = await trio.to_thread.run_sync(lambda: cli("admin", "resume-half", "--broker", addr))
     assert bad.returncode == 2 and "--offset" in bad.stderr.decode()
     none = await trio.to_thread.run_sync(lambda: cli("admin", "resume-half", "--broker", addr, "--offset", "7"))
@@ -176,9 +179,6 @@ async def test_check_max_discards_and_the_admin_action_resumes(tmp_path, nodes):
     assert (row["resumed"], row["not_resumed"]) == ([origin], [])
     t = await transactions_of(addr)
     assert (t["discarded"], t["open"], t["checks"]) == (0, 1, 0), "open again, count back at 0"
-    other = await trio.to_thread.run_sync(lambda: cli("admin", "transactions", "--broker", addr, "-t", "Other",
-                                                      "--json"))  # (the listing itself: tests/node/)
-    assert other.returncode == 0 and other.stdout.decode() == ""
 
     async with producer(addr, lambda check: "COMMIT"):
         await wait_until(lambda: bodies(addr, "TxMax"), what="the resumed transaction committed by a check")
