@@ -12,6 +12,7 @@ of percent from one run to the next. Prints JSON.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -20,12 +21,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 
 import trio
 
 from ha.master import HAService
 from ha.slave import HAClient
 from store import Message, StoreConfig, open_store
+from store.message_store import MessageStore
 
 SEGMENT = 256 * 1024 * 1024
 
@@ -120,47 +123,54 @@ async def catch_up(work: str, mb: int, body_bytes: int, run: int = 0) -> dict:
             "slave_dispatch_mb_per_s": round(total / 2**20 / dispatched, 1)}
 
 
-async def put_latency(work: str, role: str, producers: int, count: int, run: int = 0) -> dict:
-    body = os.urandom(1024)
-    name = f"{role.lower()}-{producers}-{run}"
-    async with open_store(_config(os.path.join(work, name + "-m"), role)) as master, \
-            trio.open_nursery() as nursery:
+@contextlib.asynccontextmanager
+async def _with_slave(work: str, name: str, config: StoreConfig) -> AsyncIterator[tuple[MessageStore, HAService]]:
+    """A master store with its HA service and a connected slave in its own process; the
+    slave is killed and both stores removed afterwards."""
+    async with open_store(config) as master, trio.open_nursery() as nursery:
         ha = HAService(master.replica_log, master.config, port=0)
         await nursery.start(ha.run)
         proc = _start_slave(os.path.join(work, name + "-s"), ha.port)
-        lags: list[int] = []
         try:
             await _wait(lambda: ha.connection_count > 0 and ha.push2slave_max_offset >= 0, 30)
-            latencies: list[float] = []
-            statuses: dict[str, int] = {}
-
-            async def producer(k: int) -> None:
-                for i in range(count // producers):
-                    t = time.perf_counter()
-                    r = await master.put_message(Message("BenchHA", body, queue_id=(k + i) % 4))
-                    latencies.append(time.perf_counter() - t)
-                    statuses[r.status.value] = statuses.get(r.status.value, 0) + 1
-
-            async def sample_lag(cancel: trio.CancelScope) -> None:
-                with cancel:
-                    while True:
-                        lags.append(master.get_max_phy_offset() - ha.push2slave_max_offset)
-                        await trio.sleep(0.02)  # poll: lag sampling
-
-            t0 = time.perf_counter()
-            sampler = trio.CancelScope()
-            async with trio.open_nursery() as inner:
-                inner.start_soon(sample_lag, sampler)
-                async with trio.open_nursery() as prods:
-                    for k in range(producers):
-                        prods.start_soon(producer, k)
-                sampler.cancel()
-            seconds = time.perf_counter() - t0
+            yield master, ha
         finally:
             proc.kill()
             proc.wait()
         nursery.cancel_scope.cancel()
     _remove_stores(work, name)
+
+
+async def put_latency(work: str, role: str, producers: int, count: int, run: int = 0) -> dict:
+    body = os.urandom(1024)
+    name = f"{role.lower()}-{producers}-{run}"
+    lags: list[int] = []
+    latencies: list[float] = []
+    statuses: dict[str, int] = {}
+    async with _with_slave(work, name, _config(os.path.join(work, name + "-m"), role)) as (master, ha):
+
+        async def producer(k: int) -> None:
+            for i in range(count // producers):
+                t = time.perf_counter()
+                r = await master.put_message(Message("BenchHA", body, queue_id=(k + i) % 4))
+                latencies.append(time.perf_counter() - t)
+                statuses[r.status.value] = statuses.get(r.status.value, 0) + 1
+
+        async def sample_lag(cancel: trio.CancelScope) -> None:
+            with cancel:
+                while True:
+                    lags.append(master.get_max_phy_offset() - ha.push2slave_max_offset)
+                    await trio.sleep(0.02)  # poll: lag sampling
+
+        t0 = time.perf_counter()
+        sampler = trio.CancelScope()
+        async with trio.open_nursery() as inner:
+            inner.start_soon(sample_lag, sampler)
+            async with trio.open_nursery() as prods:
+                for k in range(producers):
+                    prods.start_soon(producer, k)
+            sampler.cancel()
+        seconds = time.perf_counter() - t0
     return {
         "role": role, "producers": producers, "puts": len(latencies),
         "puts_per_s": round(len(latencies) / seconds),
@@ -178,26 +188,16 @@ async def delivery_latency(work: str, role: str, read_un_committed: bool, count:
     body = os.urandom(1024)
     name = f"d-{role.lower()}-{int(read_un_committed)}-{run}"
     config = _config(os.path.join(work, name + "-m"), role, read_un_committed=read_un_committed)
-    async with open_store(config) as master, trio.open_nursery() as nursery:
-        ha = HAService(master.replica_log, master.config, port=0)
-        await nursery.start(ha.run)
-        proc = _start_slave(os.path.join(work, name + "-s"), ha.port)
-        latencies: list[float] = []
-        try:
-            await _wait(lambda: ha.connection_count > 0 and ha.push2slave_max_offset >= 0, 30)
-            for i in range(count):
-                queue_id = i % 4
-                t = time.perf_counter()
-                r = await master.put_message(Message("BenchHA", body, queue_id=queue_id))
-                assert r.append is not None
-                while master.get_max_offset_in_queue("BenchHA", queue_id) <= r.append.queue_offset:
-                    await master.reput.wait_dispatched("BenchHA", queue_id)
-                latencies.append(time.perf_counter() - t)
-        finally:
-            proc.kill()
-            proc.wait()
-        nursery.cancel_scope.cancel()
-    _remove_stores(work, name)
+    latencies: list[float] = []
+    async with _with_slave(work, name, config) as (master, _ha):
+        for i in range(count):
+            queue_id = i % 4
+            t = time.perf_counter()
+            r = await master.put_message(Message("BenchHA", body, queue_id=queue_id))
+            assert r.append is not None
+            while master.get_max_offset_in_queue("BenchHA", queue_id) <= r.append.queue_offset:
+                await master.reput.wait_dispatched("BenchHA", queue_id)
+            latencies.append(time.perf_counter() - t)
     return {"role": role, "read_un_committed": read_un_committed, "puts": len(latencies),
             "p50_ms": round(_pct(latencies, 0.50) * 1000, 3), "p99_ms": round(_pct(latencies, 0.99) * 1000, 3)}
 
