@@ -31,6 +31,7 @@ a RocketMQ 4.9 slave sends it about 5 s after connecting.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable
 
 import attrs
@@ -368,11 +369,7 @@ class HAService:
     async def _expire_departed(self) -> None:
         """Move the visibility limit on when a departed slave's hold ends (`_departed_acks`)."""
         while True:
-            due = min((at + self.max_silence_s for _ack, at in self._departed.values()), default=None)
-            if due is None:
-                await self._departed_changed.wait()
-                self._departed_changed = trio.Event()
-                continue
+            due = min((at + self.max_silence_s for _ack, at in self._departed.values()), default=math.inf)
             with trio.move_on_at(due + 0.001):  # just past it: `_departed_acks` drops it then
                 await self._departed_changed.wait()
                 self._departed_changed = trio.Event()
