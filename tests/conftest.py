@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
 from cluster.launch.etcd_server import EtcdServer, etcd_binary
+from cluster.launch.layout import FREE_PORTS, FREE_PORTS_ENV
 from tests import examples  # noqa: F401 (registers the `quick` hypothesis profile before it loads)
 from tests.node.nodeproc import Nodes
+
+
+def _own_port_slice() -> None:
+    """Each xdist worker (and every process it starts) draws free ports from its own slice
+    of FREE_PORTS: workers remember only their own hand-outs, and CI once saw a node fail
+    to bind a port the other worker had chosen for its own cluster a moment before."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not worker.startswith("gw") or not count.isdigit() or FREE_PORTS_ENV in os.environ:
+        return
+    size = len(FREE_PORTS) // max(1, int(count))
+    lo = FREE_PORTS.start + int(worker[2:]) * size
+    os.environ[FREE_PORTS_ENV] = f"{lo}-{lo + size - 1}"
+
+
+_own_port_slice()
 
 
 @pytest.fixture

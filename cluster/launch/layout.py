@@ -106,6 +106,24 @@ outgoing connection cannot take a port between its choice and the server's bind 
 from bind(0) is an ephemeral one: CI saw "Address already in use"), and below conf/'s
 30876-30968, so a default cluster can run beside."""
 
+FREE_PORTS_ENV = "TIDEMQ_FREE_PORTS"
+"""`LO-HI` (inclusive) narrows FREE_PORTS for this process and its children: processes that
+choose ports side by side (test workers) each get their own slice, since each remembers
+only the ports it handed out itself."""
+
+
+def _free_port_range() -> range:
+    spec = os.environ.get(FREE_PORTS_ENV, "")
+    if not spec:
+        return FREE_PORTS
+    try:
+        lo, hi = (int(x) for x in spec.split("-"))
+    except ValueError:
+        raise LayoutError(f"{FREE_PORTS_ENV}={spec!r}: expected LO-HI, e.g. 20000-24999") from None
+    if not 1024 <= lo <= hi <= 65535:
+        raise LayoutError(f"{FREE_PORTS_ENV}={spec!r}: expected 1024 <= LO <= HI <= 65535")
+    return range(lo, hi + 1)
+
 
 _HANDED_OUT: collections.deque[int] = collections.deque(maxlen=2000)
 """Ports this process handed out lately: a port chosen but not yet bound (a node's config
@@ -114,14 +132,14 @@ written before it starts) must not be handed out again to the next caller."""
 
 def free_ports(n: int) -> list[int]:
     """`n` distinct ports free right now (held together, so never repeated) and not handed
-    out lately by this process: drawn from FREE_PORTS, or from the OS (bind to port 0) when
+    out lately by this process: drawn from FREE_PORTS (or TIDEMQ_FREE_PORTS), or from the OS (bind to port 0) when
     fifty draws in a row were taken."""
-    draw = random.SystemRandom()
+    draw, pool = random.SystemRandom(), _free_port_range()
     with contextlib.ExitStack() as stack:
         ports: list[int] = []
         misses = 0
         while len(ports) < n:
-            port = draw.choice(FREE_PORTS) if misses < 50 else 0
+            port = draw.choice(pool) if misses < 50 else 0
             if port in _HANDED_OUT:
                 misses += 1
                 continue

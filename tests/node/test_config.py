@@ -499,15 +499,29 @@ def test_free_ports_come_from_below_the_ephemeral_range_and_fall_back_to_the_os(
     from cluster.launch import layout
 
     ports = layout.free_ports(8)
-    assert len(set(ports)) == 8 and all(p in layout.FREE_PORTS for p in ports)
+    assert len(set(ports)) == 8 and all(p in layout._free_port_range() for p in ports)
     for p in ports:
         with socket.socket() as s:
             s.bind(("127.0.0.1", p))
     with socket.socket() as held:
         held.bind(("127.0.0.1", ports[0]))
-        monkeypatch.setattr(layout, "FREE_PORTS", range(ports[0], ports[0] + 1))  # the only one, taken
+        monkeypatch.setenv(layout.FREE_PORTS_ENV, f"{ports[0]}-{ports[0]}")  # the only one, taken
         fallback = layout.free_port()
     assert fallback != ports[0] and fallback not in range(20000, 30000)
+
+
+def test_free_ports_keep_to_the_slice_the_environment_names(monkeypatch):
+    """TIDEMQ_FREE_PORTS narrows the draw (test workers each get a slice); a malformed
+    value is a clear error, not a silent fallback to the whole range."""
+    from cluster.launch import layout
+
+    lo = layout.free_ports(1)[0]
+    monkeypatch.setenv(layout.FREE_PORTS_ENV, f"{lo}-{lo + 199}")
+    assert all(lo <= p < lo + 200 for p in layout.free_ports(5))
+    for bad in ("20000", "x-y", "30000-20000", "80-90"):
+        monkeypatch.setenv(layout.FREE_PORTS_ENV, bad)
+        with pytest.raises(layout.LayoutError, match="TIDEMQ_FREE_PORTS"):
+            layout.free_port()
 
 
 def test_free_port_never_hands_out_a_port_twice_in_a_row_of_calls():
