@@ -155,7 +155,7 @@ class HAService:
                  secure_accept: Callable[[trio.SocketStream], Awaitable[trio.abc.Stream | None]] | None = None,
                  net: Network = TCP, max_gap: int = DEFAULT_MAX_GAP,
                  max_silence_s: float = DEFAULT_MAX_SILENCE_S,
-                 offset_table: Callable[[], list[OffsetCommit]] | None = None,
+                 offset_table: Callable[[], list[OffsetCommit] | None] | None = None,
                  hold_start: bool = False) -> None:
         self.net = net  # where connections come from (ha/net.py): TCP, or a simulated network
         self.secure_accept = secure_accept
@@ -204,7 +204,10 @@ class HAService:
         """Called when a slave connects or disconnects (fencing counts the slaves of a term)."""
         self.offset_table = offset_table
         """The node's committed consumer offsets, sent whole to each tidemq slave that takes
-        the extension, then commit by commit (`offsets_committed`); None: none are sent."""
+        the extension, then commit by commit (`offsets_committed`); None: none are sent.
+        It answers None while the node's table is not the group's (an etcd-mode candidate:
+        a slave would replace its fresher table with a restarted node's file); `offsets_ready`
+        streams it once it is."""
         self.offsets_seq = 1
         """The master's commit sequence number: batch `offsets_seq` holds every commit so far."""
         self._offsets_acked = trio.Event()  # set (and replaced) on each offsets ack
@@ -281,6 +284,17 @@ class HAService:
         pulls the table every 10 s (node/slave_sync.py)."""
         return sorted(c.address for c in self.members()
                       if (c.offsets_acked < seq if c.offsets_streamed else self._may_offer(c)))
+
+    def members_away(self) -> list[str]:
+        """The slaves a SYNC_MASTER's commit must reach that are not connected, counted as a
+        put counts them (`is_slave_ok`): etcd mode, members of the published set; manual
+        mode, connections short of `acks_needed` (the one that left a moment ago may be the
+        slave being promoted, which then lacks the commit)."""
+        if self.on_ack_timeout is not None:
+            connected = {c.address for c in self._connections}
+            return sorted(a for a in self.ack_members or () if a not in connected)
+        short = max(self.acks_needed(), 1) - self.connection_count
+        return [f"({short} slave(s) not connected)"] if short > 0 else []
 
     def _may_offer(self, conn: HAConnection) -> bool:
         """`conn` may yet be a tidemq slave that takes offsets (an empty one offers with its
@@ -600,12 +614,22 @@ class HAService:
         later commit follows it: `offsets_committed`)."""
         if self.offset_table is None or conn.offsets_streamed:
             return
+        table = self.offset_table()
+        if table is None:
+            return  # not the group's table yet: `offsets_ready`
         conn.offsets_streamed = True
         conn.reports.offsets_acks = True  # before the table goes out, so its ack is understood
-        conn.offsets_pending = {(e.group, e.topic, e.queue_id): e for e in self.offset_table()}
+        conn.offsets_pending = {(e.group, e.topic, e.queue_id): e for e in table}
         conn.offsets_replace = True
         conn.offsets_pending_seq = self.offsets_seq
         self._wake_writers()
+
+    def offsets_ready(self) -> None:
+        """The node's table became the group's (an election): stream it to the slaves that
+        took the extension meanwhile."""
+        for conn in self._connections:
+            if conn.extension:
+                self._stream_offsets(conn)
 
     def _offsets_moved(self) -> None:
         event, self._offsets_acked = self._offsets_acked, trio.Event()

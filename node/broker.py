@@ -222,7 +222,7 @@ class Broker:
                                   if self.ha_port_tls is not None else None, net=self.net,
                                   max_gap=cfg.ha_max_gap_not_in_sync,
                                   max_silence_s=cfg.ha_max_time_slave_not_catchup / 1000,
-                                  offset_table=partial(offset_table, self.offsets),
+                                  offset_table=partial(offset_table, self.offsets, lambda: self.failover.candidate),
                                   hold_start=self.failover.promoted_term())
             schedule = ScheduleMessageService(store)
         else:

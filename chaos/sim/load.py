@@ -16,6 +16,7 @@ import trio
 
 from cluster.client.consumer import PullConsumer
 from cluster.client.producer import Producer
+from cluster.client.routing import MessageQueue
 from cluster.judge.history import FAIL, INFO, OK, History
 from wire.client import OutcomeUnknown, TidemqError, connect
 from wire.protocol import Send
@@ -55,6 +56,8 @@ class SimLoad:
         self.read_ids: dict[str, dict[tuple[str, str], float]] = {}
         """group → (msgId, first key) of each record the consumer read → when it first did."""
         self.retried_to: dict[str, str] = {}  # the retrying producer's acknowledged keys → the group that stored them
+        self.commits: dict[str, list[tuple[float, int, int]]] = {}
+        """group → (time, queue, offset) of each commit a master of it answered OK."""
 
     def lanes(self, group: SimGroup) -> range:
         """The processes of the group's own producers."""
@@ -144,7 +147,13 @@ class SimLoad:
         await consume(stop, self.consumed, lambda: PullConsumer(
             NAMESRV_ADDRESS, group=GROUP, topic=TOPIC, request_timeout=3.0, master_retry_s=0.5,
             net=self.network.host(CLIENT_HOST)), poll_ms=1000, pull_interval_ms=PULL_INTERVAL_MS,
-            by_group=self.consumed_by, read=self.read_ids)
+            by_group=self.consumed_by, read=self.read_ids, on_consumer=self._watch_commits)
+
+    def _watch_commits(self, consumer: PullConsumer) -> None:
+        def committed(queue: MessageQueue, offset: int, _master: str) -> None:
+            self.commits.setdefault(queue.broker_name, []).append((trio.current_time(), queue.queue_id, offset))
+
+        consumer.on_committed = committed
 
     async def drain_consumer(self) -> None:
         """Let the consumer reach the end of every queue of every group (bounded)."""

@@ -21,7 +21,7 @@ from .cluster import CLIENT_HOST, NAMESRV_ADDRESS, SimCluster, SimGroup, SimNode
 from .etcd_link import ETCD_HOST
 from .events import EventLog
 from .judge import judge
-from .load import QUEUES, TOPIC, SimLoad
+from .load import GROUP, QUEUES, TOPIC, SimLoad
 from .network import SimNetwork
 from .schedule import Fault, Schedule
 from .spin import SPIN_PASSES, SpinGuard
@@ -110,6 +110,7 @@ class Simulation:
             stop_consumer.set()
             for group in self.cluster.groups:
                 self.observed[group.name].committed = self.load.committed(group)
+                self.observed[group.name].commits = self.load.commits.get(group.name, [])
             self.ended_at = trio.current_time()
             self.phase = "stopping the nodes"
             await self.cluster.stop()
@@ -210,6 +211,9 @@ class Simulation:
     async def _monitor(self) -> None:
         """Each node's role and epoch as they change, and every truncation it reports."""
         seen: dict[str, Any] = {}
+        last_role: dict[str, str] = {}  # node → the role it last served in
+        newest: dict[str, int] = {}  # group → the newest epoch a master of it served in
+        last_tick = trio.current_time()
         while True:
             for node in self.cluster.nodes:
                 now = node.serving()
@@ -218,7 +222,14 @@ class Simulation:
                     self.log.add(f"{node.name}: {now[0] + ' epoch ' + str(now[1]) if now else 'down'}")
                     if now is not None:
                         self.observed[node.group].terms.append((trio.current_time(), node.name, now[0], now[1]))
+                    if now is not None and now[0] != "SLAVE" and (now[1] or 0) > newest.get(node.group, -1):
+                        newest[node.group] = now[1] or 0
+                        if last_role.get(node.name) == "SLAVE":  # a promoted slave (not a restarted master)
+                            self._note_takeover(node, last_tick)
+                    if now is not None:
+                        last_role[node.name] = now[0]
                 self._note_truncation(node)
+            last_tick = trio.current_time()
             if self.etcd:
                 for group in self.cluster.groups:
                     self._follow_election(group)
@@ -235,6 +246,16 @@ class Simulation:
             group.master = node
             self.observed[group.name].promotions.append((runtime.wall_clock(), node.name, epoch))
             self.log.add(f"elected {node.name}: epoch {epoch}")
+
+    def _note_takeover(self, node: SimNode, before: float) -> None:
+        """The group's committed offsets on a slave that began serving as master in a newer
+        epoch, for the verdict's check that it holds every commit answered before. (A master
+        killed and elected again has the table it last wrote, up to 5 s old: docs/failover.md.)"""
+        broker = node.broker
+        if broker is None:
+            return
+        offsets = {q: o for q in range(QUEUES) if (o := broker.offsets.fetch(GROUP, TOPIC, q)) is not None}
+        self.observed[node.group].takeovers.append((before, node.name, offsets))
 
     def _note_truncation(self, node: SimNode) -> None:
         """The node's last truncation report (Failover.last_truncation), if it is a new one."""

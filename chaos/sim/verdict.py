@@ -52,6 +52,10 @@ class Observed:
     epoch check's timeout; it learns of peers only there (docs/failover.md, Limits)."""
     epochs: dict[str, list[tuple[int, int]]] = attrs.field(factory=dict)  # node → epoch file entries
     committed: dict[int, int] = attrs.field(factory=dict)  # queue → the group's committed offset
+    takeovers: list[tuple[float, str, dict[int, int]]] = attrs.field(factory=list)
+    """(the last time the run saw the group before it, node, its committed offsets) for each
+    node that began serving as master in a newer epoch (a promotion or an election)."""
+    commits: list[tuple[float, int, int]] = attrs.field(factory=list)  # (time, queue, offset) answered OK
 
 
 def verdict(report: CheckReport, history: History, observed: Observed, *, replication: str, master: str,
@@ -101,6 +105,24 @@ def verdict(report: CheckReport, history: History, observed: Observed, *, replic
                    if (m, k) not in held and any(m in ids and at < cut_at for cut_at, ids in observed.cuts)))
     finding("acknowledged message(s) the consumer committed past without reading",
             [k for k, _o in _skipped(report, history, observed, consumed)])
+    if replication == "SYNC_MASTER":
+        finding("commit(s) a SYNC_MASTER answered OK missing on the node that took over", _commits_lost(observed))
+    return out
+
+
+def _commits_lost(observed: Observed) -> list[str]:
+    """A commit a SYNC_MASTER answered OK is on every in-sync slave (the offsets ride the HA
+    stream), so the node a promotion or an election makes master next holds it: each
+    takeover's table must reach every commit answered before the run last saw the group
+    without it."""
+    out = []
+    for before, node, offsets in observed.takeovers:
+        needed: dict[int, int] = {}
+        for at, queue, offset in observed.commits:
+            if at < before:  # (one at the very instant may have come after the look)
+                needed[queue] = max(offset, needed.get(queue, 0))
+        out += [f"{node} took over with {queue}@{offsets.get(queue)} after a commit of {queue}@{offset}"
+                for queue, offset in sorted(needed.items()) if offsets.get(queue, -1) < offset]
     return out
 
 

@@ -88,6 +88,7 @@ class SendResult:
     msg_ids: tuple[str, ...] = ()
     address: str = ""
     unknown_attempts: int = 0
+    transaction_id: str | None = None  # a prepared send's `__transactionId__`, which its END names
 
     @property
     def ok(self) -> bool:

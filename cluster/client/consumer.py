@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any, Literal, Unpack
 
 import attrs
@@ -100,6 +100,10 @@ class PullConsumer(_Client):
         self._groups: dict[str, _GroupState] = {}
         self._positions: dict[MessageQueue, int] = {}
         self._pending_commits: dict[MessageQueue, int] = {}
+        self.on_committed: Callable[[MessageQueue, int, str], None] | None = None
+        """Called with (queue, offset, master address) once a master answered a commit OK
+        (a SYNC_MASTER: on its in-sync slaves too): for applications and judges that keep
+        what the group promised to hold."""
 
     # ---- queues and positions -----------------------------------------------------------
 
@@ -281,10 +285,11 @@ class PullConsumer(_Client):
         if state.master is None or (state.on_slave and now < state.retry_at):
             return False
         try:
-            await self.pool.request(state.master, self._commit(queue, offset))
+            answer = await self.pool.request(state.master, self._commit(queue, offset))
         except (*UNREACHABLE, ServiceUnavailable) as e:
             self._master_failed(state, e)
             return False
+        self._committed(queue, offset, state.master, answer)
         if self._pending_commits.get(queue) == offset:
             del self._pending_commits[queue]
         if state.on_slave:
@@ -298,13 +303,23 @@ class PullConsumer(_Client):
             if state.master is None:
                 continue
             try:
-                await self.pool.request(state.master, self._commit(queue, offset))
+                answer = await self.pool.request(state.master, self._commit(queue, offset))
             except (*UNREACHABLE, ServiceUnavailable) as e:
                 log.debug("pending commit of %s=%d still waits: %s", queue, offset, e)
                 continue
+            self._committed(queue, offset, state.master, answer)
             if self._pending_commits.get(queue) == offset:
                 del self._pending_commits[queue]
         return dict(self._pending_commits)
+
+    def _committed(self, queue: MessageQueue, offset: int, master: str, answer: dict[str, Any]) -> None:
+        """The master holds the commit; a SYNC_MASTER's FLUSH_SLAVE_TIMEOUT says its in-sync
+        slaves may not (logged; `on_committed` hears only of OK ones)."""
+        if answer.get("status", Status.OK.value) != Status.OK.value:
+            log.debug("commit of %s=%d: %s (kept by the master %s; a promotion may lose it)",
+                     queue, offset, answer.get("status"), master)
+        elif self.on_committed is not None:
+            self.on_committed(queue, offset, master)
 
     async def fetch_offset(self, queue: MessageQueue) -> int | None:
         """The group's committed offset for `queue` (a pending local commit wins), from the

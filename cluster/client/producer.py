@@ -7,12 +7,14 @@ import itertools
 import logging
 import math
 import random
+import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, Unpack
 
 import attrs
 import trio
 
+from store.transaction import PROPERTY_TRANSACTION_ID
 from wire.client import (
     BadRequest,
     ConnectionLost,
@@ -186,8 +188,10 @@ class Producer(_Client):
         result's address, commitlog_offset and queue_offset name it to `end_transaction`.
         Retried as `send` retries: an attempt whose outcome was unknown may have stored a
         half message too, which stays open until a check ends it (docs/transactions.md)."""
-        props = {**(properties or {}), "TRAN_MSG": "true", "PGROUP": producer_group}
-        return await self.send(topic, body, tags=tags, keys=keys, properties=props, queue_id=queue_id)
+        props = {PROPERTY_TRANSACTION_ID: uuid.uuid4().hex.upper(), **(properties or {}),
+                 "TRAN_MSG": "true", "PGROUP": producer_group}
+        result = await self.send(topic, body, tags=tags, keys=keys, properties=props, queue_id=queue_id)
+        return attrs.evolve(result, transaction_id=props[PROPERTY_TRANSACTION_ID])
 
     async def end_transaction(self, prepared: SendResult, producer_group: str, outcome: str, *,
                               from_transaction_check: bool = False) -> EndTransactionReply:
@@ -196,7 +200,7 @@ class Producer(_Client):
         (`duplicate`); the other outcome than the one it has raises TransactionEnded."""
         request = EndTransaction(producer_group=producer_group, tran_state_table_offset=prepared.queue_offset,
                                  commitlog_offset=prepared.commitlog_offset, outcome=outcome,
-                                 from_transaction_check=from_transaction_check)
+                                 from_transaction_check=from_transaction_check, transaction_id=prepared.transaction_id)
         reply: EndTransactionReply = await self.pool.call(prepared.address, request, timeout=self.send_timeout)
         return reply
 

@@ -202,7 +202,7 @@ class TransactionProducer(Producer):
         attempt was answered. Errors that say the END itself is wrong are raised."""
         request = EndTransaction(producer_group=self.group, tran_state_table_offset=prepared.queue_offset,
                                  commitlog_offset=prepared.commitlog_offset, outcome=outcome,
-                                 from_transaction_check=from_transaction_check)
+                                 from_transaction_check=from_transaction_check, transaction_id=prepared.transaction_id)
         address, error = prepared.address, None
         for attempt in range(self.retries + 1):
             if attempt:

@@ -155,8 +155,12 @@ class Failover:
         self.term.start(services, sync, elected=self.controller is not None)
 
     def begin_epoch(self, epoch: int) -> None:
-        """A master elected by the controller starts `epoch` at its max offset."""
+        """A master elected by the controller starts `epoch` at its max offset; its offset
+        table is the group's from now on (streamed to its slaves: HAService.offsets_ready)."""
         self.term.begin_epoch(epoch)
+        ha = self.term.services.ha_master if self.term.services else None
+        if ha is not None and not self.term.candidate:
+            ha.offsets_ready()
 
     def request_transition(self, transition: Transition) -> None:
         """Save the new role and end the term (the node restarts its services with it)."""

@@ -40,7 +40,8 @@ from .puts import Handler
 from .services import (
     NodeServices,
     OpError,
-    refuse_on_slave,
+    check_committable,
+    confirm_write,
 )
 
 __all__ = ["PULL_HANDLERS", "PullOutcome", "check_consume", "read_queue", "waits_for_more"]
@@ -164,14 +165,15 @@ async def _max_offset(s: NodeServices, r: Request, peer: str | None) -> dict[str
 
 
 async def _commit_offset(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
-    refuse_on_slave(s, "offset commits")
+    checked = await check_committable(s)
     f = r.fields
     s.offsets.commit(f.group, f.topic, f.queue_id, f.offset)
     store_cfg = s.store.config
-    missing = await replicate_commit(s.ha_master, store_cfg.broker_role,
-                                     OffsetEntry(f.group, f.topic, f.queue_id, f.offset), store_cfg.slave_timeout / 1000)
-    if missing:  # stored on the master, not confirmed on every in-sync slave (as a put's status)
-        return {**EmptyReply().to_wire(r.id), "status": Status.FLUSH_SLAVE_TIMEOUT.value}
+    short = await replicate_commit(s.ha_master, store_cfg.broker_role,
+                                   OffsetEntry(f.group, f.topic, f.queue_id, f.offset), store_cfg.slave_timeout / 1000)
+    await confirm_write(s, checked)  # (SLAVE_NOT_AVAILABLE here promises nothing: no shrink first)
+    if short is not None:  # stored on the master, not confirmed on its slaves (as a put's status)
+        return {**EmptyReply().to_wire(r.id), "status": short.value}
     return EmptyReply().to_wire(r.id)
 
 

@@ -175,6 +175,17 @@ async def check_writeable(s: NodeServices) -> float:
     return 0
 
 
+async def check_committable(s: NodeServices) -> float:
+    """An offset commit is a write of the group's state: a slave, a fenced master and an
+    etcd-mode candidate refuse it as they refuse a send (one answered OK there would be
+    lost, or overwritten by the serving master's table). Write permission (wipeWritePerm)
+    is about topics and does not stop commits. Returns the token `confirm_write` takes."""
+    refuse_on_slave(s, "offset commits")
+    if s.failover is not None:
+        return await s.failover.before_write()
+    return 0
+
+
 async def confirm_write(s: NodeServices, checked: float, *, unreplicated: bool = False) -> None:
     """A stored write is not acknowledged by a node that a newer epoch replaced, or whose
     lease ran out, or that stalled since `checked` and cannot confirm its epoch, or (some

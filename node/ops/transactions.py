@@ -103,6 +103,12 @@ def _checked_half(s: NodeServices, f: EndTransaction) -> StoredMessage:
     if half.queue_offset != f.tran_state_table_offset:
         raise OpError(Status.BAD_REQUEST, f"end_transaction: the half message at {where} has half queue offset "
                                           f"{half.queue_offset}, not {f.tran_state_table_offset}")
+    named = half.properties.get(PROPERTY_TRANSACTION_ID)
+    if f.transaction_id is not None and named is not None and f.transaction_id != named:
+        # after an unclean failover the offset may hold another transaction's half message:
+        # the one the END names is not here (a retried END stops, the check resolves it)
+        raise OpError(Status.NOT_FOUND, f"end_transaction: no half message of transaction {f.transaction_id!r} "
+                                        f"at {where} (it holds {named!r})")
     uniq = half.properties.get(PROPERTY_UNIQ_KEY)
     if f.msg_id is not None and uniq is not None and f.msg_id != uniq:
         raise OpError(Status.BAD_REQUEST, f"end_transaction: the half message at {where} has msgId (UNIQ_KEY) "

@@ -1,7 +1,8 @@
 """Consumer offsets across a promotion, with real node processes: a commit a SYNC_MASTER
 answered OK is on the slave it travelled to over the HA stream (node/offset_stream.py), so
 the promoted slave has it at once, with no 10 s sync window; a commit no in-sync slave
-confirmed is answered FLUSH_SLAVE_TIMEOUT, never OK."""
+confirmed is answered FLUSH_SLAVE_TIMEOUT (SLAVE_NOT_AVAILABLE while the slave is gone),
+never OK."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ import pytest
 import trio
 
 from cluster.client import Admin
-from tests.cluster.helpers import broker_conf, call, slave_of, start_namesrv, wait_slave_connected
+from tests.cluster.helpers import (
+    broker_conf,
+    call,
+    slave_of,
+    start_namesrv,
+    wait_for,
+    wait_slave_connected,
+)
 from tests.cluster.test_failover import FAST, GROUP, TOPIC, send_all, serves_as, status
 from wire.client import connect
 from wire.protocol import CommitOffset, OffsetList, TopicCreate
@@ -80,3 +88,37 @@ async def test_a_commit_no_in_sync_slave_confirms_is_not_answered_ok(tmp_path, n
         s.proc.send_signal(signal.SIGCONT)
     assert await _commit_all(m.address, _commits(3)[:1]) == ["OK"]
     assert (await status(m.address)).role == "SYNC_MASTER"
+
+
+async def test_a_commit_while_the_slave_is_gone_is_answered_slave_not_available(tmp_path, nodes) -> None:
+    """A SYNC_MASTER whose slave disconnected (killed, or stopping its HA client to be
+    promoted) answers a commit SLAVE_NOT_AVAILABLE at once, as it answers a put: kept on the
+    master, never OK (the simulation found the slave being promoted missing commits answered
+    OK while it was away); OK again once the slave is back."""
+    ns = start_namesrv(nodes, tmp_path)
+    m_conf = broker_conf(tmp_path, "m", GROUP, ns.address, role="SYNC_MASTER", **FAST)
+    m = nodes.start(m_conf)
+    s_conf = slave_of(tmp_path, m_conf, "s", ns.address, **FAST)
+    s = nodes.start(s_conf)
+    await call(m.address, TopicCreate(topic=TOPIC))
+    await wait_slave_connected(m.address)
+    assert all(r.status.value == "PUT_OK" for r in await send_all(ns.address, 2, "a"))
+    assert await _commit_all(m.address, _commits(1)[:1]) == ["OK"]
+
+    s.kill()
+
+    async def no_slave() -> bool:
+        return not (await status(m.address)).ha.slaves
+
+    await wait_for(no_slave, what="the master seeing its slave gone")
+    with trio.fail_after(2):  # at once, not after slaveTimeout
+        assert await _commit_all(m.address, _commits(2)[:1]) == ["SLAVE_NOT_AVAILABLE"]
+    assert (await _table(m.address))[("g0", TOPIC, 0)] == 200  # kept on the master
+
+    nodes.start(s_conf)
+    await wait_slave_connected(m.address)
+
+    async def commit_ok() -> bool:
+        return await _commit_all(m.address, _commits(3)[:1]) == ["OK"]
+
+    await wait_for(commit_ok, what="a commit answered OK with the slave back")

@@ -48,6 +48,32 @@ async def test_a_tidemq_slave_gets_the_table_then_each_commit_and_acks_them(tmp_
         nursery.cancel_scope.cancel()
 
 
+async def test_a_held_table_is_streamed_only_once_ready(tmp_path):
+    """A master whose table is not the group's yet (an etcd-mode candidate: its file may be
+    5 s old) sends a slave that takes the extension nothing, so the slave keeps its own
+    fresher table; once elected (`offsets_ready`) the table goes out whole."""
+    table = [OffsetCommit("G", "T", 0, 5)]
+    held = [True]
+    taken: list[OffsetsBatch] = []
+    async with (
+        running_master(tmp_path / "m", broker_role=BrokerRole.SYNC_MASTER) as (master, ha),
+        open_store(make_config(tmp_path / "s", BrokerRole.SLAVE)) as slave,
+        trio.open_nursery() as nursery,
+    ):
+        ha.offset_table = lambda: None if held[0] else list(table)
+        client = HAClient(slave.replica_log, slave.config, f"127.0.0.1:{ha.port}", on_offsets=taken.append)
+        await nursery.start(client.run)
+        await slaves_joined(ha)
+        assert (await master.put_message(make_message(0))).ok  # the slave holds data: it offers
+        await wait_until(lambda: all(c.extension for c in ha._connections), what="the extension taken")
+        assert taken == [] and not client.offsets_streamed()
+        held[0] = False
+        ha.offsets_ready()
+        await wait_until(lambda: taken, what="the table on the slave once ready")
+        assert taken[0].replace and set(taken[0].entries) == set(table)
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_slave_that_does_not_ack_is_waited_for_until_the_timeout(tmp_path):
     """A tidemq slave that takes no batches (no `on_offsets`) never acks: the wait names it."""
     async with (

@@ -186,7 +186,17 @@ async def test_an_end_is_checked_against_its_half_message(tmp_path):
         with pytest.raises(BadRequest, match="must be one of COMMIT, ROLLBACK, UNKNOWN"):
             await conn.call(EndTransaction(producer_group=GROUP, tran_state_table_offset=0,
                                            commitlog_offset=half.commitlog_offset, outcome="commit"))
+        # another transaction's half message at the offsets the END names (an unclean
+        # failover's new master reused them): not found, and nothing written
+        with pytest.raises(NotFound, match="no half message of transaction 'tx-other' at CommitLog offset"):
+            await conn.call(EndTransaction(producer_group=GROUP, tran_state_table_offset=half.queue_offset,
+                                           commitlog_offset=half.commitlog_offset, outcome="COMMIT",
+                                           transaction_id="tx-other"))
         assert await delivered(conn) == []
+        reply: EndTransactionReply = await conn.call(EndTransaction(
+            producer_group=GROUP, tran_state_table_offset=half.queue_offset, commitlog_offset=half.commitlog_offset,
+            outcome="COMMIT", transaction_id="tx-order 1"))
+        assert reply.outcome == "COMMIT" and await delivered(conn) == [b"order 1"]
 
 
 async def test_clients_may_not_send_to_the_system_topics_nor_batch_or_delay_half_messages(tmp_path):
