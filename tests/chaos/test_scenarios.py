@@ -3,7 +3,10 @@ four): a real proxied cluster, real faults, the history checked against the stor
 the mode's written expectations. The whole module stays within a few minutes on 2 cores.
 
 The promotion scenarios (promote-under-load, old-master-returns) promote the slave with
-Admin.promote; their runs must also show the old master rejoining as a slave."""
+Admin.promote; their runs must also show the old master rejoining as a slave. So does
+tx-kill-master (issue 43), which kills the master while transactions are between their
+prepared send and their END; its run must also show them open at the kill and checks
+answered (its judge: tests/chaos/test_transaction_judge.py)."""
 
 from __future__ import annotations
 
@@ -42,10 +45,16 @@ def test_scenario(name, mode, client, tmp_path):
     if SCENARIOS[name].promotion:
         assert any("promoted: epoch 2" in what for _, what in report.events), detail
         assert any("rejoined as a slave" in what for _, what in report.events), detail
+    if name == "tx-kill-master":
+        tx = report.schedule["transactions"]
+        assert len(tx["open_at_kill"]) == 3 and tx["checks"] > 0 and tx["delivered"] > 0, detail
+        assert all(count > 0 for count in tx["decided"].values()), detail
 
 
 def test_the_promotion_scenarios_run_in_ci():
-    assert {n for n, _ in CASES if SCENARIOS[n].promotion} == {"promote-under-load", "old-master-returns"}
+    assert {n for n, _ in CASES if SCENARIOS[n].promotion} == {"promote-under-load", "old-master-returns",
+                                                                "tx-kill-master"}
+    assert {m for n, m in CASES if n == "tx-kill-master"} == {"SYNC_MASTER+SYNC_FLUSH", "ASYNC_MASTER+ASYNC_FLUSH"}
 
 
 @pytest.mark.parametrize("name", ["kill-master", "promote-under-load"])
