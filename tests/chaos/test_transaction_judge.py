@@ -8,7 +8,12 @@ from chaos.transaction_judge import RESOLVE_BOUND_S, TxLog, judge
 from chaos.transactions import CheckSeen, TransactionLoad, Tx, check_answer_of, decision_of
 from cluster.client import SendResult
 from cluster.client.transaction_producer import COMMIT, ROLLBACK, UNKNOWN
-from store.transaction import HALF_TOPIC, OP_HALF_TOPIC, PROPERTY_TRAN_END, PROPERTY_TRAN_HALF_OFFSET
+from store.transaction import (
+    HALF_TOPIC,
+    OP_HALF_TOPIC,
+    PROPERTY_TRAN_END,
+    PROPERTY_TRAN_HALF_OFFSET,
+)
 from wire.protocol import Status, WireMessage
 
 KILLED, PROMOTED = 100.0, 102.0
