@@ -19,6 +19,7 @@ import attrs
 import trio
 
 from cluster.client.admin import Admin
+from cluster.client.transaction_producer import COMMIT, ROLLBACK
 from cluster.judge.history import OK
 from cluster.launch.launcher import LauncherError
 from store.layout import commitlog_dir, list_segments
@@ -251,11 +252,12 @@ TX_SETTLE_TIMEOUT_S = 20.0
 
 async def kill_master_mid_transaction(ctx: FaultContext) -> None:
     """Transactions (chaos/transactions.py) beside the workload; SIGKILL the master while
-    three of them (COMMIT, ROLLBACK, UNKNOWN) wait in their local transaction, between
-    their prepared send and their END; release them, promote the slave, restart the old
-    master (it rejoins as a slave). The producer's END retries and the new master's check
-    service must resolve every transaction as the producer decided; the judge's findings
-    join the run's."""
+    five of them wait in their local transaction, between their prepared send and their
+    END: a COMMIT, a ROLLBACK and an UNKNOWN of a producer that retries a failed END, a
+    COMMIT and a ROLLBACK of one that does not; release them, promote the slave, restart
+    the old master (it rejoins as a slave). END retries and the new master's check service
+    must resolve every transaction as the producer decided; the judge's findings
+    (chaos/transaction_judge.py) join the run's."""
     load = TransactionLoad(ctx.cluster.namesrv, ctx.workload.run_id)
     await load.create_topic(ctx.cluster.master_address)
     async with trio.open_nursery() as nursery:
@@ -270,7 +272,7 @@ async def kill_master_mid_transaction(ctx: FaultContext) -> None:
 
 async def _kill_mid_transaction(ctx: FaultContext, load: TransactionLoad) -> None:
     await ctx.until(lambda: load.ended >= 6, 20.0, "six transactions ended before the fault")
-    held = load.hold()
+    held = load.hold() + load.hold((COMMIT, ROLLBACK), end_retried=False)
     await ctx.until(lambda: len(load.in_local) == len(held), 20.0, "the held transactions prepared")
     await ctx.signal(MASTER, "KILL")
     killed_at = time.time()

@@ -93,8 +93,8 @@ def judge(load: TransactionLoad, log: TxLog, *, lossless: bool, lost: set[str], 
         ("transaction(s) decided ROLLBACK (or unknown to the producer) delivered", _wrongly_delivered(load)),
         ("half message(s) never ended on the master", _still_open(load.txs, log)),
         ("transaction(s) ended otherwise than decided", _ended_otherwise(load.txs, log)),
-        ("UNKNOWN transaction(s) never resolved by a check", unresolved),
-        (f"UNKNOWN transaction(s) resolved later than {RESOLVE_BOUND_S:g} s", slow),
+        ("transaction(s) left to a check (UNKNOWN, or held with its END lost) never resolved by one", unresolved),
+        (f"transaction(s) left to a check resolved later than {RESOLVE_BOUND_S:g} s", slow),
         ("check(s) written after their transaction's op record", _copies_after_end(log)),
         ("transaction(s) the producer was asked about after their end", asked_after),
     ) if items]
@@ -111,8 +111,8 @@ def judge(load: TransactionLoad, log: TxLog, *, lossless: bool, lost: set[str], 
         "checks": sum(len(tx.checks) for tx in txs),
         "checks_in_flight_after_end": in_flight,
         "open_at_kill": open_at_kill,
-        "held": {tx.key: {"decision": tx.decision, "end": tx.end_outcome, "end_error": tx.end_error,
-                          "checks": [c.answer for c in tx.checks]} for tx in held},
+        "held": {tx.key: {"decision": tx.decision, "end_retried": tx.end_retried, "end": tx.end_outcome,
+                          "end_error": tx.end_error, "checks": [c.answer for c in tx.checks]} for tx in held},
         "lost_with_unreplicated_tail": lost_apart,
         "longest_check_resolution_s": round(max(waits), 3) if waits else None,
     }
@@ -153,13 +153,16 @@ def _ended_otherwise(txs: dict[str, Tx], log: TxLog) -> list[str]:
 
 def _resolutions(txs: dict[str, Tx], lost: set[str], killed_at: float, promoted_at: float,
                  ) -> tuple[list[float], list[str], list[str]]:
-    """For each prepared UNKNOWN: the first check the checker answered COMMIT or ROLLBACK,
-    and how long after its END it came (after the promotion, for one still open when the
-    master was killed): (the waits, never resolved, resolved later than RESOLVE_BOUND_S)."""
+    """For each prepared transaction left to a check (an UNKNOWN, or a held one whose END
+    found no master: its producer does not retry, and the master was dead before it was
+    sent): the first check the checker answered COMMIT or ROLLBACK, and how long after its
+    END it came (after the promotion, for one still open when the master was killed):
+    (the waits, never resolved, resolved later than RESOLVE_BOUND_S)."""
     waits: list[float] = []
     unresolved, slow = [], []
     for tx in txs.values():
-        if tx.decision != UNKNOWN or tx.prepared is None:
+        left_to_check = tx.decision == UNKNOWN or (tx.held and tx.end_error is not None)
+        if not left_to_check or tx.prepared is None:
             continue
         resolving = next((c for c in tx.checks if c.answer != UNKNOWN), None)
         if resolving is None:

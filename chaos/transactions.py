@@ -10,9 +10,9 @@ checker answers as an application would: a transaction whose local transaction i
 running is UNKNOWN (ask again), one whose prepared send failed never ran, so ROLLBACK (an
 attempt whose outcome was unknown may have stored a half message anyway).
 
-"Held" transactions (one per decision) stop in their local transaction until the scenario
-releases them: the scenario kills the master while they are between their prepared send
-and their END, deterministically, and releases them after the kill.
+"Held" transactions stop in their local transaction until the scenario releases them: the
+scenario kills the master while they are between their prepared send and their END,
+deterministically, and releases them after the kill. chaos/transaction_judge.py judges.
 """
 
 from __future__ import annotations
@@ -75,6 +75,7 @@ class Tx:
     key: str
     n: int
     held: bool = False
+    end_retried: bool = True  # its producer sends a failed END again to the group's new master
     prepared: SendResult | None = None
     prepared_at: float | None = None
     prepare_error: str | None = None
@@ -123,7 +124,7 @@ class TransactionLoad:
         self._stop_sending = trio.Event()
         self._done = trio.Event()
         self._nursery: trio.Nursery | None = None
-        self._producer: TransactionProducer | None = None
+        self._producers: dict[bool, TransactionProducer] = {}  # by whether it retries an END
 
     # ---- the run
 
@@ -132,28 +133,35 @@ class TransactionLoad:
             await conn.request(TopicCreate(topic=TX_TOPIC, read_queue_nums=queues, write_queue_nums=queues))
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Until `close()`: the producer (answering checks to the end), the workers until
-        `stop_sending()`, the consumer."""
-        async with TransactionProducer(self.namesrv, group=TX_PRODUCER_GROUP, checker=self._checker,
-                                       check_poll_s=2.0, masters_recheck_s=0.3) as producer, \
-                trio.open_nursery() as nursery:
-            self._nursery, self._producer = nursery, producer
+        """Until `close()`: the producers (answering checks to the end), the workers until
+        `stop_sending()`, the consumer. Two producers of the group: the workers' one retries
+        an END on the group's new master; the other never retries (`retries` 0), so an END
+        of its held transactions sent to the killed master is lost and only a check can
+        resolve them."""
+        def producer() -> TransactionProducer:
+            return TransactionProducer(self.namesrv, group=TX_PRODUCER_GROUP, checker=self._checker,
+                                       check_poll_s=2.0, masters_recheck_s=0.3)
+
+        async with producer() as retrying, producer() as no_retry, trio.open_nursery() as nursery:
+            no_retry.retries = 0
+            self._nursery, self._producers = nursery, {True: retrying, False: no_retry}
             nursery.start_soon(self._consume)
             for _ in range(self.workers):
-                nursery.start_soon(self._worker, producer)
+                nursery.start_soon(self._worker, retrying)
             task_status.started()
             await self._done.wait()
             nursery.cancel_scope.cancel()
 
-    def hold(self, decisions: Iterable[str] = (COMMIT, ROLLBACK, UNKNOWN)) -> list[Tx]:
-        """Start one held transaction per decision; `in_local` names them once prepared."""
-        assert self._nursery is not None and self._producer is not None, "run() first"
+    def hold(self, decisions: Iterable[str] = (COMMIT, ROLLBACK, UNKNOWN), *, end_retried: bool = True) -> list[Tx]:
+        """Start one held transaction per decision, on the producer that retries ENDs or on
+        the one that does not; `in_local` names them once prepared."""
+        assert self._nursery is not None and self._producers, "run() first"
         held = []
         for decision in decisions:
             tx = self._new(decision)
-            tx.held = True
+            tx.held, tx.end_retried = True, end_retried
             held.append(tx)
-            self._nursery.start_soon(self._transaction, self._producer, tx)
+            self._nursery.start_soon(self._transaction, self._producers[end_retried], tx)
         return held
 
     def release(self) -> None:

@@ -47,7 +47,9 @@ def test_scenario(name, mode, client, tmp_path):
         assert any("rejoined as a slave" in what for _, what in report.events), detail
     if name == "tx-kill-master":
         tx = report.schedule["transactions"]
-        assert len(tx["open_at_kill"]) == 3 and tx["checks"] > 0 and tx["delivered"] > 0, detail
+        assert len(tx["open_at_kill"]) == 5 and tx["checks"] > 0 and tx["delivered"] > 0, detail
+        lost_ends = [h for h in tx["held"].values() if not h["end_retried"]]  # resolved by checks alone
+        assert lost_ends and all(h["end_error"] and h["decision"] in h["checks"] for h in lost_ends), detail
         assert all(count > 0 for count in tx["decided"].values()), detail
 
 

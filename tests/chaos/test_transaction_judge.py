@@ -137,7 +137,7 @@ def test_an_unknown_must_be_resolved_by_a_check_in_time():
     load.txs["r-tx2"].checks[0].at = 90.0 + 2 + 0.1 + RESOLVE_BOUND_S + 1
     assert any("resolved later than" in f and "r-tx2" in f for f in verdict(load, halves, ops))
     load.txs["r-tx2"].checks[0].answer = UNKNOWN
-    assert any("never resolved by a check" in f and "r-tx2" in f for f in verdict(load, halves, ops))
+    assert any("never resolved by one" in f and "r-tx2" in f for f in verdict(load, halves, ops))
 
 
 def test_a_check_after_the_end_is_a_finding_and_one_in_flight_is_not():
@@ -152,6 +152,20 @@ def test_a_check_after_the_end_is_a_finding_and_one_in_flight_is_not():
     findings = verdict(load, halves, ops)
     assert any("written after their transaction's op record" in f for f in findings)
     assert any("asked about after their end" in f and "r-tx0" in f for f in findings)
+
+
+def test_a_held_transaction_whose_end_was_lost_must_be_resolved_by_a_check():
+    load, halves, ops = good_run()
+    tx = load._new(COMMIT)
+    tx.held, tx.end_retried, tx.prepared, tx.prepared_at = True, False, prepared(tx.n), KILLED - 0.5
+    tx.decided_at, tx.end_at, tx.end_error = KILLED + 0.1, KILLED + 0.1, "connection lost"
+    halves.append(half(tx.n))
+    ops.append(op(tx.n, COMMIT, 80_000))
+    load.consumed[tx.key] = 80_001
+    assert any("never resolved by one" in f and tx.key in f for f in verdict(load, halves, ops))
+    tx.checks.append(CheckSeen(PROMOTED + 2, 1, 79_000, half_offset(tx.n), COMMIT))
+    halves.append(copy(tx.n, 79_000))
+    assert verdict(load, halves, ops) == []
 
 
 def test_no_transaction_open_at_the_kill_is_a_finding():
