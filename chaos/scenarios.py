@@ -1,9 +1,10 @@
 """The chaos scenarios: each is a fault function that injects its fault into a running
 FaultContext and heals it, plus what its modes promise (chaos.expectations).
 
-The promotion scenarios (promote-under-load, old-master-returns) promote the slave with
-`Admin.promote` (docs/failover.md); from then on broker-a-s serves as the master, the
-producers send to it, and the runner's catch-up wait and checker take it as the master.
+The promotion scenarios (promote-under-load, old-master-returns, tx-kill-master) promote
+the slave with `Admin.promote` (docs/failover.md); from then on broker-a-s serves as the
+master, the producers send to it, and the runner's catch-up wait and checker take it as
+the master.
 """
 
 from __future__ import annotations
@@ -250,7 +251,7 @@ async def _old_master_rejoins(ctx: FaultContext, promotion: dict[str, Any]) -> N
 TX_SETTLE_TIMEOUT_S = 20.0
 
 
-async def kill_master_mid_transaction(ctx: FaultContext) -> None:
+async def kill_master_mid_transaction(ctx: FaultContext, *, cut_replication: bool = False) -> None:
     """Transactions (chaos/transactions.py) beside the workload; SIGKILL the master while
     five of them wait in their local transaction, between their prepared send and their
     END: a COMMIT, a ROLLBACK and an UNKNOWN of a producer that retries a failed END, a
@@ -263,15 +264,26 @@ async def kill_master_mid_transaction(ctx: FaultContext) -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(load.run)
         try:
-            await _kill_mid_transaction(ctx, load)
+            await _kill_mid_transaction(ctx, load, cut_replication)
         except (TimeoutError, LauncherError, OSError, TidemqError) as e:  # inside the nursery: not grouped
             ctx.findings.append(f"the fault could not be injected or healed: {e}")
         finally:
             load.close()
 
 
-async def _kill_mid_transaction(ctx: FaultContext, load: TransactionLoad) -> None:
+async def kill_master_mid_unreplicated_transaction(ctx: FaultContext) -> None:
+    """tx-kill-master with the master↔slave link cut before the held transactions'
+    prepared sends: their half messages are on the killed master only (ASYNC_MASTER
+    acknowledges them), so the promoted slave never had them and the old master drops them
+    when it rejoins."""
+    await kill_master_mid_transaction(ctx, cut_replication=True)
+
+
+async def _kill_mid_transaction(ctx: FaultContext, load: TransactionLoad, cut_replication: bool) -> None:
     await ctx.until(lambda: load.ended >= 6, 20.0, "six transactions ended before the fault")
+    if cut_replication:
+        await ctx.toxiproxy(ctx.cluster.proxy("ha").disable)
+        ctx.note("fault: master↔slave link cut")
     held = load.hold() + load.hold((COMMIT, ROLLBACK), end_retried=False)
     await ctx.until(lambda: len(load.in_local) == len(held), 20.0, "the held transactions prepared")
     await ctx.signal(MASTER, "KILL")
@@ -280,6 +292,9 @@ async def _kill_mid_transaction(ctx: FaultContext, load: TransactionLoad) -> Non
              + ", ".join(f"{tx.key} ({tx.decision})" for tx in held))
     load.release()
     promotion = await _promote_slave(ctx)
+    if cut_replication:
+        await ctx.toxiproxy(ctx.cluster.proxy("ha", MASTER).enable)
+        ctx.note("heal: the old master's HA link restored")
     await ctx.hold(ctx.schedule["fault_for"])  # transactions on the new master, the old one down
     await ctx.restart(MASTER)
     await _old_master_rejoins(ctx, promotion)
@@ -521,5 +536,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("tx-kill-master", "SIGKILL the master while transactions are between prepare and END, promote "
              "the slave: END retries and checks resolve each as its producer decided", kill_master_mid_transaction,
              promotion=True, ci_modes=("SYNC_MASTER+SYNC_FLUSH", "ASYNC_MASTER+ASYNC_FLUSH"),
+             overrides={MASTER: TX_NODE_CONFIG, SLAVE: TX_NODE_CONFIG}, workload={"producers": 2}),
+    Scenario("tx-unreplicated", "tx-kill-master with replication cut before the held transactions: their half "
+             "messages die with the old master's unreplicated tail", kill_master_mid_unreplicated_transaction,
+             promotion=True, ci_modes=("ASYNC_MASTER+ASYNC_FLUSH",),
              overrides={MASTER: TX_NODE_CONFIG, SLAVE: TX_NODE_CONFIG}, workload={"producers": 2}),
 ]}
