@@ -1,10 +1,10 @@
 """The chaos scenarios: each is a fault function that injects its fault into a running
 FaultContext and heals it, plus what its modes promise (chaos.expectations).
 
-The promotion scenarios (promote-under-load, old-master-returns, tx-kill-master) promote
-the slave with `Admin.promote` (docs/failover.md); from then on broker-a-s serves as the
-master, the producers send to it, and the runner's catch-up wait and checker take it as
-the master.
+The promotion scenarios (promote-under-load, old-master-returns, tx-kill-master,
+tx-unreplicated) promote the slave with `Admin.promote` (docs/failover.md); from then on
+broker-a-s serves as the master, the producers send to it, and the runner's catch-up wait
+and checker take it as the master.
 """
 
 from __future__ import annotations
@@ -313,7 +313,7 @@ async def _kill_mid_transaction(ctx: FaultContext, load: TransactionLoad, cut_re
     ctx.findings.extend(verdict.findings)
     ctx.schedule["transactions"] = verdict.summary
     s = verdict.summary
-    ctx.note(f"heal: {s['transactions']} transaction(s) judged: {s['delivered']} delivered, {s['checks']} check(s), "
+    ctx.note(f"at: {s['transactions']} transaction(s) judged: {s['delivered']} delivered, {s['checks']} check(s), "
              f"{len(s['lost_with_unreplicated_tail'])} lost with the unreplicated tail")
 
 
