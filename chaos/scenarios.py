@@ -1,9 +1,10 @@
 """The chaos scenarios: each is a fault function that injects its fault into a running
 FaultContext and heals it, plus what its modes promise (chaos.expectations).
 
-The promotion scenarios (promote-under-load, old-master-returns) promote the slave with
-`Admin.promote` (docs/failover.md); from then on broker-a-s serves as the master, the
-producers send to it, and the runner's catch-up wait and checker take it as the master.
+The promotion scenarios (promote-under-load, old-master-returns, tx-kill-master,
+tx-unreplicated) promote the slave with `Admin.promote` (docs/failover.md); from then on
+broker-a-s serves as the master, the producers send to it, and the runner's catch-up wait
+and checker take it as the master.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import attrs
 import trio
 
 from cluster.client.admin import Admin
+from cluster.client.transaction_producer import COMMIT, ROLLBACK
 from cluster.judge.history import OK
 from cluster.launch.launcher import LauncherError
 from store.layout import commitlog_dir, list_segments
@@ -29,6 +31,8 @@ from wire.protocol import Send, StatusReply
 from . import disk
 from .layout import BROKER_NAME, MASTER, MODES, NAMESRV, SLAVE
 from .runner import FaultContext
+from .transaction_judge import TxLog, judge
+from .transactions import TX_NODE_CONFIG, TransactionLoad
 from .workload import node_status, sample_node
 
 Fault = Callable[[FaultContext], Awaitable[None]]
@@ -240,6 +244,77 @@ async def _old_master_rejoins(ctx: FaultContext, promotion: dict[str, Any]) -> N
             and op.msg_id and decode_msg_id(op.msg_id)[0] == address]
     if late:
         ctx.findings.append(f"the old master acknowledged {len(late)} write(s) sent after the promotion: {late[:3]}")
+
+
+# ---------------------------------------------------------------- transactions (issue 43)
+
+TX_SETTLE_TIMEOUT_S = 20.0
+
+
+async def kill_master_mid_transaction(ctx: FaultContext, *, cut_replication: bool = False) -> None:
+    """Transactions (chaos/transactions.py) beside the workload; SIGKILL the master while
+    five of them wait in their local transaction, between their prepared send and their
+    END: a COMMIT, a ROLLBACK and an UNKNOWN of a producer that retries a failed END, a
+    COMMIT and a ROLLBACK of one that does not; release them, promote the slave, restart
+    the old master (it rejoins as a slave). END retries and the new master's check service
+    must resolve every transaction as the producer decided; the judge's findings
+    (chaos/transaction_judge.py) join the run's."""
+    load = TransactionLoad(ctx.cluster.namesrv, ctx.workload.run_id)
+    await load.create_topic(ctx.cluster.master_address)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(load.run)
+        try:
+            await _kill_mid_transaction(ctx, load, cut_replication)
+        except (TimeoutError, LauncherError, OSError, TidemqError) as e:  # inside the nursery: not grouped
+            ctx.findings.append(f"the fault could not be injected or healed: {e}")
+        finally:
+            load.close()
+
+
+async def kill_master_mid_unreplicated_transaction(ctx: FaultContext) -> None:
+    """tx-kill-master with the master↔slave link cut before the held transactions'
+    prepared sends: their half messages are on the killed master only (ASYNC_MASTER
+    acknowledges them), so the promoted slave never had them and the old master drops them
+    when it rejoins."""
+    await kill_master_mid_transaction(ctx, cut_replication=True)
+
+
+async def _kill_mid_transaction(ctx: FaultContext, load: TransactionLoad, cut_replication: bool) -> None:
+    await ctx.until(lambda: load.ended >= 6, 20.0, "six transactions ended before the fault")
+    if cut_replication:
+        await ctx.toxiproxy(ctx.cluster.proxy("ha").disable)
+        ctx.note("fault: master↔slave link cut")
+    held = load.hold() + load.hold((COMMIT, ROLLBACK), end_retried=False)
+    await ctx.until(lambda: len(load.in_local) == len(held), 20.0, "the held transactions prepared")
+    await ctx.signal(MASTER, "KILL")
+    killed_at = time.time()
+    ctx.note(f"at: killed with {len(load.in_local)} transaction(s) between prepare and END: "
+             + ", ".join(f"{tx.key} ({tx.decision})" for tx in held))
+    load.release()
+    promotion = await _promote_slave(ctx)
+    if cut_replication:
+        await ctx.toxiproxy(ctx.cluster.proxy("ha", MASTER).enable)
+        ctx.note("heal: the old master's HA link restored")
+    await ctx.hold(ctx.schedule["fault_for"])  # transactions on the new master, the old one down
+    await ctx.restart(MASTER)
+    await _old_master_rejoins(ctx, promotion)
+    load.stop_sending()
+    await ctx.until(lambda: load.in_flight == 0, 30.0, "the transactions in flight ending")
+    lost = set(ctx.truncation.msg_ids) if ctx.truncation else set()
+    serving = ctx.cluster.address_of(ctx.cluster.serving_master)
+    try:
+        await ctx.until(lambda: load.settled(serving, lost), TX_SETTLE_TIMEOUT_S,
+                        "every half message ended and every COMMIT delivered")
+    except TimeoutError as e:
+        ctx.note(f"at: {e}")  # the judge names what is left
+    verdict = judge(load, await TxLog.read(serving),
+                    lossless=ctx.cluster.mode.startswith("SYNC_MASTER"), lost=lost, killed_at=killed_at,
+                    promoted_at=promotion["promoted_at"])
+    ctx.findings.extend(verdict.findings)
+    ctx.schedule["transactions"] = verdict.summary
+    s = verdict.summary
+    ctx.note(f"at: {s['transactions']} transaction(s) judged: {s['delivered']} delivered, {s['checks']} check(s), "
+             f"{len(s['lost_with_unreplicated_tail'])} lost with the unreplicated tail")
 
 
 # ---------------------------------------------------------------- network faults
@@ -458,4 +533,12 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("old-master-returns", "SIGSTOP the master, promote the slave, SIGCONT: the old master fences "
              "itself and rejoins as a slave", old_master_returns, promotion=True,
              overrides={MASTER: _HA_FAST, SLAVE: _HA_FAST}),
+    Scenario("tx-kill-master", "SIGKILL the master while transactions are between prepare and END, promote "
+             "the slave: END retries and checks resolve each as its producer decided", kill_master_mid_transaction,
+             promotion=True, ci_modes=("SYNC_MASTER+SYNC_FLUSH", "ASYNC_MASTER+ASYNC_FLUSH"),
+             overrides={MASTER: TX_NODE_CONFIG, SLAVE: TX_NODE_CONFIG}, workload={"producers": 2}),
+    Scenario("tx-unreplicated", "tx-kill-master with replication cut before the held transactions: their half "
+             "messages die with the old master's unreplicated tail", kill_master_mid_unreplicated_transaction,
+             promotion=True, ci_modes=("ASYNC_MASTER+ASYNC_FLUSH",),
+             overrides={MASTER: TX_NODE_CONFIG, SLAVE: TX_NODE_CONFIG}, workload={"producers": 2}),
 ]}

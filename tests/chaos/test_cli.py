@@ -24,7 +24,7 @@ def test_list_names_every_scenario():
     assert r.returncode == 0, r.stderr
     names = {s["name"]: s for s in json.loads(r.stdout)}
     assert {"kill-master", "cut-ha", "full-disk", "fuzz"} <= set(names)
-    assert {"promote-under-load", "old-master-returns"} <= set(names)
+    assert {"promote-under-load", "old-master-returns", "tx-kill-master", "tx-unreplicated"} <= set(names)
     assert all(s["ci_modes"] for s in names.values())
 
 
