@@ -23,6 +23,11 @@ pytestmark = pytest.mark.slow
 
 DURATION_S = 4.0
 CASES = [(s.name, mode) for s in SCENARIOS.values() for mode in s.ci_modes]
+IN_SUITE_TX = ("tx-kill-master", "SYNC_MASTER+SYNC_FLUSH")
+"""The transaction scenarios' one case in the whole suite; the others (~17 s each) run in the
+sweep tier (`scripts/test --sweeps`), to keep the suite within its 15 minutes."""
+PARAMS = [pytest.param(n, m, id=f"{n}-{m}", marks=[pytest.mark.sweep] if n.startswith("tx-") and (n, m) != IN_SUITE_TX
+                       else []) for n, m in CASES]
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +36,7 @@ def client():
         yield c
 
 
-@pytest.mark.parametrize(("name", "mode"), CASES, ids=[f"{n}-{m}" for n, m in CASES])
+@pytest.mark.parametrize(("name", "mode"), PARAMS)
 def test_scenario(name, mode, client, tmp_path):
     report = trio.run(lambda: run_scenario(SCENARIOS[name], mode, 1, DURATION_S, client,
                                            base_dir=str(tmp_path / "run")))
