@@ -7,13 +7,19 @@ tests/node/test_offset_for_epoch.py.
 from __future__ import annotations
 
 import tomllib
-from pathlib import Path
 
 import pytest
 import trio
 
 from cluster.client import Admin, MessageQueue, PullConsumer
-from tests.cluster.helpers import broker_conf, call, slave_of, start_namesrv, wait_for, wait_slave_connected
+from tests.cluster.helpers import (
+    broker_conf,
+    call,
+    slave_of,
+    start_namesrv,
+    wait_for,
+    wait_slave_connected,
+)
 from tests.ha.proxy import PausableProxy
 from tests.node.nodeproc import Nodes
 from wire.client import TidemqError, connect
