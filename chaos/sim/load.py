@@ -55,6 +55,7 @@ class SimLoad:
         self.read_ids: dict[str, dict[tuple[str, str], float]] = {}
         """group → (msgId, first key) of each record the consumer read → when it first did."""
         self.retried_to: dict[str, str] = {}  # the retrying producer's acknowledged keys → the group that stored them
+        self.consumers: list[PullConsumer] = []  # every consumer the run made (a failed one is replaced)
 
     def lanes(self, group: SimGroup) -> range:
         """The processes of the group's own producers."""
@@ -144,7 +145,7 @@ class SimLoad:
         await consume(stop, self.consumed, lambda: PullConsumer(
             NAMESRV_ADDRESS, group=GROUP, topic=TOPIC, request_timeout=3.0, master_retry_s=0.5,
             net=self.network.host(CLIENT_HOST)), poll_ms=1000, pull_interval_ms=PULL_INTERVAL_MS,
-            by_group=self.consumed_by, read=self.read_ids)
+            by_group=self.consumed_by, read=self.read_ids, on_consumer=self.consumers.append)
 
     async def drain_consumer(self) -> None:
         """Let the consumer reach the end of every queue of every group (bounded)."""

@@ -18,6 +18,10 @@
   learned), so no record a consumer read is among those a rejoining node dropped, every
   acknowledged message stored below a queue's committed offset was consumed, and nothing
   consumed is gone (docs/failover.md).
+- After an `--unclean` promotion (simulation.py draws some, when the plain one is refused)
+  what it drops may have been acknowledged (in every mode) and read; the consumer still
+  skips nothing: it moves back to where the logs diverge (KIP-320) and reads the new
+  master's records there, so the skip rule above holds unchanged.
 """
 
 from __future__ import annotations
@@ -52,6 +56,9 @@ class Observed:
     epoch check's timeout; it learns of peers only there (docs/failover.md, Limits)."""
     epochs: dict[str, list[tuple[int, int]]] = attrs.field(factory=dict)  # node → epoch file entries
     committed: dict[int, int] = attrs.field(factory=dict)  # queue → the group's committed offset
+    unclean: list[tuple[float, str, int]] = attrs.field(factory=list)
+    """(wall time it returned, node, epoch) of each `--unclean` promotion: what it drops may be
+    acknowledged and read (docs/failover.md); a consumer still never skips."""
 
 
 def verdict(report: CheckReport, history: History, observed: Observed, *, replication: str, master: str,
@@ -67,7 +74,7 @@ def verdict(report: CheckReport, history: History, observed: Observed, *, replic
     lost = [f"{k} ({s} at {o})" for k, o, m, s in zip(report.acked_missing, report.acked_missing_offsets,
                                                       report.acked_missing_msg_ids, report.acked_missing_statuses,
                                                       strict=True)
-            if m not in observed.truncated or (replication == "SYNC_MASTER" and s == "PUT_OK")]
+            if m not in observed.truncated or (replication == "SYNC_MASTER" and s == "PUT_OK" and not observed.unclean)]
     finding("acknowledged message(s) lost beyond the mode's promise", lost)
     master_lost = set(report.acked_missing)
     for name, node in report.nodes.items():
@@ -98,10 +105,17 @@ def verdict(report: CheckReport, history: History, observed: Observed, *, replic
     held = report.nodes[master].records if master in report.nodes else set()
     finding("record(s) a consumer read that a node later dropped (msgId key)",
             sorted(f"{m} {k}" for (m, k), at in (read_ids or {}).items()
-                   if (m, k) not in held and any(m in ids and at < cut_at for cut_at, ids in observed.cuts)))
+                   if (m, k) not in held and any(m in ids and at < cut_at and not _after_unclean(cut_at, observed)
+                                                 for cut_at, ids in observed.cuts)))
     finding("acknowledged message(s) the consumer committed past without reading",
             [k for k, _o in _skipped(report, history, observed, consumed)])
     return out
+
+
+def _after_unclean(cut_at: float, observed: Observed) -> bool:
+    """A cut after an unclean promotion may drop records a consumer read: the promoted slave
+    never had them (the consumer moves back and reads what replaced them, verdict's skip rule)."""
+    return any(at <= cut_at for at, _node, _epoch in observed.unclean)
 
 
 def _dropped_retry(key: str, history: History, observed: Observed, replication: str) -> bool:
