@@ -493,7 +493,7 @@ class Failover:
         while store.reput.do_reput():  # everything received is in the ConsumeQueues
             await trio.lowlevel.checkpoint()
         await self._adopt_master_topics(services)
-        clamped = clamp_offsets(services.offsets, store)
+        clamped = clamp_offsets(services.offsets, store) if unclean else []
         if clamped:
             await services.offsets.persist(force=True)
         epoch = epoch if epoch is not None else max(self.term.newest_seen, self.epoch) + 1
@@ -515,11 +515,11 @@ class Failover:
 
 
 def clamp_offsets(offsets: ConsumerOffsetManager, store: MessageStore) -> list[OffsetEntry]:
-    """A promoted slave's committed offsets past its own ConsumeQueue ends (an unclean
-    promotion: the records there are gone, and the new epoch's records take those offsets)
-    come back to the ends, so the group reads the new records instead of skipping them.
-    Returns the entries as they were; a clean promotion has none (consumers read only up to
-    the confirm offset, which the slave holds)."""
+    """An unclean promotion's committed offsets past the promoted slave's ConsumeQueue ends
+    (the records there are gone, and the new epoch's records take those offsets) come back
+    to the ends, so the group reads the new records instead of skipping them. Returns the
+    entries as they were. A clean promotion keeps every committed offset exactly (consumers
+    read only up to the confirm offset, which the slave holds)."""
     out = []
     for entry in offsets.entries():
         end = store.get_max_offset_in_queue(entry.topic, entry.queue_id)

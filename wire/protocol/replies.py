@@ -440,7 +440,7 @@ class PromoteReply(WireReply):
     check: WirePromoteCheck | None = nested(WirePromoteCheck, default=None)
     """The in-sync check it passed (or, `unclean`, what it dropped); None from an older node."""
     offsets_clamped: int = 0
-    """Committed consumer offsets past the promoted log's queue ends, set back to the ends."""
+    """With `unclean`: committed consumer offsets past the promoted log's queue ends, set back to the ends."""
 
 
 @attrs.define(kw_only=True)
