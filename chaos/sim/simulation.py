@@ -224,8 +224,9 @@ class Simulation:
                     if not forced or "refused" not in str(e):
                         raise
                     self.log.add(f"promotion of {slave.name} refused; promoting it --unclean")
+                    asked = runtime.wall_clock()  # the old master may rejoin, and cut, before the answer
                     answer = await admin.promote(group.name, broker_id, timeout=30.0, unclean=True)
-                    self.observed[group.name].unclean.append((runtime.wall_clock(), slave.name, answer["epoch"]))
+                    self.observed[group.name].unclean.append((asked, slave.name, answer["start_offset"]))
         except TidemqError as e:
             self.log.add(f"promotion of {slave.name} failed: {e.status}")
             return

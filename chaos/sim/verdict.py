@@ -26,6 +26,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 import attrs
@@ -57,7 +58,8 @@ class Observed:
     epochs: dict[str, list[tuple[int, int]]] = attrs.field(factory=dict)  # node → epoch file entries
     committed: dict[int, int] = attrs.field(factory=dict)  # queue → the group's committed offset
     unclean: list[tuple[float, str, int]] = attrs.field(factory=list)
-    """(wall time it returned, node, epoch) of each `--unclean` promotion: what it drops may be
+    """(wall time it was asked, node, CommitLog offset its epoch starts at) of each `--unclean`
+    promotion: what it drops, the old master's records from there on, may have been
     acknowledged and read (docs/failover.md); a consumer still never skips."""
 
 
@@ -74,7 +76,8 @@ def verdict(report: CheckReport, history: History, observed: Observed, *, replic
     lost = [f"{k} ({s} at {o})" for k, o, m, s in zip(report.acked_missing, report.acked_missing_offsets,
                                                       report.acked_missing_msg_ids, report.acked_missing_statuses,
                                                       strict=True)
-            if m not in observed.truncated or (replication == "SYNC_MASTER" and s == "PUT_OK" and not observed.unclean)]
+            if m not in observed.truncated or (replication == "SYNC_MASTER" and s == "PUT_OK"
+                                               and not _unclean_drop(m, math.inf, observed))]
     finding("acknowledged message(s) lost beyond the mode's promise", lost)
     master_lost = set(report.acked_missing)
     for name, node in report.nodes.items():
@@ -105,17 +108,20 @@ def verdict(report: CheckReport, history: History, observed: Observed, *, replic
     held = report.nodes[master].records if master in report.nodes else set()
     finding("record(s) a consumer read that a node later dropped (msgId key)",
             sorted(f"{m} {k}" for (m, k), at in (read_ids or {}).items()
-                   if (m, k) not in held and any(m in ids and at < cut_at and not _after_unclean(cut_at, observed)
+                   if (m, k) not in held and any(m in ids and at < cut_at and not _unclean_drop(m, cut_at, observed)
                                                  for cut_at, ids in observed.cuts)))
     finding("acknowledged message(s) the consumer committed past without reading",
             [k for k, _o in _skipped(report, history, observed, consumed)])
     return out
 
 
-def _after_unclean(cut_at: float, observed: Observed) -> bool:
-    """A cut after an unclean promotion may drop records a consumer read: the promoted slave
-    never had them (the consumer moves back and reads what replaced them, verdict's skip rule)."""
-    return any(at <= cut_at for at, _node, _epoch in observed.unclean)
+def _unclean_drop(msg_id: str, cut_at: float, observed: Observed) -> bool:
+    """Was the record `msg_id` names, cut at `cut_at`, one an unclean promotion asked for
+    before then dropped (stored at or past where its epoch starts)? Such a record may have
+    been acknowledged and read: the promoted slave never had it (the consumer moves back and
+    reads what replaced it; the skip rule still holds)."""
+    offset = decode_msg_id(msg_id)[1]
+    return any(asked <= cut_at and offset >= start for asked, _node, start in observed.unclean)
 
 
 def _dropped_retry(key: str, history: History, observed: Observed, replication: str) -> bool:
