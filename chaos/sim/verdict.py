@@ -19,7 +19,8 @@
   acknowledged message stored below a queue's committed offset was consumed, and nothing
   consumed is gone (docs/failover.md).
 - After an `--unclean` promotion (simulation.py draws some, when the plain one is refused)
-  what it drops may have been acknowledged (in every mode) and read; the consumer still
+  what it drops (the old log from its epoch's start on) may have been acknowledged (in
+  every mode) and read; the consumer still
   skips nothing: it moves back to where the logs diverge (KIP-320) and reads the new
   master's records there, so the skip rule above holds unchanged.
 """
