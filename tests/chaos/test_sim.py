@@ -303,3 +303,13 @@ def test_after_an_unclean_promotion_the_consumer_moves_back_and_skips_nothing(se
     assert " dropped [" in log and result.ok, result.violations
     skipping = run_seed(seed, mode=mode, base_dir=str(tmp_path), mutation="kip320")
     assert any("committed past without reading" in v for v in skipping.violations), skipping.violations
+
+
+def test_an_unclean_promotion_s_drop_is_allowed_though_the_old_master_cuts_before_its_answer(tmp_path):
+    """Seed 433 (two groups): broker-a's old master rejoined and cut its tail within the
+    millisecond the unclean promotion answered; the judge dates the promotion from when it
+    was asked, so the records it dropped that the consumer read are allowed, not findings."""
+    result = run_seed(433, mode="SYNC_MASTER+SYNC_FLUSH", base_dir=str(tmp_path), groups=2)
+    log = "\n".join(result.log)
+    assert "promotion of b refused; promoting it --unclean" in log and "a dropped [" in log
+    assert result.ok, result.violations

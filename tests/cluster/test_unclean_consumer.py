@@ -11,10 +11,11 @@ import tomllib
 import pytest
 import trio
 
-from cluster.client import Admin, MessageQueue, PullConsumer
+from cluster.client import MessageQueue, PullConsumer
 from tests.cluster.helpers import (
     broker_conf,
     call,
+    cli,
     slave_of,
     start_namesrv,
     wait_for,
@@ -22,8 +23,8 @@ from tests.cluster.helpers import (
 )
 from tests.ha.proxy import PausableProxy
 from tests.node.nodeproc import Nodes
-from wire.client import TidemqError, connect
-from wire.protocol import FetchOffset, GetStatus, Send, StatusReply, TopicCreate
+from wire.client import NotFound, TidemqError, connect
+from wire.protocol import CommitOffset, FetchOffset, GetStatus, Send, StatusReply, TopicCreate
 
 pytestmark = pytest.mark.slow
 
@@ -69,6 +70,10 @@ async def test_a_consumer_past_an_unclean_promotion_moves_back_and_reads_the_new
         first = [b"both-%d" % i for i in range(3)]
         await send(m.address, first)
         await wait_for(lambda: _caught_up(m.address, s.address), what="the slave holds the first records")
+        # another group's commit the slave holds past the records it will have (commits are not
+        # checked against the queue's end): the unclean promotion sets it back to that end
+        await call(m.address, CommitOffset(group="ahead", topic=TOPIC, queue_id=0, offset=50))
+        await wait_for(lambda: _committed(s.address, "ahead", 50), what="the commit streamed to the slave")
         queue = MessageQueue(TOPIC, GROUP, 0)
         async with PullConsumer(ns.address, group=CONSUMERS, topic=TOPIC, master_retry_s=0.2) as consumer:
             assert await read_until(consumer, queue, 3) == first
@@ -79,11 +84,14 @@ async def test_a_consumer_past_an_unclean_promotion_moves_back_and_reads_the_new
             assert await consumer.commit(queue, 23)
             assert consumer.position(queue) == 23
             m.kill()
-            async with Admin(namesrv=ns.address) as admin:
-                promoted = await admin.promote(GROUP, 1, unclean=True)
             # (the slave, cut off before the master confirmed alone, cannot know it is behind:
             # the check passes, docs/failover.md Limits; --unclean is what an operator uses anyway)
-            assert promoted["epoch"] == 2
+            promoted = await trio.to_thread.run_sync(
+                lambda: cli("admin", "promote", "--namesrv", ns.address, GROUP, "1", "--unclean"))
+            lines = promoted.stdout.decode().splitlines()
+            assert promoted.returncode == 0 and "is the master now" in lines[-2] and "epoch 2" in lines[-2], lines
+            assert lines[-1] == (f"{GROUP}: 1 committed consumer offset(s) past the new log's queue ends set back "
+                                 "to the ends (their records were dropped)")
             await wait_for(lambda: _master(s.address), what="the slave serving as master")
             fresh = [b"new-%d" % i for i in range(4)]
             assert await send(s.address, fresh) == [3, 4, 5, 6]  # the dropped records' queue offsets
@@ -92,10 +100,18 @@ async def test_a_consumer_past_an_unclean_promotion_moves_back_and_reads_the_new
             assert consumer.moved_back == [(queue, 23, 3)]
             assert consumer.position(queue) == 7
         assert (await call(s.address, FetchOffset(group=CONSUMERS, topic=TOPIC, queue_id=0))).offset == 3
-        # a consumer of the group that starts now begins at the clamped offset: nothing skipped
+        assert (await call(s.address, FetchOffset(group="ahead", topic=TOPIC, queue_id=0))).offset == 3  # clamped
+        # a consumer of the group that starts now begins at the offset it committed: nothing skipped
         async with PullConsumer(ns.address, group=CONSUMERS, topic=TOPIC) as later:
             assert await read_until(later, queue, 4) == fresh
         nursery.cancel_scope.cancel()
+
+
+async def _committed(address: str, group: str, offset: int) -> bool:
+    try:
+        return (await call(address, FetchOffset(group=group, topic=TOPIC, queue_id=0))).offset == offset
+    except NotFound:
+        return False
 
 
 async def _caught_up(master: str, slave: str) -> bool:
