@@ -333,6 +333,21 @@ class ConsumeQueue:
         with result:
             return UNIT.unpack_from(result.view, 0)
 
+    def first_offset_at_or_after(self, commitlog_offset: int) -> int:
+        """The first logical index whose record starts at or past `commitlog_offset` (the
+        queue's end when none does): where a consumer whose last record lay past a node's
+        log for its epoch goes back to (KIP-320). Units ascend in CommitLog offset, so a
+        binary search; an unreadable unit counts as before it."""
+        low, high = self.min_offset_in_queue, self.max_offset_in_queue
+        while low < high:
+            mid = (low + high) // 2
+            unit = self.get_unit(mid)
+            if unit is None or unit[0] < commitlog_offset:
+                low = mid + 1
+            else:
+                high = mid
+        return low
+
     def get_offset_in_queue_by_time(
         self, ts_ms: int, store_time_at: StoreTimeAt, min_phy_offset: int
     ) -> int:

@@ -178,6 +178,22 @@ class EpochFileCache:
     def entry(self, epoch: int) -> EpochEntry | None:
         return next((e for e in self._entries if e.epoch == epoch), None)
 
+    def epoch_at(self, offset: int) -> int | None:
+        """The epoch whose range holds CommitLog `offset`: the newest entry starting at or
+        before it (None before the first entry, or with no history)."""
+        found = None
+        for e in self._entries:
+            if e.start_offset > offset:
+                break
+            found = e.epoch
+        return found
+
+    def end_after(self, epoch: int, log_end: int) -> int:
+        """Where this log stops holding what `epoch` wrote (Kafka's OffsetsForLeaderEpoch):
+        the start of the first newer epoch, or `log_end` when there is none. Works for an
+        epoch this log never had: it ends where the next one it has begins."""
+        return next((e.start_offset for e in self._entries if e.epoch > epoch), log_end)
+
     def end_offset(self, epoch: int) -> int:
         """Where `epoch`'s records end: the next entry's start, or the last end offset."""
         for i, e in enumerate(self._entries):

@@ -456,6 +456,9 @@ class MessageStore:
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         return self.reads.get_max_offset_in_queue(topic, queue_id)
 
+    def get_queue_offset_at_or_after(self, topic: str, queue_id: int, commitlog_offset: int) -> int:
+        return self.reads.get_queue_offset_at_or_after(topic, queue_id, commitlog_offset)
+
     def look_message_by_offset(self, commitlog_offset: int, size: int | None = None) -> StoredMessage | None:
         return self.reads.look_message_by_offset(commitlog_offset, size)
 

@@ -61,6 +61,11 @@ class MessageReads:
         cq = self.consume_queues.find(topic, queue_id)
         return cq.max_offset_in_queue if cq is not None else 0
 
+    def get_queue_offset_at_or_after(self, topic: str, queue_id: int, commitlog_offset: int) -> int:
+        """The first queue offset whose record starts at or past `commitlog_offset`."""
+        cq = self.consume_queues.find(topic, queue_id)
+        return cq.first_offset_at_or_after(commitlog_offset) if cq is not None else 0
+
     def look_message_by_offset(self, commitlog_offset: int, size: int | None = None) -> StoredMessage | None:
         """The message whose record starts at `commitlog_offset` (None if there is none)."""
         self._check_readable()

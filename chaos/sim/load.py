@@ -18,6 +18,7 @@ from cluster.client.consumer import PullConsumer
 from cluster.client.producer import Producer
 from cluster.client.routing import MessageQueue
 from cluster.judge.history import FAIL, INFO, OK, History
+from store import runtime
 from wire.client import OutcomeUnknown, TidemqError, connect
 from wire.protocol import Send
 
@@ -57,7 +58,8 @@ class SimLoad:
         """group → (msgId, first key) of each record the consumer read → when it first did."""
         self.retried_to: dict[str, str] = {}  # the retrying producer's acknowledged keys → the group that stored them
         self.commits: dict[str, list[tuple[float, int, int]]] = {}
-        """group → (time, queue, offset) of each commit a master of it answered OK."""
+        """group → (wall time, queue, offset) of each commit a master of it answered OK."""
+        self.consumers: list[PullConsumer] = []  # every consumer the run made (a failed one is replaced)
 
     def lanes(self, group: SimGroup) -> range:
         """The processes of the group's own producers."""
@@ -147,11 +149,15 @@ class SimLoad:
         await consume(stop, self.consumed, lambda: PullConsumer(
             NAMESRV_ADDRESS, group=GROUP, topic=TOPIC, request_timeout=3.0, master_retry_s=0.5,
             net=self.network.host(CLIENT_HOST)), poll_ms=1000, pull_interval_ms=PULL_INTERVAL_MS,
-            by_group=self.consumed_by, read=self.read_ids, on_consumer=self._watch_commits)
+            by_group=self.consumed_by, read=self.read_ids, on_consumer=self._on_consumer)
 
-    def _watch_commits(self, consumer: PullConsumer) -> None:
+    def _on_consumer(self, consumer: PullConsumer) -> None:
+        """Keep every consumer the run made (a failed one is replaced), and note each commit
+        a master answered OK."""
+        self.consumers.append(consumer)
+
         def committed(queue: MessageQueue, offset: int, _master: str) -> None:
-            self.commits.setdefault(queue.broker_name, []).append((trio.current_time(), queue.queue_id, offset))
+            self.commits.setdefault(queue.broker_name, []).append((runtime.wall_clock(), queue.queue_id, offset))
 
         consumer.on_committed = committed
 

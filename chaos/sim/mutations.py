@@ -13,6 +13,8 @@ from typing import Any
 
 import attrs
 
+from cluster.client.consumer import PullConsumer
+from cluster.client.routing import MessageQueue
 from ha.master import HAService
 from node.failover.fencing import Fencing
 from node.failover.promotion import Failover, Transition
@@ -28,6 +30,9 @@ MUTATIONS = {
     "confirm-offset": "a master shows consumers its whole log and tells its slaves so (HAService.confirm_limit "
                       "is always None, as for a master alone): what consumers read may not be on the node "
                       "promoted next",
+    "kip320": "a consumer never moves back to the divergence point after an unclean promotion "
+              "(PullConsumer._diverged keeps its position): it skips the new master's records at the "
+              "queue offsets of those it read",
 }
 
 
@@ -56,6 +61,10 @@ def _unconfirmed(self: HAService) -> int | None:
     return None
 
 
+async def _never_back(self: PullConsumer, queue: MessageQueue, address: str, mark: Any, begin: int) -> int:
+    return begin
+
+
 @contextmanager
 def mutated(name: str | None) -> Iterator[None]:
     """Run the block with mutation `name` in place (None: none)."""
@@ -69,6 +78,7 @@ def mutated(name: str | None) -> Iterator[None]:
         "truncation": [(Failover, "apply", _keep_tail(Failover.apply))],
         "in-sync-wait": [(HAService, "wait_for_slave", _acked)],
         "confirm-offset": [(HAService, "confirm_limit", _unconfirmed)],
+        "kip320": [(PullConsumer, "_diverged", _never_back)],
     }
     patches = by_name[name]
     originals = [(owner, attribute, getattr(owner, attribute)) for owner, attribute, _ in patches]

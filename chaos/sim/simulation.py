@@ -6,6 +6,7 @@ it happened; `run_seed` (run.py) sets up the seeded clock and scheduler around i
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import trio
@@ -14,7 +15,7 @@ from cluster.client.admin import Admin
 from cluster.judge.history import History
 from node.failover.promotion import ASK_TIMEOUT_S
 from store import runtime
-from wire.client import TidemqError, connect
+from wire.client import BadRequest, TidemqError, connect
 from wire.protocol import TopicCreate
 
 from .cluster import CLIENT_HOST, NAMESRV_ADDRESS, SimCluster, SimGroup, SimNode
@@ -34,6 +35,12 @@ SETTLE_S = 120.0  # after the last fault: how long the cluster may take to serve
 MAX_SIMULATED_S = 900.0  # a run still going then is stuck: a finding
 ADMIN_HOST = "10.0.1.2"
 MONITOR_S = 0.1  # how often the run notes each node's role and epoch
+UNCLEAN_SHARE = 0.1
+"""Of the schedule's promotions: the share that go uncleanly, drawn from a stream of its own
+so the seeds' other draws stay put. The operator first cuts the slave off its master until
+the master's in-sync set drops it (the master then confirms alone what consumers read),
+tries the plain promote (refused) and forces it (`--unclean`)."""
+UNCLEAN_MARGIN_S = 2.0  # past haMaxTimeSlaveNotCatchup, so the in-sync set has dropped the slave
 
 
 class Simulation:
@@ -59,6 +66,7 @@ class Simulation:
         self.phase = "starting"  # what the run is doing, for a run that gets stuck
         self.spin_guard: SpinGuard | None = None
         self._truncations: dict[str, Any] = {}
+        self._unclean = random.Random(f"unclean {schedule.seed}")
         self._nursery: trio.Nursery | None = None
 
     # ---------------------------------------------------------------- the run
@@ -108,6 +116,7 @@ class Simulation:
             self.phase = "draining the consumer"
             await self.load.drain_consumer()
             stop_consumer.set()
+            self._note_moves_back()
             for group in self.cluster.groups:
                 self.observed[group.name].committed = self.load.committed(group)
                 self.observed[group.name].commits = self.load.commits.get(group.name, [])
@@ -115,6 +124,12 @@ class Simulation:
             self.phase = "stopping the nodes"
             await self.cluster.stop()
             nursery.cancel_scope.cancel()
+
+    def _note_moves_back(self) -> None:
+        """The consumer's moves back to a divergence point (after an unclean promotion), if any."""
+        for consumer in self.load.consumers:
+            for queue, was, back in consumer.moved_back:
+                self.log.add(f"consumer moved back on {queue.broker_name}:{queue.queue_id} from {was} to {back}")
 
     async def _create_topic(self) -> None:
         for group in self.cluster.groups:
@@ -193,11 +208,26 @@ class Simulation:
             self.log.add(f"promotion skipped: {slave.name} is not serving as a slave ({serving})")
             return
         broker_id = slave.broker.cfg.broker_id if slave.broker else 1
+        forced = self._unclean.random() < UNCLEAN_SHARE
+        if forced:
+            self.log.add(f"operator: cut {slave.name} off {group.master.name} until its in-sync set drops it")
+            cut = (group.master.host, slave.host)
+            self.network.cut(*cut)
+            await trio.sleep(slave.cfg.ha_max_time_slave_not_catchup / 1000 + UNCLEAN_MARGIN_S)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
+            self.network.heal(*cut)  # the slave's check reaches the master now (cut off, it could not know)
         try:
             async with Admin(NAMESRV_ADDRESS, net=self.network.host(ADMIN_HOST)) as admin:
                 # the schedule's operator promotes as `tidemq admin promote` does by default: a
                 # slave outside the in-sync set or behind the confirm offset is refused
-                answer = await admin.promote(group.name, broker_id, timeout=30.0)
+                try:
+                    answer = await admin.promote(group.name, broker_id, timeout=30.0)
+                except BadRequest as e:
+                    if not forced or "refused" not in str(e):
+                        raise
+                    self.log.add(f"promotion of {slave.name} refused; promoting it --unclean")
+                    asked = runtime.wall_clock()  # the old master may rejoin, and cut, before the answer
+                    answer = await admin.promote(group.name, broker_id, timeout=30.0, unclean=True)
+                    self.observed[group.name].unclean.append((asked, slave.name, answer["start_offset"]))
         except TidemqError as e:
             self.log.add(f"promotion of {slave.name} failed: {e.status}")
             return
@@ -213,7 +243,7 @@ class Simulation:
         seen: dict[str, Any] = {}
         last_role: dict[str, str] = {}  # node → the role it last served in
         newest: dict[str, int] = {}  # group → the newest epoch a master of it served in
-        last_tick = trio.current_time()
+        last_tick = runtime.wall_clock()
         while True:
             for node in self.cluster.nodes:
                 now = node.serving()
@@ -229,7 +259,7 @@ class Simulation:
                     if now is not None:
                         last_role[node.name] = now[0]
                 self._note_truncation(node)
-            last_tick = trio.current_time()
+            last_tick = runtime.wall_clock()
             if self.etcd:
                 for group in self.cluster.groups:
                     self._follow_election(group)

@@ -18,10 +18,16 @@
   learned), so no record a consumer read is among those a rejoining node dropped, every
   acknowledged message stored below a queue's committed offset was consumed, and nothing
   consumed is gone (docs/failover.md).
+- After an `--unclean` promotion (simulation.py draws some, when the plain one is refused)
+  what it drops (the old log from its epoch's start on) may have been acknowledged (in
+  every mode) and read; the consumer still
+  skips nothing: it moves back to where the logs diverge (KIP-320) and reads the new
+  master's records there, so the skip rule above holds unchanged.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 import attrs
@@ -56,6 +62,10 @@ class Observed:
     """(the last time the run saw the group before it, node, its committed offsets) for each
     node that began serving as master in a newer epoch (a promotion or an election)."""
     commits: list[tuple[float, int, int]] = attrs.field(factory=list)  # (time, queue, offset) answered OK
+    unclean: list[tuple[float, str, int]] = attrs.field(factory=list)
+    """(wall time it was asked, node, CommitLog offset its epoch starts at) of each `--unclean`
+    promotion: what it drops, the old master's records from there on, may have been
+    acknowledged and read (docs/failover.md); a consumer still never skips."""
 
 
 def verdict(report: CheckReport, history: History, observed: Observed, *, replication: str, master: str,
@@ -71,7 +81,8 @@ def verdict(report: CheckReport, history: History, observed: Observed, *, replic
     lost = [f"{k} ({s} at {o})" for k, o, m, s in zip(report.acked_missing, report.acked_missing_offsets,
                                                       report.acked_missing_msg_ids, report.acked_missing_statuses,
                                                       strict=True)
-            if m not in observed.truncated or (replication == "SYNC_MASTER" and s == "PUT_OK")]
+            if m not in observed.truncated or (replication == "SYNC_MASTER" and s == "PUT_OK"
+                                               and not _unclean_drop(m, math.inf, observed))]
     finding("acknowledged message(s) lost beyond the mode's promise", lost)
     master_lost = set(report.acked_missing)
     for name, node in report.nodes.items():
@@ -102,7 +113,8 @@ def verdict(report: CheckReport, history: History, observed: Observed, *, replic
     held = report.nodes[master].records if master in report.nodes else set()
     finding("record(s) a consumer read that a node later dropped (msgId key)",
             sorted(f"{m} {k}" for (m, k), at in (read_ids or {}).items()
-                   if (m, k) not in held and any(m in ids and at < cut_at for cut_at, ids in observed.cuts)))
+                   if (m, k) not in held and any(m in ids and at < cut_at and not _unclean_drop(m, cut_at, observed)
+                                                 for cut_at, ids in observed.cuts)))
     finding("acknowledged message(s) the consumer committed past without reading",
             [k for k, _o in _skipped(report, history, observed, consumed)])
     if replication == "SYNC_MASTER":
@@ -110,20 +122,37 @@ def verdict(report: CheckReport, history: History, observed: Observed, *, replic
     return out
 
 
+UNCLEAN_LOOKBACK_S = 40.0
+"""An --unclean promotion asked this long before a takeover may be the one it is (the
+operator cuts the slave off for the in-sync hold, 15 s, before it forces the promotion)."""
+
+
 def _commits_lost(observed: Observed) -> list[str]:
     """A commit a SYNC_MASTER answered OK is on every in-sync slave (the offsets ride the HA
     stream), so the node a promotion or an election makes master next holds it: each
     takeover's table must reach every commit answered before the run last saw the group
-    without it."""
+    without it (and after the last --unclean promotion, which sets offsets back)."""
     out = []
     for before, node, offsets in observed.takeovers:
+        if any(n == node and before - UNCLEAN_LOOKBACK_S <= asked for asked, n, _start in observed.unclean):
+            continue  # an --unclean promotion sets committed offsets back to its log's end
+        since = max((asked for asked, _n, _start in observed.unclean if asked < before), default=-math.inf)
         needed: dict[int, int] = {}
         for at, queue, offset in observed.commits:
-            if at < before:  # (one at the very instant may have come after the look)
+            if since <= at < before:  # (one at the very instant may have come after the look)
                 needed[queue] = max(offset, needed.get(queue, 0))
         out += [f"{node} took over with {queue}@{offsets.get(queue)} after a commit of {queue}@{offset}"
                 for queue, offset in sorted(needed.items()) if offsets.get(queue, -1) < offset]
     return out
+
+
+def _unclean_drop(msg_id: str, cut_at: float, observed: Observed) -> bool:
+    """Was the record `msg_id` names, cut at `cut_at`, one an unclean promotion asked for
+    before then dropped (stored at or past where its epoch starts)? Such a record may have
+    been acknowledged and read: the promoted slave never had it (the consumer moves back and
+    reads what replaced it; the skip rule still holds)."""
+    offset = decode_msg_id(msg_id)[1]
+    return any(asked <= cut_at and offset >= start for asked, _node, start in observed.unclean)
 
 
 def _dropped_retry(key: str, history: History, observed: Observed, replication: str) -> bool:

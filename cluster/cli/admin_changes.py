@@ -195,6 +195,9 @@ async def promote(args: argparse.Namespace, admin: Any) -> int:
     else:
         print(f"{args.broker_name}: {result['address']} is the master now (brokerId 0, {result['role']}), "
               f"epoch {result['epoch']} from CommitLog offset {result['start_offset']}")
+        if result.get("offsets_clamped"):
+            print(f"{args.broker_name}: {result['offsets_clamped']} committed consumer offset(s) past the new "
+                  "log's queue ends set back to the ends (their records were dropped)")
     return EXIT_OK
 
 

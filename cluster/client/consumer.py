@@ -18,7 +18,16 @@ from wire.client import (
     TidemqError,
 )
 from wire.options import ConnectKeywords, ConnectOptions
-from wire.protocol import CommitOffset, FetchOffset, MaxOffset, MinOffset, Pull, Status, WireRequest
+from wire.protocol import (
+    CommitOffset,
+    FetchOffset,
+    MaxOffset,
+    MinOffset,
+    OffsetForEpoch,
+    Pull,
+    Status,
+    WireRequest,
+)
 
 from .base import (
     CLIENT_OPTIONS,
@@ -52,6 +61,17 @@ class _GroupState:
     backoff: float = 0.0
 
 
+@attrs.frozen
+class _ReadMark:
+    """A queue's last record read: its CommitLog offset and epoch, and the newest epoch the
+    node that served it knew (KIP-320: a node in a newer epoch is asked first whether its
+    log still holds that record's epoch past it)."""
+
+    commitlog_offset: int
+    epoch: int
+    node_epoch: int
+
+
 class PullConsumer(_Client):
     """Pulls one topic for one consumer group, queue by queue, with committed offsets.
 
@@ -70,6 +90,12 @@ class PullConsumer(_Client):
     offsets are committed when the master answers again (or by `flush_commits`, or on
     leaving the `async with`). If the process ends first they are lost and the group
     re-reads from its last committed offset: at-least-once, never a skip.
+
+    After a promotion (a pull answered by a node in a newer epoch than the one that served
+    the queue's last record) the consumer first asks that node whether its log still holds
+    the last record's epoch past it (`offset_for_epoch`). When an unclean promotion cut the
+    records it read, it moves back to where the logs diverge, commits that offset, and
+    reads the new epoch's records there: duplicates allowed, skips never (Kafka's KIP-320).
     """
 
     def __init__(
@@ -104,6 +130,9 @@ class PullConsumer(_Client):
         """Called with (queue, offset, master address) once a master answered a commit OK
         (a SYNC_MASTER: on its in-sync slaves too): for applications and judges that keep
         what the group promised to hold."""
+        self._marks: dict[MessageQueue, _ReadMark] = {}
+        self.moved_back: list[tuple[MessageQueue, int, int]] = []
+        """(queue, from, to) of every move back to a divergence point, oldest first."""
 
     # ---- queues and positions -----------------------------------------------------------
 
@@ -135,6 +164,7 @@ class PullConsumer(_Client):
         """Drop the queue's position: its next pull starts from the committed offset again
         (a consumer group member that gained the queue from another member)."""
         self._positions.pop(queue, None)
+        self._marks.pop(queue, None)
 
     async def master_address(self, broker_name: str) -> str | None:
         """The last known master of a broker group (None when no route named one)."""
@@ -168,12 +198,39 @@ class PullConsumer(_Client):
                                     tag_filter=self.tag_filter, timeout_ms=timeout_ms, group=self.group),
             timeout=timeout_ms / 1000 + self.options.request_timeout,
         )
+        mark = self._marks.get(queue) if offset is None else None
+        if mark is not None and response.node_epoch is not None and response.node_epoch > mark.node_epoch:
+            back = await self._diverged(queue, address, mark, begin)
+            self._marks[queue] = attrs.evolve(mark, node_epoch=response.node_epoch)
+            if back < begin:  # what the pull answered lies past the divergence: read from there
+                return await self.pull(queue, max_msgs, timeout_ms=timeout_ms)
         status = response.status
         messages = [ReceivedMessage.from_wire(m, queue.broker_name) for m in response.messages]
         following = self._advance(queue, begin, status, response.next_begin_offset, from_slave)
         self._positions[queue] = following
+        if offset is None and response.messages and response.epoch is not None and response.node_epoch is not None:
+            self._marks[queue] = _ReadMark(response.messages[-1].commitlog_offset, response.epoch,
+                                           response.node_epoch)
         return PullResult(status, messages, following, response.min_offset, response.max_offset, address,
                           from_slave)
+
+    async def _diverged(self, queue: MessageQueue, address: str, mark: _ReadMark, begin: int) -> int:
+        """Ask the node at `address` (in a newer epoch than `mark`'s) where to continue; move
+        the queue back there and commit it when its log no longer holds the mark's epoch past
+        the mark. Returns the position (`begin` when nothing moved)."""
+        answer = await self.pool.call(address, OffsetForEpoch(
+            topic=queue.topic, queue_id=queue.queue_id, epoch=mark.epoch, commitlog_offset=mark.commitlog_offset,
+            offset=begin, group=self.group))
+        back = min(int(answer.offset), begin)
+        if back < begin:
+            log.warning("%s: the log of %s (epoch %d) holds epoch %d only up to CommitLog offset %d, not past the "
+                        "last record read (%d): an unclean promotion dropped it; reading again from queue offset "
+                        "%d (was %d)", queue, address, answer.node_epoch, mark.epoch, answer.end_offset,
+                        mark.commitlog_offset, back, begin)
+            self._positions[queue] = back
+            self.moved_back.append((queue, begin, back))
+            await self.commit(queue, back)
+        return back
 
     @staticmethod
     def _advance(queue: MessageQueue, begin: int, status: Status, reported: int, from_slave: bool) -> int:

@@ -51,7 +51,8 @@ import trio
 from ha.net import TCP, Network
 from store import runtime
 from store.config import BrokerRole
-from store.epoch_file import EpochEntry
+from store.epoch_file import EpochEntry, EpochFileCache
+from store.message_store import MessageStore
 from wire.protocol import Epoch, EpochReply, GetStatus, Status, StatusReply, WirePromoteCheck
 from wire.protocol.namesrv import RegisterReply
 
@@ -59,6 +60,7 @@ from ..config import BrokerConfig
 from ..ops.services import FailoverHooks, NodeServices, OpError
 from ..slave_sync import SlaveSync
 from ..tables.changes import Changes
+from ..tables.offsets import ConsumerOffsetManager, OffsetEntry
 from .asker import ASK_TIMEOUT_S, EpochAsker
 from .epochs import Cut, Refuse, admission, newer_master
 from .fencing import CheckOutcome
@@ -144,6 +146,10 @@ class Failover:
     @property
     def fenced(self) -> str | None:
         return self.term.fenced
+
+    @property
+    def epochs(self) -> EpochFileCache:
+        return self.term.cache
 
     @property
     def last_truncation(self) -> dict[str, Any] | None:
@@ -491,11 +497,15 @@ class Failover:
         while store.reput.do_reput():  # everything received is in the ConsumeQueues
             await trio.lowlevel.checkpoint()
         await self._adopt_master_topics(services)
+        clamped = clamp_offsets(services.offsets, store) if unclean else []
+        if clamped:
+            await services.offsets.persist(force=True)
         epoch = epoch if epoch is not None else max(self.term.newest_seen, self.epoch) + 1
         max_offset = store.get_max_phy_offset()
         reason = f"promoted to master of {self.cfg.broker_name} with epoch {epoch} (was brokerId {self.cfg.broker_id})"
         self.request_transition(Transition(RoleState(0, role, reason, pending_epoch=epoch)))
-        return {"epoch": epoch, "max_offset": max_offset, "broker_id": 0, "role": role, "check": check}
+        return {"epoch": epoch, "max_offset": max_offset, "broker_id": 0, "role": role, "check": check,
+                "offsets_clamped": len(clamped)}
 
     async def _adopt_master_topics(self, services: NodeServices) -> None:
         """Topics the old master registered that this slave has not synced yet (the sync runs
@@ -506,6 +516,24 @@ class Failover:
                 if services.topics.get(topic) is None:
                     await services.topics.create(topic, q["read_queue_nums"], q["write_queue_nums"], q["perm"])
                     log.info("promotion: topic %s taken over from the old master's registration", topic)
+
+
+def clamp_offsets(offsets: ConsumerOffsetManager, store: MessageStore) -> list[OffsetEntry]:
+    """An unclean promotion's committed offsets past the promoted slave's ConsumeQueue ends
+    (the records there are gone, and the new epoch's records take those offsets) come back
+    to the ends, so the group reads the new records instead of skipping them. Returns the
+    entries as they were. A clean promotion keeps every committed offset exactly (consumers
+    read only up to the confirm offset, which the slave holds)."""
+    out = []
+    for entry in offsets.entries():
+        end = store.get_max_offset_in_queue(entry.topic, entry.queue_id)
+        if entry.offset > end:
+            out.append(entry)
+            offsets.commit(entry.group, entry.topic, entry.queue_id, end)
+            log.warning("promotion: group %s's committed offset of %s:%d was %d, past this log's end %d "
+                        "(records an unclean promotion dropped); set to %d", entry.group, entry.topic,
+                        entry.queue_id, entry.offset, end, end)
+    return out
 
 
 if TYPE_CHECKING:

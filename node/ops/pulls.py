@@ -22,6 +22,8 @@ from wire.protocol import (
     MessagesReply,
     MinOffset,
     OffsetByTime,
+    OffsetForEpoch,
+    OffsetForEpochReply,
     OffsetList,
     OffsetListReply,
     OffsetReply,
@@ -132,9 +134,33 @@ async def read_queue(s: NodeServices, f: Pull,
 async def _pull(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     got = await read_queue(s, r.fields)
     result = got.result
+    history = s.failover.epochs if s.failover is not None and len(s.failover.epochs) else None
+    epoch = history.epoch_at(got.messages[-1].commitlog_offset) if history and got.messages else None
     return PullReply(status=Status(result.status.value), messages=[WireMessage.of(m) for m in got.messages],
                      next_begin_offset=got.next_begin_offset, min_offset=result.min_offset,
-                     max_offset=result.max_offset).to_wire(r.id)
+                     max_offset=result.max_offset, epoch=epoch,
+                     node_epoch=history.last_epoch() if history else None).to_wire(r.id)
+
+
+async def _offset_for_epoch(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    """KIP-320's check, for a consumer whose last record (CommitLog offset P, epoch E) came
+    from a node in an older epoch: this log holds E's records up to end(E), the start of
+    its first newer epoch (or its end). Past P: the consumer's next offset stands. At or
+    before P: the records from end(E) on are not the ones it read (an unclean promotion
+    cut them), so it goes back to the first queue offset at or past end(E) and reads again:
+    duplicates, never a skip."""
+    f: OffsetForEpoch = r.fields
+    check_consume(s, f.group)
+    history = s.failover.epochs if s.failover is not None else None
+    log_end = s.store.get_max_phy_offset()
+    if history is None or not len(history):  # no epochs here (a RocketMQ 4.x history): nothing to check
+        return OffsetForEpochReply(offset=f.offset, end_offset=log_end, node_epoch=-1, diverged=False).to_wire(r.id)
+    end = history.end_after(f.epoch, log_end)
+    offset = f.offset
+    if end <= f.commitlog_offset:
+        offset = min(offset, s.store.get_queue_offset_at_or_after(f.topic, f.queue_id, end))
+    return OffsetForEpochReply(offset=offset, end_offset=end, node_epoch=history.last_epoch(),
+                               diverged=end <= f.commitlog_offset).to_wire(r.id)
 
 
 async def _query_by_key(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
@@ -202,4 +228,5 @@ PULL_HANDLERS: dict[type[WireRequest], Handler] = {
     CommitOffset: _commit_offset,
     FetchOffset: _fetch_offset,
     OffsetList: _offset_list,
+    OffsetForEpoch: _offset_for_epoch,
 }

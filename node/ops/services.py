@@ -19,6 +19,7 @@ import trio
 
 from ha.master import HAService
 from ha.slave import HAClient
+from store.epoch_file import EpochFileCache
 from store.message_store import MessageStore
 from wire.protocol import (
     Status,
@@ -55,6 +56,10 @@ class FailoverHooks(Protocol):
         """Refuse (OpError INDETERMINATE) to acknowledge a stored write admitted at `admitted`
         that this node may no longer answer PUT_OK; `unreplicated`: some of it answers
         SLAVE_NOT_AVAILABLE."""
+
+    @property
+    def epochs(self) -> EpochFileCache:
+        """The node's epoch history (which term wrote which part of its CommitLog)."""
 
     def status(self) -> dict[str, Any]: ...
 

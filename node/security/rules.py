@@ -118,6 +118,7 @@ RULES: dict[str, str | Callable[[Any], list[Need]]] = {
     "send": _topic(Perm.PUB),
     "send_batch": _topic(Perm.PUB),
     "pull": _pull,
+    "offset_for_epoch": _pull,
     "query_by_key": _topic(Perm.SUB),
     "get_by_msg_id": ANY_ACCOUNT,  # the answer's topic is checked (guard.check_answer)
     "offset_by_time": _topic(Perm.SUB),

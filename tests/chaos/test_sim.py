@@ -289,3 +289,27 @@ def test_etcd_elects_the_master_through_faults_on_etcd_itself(tmp_path):
     assert len(elected) >= 2, log  # a lease ran out at least twice: another node took over
     assert "healed: etcd_down" in log and "killed " in log
     assert result.acked > 90  # of 150: no master for the first election's ~1 s, then three outages
+
+
+@pytest.mark.parametrize(("seed", "mode"), [(1504, SYNC), (2977, "SYNC_MASTER+SYNC_FLUSH")])
+def test_after_an_unclean_promotion_the_consumer_moves_back_and_skips_nothing(seed, mode, tmp_path):
+    """Seeds whose drawn unclean promotion (simulation.py UNCLEAN_SHARE) comes while the
+    producers still write: the old master's tail the consumer read is dropped, the consumer
+    moves back to the divergence (KIP-320) and reads the new master's records there. With
+    the `kip320` mutation (no move back) the same seed skips acknowledged messages."""
+    result = run_seed(seed, mode=mode, base_dir=str(tmp_path))
+    log = "\n".join(result.log)
+    assert "refused; promoting it --unclean" in log and "consumer moved back on broker-a" in log
+    assert " dropped [" in log and result.ok, result.violations
+    skipping = run_seed(seed, mode=mode, base_dir=str(tmp_path), mutation="kip320")
+    assert any("committed past without reading" in v for v in skipping.violations), skipping.violations
+
+
+def test_an_unclean_promotion_s_drop_is_allowed_though_the_old_master_cuts_before_its_answer(tmp_path):
+    """Seed 433 (two groups): broker-a's old master rejoined and cut its tail within the
+    millisecond the unclean promotion answered; the judge dates the promotion from when it
+    was asked, so the records it dropped that the consumer read are allowed, not findings."""
+    result = run_seed(433, mode="SYNC_MASTER+SYNC_FLUSH", base_dir=str(tmp_path), groups=2)
+    log = "\n".join(result.log)
+    assert "promotion of b refused; promoting it --unclean" in log and "a dropped [" in log
+    assert result.ok, result.violations

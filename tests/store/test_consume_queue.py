@@ -459,3 +459,18 @@ def test_written_units_span_segments_and_drop_blank_and_unwritten_units(tmp_path
 
 def test_written_units_of_an_empty_queue_dir(tmp_path):
     assert written_units(str(tmp_path)) == (array.array("q"), array.array("i"))
+
+
+def test_first_offset_at_or_after_a_commitlog_offset(tmp_path):
+    """KIP-320's move back (node op offset_for_epoch): the first unit whose record starts at
+    or past a CommitLog offset, across segments, from the queue's minimum; its end past all."""
+    cq = make_cq(tmp_path)
+    try:
+        assert cq.first_offset_at_or_after(0) == 0  # an empty queue: its end
+        fill(cq, 12, start=3)  # units 3..14 at CommitLog 300..1400 (the queue starts mid-way)
+        found = [cq.first_offset_at_or_after(o) for o in (0, 300, 301, 400, 999, 1000, 1400, 1401, 10**9)]
+        assert found == [3, 3, 4, 4, 10, 10, 14, 15, 15]
+        cq.correct_min_offset(350)  # unit 3 is gone: never answered
+        assert (cq.first_offset_at_or_after(0), cq.first_offset_at_or_after(999)) == (4, 10)
+    finally:
+        cq.shutdown()

@@ -174,6 +174,7 @@ MINIMAL = {
     "commit_offset": {"group": "G", "topic": "T", "queue_id": 0, "offset": 5},
     "fetch_offset": {"group": "G", "topic": "T", "queue_id": 0},
     "offset_list": {},
+    "offset_for_epoch": {"topic": "T", "queue_id": 0, "epoch": 1, "commitlog_offset": 0, "offset": 0},
     "topic_create": {"topic": "T"},
     "topic_delete": {"topic": "T"},
     "subgroup_update": {"group": "G"},
@@ -593,7 +594,8 @@ def test_a_stored_message_is_the_map_docs_protocol_md_lists_byte_for_byte():
     assert listed == list(want), "docs/protocol.md lists the message map's fields in the wire's order"
     pull = PullReply(status=Status.FOUND, messages=[WireMessage.of(stored)], next_begin_offset=1, max_offset=1)
     assert cbor2.dumps(pull.to_wire(5)) == cbor2.dumps({"id": 5, "status": "FOUND", "messages": [want],
-                                                        "next_begin_offset": 1, "min_offset": 0, "max_offset": 1})
+                                                        "next_begin_offset": 1, "min_offset": 0, "max_offset": 1,
+                                                        "epoch": None, "node_epoch": None})
     assert PullReply.from_wire(cbor2.loads(cbor2.dumps(pull.to_wire(5)))) == pull
     assert MessageReply.from_wire({"message": want}).message == WireMessage.of(stored)
     older = WireMessage.from_wire({k: want[k] for k in list(want)[:6]})  # an older node's shorter map
@@ -734,3 +736,23 @@ def test_a_node_s_controller_view_is_the_map_docs_auto_failover_md_lists():
     printed = StatusReply(ha=WireHAView(client=client), controller=WireControllerView(**view)).to_json()
     assert "id" not in printed and "status" not in printed
     assert (printed["ha"], printed["controller"]) == (client.to_wire(), view)
+
+
+_int64 = st.integers(0, 2**63 - 1)
+
+
+@given(epoch=_int64, commitlog_offset=_int64, offset=_int64, last=st.one_of(st.none(), _int64),
+       node=st.one_of(st.none(), _int64), diverged=st.booleans())
+def test_kip320_fields_read_back_what_they_wrote(epoch, commitlog_offset, offset, last, node, diverged):
+    """offset_for_epoch's request parses as it was built; its answer and a pull's epochs
+    survive CBOR, and an older node's pull answer (no epochs) reads as None."""
+    from wire.protocol import OffsetForEpoch, OffsetForEpochReply, PullReply
+
+    asked = OffsetForEpoch(topic="T", queue_id=1, epoch=epoch, commitlog_offset=commitlog_offset, offset=offset)
+    assert parse_request(cbor2.loads(cbor2.dumps(asked.to_wire(3)))).fields == asked
+    answer = OffsetForEpochReply(offset=offset, end_offset=commitlog_offset, node_epoch=epoch, diverged=diverged)
+    assert OffsetForEpochReply.from_wire(cbor2.loads(cbor2.dumps(answer.to_wire(3)))) == answer
+    pull = PullReply(status=Status.FOUND, messages=[], next_begin_offset=offset, epoch=last, node_epoch=node)
+    assert PullReply.from_wire(cbor2.loads(cbor2.dumps(pull.to_wire(3)))) == pull
+    older = PullReply.from_wire({"status": "FOUND", "messages": [], "next_begin_offset": offset})
+    assert (older.epoch, older.node_epoch) == (None, None)

@@ -41,7 +41,7 @@ from .values import (
 __all__ = [
     "BrokerConfigReply", "BrokerConfigUpdateReply", "ConsumerListReply", "ConsumerUnregisterReply",
     "CountMessagesReply", "DeletedFilesReply", "EmptyReply", "EndTransactionReply", "EpochReply", "LockReply",
-    "MembersReply", "MessageReply", "MessagesReply", "OffsetListReply", "OffsetReply", "ProducerListReply",
+    "MembersReply", "MessageReply", "MessagesReply", "OffsetForEpochReply", "OffsetListReply", "OffsetReply", "ProducerListReply",
     "ProducerUnregisterReply", "PromoteCheckReply", "PromoteReply", "PullReply", "TransactionChecksReply",
     "TransactionListReply", "TransactionResumeReply",
     "ReplyError", "SendBackReply", "StatsAllReply", "SubGroupDeleteReply", "SubGroupListReply", "SubGroupReply",
@@ -222,6 +222,12 @@ class PullReply(WireReply):
     next_begin_offset: int
     min_offset: int = 0
     max_offset: int = 0
+    epoch: int | None = None
+    """The epoch whose range of the node's epoch history holds the last message's CommitLog
+    offset (None: no message, or no history): a consumer keeps it with that offset (KIP-320)."""
+    node_epoch: int | None = None
+    """The newest epoch the answering node knows (None from a node without epochs): a newer
+    one than when the consumer last read means its position must be checked first."""
 
 
 @attrs.define(kw_only=True)
@@ -413,6 +419,17 @@ class EpochReply(WireReply):
 
 
 @attrs.define(kw_only=True)
+class OffsetForEpochReply(WireReply):
+    """`offset_for_epoch`: where the consumer continues (`offset`, never past the one it
+    sent), the node's newest epoch, and where the node's log stops holding the asked epoch."""
+
+    offset: int
+    end_offset: int
+    node_epoch: int
+    diverged: bool
+
+
+@attrs.define(kw_only=True)
 class PromoteReply(WireReply):
     """`promote`: the new epoch and where it starts."""
 
@@ -422,6 +439,8 @@ class PromoteReply(WireReply):
     role: str
     check: WirePromoteCheck | None = nested(WirePromoteCheck, default=None)
     """The in-sync check it passed (or, `unclean`, what it dropped); None from an older node."""
+    offsets_clamped: int = 0
+    """With `unclean`: committed consumer offsets past the promoted log's queue ends, set back to the ends."""
 
 
 @attrs.define(kw_only=True)

@@ -70,6 +70,7 @@ from .replies import (
     MembersReply,
     MessageReply,
     MessagesReply,
+    OffsetForEpochReply,
     OffsetListReply,
     OffsetReply,
     ProducerListReply,
@@ -170,7 +171,7 @@ __all__ = [
     "ConsumerList", "ConsumerLock", "ConsumerSendBack", "ConsumerUnlock", "ConsumerUnregister", "ConsumerWatch",
     "BrokerWritePerm", "GetBrokerConfig", "UpdateBrokerConfig",
     "CountMessages", "DeleteExpiredFiles", "EndTransaction", "Epoch", "FetchOffset", "GetByMsgId", "MaxOffset",
-    "MinOffset", "GetStatus", "OffsetByTime", "OffsetList", "ProducerHeartbeat", "ProducerList", "ProducerUnregister",
+    "MinOffset", "GetStatus", "OffsetByTime", "OffsetForEpoch", "OffsetList", "ProducerHeartbeat", "ProducerList", "ProducerUnregister",
     "Promote", "PromoteCheck", "Pull", "TransactionCheckWatch", "TransactionList", "TransactionResume",
     "QueryByKey", "Send", "SendBatch", "StatsAll", "SubGroupDelete", "SubGroupList",
     "SubGroupUpdate", "TopicCreate",
@@ -282,6 +283,21 @@ class FetchOffset(WireRequest):
     group: str = _group_field()
     topic: str = _topic_field()
     queue_id: int = _queue_id()
+
+
+@attrs.define(kw_only=True)
+class OffsetForEpoch(WireRequest):
+    """Before reading on where it left off from a node in a newer epoch: the consumer's last
+    record (its CommitLog offset and epoch) and its next queue offset (KIP-320)."""
+
+    OP = "offset_for_epoch"
+    REPLY = OffsetForEpochReply
+    topic: str = _topic_field()
+    queue_id: int = _queue_id()
+    epoch: int = wire(INT, NON_NEG64)
+    commitlog_offset: int = wire(INT, NON_NEG64)
+    offset: int = wire(INT, NON_NEG64)
+    group: str | None = wire(STR, check_group, default=None)
 
 
 @attrs.define(kw_only=True)
@@ -605,7 +621,7 @@ class StatsAll(WireRequest):
 
 NODE_REQUESTS: dict[str, type[WireRequest]] = {cls.OP: cls for cls in (
     Send, SendBatch, Pull, QueryByKey, GetByMsgId, OffsetByTime, MinOffset, MaxOffset,
-    CommitOffset, FetchOffset, OffsetList, TopicCreate, TopicDelete, TopicList,
+    CommitOffset, FetchOffset, OffsetList, OffsetForEpoch, TopicCreate, TopicDelete, TopicList,
     ConsumerHeartbeat, ConsumerWatch, ConsumerUnregister, ConsumerList, ConsumerLock, ConsumerUnlock,
     ConsumerSendBack, SubGroupUpdate, SubGroupList, SubGroupDelete, EndTransaction, TransactionCheckWatch,
     TransactionList, TransactionResume, ProducerHeartbeat, ProducerUnregister, ProducerList, GetStatus, DeleteExpiredFiles, Epoch,
