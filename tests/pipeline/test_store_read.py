@@ -353,3 +353,26 @@ def test_bad_options_are_clear_errors():
         ScanOptions.from_options({"mode": "DROPMALFORMED"})
     o = ScanOptions.from_options({"TOPICS": "a, b", "StartTime": "1000", "mode": "permissive"})
     assert o.topics == {"a", "b"} and o.start_time == 1000 and o.permissive
+
+
+async def test_a_transactional_workload_reads_only_committed_messages_on_the_real_topic(tmp_path):
+    """Issue 43: the store read of the real topic shows the committed message only; the
+    prepared (still open) and rolled-back ones are records of the half topic, where they
+    carry their real topic as a property and never its name."""
+    from store.transaction import HALF_TOPIC, OP_HALF_TOPIC
+    from tests.node.test_transactions import TOPIC, conf_of, create_topic, end, prepare
+    from tests.node.test_ops import serving_ops
+
+    async with serving_ops(conf_of(tmp_path)) as (services, conn):
+        await create_topic(conn)
+        committed, rolled_back, _open = (await prepare(conn, b"c"), await prepare(conn, b"r"),
+                                         await prepare(conn, b"u"))
+        await end(conn, committed, "COMMIT")
+        await end(conn, rolled_back, "ROLLBACK")
+        root = Path(services.store.config.store_path_root_dir)
+    real = scan_rows(root, topics=frozenset({TOPIC}))
+    assert [r["body"] for r in real] == [b"c"]
+    half = scan_rows(root, topics=frozenset({HALF_TOPIC}))
+    assert sorted(r["body"] for r in half) == [b"c", b"r", b"u"]
+    assert all(r["topic"] == HALF_TOPIC and r["properties"]["REAL_TOPIC"] == TOPIC for r in half)
+    assert len(scan_rows(root, topics=frozenset({OP_HALF_TOPIC}))) == 2
