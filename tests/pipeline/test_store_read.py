@@ -360,8 +360,8 @@ async def test_a_transactional_workload_reads_only_committed_messages_on_the_rea
     prepared (still open) and rolled-back ones are records of the half topic, where they
     carry their real topic as a property and never its name."""
     from store.transaction import HALF_TOPIC, OP_HALF_TOPIC
-    from tests.node.test_transactions import TOPIC, conf_of, create_topic, end, prepare
     from tests.node.test_ops import serving_ops
+    from tests.node.test_transactions import TOPIC, conf_of, create_topic, end, prepare
 
     async with serving_ops(conf_of(tmp_path)) as (services, conn):
         await create_topic(conn)
