@@ -338,7 +338,7 @@ class MessageStore:
         self._nursery = nursery
         self._catch_up_dispatch()
         self._recover_topic_queue_table()
-        self.add_append_listener(self.reput.wakeup)
+        self.add_append_listener(self.reput.on_append)
         nursery.start_soon(self.reput.run)
         nursery.start_soon(self.flush_cq_service.run)
         nursery.start_soon(self.clean_commit_log.run)

@@ -75,6 +75,8 @@ class ReputMessageService:
         self.reput_from_offset = 0
         self.held_back = False
         """The last `do_reput` stopped at the visible end (records past it wait)."""
+        self._held_until = 0
+        """While `held_back`: where the held record ends (the visible end must reach it)."""
         self.stopped_at_error: str | None = None
         self._wake = trio.Event()
         self._dispatched = trio.Event()  # replaced after every round that made progress
@@ -83,6 +85,19 @@ class ReputMessageService:
         self._queue_waiters: dict[tuple[str, int], trio.Event] = {}
 
     def wakeup(self) -> None:
+        self._wake.set()
+
+    def on_append(self) -> None:
+        """The append hook: wake dispatch, unless it waits at the visible end for a record
+        the end still does not cover. Appended bytes lie past that record, so such a round
+        would dispatch nothing (on a follower every append comes before the confirm offset
+        that covers it: half the rounds were such). The end is read again here, not
+        assumed: an append can move it (a slave that falls behind by more than the gap
+        leaves the in-sync set)."""
+        if self.held_back and self.stopped_at_error is None:
+            limit = self.visible_end()
+            if limit is not None and limit < self._held_until:
+                return
         self._wake.set()
 
     def dispatch_behind_bytes(self) -> int:
@@ -171,7 +186,7 @@ class ReputMessageService:
                 self.reput_from_offset = cl.roll_next_file(base + pos)
                 return True, n
             if limit is not None and base + pos + size > limit:
-                self.held_back = True
+                self.held_back, self._held_until = True, base + pos + size
                 return False, n  # not yet on every in-sync slave: woken when it is
             assert req is not None  # decode_dispatch gives a request with every MESSAGE
             dispatch(req, is_slave)
