@@ -87,16 +87,17 @@ class ReputMessageService:
     def wakeup(self) -> None:
         self._wake.set()
 
-    def on_append(self) -> None:
-        """The append hook: wake dispatch, unless it waits at the visible end for a record
-        the end still does not cover. Appended bytes lie past that record, so such a round
-        would dispatch nothing (on a follower every append comes before the confirm offset
-        that covers it: half the rounds were such). The end is read again here, not
-        assumed: an append can move it (a slave that falls behind by more than the gap
+    def wake_if_visible(self) -> None:
+        """The append and visibility hook: wake dispatch, unless the visible end shows that
+        a round would dispatch nothing: it does not reach past where dispatch stands, or
+        (held) not to the end of the record dispatch waits on. On a follower every append
+        comes before the confirm offset that covers it, and on a master whose slaves confirm,
+        before their acks: most rounds dispatched nothing. The end is read each time, not
+        assumed: an append can move it too (a slave that falls behind by more than the gap
         leaves the in-sync set)."""
-        if self.held_back and self.stopped_at_error is None:
+        if self.stopped_at_error is None:
             limit = self.visible_end()
-            if limit is not None and limit < self._held_until:
+            if limit is not None and limit < (self._held_until if self.held_back else self.reput_from_offset + 1):
                 return
         self._wake.set()
 
@@ -223,7 +224,8 @@ class ReputMessageService:
             self._wake = trio.Event()
             # a large backlog (a slave catching up) goes in rounds, so the tasks sharing the
             # loop (HA reads and acks, client requests) are not starved while dispatch trails
-            while self.do_reput(max_bytes=ROUND_BYTES) and self.dispatch_behind_bytes():
+            # (a round held at the visible end is over: the rest waits for the end to move)
+            while self.do_reput(max_bytes=ROUND_BYTES) and not self.held_back and self.dispatch_behind_bytes():
                 if self.follower_backlog():
                     await runtime.sleep(BACKLOG_YIELD_S)
                 else:
