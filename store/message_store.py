@@ -170,7 +170,7 @@ class MessageStore:
                 follower_backlog=lambda: self.replica_log.follower_backlog,
                 visible_end=self.replica_log.visible_end,
             )
-            self.replica_log.on_visibility(self.reput.wakeup)
+            self.replica_log.on_visibility(self.reput.wake_if_visible)
             self._build_services()
         except BaseException:
             self.lock.release()
@@ -338,7 +338,7 @@ class MessageStore:
         self._nursery = nursery
         self._catch_up_dispatch()
         self._recover_topic_queue_table()
-        self.add_append_listener(self.reput.wakeup)
+        self.add_append_listener(self.reput.wake_if_visible)
         nursery.start_soon(self.reput.run)
         nursery.start_soon(self.flush_cq_service.run)
         nursery.start_soon(self.clean_commit_log.run)

@@ -75,6 +75,8 @@ class ReputMessageService:
         self.reput_from_offset = 0
         self.held_back = False
         """The last `do_reput` stopped at the visible end (records past it wait)."""
+        self._held_until = 0
+        """While `held_back`: where the held record ends (the visible end must reach it)."""
         self.stopped_at_error: str | None = None
         self._wake = trio.Event()
         self._dispatched = trio.Event()  # replaced after every round that made progress
@@ -83,6 +85,20 @@ class ReputMessageService:
         self._queue_waiters: dict[tuple[str, int], trio.Event] = {}
 
     def wakeup(self) -> None:
+        self._wake.set()
+
+    def wake_if_visible(self) -> None:
+        """The append and visibility hook: wake dispatch, unless the visible end shows that
+        a round would dispatch nothing: it does not reach past where dispatch stands, or
+        (held) not to the end of the record dispatch waits on. On a follower every append
+        comes before the confirm offset that covers it, and on a master whose slaves confirm,
+        before their acks: most rounds dispatched nothing. The end is read each time, not
+        assumed: an append can move it too (a slave that falls behind by more than the gap
+        leaves the in-sync set)."""
+        if self.stopped_at_error is None:
+            limit = self.visible_end()
+            if limit is not None and limit < (self._held_until if self.held_back else self.reput_from_offset + 1):
+                return
         self._wake.set()
 
     def dispatch_behind_bytes(self) -> int:
@@ -171,7 +187,7 @@ class ReputMessageService:
                 self.reput_from_offset = cl.roll_next_file(base + pos)
                 return True, n
             if limit is not None and base + pos + size > limit:
-                self.held_back = True
+                self.held_back, self._held_until = True, base + pos + size
                 return False, n  # not yet on every in-sync slave: woken when it is
             assert req is not None  # decode_dispatch gives a request with every MESSAGE
             dispatch(req, is_slave)
@@ -208,7 +224,8 @@ class ReputMessageService:
             self._wake = trio.Event()
             # a large backlog (a slave catching up) goes in rounds, so the tasks sharing the
             # loop (HA reads and acks, client requests) are not starved while dispatch trails
-            while self.do_reput(max_bytes=ROUND_BYTES) and self.dispatch_behind_bytes():
+            # (a round held at the visible end is over: the rest waits for the end to move)
+            while self.do_reput(max_bytes=ROUND_BYTES) and not self.held_back and self.dispatch_behind_bytes():
                 if self.follower_backlog():
                     await runtime.sleep(BACKLOG_YIELD_S)
                 else:

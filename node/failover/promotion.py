@@ -237,7 +237,8 @@ class Failover:
     async def watch(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Per term: notice stalls and lost slaves; run pending checks without waiting for a write."""
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._beat)
+            if self.cfg.role.is_master:  # a term's role is fixed; a slave counts no stalls
+                nursery.start_soon(self._beat)
             task_status.started()
             await self._watch_loop()
 

@@ -161,6 +161,55 @@ async def test_a_long_poll_by_queue_wakes_only_when_its_queue_grows(tmp_path):
         store.close()
 
 
+async def test_dispatch_held_at_the_visible_end_is_woken_only_once_the_end_covers_the_record(tmp_path):
+    """wake_if_visible (the append and visibility hook): dispatch held at the visible end is
+    not woken by bytes appended past the held record, nor by an end that moved short of it
+    (rounds that would dispatch nothing); an append is enough once the end, read again,
+    covers it (the end may move with the log). A round that dispatched up to the end stops
+    there rather than looking again."""
+    store = loaded_store(tmp_path)
+    limit: list[int | None] = [0]
+    rounds: list[int] = []
+    do_reput = store.reput.do_reput
+
+    def counted(*args, **kwargs):
+        rounds.append(n := do_reput(*args, **kwargs))
+        return n
+
+    store.reput.do_reput = counted
+    store.replica_log.limit_visibility(lambda: limit[0])
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store.reput.run)
+            store.add_append_listener(store.reput.wake_if_visible)
+            with trio.fail_after(10):
+                append(store, Message("T", b"first"))
+                first_end = store.commit_log.max_offset()
+                await trio.testing.wait_all_tasks_blocked()
+                assert rounds == []  # not woken: the end does not reach past dispatch
+                store.reput.wakeup()  # (woken all the same: the round holds the record)
+                await trio.testing.wait_all_tasks_blocked()
+                assert rounds == [0] and store.reput.held_back
+                append(store, Message("T", b"second"))
+                await trio.testing.wait_all_tasks_blocked()
+                assert rounds == [0]  # not woken: the end still stops at the first record
+                limit[0] = first_end
+                append(store, Message("T", b"third"))
+                await trio.testing.wait_all_tasks_blocked()
+                assert rounds == [0, 1] and store.consume_queues.find("T", 0).max_offset_in_queue == 1
+                limit[0] = first_end + 1  # moved, but short of the second record's end
+                store.replica_log.visibility_moved()
+                await trio.testing.wait_all_tasks_blocked()
+                assert rounds == [0, 1]
+                limit[0] = None
+                store.replica_log.visibility_moved()
+                await trio.testing.wait_all_tasks_blocked()
+                assert rounds == [0, 1, 2] and store.consume_queues.find("T", 0).max_offset_in_queue == 3
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
+
+
 def test_a_rolled_segments_uncommitted_tail_waits_for_its_commit(tmp_path):
     """With a transient store pool, readers see committed bytes only: once the writer has
     rolled to the next segment, the last one's tail (its last records and BLANK filler)
