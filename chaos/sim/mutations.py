@@ -16,6 +16,11 @@ import attrs
 from ha.master import HAService
 from node.failover.fencing import Fencing
 from node.failover.promotion import Failover, Transition
+from node.ops import dispatch
+from node.ops.puts import Handler
+from node.ops.services import NodeServices
+from store.transaction import HALF_TOPIC, Outcome, half_origin
+from wire.protocol import EndTransaction, Request
 
 __all__ = ["MUTATIONS", "mutated"]
 
@@ -28,6 +33,8 @@ MUTATIONS = {
     "confirm-offset": "a master shows consumers its whole log and tells its slaves so (HAService.confirm_limit "
                       "is always None, as for a master alone): what consumers read may not be on the node "
                       "promoted next",
+    "commit-twice": "a retried END COMMIT writes the committed record again (the END's duplicate check "
+                    "forgets a COMMIT it already applied), as RocketMQ #8158's double commit",
 }
 
 
@@ -56,6 +63,20 @@ def _unconfirmed(self: HAService) -> int | None:
     return None
 
 
+def _commit_again(original: Handler) -> Handler:
+    async def end(s: NodeServices, r: Request, peer: str | None) -> Any:
+        f = r.fields
+        if isinstance(f, EndTransaction) and f.outcome == Outcome.COMMIT.value:
+            half = s.store.look_message_by_offset(f.commitlog_offset)
+            if half is not None and half.topic == HALF_TOPIC:
+                s.transactions.ensure_loaded(s.store)
+                known = s.transactions.ended.get(half_origin(half))
+                if known is not None and known.outcome is Outcome.COMMIT:
+                    del s.transactions.ended[half_origin(half)]  # as if it had never ended
+        return await original(s, r, peer)
+    return end
+
+
 @contextmanager
 def mutated(name: str | None) -> Iterator[None]:
     """Run the block with mutation `name` in place (None: none)."""
@@ -70,6 +91,14 @@ def mutated(name: str | None) -> Iterator[None]:
         "in-sync-wait": [(HAService, "wait_for_slave", _acked)],
         "confirm-offset": [(HAService, "confirm_limit", _unconfirmed)],
     }
+    if name == "commit-twice":  # a handler in the dispatch table, not a method
+        handler = dispatch.HANDLERS[EndTransaction]
+        dispatch.HANDLERS[EndTransaction] = _commit_again(handler)
+        try:
+            yield
+        finally:
+            dispatch.HANDLERS[EndTransaction] = handler
+        return
     patches = by_name[name]
     originals = [(owner, attribute, getattr(owner, attribute)) for owner, attribute, _ in patches]
     for owner, attribute, replacement in patches:
