@@ -21,7 +21,8 @@ send has not returned yet is UNKNOWN. Every check is recorded with its time.
 The promises (`judge`, on each group's final master before the nodes stop):
 - a committed transaction is stored on the real topic exactly once, unless its half
   message was lost within the mode's promise (an ASYNC master's unreplicated tail, a
-  SYNC_MASTER's half not acknowledged PUT_OK; a SYNC_MASTER's PUT_OK'd COMMIT never);
+  SYNC_MASTER's half not acknowledged PUT_OK); a COMMIT a SYNC_MASTER acknowledged PUT_OK
+  is kept where it was acknowledged (not lost and committed again by a check);
 - a rolled-back one (or one whose prepared send failed) is never stored there;
 - no transaction of the group is left open or discarded: every UNKNOWN and crashed one was
   resolved by a check during the run and its drain, each check counted at most
@@ -84,6 +85,7 @@ class Tx:
     preparing: bool = False
     failed: bool = False  # the prepared send raised: every half of it is rolled back
     end_status: str | None = None  # the producer's END reply (or its error)
+    acked_commit: int | None = None  # the committed record's CommitLog offset, when an END COMMIT wrote it PUT_OK
     checks: int = 0
 
 
@@ -153,6 +155,8 @@ class SimTransactions:
             result = await producer.send_in_transaction(TX_TOPIC, body, local, keys=[tx.key])
             if result.end is not None:
                 tx.end_status = f"{result.end.status.value}{' duplicate' if result.end.duplicate else ''}"
+                if result.end.status is Status.PUT_OK and not result.end.duplicate:
+                    tx.acked_commit = result.end.commitlog_offset
             else:
                 tx.end_status = f"unanswered {getattr(result.end_error, 'status', result.end_error)}"
         except TidemqError as e:
@@ -166,6 +170,7 @@ class SimTransactions:
 
     def _prepared(self, tx: Tx, group: str, origin: int, status: str) -> None:
         tx.group, tx.origin, tx.prepared_status = group, origin, status
+        self.log.add(f"tx {tx.key} prepared on {group} at {origin}")
 
     def _check(self, check: TransactionCheck) -> str:
         """The application's checker: what it knows of the transaction (module docstring)."""
@@ -270,6 +275,10 @@ class SimTransactions:
                 finding("rolled-back transaction(s) delivered", f"{key} {copies}")
             elif len(copies) > 1:
                 finding("committed transaction(s) stored more than once", f"{key} {copies}")
+            elif (replication == "SYNC_MASTER" and mine.acked_commit is not None
+                  and copies[0] != (mine.group, mine.acked_commit)):
+                finding("COMMIT(s) a SYNC_MASTER acknowledged PUT_OK not kept where acknowledged",
+                        f"{key} at {mine.acked_commit}, stored {copies}")
         return [f"{len(items)} {label}: {items[:SHOWN]}" for label, items in found.items()]
 
     def summary(self) -> str:

@@ -22,6 +22,7 @@ from chaos.sim.schedule import Fault, Schedule, draw
 from chaos.sim.simulation import Simulation
 from chaos.sim.spin import SpinGuard
 from chaos.sim.sweep import controller_of, groups_of, mode_of, slaves_of, sweep
+from chaos.sim.transactions import CHECK_TIMEOUT_MS, INTENTS
 from cluster.judge.history import Op
 from store import Message, StoreConfig
 from store.markers import AbortFile
@@ -113,6 +114,7 @@ def test_the_spin_guard_ends_a_loop_that_never_lets_the_clock_move():
     ("pause-fencing", 1, "ASYNC_MASTER+ASYNC_FLUSH", {}, "acknowledged by another node than the new master"),
     ("confirm-offset", 101, "SYNC_MASTER+SYNC_FLUSH", {"slaves": 2, "controller": "etcd"},
      "record(s) a consumer read that a node later dropped"),
+    ("commit-twice", 2, "ASYNC_MASTER+ASYNC_FLUSH", {}, "committed transaction(s) stored more than once"),
 ])
 def test_each_deliberate_bug_breaks_a_promise_on_the_first_seed_that_caught_it(mutation, seed, mode, shape, found,
                                                                                tmp_path):
@@ -289,3 +291,27 @@ def test_etcd_elects_the_master_through_faults_on_etcd_itself(tmp_path):
     assert len(elected) >= 2, log  # a lease ran out at least twice: another node took over
     assert "healed: etcd_down" in log and "killed " in log
     assert result.acked > 90  # of 150: no master for the first election's ~1 s, then three outages
+
+
+def test_the_transactional_producer_ends_every_kind_of_transaction_through_faults(tmp_path):
+    """chaos/sim/transactions.py: seed 0 draws every intent (COMMIT, ROLLBACK, UNKNOWN, CRASH,
+    SLOW). The client is cut from the master (ENDs go unanswered), the master is killed and
+    its slave promoted: the check service resolves what the producer left open, a SLOW
+    transaction's own COMMIT after the check's is a duplicate, and every promise holds."""
+    faults = (Fault("cut", 2.0, 4.0, "master", peer="client"), Fault("kill", 9.0, 2.0, "master"),
+              Fault("promote", 13.0))
+    result = run_seed(0, mode=SYNC, schedule=Schedule(0, faults, sends=120, span=16.0), base_dir=str(tmp_path))
+    assert result.ok, result.violations
+    lines = [line for line in result.log if " tx " in line]
+    for intent in INTENTS:
+        assert any(f" {intent}: prepared on broker-a" in line for line in lines), (intent, lines)
+    assert any(" SLOW: " in line and "end OK duplicate" in line for line in lines), lines
+    checks = [line for line in lines if "tx check " in line]
+    assert any(line.endswith(": COMMIT") for line in checks) and any(line.endswith(": ROLLBACK") for line in checks)
+    assert any("transactions 12 (" in line for line in result.log)
+    # the check service runs on the store's (simulated) clock: after the faults, where a
+    # prepared send is answered at once, no check comes before transactionTimeOut
+    prepared = {line.split()[2]: float(line.split()[0]) for line in lines if " prepared on " in line
+                and ": " not in line}
+    late = [(float(line.split()[0]), line.split()[3]) for line in checks if float(line.split()[0]) > 16.0]
+    assert late and all(at - prepared[key] >= CHECK_TIMEOUT_MS / 1000 - 0.05 for at, key in late), (late, prepared)
