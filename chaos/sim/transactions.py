@@ -67,6 +67,7 @@ TX_PER_GROUP = 12
 CHECK_INTERVAL_MS = 1000  # the nodes' transactionCheckInterval in the simulation (simulated time is cheap)
 CHECK_TIMEOUT_MS = 2000  # and transactionTimeOut
 SLOW_S = 3.5  # a SLOW local transaction's stall: past transactionTimeOut plus a round
+PACE = 0.6  # the transactions start within this share of the schedule's span: their checks are over with the load
 DRAIN_S = 60.0  # after the load: how long the run waits for the checks to resolve what is open
 INTENTS = ("COMMIT", "COMMIT", "COMMIT", "ROLLBACK", "ROLLBACK", "UNKNOWN", "UNKNOWN", "CRASH", "CRASH", "SLOW")
 
@@ -125,11 +126,12 @@ class SimTransactions:
                 await conn.request(TopicCreate(topic=TX_TOPIC, read_queue_nums=TX_QUEUES, write_queue_nums=TX_QUEUES))
 
     async def run(self, stop: trio.Event) -> None:
-        """Send every transaction, paced over the schedule's span, then answer checks until `stop`."""
-        interval = self.schedule.span / len(self.txs)
+        """Send every transaction, paced over most of the schedule's span (PACE), then answer
+        checks until `stop`."""
+        interval = PACE * self.schedule.span / len(self.txs)
         async with TransactionProducer(NAMESRV_ADDRESS, group=TX_GROUP, checker=self._check,
                                        request_timeout=3.0, connect_timeout=2.0, check_poll_s=5.0,
-                                       masters_recheck_s=2.0, net=self.network.host(CLIENT_HOST)) as producer:
+                                       masters_recheck_s=5.0, net=self.network.host(CLIENT_HOST)) as producer:
             for tx in self.txs:
                 await self._one(producer, tx)
                 await trio.sleep(interval)  # poll: simulated time (the pacing of the schedule)
