@@ -298,20 +298,24 @@ def test_the_transactional_producer_ends_every_kind_of_transaction_through_fault
     SLOW). The client is cut from the master (ENDs go unanswered), the master is killed and
     its slave promoted: the check service resolves what the producer left open, a SLOW
     transaction's own COMMIT after the check's is a duplicate, and every promise holds."""
-    faults = (Fault("cut", 2.0, 4.0, "master", peer="client"), Fault("kill", 9.0, 2.0, "master"),
-              Fault("promote", 13.0))
+    faults = (Fault("cut", 6.0, 3.0, "master", peer="client"), Fault("kill", 11.0, 2.0, "master"),
+              Fault("promote", 11.5))
     result = run_seed(0, mode=SYNC, schedule=Schedule(0, faults, sends=120, span=16.0), base_dir=str(tmp_path))
     assert result.ok, result.violations
     lines = [line for line in result.log if " tx " in line]
     for intent in INTENTS:
-        assert any(f" {intent}: prepared on broker-a" in line for line in lines), (intent, lines)
+        assert any(f" {intent}: prepared on " in line for line in lines), (intent, lines)
     assert any(" SLOW: " in line and "end OK duplicate" in line for line in lines), lines
     checks = [line for line in lines if "tx check " in line]
     assert any(line.endswith(": COMMIT") for line in checks) and any(line.endswith(": ROLLBACK") for line in checks)
     assert any("transactions 12 (" in line for line in result.log)
+    assert "promoted b: epoch 2" in "\n".join(result.log)
     # the check service runs on the store's (simulated) clock: after the faults, where a
     # prepared send is answered at once, no check comes before transactionTimeOut
-    prepared = {line.split()[2]: float(line.split()[0]) for line in lines if " prepared on " in line
-                and ": " not in line}
-    late = [(float(line.split()[0]), line.split()[3]) for line in checks if float(line.split()[0]) > 16.0]
-    assert late and all(at - prepared[key] >= CHECK_TIMEOUT_MS / 1000 - 0.05 for at, key in late), (late, prepared)
+    prepared = {line.split()[2]: float(line.split()[0]) for line in lines
+                if " prepared on " in line and ": " not in line and float(line.split()[0]) > 14.0}
+    first: dict[str, float] = {}
+    for line in checks:
+        first.setdefault(line.split()[3], float(line.split()[0]))
+    waited = [first[key] - at for key, at in prepared.items() if key in first]
+    assert len(waited) >= 4 and min(waited) >= CHECK_TIMEOUT_MS / 1000 - 0.05, (prepared, first)
