@@ -1,8 +1,8 @@
 """The simulation's transactional producer (issue 43 item 5) and its promises.
 
 One `cluster.client.TransactionProducer` on the client host sends a few transactions over the
-run (TX_PER_GROUP per group, on TX_TOPIC, queues of every group through the name server's
-routes). Each has an intent drawn from the seed:
+first PACE of the run (TX_PER_GROUP per group, on TX_TOPIC, queues of every group through the
+name server's routes). Each has an intent drawn from the seed:
 
 - COMMIT / ROLLBACK: the local transaction answers it at once;
 - UNKNOWN: the END says UNKNOWN; the checker answers UNKNOWN to the first check or not, then
@@ -126,21 +126,25 @@ class SimTransactions:
                 await conn.request(TopicCreate(topic=TX_TOPIC, read_queue_nums=TX_QUEUES, write_queue_nums=TX_QUEUES))
 
     async def run(self, stop: trio.Event) -> None:
-        """Send every transaction, paced over most of the schedule's span (PACE), then answer
-        checks until `stop`."""
+        """Start each transaction in its own task, evenly over PACE of the schedule's span (a
+        stalled or retried one delays no other, and the run ends when it did without them),
+        then answer checks until `stop`."""
         interval = PACE * self.schedule.span / len(self.txs)
+        began = trio.current_time()
         async with TransactionProducer(NAMESRV_ADDRESS, group=TX_GROUP, checker=self._check,
                                        request_timeout=3.0, connect_timeout=2.0, check_poll_s=5.0,
                                        masters_recheck_s=5.0, net=self.network.host(CLIENT_HOST)) as producer:
-            for tx in self.txs:
-                await self._one(producer, tx)
-                await trio.sleep(interval)  # poll: simulated time (the pacing of the schedule)
+            async with trio.open_nursery() as nursery:  # each on its own time: a stalled one delays no other
+                for i, tx in enumerate(self.txs):
+                    await trio.sleep_until(began + i * interval)  # poll: simulated time (the pacing of the schedule)
+                    nursery.start_soon(self._one, producer, tx)
             self.done.set()
             await stop.wait()
 
     async def _one(self, producer: TransactionProducer, tx: Tx) -> None:
         body = tx.key.encode().ljust(100, b".")
         tx.preparing = True
+        self.log.add(f"tx {tx.key} {tx.intent} begins")  # its half messages are stored after this
         try:
             if tx.intent == "CRASH":  # the producer drops it between the prepared send and the END
                 prepared = await producer.send_prepared(TX_TOPIC, body, TX_GROUP, keys=[tx.key])
@@ -172,7 +176,6 @@ class SimTransactions:
 
     def _prepared(self, tx: Tx, group: str, origin: int, status: str) -> None:
         tx.group, tx.origin, tx.prepared_status = group, origin, status
-        self.log.add(f"tx {tx.key} prepared on {group} at {origin}")
 
     def _check(self, check: TransactionCheck) -> str:
         """The application's checker: what it knows of the transaction (module docstring)."""
