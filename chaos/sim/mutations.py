@@ -19,6 +19,7 @@ from node.failover.promotion import Failover, Transition
 from node.ops import dispatch
 from node.ops.puts import Handler
 from node.ops.services import NodeServices
+from node.tables.transactions import Ended, TransactionTable
 from store.transaction import HALF_TOPIC, Outcome, half_origin
 from wire.protocol import EndTransaction, Request
 
@@ -35,6 +36,9 @@ MUTATIONS = {
                       "promoted next",
     "commit-twice": "a retried END COMMIT writes the committed record again (the END's duplicate check "
                     "forgets a COMMIT it already applied), as RocketMQ #8158's double commit",
+    "check-ended": "an END leaves its transaction in the check service's open set (TransactionTable.end "
+                   "records the outcome but keeps it open), so rounds go on checking it, as RocketMQ "
+                   "#1517 / #7933",
 }
 
 
@@ -77,6 +81,10 @@ def _commit_again(original: Handler) -> Handler:
     return end
 
 
+def _end_keeps_open(self: TransactionTable, origin: int, ended: Ended) -> None:
+    self.ended[origin] = ended
+
+
 @contextmanager
 def mutated(name: str | None) -> Iterator[None]:
     """Run the block with mutation `name` in place (None: none)."""
@@ -90,6 +98,7 @@ def mutated(name: str | None) -> Iterator[None]:
         "truncation": [(Failover, "apply", _keep_tail(Failover.apply))],
         "in-sync-wait": [(HAService, "wait_for_slave", _acked)],
         "confirm-offset": [(HAService, "confirm_limit", _unconfirmed)],
+        "check-ended": [(TransactionTable, "end", _end_keeps_open)],
     }
     if name == "commit-twice":  # a handler in the dispatch table, not a method
         handler = dispatch.HANDLERS[EndTransaction]

@@ -27,8 +27,9 @@ The promises (`judge`, on each group's final master before the nodes stop):
 - no transaction of the group is left open or discarded: every UNKNOWN and crashed one was
   resolved by a check during the run and its drain, each check counted at most
   transactionCheckMax;
-- no check round picks an ended transaction: a check copy in the final log after the
-  transaction's op record is a broken promise (docs/transactions.md, "The check service").
+- no check round picks an ended transaction: a check copy (a half record with
+  TRANSACTION_CHECK_TIMES > 0) in the final log after its transaction's op record is a
+  broken promise (docs/transactions.md, "The check service").
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from cluster.client.transaction_producer import (
     TransactionCheck,
     TransactionProducer,
 )
-from store.transaction import HALF_TOPIC, PROPERTY_PRODUCER_GROUP, Outcome, half_origin
+from store.transaction import HALF_TOPIC, PROPERTY_PRODUCER_GROUP, Outcome, check_times, half_origin
 from wire.client import TidemqError, connect
 from wire.protocol import Status, TopicCreate
 
@@ -243,17 +244,16 @@ class SimTransactions:
                 if gone.half.producer_group == TX_GROUP:
                     finding("transaction(s) discarded after transactionCheckMax checks", f"{group.name}@{origin}")
             for c in self.checks:
-                if c.group != group.name:
-                    continue
-                if c.check_times > cfg.transaction_check_max:
+                if c.group == group.name and c.check_times > cfg.transaction_check_max:
                     finding("check(s) past transactionCheckMax", f"{c.key} #{c.check_times}")
-                ended = table.ended.get(c.origin)
-                copy = store.look_message_by_offset(c.copy_offset)
-                if (ended is not None and ended.op_offset is not None and c.copy_offset > ended.op_offset
-                        and copy is not None and copy.topic == HALF_TOPIC and half_origin(copy) == c.origin
+            for copy in _records(store, 0, HALF_TOPIC):  # every check copy a round wrote, in log order
+                origin = half_origin(copy)
+                ended = table.ended.get(origin)
+                if (check_times(copy) > 0 and ended is not None and ended.op_offset is not None
+                        and copy.commitlog_offset > ended.op_offset
                         and copy.properties.get(PROPERTY_PRODUCER_GROUP) == TX_GROUP):
-                    finding("check(s) of a transaction already ended (a round after its op record)",
-                            f"{c.key} {group.name}@{c.origin}: copy {c.copy_offset} after op {ended.op_offset}")
+                    finding("check(s) of a transaction already ended (a check copy after its op record)",
+                            f"{group.name}@{origin}: copy {copy.commitlog_offset} after op {ended.op_offset}")
             for tx in self.txs:
                 if tx.group != group.name or tx.origin is None or tx.decided != COMMIT:
                     continue
@@ -292,12 +292,12 @@ class SimTransactions:
                 f"checks {len(self.checks)}")
 
 
-def _records(store: Any, queue_id: int) -> Iterable[Any]:
-    """Every record of TX_TOPIC's queue on this store, in queue order."""
-    offset = store.get_min_offset_in_queue(TX_TOPIC, queue_id)
-    end = store.get_max_offset_in_queue(TX_TOPIC, queue_id)
+def _records(store: Any, queue_id: int, topic: str = TX_TOPIC) -> Iterable[Any]:
+    """Every record of the topic's queue on this store, in queue order."""
+    offset = store.get_min_offset_in_queue(topic, queue_id)
+    end = store.get_max_offset_in_queue(topic, queue_id)
     while offset < end:
-        got = store.get_message("sim-tx-judge", TX_TOPIC, queue_id, offset, 32)
+        got = store.get_message("sim-tx-judge", topic, queue_id, offset, 32)
         if not got.messages:
             return
         yield from got.messages

@@ -115,6 +115,7 @@ def test_the_spin_guard_ends_a_loop_that_never_lets_the_clock_move():
     ("confirm-offset", 235, "SYNC_MASTER+SYNC_FLUSH", {"slaves": 2, "controller": "etcd"},
      "record(s) a consumer read that a node later dropped"),
     ("commit-twice", 2, "ASYNC_MASTER+ASYNC_FLUSH", {}, "committed transaction(s) stored more than once"),
+    ("check-ended", 1, "SYNC_MASTER+SYNC_FLUSH", {}, "check(s) of a transaction already ended"),
 ])
 def test_each_deliberate_bug_breaks_a_promise_on_the_first_seed_that_caught_it(mutation, seed, mode, shape, found,
                                                                                tmp_path):
