@@ -56,6 +56,8 @@ def node_config(root: str, host: str, broker_id: int, *, replication: str, flush
         "brokerRole": replication if broker_id == 0 else "SLAVE", "flushDiskType": flush,
         "brokerIP1": host, "listenPort": CLIENT_PORT, "haListenPort": HA_PORT, "namesrvAddr": NAMESRV_ADDRESS,
         "storePathRootDir": root, **SMALL_FILES,
+        # the check service runs within a simulated run (chaos/sim/transactions.py); simulated time is cheap
+        "transactionCheckInterval": 1000, "transactionTimeOut": 2000,
     }
     if broker_id != 0:
         values["haMasterAddress"] = f"{master_host}:{HA_PORT}"

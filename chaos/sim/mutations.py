@@ -18,6 +18,12 @@ from cluster.client.routing import MessageQueue
 from ha.master import HAService
 from node.failover.fencing import Fencing
 from node.failover.promotion import Failover, Transition
+from node.ops import dispatch
+from node.ops.puts import Handler
+from node.ops.services import NodeServices
+from node.tables.transactions import Ended, TransactionTable
+from store.transaction import HALF_TOPIC, Outcome, half_origin
+from wire.protocol import EndTransaction, Request
 
 __all__ = ["MUTATIONS", "mutated"]
 
@@ -33,6 +39,11 @@ MUTATIONS = {
     "kip320": "a consumer never moves back to the divergence point after an unclean promotion "
               "(PullConsumer._diverged keeps its position): it skips the new master's records at the "
               "queue offsets of those it read",
+    "commit-twice": "a retried END COMMIT writes the committed record again (the END's duplicate check "
+                    "forgets a COMMIT it already applied), as RocketMQ #8158's double commit",
+    "check-ended": "an END leaves its transaction in the check service's open set (TransactionTable.end "
+                   "records the outcome but keeps it open), so rounds go on checking it, as RocketMQ "
+                   "#1517 / #7933",
 }
 
 
@@ -65,6 +76,24 @@ async def _never_back(self: PullConsumer, queue: MessageQueue, address: str, mar
     return begin
 
 
+def _commit_again(original: Handler) -> Handler:
+    async def end(s: NodeServices, r: Request, peer: str | None) -> Any:
+        f = r.fields
+        if isinstance(f, EndTransaction) and f.outcome == Outcome.COMMIT.value:
+            half = s.store.look_message_by_offset(f.commitlog_offset)
+            if half is not None and half.topic == HALF_TOPIC:
+                s.transactions.ensure_loaded(s.store)
+                known = s.transactions.ended.get(half_origin(half))
+                if known is not None and known.outcome is Outcome.COMMIT:
+                    del s.transactions.ended[half_origin(half)]  # as if it had never ended
+        return await original(s, r, peer)
+    return end
+
+
+def _end_keeps_open(self: TransactionTable, origin: int, ended: Ended) -> None:
+    self.ended[origin] = ended
+
+
 @contextmanager
 def mutated(name: str | None) -> Iterator[None]:
     """Run the block with mutation `name` in place (None: none)."""
@@ -79,7 +108,16 @@ def mutated(name: str | None) -> Iterator[None]:
         "in-sync-wait": [(HAService, "wait_for_slave", _acked)],
         "confirm-offset": [(HAService, "confirm_limit", _unconfirmed)],
         "kip320": [(PullConsumer, "_diverged", _never_back)],
+        "check-ended": [(TransactionTable, "end", _end_keeps_open)],
     }
+    if name == "commit-twice":  # a handler in the dispatch table, not a method
+        handler = dispatch.HANDLERS[EndTransaction]
+        dispatch.HANDLERS[EndTransaction] = _commit_again(handler)
+        try:
+            yield
+        finally:
+            dispatch.HANDLERS[EndTransaction] = handler
+        return
     patches = by_name[name]
     originals = [(owner, attribute, getattr(owner, attribute)) for owner, attribute, _ in patches]
     for owner, attribute, replacement in patches:

@@ -26,6 +26,7 @@ from .load import GROUP, QUEUES, TOPIC, SimLoad
 from .network import SimNetwork
 from .schedule import Fault, Schedule
 from .spin import SPIN_PASSES, SpinGuard
+from .transactions import SimTransactions
 from .verdict import Observed
 
 __all__ = ["Simulation"]
@@ -57,6 +58,8 @@ class Simulation:
         self.history = History()
         self.log = EventLog()
         self.load = SimLoad(self.cluster, self.network, schedule, self.history, self.log)
+        self.transactions = SimTransactions(self.cluster, self.network, schedule, self.log)
+        self.tx_violations: list[str] = []  # judged before the nodes stop (transactions.py)
         addresses = {n.address: n.name for n in self.cluster.nodes}
         self.observed = {g.name: Observed(first_master=g.master.name, addresses=addresses)
                          for g in self.cluster.groups}  # what the run saw of each group
@@ -95,10 +98,13 @@ class Simulation:
             await self.cluster.start(nursery)
             self.phase = "creating the topic"
             await self._create_topic()
+            await self.transactions.create_topic()
             sends_done = trio.Event()
             stop_consumer = trio.Event()
+            stop_transactions = trio.Event()
             nursery.start_soon(self._monitor)
             nursery.start_soon(self.load.consume, stop_consumer)
+            nursery.start_soon(self.transactions.run, stop_transactions)
             async with trio.open_nursery() as load:
                 load.start_soon(self.load.producers, sends_done)
                 load.start_soon(self._promotions)
@@ -117,6 +123,10 @@ class Simulation:
             await self.load.drain_consumer()
             stop_consumer.set()
             self._note_moves_back()
+            self.phase = "resolving the transactions"
+            await self.transactions.drain()
+            self.tx_violations = self.transactions.judge(self.observed, replication=self.replication)
+            stop_transactions.set()
             for group in self.cluster.groups:
                 self.observed[group.name].committed = self.load.committed(group)
                 self.observed[group.name].commits = self.load.commits.get(group.name, [])
@@ -333,7 +343,8 @@ class Simulation:
     def _check(self) -> None:
         """The judge's findings (judge.py), then the verdict's lines in the event log."""
         self.violations.extend(judge(self.load, self.observed, replication=self.replication))
+        self.violations.extend(self.tx_violations)
         counts = self.history.counts()
-        self.log.lines.append(f"verdict: {counts} consumed {len(self.load.consumed)}; "
+        self.log.lines.append(f"verdict: {counts} consumed {len(self.load.consumed)}; {self.transactions.summary()}; "
                               f"{len(self.violations)} violation(s)")
         self.log.lines.extend(f"violation: {v}" for v in self.violations)

@@ -20,11 +20,11 @@ ends on TRANS_CHECK_MAX_TIME_TOPIC rather than being checked for ever.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any, cast
 
 import trio
 
+from store import runtime
 from store.message import StoredMessage
 from store.properties import PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, PROPERTY_UNIQ_KEY
 from store.puts import Appended
@@ -73,7 +73,7 @@ async def run_checks(s: NodeServices, task_status: trio.TaskStatus[None] = trio.
     """A round every transactionCheckInterval until cancelled (the term ends)."""
     task_status.started()
     while True:
-        await trio.sleep(s.cfg.transaction_check_interval / 1000)
+        await runtime.sleep(s.cfg.transaction_check_interval / 1000)  # (a paused node's rounds wait too)
         try:
             await check_round(s)
         except OpError as e:  # fenced, wiped, a store that refused: the next round tries again
@@ -87,7 +87,7 @@ async def check_round(s: NodeServices) -> int:
     if not s.is_master or s.stopping or not s.store.running or s.topics.get(HALF_TOPIC) is None:
         return 0  # (no half topic: this node never took a prepared send, so nothing to build)
     table = s.transactions
-    now_ms = int(time.time() * 1000)
+    now_ms = int(runtime.wall_clock() * 1000)  # the store's clock: its timestamps are what a due check compares
     checks: list[OpenHalf] = []
     appended: list[Appended] = []
     async with table.lock:
@@ -200,7 +200,7 @@ async def transaction_list(s: NodeServices, r: Request, peer: str | None) -> dic
     table = s.transactions
     async with table.lock:
         table.ensure_loaded(s.store)
-        now_ms = int(time.time() * 1000)
+        now_ms = int(runtime.wall_clock() * 1000)
         halves = sorted((h for h in table.open.values() if f.topic is None or h.real_topic == f.topic),
                         key=lambda h: h.offset)
         rows = [{"offset": h.offset, "topic": h.real_topic, "queue_id": _real_queue_id(s, h),

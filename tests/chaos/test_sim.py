@@ -22,6 +22,7 @@ from chaos.sim.schedule import Fault, Schedule, draw
 from chaos.sim.simulation import Simulation
 from chaos.sim.spin import SpinGuard
 from chaos.sim.sweep import controller_of, groups_of, mode_of, slaves_of, sweep
+from chaos.sim.transactions import CHECK_TIMEOUT_MS, INTENTS
 from cluster.judge.history import Op
 from store import Message, StoreConfig
 from store.markers import AbortFile
@@ -111,8 +112,10 @@ def test_the_spin_guard_ends_a_loop_that_never_lets_the_clock_move():
 @pytest.mark.parametrize(("mutation", "seed", "mode", "shape", "found"), [
     ("in-sync-wait", 66, SYNC, {}, "acknowledged message(s) lost beyond the mode's promise"),
     ("pause-fencing", 1, "ASYNC_MASTER+ASYNC_FLUSH", {}, "acknowledged by another node than the new master"),
-    ("confirm-offset", 101, "SYNC_MASTER+SYNC_FLUSH", {"slaves": 2, "controller": "etcd"},
+    ("confirm-offset", 235, "SYNC_MASTER+SYNC_FLUSH", {"slaves": 2, "controller": "etcd"},
      "record(s) a consumer read that a node later dropped"),
+    ("commit-twice", 2, "ASYNC_MASTER+ASYNC_FLUSH", {}, "committed transaction(s) stored more than once"),
+    ("check-ended", 1, "SYNC_MASTER+SYNC_FLUSH", {}, "check(s) of a transaction already ended"),
 ])
 def test_each_deliberate_bug_breaks_a_promise_on_the_first_seed_that_caught_it(mutation, seed, mode, shape, found,
                                                                                tmp_path):
@@ -313,3 +316,30 @@ def test_an_unclean_promotion_s_drop_is_allowed_though_the_old_master_cuts_befor
     log = "\n".join(result.log)
     assert "promotion of b refused; promoting it --unclean" in log and "a dropped [" in log
     assert result.ok, result.violations
+
+
+def test_the_transactional_producer_ends_every_kind_of_transaction_through_faults(tmp_path):
+    """chaos/sim/transactions.py: seed 0 draws every intent (COMMIT, ROLLBACK, UNKNOWN, CRASH,
+    SLOW). The client is cut from the master (ENDs go unanswered), the master is killed and
+    its slave promoted: the check service resolves what the producer left open, a SLOW
+    transaction's own COMMIT after the check's is a duplicate, and every promise holds."""
+    faults = (Fault("cut", 6.0, 3.0, "master", peer="client"), Fault("kill", 11.0, 2.0, "master"),
+              Fault("promote", 11.5))
+    result = run_seed(0, mode=SYNC, schedule=Schedule(0, faults, sends=120, span=16.0), base_dir=str(tmp_path))
+    assert result.ok, result.violations
+    lines = [line for line in result.log if " tx " in line]
+    for intent in INTENTS:
+        assert any(f" {intent}: prepared on " in line for line in lines), (intent, lines)
+    assert any(" SLOW: " in line and "end OK duplicate" in line for line in lines), lines
+    checks = [line for line in lines if "tx check " in line]
+    assert any(line.endswith(": COMMIT") for line in checks) and any(line.endswith(": ROLLBACK") for line in checks)
+    assert any("transactions 12 (" in line for line in result.log)
+    assert "promoted b: epoch 2" in "\n".join(result.log)
+    # the check service runs on the store's (simulated) clock: no check comes before
+    # transactionTimeOut after the transaction began (its half messages are stored after that)
+    began = {line.split()[2]: float(line.split()[0]) for line in lines if line.endswith(" begins")}
+    first: dict[str, float] = {}
+    for line in checks:
+        first.setdefault(line.split()[3], float(line.split()[0]))
+    waited = [at - began[key] for key, at in first.items()]
+    assert len(waited) >= 4 and min(waited) >= CHECK_TIMEOUT_MS / 1000 - 0.002, (began, first)  # (ms timestamps)
