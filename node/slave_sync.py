@@ -133,14 +133,17 @@ class SlaveSync:
         before = self.offsets_stream() if self.offsets_stream is not None else (False, 0)
         async with connect(self.master_addr, self.connect_options) as conn:
             topics = _topic_configs((await conn.call(TopicList())).topics, source)
-            offsets = _offset_entries((await conn.call(OffsetList())).offsets, source)
+            offset_reply = await conn.call(OffsetList())
+            offsets = _offset_entries(offset_reply.offsets, source)
             schedule = (await conn.call(GetStatus())).schedule if self.delay_offset_path else None
             groups = await self._group_configs(conn, source) if self.subgroups else None
         if await self.topics.replace_all(topics):
             log.info("synced %d topic(s) from %s", len(topics), self.master_addr)
         after = self.offsets_stream() if self.offsets_stream is not None else (False, 0)
         streamed = before[0] or after[0] or before != after  # the HA stream's table is newer
-        if not streamed and self.offsets.replace_all(offsets):
+        # a candidate's table is its file's (seed 248: it replaced the fresher one here, then
+        # this slave was elected with it)
+        if not streamed and not offset_reply.held and self.offsets.replace_all(offsets):
             log.info("synced %d consumer offset(s) from %s", len(offsets), self.master_addr)
         if self.subgroups is not None and groups is not None and await self.subgroups.replace_all(groups):
             log.info("synced %d subscription group(s) from %s", len(groups), self.master_addr)

@@ -53,6 +53,7 @@ from store import runtime
 from store.config import BrokerRole
 from store.epoch_file import EpochEntry, EpochFileCache
 from store.message_store import MessageStore
+from store.schedule import SCHEDULE_TOPIC
 from wire.protocol import Epoch, EpochReply, GetStatus, Status, StatusReply, WirePromoteCheck
 from wire.protocol.namesrv import RegisterReply
 
@@ -61,6 +62,7 @@ from ..ops.services import FailoverHooks, NodeServices, OpError
 from ..slave_sync import SlaveSync
 from ..tables.changes import Changes
 from ..tables.offsets import ConsumerOffsetManager, OffsetEntry
+from ..tables.topics import DEFAULT_PERM
 from .asker import ASK_TIMEOUT_S, EpochAsker
 from .epochs import Cut, Refuse, admission, newer_master
 from .fencing import CheckOutcome
@@ -510,13 +512,23 @@ class Failover:
 
     async def _adopt_master_topics(self, services: NodeServices) -> None:
         """Topics the old master registered that this slave has not synced yet (the sync runs
-        every 10 s) are created here, so the group keeps serving every topic it served."""
+        every 10 s) are created here, so the group keeps serving every topic it served; and
+        any topic whose records the slave holds (its ConsumeQueues), with read-write perm and
+        as many queues as it holds (the delay levels' topic is the schedule service's)."""
         tables = await self.asker.master_topics()
         for table in tables:
             for topic, q in table.items():
                 if services.topics.get(topic) is None:
                     await services.topics.create(topic, q["read_queue_nums"], q["write_queue_nums"], q["perm"])
                     log.info("promotion: topic %s taken over from the old master's registration", topic)
+        # then what the log holds (the name servers may not answer in time, seed 114: a
+        # transactional topic and the half topic created a moment before the promotion)
+        for topic, queue_ids in sorted(services.store.consume_queues.topics().items()):
+            if services.topics.get(topic) is None and topic != SCHEDULE_TOPIC:
+                n = max(queue_ids) + 1
+                await services.topics.create(topic, n, n, DEFAULT_PERM)
+                log.info("promotion: topic %s (%d queue(s)) taken over from the ConsumeQueues this slave holds",
+                         topic, n)
 
 
 def clamp_offsets(offsets: ConsumerOffsetManager, store: MessageStore) -> list[OffsetEntry]:

@@ -215,7 +215,8 @@ async def _fetch_offset(s: NodeServices, r: Request, peer: str | None) -> dict[s
 
 
 async def _offset_list(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
-    return OffsetListReply(offsets=[e.to_wire() for e in s.offsets.entries()]).to_wire(r.id)
+    held = s.failover is not None and s.failover.candidate
+    return OffsetListReply(offsets=[e.to_wire() for e in s.offsets.entries()], held=held).to_wire(r.id)
 
 
 PULL_HANDLERS: dict[type[WireRequest], Handler] = {

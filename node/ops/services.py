@@ -61,6 +61,10 @@ class FailoverHooks(Protocol):
     def epochs(self) -> EpochFileCache:
         """The node's epoch history (which term wrote which part of its CommitLog)."""
 
+    @property
+    def candidate(self) -> bool:
+        """etcd mode: started as master from its files, not yet elected (no mandate)."""
+
     def status(self) -> dict[str, Any]: ...
 
     def epoch_answer(self) -> dict[str, Any]: ...

@@ -212,6 +212,12 @@ def test_bad_arguments_are_usage_errors_with_a_message(args, message, capsys):
     (9100300, "SYNC_MASTER+ASYNC_FLUSH", 2, "etcd", 1,
      "a slave switching masters adopted the new master's epochs while its old master's connection was "
      "still open, so the admission check passed a log that diverged from the new master"),
+    (114, "ASYNC_MASTER+ASYNC_FLUSH", 1, "manual", 2,
+     "a slave promoted before its 10 s topic sync (the name servers slow to answer) lacked the half "
+     "and transactional topics: no check ran, no producer found it"),
+    (248, "SYNC_MASTER+ASYNC_FLUSH", 1, "etcd", 2,
+     "a restarted master, an etcd candidate, answered its slave's 10 s offset pull with its file's "
+     "table; the slave, elected next, lacked commits answered OK"),
 ])
 def test_seeds_that_found_bugs_keep_their_promises(seed, mode, slaves, controller, groups, found, tmp_path):
     result = run_seed(seed, mode=mode, base_dir=str(tmp_path), slaves=slaves, controller=controller, groups=groups)

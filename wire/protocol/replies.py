@@ -258,9 +258,12 @@ class EmptyReply(WireReply):
 
 @attrs.define(kw_only=True)
 class OffsetListReply(WireReply):
-    """`offset_list`: every committed offset (group, topic, queue_id, offset maps)."""
+    """`offset_list`: every committed offset (group, topic, queue_id, offset maps). `held`:
+    the node is an etcd-mode candidate, its table is its file's (up to 5 s old), not the
+    group's: a slave syncing from it keeps its own (an older node's answer lacks it: False)."""
 
     offsets: list[dict[str, Any]]
+    held: bool = False
 
 
 @attrs.define(kw_only=True)
