@@ -46,9 +46,9 @@ from .replica_log import ReplicaLog
 from .replica_log import Replicator as Replicator  # importable from here, as before
 from .reput import ReputMessageService
 from .running_flags import RunningFlags
-from .tag_filter import MessageFilter
 from .schedule import parse_delay_levels
 from .status import PutMessageResult
+from .tag_filter import MessageFilter
 from .transient_store_pool import TransientStorePool
 
 log = logging.getLogger("tidemq.store")

@@ -8,9 +8,9 @@ check (wire/protocol.py) both use it.
 
 from __future__ import annotations
 
-import attrs
-
 from collections.abc import Callable
+
+import attrs
 
 from .message import StoredMessage, tags_code
 

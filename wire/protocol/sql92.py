@@ -143,7 +143,7 @@ def _java_double(s: str) -> float:
 
 
 def _cmp(a: Any, b: Any) -> int:
-    return (a > b) - (a < b)
+    return int(a > b) - int(a < b)
 
 
 def _double_cmp(a: float, b: float) -> int:
@@ -353,7 +353,7 @@ def _constant(value: Value) -> Eval:
     return lambda p: value
 
 
-def _literal(tree: lark.Tree) -> _Node:
+def _literal(tree: lark.Tree[lark.Token]) -> _Node:
     name, token = tree.data, (tree.children[0] if tree.children else None)
     meta = token if token is not None else tree.meta
     if name == "string":
@@ -375,7 +375,7 @@ def _literal(tree: lark.Tree) -> _Node:
     return _Node(_constant(value), "const", meta, value)
 
 
-def _compile(tree: lark.Tree | lark.Token) -> _Node:  # noqa: C901 - one branch per grammar rule
+def _compile(tree: lark.Tree[lark.Token] | lark.Token) -> _Node:  # noqa: C901 - one branch per grammar rule
     if isinstance(tree, lark.Token):
         raise _fail(f"unexpected {tree.type}", tree)
     name, kids, meta = tree.data, tree.children, tree.meta
@@ -391,8 +391,8 @@ def _compile(tree: lark.Tree | lark.Token) -> _Node:  # noqa: C901 - one branch 
     if name == "not_":
         return _Node(_not(_as_boolean(_compile(kids[1]))), "bool", meta)
     if name in ("or_", "and_"):
-        left, right = _as_boolean(_compile(kids[0])), _as_boolean(_compile(kids[2]))
-        return _Node((_or if name == "or_" else _and)(left, right), "bool", meta)
+        either, other = _as_boolean(_compile(kids[0])), _as_boolean(_compile(kids[2]))
+        return _Node((_or if name == "or_" else _and)(either, other), "bool", meta)
     if name in ("eq", "ne"):
         left, right = _compile(kids[0]), _compile(kids[1])
         _check_equality(left, right)
@@ -454,7 +454,7 @@ def _parse_error(e: UnexpectedInput, text: str) -> Sql92Error:
     if isinstance(e, UnexpectedToken):
         return Sql92Error(f"unexpected {str(e.token)!r}", e.line if e.line > 0 else 1, e.column if e.column > 0 else 1)
     if isinstance(e, UnexpectedCharacters):
-        return Sql92Error(f"unexpected character {text[e.pos_in_stream]!r}", e.line, e.column)
+        return Sql92Error(f"unexpected character {text[e.pos_in_stream or 0]!r}", e.line, e.column)
     return Sql92Error(str(e).splitlines()[0], getattr(e, "line", 1), getattr(e, "column", 1))
 
 
