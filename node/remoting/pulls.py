@@ -28,6 +28,7 @@ from ..ops.pulls import PullOutcome, check_consume, property_filter, read_queue
 from ..ops.services import OpError
 from .answers import response_code
 from .channel import Processor, ProcessorContext, RemotingChannel
+from .subscriptions import sql_subscriptions
 
 __all__ = ["PULL_PROCESSORS"]
 
@@ -111,9 +112,13 @@ async def _pull(proc: ProcessorContext, cmd: RemotingCommand, channel: RemotingC
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"queueId[{queue_id}] is illegal, topic:[{topic}] "
                             f"topicConfig.readQueueNums:[{config.read_queue_nums}] consumer:[{channel.peer}]")
     tag_filter, sql_filter = "*", None
+    expression_type: str | None = None
     if sys_flag & FLAG_SUBSCRIPTION:
         expression_type = ext_str(ext, "expressionType", "TAG") or "TAG"
         subscription = ext_str(ext, "subscription", "*")
+    elif (declared := sql_subscriptions(s.consumers).sql92(group, topic)) is not None:
+        expression_type, subscription = SQL92, declared  # a Java push consumer's: its heartbeat's
+    if expression_type is not None:
         if expression_type.upper() not in ("TAG", SQL92):
             return cmd.response(ResponseCode.SYSTEM_ERROR,
                                 f"the broker does not support consumer to filter message by {expression_type}")

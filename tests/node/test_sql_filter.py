@@ -101,6 +101,34 @@ def test_sql92_filters_on_a_node_with_enable_property_filter(tmp_path, nodes) ->
         assert (none.code, none.remark) == (ResponseCode.PULL_RETRY_IMMEDIATELY, "NO_MATCHED_MESSAGE")
 
 
+def _java_heartbeat(expression_type: str, expression: str, version: int) -> bytes:
+    """A Java push consumer's HeartbeatData subscribing TOPIC (postSubscriptionWhenPull off:
+    its pulls carry no subscription, the broker uses this one)."""
+    sub = {"classFilterMode": False, "topic": TOPIC, "subString": expression, "tagsSet": [], "codeSet": [],
+           "subVersion": version, "expressionType": expression_type}
+    return json.dumps({"clientID": "127.0.0.1@java-sql", "producerDataSet": [], "consumerDataSet": [
+        {"groupName": "rmq-sql", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+         "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "unitMode": False, "subscriptionDataSet": [sub]}]}).encode()
+
+
+def test_a_heartbeat_sql92_subscription_filters_pulls_without_one(tmp_path, nodes) -> None:
+    node = nodes.start(master_conf(tmp_path, role="ASYNC_MASTER", enablePropertyFilter=True))
+    trio.run(_fill, node.address)
+    plain = {**_pull_fields("*"), "sysFlag": "0"}
+    plain.pop("expressionType")
+    with RemotingClient(node.address) as c:
+        assert len(_bodies(c.call(RequestCode.PULL_MESSAGE, plain).body)) == len(MESSAGES)  # no subscription yet
+        assert c.call(RequestCode.HEART_BEAT, body=_java_heartbeat("SQL92", SQL, 2)).code == ResponseCode.SUCCESS
+        r = c.call(RequestCode.PULL_MESSAGE, plain)
+        assert (r.code, _bodies(r.body)) == (ResponseCode.SUCCESS, ["m1", "m3"])
+        # an older subscription (a member not restarted yet) does not replace the newer one
+        assert c.call(RequestCode.HEART_BEAT, body=_java_heartbeat("TAG", "*", 1)).code == ResponseCode.SUCCESS
+        assert _bodies(c.call(RequestCode.PULL_MESSAGE, plain).body) == ["m1", "m3"]
+        # a newer TAG subscription does
+        assert c.call(RequestCode.HEART_BEAT, body=_java_heartbeat("TAG", "*", 3)).code == ResponseCode.SUCCESS
+        assert len(_bodies(c.call(RequestCode.PULL_MESSAGE, plain).body)) == len(MESSAGES)
+
+
 def test_a_node_without_enable_property_filter_refuses_sql92(tmp_path, nodes) -> None:
     node = nodes.start(master_conf(tmp_path, role="ASYNC_MASTER"))
     trio.run(_fill, node.address)
