@@ -161,11 +161,15 @@ def test_cli_consume_sql(tmp_path, nodes) -> None:
     """`tidemq consume --sql` prints only the matches; a bad expression is a clear error."""
     node = nodes.start(master_conf(tmp_path, role="ASYNC_MASTER", enablePropertyFilter=True))
     trio.run(_fill, node.address)
-    base = [sys.executable, "-m", "tidemq", "consume", "--broker", node.address, "-t", TOPIC, "-g", "cli-sql",
-            "--timeout-ms", "500"]
+    base = [sys.executable, "-m", "tidemq", "consume", "--broker", node.address, "-t", TOPIC, "--timeout-ms", "500"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([*base, "--sql", SQL], cwd=REPO, capture_output=True, timeout=60, env=env)
+    done = subprocess.run([*base, "-g", "cli-sql", "--sql", SQL], cwd=REPO, capture_output=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr.decode()
     assert sorted(json.loads(line)["body"] for line in done.stdout.decode().splitlines()) == ["m1", "m3"]
-    bad = subprocess.run([*base, "--sql", "a > 5 b"], cwd=REPO, capture_output=True, timeout=60, env=env)
+    # --commit: a member of the group (push_consumer.Consumer) with the same filter
+    member = subprocess.run([*base, "-g", "cli-sql-member", "--commit", "--sql", SQL], cwd=REPO, capture_output=True,
+                            timeout=60, env=env)
+    assert member.returncode == 0, member.stderr.decode()
+    assert sorted(json.loads(line)["body"] for line in member.stdout.decode().splitlines()) == ["m1", "m3"]
+    bad = subprocess.run([*base, "-g", "cli-sql", "--sql", "a > 5 b"], cwd=REPO, capture_output=True, timeout=60, env=env)
     assert bad.returncode != 0 and "line 1, column 7" in bad.stderr.decode()
