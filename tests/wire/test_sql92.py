@@ -42,6 +42,7 @@ PROPS = {"a": "10", "b": "x", "TAGS": "t1", "f": "2.5", "big": "3000000000", "ye
     ("5 = missing", False),  # ... and a non-NULL left side with a NULL right one is FALSE
     ("a > -5", True),
     ("/* note */ a > 1 -- rest\n", True),
+    ("a > 1 -- a comment to the end, without a newline", True),
     ("inx IS NULL", True),  # a keyword prefix is an identifier
     ("a >= 10 and A is null", True),  # keywords in any case, properties case-sensitive
 ])

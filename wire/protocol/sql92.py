@@ -15,8 +15,9 @@ moving between brokers must see the same messages:
   AND / OR / NOT, and only TRUE matches;
 - IN takes string literals and a property; BETWEEN takes numbers.
 
-Deliberate difference: RocketMQ's parser silently ignores tokens after a complete
-expression ("a = 1 b"); here they are a parse error.
+Deliberate differences: RocketMQ's parser silently ignores tokens after a complete
+expression ("a = 1 b"); here they are a parse error. A `--` comment may end the input
+without a newline (RocketMQ needs one, but then ignores what follows anyway).
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ FLOAT.2: /([0-9]+\.[0-9]*(e[+-]?[0-9]+)?|\.[0-9]+(e[+-]?[0-9]+)?|[0-9]+e[+-]?[0-
 DECIMAL: /(0|[1-9][0-9]*l?)/i
 STRING: /'(''|[^'])*'/
 WS: /[ \t\n\r\f]+/
-LINE_COMMENT: /--[^\n\r]*(\r\n|\n|\r)/
+LINE_COMMENT: /--[^\n\r]*/
 BLOCK_COMMENT: /\/\*[^*]*\*+([^*\/][^*]*\*+)*\//
 %ignore WS
 %ignore LINE_COMMENT
