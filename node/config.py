@@ -140,6 +140,9 @@ class BrokerConfig:
     # Refuse transactional half messages (TRAN_MSG=true) with NO_PERMISSION (RocketMQ's
     # rejectTransactionMessage; docs/transactions.md).
     reject_transaction_message: bool = False
+    # Serve SQL92 subscriptions (RocketMQ's enablePropertyFilter, off there too): a pull
+    # evaluates the expression on each message's properties (docs/consumer-groups.md).
+    enable_property_filter: bool = False
     # The transaction check service (a master's; docs/transactions.md): every
     # transactionCheckInterval ms it asks a live producer of the group about each half message
     # open for transactionTimeOut ms (or its CHECK_IMMUNITY_TIME_IN_SECONDS); after
@@ -376,6 +379,7 @@ _CAMEL = {
     "channel_expired_timeout": "channelExpiredTimeout",
     "auto_create_topic_enable": "autoCreateTopicEnable",
     "reject_transaction_message": "rejectTransactionMessage",
+    "enable_property_filter": "enablePropertyFilter",
     "transaction_check_interval": "transactionCheckInterval",
     "transaction_time_out": "transactionTimeOut",
     "transaction_check_max": "transactionCheckMax",

@@ -48,6 +48,7 @@ from .reput import ReputMessageService
 from .running_flags import RunningFlags
 from .schedule import parse_delay_levels
 from .status import PutMessageResult
+from .tag_filter import MessageFilter
 from .transient_store_pool import TransientStorePool
 
 log = logging.getLogger("tidemq.store")
@@ -485,8 +486,9 @@ class MessageStore:
     def get_earliest_message_time(self, topic: str | None = None, queue_id: int = 0) -> int | None:
         return self.reads.get_earliest_message_time(topic, queue_id)
 
-    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int, tag_filter: str | None = None) -> GetMessageResult:
-        return self.reads.get_message(group, topic, queue_id, offset, max_msgs, tag_filter)
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int, tag_filter: str | None = None,
+                    message_filter: MessageFilter | None = None) -> GetMessageResult:
+        return self.reads.get_message(group, topic, queue_id, offset, max_msgs, tag_filter, message_filter)
 
     def query_message(self, topic: str, key: str, max_num: int = 32, begin_ts: int = 0, end_ts: int = 2**63 - 1) -> list[StoredMessage]:
         return self.reads.query_message(topic, key, max_num, begin_ts, end_ts)

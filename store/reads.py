@@ -17,7 +17,7 @@ from .message import StoredMessage
 from .msg_id import decode_msg_id
 from .record_codec import RecordKind
 from .status import GetMessageStatus
-from .tag_filter import TagFilter
+from .tag_filter import MessageFilter, TagFilter
 
 if TYPE_CHECKING:
     from .commit_log import CommitLog
@@ -149,11 +149,14 @@ class MessageReads:
         offset: int,
         max_msgs: int,
         tag_filter: str | None = None,
+        message_filter: MessageFilter | None = None,
     ) -> GetMessageResult:
         """Pull up to `max_msgs` messages from a queue, RocketMQ's GetMessageStatus semantics.
 
         `tag_filter` is "*" / None (everything) or tags joined by "||" (store/tag_filter.py;
-        one naming no tag raises ValueError). The next offset always lets a consumer continue
+        one naming no tag raises ValueError). `message_filter`, when given, is asked about each
+        message the tags let through (RocketMQ's isMatchedByCommitLog: a SQL92 subscription's
+        expression over the properties). The next offset always lets a consumer continue
         past removed or filtered units.
         """
         self._check_readable()
@@ -171,10 +174,11 @@ class MessageReads:
         elif offset > max_off:
             result.status, result.next_begin_offset = GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_off
         else:
-            self._read_units(cq, offset, max_msgs, TagFilter.parse(tag_filter), result)
+            self._read_units(cq, offset, max_msgs, TagFilter.parse(tag_filter), result, message_filter)
         return result
 
-    def _read_units(self, cq: ConsumeQueue, offset: int, max_msgs: int, tags: TagFilter, result: GetMessageResult) -> None:
+    def _read_units(self, cq: ConsumeQueue, offset: int, max_msgs: int, tags: TagFilter, result: GetMessageResult,
+                    message_filter: MessageFilter | None = None) -> None:
         buf = cq.get_index_buffer(offset)
         if buf is None:
             result.status = GetMessageStatus.OFFSET_FOUND_NULL
@@ -202,7 +206,7 @@ class MessageReads:
                         result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
                     next_phy_file_start = self.commit_log.roll_next_file(phy)
                     continue
-                if not tags.matches_tag(msg.tags):
+                if not tags.matches_tag(msg.tags) or (message_filter is not None and not message_filter(msg)):
                     continue
                 result.messages.append(msg)
                 total_bytes += size

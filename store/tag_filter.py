@@ -8,9 +8,11 @@ check (wire/protocol.py) both use it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import attrs
 
-from .message import tags_code
+from .message import StoredMessage, tags_code
 
 
 def parse_tag_expression(expression: str | None) -> frozenset[str] | None:
@@ -24,6 +26,11 @@ def parse_tag_expression(expression: str | None) -> frozenset[str] | None:
     if not tags:
         raise ValueError(f"tag filter {expression!r} names no tag; use '*' for all")
     return tags
+
+
+MessageFilter = Callable[[StoredMessage], bool]
+"""A pull's second look at a message its tags let through (RocketMQ's isMatchedByCommitLog):
+the node passes a SQL92 expression's `matches` over the properties; the store knows no SQL."""
 
 
 @attrs.frozen

@@ -253,10 +253,10 @@ def _cmd_consume(args: argparse.Namespace) -> int:
             await _check_may_consume(src, args)
             await consume_as_member(lambda m: print_json(message_json(m)), group=args.group, topic=args.topic,
                                     max_messages=args.max, idle_timeout_ms=args.timeout_ms, stop=stop,
-                                    tag_filter=args.tags, start=args.start, **src)
+                                    tag_filter=args.tags, sql_filter=args.sql, start=args.start, **src)
             return EXIT_OK
         async with PullConsumer(**src, group=args.group, topic=args.topic, tag_filter=args.tags,
-                                start=args.start) as consumer:  # a reader: commits nothing
+                                sql_filter=args.sql, start=args.start) as consumer:  # a reader: commits nothing
             await consumer.route(args.topic)  # NotFound: say so rather than wait for nothing
             count = 0
             async with contextlib.aclosing(consumer.messages(idle_timeout_ms=args.timeout_ms)) as stream:
@@ -278,7 +278,7 @@ async def _check_may_consume(src: dict[str, Any], args: argparse.Namespace) -> N
     from ..client import PullConsumer
 
     async with PullConsumer(**src, group=args.group, topic=args.topic, tag_filter=args.tags,
-                            start=args.start) as probe:
+                            sql_filter=args.sql, start=args.start) as probe:
         await probe.route(args.topic)
         asked: set[str | None] = set()
         for queue in await probe.queues():
@@ -316,6 +316,9 @@ def _add_consume_command(subparsers: argparse._SubParsersAction) -> None:
                          help="stop when no message arrives for MS ms (default 2000)")
     consume.add_argument("--commit", action="store_true", help="commit the offsets of what was printed")
     consume.add_argument("--tags", metavar="EXPR", help="tag filter, e.g. 'a||b' (default: all)")
+    consume.add_argument("--sql", metavar="EXPR",
+                         help="SQL92 filter over properties and TAGS, e.g. \"a > 5 AND TAGS IN ('x')\" "
+                              "(the node needs enablePropertyFilter)")
     consume.add_argument("--start", choices=["first", "last"], default="first",
                          help="where a group without a committed offset starts (default first)")
     consume.set_defaults(handler=handled(_cmd_consume))

@@ -28,6 +28,7 @@ from wire.protocol import (
     Status,
     WireRequest,
 )
+from wire.protocol.sql92 import compile_sql92
 
 from .base import (
     CLIENT_OPTIONS,
@@ -106,6 +107,7 @@ class PullConsumer(_Client):
         group: str,
         topic: str,
         tag_filter: str | None = None,
+        sql_filter: str | None = None,
         start: Literal["first", "last"] = "first",
         master_retry_s: float = 1.0,
         master_retry_max_s: float = 30.0,
@@ -120,6 +122,14 @@ class PullConsumer(_Client):
         self.group = group
         self.topic = topic
         self.tag_filter = tag_filter or "*"
+        self.sql_filter = sql_filter
+        """A SQL92 expression over the messages' properties and TAGS (RocketMQ's
+        MessageSelector.bySql), evaluated by the node (enablePropertyFilter); checked here
+        first, so a bad one raises Sql92Error (a ValueError with its line and column)."""
+        if sql_filter is not None:
+            if self.tag_filter != "*":
+                raise ValueError("give tag_filter or sql_filter, not both (a SQL92 filter can test TAGS itself)")
+            compile_sql92(sql_filter)
         self.start = start
         self.master_retry_s = master_retry_s
         self.master_retry_max_s = master_retry_max_s
@@ -195,7 +205,8 @@ class PullConsumer(_Client):
         begin = offset if offset is not None else await self._position(queue)
         response, address, from_slave = await self._read(
             queue.broker_name, Pull(topic=queue.topic, queue_id=queue.queue_id, offset=begin, max_msgs=max_msgs,
-                                    tag_filter=self.tag_filter, timeout_ms=timeout_ms, group=self.group),
+                                    tag_filter=self.tag_filter, timeout_ms=timeout_ms, group=self.group,
+                                    sql_filter=self.sql_filter),
             timeout=timeout_ms / 1000 + self.options.request_timeout,
         )
         mark = self._marks.get(queue) if offset is None else None
@@ -306,7 +317,8 @@ class PullConsumer(_Client):
                     response, _, _ = await self._read(
                         queue.broker_name,
                         Pull(topic=queue.topic, queue_id=queue.queue_id, offset=begin, max_msgs=1,
-                             tag_filter=self.tag_filter, timeout_ms=timeout_ms, group=self.group),
+                             tag_filter=self.tag_filter, timeout_ms=timeout_ms, group=self.group,
+                                    sql_filter=self.sql_filter),
                         timeout=timeout_ms / 1000 + self.options.request_timeout,
                     )
                 except TidemqError as e:

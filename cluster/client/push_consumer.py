@@ -88,6 +88,7 @@ class Consumer(_LifeCycle):
         namesrv: str | Sequence[str] | None = None,
         brokers: Sequence[str] | str | None = None,
         tag_filter: str | None = None,
+        sql_filter: str | None = None,
         start: Literal["first", "last"] = "first",
         max_reconsume_times: int = MAX_RECONSUME_TIMES,
         heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
@@ -123,7 +124,7 @@ class Consumer(_LifeCycle):
         pull_consumer = functools.partial(PullConsumer, namesrv, brokers, group=group, start=start,
                                           route_ttl_s=route_ttl_s, master_retry_max_s=master_retry_max_s,
                                           options=self.options)
-        self._main = pull_consumer(topic=topic, tag_filter=tag_filter)
+        self._main = pull_consumer(topic=topic, tag_filter=tag_filter, sql_filter=sql_filter)
         self._retry = pull_consumer(topic=RETRY_PREFIX + group)
         self.rebalance = RebalanceService(
             group, [self._main, self._retry], acquire=self._acquire, release=self._release,
@@ -310,7 +311,7 @@ async def consume_as_member(
     """Run a Consumer until `max_messages` were consumed, no message came for
     `idle_timeout_ms` (never, when None) or `stop` is set; what `tidemq consume` runs. Each
     way out leaves cleanly: the member commits what it consumed and leaves its group.
-    `options` go to Consumer (namesrv or brokers, tag_filter, start, intervals, ...)."""
+    `options` go to Consumer (namesrv or brokers, tag_filter or sql_filter, start, intervals, ...)."""
     async with Consumer(group, topic, handler, max_messages=max_messages, **options) as consumer:
         await consumer.check_topic()  # say so rather than wait for nothing
         consumer.last_message_at = trio.current_time()

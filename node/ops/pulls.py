@@ -12,6 +12,7 @@ import trio
 from store.message import StoredMessage
 from store.message_store import GetMessageResult
 from store.status import GetMessageStatus
+from store.tag_filter import MessageFilter
 from wire.protocol import (
     CommitOffset,
     EmptyReply,
@@ -35,6 +36,7 @@ from wire.protocol import (
     WireMessage,
     WireRequest,
 )
+from wire.protocol.sql92 import SQL92, Sql92Error, compile_sql92
 
 from ..offset_stream import replicate_commit
 from ..tables.offsets import OffsetEntry
@@ -46,7 +48,7 @@ from .services import (
     confirm_write,
 )
 
-__all__ = ["PULL_HANDLERS", "PullOutcome", "check_consume", "read_queue", "waits_for_more"]
+__all__ = ["PULL_HANDLERS", "PullOutcome", "check_consume", "property_filter", "read_queue", "waits_for_more"]
 
 # Long polling waits only when a later message could turn the answer into FOUND
 # (RocketMQ's PULL_NOT_FOUND family; NO_MATCHED_MESSAGE continues from next_begin_offset).
@@ -82,6 +84,20 @@ def check_consume(s: NodeServices, group: str | None) -> None:
                                             "(its consumption is disabled: updateSubGroup --consumeEnable)")
 
 
+def property_filter(s: NodeServices, expression: str | None) -> MessageFilter | None:
+    """A SQL92 subscription's per-message test (None without one). Compiled through
+    `compile_sql92`'s bounded cache, so a subscription is parsed once, not per pull. Refused
+    (BAD_REQUEST, RocketMQ's remark) unless the node has enablePropertyFilter; Sql92Error
+    when it does not parse (the request check has normally caught that already)."""
+    if expression is None:
+        return None
+    compiled = compile_sql92(expression)
+    if not s.cfg.enable_property_filter:
+        raise OpError(Status.BAD_REQUEST, f"The broker does not support consumer to filter message by {SQL92} "
+                                          f"(enablePropertyFilter is false on {s.cfg.broker_name})")
+    return lambda m: compiled.matches(m.properties)
+
+
 def waits_for_more(status: GetMessageStatus, offset: int) -> bool:
     """The CBOR pull's long polling: every answer a later message could turn into FOUND."""
     return status in _WAITABLE
@@ -104,11 +120,15 @@ async def read_queue(s: NodeServices, f: Pull,
     while `waits(status, offset)` says a later message could answer it (filtered units are
     scanned past meanwhile), woken as soon as one lands."""
     check_consume(s, f.group)
+    try:
+        matches = property_filter(s, f.sql_filter)
+    except Sql92Error as e:
+        raise OpError(Status.BAD_REQUEST, f"sql_filter: {e}") from None
     topic, queue_id, offset = f.topic, f.queue_id, f.offset
     deadline = trio.current_time() + f.timeout_ms / 1000
 
     def read(at: int) -> GetMessageResult:
-        return s.store.get_message(f.group or "", topic, queue_id, at, f.max_msgs, f.tag_filter)
+        return s.store.get_message(f.group or "", topic, queue_id, at, f.max_msgs, f.tag_filter, matches)
 
     result = read(offset)
     while waits(result.status, offset) and not s.stopping and trio.current_time() < deadline:

@@ -32,6 +32,7 @@ from ..ops.services import NodeServices
 from ..tables.consumers import ConsumerManager
 from .answers import response_code
 from .channel import Processor, ProcessorContext, RemotingChannel
+from .subscriptions import heartbeat_subscriptions, sql_subscriptions
 
 __all__ = ["CLIENT_PROCESSORS", "HEARTBEAT_INTERVAL_MS", "LOCK_LIFE_S", "Heartbeat", "RemotingMembers",
            "channel_closed", "parse_heartbeat", "remoting_members"]
@@ -183,6 +184,9 @@ async def _heart_beat(proc: ProcessorContext, cmd: RemotingCommand, channel: Rem
         assert isinstance(answer, dict)
         if (failed := _failed(cmd, answer)) is not None:
             return failed
+    declared = sql_subscriptions(proc.services.consumers)
+    for group, topic, expression_type, expression, version in heartbeat_subscriptions(cmd.body):
+        declared.declare(group, topic, expression_type, expression, version)
     for beat in producers:
         answer = await handle_request(proc.services, beat, channel.peer)
         assert isinstance(answer, dict)

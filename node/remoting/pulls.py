@@ -18,15 +18,17 @@ from store.message_store import StoreUnavailableError
 from store.status import GetMessageStatus
 from wire.protocol import Pull
 from wire.protocol.checks import parse_tag_filter
+from wire.protocol.sql92 import SQL92
 from wire.remoting.codes import RequestCode, ResponseCode
 from wire.remoting.command import RemotingCommand
 from wire.remoting.headers import ext_bool, ext_int, ext_str
 
 from ..ops.dispatch import handle_request
-from ..ops.pulls import PullOutcome, check_consume, read_queue
+from ..ops.pulls import PullOutcome, check_consume, property_filter, read_queue
 from ..ops.services import OpError
 from .answers import response_code
 from .channel import Processor, ProcessorContext, RemotingChannel
+from .subscriptions import sql_subscriptions
 
 __all__ = ["PULL_PROCESSORS"]
 
@@ -109,22 +111,35 @@ async def _pull(proc: ProcessorContext, cmd: RemotingCommand, channel: RemotingC
     if not 0 <= queue_id < config.read_queue_nums:
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"queueId[{queue_id}] is illegal, topic:[{topic}] "
                             f"topicConfig.readQueueNums:[{config.read_queue_nums}] consumer:[{channel.peer}]")
-    tag_filter = "*"
+    tag_filter, sql_filter = "*", None
+    expression_type: str | None = None
     if sys_flag & FLAG_SUBSCRIPTION:
-        expression_type = ext_str(ext, "expressionType", "TAG")
-        if expression_type.upper() != "TAG":
+        expression_type = ext_str(ext, "expressionType", "TAG") or "TAG"
+        subscription = ext_str(ext, "subscription", "*")
+    elif (declared := sql_subscriptions(s.consumers).sql92(group, topic)) is not None:
+        expression_type, subscription = SQL92, declared  # a Java push consumer's: its heartbeat's
+    if expression_type is not None:
+        if expression_type.upper() not in ("TAG", SQL92):
             return cmd.response(ResponseCode.SYSTEM_ERROR,
                                 f"the broker does not support consumer to filter message by {expression_type}")
-        tag_filter = ext_str(ext, "subscription", "*")
+        # RocketMQ's order: the expression is parsed first, then enablePropertyFilter is checked
         try:
-            parse_tag_filter(tag_filter)
+            if expression_type.upper() == SQL92:
+                sql_filter = subscription
+                property_filter(s, sql_filter)
+            else:
+                tag_filter = subscription
+                parse_tag_filter(tag_filter)
         except ValueError as e:
             return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                                f"parse the consumer's subscription[{tag_filter}] failed: {e}")
+                                f"parse the consumer's subscription[{subscription}] failed: {e}")
+        except OpError as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, e.message)
     timeout_ms = min(max(ext_int(ext, "suspendTimeoutMillis", 0), 0), 0x7FFFFFFF) if sys_flag & FLAG_SUSPEND else 0
     request = proc.request({"op": "pull", "id": 0, "topic": topic, "queue_id": queue_id, "offset": offset,
                             "max_msgs": ext_int(ext, "maxMsgNums"), "tag_filter": tag_filter,
-                            "timeout_ms": timeout_ms, "group": group})
+                            "timeout_ms": timeout_ms, "group": group,
+                            **({"sql_filter": sql_filter} if sql_filter is not None else {})})
     assert isinstance(request.fields, Pull)
     if sys_flag & FLAG_COMMIT_OFFSET and s.is_master:
         commit = ext_int(ext, "commitOffset", -1)

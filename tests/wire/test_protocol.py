@@ -261,6 +261,7 @@ def test_defaults():
         "tag_filter": "*",
         "timeout_ms": 0,
         "group": None,
+        "sql_filter": None,
     }
     q = parse_request(req("query_by_key", topic="T", key="k")).fields
     assert (q.max_num, q.begin_ts, q.end_ts) == (32, 0, INT64_MAX)

@@ -18,11 +18,12 @@ from store.properties import (
 from store.tag_filter import parse_tag_expression
 
 from .codec import INT32_MAX, MAX_GROUP_LENGTH, MAX_QUEUE_NUMS
+from .sql92 import sql92_error
 
 __all__ = [
     "check_body", "check_client_id", "check_config_key", "check_config_value", "check_group",
     "check_keys", "check_master_role", "check_msg_id", "check_non_empty", "check_perm", "check_properties",
-    "check_queue_ids", "check_tag_filter", "check_tags", "check_topic", "check_topics", "parse_tag_filter",
+    "check_queue_ids", "check_sql_filter", "check_tag_filter", "check_tags", "check_topic", "check_topics", "parse_tag_filter",
 ]
 
 
@@ -124,6 +125,10 @@ def check_tag_filter(v: str) -> str | None:
     except ValueError as e:
         return str(e)
     return None
+
+
+check_sql_filter = sql92_error
+"""A SQL92 subscription (wire/protocol/sql92.py): the problem with its line and column."""
 
 
 def check_config_key(v: str) -> str | None:

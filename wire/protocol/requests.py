@@ -23,6 +23,7 @@ from .checks import (
     check_perm,
     check_properties,
     check_queue_ids,
+    check_sql_filter,
     check_tag_filter,
     check_tags,
     check_topic,
@@ -218,6 +219,7 @@ class Pull(WireRequest):
     tag_filter: str = wire(STR, check_tag_filter, default="*")
     timeout_ms: int = wire(INT, value_range(0, INT32_MAX), default=0)
     group: str | None = wire(STR, check_group, default=None)
+    sql_filter: str | None = wire(STR, check_sql_filter, default=None)  # SQL92, with enablePropertyFilter
 
 
 @attrs.define(kw_only=True)
