@@ -55,6 +55,8 @@ class MemberInfo:
     last_seen: float  # monotonic seconds
     peer: str | None = None
     """The client address of the connection it last heartbeated on."""
+    broadcasting: bool = False
+    """A BROADCASTING member reads every queue itself: listed, never in an allocation."""
 
     def expires_at(self, expire_s: float) -> float:
         """When it is dropped unless it heartbeats again (the manager's clock)."""
@@ -67,6 +69,7 @@ class MemberInfo:
             "heartbeat_interval_ms": self.heartbeat_interval_ms,
             "silent_ms": int((now - self.last_seen) * 1000),
             "address": self.peer,
+            "message_model": "BROADCASTING" if self.broadcasting else "CLUSTERING",
         }
 
 
@@ -127,13 +130,13 @@ class ConsumerManager:
             self.unregister(group, client_id)
 
     def heartbeat(self, group: str, client_id: str, topics: list[str], heartbeat_interval_ms: int,
-                  peer: str | None = None) -> list[str]:
-        """Register or refresh a member; returns the group's live members, sorted."""
+                  peer: str | None = None, *, broadcasting: bool = False) -> list[str]:
+        """Register or refresh a member; returns the group's live clustering members, sorted."""
         now = self.clock()
         self._expire(group)
         members = self._groups.setdefault(group, {})
         joined = client_id not in members
-        members[client_id] = MemberInfo(client_id, tuple(topics), heartbeat_interval_ms, now, peer)
+        members[client_id] = MemberInfo(client_id, tuple(topics), heartbeat_interval_ms, now, peer, broadcasting)
         if joined:
             log.info("consumer group %s: member %s joined (topics %s)", group, client_id, ", ".join(topics))
             self._members_changed(group)
@@ -166,8 +169,9 @@ class ConsumerManager:
         return members
 
     def members(self, group: str) -> list[str]:
-        """The group's live members' client ids, sorted (the order allocation uses)."""
-        return sorted(self._expire(group))
+        """The group's live clustering members' client ids, sorted (the order allocation
+        uses): a broadcasting member reads every queue itself, so it takes no share."""
+        return sorted(c for c, m in self._expire(group).items() if not m.broadcasting)
 
     def subscribes(self, group: str, topic: str) -> bool:
         """Whether a live member of `group` subscribes to `topic` here."""
