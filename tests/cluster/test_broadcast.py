@@ -1,0 +1,167 @@
+"""Broadcasting consumption against real processes: every member of a broadcasting group
+gets every message, a clustering group on the same topic still splits it, a member
+started again with the same client id continues from its offsets file (also after a
+SIGKILL, once the file was written), and the brokers hold no offset for the group."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+import trio
+
+from cluster.client import Admin, BroadcastConsumer, Consumer, NotFound, Producer
+from cluster.client.local_offsets import LocalOffsetStore
+from tests.cluster.helpers import broker_conf, call, cli, start_namesrv, wait_for
+from tests.node.nodeproc import REPO, Nodes
+from tests.waiting import wait_until
+from wire.protocol import FetchOffset
+
+pytestmark = pytest.mark.slow  # a name server and a master, as processes
+
+QUEUES = 4
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    directory = tmp_path_factory.mktemp("broadcast")
+    nodes = Nodes()
+    try:
+        ns = start_namesrv(nodes, directory)
+        master = nodes.start(broker_conf(directory, "m", "broker-a", ns.address))
+        yield {"namesrv": ns.address, "master": master.address}
+    finally:
+        nodes.cleanup()
+
+
+async def _topic(ns: str, topic: str) -> None:
+    async with Admin(namesrv=ns) as admin:
+        await wait_for(lambda: admin.cluster_info(), what="a broker registered")
+        await admin.create_topic(topic, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+        await wait_for(lambda: admin.route(topic, refresh=True), what="route")
+
+
+async def _send(ns: str, topic: str, keys: list[str]) -> None:
+    async with Producer(namesrv=ns) as producer:
+        for key in keys:
+            await producer.send(topic, key.encode(), keys=[key])
+
+
+def test_every_broadcast_member_gets_every_message_and_a_clustering_group_is_unaffected(cluster, tmp_path):
+    ns, topic = cluster["namesrv"], "BcastPrices"
+
+    async def main() -> None:
+        await _topic(ns, topic)
+        got: dict[str, list[str]] = {"b1": [], "b2": [], "c1": [], "c2": []}
+
+        def keep(name: str):
+            return lambda msg: got[name].append(msg.keys[0])
+
+        async with (
+            BroadcastConsumer("bcast", topic, keep("b1"), namesrv=ns, client_id="b1", offsets_dir=tmp_path,
+                              poll_ms=200) as b1,
+            BroadcastConsumer("bcast", topic, keep("b2"), namesrv=ns, client_id="b2", offsets_dir=tmp_path,
+                              poll_ms=200),
+            Consumer("clust", topic, keep("c1"), namesrv=ns, client_id="c1", poll_ms=200) as c1,
+            Consumer("clust", topic, keep("c2"), namesrv=ns, client_id="c2", poll_ms=200) as c2,
+        ):
+            assert len(b1.queues) == QUEUES, "a broadcasting member reads every queue"
+            await wait_until(lambda: len(c1.owned | c2.owned) == QUEUES + 1 and not (c1.owned & c2.owned),
+                             timeout=20, what="the clustering members split the queues (and the retry queue)")
+            keys = [f"k{i}" for i in range(24)]
+            await _send(ns, topic, keys)
+            await wait_until(lambda: sorted(got["b1"]) == sorted(got["b2"]) == sorted(keys)
+                             and sorted(got["c1"] + got["c2"]) == sorted(keys),
+                             timeout=20, what="every message at each broadcast member, once across the cluster group")
+            assert got["c1"] and got["c2"], "the clustering members shared the topic"
+        for member in ("b1", "b2"):  # left: each file holds the end of every queue
+            store = LocalOffsetStore(member, "bcast", tmp_path)
+            store.open()
+            assert sum(store.offsets.values()) == len(keys) and len(store.offsets) == QUEUES
+            store.close()
+        for queue_id in range(QUEUES):  # nothing committed on the broker for the broadcasting group
+            with pytest.raises(NotFound):
+                await call(cluster["master"], FetchOffset(group="bcast", topic=topic, queue_id=queue_id))
+
+    trio.run(main)
+
+
+def _lines(result: subprocess.CompletedProcess[bytes]) -> list[dict]:
+    assert result.returncode == 0, result.stderr.decode()
+    return [json.loads(line) for line in result.stdout.decode().splitlines()]
+
+
+def test_the_cli_member_continues_from_its_file_and_names_a_corrupt_one(cluster, tmp_path):
+    ns, topic = cluster["namesrv"], "BcastCli"
+    keys = [f"c{i}" for i in range(10)]
+
+    async def setup() -> None:
+        await _topic(ns, topic)
+        await _send(ns, topic, keys)
+
+    trio.run(setup)
+    member = ["consume", "--namesrv", ns, "--topic", topic, "--group", "bcast-cli", "--broadcast",
+              "--offsets-dir", str(tmp_path), "--timeout-ms", "1500"]
+    first = _lines(cli(*member, "--client-id", "r1", "--max", "4"))
+    rest = _lines(cli(*member, "--client-id", "r1"))
+    assert len(first) == 4 and sorted(m["keys"][0] for m in first + rest) == sorted(keys), "no re-read, no skip"
+    assert _lines(cli(*member, "--client-id", "r1")) == [], "a third run has nothing left"
+    other = _lines(cli(*member, "--client-id", "r2"))
+    assert sorted(m["keys"][0] for m in other) == sorted(keys), "another member gets every message too"
+
+    usage = cli(*member[:-2], "--client-id", "r1", "--commit")
+    assert usage.returncode == 2 and b"--broadcast" in usage.stderr
+
+    path = tmp_path / "r1" / "bcast-cli" / "offsets.json"
+    path.write_text("{torn")
+    bad = cli(*member, "--client-id", "r1")
+    assert bad.returncode == 1 and bad.stdout == b""
+    err = bad.stderr.decode()
+    assert str(path) in err and "offsets.json.bak" in err and "Traceback" not in err, err
+
+
+def test_a_killed_member_continues_from_what_its_file_holds(cluster, tmp_path):
+    """The promise: at least once. A member SIGKILLed after its file was written (every 5 s
+    and on leaving) gets nothing again; one killed before gets again what it handled since."""
+    ns, topic = cluster["namesrv"], "BcastKill"
+    keys = [f"x{i}" for i in range(8)]
+
+    async def setup() -> None:
+        await _topic(ns, topic)
+        await _send(ns, topic, keys)
+
+    trio.run(setup)
+    member = [sys.executable, "-m", "tidemq", "consume", "--namesrv", ns, "--topic", topic, "--group", "bcast-kill",
+              "--broadcast", "--offsets-dir", str(tmp_path), "--client-id", "k1"]
+    proc = subprocess.Popen([*member, "--timeout-ms", "60000"], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert proc.stdout is not None
+        printed = [json.loads(proc.stdout.readline()) for _ in keys]
+        assert sorted(m["keys"][0] for m in printed) == sorted(keys)
+        path = tmp_path / "k1" / "bcast-kill" / "offsets.json"
+
+        def saved_all() -> bool:
+            try:
+                table = json.loads(path.read_text())["offsetTable"]
+            except (OSError, ValueError):
+                return False
+            return sum(e["offset"] for e in table) == len(keys)
+
+        trio.run(lambda: wait_until(saved_all, timeout=15, what="the member's file holds every offset"))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    more = [f"y{i}" for i in range(3)]
+    trio.run(_send, ns, topic, more)
+    again = _lines(subprocess.run([*member, "--timeout-ms", "1500"], cwd=REPO, capture_output=True, timeout=60,
+                                  env={**os.environ, "PYTHONPATH": str(REPO)}))
+    assert sorted(m["keys"][0] for m in again) == sorted(more)
