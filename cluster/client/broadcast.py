@@ -7,8 +7,11 @@ MessageModel.BROADCASTING).
 
 A member reads every readable queue of the topic (the route is asked again every
 `route_interval_s` for queues that came or went), pulls each with long polling and calls the
-handler once per message. It joins no rebalance and tells the brokers nothing: members come
-and go without moving anything. Its positions are its own, kept in a local file per client
+handler once per message. It joins no rebalance: members come and go without moving
+anything. It heartbeats to the topic's masters saying BROADCASTING (every
+`heartbeat_interval_s`, and unregisters on leaving), so they list it with the group
+(`tidemq admin consumer-connection`) but never count it when clustering members allocate
+queues. Its positions are its own, kept in a local file per client
 id and group (cluster/client/local_offsets.py: `~/.tidemq_offsets/<client id>/<group>/offsets.json`,
 `offsets_dir` to put it elsewhere); it never commits to a broker, so the group's committed
 offsets there (and a clustering group on the same topic) are untouched.
@@ -37,11 +40,13 @@ import trio
 
 from wire.client import NoPermission, TidemqError, block_nursery
 from wire.options import ConnectKeywords, ConnectOptions
+from wire.protocol import ConsumerHeartbeat, ConsumerUnregister
 
 from .base import CLIENT_OPTIONS, ROUTE_TTL_S, ReceivedMessage, _LifeCycle
 from .consumer import PullConsumer
 from .local_offsets import LocalOffsetStore, OffsetFileError
 from .push_consumer import ConsumerStats, Handler
+from .rebalance import HEARTBEAT_INTERVAL_S
 from .routing import MessageQueue
 
 log = logging.getLogger("tidemq.client")
@@ -100,6 +105,7 @@ class BroadcastConsumer(_LifeCycle):
         poll_ms: int = 1000,
         persist_interval_s: float = PERSIST_INTERVAL_S,
         route_interval_s: float = ROUTE_INTERVAL_S,
+        heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
         max_messages: int | None = None,
         route_ttl_s: float = ROUTE_TTL_S,
         master_retry_max_s: float = 30.0,
@@ -108,8 +114,8 @@ class BroadcastConsumer(_LifeCycle):
     ) -> None:
         if max_messages is not None and max_messages < 1:
             raise ValueError(f"max_messages must be >= 1, got {max_messages}")
-        if persist_interval_s <= 0 or route_interval_s <= 0:
-            raise ValueError("persist_interval_s and route_interval_s must be > 0")
+        if min(persist_interval_s, route_interval_s, heartbeat_interval_s) <= 0:
+            raise ValueError("persist_interval_s, route_interval_s and heartbeat_interval_s must be > 0")
         self.group = group
         self.topic = topic
         self.handler = handler
@@ -119,6 +125,8 @@ class BroadcastConsumer(_LifeCycle):
         self.poll_ms = poll_ms
         self.persist_interval_s = persist_interval_s
         self.route_interval_s = route_interval_s
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self._masters: set[str] = set()  # every master told of this member, to unregister from
         self.max_messages = max_messages
         self.stats = ConsumerStats()
         self.finished = trio.Event()
@@ -149,10 +157,13 @@ class BroadcastConsumer(_LifeCycle):
             async with self._pull, block_nursery() as nursery:
                 await nursery.start(self._follow_route, nursery)
                 nursery.start_soon(self._persist_loop)
+                nursery.start_soon(self._heartbeat_loop)
                 try:
                     yield
                 finally:
                     nursery.cancel_scope.cancel()
+                    with trio.CancelScope(shield=True):
+                        await self._unregister()
         finally:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(self.offsets.close)
@@ -174,6 +185,35 @@ class BroadcastConsumer(_LifeCycle):
                 started = True
                 task_status.started()
             await trio.sleep(self.route_interval_s)  # poll: RocketMQ's rebalance interval follows routes so
+
+    async def _heartbeat_loop(self) -> None:
+        """Tell the topic's masters this member lives, as a BROADCASTING one: listed, never
+        allocated queues. A master that does not answer hears again next time."""
+        while True:
+            try:
+                route = await self._pull.route(self.topic)
+                self._masters |= {g.master.address for g in route.groups if g.master is not None}
+            except TidemqError as e:
+                log.debug("broadcast %s/%s: no route for the heartbeat: %s", self.group, self.client_id, e)
+            beat = ConsumerHeartbeat(group=self.group, client_id=self.client_id, topics=[self.topic],
+                                     heartbeat_interval_ms=int(self.heartbeat_interval_s * 1000),
+                                     message_model="BROADCASTING")
+            for address in sorted(self._masters):
+                try:
+                    await self._pull.pool.call(address, beat)
+                except TidemqError as e:
+                    log.debug("broadcast heartbeat to %s failed: %s", address, e)
+            await trio.sleep(self.heartbeat_interval_s)  # poll: RocketMQ's heartbeatBrokerInterval
+
+    async def _unregister(self) -> None:
+        options = self._pull.options
+        with trio.move_on_after(options.connect_timeout + options.request_timeout):
+            for address in sorted(self._masters):
+                try:
+                    await self._pull.pool.request(address, ConsumerUnregister(group=self.group,
+                                                                              client_id=self.client_id))
+                except TidemqError as e:
+                    log.debug("broadcast unregister at %s failed: %s", address, e)
 
     async def _persist_loop(self) -> None:
         while True:

@@ -1,7 +1,8 @@
 """Broadcasting consumption against real processes: every member of a broadcasting group
 gets every message, a clustering group on the same topic still splits it, a member
 started again with the same client id continues from its offsets file (also after a
-SIGKILL, once the file was written), and the brokers hold no offset for the group."""
+SIGKILL, once the file was written), and the brokers list the members as broadcasting but
+hold no offset for the group."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from cluster.client.local_offsets import LocalOffsetStore
 from tests.cluster.helpers import broker_conf, call, cli, start_namesrv, wait_for
 from tests.node.nodeproc import REPO, Nodes
 from tests.waiting import wait_until
-from wire.protocol import FetchOffset
+from wire.protocol import ConsumerList, FetchOffset
 
 pytestmark = pytest.mark.slow  # a name server and a master, as processes
 
@@ -71,6 +72,13 @@ def test_every_broadcast_member_gets_every_message_and_a_clustering_group_is_una
             Consumer("clust", topic, keep("c2"), namesrv=ns, client_id="c2", poll_ms=200) as c2,
         ):
             assert len(b1.queues) == QUEUES, "a broadcasting member reads every queue"
+
+            async def listed() -> bool:
+                reply = await call(cluster["master"], ConsumerList(group="bcast"))
+                models = {d["client_id"]: d["message_model"] for d in reply.details}
+                return reply.members == [] and models == {"b1": "BROADCASTING", "b2": "BROADCASTING"}
+
+            await wait_for(listed, what="the master lists both broadcasting members, allocating them nothing")
             await wait_until(lambda: len(c1.owned | c2.owned) == QUEUES + 1 and not (c1.owned & c2.owned),
                              timeout=20, what="the clustering members split the queues (and the retry queue)")
             keys = [f"k{i}" for i in range(24)]
@@ -79,6 +87,7 @@ def test_every_broadcast_member_gets_every_message_and_a_clustering_group_is_una
                              and sorted(got["c1"] + got["c2"]) == sorted(keys),
                              timeout=20, what="every message at each broadcast member, once across the cluster group")
             assert got["c1"] and got["c2"], "the clustering members shared the topic"
+        assert (await call(cluster["master"], ConsumerList(group="bcast"))).details == [], "they unregistered"
         for member in ("b1", "b2"):  # left: each file holds the end of every queue
             store = LocalOffsetStore(member, "bcast", tmp_path)
             store.open()
