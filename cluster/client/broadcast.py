@@ -41,6 +41,7 @@ import trio
 from wire.client import NoPermission, TidemqError, block_nursery
 from wire.options import ConnectKeywords, ConnectOptions
 from wire.protocol import ConsumerHeartbeat, ConsumerUnregister
+from wire.protocol.checks import check_client_id
 
 from .base import CLIENT_OPTIONS, ROUTE_TTL_S, ReceivedMessage, _LifeCycle
 from .consumer import PullConsumer
@@ -119,7 +120,9 @@ class BroadcastConsumer(_LifeCycle):
         self.group = group
         self.topic = topic
         self.handler = handler
-        self.client_id = client_id or default_broadcast_client_id()
+        self.client_id = client_id if client_id is not None else default_broadcast_client_id()
+        if (problem := check_client_id(self.client_id)) is not None:
+            raise ValueError(f"client id {self.client_id!r}: {problem}")
         self.offsets = LocalOffsetStore(self.client_id, group, offsets_dir)
         self.batch = batch
         self.poll_ms = poll_ms

@@ -108,9 +108,9 @@ class LocalOffsetStore:
         """Write the file when an offset changed since the last save; True when it wrote."""
         if self._lock_fd is None:
             raise OffsetFileError(f"{self.path}: the store is not open")
-        if self._offsets == self._saved:
+        snapshot = dict(self._offsets)  # one copy: the event loop may update it meanwhile
+        if snapshot == self._saved:
             return False
-        snapshot = dict(self._offsets)
         table = [{"topic": q.topic, "brokerName": q.broker_name, "queueId": q.queue_id, "offset": o}
                  for q, o in sorted(snapshot.items())]
         data = (json.dumps({"offsetTable": table}, indent=1) + "\n").encode()

@@ -125,6 +125,8 @@ def test_the_cli_member_continues_from_its_file_and_names_a_corrupt_one(cluster,
 
     usage = cli(*member[:-2], "--client-id", "r1", "--commit")
     assert usage.returncode == 2 and b"--broadcast" in usage.stderr
+    spaced = cli(*member, "--client-id", "web 1")
+    assert spaced.returncode == 2 and b"client id 'web 1'" in spaced.stderr, spaced.stderr
 
     path = tmp_path / "r1" / "bcast-cli" / "offsets.json"
     path.write_text("{torn")
