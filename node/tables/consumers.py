@@ -15,6 +15,8 @@ instead of at their next rebalance. `listeners` hear of membership changes (a jo
 leave, a drop) synchronously, as they are recorded: the remoting layer pushes RocketMQ's
 NOTIFY_CONSUMER_IDS_CHANGED from there. A silent member's drop is recorded on the next access
 to its group (the members' heartbeats, their rebalances' member lists, a watch's wake-up).
+A BROADCASTING member (it reads every queue itself) is listed but is no membership change:
+its join or leave moves no queue, so it bumps nothing and tells no one.
 
 Queue locks (RocketMQ's RebalanceLockManager) make "one owner per queue" hold while a
 queue changes hands: a member locks a queue here before it consumes it and unlocks it
@@ -135,23 +137,27 @@ class ConsumerManager:
         now = self.clock()
         self._expire(group)
         members = self._groups.setdefault(group, {})
-        joined = client_id not in members
+        before = members.get(client_id)
         members[client_id] = MemberInfo(client_id, tuple(topics), heartbeat_interval_ms, now, peer, broadcasting)
-        if joined:
-            log.info("consumer group %s: member %s joined (topics %s)", group, client_id, ", ".join(topics))
+        if before is None:
+            log.info("consumer group %s: member %s joined (topics %s%s)", group, client_id, ", ".join(topics),
+                     "; broadcasting" if broadcasting else "")
+        if (before is None and not broadcasting) or (before is not None and before.broadcasting != broadcasting):
             self._members_changed(group)
         return self.members(group)
 
     def unregister(self, group: str, client_id: str) -> bool:
         """Drop a member at once (its clean close); False when it was not registered."""
         members = self._groups.get(group, {})
-        if members.pop(client_id, None) is None:
+        info = members.pop(client_id, None)
+        if info is None:
             return False
         log.info("consumer group %s: member %s left", group, client_id)
         self._drop_locks(group, client_id)
         if not members:
             self._groups.pop(group, None)
-        self._members_changed(group)
+        if not info.broadcasting:
+            self._members_changed(group)
         return True
 
     def _expire(self, group: str) -> dict[str, MemberInfo]:
@@ -163,7 +169,8 @@ class ConsumerManager:
                             group, client_id, now - info.last_seen)
                 del members[client_id]
                 self._drop_locks(group, client_id)
-                self._members_changed(group)
+                if not info.broadcasting:
+                    self._members_changed(group)
         if not members:
             self._groups.pop(group, None)
         return members

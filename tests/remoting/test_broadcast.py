@@ -18,6 +18,7 @@ from tests.remoting.test_groups import (
     cpp_heartbeat,
     create_topic,
     members,
+    notices,
     push_consumers,  # noqa: F401 -- the fixture
     send_cbor,
     wait_members,
@@ -53,6 +54,28 @@ def test_a_broadcasting_member_is_listed_but_takes_no_share(rmq_cluster) -> None
         r = c.call(RequestCode.HEART_BEAT, body=broadcasting_heartbeat("10.0.0.5@b", only, 0))
         assert r.code == ResponseCode.SUCCESS, r.remark
         assert members(c, only) == [], "a broadcasting-only group has no member to allocate to"
+
+
+def test_a_broadcasting_join_or_leave_moves_nothing(rmq_cluster) -> None:
+    group = "g-bcast-quiet"
+    create_topic(rmq_cluster.master, TOPIC)
+    with RemotingClient(rmq_cluster.master) as a, RemotingClient(rmq_cluster.master) as b:
+        r = a.call(RequestCode.HEART_BEAT, body=broadcasting_heartbeat("10.0.0.1@clu", group, 1))
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        members(a, group)
+        seen = notices(a, group)
+        r = b.call(RequestCode.HEART_BEAT, body=broadcasting_heartbeat("10.0.0.2@bc", group, 0))
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        r = b.call(RequestCode.UNREGISTER_CLIENT, {"clientID": "10.0.0.2@bc", "producerGroup": "",
+                                                   "consumerGroup": group})
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        # a notice goes out before the answer that caused it, so it would precede a's next answer
+        assert members(a, group) == ["10.0.0.1@clu"]
+        assert notices(a, group) == seen, "clustering members were not told to rebalance"
+        r = b.call(RequestCode.HEART_BEAT, body=broadcasting_heartbeat("10.0.0.2@bc", group, 1))  # now clustering
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        assert members(a, group) == ["10.0.0.1@clu", "10.0.0.2@bc"]
+        assert notices(a, group) == seen + 1, "a clustering join is a change"
 
 
 def test_cpp_broadcasting_push_consumers_each_get_every_message(rmq_cluster, push_consumers,  # noqa: F811
