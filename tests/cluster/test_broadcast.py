@@ -136,43 +136,58 @@ def test_the_cli_member_continues_from_its_file_and_names_a_corrupt_one(cluster,
     assert str(path) in err and "offsets.json.bak" in err and "Traceback" not in err, err
 
 
-def test_a_killed_member_continues_from_what_its_file_holds(cluster, tmp_path):
-    """The promise: at least once. A member SIGKILLed after its file was written (every 5 s
-    and on leaving) gets nothing again; one killed before gets again what it handled since."""
+def test_a_stopped_or_killed_member_continues_from_what_its_file_holds(cluster, tmp_path):
+    """The promise: at least once. SIGTERM stops a member cleanly: it writes its file on the
+    way out. A member SIGKILLed after its file was written (every 5 s) gets nothing again;
+    one killed before that would get again what it handled since (not forced here)."""
     ns, topic = cluster["namesrv"], "BcastKill"
-    keys = [f"x{i}" for i in range(8)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    member = [sys.executable, "-m", "tidemq", "consume", "--namesrv", ns, "--topic", topic, "--group", "bcast-kill",
+              "--broadcast", "--offsets-dir", str(tmp_path), "--client-id", "k1"]
+    path = tmp_path / "k1" / "bcast-kill" / "offsets.json"
+
+    def saved() -> int:
+        try:
+            return sum(e["offset"] for e in json.loads(path.read_text())["offsetTable"])
+        except (OSError, ValueError):
+            return -1
+
+    def run_until(keys: list[str], sig: int) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen([*member, "--timeout-ms", "60000"], cwd=REPO, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=env)
+        try:
+            assert proc.stdout is not None
+            printed = [json.loads(proc.stdout.readline()) for _ in keys]
+            assert sorted(m["keys"][0] for m in printed) == sorted(keys)
+            if sig == signal.SIGTERM:
+                listed = _lines(cli("admin", "consumerConnection", "--namesrv", ns, "-g", "bcast-kill", "--json"))
+                assert [m["client_id"] for m in listed] == ["k1"], "the master lists the broadcasting member"
+            else:
+                trio.run(lambda: wait_until(lambda: saved() == total + len(keys), timeout=15,
+                                            what="the member's file holds every offset"))
+            proc.send_signal(sig)
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        return proc
 
     async def setup() -> None:
         await _topic(ns, topic)
-        await _send(ns, topic, keys)
+        await _send(ns, topic, first)
 
+    first, total = [f"x{i}" for i in range(8)], 0
     trio.run(setup)
-    member = [sys.executable, "-m", "tidemq", "consume", "--namesrv", ns, "--topic", topic, "--group", "bcast-kill",
-              "--broadcast", "--offsets-dir", str(tmp_path), "--client-id", "k1"]
-    proc = subprocess.Popen([*member, "--timeout-ms", "60000"], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)})
-    try:
-        assert proc.stdout is not None
-        printed = [json.loads(proc.stdout.readline()) for _ in keys]
-        assert sorted(m["keys"][0] for m in printed) == sorted(keys)
-        path = tmp_path / "k1" / "bcast-kill" / "offsets.json"
-
-        def saved_all() -> bool:
-            try:
-                table = json.loads(path.read_text())["offsetTable"]
-            except (OSError, ValueError):
-                return False
-            return sum(e["offset"] for e in table) == len(keys)
-
-        trio.run(lambda: wait_until(saved_all, timeout=15, what="the member's file holds every offset"))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    more = [f"y{i}" for i in range(3)]
-    trio.run(_send, ns, topic, more)
+    stopped = run_until(first, signal.SIGTERM)
+    assert stopped.returncode == 143 and stopped.stderr is not None and b"stopped by" in stopped.stderr.read()
+    assert saved() == len(first), "a clean stop writes the file on the way out"
+    second, total = [f"y{i}" for i in range(4)], len(first)
+    trio.run(_send, ns, topic, second)
+    killed = run_until(second, signal.SIGKILL)
+    assert killed.returncode == -signal.SIGKILL
+    third = [f"z{i}" for i in range(3)]
+    trio.run(_send, ns, topic, third)
     again = _lines(subprocess.run([*member, "--timeout-ms", "1500"], cwd=REPO, capture_output=True, timeout=60,
-                                  env={**os.environ, "PYTHONPATH": str(REPO)}))
-    assert sorted(m["keys"][0] for m in again) == sorted(more)
+                                  env=env))
+    assert sorted(m["keys"][0] for m in again) == sorted(third)
