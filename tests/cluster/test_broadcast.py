@@ -161,7 +161,7 @@ def test_a_stopped_or_killed_member_continues_from_what_its_file_holds(cluster, 
             assert sorted(m["keys"][0] for m in printed) == sorted(keys)
             if sig == signal.SIGTERM:
                 listed = _lines(cli("admin", "consumerConnection", "--namesrv", ns, "-g", "bcast-kill", "--json"))
-                assert [m["client_id"] for m in listed] == ["k1"], "the master lists the broadcasting member"
+                assert [(m["client_id"], m["message_model"]) for m in listed] == [("k1", "BROADCASTING")], listed
             else:
                 trio.run(lambda: wait_until(lambda: saved() == total + len(keys), timeout=15,
                                             what="the member's file holds every offset"))
