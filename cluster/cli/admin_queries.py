@@ -266,7 +266,8 @@ async def consumer_connection(args: argparse.Namespace, admin: Any) -> int:
         return EXIT_PROBLEM
     _, members = online
     emit(args, [{"group": args.group, "client_id": cid, "address": m.get("address"),
-                  "topics": m["topics"], "heartbeat_interval_ms": m["heartbeat_interval_ms"],
+                  "topics": m["topics"], "message_model": m.get("message_model", "CLUSTERING"),
+                  "heartbeat_interval_ms": m["heartbeat_interval_ms"],
                   "silent_ms": m["silent_ms"], "brokers": m["brokers"]} for cid, m in sorted(members.items())],
           f"connections of consumer group {args.group}")
     return EXIT_OK

@@ -244,9 +244,27 @@ def _cmd_consume(args: argparse.Namespace) -> int:
     if args.max is not None and args.max < 1:
         raise UsageError(f"--max must be >= 1, got {args.max}")
 
+    if (args.client_id is not None or args.offsets_dir is not None) and not args.broadcast:
+        raise UsageError("--client-id and --offsets-dir go with --broadcast")
+    if args.broadcast and args.commit:
+        raise UsageError("--broadcast keeps its offsets in a local file: it commits nothing, drop --commit")
     stop = trio.Event()  # a member stops on a signal by itself: it commits and leaves its group
 
     async def main() -> int:
+        if args.broadcast:  # every message, offsets in ~/.tidemq_offsets/<client id>/<group>/
+            from ..client.broadcast import consume_broadcast
+            from ..client.local_offsets import OffsetFileError
+
+            await _check_may_consume(src, args)
+            try:
+                await consume_broadcast(lambda m: print_json(message_json(m)), group=args.group, topic=args.topic,
+                                        max_messages=args.max, idle_timeout_ms=args.timeout_ms, stop=stop,
+                                        tag_filter=args.tags, start=args.start, client_id=args.client_id,
+                                        offsets_dir=args.offsets_dir, **src)
+            except OffsetFileError as e:  # corrupt or in use: the file is named, nothing is read
+                error(str(e))
+                return EXIT_PROBLEM
+            return EXIT_OK
         if args.commit:  # a member of the group (push_consumer.Consumer): commits what it printed
             from ..client.push_consumer import consume_as_member
 
@@ -267,7 +285,7 @@ def _cmd_consume(args: argparse.Namespace) -> int:
                         break
         return EXIT_OK
 
-    return run_async(args, lambda: until_signal(main, graceful=stop if args.commit else None))
+    return run_async(args, lambda: until_signal(main, graceful=stop if args.commit or args.broadcast else None))
 
 
 async def _check_may_consume(src: dict[str, Any], args: argparse.Namespace) -> None:
@@ -302,7 +320,10 @@ def _add_consume_command(subparsers: argparse._SubParsersAction) -> None:
         "UTF-8, else body_base64), properties (only when the message has user properties: `send` sets none), store_timestamp. Stops after --max messages or "
         "when no message arrives for --timeout-ms. With --commit it runs as a member of GROUP "
         "(sharing the queues with the group's other members, retries and DLQ as in "
-        "docs/consumer-groups.md) and commits exactly what it printed; without, it only reads. "
+        "docs/consumer-groups.md) and commits exactly what it printed; with --broadcast it gets every "
+        "message whatever other members do and keeps its offsets in its own file "
+        "(~/.tidemq_offsets/<client id>/<group>/offsets.json), so it continues there next time; "
+        "with neither, it only reads. "
         "Reads fall back to a slave when a master is down. A group a master refuses (its "
         "consumption disabled by updateSubGroup --consumeEnable false, or an account without SUB on "
         "it) is one error line and exit 1. SIGTERM or Ctrl-C stops it cleanly: a member leaves the "
@@ -315,6 +336,13 @@ def _add_consume_command(subparsers: argparse._SubParsersAction) -> None:
     consume.add_argument("--timeout-ms", type=int, default=2000, metavar="MS",
                          help="stop when no message arrives for MS ms (default 2000)")
     consume.add_argument("--commit", action="store_true", help="commit the offsets of what was printed")
+    consume.add_argument("--broadcast", action="store_true",
+                         help="consume every message as a broadcasting member of GROUP, its offsets in a local "
+                         "file (docs/consumer-groups.md, Broadcasting)")
+    consume.add_argument("--client-id", metavar="ID",
+                         help="with --broadcast: the member's id, naming its offsets file (default ip@DEFAULT)")
+    consume.add_argument("--offsets-dir", metavar="DIR",
+                         help="with --broadcast: where offsets files live (default ~/.tidemq_offsets)")
     consume.add_argument("--tags", metavar="EXPR", help="tag filter, e.g. 'a||b' (default: all)")
     consume.add_argument("--sql", metavar="EXPR",
                          help="SQL92 filter over properties and TAGS, e.g. \"a > 5 AND TAGS IN ('x')\" "

@@ -1,5 +1,6 @@
 """The tidemq client library (trio): Producer, PullConsumer, Consumer (a push-style group
-member, cluster/client/push_consumer.py), Admin.
+member, cluster/client/push_consumer.py), Admin,
+BroadcastConsumer (every member gets every message; its offsets in a local file).
 
 Each is an async context manager that owns a nursery (for the connections' reader tasks)
 and finds brokers either through name servers (`namesrv="host:port[;host:port]"`) or from
@@ -58,7 +59,9 @@ from wire.tls import TlsError, TlsSettings, set_default_client_tls
 
 from .admin import Admin
 from .base import BrokerStatus, OutgoingMessage, PullResult, ReceivedMessage, SendResult, TopicInfo
+from .broadcast import BroadcastConsumer
 from .consumer import PullConsumer
+from .local_offsets import OffsetFileError
 from .producer import Producer
 from .push_consumer import Consumer, ConsumerStats
 from .routing import BrokerInfo, GroupRoute, MessageQueue, QueueData, TopicRoute
@@ -71,6 +74,7 @@ __all__ = [
     "Admin",
     "AuthenticationFailed",
     "BadRequest",
+    "BroadcastConsumer",
     "BrokerInfo",
     "BrokerStatus",
     "ConnectOptions",
@@ -88,6 +92,7 @@ __all__ = [
     "MessageQueue",
     "NoPermission",
     "NotFound",
+    "OffsetFileError",
     "OutcomeUnknown",
     "Producer",
     "PullConsumer",

@@ -98,6 +98,8 @@ class SendResult:
         out = attrs.asdict(self)
         out["status"] = self.status.value
         out["msg_ids"] = list(self.msg_ids)
+        if self.transaction_id is None:  # a prepared send's only
+            del out["transaction_id"]
         return out
 
 

@@ -71,7 +71,8 @@ def dlq_topic(group: str) -> str:
 
 async def _heartbeat(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     f = r.fields
-    members = s.consumers.heartbeat(f.group, f.client_id, f.topics, f.heartbeat_interval_ms, peer)
+    members = s.consumers.heartbeat(f.group, f.client_id, f.topics, f.heartbeat_interval_ms, peer,
+                                    broadcasting=f.message_model == "BROADCASTING")
     if s.is_master and s.topics.get(retry_topic(f.group)) is None:
         await s.topics.create(retry_topic(f.group), 1, 1, DEFAULT_PERM)
     return MembersReply(members=members, version=s.consumers.version(f.group)).to_wire(r.id)

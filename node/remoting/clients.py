@@ -11,6 +11,10 @@ member of a group on each join or leave, whichever protocol caused it (a heartbe
 unregister, a closed connection, an expiry). The C++ client rebalances at once on it. An
 expiry is recorded at the group's next access, so no timer runs: a live member's member
 list (C++ rebalances every 10 s) or heartbeat (30 s) records it and sends the notices.
+
+A member whose heartbeat says messageModel BROADCASTING is listed with its group but takes
+no share: GET_CONSUMER_LIST_BY_GROUP (what clustering members allocate by) leaves it out.
+It keeps its offsets itself and never sends UPDATE_CONSUMER_OFFSET or a pull's commit flag.
 """
 
 from __future__ import annotations
@@ -53,11 +57,13 @@ member (C++ re-locks every 20 s)."""
 @attrs.frozen
 class Heartbeat:
     """What a HEART_BEAT body says that the tables keep: the client, its producer groups,
-    and per consumer group the topics it subscribes to (its retry topic among them)."""
+    per consumer group the topics it subscribes to (its retry topic among them), and which
+    of its consumer groups it consumes in BROADCASTING (every queue, its own offsets)."""
 
     client_id: str
     producer_groups: tuple[str, ...]
     consumer_groups: tuple[tuple[str, tuple[str, ...]], ...]
+    broadcasting: frozenset[str] = frozenset()
 
 
 def _objects(value: Any, what: str) -> list[dict[str, Any]]:
@@ -76,10 +82,21 @@ def _name(obj: dict[str, Any], key: str, what: str) -> str:
     return value
 
 
+def _broadcasting(obj: dict[str, Any]) -> bool:
+    """Whether a consumerDataSet entry's messageModel is BROADCASTING: the name from Java,
+    the ordinal 0 from C++; absent is CLUSTERING (RocketMQ's default)."""
+    model = obj.get("messageModel", "CLUSTERING")
+    if model in ("BROADCASTING", 0):
+        return True
+    if model in ("CLUSTERING", 1):
+        return False
+    raise BodyError(f"the heartbeat's consumerDataSet has an unknown messageModel {model!r}")
+
+
 def parse_heartbeat(body: bytes) -> Heartbeat:
-    """A HeartbeatData body (facts §3.5). Only names are read: the enums (names from Java,
-    ordinals from C++), subVersion (a number or a string), codeSet (wrong from C++) and the
-    filter fields do not change what the tables keep."""
+    """A HeartbeatData body (facts §3.5). Names and the message model are read: the other
+    enums (names from Java, ordinals from C++), subVersion (a number or a string), codeSet
+    (wrong from C++) and the filter fields do not change what the tables keep."""
     data = parse_json_body(body, "heartbeat")
     client_id = data.get("clientID")
     if not isinstance(client_id, str) or not client_id:
@@ -87,12 +104,15 @@ def parse_heartbeat(body: bytes) -> Heartbeat:
     producers = tuple(_name(p, "groupName", "producerDataSet") for p in _objects(data.get("producerDataSet"),
                                                                                  "producerDataSet"))
     consumers = []
+    broadcasting = set()
     for c in _objects(data.get("consumerDataSet"), "consumerDataSet"):
         group = _name(c, "groupName", "consumerDataSet")
         subs = _objects(c.get("subscriptionDataSet"), "subscriptionDataSet")
         topics = tuple(dict.fromkeys(_name(s, "topic", "subscriptionDataSet") for s in subs))
         consumers.append((group, topics))
-    return Heartbeat(client_id, producers, tuple(consumers))
+        if _broadcasting(c):
+            broadcasting.add(group)
+    return Heartbeat(client_id, producers, tuple(consumers), frozenset(broadcasting))
 
 
 # ---------------------------------------------------------------- remoting members
@@ -172,7 +192,8 @@ async def _heart_beat(proc: ProcessorContext, cmd: RemotingCommand, channel: Rem
     hb = parse_heartbeat(cmd.body)
     channel.client_id = hb.client_id
     beats = [proc.request({"op": "consumer_heartbeat", "id": 0, "group": group, "client_id": hb.client_id,
-                           "topics": list(topics), "heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS})
+                           "topics": list(topics), "heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
+                           "message_model": "BROADCASTING" if group in hb.broadcasting else "CLUSTERING"})
              for group, topics in hb.consumer_groups]
     producers = [proc.request({"op": "producer_heartbeat", "id": 0, "group": group, "client_id": hb.client_id,
                                "heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS})

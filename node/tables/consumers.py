@@ -15,6 +15,8 @@ instead of at their next rebalance. `listeners` hear of membership changes (a jo
 leave, a drop) synchronously, as they are recorded: the remoting layer pushes RocketMQ's
 NOTIFY_CONSUMER_IDS_CHANGED from there. A silent member's drop is recorded on the next access
 to its group (the members' heartbeats, their rebalances' member lists, a watch's wake-up).
+A BROADCASTING member (it reads every queue itself) is listed but is no membership change:
+its join or leave moves no queue, so it bumps nothing and tells no one.
 
 Queue locks (RocketMQ's RebalanceLockManager) make "one owner per queue" hold while a
 queue changes hands: a member locks a queue here before it consumes it and unlocks it
@@ -55,6 +57,8 @@ class MemberInfo:
     last_seen: float  # monotonic seconds
     peer: str | None = None
     """The client address of the connection it last heartbeated on."""
+    broadcasting: bool = False
+    """A BROADCASTING member reads every queue itself: listed, never in an allocation."""
 
     def expires_at(self, expire_s: float) -> float:
         """When it is dropped unless it heartbeats again (the manager's clock)."""
@@ -67,6 +71,7 @@ class MemberInfo:
             "heartbeat_interval_ms": self.heartbeat_interval_ms,
             "silent_ms": int((now - self.last_seen) * 1000),
             "address": self.peer,
+            "message_model": "BROADCASTING" if self.broadcasting else "CLUSTERING",
         }
 
 
@@ -127,28 +132,32 @@ class ConsumerManager:
             self.unregister(group, client_id)
 
     def heartbeat(self, group: str, client_id: str, topics: list[str], heartbeat_interval_ms: int,
-                  peer: str | None = None) -> list[str]:
-        """Register or refresh a member; returns the group's live members, sorted."""
+                  peer: str | None = None, *, broadcasting: bool = False) -> list[str]:
+        """Register or refresh a member; returns the group's live clustering members, sorted."""
         now = self.clock()
         self._expire(group)
         members = self._groups.setdefault(group, {})
-        joined = client_id not in members
-        members[client_id] = MemberInfo(client_id, tuple(topics), heartbeat_interval_ms, now, peer)
-        if joined:
-            log.info("consumer group %s: member %s joined (topics %s)", group, client_id, ", ".join(topics))
+        before = members.get(client_id)
+        members[client_id] = MemberInfo(client_id, tuple(topics), heartbeat_interval_ms, now, peer, broadcasting)
+        if before is None:
+            log.info("consumer group %s: member %s joined (topics %s%s)", group, client_id, ", ".join(topics),
+                     "; broadcasting" if broadcasting else "")
+        if (before is None and not broadcasting) or (before is not None and before.broadcasting != broadcasting):
             self._members_changed(group)
         return self.members(group)
 
     def unregister(self, group: str, client_id: str) -> bool:
         """Drop a member at once (its clean close); False when it was not registered."""
         members = self._groups.get(group, {})
-        if members.pop(client_id, None) is None:
+        info = members.pop(client_id, None)
+        if info is None:
             return False
         log.info("consumer group %s: member %s left", group, client_id)
         self._drop_locks(group, client_id)
         if not members:
             self._groups.pop(group, None)
-        self._members_changed(group)
+        if not info.broadcasting:
+            self._members_changed(group)
         return True
 
     def _expire(self, group: str) -> dict[str, MemberInfo]:
@@ -160,14 +169,16 @@ class ConsumerManager:
                             group, client_id, now - info.last_seen)
                 del members[client_id]
                 self._drop_locks(group, client_id)
-                self._members_changed(group)
+                if not info.broadcasting:
+                    self._members_changed(group)
         if not members:
             self._groups.pop(group, None)
         return members
 
     def members(self, group: str) -> list[str]:
-        """The group's live members' client ids, sorted (the order allocation uses)."""
-        return sorted(self._expire(group))
+        """The group's live clustering members' client ids, sorted (the order allocation
+        uses): a broadcasting member reads every queue itself, so it takes no share."""
+        return sorted(c for c, m in self._expire(group).items() if not m.broadcasting)
 
     def subscribes(self, group: str, topic: str) -> bool:
         """Whether a live member of `group` subscribes to `topic` here."""

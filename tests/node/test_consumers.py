@@ -82,3 +82,19 @@ async def test_a_lock_with_a_life_lapses_unless_taken_again(autojump_clock) -> N
         consumers.heartbeat("G", member, ["T"], 1_000)
     assert consumers.lock_holders("G") == {"T:1": "a"}
     assert consumers.lock("G", "b", "T", [0, 1], life_s=60) == [0]
+
+
+async def test_a_broadcasting_member_is_listed_but_never_a_change_of_the_group(autojump_clock) -> None:
+    consumers = ConsumerManager(clock=trio.current_time, expire_s=5.0)
+    told: list[str] = []
+    consumers.listeners.append(told.append)
+    consumers.heartbeat("G", "clu", ["T"], 1_000)
+    seen = consumers.version("G")
+    assert consumers.heartbeat("G", "bc", ["T"], 1_000, broadcasting=True) == ["clu"]
+    assert consumers.members("G") == ["clu"]
+    assert [d["message_model"] for d in consumers.describe("G")] == ["BROADCASTING", "CLUSTERING"]
+    assert consumers.unregister("G", "bc") and consumers.version("G") == seen and told == ["G"]
+    consumers.heartbeat("G", "bc", ["T"], 1_000, broadcasting=True)
+    await trio.sleep(2 + EXPIRE_EXTRA_S + 5)  # poll-exempt: the autojump clock, past both expiries
+    assert consumers.members("G") == [] and consumers.describe("G") == []
+    assert told == ["G", "G"], "only the clustering member's expiry told the listeners"

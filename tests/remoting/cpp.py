@@ -8,7 +8,7 @@ sync, oneway, orderly or batch, with `--delay-level`, `--body-size`, `--orders` 
 `--extra-key`); `pull` (a PullConsumer reads the topic's queues from offset 0 until `--count`
 messages or none new); `push` (a PushConsumer on `--topic` writes each message it is given
 as a JSON line to `--out` until `--stop-file` exists; `start_cpp` runs it alongside the
-test). Bodies are text: the wrapper's `set_body` cuts a body at its first NUL."""
+test; `--broadcast` makes it a BROADCASTING member, `--home` its HOME). Bodies are text: the wrapper's `set_body` cuts a body at its first NUL."""
 
 from __future__ import annotations
 
@@ -180,7 +180,12 @@ def _push(args: argparse.Namespace) -> dict[str, Any]:
         if fail:
             raise RuntimeError("consume failed on purpose: RECONSUME_LATER")
 
-    c = PushConsumer(args.group, orderly=args.orderly)
+    if args.broadcast:  # offsets in the client's own file: $HOME/.rocketmq_offsets/<clientId>/<group>/
+        from rocketmq.client import MessageModel
+
+        c = PushConsumer(args.group, orderly=args.orderly, message_model=MessageModel.BROADCASTING)
+    else:
+        c = PushConsumer(args.group, orderly=args.orderly)
     c.set_namesrv_addr(args.namesrv)
     if args.access_key:
         c.set_session_credentials(args.access_key, args.secret_key, "")
@@ -228,7 +233,11 @@ def main() -> None:
     parser.add_argument("--fail-body", default="")
     parser.add_argument("--fail-times", type=int, default=1)
     parser.add_argument("--orderly", action="store_true")
+    parser.add_argument("--broadcast", action="store_true", help="push: MessageModel.BROADCASTING")
+    parser.add_argument("--home", default="", help="HOME for the client (where broadcasting keeps offsets)")
     args = parser.parse_args()
+    if args.home:
+        os.environ["HOME"] = args.home
     out = ACTIONS[args.action](args)
     print(json.dumps(out), flush=True)
 

@@ -141,5 +141,9 @@ def check_config_value(v: str) -> str | None:
     return None if len(v) <= 4096 else f"must be at most 4096 characters, got {len(v)}"
 
 
+def check_message_model(v: str) -> str | None:
+    return None if v in ("CLUSTERING", "BROADCASTING") else f"must be CLUSTERING or BROADCASTING, got {v!r}"
+
+
 def check_master_role(v: str) -> str | None:
     return None if v in ("SYNC_MASTER", "ASYNC_MASTER") else f"must be SYNC_MASTER or ASYNC_MASTER, got {v!r}"

@@ -18,6 +18,7 @@ from .checks import (
     check_group,
     check_keys,
     check_master_role,
+    check_message_model,
     check_msg_id,
     check_non_empty,
     check_perm,
@@ -342,6 +343,7 @@ class ConsumerHeartbeat(WireRequest):
     client_id: str = _client_id_field()
     topics: list[str] = wire(LIST_STR, check_topics, default=[])
     heartbeat_interval_ms: int = wire(INT, value_range(1, 3_600_000), default=30_000)
+    message_model: str = wire(STR, check_message_model, default="CLUSTERING")
 
 
 @attrs.define(kw_only=True)
