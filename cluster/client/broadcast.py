@@ -46,7 +46,7 @@ from wire.protocol.checks import check_client_id
 from .base import CLIENT_OPTIONS, ROUTE_TTL_S, ReceivedMessage, _LifeCycle
 from .consumer import PullConsumer
 from .local_offsets import LocalOffsetStore, OffsetFileError
-from .push_consumer import ConsumerStats, Handler
+from .push_consumer import ConsumerStats, Handler, run_until_done
 from .rebalance import HEARTBEAT_INTERVAL_S
 from .routing import MessageQueue
 
@@ -283,22 +283,5 @@ async def consume_broadcast(
     `idle_timeout_ms` (never, when None) or `stop` is set; what `tidemq consume --broadcast`
     runs. Each way out writes the member's offsets file. `options` go to BroadcastConsumer."""
     async with BroadcastConsumer(group, topic, handler, max_messages=max_messages, **options) as consumer:
-        await consumer.check_topic()  # say so rather than wait for nothing
-        consumer.last_message_at = trio.current_time()
-        with trio.CancelScope() as scope:
-            async with trio.open_nursery() as nursery:
-                if stop is not None:
-                    async def stopped() -> None:
-                        await stop.wait()
-                        scope.cancel()
-
-                    nursery.start_soon(stopped)
-                while not consumer.finished.is_set():
-                    idle_left = (None if idle_timeout_ms is None
-                                 else consumer.last_message_at + idle_timeout_ms / 1000 - trio.current_time())
-                    if idle_left is not None and idle_left <= 0:
-                        break
-                    with trio.move_on_after(min(idle_left or 1.0, 1.0)):
-                        await consumer.finished.wait()
-                nursery.cancel_scope.cancel()
+        await run_until_done(consumer, idle_timeout_ms, stop)
     return consumer.stats

@@ -30,7 +30,7 @@ import functools
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, Literal, Unpack
+from typing import Any, Literal, Protocol, Unpack
 
 import attrs
 import trio
@@ -313,21 +313,36 @@ async def consume_as_member(
     way out leaves cleanly: the member commits what it consumed and leaves its group.
     `options` go to Consumer (namesrv or brokers, tag_filter or sql_filter, start, intervals, ...)."""
     async with Consumer(group, topic, handler, max_messages=max_messages, **options) as consumer:
-        await consumer.check_topic()  # say so rather than wait for nothing
-        consumer.last_message_at = trio.current_time()
-        async with trio.open_nursery() as nursery:
-            if stop is not None:
-                async def stopped() -> None:
-                    await stop.wait()
-                    nursery.cancel_scope.cancel()
-
-                nursery.start_soon(stopped)
-            await _until_finished_or_idle(consumer, idle_timeout_ms)
-            nursery.cancel_scope.cancel()
+        await run_until_done(consumer, idle_timeout_ms, stop)
     return consumer.stats
 
 
-async def _until_finished_or_idle(consumer: Consumer, idle_timeout_ms: int | None) -> None:
+class Finishing(Protocol):
+    """A running member `run_until_done` watches (Consumer, BroadcastConsumer)."""
+
+    finished: trio.Event
+    last_message_at: float
+
+    async def check_topic(self) -> None: ...
+
+
+async def run_until_done(consumer: Finishing, idle_timeout_ms: int | None, stop: trio.Event | None) -> None:
+    """Until the member `finished`, no message came for `idle_timeout_ms` (never, when None)
+    or `stop` is set; first it checks the topic exists (say so rather than wait for nothing)."""
+    await consumer.check_topic()
+    consumer.last_message_at = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        if stop is not None:
+            async def stopped() -> None:
+                await stop.wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(stopped)
+        await _until_finished_or_idle(consumer, idle_timeout_ms)
+        nursery.cancel_scope.cancel()
+
+
+async def _until_finished_or_idle(consumer: Finishing, idle_timeout_ms: int | None) -> None:
     while not consumer.finished.is_set():
         idle_left = (None if idle_timeout_ms is None
                      else consumer.last_message_at + idle_timeout_ms / 1000 - trio.current_time())
