@@ -25,6 +25,8 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
+from .durable import write_durably
+
 log = logging.getLogger("tidemq.store")
 
 __all__ = [
@@ -103,22 +105,6 @@ def _check_order(entries: Sequence[EpochEntry]) -> None:
     for prev, cur in zip(entries, entries[1:], strict=False):
         if cur.epoch <= prev.epoch or cur.start_offset <= prev.start_offset:
             raise EpochFileError(f"epoch entries must grow in epoch and start offset: {prev} then {cur}")
-
-
-def _write_durably(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 class EpochFileCache:
@@ -266,5 +252,5 @@ class EpochFileCache:
         except FileNotFoundError:
             previous = None
         if previous is not None:
-            _write_durably(f"{self.path}.bak", previous)
-        _write_durably(self.path, format_entries(self._entries).encode())
+            write_durably(f"{self.path}.bak", previous)
+        write_durably(self.path, format_entries(self._entries).encode())

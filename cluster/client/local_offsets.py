@@ -24,6 +24,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from store.durable import write_durably
+
 from .routing import MessageQueue
 
 __all__ = ["DEFAULT_OFFSETS_DIR", "LocalOffsetStore", "OffsetFileError"]
@@ -114,22 +116,8 @@ class LocalOffsetStore:
         table = [{"topic": q.topic, "brokerName": q.broker_name, "queueId": q.queue_id, "offset": o}
                  for q, o in sorted(snapshot.items())]
         data = (json.dumps({"offsetTable": table}, indent=1) + "\n").encode()
-        tmp = self.directory / "offsets.json.tmp"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.write(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            if self.path.exists():
-                os.replace(self.path, self.backup)
-            os.replace(tmp, self.path)
-            dir_fd = os.open(self.directory, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            write_durably(self.path, data, backup=True)
         except OSError as e:
             raise OffsetFileError(f"cannot write {self.path}: {e}") from e
         self._saved = snapshot

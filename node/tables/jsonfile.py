@@ -13,6 +13,8 @@ import logging
 import os
 from typing import Any
 
+from store.durable import write_durably
+
 log = logging.getLogger("tidemq.node")
 
 __all__ = ["ConfigFileError", "read_json", "write_json_atomic"]
@@ -27,26 +29,8 @@ def write_json_atomic(path: str, obj: Any) -> None:
 
     Blocking (fsync): call it through `trio.to_thread.run_sync` from the event loop.
     """
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    data = json.dumps(obj, indent=2, sort_keys=True).encode("utf-8") + b"\n"
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    if os.path.exists(path):
-        os.replace(path, path + ".bak")
-    os.replace(tmp, path)
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    write_durably(path, json.dumps(obj, indent=2, sort_keys=True).encode("utf-8") + b"\n", backup=True)
 
 
 def _load(path: str) -> Any:
