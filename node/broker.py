@@ -35,7 +35,7 @@ from .failover.controller import EtcdController
 from .failover.etcd import EtcdClient
 from .failover.promotion import Failover, Transition, effective_config
 from .logs import name_role
-from .offset_stream import offset_table, take_batch
+from .offset_stream import OffsetFollower, offset_table
 from .ops.dispatch import (
     BATCHED_OPS,
     append_requests,
@@ -231,7 +231,7 @@ class Broker:
                                  on_connect=controller.wake if controller else None,
                                  secure_connect=partial(_tls_to, cfg.client_tls)
                                  if cfg.client_tls is not None else None, net=self.net,
-                                 on_offsets=partial(take_batch, self.offsets))
+                                 on_offsets=OffsetFollower(self.offsets).take)
             if cfg.master_addr or cfg.namesrv_addr:  # else: no way to find the master
                 sync = SlaveSync(cfg.master_addr, self.topics, self.offsets, max_frame_size=cfg.max_frame_size,
                                  delay_offset_path=ScheduleMessageService.path_in(store), subgroups=self.subgroups,

@@ -23,7 +23,7 @@ from .tables.offsets import ConsumerOffsetManager, OffsetEntry
 
 log = logging.getLogger("tidemq.node")
 
-__all__ = ["offset_table", "replicate_commit", "take_batch"]
+__all__ = ["OffsetFollower", "offset_table", "replicate_commit"]
 
 
 def offset_table(offsets: ConsumerOffsetManager, held: Callable[[], bool] = lambda: False) -> list[OffsetCommit] | None:
@@ -34,15 +34,36 @@ def offset_table(offsets: ConsumerOffsetManager, held: Callable[[], bool] = lamb
     return [OffsetCommit(e.group, e.topic, e.queue_id, e.offset) for e in offsets.entries()]
 
 
-def take_batch(offsets: ConsumerOffsetManager, batch: OffsetsBatch) -> None:
-    """A slave takes a streamed batch: the master's whole table, or commits on top of it."""
-    entries = [OffsetEntry(c.group, c.topic, c.queue_id, c.offset) for c in batch.entries]
-    if batch.replace:
-        if offsets.replace_all(entries):
-            log.info("took %d consumer offset(s) from the master's HA stream", len(entries))
-        return
-    for e in entries:
-        offsets.commit(e.group, e.topic, e.queue_id, e.offset)
+class OffsetFollower:
+    """A slave's side of one term's offsets stream: takes each batch into the node's table.
+
+    A whole table replaces the slave's, but not when it comes from a master that restarted
+    since the last batch this term took (its sequence numbers start again: its table is its
+    `consumerOffset.json`, up to 5 s old, while this slave's holds every commit it acked):
+    then each offset is raised to the master's where that is higher and nothing is lowered
+    (seed 321: a restarted master's table replaced its slave's, the slave was promoted, and
+    commits answered OK were gone). An offset reset on the master in the 5 s before its crash
+    is then lost on the slave: a group re-reads less, never skips."""
+
+    def __init__(self, offsets: ConsumerOffsetManager) -> None:
+        self.offsets = offsets
+        self.last_seq: int | None = None
+
+    def take(self, batch: OffsetsBatch) -> None:
+        restarted = self.last_seq is not None and batch.seq <= self.last_seq
+        self.last_seq = batch.seq
+        entries = [OffsetEntry(c.group, c.topic, c.queue_id, c.offset) for c in batch.entries]
+        if batch.replace and not restarted:
+            if self.offsets.replace_all(entries):
+                log.info("took %d consumer offset(s) from the master's HA stream", len(entries))
+            return
+        if batch.replace:
+            log.warning("the master restarted (offsets batch %d): its table is its file's; keeping each "
+                        "offset at least where this slave had it", batch.seq)
+        for e in entries:
+            held = self.offsets.fetch(e.group, e.topic, e.queue_id)
+            if not batch.replace or held is None or e.offset > held:
+                self.offsets.commit(e.group, e.topic, e.queue_id, e.offset)
 
 
 async def replicate_commit(ha: HAService | None, role: BrokerRole, entry: OffsetEntry,

@@ -235,7 +235,7 @@ async def _fetch_offset(s: NodeServices, r: Request, peer: str | None) -> dict[s
 
 
 async def _offset_list(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
-    held = s.failover is not None and s.failover.candidate
+    held = not s.is_master or (s.failover is not None and s.failover.candidate)  # not the group's table
     return OffsetListReply(offsets=[e.to_wire() for e in s.offsets.entries()], held=held).to_wire(r.id)
 
 

@@ -259,8 +259,9 @@ class EmptyReply(WireReply):
 @attrs.define(kw_only=True)
 class OffsetListReply(WireReply):
     """`offset_list`: every committed offset (group, topic, queue_id, offset maps). `held`:
-    the node is an etcd-mode candidate, its table is its file's (up to 5 s old), not the
-    group's: a slave syncing from it keeps its own (an older node's answer lacks it: False)."""
+    the table is not the group's: the node is a slave (a master that lost an election, with
+    its file's table) or an etcd-mode candidate (its file's, up to 5 s old); a slave syncing
+    from it keeps its own (an older node's answer lacks it: False)."""
 
     offsets: list[dict[str, Any]]
     held: bool = False

@@ -1,0 +1,27 @@
+"""node/offset_stream.py's OffsetFollower: a slave takes its master's streamed offsets, and a
+master that restarted (its batch sequence starts again, its table is its file's) never
+lowers what the slave holds."""
+
+from __future__ import annotations
+
+from ha.protocol import OffsetCommit, OffsetsBatch
+from node.offset_stream import OffsetFollower
+from node.tables.offsets import ConsumerOffsetManager
+
+
+def test_a_table_replaces_then_commits_follow_and_a_restarted_master_lowers_nothing(tmp_path):
+    offsets = ConsumerOffsetManager(str(tmp_path))
+    offsets.commit("G", "T", 9, 1)  # gone once the first table replaces the slave's
+    follower = OffsetFollower(offsets)
+    follower.take(OffsetsBatch(3, True, (OffsetCommit("G", "T", 0, 5), OffsetCommit("G", "T", 1, 7))))
+    assert {(e.queue_id, e.offset) for e in offsets.entries()} == {(0, 5), (1, 7)}
+    follower.take(OffsetsBatch(4, False, (OffsetCommit("G", "T", 0, 13),)))
+    follower.take(OffsetsBatch(5, False, (OffsetCommit("G", "T", 1, 6),)))  # a commit may go back
+    assert offsets.fetch("G", "T", 0) == 13 and offsets.fetch("G", "T", 1) == 6
+    # the master restarted: its first table (sequence 1 again) is its file's, older
+    follower.take(OffsetsBatch(1, True, (OffsetCommit("G", "T", 0, 9), OffsetCommit("G", "T", 1, 8),
+                                          OffsetCommit("G", "T", 2, 4))))
+    assert offsets.fetch("G", "T", 0) == 13  # not lowered to the file's 9
+    assert offsets.fetch("G", "T", 1) == 8 and offsets.fetch("G", "T", 2) == 4  # raised, added
+    follower.take(OffsetsBatch(2, False, (OffsetCommit("G", "T", 0, 10),)))  # its new commits apply
+    assert offsets.fetch("G", "T", 0) == 10
