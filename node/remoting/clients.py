@@ -11,6 +11,8 @@ member of a group on each join or leave, whichever protocol caused it (a heartbe
 unregister, a closed connection, an expiry). The C++ client rebalances at once on it. An
 expiry is recorded at the group's next access, so no timer runs: a live member's member
 list (C++ rebalances every 10 s) or heartbeat (30 s) records it and sends the notices.
+A producer group in a heartbeat registers the channel for that producer's transaction
+checks (CHECK_TRANSACTION_STATE, transactions.py) until it closes or unregisters.
 
 A member whose heartbeat says messageModel BROADCASTING is listed with its group but takes
 no share: GET_CONSUMER_LIST_BY_GROUP (what clustering members allocate by) leaves it out.

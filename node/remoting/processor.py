@@ -6,8 +6,8 @@ topics, groups, offsets, rebalancing and retry state, and a message sent through
 consumed through the other.
 
 The processors live by concern: sends.py, pulls.py (reads, offsets, lookups), clients.py
-(heartbeats, group members, locks, send-back), transactions.py (END_TRANSACTION, checks). docs/remoting.md lists the codes answered and
-refused.
+(heartbeats, group members, locks, send-back), transactions.py (END_TRANSACTION, checks).
+docs/remoting.md lists the codes answered and refused.
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ async def _end_transaction(proc: ProcessorContext, cmd: RemotingCommand, channel
     if code != ResponseCode.SUCCESS:
         return cmd.response(code, answer.get("error") or answer["status"])
     if answer.get("duplicate"):
-        log.info("END_TRANSACTION %s from %s: already ended so, nothing written", outcome, channel.peer)
+        log.info("END_TRANSACTION %s from %s: a duplicate, nothing written", outcome, channel.peer)
     return cmd.response(ResponseCode.SUCCESS)
 
 
