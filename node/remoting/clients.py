@@ -11,6 +11,8 @@ member of a group on each join or leave, whichever protocol caused it (a heartbe
 unregister, a closed connection, an expiry). The C++ client rebalances at once on it. An
 expiry is recorded at the group's next access, so no timer runs: a live member's member
 list (C++ rebalances every 10 s) or heartbeat (30 s) records it and sends the notices.
+A producer group in a heartbeat registers the channel for that producer's transaction
+checks (CHECK_TRANSACTION_STATE, transactions.py) until it closes or unregisters.
 
 A member whose heartbeat says messageModel BROADCASTING is listed with its group but takes
 no share: GET_CONSUMER_LIST_BY_GROUP (what clustering members allocate by) leaves it out.
@@ -37,6 +39,7 @@ from ..tables.consumers import ConsumerManager
 from .answers import response_code
 from .channel import Processor, ProcessorContext, RemotingChannel
 from .subscriptions import heartbeat_subscriptions, sql_subscriptions
+from .transactions import push_checks
 
 __all__ = ["CLIENT_PROCESSORS", "HEARTBEAT_INTERVAL_MS", "LOCK_LIFE_S", "Heartbeat", "RemotingMembers",
            "channel_closed", "parse_heartbeat", "remoting_members"]
@@ -168,6 +171,7 @@ def channel_closed(services: NodeServices, channel: RemotingChannel) -> None:
     which notifies the rest of their groups, and its channel is forgotten."""
     services.consumers.disconnected(channel.peer)
     remoting_members(services.consumers).channel_closed(channel)
+    services.checks.forget_owner(channel)
 
 
 # ---------------------------------------------------------------- processors
@@ -208,11 +212,12 @@ async def _heart_beat(proc: ProcessorContext, cmd: RemotingCommand, channel: Rem
     declared = sql_subscriptions(proc.services.consumers)
     for group, topic, expression_type, expression, version in heartbeat_subscriptions(cmd.body):
         declared.declare(group, topic, expression_type, expression, version)
-    for beat in producers:
+    for group, beat in zip(hb.producer_groups, producers, strict=True):
         answer = await handle_request(proc.services, beat, channel.peer)
         assert isinstance(answer, dict)
         if (failed := _failed(cmd, answer)) is not None:
             return failed
+        push_checks(proc.services, group, channel, beat.publisher)  # CHECK_TRANSACTION_STATE
     return cmd.response(ResponseCode.SUCCESS)
 
 
@@ -226,6 +231,7 @@ async def _unregister_client(proc: ProcessorContext, cmd: RemotingCommand, chann
         await _run(proc, {"op": "consumer_unregister", "group": consumer_group, "client_id": client_id},
                    channel.peer)
     if producer_group:
+        proc.services.checks.forget_pusher(producer_group, client_id)
         await _run(proc, {"op": "producer_unregister", "group": producer_group, "client_id": client_id},
                    channel.peer)
     return cmd.response(ResponseCode.SUCCESS)

@@ -6,8 +6,8 @@ topics, groups, offsets, rebalancing and retry state, and a message sent through
 consumed through the other.
 
 The processors live by concern: sends.py, pulls.py (reads, offsets, lookups), clients.py
-(heartbeats, group members, locks, send-back). docs/remoting.md lists the codes answered and
-refused.
+(heartbeats, group members, locks, send-back), transactions.py (END_TRANSACTION, checks).
+docs/remoting.md lists the codes answered and refused.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from .clients import CLIENT_PROCESSORS, channel_closed
 from .fastsend import reply_frame
 from .pulls import PULL_PROCESSORS
 from .sends import SEND_PROCESSORS, send_answer
+from .transactions import TRANSACTION_PROCESSORS
 
 log = logging.getLogger("tidemq.remoting")
 
@@ -47,7 +48,8 @@ class NodeRemoting:
         self.checked_topics = checked_topics
         self.guard = guard
         """With aclEnable: every request is signed, and `request` screens what it builds (acl.py)."""
-        self._processors: dict[int, Processor] = {**SEND_PROCESSORS, **PULL_PROCESSORS, **CLIENT_PROCESSORS}
+        self._processors: dict[int, Processor] = {**SEND_PROCESSORS, **PULL_PROCESSORS, **CLIENT_PROCESSORS,
+                                                      **TRANSACTION_PROCESSORS}
         self.fast_sends = guard is None and os.environ.get("TIDEMQ_REMOTING_FAST_SENDS", "1") != "0"
         """Sends may take the fast path (node/remoting/fastsend.py); with aclEnable every one
         is screened on the reference path, and TIDEMQ_REMOTING_FAST_SENDS=0 turns it off."""

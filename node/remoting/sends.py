@@ -4,8 +4,10 @@ message store, one write check, one answer per status.
 
 A body the client deflated (sysFlag bit 0) is stored inflated, so a CBOR consumer reads it
 as sent. A C++ batch (code 10 with batch "1") is a batch (wire/remoting/headers.py).
-Transactional half messages (TRAN_MSG) are refused with NO_PERMISSION until transactions
-are served.
+A transactional half message (TRAN_MSG=true, RocketMQ's prepared send) is the CBOR prepared
+send: its producer group (PGROUP) is the header's producerGroup when the properties lack it,
+and the answer's msgId and queueOffset are what END_TRANSACTION names it by
+(node/remoting/transactions.py). A batch may not hold one, as over CBOR.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ from typing import Any
 from store.properties import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
-    PROPERTY_TRAN_MSG,
     PROPERTY_WAIT,
     decode_properties,
 )
+from store.transaction import PROPERTY_PRODUCER_GROUP, is_prepared
 from wire.protocol import InvalidRequest
 from wire.remoting.bodies import decode_batch
 from wire.remoting.codes import RequestCode, ResponseCode
@@ -68,9 +70,12 @@ async def _send(proc: ProcessorContext, cmd: RemotingCommand, channel: RemotingC
         except zlib.error as e:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"the message body cannot be inflated: {e}")
     props = decode_properties(h.properties)
-    if props.get(PROPERTY_TRAN_MSG, "").lower() == "true":
-        return cmd.response(ResponseCode.NO_PERMISSION,
-                            "transactional (half) messages are not served yet; send them without TRAN_MSG")
+    if is_prepared(props):
+        if h.batch:
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
+                                "a batch may not hold transactional messages (TRAN_MSG=true): send each alone")
+        if not props.get(PROPERTY_PRODUCER_GROUP) and h.producer_group:
+            props[PROPERTY_PRODUCER_GROUP] = h.producer_group  # the CBOR op reads the group from PGROUP
     wait = props.get(PROPERTY_WAIT, "true").lower() != "false"
     frame: dict[str, Any] = {"id": 0, "topic": h.topic, "wait": wait}
     if h.queue_id >= 0:

@@ -12,6 +12,7 @@ servers with tlsMode enforcing and permissive, for what TLS means to a remoting 
 
 from __future__ import annotations
 
+import json
 import ssl
 from collections.abc import Iterator
 from typing import Any
@@ -25,9 +26,10 @@ from tests.node.nodeproc import Nodes, master_conf, write_conf
 from tests.remoting.client import RemotingClient
 from tests.remoting.cpp import run_cpp
 from tests.remoting.test_groups import PushConsumers, wait_received
+from tests.waiting import wait_until
 from wire.client import NotFound, connect
 from wire.credentials import Credentials
-from wire.protocol import GetStatus, QueryByKey, Send, TopicCreate
+from wire.protocol import GetStatus, QueryByKey, Send, TopicCreate, TransactionList
 from wire.protocol.namesrv import NamesrvStatus
 from wire.remoting.acl import signed_fields
 from wire.remoting.codes import RequestCode, ResponseCode
@@ -67,7 +69,8 @@ remotingSecretFile = "broker.remoting"
         open_ns = start_namesrv(nodes, tmp)
         master = nodes.start(master_conf(
             tmp, "m", "ASYNC_MASTER", brokerName="broker-sec", aclEnable=True, accessKey="broker",
-            secretKeyFile="broker.secret", namesrvAddr=f"{ns.address};{open_ns.address}"))
+            secretKeyFile="broker.secret", namesrvAddr=f"{ns.address};{open_ns.address}",
+            transactionCheckInterval=200, transactionTimeOut=300))  # checks within a second
         yield {"namesrv": ns.address, "open_namesrv": open_ns.address, "master": master.address, "tmp": tmp}
     finally:
         nodes.cleanup()
@@ -163,6 +166,53 @@ def _send_fields(topic: str, key: str) -> dict[str, str]:
     return {"producerGroup": "rmq-sec", "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
             "queueId": "0", "sysFlag": "0", "bornTimestamp": "1700000000000", "flag": "0",
             "properties": f"KEYS\x01{key}\x02", "reconsumeTimes": "0", "unitMode": "0", "batch": "0"}
+
+
+def test_a_check_is_pushed_only_to_a_producer_whose_account_may_publish(secure: dict[str, Any]) -> None:
+    """`app` (no PUB on the topic) and the admin heartbeat as producers of one group: the
+    checks the service picks `app` for are withheld, the admin's channel gets one."""
+    topic, group = "RmqSecTx", "PG-sec-tx"
+    master = secure["master"]
+
+    async def admin(request: Any) -> Any:
+        async with connect(master, credentials=Credentials("broker", BROKER_SECRET)) as conn:
+            return await conn.call(request)
+
+    async def check_times() -> int:
+        listed = (await admin(TransactionList(topic=topic))).transactions
+        return int(listed[0]["check_times"]) if listed else 0
+
+    async def checked_twice() -> bool:
+        return await check_times() >= 2
+
+    def beat(c: RemotingClient, client_id: str, account: str, secret: str) -> list[Any]:
+        """A signed producer heartbeat; the checks pushed to `c` so far."""
+        body = json.dumps({"clientID": client_id, "producerDataSet": [{"groupName": group}]}).encode()
+        assert c.call(RequestCode.HEART_BEAT, signed_fields({}, account, secret, body), body).code == ResponseCode.SUCCESS
+        return [p for p in c.pushed if p.code == RequestCode.CHECK_TRANSACTION_STATE]
+
+    trio.run(admin, TopicCreate(topic=topic))
+    with RemotingClient(master) as app, RemotingClient(master) as broker:
+        assert beat(app, "10.0.0.5@app", "app", APP_REMOTING) == []
+        fields = {**_send_fields(topic, "tx"), "producerGroup": group,
+                  "properties": f"TRAN_MSG\x01true\x02PGROUP\x01{group}\x02UNIQ_KEY\x01U-SEC\x02"}
+        sent = broker.call(RequestCode.SEND_MESSAGE, signed_fields(fields, "broker", BROKER_REMOTING, b"tx"), b"tx")
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+        # checked twice with `app` the only producer of the group: withheld both times
+        trio.run(lambda: wait_until(checked_twice, what="two checks counted"))
+        assert beat(app, "10.0.0.5@app", "app", APP_REMOTING) == [], "app may not see the half message"
+        checks = trio.run(lambda: wait_until(lambda: beat(broker, "10.0.0.6@broker", "broker", BROKER_REMOTING),
+                                             what="a check pushed to the admin's channel"))
+        h = checks[0].ext_fields
+        end = {"producerGroup": group, "tranStateTableOffset": h["tranStateTableOffset"],
+               "commitLogOffset": h["commitLogOffset"], "commitOrRollback": "12", "fromTransactionCheck": "true",
+               "msgId": h["msgId"], "transactionId": h["transactionId"]}
+        refused = app.call(RequestCode.END_TRANSACTION, signed_fields(end, "app", APP_REMOTING))
+        assert refused.code == ResponseCode.NO_PERMISSION and "lacks PUB" in refused.remark, refused.remark
+        ended = broker.call(RequestCode.END_TRANSACTION, signed_fields(end, "broker", BROKER_REMOTING))
+        assert ended.code == ResponseCode.SUCCESS, ended.remark
+        assert beat(app, "10.0.0.5@app", "app", APP_REMOTING) == []
+    assert trio.run(admin, TransactionList(topic=topic)).transactions == []
 
 
 def test_a_signature_covers_the_body(secure: dict[str, Any]) -> None:
