@@ -36,6 +36,8 @@ MUTATIONS = {
     "confirm-offset": "a master shows consumers its whole log and tells its slaves so (HAService.confirm_limit "
                       "is always None, as for a master alone): what consumers read may not be on the node "
                       "promoted next",
+    "commit-wait": "a SYNC_MASTER answers a commit OK while a slave it needs is not connected "
+                   "(HAService.members_away is empty): the slave being promoted lacks it",
     "kip320": "a consumer never moves back to the divergence point after an unclean promotion "
               "(PullConsumer._diverged keeps its position): it skips the new master's records at the "
               "queue offsets of those it read",
@@ -70,6 +72,10 @@ async def _acked(self: HAService, next_offset: int, timeout_s: float) -> bool:
 
 def _unconfirmed(self: HAService) -> int | None:
     return None
+
+
+def _none_away(self: HAService) -> list[str]:
+    return []
 
 
 async def _never_back(self: PullConsumer, queue: MessageQueue, address: str, mark: Any, begin: int) -> int:
@@ -107,6 +113,7 @@ def mutated(name: str | None) -> Iterator[None]:
         "truncation": [(Failover, "apply", _keep_tail(Failover.apply))],
         "in-sync-wait": [(HAService, "wait_for_slave", _acked)],
         "confirm-offset": [(HAService, "confirm_limit", _unconfirmed)],
+        "commit-wait": [(HAService, "members_away", _none_away)],
         "kip320": [(PullConsumer, "_diverged", _never_back)],
         "check-ended": [(TransactionTable, "end", _end_keeps_open)],
     }

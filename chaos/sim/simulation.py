@@ -252,6 +252,7 @@ class Simulation:
         """Each node's role and epoch as they change, and every truncation it reports."""
         seen: dict[str, Any] = {}
         last_role: dict[str, str] = {}  # node → the role it last served in
+        streamed: dict[str, int] = {}  # node → its restart count when a master last streamed it its table
         newest: dict[str, int] = {}  # group → the newest epoch a master of it served in
         last_tick = runtime.wall_clock()
         while True:
@@ -264,10 +265,15 @@ class Simulation:
                         self.observed[node.group].terms.append((trio.current_time(), node.name, now[0], now[1]))
                     if now is not None and now[0] != "SLAVE" and (now[1] or 0) > newest.get(node.group, -1):
                         newest[node.group] = now[1] or 0
-                        if last_role.get(node.name) == "SLAVE":  # a promoted slave (not a restarted master)
+                        # a promoted slave (not a restarted master) that a master streamed its table to
+                        # since it (re)started (else its table is its file's: docs/failover.md, Limits)
+                        if last_role.get(node.name) == "SLAVE" and streamed.get(node.name) == node.restarts:
                             self._note_takeover(node, last_tick)
                     if now is not None:
                         last_role[node.name] = now[0]
+                services = node.broker.services if node.broker is not None else None
+                if services is not None and services.ha_client is not None and services.ha_client.offsets_streamed():
+                    streamed[node.name] = node.restarts
                 self._note_truncation(node)
             last_tick = runtime.wall_clock()
             if self.etcd:

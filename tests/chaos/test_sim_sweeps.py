@@ -20,6 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.sweep]  # worker processes, hundreds
     ("pause-fencing", "ASYNC_MASTER+ASYNC_FLUSH", "1..2000", "manual"),
     # manual promotions refuse a slave behind the confirm offset the mutation moves: etcd elects
     ("confirm-offset", "SYNC_MASTER+SYNC_FLUSH", "1..2000", "etcd"),
+    ("commit-wait", "SYNC_MASTER+SYNC_FLUSH", "1..2000", "manual"),
     # a check's COMMIT, then the producer's own (chaos/sim/transactions.py, SLOW) or a retried END
     ("commit-twice", "ASYNC_MASTER+ASYNC_FLUSH", "1..2000", "manual"),
     ("check-ended", "SYNC_MASTER+SYNC_FLUSH", "1..2000", "manual"),
