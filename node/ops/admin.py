@@ -201,7 +201,7 @@ async def _status(s: NodeServices, r: Request, peer: str | None) -> dict[str, An
         fields["schedule"] = s.schedule.status()
     if s.is_master and (s.transactions.loaded or store.running):  # the serving master's view only
         s.transactions.ensure_loaded(store)
-        fields["transactions"] = s.transactions.status()
+        fields["transactions"] = {**s.transactions.status(), **s.checks.status()}  # the log's, the mailboxes'
     if s.security_status is not None:
         fields["security"] = s.security_status()
     fields["consumer_groups"] = {g: s.consumers.members(g) for g in s.consumers.groups()}

@@ -87,7 +87,9 @@ async def test_unknown_is_resolved_by_checks_and_nothing_is_checked_after_its_en
         before = checked[b"pending"]
         await wait_until(lambda: checked[b"pending"] >= before + 2, what="two more checks of the open one")
         assert checked[b"ended at once"] == 0 and (checked[b"paid"], checked[b"cancelled"]) == resolved_by
-        assert (await transactions_of(addr))["checks"] >= before + 2, "the count is on the half records"
+        t = await transactions_of(addr)
+        assert t["checks"] >= before + 2, "the count is on the half records"
+        assert t["checks_posted"] >= t["checks"] and t["producers_watching"] == 1  # the mailboxes' counts
 
 
 _DOOMED = """
