@@ -3,8 +3,9 @@
 Every `SYNC_INTERVAL_S` (and once at start) the slave asks its master's client address
 (`masterAddr`) for `topic_list` and `offset_list` and takes both tables wholesale, so
 consumers reading from the slave while the master is down resume where they committed.
-The offsets of a pull are not taken while the master streams them over the HA connection
-(node/offset_stream.py), nor when a streamed batch arrived during the pull: those are newer.
+The offsets of a pull are not taken once the master streamed them over the HA connection
+this term (node/offset_stream.py): those are newer, and a master that restarted streams its
+table again when the slave reconnects.
 It also copies the master's delay-level progress (the `schedule` part of its `status`)
 into its own `config/delayOffset.json`, as RocketMQ's syncDelayOffset does, so a slave
 that becomes master does not deliver the scheduled messages again.
@@ -140,7 +141,10 @@ class SlaveSync:
         if await self.topics.replace_all(topics):
             log.info("synced %d topic(s) from %s", len(topics), self.master_addr)
         after = self.offsets_stream() if self.offsets_stream is not None else (False, 0)
-        streamed = before[0] or after[0] or before != after  # the HA stream's table is newer
+        # the HA stream's table is newer: while it streams, when a batch came during the pull,
+        # and once any came this term (a master that restarted streams its table again when
+        # the slave reconnects; its pulled table is its file's, seed 1121)
+        streamed = before[0] or after[0] or before[1] > 0 or after[1] > 0
         # a candidate's table is its file's (seed 248: it replaced the fresher one here, then
         # this slave was elected with it)
         if not streamed and not offset_reply.held and self.offsets.replace_all(offsets):

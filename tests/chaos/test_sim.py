@@ -225,6 +225,10 @@ def test_bad_arguments_are_usage_errors_with_a_message(args, message, capsys):
     (508, "SYNC_MASTER+ASYNC_FLUSH", 2, "etcd", 2,
      "a slave's 10 s offset pull took the table of the old master, a slave itself after losing the "
      "election; the slave, elected next, lacked commits answered OK"),
+    (1121, "SYNC_MASTER+SYNC_FLUSH", 1, "manual", 1,
+     "a slave's 10 s offset pull took a restarted master's file table before the stream resumed; the "
+     "slave, promoted next, lacked commits answered OK"),
+    (1008, "SYNC_MASTER+ASYNC_FLUSH", 1, "manual", 2, "as 1121, in the second group"),
 ])
 def test_seeds_that_found_bugs_keep_their_promises(seed, mode, slaves, controller, groups, found, tmp_path):
     result = run_seed(seed, mode=mode, base_dir=str(tmp_path), slaves=slaves, controller=controller, groups=groups)
