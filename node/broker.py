@@ -227,11 +227,13 @@ class Broker:
             schedule = ScheduleMessageService(store)
         else:
             # the controller names the slave's HA connection in etcd as soon as it is up
+            follower = OffsetFollower(self.offsets)
             ha_client = HAClient(store.replica_log, store.config, admit=self.failover.admit,
                                  on_connect=controller.wake if controller else None,
                                  secure_connect=partial(_tls_to, cfg.client_tls)
                                  if cfg.client_tls is not None else None, net=self.net,
-                                 on_offsets=OffsetFollower(self.offsets).take)
+                                 on_offsets=follower.take)
+            follower.source = lambda: ha_client.master_address if ha_client is not None else None
             if cfg.master_addr or cfg.namesrv_addr:  # else: no way to find the master
                 sync = SlaveSync(cfg.master_addr, self.topics, self.offsets, max_frame_size=cfg.max_frame_size,
                                  delay_offset_path=ScheduleMessageService.path_in(store), subgroups=self.subgroups,

@@ -37,7 +37,7 @@ def offset_table(offsets: ConsumerOffsetManager, held: Callable[[], bool] = lamb
 class OffsetFollower:
     """A slave's side of one term's offsets stream: takes each batch into the node's table.
 
-    A whole table replaces the slave's, but not when it comes from a master that restarted
+    A whole table replaces the slave's, but not when it comes from the same master restarted
     since the last batch this term took (its sequence numbers start again: its table is its
     `consumerOffset.json`, up to 5 s old, while this slave's holds every commit it acked):
     then each offset is raised to the master's where that is higher and nothing is lowered
@@ -45,13 +45,17 @@ class OffsetFollower:
     commits answered OK were gone). An offset reset on the master in the 5 s before its crash
     is then lost on the slave: a group re-reads less, never skips."""
 
-    def __init__(self, offsets: ConsumerOffsetManager) -> None:
+    def __init__(self, offsets: ConsumerOffsetManager, source: Callable[[], str | None] = lambda: None) -> None:
         self.offsets = offsets
-        self.last_seq: int | None = None
+        self.source = source
+        """The master the batches come from now: a batch from another master (a promotion, an
+        election) starts over, its table replacing this slave's."""
+        self.last: tuple[str | None, int] | None = None  # (master, sequence) of the last batch
 
     def take(self, batch: OffsetsBatch) -> None:
-        restarted = self.last_seq is not None and batch.seq <= self.last_seq
-        self.last_seq = batch.seq
+        master = self.source()
+        restarted = self.last is not None and self.last[0] == master and batch.seq <= self.last[1]
+        self.last = (master, batch.seq)
         entries = [OffsetEntry(c.group, c.topic, c.queue_id, c.offset) for c in batch.entries]
         if batch.replace and not restarted:
             if self.offsets.replace_all(entries):

@@ -25,3 +25,16 @@ def test_a_table_replaces_then_commits_follow_and_a_restarted_master_lowers_noth
     assert offsets.fetch("G", "T", 1) == 8 and offsets.fetch("G", "T", 2) == 4  # raised, added
     follower.take(OffsetsBatch(2, False, (OffsetCommit("G", "T", 0, 10),)))  # its new commits apply
     assert offsets.fetch("G", "T", 0) == 10
+
+
+def test_a_table_from_another_master_replaces_even_with_a_lower_sequence(tmp_path):
+    """A slave that follows a newly promoted master (another address) takes its table whole:
+    only the same master's restart makes it a floor (the new master may hold lower offsets,
+    e.g. clamped by an unclean promotion, which a floor would undo: consumers would skip)."""
+    offsets = ConsumerOffsetManager(str(tmp_path))
+    source = ["a:1"]
+    follower = OffsetFollower(offsets, lambda: source[0])
+    follower.take(OffsetsBatch(9, True, (OffsetCommit("G", "T", 0, 50),)))
+    source[0] = "b:1"
+    follower.take(OffsetsBatch(2, True, (OffsetCommit("G", "T", 0, 30),)))
+    assert offsets.fetch("G", "T", 0) == 30
