@@ -10,6 +10,7 @@ import subprocess
 import time
 import warnings
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import trio
 from tests.remoting.client import RemotingClient
 from tests.remoting.cpp import run_cpp, start_cpp
 from tests.waiting import wait_until
-from wire.client import connect
+from wire.client import NotFound, connect
 from wire.protocol import (
     ConsumerHeartbeat,
     ConsumerList,
@@ -30,6 +31,7 @@ from wire.protocol import (
     TopicCreate,
     TopicStatus,
 )
+from wire.protocol.namesrv import GetRoute
 from wire.remoting.codes import RequestCode, ResponseCode
 from wire.remoting.command import RemotingCommand
 
@@ -311,8 +313,20 @@ def test_cpp_push_consumers_join_the_group_with_their_retry_subscription(rmq_clu
         assert members(c, group) == sorted(d["client_id"] for d in details)
 
 
-def create_topic(address: str, name: str) -> None:
+def create_topic(address: str, name: str, namesrv: str) -> None:
+    """Create the topic on the master and wait until the name server routes it: the C++
+    producer asks for the route at once, and a registration still on its way answered "No
+    route info of this topic" (a full run failed so)."""
     trio.run(cbor, address, TopicCreate(topic=name, read_queue_nums=4, write_queue_nums=4))
+
+    async def routed() -> bool:
+        try:
+            await cbor(namesrv, GetRoute(topic=name))
+        except NotFound:
+            return False
+        return True
+
+    trio.run(partial(wait_until, routed, what=f"the name server routing {name}"))
 
 
 async def send_cbor(address: str, topic: str, bodies: list[str]) -> None:
@@ -333,7 +347,7 @@ async def wait_received(outs: list[Path], bodies: set[str], what: str, timeout: 
 
 def test_a_cpp_push_consumer_receives_what_cpp_and_tidemq_producers_sent(rmq_cluster, push_consumers) -> None:
     topic, group = "RmqPushAll", "g-push-all"
-    create_topic(rmq_cluster.master, topic)
+    create_topic(rmq_cluster.master, topic, rmq_cluster.namesrv)
     cpp_sent = run_cpp("produce", "--namesrv", rmq_cluster.namesrv, "--topic", topic, "--count", "6",
                        "--prefix", "cpp", "--group", "pg-push-all")
     assert [s["status"] for s in cpp_sent["sent"]] == [0] * 6
@@ -348,7 +362,7 @@ def test_a_cpp_push_consumer_receives_what_cpp_and_tidemq_producers_sent(rmq_clu
 
 def test_two_cpp_push_consumers_split_the_queues(rmq_cluster, push_consumers) -> None:
     topic, group = "RmqPushSplit", "g-push-split"
-    create_topic(rmq_cluster.master, topic)
+    create_topic(rmq_cluster.master, topic, rmq_cluster.namesrv)
     outs = [push_consumers.start(group, topic, name) for name in ("split-a", "split-b")]
     trio.run(wait_members, rmq_cluster.master, group, 2)
     first = [f"first-{i}" for i in range(8)]
@@ -369,7 +383,7 @@ def test_two_cpp_push_consumers_split_the_queues(rmq_cluster, push_consumers) ->
 
 def test_a_failed_message_comes_back_from_the_retry_topic(rmq_cluster, push_consumers) -> None:
     topic, group = "RmqPushRetry", "g-push-retry"
-    create_topic(rmq_cluster.master, topic)
+    create_topic(rmq_cluster.master, topic, rmq_cluster.namesrv)
     trio.run(send_cbor, rmq_cluster.master, topic, ["fine", "bad"])
     out = push_consumers.start(group, topic, "retry", "--fail-body", "bad", "--fail-times", "1")
 
@@ -387,7 +401,7 @@ def test_a_failed_message_comes_back_from_the_retry_topic(rmq_cluster, push_cons
 
 def test_an_orderly_cpp_push_consumer_locks_its_queues_and_reads_them_in_order(rmq_cluster, push_consumers) -> None:
     topic, group = "RmqPushOrderly", "g-push-orderly"
-    create_topic(rmq_cluster.master, topic)
+    create_topic(rmq_cluster.master, topic, rmq_cluster.namesrv)
     bodies = [f"o-{i}" for i in range(12)]
     trio.run(send_cbor, rmq_cluster.master, topic, bodies)  # queue i % 4, in order
     out = push_consumers.start(group, topic, "orderly", "--orderly")
