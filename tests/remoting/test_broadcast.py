@@ -39,7 +39,7 @@ def broadcasting_heartbeat(client_id: str, group: str, model: str | int) -> byte
 
 def test_a_broadcasting_member_is_listed_but_takes_no_share(rmq_cluster) -> None:
     group = "g-bcast-hb"
-    create_topic(rmq_cluster.master, TOPIC)
+    create_topic(rmq_cluster.master, TOPIC, rmq_cluster.namesrv)
     with RemotingClient(rmq_cluster.master) as c:
         for client_id, model in (("10.0.0.1@java-b", "BROADCASTING"), ("10.0.0.2@cpp-b", 0), ("10.0.0.3@clu", 1)):
             r = c.call(RequestCode.HEART_BEAT, body=broadcasting_heartbeat(client_id, group, model))
@@ -58,7 +58,7 @@ def test_a_broadcasting_member_is_listed_but_takes_no_share(rmq_cluster) -> None
 
 def test_a_broadcasting_join_or_leave_moves_nothing(rmq_cluster) -> None:
     group = "g-bcast-quiet"
-    create_topic(rmq_cluster.master, TOPIC)
+    create_topic(rmq_cluster.master, TOPIC, rmq_cluster.namesrv)
     with RemotingClient(rmq_cluster.master) as a, RemotingClient(rmq_cluster.master) as b:
         r = a.call(RequestCode.HEART_BEAT, body=broadcasting_heartbeat("10.0.0.1@clu", group, 1))
         assert r.code == ResponseCode.SUCCESS, r.remark
@@ -81,7 +81,7 @@ def test_a_broadcasting_join_or_leave_moves_nothing(rmq_cluster) -> None:
 def test_cpp_broadcasting_push_consumers_each_get_every_message(rmq_cluster, push_consumers,  # noqa: F811
                                                                 tmp_path: Path) -> None:
     topic, group, clustering = "RmqBcastPush", "g-bcast-push", "g-bcast-clu"
-    create_topic(rmq_cluster.master, topic)
+    create_topic(rmq_cluster.master, topic, rmq_cluster.namesrv)
     home = tmp_path / "home"
     home.mkdir()
     outs = [push_consumers.start(group, topic, name, "--broadcast", "--home", str(home)) for name in ("bc-a", "bc-b")]
