@@ -51,6 +51,7 @@ from .schedule import ScheduleMessageService
 from .security.guard import Guard
 from .server import ClientServer
 from .slave_sync import SlaveSync
+from .tables.consumers import LOCK_FENCE_S, ConsumerManager
 from .tables.offsets import ConsumerOffsetManager
 from .tables.subscription_groups import SubscriptionGroupManager
 from .tables.topics import TopicConfigManager
@@ -254,9 +255,17 @@ class Broker:
             slave_sync_status=sync.status if sync is not None else None,
             registration_status=registration.status if registration is not None else None,
             security_status=self.guard.view if self.guard is not None else None,
-            failover=self.failover,
+            failover=self.failover, consumers=self._consumer_table(store),
         )
         return services, sync, registration
+
+    def _consumer_table(self, store: MessageStore) -> ConsumerManager:
+        """A new term's consumer table; a master promoted, or restarted over its data,
+        fences its queue-lock leases (node/tables/consumers.py: leases the old table granted
+        may still be trusted by their holders)."""
+        fenced = self.cfg.role.is_master and (self.failover.promoted_term() or store.get_max_phy_offset() > 0)
+        return ConsumerManager(expire_s=self.cfg.channel_expired_timeout / 1000,
+                               fence_s=LOCK_FENCE_S if fenced else 0.0)
 
     async def _serve(self, task_status: trio.TaskStatus[str]) -> Transition | None:
         """One term: the store and services in the current role until a stop or a role change."""

@@ -265,9 +265,12 @@ async def _lock_batch(proc: ProcessorContext, cmd: RemotingCommand, channel: Rem
     group, client_id, by_topic = _lock_body(cmd.body, "lock batch")
     locked: list[dict[str, Any]] = []
     for topic, mqs in by_topic.items():
-        f = proc.request({"op": "consumer_lock", "id": 0, "group": group, "client_id": client_id, "topic": topic,
-                          "queue_ids": [mq["queueId"] for mq in mqs]}).fields
-        held = set(proc.services.consumers.lock(f.group, f.client_id, f.topic, f.queue_ids, life_s=LOCK_LIFE_S))
+        answer = await _run(proc, {"op": "consumer_lock", "group": group, "client_id": client_id, "topic": topic,
+                                   "queue_ids": [mq["queueId"] for mq in mqs], "life_ms": int(LOCK_LIFE_S * 1000)},
+                            channel.peer)
+        if (failed := _failed(cmd, answer)) is not None:
+            return failed
+        held = set(answer["locked"])
         locked.extend(mq for mq in mqs if mq["queueId"] in held)
     return cmd.response(ResponseCode.SUCCESS, body=json_body({"lockOKMQSet": locked}))
 

@@ -372,12 +372,18 @@ class ConsumerList(WireRequest):
 
 @attrs.define(kw_only=True)
 class ConsumerLock(WireRequest):
+    """Lock queues for a member. `life_ms` 0: held while the member lives (rebalancing);
+    else a lease that lapses unless renewed (orderly members: RocketMQ's 60 s), and `renew`
+    says the member held it before (a new master's fenced table grants only those)."""
+
     OP = "consumer_lock"
     REPLY = LockReply
     group: str = _group_field()
     client_id: str = _client_id_field()
     topic: str = _topic_field()
     queue_ids: list[int] = wire(LIST_INT, check_queue_ids)
+    life_ms: int = wire(INT, value_range(0, 3_600_000), default=0)
+    renew: bool = wire(BOOL, default=False)
 
 
 @attrs.define(kw_only=True)
