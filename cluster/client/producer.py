@@ -51,8 +51,10 @@ from .routing import (
     BrokerInfo,
     BrokerRoute,
     GroupRoute,
+    MessageQueue,
     TopicRoute,
 )
+from .selectors import QueueSelector, select_by_hash, selectable_queues
 
 log = logging.getLogger("tidemq.client")
 
@@ -119,6 +121,7 @@ class Producer(_Client):
         group: str | None = None,
         heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
         rng: random.Random | None = None,
+        queue_selector: QueueSelector = select_by_hash,
         options: ConnectOptions | None = None,
         **connection: Unpack[ConnectKeywords],
     ) -> None:
@@ -130,6 +133,8 @@ class Producer(_Client):
             raise ValueError(f"retries must be >= 0, got {retries}")
         self.retries = retries
         self.group = group
+        self.queue_selector = queue_selector
+        """Picks the queue of a send with a `sharding_key` (cluster/client/selectors.py)."""
         self.heartbeats = ProducerHeartbeats(self, group, interval_s=heartbeat_interval_s) if group else None
         self._counters: dict[str, itertools.count] = {}
         self._rng = rng
@@ -164,13 +169,31 @@ class Producer(_Client):
         queue_id: int | None = None,
         broker_name: str | None = None,
         wait: bool = True,
+        sharding_key: str | None = None,
     ) -> SendResult:
         """Store one message; see the class docstring for selection, retries and statuses.
-        `queue_id` (optionally with `broker_name`) pins the queue."""
+        `queue_id` (optionally with `broker_name`) pins the queue; `sharding_key` lets the
+        `queue_selector` pick it, the same queue for every message of the key (ordered
+        sends: retries stay on that queue, and the send fails while its group has no master)."""
         m = OutgoingMessage(body, tags, tuple(keys), properties).to_request()
         request = Send(topic=topic, body=m.body, tags=m.tags, keys=m.keys, properties=m.properties,
                        flag=m.flag, wait=wait)
+        if sharding_key is not None:
+            if queue_id is not None or broker_name is not None:
+                raise ValueError("sharding_key picks the queue: it goes without queue_id and broker_name")
+            queue = await self.select_queue(topic, sharding_key)
+            broker_name, queue_id = queue.broker_name, queue.queue_id
         return await self._send(request, queue_id, broker_name)
+
+    async def select_queue(self, topic: str, sharding_key: str) -> MessageQueue:
+        """The queue `queue_selector` picks for the key among the topic's writable queues
+        (NotFound when the topic has no route: create it first, ordered sends need its queues)."""
+        queues = selectable_queues(await self.route(topic), topic)
+        if not queues:
+            queues = selectable_queues(await self.route(topic, refresh=True), topic)
+        if not queues:
+            raise ServiceUnavailable(Status.SERVICE_NOT_AVAILABLE.value, f"topic {topic!r} has no writable queue")
+        return self.queue_selector(queues, sharding_key)
 
     async def send_prepared(
         self,

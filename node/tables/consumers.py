@@ -48,6 +48,8 @@ from collections.abc import Callable
 import attrs
 import trio
 
+from wire.protocol import CLIENT_LOCK_LIFE_MS, LOCK_LIFE_MS
+
 log = logging.getLogger("tidemq.node")
 
 __all__ = ["CHANNEL_EXPIRED_S", "CLIENT_LOCK_LIFE_S", "EXPIRE_EXTRA_S", "LOCK_FENCE_S", "LOCK_LIFE_S",
@@ -58,11 +60,11 @@ CHANNEL_EXPIRED_S = 120.0
 `channelExpiredTimeout` key sets it)."""
 EXPIRE_EXTRA_S = 10.0
 """Slack added to two of a member's heartbeat intervals: it is never dropped before that."""
-LOCK_LIFE_S = 60.0
+LOCK_LIFE_S = LOCK_LIFE_MS / 1000
 """RocketMQ's REBALANCE_LOCK_MAX_LIVE_TIME (broker side): a leased lock not renewed lapses."""
-CLIENT_LOCK_LIFE_S = 30.0
-"""RocketMQ's ProcessQueue REBALANCE_LOCK_MAX_LIVE_TIME: how long an orderly member trusts a
-granted lock, counted from when it asked (shorter than the broker's, so it stops first)."""
+CLIENT_LOCK_LIFE_S = CLIENT_LOCK_LIFE_MS / 1000
+"""How long an orderly member trusts a granted lock, counted from when it asked (RocketMQ's
+client-side 30 s: shorter than the broker's, so it stops first)."""
 LOCK_FENCE_S = CLIENT_LOCK_LIFE_S
 """A new master's lock table grants leases only to their claimed holders this long."""
 

@@ -169,7 +169,7 @@ def _client_id_field() -> Any:
 
 
 __all__ = [
-    "FIELD_TYPES", "MESSAGES", "NODE_REQUESTS", "OPS", "BatchMessage", "CommitOffset", "ConsumerHeartbeat",
+    "CLIENT_LOCK_LIFE_MS", "FIELD_TYPES", "LOCK_LIFE_MS", "MESSAGES", "NODE_REQUESTS", "OPS", "BatchMessage", "CommitOffset", "ConsumerHeartbeat",
     "ConsumerList", "ConsumerLock", "ConsumerSendBack", "ConsumerUnlock", "ConsumerUnregister", "ConsumerWatch",
     "BrokerWritePerm", "GetBrokerConfig", "UpdateBrokerConfig",
     "CountMessages", "DeleteExpiredFiles", "EndTransaction", "Epoch", "FetchOffset", "GetByMsgId", "MaxOffset",
@@ -368,6 +368,13 @@ class ConsumerList(WireRequest):
     OP = "consumer_list"
     REPLY = ConsumerListReply
     group: str = _group_field()
+
+
+LOCK_LIFE_MS = 60_000
+"""RocketMQ's REBALANCE_LOCK_MAX_LIVE_TIME (broker side): a lease not renewed lapses."""
+CLIENT_LOCK_LIFE_MS = 30_000
+"""RocketMQ's ProcessQueue REBALANCE_LOCK_MAX_LIVE_TIME: how long an orderly member trusts a
+granted lease from when it asked; a new master fences its lock table this long."""
 
 
 @attrs.define(kw_only=True)
