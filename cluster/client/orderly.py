@@ -87,8 +87,9 @@ class LeasedRebalance(RebalanceService):
     async def _lock_call(self, consumer: PullConsumer, queues: set[MessageQueue],
                          op: type[ConsumerLock | ConsumerUnlock]) -> set[MessageQueue]:
         granted: set[MessageQueue] = set()
-        for broker_name in sorted({q.broker_name for q in queues}):
-            mine = sorted(q for q in queues if q.broker_name == broker_name)
+        # one call per master and kind: queues whose leases still run are claimed (`renew`)
+        for broker_name, renew in sorted({(q.broker_name, self.leased(q)) for q in queues}):
+            mine = sorted(q for q in queues if q.broker_name == broker_name and self.leased(q) == renew)
             asked = trio.current_time()  # the lease counts from the ask, so it ends before the master's
             try:
                 master = await consumer.master_address(broker_name)
@@ -101,11 +102,11 @@ class LeasedRebalance(RebalanceService):
                         group=self.group, client_id=self.client_id, topic=consumer.topic,
                         queue_ids=[q.queue_id for q in mine]))
                     continue
-                held = self.assigned.get(consumer.topic, set())
+                # a claim a fenced new master trusts: the old table gave us these queues and
+                # their leases still run (whether or not we consume them right now)
                 reply: LockReply = await consumer.pool.call(master, ConsumerLock(
                     group=self.group, client_id=self.client_id, topic=consumer.topic,
-                    queue_ids=[q.queue_id for q in mine], life_ms=LOCK_LIFE_MS,
-                    renew=all(self.leased(q) and q in held for q in mine)))
+                    queue_ids=[q.queue_id for q in mine], life_ms=LOCK_LIFE_MS, renew=renew))
             except (*UNREACHABLE, ServiceUnavailable) as e:
                 log.info("group %s: %s on %s not possible (%s); no lease", self.group, op.OP, broker_name, e)
                 continue
