@@ -156,30 +156,32 @@ async def orderly(run: DrillRun) -> None:
             return len((await admin.route(ORDERLY_TOPIC, refresh=True)).groups) == 2
         await run.wait_until(routed, 30, f"{ORDERLY_TOPIC} routed on both groups")
     load = OrderlyLoad(run)
-    async with contextlib.AsyncExitStack() as stack, trio.open_nursery() as nursery:
-        for i in range(PRODUCERS):
-            nursery.start_soon(load.produce, i)
-        await load.start_member(stack, "o1")
-        await load.start_member(stack, "o2")
-        await run.wait_until(lambda: load.consumed_since(0) == _queues(), 30, "every orderly queue consumed")
-        run.fault("SIGKILL broker-a (master) under ordered load")
-        await run.kill("broker-a", "KILL")
-        await load.start_member(stack, "o3")  # broker-a's queues change hands across the failover
-        result = await _promote(run)
-        run.promise("broker-a's slave is promoted with a new epoch", result is not None and result["epoch"] >= 2)
-        promoted = run.now()
-        again = await run.wait_until(lambda: load.consumed_since(promoted) == _queues(), RECOVER_S,
-                                     "every orderly queue consumed again after the promotion")
-        if again:
-            run.event(f"orderly consumption of every queue resumed {run.now() - promoted:.1f} s after the "
-                      "promotion (the new master's lock fence is 30 s)")
-        run.promise(f"every orderly queue is consumed again within {RECOVER_S:g} s of the promotion", again)
-        load.producing = False
-        drained = await run.wait_until(lambda: not load.unconsumed(), DRAIN_S,
-                                       "every acknowledged ordered message consumed")
-        lost = load.unconsumed()
-        run.promise(f"every acknowledged ordered message is consumed ({len(lost)} not: {', '.join(lost[:5]) or '-'})",
-                    drained)
+    async with trio.open_nursery() as nursery:
+        async with contextlib.AsyncExitStack() as stack:  # the members, closed before the producers stop
+            for i in range(PRODUCERS):
+                nursery.start_soon(load.produce, i)
+            await load.start_member(stack, "o1")
+            await load.start_member(stack, "o2")
+            await run.wait_until(lambda: load.consumed_since(0) == _queues(), 30, "every orderly queue consumed")
+            await trio.sleep(2.0)  # poll: steady ordered load before the fault
+            run.fault("SIGKILL broker-a (master) under ordered load")
+            await run.kill("broker-a", "KILL")
+            await load.start_member(stack, "o3")  # broker-a's queues change hands across the failover
+            result = await _promote(run)
+            run.promise("broker-a's slave is promoted with a new epoch", result is not None and result["epoch"] >= 2)
+            promoted = run.now()
+            again = await run.wait_until(lambda: load.consumed_since(promoted) == _queues(), RECOVER_S,
+                                         "every orderly queue consumed again after the promotion")
+            if again:
+                run.event(f"orderly consumption of every queue resumed {run.now() - promoted:.1f} s after the "
+                          "promotion (the new master's lock fence is 30 s)")
+            run.promise(f"every orderly queue is consumed again within {RECOVER_S:g} s of the promotion", again)
+            load.producing = False
+            drained = await run.wait_until(lambda: not load.unconsumed(), DRAIN_S,
+                                           "every acknowledged ordered message consumed")
+            lost = load.unconsumed()
+            run.promise(f"every acknowledged ordered message is consumed ({len(lost)} not: {', '.join(lost[:5]) or '-'})",
+                        drained)
         nursery.cancel_scope.cancel()
     violations, doubles = order_violations(load.calls), double_holders(load.calls)
     run.report.order_violations, run.report.double_holders = len(violations), len(doubles)
