@@ -357,6 +357,7 @@ class Simulation:
         self.violations.extend(judge(self.load, self.observed, replication=self.replication))
         self.violations.extend(self.tx_violations)
         if self.orderly is not None:
+            self.log.lines.append(f"orderly: {len(self.orderly.calls)} handler call(s)")
             self.violations.extend(judge_orderly(self.orderly.calls))
         counts = self.history.counts()
         self.log.lines.append(f"verdict: {counts} consumed {len(self.load.consumed)}; {self.transactions.summary()}; "

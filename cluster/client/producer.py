@@ -186,11 +186,23 @@ class Producer(_Client):
         return await self._send(request, queue_id, broker_name)
 
     async def select_queue(self, topic: str, sharding_key: str) -> MessageQueue:
-        """The queue `queue_selector` picks for the key among the topic's writable queues
-        (NotFound when the topic has no route: create it first, ordered sends need its queues)."""
-        queues = selectable_queues(await self.route(topic), topic)
-        if not queues:
-            queues = selectable_queues(await self.route(topic, refresh=True), topic)
+        """The queue `queue_selector` picks for the key among the topic's writable queues.
+        Ordered sends need the topic's queues: a topic the name servers do not route is
+        asked for again for up to one send timeout (one just created is being registered),
+        then NotFound (create it first: `admin updateTopic`)."""
+        deadline = trio.current_time() + self.send_timeout
+        while True:
+            try:
+                queues = selectable_queues(await self.route(topic), topic)
+                if not queues:
+                    queues = selectable_queues(await self.route(topic, refresh=True), topic)
+                break
+            except NotFound as e:
+                if trio.current_time() >= deadline:
+                    raise NotFound(e.status, f"topic {topic!r} has no route: ordered sends need its queues, "
+                                             "create it first (admin updateTopic)") from e
+                self.invalidate(topic)
+                await trio.sleep(0.2)  # the name servers learn of a new topic at its master's next registration
         if not queues:
             raise ServiceUnavailable(Status.SERVICE_NOT_AVAILABLE.value, f"topic {topic!r} has no writable queue")
         return self.queue_selector(queues, sharding_key)
