@@ -28,6 +28,7 @@ from typing import Any
 
 import attrs
 
+from wire.protocol import LOCK_LIFE_MS
 from wire.remoting.bodies import BodyError, json_body, parse_json_body
 from wire.remoting.codes import RequestCode, ResponseCode
 from wire.remoting.command import RemotingCommand
@@ -49,7 +50,7 @@ log = logging.getLogger("tidemq.remoting")
 HEARTBEAT_INTERVAL_MS = 30_000
 """RocketMQ's clients heartbeat every 30 s; with it the table drops a silent member after
 its 120 s channelExpiredTimeout, as RocketMQ's broker does."""
-LOCK_LIFE_S = 60.0
+LOCK_LIFE_S = LOCK_LIFE_MS / 1000
 """RocketMQ's lockMaxLiveTime: a queue lock not taken again within it may go to another
 member (C++ re-locks every 20 s)."""
 
@@ -266,7 +267,7 @@ async def _lock_batch(proc: ProcessorContext, cmd: RemotingCommand, channel: Rem
     locked: list[dict[str, Any]] = []
     for topic, mqs in by_topic.items():
         answer = await _run(proc, {"op": "consumer_lock", "group": group, "client_id": client_id, "topic": topic,
-                                   "queue_ids": [mq["queueId"] for mq in mqs], "life_ms": int(LOCK_LIFE_S * 1000)},
+                                   "queue_ids": [mq["queueId"] for mq in mqs], "life_ms": LOCK_LIFE_MS},
                             channel.peer)
         if (failed := _failed(cmd, answer)) is not None:
             return failed
