@@ -24,9 +24,10 @@ after it has committed its offset. A lock belongs to its member while that membe
 live; it goes with the member's unregistration or expiry. A lock may also be given a life
 (`life_s`: RocketMQ's 60 s REBALANCE_LOCK_MAX_LIVE_TIME, for orderly members, which re-lock
 every 20 s): once that passes without a re-lock, another member may take the queue. Such a
-lock is a lease: it outlives its holder's connection (a member whose connection broke may
-still be consuming; RocketMQ's RebalanceLockManager ignores connections too) and goes early
-only with the holder's clean unregistration.
+lock is a lease: it outlives its holder's connection and its expiry from the group (a
+member whose connection broke, or that was paused, may still consume within its lease;
+RocketMQ's RebalanceLockManager ignores connections too) and goes early only with the
+holder's clean unregistration.
 
 Locks live in memory on the master only: a promoted slave (or a master restarted over its
 data) starts with an empty table while members may still consume under leases the old
@@ -195,7 +196,7 @@ class ConsumerManager:
                 log.warning("consumer group %s: member %s silent for %.1f s; dropped",
                             group, client_id, now - info.last_seen)
                 del members[client_id]
-                self._drop_locks(group, client_id)
+                self._drop_locks(group, client_id, keep_leases=True)  # a paused member may wake within its lease
                 if not info.broadcasting:
                     self._members_changed(group)
         if not members:

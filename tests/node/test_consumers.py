@@ -99,6 +99,19 @@ async def test_a_lease_outlives_its_holders_broken_connection_but_not_its_clean_
     assert consumers.lock("G", "b", "T", [0], life_s=60) == [0]
 
 
+async def test_a_lease_outlives_its_holders_expiry_until_it_lapses(autojump_clock) -> None:
+    consumers = ConsumerManager(clock=trio.current_time, expire_s=5.0)
+    consumers.heartbeat("G", "a", ["T"], 1_000)
+    assert consumers.lock("G", "a", "T", [0], life_s=60) == [0]
+    await trio.sleep(2 + EXPIRE_EXTRA_S + 1)  # poll-exempt: virtual time, past a's expiry (a paused member)
+    consumers.heartbeat("G", "b", ["T"], 1_000)
+    assert consumers.members("G") == ["b"]
+    assert consumers.lock("G", "b", "T", [0], life_s=60) == []  # a may wake and consume within its lease
+    await trio.sleep(60)  # poll-exempt: virtual time, past the lease
+    consumers.heartbeat("G", "b", ["T"], 1_000)
+    assert consumers.lock("G", "b", "T", [0], life_s=60) == [0]
+
+
 async def test_a_fenced_table_grants_leases_only_to_their_claimed_holders(autojump_clock) -> None:
     consumers = ConsumerManager(clock=trio.current_time, fence_s=LOCK_FENCE_S)
     for member in ("a", "b"):
