@@ -66,6 +66,7 @@ Handler = Callable[[ReceivedMessage], Awaitable[Any] | Any]
 LOCK_INTERVAL_S = 20.0
 """RocketMQ's rocketmq.client.rebalance.lockInterval: leases are renewed this often."""
 CLIENT_LOCK_LIFE_S = CLIENT_LOCK_LIFE_MS / 1000
+"""How long a granted lease is trusted, from the ask (RocketMQ's client lockMaxLiveTime)."""
 SUSPEND_S = 1.0
 """RocketMQ's suspendCurrentQueueTimeMillis: a failed message is retried this much later."""
 
@@ -88,8 +89,10 @@ class LeasedRebalance(RebalanceService):
                          op: type[ConsumerLock | ConsumerUnlock]) -> set[MessageQueue]:
         granted: set[MessageQueue] = set()
         # one call per master and kind: queues whose leases still run are claimed (`renew`)
-        for broker_name, renew in sorted({(q.broker_name, self.leased(q)) for q in queues}):
-            mine = sorted(q for q in queues if q.broker_name == broker_name and self.leased(q) == renew)
+        batches: dict[tuple[str, bool], list[MessageQueue]] = {}
+        for q in sorted(queues):
+            batches.setdefault((q.broker_name, self.leased(q)), []).append(q)
+        for (broker_name, renew), mine in sorted(batches.items()):
             asked = trio.current_time()  # the lease counts from the ask, so it ends before the master's
             try:
                 master = await consumer.master_address(broker_name)
