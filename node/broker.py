@@ -260,10 +260,12 @@ class Broker:
         return services, sync, registration
 
     def _consumer_table(self, store: MessageStore) -> ConsumerManager:
-        """A new term's consumer table; a master promoted, or restarted over its data,
-        fences its queue-lock leases (node/tables/consumers.py: leases the old table granted
-        may still be trusted by their holders)."""
-        fenced = self.cfg.role.is_master and (self.failover.promoted_term() or store.get_max_phy_offset() > 0)
+        """A new term's consumer table; a master restarted over its data, or promoted after
+        an epoch of another master, fences its queue-lock leases (node/tables/consumers.py:
+        leases the old table granted may still be trusted by their holders). A group's first
+        master (a fresh store, no epoch before: etcd's first election) had no predecessor."""
+        after_a_master = self.failover.promoted_term() and self.failover.epoch > 0
+        fenced = self.cfg.role.is_master and (store.get_max_phy_offset() > 0 or after_a_master)
         return ConsumerManager(expire_s=self.cfg.channel_expired_timeout / 1000,
                                fence_s=LOCK_FENCE_S if fenced else 0.0)
 
