@@ -138,6 +138,8 @@ class TransactionProducer(Producer):
         check_poll_s: float = CHECK_POLL_S,
         masters_recheck_s: float = MASTERS_RECHECK_S,
         heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
+        enable_msg_trace: bool = False,
+        trace_topic: str | None = None,
         options: ConnectOptions | None = None,
         **connection: Unpack[ConnectKeywords],
     ) -> None:
@@ -146,7 +148,7 @@ class TransactionProducer(Producer):
         if check_poll_s <= 0 or masters_recheck_s <= 0:
             raise ValueError("check_poll_s and masters_recheck_s must be > 0")
         super().__init__(namesrv, brokers, group=group, heartbeat_interval_s=heartbeat_interval_s,
-                         options=options, **connection)
+                         enable_msg_trace=enable_msg_trace, trace_topic=trace_topic, options=options, **connection)
         self.group: str = group
         self.checker = checker
         self.check_poll_s = check_poll_s

@@ -26,6 +26,7 @@ import attrs
 
 __all__ = [
     "CONTENT_SPLITOR",
+    "DEFAULT_REGION",
     "FIELD_SPLITOR",
     "TRACE_TOPIC",
     "ConsumeReturn",
