@@ -200,7 +200,8 @@ async def _by_key(admin: _Admin, topic: str, key: str, max_num: int) -> list[Rec
 
 
 async def _stored(admin: _Admin, life: MessageLife) -> Copy | None:
-    """The stored message, by the offset msgId a Pub record names (else the msgId itself)."""
+    """The stored message: by the offset msgId a Pub record names (else the msgId itself),
+    else by UNIQ_KEY in the topic the Pub names."""
     for candidate in dict.fromkeys([*(s.offset_msg_id for s in life.sent if s.offset_msg_id), life.msg_id]):
         try:
             m = await admin.get_by_msg_id(candidate)
@@ -208,6 +209,11 @@ async def _stored(admin: _Admin, life: MessageLife) -> Copy | None:
             continue
         return Copy("stored", m.topic, m.broker_name, _host_of(candidate), m.store_timestamp, m.msg_id,
                     m.reconsume_times)
+    for topic in dict.fromkeys(s.topic for s in life.sent if s.topic):  # a Pub without offsetMsgId: by UNIQ_KEY
+        for m in await _by_key(admin, topic, life.msg_id, 32):
+            if m.properties.get("UNIQ_KEY") == life.msg_id and not m.topic.startswith((RETRY_PREFIX, DLQ_PREFIX)):
+                return Copy("stored", m.topic, m.broker_name, _host_of(m.msg_id), m.store_timestamp, m.msg_id,
+                            m.reconsume_times)
     return None
 
 

@@ -55,7 +55,7 @@ async def test_dispatcher_batches_records_keyed_by_msg_id_and_keys():
     async with dispatcher.running():
         for n in range(12):
             dispatcher.record(before(n, keys="k1 k2" if n == 0 else ""))
-        await wait_for(lambda: _async(len(sender.sent) == 3), what="3 batches of at most 5")
+        await wait_for(lambda: len(sender.sent) == 3, what="3 batches of at most 5")
     assert sender.entered and sender.left
     assert [t for t, _, _ in sender.sent] == ["MyTrace"] * 3
     records = [r for _, body, _ in sender.sent for r in decode_traces(body)]
@@ -84,10 +84,6 @@ async def test_a_failing_trace_topic_or_a_full_queue_is_counted_never_raised():
     assert dispatcher.stats.failed == 3 and dispatcher.stats.sent == 0
     dispatcher.record(before(9))  # after close: dropped, not raised
     assert dispatcher.stats.dropped == 3
-
-
-async def _async(value):
-    return value
 
 
 @pytest.fixture
@@ -129,7 +125,7 @@ async def test_message_life_through_trace(tmp_path, nodes):
     assert producer.tracer is not None and producer.tracer.stats.sent == 2
     async with Consumer("CG", "TT", handle_cg, **opts) as cg, \
             Consumer("DG", "TT", handle_dg, max_reconsume_times=0, **opts) as dg:
-        await wait_for(lambda: _async(tries["CG"].count(1) == 2 and len(tries["DG"]) == 2),
+        await wait_for(lambda: tries["CG"].count(1) == 2 and len(tries["DG"]) == 2,
                        timeout=40, what="CG's retries taken, DG's failures")
     assert cg.tracer is not None and dg.tracer is not None
     assert cg.tracer.stats.sent == 8 and dg.tracer.stats.sent == 4  # SubBefore + SubAfter per call
