@@ -54,7 +54,7 @@ from .routing import (
     GroupRoute,
     TopicRoute,
 )
-from .trace import TraceDispatcher, end_transaction_trace, now_ms, pub_trace, tracing
+from .trace import end_transaction_trace, now_ms, pub_trace, trace_dispatcher, tracing
 
 log = logging.getLogger("tidemq.client")
 
@@ -483,10 +483,3 @@ def _retried(error: TidemqError) -> bool:
 
 def _messages(messages: Iterable[OutgoingMessage | bytes | str]) -> list[BatchMessage]:
     return [(m if isinstance(m, OutgoingMessage) else OutgoingMessage(m)).to_request() for m in messages]
-
-
-def trace_dispatcher(namesrv: str | Sequence[str] | None, brokers: Sequence[str] | str | None,
-                     options: ConnectOptions, topic: str | None) -> TraceDispatcher:
-    """A client's trace dispatcher: its own plain Producer (no trace of its own), connected
-    as the client is (RocketMQ's trace producer instance)."""
-    return TraceDispatcher(lambda: Producer(namesrv, brokers, options=options), topic)

@@ -47,10 +47,9 @@ from wire.protocol.trace import ConsumeReturn
 
 from .base import CLIENT_OPTIONS, ROUTE_TTL_S, ReceivedMessage, _LifeCycle
 from .consumer import PullConsumer
-from .producer import trace_dispatcher
 from .rebalance import HEARTBEAT_INTERVAL_S, REBALANCE_INTERVAL_S, RebalanceService
 from .routing import UNREACHABLE, MessageQueue
-from .trace import consume_begins, tracing
+from .trace import consume_begins, trace_dispatcher, tracing
 
 log = logging.getLogger("tidemq.client")
 

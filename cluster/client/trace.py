@@ -15,16 +15,19 @@ sends what is queued, for at most `close_timeout_s`. docs/trace.md.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import attrs
 import trio
 
-from wire.client import TidemqError
+from wire.client import NotFound, ServiceUnavailable, TidemqError
+from wire.options import ConnectOptions
+from wire.protocol import Send, SendReply, Status
 from wire.protocol.trace import (
     DEFAULT_REGION,
     TRACE_TOPIC,
@@ -39,11 +42,11 @@ from wire.protocol.trace import (
     trace_keys,
 )
 
-from .base import ReceivedMessage, SendResult
+from .base import ROUTE_TTL_S, ReceivedMessage, SendResult, _Client
 
 log = logging.getLogger("tidemq.client.trace")
 
-__all__ = ["TRACE_TOPIC", "TraceDispatcher", "TraceStats", "consume_begins", "end_transaction_trace", "tracing", "message_type", "pub_trace",
+__all__ = ["TRACE_TOPIC", "TraceDispatcher", "TraceSender", "trace_dispatcher", "TraceStats", "consume_begins", "end_transaction_trace", "tracing", "message_type", "pub_trace",
            "trace_msg_id"]
 
 BATCH_SIZE = 20
@@ -52,14 +55,50 @@ MAX_MESSAGE_SIZE = 128_000
 """A trace message's body at most (RocketMQ's trace producer's maxMessageSize)."""
 
 
-class TraceSender(Protocol):
-    """What sends trace messages: a plain Producer (without trace of its own)."""
+class Sender(Protocol):
+    """What sends trace messages (TraceSender, or anything with its `send`)."""
 
     async def __aenter__(self) -> Any: ...
 
     async def __aexit__(self, *exc: Any) -> Any: ...
 
-    async def send(self, topic: str, body: bytes | str, *, keys: Iterable[str] = ()) -> SendResult: ...
+    async def send(self, topic: str, body: bytes, *, keys: Iterable[str] = ()) -> Any: ...
+
+
+class TraceSender(_Client):
+    """The trace producer (RocketMQ's inner trace producer instance): a client of its own,
+    connected as the traced client is. Round robin over the trace topic's writable master
+    queues; while no route knows the topic, each master in turn with no queue (a node with
+    autoCreateTopicEnable creates it). One try per trace message: a failure is the
+    dispatcher's to count, the route is fetched again for the next one. Not the Producer:
+    the pull consumer, which the Producer's module reaches through the rebalance service,
+    uses it too, and a trace needs none of the Producer's retries."""
+
+    def __init__(self, namesrv: str | Sequence[str] | None, brokers: Sequence[str] | str | None,
+                 options: ConnectOptions) -> None:
+        super().__init__(namesrv, brokers, options=options, route_ttl_s=ROUTE_TTL_S)
+        self._next = itertools.count()
+
+    async def send(self, topic: str, body: bytes, *, keys: Iterable[str] = ()) -> SendReply:
+        try:
+            route = await self.route(topic)
+            targets: list[tuple[str, int | None]] = [
+                (g.master.address, q) for g in route.groups
+                if g.master is not None and g.queue_data is not None and g.queue_data.writable
+                for q in range(g.queue_data.write_queue_nums)]
+        except NotFound:
+            targets = [(b.address, None) for b in sorted(await self.cluster_info(), key=lambda b: b.broker_name)
+                       if b.is_master]
+        if not targets:
+            raise ServiceUnavailable(Status.SERVICE_NOT_AVAILABLE.value, f"no writable master serves topic {topic!r}")
+        address, queue_id = targets[next(self._next) % len(targets)]
+        try:
+            reply: SendReply = await self.pool.call(address, Send(topic=topic, body=body, keys=list(keys),
+                                                                  queue_id=queue_id))
+        except TidemqError:
+            self.invalidate(topic)
+            raise
+        return reply
 
 
 @attrs.define
@@ -79,7 +118,7 @@ class TraceDispatcher:
 
     def __init__(
         self,
-        sender: Callable[[], TraceSender],
+        sender: Callable[[], Sender],
         topic: str | None = None,
         *,
         batch_size: int = BATCH_SIZE,
@@ -139,7 +178,7 @@ class TraceDispatcher:
                     log.warning("closing: %d trace record(s) not sent in %.1f s", left, self.close_timeout_s)
                 nursery.cancel_scope.cancel()
 
-    async def _dispatch(self, sender: TraceSender, done: trio.Event) -> None:
+    async def _dispatch(self, sender: Sender, done: trio.Event) -> None:
         try:
             async for first in self._receive_side:
                 batch = [first]
@@ -153,7 +192,7 @@ class TraceDispatcher:
         finally:
             done.set()
 
-    async def _send(self, sender: TraceSender, batch: list[TraceRecord]) -> None:
+    async def _send(self, sender: Sender, batch: list[TraceRecord]) -> None:
         """Pack the batch into trace messages of at most max_message_size and send each."""
         parts: list[str] = []
         keys: dict[str, None] = {}
@@ -175,7 +214,7 @@ class TraceDispatcher:
         if parts:
             await self._send_one(sender, parts, keys)
 
-    async def _send_one(self, sender: TraceSender, parts: list[str], keys: dict[str, None]) -> None:
+    async def _send_one(self, sender: Sender, parts: list[str], keys: dict[str, None]) -> None:
         try:
             await sender.send(self.topic, "".join(parts).encode("utf-8"), keys=list(keys))
         except TidemqError as e:
@@ -183,6 +222,12 @@ class TraceDispatcher:
             log.warning("%d trace record(s) not stored in %s: %s", len(parts), self.topic, e)
         else:
             self.stats.sent += len(parts)
+
+
+def trace_dispatcher(namesrv: str | Sequence[str] | None, brokers: Sequence[str] | str | None,
+                     options: ConnectOptions, topic: str | None) -> TraceDispatcher:
+    """A traced client's dispatcher, sending with a TraceSender connected as the client is."""
+    return TraceDispatcher(lambda: TraceSender(namesrv, brokers, options), topic)
 
 
 def tracing(dispatcher: TraceDispatcher | None) -> contextlib.AbstractAsyncContextManager[None]:

@@ -5,12 +5,13 @@ dead-letters it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
 import trio
 
-from cluster.client import Admin, Consumer, Producer
+from cluster.client import Admin, BroadcastConsumer, Consumer, Producer, PullConsumer
 from cluster.client.base import SendResult
 from cluster.client.trace import TraceDispatcher
 from tests.cluster.helpers import broker_conf, cli, start_namesrv, wait_for
@@ -121,7 +122,7 @@ async def test_message_life_through_trace(tmp_path, nodes):
                 enable_msg_trace=True)
     async with Producer(namesrv=ns.address, group="PG", enable_msg_trace=True) as producer:
         sent = await producer.send("TT", b"hello", tags="tA", keys=["order-1"])
-        other = await producer.send("TT", b"untraced by consumers", keys=["order-2"])
+        await producer.send("TT", b"another", keys=["order-2"])
     assert producer.tracer is not None and producer.tracer.stats.sent == 2
     async with Consumer("CG", "TT", handle_cg, **opts) as cg, \
             Consumer("DG", "TT", handle_dg, max_reconsume_times=0, **opts) as dg:
@@ -161,8 +162,6 @@ async def test_message_life_through_trace(tmp_path, nodes):
     steps = [json.loads(line) for line in out.stdout.decode().splitlines()]
     assert sorted(s["type"] for s in steps) == ["DLQ", "Pub", "Retry", "Stored", "Sub", "Sub", "Sub"]
     assert {s["group"] for s in steps if s["type"] == "Sub"} == {"CG", "DG"}
-    table = cli("admin", "trace", "-n", ns.address, "-i", other.msg_id)
-    assert table.returncode == 0 and b"order-2" in table.stdout
     missing = cli("admin", "trace", "-n", ns.address, "-i", "NOSUCHID")
     assert missing.returncode == 1 and b"no trace of message NOSUCHID" in missing.stderr
 
@@ -180,3 +179,30 @@ async def test_a_send_never_fails_because_its_trace_cannot_be_stored(tmp_path, n
             assert result.ok
     assert producer.tracer is not None
     assert producer.tracer.stats.failed == 1 and producer.tracer.stats.sent == 0
+
+
+@pytest.mark.slow
+async def test_pull_and_broadcast_consumers_trace_too(tmp_path, nodes):
+    """A PullConsumer's `messages()` and a BroadcastConsumer's handler calls are traced;
+    the trace topic is auto-created on first use (autoCreateTopicEnable, the default)."""
+    node = nodes.start(broker_conf(tmp_path, "m", "broker-a", None))
+    brokers = [node.address]
+    async with Producer(brokers=brokers, enable_msg_trace=True) as producer:
+        sent = await producer.send("PT", b"p", keys=["pk"])
+    async with PullConsumer(brokers=brokers, group="pull-g", topic="PT", enable_msg_trace=True) as pc, \
+            contextlib.aclosing(pc.messages(idle_timeout_ms=500)) as it:
+        got = [m.body async for m in it]
+    assert got == [b"p"]
+    async with BroadcastConsumer("bc-g", "PT", lambda m: False, brokers=brokers, enable_msg_trace=True,
+                                 offsets_dir=tmp_path / "offsets", max_messages=1) as bc:
+        with trio.fail_after(20):
+            await bc.finished.wait()
+    async with Admin(brokers=brokers) as admin:
+        async def both():
+            life = await admin.query_msg_trace(sent.msg_id)
+            return life if {c.group for c in life.consumed} == {"pull-g", "bc-g"} and life.sent else None
+        life = await wait_for(both, what="the pull and broadcast traces indexed")
+    by_group = {c.group: c for c in life.consumed}
+    assert (by_group["pull-g"].status, by_group["pull-g"].result) == ("success", "SUCCESS")
+    assert (by_group["bc-g"].status, by_group["bc-g"].result) == ("failed", "FAILED")
+    assert life.sent[0].store_host == node.address and life.sent[0].group == ""
