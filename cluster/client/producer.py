@@ -216,7 +216,8 @@ class Producer(_Client):
                                  from_transaction_check=from_transaction_check, transaction_id=prepared.transaction_id)
         reply: EndTransactionReply = await self.pool.call(prepared.address, request, timeout=self.send_timeout)
         if self.tracer is not None:
-            self.tracer.record(end_transaction_trace(producer_group, prepared, outcome, from_transaction_check))
+            self.tracer.record(end_transaction_trace(producer_group, prepared.msg_id, prepared.address,
+                                                     prepared.transaction_id, outcome, from_transaction_check))
         return reply
 
     async def send_batch(

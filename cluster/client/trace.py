@@ -263,13 +263,14 @@ _STATES = {"COMMIT": "COMMIT_MESSAGE", "ROLLBACK": "ROLLBACK_MESSAGE", "UNKNOWN"
 """An END's outcome as RocketMQ's LocalTransactionState names it."""
 
 
-def end_transaction_trace(group: str, prepared: SendResult, outcome: str, from_check: bool) -> EndTransactionTrace:
-    """The EndTransaction record of an END of `prepared` (its topic is not in a SendResult:
-    left empty)."""
-    return EndTransactionTrace(timestamp=now_ms(), region_id=DEFAULT_REGION, group=group, topic="",
-                               msg_id=prepared.msg_id, tags="", keys="", store_host=prepared.address,
-                               msg_type=MessageType.TRANS_HALF, transaction_id=prepared.transaction_id or "",
-                               transaction_state=_STATES.get(outcome.upper(), outcome),
+def end_transaction_trace(group: str, msg_id: str, store_host: str, transaction_id: str | None, outcome: str,
+                          from_check: bool, topic: str = "") -> EndTransactionTrace:
+    """The EndTransaction record of an END of the half message `msg_id` (an END after
+    `send_prepared` knows no topic: a SendResult has none)."""
+    return EndTransactionTrace(timestamp=now_ms(), region_id=DEFAULT_REGION, group=group, topic=topic,
+                               msg_id=msg_id, tags="", keys="", store_host=store_host,
+                               msg_type=MessageType.TRANS_HALF, transaction_id=transaction_id or "",
+                               transaction_state=_STATES.get(str(outcome).upper(), str(outcome)),
                                from_transaction_check=from_check)
 
 

@@ -11,7 +11,14 @@ import json
 import pytest
 import trio
 
-from cluster.client import Admin, BroadcastConsumer, Consumer, Producer, PullConsumer
+from cluster.client import (
+    Admin,
+    BroadcastConsumer,
+    Consumer,
+    Producer,
+    PullConsumer,
+    TransactionProducer,
+)
 from cluster.client.base import SendResult
 from cluster.client.trace import TraceDispatcher
 from tests.cluster.helpers import broker_conf, cli, start_namesrv, wait_for
@@ -182,9 +189,10 @@ async def test_a_send_never_fails_because_its_trace_cannot_be_stored(tmp_path, n
 
 
 @pytest.mark.slow
-async def test_pull_and_broadcast_consumers_trace_too(tmp_path, nodes):
-    """A PullConsumer's `messages()` and a BroadcastConsumer's handler calls are traced;
-    the trace topic is auto-created on first use (autoCreateTopicEnable, the default)."""
+async def test_pull_broadcast_and_transactions_trace_too(tmp_path, nodes):
+    """A PullConsumer's `messages()` and a BroadcastConsumer's handler calls are traced, and
+    a TransactionProducer's half message and END; the trace topic is auto-created on first
+    use (autoCreateTopicEnable, the default)."""
     node = nodes.start(broker_conf(tmp_path, "m", "broker-a", None))
     brokers = [node.address]
     async with Producer(brokers=brokers, enable_msg_trace=True) as producer:
@@ -206,3 +214,20 @@ async def test_pull_and_broadcast_consumers_trace_too(tmp_path, nodes):
     assert (by_group["pull-g"].status, by_group["pull-g"].result) == ("success", "SUCCESS")
     assert (by_group["bc-g"].status, by_group["bc-g"].result) == ("failed", "FAILED")
     assert life.sent[0].store_host == node.address and life.sent[0].group == ""
+
+
+    # a transactional send: its half message's Pub and the END's record
+    async with TransactionProducer(brokers=brokers, group="tx-g", checker=lambda check: "COMMIT",
+                                   enable_msg_trace=True) as tp:
+        done = await tp.send_in_transaction("PT", b"t", lambda prepared: "COMMIT", keys=["tk"])
+    half_id = done.prepared.msg_id
+    async with Admin(brokers=brokers) as admin:
+        async def ended():
+            life = await admin.query_msg_trace(half_id)
+            return life if life.sent and life.transactions else None
+        life = await wait_for(ended, what="the transaction's traces indexed")
+    [pub] = life.sent
+    assert (pub.group, pub.msg_type, pub.keys) == ("tx-g", "TRANS_HALF", "tk")
+    [end] = life.transactions
+    assert (end.group, end.transaction_state, end.from_transaction_check) == ("tx-g", "COMMIT_MESSAGE", False)
+    assert end.transaction_id == done.prepared.transaction_id
