@@ -5,7 +5,7 @@ hand-over to the handler (SubBefore, then SubAfter with cost, status and retry c
 RocketMQ's trace format (wire/protocol/trace.py). `record` only queues the record: a
 background task packs up to `batch_size` records (or what came within
 `flush_interval_s`) into trace messages of at most `max_message_size` bytes and sends them
-to the trace topic with a producer of its own, keyed by each record's msgId and keys, so
+to the trace topic with a client of its own (TraceSender), keyed by each record's msgId and keys, so
 `tidemq admin queryMsgTraceById` finds them by index. The user's send or handler never
 waits for a trace and never fails because of one: a full queue drops the record, a trace
 message that cannot be stored is logged; both are counted in `stats`. Leaving the client
