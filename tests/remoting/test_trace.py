@@ -9,16 +9,29 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from cluster.client import Admin, Consumer
-from tests.cluster.helpers import wait_for
+from tests.cluster.helpers import broker_conf, start_namesrv, wait_for
+from tests.node.nodeproc import Nodes
 from tests.remoting.cpp import run_cpp
 from wire.protocol.trace import TRACE_TOPIC, MessageType, PubTrace, encode_trace
 
 TOPIC = "RmqTraced"
 
 
-async def test_a_cpp_message_traced_by_its_pub_and_our_consumer(rmq_cluster):
-    ns = rmq_cluster.namesrv
+@pytest.fixture
+def nodes():
+    n = Nodes()
+    yield n
+    n.cleanup()
+
+
+@pytest.mark.slow
+async def test_a_cpp_message_traced_by_its_pub_and_our_consumer(tmp_path, nodes):
+    """A name server and one master of its own (the module cluster's slave is not needed)."""
+    ns = start_namesrv(nodes, tmp_path).address
+    master = nodes.start(broker_conf(tmp_path, "m", "broker-a", ns)).address
     async with Admin(namesrv=ns) as admin:
         for topic in (TOPIC, TRACE_TOPIC):
             await admin.create_topic(topic, read_queue_nums=1, write_queue_nums=1)
@@ -28,7 +41,7 @@ async def test_a_cpp_message_traced_by_its_pub_and_our_consumer(rmq_cluster):
         uniq = sent["msg_id"]
         [stored] = await wait_for(lambda: admin.query_by_unique_key(TOPIC, uniq), what="the message indexed")
         pub = PubTrace(timestamp=int(time.time() * 1000), region_id="DefaultRegion", group="cpp-trace-pg",
-                       topic=TOPIC, msg_id=uniq, tags="TagA", keys="tr-k0", store_host=rmq_cluster.master,
+                       topic=TOPIC, msg_id=uniq, tags="TagA", keys="tr-k0", store_host=master,
                        body_length=len(b"tr-0"), cost_ms=3, msg_type=MessageType.NORMAL,
                        offset_msg_id=stored.msg_id, success=True)
         run_cpp("raw", "--namesrv", ns, "--topic", TRACE_TOPIC, "--group", "_INNER_TRACE_PRODUCER-cpp",
@@ -46,7 +59,7 @@ async def test_a_cpp_message_traced_by_its_pub_and_our_consumer(rmq_cluster):
         life = await wait_for(whole, what="the Pub and our consumer's trace indexed")
     [got] = life.sent
     assert got == type(got)(group="cpp-trace-pg", client_host=got.client_host, timestamp=pub.timestamp, cost_ms=3,
-                            success=True, topic=TOPIC, tags="TagA", keys="tr-k0", store_host=rmq_cluster.master,
+                            success=True, topic=TOPIC, tags="TagA", keys="tr-k0", store_host=master,
                             offset_msg_id=stored.msg_id, msg_type="NORMAL")
     assert life.stored is not None and life.stored.broker_name == "broker-a" and life.stored.topic == TOPIC
     [consumed] = life.consumed
