@@ -24,6 +24,9 @@ queues' first offsets (`start="first"`) or their ends (`start="last"`).
 
 As in RocketMQ, a message the handler fails on (raises or returns False) is not retried:
 there is no retry topic per member. It is logged and counted in `stats.failed`.
+
+With `enable_msg_trace` each handler call is traced (SubBefore, SubAfter) as the Consumer's
+are (cluster/client/trace.py, docs/trace.md).
 """
 
 from __future__ import annotations
