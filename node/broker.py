@@ -158,6 +158,7 @@ class Broker:
             await runtime.run_sync(self.topics.load)
             await runtime.run_sync(self.offsets.load)
             await runtime.run_sync(self.subgroups.load)
+            await self._create_trace_topic()
             async with trio.open_nursery() as outer:
                 if signals is not None:
                     outer.start_soon(self._watch_signals, signals)
@@ -179,6 +180,13 @@ class Broker:
                 finally:
                     outer.cancel_scope.cancel()
         log.info("node %s/%d stopped", cfg.broker_name, cfg.broker_id)
+
+    async def _create_trace_topic(self) -> None:
+        """traceTopicEnable: a master makes the trace topic (1 queue, as RocketMQ's
+        TopicConfigManager does) if its table lacks it; a slave copies its master's table."""
+        cfg = self.cfg
+        if cfg.trace_topic_enable and cfg.role.is_master and self.topics.get(cfg.msg_trace_topic_name) is None:
+            await self.topics.create(cfg.msg_trace_topic_name, 1, 1)
 
     async def _watch_signals(self, signals: AsyncIterator[int]) -> None:
         async for signum in signals:
