@@ -118,6 +118,9 @@ class HAConnection:
     """Set when the first report was accepted and `start_offset` is known."""
     last_ack_at: float | None = None
     """trio.current_time() of the newest report (the in-sync rule's haMaxTimeSlaveNotCatchup)."""
+    caught_up_at: float | None = None
+    """trio.current_time() of the newest report that held the master's whole log (RocketMQ 5's
+    lastCatchupTimeMs): a lagging slave is behind by the time since (`lag_seconds`)."""
     extension: bool = False
     """The slave offered the confirm-offset extension (a tidemq slave; ha/protocol.py)."""
     confirm_sent: int = -1
@@ -139,6 +142,8 @@ class HAConnection:
     """The commit sequence number the pending batch brings the slave to."""
     offsets_acked: int = 0
     """The newest offsets batch the slave acked (it holds every commit up to that number)."""
+    connected_at: float = attrs.field(factory=trio.current_time)
+    """trio.current_time() of the accept (the start of a new slave's lag)."""
 
 
 class HAService:
@@ -449,6 +454,19 @@ class HAService:
             for c in sorted(self._connections, key=lambda c: c.connected_since)
         ]
 
+    def lag_seconds(self) -> dict[str, float]:
+        """Peer address → seconds each connected slave is behind: 0 while it holds the whole
+        log, else the time since its last report that did (or since it connected)."""
+        end, now = self.log.end(), trio.current_time()
+        out: dict[str, float] = {}
+        for c in self._connections:
+            if c.ack_offset >= end:
+                out[c.address] = 0.0
+            else:
+                since = c.caught_up_at if c.caught_up_at is not None else c.connected_at
+                out[c.address] = max(0.0, now - since)
+        return out
+
     # ---- serving --------------------------------------------------------------------------
     async def run(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen and serve slaves until cancelled; reports the bound port to `nursery.start`."""
@@ -604,6 +622,8 @@ class HAService:
         conn.last_ack_at = trio.current_time()
         if acks:
             conn.ack_offset = acks[-1]
+            if conn.ack_offset >= self.log.end():
+                conn.caught_up_at = conn.last_ack_at
             self._notify_transfer_some(conn.ack_offset)
         if conn.extension and acks and self.confirm_offset() > conn.confirm_sent:
             self._on_append()  # a caught-up writer sends the confirm offset the ack moved
