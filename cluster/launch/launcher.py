@@ -171,6 +171,7 @@ def up(
                 for launch in launches:
                     add(UpResult(launch.record.name, "started", launch.record, f"pid {launch.record.pid}"))
                 save_state(state)
+            launch_metrics.write_targets(state.ordered(), base)
         except BaseException:
             # give back what this call started: a half-started layout helps nobody
             processes.abandon(launched)

@@ -11,9 +11,13 @@ are named whole in the copy. A layout whose files set the metrics keys needs no 
 
 from __future__ import annotations
 
+import json
+import os
 import secrets
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from node.config import ConfigError, load_config
 
@@ -21,10 +25,13 @@ from ..namesrv.config import load_namesrv_config
 from .layout import free_ports, set_key
 from .state import LayoutError, NodeRecord, Stage
 
-__all__ = ["METRICS_CONF", "scrape_target", "write_configs"]
+__all__ = ["METRICS_CONF", "TARGETS_FILE", "scrape_target", "write_configs", "write_targets"]
 
 METRICS_CONF = "metrics-conf"
 TOKEN_FILE = "scrape.token"
+TARGETS_FILE = "prometheus-targets.json"
+"""`<base>/prometheus-targets.json`: the processes to scrape in Prometheus's file_sd format
+(README: a scrape config with `file_sd_configs` reads it; Prometheus rereads it when it changes)."""
 
 
 def write_configs(specs: list[NodeRecord], base: Path) -> None:
@@ -97,3 +104,25 @@ def scrape_target(record: NodeRecord) -> str | None:
         return None
     scheme = "https" if tls == "enforcing" else "http"
     return f"{scheme}://{host}:{port}/metrics"
+
+
+def write_targets(records: Iterable[NodeRecord], base: Path) -> Path | None:
+    """Write `<base>/prometheus-targets.json` (one target group per process, labelled with its
+    name, its group and its scheme) when any process serves /metrics; its path, else None."""
+    groups = []
+    for record in records:
+        url = scrape_target(record)
+        if url is None:
+            continue
+        parts = urlsplit(url)
+        labels = {"process": record.name, "__scheme__": parts.scheme, "__metrics_path__": parts.path}
+        if record.broker_name:
+            labels["group"] = record.broker_name
+        groups.append({"targets": [parts.netloc], "labels": labels})
+    if not groups:
+        return None
+    path = base / TARGETS_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(groups, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)  # Prometheus never reads half a file
+    return path
