@@ -21,7 +21,6 @@ from collections.abc import AsyncIterator, Callable
 from functools import partial
 
 import trio
-from prometheus_client.registry import CollectorRegistry
 
 from ha.master import HAService
 from ha.net import TCP, Network
@@ -137,15 +136,13 @@ class Broker:
         self._term_end = trio.Event()
 
     def _metrics_endpoint(self, cfg: BrokerConfig) -> MetricsEndpoint:
-        """The node's collector on its own registry, served on metricsPromExporterPort
+        """The node's collector, served on metricsPromExporterPort
         (ConfigError: the bearer token file cannot be read)."""
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(BrokerCollector(cfg, lambda: self.services))
         try:
             token = token_from(cfg.metrics_prom_bearer_token_file)
         except MetricsError as e:
             raise ConfigError(f"{cfg.source}: metricsPromBearerTokenFile: {e}" if cfg.source else str(e)) from None
-        return MetricsEndpoint(registry, host=cfg.metrics_bind_host, port=cfg.metrics_prom_exporter_port,
+        return MetricsEndpoint([BrokerCollector(cfg, lambda: self.services)], host=cfg.metrics_bind_host, port=cfg.metrics_prom_exporter_port,
                                tls=self.client_port_tls, bearer_token=token)
 
     def stop(self) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import Collector
 
 from node.metrics.endpoint import MetricsEndpoint, token_from
 from node.metrics.series import Series
@@ -52,8 +52,6 @@ def namesrv_endpoint(cfg: NamesrvConfig, collector: NamesrvCollector,
                      tls: Any) -> MetricsEndpoint:
     """The endpoint on metricsPromExporterHost (default listenAddress):metricsPromExporterPort
     (MetricsError: the token file cannot be read)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    return MetricsEndpoint(registry, host=cfg.metrics_prom_exporter_host or cfg.listen_address,
+    return MetricsEndpoint([collector], host=cfg.metrics_prom_exporter_host or cfg.listen_address,
                            port=cfg.metrics_prom_exporter_port, tls=tls,
                            bearer_token=token_from(cfg.metrics_prom_bearer_token_file))

@@ -9,17 +9,17 @@ failover, security and disk series RocketMQ lacks are named in its style.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import psutil
 from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
 
 from wire.tls import handshake_failures
 
 from ..config import BrokerConfig
 from ..ops.services import NodeServices
 from ..security.rules import is_system_topic
+from .endpoint import Checkpoint
 from .series import Series
 
 __all__ = ["BrokerCollector", "base_labels"]
@@ -27,6 +27,8 @@ __all__ = ["BrokerCollector", "base_labels"]
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+SLICE = 50
+"""Topics, groups or offset entries read between two checkpoints of a scrape."""
 CONFIRM_HELP = ("The confirm offset: what every member of the in-sync set holds, consumers see up to it "
                 "(a slave's: as it last learned it)")
 
@@ -54,9 +56,10 @@ def _bool(value: bool) -> str:
     return "true" if value else "false"
 
 
-class BrokerCollector(Collector):
-    """A prometheus_client collector over `services()` (the node's current term; None
-    between terms: then only the process's own series are given)."""
+class BrokerCollector:
+    """The node's series over `services()` (the node's current term; None between terms:
+    then only the process's own series are given), read in slices of at most `SLICE` topics
+    or offset entries (node/metrics/endpoint.py's SlicedCollector)."""
 
     def __init__(self, cfg: BrokerConfig, services: Callable[[], NodeServices | None],
                  wall_clock: Callable[[], float] = time.time) -> None:
@@ -65,14 +68,14 @@ class BrokerCollector(Collector):
         self.wall_clock = wall_clock
         self.refused_total = 0
 
-    def collect(self) -> Iterator[Metric]:
+    async def collect_sliced(self, checkpoint: Checkpoint) -> list[Metric]:
         s = self.services()
         cfg = s.cfg if s is not None else self.cfg
         out = Series(base_labels(cfg), cfg.metrics_otel_cardinality_limit)
         _declare_all(out)
         if s is not None:
-            _traffic(out, s)
-            _consumers(out, s, int(self.wall_clock() * 1000))
+            await _traffic(out, s, checkpoint)
+            await _consumers(out, s, int(self.wall_clock() * 1000), checkpoint)
             _storage(out, s, int(self.wall_clock() * 1000))
             _replication(out, s)
             _failover(out, s)
@@ -84,7 +87,7 @@ class BrokerCollector(Collector):
                   "Per-topic and per-group series this scrape left out (metricsOtelCardinalityLimit)", out.refused)
         out.counter("rocketmq_metrics_series_refused_total",
                     "Series refused by the cardinality limit, over every scrape", self.refused_total)
-        yield from out.families()
+        return list(out.families())
 
 
 def _declare_all(out: Series) -> None:
@@ -115,16 +118,20 @@ def _declare_all(out: Series) -> None:
                 ("result",))
 
 
-def _traffic(out: Series, s: NodeServices) -> None:
+async def _traffic(out: Series, s: NodeServices, checkpoint: Checkpoint) -> None:
     stats = s.stats
-    for topic, counter in stats.topic_put.items():
+    for i, (topic, counter) in enumerate(list(stats.topic_put.items())):
+        if i and not i % SLICE:
+            await checkpoint()
         labels = _topic_labels(topic)
         out.counter("rocketmq_messages_in_total", "", counter.total, labels, bounded=True)
         out.counter("rocketmq_throughput_in_total", "", stats.topic_put_bytes.get(topic, 0), labels, bounded=True)
         hist = stats.message_size.get(topic)
         if hist is not None:
             out.histogram("rocketmq_message_size", "", hist, labels, bounded=True)
-    for (topic, group), counter in stats.group_get.items():
+    for i, ((topic, group), counter) in enumerate(list(stats.group_get.items())):
+        if i and not i % SLICE:
+            await checkpoint()
         labels = _group_labels(topic, group)
         out.counter("rocketmq_messages_out_total", "", counter.total, labels, bounded=True)
         out.counter("rocketmq_throughput_out_total", "", stats.group_get_bytes.get((topic, group), 0), labels,
@@ -134,10 +141,12 @@ def _traffic(out: Series, s: NodeServices) -> None:
                       {"protocol_type": "tidemq", "request_code": "send", "response_code": outcome})
 
 
-def _consumers(out: Series, s: NodeServices, now_ms: int) -> None:
+async def _consumers(out: Series, s: NodeServices, now_ms: int, checkpoint: Checkpoint) -> None:
     store = s.store
     lag: dict[tuple[str, str], list[int]] = {}  # (group, topic) → [messages, oldest unconsumed store time]
-    for entry in s.offsets.entries():
+    for i, entry in enumerate(s.offsets.entries()):  # (a list: the table may change meanwhile)
+        if i and not i % SLICE:
+            await checkpoint()
         max_offset = store.get_max_offset_in_queue(entry.topic, entry.queue_id)
         behind = max(0, max_offset - entry.offset)
         row = lag.setdefault((entry.group, entry.topic), [0, 0])
@@ -146,7 +155,10 @@ def _consumers(out: Series, s: NodeServices, now_ms: int) -> None:
             stored = _store_time(s, entry.topic, entry.queue_id, max(entry.offset, 0))
             if stored and (row[1] == 0 or stored < row[1]):
                 row[1] = stored
-    for (group, topic), (behind, oldest) in sorted(lag.items()):
+    await checkpoint()
+    for i, ((group, topic), (behind, oldest)) in enumerate(sorted(lag.items())):
+        if i and not i % SLICE:
+            await checkpoint()
         labels = _group_labels(topic, group)
         out.gauge("rocketmq_consumer_lag_messages", "", behind, labels, bounded=True)
         out.gauge("rocketmq_consumer_lag_latency", "", max(0, now_ms - oldest) if oldest else 0, labels,
@@ -159,6 +171,7 @@ def _consumers(out: Series, s: NodeServices, now_ms: int) -> None:
                   {"consumer_group": group, "is_system": _bool(is_system_topic(group))}, bounded=True)
     out.gauge("rocketmq_producer_connections", "Live producers (heartbeating members of producer groups)",
               sum(len(s.producers.members(g)) for g in s.producers.groups()))
+    await checkpoint()
     topics = s.topics.list()
     out.gauge("rocketmq_topic_number", "Topics in this node's topic table", len(topics))
     for topic, queue_ids in store.consume_queues.topics().items():
