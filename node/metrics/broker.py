@@ -268,6 +268,11 @@ def _failover(out: Series, s: NodeServices) -> None:
               "an epoch check, or it is an unelected candidate)", 1 if status.get("writes_held") else 0)
     out.counter("rocketmq_broker_stalls_total", "Event-loop stalls (SIGSTOP, a VM pause) that made it re-check "
                 "its epoch", _int(status.get("stalls")))
+    elections = getattr(s.failover.controller, "elections", None)  # controllerMode etcd only
+    if isinstance(elections, dict):
+        for result, n in elections.items():
+            out.counter("rocketmq_failover_elections_total", "Campaigns this node's etcd controller ran, by result",
+                        n, {"result": result})
     promotions = getattr(s.failover, "promotions", None)
     if isinstance(promotions, dict):
         for result, n in promotions.items():

@@ -190,3 +190,22 @@ def test_config_keys_are_checked(tmp_path):
         BrokerConfig.from_mapping({"metricsExporterType": "PROM", "metricsPromExporterPort": 10911})
     with pytest.raises(ConfigError, match="metricsOtelCardinalityLimit must be > 0"):
         BrokerConfig.from_mapping({"metricsOtelCardinalityLimit": 0})
+
+
+@pytest.mark.slow
+async def test_an_etcd_elected_master_counts_its_election(tmp_path, nodes, etcd):
+    (port,) = free_ports(1)
+    conf = master_conf(tmp_path, role="ASYNC_MASTER", metricsExporterType="PROM", metricsPromExporterPort=port,
+                       controllerMode="etcd", etcdEndpoints=etcd.endpoint)
+    nodes.start(conf)
+
+    def elected() -> bool:
+        won = [s.value for f in text_string_to_metric_families(scrape(port).text)
+               if f.name == "rocketmq_failover_elections" for s in f.samples
+               if s.name == "rocketmq_failover_elections_total" and s.labels.get("result") == "won"]
+        return won == [1]
+
+    await wait_until(elected, timeout=20, what="rocketmq_failover_elections_total{result=won} 1")
+    text = scrape(port).text
+    promtool_check(text)
+    assert _family(text, "rocketmq_broker_is_master").samples[0].value == 1
