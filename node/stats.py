@@ -86,6 +86,8 @@ class BrokerStats:
         """`n` messages of `topic` stored in one send group, `size` bytes in all: the size
         histogram takes them at their mean size (one step per topic and group)."""
         self.topic_put_bytes[topic] = self.topic_put_bytes.get(topic, 0) + size
+        if n <= 0:
+            return
         hist = self.message_size.get(topic)
         if hist is None:
             hist = self.message_size[topic] = GroupHistogram(MESSAGE_SIZE_BUCKETS)

@@ -70,6 +70,8 @@ class BrokerCollector:
 
     async def collect_sliced(self, checkpoint: Checkpoint) -> list[Metric]:
         s = self.services()
+        if s is not None and not s.store.running:  # between terms: the old term's store is closing
+            s = None
         cfg = s.cfg if s is not None else self.cfg
         out = Series(base_labels(cfg), cfg.metrics_otel_cardinality_limit)
         _declare_all(out)
