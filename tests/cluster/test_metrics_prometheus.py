@@ -115,6 +115,8 @@ async def test_prometheus_scrapes_a_cluster_and_the_alert_fires(tmp_path: Path):
             check = subprocess.run([_tool("promtool"), "check", "metrics"], input=text, capture_output=True,
                                    text=True, check=False)
             assert check.returncode == 0, (url, check.stdout + check.stderr)
+            if url == targets["namesrv"]:  # the name server's own series
+                assert "rocketmq_namesrv_route_changes_total" in text and "rocketmq_namesrv_brokers{" in text, text
         await wait_until(lambda: p.value('count(up{job="tidemq"} == 1)') == 3, timeout=30,
                          what="Prometheus scraping the 3 processes", retry_on=(httpx.HTTPError,))
 
