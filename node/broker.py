@@ -53,6 +53,7 @@ from .schedule import ScheduleMessageService
 from .security.guard import Guard
 from .server import ClientServer
 from .slave_sync import SlaveSync
+from .tables.consumers import LOCK_FENCE_S, ConsumerManager
 from .tables.offsets import ConsumerOffsetManager
 from .tables.subscription_groups import SubscriptionGroupManager
 from .tables.topics import TopicConfigManager
@@ -171,6 +172,7 @@ class Broker:
             await runtime.run_sync(self.topics.load)
             await runtime.run_sync(self.offsets.load)
             await runtime.run_sync(self.subgroups.load)
+            await self._create_trace_topic()
             async with trio.open_nursery() as outer:
                 if signals is not None:
                     outer.start_soon(self._watch_signals, signals)
@@ -194,6 +196,13 @@ class Broker:
                 finally:
                     outer.cancel_scope.cancel()
         log.info("node %s/%d stopped", cfg.broker_name, cfg.broker_id)
+
+    async def _create_trace_topic(self) -> None:
+        """traceTopicEnable: a master makes the trace topic (1 queue, as RocketMQ's
+        TopicConfigManager does) if its table lacks it; a slave copies its master's table."""
+        cfg = self.cfg
+        if cfg.trace_topic_enable and cfg.role.is_master and self.topics.get(cfg.msg_trace_topic_name) is None:
+            await self.topics.create(cfg.msg_trace_topic_name, 1, 1)
 
     async def _watch_signals(self, signals: AsyncIterator[int]) -> None:
         async for signum in signals:
@@ -270,9 +279,19 @@ class Broker:
             slave_sync_status=sync.status if sync is not None else None,
             registration_status=registration.status if registration is not None else None,
             security_status=self.guard.view if self.guard is not None else None,
-            failover=self.failover,
+            failover=self.failover, consumers=self._consumer_table(store),
         )
         return services, sync, registration
+
+    def _consumer_table(self, store: MessageStore) -> ConsumerManager:
+        """A new term's consumer table; a master restarted over its data, or promoted after
+        an epoch of another master, fences its queue-lock leases (node/tables/consumers.py:
+        leases the old table granted may still be trusted by their holders). A group's first
+        master (a fresh store, no epoch before: etcd's first election) had no predecessor."""
+        after_a_master = self.failover.promoted_term() and self.failover.epoch > 0
+        fenced = self.cfg.role.is_master and (store.get_max_phy_offset() > 0 or after_a_master)
+        return ConsumerManager(expire_s=self.cfg.channel_expired_timeout / 1000,
+                               fence_s=LOCK_FENCE_S if fenced else 0.0)
 
     async def _serve(self, task_status: trio.TaskStatus[str]) -> Transition | None:
         """One term: the store and services in the current role until a stop or a role change."""

@@ -152,6 +152,11 @@ class BrokerConfig:
     # Serve SQL92 subscriptions (RocketMQ's enablePropertyFilter, off there too): a pull
     # evaluates the expression on each message's properties (docs/consumer-groups.md).
     enable_property_filter: bool = False
+    # Create the message trace topic (msgTraceTopicName, 1 queue) when the node starts as a
+    # master (RocketMQ's traceTopicEnable, off there too): clients with enableMsgTrace send
+    # their traces there even where autoCreateTopicEnable is off (docs/trace.md).
+    trace_topic_enable: bool = False
+    msg_trace_topic_name: str = attrs.field(default="RMQ_SYS_TRACE_TOPIC", validator=_non_empty)
     # The transaction check service (a master's; docs/transactions.md): every
     # transactionCheckInterval ms it asks a live producer of the group about each half message
     # open for transactionTimeOut ms (or its CHECK_IMMUNITY_TIME_IN_SECONDS); after
@@ -409,6 +414,8 @@ _CAMEL = {
     "auto_create_topic_enable": "autoCreateTopicEnable",
     "reject_transaction_message": "rejectTransactionMessage",
     "enable_property_filter": "enablePropertyFilter",
+    "trace_topic_enable": "traceTopicEnable",
+    "msg_trace_topic_name": "msgTraceTopicName",
     "transaction_check_interval": "transactionCheckInterval",
     "transaction_time_out": "transactionTimeOut",
     "transaction_check_max": "transactionCheckMax",

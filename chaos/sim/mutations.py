@@ -21,6 +21,7 @@ from node.failover.promotion import Failover, Transition
 from node.ops import dispatch
 from node.ops.puts import Handler
 from node.ops.services import NodeServices
+from node.tables.consumers import ConsumerManager
 from node.tables.transactions import Ended, TransactionTable
 from store.transaction import HALF_TOPIC, Outcome, half_origin
 from wire.protocol import EndTransaction, Request
@@ -46,6 +47,9 @@ MUTATIONS = {
     "check-ended": "an END leaves its transaction in the check service's open set (TransactionTable.end "
                    "records the outcome but keeps it open), so rounds go on checking it, as RocketMQ "
                    "#1517 / #7933",
+    "orderly-lock": "the master's queue-lock table grants every lock asked for (ConsumerManager.lock ignores "
+                    "the holder, its lease and the fence), so a member joining takes queues another still "
+                    "consumes: caught with `--orderly` (chaos/sim/orderly.py)",
 }
 
 
@@ -100,6 +104,11 @@ def _end_keeps_open(self: TransactionTable, origin: int, ended: Ended) -> None:
     self.ended[origin] = ended
 
 
+def _lock_anything(self: ConsumerManager, group: str, client_id: str, topic: str, queue_ids: list[int],
+                   life_s: float | None = None, *, renew: bool = False) -> list[int]:
+    return list(queue_ids) if client_id in self.members(group) else []
+
+
 @contextmanager
 def mutated(name: str | None) -> Iterator[None]:
     """Run the block with mutation `name` in place (None: none)."""
@@ -116,6 +125,7 @@ def mutated(name: str | None) -> Iterator[None]:
         "commit-wait": [(HAService, "members_away", _none_away)],
         "kip320": [(PullConsumer, "_diverged", _never_back)],
         "check-ended": [(TransactionTable, "end", _end_keeps_open)],
+        "orderly-lock": [(ConsumerManager, "lock", _lock_anything)],
     }
     if name == "commit-twice":  # a handler in the dispatch table, not a method
         handler = dispatch.HANDLERS[EndTransaction]

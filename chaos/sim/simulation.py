@@ -24,6 +24,7 @@ from .events import EventLog
 from .judge import judge
 from .load import GROUP, QUEUES, TOPIC, SimLoad
 from .network import SimNetwork
+from .orderly import SimOrderly, judge_orderly
 from .schedule import Fault, Schedule
 from .spin import SPIN_PASSES, SpinGuard
 from .transactions import SimTransactions
@@ -46,7 +47,7 @@ UNCLEAN_MARGIN_S = 2.0  # past haMaxTimeSlaveNotCatchup, so the in-sync set has 
 
 class Simulation:
     def __init__(self, schedule: Schedule, mode: str, base: str, *, slaves: int = 1, etcd: bool = False,
-                 groups: int = 1) -> None:
+                 groups: int = 1, orderly: bool = False) -> None:
         self.schedule = schedule
         self.mode = mode
         self.replication, self.flush = mode.split("+")
@@ -59,6 +60,7 @@ class Simulation:
         self.log = EventLog()
         self.load = SimLoad(self.cluster, self.network, schedule, self.history, self.log)
         self.transactions = SimTransactions(self.cluster, self.network, schedule, self.log)
+        self.orderly = SimOrderly(self.network, schedule) if orderly else None  # orderly.py
         self.tx_violations: list[str] = []  # judged before the nodes stop (transactions.py)
         addresses = {n.address: n.name for n in self.cluster.nodes}
         self.observed = {g.name: Observed(first_master=g.master.name, addresses=addresses)
@@ -105,6 +107,9 @@ class Simulation:
             nursery.start_soon(self._monitor)
             nursery.start_soon(self.load.consume, stop_consumer)
             nursery.start_soon(self.transactions.run, stop_transactions)
+            stop_orderly = trio.Event()
+            if self.orderly is not None:
+                nursery.start_soon(self.orderly.run, stop_orderly)
             async with trio.open_nursery() as load:
                 load.start_soon(self.load.producers, sends_done)
                 load.start_soon(self._promotions)
@@ -122,6 +127,7 @@ class Simulation:
             self.phase = "draining the consumer"
             await self.load.drain_consumer()
             stop_consumer.set()
+            stop_orderly.set()
             self._note_moves_back()
             self.phase = "resolving the transactions"
             await self.transactions.drain()
@@ -350,6 +356,9 @@ class Simulation:
         """The judge's findings (judge.py), then the verdict's lines in the event log."""
         self.violations.extend(judge(self.load, self.observed, replication=self.replication))
         self.violations.extend(self.tx_violations)
+        if self.orderly is not None:
+            self.log.lines.append(f"orderly: {len(self.orderly.calls)} handler call(s)")
+            self.violations.extend(judge_orderly(self.orderly.calls))
         counts = self.history.counts()
         self.log.lines.append(f"verdict: {counts} consumed {len(self.load.consumed)}; {self.transactions.summary()}; "
                               f"{len(self.violations)} violation(s)")

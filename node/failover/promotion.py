@@ -455,9 +455,12 @@ class Failover:
                 master = MasterView.of(master_address, answer)
         store = services.store
         known = client.confirm_offset if client is not None else store.replica_log.known_confirm
+        caught_up = client.caught_up_at if client is not None else store.replica_log.known_caught_up
         return assess(self.cfg.address, end=store.get_max_phy_offset(), whole_end=store.complete_end(),
                       known_confirm=known, ha_local=client.local_address if client is not None else None,
-                      master=master, master_address=master_address, asked=ask_master)
+                      master=master, master_address=master_address, asked=ask_master,
+                      caught_up_s=None if caught_up is None else max(0.0, runtime.wall_clock() - caught_up),
+                      max_silence_s=self.cfg.ha_max_time_slave_not_catchup / 1000)
 
     async def promote(self, role: str | None, *, epoch: int | None = None, unclean: bool = False) -> dict[str, Any]:
         """`_promote`, counted by result in `promotions` (rocketmq_failover_promotions_total):

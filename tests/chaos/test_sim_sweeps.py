@@ -24,6 +24,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.sweep]  # worker processes, hundreds
     # a check's COMMIT, then the producer's own (chaos/sim/transactions.py, SLOW) or a retried END
     ("commit-twice", "ASYNC_MASTER+ASYNC_FLUSH", "1..2000", "manual"),
     ("check-ended", "SYNC_MASTER+SYNC_FLUSH", "1..2000", "manual"),
+    # a lock table that grants everything: a joining orderly member takes a queue in use (within a few seeds)
+    ("orderly-lock", "SYNC_MASTER+ASYNC_FLUSH", "1..10", "manual"),
 ])
 def test_each_deliberate_bug_is_reported_within_the_seeds_allowed(mutation, mode, seeds, controller, tmp_path):
     result = sweep(parse_seeds(seeds), mode=mode, jobs=2, base_dir=str(tmp_path), mutation=mutation,

@@ -72,7 +72,7 @@ def _rewrite(body: str, ports: dict[int, int]) -> str:
     return pattern.sub(lambda m: str(ports[int(m.group(1))]), body)
 
 
-DOCS_RUN = [REPO / "docs" / "security.md", REPO / "docs" / "consumer-groups.md"]
+DOCS_RUN = [REPO / "docs" / "security.md", REPO / "docs" / "consumer-groups.md", REPO / "docs" / "trace.md"]
 """Pages whose blocks run after the README's, by the same convention."""
 DOC_PORT_OFFSET = 1000
 """docs/security.md copies the layout with `--port-offset 1000`: its commands name those ports."""
