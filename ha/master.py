@@ -152,6 +152,8 @@ class HAConnection:
     """The commit sequence number the pending batch brings the slave to."""
     offsets_acked: int = 0
     """The newest offsets batch the slave acked (it holds every commit up to that number)."""
+    connected_at: float = attrs.field(factory=trio.current_time)
+    """trio.current_time() of the accept (the start of a new slave's lag)."""
 
 
 class HAService:
@@ -480,6 +482,20 @@ class HAService:
             )
             for c in sorted(self._connections, key=lambda c: c.connected_since)
         ]
+
+    def lag_seconds(self) -> dict[str, float]:
+        """Peer address → seconds each connected slave is behind: 0 while it holds the whole
+        log, else the time since the newest push whose end it reached (`caught_up_at`), or
+        since it connected."""
+        end, now = self.log.end(), trio.current_time()
+        out: dict[str, float] = {}
+        for c in self._connections:
+            if c.ack_offset >= end:
+                out[c.address] = 0.0
+            else:
+                since = c.caught_up_at if c.caught_up_at is not None else c.connected_at
+                out[c.address] = max(0.0, now - since)
+        return out
 
     # ---- serving --------------------------------------------------------------------------
     async def run(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:

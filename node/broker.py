@@ -30,11 +30,13 @@ from store.message_store import MessageStore, open_store
 from wire.protocol.namesrv import RegisterReply
 from wire.tls import accept_replica, wrap_client
 
-from .config import BrokerConfig
+from .config import BrokerConfig, ConfigError
 from .failover.controller import EtcdController
 from .failover.etcd import EtcdClient
 from .failover.promotion import Failover, Transition, effective_config
 from .logs import name_role
+from .metrics.broker import BrokerCollector
+from .metrics.endpoint import MetricsEndpoint, MetricsError, token_from
 from .offset_stream import OffsetFollower, offset_table
 from .ops.dispatch import (
     BATCHED_OPS,
@@ -129,8 +131,20 @@ class Broker:
         self.controller: EtcdController | None = self.failover.controller  # type: ignore[assignment]
         self.services: NodeServices | None = None
         self.server: ClientServer | None = None
+        self.metrics = self._metrics_endpoint(cfg) if cfg.metrics_enabled else None
+        """/metrics with metricsExporterType PROM (node/metrics/), else None."""
         self._stop = trio.Event()
         self._term_end = trio.Event()
+
+    def _metrics_endpoint(self, cfg: BrokerConfig) -> MetricsEndpoint:
+        """The node's collector, served on metricsPromExporterPort
+        (ConfigError: the bearer token file cannot be read)."""
+        try:
+            token = token_from(cfg.metrics_prom_bearer_token_file)
+        except MetricsError as e:
+            raise ConfigError(f"{cfg.source}: metricsPromBearerTokenFile: {e}" if cfg.source else str(e)) from None
+        return MetricsEndpoint([BrokerCollector(cfg, lambda: self.services)], host=cfg.metrics_bind_host, port=cfg.metrics_prom_exporter_port,
+                               tls=self.client_port_tls, bearer_token=token)
 
     def stop(self) -> None:
         """Begin a graceful shutdown (what SIGTERM does)."""
@@ -164,6 +178,8 @@ class Broker:
                     outer.start_soon(self._watch_signals, signals)
                 if self.controller is not None:
                     await outer.start(self.controller.run)
+                if self.metrics is not None:  # across terms: a promotion keeps the endpoint
+                    await outer.start(self.metrics.run)
                 try:
                     while True:
                         self.cfg = self.failover.cfg

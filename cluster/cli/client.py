@@ -61,6 +61,7 @@ def _cmd_namesrv_start(args: argparse.Namespace) -> int:
     import attrs
 
     from node.config import ConfigError
+    from node.metrics.endpoint import MetricsError
     from node.security.acl import AclError
     from wire.tls import TlsError
 
@@ -82,7 +83,7 @@ def _cmd_namesrv_start(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s [namesrv] %(name)s: %(message)s")
     try:
         server = NameServer(cfg)
-    except (AclError, TlsError) as e:
+    except (AclError, TlsError, MetricsError) as e:
         raise UsageError(str(e)) from None
 
     async def serve() -> None:
