@@ -1,0 +1,122 @@
+"""Power losses in a simulated run: a node (or a whole group) goes down as SIGKILL leaves it,
+then its files lose what was never made durable (disk.py), then it restarts and recovers.
+
+What the run notes for the judge (verdict.py): each node's CommitLog window the power loss
+took, [recovered end, end before), and the acknowledged sends whose records lay in it; and,
+judged here at once, whether the checkpoint on disk claimed more than was durable: every
+CommitLog record stored before its physic timestamp must be in the segments' durable images.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+from collections.abc import Awaitable, Callable
+
+from cluster.judge.history import OK, History
+from store.layout import COMMITLOG_DIR, segment_names
+from store.msg_id import decode_msg_id
+from store.segment_walker import Record, walk
+
+from .cluster import SimNode
+from .events import EventLog
+from .schedule import Fault
+from .verdict import Observed
+
+__all__ = ["PowerLosses", "checkpoint_claims", "records"]
+
+_PHYSIC = struct.Struct(">q")
+CHECKPOINT = "checkpoint"
+
+
+def records(segments: dict[str, bytes]) -> dict[int, int]:
+    """CommitLog offset → store timestamp of every CRC-clean record in `segments` (segment
+    name → content), each segment walked from its start until its data ends."""
+    out: dict[int, int] = {}
+    for name in segment_names(segments):
+        buf = segments[name]
+        for ev in walk(buf, segment_start=int(name), last=True, check_crc=True, read_body=True):
+            if type(ev) is not Record:
+                break
+            if ev.crc_ok and not ev.problems():
+                out[ev.offset] = ev.message.store_timestamp
+    return out
+
+
+def checkpoint_claims(disk_images: dict[str, bytes], current: dict[int, int]) -> list[int]:
+    """The records (CommitLog offsets) stored before the durable checkpoint's physic
+    timestamp that are not in the durable CommitLog: what the checkpoint claimed beyond it."""
+    image = disk_images.get(CHECKPOINT)
+    if image is None or len(image) < _PHYSIC.size:
+        return []
+    (physic,) = _PHYSIC.unpack_from(image, 0)
+    durable = records({os.path.basename(rel): data for rel, data in disk_images.items()
+                       if os.path.dirname(rel) == COMMITLOG_DIR})
+    return sorted(o for o, ts in current.items() if ts < physic and o not in durable)
+
+
+def _current_records(root: str) -> dict[int, int]:
+    folder = os.path.join(root, COMMITLOG_DIR)
+    segments = {}
+    for name in segment_names(os.listdir(folder)) if os.path.isdir(folder) else []:
+        with open(os.path.join(folder, name), "rb") as f:
+            segments[name] = f.read()
+    return records(segments)
+
+
+class PowerLosses:
+    """Strikes `power_loss` and `power_loss_group` faults and notes what they took."""
+
+    def __init__(self, seed: int, history: History, log: EventLog, observed: dict[str, Observed],
+                 restart: Callable[[SimNode], Awaitable[None]]) -> None:
+        self.seed = seed
+        self.history = history
+        self.log = log
+        self.observed = observed
+        self.restart = restart
+        self.violations: list[str] = []
+
+    async def strike(self, fault: Fault, nodes: list[SimNode], wait: Callable[[], Awaitable[None]]) -> None:
+        """Cut the power of `nodes` at once, wait (`wait`: the fault's duration), restart them."""
+        before = {n.name: n.store_max_offset() for n in nodes}
+        for node in nodes:
+            await node.kill()
+        for node in nodes:
+            self._lose(fault, node)
+        await wait()
+        for node in nodes:
+            await self.restart(node)
+            self._note_window(node, before[node.name])
+
+    def _lose(self, fault: Fault, node: SimNode) -> None:
+        """Drop what `node` never made durable; log each file's pages kept, dropped and torn."""
+        assert node.disk is not None, "a power loss needs the node's disk model"
+        current = _current_records(node.root)
+        claimed = checkpoint_claims(node.disk.images, current)
+        if claimed:
+            self.violations.append(f"{node.name}'s checkpoint claimed {len(claimed)} record(s) past the durable "
+                                   f"CommitLog at a power loss (offsets {claimed[:3]})")
+        rng = random.Random(f"power {self.seed} {fault.at} {node.name}")
+        losses = node.disk.power_loss(rng)
+        self.log.add(f"power lost on {node.name}: {len(losses)} file(s) lost unsynced bytes")
+        for loss in losses:
+            self.log.add(f"  {node.name} {loss.describe()}")
+
+    def _note_window(self, node: SimNode, end_before: int | None) -> None:
+        """The CommitLog bytes the loss took from `node` and the acknowledged sends among them."""
+        after = node.store_max_offset()
+        if end_before is None or after is None or after >= end_before:
+            self.log.add(f"{node.name} recovered to {after}: its CommitLog lost nothing")
+            return
+        observed = self.observed[node.group]
+        observed.power_windows.append((node.name, after, end_before))
+        keys = set()
+        for op in self.history.ops:
+            if op.outcome == OK and op.msg_id:
+                host, offset = decode_msg_id(op.msg_id)
+                if observed.addresses.get(host) == node.name and after <= offset < end_before:
+                    keys.add(op.key)
+        observed.power_lost.update(keys)
+        self.log.add(f"{node.name} recovered to {after}: the power loss took [{after}, {end_before}), "
+                     f"{len(keys)} acknowledged send(s) in it")
