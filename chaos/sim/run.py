@@ -48,6 +48,7 @@ class SeedResult:
     slaves: int = 1
     controller: str = "manual"
     groups: int = 1
+    storage: bool = False  # storage faults drawn (power losses)
     sends: int = 0
     acked: int = 0
     failed: int = 0
@@ -100,7 +101,7 @@ def run_seed(seed: int, *, mode: str = MODES[0], schedule: Schedule | None = Non
     random.seed(seed)
     _seed_trio(seed)
     base = tempfile.mkdtemp(prefix=f"tidemq-sim-{seed}-", dir=base_dir or _default_base())
-    result = SeedResult(seed, mode, len(schedule.faults), slaves, controller, groups)
+    result = SeedResult(seed, mode, len(schedule.faults), slaves, controller, groups, storage)
     began = time.perf_counter()
     sim = Simulation(schedule, mode, base, slaves=slaves, etcd=controller == "etcd", groups=groups, storage=storage)
     clock = trio.testing.MockClock(autojump_threshold=0)
