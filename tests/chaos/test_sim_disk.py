@@ -17,8 +17,8 @@ from chaos.sim.disk import PAGE, SECTOR, SimDisk
 from chaos.sim.power import checkpoint_claims, records
 from store import Message, StoreConfig, runtime
 from store.durable import write_durably
-from store.mapped_file import MappedFile
 from store.layout import StoreToolError
+from store.mapped_file import MappedFile
 from store.markers import AbortFile
 from store.message_store import MessageStore, open_store
 from store.queue_tools import dump_queue
@@ -130,6 +130,43 @@ def test_the_checkpoint_may_claim_only_what_the_commitlog_made_durable(claimed_m
     assert len(checkpoint_claims(images, current)) == beyond
 
 
+def _write_then_lose_power(root: str, flush: str, draw: int) -> list[int]:
+    """A store written under simulation, abandoned (SIGKILL), its power lost with draw
+    `draw`, then recovered; the CommitLog offsets of the puts that returned."""
+    config = StoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=256 * 1024,
+                         mapped_file_size_consume_queue=6000, flush_disk_type=flush,
+                         max_hash_slot_num=500, max_index_num=2000)
+    disk = SimDisk(root)
+    rng = random.Random(draw)
+    returned: list[int] = []
+
+    async def write() -> None:
+        with runtime.simulated(0.0):
+            runtime.hosted(Host(disk))
+            store = MessageStore(config)
+            store.load()
+            async with trio.open_nursery() as nursery:
+                await store.start(nursery)
+                for i in range(rng.randint(1, 300)):
+                    r = await store.put_message(Message(topic="T", body=b"m%d" % i * 30, queue_id=i % 4,
+                                                        keys=(f"k{i}",)))
+                    returned.append(r.commitlog_offset)
+                    if rng.random() < 0.05:
+                        await trio.sleep(rng.uniform(0, 3))  # virtual: let periodic flushes run
+                store.abandon()
+                nursery.cancel_scope.cancel()
+
+    async def recover() -> None:
+        with runtime.simulated(0.0):
+            async with open_store(config):
+                await trio.sleep(5)  # virtual: dispatch catches up
+
+    trio.run(write, clock=trio.testing.MockClock(autojump_threshold=0))
+    disk.power_loss(random.Random(f"power {draw}"))
+    trio.run(recover, clock=trio.testing.MockClock(autojump_threshold=0))
+    return returned
+
+
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
 def test_a_lone_store_recovers_consistent_from_any_page_draw(flush, tmp_path):
     """Write, abandon (SIGKILL), lose power with a different draw each time, recover: every
@@ -137,39 +174,7 @@ def test_a_lone_store_recovers_consistent_from_any_page_draw(flush, tmp_path):
     SYNC_FLUSH) every put that returned is still there."""
     for draw in range(8):
         root = str(tmp_path / f"{flush}-{draw}")
-        config = StoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=256 * 1024,
-                             mapped_file_size_consume_queue=6000, flush_disk_type=flush,
-                             max_hash_slot_num=500, max_index_num=2000)
-        disk = SimDisk(root)
-        rng = random.Random(draw)
-        count = rng.randint(1, 300)
-        returned: list[int] = []
-
-        async def write() -> None:
-            with runtime.simulated(0.0):
-                runtime.hosted(Host(disk))
-                store = MessageStore(config)
-                store.load()
-                async with trio.open_nursery() as nursery:
-                    await store.start(nursery)
-                    for i in range(count):
-                        r = await store.put_message(Message(topic="T", body=b"m%d" % i * 30, queue_id=i % 4,
-                                                            keys=(f"k{i}",)))
-                        returned.append(r.commitlog_offset)
-                        if rng.random() < 0.05:
-                            await trio.sleep(rng.uniform(0, 3))  # virtual: let periodic flushes run
-                    store.abandon()
-                    nursery.cancel_scope.cancel()
-
-        trio.run(write, clock=trio.testing.MockClock(autojump_threshold=0))
-        disk.power_loss(random.Random(f"power {draw}"))
-
-        async def recover() -> None:
-            with runtime.simulated(0.0):
-                async with open_store(config):
-                    await trio.sleep(5)  # virtual: dispatch catches up
-
-        trio.run(recover, clock=trio.testing.MockClock(autojump_threshold=0))
+        returned = _write_then_lose_power(root, flush, draw)
         summary = verify(root)
         assert not summary["badCrcs"] and not summary["damage"], (draw, summary)
         kept = set()
