@@ -65,7 +65,9 @@ class SimDisk:
 
     def __init__(self, root: str) -> None:
         self.root = root
-        self.images: dict[str, bytes] = {}  # path relative to root → the content last made durable
+        self.images: dict[str, bytes] = {}
+        """Path relative to root → the content last made durable, up to where only zeros
+        (a hole) follow."""
         self.syncs = 0
 
     def _relative(self, path: str) -> str | None:
@@ -77,8 +79,7 @@ class SimDisk:
         if rel is None:
             return
         try:
-            with open(path, "rb") as f:
-                self.images[rel] = f.read()
+            self.images[rel] = _data(path)
         except FileNotFoundError:
             self.images.pop(rel, None)
         self.syncs += 1
@@ -103,7 +104,7 @@ class SimDisk:
             with open(path, "rb") as f:
                 current = f.read()
             image = self.images.get(rel)
-            if image == current:
+            if image is not None and image == current[:len(image)] and not any(current[len(image):]):
                 continue
             loss = FileLoss(rel)
             if image is None and rng.random() < 0.5:
@@ -129,8 +130,24 @@ class SimDisk:
             with open(path, "r+b") as f:
                 f.write(out)
             losses.append(loss)
-        self.images = {}
-        for rel in self.files():
-            with open(os.path.join(self.root, rel), "rb") as f:
-                self.images[rel] = f.read()
+        self.images = {rel: _data(os.path.join(self.root, rel)) for rel in self.files()}
         return losses
+
+
+def _data(path: str) -> bytes:
+    """The file's content up to where only a hole follows (a segment's unwritten tail reads
+    as zeros, so the image leaves it out: a sync then costs what was written, not the
+    segment's size)."""
+    with open(path, "rb") as f:
+        fd = f.fileno()
+        size = end = os.fstat(fd).st_size
+        try:
+            hole = os.lseek(fd, 0, os.SEEK_HOLE)
+        except OSError:  # no SEEK_HOLE here: the whole file
+            hole = size
+        if hole < size:
+            try:
+                os.lseek(fd, hole, os.SEEK_DATA)  # data after the hole: read it all
+            except OSError:  # ENXIO: nothing but the hole follows
+                end = hole
+        return os.pread(fd, end, 0) if end else b""
