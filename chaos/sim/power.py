@@ -15,6 +15,7 @@ import struct
 from collections.abc import Awaitable, Callable
 
 from cluster.judge.history import OK, History
+from store import runtime
 from store.layout import COMMITLOG_DIR, segment_names
 from store.msg_id import decode_msg_id
 from store.segment_walker import Record, walk
@@ -80,6 +81,8 @@ class PowerLosses:
     async def strike(self, fault: Fault, nodes: list[SimNode], wait: Callable[[], Awaitable[None]]) -> None:
         """Cut the power of `nodes` at once, wait (`wait`: the fault's duration), restart them."""
         before = {n.name: n.store_max_offset() for n in nodes}
+        if len(nodes) > 1:
+            self.observed[nodes[0].group].group_power_losses.append(runtime.wall_clock())
         for node in nodes:
             await node.kill()
         for node in nodes:

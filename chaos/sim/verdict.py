@@ -70,6 +70,9 @@ class Observed:
     """(node, recovered end, end before) of each power loss that took CommitLog bytes (power.py)."""
     power_lost: set[str] = attrs.field(factory=set)
     """Keys of acknowledged sends whose records lay in such a window of the node that stored them."""
+    group_power_losses: list[float] = attrs.field(factory=list)
+    """Wall times of each power loss of the whole group: every node restarts with its offsets
+    file (written every 5 s), so commits answered before it may be gone (docs/simulation.md)."""
 
 
 def verdict(report: CheckReport, history: History, observed: Observed, *, replication: str, master: str,
@@ -151,6 +154,9 @@ def _commits_lost(observed: Observed) -> list[str]:
         if any(n == node and before - UNCLEAN_LOOKBACK_S <= asked for asked, n, _start in observed.unclean):
             continue  # an --unclean promotion sets committed offsets back to its log's end
         since = max((asked for asked, _n, _start in observed.unclean if asked < before), default=-math.inf)
+        # a power loss of the whole group: every node's table is its file's (the limit a
+        # killed and re-elected master has too)
+        since = max([since, *(cut for cut in observed.group_power_losses if cut < before)])
         needed: dict[int, int] = {}
         for at, queue, offset in observed.commits:
             if since <= at < before:  # (one at the very instant may have come after the look)
