@@ -4,7 +4,9 @@ then its files lose what was never made durable (disk.py), then it restarts and 
 What the run notes for the judge (verdict.py): each node's CommitLog window the power loss
 took, [recovered end, end before), and the acknowledged sends whose records lay in it; and,
 judged here at once, whether the checkpoint on disk claimed more than was durable: every
-CommitLog record stored before its physic timestamp must be in the segments' durable images.
+CommitLog record stored before its physic timestamp must be in the segments' durable images,
+and every record a ConsumeQueue indexes stored before its logics timestamp must have its unit
+in a durable ConsumeQueue image.
 """
 
 from __future__ import annotations
@@ -16,30 +18,36 @@ from collections.abc import Awaitable, Callable
 
 from cluster.judge.history import OK, History
 from store import runtime
-from store.layout import COMMITLOG_DIR, segment_names
+from store.layout import COMMITLOG_DIR, CONSUMEQUEUE_DIR, segment_names
 from store.msg_id import decode_msg_id
 from store.segment_walker import Record, walk
+from store.sysflag import TRANSACTION_NOT, SysFlag, transaction_type
 
 from .cluster import SimNode
 from .events import EventLog
 from .schedule import Fault
 from .verdict import Observed
 
-__all__ = ["PowerLosses", "checkpoint_claims", "records"]
+__all__ = ["PowerLosses", "checkpoint_claims", "logics_claims", "records"]
 
 _PHYSIC = struct.Struct(">q")
+_UNIT = struct.Struct(">qiq")  # a ConsumeQueue unit: CommitLog offset, size, tags hash
 CHECKPOINT = "checkpoint"
 
 
-def records(segments: dict[str, bytes]) -> dict[int, int]:
+def records(segments: dict[str, bytes], *, dispatched: bool = False) -> dict[int, int]:
     """CommitLog offset → store timestamp of every CRC-clean record in `segments` (segment
-    name → content), each segment walked from its start until its data ends."""
+    name → content), each segment walked from its start until its data ends; with
+    `dispatched`, only those that get a ConsumeQueue unit (not a prepared or rolled back
+    transaction's)."""
     out: dict[int, int] = {}
     for name in segment_names(segments):
         buf = segments[name]
         for ev in walk(buf, segment_start=int(name), last=True, check_crc=True, read_body=True):
             if type(ev) is not Record:
                 break
+            if dispatched and transaction_type(ev.message.sys_flag) not in (TRANSACTION_NOT, SysFlag.TRANSACTION_COMMIT):
+                continue
             if ev.crc_ok and not ev.problems():
                 out[ev.offset] = ev.message.store_timestamp
     return out
@@ -57,13 +65,32 @@ def checkpoint_claims(disk_images: dict[str, bytes], current: dict[int, int]) ->
     return sorted(o for o, ts in current.items() if ts < physic and o not in durable)
 
 
-def _current_records(root: str) -> dict[int, int]:
+def logics_claims(disk_images: dict[str, bytes], current: dict[int, int]) -> list[int]:
+    """The records (CommitLog offsets; `current` holds those a ConsumeQueue indexes) stored
+    before the durable checkpoint's logics timestamp whose unit no durable ConsumeQueue image
+    holds: what the checkpoint claimed of the queues beyond what they made durable."""
+    image = disk_images.get(CHECKPOINT)
+    if image is None or len(image) < 2 * _PHYSIC.size:
+        return []
+    (logics,) = _PHYSIC.unpack_from(image, _PHYSIC.size)
+    units = set()
+    for rel, data in disk_images.items():
+        if rel.split(os.sep, 1)[0] != CONSUMEQUEUE_DIR:
+            continue
+        for pos in range(0, len(data) - _UNIT.size + 1, _UNIT.size):
+            offset, size, _tags = _UNIT.unpack_from(data, pos)
+            if size > 0:
+                units.add(offset)
+    return sorted(o for o, ts in current.items() if ts < logics and o not in units)
+
+
+def _current_records(root: str, *, dispatched: bool = False) -> dict[int, int]:
     folder = os.path.join(root, COMMITLOG_DIR)
     segments = {}
     for name in segment_names(os.listdir(folder)) if os.path.isdir(folder) else []:
         with open(os.path.join(folder, name), "rb") as f:
             segments[name] = f.read()
-    return records(segments)
+    return records(segments, dispatched=dispatched)
 
 
 class PowerLosses:
@@ -100,6 +127,10 @@ class PowerLosses:
         if claimed:
             self.violations.append(f"{node.name}'s checkpoint claimed {len(claimed)} record(s) past the durable "
                                    f"CommitLog at a power loss (offsets {claimed[:3]})")
+        queued = logics_claims(node.disk.images, _current_records(node.root, dispatched=True))
+        if queued:
+            self.violations.append(f"{node.name}'s checkpoint claimed {len(queued)} ConsumeQueue unit(s) past the "
+                                   f"durable queues at a power loss (records at {queued[:3]})")
         rng = random.Random(f"power {self.seed} {fault.at} {node.name}")
         losses = node.disk.power_loss(rng)
         self.log.add(f"power lost on {node.name}: {len(losses)} file(s) lost unsynced bytes")

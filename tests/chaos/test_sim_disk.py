@@ -14,7 +14,7 @@ import trio
 import trio.testing
 
 from chaos.sim.disk import PAGE, SECTOR, SimDisk
-from chaos.sim.power import checkpoint_claims, records
+from chaos.sim.power import checkpoint_claims, logics_claims, records
 from store import Message, StoreConfig, runtime
 from store.durable import write_durably
 from store.layout import StoreToolError
@@ -189,3 +189,14 @@ def test_a_lone_store_recovers_consistent_from_any_page_draw(flush, tmp_path):
             kept.update(u["offset"] for u in units)
         if flush == "SYNC_FLUSH":
             assert set(returned) <= kept, (draw, sorted(set(returned) - kept)[:3])
+
+
+@pytest.mark.parametrize(("logics_ms", "beyond"), [(1_500, 0), (2_500, 1)])
+def test_the_checkpoint_may_claim_only_the_consumequeue_units_made_durable(logics_ms, beyond):
+    first = _record_bytes(0, 1_000)
+    second = _record_bytes(len(first), 2_000)
+    current = records({"00000000000000000000": first + second + bytes(PAGE)}, dispatched=True)
+    unit = struct.pack(">qiq", 0, len(first), 0)  # only the first record's unit is durable
+    images = {"consumequeue/T/0/00000000000000000000": unit + bytes(20),
+              "checkpoint": struct.pack(">qq", 0, logics_ms) + bytes(PAGE - 16)}
+    assert len(logics_claims(images, current)) == beyond
