@@ -26,6 +26,7 @@ import os
 import struct
 import threading
 
+from . import runtime
 from .mapped_file import grow_file
 
 log = logging.getLogger("tidemq.store")
@@ -107,7 +108,7 @@ class StoreCheckpoint:
                 self._mm, 0,
                 self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp,
             )
-            os.fdatasync(self._fd)
+            runtime.fdatasync(self._fd, self.path)
 
     @property
     def min_timestamp(self) -> int:
