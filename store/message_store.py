@@ -44,10 +44,12 @@ from .reads import StoreUnavailableError as StoreUnavailableError
 from .recovery import RecoveryProgress, TruncateReport
 from .replica_log import ReplicaLog
 from .replica_log import Replicator as Replicator  # importable from here, as before
-from .reput import ReputMessageService
+from .reput import TRANSACTION_COMMIT, ReputMessageService
 from .running_flags import RunningFlags
 from .schedule import parse_delay_levels
+from .segment_walker import Record, walk
 from .status import PutMessageResult
+from .sysflag import TRANSACTION_MASK
 from .tag_filter import MessageFilter
 from .transient_store_pool import TransientStorePool
 
@@ -152,8 +154,11 @@ class MessageStore:
             self.consume_queues.load()
             self.checkpoint = StoreCheckpoint(self.config.path(CHECKPOINT_FILE))
             self.replica_log.checkpoint = self.checkpoint
-            if not self.config.broker_role.is_master and not self.config.read_un_committed:
-                self.replica_log.hold_at_known_confirm()  # a slave serves nothing past what it knew
+            if not self.config.read_un_committed:
+                # a slave serves nothing past what it knew; a master nothing past what it
+                # confirmed until its replication service takes over the limit (a restarted
+                # master's recovery dispatched its unconfirmed tail at once: seed 1647)
+                self.replica_log.hold_at_known_confirm()
             self._create_flush_services(self.checkpoint)
             self.index = IndexService(
                 self.config.path(INDEX_DIR), self.config.max_hash_slot_num, self.config.max_index_num,
@@ -227,13 +232,40 @@ class MessageStore:
             )
 
     def _recover_topic_queue_table(self) -> None:
-        """Next queue offsets come from the ConsumeQueues (the CommitLog has no table)."""
+        """Next queue offsets come from the ConsumeQueues (the CommitLog has no table), and
+        from the records dispatch still holds back past the confirm offset known (they took
+        their queue offsets when they were written: a put must not take one again)."""
         table = {}
         min_phy = self.commit_log.min_offset()
         for cq in self.consume_queues:
             table[f"{cq.topic}-{cq.queue_id}"] = cq.max_offset_in_queue
             cq.correct_min_offset(min_phy)
+        self._count_held_records(table)
         self.commit_log.topic_queue_table = table
+
+    def _count_held_records(self, table: dict[str, int]) -> None:
+        """Raise `table` by the records from the dispatch position to the CommitLog's end."""
+        offset, end = self.reput.reput_from_offset, self.commit_log.max_offset()
+        while offset < end:
+            mf = self.commit_log.queue.find_by_offset(offset)
+            if mf is None or not mf.hold():
+                return
+            try:
+                data = memoryview(mf.mm)[:mf.get_read_position()]
+                try:
+                    for item in walk(data, offset - mf.file_from_offset, segment_start=mf.file_from_offset,
+                                     read_body=False):
+                        if type(item) is not Record:
+                            break
+                        m = item.message
+                        if m.sys_flag & TRANSACTION_MASK in (0, TRANSACTION_COMMIT):  # as dispatch counts
+                            key = f"{m.topic}-{m.queue_id}"
+                            table[key] = max(table.get(key, 0), m.queue_offset + 1)
+                finally:
+                    data.release()
+            finally:
+                mf.release()
+            offset = mf.file_from_offset + self.commit_log.file_size  # the next segment
 
     def _recover_commit_log(self, progress: RecoveryProgress | None) -> int:
         """CommitLog recovery (store/recovery.py); returns where valid data ends. After a

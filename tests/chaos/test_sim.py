@@ -235,6 +235,9 @@ def test_bad_arguments_are_usage_errors_with_a_message(args, message, capsys):
     (1447, "ASYNC_MASTER+SYNC_FLUSH", 2, "manual", 1,
      "a restarted master confirmed alone before its slaves came back, then one slave that caught up alone "
      "while the other was promoted; consumers had read the tail the promotion cut"),
+    (1647, "ASYNC_MASTER+SYNC_FLUSH", 2, "manual", 1,
+     "a restarted master's recovery dispatched its unconfirmed tail before its replication service "
+     "attached the confirm offset's limit; consumers read it, and a promotion cut it"),
     (1601, "SYNC_MASTER+SYNC_FLUSH", 1, "manual", 1,
      "a restarted master confirmed alone before its slave came back; the slave, promoted while cut off "
      "from it, cut what consumers had read"),
