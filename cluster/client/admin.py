@@ -254,6 +254,20 @@ class Admin(_Client):
                 topics.update(detail.get("topics") or ())
         return sorted(topics)
 
+    async def topic_offsets(self, topic: str) -> list[dict[str, Any]]:
+        """Every group's committed offset on `topic`, per queue of each master that answers:
+        group, broker_name, queue_id, offset (the consumers of a topic, as the console shows them)."""
+        rows: list[dict[str, Any]] = []
+        for master in await self.masters():
+            try:
+                answer: OffsetListReply = await self.pool.call(master.address, OffsetList())
+            except (*UNREACHABLE, ServiceUnavailable) as e:
+                log.info("offset_list on %s failed: %s", master.address, e)
+                continue
+            rows += [{"group": e["group"], "broker_name": master.broker_name, "queue_id": e["queue_id"],
+                      "offset": e["offset"]} for e in answer.offsets if e.get("topic") == topic]
+        return rows
+
     async def topic_status(self, topic: str) -> list[dict[str, Any]]:
         """Per queue of the topic on each group serving it (its master, else a slave):
         broker_name, queue_id, min_offset, max_offset, last_update_timestamp (mqadmin
