@@ -51,6 +51,8 @@ from wire.protocol import (
     StatusReply,
     SubGroupDelete,
     SubGroupDeleteReply,
+    SubGroupList,
+    SubGroupListReply,
     SubGroupReply,
     SubGroupUpdate,
     TopicCreate,
@@ -254,9 +256,10 @@ class Admin(_Client):
                 topics.update(detail.get("topics") or ())
         return sorted(topics)
 
-    async def topic_offsets(self, topic: str) -> list[dict[str, Any]]:
-        """Every group's committed offset on `topic`, per queue of each master that answers:
-        group, broker_name, queue_id, offset (the consumers of a topic, as the console shows them)."""
+    async def committed_offsets(self, *, topic: str | None = None, group: str | None = None) -> list[dict[str, Any]]:
+        """The committed offsets on every master that answers (of `topic` and/or `group`
+        when given): group, topic, broker_name, queue_id, offset (the console's Consumer
+        page and a topic's consumers)."""
         rows: list[dict[str, Any]] = []
         for master in await self.masters():
             try:
@@ -264,9 +267,25 @@ class Admin(_Client):
             except (*UNREACHABLE, ServiceUnavailable) as e:
                 log.info("offset_list on %s failed: %s", master.address, e)
                 continue
-            rows += [{"group": e["group"], "broker_name": master.broker_name, "queue_id": e["queue_id"],
-                      "offset": e["offset"]} for e in answer.offsets if e.get("topic") == topic]
+            rows += [{"group": e["group"], "topic": e["topic"], "broker_name": master.broker_name,
+                      "queue_id": e["queue_id"], "offset": e["offset"]} for e in answer.offsets
+                     if topic in (None, e.get("topic")) and group in (None, e.get("group"))]
         return rows
+
+    async def sub_groups(self) -> dict[str, dict[str, Any]]:
+        """Every consumer group with settings of its own on any master that answers (mqadmin
+        updateSubGroup's): group → its settings (consume_enable, retry_max_times, ...), the
+        first master's when they differ."""
+        out: dict[str, dict[str, Any]] = {}
+        for master in await self.masters():
+            try:
+                answer: SubGroupListReply = await self.pool.call(master.address, SubGroupList())
+            except (*UNREACHABLE, ServiceUnavailable) as e:
+                log.info("subgroup_list on %s failed: %s", master.address, e)
+                continue
+            for g in answer.groups:
+                out.setdefault(g["group"], g)
+        return out
 
     async def topic_status(self, topic: str) -> list[dict[str, Any]]:
         """Per queue of the topic on each group serving it (its master, else a slave):

@@ -29,11 +29,11 @@ from starlette_csrf import CSRFMiddleware
 from wire.client import TidemqError
 
 from ..client import Admin, Producer
-from . import assets, views
+from . import assets, messages, views
 from .views import InputError
 
 HERE = Path(__file__).parent
-PAGES = [("cluster", "Cluster"), ("topic", "Topic")]
+PAGES = [("cluster", "Cluster"), ("topic", "Topic"), ("consumer", "Consumer"), ("message", "Message")]
 
 
 @attrs.define
@@ -170,6 +170,105 @@ def build_app(console: Console, *, secret: str) -> Starlette:
 
         return await change(request, act, "topic-changed")
 
+    async def consumers(request: Request) -> Response:
+        q = request.query_params
+        started = time.perf_counter()
+        try:
+            rows, error = await views.group_rows(console.admin, filter_text=q.get("filter", ""),
+                                                 system=q.get("system") == "1"), None
+        except TidemqError as e:
+            rows, error = [], f"the cluster did not answer: {e}"
+        context = {"rows": rows, "error": error, "filter": q.get("filter", ""), "system": q.get("system") == "1",
+                   "took_ms": (time.perf_counter() - started) * 1000}
+        return page(request, "consumer_table.html" if q.get("fragment") == "1" else "consumer.html", context)
+
+    async def consumer_view(request: Request) -> Response:
+        name = request.path_params["group"]
+        try:
+            detail, error = await views.group_detail(console.admin, name), None
+        except InputError as e:
+            detail, error = None, str(e)
+        except TidemqError as e:
+            detail, error = None, f"the cluster did not answer: {e}"
+        fragment = request.query_params.get("fragment") == "1"
+        return page(request, "consumer_progress.html" if fragment else "consumer_detail.html",
+                    {"group": name, "detail": detail, "error": error, "active": "consumer"},
+                    status=404 if detail is None and not fragment else 200)
+
+    async def consumer_settings(request: Request) -> Response:
+        name = request.path_params["group"]
+        form = await request.form()
+
+        async def act() -> str:
+            group = views.checked_group(name)
+            enable = str(form.get("consume_enable", ""))
+            if enable not in ("true", "false"):
+                raise InputError("consumeEnable must be true or false")
+            retries = views.checked_int(str(form.get("retry_max_times", "")), "retryMaxTimes", 0, 1000)
+            saved = await console.admin.update_sub_group(group, consume_enable=enable == "true",
+                                                         retry_max_times=retries)
+            return (f"settings of {group} saved on {', '.join(saved)}: consumeEnable {enable}, "
+                    f"retryMaxTimes {retries}")
+
+        return await change(request, act, "group-changed")
+
+    async def consumer_reset(request: Request) -> Response:
+        name = request.path_params["group"]
+        form = await request.form()
+
+        async def act() -> str:
+            when = views.parse_when(str(form.get("when", "")))
+            rows = await views.reset_offsets(console.admin, name, str(form.get("topic", "")), when,
+                                             force=form.get("force") == "1")
+            moved = ", ".join(f"{r['broker_name']}:{r['queue_id']} {r['old_offset']}→{r['new_offset']}" for r in rows)
+            return f"offsets of {name} on {form.get('topic')} reset to {_fmt_ts(when) if when else 'now'}: {moved}"
+
+        return await change(request, act, "group-changed")
+
+    async def message_search(request: Request) -> Response:
+        """The Message page: by topic and time range (paged), by key, or by msgId; with
+        `fragment=1` only the results (htmx)."""
+        q = request.query_params
+        mode = q.get("mode", "")
+        context: dict[str, Any] = {"mode": mode or "time", "q": q, "rows": None, "error": None, "page": None}
+        now = time.time()
+        context["default_begin"] = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now - 3600))
+        context["default_end"] = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now + 60))
+        started = time.perf_counter()
+        try:
+            if mode == "time":
+                result = await messages.by_time(
+                    console.admin, console.namesrv, q.get("topic", ""),
+                    messages.parse_time(q.get("begin", ""), "begin"), messages.parse_time(q.get("end", ""), "end"),
+                    page=views.checked_int(q.get("page", "1"), "page", 1, 1 << 30),
+                    size=views.checked_int(q.get("size", "50"), "page size", 1, messages.MAX_PAGE))
+                context["rows"], context["page"] = messages.as_rows(result.messages), result
+            elif mode == "key":
+                context["rows"] = messages.as_rows(await messages.by_key(console.admin, q.get("topic", ""),
+                                                                         q.get("key", "")))
+            elif mode == "id":
+                found = await messages.by_msg_id(console.admin, q.get("msg_id", ""))
+                return RedirectResponse(f"/message/{found.msg_id}", status_code=303) \
+                    if q.get("fragment") != "1" else Response(headers={"HX-Redirect": f"/message/{found.msg_id}"})
+        except InputError as e:
+            context["error"] = str(e)
+        except TidemqError as e:
+            context["error"] = f"the cluster refused: {e}"
+        context["took_ms"] = (time.perf_counter() - started) * 1000
+        return page(request, "message_results.html" if q.get("fragment") == "1" else "message.html", context)
+
+    async def message_view(request: Request) -> Response:
+        msg_id = request.path_params["msg_id"]
+        context: dict[str, Any] = {"msg_id": msg_id, "m": None, "error": None, "active": "message"}
+        try:
+            m = await messages.by_msg_id(console.admin, msg_id)
+            context.update(m=m, views=messages.body_views(m.body), life=await messages.life(console.admin, m))
+        except InputError as e:
+            context["error"] = str(e)
+        except TidemqError as e:
+            context["error"] = f"the cluster refused: {e}"
+        return page(request, "message_detail.html", context, status=200 if context["m"] else 404)
+
     async def health(request: Request) -> Response:
         return Response(json.dumps({"ok": True, "namesrv": console.namesrv}), media_type="application/json")
 
@@ -182,6 +281,12 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         Route("/topic/{topic}", topic_view, methods=["GET"]),
         Route("/topic/{topic}/delete", topic_delete, methods=["POST"]),
         Route("/topic/{topic}/send", topic_send, methods=["POST"]),
+        Route("/consumer", consumers, methods=["GET"]),
+        Route("/consumer/{group}", consumer_view, methods=["GET"]),
+        Route("/consumer/{group}/settings", consumer_settings, methods=["POST"]),
+        Route("/consumer/{group}/reset", consumer_reset, methods=["POST"]),
+        Route("/message", message_search, methods=["GET"]),
+        Route("/message/{msg_id}", message_view, methods=["GET"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
         Mount("/vendor", StaticFiles(directory=str(assets.VENDOR_DIR), check_dir=False), name="vendor"),
     ]
