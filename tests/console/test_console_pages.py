@@ -7,13 +7,14 @@ CLI reports it; bad input is refused on the page and changes nothing."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import psutil
 import pytest
 import trio
 
-from cluster.client import Admin
+from cluster.client import Admin, Producer, PullConsumer
 from cluster.launch import launcher
 from cluster.launch.launcher_console import CONSOLE_STATE, console_url
 from tests.cluster.helpers import REPO, cli
@@ -165,3 +166,106 @@ def test_a_change_without_the_csrf_token_is_refused(cluster):
     answer = httpx.post(cluster["url"] + "/topic", data={"topic": "CsrfProbe"}, timeout=10)
     assert answer.status_code == 403
     assert "CsrfProbe" not in topics_cli(cluster["namesrv"])
+
+
+def _send_and_consume(ns: str, topic: str, group: str, count: int) -> tuple[int, list[str]]:
+    """`count` messages sent (keys k0..), then all consumed and committed by `group`: the
+    time before the sends (epoch ms) and the msgIds."""
+    async def run() -> tuple[int, list[str]]:
+        async with Admin(ns) as admin:
+            await admin.create_topic(topic, read_queue_nums=2, write_queue_nums=2)
+        before = int(time.time() * 1000) - 1
+        async with Producer(ns) as producer:
+            ids = [(await producer.send(topic, json.dumps({"n": i}), keys=[f"k{i}"], properties={"origin": "test"})).msg_id
+                   for i in range(count)]
+        async with PullConsumer(ns, group=group, topic=topic) as consumer:
+            seen = 0
+            with trio.fail_after(20):
+                while seen < count:
+                    for q in await consumer.queues():
+                        got = await consumer.pull(q, 32, timeout_ms=0)
+                        seen += len(got.messages)
+                        if got.messages:
+                            await consumer.commit(q, got.next_begin_offset)
+        return before, ids
+
+    return trio.run(run)
+
+
+def test_consumer_page_resets_offsets_and_changes_settings(page, cluster):
+    ns = cluster["namesrv"]
+    before, _ = _send_and_consume(ns, "ConsoleConsumed", "ConsoleGroup", 4)
+    page.goto("/consumer")
+    row = page.page.locator("#groups tr[data-group='ConsoleGroup']")
+    assert row.locator("td.lag").inner_text() == "0"
+    page.screenshot("consumer")
+
+    page.goto("/consumer/ConsoleGroup")
+    assert page.page.locator("#progress tr[data-queue^='ConsoleConsumed@']").count() == 2
+    page.page.select_option("#reset-topic", "ConsoleConsumed")
+    page.page.fill("#reset-when", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(before / 1000 - 1)))
+    page.page.click("#reset-button")
+    page.page.wait_for_selector("#group-result .result.ok")
+    page.page.wait_for_selector("#group-progress .hint:has-text('total lag 4')")  # the table refreshed itself
+    progress = cli("admin", "consumerProgress", "-n", ns, "-g", "ConsoleGroup", "-t", "ConsoleConsumed", "--json")
+    assert json.loads(progress.stdout.decode().splitlines()[-1])["total_lag"] == 4, progress
+
+    page.page.select_option("#consume-enable", "false")
+    page.page.fill("#retry-max-times", "3")
+    page.page.click("#settings-button")
+    page.page.wait_for_selector("#group-result .result.ok:has-text('retryMaxTimes 3')")
+    page.screenshot("consumer-detail")
+    # the CLI sets the same retry limit again and prints the settings as stored: consumption off
+    stored = cli("admin", "updateSubGroup", "-n", ns, "-g", "ConsoleGroup", "-r", "3", "--json")
+    assert stored.returncode == 0, stored.stderr.decode()
+    assert '"consume_enable":false' in stored.stdout.decode().replace(" ", ""), stored.stdout
+
+
+def test_message_page_finds_by_time_key_and_id_and_shows_the_body(page, cluster):
+    ns = cluster["namesrv"]
+    before, ids = _send_and_consume(ns, "ConsoleMessages", "ConsoleReader", 5)
+    after = int(time.time() * 1000) + 1000
+    fmt = "%Y-%m-%dT%H:%M:%S"
+    page.goto("/message")
+    page.page.fill("#time-topic", "ConsoleMessages")
+    page.page.fill("#time-begin", time.strftime(fmt, time.localtime(before / 1000 - 1)))
+    page.page.fill("#time-end", time.strftime(fmt, time.localtime(after / 1000 + 1)))
+    page.page.fill("#by-time input[name=size]", "2")
+    page.page.click("#time-search")
+    page.page.wait_for_selector("#message-results .hint:has-text('5 message(s)')")
+    assert page.page.locator("#messages tr[data-msgid]").count() == 2
+    page.page.click("#next-page")
+    page.page.wait_for_selector("#message-results .hint:has-text('page 2 of 3')")
+    page.page.click("#next-page")
+    page.page.wait_for_selector("#message-results .hint:has-text('page 3 of 3')")
+    assert page.page.locator("#messages tr[data-msgid]").count() == 1
+    page.screenshot("message")
+
+    page.page.fill("#key-topic", "ConsoleMessages")
+    page.page.fill("#key-key", "k3")
+    page.page.click("#key-search")
+    page.page.wait_for_selector(f"#messages tr[data-msgid='{ids[3]}']")
+    assert page.page.locator("#messages tr[data-msgid]").count() == 1
+
+    page.page.fill("#id-msgid", ids[2])
+    page.page.click("#id-search")
+    page.page.wait_for_url(f"**/message/{ids[2]}")
+    assert '"n": 2' in page.page.inner_text("#body-json")
+    assert "origin\ttest" in page.page.inner_text("#properties")
+    assert "ConsoleReader" in page.page.inner_text("#consumed-by")  # its offset is past the message
+    page.screenshot("message-detail")
+
+
+def test_message_page_refuses_bad_input_with_a_clear_message(page, cluster):
+    page.goto("/message")
+    page.page.fill("#id-msgid", "not-a-msg-id")
+    page.page.click("#id-search")
+    page.page.wait_for_selector("#search-error:has-text('malformed msgId')")
+    page.page.fill("#time-topic", "NoSuchTopicHere")
+    page.page.click("#time-search")
+    page.page.wait_for_selector("#search-error:has-text('does not exist')")
+    page.page.fill("#time-topic", "ConsoleMessages")
+    page.page.fill("#time-begin", "2026-11-24T10:30:00")
+    page.page.fill("#time-end", "2026-11-24T10:00:00")
+    page.page.click("#time-search")
+    page.page.wait_for_selector("#search-error:has-text('backwards')")
