@@ -29,11 +29,12 @@ from starlette_csrf import CSRFMiddleware
 from wire.client import TidemqError
 
 from ..client import Admin, Producer
-from . import assets, messages, views
+from . import assets, dlq, messages, views
 from .views import InputError
 
 HERE = Path(__file__).parent
-PAGES = [("cluster", "Cluster"), ("topic", "Topic"), ("consumer", "Consumer"), ("message", "Message")]
+PAGES = [("cluster", "Cluster"), ("topic", "Topic"), ("consumer", "Consumer"), ("message", "Message"),
+         ("dlq", "DLQ")]
 
 
 @attrs.define
@@ -269,6 +270,58 @@ def build_app(console: Console, *, secret: str) -> Starlette:
             context["error"] = f"the cluster refused: {e}"
         return page(request, "message_detail.html", context, status=200 if context["m"] else 404)
 
+    async def dlq_list(request: Request) -> Response:
+        try:
+            rows, error = await dlq.dlq_rows(console.admin), None
+        except TidemqError as e:
+            rows, error = [], f"the cluster did not answer: {e}"
+        return page(request, "dlq.html", {"rows": rows, "error": error})
+
+    async def dlq_view(request: Request) -> Response:
+        group = request.path_params["group"]
+        q = request.query_params
+        context: dict[str, Any] = {"group": group, "rows": None, "error": None, "active": "dlq"}
+        try:
+            number = views.checked_int(q.get("page", "1"), "page", 1, 1 << 30)
+            size = views.checked_int(q.get("size", "50"), "page size", 1, messages.MAX_PAGE)
+            found, total = await dlq.dlq_messages(console.admin, console.namesrv, group, page=number, size=size)
+            context.update(rows=messages.as_rows(found), total=total, page=number, size=size,
+                           page_count=max(1, -(-total // size)))
+        except InputError as e:
+            context["error"] = str(e)
+        except TidemqError as e:
+            context["error"] = f"the cluster did not answer: {e}"
+        fragment = q.get("fragment") == "1"
+        return page(request, "dlq_table.html" if fragment else "dlq_detail.html", context,
+                    status=404 if context["rows"] is None and not fragment else 200)
+
+    async def dlq_resend(request: Request) -> Response:
+        group = request.path_params["group"]
+        form = await request.form()
+
+        async def act() -> str:
+            one = form.get("one")  # a row's own Resend button (inside the form, which sends its boxes too)
+            ids = [one] if isinstance(one, str) and one else [
+                i for i in form.getlist("msg_id") if isinstance(i, str) and i]
+            rows = await dlq.resend(console.admin, console.producer, group, ids)
+            return f"resent {len(rows)} message(s): " + ", ".join(
+                f"{r['msg_id']} → {r['topic']} as {r['new_msg_id']}" for r in rows)
+
+        return await change(request, act, "dlq-changed")
+
+    async def dlq_export(request: Request) -> Response:
+        group = request.path_params["group"]
+        try:
+            found, _ = await dlq.dlq_messages(console.admin, console.namesrv, group, page=1, size=messages.MAX_PAGE)
+        except InputError as e:
+            return Response(str(e) + "\n", status_code=404, media_type="text/plain")
+        wanted = set(request.query_params.getlist("msg_id"))
+        if wanted:
+            found = [m for m in found if m.msg_id in wanted]
+        filename = f"dlq-{group}.jsonl".replace('"', "")
+        return Response(dlq.export_lines(found), media_type="application/x-ndjson",
+                        headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+
     async def health(request: Request) -> Response:
         return Response(json.dumps({"ok": True, "namesrv": console.namesrv}), media_type="application/json")
 
@@ -287,6 +340,10 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         Route("/consumer/{group}/reset", consumer_reset, methods=["POST"]),
         Route("/message", message_search, methods=["GET"]),
         Route("/message/{msg_id}", message_view, methods=["GET"]),
+        Route("/dlq", dlq_list, methods=["GET"]),
+        Route("/dlq/{group}", dlq_view, methods=["GET"]),
+        Route("/dlq/{group}/resend", dlq_resend, methods=["POST"]),
+        Route("/dlq/{group}/export", dlq_export, methods=["GET"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
         Mount("/vendor", StaticFiles(directory=str(assets.VENDOR_DIR), check_dir=False), name="vendor"),
     ]

@@ -96,6 +96,9 @@ class Page:
         self.context = browser.new_context(viewport={"width": 1280, "height": 800}, base_url=base_url)
         self.page = self.context.new_page()
         self.errors: list[str] = []
+        self.requests: list[str] = []  # what the page asked, for a failure's message
+        self.page.on("request", lambda r: self.requests.append(f"{r.method} {r.url}"))
+        self.page.on("requestfinished", lambda r: self.requests.append(f"done {r.method} {r.url}"))
         self.page.on("console", lambda m: self.errors.append(f"console: {m.text}") if m.type == "error" else None)
         self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 import pytest
@@ -19,6 +20,7 @@ from cluster.launch import launcher
 from cluster.launch.launcher_console import CONSOLE_STATE, console_url
 from tests.cluster.helpers import REPO, cli
 from tests.console.browser import Page, chromium
+from wire.protocol import ConsumerSendBack
 
 pytestmark = pytest.mark.slow  # starts a cluster, the console and a browser
 
@@ -269,3 +271,67 @@ def test_message_page_refuses_bad_input_with_a_clear_message(page, cluster):
     page.page.fill("#time-end", "2026-11-24T10:00:00")
     page.page.click("#time-search")
     page.page.wait_for_selector("#search-error:has-text('backwards')")
+
+
+def _dead_letters(ns: str, topic: str, group: str, count: int) -> list[str]:
+    """`count` messages of `topic` sent back by `group` straight to its DLQ (the node's
+    consumer_send_back with delay level -1, as a consumer gives up): their msgIds."""
+    async def run() -> list[str]:
+        async with Admin(ns) as admin:
+            await admin.create_topic(topic, read_queue_nums=1, write_queue_nums=1)
+        async with Producer(ns) as producer:
+            for i in range(count):
+                await producer.send(topic, f"dead {i}", keys=[f"dead{i}"])
+        dead = []
+        async with PullConsumer(ns, group=group, topic=topic) as consumer:
+            (queue,) = await consumer.queues()
+            got = await consumer.pull(queue, 32, timeout_ms=0)
+            await consumer.commit(queue, got.next_begin_offset)  # a group may send back what it consumes
+            for m in got.messages:
+                master = await consumer.master_address(queue.broker_name)
+                assert master is not None
+                answer = await consumer.pool.call(master, ConsumerSendBack(
+                    group=group, commitlog_offset=m.commitlog_offset, delay_level=-1))
+                assert answer.topic == f"%DLQ%{group}", answer
+                dead.append(m.msg_id)
+        return dead
+
+    return trio.run(run)
+
+
+def test_dlq_page_lists_resends_and_exports(page, cluster):
+    ns = cluster["namesrv"]
+    _dead_letters(ns, "ConsoleDead", "ConsoleDeadGroup", 3)
+    page.goto("/dlq")
+    assert page.page.locator("#dlqs tr[data-group='ConsoleDeadGroup'] td.num").inner_text() == "3"
+    page.goto("/dlq/ConsoleDeadGroup")
+    rows = page.page.locator("#dlq-messages tr[data-msgid]")
+    assert rows.count() == 3
+    page.screenshot("dlq")
+    dlq_ids = [rows.nth(i).get_attribute("data-msgid") for i in range(3)]
+
+    rows.nth(0).locator("button.resend-one").click()
+    try:
+        said = page.page.wait_for_selector("#dlq-result .result").inner_text()
+    except Exception:
+        raise AssertionError(page.requests[-10:]) from None
+    assert said.startswith("resent 1 message(s)"), said
+    page.page.evaluate("document.querySelector('#dlq-result').innerHTML = ''")
+    rows.nth(1).locator("input[type=checkbox]").check()
+    rows.nth(2).locator("input[type=checkbox]").check()
+    page.page.click("#resend-selected")
+    said = page.page.wait_for_selector("#dlq-result .result").inner_text()
+    assert said.startswith("resent 2 message(s)"), said
+    # the CLI finds the resent copies on the original topic, each naming its first message
+    for key in ("dead0", "dead1", "dead2"):
+        found = cli("admin", "queryMsgByKey", "-n", ns, "-t", "ConsoleDead", "-k", key, "--json")
+        assert found.returncode == 0, found.stderr.decode()
+        copies = [json.loads(line) for line in found.stdout.decode().splitlines()]
+        assert len(copies) == 2, copies  # the first send and the resend
+
+    with page.page.expect_download() as download:
+        page.page.click("#export-all")
+    lines = [json.loads(line) for line in Path(download.value.path()).read_text(encoding="utf-8").splitlines()]
+    assert sorted(m["msg_id"] for m in lines) == sorted(dlq_ids)
+    assert {m["body"] for m in lines} == {"dead 0", "dead 1", "dead 2"}
+    assert all(m["properties"]["RETRY_TOPIC"] == "ConsoleDead" for m in lines)
