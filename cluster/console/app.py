@@ -29,11 +29,11 @@ from starlette_csrf import CSRFMiddleware
 from wire.client import TidemqError
 
 from ..client import Admin, Producer
-from . import assets, dlq, messages, views
+from . import assets, dashboard, dlq, messages, views
 from .views import InputError
 
 HERE = Path(__file__).parent
-PAGES = [("cluster", "Cluster"), ("topic", "Topic"), ("consumer", "Consumer"), ("message", "Message"),
+PAGES = [("dashboard", "Dashboard"), ("cluster", "Cluster"), ("topic", "Topic"), ("consumer", "Consumer"), ("message", "Message"),
          ("dlq", "DLQ")]
 
 
@@ -44,6 +44,7 @@ class Console:
     admin: Admin
     producer: Producer
     namesrv: str
+    history: dashboard.History = attrs.field(factory=dashboard.History)
 
 
 def _fmt_int(n: int | None) -> str:
@@ -86,7 +87,7 @@ def build_app(console: Console, *, secret: str) -> Starlette:
             return result(request, False, f"the cluster refused: {e}")
 
     async def index(request: Request) -> Response:
-        return RedirectResponse("/cluster", status_code=302)
+        return RedirectResponse("/dashboard", status_code=302)
 
     async def cluster(request: Request) -> Response:
         fragment = request.query_params.get("fragment") == "1"
@@ -322,6 +323,16 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         return Response(dlq.export_lines(found), media_type="application/x-ndjson",
                         headers={"Content-Disposition": f'attachment; filename="{filename}"'})
 
+    async def dashboard_page(request: Request) -> Response:
+        return page(request, "dashboard.html", {})
+
+    async def dashboard_data(request: Request) -> Response:
+        try:
+            await console.history.sample(console.admin)
+        except TidemqError as e:
+            return Response(json.dumps({"error": str(e), **console.history.series()}), media_type="application/json")
+        return Response(json.dumps(console.history.series()), media_type="application/json")
+
     async def health(request: Request) -> Response:
         return Response(json.dumps({"ok": True, "namesrv": console.namesrv}), media_type="application/json")
 
@@ -329,6 +340,8 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         Route("/", index),
         Route("/health", health),
         Route("/cluster", cluster),
+        Route("/dashboard", dashboard_page),
+        Route("/dashboard/data", dashboard_data),
         Route("/topic", topics, methods=["GET"]),
         Route("/topic", topic_save, methods=["POST"]),
         Route("/topic/{topic}", topic_view, methods=["GET"]),

@@ -335,3 +335,22 @@ def test_dlq_page_lists_resends_and_exports(page, cluster):
     assert sorted(m["msg_id"] for m in lines) == sorted(dlq_ids)
     assert {m["body"] for m in lines} == {"dead 0", "dead 1", "dead 2"}
     assert all(m["properties"]["RETRY_TOPIC"] == "ConsoleDead" for m in lines)
+
+
+def test_dashboard_draws_tps_per_broker_and_topic_live(page, cluster):
+    async def send() -> None:
+        async with Producer(cluster["namesrv"]) as producer:
+            for i in range(20):
+                await producer.send("ConsoleBusy", f"m{i}")
+
+    trio.run(send)
+    page.goto("/")  # the landing page, as rocketmq-dashboard's
+    assert page.page.url.endswith("/dashboard")
+    page.page.wait_for_selector("#now-topics td:text-is('ConsoleBusy')", timeout=15_000)
+    page.page.wait_for_selector("#chart-put .u-legend :text('broker-a/0')")
+    assert page.page.locator("#chart-put canvas").count() == 1
+    assert page.page.locator("#chart-topics .u-legend :text('ConsoleBusy')").count() == 1
+    first = page.page.inner_text("#dashboard-updated")
+    page.page.wait_for_function(  # live: a new sample arrives without a reload
+        "old => document.querySelector('#dashboard-updated').innerText !== old", arg=first, timeout=10_000)
+    page.screenshot("dashboard")
