@@ -29,12 +29,12 @@ from starlette_csrf import CSRFMiddleware
 from wire.client import TidemqError
 
 from ..client import Admin, Producer
-from . import assets, dashboard, dlq, messages, views
+from . import assets, dashboard, dlq, failover, messages, views
 from .views import InputError
 
 HERE = Path(__file__).parent
 PAGES = [("dashboard", "Dashboard"), ("cluster", "Cluster"), ("topic", "Topic"), ("consumer", "Consumer"), ("message", "Message"),
-         ("dlq", "DLQ")]
+         ("dlq", "DLQ"), ("failover", "Failover")]
 
 
 @attrs.define
@@ -97,6 +97,19 @@ def build_app(console: Console, *, secret: str) -> Starlette:
             rows, error = [], f"the name server at {console.namesrv} did not answer: {e}"
         context = {"rows": rows, "error": error, "now": time.strftime("%H:%M:%S")}
         return page(request, "cluster_table.html" if fragment else "cluster.html", context)
+
+    async def cluster_promote(request: Request) -> Response:
+        """Manual failover: make a slave its group's master (admin `promote`, new epoch)."""
+        form = await request.form()
+
+        async def act() -> str:
+            group = views.checked_group(str(form.get("broker_name", "")))
+            broker_id = views.checked_int(str(form.get("broker_id", "")), "brokerId", 1, 1 << 20)
+            done = await console.admin.promote(group, broker_id, unclean=form.get("unclean") == "1", timeout=20.0)
+            return (f"{group}/{broker_id} ({done['address']}) is the master of {group} in epoch {done['epoch']}, "
+                    f"from offset {done['start_offset']}")
+
+        return await change(request, act, "cluster-changed")
 
     async def topics(request: Request) -> Response:
         q = request.query_params
@@ -333,6 +346,15 @@ def build_app(console: Console, *, secret: str) -> Starlette:
             return Response(json.dumps({"error": str(e), **console.history.series()}), media_type="application/json")
         return Response(json.dumps(console.history.series()), media_type="application/json")
 
+    async def failover_page(request: Request) -> Response:
+        try:
+            groups, error = await failover.cluster_timelines(console.admin), None
+        except TidemqError as e:
+            groups, error = [], f"the cluster did not answer: {e}"
+        fragment = request.query_params.get("fragment") == "1"
+        return page(request, "failover_groups.html" if fragment else "failover.html",
+                    {"groups": groups, "error": error, "active": "failover"})
+
     async def health(request: Request) -> Response:
         return Response(json.dumps({"ok": True, "namesrv": console.namesrv}), media_type="application/json")
 
@@ -340,7 +362,9 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         Route("/", index),
         Route("/health", health),
         Route("/cluster", cluster),
+        Route("/cluster/promote", cluster_promote, methods=["POST"]),
         Route("/dashboard", dashboard_page),
+        Route("/failover", failover_page),
         Route("/dashboard/data", dashboard_data),
         Route("/topic", topics, methods=["GET"]),
         Route("/topic", topic_save, methods=["POST"]),
