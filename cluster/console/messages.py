@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import attrs
+import trio
 
 from wire.client import BadRequest, NotFound, TidemqError
 from wire.protocol.checks import check_msg_id
@@ -21,6 +22,8 @@ READER_GROUP = "TIDEMQ_CONSOLE"
 """The group the console's reads name (its pulls commit nothing)."""
 MAX_PAGE = 10_000
 PULL_BATCH = 32
+"""What a node answers one pull with at most (maxTransferCountOnMessageInMemory)."""
+PULLS_IN_FLIGHT = 16
 
 
 @attrs.frozen
@@ -64,33 +67,54 @@ async def by_time(admin: Admin, namesrv: str, topic: str, begin_ms: int, end_ms:
         raise InputError(f"page size must be between 1 and {MAX_PAGE}")
     if page < 1:
         raise InputError("page must be 1 or more")
-    out: list[ReceivedMessage] = []
     async with PullConsumer(namesrv, group=READER_GROUP, topic=topic) as reader:
-        ranges: list[tuple[MessageQueue, int, int]] = []
-        for q in await admin.topic_status(topic):
+        queues = sorted(await admin.topic_status(topic), key=lambda q: (q["broker_name"], q["queue_id"]))
+        bounds: list[tuple[int, int]] = [(0, 0)] * len(queues)
+
+        async def bound(i: int, q: dict[str, Any]) -> None:
             mq = MessageQueue(topic, q["broker_name"], q["queue_id"])
-            bounds = (q["min_offset"], q["max_offset"])
-            lo = await _first_at_or_after(admin, reader, mq, begin_ms, *bounds)
-            hi = await _first_at_or_after(admin, reader, mq, end_ms, *bounds)
-            if hi > lo:
-                ranges.append((mq, lo, hi))
-        ranges.sort(key=lambda r: (r[0].broker_name, r[0].queue_id))
-        total = sum(hi - lo for _, lo, hi in ranges)
+            limits = (q["min_offset"], q["max_offset"])
+            bounds[i] = (await _first_at_or_after(admin, reader, mq, begin_ms, *limits),
+                         await _first_at_or_after(admin, reader, mq, end_ms, *limits))
+
+        async with trio.open_nursery() as nursery:  # each queue's range at once
+            for i, q in enumerate(queues):
+                nursery.start_soon(bound, i, q)
+        total = sum(max(0, hi - lo) for lo, hi in bounds)
+        # the page's slice of each queue's range (queues in order, each in offset order)
+        slices: list[tuple[MessageQueue, int, int]] = []
         skip, want = (page - 1) * size, size
-        for mq, lo, hi in ranges:
+        for q, (lo, hi) in zip(queues, bounds, strict=True):
+            n = max(0, hi - lo)
             if want <= 0:
                 break
-            if skip >= hi - lo:
-                skip -= hi - lo
+            if skip >= n:
+                skip -= n
                 continue
-            offset, skip = lo + skip, 0
-            while offset < hi and want > 0:
-                fresh = await _read(reader, mq, offset, min(PULL_BATCH, want, hi - offset))
-                if not fresh:
-                    break  # the range ends early (files cleaned up meanwhile)
-                out += fresh[:want]
-                want -= min(len(fresh), want)
-                offset = fresh[-1].queue_offset + 1
+            take = min(want, n - skip)
+            slices.append((MessageQueue(topic, q["broker_name"], q["queue_id"]), lo + skip, lo + skip + take))
+            skip, want = 0, want - take
+        parts: list[list[ReceivedMessage]] = [[] for _ in slices]
+
+        in_flight = trio.CapacityLimiter(PULLS_IN_FLIGHT)
+
+        async def read(i: int, mq: MessageQueue, start: int, stop: int) -> None:
+            # a queue's offsets are contiguous: its pulls of PULL_BATCH go out together
+            chunks: dict[int, list[ReceivedMessage]] = {}
+
+            async def chunk(offset: int) -> None:
+                async with in_flight:
+                    chunks[offset] = await _read(reader, mq, offset, min(PULL_BATCH, stop - offset))
+
+            async with trio.open_nursery() as inner:
+                for offset in range(start, stop, PULL_BATCH):
+                    inner.start_soon(chunk, offset)
+            parts[i] = [m for offset in sorted(chunks) for m in chunks[offset]]
+
+        async with trio.open_nursery() as nursery:  # every queue's slice at once
+            for i, (mq, start, stop) in enumerate(slices):
+                nursery.start_soon(read, i, mq, start, stop)
+    out = [m for part in parts for m in part]
     return MessagePage(topic, out, total, page, size)
 
 
