@@ -60,13 +60,13 @@ async def by_time(admin: Admin, namesrv: str, topic: str, begin_ms: int, end_ms:
     """Page `page` (from 1) of `size` of the topic's messages stored from `begin_ms` up to
     (not including) `end_ms`, queue by queue in offset order. Each queue's range comes from
     its ConsumeQueue's time search (offset_by_time), so a page reads only its own messages."""
-    topic = await known_topic(admin, topic)
     if end_ms <= begin_ms:
         raise InputError("the time range is backwards: the end must come after the begin")
     if not 1 <= size <= MAX_PAGE:
         raise InputError(f"page size must be between 1 and {MAX_PAGE}")
     if page < 1:
         raise InputError("page must be 1 or more")
+    topic = await known_topic(admin, topic)
     async with PullConsumer(namesrv, group=READER_GROUP, topic=topic) as reader:
         queues = sorted(await admin.topic_status(topic), key=lambda q: (q["broker_name"], q["queue_id"]))
         bounds: list[tuple[int, int]] = [(0, 0)] * len(queues)

@@ -5,18 +5,19 @@ cannot run here, so it is pointed at the system browser)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
-import selectors
 import shutil
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
+from cluster.launch import launcher
+from cluster.launch.launcher_console import CONSOLE_STATE, console_url
+from tests.cluster.helpers import cli
 from tests.node.nodeproc import REPO
 
 CHROMIUM = os.environ.get("TIDEMQ_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
@@ -24,55 +25,33 @@ SCREENSHOTS = os.environ.get("TIDEMQ_CONSOLE_SCREENSHOTS")
 """A directory: the tests save a 1280x800 screenshot of each page there (docs/console/)."""
 
 
-class ConsoleProcess:
-    """`tidemq console --namesrv NS --port 0`, its URL read from its `console: URL` line."""
-
-    def __init__(self, namesrv: str, log: Path) -> None:
-        self._log = open(log, "wb")  # noqa: SIM115 - closed in stop
-        self.log_path = log
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tidemq", "console", "--namesrv", namesrv, "--port", "0"],
-            cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-        )
-        self.url = self._wait_url(20.0)
-
-    def _wait_url(self, timeout: float) -> str:
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + timeout
-        buf = b""
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            while not buf.startswith(b"console: ") or not buf.endswith(b"\n"):
-                left = deadline - time.monotonic()
-                if left <= 0 or not sel.select(left):  # poll: wait for output with a deadline
-                    self.stop()
-                    raise AssertionError(f"console not up in {timeout} s:\n{self.log_path.read_text()}")
-                chunk = os.read(self.proc.stdout.fileno(), 4096)
-                if not chunk:
-                    self.stop()
-                    raise AssertionError(f"console exited:\n{self.log_path.read_text()}")
-                buf += chunk
-        return buf.decode().split("console: ", 1)[1].strip().rstrip("/")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-
-
 @contextlib.contextmanager
-def console_process(namesrv: str, directory: Path) -> Iterator[ConsoleProcess]:
-    console = ConsoleProcess(namesrv, directory / "console.log")
+def cluster_with_console(directory: Path) -> Iterator[dict[str, str]]:
+    """`tidemq cluster up --console` of a copy of conf/1m-1s-dev (free ports): the nodes'
+    addresses and the console's URL, which `cluster status` prints too; `cluster down` at
+    the end stops the console with the nodes (checked)."""
+    conf, base = directory / "conf", directory / "data"
+    launcher.copy_layout(REPO / "conf" / "1m-1s-dev", conf)
+    pid = None
     try:
-        yield console
+        up = cli("cluster", "up", "--conf", str(conf), "--base-dir", str(base), "--console", "--json", timeout=120)
+        assert up.returncode == 0, up.stderr.decode()
+        doc = json.loads(up.stdout)
+        pid = json.loads((base / CONSOLE_STATE).read_text())["pid"]
+        roles = {n["config_role"]: n["address"] for n in doc["nodes"]}
+        yield {"namesrv": roles["NAMESRV"], "master": roles["SYNC_MASTER"], "slave": roles["SLAVE"],
+               "url": doc["console"].rstrip("/"), "base": str(base)}
     finally:
-        console.stop()
+        launcher.down(base, grace_s=5)
+    assert console_url(base) is None
+    assert pid is None or not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def topics_cli(ns: str) -> set[str]:
+    """The topics `tidemq admin topicList` names."""
+    done = cli("admin", "topicList", "-n", ns, "--json")
+    assert done.returncode == 0, done.stderr.decode()
+    return {json.loads(line)["topic"] for line in done.stdout.decode().splitlines()}
 
 
 @contextlib.contextmanager
