@@ -72,10 +72,12 @@ def build_app(console: Console, *, secret: str) -> Starlette:
 
     def result(request: Request, ok: bool, message: str, *, trigger: str | None = None) -> Response:
         """A change's answer: a message fragment (status 200 so htmx swaps it in; the
-        fragment says whether it worked), and an event for the parts to refresh."""
+        fragment says whether it worked), and an event for the parts to refresh, fired
+        after the fragment settled: a refresh that replaced the button first (a row's own
+        Delete or Resend) would make htmx drop the answer."""
         response = templates.TemplateResponse(request, "result.html", {"ok": ok, "message": message})
         if ok and trigger:
-            response.headers["HX-Trigger"] = trigger
+            response.headers["HX-Trigger-After-Settle"] = trigger
         return response
 
     async def change(request: Request, act: Callable[[], Awaitable[str]], trigger: str | None = None) -> Response:

@@ -202,10 +202,36 @@ async def life(admin: Admin, m: ReceivedMessage) -> dict[str, Any]:
         pass
     consumed: list[str] = []
     pending: list[str] = []
+    groups: set[str] = set()
     for o in await admin.committed_offsets(topic=m.topic):
+        groups.add(o["group"])
         if o["broker_name"] == m.broker_name and o["queue_id"] == m.queue_id:
             (consumed if o["offset"] > m.queue_offset else pending).append(o["group"])
-    return {"stored": stored, "consumed": sorted(set(consumed)), "pending": sorted(set(pending))}
+    return {"stored": stored, "consumed": sorted(set(consumed)), "pending": sorted(set(pending)),
+            "copies": await _copies(admin, m, groups)}
+
+
+async def _copies(admin: Admin, m: ReceivedMessage, groups: set[str]) -> list[dict[str, Any]]:
+    """The message's retry and DLQ copies in the groups that consume its topic: found by
+    its keys in `%RETRY%<group>` and `%DLQ%<group>` (a copy keeps them), told apart by
+    ORIGIN_MESSAGE_ID. A message without keys has none found (there is nothing to look up by)."""
+    if not m.keys:
+        return []
+    origin = {m.msg_id, m.properties.get("UNIQ_KEY"), m.properties.get("ORIGIN_MESSAGE_ID")} - {None}
+    served = {t.topic for t in await admin.topics()}
+    found: dict[str, dict[str, Any]] = {}
+    for group in sorted(groups):
+        for prefix, kind in (("%RETRY%", "retry"), ("%DLQ%", "DLQ")):
+            topic = prefix + group
+            if topic not in served:
+                continue
+            for key in m.keys:
+                for c in await admin.query_by_key(topic, key):
+                    if c.properties.get("ORIGIN_MESSAGE_ID") in origin and c.msg_id not in found:
+                        found[c.msg_id] = {"msg_id": c.msg_id, "kind": kind, "group": group, "topic": topic,
+                                           "reconsume_times": c.reconsume_times,
+                                           "store_timestamp": c.store_timestamp}
+    return sorted(found.values(), key=lambda c: c["store_timestamp"])
 
 
 def summary(m: ReceivedMessage, limit: int = 80) -> str:

@@ -150,7 +150,7 @@ def _dead_letters(ns: str, topic: str, group: str, count: int) -> list[str]:
 
 def test_dlq_page_lists_resends_and_exports(page, cluster):
     ns = cluster["namesrv"]
-    _dead_letters(ns, "ConsoleDead", "ConsoleDeadGroup", 3)
+    dead = _dead_letters(ns, "ConsoleDead", "ConsoleDeadGroup", 3)
     page.goto("/dlq")
     assert page.page.locator("#dlqs tr[data-group='ConsoleDeadGroup'] td.num").inner_text() == "3"
     page.goto("/dlq/ConsoleDeadGroup")
@@ -184,6 +184,12 @@ def test_dlq_page_lists_resends_and_exports(page, cluster):
     assert sorted(m["msg_id"] for m in lines) == sorted(dlq_ids)
     assert {m["body"] for m in lines} == {"dead 0", "dead 1", "dead 2"}
     assert all(m["properties"]["RETRY_TOPIC"] == "ConsoleDead" for m in lines)
+
+    # the first message's life names its DLQ copy
+    page.goto(f"/message/{dead[0]}")
+    copies = page.page.inner_text("#copies")
+    assert "DLQ of ConsoleDeadGroup" in copies and lines[0]["msg_id"] in {m["msg_id"] for m in lines}, copies
+    assert any(m["msg_id"] in copies for m in lines), copies
 
 
 def test_dashboard_draws_tps_per_broker_and_topic_live(page, cluster):
