@@ -7,7 +7,9 @@ are htmx fragments. Front-end packages come from the npm registry at install tim
 (`tidemq console --install-assets`, assets.py) and are served locally, never from a CDN.
 
 - assets.py: fetch and locate the front-end packages (htmx, uPlot)
-- views.py: what each page shows, gathered from the cluster through Admin
+- inputs.py: what the pages take, checked (InputError: the sentence a page shows)
+- brokers.py, topics.py, consumers.py, messages.py, dlq.py, dashboard.py, failover.py:
+  what each page shows and changes, through Admin, Producer and PullConsumer
 - app.py: routes, templates, signed sessions and CSRF
 - server.py: hypercorn under trio, the Admin and Producer the app shares
 - cli.py: `tidemq console ...`

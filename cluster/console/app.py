@@ -29,8 +29,8 @@ from starlette_csrf import CSRFMiddleware
 from wire.client import TidemqError
 
 from ..client import Admin, Producer
-from . import assets, dashboard, dlq, failover, messages, views
-from .views import InputError
+from . import assets, brokers, consumers, dashboard, dlq, failover, inputs, messages, topics
+from .inputs import InputError
 
 HERE = Path(__file__).parent
 PAGES = [("dashboard", "Dashboard"), ("cluster", "Cluster"), ("topic", "Topic"), ("consumer", "Consumer"), ("message", "Message"),
@@ -62,7 +62,7 @@ def build_app(console: Console, *, secret: str) -> Starlette:
     """The app for one cluster; `secret` signs sessions and CSRF tokens."""
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.filters["n"] = _fmt_int
-    templates.env.filters["perm"] = views.perm_text
+    templates.env.filters["perm"] = topics.perm_text
     templates.env.filters["ts"] = _fmt_ts
     templates.env.globals.update(pages=PAGES, namesrv=console.namesrv)
 
@@ -94,7 +94,7 @@ def build_app(console: Console, *, secret: str) -> Starlette:
     async def cluster(request: Request) -> Response:
         fragment = request.query_params.get("fragment") == "1"
         try:
-            rows, error = await views.cluster_rows(console.admin), None
+            rows, error = await brokers.cluster_rows(console.admin), None
         except TidemqError as e:
             rows, error = [], f"the name server at {console.namesrv} did not answer: {e}"
         context = {"rows": rows, "error": error, "now": time.strftime("%H:%M:%S")}
@@ -105,20 +105,20 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         form = await request.form()
 
         async def act() -> str:
-            group = views.checked_group(str(form.get("broker_name", "")))
-            broker_id = views.checked_int(str(form.get("broker_id", "")), "brokerId", 1, 1 << 20)
+            group = inputs.checked_group(str(form.get("broker_name", "")))
+            broker_id = inputs.checked_int(str(form.get("broker_id", "")), "brokerId", 1, 1 << 20)
             done = await console.admin.promote(group, broker_id, unclean=form.get("unclean") == "1", timeout=20.0)
             return (f"{group}/{broker_id} ({done['address']}) is the master of {group} in epoch {done['epoch']}, "
                     f"from offset {done['start_offset']}")
 
         return await change(request, act, "cluster-changed")
 
-    async def topics(request: Request) -> Response:
+    async def topic_list(request: Request) -> Response:
         q = request.query_params
         kinds = q.getlist("kind") or ["NORMAL"]
         started = time.perf_counter()
         try:
-            rows, error = await views.topic_rows(console.admin, filter_text=q.get("filter", ""), kinds=kinds), None
+            rows, error = await topics.topic_rows(console.admin, filter_text=q.get("filter", ""), kinds=kinds), None
         except TidemqError as e:
             rows, error = [], f"the name server at {console.namesrv} did not answer: {e}"
         context = {"rows": rows, "error": error, "filter": q.get("filter", ""), "kinds": kinds,
@@ -130,18 +130,18 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         form = await request.form()
 
         async def act() -> str:
-            topic = views.checked_topic(str(form.get("topic", "")))
-            rq = views.checked_int(str(form.get("read_queue_nums", "4")), "read queues", 1, 1024)
-            wq = views.checked_int(str(form.get("write_queue_nums", "4")), "write queues", 1, 1024)
-            perm = views.checked_int(str(form.get("perm", "6")), "perm", 2, 6)
+            topic = inputs.checked_topic(str(form.get("topic", "")))
+            rq = inputs.checked_int(str(form.get("read_queue_nums", "4")), "read queues", 1, 1024)
+            wq = inputs.checked_int(str(form.get("write_queue_nums", "4")), "write queues", 1, 1024)
+            perm = inputs.checked_int(str(form.get("perm", "6")), "perm", 2, 6)
             if perm not in (2, 4, 6):
                 raise InputError("perm must be 6 (read and write), 4 (read only) or 2 (write only)")
             brokers = [b for b in form.getlist("broker") if isinstance(b, str) and b]
             made = await console.admin.create_topic(topic, read_queue_nums=rq, write_queue_nums=wq, perm=perm,
                                                     broker_names=brokers or None)
-            await views.wait_routed(console.admin, topic, [m.broker_name for m in made])
+            await topics.wait_routed(console.admin, topic, [m.broker_name for m in made])
             return (f"topic {topic} saved on {', '.join(m.broker_name for m in made)}: "
-                    f"{rq} read / {wq} write queues, perm {views.perm_text(perm)}")
+                    f"{rq} read / {wq} write queues, perm {topics.perm_text(perm)}")
 
         return await change(request, act, "topics-changed")
 
@@ -149,7 +149,7 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         name = request.path_params["topic"]
 
         async def act() -> str:
-            topic = await views.known_topic(console.admin, name)
+            topic = await inputs.known_topic(console.admin, name)
             deleted = await console.admin.delete_topic(topic)
             where = [b for b, had in deleted.items() if had]
             return f"topic {topic} deleted from {', '.join(where) or 'no broker group (none had it)'}"
@@ -159,7 +159,7 @@ def build_app(console: Console, *, secret: str) -> Starlette:
     async def topic_view(request: Request) -> Response:
         name = request.path_params["topic"]
         try:
-            detail, error = await views.topic_detail(console.admin, name), None
+            detail, error = await topics.topic_detail(console.admin, name), None
         except InputError as e:
             detail, error = None, str(e)
         except TidemqError as e:
@@ -173,7 +173,7 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         form = await request.form()
 
         async def act() -> str:
-            topic = await views.known_topic(console.admin, name)
+            topic = await inputs.known_topic(console.admin, name)
             body = str(form.get("body", ""))
             if not body:
                 raise InputError("the message body is empty; an empty body is not sent")
@@ -187,11 +187,11 @@ def build_app(console: Console, *, secret: str) -> Starlette:
 
         return await change(request, act, "topic-changed")
 
-    async def consumers(request: Request) -> Response:
+    async def consumer_list(request: Request) -> Response:
         q = request.query_params
         started = time.perf_counter()
         try:
-            rows, error = await views.group_rows(console.admin, filter_text=q.get("filter", ""),
+            rows, error = await consumers.group_rows(console.admin, filter_text=q.get("filter", ""),
                                                  system=q.get("system") == "1"), None
         except TidemqError as e:
             rows, error = [], f"the cluster did not answer: {e}"
@@ -202,7 +202,7 @@ def build_app(console: Console, *, secret: str) -> Starlette:
     async def consumer_view(request: Request) -> Response:
         name = request.path_params["group"]
         try:
-            detail, error = await views.group_detail(console.admin, name), None
+            detail, error = await consumers.group_detail(console.admin, name), None
         except InputError as e:
             detail, error = None, str(e)
         except TidemqError as e:
@@ -217,11 +217,11 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         form = await request.form()
 
         async def act() -> str:
-            group = views.checked_group(name)
+            group = inputs.checked_group(name)
             enable = str(form.get("consume_enable", ""))
             if enable not in ("true", "false"):
                 raise InputError("consumeEnable must be true or false")
-            retries = views.checked_int(str(form.get("retry_max_times", "")), "retryMaxTimes", 0, 1000)
+            retries = inputs.checked_int(str(form.get("retry_max_times", "")), "retryMaxTimes", 0, 1000)
             saved = await console.admin.update_sub_group(group, consume_enable=enable == "true",
                                                          retry_max_times=retries)
             return (f"settings of {group} saved on {', '.join(saved)}: consumeEnable {enable}, "
@@ -234,8 +234,8 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         form = await request.form()
 
         async def act() -> str:
-            when = views.parse_when(str(form.get("when", "")))
-            rows = await views.reset_offsets(console.admin, name, str(form.get("topic", "")), when,
+            when = consumers.parse_when(str(form.get("when", "")))
+            rows = await consumers.reset_offsets(console.admin, name, str(form.get("topic", "")), when,
                                              force=form.get("force") == "1")
             moved = ", ".join(f"{r['broker_name']}:{r['queue_id']} {r['old_offset']}→{r['new_offset']}" for r in rows)
             return f"offsets of {name} on {form.get('topic')} reset to {_fmt_ts(when) if when else 'now'}: {moved}"
@@ -257,8 +257,8 @@ def build_app(console: Console, *, secret: str) -> Starlette:
                 result = await messages.by_time(
                     console.admin, console.namesrv, q.get("topic", ""),
                     messages.parse_time(q.get("begin", ""), "begin"), messages.parse_time(q.get("end", ""), "end"),
-                    page=views.checked_int(q.get("page", "1"), "page", 1, 1 << 30),
-                    size=views.checked_int(q.get("size", "50"), "page size", 1, messages.MAX_PAGE))
+                    page=inputs.checked_int(q.get("page", "1"), "page", 1, 1 << 30),
+                    size=inputs.checked_int(q.get("size", "50"), "page size", 1, messages.MAX_PAGE))
                 context["rows"], context["page"] = messages.as_rows(result.messages), result
             elif mode == "key":
                 context["rows"] = messages.as_rows(await messages.by_key(console.admin, q.get("topic", ""),
@@ -298,8 +298,8 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         q = request.query_params
         context: dict[str, Any] = {"group": group, "rows": None, "error": None, "active": "dlq"}
         try:
-            number = views.checked_int(q.get("page", "1"), "page", 1, 1 << 30)
-            size = views.checked_int(q.get("size", "50"), "page size", 1, messages.MAX_PAGE)
+            number = inputs.checked_int(q.get("page", "1"), "page", 1, 1 << 30)
+            size = inputs.checked_int(q.get("size", "50"), "page size", 1, messages.MAX_PAGE)
             found, total = await dlq.dlq_messages(console.admin, console.namesrv, group, page=number, size=size)
             context.update(rows=messages.as_rows(found), total=total, page=number, size=size,
                            page_count=max(1, -(-total // size)))
@@ -368,12 +368,12 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         Route("/dashboard", dashboard_page),
         Route("/failover", failover_page),
         Route("/dashboard/data", dashboard_data),
-        Route("/topic", topics, methods=["GET"]),
+        Route("/topic", topic_list, methods=["GET"]),
         Route("/topic", topic_save, methods=["POST"]),
         Route("/topic/{topic}", topic_view, methods=["GET"]),
         Route("/topic/{topic}/delete", topic_delete, methods=["POST"]),
         Route("/topic/{topic}/send", topic_send, methods=["POST"]),
-        Route("/consumer", consumers, methods=["GET"]),
+        Route("/consumer", consumer_list, methods=["GET"]),
         Route("/consumer/{group}", consumer_view, methods=["GET"]),
         Route("/consumer/{group}/settings", consumer_settings, methods=["POST"]),
         Route("/consumer/{group}/reset", consumer_reset, methods=["POST"]),

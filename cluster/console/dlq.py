@@ -18,8 +18,8 @@ from wire.client import NotFound
 from wire.protocol.checks import check_properties
 
 from ..client import Admin, MessageQueue, Producer, PullConsumer, ReceivedMessage
+from .inputs import InputError, checked_group
 from .messages import READER_GROUP, _read, by_msg_id
-from .views import InputError, checked_group
 
 DLQ_PREFIX = "%DLQ%"
 RETRY_PROPERTIES = {"RETRY_TOPIC", "RECONSUME_TIME", "MAX_RECONSUME_TIMES", "DELAY", "REAL_TOPIC", "REAL_QID",

@@ -16,7 +16,7 @@ from wire.client import BadRequest, NotFound, TidemqError
 from wire.protocol.checks import check_msg_id
 
 from ..client import Admin, MessageQueue, PullConsumer, ReceivedMessage
-from .views import InputError, known_topic
+from .inputs import InputError, known_topic
 
 READER_GROUP = "TIDEMQ_CONSOLE"
 """The group the console's reads name (its pulls commit nothing)."""
