@@ -93,7 +93,7 @@ def cluster_demo(conf: str, base_dir: str) -> int:
 
     url = console_url(base_dir)
     if url:
-        print(f"Web console (Cluster, Topic pages; docs/console.md): {url}")
+        print(f"Web console (docs/console.md): {url}")
     return code
 
 

@@ -1,10 +1,12 @@
-"""The console's ASGI app: routes, templates, signed sessions and CSRF (Starlette's
-SessionMiddleware, itsdangerous-signed; starlette-csrf's double-submit cookie, sent back by
-htmx as the x-csrftoken header on every change).
+"""The console's ASGI app: routes, templates and CSRF (starlette-csrf's double-submit
+cookie, its token signed with itsdangerous, sent back by htmx as the x-csrftoken header on
+every change).
 
-Every page is rendered whole on the server; its live parts (the Cluster table, the Topic
-list) are htmx fragments of the same templates. A change answers with a result fragment:
-what the cluster said, or why the input was refused (nothing changed then).
+Every page is rendered whole on the server; its live parts (the Cluster table, a group's
+progress, the Failover timeline, the lists a change refreshes) are htmx fragments of the
+same templates. A change answers with a result fragment: what the cluster said, or why the
+input was refused (nothing changed then). There are no logins yet, so no sessions: the
+console acts as the account its process logs in with (docs/console.md, "Not done yet").
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from typing import Any
 import attrs
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -33,8 +34,9 @@ from . import assets, brokers, consumers, dashboard, dlq, failover, inputs, mess
 from .inputs import InputError
 
 HERE = Path(__file__).parent
-PAGES = [("dashboard", "Dashboard"), ("cluster", "Cluster"), ("topic", "Topic"), ("consumer", "Consumer"), ("message", "Message"),
-         ("dlq", "DLQ"), ("failover", "Failover")]
+PAGES = [("dashboard", "Dashboard"), ("cluster", "Cluster"), ("topic", "Topic"), ("consumer", "Consumer"),
+         ("message", "Message"), ("dlq", "DLQ"), ("failover", "Failover")]
+"""The menu: path and rocketmq-dashboard's name of each page."""
 
 
 @attrs.define
@@ -59,7 +61,7 @@ def _fmt_ts(ms: int | None) -> str:
 
 
 def build_app(console: Console, *, secret: str) -> Starlette:
-    """The app for one cluster; `secret` signs sessions and CSRF tokens."""
+    """The app for one cluster; `secret` signs the CSRF tokens."""
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.filters["n"] = _fmt_int
     templates.env.filters["perm"] = topics.perm_text
@@ -136,9 +138,9 @@ def build_app(console: Console, *, secret: str) -> Starlette:
             perm = inputs.checked_int(str(form.get("perm", "6")), "perm", 2, 6)
             if perm not in (2, 4, 6):
                 raise InputError("perm must be 6 (read and write), 4 (read only) or 2 (write only)")
-            brokers = [b for b in form.getlist("broker") if isinstance(b, str) and b]
+            named = [b for b in form.getlist("broker") if isinstance(b, str) and b]  # none: every master
             made = await console.admin.create_topic(topic, read_queue_nums=rq, write_queue_nums=wq, perm=perm,
-                                                    broker_names=brokers or None)
+                                                    broker_names=named or None)
             await topics.wait_routed(console.admin, topic, [m.broker_name for m in made])
             return (f"topic {topic} saved on {', '.join(m.broker_name for m in made)}: "
                     f"{rq} read / {wq} write queues, perm {topics.perm_text(perm)}")
@@ -185,14 +187,14 @@ def build_app(console: Console, *, secret: str) -> Starlette:
             return (f"sent: msgId {sent.msg_id} on {sent.broker_name} queue {sent.queue_id} "
                     f"offset {sent.queue_offset} ({sent.status.name})")
 
-        return await change(request, act, "topic-changed")
+        return await change(request, act)
 
     async def consumer_list(request: Request) -> Response:
         q = request.query_params
         started = time.perf_counter()
         try:
             rows, error = await consumers.group_rows(console.admin, filter_text=q.get("filter", ""),
-                                                 system=q.get("system") == "1"), None
+                                                     system=q.get("system") == "1"), None
         except TidemqError as e:
             rows, error = [], f"the cluster did not answer: {e}"
         context = {"rows": rows, "error": error, "filter": q.get("filter", ""), "system": q.get("system") == "1",
@@ -236,7 +238,7 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         async def act() -> str:
             when = consumers.parse_when(str(form.get("when", "")))
             rows = await consumers.reset_offsets(console.admin, name, str(form.get("topic", "")), when,
-                                             force=form.get("force") == "1")
+                                                 force=form.get("force") == "1")
             moved = ", ".join(f"{r['broker_name']}:{r['queue_id']} {r['old_offset']}→{r['new_offset']}" for r in rows)
             return f"offsets of {name} on {form.get('topic')} reset to {_fmt_ts(when) if when else 'now'}: {moved}"
 
@@ -386,8 +388,5 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
         Mount("/vendor", StaticFiles(directory=str(assets.VENDOR_DIR), check_dir=False), name="vendor"),
     ]
-    middleware = [
-        Middleware(SessionMiddleware, secret_key=secret, session_cookie="tidemq_console", same_site="strict"),
-        Middleware(CSRFMiddleware, secret=secret, cookie_samesite="strict"),
-    ]
+    middleware = [Middleware(CSRFMiddleware, secret=secret, cookie_samesite="strict")]
     return Starlette(routes=routes, middleware=middleware)
