@@ -73,7 +73,10 @@ def _start_console(args: argparse.Namespace) -> str:
     namesrv = next((r.address for r in state.ordered() if r.stage is Stage.NAMESRV and r.pid), None) if state else None
     if namesrv is None:
         raise LauncherError("--console needs the layout's name server (namesrv.toml), which is not running")
-    start_console(base, namesrv, port=args.console_port)
+    from ..launch.secrets import layout_secrets
+
+    secrets = layout_secrets(state.layout) if state else None  # a secure layout: log in as its admin, with TLS
+    start_console(base, namesrv, port=args.console_port, env=secrets.env("broker") if secrets else None)
     url = console_url(base)
     assert url is not None
     return url

@@ -45,9 +45,11 @@ def console_url(base: str | os.PathLike[str]) -> str | None:
     return running[1] if running else None
 
 
-def start_console(base: Path, namesrv: str, *, port: int = 0, timeout_s: float = 30.0) -> str:
+def start_console(base: Path, namesrv: str, *, port: int = 0, timeout_s: float = 30.0,
+                  env: dict[str, str] | None = None) -> str:
     """Start the console for the name server `namesrv` unless it runs; a sentence saying
-    which, with its URL. LauncherError (with its log's tail) when it does not come up."""
+    which, with its URL. `env` adds to its environment (a secure layout's login and CA).
+    LauncherError (with its log's tail) when it does not come up."""
     running = _running(base)
     if running is not None:
         return f"console        running  {running[1]} pid {running[0].pid}"
@@ -58,6 +60,7 @@ def start_console(base: Path, namesrv: str, *, port: int = 0, timeout_s: float =
     with open(log_path, "ab") as out:
         offset = out.tell()
         proc = subprocess.Popen(argv, cwd=base, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                env={**os.environ, **(env or {})},
                                 start_new_session=True)  # own session: outlives the launcher
     deadline = time.monotonic() + timeout_s
     url = None
