@@ -75,8 +75,10 @@ def _start_console(args: argparse.Namespace) -> str:
         raise LauncherError("--console needs the layout's name server (namesrv.toml), which is not running")
     from ..launch.secrets import layout_secrets
 
-    secrets = layout_secrets(state.layout) if state else None  # a secure layout: log in as its admin, with TLS
-    start_console(base, namesrv, port=args.console_port, env=secrets.env("broker") if secrets else None)
+    secrets = layout_secrets(state.layout) if state else None
+    # a secure layout: its users log in with their own accounts; TLS to the nodes with its CA
+    start_console(base, namesrv, port=args.console_port, login=secrets is not None,
+                  env={"TIDEMQ_TLS_CA": str(secrets.ca_file)} if secrets else None)
     url = console_url(base)
     assert url is not None
     return url
@@ -276,7 +278,8 @@ def add_cluster_commands(subparsers: argparse._SubParsersAction) -> Any:
                     help="start a local etcd for automatic failover (conf/2m-2s-sync-auto; a layout "
                     "whose nodes set controllerMode = \"etcd\" starts it anyway)")
     up.add_argument("--console", action="store_true",
-                    help="also start the web console (tidemq console) for the cluster; `status` prints its URL")
+                    help="also start the web console (tidemq console) for the cluster; `status` prints its URL "
+                    "(a layout with secrets: with --login, its users log in with their accounts)")
     up.add_argument("--console-port", type=int, default=0, metavar="PORT",
                     help="the console's port on 127.0.0.1 (default: a free one)")
     up.set_defaults(handler=_launcher_errors(_cmd_up))

@@ -1,12 +1,16 @@
-"""The console's ASGI app: routes, templates and CSRF (starlette-csrf's double-submit
-cookie, its token signed with itsdangerous, sent back by htmx as the x-csrftoken header on
-every change).
+"""The console's ASGI app: routes, templates, logins and CSRF (starlette-csrf's
+double-submit cookie, its token signed with itsdangerous, sent back by htmx as the
+x-csrftoken header on every change).
 
 Every page is rendered whole on the server; its live parts (the Cluster table, a group's
 progress, the Failover timeline, the lists a change refreshes) are htmx fragments of the
 same templates. A change answers with a result fragment: what the cluster said, or why the
-input was refused (nothing changed then). There are no logins yet, so no sessions: the
-console acts as the account its process logs in with (docs/console.md, "Not done yet").
+input was refused (nothing changed then).
+
+Without `--login` every request uses the process's own clients (its login, if any); with
+it, each user logs in (sessions.py) and every request uses that user's clients; the pages
+that change the cluster or read every group are refused to non-admins here, on the server.
+The session cookie is signed (Starlette's SessionMiddleware, itsdangerous).
 """
 
 from __future__ import annotations
@@ -16,10 +20,12 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import attrs
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -32,8 +38,10 @@ from wire.client import TidemqError
 from ..client import Admin, Producer
 from . import assets, brokers, consumers, dashboard, dlq, failover, inputs, messages, topics
 from .inputs import InputError
+from .sessions import Sessions
 
 HERE = Path(__file__).parent
+Handler = Callable[[Request], Awaitable[Response]]
 PAGES = [("dashboard", "Dashboard"), ("cluster", "Cluster"), ("topic", "Topic"), ("consumer", "Consumer"),
          ("message", "Message"), ("dlq", "DLQ"), ("failover", "Failover")]
 """The menu: path and rocketmq-dashboard's name of each page."""
@@ -41,11 +49,13 @@ PAGES = [("dashboard", "Dashboard"), ("cluster", "Cluster"), ("topic", "Topic"),
 
 @attrs.define
 class Console:
-    """What the app's handlers share: the cluster clients and the name server's address."""
+    """What the app's handlers share: the name server's address and either the process's
+    own clients (`admin`, `producer`) or, with logins, each user's (`sessions`)."""
 
-    admin: Admin
-    producer: Producer
     namesrv: str
+    admin: Admin | None = None
+    producer: Producer | None = None
+    sessions: Sessions | None = None
     history: dashboard.History = attrs.field(factory=dashboard.History)
 
 
@@ -70,6 +80,7 @@ def build_app(console: Console, *, secret: str) -> Starlette:
 
     def page(request: Request, name: str, context: dict[str, Any], *, status: int = 200) -> Response:
         context.setdefault("active", name.split(".")[0].split("_")[0])
+        context.setdefault("user", getattr(request.state, "user", None))
         return templates.TemplateResponse(request, name, context, status_code=status)
 
     def result(request: Request, ok: bool, message: str, *, trigger: str | None = None) -> Response:
@@ -90,13 +101,62 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         except TidemqError as e:
             return result(request, False, f"the cluster refused: {e}")
 
+    def guarded(handler: Handler, *, admin_only: bool = False) -> Handler:
+        """`handler` with the request's clients in `request.state`: the process's, or with
+        logins the session's user's. Without a login: to the login page. `admin_only`:
+        refused (403) on the server unless the account is an admin."""
+        async def run(request: Request) -> Response:
+            if console.sessions is None:
+                request.state.admin, request.state.producer, request.state.user = console.admin, console.producer, None
+                return await handler(request)
+            clients = console.sessions.get(request.session.get("sid"))
+            if clients is None:
+                target = "/login?next=" + quote(request.url.path)
+                if request.headers.get("HX-Request") == "true":
+                    return Response(headers={"HX-Redirect": target})
+                return RedirectResponse(target, status_code=303)
+            request.state.admin, request.state.producer, request.state.user = \
+                clients.admin, clients.producer, clients.user
+            if admin_only and not clients.is_admin:
+                said = f"{request.method} {request.url.path} needs an admin account; {clients.user} is not one"
+                if request.method == "GET":
+                    return page(request, "refused.html", {"message": said}, status=403)
+                response = templates.TemplateResponse(request, "result.html", {"ok": False, "message": said},
+                                                      status_code=403)
+                return response
+            return await handler(request)
+
+        return run
+
+    async def login_page(request: Request) -> Response:
+        return page(request, "login.html", {"next": request.query_params.get("next", "/"), "active": "login"})
+
+    async def login(request: Request) -> Response:
+        assert console.sessions is not None
+        form = await request.form()
+        try:
+            sid = await console.sessions.login(str(form.get("user", "")).strip(), str(form.get("secret", "")))
+        except InputError as e:
+            return result(request, False, str(e))
+        console.sessions.logout(request.session.get("sid"))
+        request.session["sid"] = sid
+        target = str(form.get("next", "/"))
+        return Response(headers={"HX-Redirect": target if target.startswith("/") and not target.startswith("//")
+                                 else "/"})
+
+    async def logout(request: Request) -> Response:
+        if console.sessions is not None:
+            console.sessions.logout(request.session.get("sid"))
+        request.session.clear()
+        return Response(headers={"HX-Redirect": "/login"})
+
     async def index(request: Request) -> Response:
         return RedirectResponse("/dashboard", status_code=302)
 
     async def cluster(request: Request) -> Response:
         fragment = request.query_params.get("fragment") == "1"
         try:
-            rows, error = await brokers.cluster_rows(console.admin), None
+            rows, error = await brokers.cluster_rows(request.state.admin), None
         except TidemqError as e:
             rows, error = [], f"the name server at {console.namesrv} did not answer: {e}"
         context = {"rows": rows, "error": error, "now": time.strftime("%H:%M:%S")}
@@ -109,7 +169,7 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         async def act() -> str:
             group = inputs.checked_group(str(form.get("broker_name", "")))
             broker_id = inputs.checked_int(str(form.get("broker_id", "")), "brokerId", 1, 1 << 20)
-            done = await console.admin.promote(group, broker_id, unclean=form.get("unclean") == "1", timeout=20.0)
+            done = await request.state.admin.promote(group, broker_id, unclean=form.get("unclean") == "1", timeout=20.0)
             return (f"{group}/{broker_id} ({done['address']}) is the master of {group} in epoch {done['epoch']}, "
                     f"from offset {done['start_offset']}")
 
@@ -120,7 +180,7 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         kinds = q.getlist("kind") or ["NORMAL"]
         started = time.perf_counter()
         try:
-            rows, error = await topics.topic_rows(console.admin, filter_text=q.get("filter", ""), kinds=kinds), None
+            rows, error = await topics.topic_rows(request.state.admin, filter_text=q.get("filter", ""), kinds=kinds), None
         except TidemqError as e:
             rows, error = [], f"the name server at {console.namesrv} did not answer: {e}"
         context = {"rows": rows, "error": error, "filter": q.get("filter", ""), "kinds": kinds,
@@ -139,9 +199,9 @@ def build_app(console: Console, *, secret: str) -> Starlette:
             if perm not in (2, 4, 6):
                 raise InputError("perm must be 6 (read and write), 4 (read only) or 2 (write only)")
             named = [b for b in form.getlist("broker") if isinstance(b, str) and b]  # none: every master
-            made = await console.admin.create_topic(topic, read_queue_nums=rq, write_queue_nums=wq, perm=perm,
+            made = await request.state.admin.create_topic(topic, read_queue_nums=rq, write_queue_nums=wq, perm=perm,
                                                     broker_names=named or None)
-            await topics.wait_routed(console.admin, topic, [m.broker_name for m in made])
+            await topics.wait_routed(request.state.admin, topic, [m.broker_name for m in made])
             return (f"topic {topic} saved on {', '.join(m.broker_name for m in made)}: "
                     f"{rq} read / {wq} write queues, perm {topics.perm_text(perm)}")
 
@@ -151,8 +211,8 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         name = request.path_params["topic"]
 
         async def act() -> str:
-            topic = await inputs.known_topic(console.admin, name)
-            deleted = await console.admin.delete_topic(topic)
+            topic = await inputs.known_topic(request.state.admin, name)
+            deleted = await request.state.admin.delete_topic(topic)
             where = [b for b, had in deleted.items() if had]
             return f"topic {topic} deleted from {', '.join(where) or 'no broker group (none had it)'}"
 
@@ -161,7 +221,7 @@ def build_app(console: Console, *, secret: str) -> Starlette:
     async def topic_view(request: Request) -> Response:
         name = request.path_params["topic"]
         try:
-            detail, error = await topics.topic_detail(console.admin, name), None
+            detail, error = await topics.topic_detail(request.state.admin, name), None
         except InputError as e:
             detail, error = None, str(e)
         except TidemqError as e:
@@ -175,13 +235,13 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         form = await request.form()
 
         async def act() -> str:
-            topic = await inputs.known_topic(console.admin, name)
+            topic = await inputs.known_topic(request.state.admin, name)
             body = str(form.get("body", ""))
             if not body:
                 raise InputError("the message body is empty; an empty body is not sent")
             tags = str(form.get("tags", "")).strip() or None
             keys = [k for k in str(form.get("keys", "")).split() if k]
-            sent = await console.producer.send(topic, body, tags=tags, keys=keys)
+            sent = await request.state.producer.send(topic, body, tags=tags, keys=keys)
             if not sent.ok:
                 raise InputError(f"the message was not stored: {sent.status.name}")
             return (f"sent: msgId {sent.msg_id} on {sent.broker_name} queue {sent.queue_id} "
@@ -193,7 +253,7 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         q = request.query_params
         started = time.perf_counter()
         try:
-            rows, error = await consumers.group_rows(console.admin, filter_text=q.get("filter", ""),
+            rows, error = await consumers.group_rows(request.state.admin, filter_text=q.get("filter", ""),
                                                      system=q.get("system") == "1"), None
         except TidemqError as e:
             rows, error = [], f"the cluster did not answer: {e}"
@@ -204,7 +264,7 @@ def build_app(console: Console, *, secret: str) -> Starlette:
     async def consumer_view(request: Request) -> Response:
         name = request.path_params["group"]
         try:
-            detail, error = await consumers.group_detail(console.admin, name), None
+            detail, error = await consumers.group_detail(request.state.admin, name), None
         except InputError as e:
             detail, error = None, str(e)
         except TidemqError as e:
@@ -224,7 +284,7 @@ def build_app(console: Console, *, secret: str) -> Starlette:
             if enable not in ("true", "false"):
                 raise InputError("consumeEnable must be true or false")
             retries = inputs.checked_int(str(form.get("retry_max_times", "")), "retryMaxTimes", 0, 1000)
-            saved = await console.admin.update_sub_group(group, consume_enable=enable == "true",
+            saved = await request.state.admin.update_sub_group(group, consume_enable=enable == "true",
                                                          retry_max_times=retries)
             return (f"settings of {group} saved on {', '.join(saved)}: consumeEnable {enable}, "
                     f"retryMaxTimes {retries}")
@@ -237,7 +297,7 @@ def build_app(console: Console, *, secret: str) -> Starlette:
 
         async def act() -> str:
             when = consumers.parse_when(str(form.get("when", "")))
-            rows = await consumers.reset_offsets(console.admin, name, str(form.get("topic", "")), when,
+            rows = await consumers.reset_offsets(request.state.admin, name, str(form.get("topic", "")), when,
                                                  force=form.get("force") == "1")
             moved = ", ".join(f"{r['broker_name']}:{r['queue_id']} {r['old_offset']}→{r['new_offset']}" for r in rows)
             return f"offsets of {name} on {form.get('topic')} reset to {_fmt_ts(when) if when else 'now'}: {moved}"
@@ -257,16 +317,16 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         try:
             if mode == "time":
                 result = await messages.by_time(
-                    console.admin, console.namesrv, q.get("topic", ""),
+                    request.state.admin, console.namesrv, q.get("topic", ""),
                     messages.parse_time(q.get("begin", ""), "begin"), messages.parse_time(q.get("end", ""), "end"),
                     page=inputs.checked_int(q.get("page", "1"), "page", 1, 1 << 30),
                     size=inputs.checked_int(q.get("size", "50"), "page size", 1, messages.MAX_PAGE))
                 context["rows"], context["page"] = messages.as_rows(result.messages), result
             elif mode == "key":
-                context["rows"] = messages.as_rows(await messages.by_key(console.admin, q.get("topic", ""),
+                context["rows"] = messages.as_rows(await messages.by_key(request.state.admin, q.get("topic", ""),
                                                                          q.get("key", "")))
             elif mode == "id":
-                found = await messages.by_msg_id(console.admin, q.get("msg_id", ""))
+                found = await messages.by_msg_id(request.state.admin, q.get("msg_id", ""))
                 return RedirectResponse(f"/message/{found.msg_id}", status_code=303) \
                     if q.get("fragment") != "1" else Response(headers={"HX-Redirect": f"/message/{found.msg_id}"})
         except InputError as e:
@@ -280,8 +340,8 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         msg_id = request.path_params["msg_id"]
         context: dict[str, Any] = {"msg_id": msg_id, "m": None, "error": None, "active": "message"}
         try:
-            m = await messages.by_msg_id(console.admin, msg_id)
-            context.update(m=m, views=messages.body_views(m.body), life=await messages.life(console.admin, m))
+            m = await messages.by_msg_id(request.state.admin, msg_id)
+            context.update(m=m, views=messages.body_views(m.body), life=await messages.life(request.state.admin, m))
         except InputError as e:
             context["error"] = str(e)
         except TidemqError as e:
@@ -290,7 +350,7 @@ def build_app(console: Console, *, secret: str) -> Starlette:
 
     async def dlq_list(request: Request) -> Response:
         try:
-            rows, error = await dlq.dlq_rows(console.admin), None
+            rows, error = await dlq.dlq_rows(request.state.admin), None
         except TidemqError as e:
             rows, error = [], f"the cluster did not answer: {e}"
         return page(request, "dlq.html", {"rows": rows, "error": error})
@@ -302,7 +362,7 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         try:
             number = inputs.checked_int(q.get("page", "1"), "page", 1, 1 << 30)
             size = inputs.checked_int(q.get("size", "50"), "page size", 1, messages.MAX_PAGE)
-            found, total = await dlq.dlq_messages(console.admin, console.namesrv, group, page=number, size=size)
+            found, total = await dlq.dlq_messages(request.state.admin, console.namesrv, group, page=number, size=size)
             context.update(rows=messages.as_rows(found), total=total, page=number, size=size,
                            page_count=max(1, -(-total // size)))
         except InputError as e:
@@ -321,7 +381,7 @@ def build_app(console: Console, *, secret: str) -> Starlette:
             one = form.get("one")  # a row's own Resend button (inside the form, which sends its boxes too)
             ids = [one] if isinstance(one, str) and one else [
                 i for i in form.getlist("msg_id") if isinstance(i, str) and i]
-            rows = await dlq.resend(console.admin, console.producer, group, ids)
+            rows = await dlq.resend(request.state.admin, request.state.producer, group, ids)
             return f"resent {len(rows)} message(s): " + ", ".join(
                 f"{r['msg_id']} → {r['topic']} as {r['new_msg_id']}" for r in rows)
 
@@ -330,7 +390,7 @@ def build_app(console: Console, *, secret: str) -> Starlette:
     async def dlq_export(request: Request) -> Response:
         group = request.path_params["group"]
         try:
-            found, _ = await dlq.dlq_messages(console.admin, console.namesrv, group, page=1, size=messages.MAX_PAGE)
+            found, _ = await dlq.dlq_messages(request.state.admin, console.namesrv, group, page=1, size=messages.MAX_PAGE)
         except InputError as e:
             return Response(str(e) + "\n", status_code=404, media_type="text/plain")
         wanted = set(request.query_params.getlist("msg_id"))
@@ -345,14 +405,14 @@ def build_app(console: Console, *, secret: str) -> Starlette:
 
     async def dashboard_data(request: Request) -> Response:
         try:
-            await console.history.sample(console.admin)
+            await console.history.sample(request.state.admin)
         except TidemqError as e:
             return Response(json.dumps({"error": str(e), **console.history.series()}), media_type="application/json")
         return Response(json.dumps(console.history.series()), media_type="application/json")
 
     async def failover_page(request: Request) -> Response:
         try:
-            groups, error = await failover.cluster_timelines(console.admin), None
+            groups, error = await failover.cluster_timelines(request.state.admin), None
         except TidemqError as e:
             groups, error = [], f"the cluster did not answer: {e}"
         fragment = request.query_params.get("fragment") == "1"
@@ -365,28 +425,35 @@ def build_app(console: Console, *, secret: str) -> Starlette:
     routes = [
         Route("/", index),
         Route("/health", health),
-        Route("/cluster", cluster),
-        Route("/cluster/promote", cluster_promote, methods=["POST"]),
-        Route("/dashboard", dashboard_page),
-        Route("/failover", failover_page),
-        Route("/dashboard/data", dashboard_data),
-        Route("/topic", topic_list, methods=["GET"]),
-        Route("/topic", topic_save, methods=["POST"]),
-        Route("/topic/{topic}", topic_view, methods=["GET"]),
-        Route("/topic/{topic}/delete", topic_delete, methods=["POST"]),
-        Route("/topic/{topic}/send", topic_send, methods=["POST"]),
-        Route("/consumer", consumer_list, methods=["GET"]),
-        Route("/consumer/{group}", consumer_view, methods=["GET"]),
-        Route("/consumer/{group}/settings", consumer_settings, methods=["POST"]),
-        Route("/consumer/{group}/reset", consumer_reset, methods=["POST"]),
-        Route("/message", message_search, methods=["GET"]),
-        Route("/message/{msg_id}", message_view, methods=["GET"]),
-        Route("/dlq", dlq_list, methods=["GET"]),
-        Route("/dlq/{group}", dlq_view, methods=["GET"]),
-        Route("/dlq/{group}/resend", dlq_resend, methods=["POST"]),
-        Route("/dlq/{group}/export", dlq_export, methods=["GET"]),
+        Route("/login", login_page, methods=["GET"]),
+        Route("/login", login, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        Route("/cluster", guarded(cluster)),
+        Route("/cluster/promote", guarded(cluster_promote, admin_only=True), methods=["POST"]),
+        Route("/dashboard", guarded(dashboard_page)),
+        Route("/dashboard/data", guarded(dashboard_data)),
+        Route("/failover", guarded(failover_page)),
+        Route("/topic", guarded(topic_list), methods=["GET"]),
+        Route("/topic", guarded(topic_save, admin_only=True), methods=["POST"]),
+        Route("/topic/{topic}", guarded(topic_view), methods=["GET"]),
+        Route("/topic/{topic}/delete", guarded(topic_delete, admin_only=True), methods=["POST"]),
+        Route("/topic/{topic}/send", guarded(topic_send), methods=["POST"]),
+        # the group list reads every group's offsets and settings (admin-only ops on the nodes)
+        Route("/consumer", guarded(consumer_list, admin_only=True), methods=["GET"]),
+        Route("/consumer/{group}", guarded(consumer_view), methods=["GET"]),
+        Route("/consumer/{group}/settings", guarded(consumer_settings, admin_only=True), methods=["POST"]),
+        Route("/consumer/{group}/reset", guarded(consumer_reset, admin_only=True), methods=["POST"]),
+        Route("/message", guarded(message_search), methods=["GET"]),
+        Route("/message/{msg_id}", guarded(message_view), methods=["GET"]),
+        Route("/dlq", guarded(dlq_list), methods=["GET"]),
+        Route("/dlq/{group}", guarded(dlq_view), methods=["GET"]),
+        Route("/dlq/{group}/resend", guarded(dlq_resend), methods=["POST"]),
+        Route("/dlq/{group}/export", guarded(dlq_export), methods=["GET"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
         Mount("/vendor", StaticFiles(directory=str(assets.VENDOR_DIR), check_dir=False), name="vendor"),
     ]
     middleware = [Middleware(CSRFMiddleware, secret=secret, cookie_samesite="strict")]
+    if console.sessions is not None:  # logins: a signed cookie names the session (never the secret)
+        middleware.append(Middleware(SessionMiddleware, secret_key=secret, session_cookie="tidemq_console",
+                                     same_site="strict", max_age=12 * 3600))
     return Starlette(routes=routes, middleware=middleware)

@@ -33,7 +33,7 @@ def _cmd_console(args: argparse.Namespace) -> int:
     def ready(url: str) -> None:
         print(f"console: {url}", flush=True)
 
-    trio.run(lambda: run_console(args.namesrv, host=args.host, port=args.port, on_ready=ready))
+    trio.run(lambda: run_console(args.namesrv, host=args.host, port=args.port, login=args.login, on_ready=ready))
     return EXIT_OK
 
 
@@ -49,6 +49,9 @@ def add_console_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--namesrv", "-n", metavar="HOST:PORT", help="the cluster's name server")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+    p.add_argument("--login", action="store_true",
+                   help="every user logs in with their tidemq account (aclEnable clusters) and the console "
+                   "talks to the nodes as that account; pages that change the cluster need an admin account")
     p.add_argument("--install-assets", action="store_true",
                    help="fetch the front-end packages from the npm registry (then serve when --namesrv is given)")
     p.set_defaults(handler=_cmd_console)

@@ -46,17 +46,19 @@ def console_url(base: str | os.PathLike[str]) -> str | None:
 
 
 def start_console(base: Path, namesrv: str, *, port: int = 0, timeout_s: float = 30.0,
-                  env: dict[str, str] | None = None) -> str:
+                  env: dict[str, str] | None = None, login: bool = False) -> str:
     """Start the console for the name server `namesrv` unless it runs; a sentence saying
-    which, with its URL. `env` adds to its environment (a secure layout's login and CA).
-    LauncherError (with its log's tail) when it does not come up."""
+    which, with its URL. `env` adds to its environment (a secure layout's CA); `login`:
+    its users log in with their own accounts. LauncherError (with its log's tail) when it
+    does not come up."""
     running = _running(base)
     if running is not None:
         return f"console        running  {running[1]} pid {running[0].pid}"
     logs = base / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / "console.out"
-    argv = [sys.executable, "-m", "tidemq", "console", "--namesrv", namesrv, "--port", str(port or free_port())]
+    argv = [sys.executable, "-m", "tidemq", "console", "--namesrv", namesrv, "--port", str(port or free_port()),
+            *(["--login"] if login else [])]
     with open(log_path, "ab") as out:
         offset = out.tell()
         proc = subprocess.Popen(argv, cwd=base, stdin=subprocess.DEVNULL, stdout=out, stderr=out,

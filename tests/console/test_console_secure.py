@@ -1,7 +1,8 @@
 """The console beside a secure cluster (conf/2m-2s-secure: aclEnable and tlsMode enforcing,
-its secrets made by `cluster make-secrets`): `cluster up --console` logs the console in as
-the layout's admin account over TLS, so every page has the cluster's data and a change
-goes through, as the CLI (logged in as `app`) confirms. Slow tier (five processes)."""
+its secrets made by `cluster make-secrets`): `cluster up --console` starts it with logins
+(`--login`) and TLS to the nodes. A wrong secret is refused; `app` (not an admin) sees the
+cluster but is refused a change on the server; `broker` (admin) makes it, as the CLI
+(logged in as `app`) confirms. Slow tier (five processes)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,22 @@ from tests.console.browser import Page, chromium
 pytestmark = [pytest.mark.slow, pytest.mark.sweep]
 
 
-def test_cluster_up_console_on_a_secure_layout(tmp_path):
+def log_in(page: Page, user: str, secret: str) -> None:
+    if "/login" not in page.page.url:
+        page.goto("/login")
+    page.page.fill("#login-user", user)
+    page.page.fill("#login-secret", secret)
+    page.page.click("#login-button")
+
+
+def create_topic(page: Page, topic: str) -> None:
+    page.goto("/topic")
+    page.page.locator("#add-topic summary").click()
+    page.page.fill("#new-topic", topic)
+    page.page.click("#save-topic")
+
+
+def test_cluster_up_console_on_a_secure_layout_logs_users_in(tmp_path):
     conf, base = tmp_path / "conf", tmp_path / "data"
     launcher.copy_layout(REPO / "conf" / "2m-2s-secure", conf)
     made = cli("cluster", "make-secrets", str(conf))
@@ -29,20 +45,35 @@ def test_cluster_up_console_on_a_secure_layout(tmp_path):
         assert up.returncode == 0, up.stderr.decode()
         doc = json.loads(up.stdout)
         namesrv = next(n["address"] for n in doc["nodes"] if n["config_role"] == "NAMESRV")
+        secrets = conf / "secrets"
         with chromium() as browser:
             page = Page(browser, doc["console"].rstrip("/"))
-            page.goto("/cluster")
+            page.goto("/cluster")  # not logged in: to the login page
+            assert "/login" in page.page.url
+            log_in(page, "app", "not-its-secret")
+            said = page.page.wait_for_selector("#login-result .result.error").inner_text()
+            assert said.startswith("login as app failed"), said
+            # app (PUB|SUB, not admin) sees the cluster, and is refused changes on the server
+            log_in(page, "app", (secrets / "app.secret").read_text().strip())
+            page.page.wait_for_url("**/cluster")
+            assert page.page.inner_text("#user") == "app"
             assert page.page.locator("#brokers tr[data-group]").count() == 4
             assert page.page.locator("#brokers td.error").count() == 0, page.page.inner_text("#brokers")
-            page.goto("/topic")
-            page.page.locator("#add-topic summary").click()
-            page.page.fill("#new-topic", "SecureConsoleTopic")
-            page.page.click("#save-topic")
+            create_topic(page, "SecureConsoleTopic")
+            said = page.page.wait_for_selector("#topic-result .result").inner_text()
+            assert said == "POST /topic needs an admin account; app is not one", said
+            assert page.goto("/consumer").status == 403
+            page.errors.clear()  # the browser logs the two 403s it was given
+            page.page.click("#logout")
+            page.page.wait_for_url("**/login")
+            # broker (admin) may
+            log_in(page, "broker", (secrets / "broker.secret").read_text().strip())
+            page.page.wait_for_url("**/dashboard")
+            create_topic(page, "SecureConsoleTopic")
             said = page.page.wait_for_selector("#topic-result .result").inner_text()
             assert said.startswith("topic SecureConsoleTopic saved on broker-a, broker-b"), said
             assert page.errors == [], page.errors
             page.close()
-        secrets = conf / "secrets"
         env = {**os.environ, "PYTHONPATH": str(REPO), "TIDEMQ_USER": "app",
                "TIDEMQ_SECRET_FILE": str(secrets / "app.secret"), "TIDEMQ_TLS_CA": str(secrets / "ca.pem")}
         listed = subprocess.run([sys.executable, "-m", "tidemq", "admin", "topicList", "-n", namesrv, "--json"],

@@ -6,3 +6,12 @@ document.addEventListener("htmx:configRequest", function (event) {
     event.detail.headers["x-csrftoken"] = decodeURIComponent(match[1]);
   }
 });
+// A change the server refuses for the account (403) still shows its sentence.
+document.addEventListener("DOMContentLoaded", function () {
+  htmx.config.responseHandling = [
+    { code: "204", swap: false },
+    { code: "[23]..", swap: true },
+    { code: "403", swap: true, error: true },
+    { code: "[45]..", swap: false, error: true },
+  ];
+});
