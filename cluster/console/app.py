@@ -57,6 +57,7 @@ class Console:
     producer: Producer | None = None
     sessions: Sessions | None = None
     history: dashboard.History = attrs.field(factory=dashboard.History)
+    """The Dashboard's samples without logins (with them, each user's own)."""
 
 
 def _fmt_int(n: int | None) -> str:
@@ -108,6 +109,7 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         async def run(request: Request) -> Response:
             if console.sessions is None:
                 request.state.admin, request.state.producer, request.state.user = console.admin, console.producer, None
+                request.state.history = console.history
                 return await handler(request)
             clients = console.sessions.get(request.session.get("sid"))
             if clients is None:
@@ -117,6 +119,7 @@ def build_app(console: Console, *, secret: str) -> Starlette:
                 return RedirectResponse(target, status_code=303)
             request.state.admin, request.state.producer, request.state.user = \
                 clients.admin, clients.producer, clients.user
+            request.state.history = clients.history  # a user's samples are what their account may read
             if admin_only and not clients.is_admin:
                 said = f"{request.method} {request.url.path} needs an admin account; {clients.user} is not one"
                 if request.method == "GET":
@@ -405,10 +408,10 @@ def build_app(console: Console, *, secret: str) -> Starlette:
 
     async def dashboard_data(request: Request) -> Response:
         try:
-            await console.history.sample(request.state.admin)
+            await request.state.history.sample(request.state.admin)
         except TidemqError as e:
-            return Response(json.dumps({"error": str(e), **console.history.series()}), media_type="application/json")
-        return Response(json.dumps(console.history.series()), media_type="application/json")
+            return Response(json.dumps({"error": str(e), **request.state.history.series()}), media_type="application/json")
+        return Response(json.dumps(request.state.history.series()), media_type="application/json")
 
     async def failover_page(request: Request) -> Response:
         try:

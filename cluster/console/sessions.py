@@ -18,6 +18,7 @@ from wire.credentials import Credentials
 from wire.protocol import TopicList
 
 from ..client import Admin, Producer
+from .dashboard import History
 from .inputs import InputError
 
 
@@ -29,6 +30,7 @@ class UserClients:
     admin: Admin
     producer: Producer
     is_admin: bool
+    history: History = attrs.field(factory=History)
     done: trio.Event = attrs.field(factory=trio.Event)
 
 
