@@ -92,6 +92,7 @@ SYSTEMS = {
         System("tidemq-syncmaster", ALL),
         System("tidemq-both", ALL),
         System("tidemq-secure", ALL),
+        System("tidemq-async-metrics", ALL),
         System("redis-everysec", ALL, ("redis-server",)),
         System("redis-always", ALL, ("redis-server",)),
         System("redis-everysec-wait", FAN_IN, ("redis-server",)),
@@ -110,18 +111,22 @@ MODES = {  # system key -> (flushDiskType, brokerRole)
     "tidemq-syncmaster": ("ASYNC_FLUSH", "SYNC_MASTER"),
     "tidemq-both": ("SYNC_FLUSH", "SYNC_MASTER"),
     "tidemq-secure": ("ASYNC_FLUSH", "ASYNC_MASTER"),  # tidemq-async with TLS and logins on
+    "tidemq-async-metrics": ("ASYNC_FLUSH", "ASYNC_MASTER"),  # tidemq-async with /metrics scraped every second
 }
 RMQ_MODES = {  # CBOR and remoting rows against one node of the mode
     "tidemq-async-rmq": MODES["tidemq-async"],
     "tidemq-syncflush-rmq": MODES["tidemq-syncflush"],
 }
 SECURE = {"tidemq-secure"}
+METRICS = {"tidemq-async-metrics"}
+"""Rows run only when named (`--only floor,tidemq-async,tidemq-async-metrics`): the cost of
+/metrics beside tidemq-async (docs/metrics.md)."""
 
 
 @attrs.frozen
 class Settings:
-    systems: tuple[str, ...] = tuple(k for k in SYSTEMS if k not in RMQ_MODES)
-    """Every system but the remoting ones (`--only tidemq-async-rmq,...` runs those)."""
+    systems: tuple[str, ...] = tuple(k for k in SYSTEMS if k not in RMQ_MODES and k not in METRICS)
+    """Every system but the remoting and metrics ones (`--only tidemq-async-rmq,...` runs those)."""
     runs: int = 3
     seconds: float = 3.0
     warmup: float = 0.5
@@ -137,7 +142,7 @@ def _system(key: str, procs: Processes, work: Path, bases: list[Path]) -> contex
     if key == "floor":
         return peers.floor(procs, work)
     if key in MODES:
-        return peers.tidemq(work, *MODES[key], bases=bases, secure=key in SECURE)
+        return peers.tidemq(work, *MODES[key], bases=bases, secure=key in SECURE, metrics=key in METRICS)
     if key in RMQ_MODES:
         return peers.tidemq(work, *RMQ_MODES[key], bases=bases)
     if key.startswith("redis-"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,6 +21,7 @@ import psutil
 import trio
 
 from cluster.launch import launcher
+from cluster.launch.metrics import scrape_target
 from cluster.launch.secrets import NAMESRV_KEYS, NODE_KEYS, forget_layout_secrets, make_dev_secrets
 from store.address import split_host_port
 from wire.client import connect
@@ -87,26 +89,36 @@ def _mode_name(flush: str, role: str, secure: bool = False) -> str:
 
 
 @contextlib.asynccontextmanager
-async def tidemq(work: Path, flush: str, role: str, *, bases: list[Path], secure: bool = False) -> AsyncIterator[Target]:
+async def tidemq(work: Path, flush: str, role: str, *, bases: list[Path], secure: bool = False,
+                 metrics: bool = False) -> AsyncIterator[Target]:
     """A name server, a master and (SYNC_MASTER) its slave as real processes. `bases`
     records the launcher base dir so the harness can stop it whatever happens. `secure`:
-    every connection uses TLS and logs in (the lean client as the layout's `app` account)."""
+    every connection uses TLS and logs in (the lean client as the layout's `app` account).
+    `metrics`: `cluster up --metrics`, and a scraper reads the master's /metrics every second."""
     work.mkdir(parents=True, exist_ok=True)
     conf, base = _layout(work, flush, role, secure=secure), work / "data"
     bases.append(base)
     lean_args: tuple[str, ...] = ()
+    scraper: subprocess.Popen[bytes] | None = None
     if secure:
         secrets = conf / "secrets"
         lean_args = ("--user", "app", "--secret-file", str(secrets / "app.secret"), "--tls-ca", str(secrets / "ca.pem"))
     try:
-        results = await trio.to_thread.run_sync(lambda: launcher.up(conf, base, timeout_s=60.0))
+        results = await trio.to_thread.run_sync(lambda: launcher.up(conf, base, timeout_s=60.0, metrics=metrics))
         master = next(r.record for r in results if r.record.stage is launcher.Stage.MASTER)
+        url = scrape_target(master) if metrics else None
+        if url is not None:
+            scraper = subprocess.Popen([sys.executable, "-m", "bench.scrape", url, "--interval", "1"], cwd=REPO,
+                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         nodes = {r.record.name: psutil.Process(r.record.pid) for r in results if r.record.pid}
         namesrv = next((r.record.address for r in results if r.record.kind == "namesrv"), "")
         yield Target(_mode_name(flush, role, secure), "tidemq", [split_host_port(master.address)[1]],
                      nodes, master=nodes[master.name], address=master.address, base=base, lean_args=lean_args,
                      serving=master.name, namesrv=namesrv or "")
     finally:
+        if scraper is not None:
+            scraper.terminate()
+            await trio.to_thread.run_sync(scraper.wait)
         await trio.to_thread.run_sync(launcher.down, base)
         bases.remove(base)
         if secure:  # launcher.up logged this process in with the layout's secrets: undo it

@@ -24,6 +24,7 @@ TITLES = {
     "tidemq-syncmaster": "tidemq SYNC_MASTER",
     "tidemq-both": "tidemq both",
     "tidemq-secure": "tidemq async, TLS + login",
+    "tidemq-async-metrics": "tidemq async, /metrics scraped 1/s",
     "redis-everysec": "Redis everysec",
     "redis-always": "Redis always",
     "redis-everysec-wait": "Redis everysec + WAIT",

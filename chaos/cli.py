@@ -4,9 +4,9 @@
     tidemq chaos run SCENARIO --mode SYNC_MASTER+SYNC_FLUSH --seed N --duration S [--base-dir DIR] [--json]
     tidemq chaos soak --minutes M [--log FILE]
     tidemq chaos sim --seeds 1..10000 [--mode M|all] [--slaves 1|2|all] [--controller manual|etcd|all]
-                     [--groups 1|2|all]
+                     [--groups 1|2|all] [--storage]
                      [--jobs N] [--mutate NAME [--first]] [--json]
-    tidemq chaos sim --seed N --mode M --slaves S --controller C --groups G [--without I,J] [--shrink] [--events]
+    tidemq chaos sim --seed N --mode M --slaves S --controller C --groups G [--storage] [--without I,J] [--shrink] [--events]
                      [--keep] [--mutate NAME]
     tidemq chaos proxy --port 8474
 
@@ -288,6 +288,7 @@ def _replay_command(result: dict[str, Any], without: Sequence[int] = (), mutatio
     """The command that replays a seed's result (SeedResult.to_json) bit for bit."""
     extra = f" --without {','.join(map(str, without))}" if without else ""
     extra += f" --mutate {mutation}" if mutation else ""
+    extra += " --storage" if result.get("storage") else ""
     return (f"tidemq chaos sim --seed {result['seed']} --mode {result['mode']} --slaves {result['slaves']} "
             f"--controller {result['controller']} --groups {result['groups']}{extra}")
 
@@ -335,11 +336,11 @@ def _sim_one(args: argparse.Namespace, without: tuple[int, ...]) -> int:
             print(f"  {what}", file=sys.stderr, flush=True)
 
         without, result = shrink(args.seed, mode, base_dir=args.dir, mutation=args.mutate, slaves=slaves,
-                                 controller=controller, groups=groups, progress=progress)
+                                 controller=controller, groups=groups, storage=args.storage, progress=progress)
     else:
         result = replay(args.seed, mode, without=without, base_dir=args.dir, keep=args.keep, mutation=args.mutate,
-                        slaves=slaves, controller=controller, groups=groups)
-    schedule = draw(args.seed, etcd=controller == "etcd", slaves=slaves, groups=groups)
+                        slaves=slaves, controller=controller, groups=groups, storage=args.storage)
+    schedule = draw(args.seed, etcd=controller == "etcd", slaves=slaves, groups=groups, storage=args.storage)
     kept = [f for i, f in enumerate(schedule.faults) if i not in without]
     if args.json:
         print(json.dumps({**result.to_json(), "schedule": [f.to_json() for f in kept],
@@ -379,7 +380,7 @@ def _sim_sweep(args: argparse.Namespace, seeds: list[int]) -> int:
     result = sweep(seeds, mode=args.mode, jobs=args.jobs, base_dir=args.dir, mutation=args.mutate,
                    stop_at_first=args.first, slaves=args.slaves if args.slaves == "all" else int(args.slaves),
                    controller=args.controller, groups=args.groups if args.groups == "all" else int(args.groups),
-                   on_result=on_result)
+                   storage=args.storage, on_result=on_result)
     summary = result.to_json()
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -501,6 +502,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     sim.add_argument("--groups", default="all",
                      help="broker groups: 1, 2 or all (default: each seed its own, sixteen seeds at a time); "
                      "with two, each fault and promotion strikes one of them (docs/simulation.md)")
+    sim.add_argument("--storage", action="store_true",
+                     help="storage faults too: some kills, pauses and slow disks become power losses "
+                          "(docs/simulation.md, Storage faults)")
     sim.add_argument("--dir", help="where the stores go (default /dev/shm, a tmpfs)")
     sim.add_argument("--mutate", metavar="NAME",
                      help="run with a deliberate bug, to see the checker catch it: "

@@ -30,6 +30,7 @@ a RocketMQ 4.9 slave sends it about 5 s after connecting.
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 from collections.abc import Awaitable, Callable
@@ -71,6 +72,10 @@ DEFAULT_MAX_SILENCE_S = 15.0
 
 _PROMOTED = "(promoted)"
 """The `_departed` key of a promoted master's start hold (`hold_start`)."""
+_RESTARTED = "(restarted)"
+"""The `_departed` key of a restarted master's hold at its checkpoint's confirm offset."""
+PUSH_MARKS = 256
+"""Pushes remembered per connection for the caught-up rule (the oldest fall off: later)."""
 
 WAKEUP_FALLBACK_S = 0.1
 """A caught-up writer re-checks at least this often even without an append wakeup."""
@@ -118,6 +123,14 @@ class HAConnection:
     """Set when the first report was accepted and `start_offset` is known."""
     last_ack_at: float | None = None
     """trio.current_time() of the newest report (the in-sync rule's haMaxTimeSlaveNotCatchup)."""
+    caught_up_at: float | None = None
+    """trio.current_time() of the newest push whose log end the slave has since acked
+    (RocketMQ 5's lastCaughtUpTimeMs): manual mode's in-sync set keeps a slave for
+    haMaxTimeSlaveNotCatchup after it, and no longer (`HAService.members`)."""
+    push_marks: collections.deque[tuple[int, float]] = attrs.field(
+        factory=lambda: collections.deque(maxlen=PUSH_MARKS))
+    """(the log's end, trio time) at each push not acked yet: an ack at or past that end
+    means the slave caught up as of that push (`_caught_up`)."""
     extension: bool = False
     """The slave offered the confirm-offset extension (a tidemq slave; ha/protocol.py)."""
     confirm_sent: int = -1
@@ -139,6 +152,8 @@ class HAConnection:
     """The commit sequence number the pending batch brings the slave to."""
     offsets_acked: int = 0
     """The newest offsets batch the slave acked (it holds every commit up to that number)."""
+    connected_at: float = attrs.field(factory=trio.current_time)
+    """trio.current_time() of the accept (the start of a new slave's lag)."""
 
 
 class HAService:
@@ -191,11 +206,15 @@ class HAService:
         went silent is (`_departed_acks`)."""
         self._departed_changed = trio.Event()
         self.hold_start = hold_start
-        """Manual mode, a promoted slave's first term: until a slave connects or
+        """Manual mode, a promoted slave's first term: until a slave catches up or
         `max_silence_s` passed, its log's end at the start holds the confirm offset as a
         departed member's ack would. Its old master, and the other slaves, were cut off from
         it or are on their way to follow it; one of them may be promoted next, judged by a
-        confirm offset this node could not tell it (seed 33: two promotions 0.6 s apart)."""
+        confirm offset this node could not tell it (seed 33: two promotions 0.6 s apart).
+        A master that restarts (not promoted) holds the confirm offset its checkpoint kept
+        the same way (seed 1447): its slaves, away meanwhile, lack what it writes alone, and
+        one of them may be promoted while this master cannot be asked. A master the name
+        servers list no slave for drops the hold (`expect`)."""
         self._limit_seen: int | None = None  # what dispatch last asked visible_end for
         self.on_ack_timeout = on_ack_timeout
         """Called when a put's wait for the members ran out; True when the controller shrank
@@ -255,6 +274,11 @@ class HAService:
         if slaves != self.expected_slaves:
             self.expected_slaves = slaves
             self.log.visibility_moved()  # visible_end may change
+        if slaves == 0 and self._departed.pop(_RESTARTED, None) is not None:
+            self.log.visibility_moved()  # a master without slaves: nobody lacks its tail
+        elif slaves and self._departed:
+            self._end_start_holds()
+            self.log.visibility_moved()
 
     async def wait_for_slave(self, next_offset: int, timeout_s: float) -> bool:
         """True once the slaves a put needs acked `next_offset`: any one (4.x semantics), or
@@ -349,7 +373,9 @@ class HAService:
         if self.on_ack_timeout is not None:
             named = self.ack_members or frozenset()
             return [c for c in self._connections if c.address in named]
-        return self._in_sync(self.max_gap, self.max_silence_s)
+        now = trio.current_time()
+        return [c for c in self._connections
+                if c.caught_up_at is not None and now - c.caught_up_at <= self.max_silence_s]
 
     def confirm_limit(self) -> int | None:
         """RocketMQ 5's confirmOffset, in every replication mode: what every member of the
@@ -381,9 +407,14 @@ class HAService:
         return [ack for ack, _at in self._departed.values()]
 
     async def _expire_departed(self) -> None:
-        """Move the visibility limit on when a departed slave's hold ends (`_departed_acks`)."""
+        """Move the visibility limit on when a departed slave's hold ends (`_departed_acks`),
+        or a connected member leaves the set (it has not caught up for `max_silence_s`)."""
         while True:
-            due = min((at + self.max_silence_s for _ack, at in self._departed.values()), default=math.inf)
+            now = trio.current_time()
+            times = [at for _ack, at in self._departed.values()]
+            times += [c.caught_up_at for c in self._connections
+                      if c.caught_up_at is not None and c.caught_up_at + self.max_silence_s >= now]
+            due = min(times, default=math.inf) + self.max_silence_s
             with trio.move_on_at(due + 0.001):  # just past it: `_departed_acks` drops it then
                 await self._departed_changed.wait()
                 self._departed_changed = trio.Event()
@@ -420,7 +451,10 @@ class HAService:
 
     def in_sync(self, max_gap: int, max_silence_s: float) -> list[str]:
         """Peer addresses of the slaves within `max_gap` bytes that reported within
-        `max_silence_s` (RocketMQ 5's haMaxGapNotInSync / haMaxTimeSlaveNotCatchup)."""
+        `max_silence_s` (RocketMQ 5's haMaxGapNotInSync / haMaxTimeSlaveNotCatchup): etcd
+        mode's controller publishes this set (it, not the master, then decides who may be
+        elected). Manual mode's own set (`members`) goes by time alone: a slave the master
+        dropped by a gap could not know it was dropped, and would pass its promotion check."""
         return sorted(c.address for c in self._in_sync(max_gap, max_silence_s))
 
     def _in_sync(self, max_gap: int, max_silence_s: float) -> list[HAConnection]:
@@ -449,6 +483,20 @@ class HAService:
             for c in sorted(self._connections, key=lambda c: c.connected_since)
         ]
 
+    def lag_seconds(self) -> dict[str, float]:
+        """Peer address → seconds each connected slave is behind: 0 while it holds the whole
+        log, else the time since the newest push whose end it reached (`caught_up_at`), or
+        since it connected."""
+        end, now = self.log.end(), trio.current_time()
+        out: dict[str, float] = {}
+        for c in self._connections:
+            if c.ack_offset >= end:
+                out[c.address] = 0.0
+            else:
+                since = c.caught_up_at if c.caught_up_at is not None else c.connected_at
+                out[c.address] = max(0.0, now - since)
+        return out
+
     # ---- serving --------------------------------------------------------------------------
     async def run(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen and serve slaves until cancelled; reports the bound port to `nursery.start`."""
@@ -457,6 +505,8 @@ class HAService:
         self.log.add_append_listener(self._on_append)
         if self.hold_start and self.on_ack_timeout is None:
             self._departed[_PROMOTED] = (self.log.end(), trio.current_time())
+        elif self.on_ack_timeout is None and (kept := self.log.known_confirm) is not None:
+            self._departed[_RESTARTED] = (kept, trio.current_time())
         self.log.limit_visibility(self.visible_end)
         log.info("HA service listening on %s:%d", self.host, self.port)
         try:
@@ -515,8 +565,6 @@ class HAService:
             stream = secured
         conn = HAConnection(stream, address, int(runtime.wall_clock() * 1000))
         self._connections.add(conn)
-        self._departed.pop(_host(address), None)  # the slave is back: its connection counts now
-        self._departed.pop(_PROMOTED, None)
         self.slaves_accepted += 1
         # by host: a slave that reconnects before its old connection is found dead (up to
         # haHousekeepingInterval) is not a second slave
@@ -530,9 +578,8 @@ class HAService:
                 nursery.start_soon(self._guarded, self._read_loop, conn, nursery.cancel_scope)
                 nursery.start_soon(self._guarded, self._write_loop, conn, nursery.cancel_scope)
         finally:
-            if self.on_ack_timeout is None and conn in self._in_sync(self.max_gap, self.max_silence_s) \
-                    and conn.last_ack_at is not None:
-                self._departed[_host(address)] = (conn.ack_offset, conn.last_ack_at)
+            if self.on_ack_timeout is None and conn in self.members() and conn.caught_up_at is not None:
+                self._departed[_host(address)] = (conn.ack_offset, conn.caught_up_at)
                 self._departed_changed.set()
             self._connections.discard(conn)
             self._offsets_moved()  # commit waits re-check the members
@@ -604,10 +651,38 @@ class HAService:
         conn.last_ack_at = trio.current_time()
         if acks:
             conn.ack_offset = acks[-1]
+            self._caught_up(conn, max_offset)
             self._notify_transfer_some(conn.ack_offset)
         if conn.extension and acks and self.confirm_offset() > conn.confirm_sent:
             self._on_append()  # a caught-up writer sends the confirm offset the ack moved
         return True
+
+    def _caught_up(self, conn: HAConnection, max_offset: int) -> None:
+        """Move `conn.caught_up_at` by its new ack: to the newest push whose log end it
+        reached, or to now when it holds the whole log. A slave that catches up ends the
+        start holds (a restarted or promoted master's): it is a member now."""
+        ack, now = conn.ack_offset, trio.current_time()
+        caught = None
+        while conn.push_marks and conn.push_marks[0][0] <= ack:
+            caught = conn.push_marks.popleft()[1]
+        if ack >= max_offset:
+            caught = now
+        if caught is not None and (conn.caught_up_at is None or caught > conn.caught_up_at):
+            joined = conn.caught_up_at is None or now - conn.caught_up_at > self.max_silence_s
+            conn.caught_up_at = caught
+            if joined:
+                self._departed_changed.set()  # its leaving is due now (`_expire_departed`)
+                self._departed.pop(_host(conn.address), None)  # the slave is back: its connection counts now
+                self._end_start_holds()
+                self.log.visibility_moved()  # a member again: the limit moves with its acks
+
+    def _end_start_holds(self) -> None:
+        """A restarted or promoted master's start hold ends once as many slaves as the group
+        has registered (at least one) caught up: one that caught up alone may be following
+        it while another, promoted meanwhile, lacks its tail (seed 1447)."""
+        if len(self.members()) >= max(1, self.expected_slaves):
+            for key in (_PROMOTED, _RESTARTED):
+                self._departed.pop(key, None)
 
     def _stream_offsets(self, conn: HAConnection) -> None:
         """A tidemq slave took the extension: queue the whole offset table for it (every
@@ -694,6 +769,7 @@ class HAService:
                 self.missed_wakeups += 1  # appended while this writer was not waiting yet
             timed_out = False
             if size:
+                conn.push_marks.append((self.log.end(), trio.current_time()))
                 await stream.send_all(frame)
                 next_offset += size
                 last_write = trio.current_time()
@@ -710,6 +786,7 @@ class HAService:
                 return
             now, due = trio.current_time(), last_write + heartbeat_s
             if now >= due:
+                conn.push_marks.append((self.log.end(), now))
                 await stream.send_all(encode_heartbeat(next_offset))
                 last_write = trio.current_time()
                 conn.frame_sent = True

@@ -18,11 +18,13 @@ a separate task (`_report_loop`) only sends the idle heartbeat. Both run under
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable
 
 import attrs
 import trio
 
+from store import runtime
 from store.address import AddressError, split_host_port
 from store.config import StoreConfig
 from store.replica_log import FollowerAppendError, ReplicaLog
@@ -41,6 +43,8 @@ from .protocol import (
 log = logging.getLogger("tidemq.ha")
 
 RECEIVE_SIZE = 1024 * 1024
+CAUGHT_UP_NOTE_S = 0.1
+"""How often the caught-up time goes into the checkpoint, at most (a store into its map)."""
 """One read takes up to this much of a backlog: while the slave catches up, each turn of the
 read loop appends far more than a dispatch round (64 KiB) consumes, so acks run ahead of
 dispatch and the ConsumeQueues catch up afterwards, as with RocketMQ's separate threads."""
@@ -150,6 +154,14 @@ class HAClient:
         """The newest confirm offset a tidemq master sent, kept across connections and
         restarts (in the store's checkpoint): a slave cut off from its master serves nothing
         past what it last knew. None while none is known (a RocketMQ 4.x master sends none)."""
+        self.caught_up_at: float | None = log.known_caught_up
+        """Wall time (`runtime.wall_clock`) this slave last read a frame that left it holding
+        the master's whole log as the master saw it when it pushed (a heartbeat, or data
+        shorter than a batch): its master keeps it in its in-sync set for
+        haMaxTimeSlaveNotCatchup after that (ha/master.py `members`), and may confirm alone
+        what it lacks from then on. Kept in the checkpoint across restarts (None: never).
+        The promotion check judges a master it cannot ask by it."""
+        self._caught_up_noted = -math.inf  # when `caught_up_at` last went into the checkpoint
         self.stopped = trio.Event()
         """Set once `run` has ended (cancelled): no connection is left open."""
         self._session: _Session | None = None
@@ -364,6 +376,8 @@ class HAClient:
                 self.log.visibility_moved()
             for run in contiguous_runs(frames, self.log.segment_size):
                 self._apply(run)
+            if frames and len(frames[-1].body) < self.config.ha_transfer_batch_size:
+                self._caught_up()  # the master had no more when it pushed this
             session.frames += len(frames)
             if frames:
                 await self._report(session)  # ack before dispatch or anything else runs
@@ -381,6 +395,12 @@ class HAClient:
                 "nothing read from master %s for %d ms (haHousekeepingInterval); closing",
                 session.address, self.config.ha_housekeeping_interval,
             )
+
+    def _caught_up(self) -> None:
+        now = self.caught_up_at = runtime.wall_clock()
+        if not 0 <= now - self._caught_up_noted < CAUGHT_UP_NOTE_S:
+            self._caught_up_noted = now  # the checkpoint's copy lags by at most that: the cautious side
+            self.log.note_caught_up(now)
 
     async def _take_offsets(self, session: _Session, batches: list[OffsetsBatch]) -> None:
         """Hand streamed commits to the node's table, then ack the newest batch."""

@@ -30,11 +30,13 @@ from store.message_store import MessageStore, open_store
 from wire.protocol.namesrv import RegisterReply
 from wire.tls import accept_replica, wrap_client
 
-from .config import BrokerConfig
+from .config import BrokerConfig, ConfigError
 from .failover.controller import EtcdController
 from .failover.etcd import EtcdClient
 from .failover.promotion import Failover, Transition, effective_config
 from .logs import name_role
+from .metrics.broker import BrokerCollector
+from .metrics.endpoint import MetricsEndpoint, MetricsError, token_from
 from .offset_stream import OffsetFollower, offset_table
 from .ops.dispatch import (
     BATCHED_OPS,
@@ -51,6 +53,7 @@ from .schedule import ScheduleMessageService
 from .security.guard import Guard
 from .server import ClientServer
 from .slave_sync import SlaveSync
+from .tables.consumers import LOCK_FENCE_S, ConsumerManager
 from .tables.offsets import ConsumerOffsetManager
 from .tables.subscription_groups import SubscriptionGroupManager
 from .tables.topics import TopicConfigManager
@@ -128,8 +131,20 @@ class Broker:
         self.controller: EtcdController | None = self.failover.controller  # type: ignore[assignment]
         self.services: NodeServices | None = None
         self.server: ClientServer | None = None
+        self.metrics = self._metrics_endpoint(cfg) if cfg.metrics_enabled else None
+        """/metrics with metricsExporterType PROM (node/metrics/), else None."""
         self._stop = trio.Event()
         self._term_end = trio.Event()
+
+    def _metrics_endpoint(self, cfg: BrokerConfig) -> MetricsEndpoint:
+        """The node's collector, served on metricsPromExporterPort
+        (ConfigError: the bearer token file cannot be read)."""
+        try:
+            token = token_from(cfg.metrics_prom_bearer_token_file)
+        except MetricsError as e:
+            raise ConfigError(f"{cfg.source}: metricsPromBearerTokenFile: {e}" if cfg.source else str(e)) from None
+        return MetricsEndpoint([BrokerCollector(cfg, lambda: self.services)], host=cfg.metrics_bind_host, port=cfg.metrics_prom_exporter_port,
+                               tls=self.client_port_tls, bearer_token=token)
 
     def stop(self) -> None:
         """Begin a graceful shutdown (what SIGTERM does)."""
@@ -157,11 +172,14 @@ class Broker:
             await runtime.run_sync(self.topics.load)
             await runtime.run_sync(self.offsets.load)
             await runtime.run_sync(self.subgroups.load)
+            await self._create_trace_topic()
             async with trio.open_nursery() as outer:
                 if signals is not None:
                     outer.start_soon(self._watch_signals, signals)
                 if self.controller is not None:
                     await outer.start(self.controller.run)
+                if self.metrics is not None:  # across terms: a promotion keeps the endpoint
+                    await outer.start(self.metrics.run)
                 try:
                     while True:
                         self.cfg = self.failover.cfg
@@ -178,6 +196,13 @@ class Broker:
                 finally:
                     outer.cancel_scope.cancel()
         log.info("node %s/%d stopped", cfg.broker_name, cfg.broker_id)
+
+    async def _create_trace_topic(self) -> None:
+        """traceTopicEnable: a master makes the trace topic (1 queue, as RocketMQ's
+        TopicConfigManager does) if its table lacks it; a slave copies its master's table."""
+        cfg = self.cfg
+        if cfg.trace_topic_enable and cfg.role.is_master and self.topics.get(cfg.msg_trace_topic_name) is None:
+            await self.topics.create(cfg.msg_trace_topic_name, 1, 1)
 
     async def _watch_signals(self, signals: AsyncIterator[int]) -> None:
         async for signum in signals:
@@ -254,9 +279,19 @@ class Broker:
             slave_sync_status=sync.status if sync is not None else None,
             registration_status=registration.status if registration is not None else None,
             security_status=self.guard.view if self.guard is not None else None,
-            failover=self.failover,
+            failover=self.failover, consumers=self._consumer_table(store),
         )
         return services, sync, registration
+
+    def _consumer_table(self, store: MessageStore) -> ConsumerManager:
+        """A new term's consumer table; a master restarted over its data, or promoted after
+        an epoch of another master, fences its queue-lock leases (node/tables/consumers.py:
+        leases the old table granted may still be trusted by their holders). A group's first
+        master (a fresh store, no epoch before: etcd's first election) had no predecessor."""
+        after_a_master = self.failover.promoted_term() and self.failover.epoch > 0
+        fenced = self.cfg.role.is_master and (store.get_max_phy_offset() > 0 or after_a_master)
+        return ConsumerManager(expire_s=self.cfg.channel_expired_timeout / 1000,
+                               fence_s=LOCK_FENCE_S if fenced else 0.0)
 
     async def _serve(self, task_status: trio.TaskStatus[str]) -> Transition | None:
         """One term: the store and services in the current role until a stop or a role change."""

@@ -108,6 +108,15 @@ def _controller_mode(_inst: Any, attribute: attrs.Attribute, value: str | None) 
                           f"(or unset for manual promotion), got {value!r}")
 
 
+METRICS_EXPORTER_TYPES = ("DISABLE", "PROM")
+
+
+def _exporter_type(_inst: Any, attribute: attrs.Attribute, value: str) -> None:
+    if value not in METRICS_EXPORTER_TYPES:
+        raise ConfigError(f"metricsExporterType must be one of {', '.join(METRICS_EXPORTER_TYPES)} "
+                          f"(RocketMQ's OTLP_GRPC and LOG exporters are not served), got {value!r}")
+
+
 def _lease_ms(_inst: Any, attribute: attrs.Attribute, value: int) -> None:
     if not 1000 <= value <= 60_000 or value % 1000:
         raise ConfigError(f"controllerLeaseMs must be a whole number of seconds in 1000..60000 ms "
@@ -143,6 +152,11 @@ class BrokerConfig:
     # Serve SQL92 subscriptions (RocketMQ's enablePropertyFilter, off there too): a pull
     # evaluates the expression on each message's properties (docs/consumer-groups.md).
     enable_property_filter: bool = False
+    # Create the message trace topic (msgTraceTopicName, 1 queue) when the node starts as a
+    # master (RocketMQ's traceTopicEnable, off there too): clients with enableMsgTrace send
+    # their traces there even where autoCreateTopicEnable is off (docs/trace.md).
+    trace_topic_enable: bool = False
+    msg_trace_topic_name: str = attrs.field(default="RMQ_SYS_TRACE_TOPIC", validator=_non_empty)
     # The transaction check service (a master's; docs/transactions.md): every
     # transactionCheckInterval ms it asks a live producer of the group about each half message
     # open for transactionTimeOut ms (or its CHECK_IMMUNITY_TIME_IN_SECONDS); after
@@ -187,6 +201,16 @@ class BrokerConfig:
     tls_cert_file: str | None = attrs.field(default=None)
     tls_key_file: str | None = attrs.field(default=None)
     tls_ca_file: str | None = attrs.field(default=None)
+    # Prometheus metrics (docs/metrics.md): RocketMQ 5's keys. "PROM" serves /metrics on
+    # metricsPromExporterHost (default brokerIP1):metricsPromExporterPort; over TLS when
+    # tlsMode is on; with a bearer token (metricsPromBearerTokenFile, required with aclEnable).
+    metrics_exporter_type: str = attrs.field(default="DISABLE", validator=_exporter_type)
+    metrics_prom_exporter_host: str | None = attrs.field(default=None)
+    metrics_prom_exporter_port: int = attrs.field(default=5557, validator=_port)
+    metrics_prom_bearer_token_file: str | None = attrs.field(default=None)
+    # Per-topic and per-group series at most (RocketMQ's metricsOtelCardinalityLimit): past
+    # it a scrape refuses the rest and counts them (rocketmq_metrics_series_refused).
+    metrics_otel_cardinality_limit: int = attrs.field(default=50_000, validator=_positive)
     store: StoreConfig = attrs.field(factory=StoreConfig)
     # The file this came from, for error messages; not part of the config's value.
     source: str = attrs.field(default="", eq=False)
@@ -241,6 +265,15 @@ class BrokerConfig:
     @property
     def tls(self) -> TlsSettings:
         return TlsSettings(self.tls_mode, self.tls_cert_file, self.tls_key_file, self.tls_ca_file)
+
+    @property
+    def metrics_enabled(self) -> bool:
+        return self.metrics_exporter_type == "PROM"
+
+    @property
+    def metrics_bind_host(self) -> str:
+        """Where /metrics listens: metricsPromExporterHost, else brokerIP1."""
+        return self.metrics_prom_exporter_host or self.broker_ip1
 
     @property
     def role(self) -> BrokerRole:
@@ -350,7 +383,8 @@ class BrokerConfig:
 
         # security files sit beside the config file: anchor them there
         here = os.path.dirname(os.path.abspath(source)) if source else os.getcwd()
-        for name in ("acl_file", "secret_key_file", "tls_cert_file", "tls_key_file", "tls_ca_file"):
+        for name in ("acl_file", "secret_key_file", "tls_cert_file", "tls_key_file", "tls_ca_file",
+                     "metrics_prom_bearer_token_file"):
             if broker_kwargs.get(name):
                 broker_kwargs[name] = os.path.join(here, os.path.expanduser(broker_kwargs[name]))
         broker_kwargs.setdefault("acl_file", os.path.join(here, "acl.toml"))
@@ -380,6 +414,8 @@ _CAMEL = {
     "auto_create_topic_enable": "autoCreateTopicEnable",
     "reject_transaction_message": "rejectTransactionMessage",
     "enable_property_filter": "enablePropertyFilter",
+    "trace_topic_enable": "traceTopicEnable",
+    "msg_trace_topic_name": "msgTraceTopicName",
     "transaction_check_interval": "transactionCheckInterval",
     "transaction_time_out": "transactionTimeOut",
     "transaction_check_max": "transactionCheckMax",
@@ -404,6 +440,11 @@ _CAMEL = {
     "tls_cert_file": "tlsCertFile",
     "tls_key_file": "tlsKeyFile",
     "tls_ca_file": "tlsCaFile",
+    "metrics_exporter_type": "metricsExporterType",
+    "metrics_prom_exporter_host": "metricsPromExporterHost",
+    "metrics_prom_exporter_port": "metricsPromExporterPort",
+    "metrics_prom_bearer_token_file": "metricsPromBearerTokenFile",
+    "metrics_otel_cardinality_limit": "metricsOtelCardinalityLimit",
 }
 _NOT_KEYS = {"store", "source", "namesrv_addresses", "_security_files"}
 _BROKER_FIELDS = {f.name: f for f in attrs.fields(BrokerConfig) if f.name not in _NOT_KEYS}
@@ -420,7 +461,8 @@ def _plain_default(name: str) -> Any:
 _BROKER_KEYS = [_CAMEL[n] for n in _BROKER_FIELDS]
 _OPTIONAL_STR = {"namesrv_addr", "ha_master_address", "master_addr", "advertised_address",
                  "ha_advertised_address", "controller_mode", "etcd_endpoints", "access_key", "secret_key_file",
-                 "tls_cert_file", "tls_key_file", "tls_ca_file"}
+                 "tls_cert_file", "tls_key_file", "tls_ca_file", "metrics_prom_exporter_host",
+                 "metrics_prom_bearer_token_file"}
 assert set(_CAMEL) >= set(_BROKER_FIELDS), "every broker key needs its RocketMQ spelling"
 assert not set(_BROKER_FIELDS) & set(_STORE_FIELDS), "a key belongs to the broker or the store"
 
@@ -471,6 +513,11 @@ def _cross_field_problem(cfg: BrokerConfig) -> str | None:
     if cfg.tls.enabled and not cfg.tls_ca_file:
         return (f"tlsMode {cfg.tls_mode} needs tlsCaFile: the CA that signed the cluster's certificates "
                 "(this node checks its name servers, master and slaves with it)")
+    if cfg.metrics_enabled and cfg.acl_enable and not cfg.metrics_prom_bearer_token_file:
+        return ("metricsExporterType PROM with aclEnable needs metricsPromBearerTokenFile: the scrape's "
+                "bearer token (/metrics shows every topic and group)")
+    if cfg.metrics_enabled and cfg.metrics_prom_exporter_port in (cfg.listen_port, ha):
+        return f"metricsPromExporterPort {cfg.metrics_prom_exporter_port} is also listenPort or haListenPort"
     if (cfg.access_key is None) != (cfg.secret_key_file is None):
         return "accessKey and secretKeyFile go together: the node logs in as accessKey with the secret in the file"
     if cfg.max_frame_size <= cfg.store.max_message_size:
@@ -550,11 +597,16 @@ def check_ports_free(cfg: BrokerConfig) -> None:
     port held only by TIME_WAIT connections of a previous run counts as free.
     """
     where = f"{cfg.source}: " if cfg.source else ""
-    for key, port in (("listenPort", cfg.listen_port), ("haListenPort", cfg.store.ha_listen_port)):
+    ports = [("listenPort", cfg.listen_port), ("haListenPort", cfg.store.ha_listen_port)]
+    if cfg.metrics_enabled:
+        ports.append(("metricsPromExporterPort", cfg.metrics_prom_exporter_port))
+    for key, port in ports:
         try:
-            infos = socket.getaddrinfo(cfg.broker_ip1, port, type=socket.SOCK_STREAM)
+            host = cfg.metrics_bind_host if key == "metricsPromExporterPort" else cfg.broker_ip1
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except socket.gaierror as e:
-            raise ConfigError(f"{where}brokerIP1 {cfg.broker_ip1!r} does not resolve: {e}") from None
+            what = "metricsPromExporterHost" if key == "metricsPromExporterPort" else "brokerIP1"
+            raise ConfigError(f"{where}{what} {host!r} does not resolve: {e}") from None
         family, type_, proto, _canon, sockaddr = infos[0]
         with socket.socket(family, type_, proto) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -563,6 +615,6 @@ def check_ports_free(cfg: BrokerConfig) -> None:
                 s.listen(1)
             except OSError as e:
                 raise ConfigError(
-                    f"{where}{key} {port} on {cfg.broker_ip1} is not available: {e.strerror or e}"
+                    f"{where}{key} {port} on {host} is not available: {e.strerror or e}"
                 ) from None
 

@@ -14,6 +14,8 @@ from typing import Any
 
 from wire.protocol import WireNodeStats
 
+from .metrics.histogram import MESSAGE_SIZE_BUCKETS, RPC_LATENCY_BUCKETS_MS, GroupHistogram
+
 WINDOW_S = 60
 
 
@@ -58,6 +60,12 @@ class BrokerStats:
         self.send_groups = 0
         self.topic_put: dict[str, MinuteCounter] = {}
         self.group_get: dict[tuple[str, str], MinuteCounter] = {}
+        # for /metrics (node/metrics/): bytes in and out, message sizes, send latency; fed
+        # once per send group or pull like the counters above
+        self.topic_put_bytes: dict[str, int] = {}
+        self.group_get_bytes: dict[tuple[str, str], int] = {}
+        self.message_size: dict[str, GroupHistogram] = {}  # by topic
+        self.send_latency: dict[str, GroupHistogram] = {}  # by outcome: "success", "failure"
 
     def add_put(self, topic: str, n: int) -> None:
         counter = self.topic_put.get(topic)
@@ -65,13 +73,33 @@ class BrokerStats:
             counter = self.topic_put[topic] = MinuteCounter(self._clock)
         counter.add(n)
 
-    def add_get(self, topic: str, group: str | None, n: int) -> None:
-        """`n` messages of `topic` pulled for `group` ("" when the pull named none)."""
+    def add_get(self, topic: str, group: str | None, n: int, size: int = 0) -> None:
+        """`n` messages (`size` bytes) of `topic` pulled for `group` ("" when the pull named none)."""
         key = (topic, group or "")
         counter = self.group_get.get(key)
         if counter is None:
             counter = self.group_get[key] = MinuteCounter(self._clock)
         counter.add(n)
+        self.group_get_bytes[key] = self.group_get_bytes.get(key, 0) + size
+
+    def add_put_bytes(self, topic: str, n: int, size: int) -> None:
+        """`n` messages of `topic` stored in one send group, `size` bytes in all: the size
+        histogram takes them at their mean size (one step per topic and group)."""
+        self.topic_put_bytes[topic] = self.topic_put_bytes.get(topic, 0) + size
+        if n <= 0:
+            return
+        hist = self.message_size.get(topic)
+        if hist is None:
+            hist = self.message_size[topic] = GroupHistogram(MESSAGE_SIZE_BUCKETS)
+        hist.observe(size / n, n)
+
+    def add_send_latency(self, ms: float, n: int, ok: bool) -> None:
+        """`n` sends of one group answered `ms` after the group was appended."""
+        key = "success" if ok else "failure"
+        hist = self.send_latency.get(key)
+        if hist is None:
+            hist = self.send_latency[key] = GroupHistogram(RPC_LATENCY_BUCKETS_MS)
+        hist.observe(ms, n)
 
     def by_topic(self) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
         """(per topic: put_tps, put_total; per topic and group: get_tps, get_total), sorted."""

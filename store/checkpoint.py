@@ -6,13 +6,16 @@ Three int64 big-endian timestamps (ms) tell abnormal recovery where it can safel
 - offset 8: logics_msg_timestamp, store time of the last ConsumeQueue unit covered by a thorough flush;
 - offset 16: index_msg_timestamp, endTimestamp of the last IndexFile flushed because it was full;
 - offset 32: confirm_phy_offset, RocketMQ 5's confirmPhyOffset: the confirm offset this node
-  last knew (0: none known), so a restarted slave serves nothing past it.
+  last knew (0: none known), so a restarted slave serves nothing past it;
+- offset 40: caught_up_ms, tidemq's: the wall time (ms) this node, as a slave, last caught up
+  with its master (0: never), so a restarted slave's promotion check knows how long ago.
 
 The timestamps live in attributes; only `flush()` writes them into the map and makes them
 durable, so a crash leaves the last flushed values, never a half-updated in-memory state. The
-confirm offset goes into the map at once (`note_confirm`): a killed process leaves the newest
-(one aligned 8-byte store), a power loss an older one, which is the cautious side. The bytes
-at 24 (RocketMQ 5's masterFlushedOffset) and after 40 are preserved untouched.
+confirm offset and the caught-up time go into the map at once (`note_confirm`,
+`note_caught_up`): a killed process leaves the newest (one aligned 8-byte store), a power loss
+an older one, which is the cautious side. The bytes at 24 (RocketMQ 5's masterFlushedOffset)
+and after 48 are preserved untouched.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import os
 import struct
 import threading
 
+from . import runtime
 from .mapped_file import grow_file
 
 log = logging.getLogger("tidemq.store")
@@ -31,6 +35,7 @@ CHECKPOINT_FILE_SIZE = 4096  # RocketMQ maps exactly OS_PAGE_SIZE
 _THREE = struct.Struct(">qqq")
 _OFFSET = struct.Struct(">q")
 CONFIRM_AT = 32
+CAUGHT_UP_AT = 40
 
 
 class StoreCheckpoint:
@@ -68,6 +73,9 @@ class StoreCheckpoint:
         (confirm,) = _OFFSET.unpack_from(self._mm, CONFIRM_AT) if exists else (0,)
         self.confirm_phy_offset: int | None = confirm if confirm > 0 else None
         """The confirm offset last noted (None: none known; a 4.x file has 0 there)."""
+        (caught_up,) = _OFFSET.unpack_from(self._mm, CAUGHT_UP_AT) if exists else (0,)
+        self.caught_up_ms: int | None = caught_up if caught_up > 0 else None
+        """Wall time (ms) this node last caught up with a master as its slave (None: never)."""
         log.info(
             "checkpoint %s: physic=%d logics=%d index=%d",
             path, self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp,
@@ -83,6 +91,14 @@ class StoreCheckpoint:
             self.confirm_phy_offset = offset
             _OFFSET.pack_into(self._mm, CONFIRM_AT, offset or 0)
 
+    def note_caught_up(self, ms: int) -> None:
+        """Keep `ms` as the time this slave last caught up with its master; into the map at once."""
+        with self._lock:
+            if self._closed:
+                return
+            self.caught_up_ms = ms
+            _OFFSET.pack_into(self._mm, CAUGHT_UP_AT, ms)
+
     def flush(self) -> None:
         """Write the three timestamps into the map and fdatasync (blocking: use a worker thread)."""
         with self._lock:
@@ -92,7 +108,7 @@ class StoreCheckpoint:
                 self._mm, 0,
                 self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp,
             )
-            os.fdatasync(self._fd)
+            runtime.fdatasync(self._fd, self.path)
 
     @property
     def min_timestamp(self) -> int:

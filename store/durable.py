@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 
+from . import runtime
+
 __all__ = ["write_durably"]
 
 
@@ -34,3 +36,6 @@ def write_durably(path: str | os.PathLike[str], data: bytes, *, backup: bool = F
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+    runtime.synced(path)
+    if backup and os.path.exists(path + ".bak"):
+        runtime.synced(path + ".bak")

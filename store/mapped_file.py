@@ -357,7 +357,7 @@ class MappedFile:
         if self.is_able_to_flush(least_pages) and self.hold():
             try:
                 target = self.get_read_position()
-                os.fdatasync(self._fd)
+                runtime.fdatasync(self._fd, self.path)
                 self.flushed_position = max(self.flushed_position, target)
             finally:
                 self.release()

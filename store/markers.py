@@ -14,6 +14,7 @@ import fcntl
 import os
 from contextlib import suppress
 
+from . import runtime
 from .layout import LOCK_FILE
 
 _LOCKED_ROOTS: set[str] = set()  # fcntl locks do not exclude the same process
@@ -71,8 +72,21 @@ class AbortFile:
         return os.path.exists(self.path)
 
     def create(self) -> None:
-        with open(self.path, "wb"):
-            pass
+        """Create the file durably (the file and its directory fsynced): a power loss must not
+        take it, or the next start would trust files that were never flushed (normal
+        recovery) and skip rebuilding the ConsumeQueues (found by the simulation's power
+        losses, docs/simulation.md)."""
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        dir_fd = os.open(os.path.dirname(self.path) or ".", os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        runtime.synced(self.path)
 
     def remove(self) -> None:
         """The last step of a clean shutdown."""

@@ -124,6 +124,18 @@ class ReplicaLog:
         """The confirm offset this node last knew (kept in the checkpoint), None if none."""
         return self.checkpoint.confirm_phy_offset if self.checkpoint is not None else None
 
+    @property
+    def known_caught_up(self) -> float | None:
+        """Wall time (s, `runtime.wall_clock`) this node last caught up with its master as a
+        slave, kept in the checkpoint across restarts; None if never."""
+        ms = self.checkpoint.caught_up_ms if self.checkpoint is not None else None
+        return None if ms is None else ms / 1000
+
+    def note_caught_up(self, at: float) -> None:
+        """The follower caught up with its master at wall time `at` (ha/slave.py)."""
+        if self.checkpoint is not None:
+            self.checkpoint.note_caught_up(int(at * 1000))
+
     def note_confirm(self, offset: int) -> None:
         """The replication service's newest confirm offset (a master's own, a slave's learned)."""
         self.noted = True

@@ -11,11 +11,14 @@ trio's worker threads and the clocks are time.time() and time.monotonic(). Insid
 - `wall_clock()` is a fixed epoch plus trio's clock and `monotonic()` is trio's clock, so
   timestamps and intervals follow the simulated time;
 - `sleep` also waits while the calling task's host is paused (`Gate`), so a paused node's
-  periodic tasks (its event-loop beat, heartbeats, flushes) stop as a SIGSTOPped process's do.
+  periodic tasks (its event-loop beat, heartbeats, flushes) stop as a SIGSTOPped process's do;
+- `fdatasync` and `synced` tell the host's disk model (chaos/sim/disk.py) what each file has
+  made durable, so a simulated power loss can drop what was only in the page cache.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,10 +28,17 @@ from typing import Any, Protocol, TypeVar
 import attrs
 import trio
 
-__all__ = ["Gate", "Simulation", "hosted", "killed", "monotonic", "run_sync", "simulated", "simulation", "sleep",
-           "wall_clock"]
+__all__ = ["Disk", "Gate", "Simulation", "fdatasync", "hosted", "killed", "monotonic", "run_sync", "simulated",
+           "simulation", "sleep", "synced", "wall_clock"]
 
 T = TypeVar("T")
+
+
+class Disk(Protocol):
+    """A simulated host's disk (chaos/sim/disk.py): what each of its files made durable."""
+
+    def synced(self, path: str) -> None:
+        """`path`'s current content is durable now (an fsync, or a rename the directory's fsync made durable)."""
 
 
 class Gate(Protocol):
@@ -37,6 +47,10 @@ class Gate(Protocol):
 
     killed: bool
     disk_delay: float  # seconds each blocking file operation of the host waits first (a slow disk)
+
+    @property
+    def disk(self) -> Disk | None:
+        """The host's durability model, or None (nothing modelled)."""
 
     async def wait_running(self) -> None: ...
 
@@ -109,3 +123,22 @@ async def sleep(seconds: float) -> None:
     sim = _SIMULATION.get()
     if sim is not None and sim.gate is not None:
         await sim.gate.wait_running()
+
+
+def _disk() -> Disk | None:
+    sim = _SIMULATION.get()
+    return None if sim is None or sim.gate is None else getattr(sim.gate, "disk", None)
+
+
+def synced(path: str) -> None:
+    """`path` was just made durable (fsync, or written and renamed with the directory fsynced):
+    under simulation the host's disk model keeps its content as what survives a power loss."""
+    disk = _disk()
+    if disk is not None:
+        disk.synced(path)
+
+
+def fdatasync(fd: int, path: str) -> None:
+    """os.fdatasync of `path`'s descriptor, then `synced(path)`."""
+    os.fdatasync(fd)
+    synced(path)

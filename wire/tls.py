@@ -142,10 +142,21 @@ async def _accept_tls(
         with trio.fail_after(HANDSHAKE_TIMEOUT_S):
             await tls.do_handshake()
     except trio.TooSlowError:
+        _failed[0] += 1
         return None, "TLS handshake timed out"
     except (trio.BrokenResourceError, ssl.SSLError, OSError) as e:
+        _failed[0] += 1
         return None, f"TLS handshake failed: {_reason(e.__cause__ or e)}"
     return tls, None
+
+
+_failed = [0]  # server-side handshakes that failed in this process (a list: no `global`)
+
+
+def handshake_failures() -> int:
+    """Server-side TLS handshakes that failed or timed out in this process, on every port
+    (rocketmq_tls_handshake_failures_total)."""
+    return _failed[0]
 
 
 async def wrap_client(stream: trio.abc.Stream, context: ssl.SSLContext, host: str) -> trio.SSLStream[trio.abc.Stream]:

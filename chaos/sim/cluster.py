@@ -24,6 +24,7 @@ from node.broker import Broker
 from node.config import BrokerConfig
 from store import runtime
 
+from .disk import SimDisk
 from .etcd_link import ETCD_ADDRESS, ETCD_HOST, SimEtcd
 from .etcd_model import EtcdModel
 from .network import SimNetwork
@@ -80,6 +81,7 @@ class SimNode:
         self.network = network
         self.killed = False
         self.disk_delay = 0.0
+        self.disk: SimDisk | None = None  # the durability model, when the run strikes power losses (disk.py)
         self.broker: Broker | None = None
         self.restarts = 0
         self._scope: trio.CancelScope | None = None

@@ -19,7 +19,7 @@ from .verdict import Observed, verdict
 __all__ = ["across", "history_of", "judge"]
 
 
-def judge(load: SimLoad, observed: dict[str, Observed], *, replication: str) -> list[str]:
+def judge(load: SimLoad, observed: dict[str, Observed], *, replication: str, flush: str = "ASYNC_FLUSH") -> list[str]:
     """The run's broken promises, each prefixed with its group when there are two."""
     groups = load.cluster.groups
     violations: list[str] = []
@@ -34,7 +34,7 @@ def judge(load: SimLoad, observed: dict[str, Observed], *, replication: str) -> 
         seen = observed[group.name]
         seen.epochs = {n.name: _epochs(n.root) for n in group.nodes}
         found = verdict(report, history, seen, replication=replication, master=group.master.name,
-                               consumed=consumed, read_ids=load.read_ids.get(group.name, {}))
+                               consumed=consumed, read_ids=load.read_ids.get(group.name, {}), flush=flush)
         prefix = f"{group.name}: " if len(groups) > 1 else ""
         violations.extend(prefix + f for f in found)
         stored[group.name] = report.stored

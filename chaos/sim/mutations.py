@@ -21,7 +21,11 @@ from node.failover.promotion import Failover, Transition
 from node.ops import dispatch
 from node.ops.puts import Handler
 from node.ops.services import NodeServices
+from node.tables.consumers import ConsumerManager
 from node.tables.transactions import Ended, TransactionTable
+from store import runtime
+from store.flush import FlushedTime, GroupCommitService
+from store.mapped_file_queue import MappedFileQueue
 from store.transaction import HALF_TOPIC, Outcome, half_origin
 from wire.protocol import EndTransaction, Request
 
@@ -46,6 +50,16 @@ MUTATIONS = {
     "check-ended": "an END leaves its transaction in the check service's open set (TransactionTable.end "
                    "records the outcome but keeps it open), so rounds go on checking it, as RocketMQ "
                    "#1517 / #7933",
+    "orderly-lock": "the master's queue-lock table grants every lock asked for (ConsumerManager.lock ignores "
+                    "the holder, its lease and the fence), so a member joining takes queues another still "
+                    "consumes: caught with `--orderly` (chaos/sim/orderly.py)",
+    "skip-fsync": "SYNC_FLUSH's group commit marks the CommitLog flushed without an fdatasync "
+                  "(GroupCommitService._flush_once): a PUT_OK is answered while its record is only in the "
+                  "page cache (storage faults: --storage)",
+    "trust-checkpoint": "after each CommitLog flush round the checkpoint is made durable claiming every record "
+                        "written so far (FlushedTime.note), past what the round synced (an async flush skips a "
+                        "round short of its least pages): recovery would trust records that were never durable "
+                        "(storage faults: --storage)",
 }
 
 
@@ -96,8 +110,30 @@ def _commit_again(original: Handler) -> Handler:
     return end
 
 
+async def _flush_unsynced(self: GroupCommitService) -> None:
+    queue = self.queue
+    mf = queue.find_by_offset(queue.flushed_where, return_first_on_not_found=queue.flushed_where == 0)
+    if mf is not None:
+        mf.flushed_position = max(mf.flushed_position, mf.get_read_position())
+        queue.flushed_where = mf.file_from_offset + mf.flushed_position
+        queue.store_timestamp = mf.store_timestamp
+    self.flush_count += 1
+    await runtime.run_sync(lambda: None)
+
+
+def _claim_written(self: FlushedTime, queue: MappedFileQueue) -> None:
+    if self.is_master():
+        self.checkpoint.physic_msg_timestamp = int(runtime.wall_clock() * 1000)
+        self.checkpoint.flush()
+
+
 def _end_keeps_open(self: TransactionTable, origin: int, ended: Ended) -> None:
     self.ended[origin] = ended
+
+
+def _lock_anything(self: ConsumerManager, group: str, client_id: str, topic: str, queue_ids: list[int],
+                   life_s: float | None = None, *, renew: bool = False) -> list[int]:
+    return list(queue_ids) if client_id in self.members(group) else []
 
 
 @contextmanager
@@ -116,6 +152,9 @@ def mutated(name: str | None) -> Iterator[None]:
         "commit-wait": [(HAService, "members_away", _none_away)],
         "kip320": [(PullConsumer, "_diverged", _never_back)],
         "check-ended": [(TransactionTable, "end", _end_keeps_open)],
+        "orderly-lock": [(ConsumerManager, "lock", _lock_anything)],
+        "skip-fsync": [(GroupCommitService, "_flush_once", _flush_unsynced)],
+        "trust-checkpoint": [(FlushedTime, "note", _claim_written)],
     }
     if name == "commit-twice":  # a handler in the dispatch table, not a method
         handler = dispatch.HANDLERS[EndTransaction]

@@ -48,6 +48,7 @@ class SeedResult:
     slaves: int = 1
     controller: str = "manual"
     groups: int = 1
+    storage: bool = False  # storage faults drawn (power losses)
     sends: int = 0
     acked: int = 0
     failed: int = 0
@@ -80,11 +81,15 @@ def _seed_trio(seed: int) -> None:
 
 def run_seed(seed: int, *, mode: str = MODES[0], schedule: Schedule | None = None, base_dir: str | None = None,
              keep: bool = False, mutation: str | None = None, slaves: int = 1,
-             controller: str = "manual", groups: int = 1) -> SeedResult:
+             controller: str = "manual", groups: int = 1, orderly: bool = False,
+             storage: bool = False) -> SeedResult:
     """Simulate `seed` (or `schedule`) in `mode`, in `groups` groups of a master and `slaves`
     slaves whose master an operator promotes (`controller` "manual") or etcd elects ("etcd"), with a
     deliberate bug (`mutation`, chaos/sim/mutations.py) or none; the store files go to a
-    fresh directory under `base_dir` (default: /dev/shm when it exists), removed unless `keep`."""
+    fresh directory under `base_dir` (default: /dev/shm when it exists), removed unless `keep`.
+    `orderly`: orderly members consume too, judged on their promises (chaos/sim/orderly.py;
+    always with the `orderly-lock` mutation); with `storage`, storage faults too (power
+    losses, chaos/sim/disk.py)."""
     if slaves not in (1, 2):
         raise ValueError(f"slaves must be 1 or 2, got {slaves}")
     if groups not in GROUPS:
@@ -95,13 +100,15 @@ def run_seed(seed: int, *, mode: str = MODES[0], schedule: Schedule | None = Non
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if mutation is not None and mutation not in MUTATIONS:
         raise ValueError(f"no mutation {mutation!r}; there are {', '.join(MUTATIONS)}")
-    schedule = schedule or draw(seed, etcd=controller == "etcd", slaves=slaves, groups=groups)
+    schedule = schedule or draw(seed, etcd=controller == "etcd", slaves=slaves, groups=groups, storage=storage)
+    orderly = orderly or mutation == "orderly-lock"  # the mutation's promises are the orderly members'
     random.seed(seed)
     _seed_trio(seed)
     base = tempfile.mkdtemp(prefix=f"tidemq-sim-{seed}-", dir=base_dir or _default_base())
-    result = SeedResult(seed, mode, len(schedule.faults), slaves, controller, groups)
+    result = SeedResult(seed, mode, len(schedule.faults), slaves, controller, groups, storage)
     began = time.perf_counter()
-    sim = Simulation(schedule, mode, base, slaves=slaves, etcd=controller == "etcd", groups=groups)
+    sim = Simulation(schedule, mode, base, slaves=slaves, etcd=controller == "etcd", groups=groups,
+                     orderly=orderly, storage=storage)
     clock = trio.testing.MockClock(autojump_threshold=0)
     sim.spin_guard = SpinGuard(clock)
     try:

@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["KINDS", "Fault", "Schedule", "draw"]
+__all__ = ["KINDS", "STORAGE_KINDS", "Fault", "Schedule", "draw"]
 
 KINDS = ("kill", "pause", "cut", "cut_one_way", "delay", "slow_disk", "promote", "etcd_down")
 """kill: cancel the node as SIGKILL ends a process and restart it from its files after
@@ -23,6 +23,13 @@ the other; delay: every send between two nodes takes `amount` s longer; slow_dis
 blocking file operation of the node (flushes) takes `amount` s longer; promote: make the
 slave the group's master (Admin.promote), as an operator would (manual mode only);
 etcd_down: no node reaches etcd for `duration` (etcd mode only)."""
+
+STORAGE_KINDS = ("power_loss", "power_loss_group")
+"""Drawn only with `storage` (chaos/sim/disk.py): power_loss: the node's host loses power,
+every byte it had not made durable is gone (pages survive or not, the last may be torn) and
+it restarts after `duration`; power_loss_group: every node of the group at once."""
+STORAGE_SHARE = 0.5  # with `storage`: the share of kill, pause and slow_disk faults that become power losses
+GROUP_SHARE = 0.25  # of those: the share that cut the whole group
 
 
 @attrs.frozen
@@ -46,7 +53,10 @@ class Fault:
                 "delay": f"delay {target}<->{peer} by {self.amount:.3f} s for {self.duration:.2f} s",
                 "slow_disk": f"slow {target}'s disk by {self.amount:.3f} s for {self.duration:.2f} s",
                 "promote": f"promote the slave{of}",
-                "etcd_down": f"cut every node from etcd for {self.duration:.2f} s"}[self.kind]
+                "etcd_down": f"cut every node from etcd for {self.duration:.2f} s",
+                "power_loss": f"cut the power of {target} for {self.duration:.2f} s",
+                "power_loss_group": f"cut the power of every node{of or ' of the group'} for {self.duration:.2f} s",
+                }[self.kind]
         return f"t={self.at:.2f} {what}"
 
     def to_json(self) -> dict[str, Any]:
@@ -68,12 +78,14 @@ class Schedule:
 
 
 def draw(seed: int, *, faults: tuple[int, int] = (3, 6), sends: int = 500, etcd: bool = False,
-         slaves: int = 1, groups: int = 1) -> Schedule:
+         slaves: int = 1, groups: int = 1, storage: bool = False) -> Schedule:
     """The schedule of `seed`: between faults[0] and faults[1] faults (promotions among
     them), at least `sends` sends. With `etcd` (controllerMode etcd) the group elects its
     masters: no promotions, and etcd's links and etcd as a whole can fail instead. With two
     `slaves`, faults strike the second one ("slave2") too; with two `groups`, each fault and
-    promotion strikes either group (one group's schedules are drawn as before)."""
+    promotion strikes either group (one group's schedules are drawn as before). With
+    `storage`, some process faults become power losses (STORAGE_KINDS), drawn from a stream of
+    their own: the schedule is otherwise the one drawn without."""
     rng = random.Random(seed)
     count = rng.randint(*faults)
     promotions = min(count - 1, rng.choice((0, 0, 1, 1, 1, 2)))
@@ -101,4 +113,19 @@ def draw(seed: int, *, faults: tuple[int, int] = (3, 6), sends: int = 500, etcd:
         when = round(rng.uniform(0.5, span), 3)
         out.append(Fault("promote", when, group=rng.randrange(groups) if groups > 1 else 0))
     out.sort(key=lambda f: f.at)
+    if storage:
+        out = _power_losses(seed, out)
     return Schedule(seed, tuple(out), sends, round(span, 3))
+
+
+def _power_losses(seed: int, faults: list[Fault]) -> list[Fault]:
+    """Turn some kill, pause and slow_disk faults into power losses of the same node (or its
+    group) at the same moment; at least one, the first such fault, when none is drawn."""
+    rng = random.Random(f"storage {seed}")
+    able = [i for i, f in enumerate(faults) if f.kind in ("kill", "pause", "slow_disk")]
+    chosen = [i for i in able if rng.random() < STORAGE_SHARE] or able[:1]
+    out = list(faults)
+    for i in chosen:
+        kind = "power_loss_group" if rng.random() < GROUP_SHARE else "power_loss"
+        out[i] = attrs.evolve(out[i], kind=kind, amount=0.0)
+    return out

@@ -19,12 +19,15 @@ from wire.client import BadRequest, TidemqError, connect
 from wire.protocol import TopicCreate
 
 from .cluster import CLIENT_HOST, NAMESRV_ADDRESS, SimCluster, SimGroup, SimNode
+from .disk import SimDisk
 from .etcd_link import ETCD_HOST
 from .events import EventLog
 from .judge import judge
 from .load import GROUP, QUEUES, TOPIC, SimLoad
 from .network import SimNetwork
-from .schedule import Fault, Schedule
+from .orderly import SimOrderly, judge_orderly
+from .power import PowerLosses
+from .schedule import STORAGE_KINDS, Fault, Schedule
 from .spin import SPIN_PASSES, SpinGuard
 from .transactions import SimTransactions
 from .verdict import Observed
@@ -46,7 +49,7 @@ UNCLEAN_MARGIN_S = 2.0  # past haMaxTimeSlaveNotCatchup, so the in-sync set has 
 
 class Simulation:
     def __init__(self, schedule: Schedule, mode: str, base: str, *, slaves: int = 1, etcd: bool = False,
-                 groups: int = 1) -> None:
+                 groups: int = 1, orderly: bool = False, storage: bool = False) -> None:
         self.schedule = schedule
         self.mode = mode
         self.replication, self.flush = mode.split("+")
@@ -59,6 +62,7 @@ class Simulation:
         self.log = EventLog()
         self.load = SimLoad(self.cluster, self.network, schedule, self.history, self.log)
         self.transactions = SimTransactions(self.cluster, self.network, schedule, self.log)
+        self.orderly = SimOrderly(self.network, schedule) if orderly else None  # orderly.py
         self.tx_violations: list[str] = []  # judged before the nodes stop (transactions.py)
         addresses = {n.address: n.name for n in self.cluster.nodes}
         self.observed = {g.name: Observed(first_master=g.master.name, addresses=addresses)
@@ -71,6 +75,10 @@ class Simulation:
         self._truncations: dict[str, Any] = {}
         self._unclean = random.Random(f"unclean {schedule.seed}")
         self._nursery: trio.Nursery | None = None
+        self.power = PowerLosses(schedule.seed, self.history, self.log, self.observed, self._restart)
+        if storage or any(f.kind in STORAGE_KINDS for f in schedule.faults):  # model what each node's files made durable (disk.py), for the power losses
+            for node in self.cluster.nodes:
+                node.disk = SimDisk(node.root)
 
     # ---------------------------------------------------------------- the run
 
@@ -105,6 +113,9 @@ class Simulation:
             nursery.start_soon(self._monitor)
             nursery.start_soon(self.load.consume, stop_consumer)
             nursery.start_soon(self.transactions.run, stop_transactions)
+            stop_orderly = trio.Event()
+            if self.orderly is not None:
+                nursery.start_soon(self.orderly.run, stop_orderly)
             async with trio.open_nursery() as load:
                 load.start_soon(self.load.producers, sends_done)
                 load.start_soon(self._promotions)
@@ -122,6 +133,7 @@ class Simulation:
             self.phase = "draining the consumer"
             await self.load.drain_consumer()
             stop_consumer.set()
+            stop_orderly.set()
             self._note_moves_back()
             self.phase = "resolving the transactions"
             await self.transactions.drain()
@@ -172,6 +184,10 @@ class Simulation:
             self.log.add(f"killed {node.name}")
             await trio.sleep(fault.duration)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
             await self._restart(node)
+            return
+        if fault.kind in ("power_loss", "power_loss_group"):
+            nodes = group.nodes if fault.kind == "power_loss_group" else [group.role_node(fault.target)]
+            await self.power.strike(fault, nodes, lambda: trio.sleep(fault.duration))  # poll: simulated time
             return
         if fault.kind == "etcd_down":
             hosts = [n.host for n in cluster.nodes]
@@ -348,8 +364,12 @@ class Simulation:
 
     def _check(self) -> None:
         """The judge's findings (judge.py), then the verdict's lines in the event log."""
-        self.violations.extend(judge(self.load, self.observed, replication=self.replication))
+        self.violations.extend(self.power.violations)
+        self.violations.extend(judge(self.load, self.observed, replication=self.replication, flush=self.flush))
         self.violations.extend(self.tx_violations)
+        if self.orderly is not None:
+            self.log.lines.append(f"orderly: {len(self.orderly.calls)} handler call(s)")
+            self.violations.extend(judge_orderly(self.orderly.calls))
         counts = self.history.counts()
         self.log.lines.append(f"verdict: {counts} consumed {len(self.load.consumed)}; {self.transactions.summary()}; "
                               f"{len(self.violations)} violation(s)")

@@ -86,25 +86,28 @@ class Sweep:
 
 
 def _run_chunk(seeds: Sequence[int], mode: str, base_dir: str | None, mutation: str | None,
-               stop_at_first: bool, slaves: int | str, controller: str, groups: int | str) -> list[dict[str, Any]]:
+               stop_at_first: bool, slaves: int | str, controller: str, groups: int | str,
+               storage: bool = False) -> list[dict[str, Any]]:
     out = []
     for seed in seeds:
         out.append(run_seed(seed, mode=mode_of(seed, mode), base_dir=base_dir, mutation=mutation,
                             slaves=slaves_of(seed, slaves), controller=controller_of(seed, controller),
-                            groups=groups_of(seed, groups)).to_json())
+                            groups=groups_of(seed, groups), storage=storage).to_json())
         if stop_at_first and out[-1]["violations"]:
             break
     return out
 
 
 def _run_one(seed: int, mode: str, without: tuple[int, ...], base_dir: str | None, keep: bool,
-             mutation: str | None, slaves: int, controller: str, groups: int) -> SeedResult:
-    return run_seed(seed, mode=mode, schedule=_schedule(seed, without, controller, slaves, groups), base_dir=base_dir,
-                    keep=keep, mutation=mutation, slaves=slaves, controller=controller, groups=groups)
+             mutation: str | None, slaves: int, controller: str, groups: int, storage: bool = False) -> SeedResult:
+    return run_seed(seed, mode=mode, schedule=_schedule(seed, without, controller, slaves, groups, storage),
+                    base_dir=base_dir, keep=keep, mutation=mutation, slaves=slaves, controller=controller,
+                    groups=groups, storage=storage)
 
 
-def _schedule(seed: int, without: tuple[int, ...], controller: str, slaves: int, groups: int) -> Schedule:
-    schedule = draw(seed, etcd=controller == "etcd", slaves=slaves, groups=groups)
+def _schedule(seed: int, without: tuple[int, ...], controller: str, slaves: int, groups: int,
+              storage: bool = False) -> Schedule:
+    schedule = draw(seed, etcd=controller == "etcd", slaves=slaves, groups=groups, storage=storage)
     for index in sorted(without, reverse=True):
         if not 0 <= index < len(schedule.faults):
             raise ValueError(f"seed {seed} has {len(schedule.faults)} faults: no fault {index}")
@@ -129,18 +132,19 @@ def _workers(jobs: int) -> Iterator[concurrent.futures.ProcessPoolExecutor]:
 
 def sweep(seeds: Sequence[int], *, mode: str = "all", jobs: int = 2, base_dir: str | None = None,
           mutation: str | None = None, stop_at_first: bool = False, slaves: int | str = "all",
-          controller: str = "all", groups: int | str = "all",
+          controller: str = "all", groups: int | str = "all", storage: bool = False,
           on_result: Callable[[dict[str, Any], Sweep], None] | None = None) -> Sweep:
     """Run every seed (`jobs` worker processes), with `mutation` (chaos/sim/mutations.py)
     or none, in `groups` groups of a master and `slaves` slaves whose masters `controller`
     makes ("all": each seed its own, for each); with `stop_at_first`, stop once a seed broke
-    a promise (the seeds in flight finish). `on_result` sees each result as it comes."""
+    a promise (the seeds in flight finish); with `storage`, storage faults too (power
+    losses). `on_result` sees each result as it comes."""
     out = Sweep()
     began = time.perf_counter()
     chunks = [seeds[i:i + CHUNK] for i in range(0, len(seeds), CHUNK)]
     with _workers(jobs) as pool:
-        futures = [pool.submit(_run_chunk, chunk, mode, base_dir, mutation, stop_at_first, slaves, controller, groups)
-                   for chunk in chunks]
+        futures = [pool.submit(_run_chunk, chunk, mode, base_dir, mutation, stop_at_first, slaves, controller, groups,
+                               storage) for chunk in chunks]
         for future in concurrent.futures.as_completed(futures):
             for result in future.result():
                 out.add(result)
@@ -159,24 +163,25 @@ def sweep(seeds: Sequence[int], *, mode: str = "all", jobs: int = 2, base_dir: s
 
 def replay(seed: int, mode: str, *, without: tuple[int, ...] = (), base_dir: str | None = None,
            keep: bool = False, mutation: str | None = None, slaves: int = 1,
-           controller: str = "manual", groups: int = 1) -> SeedResult:
+           controller: str = "manual", groups: int = 1, storage: bool = False) -> SeedResult:
     """One seed (with the faults at `without` left out), in a fresh worker process."""
-    _schedule(seed, without, controller, slaves, groups)  # a bad index is the caller's error, here
+    _schedule(seed, without, controller, slaves, groups, storage)  # a bad index is the caller's error, here
     with _workers(1) as pool:
-        return pool.submit(_run_one, seed, mode, without, base_dir, keep, mutation, slaves, controller, groups).result()
+        return pool.submit(_run_one, seed, mode, without, base_dir, keep, mutation, slaves, controller, groups,
+                           storage).result()
 
 
 def shrink(seed: int, mode: str, *, base_dir: str | None = None, mutation: str | None = None, slaves: int = 1,
-           controller: str = "manual", groups: int = 1,
+           controller: str = "manual", groups: int = 1, storage: bool = False,
            progress: Callable[[str], None] | None = None) -> tuple[tuple[int, ...], SeedResult]:
     """The fewest of the seed's faults that still fail (each left in is needed: dropping
     any one more passes): the indexes left out and the failing run of what is left."""
-    faults = len(draw(seed, etcd=controller == "etcd", slaves=slaves, groups=groups).faults)
+    faults = len(draw(seed, etcd=controller == "etcd", slaves=slaves, groups=groups, storage=storage).faults)
     without: tuple[int, ...] = ()
     with _workers(1) as pool:
         def attempt(leave_out: tuple[int, ...]) -> SeedResult:
             return pool.submit(_run_one, seed, mode, leave_out, base_dir, False, mutation, slaves, controller,
-                               groups).result()
+                               groups, storage).result()
 
         last = attempt(without)
         if last.ok:

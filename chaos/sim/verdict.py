@@ -66,10 +66,18 @@ class Observed:
     """(wall time it was asked, node, CommitLog offset its epoch starts at) of each `--unclean`
     promotion: what it drops, the old master's records from there on, may have been
     acknowledged and read (docs/failover.md); a consumer still never skips."""
+    power_windows: list[tuple[str, int, int]] = attrs.field(factory=list)
+    """(node, recovered end, end before) of each power loss that took CommitLog bytes (power.py)."""
+    power_lost: set[str] = attrs.field(factory=set)
+    """Keys of acknowledged sends whose records lay in such a window of the node that stored them."""
+    group_power_losses: list[float] = attrs.field(factory=list)
+    """Wall times of each power loss of the whole group: every node restarts with its offsets
+    file (written every 5 s), so commits answered before it may be gone (docs/simulation.md)."""
 
 
 def verdict(report: CheckReport, history: History, observed: Observed, *, replication: str, master: str,
-            consumed: dict[str, int], read_ids: dict[tuple[str, str], float] | None = None) -> list[str]:
+            consumed: dict[str, int], read_ids: dict[tuple[str, str], float] | None = None,
+            flush: str = "ASYNC_FLUSH") -> list[str]:
     """The broken promises. `read_ids`: (msgId, first key) of every record the consumer
     read, and the wall time it first read it."""
     out: list[str] = []
@@ -81,8 +89,8 @@ def verdict(report: CheckReport, history: History, observed: Observed, *, replic
     lost = [f"{k} ({s} at {o})" for k, o, m, s in zip(report.acked_missing, report.acked_missing_offsets,
                                                       report.acked_missing_msg_ids, report.acked_missing_statuses,
                                                       strict=True)
-            if m not in observed.truncated or (replication == "SYNC_MASTER" and s == "PUT_OK"
-                                               and not _unclean_drop(m, math.inf, observed))]
+            if not (m in observed.truncated or _power_lost(k, s, observed, flush))
+            or (replication == "SYNC_MASTER" and s == "PUT_OK" and not _unclean_drop(m, math.inf, observed))]
     finding("acknowledged message(s) lost beyond the mode's promise", lost)
     master_lost = set(report.acked_missing)
     for name, node in report.nodes.items():
@@ -106,7 +114,8 @@ def verdict(report: CheckReport, history: History, observed: Observed, *, replic
     finding("write(s) sent after a promotion acknowledged by another node than the new master",
             _acked_by_the_old_master(history, observed))
     gone = [k for k, o in zip(report.consumed_missing, report.consumed_missing_offsets, strict=True)
-            if not any(low <= o < high for low, high in observed.truncated_ranges)]
+            if not any(low <= o < high for low, high in observed.truncated_ranges)
+            and not _power_lost(k, "", observed, flush)]
     finding("consumed message(s) no longer stored", gone)
     # a cut that dropped records the new master holds byte for byte (its epoch file lacked
     # the epoch they were written in) took nothing: the follower copies them back
@@ -120,6 +129,14 @@ def verdict(report: CheckReport, history: History, observed: Observed, *, replic
     if replication == "SYNC_MASTER":
         finding("commit(s) a SYNC_MASTER answered OK missing on the node that took over", _commits_lost(observed))
     return out
+
+
+def _power_lost(key: str, status: str, observed: Observed, flush: str) -> bool:
+    """An acknowledgement a power loss may take: its record lay in the window a power loss
+    took from the node that stored it, and the mode did not promise it durable there (a
+    SYNC_FLUSH PUT_OK was fsynced before it was answered). SYNC_MASTER's PUT_OK is judged
+    apart: it must survive the loss of any one node."""
+    return key in observed.power_lost and not (flush == "SYNC_FLUSH" and status == "PUT_OK")
 
 
 UNCLEAN_LOOKBACK_S = 40.0
@@ -137,6 +154,9 @@ def _commits_lost(observed: Observed) -> list[str]:
         if any(n == node and before - UNCLEAN_LOOKBACK_S <= asked for asked, n, _start in observed.unclean):
             continue  # an --unclean promotion sets committed offsets back to its log's end
         since = max((asked for asked, _n, _start in observed.unclean if asked < before), default=-math.inf)
+        # a power loss of the whole group: every node's table is its file's (the limit a
+        # killed and re-elected master has too)
+        since = max([since, *(cut for cut in observed.group_power_losses if cut < before)])
         needed: dict[int, int] = {}
         for at, queue, offset in observed.commits:
             if since <= at < before:  # (one at the very instant may have come after the look)
@@ -192,7 +212,8 @@ def _acked_by_the_old_master(history: History, observed: Observed) -> list[str]:
 def _reused(history: History, observed: Observed) -> list[str]:
     places: dict[tuple[int, int], list[str]] = defaultdict(list)
     for op in history.ops:
-        if op.outcome == OK and op.msg_id not in observed.truncated and op.queue_id is not None:
+        if (op.outcome == OK and op.msg_id not in observed.truncated and op.key not in observed.power_lost
+                and op.queue_id is not None):
             places[(op.queue_id, op.queue_offset or 0)].append(op.key)
     return [f"{q}@{o}: {keys}" for (q, o), keys in sorted(places.items()) if len(keys) > 1]
 

@@ -11,6 +11,7 @@
 | `msg` | `queryMsgById` | a message by msgId |
 | `key` | `queryMsgByKey` | messages by key |
 | `unique-key` | `queryMsgByUniqueKey` | messages by UNIQ_KEY (the client's message id) |
+| `trace` | `queryMsgTraceById` | a message's life from its traces: sent, stored, consumed by which groups, retried, dead-lettered (docs/trace.md) |
 | `send-message` | `sendMessage` | send one message, print where it was stored |
 | `delete-expired` | `deleteExpiredCommitLog` | ask each master to delete its expired files now |
 | `clusters` | `clusterList` | every registered broker per cluster (of `-c CLUSTER`): role, epoch, offsets, liveness, in-sync set membership, confirm offset |
@@ -124,6 +125,15 @@ def add_admin_commands(subparsers: argparse._SubParsersAction) -> Any:
     by_uniq.add_argument("-i", "--uniq-key", required=True, metavar="UNIQ_KEY")
     by_uniq.add_argument("-t", "--topic", required=True)
     by_uniq.set_defaults(handler=common.admin_command(queries.by_unique_key))
+    trace = action("trace", "queryMsgTraceById",
+                   "a message's life from the trace topic (clients with enable_msg_trace): who sent it, where it "
+                   "was stored, which consumer groups took it and when, how each try ended, its retry and "
+                   "dead-letter copies")
+    trace.add_argument("-i", "--msg-id", required=True, metavar="ID",
+                       help="the msgId the send returned (a RocketMQ client's: its UNIQ_KEY)")
+    trace.add_argument("-t", "--trace-topic", help="the trace topic (default RMQ_SYS_TRACE_TOPIC)")
+    trace.add_argument("--max", type=int, default=64, metavar="N", help="read at most N trace messages (default 64)")
+    trace.set_defaults(handler=common.admin_command(queries.msg_trace, check=queries.check_max))
     send = action("send-message", "sendMessage",
                   "send one message as a producer does (with a UNIQ_KEY) and print where it was stored")
     send.add_argument("-t", "--topic", required=True)

@@ -181,6 +181,22 @@ async def by_unique_key(args: argparse.Namespace, admin: Any) -> int:
     return EXIT_OK
 
 
+async def msg_trace(args: argparse.Namespace, admin: Any) -> int:
+    """mqadmin queryMsgTraceById: the message's steps in time order (JSON: one per line)."""
+    life = await admin.query_msg_trace(args.msg_id, trace_topic=args.trace_topic, max_num=args.max)
+    if not life.found:
+        error(f"no trace of message {args.msg_id} in {args.trace_topic or 'RMQ_SYS_TRACE_TOPIC'} (was it sent or "
+              "consumed with enable_msg_trace?) and no stored message with that msgId")
+        return EXIT_PROBLEM
+    steps = life.steps()
+    table = [{**row, "time": timestamp(row["time"]), "cost_ms": "" if row["cost_ms"] is None else row["cost_ms"],
+              "client_host": row["client_host"] or "", "group": row["group"] or ""} for row in steps]
+    emit(args, steps, f"life of message {args.msg_id}", table_rows=table)
+    if life.unreadable:
+        error(f"{life.unreadable} trace message(s) keyed {args.msg_id} are not in the trace format")
+    return EXIT_OK
+
+
 async def clusters(args: argparse.Namespace, admin: Any) -> int:
     from ..client.insync import in_sync_sets
 

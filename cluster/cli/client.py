@@ -61,6 +61,7 @@ def _cmd_namesrv_start(args: argparse.Namespace) -> int:
     import attrs
 
     from node.config import ConfigError
+    from node.metrics.endpoint import MetricsError
     from node.security.acl import AclError
     from wire.tls import TlsError
 
@@ -82,7 +83,7 @@ def _cmd_namesrv_start(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s [namesrv] %(name)s: %(message)s")
     try:
         server = NameServer(cfg)
-    except (AclError, TlsError) as e:
+    except (AclError, TlsError, MetricsError) as e:
         raise UsageError(str(e)) from None
 
     async def serve() -> None:
@@ -149,6 +150,8 @@ def _cmd_send(args: argparse.Namespace) -> int:
 
     if args.transaction is not None and args.delay_level is not None:
         raise UsageError("--transaction and --delay-level do not go together (a half message is never delayed)")
+    if args.sharding_key is not None and (args.queue_id is not None or args.transaction is not None):
+        raise UsageError("--sharding-key picks the queue: it goes without --queue-id and --transaction")
 
     async def main() -> int:
         unknown = 0
@@ -160,7 +163,8 @@ def _cmd_send(args: argparse.Namespace) -> int:
                     continue
                 try:
                     result = await producer.send(args.topic, body, tags=args.tags, keys=keys,
-                                                 properties=properties, queue_id=args.queue_id, wait=args.wait)
+                                                 properties=properties, queue_id=args.queue_id, wait=args.wait,
+                                                 sharding_key=args.sharding_key)
                 except OutcomeUnknown as e:  # not failed: it may be stored
                     unknown += 1
                     print_json({"status": "INDETERMINATE", "index": i, "error": e.message})
@@ -226,6 +230,9 @@ def _add_send_command(subparsers: argparse._SubParsersAction) -> None:
                       help="the producer group of --transaction's half messages (default tidemq-cli)")
     send.add_argument("--count", type=int, default=1, metavar="N", help="send N messages (default 1)")
     send.add_argument("--queue-id", type=int, metavar="Q", help="pin the queue id")
+    send.add_argument("--sharding-key", metavar="KEY",
+                      help="send to the queue the hash of KEY picks, the same for every message of KEY, "
+                      "for `consume --orderly` (docs/consumer-groups.md, Orderly consumption)")
     send.add_argument("--wait", action=argparse.BooleanOptionalAction, default=True,
                       help="wait for the flush / the slave per the node's config (default: --wait)")
     send.add_argument("--timeout", type=float, default=5.0, metavar="S", help="per-attempt timeout (default 5)")
@@ -248,6 +255,8 @@ def _cmd_consume(args: argparse.Namespace) -> int:
         raise UsageError("--client-id and --offsets-dir go with --broadcast")
     if args.broadcast and args.commit:
         raise UsageError("--broadcast keeps its offsets in a local file: it commits nothing, drop --commit")
+    if args.orderly and (args.broadcast or args.sql is not None):
+        raise UsageError("--orderly is a clustering member with a tag filter: not with --broadcast or --sql")
     stop = trio.Event()  # a member stops on a signal by itself: it commits and leaves its group
 
     async def main() -> int:
@@ -264,6 +273,14 @@ def _cmd_consume(args: argparse.Namespace) -> int:
             except OffsetFileError as e:  # corrupt or in use: the file is named, nothing is read
                 error(str(e))
                 return EXIT_PROBLEM
+            return EXIT_OK
+        if args.orderly:  # a member consuming each queue in order under its lock (client/orderly.py)
+            from ..client.orderly import consume_orderly
+
+            await _check_may_consume(src, args)
+            await consume_orderly(lambda m: print_json(message_json(m)), group=args.group, topic=args.topic,
+                                  max_messages=args.max, idle_timeout_ms=args.timeout_ms, stop=stop,
+                                  tag_filter=args.tags, start=args.start, **src)
             return EXIT_OK
         if args.commit:  # a member of the group (push_consumer.Consumer): commits what it printed
             from ..client.push_consumer import consume_as_member
@@ -285,7 +302,8 @@ def _cmd_consume(args: argparse.Namespace) -> int:
                         break
         return EXIT_OK
 
-    return run_async(args, lambda: until_signal(main, graceful=stop if args.commit or args.broadcast else None))
+    member = args.commit or args.broadcast or args.orderly
+    return run_async(args, lambda: until_signal(main, graceful=stop if member else None))
 
 
 async def _check_may_consume(src: dict[str, Any], args: argparse.Namespace) -> None:
@@ -339,6 +357,9 @@ def _add_consume_command(subparsers: argparse._SubParsersAction) -> None:
     consume.add_argument("--broadcast", action="store_true",
                          help="consume every message as a broadcasting member of GROUP, its offsets in a local "
                          "file (docs/consumer-groups.md, Broadcasting)")
+    consume.add_argument("--orderly", action="store_true",
+                         help="consume as an orderly member of GROUP: each queue it locks read in queue "
+                         "order, committing what it printed (docs/consumer-groups.md, Orderly consumption)")
     consume.add_argument("--client-id", metavar="ID",
                          help="with --broadcast: the member's id, naming its offsets file (default ip@DEFAULT)")
     consume.add_argument("--offsets-dir", metavar="DIR",

@@ -46,7 +46,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
             print(f"skipped {path.name}: {why}", flush=True)
     results = launcher.up(args.conf, args.base_dir, timeout_s=args.timeout, on_result=show,
                           proxy_url=args.proxy_url, proxy_prefix=args.proxy_prefix,
-                          controller=args.controller,
+                          controller=args.controller, metrics=args.metrics,
                           on_etcd=None if args.json else (lambda said: print(said, flush=True)))
     console = _start_console(args) if args.console else None
     if args.json:
@@ -195,6 +195,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         doc["in_sync"] = {group: sync.to_json() for group, sync in sorted(in_sync_sets(answers).items())}
         if proxy_rows:
             doc["proxies"] = proxy_rows
+        doc["metrics"] = _scrape_targets(args.base_dir)
         if console_at:
             doc["console"] = console_at
         print(json.dumps(doc, default=str))
@@ -208,11 +209,25 @@ def _cmd_status(args: argparse.Namespace) -> int:
             console.print(line, markup=False, highlight=False)
         for row in proxy_rows:
             print(_proxy_line(row))
+        for name, url in _scrape_targets(args.base_dir).items():
+            print(f"metrics {name:<20} {url}")
         if console_at:
             print(f"console: {console_at}")
     healthy = all(r.state == "running" and r.error is None for r in rows) and all(
         "error" not in p and p["enabled"] for p in proxy_rows)
     return EXIT_OK if healthy else EXIT_PROBLEM
+
+
+def _scrape_targets(base_dir: str) -> dict[str, str]:
+    """Process name → its /metrics URL, for the processes whose config serves one."""
+    from ..launch.metrics import scrape_target
+    from ..launch.state import load_state
+
+    state = load_state(base_dir)
+    if state is None:
+        return {}
+    targets = {rec.name: scrape_target(rec) for rec in state.ordered()}
+    return {name: url for name, url in targets.items() if url is not None}
 
 
 def _cmd_down(args: argparse.Namespace) -> int:
@@ -277,6 +292,9 @@ def add_cluster_commands(subparsers: argparse._SubParsersAction) -> Any:
     up.add_argument("--controller", choices=["etcd"],
                     help="start a local etcd for automatic failover (conf/2m-2s-sync-auto; a layout "
                     "whose nodes set controllerMode = \"etcd\" starts it anyway)")
+    up.add_argument("--metrics", action="store_true",
+                    help="every process serves Prometheus metrics on a free port of its own "
+                    "(metricsExporterType PROM); `tidemq cluster status` prints where to scrape")
     up.add_argument("--console", action="store_true",
                     help="also start the web console (tidemq console) for the cluster; `status` prints its URL "
                     "(a layout with secrets: with --login, its users log in with their accounts)")

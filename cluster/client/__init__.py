@@ -1,6 +1,7 @@
 """The tidemq client library (trio): Producer, PullConsumer, Consumer (a push-style group
 member, cluster/client/push_consumer.py), Admin,
-BroadcastConsumer (every member gets every message; its offsets in a local file).
+BroadcastConsumer (every member gets every message; its offsets in a local file),
+OrderlyConsumer (each queue in order, by one member at a time: cluster/client/orderly.py).
 
 Each is an async context manager that owns a nursery (for the connections' reader tasks)
 and finds brokers either through name servers (`namesrv="host:port[;host:port]"`) or from
@@ -62,6 +63,7 @@ from .base import BrokerStatus, OutgoingMessage, PullResult, ReceivedMessage, Se
 from .broadcast import BroadcastConsumer
 from .consumer import PullConsumer
 from .local_offsets import OffsetFileError
+from .orderly import OrderlyConsumer
 from .producer import Producer
 from .push_consumer import Consumer, ConsumerStats
 from .routing import BrokerInfo, GroupRoute, MessageQueue, QueueData, TopicRoute
@@ -93,6 +95,7 @@ __all__ = [
     "NoPermission",
     "NotFound",
     "OffsetFileError",
+    "OrderlyConsumer",
     "OutcomeUnknown",
     "Producer",
     "PullConsumer",

@@ -70,6 +70,7 @@ from wire.protocol import (
     WritePermReply,
 )
 from wire.protocol.namesrv import AddWritePerm, WipeWritePerm
+from wire.protocol.trace import TRACE_TOPIC
 
 from .base import (
     CLIENT_OPTIONS,
@@ -84,6 +85,7 @@ from .routing import (
     BrokerInfo,
     MessageQueue,
 )
+from .trace_view import MessageLife, message_life
 
 log = logging.getLogger("tidemq.client")
 
@@ -425,6 +427,12 @@ class Admin(_Client):
         reconsumed, newest first."""
         return [m for m in await self.query_by_key(topic, uniq_key, max_num=max_num)
                 if m.properties.get("UNIQ_KEY") == uniq_key]
+
+    async def query_msg_trace(self, msg_id: str, *, trace_topic: str | None = None,
+                              max_num: int = 64) -> MessageLife:
+        """The message's life from its traces (mqadmin queryMsgTraceById;
+        cluster/client/trace_view.py)."""
+        return await message_life(self, msg_id, trace_topic=trace_topic or TRACE_TOPIC, max_num=max_num)
 
     async def get_by_msg_id(self, msg_id: str) -> ReceivedMessage:
         """The message with this offset msgId. The msgId names the broker that stored it,

@@ -24,6 +24,9 @@ queues' first offsets (`start="first"`) or their ends (`start="last"`).
 
 As in RocketMQ, a message the handler fails on (raises or returns False) is not retried:
 there is no retry topic per member. It is logged and counted in `stats.failed`.
+
+With `enable_msg_trace` each handler call is traced (SubBefore, SubAfter) as the Consumer's
+are (cluster/client/trace.py, docs/trace.md).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from wire.client import NoPermission, TidemqError, block_nursery
 from wire.options import ConnectKeywords, ConnectOptions
 from wire.protocol import ConsumerHeartbeat, ConsumerUnregister
 from wire.protocol.checks import check_client_id
+from wire.protocol.trace import ConsumeReturn
 
 from .base import CLIENT_OPTIONS, ROUTE_TTL_S, ReceivedMessage, _LifeCycle
 from .consumer import PullConsumer
@@ -49,6 +53,7 @@ from .local_offsets import LocalOffsetStore, OffsetFileError
 from .push_consumer import ConsumerStats, Handler, run_until_done
 from .rebalance import HEARTBEAT_INTERVAL_S
 from .routing import MessageQueue
+from .trace import consume_begins, trace_dispatcher, tracing
 
 log = logging.getLogger("tidemq.client")
 
@@ -110,6 +115,8 @@ class BroadcastConsumer(_LifeCycle):
         max_messages: int | None = None,
         route_ttl_s: float = ROUTE_TTL_S,
         master_retry_max_s: float = 30.0,
+        enable_msg_trace: bool = False,
+        trace_topic: str | None = None,
         options: ConnectOptions | None = None,
         **connection: Unpack[ConnectKeywords],
     ) -> None:
@@ -141,6 +148,9 @@ class BroadcastConsumer(_LifeCycle):
                                         start=start, route_ttl_s=route_ttl_s, master_retry_max_s=master_retry_max_s,
                                         options=ConnectOptions.of(options, connection, CLIENT_OPTIONS),
                                         store=self.offsets)
+        # enable_msg_trace: each handler call traced as the Consumer's are (docs/trace.md)
+        self.tracer = (trace_dispatcher(namesrv, brokers, self._pull.options, trace_topic)
+                       if enable_msg_trace else None)
 
     @property
     def queues(self) -> set[MessageQueue]:
@@ -157,7 +167,7 @@ class BroadcastConsumer(_LifeCycle):
         tasks; on the way out the tasks stop first and the file is written last."""
         await trio.to_thread.run_sync(self.offsets.open)
         try:
-            async with self._pull, block_nursery() as nursery:
+            async with tracing(self.tracer), self._pull, block_nursery() as nursery:
                 await nursery.start(self._follow_route, nursery)
                 nursery.start_soon(self._persist_loop)
                 nursery.start_soon(self._heartbeat_loop)
@@ -252,14 +262,20 @@ class BroadcastConsumer(_LifeCycle):
                 return False
             self._taken += 1
         self.last_message_at = trio.current_time()
+        ended = consume_begins(self.tracer, self.group, msg)
+        how = ConsumeReturn.SUCCESS
         try:
             result = self.handler(msg)
             if inspect.isawaitable(result):
                 result = await result
+            if result is False:
+                how = ConsumeReturn.FAILED
         except Exception:
             result = False
+            how = ConsumeReturn.EXCEPTION
             log.warning("broadcast handler failed on %s (%s:%d); not retried (broadcasting)", msg.msg_id,
                         msg.topic, msg.queue_offset, exc_info=True)
+        ended(how)
         if result is False:
             self.stats.failed += 1
         else:

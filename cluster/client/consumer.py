@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any, Literal, Unpack
 
 import attrs
@@ -29,6 +29,7 @@ from wire.protocol import (
     WireRequest,
 )
 from wire.protocol.sql92 import compile_sql92
+from wire.protocol.trace import ConsumeReturn
 
 from .base import (
     CLIENT_OPTIONS,
@@ -43,6 +44,7 @@ from .routing import (
     MessageQueue,
     TopicRoute,
 )
+from .trace import consume_begins, trace_dispatcher, tracing
 
 log = logging.getLogger("tidemq.client")
 
@@ -97,6 +99,10 @@ class PullConsumer(_Client):
     the last record's epoch past it (`offset_for_epoch`). When an unclean promotion cut the
     records it read, it moves back to where the logs diverge, commits that offset, and
     reads the new epoch's records there: duplicates allowed, skips never (Kafka's KIP-320).
+
+    With `enable_msg_trace` each message `messages()` yields is traced (docs/trace.md):
+    SubBefore when it is yielded, SubAfter (success) when the caller asks for the next one,
+    as RocketMQ's lite pull consumer traces a poll; `pull` itself traces nothing.
     """
 
     def __init__(
@@ -112,11 +118,14 @@ class PullConsumer(_Client):
         master_retry_s: float = 1.0,
         master_retry_max_s: float = 30.0,
         route_ttl_s: float = ROUTE_TTL_S,
+        enable_msg_trace: bool = False,
+        trace_topic: str | None = None,
         options: ConnectOptions | None = None,
         **connection: Unpack[ConnectKeywords],
     ) -> None:
         super().__init__(namesrv, brokers, options=ConnectOptions.of(options, connection, CLIENT_OPTIONS),
                          route_ttl_s=route_ttl_s)
+        self.tracer = trace_dispatcher(namesrv, brokers, self.options, trace_topic) if enable_msg_trace else None
         if start not in ("first", "last"):
             raise ValueError(f"start must be 'first' or 'last', got {start!r}")
         self.group = group
@@ -143,6 +152,12 @@ class PullConsumer(_Client):
         self._marks: dict[MessageQueue, _ReadMark] = {}
         self.moved_back: list[tuple[MessageQueue, int, int]] = []
         """(queue, from, to) of every move back to a divergence point, oldest first."""
+
+    @contextlib.asynccontextmanager
+    async def _running(self) -> AsyncIterator[None]:
+        """The client's life inside its trace dispatcher's (with msg_trace on)."""
+        async with tracing(self.tracer), super()._running():
+            yield
 
     # ---- queues and positions -----------------------------------------------------------
 
@@ -286,7 +301,9 @@ class PullConsumer(_Client):
                 result = await self.pull(queue, max_msgs, timeout_ms=0)
                 for msg in result.messages:
                     got = True
+                    ended = consume_begins(self.tracer, self.group, msg)
                     yield msg
+                    ended(ConsumeReturn.SUCCESS)  # the caller came back for the next one
                 if auto_commit and result.messages:
                     await self.commit(queue, result.next_begin_offset)
             now = trio.current_time()

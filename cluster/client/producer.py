@@ -7,6 +7,7 @@ import itertools
 import logging
 import math
 import random
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, Unpack
@@ -51,8 +52,11 @@ from .routing import (
     BrokerInfo,
     BrokerRoute,
     GroupRoute,
+    MessageQueue,
     TopicRoute,
 )
+from .selectors import QueueSelector, select_by_hash, selectable_queues
+from .trace import end_transaction_trace, now_ms, pub_trace, trace_dispatcher, tracing
 
 log = logging.getLogger("tidemq.client")
 
@@ -106,6 +110,11 @@ class Producer(_Client):
     round robin to every master with no queue id: each node picks the queue and creates
     the topic (autoCreateTopicEnable), so the topic ends up on every group as with
     RocketMQ's default-topic route; then the topic's own route is used.
+
+    With `enable_msg_trace` every stored message of `send`, `send_batch` and `send_many`
+    (and every `end_transaction`) is recorded in the trace topic (`trace_topic`, default
+    RMQ_SYS_TRACE_TOPIC) in RocketMQ's format, in the background (cluster/client/trace.py):
+    `self.tracer.stats` counts what was sent, dropped or failed.
     """
 
     def __init__(
@@ -119,6 +128,9 @@ class Producer(_Client):
         group: str | None = None,
         heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
         rng: random.Random | None = None,
+        queue_selector: QueueSelector = select_by_hash,
+        enable_msg_trace: bool = False,
+        trace_topic: str | None = None,
         options: ConnectOptions | None = None,
         **connection: Unpack[ConnectKeywords],
     ) -> None:
@@ -130,18 +142,21 @@ class Producer(_Client):
             raise ValueError(f"retries must be >= 0, got {retries}")
         self.retries = retries
         self.group = group
+        self.queue_selector = queue_selector
+        """Picks the queue of a send with a `sharding_key` (cluster/client/selectors.py)."""
         self.heartbeats = ProducerHeartbeats(self, group, interval_s=heartbeat_interval_s) if group else None
         self._counters: dict[str, itertools.count] = {}
         self._rng = rng
         self._down_until: dict[str, float] = {}
         self._creating: dict[str, float] = {}  # topic → until when it is sent without a route
         self._masters: tuple[float, list[BrokerInfo]] | None = None
+        self.tracer = trace_dispatcher(namesrv, brokers, self.options, trace_topic) if enable_msg_trace else None
 
     @contextlib.asynccontextmanager
     async def _running(self) -> AsyncIterator[None]:
         """The client's life, and within it the group's heartbeats (when it has a group):
         they end, and unregister, before the connections close."""
-        async with super()._running():
+        async with super()._running(), tracing(self.tracer):
             if self.heartbeats is None:
                 yield
             else:
@@ -164,13 +179,46 @@ class Producer(_Client):
         queue_id: int | None = None,
         broker_name: str | None = None,
         wait: bool = True,
+        sharding_key: str | None = None,
     ) -> SendResult:
         """Store one message; see the class docstring for selection, retries and statuses.
-        `queue_id` (optionally with `broker_name`) pins the queue."""
+        `queue_id` (optionally with `broker_name`) pins the queue; `sharding_key` lets the
+        `queue_selector` pick it, the same queue for every message of the key (ordered
+        sends: retries stay on that queue, and the send fails while its group has no master)."""
         m = OutgoingMessage(body, tags, tuple(keys), properties).to_request()
         request = Send(topic=topic, body=m.body, tags=m.tags, keys=m.keys, properties=m.properties,
                        flag=m.flag, wait=wait)
-        return await self._send(request, queue_id, broker_name)
+        if sharding_key is not None:
+            if queue_id is not None or broker_name is not None:
+                raise ValueError("sharding_key picks the queue: it goes without queue_id and broker_name")
+            queue = await self.select_queue(topic, sharding_key)
+            broker_name, queue_id = queue.broker_name, queue.queue_id
+        started_ms, started = now_ms(), time.monotonic()
+        result = await self._send(request, queue_id, broker_name)
+        self._trace_pub(topic, [m], [result.msg_id], result, started_ms, started)
+        return result
+
+    async def select_queue(self, topic: str, sharding_key: str) -> MessageQueue:
+        """The queue `queue_selector` picks for the key among the topic's writable queues.
+        Ordered sends need the topic's queues: a topic the name servers do not route is
+        asked for again for up to one send timeout (one just created is being registered),
+        then NotFound (create it first: `admin updateTopic`)."""
+        deadline = trio.current_time() + self.send_timeout
+        while True:
+            try:
+                queues = selectable_queues(await self.route(topic), topic)
+                if not queues:
+                    queues = selectable_queues(await self.route(topic, refresh=True), topic)
+                break
+            except NotFound as e:
+                if trio.current_time() >= deadline:
+                    raise NotFound(e.status, f"topic {topic!r} has no route: ordered sends need its queues, "
+                                             "create it first (admin updateTopic)") from e
+                self.invalidate(topic)
+                await trio.sleep(0.2)  # the name servers learn of a new topic at its master's next registration
+        if not queues:
+            raise ServiceUnavailable(Status.SERVICE_NOT_AVAILABLE.value, f"topic {topic!r} has no writable queue")
+        return self.queue_selector(queues, sharding_key)
 
     async def send_prepared(
         self,
@@ -202,6 +250,9 @@ class Producer(_Client):
                                  commitlog_offset=prepared.commitlog_offset, outcome=outcome,
                                  from_transaction_check=from_transaction_check, transaction_id=prepared.transaction_id)
         reply: EndTransactionReply = await self.pool.call(prepared.address, request, timeout=self.send_timeout)
+        if self.tracer is not None:
+            self.tracer.record(end_transaction_trace(producer_group, prepared.msg_id, prepared.address,
+                                                     prepared.transaction_id, outcome, from_transaction_check))
         return reply
 
     async def send_batch(
@@ -217,7 +268,10 @@ class Producer(_Client):
         batch = _messages(messages)
         if not batch:
             raise ValueError("send_batch needs at least one message")
-        return await self._send(SendBatch(topic=topic, messages=batch, wait=wait), queue_id, broker_name)
+        started_ms, started = now_ms(), time.monotonic()
+        result = await self._send(SendBatch(topic=topic, messages=batch, wait=wait), queue_id, broker_name)
+        self._trace_pub(topic, batch, result.msg_ids, result, started_ms, started)
+        return result
 
     async def send_many(
         self,
@@ -242,6 +296,7 @@ class Producer(_Client):
         batch = _messages(messages)
         chunks = [batch[i:i + batch_size] for i in range(0, len(batch), batch_size)]
         results: list[SendResult] = []
+        started_ms, started = now_ms(), time.monotonic()
         for start in range(0, len(chunks), in_flight):
             window = chunks[start:start + in_flight]
             targets = [await self._select(topic, queue_id, broker_name, set()) for _ in window]
@@ -278,7 +333,20 @@ class Producer(_Client):
                     self.invalidate(topic)
                     self._creating.pop(topic, None)
                 raise errors[0]
+        for chunk, result in zip(chunks, results, strict=True):
+            self._trace_pub(topic, chunk, result.msg_ids, result, started_ms, started)
         return results
+
+    def _trace_pub(self, topic: str, messages: Sequence[BatchMessage], msg_ids: Sequence[str], result: SendResult,
+                   started_ms: int, started: float) -> None:
+        """Pub records of a send's stored messages (with msg_trace on), the cost shared
+        among them as RocketMQ shares a batch's."""
+        if self.tracer is None or not self.tracer.traced(topic):
+            return
+        cost = int((time.monotonic() - started) * 1000) // max(1, len(messages))
+        for m, msg_id in zip(messages, msg_ids, strict=False):
+            self.tracer.record(pub_trace(self.group, topic, msg_id, result, started_ms=started_ms, cost_ms=cost,
+                                         tags=m.tags, keys=m.keys, body_length=len(m.body), properties=m.properties))
 
     # ---- internals ----------------------------------------------------------------------
 

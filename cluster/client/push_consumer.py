@@ -19,6 +19,10 @@ the handler with its original topic. When the message's master cannot take the s
 (it is down: the queue is read from its slave), the handler is called again locally
 after `local_retry_s` and the queue's offset does not move past it.
 
+With `enable_msg_trace` each handler call is recorded in the trace topic (`trace_topic`,
+default RMQ_SYS_TRACE_TOPIC): SubBefore (group, retry count) and SubAfter (cost, status),
+in RocketMQ's format, in the background (cluster/client/trace.py, docs/trace.md).
+
 Delivery is at least once: a member that crashes re-delivers what it consumed since its
 last commit, and a queue moving between members may deliver a few messages twice.
 """
@@ -39,11 +43,13 @@ from store.properties import PROPERTY_RETRY_TOPIC
 from wire.client import NoPermission, ServiceUnavailable, TidemqError, block_nursery
 from wire.options import ConnectKeywords, ConnectOptions
 from wire.protocol import ConsumerSendBack, SendBackReply
+from wire.protocol.trace import ConsumeReturn
 
 from .base import CLIENT_OPTIONS, ROUTE_TTL_S, ReceivedMessage, _LifeCycle
 from .consumer import PullConsumer
 from .rebalance import HEARTBEAT_INTERVAL_S, REBALANCE_INTERVAL_S, RebalanceService
 from .routing import UNREACHABLE, MessageQueue
+from .trace import consume_begins, trace_dispatcher, tracing
 
 log = logging.getLogger("tidemq.client")
 
@@ -100,6 +106,8 @@ class Consumer(_LifeCycle):
         route_ttl_s: float = ROUTE_TTL_S,
         max_messages: int | None = None,
         master_retry_max_s: float = 30.0,
+        enable_msg_trace: bool = False,
+        trace_topic: str | None = None,
         options: ConnectOptions | None = None,
         **connection: Unpack[ConnectKeywords],
     ) -> None:
@@ -133,6 +141,7 @@ class Consumer(_LifeCycle):
         )
         self._tasks: dict[MessageQueue, _QueueTask] = {}
         self._nursery: trio.Nursery | None = None
+        self.tracer = trace_dispatcher(namesrv, brokers, self.options, trace_topic) if enable_msg_trace else None
 
     @property
     def client_id(self) -> str:
@@ -156,7 +165,7 @@ class Consumer(_LifeCycle):
         """The topic's client, the retry topic's, then the queue tasks' nursery with the
         rebalance service (left in the reverse order). On the way out every queue is
         released (committed) and the member unregistered before the tasks are cancelled."""
-        async with self._main, self._retry, block_nursery() as nursery:
+        async with tracing(self.tracer), self._main, self._retry, block_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self.rebalance.run)
             try:
@@ -245,7 +254,10 @@ class Consumer(_LifeCycle):
             self._taken += 1
         self.last_message_at = trio.current_time()
         while True:
-            if await self._call_handler(shown):
+            ended = consume_begins(self.tracer, self.group, msg)
+            how = await self._call_handler(shown)
+            ended(how)
+            if how is ConsumeReturn.SUCCESS:
                 self.stats.consumed += 1
                 if self.max_messages is not None and self.stats.consumed >= self.max_messages:
                     self.finished.set()
@@ -259,7 +271,8 @@ class Consumer(_LifeCycle):
             if task.stopping:
                 return False
 
-    async def _call_handler(self, msg: ReceivedMessage) -> bool:
+    async def _call_handler(self, msg: ReceivedMessage) -> ConsumeReturn:
+        """SUCCESS, FAILED (it returned False) or EXCEPTION (it raised)."""
         try:
             result = self.handler(msg)
             if inspect.isawaitable(result):
@@ -267,8 +280,8 @@ class Consumer(_LifeCycle):
         except Exception:
             log.warning("handler failed on %s (%s:%d, reconsume %d)", msg.msg_id, msg.topic, msg.queue_offset,
                         msg.reconsume_times, exc_info=True)
-            return False
-        return result is not False
+            return ConsumeReturn.EXCEPTION
+        return ConsumeReturn.FAILED if result is False else ConsumeReturn.SUCCESS
 
     async def _send_back(self, consumer: PullConsumer, msg: ReceivedMessage) -> bool:
         """Store the failed message again for a later retry (or the DLQ) on its master."""

@@ -46,6 +46,7 @@ from wire.protocol import (
 from .base import SendResult
 from .producer import Producer
 from .producer_group import HEARTBEAT_INTERVAL_S
+from .trace import end_transaction_trace
 
 log = logging.getLogger("tidemq.client")
 
@@ -138,6 +139,8 @@ class TransactionProducer(Producer):
         check_poll_s: float = CHECK_POLL_S,
         masters_recheck_s: float = MASTERS_RECHECK_S,
         heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
+        enable_msg_trace: bool = False,
+        trace_topic: str | None = None,
         options: ConnectOptions | None = None,
         **connection: Unpack[ConnectKeywords],
     ) -> None:
@@ -146,7 +149,7 @@ class TransactionProducer(Producer):
         if check_poll_s <= 0 or masters_recheck_s <= 0:
             raise ValueError("check_poll_s and masters_recheck_s must be > 0")
         super().__init__(namesrv, brokers, group=group, heartbeat_interval_s=heartbeat_interval_s,
-                         options=options, **connection)
+                         enable_msg_trace=enable_msg_trace, trace_topic=trace_topic, options=options, **connection)
         self.group: str = group
         self.checker = checker
         self.check_poll_s = check_poll_s
@@ -210,6 +213,9 @@ class TransactionProducer(Producer):
                 address = await self._master_of(prepared.broker_name) or address
             try:
                 reply: EndTransactionReply = await self.pool.call(address, request, timeout=self.send_timeout)
+                if self.tracer is not None:
+                    self.tracer.record(end_transaction_trace(self.group, prepared.msg_id, address,
+                                                             prepared.transaction_id, outcome, from_transaction_check))
                 return reply, None
             except (ServiceUnavailable, ConnectionLost, OutcomeUnknown) as e:
                 log.info("END %s of the half message at %s/%d: %s", outcome, address, prepared.commitlog_offset, e)
@@ -281,6 +287,9 @@ class TransactionProducer(Producer):
                                  transaction_id=check.transaction_id)
         try:
             await self.pool.call(check.address, request, timeout=self.send_timeout)
+            if self.tracer is not None and check.msg_id:
+                self.tracer.record(end_transaction_trace(self.group, check.msg_id, check.address,
+                                                         check.transaction_id, outcome, True, check.topic))
         except TidemqError as e:  # TransactionEnded included: it had ended another way meanwhile
             log.info("producer %s: END %s for a check of %s offset %d: %s", self.client_id, outcome,
                      check.address, check.commitlog_offset, e)

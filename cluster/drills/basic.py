@@ -147,4 +147,4 @@ async def rebalance(run: DrillRun) -> None:
         run.event(f"overlap (brokers' view): {overlap}")
 
 
-from . import auto, promotion  # noqa: E402,F401  (promote, partition; auto-*, etcd-down)
+from . import auto, orderly, promotion  # noqa: E402,F401  (promote, partition; auto-*, etcd-down; orderly)

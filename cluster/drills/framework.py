@@ -136,6 +136,10 @@ class DrillReport:
     committed_offsets_lost: int | None = None
     """broker-a's queues whose committed offset (the master's at the fault) the slave that
     serves them afterwards does not have (0 promised under SYNC_MASTER)."""
+    order_violations: int | None = None
+    """The orderly drill: messages first consumed after a later one of their key."""
+    double_holders: int | None = None
+    """The orderly drill: handler calls of two members on one queue at once."""
     promises: dict[str, bool] = attrs.field(factory=dict)
     events: list[tuple[float, str]] = attrs.field(factory=list)
     error: str | None = None
@@ -169,7 +173,9 @@ class DrillReport:
             *((f"{what} after", fmt(took)) for what, took in self.takeovers.items()),
             *((k, v) for k, v in (("delivered again after the fault", self.redelivered_after_fault),
                                   ("consumed, uncommitted at the fault", self.consumed_not_committed),
-                                  ("committed offsets lost", self.committed_offsets_lost)) if v is not None),
+                                  ("committed offsets lost", self.committed_offsets_lost),
+                                  ("order violations", self.order_violations),
+                                  ("double holders", self.double_holders)) if v is not None),
         ]
         lines = [f"drill {self.drill}", ""] + [f"  {k:<34} {v}" for k, v in rows] + ["", "promises:"]
         lines += [f"  [{'ok' if v else 'BROKEN'}] {k}" for k, v in self.promises.items()]

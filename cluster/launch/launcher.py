@@ -27,6 +27,7 @@ import trio
 from wire.protocol import StatusReply
 
 from . import launcher_console, launcher_etcd, processes, proxies
+from . import metrics as launch_metrics
 from .health import query_status
 from .layout import copy_layout, free_ports, read_layout
 from .processes import StopResult
@@ -91,6 +92,7 @@ def up(
     proxy_prefix: str = "",
     controller: str | None = None,
     on_etcd: Callable[[str], None] | None = None,
+    metrics: bool = False,
 ) -> list[UpResult]:
     """Start every node of the layout that is not already running, stage by stage.
 
@@ -99,6 +101,7 @@ def up(
     `conf_dir` None reuses the layout (and proxy URL) recorded in cluster.json.
     `proxy_url` routes every broker's client and HA link through proxies on that
     Toxiproxy server, named `<proxy_prefix><node>-client` / `-ha` (cluster/launch/proxies.py).
+    `metrics` gives every process /metrics on a port of its own (cluster/launch/metrics.py).
     """
     base = Path(base_dir).resolve()
     with locked(base):
@@ -138,6 +141,8 @@ def up(
             state.proxies = proxies.plan(specs, proxy_prefix, old.proxies if old and alive else {})
             proxies.ensure(client, state.proxies.values(), proxies.listen_host(proxy_url))
             proxies.write_configs(specs, state.proxies, base)
+        if metrics:
+            launch_metrics.write_configs(specs, base)
         results: list[UpResult] = []
         launched: list[processes.Launch] = []
 
@@ -166,6 +171,7 @@ def up(
                 for launch in launches:
                     add(UpResult(launch.record.name, "started", launch.record, f"pid {launch.record.pid}"))
                 save_state(state)
+            launch_metrics.write_targets(state.ordered(), base)
         except BaseException:
             # give back what this call started: a half-started layout helps nobody
             processes.abandon(launched)

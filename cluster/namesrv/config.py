@@ -30,6 +30,11 @@ class NamesrvConfig:
     tls_mode: str = "disabled"  # TLS on the client port: disabled | permissive | enforcing
     tls_cert_file: str | None = None  # relative to this config file's directory
     tls_key_file: str | None = None
+    # Prometheus metrics (docs/metrics.md), the node's keys: "PROM" serves /metrics
+    metrics_exporter_type: str = "DISABLE"
+    metrics_prom_exporter_host: str | None = None  # default: listenAddress
+    metrics_prom_exporter_port: int = 5557
+    metrics_prom_bearer_token_file: str | None = None  # relative to this config file's directory
     source: str = attrs.field(default="", eq=False)
 
     def __attrs_post_init__(self) -> None:
@@ -45,6 +50,17 @@ class NamesrvConfig:
         problem = self.tls.problem()
         if problem is not None:
             raise ConfigError(f"{where}{problem}")
+        if self.metrics_exporter_type not in ("DISABLE", "PROM"):
+            raise ConfigError(f"{where}metricsExporterType must be one of DISABLE, PROM, "
+                              f"got {self.metrics_exporter_type!r}")
+        if not 1 <= self.metrics_prom_exporter_port <= 65535:
+            raise ConfigError(f"{where}metricsPromExporterPort must be in 1..65535, got {self.metrics_prom_exporter_port}")
+        if self.metrics_enabled and self.acl_enable and not self.metrics_prom_bearer_token_file:
+            raise ConfigError(f"{where}metricsExporterType PROM with aclEnable needs metricsPromBearerTokenFile")
+
+    @property
+    def metrics_enabled(self) -> bool:
+        return self.metrics_exporter_type == "PROM"
 
     @property
     def tls(self) -> TlsSettings:
@@ -61,6 +77,10 @@ _KEYS = {
     "tlsMode": ("tls_mode", str),
     "tlsCertFile": ("tls_cert_file", str),
     "tlsKeyFile": ("tls_key_file", str),
+    "metricsExporterType": ("metrics_exporter_type", str),
+    "metricsPromExporterHost": ("metrics_prom_exporter_host", str),
+    "metricsPromExporterPort": ("metrics_prom_exporter_port", int),
+    "metricsPromBearerTokenFile": ("metrics_prom_bearer_token_file", str),
 }
 
 
@@ -87,7 +107,7 @@ def namesrv_config_from_mapping(values: Mapping[str, Any], *, source: str = "") 
         kwargs[name] = value
     here = os.path.dirname(os.path.abspath(source)) if source else os.getcwd()
     kwargs["acl_file"] = os.path.join(here, os.path.expanduser(kwargs.get("acl_file", "acl.toml")))
-    for name in ("tls_cert_file", "tls_key_file"):
+    for name in ("tls_cert_file", "tls_key_file", "metrics_prom_bearer_token_file"):
         if kwargs.get(name):
             kwargs[name] = os.path.join(here, os.path.expanduser(kwargs[name]))
     return NamesrvConfig(**kwargs, source=source)

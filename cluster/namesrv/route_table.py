@@ -39,6 +39,9 @@ class RouteTable:
     def __init__(self, expire_ms: int) -> None:
         self.expire_s = expire_ms / 1000
         self._brokers: dict[tuple[str, int], _Registration] = {}
+        self.route_changes = 0
+        """Changes of what routes say (a broker came, left, moved, changed role, epoch or
+        topics, or its write bit): rocketmq_namesrv_route_changes_total."""
         self._write_wiped: set[str] = set()
         """Broker names whose topics routes show without the write bit (mqadmin
         wipeWritePerm), whatever they register, until add_write_perm: in memory, as all else."""
@@ -72,6 +75,8 @@ class RouteTable:
         elif not old.broker.alive:
             log.info("broker %s/%d (%s) is back", key[0], key[1], r.address)
         broker = attrs.evolve(BrokerInfo.from_wire(attrs.asdict(r)), last_update_ms=int(runtime.wall_clock() * 1000))
+        if old is None or _route_of(old.broker) != _route_of(broker):
+            self.route_changes += 1
         self._brokers[key] = _Registration(broker, now, peer)
         return broker
 
@@ -82,6 +87,7 @@ class RouteTable:
         members = sorted((k[1], r.broker) for k, r in self._brokers.items() if k[0] == broker_name)
         if not members:
             return None
+        self.route_changes += 1
         if writeable:
             self._write_wiped.discard(broker_name)
         else:
@@ -113,6 +119,7 @@ class RouteTable:
         if registration is None or registration.broker.address != address:
             return False
         del self._brokers[(broker_name, broker_id)]
+        self.route_changes += 1
         log.info("broker %s/%d (%s) unregistered", broker_name, broker_id, address)
         return True
 
@@ -124,6 +131,7 @@ class RouteTable:
             b = registration.broker
             if registration.peer == peer and b.alive:
                 registration.broker = attrs.evolve(b, alive=False)
+                self.route_changes += 1
                 log.info("broker %s/%d (%s): registration connection closed; marked not alive",
                          b.broker_name, b.broker_id, b.address)
 
@@ -134,6 +142,7 @@ class RouteTable:
         for r in gone:
             b = r.broker
             del self._brokers[(b.broker_name, b.broker_id)]
+            self.route_changes += 1
             log.warning("broker %s/%d (%s) expired: not heard from for %d ms",
                         b.broker_name, b.broker_id, b.address, r.age_ms(now))
         return [r.broker for r in gone]
@@ -158,3 +167,17 @@ class RouteTable:
         brokers = sorted((self._seen(r, now) for r in self._brokers.values()),
                          key=lambda b: (b.cluster, b.broker_name, b.broker_id))
         return [b.to_wire() for b in brokers]
+
+    def counts(self) -> dict[tuple[str, str, bool], int]:
+        """(cluster, role, alive) → registered brokers, for /metrics."""
+        out: dict[tuple[str, str, bool], int] = {}
+        for registration in self._brokers.values():
+            b = registration.broker
+            key = (b.cluster, b.role, b.alive)
+            out[key] = out.get(key, 0) + 1
+        return out
+
+
+def _route_of(b: BrokerInfo) -> tuple[object, ...]:
+    """What a route tells clients about a broker (not its offsets or age)."""
+    return (b.address, b.ha_address, b.role, b.alive, b.epoch, b.lease_holder, b.in_sync, dict(b.topics))

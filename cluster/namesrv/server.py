@@ -44,6 +44,7 @@ from wire.protocol.namesrv import (
 )
 
 from .config import NamesrvConfig
+from .metrics import NamesrvCollector, namesrv_endpoint
 from .remoting import NamesrvRemoting
 from .route_table import RouteTable
 
@@ -69,6 +70,10 @@ class NameServer:
         self.tls = (cfg.tls.server_context(), cfg.tls_mode) if cfg.tls.enabled else None
         self.server: ClientServer | None = None
         self.address = ""
+        # metricsExporterType PROM: /metrics (MetricsError: the bearer token file is wrong)
+        self.metrics = namesrv_endpoint(cfg, NamesrvCollector(self.table, lambda: self.address,
+                                                              self.guard.view if self.guard else lambda: None),
+                                        self.tls) if cfg.metrics_enabled else None
         self.started_ms = 0
         self._stop = trio.Event()
 
@@ -98,6 +103,8 @@ class NameServer:
                 )
                 await nursery.start(self.server.run)
                 nursery.start_soon(self._expire_loop)
+                if self.metrics is not None:
+                    await nursery.start(self.metrics.run)
                 self.address = format_host_port(self.cfg.listen_address, self.server.port)
                 self.started_ms = int(runtime.wall_clock() * 1000)
                 log.info("name server serving on %s (brokerExpireMs %d)", self.address, self.cfg.broker_expire_ms)

@@ -111,6 +111,9 @@ class EtcdController:
         over HTTP (the simulation passes its in-memory etcd behind the simulated network)."""
         assert cfg.etcd_endpoints is not None
         self.failover = failover
+        self.elections: dict[str, int] = {}
+        """Campaigns this node ran in this process, by result: "won", "lost" (another node, or
+        a moved epoch counter, got there first): rocketmq_failover_elections_total."""
         prefix = key_prefix(cfg.broker_cluster_name, cfg.broker_name)
         self.key_master, self.key_epoch = prefix + "master", prefix + "epoch"
         self.key_sync, self.replicas_prefix = prefix + "syncStateSet", prefix + "replicas/"
@@ -367,6 +370,8 @@ class EtcdController:
             [cmp_absent(self.key_master), cmp_mod_revision(self.key_epoch, epoch_kv.mod_revision if epoch_kv else 0)],
             [op_put(self.key_master, json.dumps(info), lease=self.lease), op_put(self.key_epoch, str(epoch)),
              op_put(self.key_sync, json.dumps(own_set))], [])
+        self.elections["won" if result.succeeded else "lost"] = self.elections.get(
+            "won" if result.succeeded else "lost", 0) + 1
         if not result.succeeded:
             return  # another node won (or the counter moved): the next tick follows it
         self.leading, self.leader, self.sync_set = True, info, own_set

@@ -14,7 +14,12 @@ Who decides depends on what can still be asked:
 - **The master is gone** (the usual reason to promote): the slave's own log end against
   the newest confirm offset it learned over HA. An in-sync slave always holds it (the
   confirm offset is the least ack of the set); a slave that fell out learned a confirm
-  offset past its end, unless it was cut off before the master sent one.
+  offset past its end, unless it was cut off before the master sent one. So the slave must
+  also have caught up with its master lately: the master keeps a slave in its set for
+  haMaxTimeSlaveNotCatchup after it last caught up, and no longer (ha/master.py `members`);
+  past that (less a margin for the link's delay; the time is the wall clock's, kept in its
+  checkpoint across restarts), or when it never caught up, the master may have confirmed
+  alone what it lacks: refused.
 
 `unclean` promotes anyway; the verdict names the range the promotion drops: from the
 slave's end to the highest offset known confirmed or stored by the master.
@@ -27,6 +32,10 @@ import attrs
 from wire.protocol import StatusReply, WirePromoteCheck
 
 __all__ = ["MasterView", "assess"]
+
+SILENCE_MARGIN_S = 2.0
+"""How much sooner than haMaxTimeSlaveNotCatchup a slave that cannot ask its master stops
+counting itself in its set (a quarter of it at most): the delay of the frame it judges by."""
 
 
 @attrs.frozen
@@ -49,11 +58,15 @@ class MasterView:
 
 
 def assess(address: str, *, end: int, whole_end: int, known_confirm: int | None, ha_local: str | None,
-           master: MasterView | None, master_address: str | None, asked: bool = True) -> WirePromoteCheck:
+           master: MasterView | None, master_address: str | None, asked: bool = True,
+           caught_up_s: float | None = None, max_silence_s: float = 15.0) -> WirePromoteCheck:
     """The verdict for the slave at `address` whose CommitLog ends at `end` (its last whole
     record at `whole_end`: a promotion cuts the partial one), that last learned
     `known_confirm` and connects to its master from `ha_local`; `master` is None when the
-    master at `master_address` did not answer, or was not `asked` (an unclean promotion)."""
+    master at `master_address` did not answer, or was not `asked` (an unclean promotion).
+    `caught_up_s`: seconds since it last caught up with its master (None: never; kept in its
+    checkpoint across restarts), judged against haMaxTimeSlaveNotCatchup `max_silence_s` when
+    the master is gone."""
     confirms = [c for c in (known_confirm, master.confirm_offset if master else None) if c is not None]
     confirm = max(confirms) if confirms else None
     in_set = None
@@ -61,6 +74,9 @@ def assess(address: str, *, end: int, whole_end: int, known_confirm: int | None,
         in_set = ha_local in master.in_sync
     drop_to = max(end, confirm or 0, master.max_offset if master else 0)
     behind = confirm is not None and end < confirm
+    margin = min(SILENCE_MARGIN_S, max_silence_s / 4)
+    stale = master is None and asked and confirm is not None and (  # a 4.x master promises none
+        caught_up_s is None or caught_up_s > max_silence_s - margin)
     holds_all = master is not None and end >= master.max_offset  # out of the set by silence alone
     if master is not None:
         where = f"master {master.address} at offset {master.max_offset}, in-sync set: " + (
@@ -74,6 +90,12 @@ def assess(address: str, *, end: int, whole_end: int, known_confirm: int | None,
     elif behind:
         why = (f"{address} is behind the confirm offset: its CommitLog ends at {end}, the confirm offset is "
                f"{_offset(confirm)} ({where})")
+    elif stale:
+        since = "never" if caught_up_s is None else f"{caught_up_s:.1f} s ago"
+        why = (f"{address} last caught up with its master {since}, and its master keeps a slave in its "
+               f"in-sync set only {max_silence_s:g} s after that (haMaxTimeSlaveNotCatchup): the master may "
+               f"have confirmed alone records it lacks; its CommitLog ends at {end}, the confirm offset it "
+               f"learned is {_offset(confirm)} ({where})")
     else:
         if master is None:
             named = "judged by the confirm offset it learned"
@@ -85,7 +107,7 @@ def assess(address: str, *, end: int, whole_end: int, known_confirm: int | None,
             named = "not named by the master (a proxy or NAT on the HA link?): judged by offsets"
         why = (f"{address} holds the confirm offset {_offset(confirm)} (its CommitLog ends at {end}); {named} "
                f"({where})")
-    clean = (in_set is not False or holds_all) and not behind
+    clean = (in_set is not False or holds_all) and not behind and not stale
     if not clean:
         why += f"; promoting it drops CommitLog [{whole_end}, {drop_to})"
     return WirePromoteCheck(

@@ -117,6 +117,8 @@ class Failover:
         self.on_transition = on_transition
         self._check_lock = trio.Lock()
         self._wake = trio.Event()
+        self.promotions: dict[str, int] = {}
+        """Promotions of this node attempted in this process, by result (`promote`)."""
         self.controller = controller(self.cfg, self) if controller is not None else None
         """With controllerMode etcd: the election decides who writes (node/failover/controller.py)."""
 
@@ -453,11 +455,31 @@ class Failover:
                 master = MasterView.of(master_address, answer)
         store = services.store
         known = client.confirm_offset if client is not None else store.replica_log.known_confirm
+        caught_up = client.caught_up_at if client is not None else store.replica_log.known_caught_up
         return assess(self.cfg.address, end=store.get_max_phy_offset(), whole_end=store.complete_end(),
                       known_confirm=known, ha_local=client.local_address if client is not None else None,
-                      master=master, master_address=master_address, asked=ask_master)
+                      master=master, master_address=master_address, asked=ask_master,
+                      caught_up_s=None if caught_up is None else max(0.0, runtime.wall_clock() - caught_up),
+                      max_silence_s=self.cfg.ha_max_time_slave_not_catchup / 1000)
 
     async def promote(self, role: str | None, *, epoch: int | None = None, unclean: bool = False) -> dict[str, Any]:
+        """`_promote`, counted by result in `promotions` (rocketmq_failover_promotions_total):
+        "elected" (the controller's), "clean", "unclean", "refused" (an OpError), "failed"."""
+        try:
+            answer = await self._promote(role, epoch=epoch, unclean=unclean)
+        except OpError:
+            self._count_promotion("refused")
+            raise
+        except Exception:
+            self._count_promotion("failed")
+            raise
+        self._count_promotion("elected" if epoch is not None else "unclean" if unclean else "clean")
+        return answer
+
+    def _count_promotion(self, result: str) -> None:
+        self.promotions[result] = self.promotions.get(result, 0) + 1
+
+    async def _promote(self, role: str | None, *, epoch: int | None = None, unclean: bool = False) -> dict[str, Any]:
         """Make this slave the group's master (see the module docstring); `epoch` is the
         controller's (etcd's), else N+1. A manual promotion (no `epoch`) of a slave outside
         its master's in-sync set or behind the confirm offset is refused unless `unclean`

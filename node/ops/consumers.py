@@ -101,8 +101,11 @@ async def _list(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]
 
 
 async def _lock(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    """Queue locks live on the master only (a slave's table would be a second one)."""
+    refuse_on_slave(s, "queue locks")
     f = r.fields
-    held = s.consumers.lock(f.group, f.client_id, f.topic, f.queue_ids)
+    held = s.consumers.lock(f.group, f.client_id, f.topic, f.queue_ids, f.life_ms / 1000 if f.life_ms else None,
+                            renew=f.renew)
     return LockReply(locked=held).to_wire(r.id)
 
 

@@ -144,7 +144,7 @@ async def read_queue(s: NodeServices, f: Pull,
     messages = _fit(result.messages, s.cfg.max_frame_size - _FRAME_MARGIN)
     s.stats.get.add(len(messages))
     if messages:
-        s.stats.add_get(topic, f.group, len(messages))
+        s.stats.add_get(topic, f.group, len(messages), sum(m.size for m in messages))
     next_begin = result.next_begin_offset
     if len(messages) < len(result.messages):
         next_begin = result.messages[len(messages)].queue_offset

@@ -255,15 +255,22 @@ async def finish_sends(s: NodeServices, pending: list[PendingPut]) -> list[dict[
         since = min(p.at for p in pending)
     results = await s.store.puts.finish_puts([(cast(Appended, p.appended), p.wait) for p in pending], since=since)
     stored = 0
-    by_topic: dict[str, int] = {}
+    by_topic: dict[str, list[int]] = {}  # topic → [messages, bytes]
     for p, result in zip(pending, results, strict=True):
         if result.status.stored:
             stored += result.msg_num
-            by_topic[p.topic] = by_topic.get(p.topic, 0) + result.msg_num
+            counts = by_topic.get(p.topic)
+            if counts is None:
+                counts = by_topic[p.topic] = [0, 0]
+            counts[0] += result.msg_num
+            counts[1] += result.append.wrote_bytes if result.append is not None else 0
+    stats = s.stats
     if stored:
-        s.stats.put.add(stored)
-        for topic, n in by_topic.items():
-            s.stats.add_put(topic, n)
+        stats.put.add(stored)
+        for topic, (n, size) in by_topic.items():
+            stats.add_put(topic, n)
+            stats.add_put_bytes(topic, n, size)
+    stats.add_send_latency((trio.current_time() - since) * 1000, len(pending), stored > 0)
     try:
         unreplicated = any(r.status is PutMessageStatus.SLAVE_NOT_AVAILABLE for r in results)
         await confirm_write(s, min(p.checked for p in pending), unreplicated=unreplicated)

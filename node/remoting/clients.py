@@ -28,6 +28,7 @@ from typing import Any
 
 import attrs
 
+from wire.protocol import LOCK_LIFE_MS
 from wire.remoting.bodies import BodyError, json_body, parse_json_body
 from wire.remoting.codes import RequestCode, ResponseCode
 from wire.remoting.command import RemotingCommand
@@ -49,7 +50,7 @@ log = logging.getLogger("tidemq.remoting")
 HEARTBEAT_INTERVAL_MS = 30_000
 """RocketMQ's clients heartbeat every 30 s; with it the table drops a silent member after
 its 120 s channelExpiredTimeout, as RocketMQ's broker does."""
-LOCK_LIFE_S = 60.0
+LOCK_LIFE_S = LOCK_LIFE_MS / 1000
 """RocketMQ's lockMaxLiveTime: a queue lock not taken again within it may go to another
 member (C++ re-locks every 20 s)."""
 
@@ -265,9 +266,12 @@ async def _lock_batch(proc: ProcessorContext, cmd: RemotingCommand, channel: Rem
     group, client_id, by_topic = _lock_body(cmd.body, "lock batch")
     locked: list[dict[str, Any]] = []
     for topic, mqs in by_topic.items():
-        f = proc.request({"op": "consumer_lock", "id": 0, "group": group, "client_id": client_id, "topic": topic,
-                          "queue_ids": [mq["queueId"] for mq in mqs]}).fields
-        held = set(proc.services.consumers.lock(f.group, f.client_id, f.topic, f.queue_ids, life_s=LOCK_LIFE_S))
+        answer = await _run(proc, {"op": "consumer_lock", "group": group, "client_id": client_id, "topic": topic,
+                                   "queue_ids": [mq["queueId"] for mq in mqs], "life_ms": LOCK_LIFE_MS},
+                            channel.peer)
+        if (failed := _failed(cmd, answer)) is not None:
+            return failed
+        held = set(answer["locked"])
         locked.extend(mq for mq in mqs if mq["queueId"] in held)
     return cmd.response(ResponseCode.SUCCESS, body=json_body({"lockOKMQSet": locked}))
 

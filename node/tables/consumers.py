@@ -22,8 +22,21 @@ Queue locks (RocketMQ's RebalanceLockManager) make "one owner per queue" hold wh
 queue changes hands: a member locks a queue here before it consumes it and unlocks it
 after it has committed its offset. A lock belongs to its member while that member is
 live; it goes with the member's unregistration or expiry. A lock may also be given a life
-(`life_s`: RocketMQ's 60 s lockMaxLiveTime, for remoting clients, which re-lock every 20 s):
-once that passes without a re-lock, another member may take the queue.
+(`life_s`: RocketMQ's 60 s REBALANCE_LOCK_MAX_LIVE_TIME, for orderly members, which re-lock
+every 20 s): once that passes without a re-lock, another member may take the queue. Such a
+lock is a lease: it outlives its holder's connection and its expiry from the group (a
+member whose connection broke, or that was paused, may still consume within its lease;
+RocketMQ's RebalanceLockManager ignores connections too) and goes early only with the
+holder's clean unregistration.
+
+Locks live in memory on the master only: a promoted slave (or a master restarted over its
+data) starts with an empty table while members may still consume under leases the old
+table granted. Orderly members trust a lease for `CLIENT_LOCK_LIFE_S` (30 s) from the moment
+they asked for it, so a new table is fenced that long (`fence_s`): a leased lock is granted
+only to a member that says it held the queue (`renew`); a member that never held it waits
+for the fence to end. The old table gave a queue to one member at a time, so at most one
+member can claim it, and no two members hold one queue across the change
+(docs/consumer-groups.md, "Orderly consumption").
 """
 
 from __future__ import annotations
@@ -36,15 +49,25 @@ from collections.abc import Callable
 import attrs
 import trio
 
+from wire.protocol import CLIENT_LOCK_LIFE_MS, LOCK_LIFE_MS
+
 log = logging.getLogger("tidemq.node")
 
-__all__ = ["CHANNEL_EXPIRED_S", "EXPIRE_EXTRA_S", "ConsumerManager", "MemberInfo"]
+__all__ = ["CHANNEL_EXPIRED_S", "CLIENT_LOCK_LIFE_S", "EXPIRE_EXTRA_S", "LOCK_FENCE_S", "LOCK_LIFE_S",
+           "ConsumerManager", "MemberInfo"]
 
 CHANNEL_EXPIRED_S = 120.0
 """RocketMQ's channelExpiredTimeout: a member silent this long is dropped (the node's
 `channelExpiredTimeout` key sets it)."""
 EXPIRE_EXTRA_S = 10.0
 """Slack added to two of a member's heartbeat intervals: it is never dropped before that."""
+LOCK_LIFE_S = LOCK_LIFE_MS / 1000
+"""RocketMQ's REBALANCE_LOCK_MAX_LIVE_TIME (broker side): a leased lock not renewed lapses."""
+CLIENT_LOCK_LIFE_S = CLIENT_LOCK_LIFE_MS / 1000
+"""How long an orderly member trusts a granted lock, counted from when it asked (RocketMQ's
+client-side 30 s: shorter than the broker's, so it stops first)."""
+LOCK_FENCE_S = CLIENT_LOCK_LIFE_S
+"""A new master's lock table grants leases only to their claimed holders this long."""
 
 
 @attrs.define
@@ -78,9 +101,12 @@ class MemberInfo:
 class ConsumerManager:
     """group → client id → MemberInfo; expired members are dropped on every access."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic, *, expire_s: float = CHANNEL_EXPIRED_S) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, *, expire_s: float = CHANNEL_EXPIRED_S,
+                 fence_s: float = 0.0) -> None:
         self.clock = clock
         self.expire_s = expire_s
+        self.fenced_until = clock() + fence_s
+        """Until then a leased lock goes only to a member that renews it (module docstring)."""
         self._groups: dict[str, dict[str, MemberInfo]] = {}
         self._locks: dict[tuple[str, str, int], str] = {}  # (group, topic, queue id) → client id
         self._versions: dict[str, int] = {}
@@ -129,7 +155,7 @@ class ConsumerManager:
                 if peer is not None and m.peer == peer]
         for group, client_id in gone:
             log.info("consumer group %s: member %s's connection %s closed", group, client_id, peer)
-            self.unregister(group, client_id)
+            self.unregister(group, client_id, keep_leases=True)
 
     def heartbeat(self, group: str, client_id: str, topics: list[str], heartbeat_interval_ms: int,
                   peer: str | None = None, *, broadcasting: bool = False) -> list[str]:
@@ -146,14 +172,16 @@ class ConsumerManager:
             self._members_changed(group)
         return self.members(group)
 
-    def unregister(self, group: str, client_id: str) -> bool:
-        """Drop a member at once (its clean close); False when it was not registered."""
+    def unregister(self, group: str, client_id: str, *, keep_leases: bool = False) -> bool:
+        """Drop a member at once (its clean close); False when it was not registered.
+        `keep_leases`: its leased locks stay until they lapse (its connection broke, it
+        may still be consuming)."""
         members = self._groups.get(group, {})
         info = members.pop(client_id, None)
         if info is None:
             return False
         log.info("consumer group %s: member %s left", group, client_id)
-        self._drop_locks(group, client_id)
+        self._drop_locks(group, client_id, keep_leases=keep_leases)
         if not members:
             self._groups.pop(group, None)
         if not info.broadcasting:
@@ -168,7 +196,7 @@ class ConsumerManager:
                 log.warning("consumer group %s: member %s silent for %.1f s; dropped",
                             group, client_id, now - info.last_seen)
                 del members[client_id]
-                self._drop_locks(group, client_id)
+                self._drop_locks(group, client_id, keep_leases=True)  # a paused member may wake within its lease
                 if not info.broadcasting:
                     self._members_changed(group)
         if not members:
@@ -196,8 +224,10 @@ class ConsumerManager:
 
     # ---- queue locks ------------------------------------------------------------------
 
-    def _drop_locks(self, group: str, client_id: str) -> None:
+    def _drop_locks(self, group: str, client_id: str, *, keep_leases: bool = False) -> None:
         for key in [k for k, holder in self._locks.items() if k[0] == group and holder == client_id]:
+            if keep_leases and key in self._lock_until:
+                continue
             del self._locks[key]
             self._lock_until.pop(key, None)
 
@@ -206,18 +236,22 @@ class ConsumerManager:
         return until is not None and now >= until
 
     def lock(self, group: str, client_id: str, topic: str, queue_ids: list[int],
-             life_s: float | None = None) -> list[int]:
+             life_s: float | None = None, *, renew: bool = False) -> list[int]:
         """Lock what is free (or already ours) for a live member; the queue ids it now holds.
-        With `life_s` the lock lapses that long after this call unless taken again."""
+        With `life_s` the lock is a lease that lapses that long after this call unless taken
+        again; while the table is fenced a lease goes only to a member that `renew`s it."""
         live = self._expire(group)
         if client_id not in live:
             return []
         now = self.clock()
+        fenced = life_s is not None and not renew and now < self.fenced_until
         held = []
         for qid in queue_ids:
             key = (group, topic, qid)
             holder = self._locks.get(key)
-            if holder is None or holder == client_id or holder not in live or self._lock_lapsed(key, now):
+            if holder == client_id or (not fenced and (
+                    holder is None or self._lock_lapsed(key, now)
+                    or (holder not in live and key not in self._lock_until))):
                 self._locks[key] = client_id
                 if life_s is None:
                     self._lock_until.pop(key, None)
@@ -242,4 +276,4 @@ class ConsumerManager:
         live = self._expire(group)
         now = self.clock()
         return {f"{t}:{q}": c for (g, t, q), c in sorted(self._locks.items())
-                if g == group and c in live and not self._lock_lapsed((g, t, q), now)}
+                if g == group and (c in live or (g, t, q) in self._lock_until) and not self._lock_lapsed((g, t, q), now)}

@@ -90,6 +90,10 @@ class ProducerManager:
             if not members:
                 self._groups.pop(group, None)
 
+    def groups(self) -> list[str]:
+        """The producer groups with a member heartbeating (some may have just expired)."""
+        return sorted(self._groups)
+
     def members(self, group: str) -> list[dict[str, object]]:
         """The group's live producers as `producer_list` answers them, by client id."""
         members = self._groups.get(group, {})

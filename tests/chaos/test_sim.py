@@ -229,6 +229,15 @@ def test_bad_arguments_are_usage_errors_with_a_message(args, message, capsys):
      "a slave's 10 s offset pull took a restarted master's file table before the stream resumed; the "
      "slave, promoted next, lacked commits answered OK"),
     (1008, "SYNC_MASTER+ASYNC_FLUSH", 1, "manual", 2, "as 1121, in the second group"),
+    (1442, "ASYNC_MASTER+ASYNC_FLUSH", 1, "manual", 1,
+     "a master dropped its cut-off slave from its set by the gap and confirmed alone; the slave, promoted "
+     "while the master was paused, could not know, and cut what consumers had read"),
+    (1447, "ASYNC_MASTER+SYNC_FLUSH", 2, "manual", 1,
+     "a restarted master confirmed alone before its slaves came back, then one slave that caught up alone "
+     "while the other was promoted; consumers had read the tail the promotion cut"),
+    (1601, "SYNC_MASTER+SYNC_FLUSH", 1, "manual", 1,
+     "a restarted master confirmed alone before its slave came back; the slave, promoted while cut off "
+     "from it, cut what consumers had read"),
 ])
 def test_seeds_that_found_bugs_keep_their_promises(seed, mode, slaves, controller, groups, found, tmp_path):
     result = run_seed(seed, mode=mode, base_dir=str(tmp_path), slaves=slaves, controller=controller, groups=groups)

@@ -41,6 +41,7 @@ async def test_auto_drill_keeps_its_promises(tmp_path, name) -> None:
         assert any("elected with epoch" in e for _, e in report.events), report.table()
 
 
+@pytest.mark.sweep  # ~15 s of rounds the auto drills above already run one by one
 async def test_auto_soak_runs_its_seeded_rounds(tmp_path) -> None:
     from cluster.drills import basic  # noqa: F401
 

@@ -406,7 +406,8 @@ async def g_etcd_value(etcd: EtcdServer, name: str) -> Any:
 
 
 ETCD_DOWN_S = float(os.environ.get("TIDEMQ_ETCD_DOWN_S", "30"))
-"""How long the outage test keeps etcd stopped under load (issue 21: 30 s)."""
+"""How long the sweep tier's outage test keeps etcd stopped under load (issue 21: 30 s); the
+whole suite's keeps it stopped 10 s, five leases (the 15-minute budget)."""
 
 
 class Load:
@@ -441,7 +442,10 @@ class Load:
         return sum(1 for r in self.acked.values() if r["at"] >= t)
 
 
-async def test_etcd_stopped_under_load_sync_writes_go_on_and_nothing_is_lost(tmp_path, nodes, etcd) -> None:
+@pytest.mark.parametrize("down_s", [pytest.param(10.0, id="10s"),
+                                    pytest.param(ETCD_DOWN_S, id="issue-21", marks=pytest.mark.sweep)])
+async def test_etcd_stopped_under_load_sync_writes_go_on_and_nothing_is_lost(tmp_path, nodes, etcd,
+                                                                             down_s: float) -> None:
     """Issue 21.3: a SYNC_MASTER that loses etcd keeps answering PUT_OK while every in-sync
     member acks (no one can be elected meanwhile, and a member that acks is not promoted)."""
     g = await started_group(nodes, tmp_path, etcd)
@@ -451,14 +455,14 @@ async def test_etcd_stopped_under_load_sync_writes_go_on_and_nothing_is_lost(tmp
         await wait_for(lambda: _acked(load, 5), what="the load acknowledged")
         etcd.stop()
         down = trio.current_time()
-        await trio.sleep(ETCD_DOWN_S)  # poll-exempt: etcd stays down under load for this long
+        await trio.sleep(down_s)  # poll-exempt: etcd stays down under load for this long
         st = await status(g.m.address)
         assert st.controller is not None
         assert st.controller.etcd_reachable is False and st.role == "SYNC_MASTER"
         assert any("etcd unreachable" in e["event"] for e in st.controller.events)
         assert (await status(g.s.address)).role == "SLAVE"  # nobody else took over
         past_lease = load.acked_since(down + 2 * LEASE_MS / 1000)
-        assert past_lease > 0.5 * (ETCD_DOWN_S - 2 * LEASE_MS / 1000) * 10, (past_lease, load.other)
+        assert past_lease > 0.5 * (down_s - 2 * LEASE_MS / 1000) * 10, (past_lease, load.other)
         etcd.start()  # same data dir and ports
         back = trio.current_time()
         await wait_for(lambda: _acked_after(load, back), timeout=ELECTION_S, what="writes acknowledged with etcd back")

@@ -103,3 +103,22 @@ def test_without_epochs_registrations_replace_as_before():
     table.register(reg("a", 0, "h:1"), "p1", now=0)
     assert table.register(reg("a", 0, "h:9"), "p2", now=1) is not None  # a RocketMQ 4.x style move
     assert table.master_of("a").address == "h:9" and table.master_of("a").epoch is None
+
+
+def test_route_changes_count_what_clients_are_told_not_heartbeats():
+    """rocketmq_namesrv_route_changes_total: a new broker, a new topic, a closed connection,
+    an expiry count; a registration that only moves the max offset does not."""
+    t = RouteTable(expire_ms=1000)
+    t.register(reg("a", 0, "h:1"), "p1", now=0)
+    assert t.route_changes == 1
+    t.register(attrs.evolve(reg("a", 0, "h:1"), max_offset=500), "p1", now=0.1)  # a heartbeat
+    assert t.route_changes == 1
+    t.register(reg("a", 0, "h:1", topics={"T": {"read_queue_nums": 4, "write_queue_nums": 4, "perm": 6},
+                                          "U": {"read_queue_nums": 2, "write_queue_nums": 2, "perm": 6}}), "p1", now=0.2)
+    t.register(reg("a", 1, "h:2"), "p2", now=0.2)
+    assert t.route_changes == 3
+    assert t.counts() == {("C", "SYNC_MASTER", True): 1, ("C", "SLAVE", True): 1}
+    t.connection_closed("p2")
+    assert t.route_changes == 4 and t.counts()[("C", "SLAVE", False)] == 1
+    t.expire(now=5)
+    assert t.route_changes == 6 and t.counts() == {}

@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from node.config import BrokerConfig, ConfigError
-from node.tables.consumers import CHANNEL_EXPIRED_S, EXPIRE_EXTRA_S, ConsumerManager
+from node.tables.consumers import CHANNEL_EXPIRED_S, EXPIRE_EXTRA_S, LOCK_FENCE_S, ConsumerManager
 
 
 async def test_a_silent_member_is_dropped_at_the_timeout_and_watchers_are_woken(autojump_clock) -> None:
@@ -82,6 +82,48 @@ async def test_a_lock_with_a_life_lapses_unless_taken_again(autojump_clock) -> N
         consumers.heartbeat("G", member, ["T"], 1_000)
     assert consumers.lock_holders("G") == {"T:1": "a"}
     assert consumers.lock("G", "b", "T", [0, 1], life_s=60) == [0]
+
+
+async def test_a_lease_outlives_its_holders_broken_connection_but_not_its_clean_leave(autojump_clock) -> None:
+    consumers = ConsumerManager(clock=trio.current_time)
+    consumers.heartbeat("G", "a", ["T"], 1_000, peer="10.0.0.1:1")
+    consumers.heartbeat("G", "b", ["T"], 1_000, peer="10.0.0.2:1")
+    assert consumers.lock("G", "a", "T", [0], life_s=60) == [0]
+    assert consumers.lock("G", "a", "T", [1]) == [1]  # a membership lock (rebalancing)
+    consumers.disconnected("10.0.0.1:1")  # a may still be consuming queue 0
+    assert consumers.lock("G", "b", "T", [0, 1], life_s=60) == [1]
+    assert consumers.lock_holders("G") == {"T:0": "a", "T:1": "b"}
+    consumers.heartbeat("G", "a", ["T"], 1_000, peer="10.0.0.1:2")  # back: its renewal keeps it
+    assert consumers.lock("G", "a", "T", [0], life_s=60, renew=True) == [0]
+    consumers.unregister("G", "a")  # a clean leave lets go at once
+    assert consumers.lock("G", "b", "T", [0], life_s=60) == [0]
+
+
+async def test_a_lease_outlives_its_holders_expiry_until_it_lapses(autojump_clock) -> None:
+    consumers = ConsumerManager(clock=trio.current_time, expire_s=5.0)
+    consumers.heartbeat("G", "a", ["T"], 1_000)
+    assert consumers.lock("G", "a", "T", [0], life_s=60) == [0]
+    await trio.sleep(2 + EXPIRE_EXTRA_S + 1)  # poll-exempt: virtual time, past a's expiry (a paused member)
+    consumers.heartbeat("G", "b", ["T"], 1_000)
+    assert consumers.members("G") == ["b"]
+    assert consumers.lock("G", "b", "T", [0], life_s=60) == []  # a may wake and consume within its lease
+    await trio.sleep(60)  # poll-exempt: virtual time, past the lease
+    consumers.heartbeat("G", "b", ["T"], 1_000)
+    assert consumers.lock("G", "b", "T", [0], life_s=60) == [0]
+
+
+async def test_a_fenced_table_grants_leases_only_to_their_claimed_holders(autojump_clock) -> None:
+    consumers = ConsumerManager(clock=trio.current_time, fence_s=LOCK_FENCE_S)
+    for member in ("a", "b"):
+        consumers.heartbeat("G", member, ["T"], 1_000)
+    assert consumers.lock("G", "b", "T", [0, 1], life_s=60) == []  # b never held them
+    assert consumers.lock("G", "a", "T", [0], life_s=60, renew=True) == [0]  # a held queue 0
+    assert consumers.lock("G", "b", "T", [0], life_s=60, renew=True) == []  # one claim wins
+    assert consumers.lock("G", "b", "T", [2]) == [2]  # membership locks are not fenced
+    await trio.sleep(LOCK_FENCE_S)  # poll-exempt: virtual time, to the fence's end
+    for member in ("a", "b"):
+        consumers.heartbeat("G", member, ["T"], 1_000)
+    assert consumers.lock("G", "b", "T", [0, 1], life_s=60) == [1]
 
 
 async def test_a_broadcasting_member_is_listed_but_never_a_change_of_the_group(autojump_clock) -> None:

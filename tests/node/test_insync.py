@@ -16,10 +16,12 @@ def master(end: int, confirm: int | None, *, slaves: tuple[str, ...] = (HA,),
 
 
 def verdict(end: int, confirm: int | None, ha_local: str | None, view: MasterView | None, *,
-            whole_end: int | None = None, asked: bool = True) -> WirePromoteCheck:
-    """The check of SLAVE, whose master is MASTER (`view`: its answer, None: none)."""
+            whole_end: int | None = None, asked: bool = True, caught_up_s: float | None = 1.0) -> WirePromoteCheck:
+    """The check of SLAVE, whose master is MASTER (`view`: its answer, None: none), that
+    last caught up with it `caught_up_s` ago (haMaxTimeSlaveNotCatchup 15 s)."""
     return assess(SLAVE, end=end, whole_end=end if whole_end is None else whole_end, known_confirm=confirm,
-                  ha_local=ha_local, master=view, master_address=MASTER, asked=asked)
+                  ha_local=ha_local, master=view, master_address=MASTER, asked=asked, caught_up_s=caught_up_s,
+                  max_silence_s=15.0)
 
 
 def test_an_in_sync_slave_holding_the_confirm_offset_is_clean_and_drops_only_the_unconfirmed_tail():
@@ -62,6 +64,19 @@ def test_with_the_master_gone_the_confirm_offset_the_slave_learned_decides():
     assert "master 127.0.0.1:1001 not asked (unclean)" in unasked.reason and not unasked.clean
     never = verdict(700, None, None, None)  # a RocketMQ 4.x master sends none
     assert never.clean and never.confirm_offset is None and "unknown" in never.reason
+
+
+def test_with_the_master_gone_a_slave_that_has_not_caught_up_lately_is_refused():
+    """Its master drops it from the set haMaxTimeSlaveNotCatchup after it last caught up and
+    may confirm alone from then on; the slave, cut off, would not learn it (seed 1442)."""
+    assert verdict(700, 700, None, None, caught_up_s=12.9).clean  # within 15 s less the 2 s margin
+    stale = verdict(700, 700, None, None, caught_up_s=13.5)
+    assert not stale.clean and "last caught up with its master 13.5 s ago" in stale.reason
+    assert "haMaxTimeSlaveNotCatchup" in stale.reason and stale.reason.endswith("drops CommitLog [700, 700)")
+    never = verdict(700, 700, None, None, caught_up_s=None)
+    assert not never.clean and "last caught up with its master never" in never.reason
+    assert verdict(700, 700, HA, master(700, 700), caught_up_s=None).clean  # the master answers: it decides
+    assert verdict(700, None, None, None, caught_up_s=None).clean  # a RocketMQ 4.x master promises nothing
 
 
 def test_a_partial_record_at_the_slave_s_end_is_dropped_too():

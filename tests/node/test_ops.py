@@ -26,6 +26,8 @@ from tests.node.nodeproc import master_conf, slave_conf
 from wire.client import BadRequest, Connection, NotFound, ServiceUnavailable, connect
 from wire.protocol import (
     CommitOffset,
+    ConsumerHeartbeat,
+    ConsumerLock,
     FetchOffset,
     GetByMsgId,
     GetStatus,
@@ -178,6 +180,9 @@ async def test_a_slave_refuses_writes_and_reports_its_role(tmp_path):
             await conn.call(CommitOffset(group="G", topic="T", queue_id=0, offset=1))
         with pytest.raises(ServiceUnavailable, match="refuses topic changes"):
             await conn.call(TopicDelete(topic="T"))
+        await conn.call(ConsumerHeartbeat(group="G", client_id="c", topics=["T"]))
+        with pytest.raises(ServiceUnavailable, match="refuses queue locks"):  # locks live on the master only
+            await conn.call(ConsumerLock(group="G", client_id="c", topic="T", queue_ids=[0], life_ms=60_000))
         status = await conn.call(GetStatus())
         assert status.role == "SLAVE" and status.broker_id == 1
         assert status.max_phy_offset == services.store.get_max_phy_offset() == 0

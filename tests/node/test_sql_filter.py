@@ -143,20 +143,6 @@ def test_a_node_without_enable_property_filter_refuses_sql92(tmp_path, nodes) ->
         assert c.call(RequestCode.PULL_MESSAGE, _pull_fields("a >")).code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
 
 
-def test_docs_sql92_example_runs_as_written(tmp_path, nodes) -> None:
-    """docs/consumer-groups.md's SQL92 example, run as a script against a node with
-    enablePropertyFilter on the address it names rewritten to the node's."""
-    text = (REPO / "docs" / "consumer-groups.md").read_text(encoding="utf-8")
-    section = text.split("\n## SQL92 filters\n", 1)[1].split("\n## ", 1)[0]
-    block = section.split("```python\n", 1)[1].split("```", 1)[0]
-    node = nodes.start(master_conf(tmp_path, role="ASYNC_MASTER", enablePropertyFilter=True))
-    script = block.replace("127.0.0.1:30911", node.address)
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert done.returncode == 0, done.stderr.decode()
-    assert sorted(done.stdout.decode().splitlines()) == ["m2 6", "m3 9"]
-
-
 def test_cli_consume_sql(tmp_path, nodes) -> None:
     """`tidemq consume --sql` prints only the matches; a bad expression is a clear error."""
     node = nodes.start(master_conf(tmp_path, role="ASYNC_MASTER", enablePropertyFilter=True))

@@ -3,7 +3,7 @@ a child process per action, so its threads, its process-wide client instance and
 stay out of pytest. `python -m tests.remoting.cpp ACTION --namesrv ADDR ...` prints one JSON
 object on stdout; `run_cpp` runs it and returns that object.
 
-Actions: `produce` (send_sync of `--count` messages, with keys and tags); `send` (`--mode`
+Actions: `raw` (one message of `--body` with `--keys`); `produce` (send_sync of `--count` messages, with keys and tags); `send` (`--mode`
 sync, oneway, orderly or batch, with `--delay-level`, `--body-size`, `--orders` and
 `--extra-key`); `pull` (a PullConsumer reads the topic's queues from offset 0 until `--count`
 messages or none new); `push` (a PushConsumer on `--topic` writes each message it is given
@@ -203,7 +203,23 @@ def _push(args: argparse.Namespace) -> dict[str, Any]:
     return {"received": count}
 
 
-ACTIONS = {"produce": _produce, "send": _send, "pull": _pull, "push": _push}
+def _raw(args: argparse.Namespace) -> dict[str, Any]:
+    """One message with the body `--body` and the keys `--keys` (space separated), as a
+    RocketMQ client's trace producer sends a trace message."""
+    from rocketmq.client import Message
+
+    p = _producer(args)
+    try:
+        m = Message(args.topic)
+        m.set_keys(args.keys)
+        m.set_body(args.body)
+        r = p.send_sync(m)
+    finally:
+        p.shutdown()
+    return {"status": int(r.status), "msg_id": r.msg_id, "offset": r.offset}
+
+
+ACTIONS = {"produce": _produce, "send": _send, "pull": _pull, "push": _push, "raw": _raw}
 
 
 def main() -> None:
@@ -226,6 +242,8 @@ def main() -> None:
     parser.add_argument("--body-size", type=int, default=0)
     parser.add_argument("--orders", type=int, default=1)
     parser.add_argument("--extra-key", default="")
+    parser.add_argument("--body", default="", help="raw: the body (text)")
+    parser.add_argument("--keys", default="", help="raw: the keys, space separated")
     parser.add_argument("--out", default="")
     parser.add_argument("--stop-file", default="")
     parser.add_argument("--instance", default="")

@@ -104,3 +104,20 @@ def test_confirm_offset_at_32_goes_into_the_file_at_once(tmp_path):
         assert fresh.confirm_phy_offset is None
     finally:
         fresh.shutdown()
+
+
+def test_caught_up_time_at_40_goes_into_the_file_at_once(tmp_path):
+    """tidemq's caughtUpTimestamp (a slave's promotion check after a restart): 0 is never,
+    written into the map as soon as noted, the confirm offset at 32 left alone."""
+    path = tmp_path / "checkpoint"
+    path.write_bytes(struct.pack(">qqqqq", 1, 2, 3, 4, 5))
+    cp = StoreCheckpoint(str(path))
+    assert cp.caught_up_ms is None
+    cp.note_caught_up(1_790_000_000_123)
+    assert struct.unpack_from(">qq", path.read_bytes(), 32) == (5, 1_790_000_000_123)  # before any flush
+    cp.close()  # what a kill leaves
+    again = StoreCheckpoint(str(path))
+    try:
+        assert again.caught_up_ms == 1_790_000_000_123 and again.confirm_phy_offset == 5
+    finally:
+        again.shutdown()

@@ -72,7 +72,7 @@ def _rewrite(body: str, ports: dict[int, int]) -> str:
     return pattern.sub(lambda m: str(ports[int(m.group(1))]), body)
 
 
-DOCS_RUN = [REPO / "docs" / "security.md", REPO / "docs" / "consumer-groups.md"]
+DOCS_RUN = [REPO / "docs" / "security.md", REPO / "docs" / "consumer-groups.md", REPO / "docs" / "trace.md"]
 """Pages whose blocks run after the README's, by the same convention."""
 DOC_PORT_OFFSET = 1000
 """docs/security.md copies the layout with `--port-offset 1000`: its commands name those ports."""
@@ -103,6 +103,7 @@ def test_every_readme_block_runs_as_written(tmp_path: Path):
     ports = copy_layout(layout, work / "conf" / "1m-1s-dev", ports=_ports_with_offset_twins(defaults))
     ports.update({p + DOC_PORT_OFFSET: q + DOC_PORT_OFFSET for p, q in list(ports.items())})
     (work / "scripts").symlink_to(REPO / "scripts")
+    (work / "conf" / "prometheus").symlink_to(REPO / "conf" / "prometheus")  # the metrics section's rules
     env = {**os.environ, "TIDEMQ_BASE_DIR": str(work / "data"), "TIDEMQ_CONF": str(work / "conf" / "1m-1s-dev")}
     env.pop("PYTHONPATH", None)
     scripts_run = [str(REPO / "scripts" / "run")]

@@ -169,7 +169,7 @@ def _client_id_field() -> Any:
 
 
 __all__ = [
-    "FIELD_TYPES", "MESSAGES", "NODE_REQUESTS", "OPS", "BatchMessage", "CommitOffset", "ConsumerHeartbeat",
+    "CLIENT_LOCK_LIFE_MS", "FIELD_TYPES", "LOCK_LIFE_MS", "MESSAGES", "NODE_REQUESTS", "OPS", "BatchMessage", "CommitOffset", "ConsumerHeartbeat",
     "ConsumerList", "ConsumerLock", "ConsumerSendBack", "ConsumerUnlock", "ConsumerUnregister", "ConsumerWatch",
     "BrokerWritePerm", "GetBrokerConfig", "UpdateBrokerConfig",
     "CountMessages", "DeleteExpiredFiles", "EndTransaction", "Epoch", "FetchOffset", "GetByMsgId", "MaxOffset",
@@ -370,14 +370,27 @@ class ConsumerList(WireRequest):
     group: str = _group_field()
 
 
+LOCK_LIFE_MS = 60_000
+"""RocketMQ's REBALANCE_LOCK_MAX_LIVE_TIME (broker side): a lease not renewed lapses."""
+CLIENT_LOCK_LIFE_MS = 30_000
+"""RocketMQ's ProcessQueue REBALANCE_LOCK_MAX_LIVE_TIME: how long an orderly member trusts a
+granted lease from when it asked; a new master fences its lock table this long."""
+
+
 @attrs.define(kw_only=True)
 class ConsumerLock(WireRequest):
+    """Lock queues for a member. `life_ms` 0: held while the member lives (rebalancing);
+    else a lease that lapses unless renewed (orderly members: RocketMQ's 60 s), and `renew`
+    says the member held it before (a new master's fenced table grants only those)."""
+
     OP = "consumer_lock"
     REPLY = LockReply
     group: str = _group_field()
     client_id: str = _client_id_field()
     topic: str = _topic_field()
     queue_ids: list[int] = wire(LIST_INT, check_queue_ids)
+    life_ms: int = wire(INT, value_range(0, 3_600_000), default=0)
+    renew: bool = wire(BOOL, default=False)
 
 
 @attrs.define(kw_only=True)

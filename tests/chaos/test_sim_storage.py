@@ -1,0 +1,92 @@
+"""Storage faults in the simulation (`--storage`, docs/simulation.md "Storage faults"): power
+losses replay bit for bit, the modes that promise durability keep it, the two deliberate
+durability bugs are caught, the seed that found the abort-file bug keeps its promises, and
+the seeds that show the promises ASYNC_FLUSH cannot keep yet are pinned as known failures.
+The 300-seed sweep is in test_sim_sweeps.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from chaos.cli import main as chaos_main
+from chaos.sim.run import run_seed
+from chaos.sim.schedule import STORAGE_KINDS, draw
+
+SYNC_SYNC = "SYNC_MASTER+SYNC_FLUSH"
+
+
+def test_storage_faults_come_from_a_stream_of_their_own():
+    """Without --storage a seed draws what it always drew; with it, only some process
+    faults change kind (same node, moment and duration)."""
+    for seed in range(1, 40):
+        plain, storage = draw(seed), draw(seed, storage=True)
+        assert [(f.at, f.duration, f.target, f.group) for f in plain.faults] == \
+               [(f.at, f.duration, f.target, f.group) for f in storage.faults]
+        changed = [(a.kind, b.kind) for a, b in zip(plain.faults, storage.faults, strict=True) if a != b]
+        assert all(a in ("kill", "pause", "slow_disk") and b in STORAGE_KINDS for a, b in changed)
+        if any(f.kind in ("kill", "pause", "slow_disk") for f in plain.faults):
+            assert changed, seed
+
+
+@pytest.mark.slow  # the replay runs in a worker process, as the CLI's do
+def test_a_group_power_loss_keeps_every_sync_put_ok_and_replays_bit_for_bit_with_its_pages(tmp_path, capsys):
+    """Seed 1 (SYNC_MASTER+SYNC_FLUSH) cuts the whole group's power: before the abort file
+    was created durably, the restart took the last exit for a clean one and lost 48 PUT_OK.
+    The CLI's replay (another process) prints the same event log hash and, with --events,
+    the pages each power loss kept and dropped."""
+    first = run_seed(1, mode=SYNC_SYNC, base_dir=str(tmp_path), storage=True)
+    assert first.ok, first.violations
+    assert any("power lost on a" in line for line in first.log) and any("power lost on b" in line for line in first.log)
+    code = chaos_main(["chaos", "sim", "--seed", "1", "--mode", SYNC_SYNC, "--slaves", "1", "--controller", "manual",
+                       "--groups", "1", "--storage", "--events", "--dir", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert f"event log sha256 {first.log_hash}" in out
+    assert "cut the power of every node of the group" in out and "recovered to" in out
+    assert "pages kept" in out and ("dropped 0" in out or "never synced, gone" in out)
+
+
+@pytest.mark.sweep  # 1 s of CPU more than the suite's budget allows; seed 1 above cuts the master's power too
+def test_a_sync_flush_master_s_power_losses_lose_no_put_ok(tmp_path):
+    """Seed 7 (ASYNC_MASTER+SYNC_FLUSH, two slaves) cuts the master's power three times:
+    every PUT_OK was fsynced on the master before it was answered."""
+    result = run_seed(7, mode="ASYNC_MASTER+SYNC_FLUSH", base_dir=str(tmp_path), slaves=2, storage=True)
+    assert sum("power lost on a" in line for line in result.log) >= 1
+    assert sum("recovered to" in line for line in result.log) == 3
+    assert result.ok, result.violations
+
+
+@pytest.mark.parametrize(("mutation", "seed", "mode", "shape", "found"), [
+    ("skip-fsync", 1, SYNC_SYNC, {}, "acknowledged message(s) lost beyond the mode's promise"),
+    ("trust-checkpoint", 16, "SYNC_MASTER+ASYNC_FLUSH", {"groups": 2}, "checkpoint claimed"),
+])
+def test_each_durability_bug_is_caught(mutation, seed, mode, shape, found, tmp_path):
+    """The same seeds without the bug keep their promises: seed 1 above, seed 16 in the
+    sweep tier (test_sim_sweeps.py), to keep this file within the suite's budget."""
+    result = run_seed(seed, mode=mode, base_dir=str(tmp_path), storage=True, mutation=mutation, **shape)
+    assert any(found in v for v in result.violations), result.violations
+
+
+@pytest.mark.sweep  # known failures, each 1-2 s: the sweep tier keeps them in view
+@pytest.mark.xfail(strict=True, reason="a master that lost its unflushed tail serves on with its old epoch "
+                                        "(docs/simulation.md, Storage faults: not fixed)")
+@pytest.mark.parametrize(("seed", "mode", "slaves", "controller", "groups"), [
+    (2, "ASYNC_MASTER+ASYNC_FLUSH", 1, "manual", 1),  # the slave's tail diverges inside epoch 1
+    (4, "SYNC_MASTER+ASYNC_FLUSH", 2, "manual", 1),  # the old master is cut inside a record: it crashes
+    (8, "SYNC_MASTER+ASYNC_FLUSH", 1, "etcd", 1),  # the re-elected master's shorter log cuts PUT_OKs
+])
+def test_async_flush_seeds_that_break_a_promise(seed, mode, slaves, controller, groups, tmp_path):
+    result = run_seed(seed, mode=mode, base_dir=str(tmp_path), slaves=slaves, controller=controller, groups=groups,
+                      storage=True)
+    assert result.ok, result.violations
+
+
+@pytest.mark.sweep  # two groups, 3 s of CPU
+def test_commits_answered_before_a_group_power_loss_are_the_documented_limit(tmp_path):
+    """Seed 60 (SYNC_MASTER+SYNC_FLUSH, etcd, two slaves, two groups) cuts broker-a's power:
+    every node restarts with its consumer offsets file (written every 5 s), so commits
+    answered OK just before may be gone on the node elected next, as for a killed master
+    elected again (docs/simulation.md, Storage faults). Before the judge knew, it failed."""
+    result = run_seed(60, mode=SYNC_SYNC, base_dir=str(tmp_path), slaves=2, controller="etcd", groups=2, storage=True)
+    assert any("cut the power of every node of the group" in line for line in result.log)
+    assert result.ok, result.violations
