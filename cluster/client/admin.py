@@ -19,6 +19,8 @@ from wire.client import (
 from wire.options import ConnectKeywords, ConnectOptions
 from wire.protocol import (
     INT64_MAX,
+    AclList,
+    AclListReply,
     BrokerConfigReply,
     BrokerConfigUpdateReply,
     BrokerWritePerm,
@@ -288,6 +290,18 @@ class Admin(_Client):
             for g in answer.groups:
                 out.setdefault(g["group"], g)
         return out
+
+    async def acl_accounts(self) -> AclListReply:
+        """The ACL's accounts and their permissions, from the first registered master that
+        answers (every node reads the same file in a secure layout); admin-only (NoPermission)."""
+        errors: list[TidemqError] = []
+        for master in await self.masters():
+            try:
+                answer: AclListReply = await self.pool.call(master.address, AclList())
+                return answer
+            except (*UNREACHABLE, ServiceUnavailable) as e:
+                errors.append(e)
+        raise errors[-1]
 
     async def topic_status(self, topic: str) -> list[dict[str, Any]]:
         """Per queue of the topic on each group serving it (its master, else a slave):

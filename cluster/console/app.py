@@ -43,7 +43,7 @@ from .sessions import Sessions
 HERE = Path(__file__).parent
 Handler = Callable[[Request], Awaitable[Response]]
 PAGES = [("dashboard", "Dashboard"), ("cluster", "Cluster"), ("topic", "Topic"), ("consumer", "Consumer"),
-         ("message", "Message"), ("dlq", "DLQ"), ("failover", "Failover")]
+         ("message", "Message"), ("dlq", "DLQ"), ("failover", "Failover"), ("acl", "ACL")]
 """The menu: path and rocketmq-dashboard's name of each page."""
 
 
@@ -422,6 +422,14 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         return page(request, "failover_groups.html" if fragment else "failover.html",
                     {"groups": groups, "error": error, "active": "failover"})
 
+    async def acl_page(request: Request) -> Response:
+        """The ACL's accounts and their permissions (admin-only on the nodes and here)."""
+        try:
+            answer, error = await request.state.admin.acl_accounts(), None
+        except TidemqError as e:
+            answer, error = None, f"the cluster refused: {e}"
+        return page(request, "acl.html", {"acl": answer, "error": error})
+
     async def health(request: Request) -> Response:
         return Response(json.dumps({"ok": True, "namesrv": console.namesrv}), media_type="application/json")
 
@@ -436,6 +444,7 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         Route("/dashboard", guarded(dashboard_page)),
         Route("/dashboard/data", guarded(dashboard_data)),
         Route("/failover", guarded(failover_page)),
+        Route("/acl", guarded(acl_page, admin_only=True)),
         Route("/topic", guarded(topic_list), methods=["GET"]),
         Route("/topic", guarded(topic_save, admin_only=True), methods=["POST"]),
         Route("/topic/{topic}", guarded(topic_view), methods=["GET"]),

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow  # starts a cluster, the console and a browser
 
 PAGES = {
     "/dashboard": "#chart-put", "/cluster": "#brokers", "/topic": "#topics", "/consumer": "#groups",
-    "/message": "#by-time", "/dlq": "#dlqs", "/failover": "#failover-groups",
+    "/message": "#by-time", "/dlq": "#dlqs", "/failover": "#failover-groups", "/acl": "#acl-off",
 }
 
 

@@ -63,7 +63,8 @@ def test_cluster_up_console_on_a_secure_layout_logs_users_in(tmp_path):
             said = page.page.wait_for_selector("#topic-result .result").inner_text()
             assert said == "POST /topic needs an admin account; app is not one", said
             assert page.goto("/consumer").status == 403
-            page.errors.clear()  # the browser logs the two 403s it was given
+            assert page.goto("/acl").status == 403  # refused here, and by the nodes (acl_list is admin-only)
+            page.errors.clear()  # the browser logs the 403s it was given
             page.page.click("#logout")
             page.page.wait_for_url("**/login")
             # broker (admin) may
@@ -72,6 +73,13 @@ def test_cluster_up_console_on_a_secure_layout_logs_users_in(tmp_path):
             create_topic(page, "SecureConsoleTopic")
             said = page.page.wait_for_selector("#topic-result .result").inner_text()
             assert said.startswith("topic SecureConsoleTopic saved on broker-a, broker-b"), said
+            page.goto("/acl")
+            rows = {r.get_attribute("data-account"): r.inner_text()
+                    for r in page.page.locator("#accounts tr[data-account]").all()}
+            assert set(rows) == {"app", "broker"}, rows
+            assert "\tyes\t" in rows["broker"] and "\tno\t" in rows["app"], rows
+            assert "secret" not in page.page.inner_text("#accounts").lower()
+            page.screenshot("acl")
             assert page.errors == [], page.errors
             page.close()
         env = {**os.environ, "PYTHONPATH": str(REPO), "TIDEMQ_USER": "app",
