@@ -41,7 +41,8 @@ def add_console_commands(subparsers: argparse._SubParsersAction) -> None:
     """Register `tidemq console`."""
     p = subparsers.add_parser(
         "console", help="serve the web console for a cluster",
-        description="Serve the web console (Cluster and Topic pages, docs/console.md) for the cluster of "
+        description="Serve the web console (Dashboard, Cluster, Topic, Consumer, Message, DLQ, Failover and ACL "
+        "pages; docs/console.md) for the cluster of "
         "--namesrv on http://HOST:PORT/, until Ctrl-C. It talks to the cluster through the client library "
         "only. --install-assets first fetches its front-end packages (htmx, uPlot) from the npm registry "
         "into a local directory it serves; nothing is loaded from a CDN.",
