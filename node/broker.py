@@ -279,6 +279,7 @@ class Broker:
             slave_sync_status=sync.status if sync is not None else None,
             registration_status=registration.status if registration is not None else None,
             security_status=self.guard.view if self.guard is not None else None,
+            acl_accounts=self.guard.accounts if self.guard is not None else None,
             failover=self.failover, consumers=self._consumer_table(store),
         )
         return services, sync, registration

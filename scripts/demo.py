@@ -1,9 +1,9 @@
 """The demo behind `scripts/run`: a local cluster, used through the `tidemq` CLI.
 
 `scripts/run` starts (or reuses) the cluster of a layout under a base dir with `tidemq
-cluster up`, sends a few messages with keys, consumes them with a consumer group
+cluster up --console`, sends a few messages with keys, consumes them with a consumer group
 (committing its offsets, so a second run consumes only what it sent), looks one up by key,
-prints `tidemq cluster status` and leaves the cluster running. `--stop` stops it.
+prints `tidemq cluster status` and the web console's URL, and leaves the cluster running. `--stop` stops it.
 Each step prints the command it runs, so the output doubles as a tutorial.
 
 `--embedded` runs the older demo instead: the storage engine in this process, no sockets.
@@ -52,7 +52,7 @@ def _namesrv_address(base_dir: str) -> str:
 
 
 def cluster_demo(conf: str, base_dir: str) -> int:
-    _tidemq("cluster", "up", "--conf", conf, "--base-dir", base_dir)
+    _tidemq("cluster", "up", "--conf", conf, "--base-dir", base_dir, "--console")
     namesrv = _namesrv_address(base_dir)
     run = time.strftime("%H%M%S")
     keys = []
@@ -89,6 +89,11 @@ def cluster_demo(conf: str, base_dir: str) -> int:
     print(f"Stop it with: {where}scripts/run --stop")
     print("Run tidemq yourself with scripts/tidemq (e.g. `scripts/tidemq status --namesrv "
           f"{namesrv}`), or put it on your PATH with: . .venv/bin/activate")
+    from cluster.launch.launcher_console import console_url
+
+    url = console_url(base_dir)
+    if url:
+        print(f"Web console (docs/console.md): {url}")
     return code
 
 

@@ -37,7 +37,7 @@ _FLAG = re.compile(r"^--?[A-Za-z]")
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("store.cli", ("store",)),
     ("node.cli", ("tls", "acl", "node")),
-    ("cluster.cli", ("namesrv", "send", "consume", "query", "status", "cluster", "admin", "drill")),
+    ("cluster.cli", ("namesrv", "send", "consume", "query", "status", "cluster", "admin", "console", "drill")),
     ("chaos.cli", ("chaos",)),
     ("pipeline.cli", ("pipeline",)),
 ]

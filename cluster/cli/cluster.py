@@ -48,14 +48,40 @@ def _cmd_up(args: argparse.Namespace) -> int:
                           proxy_url=args.proxy_url, proxy_prefix=args.proxy_prefix,
                           controller=args.controller, metrics=args.metrics,
                           on_etcd=None if args.json else (lambda said: print(said, flush=True)))
+    console = _start_console(args) if args.console else None
     if args.json:
-        print_json({"base_dir": os.path.abspath(args.base_dir), "nodes": [
+        print_json({"base_dir": os.path.abspath(args.base_dir), **({"console": console} if console else {}), "nodes": [
             {"name": r.name, "action": r.action, "role": _served(r.record), "config_role": r.record.role,
              "address": r.record.address, "pid": r.record.pid, "note": r.note} for r in results]})
     else:
+        if console:
+            print(f"console        {console} (the web console)")
         print(f"cluster is up under {os.path.abspath(args.base_dir)}; "
               f"stop it with: tidemq cluster down --base-dir {args.base_dir}")
     return EXIT_OK
+
+
+def _start_console(args: argparse.Namespace) -> str:
+    """`up --console`: start the web console beside the cluster (or find it running): its URL."""
+    from pathlib import Path
+
+    from ..launch.launcher_console import console_url, start_console
+    from ..launch.state import Stage, load_state
+
+    base = Path(args.base_dir).resolve()
+    state = load_state(base)
+    namesrv = next((r.address for r in state.ordered() if r.stage is Stage.NAMESRV and r.pid), None) if state else None
+    if namesrv is None:
+        raise LauncherError("--console needs the layout's name server (namesrv.toml), which is not running")
+    from ..launch.secrets import layout_secrets
+
+    secrets = layout_secrets(state.layout) if state else None
+    # a secure layout: its users log in with their own accounts; TLS to the nodes with its CA
+    start_console(base, namesrv, port=args.console_port, login=secrets is not None,
+                  env={"TIDEMQ_TLS_CA": str(secrets.ca_file)} if secrets else None)
+    url = console_url(base)
+    assert url is not None
+    return url
 
 
 def _cmd_make_secrets(args: argparse.Namespace) -> int:
@@ -154,8 +180,13 @@ def _proxy_line(row: ProxyRow) -> str:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ..launch.launcher_console import console_url
+
     rows = trio.run(lambda: cluster_status(args.base_dir, timeout_s=args.timeout))
     proxy_rows = _proxy_rows(args.base_dir)
+    console_at = console_url(Path(args.base_dir).resolve())
     if args.json:
         from ..client.insync import in_sync_sets
 
@@ -165,6 +196,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         if proxy_rows:
             doc["proxies"] = proxy_rows
         doc["metrics"] = _scrape_targets(args.base_dir)
+        if console_at:
+            doc["console"] = console_at
         print(json.dumps(doc, default=str))
     else:
         from rich.console import Console
@@ -178,6 +211,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
             print(_proxy_line(row))
         for name, url in _scrape_targets(args.base_dir).items():
             print(f"metrics {name:<20} {url}")
+        if console_at:
+            print(f"console: {console_at}")
     healthy = all(r.state == "running" and r.error is None for r in rows) and all(
         "error" not in p and p["enabled"] for p in proxy_rows)
     return EXIT_OK if healthy else EXIT_PROBLEM
@@ -260,6 +295,11 @@ def add_cluster_commands(subparsers: argparse._SubParsersAction) -> Any:
     up.add_argument("--metrics", action="store_true",
                     help="every process serves Prometheus metrics on a free port of its own "
                     "(metricsExporterType PROM); `tidemq cluster status` prints where to scrape")
+    up.add_argument("--console", action="store_true",
+                    help="also start the web console (tidemq console) for the cluster; `status` prints its URL "
+                    "(a layout with secrets: with --login, its users log in with their accounts)")
+    up.add_argument("--console-port", type=int, default=0, metavar="PORT",
+                    help="the console's port on 127.0.0.1 (default: a free one)")
     up.set_defaults(handler=_launcher_errors(_cmd_up))
 
     secrets = actions.add_parser(

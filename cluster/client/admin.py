@@ -19,6 +19,8 @@ from wire.client import (
 from wire.options import ConnectKeywords, ConnectOptions
 from wire.protocol import (
     INT64_MAX,
+    AclList,
+    AclListReply,
     BrokerConfigReply,
     BrokerConfigUpdateReply,
     BrokerWritePerm,
@@ -51,6 +53,8 @@ from wire.protocol import (
     StatusReply,
     SubGroupDelete,
     SubGroupDeleteReply,
+    SubGroupList,
+    SubGroupListReply,
     SubGroupReply,
     SubGroupUpdate,
     TopicCreate,
@@ -255,6 +259,49 @@ class Admin(_Client):
             for detail in view.details:
                 topics.update(detail.get("topics") or ())
         return sorted(topics)
+
+    async def committed_offsets(self, *, topic: str | None = None, group: str | None = None) -> list[dict[str, Any]]:
+        """The committed offsets on every master that answers (of `topic` and/or `group`
+        when given): group, topic, broker_name, queue_id, offset (the console's Consumer
+        page and a topic's consumers)."""
+        rows: list[dict[str, Any]] = []
+        for master in await self.masters():
+            try:
+                answer: OffsetListReply = await self.pool.call(master.address, OffsetList())
+            except (*UNREACHABLE, ServiceUnavailable) as e:
+                log.info("offset_list on %s failed: %s", master.address, e)
+                continue
+            rows += [{"group": e["group"], "topic": e["topic"], "broker_name": master.broker_name,
+                      "queue_id": e["queue_id"], "offset": e["offset"]} for e in answer.offsets
+                     if topic in (None, e.get("topic")) and group in (None, e.get("group"))]
+        return rows
+
+    async def sub_groups(self) -> dict[str, dict[str, Any]]:
+        """Every consumer group with settings of its own on any master that answers (mqadmin
+        updateSubGroup's): group → its settings (consume_enable, retry_max_times, ...), the
+        first master's when they differ."""
+        out: dict[str, dict[str, Any]] = {}
+        for master in await self.masters():
+            try:
+                answer: SubGroupListReply = await self.pool.call(master.address, SubGroupList())
+            except (*UNREACHABLE, ServiceUnavailable) as e:
+                log.info("subgroup_list on %s failed: %s", master.address, e)
+                continue
+            for g in answer.groups:
+                out.setdefault(g["group"], g)
+        return out
+
+    async def acl_accounts(self) -> AclListReply:
+        """The ACL's accounts and their permissions, from the first registered master that
+        answers (every node reads the same file in a secure layout); admin-only (NoPermission)."""
+        errors: list[TidemqError] = []
+        for master in await self.masters():
+            try:
+                answer: AclListReply = await self.pool.call(master.address, AclList())
+                return answer
+            except (*UNREACHABLE, ServiceUnavailable) as e:
+                errors.append(e)
+        raise errors[-1]
 
     async def topic_status(self, topic: str) -> list[dict[str, Any]]:
         """Per queue of the topic on each group serving it (its master, else a slave):

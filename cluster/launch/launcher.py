@@ -26,7 +26,7 @@ import trio
 
 from wire.protocol import StatusReply
 
-from . import launcher_etcd, processes, proxies
+from . import launcher_console, launcher_etcd, processes, proxies
 from . import metrics as launch_metrics
 from .health import query_status
 from .layout import copy_layout, free_ports, read_layout
@@ -272,6 +272,7 @@ def down(
         state = load_state(base)
         if state is None:
             return []
+        launcher_console.stop_console(base, grace_s)  # first: it would only log the nodes going
         results = processes.stop(_by_served_role(state), grace_s, on_result)
         for rec in state.nodes.values():
             rec.pid = None

@@ -13,6 +13,8 @@ import trio
 from store import runtime
 from store.record_codec import RecordKind
 from wire.protocol import (
+    AclList,
+    AclListReply,
     BrokerConfigReply,
     BrokerConfigUpdateReply,
     BrokerWritePerm,
@@ -310,7 +312,14 @@ async def _delete_expired_files(s: NodeServices, r: Request, peer: str | None) -
     return DeletedFilesReply(deleted_files=result).to_wire(r.id)
 
 
+async def _acl_list(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    """The ACL's accounts (admin-only: not in docs/security.md's table); none without aclEnable."""
+    accounts = s.acl_accounts() if s.acl_accounts is not None else []
+    return AclListReply(enabled=s.acl_accounts is not None, accounts=accounts).to_wire(r.id)
+
+
 ADMIN_HANDLERS: dict[type[WireRequest], Handler] = {
+    AclList: _acl_list,
     TopicCreate: _topic_create,
     TopicDelete: _topic_delete,
     SubGroupUpdate: _subgroup_update,

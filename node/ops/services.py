@@ -106,6 +106,7 @@ class NodeServices:
     slave_sync_status: Callable[[], dict[str, Any]] | None = None
     registration_status: Callable[[], list[dict[str, Any]]] | None = None
     security_status: Callable[[], dict[str, Any]] | None = None  # the client port's Guard, with aclEnable
+    acl_accounts: Callable[[], list[dict[str, Any]]] | None = None  # its accounts (acl_list), with aclEnable
     consumers: ConsumerManager = attrs.field(
         default=attrs.Factory(lambda s: ConsumerManager(expire_s=s.cfg.channel_expired_timeout / 1000),
                               takes_self=True))

@@ -43,6 +43,7 @@ from .acl import (
     Perm,
     files_stamp,
     load_acl,
+    perm_text,
 )
 from .rules import message_needs, needs, topic_need
 
@@ -111,6 +112,16 @@ class Guard:
         if self._clock() - self._checked_at >= RELOAD_CHECK_S:
             self._check_file()
         return self._acl
+
+    def accounts(self) -> list[dict[str, Any]]:
+        """The ACL's accounts and what each may do, for `acl_list`: never a secret or verifier."""
+        return [{"access_key": a.access_key, "admin": a.admin,
+                 "default_topic_perm": perm_text(a.default_topic_perm),
+                 "default_group_perm": perm_text(a.default_group_perm),
+                 "topic_perms": [f"{r.pattern}={perm_text(r.perm)}" for r in a.topic_rules],
+                 "group_perms": [f"{r.pattern}={perm_text(r.perm)}" for r in a.group_rules],
+                 "white_remote_address": list(a.white_remote_address)}
+                for a in sorted(self.acl.accounts.values(), key=lambda a: a.access_key)]
 
     def _check_file(self) -> None:
         """Reload the file when its stamp, or a remoting secret file's, changed (a stat

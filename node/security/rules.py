@@ -154,6 +154,7 @@ RULES: dict[str, str | Callable[[Any], list[Need]]] = {
     "topic_create": ADMIN,
     "topic_delete": ADMIN,
     "topic_list": ADMIN,
+    "acl_list": ADMIN,  # the accounts and their permissions (the console's ACL page)
     "subgroup_update": ADMIN,
     "subgroup_list": ADMIN,
     "promote": ADMIN,

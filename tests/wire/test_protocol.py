@@ -202,6 +202,7 @@ MINIMAL = {
     "broker_config_update": {"key": "syncFlushTimeout", "value": "3000"},
     "broker_write_perm": {"writeable": False},
     "stats_all": {},
+    "acl_list": {},
     "end_transaction": {"producer_group": "PG", "tran_state_table_offset": 0, "commitlog_offset": 0,
                         "outcome": "COMMIT"},
     "transaction_check_watch": {"group": "PG", "client_id": "c1"},

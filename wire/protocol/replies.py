@@ -44,7 +44,7 @@ __all__ = [
     "MembersReply", "MessageReply", "MessagesReply", "OffsetForEpochReply", "OffsetListReply", "OffsetReply", "ProducerListReply",
     "ProducerUnregisterReply", "PromoteCheckReply", "PromoteReply", "PullReply", "TransactionChecksReply",
     "TransactionListReply", "TransactionResumeReply",
-    "ReplyError", "SendBackReply", "StatsAllReply", "SubGroupDeleteReply", "SubGroupListReply", "SubGroupReply",
+    "AclListReply", "ReplyError", "SendBackReply", "StatsAllReply", "SubGroupDeleteReply", "SubGroupListReply", "SubGroupReply",
     "SendBatchReply", "SendReply", "StatusReply", "TopicDeleteReply", "TopicListReply", "TopicReply",
     "TopicStatusReply", "WireControllerView", "WireDiskUsage", "WireGroupRoute", "WireHAClient", "WireHASlave", "WireHAView", "WireMessage", "WireNodeStats", "WirePromoteCheck", "WireQueueData", "WireReply", "WireRouteBroker", "WireTruncation", "WireValue", "WritePermReply", "nested",
 ]
@@ -279,6 +279,15 @@ class TopicDeleteReply(WireReply):
     """`topic_delete`: whether the node had the topic."""
 
     deleted: bool
+
+
+@attrs.define(kw_only=True)
+class AclListReply(WireReply):
+    """`acl_list`: the node's accounts and what each may do (no secret or verifier);
+    `enabled` False and no accounts without aclEnable."""
+
+    enabled: bool
+    accounts: list[dict[str, Any]]
 
 
 @attrs.define(kw_only=True)

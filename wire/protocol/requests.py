@@ -59,6 +59,7 @@ from .codec import (
     wrong_type,
 )
 from .replies import (
+    AclListReply,
     BrokerConfigReply,
     BrokerConfigUpdateReply,
     ConsumerListReply,
@@ -169,7 +170,7 @@ def _client_id_field() -> Any:
 
 
 __all__ = [
-    "CLIENT_LOCK_LIFE_MS", "FIELD_TYPES", "LOCK_LIFE_MS", "MESSAGES", "NODE_REQUESTS", "OPS", "BatchMessage", "CommitOffset", "ConsumerHeartbeat",
+    "CLIENT_LOCK_LIFE_MS", "FIELD_TYPES", "LOCK_LIFE_MS", "MESSAGES", "NODE_REQUESTS", "OPS", "AclList", "BatchMessage", "CommitOffset", "ConsumerHeartbeat",
     "ConsumerList", "ConsumerLock", "ConsumerSendBack", "ConsumerUnlock", "ConsumerUnregister", "ConsumerWatch",
     "BrokerWritePerm", "GetBrokerConfig", "UpdateBrokerConfig",
     "CountMessages", "DeleteExpiredFiles", "EndTransaction", "Epoch", "FetchOffset", "GetByMsgId", "MaxOffset",
@@ -330,6 +331,15 @@ class TopicDelete(WireRequest):
 class TopicList(WireRequest):
     OP = "topic_list"
     REPLY = TopicListReply
+
+
+@attrs.define(kw_only=True)
+class AclList(WireRequest):
+    """The accounts of the node's ACL file and their permissions (the console's ACL page);
+    admin-only, as every op docs/security.md does not list."""
+
+    OP = "acl_list"
+    REPLY = AclListReply
 
 
 # ---------------------------------------------------------------- consumer groups
@@ -643,7 +653,7 @@ NODE_REQUESTS: dict[str, type[WireRequest]] = {cls.OP: cls for cls in (
     ConsumerSendBack, SubGroupUpdate, SubGroupList, SubGroupDelete, EndTransaction, TransactionCheckWatch,
     TransactionList, TransactionResume, ProducerHeartbeat, ProducerUnregister, ProducerList, GetStatus, DeleteExpiredFiles, Epoch,
     Promote, PromoteCheck, CountMessages, TopicStatus, GetBrokerConfig, UpdateBrokerConfig,
-    BrokerWritePerm, StatsAll)}
+    BrokerWritePerm, StatsAll, AclList)}
 """The node's op table: op name → request class."""
 
 OPS: dict[str, tuple[Field, ...]] = {op: schema_of(cls) for op, cls in NODE_REQUESTS.items()}
