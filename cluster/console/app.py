@@ -71,8 +71,9 @@ def _fmt_ts(ms: int | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000)) + f".{ms % 1000:03d}"
 
 
-def build_app(console: Console, *, secret: str) -> Starlette:
-    """The app for one cluster; `secret` signs the CSRF tokens."""
+def build_app(console: Console, *, secret: str, https: bool = False) -> Starlette:
+    """The app for one cluster; `secret` signs the CSRF tokens; `https`: its cookies are
+    sent over HTTPS only (the Secure flag)."""
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.filters["n"] = _fmt_int
     templates.env.filters["perm"] = topics.perm_text
@@ -464,8 +465,8 @@ def build_app(console: Console, *, secret: str) -> Starlette:
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
         Mount("/vendor", StaticFiles(directory=str(assets.VENDOR_DIR), check_dir=False), name="vendor"),
     ]
-    middleware = [Middleware(CSRFMiddleware, secret=secret, cookie_samesite="strict")]
+    middleware = [Middleware(CSRFMiddleware, secret=secret, cookie_samesite="strict", cookie_secure=https)]
     if console.sessions is not None:  # logins: a signed cookie names the session (never the secret)
         middleware.append(Middleware(SessionMiddleware, secret_key=secret, session_cookie="tidemq_console",
-                                     same_site="strict", max_age=12 * 3600))
+                                     same_site="strict", max_age=12 * 3600, https_only=https))
     return Starlette(routes=routes, middleware=middleware)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import trio
@@ -24,6 +25,7 @@ def _cmd_console(args: argparse.Namespace) -> int:
             return EXIT_OK
     if not args.namesrv:
         raise UsageError("--namesrv HOST:PORT is required (the cluster's name server)")
+    tls = _tls_files(args.certfile, args.keyfile)
     missing = assets.missing()
     if missing:
         raise UsageError(f"the console's front-end files are missing ({', '.join(missing)}): "
@@ -33,8 +35,21 @@ def _cmd_console(args: argparse.Namespace) -> int:
     def ready(url: str) -> None:
         print(f"console: {url}", flush=True)
 
-    trio.run(lambda: run_console(args.namesrv, host=args.host, port=args.port, login=args.login, on_ready=ready))
+    trio.run(lambda: run_console(args.namesrv, host=args.host, port=args.port, login=args.login, on_ready=ready,
+                                 tls=tls))
     return EXIT_OK
+
+
+def _tls_files(certfile: str | None, keyfile: str | None) -> tuple[str, str] | None:
+    """(certificate, key) to serve HTTPS with, both readable, or None for plain HTTP."""
+    if certfile is None and keyfile is None:
+        return None
+    if certfile is None or keyfile is None:
+        raise UsageError("--certfile and --keyfile go together (HTTPS needs both)")
+    for option, path in (("--certfile", certfile), ("--keyfile", keyfile)):
+        if not os.access(path, os.R_OK):
+            raise UsageError(f"{option} {path}: not a readable file")
+    return certfile, keyfile
 
 
 def add_console_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -53,6 +68,8 @@ def add_console_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--login", action="store_true",
                    help="every user logs in with their tidemq account (aclEnable clusters) and the console "
                    "talks to the nodes as that account; pages that change the cluster need an admin account")
+    p.add_argument("--certfile", metavar="PEM", help="serve HTTPS with this certificate (chain) file")
+    p.add_argument("--keyfile", metavar="PEM", help="the certificate's private key (with --certfile)")
     p.add_argument("--install-assets", action="store_true",
                    help="fetch the front-end packages from the npm registry (then serve when --namesrv is given)")
     p.set_defaults(handler=_cmd_console)

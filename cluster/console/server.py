@@ -20,9 +20,11 @@ from .sessions import Sessions
 
 
 async def run_console(namesrv: str, *, host: str = "127.0.0.1", port: int = 8080, login: bool = False,
-                      secret: str | None = None, on_ready: Callable[[str], None] | None = None) -> None:
+                      secret: str | None = None, on_ready: Callable[[str], None] | None = None,
+                      tls: tuple[str, str] | None = None) -> None:
     """Serve the console for the cluster of `namesrv` until SIGINT/SIGTERM; `on_ready` gets
-    its URL once it listens. `login`: every user logs in with their own account."""
+    its URL once it listens. `login`: every user logs in with their own account. `tls`:
+    (certificate file, key file) to serve HTTPS with."""
     async with contextlib.AsyncExitStack() as stack:
         admin = producer = None
         if not login:  # opened before the nursery below, closed after it: trio's nesting
@@ -31,16 +33,18 @@ async def run_console(namesrv: str, *, host: str = "127.0.0.1", port: int = 8080
         async with trio.open_nursery() as nursery:
             await _serve(Console(namesrv, admin=admin, producer=producer,
                                  sessions=Sessions(namesrv, nursery) if login else None),
-                         nursery, host, port, secret, on_ready)
+                         nursery, host, port, secret, on_ready, tls)
 
 
 async def _serve(console: Console, nursery: trio.Nursery, host: str, port: int, secret: str | None,
-                 on_ready: Callable[[str], None] | None) -> None:
+                 on_ready: Callable[[str], None] | None, tls: tuple[str, str] | None) -> None:
     """hypercorn in `nursery` until SIGINT/SIGTERM, then the users' clients are closed."""
     # Any: Starlette's ASGI types and hypercorn's name the same protocol differently
-    app: Any = build_app(console, secret=secret or secrets.token_urlsafe(32))
+    app: Any = build_app(console, secret=secret or secrets.token_urlsafe(32), https=tls is not None)
     config = Config()
     config.bind = [f"{host}:{port}"]
+    if tls is not None:
+        config.certfile, config.keyfile = tls
     config.accesslog = None
     config.errorlog = "-"
     stop = trio.Event()
