@@ -171,7 +171,7 @@ class HAService:
                  net: Network = TCP, max_gap: int = DEFAULT_MAX_GAP,
                  max_silence_s: float = DEFAULT_MAX_SILENCE_S,
                  offset_table: Callable[[], list[OffsetCommit] | None] | None = None,
-                 hold_start: bool = False) -> None:
+                 hold_start: bool = False, hold_restart: bool = True) -> None:
         self.net = net  # where connections come from (ha/net.py): TCP, or a simulated network
         self.secure_accept = secure_accept
         """The node's TLS check of a new slave connection (mutual TLS, wire/tls.py):
@@ -206,6 +206,7 @@ class HAService:
         went silent is (`_departed_acks`)."""
         self._departed_changed = trio.Event()
         self.hold_start = hold_start
+        self.hold_restart = hold_restart
         """Manual mode, a promoted slave's first term: until a slave catches up or
         `max_silence_s` passed, its log's end at the start holds the confirm offset as a
         departed member's ack would. Its old master, and the other slaves, were cut off from
@@ -214,7 +215,8 @@ class HAService:
         A master that restarts (not promoted) holds the confirm offset its checkpoint kept
         the same way (seed 1447): its slaves, away meanwhile, lack what it writes alone, and
         one of them may be promoted while this master cannot be asked. A master the name
-        servers list no slave for drops the hold (`expect`)."""
+        servers list no slave for drops the hold (`expect`); one without name servers
+        (`hold_restart` False) takes none: nothing would tell it it has no slaves."""
         self._limit_seen: int | None = None  # what dispatch last asked visible_end for
         self.on_ack_timeout = on_ack_timeout
         """Called when a put's wait for the members ran out; True when the controller shrank
@@ -505,7 +507,7 @@ class HAService:
         self.log.add_append_listener(self._on_append)
         if self.hold_start and self.on_ack_timeout is None:
             self._departed[_PROMOTED] = (self.log.end(), trio.current_time())
-        elif self.on_ack_timeout is None and (kept := self.log.known_confirm) is not None:
+        elif self.hold_restart and self.on_ack_timeout is None and (kept := self.log.known_confirm) is not None:
             self._departed[_RESTARTED] = (kept, trio.current_time())
         self.log.limit_visibility(self.visible_end)
         log.info("HA service listening on %s:%d", self.host, self.port)

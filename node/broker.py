@@ -248,7 +248,8 @@ class Broker:
                                   max_gap=cfg.ha_max_gap_not_in_sync,
                                   max_silence_s=cfg.ha_max_time_slave_not_catchup / 1000,
                                   offset_table=partial(offset_table, self.offsets, lambda: self.failover.candidate),
-                                  hold_start=self.failover.promoted_term())
+                                  hold_start=self.failover.promoted_term(),
+                                  hold_restart=bool(cfg.namesrv_addresses))
             schedule = ScheduleMessageService(store)
         else:
             # the controller names the slave's HA connection in etcd as soon as it is up
