@@ -29,6 +29,7 @@ from .flush import (
     FlushedTime,
     FlushRealTimeService,
     GroupCommitService,
+    final_flush,
     flush_to_end,
 )
 from .index_file import IndexService
@@ -209,7 +210,7 @@ class MessageStore:
         flushed_time = FlushedTime(checkpoint, lambda: config.broker_role.is_master)
         self.group_commit = self.flush_service = self.commit_service = None
         if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
-            self.group_commit = GroupCommitService(self.commit_log.queue, flushed_time)
+            self.group_commit = GroupCommitService(self.commit_log.queue, flushed_time, self.flags)
             return
         self.flush_service = FlushRealTimeService(
             self.commit_log.queue,
@@ -217,6 +218,7 @@ class MessageStore:
                     config.flush_commit_log_thorough_interval),
             timed=config.flush_commit_log_timed,
             flushed_time=flushed_time,
+            flags=self.flags,
         )
         if self.pool is not None:
             self.commit_service = CommitRealTimeService(
@@ -371,7 +373,7 @@ class MessageStore:
             if self.flush_service is not None:
                 await self.flush_service.shutdown()
             else:
-                await runtime.run_sync(self.commit_log.queue.flush, 0)
+                await final_flush(self.commit_log.queue, self.flags)
             if self.replica_log.noted and not self.config.read_un_committed:
                 self.replica_log.hold_at_known_confirm()  # the confirm offset known stays the limit
             self.reput.do_reput()  # everything up to it: what lies past waits for the next term
