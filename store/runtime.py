@@ -13,7 +13,8 @@ trio's worker threads and the clocks are time.time() and time.monotonic(). Insid
 - `sleep` also waits while the calling task's host is paused (`Gate`), so a paused node's
   periodic tasks (its event-loop beat, heartbeats, flushes) stop as a SIGSTOPped process's do;
 - `fdatasync` and `synced` tell the host's disk model (chaos/sim/disk.py) what each file has
-  made durable, so a simulated power loss can drop what was only in the page cache.
+  made durable, so a simulated power loss can drop what was only in the page cache; the
+  model may fail an fdatasync (EIO) as a failing disk would.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ class Disk(Protocol):
 
     def synced(self, path: str) -> None:
         """`path`'s current content is durable now (an fsync, or a rename the directory's fsync made durable)."""
+
+    def before_sync(self, path: str) -> None:
+        """An fdatasync of `path` is about to run: a failing disk raises its OSError (EIO) here."""
 
 
 class Gate(Protocol):
@@ -139,6 +143,10 @@ def synced(path: str) -> None:
 
 
 def fdatasync(fd: int, path: str) -> None:
-    """os.fdatasync of `path`'s descriptor, then `synced(path)`."""
+    """os.fdatasync of `path`'s descriptor, then `synced(path)`; under simulation the host's
+    disk model may make it fail first (OSError, as a failing disk's EIO)."""
+    disk = _disk()
+    if disk is not None:
+        disk.before_sync(path)
     os.fdatasync(fd)
     synced(path)
