@@ -19,7 +19,8 @@ drop the dirty pages it could not write and report the error only once, so a sec
 can succeed without the data ever reaching the disk (PostgreSQL's "fsyncgate", 2018). The
 store sets FLUSH_DISK_ERROR (running_flags.py) and refuses writes; the puts waiting on the
 flush fail (puts.py); nothing counts as flushed past what was synced; shutdown skips the
-CommitLog flush and leaves the abort file, so the restart's recovery checks what is on disk.
+CommitLog flush and leaves the abort file; the restart's recovery writes the CommitLog back
+from where the failed flush began and syncs it before trusting it (lost_writes.py).
 
 Blocking calls (fdatasync, pwrite) run in worker threads, which release the GIL.
 """
@@ -27,6 +28,7 @@ Blocking calls (fdatasync, pwrite) run in worker threads, which release the GIL.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
 
@@ -34,6 +36,7 @@ import trio
 
 from . import runtime
 from .checkpoint import StoreCheckpoint
+from .lost_writes import LostWrites
 from .mapped_file_queue import MappedFileQueue
 from .running_flags import RunningFlags
 from .waiters import OffsetWaiters
@@ -71,7 +74,11 @@ def try_flush_to_end(queue: MappedFileQueue) -> OSError | None:
 
 def flush_failed(flags: RunningFlags, queue: MappedFileQueue, error: OSError) -> None:
     """A CommitLog flush failed: the store refuses writes from now on (see the module
-    docstring); `queue.flushed_where` stays where the last good flush left it."""
+    docstring); `queue.flushed_where` stays where the last good flush left it, and the store
+    root notes it durably for the next start's recovery (lost_writes.py; a small blocking
+    write, once)."""
+    if not flush_dead(flags):
+        LostWrites(os.path.dirname(queue.store_path)).note(queue.flushed_where)
     flags.flush_failed(queue.flushed_where, error)
     log.error("CommitLog flush from offset %d failed: %s; the store refuses writes until a restart",
               queue.flushed_where, error)

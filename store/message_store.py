@@ -34,6 +34,7 @@ from .flush import (
 )
 from .index_file import IndexService
 from .layout import ABORT_FILE, CHECKPOINT_FILE, CONSUMEQUEUE_DIR, INDEX_DIR
+from .lost_writes import LostWrites
 from .markers import AbortFile, StoreLock
 from .markers import StoreLockedError as StoreLockedError  # importable from here, as before
 from .message import Message, StoredMessage
@@ -252,7 +253,24 @@ class MessageStore:
                     else cp.min_timestamp)
         recovered = self.commit_log.recover(safe_timestamp=safe, progress=progress)
         self._dispatch_again_from(recovered.dispatch_from)
+        self._write_back_lost(recovered.end)
         return recovered.end
+
+    def _write_back_lost(self, end: int) -> None:
+        """A flush failed before the last exit (lost_writes.py): write the CommitLog back over
+        itself from where that flush began, up to `end`, and sync it before trusting those
+        bytes (an OSError here fails the start: the disk still fails); then drop the note."""
+        note = LostWrites(self.config.store_path_root_dir)
+        offset = note.offset()
+        if offset is None:
+            return
+        for mf in self.commit_log.queue.files:
+            start = max(offset, mf.file_from_offset) - mf.file_from_offset
+            stop = min(end, mf.file_from_offset + mf.file_size) - mf.file_from_offset
+            if stop > start:
+                mf.rewrite(start, stop)
+        log.warning("recovery: a CommitLog flush had failed; wrote [%d, %d) back and synced it", offset, end)
+        note.clear()
 
     def _dispatch_again_from(self, offset: int | None) -> None:
         if offset is not None:

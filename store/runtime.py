@@ -29,8 +29,8 @@ from typing import Any, Protocol, TypeVar
 import attrs
 import trio
 
-__all__ = ["Disk", "Gate", "Simulation", "fdatasync", "hosted", "killed", "monotonic", "run_sync", "simulated",
-           "simulation", "sleep", "synced", "wall_clock"]
+__all__ = ["Disk", "Gate", "Simulation", "fdatasync", "hosted", "killed", "monotonic", "rewrote", "run_sync",
+           "simulated", "simulation", "sleep", "synced", "wall_clock"]
 
 T = TypeVar("T")
 
@@ -43,6 +43,9 @@ class Disk(Protocol):
 
     def before_sync(self, path: str) -> None:
         """An fdatasync of `path` is about to run: a failing disk raises its OSError (EIO) here."""
+
+    def rewrote(self, path: str, start: int, end: int) -> None:
+        """[start, end) of `path` was written again with the bytes it held (dirty once more)."""
 
 
 class Gate(Protocol):
@@ -140,6 +143,15 @@ def synced(path: str) -> None:
     disk = _disk()
     if disk is not None:
         disk.synced(path)
+
+
+def rewrote(path: str, start: int, end: int) -> None:
+    """[start, end) of `path` was written over with its own bytes: under simulation the host's
+    disk model counts those pages written again (a write a model of the page cache cannot see
+    by content)."""
+    disk = _disk()
+    if disk is not None:
+        disk.rewrote(path, start, end)
 
 
 def fdatasync(fd: int, path: str) -> None:

@@ -81,7 +81,7 @@ class SimDisk:
         self.failing: str | None = None
         """A folder (relative to root): the next fdatasync of a file in it fails (EIO)."""
         self.failed: list[tuple[str, float, int]] = []
-        """(file, wall-clock time, bytes of it durable then) of each fdatasync that failed."""
+        """(file, wall-clock time, where its durable content ended then) of each fdatasync that failed."""
         self.poisoned: dict[str, dict[int, tuple[bytes, bytes]]] = {}
         """File → page index → the durable content of each page a failed fdatasync lost:
         later syncs keep that content until the page is written again."""
@@ -128,7 +128,7 @@ class SimDisk:
             return
         self.failing = None
         image = self.images.get(rel, b"")
-        self.failed.append((rel, runtime.wall_clock(), len(image)))
+        self.failed.append((rel, runtime.wall_clock(), len(image.rstrip(b"\0"))))
         current = _data(path)
         lost = self.poisoned.setdefault(rel, {})
         for page in range(-(-len(current) // PAGE)):
@@ -136,6 +136,14 @@ class SimDisk:
             if current[at] != image[at]:
                 lost.setdefault(page, (image[at].ljust(len(current[at]), b"\0"), current[at]))
         raise OSError(errno.EIO, os.strerror(errno.EIO), path)
+
+    def rewrote(self, path: str, start: int, end: int) -> None:
+        """[start, end) of `path` was written again: its pages are dirty, no longer lost."""
+        rel = self._relative(path)
+        lost = self.poisoned.get(rel) if rel is not None else None
+        if lost:
+            for page in range(start // PAGE, -(-end // PAGE)):
+                lost.pop(page, None)
 
     def durable(self, rel: str) -> bytes | None:
         """The content of `rel` a power loss now would at least keep (None: never synced)."""

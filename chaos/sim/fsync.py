@@ -1,20 +1,23 @@
 """Failed fsyncs in a simulated run (the fault `fsync_error`): a node's next CommitLog
 fdatasync fails with EIO (disk.py `fail_next_sync`); `duration` later the operator restarts
-it. Linux may have dropped the pages it could not write back, so the restart is a power loss
-of that node (power.py): its files keep only what was made durable.
+the node's process, and its recovery brings it back. The page cache outlives the process, so
+the restarted node reads what it wrote; but the pages the failed write-back lost are not on
+the disk and no later fdatasync writes them (Linux marked them clean): until a write touches
+them again, a power loss of the node drops them (disk.py), as it would on Linux.
 
 What the node must do meanwhile (store/flush.py): answer no put whose flush failed PUT_OK,
 refuse later writes and say why in `status` (running flag FLUSH_DISK_ERROR), never flush the
 CommitLog again. Judged here for SYNC_FLUSH (the only mode whose PUT_OK waits on the flush):
 no send answered OK by the struck node between the failure and the restart for a record at
-or past where the failed segment's durable content ended. (Pages the failure lost that a
-later sync would not rewrite are dropped by the restart's power loss, and the promises'
-judge, verdict.py, finds any PUT_OK among them.)
+or past where the failed segment's durable content ended. (A later power loss of the node
+drops the pages the failure lost, and the promises' judge, verdict.py, finds any PUT_OK
+among them.)
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable
 
 import attrs
 import trio
@@ -26,7 +29,6 @@ from store.msg_id import decode_msg_id
 
 from .cluster import SimNode
 from .events import EventLog
-from .power import PowerLosses
 from .schedule import Fault
 from .verdict import Observed
 
@@ -44,11 +46,12 @@ class _Failure:
 class FsyncErrors:
     """Strikes `fsync_error` faults; `judge` finds the PUT_OKs a failed flush did not cover."""
 
-    def __init__(self, history: History, log: EventLog, observed: dict[str, Observed], power: PowerLosses) -> None:
+    def __init__(self, history: History, log: EventLog, observed: dict[str, Observed],
+                 restart: Callable[[SimNode], Awaitable[None]]) -> None:
         self.history = history
         self.log = log
         self.observed = observed
-        self.power = power
+        self.restart = restart
         self.failures: list[_Failure] = []
 
     async def strike(self, fault: Fault, node: SimNode) -> None:
@@ -65,8 +68,9 @@ class FsyncErrors:
         flushed = int(os.path.basename(file)) + durable  # the segment's synced end: nothing past it is durable
         self._report(node, file, flushed, trio.current_time() - (runtime.wall_clock() - began))
         self.failures.append(_Failure(node.name, flushed, began, runtime.wall_clock()))
-        self.log.add(f"operator restarts {node.name} (its disk keeps what was made durable)")
-        await self.power.strike(fault, [node], lambda: trio.sleep(0))
+        self.log.add(f"operator restarts {node.name}'s process")
+        await node.kill()
+        await self.restart(node)
 
     def _report(self, node: SimNode, file: str, flushed: int, at: float) -> None:
         """Log the failure (at simulated time `at`) and what the node's `status` says of it."""

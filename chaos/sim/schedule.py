@@ -29,7 +29,7 @@ STORAGE_KINDS = ("power_loss", "power_loss_group", "fsync_error")
 every byte it had not made durable is gone (pages survive or not, the last may be torn) and
 it restarts after `duration`; power_loss_group: every node of the group at once;
 fsync_error: the node's next CommitLog fdatasync fails (EIO), and `duration` later the
-operator restarts it, whose disk keeps only what was made durable (chaos/sim/fsync.py)."""
+operator restarts its process (chaos/sim/fsync.py)."""
 STORAGE_SHARE = 0.5  # with `storage`: the share of kill, pause and slow_disk faults that become power losses
 GROUP_SHARE = 0.25  # of those: the share that cut the whole group
 FSYNC_SHARE = 0.5  # with `storage`: the share of the slow_disk faults left that become fsync errors

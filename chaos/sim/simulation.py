@@ -77,7 +77,7 @@ class Simulation:
         self._unclean = random.Random(f"unclean {schedule.seed}")
         self._nursery: trio.Nursery | None = None
         self.power = PowerLosses(schedule.seed, self.history, self.log, self.observed, self._restart)
-        self.fsync = FsyncErrors(self.history, self.log, self.observed, self.power)
+        self.fsync = FsyncErrors(self.history, self.log, self.observed, self._restart)
         if storage or any(f.kind in STORAGE_KINDS for f in schedule.faults):  # model what each node's files made durable (disk.py), for the power losses
             for node in self.cluster.nodes:
                 node.disk = SimDisk(node.root)

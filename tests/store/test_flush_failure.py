@@ -1,6 +1,7 @@
 """A CommitLog flush that fails (fdatasync raises EIO): the puts waiting on it never get
 PUT_OK, the store refuses later writes and says why, it never flushes the CommitLog again
-(fsyncgate), and a restart brings it back. The failure is injected through the store's
+(fsyncgate), and a restart brings it back: recovery writes back and syncs what the failed
+flush covered (lost_writes.py). The failure is injected through the store's
 `runtime.fdatasync` seam for one call; every other fdatasync is the real one, on real files."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import trio
 
 from store import FlushDiskType, Message, PutMessageStatus, StoreConfig, open_store, runtime
 from store.layout import ABORT_FILE, COMMITLOG_DIR
+from store.lost_writes import LostWrites
 from store.running_flags import RunningFlags
 from tests.waiting import wait_until
 
@@ -91,7 +93,11 @@ async def test_sync_flush_failure_fails_the_waiting_puts_and_stops_writes(tmp_pa
         assert store.get_max_phy_offset() == end  # the refused put wrote nothing
     assert disk.retries == 0  # never flushed again, not even by shutdown
     assert os.path.exists(os.path.join(tmp_path, ABORT_FILE))  # the restart recovers
+    assert LostWrites(str(tmp_path)).offset() == synced  # noted durably for the restart
     async with open_store(cfg) as store:  # a restart brings the store back
+        assert disk.retries == 1  # recovery wrote [synced, end) back and synced it
+        assert LostWrites(str(tmp_path)).offset() is None
+        assert store.get_max_phy_offset() == end  # the page cache had it all: nothing lost
         assert store.flags.is_writeable()
         r = await store.put_message(Message("T", body(100)))
         assert r.status is PutMessageStatus.PUT_OK, r.error
