@@ -14,7 +14,9 @@ trio's worker threads and the clocks are time.time() and time.monotonic(). Insid
   periodic tasks (its event-loop beat, heartbeats, flushes) stop as a SIGSTOPped process's do;
 - `fdatasync` and `synced` tell the host's disk model (chaos/sim/disk.py) what each file has
   made durable, so a simulated power loss can drop what was only in the page cache; the
-  model may fail an fdatasync (EIO) as a failing disk would.
+  model may fail an fdatasync (EIO) as a failing disk would;
+- `disk_used_ratio` answers the store's disk-space probe (cleanup.py) from the host's disk
+  model, which a simulated full disk fills.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from typing import Any, Protocol, TypeVar
 import attrs
 import trio
 
-__all__ = ["Disk", "Gate", "Simulation", "fdatasync", "hosted", "killed", "monotonic", "rewrote", "run_sync",
-           "simulated", "simulation", "sleep", "synced", "wall_clock"]
+__all__ = ["Disk", "Gate", "Simulation", "disk_used_ratio", "fdatasync", "hosted", "killed", "monotonic", "rewrote",
+           "run_sync", "simulated", "simulation", "sleep", "synced", "wall_clock"]
 
 T = TypeVar("T")
 
@@ -46,6 +48,9 @@ class Disk(Protocol):
 
     def rewrote(self, path: str, start: int, end: int) -> None:
         """[start, end) of `path` was written again with the bytes it held (dirty once more)."""
+
+    def used_ratio(self, path: str) -> float:
+        """The used fraction (0..1) of the partition holding `path`, as the host's disk reports it."""
 
 
 class Gate(Protocol):
@@ -143,6 +148,13 @@ def synced(path: str) -> None:
     disk = _disk()
     if disk is not None:
         disk.synced(path)
+
+
+def disk_used_ratio(path: str) -> float | None:
+    """Under simulation with a disk model: the used fraction of `path`'s partition the host's
+    disk reports; else None (ask the real partition)."""
+    disk = _disk()
+    return None if disk is None else disk.used_ratio(path)
 
 
 def rewrote(path: str, start: int, end: int) -> None:

@@ -14,6 +14,9 @@ the disk for good, as Linux marks them clean after a write-back error: a later f
 the file succeeds without them (PostgreSQL's "fsyncgate"), so they stay only in the page
 cache until they are written again.
 
+`used` is what the store's disk-space probe reads (`runtime.disk_used_ratio`): USED, or FULL
+while the fault `disk_full` fills the disk.
+
 `power_loss` rewrites the node's files as a cut leaves them, each choice drawn from the
 caller's seeded generator: every 4 KiB page that differs from the durable image survives or
 not on its own; the last such page of a file may be torn (its first sectors new, the rest
@@ -33,10 +36,12 @@ import attrs
 
 from store import runtime
 
-__all__ = ["PAGE", "SECTOR", "FileLoss", "SimDisk"]
+__all__ = ["FULL", "PAGE", "SECTOR", "USED", "FileLoss", "SimDisk"]
 
 PAGE = 4096
 SECTOR = 512
+USED = 0.5  # the used fraction of a node's partition the store's disk probe reads (cleanup.py)
+FULL = 0.99  # ... while the fault `disk_full` fills it: over diskSpaceWarningLevelRatio
 
 
 @attrs.define
@@ -78,6 +83,9 @@ class SimDisk:
         """Path relative to root → the content last made durable, up to where only zeros
         (a hole) follow."""
         self.syncs = 0
+        self.used = USED
+        """The partition's used fraction, as the store's probe reads it: fixed, so a replay does
+        not depend on the machine's disk; `disk_full` raises it to FULL."""
         self.failing: str | None = None
         """A folder (relative to root): the next fdatasync of a file in it fails (EIO)."""
         self.failed: list[tuple[str, float, int]] = []
@@ -136,6 +144,10 @@ class SimDisk:
             if current[at] != image[at]:
                 lost.setdefault(page, (image[at].ljust(len(current[at]), b"\0"), current[at]))
         raise OSError(errno.EIO, os.strerror(errno.EIO), path)
+
+    def used_ratio(self, path: str) -> float:
+        """What the store's disk-space probe reads (the same for every folder of the node)."""
+        return self.used
 
     def rewrote(self, path: str, start: int, end: int) -> None:
         """[start, end) of `path` was written again: its pages are dirty, no longer lost."""

@@ -20,6 +20,7 @@ from wire.protocol import TopicCreate
 
 from .cluster import CLIENT_HOST, NAMESRV_ADDRESS, SimCluster, SimGroup, SimNode
 from .disk import SimDisk
+from .disk_full import FullDisks
 from .etcd_link import ETCD_HOST
 from .events import EventLog
 from .fsync import FsyncErrors
@@ -78,6 +79,7 @@ class Simulation:
         self._nursery: trio.Nursery | None = None
         self.power = PowerLosses(schedule.seed, self.history, self.log, self.observed, self._restart)
         self.fsync = FsyncErrors(self.history, self.log, self.observed, self._restart)
+        self.full_disks = FullDisks(self.log)
         if storage or any(f.kind in STORAGE_KINDS for f in schedule.faults):  # model what each node's files made durable (disk.py), for the power losses
             for node in self.cluster.nodes:
                 node.disk = SimDisk(node.root)
@@ -186,6 +188,10 @@ class Simulation:
             self.log.add(f"killed {node.name}")
             await trio.sleep(fault.duration)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
             await self._restart(node)
+            return
+        if fault.kind == "disk_full":
+            await self.full_disks.strike(fault, group.role_node(fault.target))
+            self.log.add("healed: disk_full")
             return
         if fault.kind == "fsync_error":
             await self.fsync.strike(fault, group.role_node(fault.target))

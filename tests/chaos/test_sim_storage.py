@@ -62,6 +62,18 @@ def test_an_fsync_error_is_never_acknowledged_and_replays_bit_for_bit(tmp_path):
     assert again.log_hash == first.log_hash
 
 
+def test_a_full_disk_stops_writes_and_cleanup_brings_them_back(tmp_path):
+    """Seed 41 (SYNC_MASTER+SYNC_FLUSH) fills the master's disk: the store's probe
+    (runtime.disk_used_ratio, from the disk model) reads 99 %, DISK_FULL is set and `status`
+    says why, the first cleanup pass after the space is back clears it, and nothing is lost."""
+    result = run_seed(41, mode=SYNC_SYNC, base_dir=str(tmp_path), storage=True)
+    assert result.ok, result.violations
+    full = [i for i, line in enumerate(result.log) if "status: running flags ['DISK_FULL']: the disk is full" in line]
+    back = [i for i, line in enumerate(result.log) if "status: running flags []: taking writes" in line]
+    assert full and back and full[0] < back[0]
+    assert any("fill master's disk" in line for line in result.log[:full[0]])
+
+
 @pytest.mark.sweep  # 1 s of CPU more than the suite's budget allows; seed 1 above cuts the master's power too
 def test_a_sync_flush_master_s_power_losses_lose_no_put_ok(tmp_path):
     """Seed 7 (ASYNC_MASTER+SYNC_FLUSH, two slaves) cuts the master's power three times:
