@@ -93,6 +93,9 @@ def disk_partition_used_ratio(path: str) -> float:
     use, so this is RocketMQ's used / (used + usable). Like RocketMQ, a missing directory is
     created first (it is the store's own CommitLog or ConsumeQueue directory).
     """
+    simulated = runtime.disk_used_ratio(path)  # a simulated host's disk (chaos/sim/disk.py)
+    if simulated is not None:
+        return simulated
     try:
         os.makedirs(path, exist_ok=True)
         usage = psutil.disk_usage(path)

@@ -187,9 +187,12 @@ class ConsumeQueue:
 
         Walks the last segment from its start: a segment whose first unit is at or beyond
         phy_offset is deleted and the walk moves to the new last segment; otherwise units are
-        kept while valid and below phy_offset.
+        kept while valid and below phy_offset. `max_physic_offset` becomes the end of the last
+        unit kept (-1 when none is): RocketMQ sets it to phy_offset first, so a queue that lost
+        its files (a power loss, chaos/sim seed 12 --storage) skipped every record the
+        recovery's dispatch brought again and its queue offsets started over at 0.
         """
-        self.max_physic_offset = phy_offset
+        self.max_physic_offset = -1
         mfq = self.mapped_file_queue
         while True:
             mf = mfq.last()

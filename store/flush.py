@@ -14,12 +14,21 @@ alike); a put waiting for its flush only registers its offset. After a full flus
 services record the store time of the last flushed message in the checkpoint (on a master:
 a slave's physic time comes from dispatch).
 
+A CommitLog flush that fails (fdatasync raises EIO, ENOSPC, ...) is never retried: Linux may
+drop the dirty pages it could not write and report the error only once, so a second fdatasync
+can succeed without the data ever reaching the disk (PostgreSQL's "fsyncgate", 2018). The
+store sets FLUSH_DISK_ERROR (running_flags.py) and refuses writes; the puts waiting on the
+flush fail (puts.py); nothing counts as flushed past what was synced; shutdown skips the
+CommitLog flush and leaves the abort file; the restart's recovery writes the CommitLog back
+from where the failed flush began and syncs it before trusting it (lost_writes.py).
+
 Blocking calls (fdatasync, pwrite) run in worker threads, which release the GIL.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
 
@@ -27,7 +36,9 @@ import trio
 
 from . import runtime
 from .checkpoint import StoreCheckpoint
+from .lost_writes import LostWrites
 from .mapped_file_queue import MappedFileQueue
+from .running_flags import RunningFlags
 from .waiters import OffsetWaiters
 
 log = logging.getLogger("tidemq.store")
@@ -40,6 +51,51 @@ def flush_to_end(queue: MappedFileQueue) -> None:
         if queue.flushed_where >= queue.max_offset():
             return
         queue.flush(0)
+
+
+def try_flush(queue: MappedFileQueue, least_pages: int) -> OSError | None:
+    """`queue.flush(least_pages)` (blocking: a worker thread); the error if it failed, which
+    the caller hands to `flush_failed` on the event loop's thread."""
+    try:
+        queue.flush(least_pages)
+    except OSError as e:
+        return e
+    return None
+
+
+def try_flush_to_end(queue: MappedFileQueue) -> OSError | None:
+    """`flush_to_end`, stopping at the first failure (returned)."""
+    try:
+        flush_to_end(queue)
+    except OSError as e:
+        return e
+    return None
+
+
+def flush_failed(flags: RunningFlags, queue: MappedFileQueue, error: OSError) -> None:
+    """A CommitLog flush failed: the store refuses writes from now on (see the module
+    docstring); `queue.flushed_where` stays where the last good flush left it, and the store
+    root notes it durably for the next start's recovery (lost_writes.py; a small blocking
+    write, once)."""
+    if not flush_dead(flags):
+        LostWrites(os.path.dirname(queue.store_path)).note(queue.flushed_where)
+    flags.flush_failed(queue.flushed_where, error)
+    log.error("CommitLog flush from offset %d failed: %s; the store refuses writes until a restart",
+              queue.flushed_where, error)
+
+
+def flush_dead(flags: RunningFlags) -> bool:
+    """A CommitLog flush failed since the store started: no flush may run again."""
+    return flags.is_set(RunningFlags.FLUSH_DISK_ERROR)
+
+
+async def final_flush(queue: MappedFileQueue, flags: RunningFlags) -> None:
+    """Shutdown's flush of everything, unless a flush failed before (then never again)."""
+    if flush_dead(flags):
+        return
+    error = await runtime.run_sync(try_flush_to_end, queue)
+    if error is not None:
+        flush_failed(flags, queue, error)
 
 
 def commit_to_end(queue: MappedFileQueue) -> None:
@@ -93,9 +149,10 @@ class GroupCommitService:
     Puts that arrive while an fdatasync runs are all covered by the next one (group commit).
     """
 
-    def __init__(self, queue: MappedFileQueue, flushed_time: FlushedTime) -> None:
+    def __init__(self, queue: MappedFileQueue, flushed_time: FlushedTime, flags: RunningFlags) -> None:
         self.queue = queue
         self._flushed_time = flushed_time
+        self._flags = flags
         self._waiters = OffsetWaiters()
         self._wake = trio.Event()
         self.flush_count = 0  # fdatasync rounds done, for tests and stats
@@ -104,23 +161,34 @@ class GroupCommitService:
         self._wake.set()
 
     async def wait_for_flush(self, next_offset: int, timeout_s: float) -> bool:
-        """True once flushed_where >= next_offset; False after the timeout. The append that
-        wrote up to `next_offset` already woke the service."""
+        """True once flushed_where >= next_offset; False after the timeout, or at once when
+        a flush failed. The append that wrote up to `next_offset` already woke the service."""
         if self.queue.flushed_where >= next_offset:
             return True
         return await self._waiters.wait(next_offset, timeout_s)
 
-    async def _flush_once(self) -> None:
-        await runtime.run_sync(self.queue.flush, 0)
+    async def _flush_once(self) -> bool:
+        """One fdatasync round; False when it failed (the store then takes no more writes)."""
+        error = await runtime.run_sync(try_flush, self.queue, 0)
+        if error is not None:
+            flush_failed(self._flags, self.queue, error)
+            return False
         self.flush_count += 1
+        return True
 
     async def _do_commit(self) -> None:
+        if flush_dead(self._flags):
+            self._waiters.fail_all()
+            return
         target = max(self._waiters.max_wanted, self.queue.max_offset())
         # a record that rolled into the next segment needs a second flush
         for _ in range(2):
             if self.queue.flushed_where >= target:
                 break
-            await self._flush_once()
+            if not await self._flush_once():
+                self._waiters.advance(self.queue.flushed_where)  # what an earlier round did sync
+                self._waiters.fail_all()
+                return
         self._flushed_time.note(self.queue)
         self._waiters.advance(self.queue.flushed_where)
 
@@ -137,7 +205,10 @@ class GroupCommitService:
 
     async def shutdown(self) -> None:
         await self._do_commit()
-        await runtime.run_sync(flush_to_end, self.queue)  # WAIT=false puts too
+        await final_flush(self.queue, self._flags)  # WAIT=false puts too
+        if flush_dead(self._flags):
+            self._waiters.fail_all()
+            return
         self._flushed_time.note(self.queue)
         self._waiters.advance(self.queue.flushed_where)
 
@@ -148,10 +219,16 @@ class FlushRealTimeService:
     The flushing loop is one worker thread (`run` hosts it); an append wakes it through a
     threading.Event once `least_pages` pages are dirty. Under load that is every few
     pages, so a trio task hopping to a worker thread per flush would cost the event loop
-    a thread hand-off and a wake-up each time."""
+    a thread hand-off and a wake-up each time.
 
-    def __init__(self, queue: MappedFileQueue, cadence: Cadence, *, timed: bool, flushed_time: FlushedTime) -> None:
+    A failed flush ends the loop for good (the module docstring): no PUT_OK waited on it,
+    but the store stops taking writes and says why."""
+
+    def __init__(self, queue: MappedFileQueue, cadence: Cadence, *, timed: bool, flushed_time: FlushedTime,
+                 flags: RunningFlags) -> None:
         self.queue = queue
+        self._flags = flags
+        self._error: OSError | None = None  # the loop thread's failed flush, for the trio side
         self.cadence = cadence
         self.timed = timed
         self._flushed_time = flushed_time
@@ -179,14 +256,18 @@ class FlushRealTimeService:
                     self._wake.clear()
                 if self._stop.is_set():
                     return
-                self.queue.flush(self.cadence.next())
+                error = try_flush(self.queue, self.cadence.next())
+                if error is not None:
+                    self._error = error
+                    return
                 self._flushed_time.note(self.queue)
         finally:
             self._stopped.set()
 
     async def run(self) -> None:
         """Host the flushing loop's thread until cancelled (it stops at its next wake-up,
-        which this makes happen at once); a flush that fails ends the task with its error."""
+        which this makes happen at once); a flush that fails ends the loop and sets
+        FLUSH_DISK_ERROR (here, on the event loop's thread)."""
         if runtime.simulation() is not None:
             await self._run_simulated()
             return
@@ -197,6 +278,8 @@ class FlushRealTimeService:
         finally:
             self._stop.set()
             self._wake.set()
+        if self._error is not None:
+            flush_failed(self._flags, self.queue, self._error)
 
     async def _run_simulated(self) -> None:
         """The same rounds as a task: a simulation has no threads (store/runtime.py)."""
@@ -209,16 +292,23 @@ class FlushRealTimeService:
                 await runtime.sleep(0)  # not while the host is paused
                 self._simulated_wake = trio.Event()
                 self._wake.clear()
-            await runtime.run_sync(self.queue.flush, self.cadence.next())
+            error = await runtime.run_sync(try_flush, self.queue, self.cadence.next())
+            if error is not None:
+                flush_failed(self._flags, self.queue, error)
+                return
             self._flushed_time.note(self.queue)
 
     async def shutdown(self) -> None:
-        """Stop the loop (waiting for a flush it is in), then flush everything."""
+        """Stop the loop (waiting for a flush it is in), then flush everything (unless a
+        flush failed: then never again)."""
         self._stop.set()
         self._wake.set()
         await runtime.run_sync(self._stopped.wait)
-        await runtime.run_sync(flush_to_end, self.queue)
-        self._flushed_time.note(self.queue)
+        if self._error is not None and not flush_dead(self._flags):
+            flush_failed(self._flags, self.queue, self._error)
+        await final_flush(self.queue, self._flags)
+        if not flush_dead(self._flags):
+            self._flushed_time.note(self.queue)
 
 
 class CommitRealTimeService:

@@ -363,6 +363,15 @@ class MappedFile:
                 self.release()
         return self.flushed_position
 
+    def rewrite(self, start: int, end: int) -> None:
+        """Write [start, end) back over itself and fdatasync it (blocking): pages a failed
+        write-back left clean in the page cache become dirty, so this sync writes them
+        (lost_writes.py). Raises OSError when the disk still fails."""
+        if end > start:
+            self.mm[start:end] = bytes(self.mm[start:end])
+            runtime.rewrote(self.path, start, end)
+        runtime.fdatasync(self._fd, self.path)
+
     def release_pages(self, end: int, start: int = 0) -> int:
         """Drop the map's pages of [start, end) (rounded inwards to pages) from this process
         (MADV_DONTNEED): they stay in the page cache (dirty ones too, on this shared file

@@ -29,10 +29,12 @@ from .flush import (
     FlushedTime,
     FlushRealTimeService,
     GroupCommitService,
+    final_flush,
     flush_to_end,
 )
 from .index_file import IndexService
 from .layout import ABORT_FILE, CHECKPOINT_FILE, CONSUMEQUEUE_DIR, INDEX_DIR
+from .lost_writes import LostWrites
 from .markers import AbortFile, StoreLock
 from .markers import StoreLockedError as StoreLockedError  # importable from here, as before
 from .message import Message, StoredMessage
@@ -214,7 +216,7 @@ class MessageStore:
         flushed_time = FlushedTime(checkpoint, lambda: config.broker_role.is_master)
         self.group_commit = self.flush_service = self.commit_service = None
         if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
-            self.group_commit = GroupCommitService(self.commit_log.queue, flushed_time)
+            self.group_commit = GroupCommitService(self.commit_log.queue, flushed_time, self.flags)
             return
         self.flush_service = FlushRealTimeService(
             self.commit_log.queue,
@@ -222,6 +224,7 @@ class MessageStore:
                     config.flush_commit_log_thorough_interval),
             timed=config.flush_commit_log_timed,
             flushed_time=flushed_time,
+            flags=self.flags,
         )
         if self.pool is not None:
             self.commit_service = CommitRealTimeService(
@@ -282,7 +285,24 @@ class MessageStore:
                     else cp.min_timestamp)
         recovered = self.commit_log.recover(safe_timestamp=safe, progress=progress)
         self._dispatch_again_from(recovered.dispatch_from)
+        self._write_back_lost(recovered.end)
         return recovered.end
+
+    def _write_back_lost(self, end: int) -> None:
+        """A flush failed before the last exit (lost_writes.py): write the CommitLog back over
+        itself from where that flush began, up to `end`, and sync it before trusting those
+        bytes (an OSError here fails the start: the disk still fails); then drop the note."""
+        note = LostWrites(self.config.store_path_root_dir)
+        offset = note.offset()
+        if offset is None:
+            return
+        for mf in self.commit_log.queue.files:
+            start = max(offset, mf.file_from_offset) - mf.file_from_offset
+            stop = min(end, mf.file_from_offset + mf.file_size) - mf.file_from_offset
+            if stop > start:
+                mf.rewrite(start, stop)
+        log.warning("recovery: a CommitLog flush had failed; wrote [%d, %d) back and synced it", offset, end)
+        note.clear()
 
     def _dispatch_again_from(self, offset: int | None) -> None:
         if offset is not None:
@@ -403,7 +423,7 @@ class MessageStore:
             if self.flush_service is not None:
                 await self.flush_service.shutdown()
             else:
-                await runtime.run_sync(self.commit_log.queue.flush, 0)
+                await final_flush(self.commit_log.queue, self.flags)
             if self.replica_log.noted and not self.config.read_un_committed:
                 self.replica_log.hold_at_known_confirm()  # the confirm offset known stays the limit
             self.reput.do_reput()  # everything up to it: what lies past waits for the next term

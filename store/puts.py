@@ -255,6 +255,11 @@ class MessagePuts:
             else:
                 status = PutMessageStatus.PUT_OK
                 if wait and flush_end >= 0 and result.end_offset > flushed:
+                    if self.flags.is_set(self.flags.FLUSH_DISK_ERROR):  # never retried: see flush.py
+                        results.append(PutMessageResult(
+                            PutMessageStatus.SERVICE_NOT_AVAILABLE, result, indeterminate=True,
+                            error=f"appended, but not durable: {self.flags.why_not_writeable()}"))
+                        continue
                     status = PutMessageStatus.FLUSH_DISK_TIMEOUT
                 if i in no_slave:
                     status = PutMessageStatus.SLAVE_NOT_AVAILABLE  # replica wins, as in RocketMQ

@@ -1,5 +1,7 @@
 """RunningFlags: the store's state bits (RocketMQ 4.9 RunningFlags): what refuses puts or
-reads, set by cleanup (DISK_FULL) and dispatch (queue and index write errors)."""
+reads, set by cleanup (DISK_FULL), dispatch (queue and index write errors) and the CommitLog
+flush (FLUSH_DISK_ERROR: an fdatasync failed, so what it covered may never reach the disk;
+PostgreSQL's "fsyncgate" lesson is that a retried fsync can succeed without writing it)."""
 
 from __future__ import annotations
 
@@ -12,12 +14,14 @@ class RunningFlags:
     WRITE_LOGICS_QUEUE_ERROR = 4
     WRITE_INDEX_FILE_ERROR = 8
     DISK_FULL = 16
+    FLUSH_DISK_ERROR = 32
 
     _NAMES = {
         1: "NOT_READABLE", 2: "NOT_WRITEABLE", 4: "WRITE_LOGICS_QUEUE_ERROR",
-        8: "WRITE_INDEX_FILE_ERROR", 16: "DISK_FULL",
+        8: "WRITE_INDEX_FILE_ERROR", 16: "DISK_FULL", 32: "FLUSH_DISK_ERROR",
     }
-    _NOT_WRITEABLE_MASK = NOT_WRITEABLE | WRITE_LOGICS_QUEUE_ERROR | DISK_FULL | WRITE_INDEX_FILE_ERROR
+    _NOT_WRITEABLE_MASK = (NOT_WRITEABLE | WRITE_LOGICS_QUEUE_ERROR | DISK_FULL | WRITE_INDEX_FILE_ERROR
+                           | FLUSH_DISK_ERROR)
 
     def __init__(self) -> None:
         self.bits = 0
@@ -25,6 +29,8 @@ class RunningFlags:
         """Started and not yet shutting down: puts are taken."""
         self.shut_down = False
         """Shut down: reads are refused too."""
+        self.flush_error = ""
+        """Why FLUSH_DISK_ERROR is set (the first failure; it stays until a restart)."""
 
     def set(self, bit: int) -> None:
         self.bits |= bit
@@ -44,7 +50,18 @@ class RunningFlags:
     def names(self) -> list[str]:
         return [name for bit, name in self._NAMES.items() if self.bits & bit]
 
+    def flush_failed(self, offset: int, error: OSError) -> None:
+        """A CommitLog flush from `offset` failed: refuse writes until a restart's recovery
+        finds what the disk really holds (the first failure's reason is the one kept)."""
+        if not self.flush_error:
+            self.flush_error = (f"a CommitLog flush failed ({error.strerror or error}): what was written "
+                                f"from offset {offset} on may not be on disk; the store takes no writes "
+                                f"until a restart recovers it")
+        self.set(self.FLUSH_DISK_ERROR)
+
     def why_not_writeable(self) -> str:
+        if self.bits & self.FLUSH_DISK_ERROR:
+            return self.flush_error
         if self.bits & self.DISK_FULL:
             return "the disk is full (usage above diskSpaceWarningLevelRatio); writes resume after cleanup frees space"
         return "store is not writeable: " + ", ".join(self.names())

@@ -13,7 +13,10 @@ trio's worker threads and the clocks are time.time() and time.monotonic(). Insid
 - `sleep` also waits while the calling task's host is paused (`Gate`), so a paused node's
   periodic tasks (its event-loop beat, heartbeats, flushes) stop as a SIGSTOPped process's do;
 - `fdatasync` and `synced` tell the host's disk model (chaos/sim/disk.py) what each file has
-  made durable, so a simulated power loss can drop what was only in the page cache.
+  made durable, so a simulated power loss can drop what was only in the page cache; the
+  model may fail an fdatasync (EIO) as a failing disk would;
+- `disk_used_ratio` answers the store's disk-space probe (cleanup.py) from the host's disk
+  model, which a simulated full disk fills.
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ from typing import Any, Protocol, TypeVar
 import attrs
 import trio
 
-__all__ = ["Disk", "Gate", "Simulation", "fdatasync", "hosted", "killed", "monotonic", "run_sync", "simulated",
-           "simulation", "sleep", "synced", "wall_clock"]
+__all__ = ["Disk", "Gate", "Simulation", "disk_used_ratio", "fdatasync", "hosted", "killed", "monotonic", "rewrote",
+           "run_sync", "simulated", "simulation", "sleep", "synced", "wall_clock"]
 
 T = TypeVar("T")
 
@@ -39,6 +42,15 @@ class Disk(Protocol):
 
     def synced(self, path: str) -> None:
         """`path`'s current content is durable now (an fsync, or a rename the directory's fsync made durable)."""
+
+    def before_sync(self, path: str) -> None:
+        """An fdatasync of `path` is about to run: a failing disk raises its OSError (EIO) here."""
+
+    def rewrote(self, path: str, start: int, end: int) -> None:
+        """[start, end) of `path` was written again with the bytes it held (dirty once more)."""
+
+    def used_ratio(self, path: str) -> float:
+        """The used fraction (0..1) of the partition holding `path`, as the host's disk reports it."""
 
 
 class Gate(Protocol):
@@ -138,7 +150,27 @@ def synced(path: str) -> None:
         disk.synced(path)
 
 
+def disk_used_ratio(path: str) -> float | None:
+    """Under simulation with a disk model: the used fraction of `path`'s partition the host's
+    disk reports; else None (ask the real partition)."""
+    disk = _disk()
+    return None if disk is None else disk.used_ratio(path)
+
+
+def rewrote(path: str, start: int, end: int) -> None:
+    """[start, end) of `path` was written over with its own bytes: under simulation the host's
+    disk model counts those pages written again (a write a model of the page cache cannot see
+    by content)."""
+    disk = _disk()
+    if disk is not None:
+        disk.rewrote(path, start, end)
+
+
 def fdatasync(fd: int, path: str) -> None:
-    """os.fdatasync of `path`'s descriptor, then `synced(path)`."""
+    """os.fdatasync of `path`'s descriptor, then `synced(path)`; under simulation the host's
+    disk model may make it fail first (OSError, as a failing disk's EIO)."""
+    disk = _disk()
+    if disk is not None:
+        disk.before_sync(path)
     os.fdatasync(fd)
     synced(path)

@@ -76,6 +76,11 @@ class PutMessageResult:
     status: PutMessageStatus
     append: AppendMessageResult | None = None
     error: str = ""
+    indeterminate: bool = False
+    """Appended, but its flush failed: the record is in the CommitLog's page cache (read,
+    dispatched, maybe replicated) yet may never reach the disk. Status SERVICE_NOT_AVAILABLE
+    (the store takes no writes), answered on the wire as INDETERMINATE: neither "stored"
+    (FLUSH_DISK_TIMEOUT promises a flush to come) nor "not stored"."""
 
     @property
     def ok(self) -> bool:

@@ -39,12 +39,16 @@ class OffsetWaiters:
         self._timer_running = False
         self.max_wanted = -1
         """The largest offset any wait asked for (what a flush should reach)."""
+        self.failed = False
+        """`fail_all` ran: the offset will not move on, every wait fails at once."""
 
     def __len__(self) -> int:
         """Waiters not finished yet."""
         return sum(1 for _, _, w in self._by_offset if not w.event.is_set())
 
     async def wait(self, offset: int, timeout_s: float) -> bool:
+        if self.failed:
+            return False
         waiter = _Waiter(offset)
         seq = next(self._seq)
         heapq.heappush(self._by_offset, (offset, seq, waiter))
@@ -72,6 +76,14 @@ class OffsetWaiters:
             if not waiter.event.is_set():
                 waiter.ok = True
                 waiter.event.set()
+
+    def fail_all(self) -> None:
+        """The offset will never move on (its flush failed): every waiter fails now, and so
+        does every later wait."""
+        self.failed = True
+        for _, _, waiter in self._by_offset:
+            waiter.event.set()  # ok stays False
+        self._by_offset.clear()
 
     async def run_timer(self) -> None:
         """Fail waiters at their deadlines until cancelled: one timer for all of them."""

@@ -8,6 +8,15 @@ JSON tables). The model then keeps that content as the file's durable image. Eve
 node writes (through its maps or `write`) is only in the page cache: a kill (SIGKILL) keeps it,
 a power loss does not.
 
+`fail_next_sync` makes the next fdatasync of a file under a folder raise EIO (the fault
+`fsync_error`): nothing of it becomes durable, and the pages it could not write are lost to
+the disk for good, as Linux marks them clean after a write-back error: a later fdatasync of
+the file succeeds without them (PostgreSQL's "fsyncgate"), so they stay only in the page
+cache until they are written again.
+
+`used` is what the store's disk-space probe reads (`runtime.disk_used_ratio`): USED, or FULL
+while the fault `disk_full` fills the disk.
+
 `power_loss` rewrites the node's files as a cut leaves them, each choice drawn from the
 caller's seeded generator: every 4 KiB page that differs from the durable image survives or
 not on its own; the last such page of a file may be torn (its first sectors new, the rest
@@ -19,15 +28,20 @@ is durable from its first sync.
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 
 import attrs
 
-__all__ = ["PAGE", "SECTOR", "FileLoss", "SimDisk"]
+from store import runtime
+
+__all__ = ["FULL", "PAGE", "SECTOR", "USED", "FileLoss", "SimDisk"]
 
 PAGE = 4096
 SECTOR = 512
+USED = 0.5  # the used fraction of a node's partition the store's disk probe reads (cleanup.py)
+FULL = 0.99  # ... while the fault `disk_full` fills it: over diskSpaceWarningLevelRatio
 
 
 @attrs.define
@@ -69,6 +83,16 @@ class SimDisk:
         """Path relative to root → the content last made durable, up to where only zeros
         (a hole) follow."""
         self.syncs = 0
+        self.used = USED
+        """The partition's used fraction, as the store's probe reads it: fixed, so a replay does
+        not depend on the machine's disk; `disk_full` raises it to FULL."""
+        self.failing: str | None = None
+        """A folder (relative to root): the next fdatasync of a file in it fails (EIO)."""
+        self.failed: list[tuple[str, float, int]] = []
+        """(file, wall-clock time, where its durable content ended then) of each fdatasync that failed."""
+        self.poisoned: dict[str, dict[int, tuple[bytes, bytes]]] = {}
+        """File → page index → the durable content of each page a failed fdatasync lost:
+        later syncs keep that content until the page is written again."""
 
     def _relative(self, path: str) -> str | None:
         rel = os.path.relpath(os.path.abspath(path), os.path.abspath(self.root))
@@ -79,10 +103,59 @@ class SimDisk:
         if rel is None:
             return
         try:
-            self.images[rel] = _data(path)
+            data = _data(path)
         except FileNotFoundError:
             self.images.pop(rel, None)
+            self.poisoned.pop(rel, None)
+        else:
+            self.images[rel] = self._unpoisoned(rel, data)
         self.syncs += 1
+
+    def _unpoisoned(self, rel: str, data: bytes) -> bytes:
+        """`data` as a sync makes it durable: without the pages a failed sync lost (their old
+        content), unless they were written since (then they differ from what was lost)."""
+        lost = self.poisoned.get(rel)
+        if not lost:
+            return data
+        out = bytearray(data)
+        for page, (old, failed) in list(lost.items()):
+            at = slice(page * PAGE, (page + 1) * PAGE)
+            if bytes(out[at]) != failed:  # written again since the failure: this sync writes it
+                del lost[page]
+                continue
+            out[at] = old[:len(out[at])]
+        return bytes(out)
+
+    def fail_next_sync(self, folder: str) -> None:
+        """The next fdatasync of a file under `folder` (relative to root) raises EIO."""
+        self.failing = folder
+
+    def before_sync(self, path: str) -> None:
+        rel = self._relative(path)
+        if self.failing is None or rel is None or os.path.dirname(rel) != self.failing:
+            return
+        self.failing = None
+        image = self.images.get(rel, b"")
+        self.failed.append((rel, runtime.wall_clock(), len(image.rstrip(b"\0"))))
+        current = _data(path)
+        lost = self.poisoned.setdefault(rel, {})
+        for page in range(-(-len(current) // PAGE)):
+            at = slice(page * PAGE, (page + 1) * PAGE)
+            if current[at] != image[at]:
+                lost.setdefault(page, (image[at].ljust(len(current[at]), b"\0"), current[at]))
+        raise OSError(errno.EIO, os.strerror(errno.EIO), path)
+
+    def used_ratio(self, path: str) -> float:
+        """What the store's disk-space probe reads (the same for every folder of the node)."""
+        return self.used
+
+    def rewrote(self, path: str, start: int, end: int) -> None:
+        """[start, end) of `path` was written again: its pages are dirty, no longer lost."""
+        rel = self._relative(path)
+        lost = self.poisoned.get(rel) if rel is not None else None
+        if lost:
+            for page in range(start // PAGE, -(-end // PAGE)):
+                lost.pop(page, None)
 
     def durable(self, rel: str) -> bytes | None:
         """The content of `rel` a power loss now would at least keep (None: never synced)."""
@@ -115,9 +188,12 @@ class SimDisk:
             out = bytearray((image or b"")[:len(current)].ljust(len(current), b"\0"))
             dirty = [p for p in range(-(-len(current) // PAGE))
                      if out[p * PAGE:(p + 1) * PAGE] != current[p * PAGE:(p + 1) * PAGE]]
+            lost = self.poisoned.get(rel, {})
             for i, page in enumerate(dirty):
                 at = slice(page * PAGE, min((page + 1) * PAGE, len(current)))
-                if i == len(dirty) - 1 and rng.random() < 1 / 3:  # the last page written may be torn
+                if page in lost and lost[page][1] == current[at]:  # a failed sync lost it for good
+                    loss.dropped.append(page)
+                elif i == len(dirty) - 1 and rng.random() < 1 / 3:  # the last page written may be torn
                     sectors = rng.randrange(1, PAGE // SECTOR)
                     cut = min(at.start + sectors * SECTOR, at.stop)
                     out[at.start:cut] = current[at.start:cut]
@@ -131,6 +207,7 @@ class SimDisk:
                 f.write(out)
             losses.append(loss)
         self.images = {rel: _data(os.path.join(self.root, rel)) for rel in self.files()}
+        self.poisoned.clear()
         return losses
 
 

@@ -24,7 +24,7 @@ from node.ops.services import NodeServices
 from node.tables.consumers import ConsumerManager
 from node.tables.transactions import Ended, TransactionTable
 from store import runtime
-from store.flush import FlushedTime, GroupCommitService
+from store.flush import FlushedTime, GroupCommitService, try_flush
 from store.mapped_file_queue import MappedFileQueue
 from store.transaction import HALF_TOPIC, Outcome, half_origin
 from wire.protocol import EndTransaction, Request
@@ -60,6 +60,9 @@ MUTATIONS = {
                         "written so far (FlushedTime.note), past what the round synced (an async flush skips a "
                         "round short of its least pages): recovery would trust records that were never durable "
                         "(storage faults: --storage)",
+    "retry-fsync": "a failed CommitLog fdatasync is tried again and, when that one succeeds, believed "
+                   "(GroupCommitService._flush_once), PostgreSQL's fsyncgate: the pages the failure lost are "
+                   "counted flushed and their puts answered PUT_OK (storage faults: --storage, fsync_error)",
 }
 
 
@@ -110,7 +113,7 @@ def _commit_again(original: Handler) -> Handler:
     return end
 
 
-async def _flush_unsynced(self: GroupCommitService) -> None:
+async def _flush_unsynced(self: GroupCommitService) -> bool:
     queue = self.queue
     mf = queue.find_by_offset(queue.flushed_where, return_first_on_not_found=queue.flushed_where == 0)
     if mf is not None:
@@ -119,6 +122,14 @@ async def _flush_unsynced(self: GroupCommitService) -> None:
         queue.store_timestamp = mf.store_timestamp
     self.flush_count += 1
     await runtime.run_sync(lambda: None)
+    return True
+
+
+async def _retry_until_believed(self: GroupCommitService) -> bool:
+    if await runtime.run_sync(try_flush, self.queue, 0) is not None:
+        await runtime.run_sync(try_flush, self.queue, 0)  # succeeds: the kernel reported the error once
+    self.flush_count += 1
+    return True
 
 
 def _claim_written(self: FlushedTime, queue: MappedFileQueue) -> None:
@@ -155,6 +166,7 @@ def mutated(name: str | None) -> Iterator[None]:
         "orderly-lock": [(ConsumerManager, "lock", _lock_anything)],
         "skip-fsync": [(GroupCommitService, "_flush_once", _flush_unsynced)],
         "trust-checkpoint": [(FlushedTime, "note", _claim_written)],
+        "retry-fsync": [(GroupCommitService, "_flush_once", _retry_until_believed)],
     }
     if name == "commit-twice":  # a handler in the dispatch table, not a method
         handler = dispatch.HANDLERS[EndTransaction]

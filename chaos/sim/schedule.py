@@ -24,12 +24,17 @@ blocking file operation of the node (flushes) takes `amount` s longer; promote: 
 slave the group's master (Admin.promote), as an operator would (manual mode only);
 etcd_down: no node reaches etcd for `duration` (etcd mode only)."""
 
-STORAGE_KINDS = ("power_loss", "power_loss_group")
+STORAGE_KINDS = ("power_loss", "power_loss_group", "fsync_error", "disk_full")
 """Drawn only with `storage` (chaos/sim/disk.py): power_loss: the node's host loses power,
 every byte it had not made durable is gone (pages survive or not, the last may be torn) and
-it restarts after `duration`; power_loss_group: every node of the group at once."""
+it restarts after `duration`; power_loss_group: every node of the group at once;
+fsync_error: the node's next CommitLog fdatasync fails (EIO), and `duration` later the
+operator restarts its process (chaos/sim/fsync.py); disk_full: the node's disk reports 99 %
+used for `duration` (at least one cleanup interval), then its usual 50 % (disk.py)."""
 STORAGE_SHARE = 0.5  # with `storage`: the share of kill, pause and slow_disk faults that become power losses
 GROUP_SHARE = 0.25  # of those: the share that cut the whole group
+FSYNC_SHARE = 0.5  # with `storage`: the share of the slow_disk faults left that become fsync errors
+DISK_FULL_SHARE = 0.5  # with `storage`: the share of the pause faults left that become full disks
 
 
 @attrs.frozen
@@ -56,6 +61,8 @@ class Fault:
                 "etcd_down": f"cut every node from etcd for {self.duration:.2f} s",
                 "power_loss": f"cut the power of {target} for {self.duration:.2f} s",
                 "power_loss_group": f"cut the power of every node{of or ' of the group'} for {self.duration:.2f} s",
+                "fsync_error": f"fail {target}'s next CommitLog fsync (EIO), restart it after {self.duration:.2f} s",
+                "disk_full": f"fill {target}'s disk for {self.duration:.2f} s",
                 }[self.kind]
         return f"t={self.at:.2f} {what}"
 
@@ -114,7 +121,7 @@ def draw(seed: int, *, faults: tuple[int, int] = (3, 6), sends: int = 500, etcd:
         out.append(Fault("promote", when, group=rng.randrange(groups) if groups > 1 else 0))
     out.sort(key=lambda f: f.at)
     if storage:
-        out = _power_losses(seed, out)
+        out = _full_disks(seed, _fsync_errors(seed, _power_losses(seed, out)))
     return Schedule(seed, tuple(out), sends, round(span, 3))
 
 
@@ -129,3 +136,19 @@ def _power_losses(seed: int, faults: list[Fault]) -> list[Fault]:
         kind = "power_loss_group" if rng.random() < GROUP_SHARE else "power_loss"
         out[i] = attrs.evolve(out[i], kind=kind, amount=0.0)
     return out
+
+
+def _fsync_errors(seed: int, faults: list[Fault]) -> list[Fault]:
+    """Turn some slow_disk faults that stayed one into fsync errors of the same node at the
+    same moment, from a stream of their own (the power losses drawn stay as they were)."""
+    rng = random.Random(f"fsync {seed}")
+    return [attrs.evolve(f, kind="fsync_error", amount=0.0) if f.kind == "slow_disk" and rng.random() < FSYNC_SHARE
+            else f for f in faults]
+
+
+def _full_disks(seed: int, faults: list[Fault]) -> list[Fault]:
+    """Turn some pause faults that stayed one into full disks of the same node at the same
+    moment, from a stream of their own (the other storage faults drawn stay as they were)."""
+    rng = random.Random(f"disk full {seed}")
+    return [attrs.evolve(f, kind="disk_full") if f.kind == "pause" and rng.random() < DISK_FULL_SHARE
+            else f for f in faults]

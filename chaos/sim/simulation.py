@@ -20,8 +20,10 @@ from wire.protocol import TopicCreate
 
 from .cluster import CLIENT_HOST, NAMESRV_ADDRESS, SimCluster, SimGroup, SimNode
 from .disk import SimDisk
+from .disk_full import FullDisks
 from .etcd_link import ETCD_HOST
 from .events import EventLog
+from .fsync import FsyncErrors
 from .judge import judge
 from .load import GROUP, QUEUES, TOPIC, SimLoad
 from .network import SimNetwork
@@ -76,6 +78,8 @@ class Simulation:
         self._unclean = random.Random(f"unclean {schedule.seed}")
         self._nursery: trio.Nursery | None = None
         self.power = PowerLosses(schedule.seed, self.history, self.log, self.observed, self._restart)
+        self.fsync = FsyncErrors(self.history, self.log, self.observed, self._restart)
+        self.full_disks = FullDisks(self.log)
         if storage or any(f.kind in STORAGE_KINDS for f in schedule.faults):  # model what each node's files made durable (disk.py), for the power losses
             for node in self.cluster.nodes:
                 node.disk = SimDisk(node.root)
@@ -184,6 +188,13 @@ class Simulation:
             self.log.add(f"killed {node.name}")
             await trio.sleep(fault.duration)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
             await self._restart(node)
+            return
+        if fault.kind == "disk_full":
+            await self.full_disks.strike(fault, group.role_node(fault.target))
+            self.log.add("healed: disk_full")
+            return
+        if fault.kind == "fsync_error":
+            await self.fsync.strike(fault, group.role_node(fault.target))
             return
         if fault.kind in ("power_loss", "power_loss_group"):
             nodes = group.nodes if fault.kind == "power_loss_group" else [group.role_node(fault.target)]
@@ -365,6 +376,7 @@ class Simulation:
     def _check(self) -> None:
         """The judge's findings (judge.py), then the verdict's lines in the event log."""
         self.violations.extend(self.power.violations)
+        self.violations.extend(self.fsync.judge(self.flush))
         self.violations.extend(judge(self.load, self.observed, replication=self.replication, flush=self.flush))
         self.violations.extend(self.tx_violations)
         if self.orderly is not None:

@@ -96,8 +96,9 @@ def put_response(request_id: int, result: PutMessageResult, queue_id: int, *, ba
                  encoded: bool = False) -> dict[str, Any] | bytes:
     """The answer to a put; a stored plain send's as its encoded frame when `encoded`."""
     status = result.status
-    if not status.stored:
-        return error_response(request_id, Status(status.value), result.error or status.value)
+    if not status.stored:  # a put whose flush failed may or may not last: INDETERMINATE
+        wire_status = Status.INDETERMINATE if result.indeterminate else Status(status.value)
+        return error_response(request_id, wire_status, result.error or status.value)
     append = result.append
     assert append is not None  # a stored put was appended
     if encoded:

@@ -5,6 +5,7 @@ the durable CommitLog (chaos/sim/power.py)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import struct
@@ -200,3 +201,34 @@ def test_the_checkpoint_may_claim_only_the_consumequeue_units_made_durable(logic
     images = {"consumequeue/T/0/00000000000000000000": unit + bytes(20),
               "checkpoint": struct.pack(">qq", 0, logics_ms) + bytes(PAGE - 16)}
     assert len(logics_claims(images, current)) == beyond
+
+
+async def test_a_failed_sync_raises_eio_and_loses_its_pages_for_good(tmp_path):
+    """`fail_next_sync`: the store's next fdatasync of a file in the folder raises EIO, nothing
+    of it becomes durable, and a later sync that succeeds still lacks the pages the failure
+    lost (fsyncgate) unless they were written again; a power loss drops them."""
+    root = str(tmp_path)
+    os.mkdir(os.path.join(root, "commitlog"))
+    disk = SimDisk(root)
+    mf = MappedFile(os.path.join(root, "commitlog", "00000000000000000000"), 4 * PAGE)
+    try:
+        with runtime.simulated(0.0):
+            runtime.hosted(Host(disk))
+            mf.append(b"a" * PAGE)
+            mf.flush(0)
+            mf.append(b"b" * PAGE)  # page 1
+            disk.fail_next_sync("commitlog")
+            with pytest.raises(OSError) as failed:
+                mf.flush(0)
+            assert failed.value.errno == errno.EIO and mf.flushed_position == PAGE
+            rel = os.path.join("commitlog", "00000000000000000000")
+            assert [(f, size) for f, _at, size in disk.failed] == [(rel, PAGE)] and disk.failing is None
+            mf.append(b"c" * PAGE)  # page 2: the next sync succeeds and writes it, not page 1
+            mf.flush(0)
+            assert disk.durable(rel)[:3 * PAGE] == b"a" * PAGE + b"\0" * PAGE + b"c" * PAGE
+    finally:
+        mf.close()
+    losses = disk.power_loss(random.Random(1))
+    assert [loss.dropped for loss in losses] == [[1]]
+    with open(os.path.join(root, rel), "rb") as f:
+        assert f.read(3 * PAGE) == b"a" * PAGE + b"\0" * PAGE + b"c" * PAGE

@@ -1,5 +1,5 @@
 """Storage faults in the simulation (`--storage`, docs/simulation.md "Storage faults"): power
-losses replay bit for bit, the modes that promise durability keep it, the two deliberate
+losses and fsync errors replay bit for bit, the modes that promise durability keep it, the two deliberate
 durability bugs are caught, the seed that found the abort-file bug keeps its promises, and
 the seeds that show the promises ASYNC_FLUSH cannot keep yet are pinned as known failures.
 The 300-seed sweep is in test_sim_sweeps.py."""
@@ -46,6 +46,36 @@ def test_a_group_power_loss_keeps_every_sync_put_ok_and_replays_bit_for_bit_with
     assert "pages kept" in out and ("dropped 0" in out or "never synced, gone" in out)
 
 
+def test_an_fsync_error_is_never_acknowledged_and_replays_bit_for_bit(tmp_path):
+    """Seed 12 (SYNC_MASTER+SYNC_FLUSH) fails the master's next CommitLog fdatasync (EIO):
+    the puts waiting on it are answered INDETERMINATE, the next ones SERVICE_NOT_AVAILABLE,
+    `status` names FLUSH_DISK_ERROR and why, no OK is answered past the durable offset, and
+    the restart brings the node back. It first found the ConsumeQueue cut that left a queue
+    without files unbuilt (test_recovery.py). The same seed replays the same event log."""
+    first = run_seed(12, mode=SYNC_SYNC, base_dir=str(tmp_path), storage=True)
+    assert first.ok, first.violations
+    assert any("fail master's next CommitLog fsync" in line for line in first.log)
+    assert any("fsync of a's commitlog/" in line and "failed (EIO)" in line for line in first.log)
+    assert any("a status: running flags ['FLUSH_DISK_ERROR']: a CommitLog flush failed" in line for line in first.log)
+    assert any(": info INDETERMINATE" in line for line in first.log)
+    assert any(": fail SERVICE_NOT_AVAILABLE" in line for line in first.log)
+    assert any("operator restarts a's process" in line for line in first.log)
+    again = run_seed(12, mode=SYNC_SYNC, base_dir=str(tmp_path), storage=True)
+    assert again.log_hash == first.log_hash
+
+
+def test_a_full_disk_stops_writes_and_cleanup_brings_them_back(tmp_path):
+    """Seed 41 (SYNC_MASTER+SYNC_FLUSH) fills the master's disk: the store's probe
+    (runtime.disk_used_ratio, from the disk model) reads 99 %, DISK_FULL is set and `status`
+    says why, the first cleanup pass after the space is back clears it, and nothing is lost."""
+    result = run_seed(41, mode=SYNC_SYNC, base_dir=str(tmp_path), storage=True)
+    assert result.ok, result.violations
+    full = [i for i, line in enumerate(result.log) if "status: running flags ['DISK_FULL']: the disk is full" in line]
+    back = [i for i, line in enumerate(result.log) if "status: running flags []: taking writes" in line]
+    assert full and back and full[0] < back[0]
+    assert any("fill master's disk" in line for line in result.log[:full[0]])
+
+
 @pytest.mark.sweep  # 1 s of CPU more than the suite's budget allows; seed 1 above cuts the master's power too
 def test_a_sync_flush_master_s_power_losses_lose_no_put_ok(tmp_path):
     """Seed 7 (ASYNC_MASTER+SYNC_FLUSH, two slaves) cuts the master's power three times:
@@ -59,10 +89,12 @@ def test_a_sync_flush_master_s_power_losses_lose_no_put_ok(tmp_path):
 @pytest.mark.parametrize(("mutation", "seed", "mode", "shape", "found"), [
     ("skip-fsync", 1, SYNC_SYNC, {}, "acknowledged message(s) lost beyond the mode's promise"),
     ("trust-checkpoint", 16, "SYNC_MASTER+ASYNC_FLUSH", {"groups": 2}, "checkpoint claimed"),
+    ("retry-fsync", 35, SYNC_SYNC, {}, "OK after its CommitLog flush failed"),
 ])
 def test_each_durability_bug_is_caught(mutation, seed, mode, shape, found, tmp_path):
-    """The same seeds without the bug keep their promises: seed 1 above, seed 16 in the
-    sweep tier (test_sim_sweeps.py), to keep this file within the suite's budget."""
+    """The same seeds without the bug keep their promises: seed 1 here, seed 35 in the
+    40-seed fsync sweep (docs/simulation.md), seed 16 in the sweep tier (test_sim_sweeps.py),
+    to keep this file within the suite's budget."""
     result = run_seed(seed, mode=mode, base_dir=str(tmp_path), storage=True, mutation=mutation, **shape)
     assert any(found in v for v in result.violations), result.violations
 

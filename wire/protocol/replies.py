@@ -500,6 +500,8 @@ class StatusReply(WireReply):
     flushed_offset: int = 0
     dispatch_behind_bytes: int = 0
     running_flags: list[str] = attrs.field(factory=list)
+    not_writeable: str | None = None
+    """Why the store refuses writes (a failed flush, a full disk, ...); None: it takes them."""
     last_store_timestamp: int = 0
     stats: WireNodeStats | None = nested(WireNodeStats, default=None)
     ha: WireHAView = nested(WireHAView, factory=WireHAView)
