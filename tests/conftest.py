@@ -61,7 +61,7 @@ LONGEST_FILES = (
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Whole files in the order that lets two workers end together (scripts/test runs the
+    """Whole files in the order that lets the workers end together (scripts/test runs the
     whole suite with `--dist loadfile --no-loadscope-reorder`, so workers take files in this
     order): the longest files first, then every other file with a slow test, then the
     in-process files, which fill the end. A file's tests keep their order."""

@@ -540,6 +540,7 @@ auto-soak --rounds N` soaks longer under producers and a consumer group."""
 SEED = int(os.environ.get("TIDEMQ_AUTO_SEED", "14"))
 
 
+@pytest.mark.sweep  # ~25 s of seeded rounds; the auto drills (tests/cluster/test_auto_drills.py) run each fault
 async def test_seeded_kill_pause_rounds_lose_no_acknowledged_message(tmp_path, nodes, etcd) -> None:
     g = await started_group(nodes, tmp_path, etcd, lease_ms=int(os.environ.get("TIDEMQ_AUTO_LEASE_MS", LEASE_MS)))
     rng = random.Random(SEED)

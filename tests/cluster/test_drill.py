@@ -110,6 +110,7 @@ async def test_kill_master_drill_keeps_its_promises(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.sweep  # ~20 s; the groups' rebalancing is tested in tests/cluster/test_consumer_group.py
 def test_rebalance_drill_cli_json():
     """The client's default rebalance interval (20 s); 1 s heartbeats and a 5 s
     channelExpiredTimeout keep the pause step short (a silent member goes after 12 s)."""

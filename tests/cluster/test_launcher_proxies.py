@@ -52,6 +52,7 @@ async def _status(address: str) -> StatusReply:
         return await conn.call(GetStatus())
 
 
+@pytest.mark.sweep  # ~20 s; the chaos scenarios (tests/chaos/test_scenarios.py) run every cluster through its proxies
 def test_every_link_goes_through_its_proxy(dirs, proxy_url: str, client: Toxiproxy) -> None:
     conf, base = dirs
     cwd = base.parent
