@@ -136,7 +136,6 @@ def test_a_retried_task_sends_the_same_uniq_keys(cluster):
     assert [m.body for m in found] == [b"b", b"b"], "both copies of row 1 carry one UNIQ_KEY"
 
 
-@pytest.mark.sweep  # ~17 s of Spark streaming; the exactly-once stream test above keeps the default tier's
 def test_stream_max_offsets_per_trigger_and_available_now(spark, cluster, tmp_path):
     ns = cluster["ns"]
     send(ns, "Stream", [f"s{i}".encode() for i in range(30)])
