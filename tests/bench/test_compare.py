@@ -113,7 +113,7 @@ def test_quick_run_writes_json_and_markdown_and_leaves_nothing_running(tmp_path)
 @pytest.mark.slow
 def test_sigint_stops_every_server_it_started(tmp_path):
     # long cases: the interrupt lands while they run (with 1.5 s a loaded machine saw the run end first)
-    proc = _start(tmp_path, "--only", "floor,tidemq-syncmaster", "--seconds", "20")
+    proc = _start(tmp_path, "--only", "floor,tidemq-syncmaster", "--seconds", "6")
     tree = Descendants(proc.pid)
     deadline = time.monotonic() + DEADLINE_S
     # wait until the master and its slave run and a lean client is driving them
