@@ -33,6 +33,9 @@ async def test_a_cpp_message_traced_by_its_pub_and_our_consumer(tmp_path, nodes)
     ns = start_namesrv(nodes, tmp_path).address
     master = nodes.start(broker_conf(tmp_path, "m", "broker-a", ns)).address
     async with Admin(namesrv=ns) as admin:
+        async def registered() -> bool:  # the master registers after it started: under load, a moment later
+            return any(b.is_master for b in await admin.cluster_info())
+        await wait_for(registered, what="the master registered")
         for topic in (TOPIC, TRACE_TOPIC):
             await admin.create_topic(topic, read_queue_nums=1, write_queue_nums=1)
             await wait_for(lambda t=topic: admin.route(t, refresh=True), what=f"{topic}'s route")
