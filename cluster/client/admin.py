@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, Unpack
 
 import attrs
@@ -39,7 +39,6 @@ from wire.protocol import (
     MinOffset,
     OffsetByTime,
     OffsetList,
-    OffsetListReply,
     ProducerList,
     ProducerListReply,
     Promote,
@@ -48,13 +47,11 @@ from wire.protocol import (
     PromoteReply,
     QueryByKey,
     StatsAll,
-    StatsAllReply,
     Status,
     StatusReply,
     SubGroupDelete,
     SubGroupDeleteReply,
     SubGroupList,
-    SubGroupListReply,
     SubGroupReply,
     SubGroupUpdate,
     TopicCreate,
@@ -244,16 +241,22 @@ class Admin(_Client):
             out[master.broker_name] = answer.deleted
         return out
 
+    async def _answers(self, brokers: Sequence[Any], request: Any, what: str) -> AsyncIterator[tuple[Any, Any]]:
+        """(broker, its answer to `request`) for each of `brokers` that answers; one that
+        cannot is logged (as `what`) and left out."""
+        for broker in brokers:
+            try:
+                answer = await self.pool.call(broker.address, request)
+            except (*UNREACHABLE, ServiceUnavailable) as e:
+                log.info("%s on %s failed: %s", what, broker.address, e)
+                continue
+            yield broker, answer
+
     async def group_topics(self, group: str) -> list[str]:
         """The topics a consumer group has committed offsets for on any master, or that its
         live members subscribe (mqadmin consumerProgress without a topic)."""
         topics: set[str] = set()
-        for master in await self.masters():
-            try:
-                answer: OffsetListReply = await self.pool.call(master.address, OffsetList())
-            except (*UNREACHABLE, ServiceUnavailable) as e:
-                log.info("offset_list on %s failed: %s", master.address, e)
-                continue
+        async for _master, answer in self._answers(await self.masters(), OffsetList(), "offset_list"):
             topics.update(e["topic"] for e in answer.offsets if e.get("group") == group)
         for view in (await self.consumer_list(group)).values():
             for detail in view.details:
@@ -265,12 +268,7 @@ class Admin(_Client):
         when given): group, topic, broker_name, queue_id, offset (the console's Consumer
         page and a topic's consumers)."""
         rows: list[dict[str, Any]] = []
-        for master in await self.masters():
-            try:
-                answer: OffsetListReply = await self.pool.call(master.address, OffsetList())
-            except (*UNREACHABLE, ServiceUnavailable) as e:
-                log.info("offset_list on %s failed: %s", master.address, e)
-                continue
+        async for master, answer in self._answers(await self.masters(), OffsetList(), "offset_list"):
             rows += [{"group": e["group"], "topic": e["topic"], "broker_name": master.broker_name,
                       "queue_id": e["queue_id"], "offset": e["offset"]} for e in answer.offsets
                      if topic in (None, e.get("topic")) and group in (None, e.get("group"))]
@@ -281,12 +279,7 @@ class Admin(_Client):
         updateSubGroup's): group → its settings (consume_enable, retry_max_times, ...), the
         first master's when they differ."""
         out: dict[str, dict[str, Any]] = {}
-        for master in await self.masters():
-            try:
-                answer: SubGroupListReply = await self.pool.call(master.address, SubGroupList())
-            except (*UNREACHABLE, ServiceUnavailable) as e:
-                log.info("subgroup_list on %s failed: %s", master.address, e)
-                continue
+        async for _master, answer in self._answers(await self.masters(), SubGroupList(), "subgroup_list"):
             for g in answer.groups:
                 out.setdefault(g["group"], g)
         return out
@@ -381,12 +374,7 @@ class Admin(_Client):
         pulls on masters and slaves)."""
         puts: dict[str, dict[str, Any]] = {}
         gets: dict[tuple[str, str], dict[str, Any]] = {}
-        for b in await self.cluster_info():
-            try:
-                answer: StatsAllReply = await self.pool.call(b.address, StatsAll())
-            except (*UNREACHABLE, ServiceUnavailable) as e:
-                log.info("stats_all on %s failed: %s", b.address, e)
-                continue
+        async for _broker, answer in self._answers(await self.cluster_info(), StatsAll(), "stats_all"):
             for t in answer.topics:
                 row = puts.setdefault(t["topic"], {"topic": t["topic"], "put_tps": 0.0, "put_total": 0})
                 row["put_tps"] = round(row["put_tps"] + t["put_tps"], 1)
