@@ -1,12 +1,13 @@
 """Python's cyclic garbage collector, relaxed while a seed runs.
 
 A seed allocates millions of short-lived objects (trio's tasks, cancel scopes and
-outcomes, frames, records), nearly all freed by reference counting. The collector's
-default first threshold (700 allocations) still starts a young collection every few
-hundred of them, and the survivors' older collections walk the whole heap: a fifth of a
-seed's CPU. Collecting every 50,000 allocations costs a few MB more and runs the same
-steps: nothing in a run depends on when cyclic garbage goes (refcounting frees what the
-run sees go; the event log hash of a seed is the same with either threshold).
+outcomes, frames, records), nearly all freed by reference counting; those that outlive a
+young collection (the nodes' tables, buffers, pending requests) still start one every 700
+net allocations, and older ones after: 3.8% of seeds 12..17's CPU (209 collections,
+timed with `gc.callbacks`). Collecting every 50,000 takes 0.6% (6 collections) and no more
+memory to speak of (the peak RSS grows by about 1 MB), and runs the same steps: nothing in
+a run depends on when cyclic garbage goes (the event log hash of a seed is the same with
+either threshold, and with the collector off).
 """
 
 from __future__ import annotations
