@@ -555,6 +555,10 @@ class MessageStore:
     def dispatch_behind_bytes(self) -> int:
         return self.reads.dispatch_behind_bytes()
 
+    def damaged(self) -> list[dict[str, int | str]]:
+        """The CommitLog records known to fail their body CRC (store/damage.py), for `status`."""
+        return self.commit_log.damage.view()
+
     # ---- admin -------------------------------------------------------------------------------
     async def delete_expired_files_manually(self) -> int:
         """The admin op (RocketMQ executeDeleteFilesManually): the next 20 cleanup passes

@@ -35,6 +35,7 @@ from collections.abc import Callable
 
 import attrs
 
+from .damage import DamagedRanges
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
 from .record_codec import (
@@ -87,11 +88,15 @@ def recover(
     safe_timestamp: int | None,
     check_crc: bool,
     progress: RecoveryProgress | None = None,
+    damage: DamagedRanges | None = None,
 ) -> RecoveredLog:
     """Validate the newest segments, cut the log at the end of valid data.
 
     `safe_timestamp` is None after a clean exit; after a crash it is the checkpoint's safe
-    store time (abnormal recovery).
+    store time (abnormal recovery). With `damage` (a master's), a record that fails its body
+    CRC but was durable (stored no later than `safe_timestamp`; any after a clean exit) is
+    kept and noted there instead of cutting the log at it (damage.py): a flipped bit in
+    flushed data is not a torn write, and the records after it are good.
     """
     files = queue.files
     if not files:
@@ -99,7 +104,8 @@ def recover(
     clean = safe_timestamp is None
     index = max(0, len(files) - 3) if safe_timestamp is None else abnormal_start(files, safe_timestamp)
     first = files[index]
-    end = scan_valid_end(files, queue.file_size, index, check_crc=check_crc, progress=progress)
+    keep = None if damage is None else _Keep(damage, safe_timestamp)
+    end = scan_valid_end(files, queue.file_size, index, check_crc=check_crc, progress=progress, keep=keep)
     deleted = truncate(queue, end)
     log.info("recovery (%s exit): CommitLog valid up to offset %d (validated from segment %s)",
              "clean" if clean else "abnormal", end, first.file_name)
@@ -129,6 +135,7 @@ def scan_valid_end(
     *,
     check_crc: bool,
     progress: RecoveryProgress | None = None,
+    keep: _Keep | None = None,
 ) -> int:
     """Validate records from segment `index` on; the offset right after the last good one.
 
@@ -148,7 +155,7 @@ def scan_valid_end(
     end = None
     for i in range(index, len(files)):
         mf = files[i]
-        end = _segment_end(mf, i >= last, check_crc, report if progress is not None else None)
+        end = _segment_end(mf, i >= last, check_crc, report if progress is not None else None, keep)
         if end is not None:
             break
         report(mf.file_from_offset + file_size)
@@ -157,8 +164,23 @@ def scan_valid_end(
     return files[-1].file_from_offset + file_size if end is None else end
 
 
+@attrs.frozen
+class _Keep:
+    """Recovery's policy for a body CRC mismatch on a master: durable records are kept as damage."""
+
+    damage: DamagedRanges
+    safe_timestamp: int | None  # None: a clean exit, everything was flushed
+
+    def kept(self, ev: Record) -> bool:
+        """Whether the record that failed its CRC is kept (noted damaged) rather than cut at."""
+        if self.safe_timestamp is not None and ev.message.store_timestamp > self.safe_timestamp:
+            return False  # maybe never durable: a torn or lost write, the log ends before it
+        self.damage.note(ev.offset, ev.offset + ev.size, "body CRC mismatch", "recovery")
+        return True
+
+
 def _segment_end(mf: MappedFile, last: bool, check_crc: bool,
-                 report: Callable[[int], None] | None) -> int | None:
+                 report: Callable[[int], None] | None, keep: _Keep | None = None) -> int | None:
     """Where the log's valid data ends inside `mf`, or None when the segment is whole and
     the next one follows. Clean records are skipped in bulk (`skip_clean`, compiled; it
     stops every PROGRESS_STEP bytes for `report`); `step` judges wherever it stops."""
@@ -172,6 +194,9 @@ def _segment_end(mf: MappedFile, last: bool, check_crc: bool,
         ev = step(mm, pos, segment_start=start, last=last, fd=mf.fd, check_crc=check_crc, read_body=False)
         if isinstance(ev, Record):
             problems = ev.problems()
+            if ev.crc_ok is False and keep is not None and keep.kept(ev):
+                pos += ev.size
+                continue
             if ev.crc_ok is False:
                 log.warning("recovery: invalid record at offset %d (%s); truncating the CommitLog there",
                             ev.offset, problems[0])

@@ -115,7 +115,8 @@ def _lag_seconds(row: BrokerRow, master: BrokerRow | None, slaves: list[BrokerRo
 def _ha_note(answer: StatusReply) -> str:
     ha = answer.ha
     flags = ", ".join(answer.running_flags + (["FENCED"] if answer.fenced else [])
-                      + (["REPLICATION REFUSED"] if answer.replication_refused else []))
+                      + (["REPLICATION REFUSED"] if answer.replication_refused else [])
+                      + [f"DAMAGED [{d['start']}, {d['end']})" for d in answer.damaged])
     if ha.slaves is not None:
         note = f"{len(ha.slaves)} slave(s)" if ha.slaves else "no slave"
     elif ha.client is not None:

@@ -186,6 +186,7 @@ async def _status(s: NodeServices, r: Request, peer: str | None) -> dict[str, An
         "dispatch_behind_bytes": store.dispatch_behind_bytes(),
         "running_flags": store.flags.names(),
         "not_writeable": None if store.flags.is_writeable() else store.flags.why_not_writeable(),
+        "damaged": store.damaged(),
         # store time of the newest record dispatched: a slave's lag in seconds is the
         # master's minus its own
         "last_store_timestamp": store.checkpoint.logics_msg_timestamp if store.checkpoint else 0,

@@ -502,6 +502,9 @@ class StatusReply(WireReply):
     running_flags: list[str] = attrs.field(factory=list)
     not_writeable: str | None = None
     """Why the store refuses writes (a failed flush, a full disk, ...); None: it takes them."""
+    damaged: list[dict[str, Any]] = attrs.field(factory=list)
+    """CommitLog records that failed their body CRC, each {start, end, reason, found_by}:
+    never served; gone unless a replica holds them (docs/store.md, "Corrupt records")."""
     last_store_timestamp: int = 0
     stats: WireNodeStats | None = nested(WireNodeStats, default=None)
     ha: WireHAView = nested(WireHAView, factory=WireHAView)
