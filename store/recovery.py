@@ -41,6 +41,9 @@ from .mapped_file_queue import MappedFileQueue
 from .record_codec import (
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
+    Buffer,
+    RecordKind,
+    decode_record,
     read_store_timestamp,
     read_total_size,
 )
@@ -171,9 +174,12 @@ class _Keep:
     damage: DamagedRanges
     safe_timestamp: int | None  # None: a clean exit, everything was flushed
 
-    def kept(self, ev: Record) -> bool:
-        """Whether the record that failed its CRC is kept (noted damaged) rather than cut at."""
-        if self.safe_timestamp is not None and ev.message.store_timestamp > self.safe_timestamp:
+    def kept(self, ev: Record, followed: bool) -> bool:
+        """Whether the record that failed its CRC is kept (noted damaged) rather than cut at:
+        it was durable (stored no later than the safe time) or a good record follows it (the
+        writes went on past it; a lost or torn page is not followed by a whole record unless
+        the lost page lies inside one body, of more than a page)."""
+        if not followed and self.safe_timestamp is not None and ev.message.store_timestamp > self.safe_timestamp:
             return False  # maybe never durable: a torn or lost write, the log ends before it
         self.damage.note(ev.offset, ev.offset + ev.size, "body CRC mismatch", "recovery")
         return True
@@ -194,7 +200,7 @@ def _segment_end(mf: MappedFile, last: bool, check_crc: bool,
         ev = step(mm, pos, segment_start=start, last=last, fd=mf.fd, check_crc=check_crc, read_body=False)
         if isinstance(ev, Record):
             problems = ev.problems()
-            if ev.crc_ok is False and keep is not None and keep.kept(ev):
+            if ev.crc_ok is False and keep is not None and keep.kept(ev, _good_record_at(mm, pos + ev.size)):
                 pos += ev.size
                 continue
             if ev.crc_ok is False:
@@ -218,6 +224,11 @@ def _segment_end(mf: MappedFile, last: bool, check_crc: bool,
             return None  # records up to the segment's very end: the next segment follows
         log.info("recovery: data ends at offset %d", ev.offset)
         return ev.offset
+
+
+def _good_record_at(mm: Buffer, pos: int) -> bool:
+    """Whether a message record passing its CRC, or a BLANK filler, starts at `pos`."""
+    return pos < len(mm) and decode_record(mm, pos, check_crc=True).kind in (RecordKind.MESSAGE, RecordKind.BLANK)
 
 
 def truncate(queue: MappedFileQueue, end: int) -> tuple[str, ...]:

@@ -127,22 +127,26 @@ async def test_a_flipped_sector_is_found_reported_and_never_served(tmp_path, cap
 
 async def test_a_crash_keeps_a_durable_damaged_record_and_cuts_at_a_recent_one(tmp_path, caplog):
     """Abnormal recovery validates the last segment: a record there stored before the
-    checkpoint's safe time was durable, so a bad CRC is damage (kept, reported); one stored
-    after it may be a torn write, so the log ends before it (as before)."""
+    checkpoint's safe time was durable, so a bad CRC is damage (kept, reported), and so is
+    one a good record follows (the writes went on past it); the last record, stored after the
+    safe time with nothing after it, may be a torn write, so the log ends before it (as before)."""
     config = make_config(tmp_path / "store")
     clock = Clock()
     placed = await write_messages(config, 300, clock)
     last_segment = [i for i, (off, _s, _id) in enumerate(placed) if off // SEGMENT == placed[-1][0] // SEGMENT]
-    old, recent = last_segment[1], len(placed) - 2  # stored 3+ s / 0.1 s before the last put
+    old, recent = last_segment[1], len(placed) - 1  # stored 3+ s before the last put / the last put
     flip_sector_bits(config, placed[old][0])
     mark_crashed(config)
     async with open_store(config, clock=clock) as store:
         assert store.damaged()[0]["found_by"] == "recovery"
         check_served(store, placed, old)
+    followed = len(placed) - 3  # stored 0.2 s before the last put, two good records after it
+    flip_sector_bits(config, placed[followed][0])
     flip_sector_bits(config, placed[recent][0])
     mark_crashed(config)
     caplog.set_level(logging.INFO, logger="tidemq.store")
     async with open_store(config, clock=clock) as store:
         assert store.get_max_phy_offset() == placed[recent][0]
-        assert [(d["start"], d["end"]) for d in store.damaged()] == [(placed[old][0], placed[old][0] + placed[old][1])]
+        assert [(d["start"], d["end"]) for d in store.damaged()] == [
+            (placed[i][0], placed[i][0] + placed[i][1]) for i in (old, followed)]
     assert f"invalid record at offset {placed[recent][0]}" in caplog.text
