@@ -109,28 +109,38 @@ class Corruptions:
         self._flip(node, victim.rel, low, bits)
         self.log.add(f"corrupt: flipped {len(bits)} bit(s) of sector {sector} of {node.name}'s {victim.rel}: "
                      f"the record at [{victim.offset}, {victim.offset + victim.size}) ({victim.key})")
-        self.observed[node.group].corrupted.append((node.name, victim.offset, victim.offset + victim.size))
         await self._read_back(node, victim)
         self._reported(node, victim)
-        serving = node.serving()
         await trio.sleep_until(deadline)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
+        serving = node.serving()  # (an election may have made a slave master meanwhile)
         if serving is not None and serving[0] == "SLAVE" and node.up:
             self.log.add(f"operator restarts slave {node.name}: it cuts its log at the damaged record "
                          "and refetches from its master")
             await node.kill()
             await self.restart(node)
+            broker = node.broker
+            store = broker.services.store if broker is not None and broker.services is not None else None
+            left = store.damaged() if store is not None else []
+            self.log.add(f"{node.name} back at offset {node.store_max_offset()}, damaged {left}")
+            if left:
+                self.violations.append(f"slave {node.name} kept damaged records after its restart: {left}")
         else:
+            # kept: its bad CRC, and its difference from the replicas' copies, are the fault's
+            self.observed[node.group].corrupted.append((node.name, victim.offset, victim.offset + victim.size))
             self.log.add(f"{node.name} ({serving[0] if serving else 'down'}) keeps [{victim.offset}, "
-                         f"{victim.offset + victim.size}) as damaged: its own copy is gone, a replica holds it")
+                         f"{victim.offset + victim.size}) as damaged: its own copy is gone (a replica may hold it)")
 
     def _sealed_records(self, node: SimNode) -> list[_Victim]:
-        """The workload's records in the node's durable CommitLog images stored SEALED_S or more ago."""
+        """The workload's records in the node's durable CommitLog images stored SEALED_S or more
+        ago, as the file holds them now too."""
         assert node.disk is not None
         before_ms = int((runtime.wall_clock() - SEALED_S) * 1000)
         out = []
         for rel, image in sorted(node.disk.images.items()):
             if os.path.dirname(rel) != COMMITLOG_DIR:
                 continue
+            with open(os.path.join(node.root, rel), "rb") as f:
+                current = os.pread(f.fileno(), len(image), 0)  # a cut since the last sync may have changed it
             start, pos = int(os.path.basename(rel)), 0
             while pos < len(image):
                 d = decode_record(image, pos, check_crc=True)
@@ -138,7 +148,7 @@ class Corruptions:
                     break
                 m = d.message
                 body_at = pos + BODY_AT_V4
-                if (m.topic == TOPIC and m.store_timestamp <= before_ms and m.keys and m.commitlog_offset == start + pos
+                if (current[pos:pos + d.size] == image[pos:pos + d.size] and m.topic == TOPIC and m.store_timestamp <= before_ms and m.keys and m.commitlog_offset == start + pos
                         and m.body and image[body_at:body_at + len(m.body)] == m.body):
                     out.append(_Victim(rel, start + pos, d.size, body_at, len(m.body), m.queue_id,
                                        m.queue_offset, m.keys[0]))
