@@ -97,9 +97,10 @@ def recover(
 
     `safe_timestamp` is None after a clean exit; after a crash it is the checkpoint's safe
     store time (abnormal recovery). With `damage` (a master's), a record that fails its body
-    CRC but was durable (stored no later than `safe_timestamp`; any after a clean exit) is
-    kept and noted there instead of cutting the log at it (damage.py): a flipped bit in
-    flushed data is not a torn write, and the records after it are good.
+    CRC but was durable (stored no later than `safe_timestamp`; any after a clean exit) or
+    that a good record follows is kept and noted there instead of cutting the log at it
+    (damage.py): a flipped bit in data written whole is not a torn write, and the records
+    after it are good.
     """
     files = queue.files
     if not files:
@@ -144,7 +145,7 @@ def scan_valid_end(
 
     What is valid is segment_walker's (the reader verify and the pipeline use); recovery's
     policy on top: the log ends at the first End and, with `check_crc`, at the first body
-    CRC mismatch; a BLANK filler hands over to the next segment (RocketMQ), also one that
+    CRC mismatch (`keep`, a master's: unless that record is kept as damage); a BLANK filler hands over to the next segment (RocketMQ), also one that
     does not reach the segment end, which is logged as damage like a PHYSICALOFFSET
     mismatch (the record's structure is intact, so it is kept)."""
     total = (len(files) - index) * file_size
