@@ -117,8 +117,9 @@ async def test_a_sent_message_reads_back_by_offset_msg_id_and_key(tmp_path):
 async def test_a_damaged_record_is_refused_naming_its_range_and_status_reports_it(tmp_path):
     """A bit flipped in a stored body (a corrupt sector, docs/store.md "Corrupt records"):
     the pull serves what lies before it, then answers SERVICE_NOT_AVAILABLE with its range,
-    a lookup finds no message, and `status` lists the range."""
-    async with serving_ops(master_conf(tmp_path, role="ASYNC_MASTER")) as (services, conn):
+    a lookup finds no message, and `status` lists the range (checkCrcOnRead=all: the record is
+    in the active segment, which the default trusts on reads)."""
+    async with serving_ops(master_conf(tmp_path, role="ASYNC_MASTER", checkCrcOnRead="all")) as (services, conn):
         first = await send(conn, "Orders", b"order 1", queue_id=0)
         second = await send(conn, "Orders", b"order 2", queue_id=0)
         size = services.store.look_message_by_offset(second.commitlog_offset).size
