@@ -93,6 +93,8 @@ SYSTEMS = {
         System("tidemq-both", ALL),
         System("tidemq-secure", ALL),
         System("tidemq-async-metrics", ALL),
+        System("tidemq-syncflush-inline", ALL),
+        System("tidemq-both-inline", ALL),
         System("redis-everysec", ALL, ("redis-server",)),
         System("redis-always", ALL, ("redis-server",)),
         System("redis-everysec-wait", FAN_IN, ("redis-server",)),
@@ -112,6 +114,8 @@ MODES = {  # system key -> (flushDiskType, brokerRole)
     "tidemq-both": ("SYNC_FLUSH", "SYNC_MASTER"),
     "tidemq-secure": ("ASYNC_FLUSH", "ASYNC_MASTER"),  # tidemq-async with TLS and logins on
     "tidemq-async-metrics": ("ASYNC_FLUSH", "ASYNC_MASTER"),  # tidemq-async with /metrics scraped every second
+    "tidemq-syncflush-inline": ("SYNC_FLUSH", "ASYNC_MASTER"),  # tidemq-syncflush, fdatasync in the event loop
+    "tidemq-both-inline": ("SYNC_FLUSH", "SYNC_MASTER"),  # tidemq-both, fdatasync in the event loop
 }
 RMQ_MODES = {  # CBOR and remoting rows against one node of the mode
     "tidemq-async-rmq": MODES["tidemq-async"],
@@ -121,11 +125,15 @@ SECURE = {"tidemq-secure"}
 METRICS = {"tidemq-async-metrics"}
 """Rows run only when named (`--only floor,tidemq-async,tidemq-async-metrics`): the cost of
 /metrics beside tidemq-async (docs/metrics.md)."""
+INLINE = {"tidemq-syncflush-inline", "tidemq-both-inline"}
+"""Rows run only when named (`--only tidemq-syncflush,tidemq-syncflush-inline,...`): SYNC_FLUSH
+with `syncFlushInline = true` (the fdatasync in the event loop) beside the worker thread's
+(docs/request-path.md)."""
 
 
 @attrs.frozen
 class Settings:
-    systems: tuple[str, ...] = tuple(k for k in SYSTEMS if k not in RMQ_MODES and k not in METRICS)
+    systems: tuple[str, ...] = tuple(k for k in SYSTEMS if k not in RMQ_MODES and k not in METRICS and k not in INLINE)
     """Every system but the remoting and metrics ones (`--only tidemq-async-rmq,...` runs those)."""
     runs: int = 3
     seconds: float = 3.0
@@ -142,7 +150,8 @@ def _system(key: str, procs: Processes, work: Path, bases: list[Path]) -> contex
     if key == "floor":
         return peers.floor(procs, work)
     if key in MODES:
-        return peers.tidemq(work, *MODES[key], bases=bases, secure=key in SECURE, metrics=key in METRICS)
+        return peers.tidemq(work, *MODES[key], bases=bases, secure=key in SECURE, metrics=key in METRICS,
+                            keys={"syncFlushInline": True} if key in INLINE else None)
     if key in RMQ_MODES:
         return peers.tidemq(work, *RMQ_MODES[key], bases=bases)
     if key.startswith("redis-"):

@@ -13,8 +13,9 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import attrs
 import psutil
@@ -67,12 +68,13 @@ async def floor(procs: Processes, work: Path) -> AsyncIterator[Target]:
         procs.stop([s])
 
 
-def _layout(work: Path, flush: str, role: str, *, secure: bool = False) -> Path:
+def _layout(work: Path, flush: str, role: str, *, secure: bool = False, keys: Mapping[str, Any] | None = None) -> Path:
     """conf/1m-1s-dev copied with free ports, the mode and 1 GiB segments; without the
     slave for an ASYNC_MASTER (master alone); `secure`: accounts, permissions and TLS on
-    (docs/security.md), with fresh secrets."""
+    (docs/security.md), with fresh secrets; `keys`: more keys for both nodes."""
     conf = work / "conf"
-    size = {"mappedFileSizeCommitLog": SEGMENT_BYTES, "flushDiskType": flush, **(NODE_KEYS if secure else {})}
+    size = {"mappedFileSizeCommitLog": SEGMENT_BYTES, "flushDiskType": flush, **(NODE_KEYS if secure else {}),
+            **(keys or {})}
     launcher.copy_layout(REPO / "conf" / "1m-1s-dev", conf,
                          overrides={"broker-a": {**size, "brokerRole": role}, "broker-a-s": size,
                                     "namesrv": NAMESRV_KEYS if secure else {}})
@@ -90,13 +92,13 @@ def _mode_name(flush: str, role: str, secure: bool = False) -> str:
 
 @contextlib.asynccontextmanager
 async def tidemq(work: Path, flush: str, role: str, *, bases: list[Path], secure: bool = False,
-                 metrics: bool = False) -> AsyncIterator[Target]:
+                 metrics: bool = False, keys: Mapping[str, Any] | None = None) -> AsyncIterator[Target]:
     """A name server, a master and (SYNC_MASTER) its slave as real processes. `bases`
     records the launcher base dir so the harness can stop it whatever happens. `secure`:
     every connection uses TLS and logs in (the lean client as the layout's `app` account).
     `metrics`: `cluster up --metrics`, and a scraper reads the master's /metrics every second."""
     work.mkdir(parents=True, exist_ok=True)
-    conf, base = _layout(work, flush, role, secure=secure), work / "data"
+    conf, base = _layout(work, flush, role, secure=secure, keys=keys), work / "data"
     bases.append(base)
     lean_args: tuple[str, ...] = ()
     scraper: subprocess.Popen[bytes] | None = None

@@ -25,6 +25,8 @@ TITLES = {
     "tidemq-both": "tidemq both",
     "tidemq-secure": "tidemq async, TLS + login",
     "tidemq-async-metrics": "tidemq async, /metrics scraped 1/s",
+    "tidemq-syncflush-inline": "tidemq SYNC_FLUSH, fdatasync in the loop",
+    "tidemq-both-inline": "tidemq both, fdatasync in the loop",
     "redis-everysec": "Redis everysec",
     "redis-always": "Redis always",
     "redis-everysec-wait": "Redis everysec + WAIT",
