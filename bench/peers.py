@@ -31,7 +31,7 @@ from wire.protocol import GetStatus, StatusReply
 from .lean import NatsCodec, RespCodec
 from .procs import Processes, Started, free_port, wait_port
 
-__all__ = ["Target", "floor", "jetstream", "redis", "tidemq", "tidemq_status"]
+__all__ = ["Target", "floor", "jetstream", "redis", "tidemq", "tidemq_groups", "tidemq_status"]
 
 REPO = Path(__file__).resolve().parents[1]
 SEGMENT_BYTES = 1 << 30  # 1 GiB CommitLog segments: the memory goal's setting
@@ -50,6 +50,7 @@ class Target:
     base: Path | None = None  # tidemq: the launcher's base dir
     lean_args: tuple[str, ...] = ()  # tidemq-secure: the lean client's login and CA
     serving: str = ""  # the process (a key of procs) that answers the client: its CPU per message
+    serving_all: tuple[str, ...] = ()  # several processes answer (tidemq_groups): their CPU together
     namesrv: str = ""  # tidemq: the name server's address (the C++ client's route)
 
 
@@ -88,6 +89,31 @@ def _layout(work: Path, flush: str, role: str, *, secure: bool = False, keys: Ma
 
 def _mode_name(flush: str, role: str, secure: bool = False) -> str:
     return f"tidemq {flush.split('_')[0]} flush, {role.split('_')[0]} master{', TLS + login' if secure else ''}"
+
+
+@contextlib.asynccontextmanager
+async def tidemq_groups(work: Path, flush: str, *, bases: list[Path]) -> AsyncIterator[Target]:
+    """Two broker groups on this host (conf/2m-noslave: two ASYNC_MASTERs, each its own process
+    and so its own core), the lean client's connections spread over both masters' ports: how
+    throughput adds up when a host runs one group per core (docs/bench-compare.md). The server
+    CPU per message is both masters' (`serving_all`; cpu_cores lists each)."""
+    work.mkdir(parents=True, exist_ok=True)
+    conf, base = work / "conf", work / "data"
+    keys = {"mappedFileSizeCommitLog": SEGMENT_BYTES, "flushDiskType": flush}
+    launcher.copy_layout(REPO / "conf" / "2m-noslave", conf, overrides={"broker-a": keys, "broker-b": keys})
+    bases.append(base)
+    try:
+        results = await trio.to_thread.run_sync(lambda: launcher.up(conf, base, timeout_s=60.0))
+        masters = [r.record for r in results if r.record.stage is launcher.Stage.MASTER]
+        nodes = {r.record.name: psutil.Process(r.record.pid) for r in results if r.record.pid}
+        namesrv = next((r.record.address for r in results if r.record.kind == "namesrv"), "")
+        yield Target(f"tidemq {flush.split('_')[0]} flush, 2 groups", "tidemq",
+                     [split_host_port(m.address)[1] for m in masters], nodes, master=nodes[masters[0].name],
+                     address=masters[0].address, base=base, serving=masters[0].name,
+                     serving_all=tuple(m.name for m in masters), namesrv=namesrv)
+    finally:
+        await trio.to_thread.run_sync(launcher.down, base)
+        bases.remove(base)
 
 
 @contextlib.asynccontextmanager
