@@ -62,6 +62,8 @@ CASES = {
 }
 ALL = tuple(CASES)
 FAN_IN = ("16x1",)
+SPREAD = ("16x1", "16xB")
+"""The cases with connections to spread over two groups' masters (one connection reaches one)."""
 REMOTING_CASES = {
     "rmq-1x1": Case("rmq-1x1", "remoting: 1 connection, 1 in flight", 1, 1, kind="remoting"),
     "rmq-16x1": Case("rmq-16x1", "remoting: 16 connections, 1 in flight each", 16, 1, kind="remoting"),
@@ -95,8 +97,8 @@ SYSTEMS = {
         System("tidemq-async-metrics", ALL),
         System("tidemq-syncflush-inline", ALL),
         System("tidemq-both-inline", ALL),
-        System("tidemq-async-2groups", ALL),
-        System("tidemq-syncflush-2groups", ALL),
+        System("tidemq-async-2groups", SPREAD),
+        System("tidemq-syncflush-2groups", SPREAD),
         System("redis-everysec", ALL, ("redis-server",)),
         System("redis-always", ALL, ("redis-server",)),
         System("redis-everysec-wait", FAN_IN, ("redis-server",)),
