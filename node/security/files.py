@@ -14,9 +14,10 @@ from collections.abc import Sequence
 
 import tomlkit
 
-from .acl import Acl, Rule, load_acl, make_verifier, parse_perm
+from .acl import Acl, AclError, Rule, load_acl, make_verifier, parse_perm
 
-__all__ = ["DEV_HOSTS", "check_permissions", "new_secret", "put_account", "remove_account", "write_dev_certs"]
+__all__ = ["DEV_HOSTS", "check_permissions", "edit_account", "new_secret", "put_account", "remove_account",
+           "write_dev_certs"]
 
 DEV_HOSTS = ("127.0.0.1", "::1", "localhost")
 
@@ -102,6 +103,51 @@ def put_account(
         accounts.append(entry)
     _save(path, document)
     return replaced
+
+
+def edit_account(
+    path: str, access_key: str, *, scram: str | None = None, admin: bool = False, default_topic_perm: str = "DENY",
+    default_group_perm: str = "DENY", topic_perms: Sequence[str] = (), group_perms: Sequence[str] = (),
+    white_remote_address: Sequence[str] = (),
+) -> bool:
+    """`acl_put`: add `access_key` with the verifier `scram`, or replace its permissions
+    (keeping its verifier, and its remoting secret, when `scram` is None); True when it
+    replaced one. AclError (no verifier for a new account, or a bad value: checked whole
+    before the write) changes nothing. The file must exist (aclEnable reads it)."""
+    if not os.path.exists(path):
+        raise AclError(f"{path}: no ACL file to edit")
+    document = _read_document(path)
+    accounts = _accounts(document)
+    old = next((a for a in accounts if a.get("accessKey") == access_key), None)
+    if old is None and scram is None:
+        raise AclError(f"{access_key} is a new account: give it a secret")
+    entry = tomlkit.table()
+    entry["accessKey"] = access_key
+    if scram is not None:
+        entry["scram"] = scram
+    else:
+        assert old is not None
+        for key in ("scram", "secretKey"):
+            if key in old:
+                entry[key] = old[key]
+    entry["admin"] = admin
+    entry["defaultTopicPerm"] = default_topic_perm
+    entry["defaultGroupPerm"] = default_group_perm
+    entry["topicPerms"] = list(topic_perms)
+    entry["groupPerms"] = list(group_perms)
+    if white_remote_address:
+        entry["whiteRemoteAddress"] = list(white_remote_address)
+    if old is not None:
+        for key in ("remotingSecret", "remotingSecretFile"):
+            if key in old:
+                entry[key] = old[key]
+    for index, a in enumerate(accounts):
+        if a.get("accessKey") == access_key:
+            accounts[index] = entry
+    if old is None:
+        accounts.append(entry)
+    _save(path, document)
+    return old is not None
 
 
 def remove_account(path: str, access_key: str) -> bool:
