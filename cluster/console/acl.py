@@ -55,7 +55,7 @@ def _rules(value: str, what: str) -> tuple[str, ...]:
         try:
             Rule.parse(rule)
         except ValueError as e:
-            raise InputError(f"{what}: {e}") from None
+            raise InputError(f"{what}: in {rule!r}: {e}") from None
     return rules
 
 
@@ -104,7 +104,7 @@ async def save_account(admin: Admin, account: AccountForm, *, user: str | None) 
         account.access_key, scram=scram, admin=account.admin, default_topic_perm=account.default_topic_perm,
         default_group_perm=account.default_group_perm, topic_perms=account.topic_perms,
         group_perms=account.group_perms, white_remote_address=account.white_remote_address)
-    verb = "changed" if any(done.values()) else "added"
+    verb = "changed" if next(iter(done.values()), False) else "added"  # the first: brokers may share a file
     secret_said = "a new secret" if scram is not None else "its secret kept"
     return f"account {account.access_key} {verb} ({secret_said}) {_where(done, missed)}"
 

@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import attrs
 from starlette.applications import Starlette
@@ -47,6 +47,9 @@ Handler = Callable[[Request], Awaitable[Response]]
 PAGES = [("dashboard", "Dashboard"), ("cluster", "Cluster"), ("topic", "Topic"), ("consumer", "Consumer"),
          ("message", "Message"), ("dlq", "DLQ"), ("failover", "Failover"), ("acl", "ACL")]
 """The menu: path and rocketmq-dashboard's name of each page."""
+COOKIE_GRACE_S = 3600
+"""The session cookie outlives the session by this much: the server refuses it once the
+login is older than the lifetime, and the login page can then say it expired."""
 
 
 @attrs.define
@@ -134,6 +137,8 @@ def build_app(console: Console, *, secret: str, https: bool = False) -> Starlett
                 clients = None
             if clients is None:
                 back = request.url.path if "text/html" in request.headers.get("accept", "") else "/"  # not a JSON poll
+                if request.headers.get("HX-Request") == "true":  # a live part's poll: back to its page
+                    back = urlsplit(request.headers.get("HX-Current-URL", "/")).path or "/"
                 target = ("/login?expired=1&next=" if expired and sid is not None else "/login?next=") + quote(back)
                 if request.headers.get("HX-Request") == "true":
                     return Response(headers={"HX-Redirect": target})
@@ -514,6 +519,6 @@ def build_app(console: Console, *, secret: str, https: bool = False) -> Starlett
     middleware = [Middleware(CSRFMiddleware, secret=secret, cookie_samesite="strict", cookie_secure=https)]
     if console.sessions is not None:  # logins: a signed cookie names the session (never the secret)
         middleware.append(Middleware(SessionMiddleware, secret_key=secret, session_cookie="tidemq_console",
-                                     same_site="strict", max_age=max(1, int(console.sessions.lifetime_s)),
+                                     same_site="strict", max_age=int(console.sessions.lifetime_s) + COOKIE_GRACE_S,
                                      https_only=https))
     return Starlette(routes=routes, middleware=middleware)
