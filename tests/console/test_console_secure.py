@@ -29,7 +29,7 @@ from cluster.launch.secrets import NAMESRV_KEYS, NODE_KEYS, make_dev_secrets
 from tests.cluster.helpers import REPO, cli
 from tests.console.browser import Page, chromium
 
-pytestmark = pytest.mark.slow  # a cluster, the console and a browser
+pytestmark = [pytest.mark.slow, pytest.mark.sweep]  # a secure cluster (~30-45 s with its tests): over the default tier's budget
 
 
 def secure_layout(conf: Path) -> None:
