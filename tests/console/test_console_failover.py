@@ -43,6 +43,7 @@ def test_etcd_mode_the_cluster_page_shows_the_elected_master_within_seconds(tmp_
             page.page.wait_for_selector(
                 f"#brokers tr[data-address='{by_name['broker-a-s']}'][data-role='SYNC_MASTER']", timeout=30_000)
             shown_s = time.monotonic() - t0
+            page.screenshot("cluster-etcd")
             page.goto("/failover")
             assert "elected master of broker-a with epoch 2" in page.page.inner_text(
                 "section[data-group='broker-a'] table.events")
