@@ -8,9 +8,12 @@ server never reads half of it. Secrets and keys are written with mode 0600.
 from __future__ import annotations
 
 import datetime
+import fcntl
+import functools
 import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import ParamSpec, TypeVar
 
 import tomlkit
 
@@ -37,6 +40,26 @@ def new_secret(path: str) -> str:
     secret = secrets.token_urlsafe(24)
     _write_private(path, (secret + "\n").encode())
     return secret
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _one_writer(edit: Callable[P, T]) -> Callable[P, T]:
+    """`edit(path, ...)` while holding an exclusive lock on `path.lock`: an edit reads, changes
+    and replaces the file, so two at once (two nodes sharing one file, two `acl_put`s on one
+    node) would each write the file without the other's change."""
+    @functools.wraps(edit)
+    def locked(*args: P.args, **kwargs: P.kwargs) -> T:
+        fd = os.open(f"{args[0]}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd closes
+            return edit(*args, **kwargs)
+        finally:
+            os.close(fd)
+
+    return locked
 
 
 def _read_document(path: str) -> tomlkit.TOMLDocument:
@@ -67,6 +90,7 @@ def check_permissions(default_perms: Sequence[str], rules: Sequence[str]) -> Non
         Rule.parse(rule)
 
 
+@_one_writer
 def put_account(
     path: str, access_key: str, secret: str, *, admin: bool = False, default_topic_perm: str = "DENY",
     default_group_perm: str = "DENY", topic_perms: Sequence[str] = (), group_perms: Sequence[str] = (),
@@ -105,6 +129,7 @@ def put_account(
     return replaced
 
 
+@_one_writer
 def edit_account(
     path: str, access_key: str, *, scram: str | None = None, admin: bool = False, default_topic_perm: str = "DENY",
     default_group_perm: str = "DENY", topic_perms: Sequence[str] = (), group_perms: Sequence[str] = (),
@@ -150,6 +175,7 @@ def edit_account(
     return old is not None
 
 
+@_one_writer
 def remove_account(path: str, access_key: str) -> bool:
     """Remove `access_key` from the ACL file; False when it was not there."""
     document = _read_document(path)

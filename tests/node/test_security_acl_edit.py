@@ -6,6 +6,7 @@ standing still."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,22 @@ def test_remove_says_whether_the_account_was_there(acl_file: Path) -> None:  # n
     assert remove_account(str(acl_file), "ops")
     assert "ops" not in load_acl(str(acl_file)).accounts
     assert not remove_account(str(acl_file), "ops")
+
+
+def test_edits_at_once_keep_each_other_s_changes(acl_file: Path) -> None:  # noqa: F811
+    """Two writers of one file (two nodes sharing it, or two requests on one node) each read,
+    change and replace it: without the lock one would write the file without the other's
+    account."""
+    scram = make_verifier("s").text()
+
+    def add(prefix: str) -> None:
+        for i in range(8):
+            edit_account(str(acl_file), f"{prefix}{i}", scram=scram)
+
+    threads = [threading.Thread(target=add, args=(p,)) for p in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    accounts = load_acl(str(acl_file)).accounts
+    assert {f"{p}{i}" for p in "ab" for i in range(8)} <= set(accounts)
