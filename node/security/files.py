@@ -47,12 +47,13 @@ T = TypeVar("T")
 
 
 def _one_writer(edit: Callable[P, T]) -> Callable[P, T]:
-    """`edit(path, ...)` while holding an exclusive lock on `path.lock`: an edit reads, changes
-    and replaces the file, so two at once (two nodes sharing one file, two `acl_put`s on one
-    node) would each write the file without the other's change."""
+    """`edit(path, ...)` while holding an exclusive lock (flock) on the file's directory: an
+    edit reads, changes and replaces the file, so two at once (two nodes sharing one file,
+    two `acl_put`s on one node) would each write the file without the other's change. The
+    directory, not the file, as the file is replaced; no lock file is left beside it."""
     @functools.wraps(edit)
     def locked(*args: P.args, **kwargs: P.kwargs) -> T:
-        fd = os.open(f"{args[0]}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(os.path.dirname(os.path.abspath(str(args[0]))), os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd closes
             return edit(*args, **kwargs)
