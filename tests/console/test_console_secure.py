@@ -25,7 +25,7 @@ import pytest
 
 from cluster.launch import launcher
 from cluster.launch.layout import free_ports
-from cluster.launch.secrets import NAMESRV_KEYS, NODE_KEYS, make_dev_secrets
+from cluster.launch.secrets import NAMESRV_KEYS, NODE_KEYS, forget_layout_secrets, make_dev_secrets
 from tests.cluster.helpers import REPO, cli
 from tests.console.browser import Page, chromium
 
@@ -57,7 +57,8 @@ def secure(tmp_path_factory) -> Iterator[dict[str, Any]]:
         yield {"namesrv": next(n["address"] for n in doc["nodes"] if n["config_role"] == "NAMESRV"),
                "url": doc["console"].rstrip("/"), "secrets": conf / "secrets"}
     finally:
-        launcher.down(base, grace_s=5)
+        launcher.down(base, grace_s=5)  # logs this process in as the layout's admin, with its TLS...
+        forget_layout_secrets()  # ...which the next module's clients must not inherit
 
 
 @pytest.fixture(scope="module")
