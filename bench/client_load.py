@@ -85,7 +85,7 @@ class _Clock:
         cpu = time.process_time() - self._cpu0
         if self._profiler is not None:
             self._profiler.disable()
-            self._profiler.dump_stats(self._profile)
+            self._profiler.dump_stats(str(self._profile))
         wall = time.perf_counter() - self._start
         return _result(self.latencies, wall, self.failed, self.errors, cpu)
 
