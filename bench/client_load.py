@@ -29,6 +29,12 @@ from .lean import BODY_BYTES, TOPIC, percentile
 __all__ = ["main"]
 
 ROUTE_TIMEOUT_S = 30.0
+STREAM_MAXLEN = 100_000
+"""The Redis stream is capped (`MAXLEN ~`) as bench/lean.py's RespCodec caps it, so a run does not fill the memory."""
+
+
+class CannotDrive(Exception):
+    """The server could not be reached or prepared before the clock started."""
 
 
 def _result(latencies: list[float], seconds: float, failed: int, errors: collections.Counter[str],
@@ -36,6 +42,7 @@ def _result(latencies: list[float], seconds: float, failed: int, errors: collect
     sent = len(latencies)
     latencies.sort()
     return {
+        "sent": sent,
         "msgs_per_s": round(sent / seconds, 1) if seconds else 0.0,
         "p50_ms": round(percentile(latencies, 0.5) * 1e3, 3) if latencies else None,
         "p99_ms": round(percentile(latencies, 0.99) * 1e3, 3) if latencies else None,
@@ -93,13 +100,17 @@ class _Clock:
 def _redis(args: argparse.Namespace, clock: _Clock) -> None:
     import redis  # the bench's peer client (the `bench` extra): imported only for its row
 
-    client = redis.Redis(host="127.0.0.1", port=args.port)
+    client = redis.Redis(host="127.0.0.1", port=args.port, socket_connect_timeout=5.0)
     body = b"x" * args.body
     try:
+        try:
+            client.ping()
+        except redis.RedisError as e:
+            raise CannotDrive(f"redis at 127.0.0.1:{args.port}: {e}") from None
         while True:
             began, error = time.perf_counter(), None
             try:
-                client.xadd(args.stream, {"body": body})
+                client.xadd(args.stream, {"body": body}, maxlen=STREAM_MAXLEN, approximate=True)
             except redis.RedisError as e:
                 error = e
             if not clock.tick(began, error):
@@ -131,7 +142,11 @@ def _tidemq(args: argparse.Namespace, clock: _Clock) -> None:
 
     async def run() -> None:
         async with Producer(namesrv=args.namesrv) as producer:
-            await ready(producer)
+            try:
+                await ready(producer)
+            except (TidemqError, trio.TooSlowError) as e:
+                raise CannotDrive(f"topic {args.topic!r} via name server {args.namesrv}: "
+                                  f"{e or 'no route within ' + str(ROUTE_TIMEOUT_S) + ' s'}") from None
             while True:
                 began, error = time.perf_counter(), None
                 try:
@@ -166,7 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.seconds <= 0 or args.warmup < 0 or args.body < 1:
         parser.error("--seconds must be > 0, --warmup >= 0, --body >= 1")
     clock = _Clock(args.seconds, args.warmup, args.profile)
-    LOADS[args.kind](args, clock)
+    try:
+        LOADS[args.kind](args, clock)
+    except CannotDrive as e:
+        print(f"cannot drive {args.kind}: {e}", file=sys.stderr)
+        return 1
     print(json.dumps(clock.result()))
     return 0
 
