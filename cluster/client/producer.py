@@ -44,6 +44,7 @@ from .base import (
     ROUTE_TTL_S,
     OutgoingMessage,
     SendResult,
+    _body,
     _Client,
     _with_message,
 )
@@ -198,9 +199,8 @@ class Producer(_Client):
         `queue_id` (optionally with `broker_name`) pins the queue; `sharding_key` lets the
         `queue_selector` pick it, the same queue for every message of the key (ordered
         sends: retries stay on that queue, and the send fails while its group has no master)."""
-        m = OutgoingMessage(body, tags, tuple(keys), properties).to_request()
-        request = Send(topic=topic, body=m.body, tags=m.tags, keys=m.keys, properties=m.properties,
-                       flag=m.flag, wait=wait)
+        request = Send(topic=topic, body=_body(body), tags=tags, keys=list(keys), properties=dict(properties or {}),
+                       wait=wait)
         if sharding_key is not None:
             if queue_id is not None or broker_name is not None:
                 raise ValueError("sharding_key picks the queue: it goes without queue_id and broker_name")
@@ -208,7 +208,7 @@ class Producer(_Client):
             broker_name, queue_id = queue.broker_name, queue.queue_id
         started_ms, started = now_ms(), time.monotonic()
         result = await self._send(request, queue_id, broker_name)
-        self._trace_pub(topic, [m], [result.msg_id], result, started_ms, started)
+        self._trace_pub(topic, [request], [result.msg_id], result, started_ms, started)
         return result
 
     async def select_queue(self, topic: str, sharding_key: str) -> MessageQueue:
@@ -350,7 +350,7 @@ class Producer(_Client):
             self._trace_pub(topic, chunk, result.msg_ids, result, started_ms, started)
         return results
 
-    def _trace_pub(self, topic: str, messages: Sequence[BatchMessage], msg_ids: Sequence[str], result: SendResult,
+    def _trace_pub(self, topic: str, messages: Sequence[BatchMessage | Send], msg_ids: Sequence[str], result: SendResult,
                    started_ms: int, started: float) -> None:
         """Pub records of a send's stored messages (with msg_trace on), the cost shared
         among them as RocketMQ shares a batch's."""
