@@ -298,10 +298,15 @@ def client_markdown(summary: dict[str, Any]) -> list[str]:
         return (f"| {title} | {_fmt(_get(summary, tidemq, key, field), unit)} | "
                 f"{_fmt(_get(summary, redis, key, field), unit)} | {ratio(key, field)} |")
 
+    def share(system: str) -> str:  # what the client library gets of the server's own pace
+        value, pace = _get(summary, system, "client"), _get(summary, system, "1x1")
+        return f"{value / pace:.2f}" if value is not None and pace else "—"
+
     return ["", "## Client library (issue 48 item 5): sequential sends, one server each", "",
             f"| | {TITLES[tidemq]} | {TITLES[redis]} | tidemq ÷ Redis |", "|---|---|---|---|",
             row(CLIENT_CASES["client"].title, "client", "msgs_per_s", "/s"),
             row("lean client, 1 × 1 (the server's own pace)", "1x1", "msgs_per_s", "/s"),
+            f"| client library ÷ lean 1 × 1 (same server) | {share(tidemq)} | {share(redis)} | — |",
             row("client library: client CPU per send (µs)", "client", "client_us_per_msg"),
             row("client library: p50 (ms)", "client", "p50_ms"),
             row("client library: p99 (ms)", "client", "p99_ms"),

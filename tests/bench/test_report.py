@@ -63,5 +63,6 @@ def test_the_client_library_row_sets_producer_send_beside_redis_py_and_judges_th
     assert "## Client library (issue 48 item 5)" in md
     assert "| client library: client CPU per send (µs) | 90.00 | 60.00 | 1.50 |" in md
     assert "| lean client, 1 × 1 (the server's own pace) | 5,000/s | 8,000/s | 0.62 |" in md
-    assert report.client_markdown(report.summarize({"runs": runs[:1], "fio": [], "catch_up": []}))[-6].endswith(
+    assert "| client library ÷ lean 1 × 1 (same server) | 0.80 | 1.25 | — |" in md
+    assert report.client_markdown(report.summarize({"runs": runs[:1], "fio": [], "catch_up": []}))[-7].endswith(
         "| 4,000/s | — | — |")
