@@ -63,6 +63,8 @@ CASES = {
 }
 ALL = tuple(CASES)
 FAN_IN = ("16x1",)
+SPREAD = ("16x1", "16xB")
+"""The cases with connections to spread over two groups' masters (one connection reaches one)."""
 REMOTING_CASES = {
     "rmq-1x1": Case("rmq-1x1", "remoting: 1 connection, 1 in flight", 1, 1, kind="remoting"),
     "rmq-16x1": Case("rmq-16x1", "remoting: 16 connections, 1 in flight each", 16, 1, kind="remoting"),
@@ -101,6 +103,10 @@ SYSTEMS = {
         System("tidemq-both", ALL),
         System("tidemq-secure", ALL),
         System("tidemq-async-metrics", ALL),
+        System("tidemq-syncflush-inline", ALL),
+        System("tidemq-both-inline", ALL),
+        System("tidemq-async-2groups", SPREAD),
+        System("tidemq-syncflush-2groups", SPREAD),
         System("redis-everysec", ALL, ("redis-server",)),
         System("redis-always", ALL, ("redis-server",)),
         System("redis-everysec-wait", FAN_IN, ("redis-server",)),
@@ -122,6 +128,8 @@ MODES = {  # system key -> (flushDiskType, brokerRole)
     "tidemq-both": ("SYNC_FLUSH", "SYNC_MASTER"),
     "tidemq-secure": ("ASYNC_FLUSH", "ASYNC_MASTER"),  # tidemq-async with TLS and logins on
     "tidemq-async-metrics": ("ASYNC_FLUSH", "ASYNC_MASTER"),  # tidemq-async with /metrics scraped every second
+    "tidemq-syncflush-inline": ("SYNC_FLUSH", "ASYNC_MASTER"),  # tidemq-syncflush, fdatasync in the event loop
+    "tidemq-both-inline": ("SYNC_FLUSH", "SYNC_MASTER"),  # tidemq-both, fdatasync in the event loop
 }
 RMQ_MODES = {  # CBOR and remoting rows against one node of the mode
     "tidemq-async-rmq": MODES["tidemq-async"],
@@ -134,11 +142,19 @@ SECURE = {"tidemq-secure"}
 METRICS = {"tidemq-async-metrics"}
 """Rows run only when named (`--only floor,tidemq-async,tidemq-async-metrics`): the cost of
 /metrics beside tidemq-async (docs/metrics.md)."""
+INLINE = {"tidemq-syncflush-inline", "tidemq-both-inline"}
+GROUPS = {"tidemq-async-2groups": "ASYNC_FLUSH", "tidemq-syncflush-2groups": "SYNC_FLUSH"}
+"""Two broker groups on this host (peers.tidemq_groups), run when named beside tidemq-async /
+tidemq-syncflush: how throughput adds up per host (issue 48 item 4, docs/bench-compare.md)."""
+"""Rows run only when named (`--only tidemq-syncflush,tidemq-syncflush-inline,...`): SYNC_FLUSH
+with `syncFlushInline = true` (the fdatasync in the event loop) beside the worker thread's
+(docs/request-path.md)."""
 
 
 @attrs.frozen
 class Settings:
-    systems: tuple[str, ...] = tuple(k for k in SYSTEMS if k not in RMQ_MODES and k not in METRICS)
+    systems: tuple[str, ...] = tuple(k for k in SYSTEMS
+                                     if k not in RMQ_MODES and k not in METRICS and k not in INLINE and k not in GROUPS)
     """Every system but the remoting and metrics ones (`--only tidemq-async-rmq,...` runs those)."""
     runs: int = 3
     seconds: float = 3.0
@@ -155,11 +171,14 @@ def _system(key: str, procs: Processes, work: Path, bases: list[Path]) -> contex
     if key == "floor":
         return peers.floor(procs, work)
     if key in MODES:
-        return peers.tidemq(work, *MODES[key], bases=bases, secure=key in SECURE, metrics=key in METRICS)
+        return peers.tidemq(work, *MODES[key], bases=bases, secure=key in SECURE, metrics=key in METRICS,
+                            keys={"syncFlushInline": True} if key in INLINE else None)
     if key in RMQ_MODES:
         return peers.tidemq(work, *RMQ_MODES[key], bases=bases)
     if key in CLIENT_MODES:
         return peers.tidemq(work, *CLIENT_MODES[key], bases=bases)
+    if key in GROUPS:
+        return peers.tidemq_groups(work, GROUPS[key], bases=bases)
     if key.startswith("redis-"):
         return peers.redis(procs, work, key.split("-")[1], replica=key.endswith("-wait"))
     if key.startswith("js-r"):
@@ -226,8 +245,9 @@ async def run_case(target: peers.Target, case: Case, seconds: float, warmup: flo
     loaded = warmup + seconds  # the servers are idle while the client starts and drains
     result["cpu_cores"] = {name: round((_cpu(p) - before[name]) / loaded, 2) for name, p in target.procs.items()}
     if target.serving and result.get("msgs_per_s"):
-        # CPU seconds of the serving process (its master) over the messages it answered
-        spent = _cpu(target.procs[target.serving]) - before[target.serving]
+        # CPU seconds of the serving process (its master; every master of tidemq_groups) over the
+        # messages it answered
+        spent = sum(_cpu(target.procs[name]) - before[name] for name in target.serving_all or (target.serving,))
         result["server_us_per_msg"] = round(spent * 1e6 / (result["msgs_per_s"] * loaded), 1)
     if rss:
         result["master_rss_mb"] = {"max": round(max(rss), 1), "last": round(rss[-1], 1),

@@ -11,11 +11,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from .compare import CASES, CLIENT_CASES, MODES, REMOTING_CASES, RMQ_MODES
+from .compare import CASES, CLIENT_CASES, GROUPS, MODES, REMOTING_CASES, RMQ_MODES
 
 __all__ = ["chart", "client_markdown", "goals", "markdown", "remoting_markdown", "summarize"]
 
-COLUMNS = ("floor", *MODES, "redis-everysec", "redis-always", "redis-everysec-wait", "redis-always-wait",
+COLUMNS = ("floor", *MODES, *GROUPS, "redis-everysec", "redis-always", "redis-everysec-wait", "redis-always-wait",
            "js-r1", "js-r3")
 TITLES = {
     "floor": "trio floor",
@@ -25,6 +25,10 @@ TITLES = {
     "tidemq-both": "tidemq both",
     "tidemq-secure": "tidemq async, TLS + login",
     "tidemq-async-metrics": "tidemq async, /metrics scraped 1/s",
+    "tidemq-syncflush-inline": "tidemq SYNC_FLUSH, fdatasync in the loop",
+    "tidemq-both-inline": "tidemq both, fdatasync in the loop",
+    "tidemq-async-2groups": "tidemq async, 2 groups on the host",
+    "tidemq-syncflush-2groups": "tidemq SYNC_FLUSH, 2 groups on the host",
     "redis-everysec": "Redis everysec",
     "redis-always": "Redis always",
     "redis-everysec-wait": "Redis everysec + WAIT",

@@ -124,6 +124,10 @@ class StoreConfig:
     flush_commit_log_thorough_interval: int = attrs.field(default=10_000, validator=_non_negative)
     flush_commit_log_timed: bool = False
     sync_flush_timeout: int = attrs.field(default=5000, validator=_positive)
+    sync_flush_inline: bool = False
+    """SYNC_FLUSH's fdatasync in the event loop (Redis's `appendfsync always` way) instead of a
+    worker thread: no thread hop per flush, but nothing else runs while the disk syncs
+    (docs/request-path.md has both measured). Not a RocketMQ key."""
     commit_interval_commit_log: int = attrs.field(default=200, validator=_positive)
     commit_commit_log_least_pages: int = attrs.field(default=4, validator=_non_negative)
     commit_commit_log_thorough_interval: int = attrs.field(default=200, validator=_non_negative)

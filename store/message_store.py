@@ -216,7 +216,8 @@ class MessageStore:
         flushed_time = FlushedTime(checkpoint, lambda: config.broker_role.is_master)
         self.group_commit = self.flush_service = self.commit_service = None
         if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
-            self.group_commit = GroupCommitService(self.commit_log.queue, flushed_time, self.flags)
+            self.group_commit = GroupCommitService(self.commit_log.queue, flushed_time, self.flags,
+                                                   inline=config.sync_flush_inline)
             return
         self.flush_service = FlushRealTimeService(
             self.commit_log.queue,

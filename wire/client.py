@@ -22,7 +22,6 @@ from typing import Any, Unpack
 
 import attrs
 import trio
-from scramp import ScramException
 
 from store.address import AddressError, split_host_port
 
@@ -312,6 +311,8 @@ class Connection:
     async def _login(self, credentials: Credentials, timeout: float) -> None:
         """SCRAM-SHA-256 (wire/protocol/auth.py): prove the account's secret without
         sending it, and check the server's proof that it holds the account's verifier."""
+        from scramp import ScramException  # here: scramp is for secured clusters only
+
         client = credentials.scram_client()
         try:
             first = await self.call(AuthStart(message=client.get_client_first()), timeout=timeout)

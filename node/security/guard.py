@@ -26,7 +26,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
-from scramp import ScramMechanism
 
 from store.address import AddressError, split_host_port
 from store.properties import PROPERTY_REAL_TOPIC, PROPERTY_RETRY_TOPIC
@@ -93,6 +92,8 @@ class Guard:
         self._acl: Acl = load_acl(path)
         self._stamp = files_stamp(self._acl)
         self._checked_at = clock()
+        from scramp import ScramMechanism  # here: a node without aclEnable never loads scramp
+
         self._mechanism = ScramMechanism(SCRAM_MECHANISM)
         self._decoy_key = os.urandom(32)
         self._failures: dict[str, collections.deque[float]] = {}
