@@ -445,7 +445,8 @@ class Producer(_Client):
             self._creating[topic] = now + self.route_ttl_s
             return await self._select_without_route(topic, queue_id, broker_name, failed)
         plan = self._plan(topic, route, queue_id, broker_name)
-        if plan.targets and plan.alive and not failed and not self._down_until:
+        if plan.targets and plan.alive and not failed and not (
+                self._down_until and any(self._down_until.get(t.address, 0) > now for t in plan.targets)):
             # no master is avoided and none failed this send: every candidate ranks best
             # (what the ranking below would find, without the work per send)
             return plan.targets[next(self._counter(topic)) % len(plan.targets)]
