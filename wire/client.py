@@ -60,6 +60,11 @@ __all__ = [
 log = logging.getLogger("tidemq.client")
 
 RECEIVE_SIZE = 256 * 1024
+"""The largest read, while data streams in (a large pull's answer fills each read)."""
+SMALL_RECEIVE_SIZE = 64 * 1024
+"""The usual read. Below glibc's 128 KiB mmap threshold: a larger read's buffer is mapped and
+unmapped on every call (~20 µs, also for the read that finds nothing and waits), which at
+one request in flight was a tenth of the client's CPU per send (docs/bench-compare.md)."""
 MAX_RECEIVE_FRAME_SIZE = 64 * 1024 * 1024
 """Largest frame a client accepts: above any node's sensible maxFrameSize."""
 CONNECTION_LOST = "CONNECTION_LOST"
@@ -491,10 +496,12 @@ class Connection:
     async def _read_loop(self) -> None:
         reason = "closed by the peer"
         try:
+            size = SMALL_RECEIVE_SIZE
             while not self.closed:
-                data = await self._stream.receive_some(RECEIVE_SIZE)
+                data = await self._stream.receive_some(size)
                 if not data:
                     break
+                size = RECEIVE_SIZE if len(data) >= size else SMALL_RECEIVE_SIZE
                 for frame in self._decoder.feed(data):
                     request_id = frame.get("id")
                     slot = self._pending.get(request_id) if type(request_id) is int else None
