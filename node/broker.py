@@ -287,6 +287,8 @@ class Broker:
             registration_status=registration.status if registration is not None else None,
             security_status=self.guard.view if self.guard is not None else None,
             acl_accounts=self.guard.accounts if self.guard is not None else None,
+            acl_file=self.guard.path if self.guard is not None else None,
+            acl_recheck=self.guard.recheck if self.guard is not None else None,
             failover=self.failover, consumers=self._consumer_table(store),
         )
         return services, sync, registration

@@ -124,6 +124,10 @@ class Guard:
                  "white_remote_address": list(a.white_remote_address)}
                 for a in sorted(self.acl.accounts.values(), key=lambda a: a.access_key)]
 
+    def recheck(self) -> None:
+        """Look at the file now (this node just edited it: `acl_put`, `acl_remove`)."""
+        self._check_file()
+
     def _check_file(self) -> None:
         """Reload the file when its stamp, or a remoting secret file's, changed (a stat
         each when none did)."""

@@ -44,7 +44,7 @@ __all__ = [
     "MembersReply", "MessageReply", "MessagesReply", "OffsetForEpochReply", "OffsetListReply", "OffsetReply", "ProducerListReply",
     "ProducerUnregisterReply", "PromoteCheckReply", "PromoteReply", "PullReply", "TransactionChecksReply",
     "TransactionListReply", "TransactionResumeReply",
-    "AclListReply", "ReplyError", "SendBackReply", "StatsAllReply", "SubGroupDeleteReply", "SubGroupListReply", "SubGroupReply",
+    "AclChangeReply", "AclListReply", "ReplyError", "SendBackReply", "StatsAllReply", "SubGroupDeleteReply", "SubGroupListReply", "SubGroupReply",
     "SendBatchReply", "SendReply", "StatusReply", "TopicDeleteReply", "TopicListReply", "TopicReply",
     "TopicStatusReply", "WireControllerView", "WireDiskUsage", "WireGroupRoute", "WireHAClient", "WireHASlave", "WireHAView", "WireMessage", "WireNodeStats", "WirePromoteCheck", "WireQueueData", "WireReply", "WireRouteBroker", "WireTruncation", "WireValue", "WritePermReply", "nested",
 ]
@@ -288,6 +288,15 @@ class AclListReply(WireReply):
 
     enabled: bool
     accounts: list[dict[str, Any]]
+
+
+@attrs.define(kw_only=True)
+class AclChangeReply(WireReply):
+    """`acl_put` / `acl_remove`: whether the account was there before (replaced, removed)
+    and the node's ACL file, which its guard reloads at once."""
+
+    existed: bool
+    acl_file: str
 
 
 @attrs.define(kw_only=True)
