@@ -151,11 +151,15 @@ with `syncFlushInline = true` (the fdatasync in the event loop) beside the worke
 (docs/request-path.md)."""
 
 
+ONLY_WHEN_NAMED = {*RMQ_MODES, *METRICS, *INLINE, *GROUPS, *CLIENT_MODES, "redis-everysec-client"}
+"""Rows a default run leaves out (each is a question of its own, asked with `--only`): the
+remoting rows, the metrics cost, the inline flush, two groups per host, the client libraries."""
+
+
 @attrs.frozen
 class Settings:
-    systems: tuple[str, ...] = tuple(k for k in SYSTEMS
-                                     if k not in RMQ_MODES and k not in METRICS and k not in INLINE and k not in GROUPS)
-    """Every system but the remoting and metrics ones (`--only tidemq-async-rmq,...` runs those)."""
+    systems: tuple[str, ...] = tuple(k for k in SYSTEMS if k not in ONLY_WHEN_NAMED)
+    """Every system but those run only when named in `--only`."""
     runs: int = 3
     seconds: float = 3.0
     warmup: float = 0.5
