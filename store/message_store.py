@@ -573,13 +573,19 @@ def truncate_store(config: StoreConfig, phy_offset: int, *, clamp: bool = False)
     """Load a stopped store, cut it at `phy_offset` (`MessageStore.truncate_to`), close it
     (blocking). The next `open_store` recovers to the cut state. With `clamp` an offset
     outside the log is brought inside: one below its start (no common history with a new
-    leader) cuts everything the store still holds."""
+    leader) cuts everything the store still holds, and one inside a record cuts from that
+    record's start (the logs differ there already: a node never stops on such a point)."""
     store = MessageStore(config)
     store.load()
     try:
         if clamp:
             end = store.commit_log.max_offset()
             phy_offset = min(max(phy_offset, store.commit_log.min_offset(), 0), end)
+            start = store.commit_log.record_start_at_or_before(phy_offset)
+            if start != phy_offset:
+                log.warning("no record starts at offset %d: cutting from the record that holds it, at %d",
+                            phy_offset, start)
+                phy_offset = start
         return store.truncate_to(phy_offset)
     finally:
         store.close()

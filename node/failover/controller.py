@@ -61,7 +61,7 @@ from wire.protocol import Status
 from ..config import BrokerConfig
 from ..ops.services import OpError
 from ..tables.changes import Changes
-from .election import Step, eligible, riding_out_outage, step, write_refusal
+from .election import Step, deferred_to, eligible, riding_out_outage, step, write_refusal
 from .etcd import (
     EtcdClient,
     EtcdError,
@@ -84,6 +84,9 @@ log = logging.getLogger("tidemq.node")
 __all__ = ["EtcdController", "key_prefix"]
 
 REVOKE_TIMEOUT_S = 1.0
+DEFER_LEASES = 2
+"""Leases a candidate restarted after an abnormal exit leaves the election to the in-sync
+slaves (`_defers`)."""
 UNNAMED_TICKS = 3
 """In-sync checks an HA connection may stay unnamed before it is reported."""
 
@@ -142,6 +145,8 @@ class EtcdController:
         self._published_replica: str | None = None
         self._publish_lock = trio.Lock()
         self._unnamed: dict[str, int] = {}
+        self._deferred_term = -math.inf
+        """The start of the term whose deferral was reported (`_defers`)."""
         self._replicas: dict[str, str] = {}
         """HA connection address → client address, from the `replicas/` entries (each tick)."""
 
@@ -328,7 +333,7 @@ class EtcdController:
             self.leader, self.leading = _json(master_kv) or {}, master_kv.lease == self.lease
         may_campaign = master_kv is None and eligible(
             self.sync_set, address=self.cfg.address, is_master=self.cfg.role.is_master,
-            fenced=failover.fenced is not None)
+            fenced=failover.fenced is not None) and not self._defers()
         action = step(None if master_kv is None else master_kv.lease, self.lease,
                       busy=failover.transition is not None or failover.term.services is None,
                       may_campaign=may_campaign, is_master=self.cfg.role.is_master)
@@ -339,6 +344,23 @@ class EtcdController:
             await self._publish_sync()
         elif action is Step.FOLLOW:
             await self._follow(self.leader or {})
+
+    def _defers(self) -> bool:
+        """A candidate restarted after an abnormal exit (a crash, a power loss that may have
+        taken its unflushed tail) leaves the election to the in-sync slaves the set names,
+        which hold every PUT_OK, for DEFER_LEASES leases from its start; then it campaigns
+        too (they may be gone)."""
+        term = self.failover.term
+        members = deferred_to(self.sync_set, address=self.cfg.address,
+                              abnormal_candidate=term.candidate and term.abnormal_restart,
+                              now=trio.current_time(), until=term.started_at + DEFER_LEASES * self.ttl_s)
+        if not members:
+            return False
+        if self._deferred_term != term.started_at:
+            self._deferred_term = term.started_at
+            self._event("restarted after an abnormal exit: leaving the election of %s to %s for %d s",
+                        self.cfg.broker_name, ", ".join(members), DEFER_LEASES * self.ttl_s)
+        return True
 
     def _stop_acking(self) -> None:
         """A slave about to campaign first leaves the master whose lease is gone: a master

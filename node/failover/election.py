@@ -14,7 +14,7 @@ from typing import Any
 
 from store.config import BrokerRole
 
-__all__ = ["Step", "eligible", "riding_out_outage", "step", "write_refusal"]
+__all__ = ["Step", "deferred_to", "eligible", "riding_out_outage", "step", "write_refusal"]
 
 
 class Step(enum.Enum):
@@ -36,6 +36,16 @@ def eligible(sync_set: Mapping[str, Any] | None, *, address: str, is_master: boo
     if sync_set is None:
         return is_master
     return address == sync_set.get("master") or address in (sync_set.get("in_sync") or [])
+
+
+def deferred_to(sync_set: Mapping[str, Any] | None, *, address: str, abnormal_candidate: bool, now: float,
+                until: float) -> list[str]:
+    """The in-sync slaves a candidate restarted after an abnormal exit (`abnormal_candidate`:
+    a crash or power loss may have taken its unflushed tail, which they hold) leaves the
+    election to until `until`; empty: it may campaign."""
+    if not abnormal_candidate or now >= until:
+        return []
+    return [a for a in (sync_set or {}).get("in_sync") or [] if a != address]
 
 
 def step(holder_lease: int | None, own_lease: int, *, busy: bool, may_campaign: bool, is_master: bool) -> Step:

@@ -7,7 +7,14 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from node.failover.election import Step, eligible, riding_out_outage, step, write_refusal
+from node.failover.election import (
+    Step,
+    deferred_to,
+    eligible,
+    riding_out_outage,
+    step,
+    write_refusal,
+)
 from store.config import BrokerRole
 
 SET = {"master": "m:1", "in_sync": ["s1:1"], "epoch": 3, "role": "SYNC_MASTER"}
@@ -52,3 +59,13 @@ def test_only_a_sync_master_that_led_rides_out_an_etcd_outage() -> None:
     assert not riding_out_outage(leading=True, reachable=None, fenced=False, role=BrokerRole.SYNC_MASTER)
     assert not riding_out_outage(leading=False, reachable=False, fenced=False, role=BrokerRole.SYNC_MASTER)
     assert not riding_out_outage(leading=True, reachable=False, fenced=True, role=BrokerRole.SYNC_MASTER)
+
+
+def test_a_candidate_restarted_after_an_abnormal_exit_leaves_the_election_to_its_in_sync_slaves() -> None:
+    """Issue 45, seed 8: the old master lost its unflushed tail in a power loss; the set's
+    member holds every PUT_OK, so it is elected first, until the deferral runs out."""
+    assert deferred_to(SET, address="m:1", abnormal_candidate=True, now=1.0, until=5.0) == ["s1:1"]
+    assert deferred_to(SET, address="m:1", abnormal_candidate=True, now=5.0, until=5.0) == []  # they may be gone
+    assert deferred_to(SET, address="m:1", abnormal_candidate=False, now=1.0, until=5.0) == []  # a clean exit
+    assert deferred_to({**SET, "in_sync": []}, address="m:1", abnormal_candidate=True, now=1.0, until=5.0) == []
+    assert deferred_to(None, address="m:1", abnormal_candidate=True, now=1.0, until=5.0) == []
