@@ -91,7 +91,8 @@ def verdict(report: CheckReport, history: History, observed: Observed, *, replic
                                                       strict=True)
             if not (m in observed.truncated or _power_lost(k, s, observed, flush))
             or (replication == "SYNC_MASTER" and s == "PUT_OK" and not _unclean_drop(m, math.inf, observed)
-                and not (m in observed.truncated and _power_lost(k, s, observed, flush)))]
+                and not ((m in observed.truncated or observed.group_power_losses)
+                         and _power_lost(k, s, observed, flush)))]
     finding("acknowledged message(s) lost beyond the mode's promise", lost)
     master_lost = set(report.acked_missing)
     for name, node in report.nodes.items():
@@ -138,8 +139,9 @@ def _power_lost(key: str, status: str, observed: Observed, flush: str) -> bool:
     took from the node that stored it, and the mode did not promise it durable there (a
     SYNC_FLUSH PUT_OK was fsynced before it was answered). SYNC_MASTER's PUT_OK is judged
     apart: it must survive the loss of any one node, but for one in its master's unflushed
-    window (ASYNC_FLUSH) that a cut reported dropping: the master restarted with a new epoch
-    at its recovered end and its slaves cut their tails there (docs/simulation.md)."""
+    window (ASYNC_FLUSH) that a cut reported dropping (the master restarted with a new epoch
+    at its recovered end and its slaves cut their tails there) or that a power loss of the
+    whole group took (every copy was unflushed) (docs/simulation.md)."""
     return key in observed.power_lost and not (flush == "SYNC_FLUSH" and status == "PUT_OK")
 
 
