@@ -344,6 +344,13 @@ class MessageStore:
         segments = self.commit_log.truncate(phy_offset)
         self._cut_queues_and_index(phy_offset)
         self.replica_log.forget_confirm_past(phy_offset)
+        if phy_offset < end:
+            # the records that come next (a new master's, replicated) may be stored earlier than
+            # those cut: a checkpoint timestamp past them would claim their ConsumeQueue units
+            # and index entries durable before any flush (seed 38 with `--storage`); the next
+            # abnormal recovery starts from the first segment instead
+            cp = self.checkpoint
+            cp.physic_msg_timestamp = cp.logics_msg_timestamp = cp.index_msg_timestamp = 0
         report = TruncateReport(phy_offset, end, len(msg_ids), msg_ids, segments)
         if phy_offset < end:
             log.warning("truncated the store to offset %d: dropped [%d, %d), %d message(s), %d segment(s)",

@@ -232,3 +232,25 @@ async def test_a_failed_sync_raises_eio_and_loses_its_pages_for_good(tmp_path):
     assert [loss.dropped for loss in losses] == [[1]]
     with open(os.path.join(root, rel), "rb") as f:
         assert f.read(3 * PAGE) == b"a" * PAGE + b"\0" * PAGE + b"c" * PAGE
+
+
+async def test_a_cut_and_a_deleted_segment_stay_gone_after_a_power_loss(tmp_path):
+    """Seed 38 with `--storage`: a slave's cut came back at its next power loss (the zeroed
+    tail was never synced), and a ConsumeQueue segment deleted by the cut and created again
+    under the same name came back with the deleted file's content."""
+    root = str(tmp_path)
+    disk = SimDisk(root)
+    path = os.path.join(root, "00000000000000000000")
+    with runtime.simulated(0.0):
+        runtime.hosted(Host(disk))
+        mf = MappedFile(path, 2 * PAGE)
+        mf.append(b"a" * 3000)
+        mf.flush(0)
+        mf.zero_tail(1000)  # a cut: synced, so the cut bytes cannot come back
+        assert disk.durable("00000000000000000000").rstrip(b"\0") == b"a" * 1000
+        mf.destroy(0)
+        again = MappedFile(path, 2 * PAGE)  # the same name, new content, never synced
+        again.append(b"b" * 100)
+        again.shutdown(0)
+        again.destroy(0)
+        assert disk.durable("00000000000000000000") is None
