@@ -365,6 +365,10 @@ class MappedFile:
                 self.release()
         return self.flushed_position
 
+    def sync(self) -> None:
+        """fdatasync now, whatever the positions say (blocking)."""
+        runtime.fdatasync(self._fd, self.path)
+
     def rewrite(self, start: int, end: int) -> None:
         """Write [start, end) back over itself and fdatasync it (blocking): pages a failed
         write-back left clean in the page cache become dirty, so this sync writes them
