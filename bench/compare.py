@@ -32,7 +32,7 @@ from cluster.launch import launcher
 from . import disk, peers
 from .procs import Processes, ensure_tools
 
-__all__ = ["CASES", "CASES_ALL", "REMOTING_CASES", "SYSTEMS", "Settings", "run"]
+__all__ = ["CASES", "CASES_ALL", "CLIENT_CASES", "REMOTING_CASES", "SYSTEMS", "Settings", "run"]
 
 REPO = peers.REPO
 RSS_SAMPLE_S = 0.25
@@ -50,7 +50,8 @@ class Case:
     """The load: "" the lean client with the target's codec, "remoting" the lean client
     with RocketMQ remoting frames carrying the CBOR rows' message, "remoting-uniq" those
     with the C++ client's UNIQ_KEY too, "cpp" the C++ client's own send_sync loop
-    (bench/cpp_load.py, `connections` processes)."""
+    (bench/cpp_load.py, `connections` processes), "client" the system's own client library
+    sending one message after another (bench/client_load.py)."""
 
 
 CASES = {
@@ -62,6 +63,8 @@ CASES = {
 }
 ALL = tuple(CASES)
 FAN_IN = ("16x1",)
+SPREAD = ("16x1", "16xB")
+"""The cases with connections to spread over two groups' masters (one connection reaches one)."""
 REMOTING_CASES = {
     "rmq-1x1": Case("rmq-1x1", "remoting: 1 connection, 1 in flight", 1, 1, kind="remoting"),
     "rmq-16x1": Case("rmq-16x1", "remoting: 16 connections, 1 in flight each", 16, 1, kind="remoting"),
@@ -73,7 +76,14 @@ REMOTING_CASES = {
 }
 """RocketMQ's remoting protocol against the same node, beside its CBOR rows (the
 `*-rmq` systems run both, interleaved)."""
-CASES_ALL = {**CASES, **REMOTING_CASES}
+CLIENT_CASES = {
+    "client": Case("client", "client library, sequential sends (tidemq Producer.send; Redis redis-py XADD)", 1, 1,
+                   kind="client"),
+}
+"""The client libraries as users meet them (issue 48 item 5), beside the lean client's 1 × 1
+against the same server (`*-client` systems)."""
+CASES_ALL = {**CASES, **REMOTING_CASES, **CLIENT_CASES}
+CLIENT = ("1x1", "client")
 RMQ = ("1x1", "rmq-1x1", "16x1", "rmq-16x1", "1x64", "rmq-1x64", "rmq-1x64-uniq", "cpp-1", "cpp-4")
 
 
@@ -93,6 +103,10 @@ SYSTEMS = {
         System("tidemq-both", ALL),
         System("tidemq-secure", ALL),
         System("tidemq-async-metrics", ALL),
+        System("tidemq-syncflush-inline", ALL),
+        System("tidemq-both-inline", ALL),
+        System("tidemq-async-2groups", SPREAD),
+        System("tidemq-syncflush-2groups", SPREAD),
         System("redis-everysec", ALL, ("redis-server",)),
         System("redis-always", ALL, ("redis-server",)),
         System("redis-everysec-wait", FAN_IN, ("redis-server",)),
@@ -101,6 +115,8 @@ SYSTEMS = {
         System("js-r3", FAN_IN, ("nats-server",)),
         System("tidemq-async-rmq", RMQ),
         System("tidemq-syncflush-rmq", RMQ),
+        System("tidemq-async-client", CLIENT),
+        System("redis-everysec-client", CLIENT, ("redis-server",)),
         System("fio", (), ("fio",)),
         System("catchup", ()),
     )
@@ -112,21 +128,38 @@ MODES = {  # system key -> (flushDiskType, brokerRole)
     "tidemq-both": ("SYNC_FLUSH", "SYNC_MASTER"),
     "tidemq-secure": ("ASYNC_FLUSH", "ASYNC_MASTER"),  # tidemq-async with TLS and logins on
     "tidemq-async-metrics": ("ASYNC_FLUSH", "ASYNC_MASTER"),  # tidemq-async with /metrics scraped every second
+    "tidemq-syncflush-inline": ("SYNC_FLUSH", "ASYNC_MASTER"),  # tidemq-syncflush, fdatasync in the event loop
+    "tidemq-both-inline": ("SYNC_FLUSH", "SYNC_MASTER"),  # tidemq-both, fdatasync in the event loop
 }
 RMQ_MODES = {  # CBOR and remoting rows against one node of the mode
     "tidemq-async-rmq": MODES["tidemq-async"],
     "tidemq-syncflush-rmq": MODES["tidemq-syncflush"],
 }
+CLIENT_MODES = {  # the client library's row: Producer.send against an async master
+    "tidemq-async-client": MODES["tidemq-async"],
+}
 SECURE = {"tidemq-secure"}
 METRICS = {"tidemq-async-metrics"}
 """Rows run only when named (`--only floor,tidemq-async,tidemq-async-metrics`): the cost of
 /metrics beside tidemq-async (docs/metrics.md)."""
+INLINE = {"tidemq-syncflush-inline", "tidemq-both-inline"}
+GROUPS = {"tidemq-async-2groups": "ASYNC_FLUSH", "tidemq-syncflush-2groups": "SYNC_FLUSH"}
+"""Two broker groups on this host (peers.tidemq_groups), run when named beside tidemq-async /
+tidemq-syncflush: how throughput adds up per host (issue 48 item 4, docs/bench-compare.md)."""
+"""Rows run only when named (`--only tidemq-syncflush,tidemq-syncflush-inline,...`): SYNC_FLUSH
+with `syncFlushInline = true` (the fdatasync in the event loop) beside the worker thread's
+(docs/request-path.md)."""
+
+
+ONLY_WHEN_NAMED = {*RMQ_MODES, *METRICS, *INLINE, *GROUPS, *CLIENT_MODES, "redis-everysec-client"}
+"""Rows a default run leaves out (each is a question of its own, asked with `--only`): the
+remoting rows, the metrics cost, the inline flush, two groups per host, the client libraries."""
 
 
 @attrs.frozen
 class Settings:
-    systems: tuple[str, ...] = tuple(k for k in SYSTEMS if k not in RMQ_MODES and k not in METRICS)
-    """Every system but the remoting and metrics ones (`--only tidemq-async-rmq,...` runs those)."""
+    systems: tuple[str, ...] = tuple(k for k in SYSTEMS if k not in ONLY_WHEN_NAMED)
+    """Every system but those run only when named in `--only`."""
     runs: int = 3
     seconds: float = 3.0
     warmup: float = 0.5
@@ -142,9 +175,14 @@ def _system(key: str, procs: Processes, work: Path, bases: list[Path]) -> contex
     if key == "floor":
         return peers.floor(procs, work)
     if key in MODES:
-        return peers.tidemq(work, *MODES[key], bases=bases, secure=key in SECURE, metrics=key in METRICS)
+        return peers.tidemq(work, *MODES[key], bases=bases, secure=key in SECURE, metrics=key in METRICS,
+                            keys={"syncFlushInline": True} if key in INLINE else None)
     if key in RMQ_MODES:
         return peers.tidemq(work, *RMQ_MODES[key], bases=bases)
+    if key in CLIENT_MODES:
+        return peers.tidemq(work, *CLIENT_MODES[key], bases=bases)
+    if key in GROUPS:
+        return peers.tidemq_groups(work, GROUPS[key], bases=bases)
     if key.startswith("redis-"):
         return peers.redis(procs, work, key.split("-")[1], replica=key.endswith("-wait"))
     if key.startswith("js-r"):
@@ -156,6 +194,10 @@ def _lean_argv(target: peers.Target, case: Case, seconds: float, warmup: float) 
     if case.kind == "cpp":
         return [sys.executable, "-m", "bench.cpp_load", "--namesrv", target.namesrv, "--processes",
                 str(case.connections), "--seconds", f"{seconds:g}", "--warmup", f"{warmup:g}"]
+    if case.kind == "client":
+        where = ["--namesrv", target.namesrv] if target.kind == "tidemq" else ["--port", str(target.ports[0])]
+        return [sys.executable, "-m", "bench.client_load", target.kind, *where, "--seconds", f"{seconds:g}",
+                "--warmup", f"{warmup:g}"]
     if case.kind in ("remoting", "remoting-uniq"):
         return [sys.executable, "-m", "bench.lean", "remoting", "--port", ",".join(map(str, target.ports)),
                 "--connections", str(case.connections), "--in-flight", str(case.in_flight),
@@ -207,8 +249,9 @@ async def run_case(target: peers.Target, case: Case, seconds: float, warmup: flo
     loaded = warmup + seconds  # the servers are idle while the client starts and drains
     result["cpu_cores"] = {name: round((_cpu(p) - before[name]) / loaded, 2) for name, p in target.procs.items()}
     if target.serving and result.get("msgs_per_s"):
-        # CPU seconds of the serving process (its master) over the messages it answered
-        spent = _cpu(target.procs[target.serving]) - before[target.serving]
+        # CPU seconds of the serving process (its master; every master of tidemq_groups) over the
+        # messages it answered
+        spent = sum(_cpu(target.procs[name]) - before[name] for name in target.serving_all or (target.serving,))
         result["server_us_per_msg"] = round(spent * 1e6 / (result["msgs_per_s"] * loaded), 1)
     if rss:
         result["master_rss_mb"] = {"max": round(max(rss), 1), "last": round(rss[-1], 1),

@@ -13,8 +13,9 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import attrs
 import psutil
@@ -30,7 +31,7 @@ from wire.protocol import GetStatus, StatusReply
 from .lean import NatsCodec, RespCodec
 from .procs import Processes, Started, free_port, wait_port
 
-__all__ = ["Target", "floor", "jetstream", "redis", "tidemq", "tidemq_status"]
+__all__ = ["Target", "floor", "jetstream", "redis", "tidemq", "tidemq_groups", "tidemq_status"]
 
 REPO = Path(__file__).resolve().parents[1]
 SEGMENT_BYTES = 1 << 30  # 1 GiB CommitLog segments: the memory goal's setting
@@ -49,6 +50,7 @@ class Target:
     base: Path | None = None  # tidemq: the launcher's base dir
     lean_args: tuple[str, ...] = ()  # tidemq-secure: the lean client's login and CA
     serving: str = ""  # the process (a key of procs) that answers the client: its CPU per message
+    serving_all: tuple[str, ...] = ()  # several processes answer (tidemq_groups): their CPU together
     namesrv: str = ""  # tidemq: the name server's address (the C++ client's route)
 
 
@@ -67,12 +69,13 @@ async def floor(procs: Processes, work: Path) -> AsyncIterator[Target]:
         procs.stop([s])
 
 
-def _layout(work: Path, flush: str, role: str, *, secure: bool = False) -> Path:
+def _layout(work: Path, flush: str, role: str, *, secure: bool = False, keys: Mapping[str, Any] | None = None) -> Path:
     """conf/1m-1s-dev copied with free ports, the mode and 1 GiB segments; without the
     slave for an ASYNC_MASTER (master alone); `secure`: accounts, permissions and TLS on
-    (docs/security.md), with fresh secrets."""
+    (docs/security.md), with fresh secrets; `keys`: more keys for both nodes."""
     conf = work / "conf"
-    size = {"mappedFileSizeCommitLog": SEGMENT_BYTES, "flushDiskType": flush, **(NODE_KEYS if secure else {})}
+    size = {"mappedFileSizeCommitLog": SEGMENT_BYTES, "flushDiskType": flush, **(NODE_KEYS if secure else {}),
+            **(keys or {})}
     launcher.copy_layout(REPO / "conf" / "1m-1s-dev", conf,
                          overrides={"broker-a": {**size, "brokerRole": role}, "broker-a-s": size,
                                     "namesrv": NAMESRV_KEYS if secure else {}})
@@ -89,14 +92,39 @@ def _mode_name(flush: str, role: str, secure: bool = False) -> str:
 
 
 @contextlib.asynccontextmanager
+async def tidemq_groups(work: Path, flush: str, *, bases: list[Path]) -> AsyncIterator[Target]:
+    """Two broker groups on this host (conf/2m-noslave: two ASYNC_MASTERs, each its own process
+    and so its own core), the lean client's connections spread over both masters' ports: how
+    throughput adds up when a host runs one group per core (docs/bench-compare.md). The server
+    CPU per message is both masters' (`serving_all`; cpu_cores lists each)."""
+    work.mkdir(parents=True, exist_ok=True)
+    conf, base = work / "conf", work / "data"
+    keys = {"mappedFileSizeCommitLog": SEGMENT_BYTES, "flushDiskType": flush}
+    launcher.copy_layout(REPO / "conf" / "2m-noslave", conf, overrides={"broker-a": keys, "broker-b": keys})
+    bases.append(base)
+    try:
+        results = await trio.to_thread.run_sync(lambda: launcher.up(conf, base, timeout_s=60.0))
+        masters = [r.record for r in results if r.record.stage is launcher.Stage.MASTER]
+        nodes = {r.record.name: psutil.Process(r.record.pid) for r in results if r.record.pid}
+        namesrv = next((r.record.address for r in results if r.record.kind == "namesrv"), "")
+        yield Target(f"tidemq {flush.split('_')[0]} flush, 2 groups", "tidemq",
+                     [split_host_port(m.address)[1] for m in masters], nodes, master=nodes[masters[0].name],
+                     address=masters[0].address, base=base, serving=masters[0].name,
+                     serving_all=tuple(m.name for m in masters), namesrv=namesrv)
+    finally:
+        await trio.to_thread.run_sync(launcher.down, base)
+        bases.remove(base)
+
+
+@contextlib.asynccontextmanager
 async def tidemq(work: Path, flush: str, role: str, *, bases: list[Path], secure: bool = False,
-                 metrics: bool = False) -> AsyncIterator[Target]:
+                 metrics: bool = False, keys: Mapping[str, Any] | None = None) -> AsyncIterator[Target]:
     """A name server, a master and (SYNC_MASTER) its slave as real processes. `bases`
     records the launcher base dir so the harness can stop it whatever happens. `secure`:
     every connection uses TLS and logs in (the lean client as the layout's `app` account).
     `metrics`: `cluster up --metrics`, and a scraper reads the master's /metrics every second."""
     work.mkdir(parents=True, exist_ok=True)
-    conf, base = _layout(work, flush, role, secure=secure), work / "data"
+    conf, base = _layout(work, flush, role, secure=secure, keys=keys), work / "data"
     bases.append(base)
     lean_args: tuple[str, ...] = ()
     scraper: subprocess.Popen[bytes] | None = None

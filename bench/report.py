@@ -11,11 +11,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from .compare import CASES, MODES, REMOTING_CASES, RMQ_MODES
+from .compare import CASES, CLIENT_CASES, GROUPS, MODES, REMOTING_CASES, RMQ_MODES
 
-__all__ = ["chart", "goals", "markdown", "remoting_markdown", "summarize"]
+__all__ = ["chart", "client_markdown", "goals", "markdown", "remoting_markdown", "summarize"]
 
-COLUMNS = ("floor", *MODES, "redis-everysec", "redis-always", "redis-everysec-wait", "redis-always-wait",
+COLUMNS = ("floor", *MODES, *GROUPS, "redis-everysec", "redis-always", "redis-everysec-wait", "redis-always-wait",
            "js-r1", "js-r3")
 TITLES = {
     "floor": "trio floor",
@@ -25,12 +25,18 @@ TITLES = {
     "tidemq-both": "tidemq both",
     "tidemq-secure": "tidemq async, TLS + login",
     "tidemq-async-metrics": "tidemq async, /metrics scraped 1/s",
+    "tidemq-syncflush-inline": "tidemq SYNC_FLUSH, fdatasync in the loop",
+    "tidemq-both-inline": "tidemq both, fdatasync in the loop",
+    "tidemq-async-2groups": "tidemq async, 2 groups on the host",
+    "tidemq-syncflush-2groups": "tidemq SYNC_FLUSH, 2 groups on the host",
     "redis-everysec": "Redis everysec",
     "redis-always": "Redis always",
     "redis-everysec-wait": "Redis everysec + WAIT",
     "redis-always-wait": "Redis always + WAIT",
     "js-r1": "JetStream R1",
     "js-r3": "JetStream R3",
+    "tidemq-async-client": "tidemq async (client library)",
+    "redis-everysec-client": "Redis everysec (redis-py)",
 }
 
 
@@ -64,6 +70,7 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
                 "cpu_cores": {n: _median([r["cpu_cores"][n] for r in runs]) for n in cpu_names},
                 "client_cpu_cores": _median([r["client_cpu_cores"] for r in runs]),
                 "server_us_per_msg": _median([r.get("server_us_per_msg") for r in runs]),
+                "client_us_per_msg": _median([r.get("client_us_per_msg") for r in runs]),
             }
     rss, anon = {}, {}
     for system in MODES:
@@ -114,6 +121,8 @@ def goals(summary: dict[str, Any]) -> list[dict[str, Any]]:
                     "js-r3", "16x1", 1.0),
         _ratio_goal(summary, "both, 16 x 1 >= 1.0 x Redis always + WAIT", "tidemq-both", "16x1",
                     "redis-always-wait", "16x1", 1.0),
+        _ratio_goal(summary, "client library: sequential Producer.send >= 0.6 x redis-py sequential XADD",
+                    "tidemq-async-client", "client", "redis-everysec-client", "client", 0.6),
     ]
     floor_p99 = _get(summary, "floor", "1x1", "p99_ms")
     round_trip = _get(summary, "floor", "1x1", "p50_ms")
@@ -245,6 +254,7 @@ def markdown(raw: dict[str, Any], summary: dict[str, Any], goal_rows: list[dict[
     if extra:
         lines += ["", "## Notes", ""] + [f"- {e}" for e in extra]
     lines += remoting_markdown(summary)
+    lines += client_markdown(summary)
     return "\n".join(lines) + "\n"
 
 
@@ -274,6 +284,37 @@ def remoting_markdown(summary: dict[str, Any]) -> list[str]:
                              f"{_fmt(_get(summary, system, key, 'p50_ms'))} / {_fmt(_get(summary, system, key, 'p99_ms'))} "
                              f"| — | {_fmt(_get(summary, system, key, 'server_us_per_msg'))} | — |")
     return lines
+
+
+def client_markdown(summary: dict[str, Any]) -> list[str]:
+    """The `*-client` systems: each server driven by its own client library, one send after
+    another, beside the lean client's 1 × 1 against the same server (the most a client could
+    get from it), with the client process's CPU per send (bench/client_load.py)."""
+    tidemq, redis = "tidemq-async-client", "redis-everysec-client"
+    if tidemq not in summary["table"] and redis not in summary["table"]:
+        return []
+
+    def ratio(key: str, field: str) -> str:
+        value, ref = _get(summary, tidemq, key, field), _get(summary, redis, key, field)
+        return f"{value / ref:.2f}" if value is not None and ref else "—"
+
+    def row(title: str, key: str, field: str, unit: str = "") -> str:
+        return (f"| {title} | {_fmt(_get(summary, tidemq, key, field), unit)} | "
+                f"{_fmt(_get(summary, redis, key, field), unit)} | {ratio(key, field)} |")
+
+    def share(system: str) -> str:  # what the client library gets of the server's own pace
+        value, pace = _get(summary, system, "client"), _get(summary, system, "1x1")
+        return f"{value / pace:.2f}" if value is not None and pace else "—"
+
+    return ["", "## Client library (issue 48 item 5): sequential sends, one server each", "",
+            f"| | {TITLES[tidemq]} | {TITLES[redis]} | tidemq ÷ Redis |", "|---|---|---|---|",
+            row(CLIENT_CASES["client"].title, "client", "msgs_per_s", "/s"),
+            row("lean client, 1 × 1 (the server's own pace)", "1x1", "msgs_per_s", "/s"),
+            f"| client library ÷ lean 1 × 1 (same server) | {share(tidemq)} | {share(redis)} | — |",
+            row("client library: client CPU per send (µs)", "client", "client_us_per_msg"),
+            row("client library: p50 (ms)", "client", "p50_ms"),
+            row("client library: p99 (ms)", "client", "p99_ms"),
+            row("client library: server CPU per message (µs)", "client", "server_us_per_msg")]
 
 
 def chart(summary: dict[str, Any], path: Path, when: str) -> bool:

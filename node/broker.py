@@ -19,6 +19,7 @@ import signal
 import ssl
 from collections.abc import AsyncIterator, Callable
 from functools import partial
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -35,8 +36,6 @@ from .failover.controller import EtcdController
 from .failover.etcd import EtcdClient
 from .failover.promotion import Failover, Transition, effective_config
 from .logs import name_role
-from .metrics.broker import BrokerCollector
-from .metrics.endpoint import MetricsEndpoint, MetricsError, token_from
 from .offset_stream import OffsetFollower, offset_table
 from .ops.dispatch import (
     BATCHED_OPS,
@@ -57,6 +56,9 @@ from .tables.consumers import LOCK_FENCE_S, ConsumerManager
 from .tables.offsets import ConsumerOffsetManager
 from .tables.subscription_groups import SubscriptionGroupManager
 from .tables.topics import TopicConfigManager
+
+if TYPE_CHECKING:
+    from .metrics.endpoint import MetricsEndpoint
 
 log = logging.getLogger("tidemq.node")
 
@@ -138,7 +140,11 @@ class Broker:
 
     def _metrics_endpoint(self, cfg: BrokerConfig) -> MetricsEndpoint:
         """The node's collector, served on metricsPromExporterPort
-        (ConfigError: the bearer token file cannot be read)."""
+        (ConfigError: the bearer token file cannot be read). Imported here: prometheus_client
+        is for nodes with metricsExporterType PROM (the default is DISABLE)."""
+        from .metrics.broker import BrokerCollector
+        from .metrics.endpoint import MetricsEndpoint, MetricsError, token_from
+
         try:
             token = token_from(cfg.metrics_prom_bearer_token_file)
         except MetricsError as e:
@@ -281,6 +287,8 @@ class Broker:
             registration_status=registration.status if registration is not None else None,
             security_status=self.guard.view if self.guard is not None else None,
             acl_accounts=self.guard.accounts if self.guard is not None else None,
+            acl_file=self.guard.path if self.guard is not None else None,
+            acl_recheck=self.guard.recheck if self.guard is not None else None,
             failover=self.failover, consumers=self._consumer_table(store),
         )
         return services, sync, registration

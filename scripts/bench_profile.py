@@ -33,7 +33,9 @@ def _py_spy() -> str | None:
 async def profile(spy: str, work: Path, mode: str, case: str, seconds: float) -> dict:
     bases: list[Path] = []
     raw = work / "py-spy.txt"
-    async with peers.tidemq(work / "cluster", *compare.MODES[mode], bases=bases, secure=mode in compare.SECURE) as target:
+    async with peers.tidemq(work / "cluster", *compare.MODES[mode], bases=bases, secure=mode in compare.SECURE,
+                            metrics=mode in compare.METRICS,
+                            keys={"syncFlushInline": True} if mode in compare.INLINE else None) as target:
         master = target.master
         assert master is not None
         sampler = subprocess.Popen([spy, "record", "-p", str(master.pid), "-d", f"{seconds:g}", "-r", "250",

@@ -17,6 +17,7 @@ import attrs
 from . import runtime
 from .allocate import AllocateMappedFileService
 from .config import StoreConfig
+from .damage import DamagedRanges
 from .layout import COMMITLOG_DIR
 from .mapped_file import MappedFile, SelectResult
 from .mapped_file_queue import MappedFileQueue
@@ -82,6 +83,8 @@ class CommitLog:
         self._clock = clock
         self._id_prefix = ("", "")  # (store host, its msgId prefix)
         self.on_append: list[Callable[[], None]] = []
+        self.damage = DamagedRanges()
+        """Records that failed their body CRC on a read or at recovery (damage.py)."""
 
     def load(self) -> None:
         self.queue.load()
@@ -90,8 +93,11 @@ class CommitLog:
     def recover(self, *, safe_timestamp: int | None, progress: RecoveryProgress | None = None) -> RecoveredLog:
         """Find the end of valid data and cut the log there; `safe_timestamp` is None after a
         clean exit, else the checkpoint's safe store time (abnormal recovery)."""
+        # a master keeps a durable record that fails its CRC (noted damaged); a slave cuts
+        # there and refetches the rest from its master (damage.py)
+        keep = self.damage if self.config.broker_role.is_master else None
         return recover(self.queue, safe_timestamp=safe_timestamp, check_crc=self.config.check_crc_on_recover,
-                       progress=progress)
+                       progress=progress, damage=keep)
 
     def is_record_boundary(self, offset: int) -> bool:
         """Whether a record (or the log's end, or a segment) starts at `offset`."""
@@ -117,6 +123,7 @@ class CommitLog:
     def truncate(self, offset: int) -> tuple[str, ...]:
         """Cut the log at `offset` (a record boundary); returns the deleted segments' names.
         The topic-queue table is the caller's to rebuild."""
+        self.damage.forget_from(offset)
         return truncate(self.queue, offset)
 
     # ---- append ------------------------------------------------------------------------------

@@ -147,10 +147,14 @@ class GroupCommitService:
     """Sync flush: `await wait_for_flush(end)` returns once `end` is durable.
 
     Puts that arrive while an fdatasync runs are all covered by the next one (group commit).
+    `inline`: the fdatasync runs in the event loop, not a worker thread; puts that arrive
+    meanwhile wait in the sockets and the next round covers them.
     """
 
-    def __init__(self, queue: MappedFileQueue, flushed_time: FlushedTime, flags: RunningFlags) -> None:
+    def __init__(self, queue: MappedFileQueue, flushed_time: FlushedTime, flags: RunningFlags, *,
+                 inline: bool = False) -> None:
         self.queue = queue
+        self.inline = inline
         self._flushed_time = flushed_time
         self._flags = flags
         self._waiters = OffsetWaiters()
@@ -169,7 +173,10 @@ class GroupCommitService:
 
     async def _flush_once(self) -> bool:
         """One fdatasync round; False when it failed (the store then takes no more writes)."""
-        error = await runtime.run_sync(try_flush, self.queue, 0)
+        if self.inline:
+            error = try_flush(self.queue, 0)  # the loop waits for the disk: no thread hop either way
+        else:
+            error = await runtime.run_sync(try_flush, self.queue, 0)
         if error is not None:
             flush_failed(self._flags, self.queue, error)
             return False

@@ -218,7 +218,8 @@ class MessageStore:
         flushed_time = FlushedTime(checkpoint, lambda: config.broker_role.is_master)
         self.group_commit = self.flush_service = self.commit_service = None
         if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
-            self.group_commit = GroupCommitService(self.commit_log.queue, flushed_time, self.flags)
+            self.group_commit = GroupCommitService(self.commit_log.queue, flushed_time, self.flags,
+                                                   inline=config.sync_flush_inline)
             return
         self.flush_service = FlushRealTimeService(
             self.commit_log.queue,
@@ -574,6 +575,10 @@ class MessageStore:
 
     def dispatch_behind_bytes(self) -> int:
         return self.reads.dispatch_behind_bytes()
+
+    def damaged(self) -> list[dict[str, int | str]]:
+        """The CommitLog records known to fail their body CRC (store/damage.py), for `status`."""
+        return self.commit_log.damage.view()
 
     # ---- admin -------------------------------------------------------------------------------
     async def delete_expired_files_manually(self) -> int:

@@ -35,11 +35,15 @@ from collections.abc import Callable
 
 import attrs
 
+from .damage import DamagedRanges
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
 from .record_codec import (
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
+    Buffer,
+    RecordKind,
+    decode_record,
     read_store_timestamp,
     read_total_size,
 )
@@ -87,11 +91,16 @@ def recover(
     safe_timestamp: int | None,
     check_crc: bool,
     progress: RecoveryProgress | None = None,
+    damage: DamagedRanges | None = None,
 ) -> RecoveredLog:
     """Validate the newest segments, cut the log at the end of valid data.
 
     `safe_timestamp` is None after a clean exit; after a crash it is the checkpoint's safe
-    store time (abnormal recovery).
+    store time (abnormal recovery). With `damage` (a master's), a record that fails its body
+    CRC but was durable (stored no later than `safe_timestamp`; any after a clean exit) or
+    that a good record follows is kept and noted there instead of cutting the log at it
+    (damage.py): a flipped bit in data written whole is not a torn write, and the records
+    after it are good.
     """
     files = queue.files
     if not files:
@@ -99,7 +108,8 @@ def recover(
     clean = safe_timestamp is None
     index = max(0, len(files) - 3) if safe_timestamp is None else abnormal_start(files, safe_timestamp)
     first = files[index]
-    end = scan_valid_end(files, queue.file_size, index, check_crc=check_crc, progress=progress)
+    keep = None if damage is None else _Keep(damage, safe_timestamp)
+    end = scan_valid_end(files, queue.file_size, index, check_crc=check_crc, progress=progress, keep=keep)
     deleted = truncate(queue, end)
     log.info("recovery (%s exit): CommitLog valid up to offset %d (validated from segment %s)",
              "clean" if clean else "abnormal", end, first.file_name)
@@ -129,12 +139,13 @@ def scan_valid_end(
     *,
     check_crc: bool,
     progress: RecoveryProgress | None = None,
+    keep: _Keep | None = None,
 ) -> int:
     """Validate records from segment `index` on; the offset right after the last good one.
 
     What is valid is segment_walker's (the reader verify and the pipeline use); recovery's
     policy on top: the log ends at the first End and, with `check_crc`, at the first body
-    CRC mismatch; a BLANK filler hands over to the next segment (RocketMQ), also one that
+    CRC mismatch (`keep`, a master's: unless that record is kept as damage); a BLANK filler hands over to the next segment (RocketMQ), also one that
     does not reach the segment end, which is logged as damage like a PHYSICALOFFSET
     mismatch (the record's structure is intact, so it is kept)."""
     total = (len(files) - index) * file_size
@@ -148,7 +159,7 @@ def scan_valid_end(
     end = None
     for i in range(index, len(files)):
         mf = files[i]
-        end = _segment_end(mf, i >= last, check_crc, report if progress is not None else None)
+        end = _segment_end(mf, i >= last, check_crc, report if progress is not None else None, keep)
         if end is not None:
             break
         report(mf.file_from_offset + file_size)
@@ -157,8 +168,26 @@ def scan_valid_end(
     return files[-1].file_from_offset + file_size if end is None else end
 
 
+@attrs.frozen
+class _Keep:
+    """Recovery's policy for a body CRC mismatch on a master: durable records are kept as damage."""
+
+    damage: DamagedRanges
+    safe_timestamp: int | None  # None: a clean exit, everything was flushed
+
+    def kept(self, ev: Record, followed: bool) -> bool:
+        """Whether the record that failed its CRC is kept (noted damaged) rather than cut at:
+        it was durable (stored no later than the safe time) or a good record follows it (the
+        writes went on past it; a lost or torn page is not followed by a whole record unless
+        the lost page lies inside one body, of more than a page)."""
+        if not followed and self.safe_timestamp is not None and ev.message.store_timestamp > self.safe_timestamp:
+            return False  # maybe never durable: a torn or lost write, the log ends before it
+        self.damage.note(ev.offset, ev.offset + ev.size, "body CRC mismatch", "recovery")
+        return True
+
+
 def _segment_end(mf: MappedFile, last: bool, check_crc: bool,
-                 report: Callable[[int], None] | None) -> int | None:
+                 report: Callable[[int], None] | None, keep: _Keep | None = None) -> int | None:
     """Where the log's valid data ends inside `mf`, or None when the segment is whole and
     the next one follows. Clean records are skipped in bulk (`skip_clean`, compiled; it
     stops every PROGRESS_STEP bytes for `report`); `step` judges wherever it stops."""
@@ -172,6 +201,9 @@ def _segment_end(mf: MappedFile, last: bool, check_crc: bool,
         ev = step(mm, pos, segment_start=start, last=last, fd=mf.fd, check_crc=check_crc, read_body=False)
         if isinstance(ev, Record):
             problems = ev.problems()
+            if ev.crc_ok is False and keep is not None and keep.kept(ev, _good_record_at(mm, pos + ev.size)):
+                pos += ev.size
+                continue
             if ev.crc_ok is False:
                 log.warning("recovery: invalid record at offset %d (%s); truncating the CommitLog there",
                             ev.offset, problems[0])
@@ -193,6 +225,11 @@ def _segment_end(mf: MappedFile, last: bool, check_crc: bool,
             return None  # records up to the segment's very end: the next segment follows
         log.info("recovery: data ends at offset %d", ev.offset)
         return ev.offset
+
+
+def _good_record_at(mm: Buffer, pos: int) -> bool:
+    """Whether a message record passing its CRC, or a BLANK filler, starts at `pos`."""
+    return pos < len(mm) and decode_record(mm, pos, check_crc=True).kind in (RecordKind.MESSAGE, RecordKind.BLANK)
 
 
 def truncate(queue: MappedFileQueue, end: int) -> tuple[str, ...]:

@@ -24,7 +24,8 @@ when it cuts the log at the end.
 
 A record whose structure is intact but whose body CRC or PHYSICALOFFSET is wrong is still a
 `Record`; `Record.problems` names what is wrong and each caller applies its policy
-(recovery cuts at a bad CRC, verify and the pipeline report both and read on).
+(recovery cuts at a bad CRC, but on a master keeps a durable one or one a good record
+follows as damage, store/damage.py; verify and the pipeline report both and read on).
 
 The hop (`record_starts_at`, `hop`, `store_timestamp_at`, `data_at`) finds record starts by
 reading 8 bytes per record, judging nothing: the pipeline cuts large segments into partitions

@@ -73,3 +73,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     slow_files = {i.nodeid.split("::", 1)[0] for i in items if i.get_closest_marker("slow")}
     items.sort(key=rank)  # stable: within a rank, files and tests keep the collection order
+
+
+ONE_WORKER_DIRS = ("tests/pipeline/",)
+"""Directories whose files one xdist worker runs, together: the Spark tests share one local
+session per worker (tests/pipeline/conftest.py), and a session costs 7-15 s of CPU to start and
+~1 GB while it lives; spread over three workers there were three of them, each with a cold JIT."""
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """`--dist loadfile`, but the files under ONE_WORKER_DIRS make one unit of work."""
+    if config.getoption("dist", None) != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return next((d for d in ONE_WORKER_DIRS if path.startswith(d)), path)
+
+    return Scheduling(config, log)

@@ -16,12 +16,12 @@ import contextlib
 import itertools
 import logging
 import math
+import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Unpack
 
 import attrs
 import trio
-from scramp import ScramException
 
 from store.address import AddressError, split_host_port
 
@@ -60,6 +60,11 @@ __all__ = [
 log = logging.getLogger("tidemq.client")
 
 RECEIVE_SIZE = 256 * 1024
+"""The largest read, while data streams in (a large pull's answer fills each read)."""
+SMALL_RECEIVE_SIZE = 64 * 1024
+"""The usual read. Below glibc's 128 KiB mmap threshold: a larger read's buffer is mapped and
+unmapped on every call (~20 µs, also for the read that finds nothing and waits), which at
+one request in flight was a tenth of the client's CPU per send (docs/bench-compare.md)."""
 MAX_RECEIVE_FRAME_SIZE = 64 * 1024 * 1024
 """Largest frame a client accepts: above any node's sensible maxFrameSize."""
 CONNECTION_LOST = "CONNECTION_LOST"
@@ -240,6 +245,10 @@ class Connection:
         if close_now is None:
             raise TypeError(f"{type(raw).__name__}: a stream with neither a socket nor close_now")
         self._close_now = close_now
+        # a plain TCP socket's descriptor: an uncontended request's frames are written to it
+        # at once (`_write`), not through trio's send_all and lock, each of which yields to the
+        # scheduler (a pass of the event loop per request); None: TLS, a simulated network
+        self._fd: int | None = sock.fileno() if sock is not None and isinstance(stream, trio.SocketStream) else None
         self._decoder = FrameDecoder(max(max_frame_size, MAX_RECEIVE_FRAME_SIZE))
         self._ids = itertools.count(1)
         self._pending: dict[int, _Slot] = {}
@@ -307,6 +316,8 @@ class Connection:
     async def _login(self, credentials: Credentials, timeout: float) -> None:
         """SCRAM-SHA-256 (wire/protocol/auth.py): prove the account's secret without
         sending it, and check the server's proof that it holds the account's verifier."""
+        from scramp import ScramException  # here: scramp is for secured clusters only
+
         client = credentials.scram_client()
         try:
             first = await self.call(AuthStart(message=client.get_client_first()), timeout=timeout)
@@ -397,22 +408,14 @@ class Connection:
         try:
             with trio.move_on_at(deadline):
                 if frames:
-                    async with self._send_lock:
-                        # Shielded: cancelling a caller (e.g. one of several long polls) must
-                        # not leave half a frame on a connection other requests share. Only
-                        # the request's own deadline interrupts a send, and that ends the
-                        # connection.
-                        sent = False
-                        for _, _, slot in slots:
-                            slot.written = True
-                        with trio.CancelScope(shield=True, deadline=deadline):
-                            try:
-                                await self._stream.send_all(b"".join(frames))
-                                sent = True
-                            except _IO_ERRORS as e:
-                                self._abort(f"send failed: {e}")
-                        if not sent:  # a partial frame may be on the wire: the stream is unusable
-                            self._abort(f"{op} could not be sent within {limit:g} s")
+                    data = b"".join(frames)
+                    if self._fd is not None:
+                        await self._write([slot for _, _, slot in slots], data, op, limit, deadline)
+                    else:
+                        async with self._send_lock:
+                            for _, _, slot in slots:
+                                slot.written = True
+                            await self._send_shielded(data, op, limit, deadline)
                 for _, _, slot in slots:
                     await slot.done.wait()
         finally:
@@ -421,6 +424,49 @@ class Connection:
         for index, _, slot in slots:
             answers[index] = self._answer(op, slot, limit)
         return answers  # type: ignore[return-value]  # every index was filled above
+
+    async def _send_shielded(self, data: bytes, op: str, limit: float | None, deadline: float) -> None:
+        """`data` through the stream, the send lock held. Shielded: cancelling a caller (e.g.
+        one of several long polls) must not leave half a frame on a connection other requests
+        share. Only the request's own deadline interrupts a send, and that ends the connection."""
+        sent = False
+        with trio.CancelScope(shield=True, deadline=deadline):
+            try:
+                await self._stream.send_all(data)
+                sent = True
+            except _IO_ERRORS as e:
+                self._abort(f"send failed: {e}")
+        if not sent:  # a partial frame may be on the wire: the stream is unusable
+            self._abort(f"{op} could not be sent within {limit:g} s")
+
+    async def _write(self, slots: Sequence[_Slot], data: bytes, op: str, limit: float | None,
+                     deadline: float) -> None:
+        """`data` (whole frames of `slots`) on a plain socket: when the send lock is free it is
+        taken without a scheduler pass and what the socket's buffer takes is written at once
+        (no await: nothing can cancel it halfway); the rest, or all of it when another task
+        holds the lock, goes as `_send_shielded` sends it."""
+        lock = self._send_lock
+        await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller sends nothing, as with lock.acquire
+        try:
+            lock.acquire_nowait()
+        except trio.WouldBlock:
+            await lock.acquire()
+        try:
+            for slot in slots:
+                slot.written = True
+            rest = data
+            if self._fd is not None and not self.closed:  # closed: the descriptor may be another's by now
+                try:
+                    rest = data[os.write(self._fd, data):]
+                except BlockingIOError:
+                    pass
+                except OSError as e:
+                    self._abort(f"send failed: {e}")
+                    return
+            if rest:
+                await self._send_shielded(rest, op, limit, deadline)
+        finally:
+            lock.release()
 
     def _answer(self, op: str, slot: _Slot, limit: float | None) -> dict[str, Any] | TidemqError:
         if slot.error is not None:
@@ -450,10 +496,12 @@ class Connection:
     async def _read_loop(self) -> None:
         reason = "closed by the peer"
         try:
+            size = SMALL_RECEIVE_SIZE
             while not self.closed:
-                data = await self._stream.receive_some(RECEIVE_SIZE)
+                data = await self._stream.receive_some(size)
                 if not data:
                     break
+                size = RECEIVE_SIZE if len(data) >= size else SMALL_RECEIVE_SIZE
                 for frame in self._decoder.feed(data):
                     request_id = frame.get("id")
                     slot = self._pending.get(request_id) if type(request_id) is int else None

@@ -10,11 +10,14 @@ shell history; it is never logged or put in an error (the repr hides it).
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import attrs
-from scramp import ScramClient
 
 from .protocol.auth import SCRAM_MECHANISM
+
+if TYPE_CHECKING:
+    from scramp import ScramClient
 
 __all__ = ["Credentials", "CredentialsError", "default_credentials", "read_secret_file", "set_default_credentials"]
 
@@ -29,6 +32,8 @@ class Credentials:
     secret: str = attrs.field(repr=False)
 
     def scram_client(self) -> ScramClient:
+        from scramp import ScramClient  # here: scramp (~60 ms) is for secured clusters only
+
         return ScramClient([SCRAM_MECHANISM], self.user, self.secret)
 
     @classmethod

@@ -170,9 +170,11 @@ def _decode_body(body: bytes) -> dict:
 def encode_frame(obj: Mapping[str, Any], *, max_frame_size: int | None = None) -> bytes:
     """One frame: length + CBOR map. With `max_frame_size`, a larger frame is a FrameError
     (the sender's own check, so it never emits what the peer would refuse)."""
-    if not isinstance(obj, Mapping):
-        raise TypeError(f"a frame holds a map, got {type(obj).__name__}")
-    body = cbor2.dumps(dict(obj))
+    if type(obj) is not dict:  # (a dict, the common case, skips the ABC check and the copy)
+        if not isinstance(obj, Mapping):
+            raise TypeError(f"a frame holds a map, got {type(obj).__name__}")
+        obj = dict(obj)
+    body = cbor2.dumps(obj)
     limit = max_frame_size if max_frame_size is not None else 2**32 - 1
     if len(body) > limit:
         raise FrameError(f"frame of {len(body)} bytes exceeds the limit {limit}")

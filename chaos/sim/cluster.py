@@ -45,6 +45,9 @@ SMALL_FILES = {
     "maxMessageSize": 64 * 1024,
     "maxHashSlotNum": 500,
     "maxIndexNum": 2000,
+    # a run's records stay in the first 1 MiB segment: every read checks the CRC, as reads of
+    # a sealed segment do (the `corrupt` fault strikes records durable long ago, chaos/sim/corrupt.py)
+    "checkCrcOnRead": "all",
 }
 
 

@@ -26,6 +26,9 @@ from node.tables.transactions import Ended, TransactionTable
 from store import runtime
 from store.flush import FlushedTime, GroupCommitService, try_flush
 from store.mapped_file_queue import MappedFileQueue
+from store.message import StoredMessage
+from store.reads import MessageReads
+from store.record_codec import RecordKind
 from store.transaction import HALF_TOPIC, Outcome, half_origin
 from wire.protocol import EndTransaction, Request
 
@@ -63,6 +66,9 @@ MUTATIONS = {
     "retry-fsync": "a failed CommitLog fdatasync is tried again and, when that one succeeds, believed "
                    "(GroupCommitService._flush_once), PostgreSQL's fsyncgate: the pages the failure lost are "
                    "counted flushed and their puts answered PUT_OK (storage faults: --storage, fsync_error)",
+    "skip-crc": "reads trust CommitLog records without checking their body CRC (MessageReads.look_message_by_offset "
+                "decodes as before issue 45's corrupt): a record whose sector flipped bits is served as good "
+                "(storage faults: --storage, corrupt)",
 }
 
 
@@ -138,6 +144,15 @@ def _claim_written(self: FlushedTime, queue: MappedFileQueue) -> None:
         self.checkpoint.flush()
 
 
+def _trust_records(self: MessageReads, commitlog_offset: int, size: int | None = None) -> StoredMessage | None:
+    decoded = self.commit_log.read_record(commitlog_offset)
+    if decoded is None or decoded.kind is not RecordKind.MESSAGE:
+        return None
+    if size is not None and decoded.size != size:
+        return None
+    return decoded.message
+
+
 def _end_keeps_open(self: TransactionTable, origin: int, ended: Ended) -> None:
     self.ended[origin] = ended
 
@@ -167,6 +182,7 @@ def mutated(name: str | None) -> Iterator[None]:
         "skip-fsync": [(GroupCommitService, "_flush_once", _flush_unsynced)],
         "trust-checkpoint": [(FlushedTime, "note", _claim_written)],
         "retry-fsync": [(GroupCommitService, "_flush_once", _retry_until_believed)],
+        "skip-crc": [(MessageReads, "look_message_by_offset", _trust_records)],
     }
     if name == "commit-twice":  # a handler in the dispatch table, not a method
         handler = dispatch.HANDLERS[EndTransaction]

@@ -24,17 +24,20 @@ blocking file operation of the node (flushes) takes `amount` s longer; promote: 
 slave the group's master (Admin.promote), as an operator would (manual mode only);
 etcd_down: no node reaches etcd for `duration` (etcd mode only)."""
 
-STORAGE_KINDS = ("power_loss", "power_loss_group", "fsync_error", "disk_full")
+STORAGE_KINDS = ("power_loss", "power_loss_group", "fsync_error", "disk_full", "corrupt")
 """Drawn only with `storage` (chaos/sim/disk.py): power_loss: the node's host loses power,
 every byte it had not made durable is gone (pages survive or not, the last may be torn) and
 it restarts after `duration`; power_loss_group: every node of the group at once;
 fsync_error: the node's next CommitLog fdatasync fails (EIO), and `duration` later the
 operator restarts its process (chaos/sim/fsync.py); disk_full: the node's disk reports 99 %
-used for `duration` (at least one cleanup interval), then its usual 50 % (disk.py)."""
+used for `duration` (at least one cleanup interval), then its usual 50 % (disk.py); corrupt:
+bits flip in a sector of a record of the node's CommitLog durable long ago, a read meets it,
+and after `duration` a slave is restarted by the operator (chaos/sim/corrupt.py)."""
 STORAGE_SHARE = 0.5  # with `storage`: the share of kill, pause and slow_disk faults that become power losses
 GROUP_SHARE = 0.25  # of those: the share that cut the whole group
 FSYNC_SHARE = 0.5  # with `storage`: the share of the slow_disk faults left that become fsync errors
 DISK_FULL_SHARE = 0.5  # with `storage`: the share of the pause faults left that become full disks
+CORRUPT_SHARE = 0.5  # with `storage`: the share of the kill faults left that become corrupt sectors
 
 
 @attrs.frozen
@@ -63,6 +66,8 @@ class Fault:
                 "power_loss_group": f"cut the power of every node{of or ' of the group'} for {self.duration:.2f} s",
                 "fsync_error": f"fail {target}'s next CommitLog fsync (EIO), restart it after {self.duration:.2f} s",
                 "disk_full": f"fill {target}'s disk for {self.duration:.2f} s",
+                "corrupt": f"flip bits in a sealed CommitLog sector of {target}, restart it after "
+                           f"{self.duration:.2f} s if a slave",
                 }[self.kind]
         return f"t={self.at:.2f} {what}"
 
@@ -121,7 +126,7 @@ def draw(seed: int, *, faults: tuple[int, int] = (3, 6), sends: int = 500, etcd:
         out.append(Fault("promote", when, group=rng.randrange(groups) if groups > 1 else 0))
     out.sort(key=lambda f: f.at)
     if storage:
-        out = _full_disks(seed, _fsync_errors(seed, _power_losses(seed, out)))
+        out = _corruptions(seed, _full_disks(seed, _fsync_errors(seed, _power_losses(seed, out))))
     return Schedule(seed, tuple(out), sends, round(span, 3))
 
 
@@ -151,4 +156,12 @@ def _full_disks(seed: int, faults: list[Fault]) -> list[Fault]:
     moment, from a stream of their own (the other storage faults drawn stay as they were)."""
     rng = random.Random(f"disk full {seed}")
     return [attrs.evolve(f, kind="disk_full") if f.kind == "pause" and rng.random() < DISK_FULL_SHARE
+            else f for f in faults]
+
+
+def _corruptions(seed: int, faults: list[Fault]) -> list[Fault]:
+    """Turn some kill faults that stayed one into corrupt sectors of the same node at the same
+    moment, from a stream of their own (the other storage faults drawn stay as they were)."""
+    rng = random.Random(f"corrupt {seed}")
+    return [attrs.evolve(f, kind="corrupt") if f.kind == "kill" and rng.random() < CORRUPT_SHARE
             else f for f in faults]

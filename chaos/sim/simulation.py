@@ -19,6 +19,7 @@ from wire.client import BadRequest, TidemqError, connect
 from wire.protocol import TopicCreate
 
 from .cluster import CLIENT_HOST, NAMESRV_ADDRESS, SimCluster, SimGroup, SimNode
+from .corrupt import Corruptions
 from .disk import SimDisk
 from .disk_full import FullDisks
 from .etcd_link import ETCD_HOST
@@ -80,6 +81,7 @@ class Simulation:
         self.power = PowerLosses(schedule.seed, self.history, self.log, self.observed, self._restart)
         self.fsync = FsyncErrors(self.history, self.log, self.observed, self._restart)
         self.full_disks = FullDisks(self.log)
+        self.corruptions = Corruptions(schedule.seed, self.log, self.observed, self.network, self._restart)
         if storage or any(f.kind in STORAGE_KINDS for f in schedule.faults):  # model what each node's files made durable (disk.py), for the power losses
             for node in self.cluster.nodes:
                 node.disk = SimDisk(node.root)
@@ -196,6 +198,9 @@ class Simulation:
             return
         if fault.kind == "fsync_error":
             await self.fsync.strike(fault, group.role_node(fault.target))
+            return
+        if fault.kind == "corrupt":
+            await self.corruptions.strike(fault, group.role_node(fault.target))
             return
         if fault.kind in ("power_loss", "power_loss_group"):
             nodes = group.nodes if fault.kind == "power_loss_group" else [group.role_node(fault.target)]
@@ -378,6 +383,7 @@ class Simulation:
         """The judge's findings (judge.py), then the verdict's lines in the event log."""
         self.violations.extend(self.power.violations)
         self.violations.extend(self.fsync.judge(self.flush))
+        self.violations.extend(self.corruptions.violations)
         self.violations.extend(judge(self.load, self.observed, replication=self.replication, flush=self.flush))
         self.violations.extend(self.tx_violations)
         if self.orderly is not None:

@@ -61,7 +61,7 @@ def _cmd_namesrv_start(args: argparse.Namespace) -> int:
     import attrs
 
     from node.config import ConfigError
-    from node.metrics.endpoint import MetricsError
+    from node.metrics import MetricsError
     from node.security.acl import AclError
     from wire.tls import TlsError
 

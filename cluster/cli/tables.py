@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-from rich.progress_bar import ProgressBar
-from rich.table import Table
-from rich.text import Text
 
 from wire.protocol import StatusReply, WireControllerView
+
+if TYPE_CHECKING:  # rich is imported where a table is drawn: `send` and `consume` draw none
+    from rich.table import Table
 
 __all__ = ["BrokerRow", "broker_table", "cell", "rows_table", "size", "timestamp"]
 
@@ -85,6 +85,9 @@ def timestamp(ms: int | None) -> str:
 def rows_table(rows: Sequence[Mapping[str, Any]], title: str) -> Table:
     """One row per map, its keys the columns (of the first row; `_` shown as a space); a
     column of numbers is right-aligned. Cells are plain text, never rich markup."""
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(title=title, title_justify="left")
     columns = list(rows[0]) if rows else []
     for column in columns:
@@ -115,7 +118,8 @@ def _lag_seconds(row: BrokerRow, master: BrokerRow | None, slaves: list[BrokerRo
 def _ha_note(answer: StatusReply) -> str:
     ha = answer.ha
     flags = ", ".join(answer.running_flags + (["FENCED"] if answer.fenced else [])
-                      + (["REPLICATION REFUSED"] if answer.replication_refused else []))
+                      + (["REPLICATION REFUSED"] if answer.replication_refused else [])
+                      + [f"DAMAGED [{d['start']}, {d['end']})" for d in answer.damaged])
     if ha.slaves is not None:
         note = f"{len(ha.slaves)} slave(s)" if ha.slaves else "no slave"
     elif ha.client is not None:
@@ -136,6 +140,9 @@ def _catch_up(row: BrokerRow, master: BrokerRow | None) -> Any:
     # newest segment) to the master's end
     start = min(max(row.answer.min_phy_offset, 0), own)
     total, done = target - start, own - start
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+
     bar = Table.grid(padding=(0, 1))
     bar.add_row(ProgressBar(total=total, completed=done, width=12), f"{done / total:.0%}",
                 f"{size(target - own)} behind")
@@ -191,6 +198,9 @@ def broker_table(rows: Iterable[BrokerRow], title: str, *, processes: bool = Fal
     """The table, ordered by group then brokerId; `processes` adds node, pid, state and
     catch-up columns (cluster status)."""
     rows = sorted(rows, key=lambda r: (r.group, r.broker_id if r.broker_id is not None else 1 << 30, r.node or ""))
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(title=title, title_justify="left")
     columns = ["group", "id", "role", "address", "epoch", "max offset", "lag", "lag s", "disk",
                "put/s", "get/s", "notes"]

@@ -19,8 +19,11 @@ from wire.client import (
 from wire.options import ConnectKeywords, ConnectOptions
 from wire.protocol import (
     INT64_MAX,
+    AclChangeReply,
     AclList,
     AclListReply,
+    AclPut,
+    AclRemove,
     BrokerConfigReply,
     BrokerConfigUpdateReply,
     BrokerWritePerm,
@@ -295,6 +298,38 @@ class Admin(_Client):
             except (*UNREACHABLE, ServiceUnavailable) as e:
                 errors.append(e)
         raise errors[-1]
+
+    async def acl_put(self, access_key: str, *, scram: str | None = None, admin: bool = False,
+                      default_topic_perm: str = "DENY", default_group_perm: str = "DENY",
+                      topic_perms: Sequence[str] = (), group_perms: Sequence[str] = (),
+                      white_remote_address: Sequence[str] = ()) -> tuple[dict[str, bool], dict[str, str]]:
+        """Add or replace an account in every broker's ACL file (admin-only), one broker
+        after another: brokers may share one file, which then changes once and stays the
+        same. `scram` is a verifier (node/security/acl.py make_verifier), never a secret;
+        None keeps the account's. Returns (broker → whether it had the account, broker →
+        why it was not reached); a refusal (a bad permission, a new account without a
+        verifier) raises at the first broker, before any file changed."""
+        request = AclPut(access_key=access_key, scram=scram, admin=admin, default_topic_perm=default_topic_perm,
+                         default_group_perm=default_group_perm, topic_perms=list(topic_perms),
+                         group_perms=list(group_perms), white_remote_address=list(white_remote_address))
+        return await self._acl_change(request)
+
+    async def acl_remove(self, access_key: str) -> tuple[dict[str, bool], dict[str, str]]:
+        """Remove an account from every broker's ACL file (admin-only); as `acl_put`."""
+        return await self._acl_change(AclRemove(access_key=access_key))
+
+    async def _acl_change(self, request: AclPut | AclRemove) -> tuple[dict[str, bool], dict[str, str]]:
+        done: dict[str, bool] = {}
+        missed: dict[str, str] = {}
+        for broker in await self.brokers():
+            name = f"{broker.broker_name}/{broker.broker_id}"
+            try:
+                answer: AclChangeReply = await self.pool.call(broker.address, request)
+            except (*UNREACHABLE, ServiceUnavailable) as e:
+                missed[name] = str(e)
+                continue
+            done[name] = answer.existed
+        return done, missed
 
     async def topic_status(self, topic: str) -> list[dict[str, Any]]:
         """Per queue of the topic on each group serving it (its master, else a slave):

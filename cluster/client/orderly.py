@@ -32,15 +32,14 @@ Producers keep a key's messages in one queue with `sharding_key` (cluster/client
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal, Unpack
 
 import attrs
 import trio
 
-from wire.client import ConnectionLost, ServiceUnavailable, TidemqError, block_nursery
+from wire.client import ConnectionLost, ServiceUnavailable, TidemqError
 from wire.options import ConnectKeywords, ConnectOptions
 from wire.protocol import (
     CLIENT_LOCK_LIFE_MS,
@@ -51,10 +50,12 @@ from wire.protocol import (
     LockReply,
     SendBackReply,
 )
+from wire.protocol.trace import ConsumeReturn
 
-from .base import CLIENT_OPTIONS, ROUTE_TTL_S, ReceivedMessage, _LifeCycle
+from .base import CLIENT_OPTIONS, ROUTE_TTL_S, ReceivedMessage
 from .consumer import PullConsumer
-from .push_consumer import MAX_RECONSUME_TIMES, ConsumerStats, run_until_done
+from .push_consumer import MAX_RECONSUME_TIMES, run_until_done
+from .queue_member import ConsumerStats, Handler, QueueMember, QueueTask, call_handler, check_limits
 from .rebalance import HEARTBEAT_INTERVAL_S, REBALANCE_INTERVAL_S, RebalanceService
 from .routing import UNREACHABLE, MessageQueue
 
@@ -62,7 +63,6 @@ log = logging.getLogger("tidemq.client")
 
 __all__ = ["LOCK_INTERVAL_S", "SUSPEND_S", "OrderlyConsumer", "consume_orderly"]
 
-Handler = Callable[[ReceivedMessage], Awaitable[Any] | Any]
 LOCK_INTERVAL_S = 20.0
 """RocketMQ's rocketmq.client.rebalance.lockInterval: leases are renewed this often."""
 CLIENT_LOCK_LIFE_S = CLIENT_LOCK_LIFE_MS / 1000
@@ -140,18 +140,10 @@ class LeasedRebalance(RebalanceService):
             self.trigger()
 
 
-@attrs.define(eq=False)
-class _QueueTask:
-    consumer: PullConsumer
-    queue: MessageQueue
-    stopping: bool = False
-    scope: trio.CancelScope | None = None
-    committed: int | None = None
-    done: trio.Event = attrs.field(factory=trio.Event)
-
-
-class OrderlyConsumer(_LifeCycle):
+class OrderlyConsumer(QueueMember):
     """See the module docstring. `brokers` instead of `namesrv` works too (no name server)."""
+
+    rebalance: LeasedRebalance
 
     def __init__(
         self,
@@ -176,27 +168,17 @@ class OrderlyConsumer(_LifeCycle):
         options: ConnectOptions | None = None,
         **connection: Unpack[ConnectKeywords],
     ) -> None:
-        if max_messages is not None and max_messages < 1:
-            raise ValueError(f"max_messages must be >= 1, got {max_messages}")
-        if max_reconsume_times < 0:
-            raise ValueError(f"max_reconsume_times must be >= 0, got {max_reconsume_times}")
+        check_limits(max_messages, max_reconsume_times)
         if not 0 < lock_interval_s < CLIENT_LOCK_LIFE_S:
             raise ValueError(f"lock_interval_s must be > 0 and < {CLIENT_LOCK_LIFE_S} (the lease), got "
                              f"{lock_interval_s}")
-        self.group = group
-        self.topic = topic
-        self.handler = handler
+        super().__init__(group, topic, handler, max_messages)
         self.max_reconsume_times = max_reconsume_times
         self.suspend_s = suspend_s
+        self.retry_pause_s = suspend_s
         self.lock_interval_s = lock_interval_s
         self.batch = batch
         self.poll_ms = poll_ms
-        self.stats = ConsumerStats()
-        self.max_messages = max_messages
-        self.finished = trio.Event()
-        """Set once `max_messages` messages were consumed (never without a limit)."""
-        self.last_message_at = 0.0
-        self._taken = 0
         self.options = ConnectOptions.of(options, connection, CLIENT_OPTIONS)
         self._main = PullConsumer(namesrv, brokers, group=group, topic=topic, tag_filter=tag_filter, start=start,
                                   route_ttl_s=route_ttl_s, options=self.options)
@@ -204,112 +186,29 @@ class OrderlyConsumer(_LifeCycle):
             group, [self._main], acquire=self._acquire, release=self._release, client_id=client_id,
             heartbeat_interval_s=heartbeat_interval_s, rebalance_interval_s=rebalance_interval_s,
         )
-        self._tasks: dict[MessageQueue, _QueueTask] = {}
-        self._nursery: trio.Nursery | None = None
-
-    @property
-    def client_id(self) -> str:
-        return self.rebalance.client_id
-
-    @property
-    def owned(self) -> set[MessageQueue]:
-        """The queues this member holds (each under a lease it may be renewing)."""
-        return self.rebalance.owned
-
-    async def check_topic(self) -> None:
-        """Raise NotFound (no route) or ConnectionLost (no name server) for the topic."""
-        await self._main.route(self.topic)
 
     @contextlib.asynccontextmanager
     async def _running(self) -> AsyncIterator[None]:
-        """The topic's client, then the queue tasks' nursery with the rebalance service and
-        the lease renewal; on the way out every queue is committed and unlocked."""
-        async with self._main, block_nursery() as nursery:
-            self._nursery = nursery
-            await nursery.start(self.rebalance.run)
+        """The topic's client, then the queue tasks with the lease renewal beside them; on
+        the way out every queue is committed and unlocked."""
+        async with self._main, self._queue_tasks() as nursery:
             nursery.start_soon(self._renew_loop)
-            try:
-                yield
-            finally:
-                with trio.CancelScope(shield=True):
-                    await self.rebalance.close()
-                nursery.cancel_scope.cancel()
-                self._nursery = None
+            yield
 
     async def _renew_loop(self) -> None:
         while True:
             await trio.sleep(self.lock_interval_s)
             await self.rebalance.renew()
 
-    async def _acquire(self, consumer: PullConsumer, queue: MessageQueue) -> None:
-        consumer.forget(queue)  # start from the offset the previous owner committed
-        task = _QueueTask(consumer, queue)
-        self._tasks[queue] = task
-        assert self._nursery is not None
-        self._nursery.start_soon(self._consume_queue, task)
+    # ---- consuming (QueueMember runs the queue tasks) -------------------------------------
 
-    async def _release(self, consumer: PullConsumer, queue: MessageQueue) -> None:
-        task = self._tasks.pop(queue, None)
-        if task is None:
-            return
-        task.stopping = True
-        if task.scope is not None:
-            task.scope.cancel()
-        await task.done.wait()  # the task commits before it ends
-        consumer.forget(queue)
+    def _may_pull(self, task: QueueTask) -> bool:
+        return self.rebalance.leased(task.queue)  # renewal failing: wait for it (or the release)
 
-    # ---- consuming ----------------------------------------------------------------------
-
-    async def _consume_queue(self, task: _QueueTask) -> None:
-        """The queue's only consumer in this member: pull, handle in order, commit."""
-        consumer, queue = task.consumer, task.queue
-        try:
-            while not task.stopping:
-                if not self.rebalance.leased(queue):  # renewal failing: wait for it (or the release)
-                    await self._pause(task, self.suspend_s)
-                    continue
-                try:
-                    with trio.CancelScope() as scope:
-                        task.scope = scope
-                        result = await consumer.pull(queue, self.batch, timeout_ms=self.poll_ms)
-                    task.scope = None
-                    if scope.cancelled_caught:
-                        break
-                except TidemqError as e:
-                    task.scope = None
-                    log.info("pull of %s failed: %s", queue, e)
-                    await self._pause(task, self.suspend_s)
-                    continue
-                for msg in result.messages:
-                    if not await self._consume(task, msg):
-                        consumer.seek(queue, msg.queue_offset)  # not consumed: read it again
-                        break
-                await self._commit(task)
-        finally:
-            with trio.CancelScope(shield=True):
-                await self._commit(task)
-            task.done.set()
-
-    async def _commit(self, task: _QueueTask) -> None:
-        position = task.consumer.position(task.queue)
-        if position is None or position == task.committed:
-            return
-        try:
-            if await task.consumer.commit(task.queue, position):
-                task.committed = position
-        except TidemqError as e:
-            log.warning("commit of %s=%d failed: %s", task.queue, position, e)
-
-    async def _pause(self, task: _QueueTask, seconds: float) -> None:
-        with trio.CancelScope() as scope:
-            task.scope = scope
-            await trio.sleep(seconds)
-        task.scope = None
-
-    def _may_consume(self, task: _QueueTask) -> bool:
+    def _may_consume(self, task: QueueTask) -> bool:
         return not task.stopping and self.rebalance.leased(task.queue)
 
-    async def _consume(self, task: _QueueTask, msg: ReceivedMessage) -> bool:
+    async def _consume(self, task: QueueTask, msg: ReceivedMessage) -> bool:
         """Handle one message until it is consumed or dead-lettered, retrying in place;
         False when the queue must stop first (released, or its lease not renewed)."""
         if self.max_messages is not None and self._taken >= self.max_messages:
@@ -324,10 +223,8 @@ class OrderlyConsumer(_LifeCycle):
                 self._taken -= 1  # it comes again
                 return False
             self.last_message_at = trio.current_time()
-            if await self._call_handler(attrs.evolve(msg, reconsume_times=attempts)):
-                self.stats.consumed += 1
-                if self.max_messages is not None and self.stats.consumed >= self.max_messages:
-                    self.finished.set()
+            if await call_handler(self.handler, attrs.evolve(msg, reconsume_times=attempts)) is ConsumeReturn.SUCCESS:
+                self._consumed()
                 return True
             self.stats.failed += 1
             if attempts - msg.reconsume_times >= self.max_reconsume_times:
@@ -336,7 +233,7 @@ class OrderlyConsumer(_LifeCycle):
             self.stats.retried += 1
             await self._pause(task, self.suspend_s)  # SUSPEND_CURRENT_QUEUE_A_MOMENT
 
-    async def _dead_letter(self, task: _QueueTask, msg: ReceivedMessage) -> bool:
+    async def _dead_letter(self, task: QueueTask, msg: ReceivedMessage) -> bool:
         """Move a message that failed every retry to the DLQ; until its master takes it the
         queue waits (False when the queue must stop meanwhile)."""
         assert msg.broker_name is not None
@@ -358,17 +255,6 @@ class OrderlyConsumer(_LifeCycle):
             self.stats.dead += 1
             log.warning("%s gave up after %d retries: moved to %s", msg.msg_id, self.max_reconsume_times, reply.topic)
             return True
-
-    async def _call_handler(self, msg: ReceivedMessage) -> bool:
-        try:
-            result = self.handler(msg)
-            if inspect.isawaitable(result):
-                result = await result
-        except Exception:
-            log.warning("handler failed on %s (%s:%d, reconsume %d)", msg.msg_id, msg.topic, msg.queue_offset,
-                        msg.reconsume_times, exc_info=True)
-            return False
-        return result is not False
 
 
 async def consume_orderly(

@@ -44,6 +44,7 @@ from .base import (
     ROUTE_TTL_S,
     OutgoingMessage,
     SendResult,
+    _body,
     _Client,
     _with_message,
 )
@@ -72,11 +73,23 @@ latency fault tolerance, with the route refreshed)."""
 # ---------------------------------------------------------------- Producer
 
 
-@attrs.define
+@attrs.frozen
 class _Target:
     broker_name: str | None
     address: str
     queue_id: int | None
+
+
+@attrs.frozen
+class _Plan:
+    """A route's candidate queues for one (topic, queue_id, broker_name), worked out once
+    per route fetched rather than on every send: `targets` are the candidates as sends go
+    to them, `alive` whether the route lists every candidate's master alive."""
+
+    route: TopicRoute
+    candidates: list[tuple[GroupRoute, int]]
+    targets: tuple[_Target, ...]
+    alive: bool
 
 
 class Producer(_Client):
@@ -150,6 +163,7 @@ class Producer(_Client):
         self._down_until: dict[str, float] = {}
         self._creating: dict[str, float] = {}  # topic → until when it is sent without a route
         self._masters: tuple[float, list[BrokerInfo]] | None = None
+        self._plans: dict[tuple[str, int | None, str | None], _Plan] = {}
         self.tracer = trace_dispatcher(namesrv, brokers, self.options, trace_topic) if enable_msg_trace else None
 
     @contextlib.asynccontextmanager
@@ -185,9 +199,8 @@ class Producer(_Client):
         `queue_id` (optionally with `broker_name`) pins the queue; `sharding_key` lets the
         `queue_selector` pick it, the same queue for every message of the key (ordered
         sends: retries stay on that queue, and the send fails while its group has no master)."""
-        m = OutgoingMessage(body, tags, tuple(keys), properties).to_request()
-        request = Send(topic=topic, body=m.body, tags=m.tags, keys=m.keys, properties=m.properties,
-                       flag=m.flag, wait=wait)
+        request = Send(topic=topic, body=_body(body), tags=tags, keys=list(keys), properties=dict(properties or {}),
+                       wait=wait)
         if sharding_key is not None:
             if queue_id is not None or broker_name is not None:
                 raise ValueError("sharding_key picks the queue: it goes without queue_id and broker_name")
@@ -195,7 +208,7 @@ class Producer(_Client):
             broker_name, queue_id = queue.broker_name, queue.queue_id
         started_ms, started = now_ms(), time.monotonic()
         result = await self._send(request, queue_id, broker_name)
-        self._trace_pub(topic, [m], [result.msg_id], result, started_ms, started)
+        self._trace_pub(topic, [request], [result.msg_id], result, started_ms, started)
         return result
 
     async def select_queue(self, topic: str, sharding_key: str) -> MessageQueue:
@@ -337,7 +350,7 @@ class Producer(_Client):
             self._trace_pub(topic, chunk, result.msg_ids, result, started_ms, started)
         return results
 
-    def _trace_pub(self, topic: str, messages: Sequence[BatchMessage], msg_ids: Sequence[str], result: SendResult,
+    def _trace_pub(self, topic: str, messages: Sequence[BatchMessage | Send], msg_ids: Sequence[str], result: SendResult,
                    started_ms: int, started: float) -> None:
         """Pub records of a send's stored messages (with msg_trace on), the cost shared
         among them as RocketMQ shares a batch's."""
@@ -431,7 +444,13 @@ class Producer(_Client):
             # which creates the topic, so a new topic ends up on every group
             self._creating[topic] = now + self.route_ttl_s
             return await self._select_without_route(topic, queue_id, broker_name, failed)
-        candidates = self._candidates(route, queue_id, broker_name)
+        plan = self._plan(topic, route, queue_id, broker_name)
+        if plan.targets and plan.alive and not failed and not (
+                self._down_until and any(self._down_until.get(t.address, 0) > now for t in plan.targets)):
+            # no master is avoided and none failed this send: every candidate ranks best
+            # (what the ranking below would find, without the work per send)
+            return plan.targets[next(self._counter(topic)) % len(plan.targets)]
+        candidates = plan.candidates
         if not candidates or (self.route_age(topic) >= ROUTE_RECHECK_S
                               and any(self._avoided(g.master, now) for g, _ in candidates)):
             route = await self.route(topic, refresh=True)
@@ -456,6 +475,17 @@ class Producer(_Client):
         group, qid = usable[next(self._counter(topic)) % len(usable)]
         assert group.master is not None
         return _Target(group.broker_name, group.master.address, qid)
+
+    def _plan(self, topic: str, route: TopicRoute, queue_id: int | None, broker_name: str | None) -> _Plan:
+        """The candidates of `route` for a send, cached until the topic's route changes."""
+        key = (topic, queue_id, broker_name)
+        plan = self._plans.get(key)
+        if plan is None or plan.route is not route:
+            candidates = self._candidates(route, queue_id, broker_name)
+            targets = tuple(_Target(g.broker_name, g.master.address, q) for g, q in candidates if g.master)
+            plan = self._plans[key] = _Plan(route, candidates, targets,
+                                            all(g.master is not None and g.master.alive for g, _ in candidates))
+        return plan
 
     def _counter(self, topic: str) -> itertools.count:
         """The topic's round-robin position, first drawn at random (RocketMQ's

@@ -31,58 +31,35 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal, Protocol, Unpack
 
 import attrs
 import trio
 
 from store.properties import PROPERTY_RETRY_TOPIC
-from wire.client import NoPermission, ServiceUnavailable, TidemqError, block_nursery
+from wire.client import ServiceUnavailable, TidemqError
 from wire.options import ConnectKeywords, ConnectOptions
 from wire.protocol import ConsumerSendBack, SendBackReply
 from wire.protocol.trace import ConsumeReturn
 
-from .base import CLIENT_OPTIONS, ROUTE_TTL_S, ReceivedMessage, _LifeCycle
+from .base import CLIENT_OPTIONS, ROUTE_TTL_S, ReceivedMessage
 from .consumer import PullConsumer
+from .queue_member import ConsumerStats, Handler, QueueMember, QueueTask, call_handler, check_limits
 from .rebalance import HEARTBEAT_INTERVAL_S, REBALANCE_INTERVAL_S, RebalanceService
-from .routing import UNREACHABLE, MessageQueue
+from .routing import UNREACHABLE
 from .trace import consume_begins, trace_dispatcher, tracing
 
 log = logging.getLogger("tidemq.client")
 
 __all__ = ["Consumer", "ConsumerStats", "Handler", "consume_as_member"]
 
-Handler = Callable[[ReceivedMessage], Awaitable[Any] | Any]
 MAX_RECONSUME_TIMES = 16
 RETRY_PREFIX = "%RETRY%"
 
 
-@attrs.define
-class ConsumerStats:
-    consumed: int = 0
-    """Handler calls that returned normally."""
-    failed: int = 0
-    """Handler calls that raised or returned False."""
-    retried: int = 0
-    """Messages sent back to the retry topic."""
-    dead: int = 0
-    """Messages sent to the DLQ."""
-
-
-@attrs.define(eq=False)
-class _QueueTask:
-    consumer: PullConsumer
-    queue: MessageQueue
-    stopping: bool = False
-    pull_scope: trio.CancelScope | None = None
-    committed: int | None = None
-    done: trio.Event = attrs.field(factory=trio.Event)
-
-
-class Consumer(_LifeCycle):
+class Consumer(QueueMember):
     """See the module docstring. `brokers` instead of `namesrv` works too (no name server)."""
 
     def __init__(
@@ -111,23 +88,13 @@ class Consumer(_LifeCycle):
         options: ConnectOptions | None = None,
         **connection: Unpack[ConnectKeywords],
     ) -> None:
-        if max_messages is not None and max_messages < 1:
-            raise ValueError(f"max_messages must be >= 1, got {max_messages}")
-        if max_reconsume_times < 0:
-            raise ValueError(f"max_reconsume_times must be >= 0, got {max_reconsume_times}")
-        self.group = group
-        self.topic = topic
-        self.handler = handler
+        check_limits(max_messages, max_reconsume_times)
+        super().__init__(group, topic, handler, max_messages)
         self.max_reconsume_times = max_reconsume_times
         self.batch = batch
         self.poll_ms = poll_ms
         self.local_retry_s = local_retry_s
-        self.stats = ConsumerStats()
-        self.max_messages = max_messages
-        self.finished = trio.Event()
-        """Set once `max_messages` messages were consumed (never without a limit)."""
-        self.last_message_at = 0.0  # trio clock of the last message handed to the handler
-        self._taken = 0
+        self.retry_pause_s = local_retry_s
         self.options = ConnectOptions.of(options, connection, CLIENT_OPTIONS)
         pull_consumer = functools.partial(PullConsumer, namesrv, brokers, group=group, start=start,
                                           route_ttl_s=route_ttl_s, master_retry_max_s=master_retry_max_s,
@@ -139,108 +106,21 @@ class Consumer(_LifeCycle):
             client_id=client_id, heartbeat_interval_s=heartbeat_interval_s,
             rebalance_interval_s=rebalance_interval_s,
         )
-        self._tasks: dict[MessageQueue, _QueueTask] = {}
-        self._nursery: trio.Nursery | None = None
         self.tracer = trace_dispatcher(namesrv, brokers, self.options, trace_topic) if enable_msg_trace else None
-
-    @property
-    def client_id(self) -> str:
-        return self.rebalance.client_id
-
-    @property
-    def owned(self) -> set[MessageQueue]:
-        """The queues (of the topic and the retry topic) this member consumes now."""
-        return self.rebalance.owned
 
     def reading_from_slave(self, broker_name: str) -> bool:
         """Whether the topic's queues of `broker_name` are read from a slave right now."""
         return self._main.reading_from_slave(broker_name)
 
-    async def check_topic(self) -> None:
-        """Raise NotFound (no route) or ConnectionLost (no name server) for the topic."""
-        await self._main.route(self.topic)
-
     @contextlib.asynccontextmanager
     async def _running(self) -> AsyncIterator[None]:
-        """The topic's client, the retry topic's, then the queue tasks' nursery with the
-        rebalance service (left in the reverse order). On the way out every queue is
-        released (committed) and the member unregistered before the tasks are cancelled."""
-        async with tracing(self.tracer), self._main, self._retry, block_nursery() as nursery:
-            self._nursery = nursery
-            await nursery.start(self.rebalance.run)
-            try:
-                yield
-            finally:
-                with trio.CancelScope(shield=True):
-                    await self.rebalance.close()
-                nursery.cancel_scope.cancel()
-                self._nursery = None
+        """The topic's client, the retry topic's, then the queue tasks (left in the reverse order)."""
+        async with tracing(self.tracer), self._main, self._retry, self._queue_tasks():
+            yield
 
-    # ---- queue ownership (RebalanceService callbacks) -----------------------------------
+    # ---- consuming (QueueMember runs the queue tasks) -------------------------------------
 
-    async def _acquire(self, consumer: PullConsumer, queue: MessageQueue) -> None:
-        consumer.forget(queue)  # start from the offset the previous owner committed
-        task = _QueueTask(consumer, queue)
-        self._tasks[queue] = task
-        assert self._nursery is not None
-        self._nursery.start_soon(self._consume_queue, task)
-
-    async def _release(self, consumer: PullConsumer, queue: MessageQueue) -> None:
-        task = self._tasks.pop(queue, None)
-        if task is None:
-            return
-        task.stopping = True
-        if task.pull_scope is not None:
-            task.pull_scope.cancel()
-        await task.done.wait()  # the task commits before it ends
-        consumer.forget(queue)
-
-    # ---- consuming ----------------------------------------------------------------------
-
-    async def _consume_queue(self, task: _QueueTask) -> None:
-        consumer, queue = task.consumer, task.queue
-        try:
-            while not task.stopping:
-                try:
-                    with trio.CancelScope() as scope:
-                        task.pull_scope = scope
-                        result = await consumer.pull(queue, self.batch, timeout_ms=self.poll_ms)
-                    task.pull_scope = None
-                    if scope.cancelled_caught:
-                        break
-                except TidemqError as e:
-                    task.pull_scope = None
-                    (log.warning if isinstance(e, NoPermission) else log.info)("pull of %s failed: %s", queue, e)
-                    await self._pause(task, self.local_retry_s)
-                    continue
-                for msg in result.messages:
-                    if not await self._consume(task, msg):
-                        consumer.seek(queue, msg.queue_offset)  # stopped before it was consumed
-                        break
-                await self._commit(task)
-        finally:
-            with trio.CancelScope(shield=True):
-                await self._commit(task)
-            task.done.set()
-
-    async def _commit(self, task: _QueueTask) -> None:
-        """Commit the queue's position when it moved since the last commit."""
-        position = task.consumer.position(task.queue)
-        if position is None or position == task.committed:
-            return
-        try:
-            if await task.consumer.commit(task.queue, position):
-                task.committed = position
-        except TidemqError as e:
-            log.warning("commit of %s=%d failed: %s", task.queue, position, e)
-
-    async def _pause(self, task: _QueueTask, seconds: float) -> None:
-        with trio.CancelScope() as scope:
-            task.pull_scope = scope
-            await trio.sleep(seconds)
-        task.pull_scope = None
-
-    async def _consume(self, task: _QueueTask, msg: ReceivedMessage) -> bool:
+    async def _consume(self, task: QueueTask, msg: ReceivedMessage) -> bool:
         """Handle one message until it is consumed or sent back; False when the queue is
         being released first (the message stays unconsumed)."""
         shown = msg
@@ -255,12 +135,10 @@ class Consumer(_LifeCycle):
         self.last_message_at = trio.current_time()
         while True:
             ended = consume_begins(self.tracer, self.group, msg)
-            how = await self._call_handler(shown)
+            how = await call_handler(self.handler, shown)
             ended(how)
             if how is ConsumeReturn.SUCCESS:
-                self.stats.consumed += 1
-                if self.max_messages is not None and self.stats.consumed >= self.max_messages:
-                    self.finished.set()
+                self._consumed()
                 return True
             self.stats.failed += 1
             if await self._send_back(task.consumer, msg):
@@ -270,18 +148,6 @@ class Consumer(_LifeCycle):
             await self._pause(task, self.local_retry_s)
             if task.stopping:
                 return False
-
-    async def _call_handler(self, msg: ReceivedMessage) -> ConsumeReturn:
-        """SUCCESS, FAILED (it returned False) or EXCEPTION (it raised)."""
-        try:
-            result = self.handler(msg)
-            if inspect.isawaitable(result):
-                result = await result
-        except Exception:
-            log.warning("handler failed on %s (%s:%d, reconsume %d)", msg.msg_id, msg.topic, msg.queue_offset,
-                        msg.reconsume_times, exc_info=True)
-            return ConsumeReturn.EXCEPTION
-        return ConsumeReturn.FAILED if result is False else ConsumeReturn.SUCCESS
 
     async def _send_back(self, consumer: PullConsumer, msg: ReceivedMessage) -> bool:
         """Store the failed message again for a later retry (or the DLQ) on its master."""

@@ -10,7 +10,9 @@ input was refused (nothing changed then).
 Without `--login` every request uses the process's own clients (its login, if any); with
 it, each user logs in (sessions.py) and every request uses that user's clients; the pages
 that change the cluster or read every group are refused to non-admins here, on the server.
-The session cookie is signed (Starlette's SessionMiddleware, itsdangerous).
+The session cookie is signed (Starlette's SessionMiddleware, itsdangerous) and carries the
+login time: a session older than its lifetime (sessions.py) is refused and sent to the
+login page, whatever the cookie's own expiry says.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import attrs
 from starlette.applications import Starlette
@@ -36,7 +38,7 @@ from starlette_csrf import CSRFMiddleware
 from wire.client import TidemqError
 
 from ..client import Admin, Producer
-from . import assets, brokers, consumers, dashboard, dlq, failover, inputs, messages, topics
+from . import acl, assets, brokers, consumers, dashboard, dlq, failover, inputs, messages, topics
 from .inputs import InputError
 from .sessions import Sessions
 
@@ -45,6 +47,9 @@ Handler = Callable[[Request], Awaitable[Response]]
 PAGES = [("dashboard", "Dashboard"), ("cluster", "Cluster"), ("topic", "Topic"), ("consumer", "Consumer"),
          ("message", "Message"), ("dlq", "DLQ"), ("failover", "Failover"), ("acl", "ACL")]
 """The menu: path and rocketmq-dashboard's name of each page."""
+COOKIE_GRACE_S = 3600
+"""The session cookie outlives the session by this much: the server refuses it once the
+login is older than the lifetime, and the login page can then say it expired."""
 
 
 @attrs.define
@@ -69,6 +74,15 @@ def _fmt_ts(ms: int | None) -> str:
     if not ms:
         return "-"
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000)) + f".{ms % 1000:03d}"
+
+
+def _fmt_duration(seconds: float) -> str:
+    """A session lifetime as people say it: 8 h, 30 min, 45 s."""
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{int(seconds // 3600)} h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{int(seconds // 60)} min"
+    return f"{seconds:g} s"
 
 
 def build_app(console: Console, *, secret: str, https: bool = False) -> Starlette:
@@ -112,9 +126,20 @@ def build_app(console: Console, *, secret: str, https: bool = False) -> Starlett
                 request.state.admin, request.state.producer, request.state.user = console.admin, console.producer, None
                 request.state.history = console.history
                 return await handler(request)
-            clients = console.sessions.get(request.session.get("sid"))
+            sid = request.session.get("sid")
+            clients = console.sessions.get(sid)
+            at = request.session.get("at")
+            expired = console.sessions.expired(at if isinstance(at, int | float) else 0.0) or (
+                clients is not None and console.sessions.expired(clients.logged_in_at))
+            if sid is not None and expired:  # older than the lifetime, however busy: log in again
+                console.sessions.logout(sid)
+                request.session.clear()
+                clients = None
             if clients is None:
-                target = "/login?next=" + quote(request.url.path)
+                back = request.url.path if "text/html" in request.headers.get("accept", "") else "/"  # not a JSON poll
+                if request.headers.get("HX-Request") == "true":  # a live part's poll: back to its page
+                    back = urlsplit(request.headers.get("HX-Current-URL", "/")).path or "/"
+                target = ("/login?expired=1&next=" if expired and sid is not None else "/login?next=") + quote(back)
                 if request.headers.get("HX-Request") == "true":
                     return Response(headers={"HX-Redirect": target})
                 return RedirectResponse(target, status_code=303)
@@ -133,7 +158,10 @@ def build_app(console: Console, *, secret: str, https: bool = False) -> Starlett
         return run
 
     async def login_page(request: Request) -> Response:
-        return page(request, "login.html", {"next": request.query_params.get("next", "/"), "active": "login"})
+        expired = request.query_params.get("expired") == "1" and console.sessions is not None
+        lifetime = _fmt_duration(console.sessions.lifetime_s) if console.sessions is not None else ""
+        return page(request, "login.html", {"next": request.query_params.get("next", "/"), "active": "login",
+                                            "expired": expired, "lifetime": lifetime})
 
     async def login(request: Request) -> Response:
         assert console.sessions is not None
@@ -144,6 +172,7 @@ def build_app(console: Console, *, secret: str, https: bool = False) -> Starlett
             return result(request, False, str(e))
         console.sessions.logout(request.session.get("sid"))
         request.session["sid"] = sid
+        request.session["at"] = console.sessions.get(sid).logged_in_at  # type: ignore[union-attr]  # just made
         target = str(form.get("next", "/"))
         return Response(headers={"HX-Redirect": target if target.startswith("/") and not target.startswith("//")
                                  else "/"})
@@ -429,7 +458,27 @@ def build_app(console: Console, *, secret: str, https: bool = False) -> Starlett
             answer, error = await request.state.admin.acl_accounts(), None
         except TidemqError as e:
             answer, error = None, f"the cluster refused: {e}"
-        return page(request, "acl.html", {"acl": answer, "error": error})
+        fragment = request.query_params.get("fragment") == "1"
+        return page(request, "acl_table.html" if fragment else "acl.html", {"acl": answer, "error": error})
+
+    async def acl_save(request: Request) -> Response:
+        """Add an account or change its permissions on every broker (admin-only here and on
+        the nodes); a blank secret keeps the account's."""
+        form = await request.form()
+
+        async def act() -> str:
+            fields = {k: v for k, v in form.items() if isinstance(v, str)}
+            return await acl.save_account(request.state.admin, acl.account_form(fields), user=request.state.user)
+
+        return await change(request, act, "acl-changed")
+
+    async def acl_remove(request: Request) -> Response:
+        name = request.path_params["account"]
+
+        async def act() -> str:
+            return await acl.remove_account(request.state.admin, name, user=request.state.user)
+
+        return await change(request, act, "acl-changed")
 
     async def health(request: Request) -> Response:
         return Response(json.dumps({"ok": True, "namesrv": console.namesrv}), media_type="application/json")
@@ -445,7 +494,9 @@ def build_app(console: Console, *, secret: str, https: bool = False) -> Starlett
         Route("/dashboard", guarded(dashboard_page)),
         Route("/dashboard/data", guarded(dashboard_data)),
         Route("/failover", guarded(failover_page)),
-        Route("/acl", guarded(acl_page, admin_only=True)),
+        Route("/acl", guarded(acl_page, admin_only=True), methods=["GET"]),
+        Route("/acl", guarded(acl_save, admin_only=True), methods=["POST"]),
+        Route("/acl/{account}/delete", guarded(acl_remove, admin_only=True), methods=["POST"]),
         Route("/topic", guarded(topic_list), methods=["GET"]),
         Route("/topic", guarded(topic_save, admin_only=True), methods=["POST"]),
         Route("/topic/{topic}", guarded(topic_view), methods=["GET"]),
@@ -468,5 +519,6 @@ def build_app(console: Console, *, secret: str, https: bool = False) -> Starlett
     middleware = [Middleware(CSRFMiddleware, secret=secret, cookie_samesite="strict", cookie_secure=https)]
     if console.sessions is not None:  # logins: a signed cookie names the session (never the secret)
         middleware.append(Middleware(SessionMiddleware, secret_key=secret, session_cookie="tidemq_console",
-                                     same_site="strict", max_age=12 * 3600, https_only=https))
+                                     same_site="strict", max_age=int(console.sessions.lifetime_s) + COOKIE_GRACE_S,
+                                     https_only=https))
     return Starlette(routes=routes, middleware=middleware)

@@ -36,7 +36,7 @@ def _cmd_console(args: argparse.Namespace) -> int:
         print(f"console: {url}", flush=True)
 
     trio.run(lambda: run_console(args.namesrv, host=args.host, port=args.port, login=args.login, on_ready=ready,
-                                 tls=tls))
+                                 tls=tls, session_lifetime_s=args.session_lifetime))
     return EXIT_OK
 
 
@@ -50,6 +50,18 @@ def _tls_files(certfile: str | None, keyfile: str | None) -> tuple[str, str] | N
         if not os.access(path, os.R_OK):
             raise UsageError(f"{option} {path}: not a readable file")
     return certfile, keyfile
+
+
+def _duration(text: str) -> float:
+    """`--session-lifetime`: seconds, or a number with s, m or h (90s, 30m, 8h)."""
+    scale = {"s": 1, "m": 60, "h": 3600}.get(text[-1:].lower(), 0)
+    try:
+        seconds = float(text[:-1] if scale else text) * (scale or 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (seconds, or 90s, 30m, 8h)") from None
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: a session lifetime must be more than 0")
+    return seconds
 
 
 def add_console_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -68,6 +80,9 @@ def add_console_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--login", action="store_true",
                    help="every user logs in with their tidemq account (aclEnable clusters) and the console "
                    "talks to the nodes as that account; pages that change the cluster need an admin account")
+    p.add_argument("--session-lifetime", type=_duration, default="8h", metavar="DURATION",
+                   help="with --login: a login lasts this long, then the user logs in again "
+                   "(seconds, or 90s, 30m, 8h; default 8h)")
     p.add_argument("--certfile", metavar="PEM", help="serve HTTPS with this certificate (chain) file")
     p.add_argument("--keyfile", metavar="PEM", help="the certificate's private key (with --certfile)")
     p.add_argument("--install-assets", action="store_true",

@@ -16,15 +16,18 @@ from hypercorn.trio import serve as hypercorn_serve
 
 from ..client import Admin, Producer
 from .app import Console, build_app
-from .sessions import Sessions
+from .sessions import DEFAULT_LIFETIME_S, Sessions
+
+EXPIRE_EVERY_S = 60.0
+"""How often sessions past their lifetime that nobody came back to are closed."""
 
 
 async def run_console(namesrv: str, *, host: str = "127.0.0.1", port: int = 8080, login: bool = False,
                       secret: str | None = None, on_ready: Callable[[str], None] | None = None,
-                      tls: tuple[str, str] | None = None) -> None:
+                      tls: tuple[str, str] | None = None, session_lifetime_s: float = DEFAULT_LIFETIME_S) -> None:
     """Serve the console for the cluster of `namesrv` until SIGINT/SIGTERM; `on_ready` gets
-    its URL once it listens. `login`: every user logs in with their own account. `tls`:
-    (certificate file, key file) to serve HTTPS with."""
+    its URL once it listens. `login`: every user logs in with their own account, for
+    `session_lifetime_s` at most. `tls`: (certificate file, key file) to serve HTTPS with."""
     async with contextlib.AsyncExitStack() as stack:
         admin = producer = None
         if not login:  # opened before the nursery below, closed after it: trio's nesting
@@ -32,7 +35,7 @@ async def run_console(namesrv: str, *, host: str = "127.0.0.1", port: int = 8080
             producer = await stack.enter_async_context(Producer(namesrv, group="TIDEMQ_CONSOLE"))
         async with trio.open_nursery() as nursery:
             await _serve(Console(namesrv, admin=admin, producer=producer,
-                                 sessions=Sessions(namesrv, nursery) if login else None),
+                                 sessions=Sessions(namesrv, nursery, session_lifetime_s) if login else None),
                          nursery, host, port, secret, on_ready, tls)
 
 
@@ -56,10 +59,22 @@ async def _serve(console: Console, nursery: trio.Nursery, host: str, port: int, 
         app, config, shutdown_trigger=stopped, task_status=task_status))
     if on_ready is not None:
         on_ready(binds[0] + "/")
+    reaper = trio.CancelScope()
+    if console.sessions is not None:
+        nursery.start_soon(_expire_sessions, console.sessions, reaper)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for _ in signals:
             stop.set()
             break
+    reaper.cancel()
     if console.sessions is not None:
         for sid in list(console.sessions.by_id):
             console.sessions.logout(sid)  # their clients close; the nursery can end
+
+
+async def _expire_sessions(sessions: Sessions, scope: trio.CancelScope) -> None:
+    """Close the clients of sessions past their lifetime, every minute, until `scope` ends."""
+    with scope:
+        while True:
+            await trio.sleep(min(EXPIRE_EVERY_S, sessions.lifetime_s))
+            sessions.expire()

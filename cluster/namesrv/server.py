@@ -19,7 +19,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -44,9 +44,11 @@ from wire.protocol.namesrv import (
 )
 
 from .config import NamesrvConfig
-from .metrics import NamesrvCollector, namesrv_endpoint
 from .remoting import NamesrvRemoting
 from .route_table import RouteTable
+
+if TYPE_CHECKING:
+    from node.metrics.endpoint import MetricsEndpoint
 
 log = logging.getLogger("tidemq.namesrv")
 
@@ -71,9 +73,13 @@ class NameServer:
         self.server: ClientServer | None = None
         self.address = ""
         # metricsExporterType PROM: /metrics (MetricsError: the bearer token file is wrong)
-        self.metrics = namesrv_endpoint(cfg, NamesrvCollector(self.table, lambda: self.address,
-                                                              self.guard.view if self.guard else lambda: None),
-                                        self.tls) if cfg.metrics_enabled else None
+        self.metrics: MetricsEndpoint | None = None
+        if cfg.metrics_enabled:  # imported here: prometheus_client is for PROM name servers only
+            from .metrics import NamesrvCollector, namesrv_endpoint
+
+            self.metrics = namesrv_endpoint(cfg, NamesrvCollector(self.table, lambda: self.address,
+                                                                  self.guard.view if self.guard else lambda: None),
+                                            self.tls)
         self.started_ms = 0
         self._stop = trio.Event()
 

@@ -15,12 +15,14 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-import httpx
 
 from store.address import AddressError, split_host_port
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["EtcdClient", "EtcdError", "KeyValue", "TxnResult", "WatchEvent", "parse_endpoints"]
 
@@ -98,7 +100,9 @@ class EtcdClient:
     def __init__(self, endpoints: list[str], *, timeout_s: float = 1.0) -> None:
         self.endpoints = list(endpoints)
         self.timeout_s = timeout_s
-        self._http = httpx.AsyncClient(timeout=timeout_s)
+        import httpx  # here, not at import: ~90 ms every node and CLI process paid without etcd
+
+        self._http: httpx.AsyncClient = httpx.AsyncClient(timeout=timeout_s)
         self._preferred = 0
 
     async def __aenter__(self) -> EtcdClient:
@@ -111,6 +115,8 @@ class EtcdClient:
         await self._http.aclose()
 
     async def _call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        import httpx
+
         errors = []
         n = len(self.endpoints)
         for i in range(n):
@@ -169,6 +175,8 @@ class EtcdClient:
         """Stream every change of a key under `prefix` into `on_events` until cancelled.
         Returns when etcd ends the stream; raises EtcdError when no endpoint accepts the
         watch or the stream breaks. `on_created` runs once etcd confirmed the watch."""
+        import httpx
+
         body = {"create_request": {**op_get_prefix(prefix)["request_range"], "prev_kv": True}}
         timeout = httpx.Timeout(self.timeout_s, read=None)  # quiet for as long as nothing changes
         errors = []

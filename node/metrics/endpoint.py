@@ -28,6 +28,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from wire.tls import accept_tls
 
+from . import MetricsError
+
 log = logging.getLogger("tidemq.metrics")
 
 __all__ = ["Checkpoint", "MetricsEndpoint", "MetricsError", "SlicedCollector", "read_bearer_token", "token_from"]
@@ -35,10 +37,6 @@ __all__ = ["Checkpoint", "MetricsEndpoint", "MetricsError", "SlicedCollector", "
 MAX_REQUEST_HEAD = 16 * 1024
 """A request head longer than this is refused (a scrape sends a few hundred bytes)."""
 READ_TIMEOUT_S = 10.0
-
-
-class MetricsError(Exception):
-    """The endpoint cannot be set up (its token file); the message names the file."""
 
 
 def read_bearer_token(path: str) -> str:

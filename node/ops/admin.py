@@ -13,8 +13,11 @@ import trio
 from store import runtime
 from store.record_codec import RecordKind
 from wire.protocol import (
+    AclChangeReply,
     AclList,
     AclListReply,
+    AclPut,
+    AclRemove,
     BrokerConfigReply,
     BrokerConfigUpdateReply,
     BrokerWritePerm,
@@ -68,6 +71,8 @@ from wire.protocol import (
 
 from ..config import ConfigError
 from ..live_config import LIVE_KEYS, apply_live_value, config_view
+from ..security.acl import AclError
+from ..security.files import edit_account, remove_account
 from ..tables.jsonfile import write_json_atomic
 from .puts import Handler
 from .services import (
@@ -186,6 +191,7 @@ async def _status(s: NodeServices, r: Request, peer: str | None) -> dict[str, An
         "dispatch_behind_bytes": store.dispatch_behind_bytes(),
         "running_flags": store.flags.names(),
         "not_writeable": None if store.flags.is_writeable() else store.flags.why_not_writeable(),
+        "damaged": store.damaged(),
         # store time of the newest record dispatched: a slave's lag in seconds is the
         # master's minus its own
         "last_store_timestamp": store.checkpoint.logics_msg_timestamp if store.checkpoint else 0,
@@ -319,8 +325,45 @@ async def _acl_list(s: NodeServices, r: Request, peer: str | None) -> dict[str, 
     return AclListReply(enabled=s.acl_accounts is not None, accounts=accounts).to_wire(r.id)
 
 
+def _acl_file(s: NodeServices) -> str:
+    if s.acl_file is None:
+        raise OpError(Status.BAD_REQUEST, "aclEnable is off on this node: it has no ACL file to change")
+    return s.acl_file
+
+
+async def _acl_put(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    """Add or replace an account in this node's ACL file (admin-only); the file is checked
+    whole before it is replaced, and the guard reads it at once."""
+    path, f = _acl_file(s), r.fields
+    try:
+        existed = await trio.to_thread.run_sync(lambda: edit_account(
+            path, f.access_key, scram=f.scram, admin=f.admin, default_topic_perm=f.default_topic_perm,
+            default_group_perm=f.default_group_perm, topic_perms=f.topic_perms, group_perms=f.group_perms,
+            white_remote_address=f.white_remote_address))
+    except AclError as e:
+        raise OpError(Status.BAD_REQUEST, str(e)) from None
+    if s.acl_recheck is not None:
+        s.acl_recheck()
+    log.info("ACL account %s %s in %s (by %s)", f.access_key, "replaced" if existed else "added", path, peer)
+    return AclChangeReply(existed=existed, acl_file=path).to_wire(r.id)
+
+
+async def _acl_remove(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
+    path, key = _acl_file(s), r.fields.access_key
+    try:
+        existed = await trio.to_thread.run_sync(remove_account, path, key)
+    except AclError as e:
+        raise OpError(Status.BAD_REQUEST, str(e)) from None
+    if s.acl_recheck is not None:
+        s.acl_recheck()
+    log.info("ACL account %s %s %s (by %s)", key, "removed from" if existed else "was not in", path, peer)
+    return AclChangeReply(existed=existed, acl_file=path).to_wire(r.id)
+
+
 ADMIN_HANDLERS: dict[type[WireRequest], Handler] = {
     AclList: _acl_list,
+    AclPut: _acl_put,
+    AclRemove: _acl_remove,
     TopicCreate: _topic_create,
     TopicDelete: _topic_delete,
     SubGroupUpdate: _subgroup_update,

@@ -107,6 +107,8 @@ class NodeServices:
     registration_status: Callable[[], list[dict[str, Any]]] | None = None
     security_status: Callable[[], dict[str, Any]] | None = None  # the client port's Guard, with aclEnable
     acl_accounts: Callable[[], list[dict[str, Any]]] | None = None  # its accounts (acl_list), with aclEnable
+    acl_file: str | None = None  # the file acl_put / acl_remove edit, with aclEnable
+    acl_recheck: Callable[[], None] | None = None  # the guard reads the edited file at once
     consumers: ConsumerManager = attrs.field(
         default=attrs.Factory(lambda s: ConsumerManager(expire_s=s.cfg.channel_expired_timeout / 1000),
                               takes_self=True))

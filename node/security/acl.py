@@ -42,16 +42,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
-from scramp import ScramMechanism
 
 from wire.protocol.auth import SCRAM_MECHANISM
 
 log = logging.getLogger("tidemq.security")
 
-__all__ = ["Account", "Acl", "AclError", "Perm", "Rule", "load_acl", "make_verifier", "parse_perm"]
+__all__ = ["Account", "Acl", "AclError", "Perm", "Rule", "address_pattern_problem", "load_acl", "make_verifier",
+           "parse_perm"]
 
 SCRAM_ITERATIONS = 4096  # RFC 7677's minimum; the client pays it once per connection
-_MECHANISM = ScramMechanism(SCRAM_MECHANISM)
 
 
 class AclError(ValueError):
@@ -164,7 +163,9 @@ def make_verifier(secret: str, *, iterations: int = SCRAM_ITERATIONS) -> Verifie
     """A fresh salted verifier for `secret` (what `tidemq acl add-user` stores)."""
     if not secret:
         raise ValueError("the secret must not be empty")
-    return Verifier(*_MECHANISM.make_auth_info(secret, iteration_count=iterations))
+    from scramp import ScramMechanism  # here: scramp (~60 ms) is for secured clusters only
+
+    return Verifier(*ScramMechanism(SCRAM_MECHANISM).make_auth_info(secret, iteration_count=iterations))
 
 
 @attrs.frozen
@@ -210,6 +211,16 @@ def _check_address_pattern(pattern: str) -> None:
         ipaddress.ip_network(pattern, strict=False)  # ValueError names the problem
     elif pattern != "*" and not pattern.endswith("*"):
         ipaddress.ip_address(pattern)
+
+
+def address_pattern_problem(pattern: str) -> str | None:
+    """Why `pattern` is not a remote-address pattern (an IP, a CIDR block, a prefix ending
+    in `*`, or `*`), or None when it is one (for forms checked before a file is written)."""
+    try:
+        _check_address_pattern(pattern)
+    except ValueError as e:
+        return str(e)
+    return None
 
 
 _ACCOUNT_KEYS = {"accessKey", "scram", "secretKey", "admin", "defaultTopicPerm", "defaultGroupPerm",

@@ -8,15 +8,19 @@ server never reads half of it. Secrets and keys are written with mode 0600.
 from __future__ import annotations
 
 import datetime
+import fcntl
+import functools
 import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import ParamSpec, TypeVar
 
 import tomlkit
 
-from .acl import Acl, Rule, load_acl, make_verifier, parse_perm
+from .acl import Acl, AclError, Rule, load_acl, make_verifier, parse_perm
 
-__all__ = ["DEV_HOSTS", "check_permissions", "new_secret", "put_account", "remove_account", "write_dev_certs"]
+__all__ = ["DEV_HOSTS", "check_permissions", "edit_account", "new_secret", "put_account", "remove_account",
+           "write_dev_certs"]
 
 DEV_HOSTS = ("127.0.0.1", "::1", "localhost")
 
@@ -36,6 +40,27 @@ def new_secret(path: str) -> str:
     secret = secrets.token_urlsafe(24)
     _write_private(path, (secret + "\n").encode())
     return secret
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _one_writer(edit: Callable[P, T]) -> Callable[P, T]:
+    """`edit(path, ...)` while holding an exclusive lock (flock) on the file's directory: an
+    edit reads, changes and replaces the file, so two at once (two nodes sharing one file,
+    two `acl_put`s on one node) would each write the file without the other's change. The
+    directory, not the file, as the file is replaced; no lock file is left beside it."""
+    @functools.wraps(edit)
+    def locked(*args: P.args, **kwargs: P.kwargs) -> T:
+        fd = os.open(os.path.dirname(os.path.abspath(str(args[0]))), os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd closes
+            return edit(*args, **kwargs)
+        finally:
+            os.close(fd)
+
+    return locked
 
 
 def _read_document(path: str) -> tomlkit.TOMLDocument:
@@ -66,6 +91,7 @@ def check_permissions(default_perms: Sequence[str], rules: Sequence[str]) -> Non
         Rule.parse(rule)
 
 
+@_one_writer
 def put_account(
     path: str, access_key: str, secret: str, *, admin: bool = False, default_topic_perm: str = "DENY",
     default_group_perm: str = "DENY", topic_perms: Sequence[str] = (), group_perms: Sequence[str] = (),
@@ -104,6 +130,53 @@ def put_account(
     return replaced
 
 
+@_one_writer
+def edit_account(
+    path: str, access_key: str, *, scram: str | None = None, admin: bool = False, default_topic_perm: str = "DENY",
+    default_group_perm: str = "DENY", topic_perms: Sequence[str] = (), group_perms: Sequence[str] = (),
+    white_remote_address: Sequence[str] = (),
+) -> bool:
+    """`acl_put`: add `access_key` with the verifier `scram`, or replace its permissions
+    (keeping its verifier, and its remoting secret, when `scram` is None); True when it
+    replaced one. AclError (no verifier for a new account, or a bad value: checked whole
+    before the write) changes nothing. The file must exist (aclEnable reads it)."""
+    if not os.path.exists(path):
+        raise AclError(f"{path}: no ACL file to edit")
+    document = _read_document(path)
+    accounts = _accounts(document)
+    old = next((a for a in accounts if a.get("accessKey") == access_key), None)
+    if old is None and scram is None:
+        raise AclError(f"{access_key} is a new account: give it a secret")
+    entry = tomlkit.table()
+    entry["accessKey"] = access_key
+    if scram is not None:
+        entry["scram"] = scram
+    else:
+        assert old is not None
+        for key in ("scram", "secretKey"):
+            if key in old:
+                entry[key] = old[key]
+    entry["admin"] = admin
+    entry["defaultTopicPerm"] = default_topic_perm
+    entry["defaultGroupPerm"] = default_group_perm
+    entry["topicPerms"] = list(topic_perms)
+    entry["groupPerms"] = list(group_perms)
+    if white_remote_address:
+        entry["whiteRemoteAddress"] = list(white_remote_address)
+    if old is not None:
+        for key in ("remotingSecret", "remotingSecretFile"):
+            if key in old:
+                entry[key] = old[key]
+    for index, a in enumerate(accounts):
+        if a.get("accessKey") == access_key:
+            accounts[index] = entry
+    if old is None:
+        accounts.append(entry)
+    _save(path, document)
+    return old is not None
+
+
+@_one_writer
 def remove_account(path: str, access_key: str) -> bool:
     """Remove `access_key` from the ACL file; False when it was not there."""
     document = _read_document(path)

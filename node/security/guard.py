@@ -26,7 +26,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
-from scramp import ScramMechanism
 
 from store.address import AddressError, split_host_port
 from store.properties import PROPERTY_REAL_TOPIC, PROPERTY_RETRY_TOPIC
@@ -93,6 +92,8 @@ class Guard:
         self._acl: Acl = load_acl(path)
         self._stamp = files_stamp(self._acl)
         self._checked_at = clock()
+        from scramp import ScramMechanism  # here: a node without aclEnable never loads scramp
+
         self._mechanism = ScramMechanism(SCRAM_MECHANISM)
         self._decoy_key = os.urandom(32)
         self._failures: dict[str, collections.deque[float]] = {}
@@ -122,6 +123,10 @@ class Guard:
                  "group_perms": [f"{r.pattern}={perm_text(r.perm)}" for r in a.group_rules],
                  "white_remote_address": list(a.white_remote_address)}
                 for a in sorted(self.acl.accounts.values(), key=lambda a: a.access_key)]
+
+    def recheck(self) -> None:
+        """Look at the file now (this node just edited it: `acl_put`, `acl_remove`)."""
+        self._check_file()
 
     def _check_file(self) -> None:
         """Reload the file when its stamp, or a remoting secret file's, changed (a stat

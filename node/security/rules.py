@@ -155,6 +155,8 @@ RULES: dict[str, str | Callable[[Any], list[Need]]] = {
     "topic_delete": ADMIN,
     "topic_list": ADMIN,
     "acl_list": ADMIN,  # the accounts and their permissions (the console's ACL page)
+    "acl_put": ADMIN,  # add an account or change its permissions (the console's ACL page)
+    "acl_remove": ADMIN,
     "subgroup_update": ADMIN,
     "subgroup_list": ADMIN,
     "promote": ADMIN,

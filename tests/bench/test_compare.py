@@ -113,11 +113,13 @@ def test_quick_run_writes_json_and_markdown_and_leaves_nothing_running(tmp_path)
 @pytest.mark.slow
 def test_sigint_stops_every_server_it_started(tmp_path):
     # long cases: the interrupt lands while they run (with 1.5 s a loaded machine saw the run end first)
-    proc = _start(tmp_path, "--only", "floor,tidemq-syncmaster", "--seconds", "6")
+    proc = _start(tmp_path, "--only", "tidemq-syncmaster", "--seconds", "6")
     tree = Descendants(proc.pid)
     deadline = time.monotonic() + DEADLINE_S
-    # wait until the master and its slave run and a lean client is driving them
-    while not (any("broker-a-s" in n for n in tree.names()) and any("bench.lean" in n for n in tree.names())):
+    # wait until the master and its slave run (the interrupt then lands in the cluster's start-up
+    # or its cases, both of which must stop it: waiting for a lean client too saw, on a loaded
+    # machine, the run finish first)
+    while not any("broker-a-s" in n for n in tree.names()):
         assert proc.poll() is None, proc.communicate()[1]
         assert time.monotonic() < deadline, tree.names()
         time.sleep(0.1)  # poll: the harness starts the cluster in its own time

@@ -47,3 +47,22 @@ def test_chart_gives_each_system_its_own_colour(tmp_path: Path, monkeypatch: pyt
     assert report.chart(summary, png, "today")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(colours) == len(report.COLUMNS) == len(set(colours))
+
+
+def test_the_client_library_row_sets_producer_send_beside_redis_py_and_judges_the_goal() -> None:
+    runs = [_run("tidemq-async-client", "client", 4000, client_us_per_msg=90.0),
+            _run("tidemq-async-client", "1x1", 5000),
+            _run("redis-everysec-client", "client", 10_000, client_us_per_msg=60.0),
+            _run("redis-everysec-client", "1x1", 8000)]
+    raw = {"runs": runs, "fio": [], "catch_up": [], "skipped": [],
+           "machine": {"cpus": 2, "load_avg_1m": 1.0, "python": "3.11"}, "settings": {"runs": 1, "seconds": 3}}
+    summary = report.summarize(raw)
+    goal = next(g for g in report.goals(summary) if g["goal"].startswith("client library"))
+    assert goal["ratio"] == 0.4 and goal["met"] is False  # 4,000 / 10,000 < 0.6
+    md = report.markdown(raw, summary, report.goals(summary), "today")
+    assert "## Client library (issue 48 item 5)" in md
+    assert "| client library: client CPU per send (µs) | 90.00 | 60.00 | 1.50 |" in md
+    assert "| lean client, 1 × 1 (the server's own pace) | 5,000/s | 8,000/s | 0.62 |" in md
+    assert "| client library ÷ lean 1 × 1 (same server) | 0.80 | 1.25 | — |" in md
+    assert report.client_markdown(report.summarize({"runs": runs[:1], "fio": [], "catch_up": []}))[-7].endswith(
+        "| 4,000/s | — | — |")

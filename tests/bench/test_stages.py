@@ -23,6 +23,11 @@ def test_each_sample_goes_to_its_stage_and_idle_ones_to_none():
     assert stage_of("x (store/commit_log.py:203)") == "store append (encode, CommitLog write)"
     assert stage_of("__init__ (<attrs generated methods wire.protocol.requests.Send>:3)") == \
         "request parsing and replies"
+    counting = "counting (node/stats.py, node/metrics/: status and /metrics)"
+    assert stage_of("_send (node/ops/puts.py:270);BrokerStats.add_put (node/stats.py:72);"
+                    "MinuteCounter.add (node/stats.py:35)") == counting  # any frame of it, not only the leaf
+    assert stage_of("GroupHistogram.observe (/work/main/node/metrics/histogram.py:40);bisect_left (<built-in>:0)") \
+        == counting
 
 
 def test_the_main_threads_cpu_is_shared_by_its_busy_samples_and_workers_count_by_cpu():

@@ -26,7 +26,12 @@ CASES = [(s.name, mode) for s in SCENARIOS.values() for mode in s.ci_modes]
 IN_SUITE_TX = ("tx-kill-master", "SYNC_MASTER+SYNC_FLUSH")
 """The transaction scenarios' one case in the whole suite; the others (~17 s each) run in the
 sweep tier (`scripts/test --sweeps`), to keep the suite within its 15 minutes."""
-PARAMS = [pytest.param(n, m, id=f"{n}-{m}", marks=[pytest.mark.sweep] if n.startswith("tx-") and (n, m) != IN_SUITE_TX
+SWEEP_ONLY = {("kill-master", "SYNC_MASTER+ASYNC_FLUSH"), ("kill-master", "ASYNC_MASTER+SYNC_FLUSH")}
+"""kill-master's mixed modes (~9 s each) run in the sweep tier too: the whole suite keeps its
+two ends (SYNC_MASTER+SYNC_FLUSH, ASYNC_MASTER+ASYNC_FLUSH), and the simulation sweeps every
+mode on every schedule."""
+PARAMS = [pytest.param(n, m, id=f"{n}-{m}",
+                       marks=[pytest.mark.sweep] if (n.startswith("tx-") and (n, m) != IN_SUITE_TX) or (n, m) in SWEEP_ONLY
                        else []) for n, m in CASES]
 
 
@@ -68,7 +73,7 @@ def test_the_promotion_scenarios_run_in_ci():
     assert {m for n, m in CASES if n == "tx-kill-master"} == {"SYNC_MASTER+SYNC_FLUSH", "ASYNC_MASTER+ASYNC_FLUSH"}
 
 
-@pytest.mark.parametrize("name", ["kill-master", "promote-under-load"])
+@pytest.mark.parametrize("name", [pytest.param("kill-master", marks=pytest.mark.sweep), "promote-under-load"])
 def test_scenarios_hold_with_security_on(name, client, tmp_path):
     """--secure: accounts, permissions, TLS on the client links and mutual TLS on the HA
     link, every link through a proxy; the same expectations as without."""

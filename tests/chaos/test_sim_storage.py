@@ -1,5 +1,6 @@
 """Storage faults in the simulation (`--storage`, docs/simulation.md "Storage faults"): power
-losses and fsync errors replay bit for bit, the modes that promise durability keep it, the two deliberate
+losses, fsync errors and corrupt sectors replay bit for bit, the modes that promise
+durability keep it, a corrupt record is never served and is reported, the deliberate
 durability bugs are caught, the seed that found the abort-file bug keeps its promises, and
 the ASYNC_FLUSH seeds that broke a promise until a restarted master began a new epoch
 (issue 45) are kept as regression seeds.
@@ -91,6 +92,7 @@ def test_a_sync_flush_master_s_power_losses_lose_no_put_ok(tmp_path):
     ("skip-fsync", 1, SYNC_SYNC, {}, "acknowledged message(s) lost beyond the mode's promise"),
     ("trust-checkpoint", 16, "SYNC_MASTER+ASYNC_FLUSH", {"groups": 2}, "checkpoint claimed"),
     ("retry-fsync", 35, SYNC_SYNC, {}, "OK after its CommitLog flush failed"),
+    ("skip-crc", 193, SYNC_SYNC, {}, "served the corrupt record at 21669 (sim-p0-9) as good"),
 ])
 def test_each_durability_bug_is_caught(mutation, seed, mode, shape, found, tmp_path):
     """The same seeds without the bug keep their promises: seed 1 here, seed 35 in the
@@ -110,6 +112,42 @@ def test_a_master_restarted_after_a_power_loss_begins_a_new_epoch(tmp_path):
     assert any("a: ASYNC_MASTER epoch 2" in line for line in result.log)
     assert any("b dropped [0, 2533)" in line for line in result.log)
     assert result.ok, result.violations
+
+
+def test_a_corrupt_sector_of_a_slave_is_never_served_and_refetched(tmp_path):
+    """Seed 161 (SYNC_MASTER+SYNC_FLUSH) flips bits in a record the slave made durable long
+    ago: a pull of it answers an error naming the range, `status` reports it, and the
+    operator's restart cuts the slave's log there and refetches the rest from the master
+    (the end's CRC and divergence checks allow nothing on it)."""
+    first = run_seed(161, mode=SYNC_SYNC, base_dir=str(tmp_path), storage=True)
+    assert first.ok, first.violations
+    assert any("corrupt: flipped" in line and "b's commitlog/" in line and "[936, 1248)" in line for line in first.log)
+    assert any("pull: SERVICE_NOT_AVAILABLE: the CommitLog record at [936, 1248) is damaged" in line
+               for line in first.log)
+    assert any("b status: damaged [(936, 1248)]" in line for line in first.log)
+    assert any("operator restarts slave b" in line for line in first.log)
+    assert any(line.strip().endswith("damaged []") and "b back at offset" in line for line in first.log)
+
+
+@pytest.mark.sweep  # 2.5 s of CPU more than the suite's budget allows
+def test_a_corrupt_sector_replays_bit_for_bit(tmp_path):
+    """The record, the sector and the bits come from the seed: seed 161 twice, the same event log."""
+    first = run_seed(161, mode=SYNC_SYNC, base_dir=str(tmp_path), storage=True)
+    again = run_seed(161, mode=SYNC_SYNC, base_dir=str(tmp_path), storage=True)
+    assert any("corrupt: flipped" in line for line in first.log)
+    assert again.log_hash == first.log_hash
+
+
+def test_a_corrupt_sector_of_a_master_is_kept_as_damage_across_its_power_loss(tmp_path):
+    """Seed 193 (SYNC_MASTER+SYNC_FLUSH) flips bits in a record of the master, then cuts its
+    power: the pull is refused naming the range, `status` reports it, and the restart's
+    recovery keeps the damaged record and every one after it (a good record follows it)
+    instead of cutting the log there, which lost 244 PUT_OK before."""
+    result = run_seed(193, mode=SYNC_SYNC, base_dir=str(tmp_path), storage=True)
+    assert result.ok, result.violations
+    assert any("a status: damaged [(21669, 21981)]" in line for line in result.log)
+    assert any("a keeps [21669, 21981)" in line or "(SYNC_MASTER) keeps [21669, 21981)" in line for line in result.log)
+    assert any("a recovered to 111961: its CommitLog lost nothing" in line for line in result.log)
 
 
 @pytest.mark.sweep  # each 1.5-4 s of CPU: the sweep tier keeps them

@@ -56,3 +56,31 @@ async def test_pipelining_timeouts_errors_and_loss(tmp_path, nodes):
         assert conn.closed
         with pytest.raises(ConnectionLost, match="connection is closed"):
             await conn.request("status")
+
+
+async def test_frames_larger_than_the_socket_buffer_and_concurrent_senders_arrive_whole(tmp_path, nodes):
+    """An uncontended frame is written straight to the socket (wire.client.Connection._write);
+    what the socket does not take, and the frames of senders that find the send lock held,
+    go through trio's send_all: every frame arrives whole and in one piece, never interleaved."""
+    node = nodes.start(master_conf(tmp_path, role="ASYNC_MASTER", maxMessageSize=4 << 20,
+                                   mappedFileSizeCommitLog=16 << 20))
+    bodies = [bytes([i]) * (3 << 20 if i % 4 == 0 else 100) for i in range(16)]  # 3 MiB: more than one write
+    async with connect(node.address) as conn:
+        await conn.request("topic_create", topic="Big", read_queue_nums=1, write_queue_nums=1)
+        answers: dict[int, dict] = {}
+        async with trio.open_nursery() as nursery:
+            async def send(i: int) -> None:
+                answers[i] = await conn.request("send", topic="Big", body=bodies[i], queue_id=0, timeout=30)
+
+            for i in range(len(bodies)):
+                nursery.start_soon(send, i)
+        assert sorted(answers) == list(range(len(bodies)))
+        assert {a["status"] for a in answers.values()} == {"PUT_OK"}
+        stored: dict[int, bytes] = {}
+        with trio.fail_after(60):
+            while len(stored) < len(bodies):
+                pulled = await conn.request("pull", topic="Big", queue_id=0, offset=len(stored), max_msgs=4,
+                                            timeout=30)
+                stored |= {len(stored) + k: m["body"] for k, m in enumerate(pulled.get("messages", []))}
+        by_offset = {a["queue_offset"]: i for i, a in answers.items()}
+        assert all(stored[offset] == bodies[i] for offset, i in by_offset.items())

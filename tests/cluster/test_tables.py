@@ -57,6 +57,13 @@ def test_catch_up_counts_from_where_the_slave_starts_and_says_caught_up() -> Non
     assert "50%" in text and "512.0 KiB behind" in text, text
 
 
+def test_a_node_reporting_damaged_records_shows_their_ranges():
+    damaged = [{"start": 21669, "end": 21981, "reason": "body CRC mismatch", "found_by": "read"}]
+    master = BrokerRow("g", 0, "SYNC_MASTER", "a:1", answer=answer(100, 9_000, {"slaves": []}, damaged=damaged))
+    text = render(broker_table([master], "t"))
+    assert "DAMAGED [21669, 21981)" in text, text
+
+
 def test_controller_line_names_the_holder_the_set_and_what_is_wrong():
     holder = {"address": "127.0.0.1:1", "epoch": 4}
     leading = {"leading": True, "lease_holder": holder, "lease_left_ms": 1900, "etcd_reachable": True,

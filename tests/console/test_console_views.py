@@ -4,16 +4,19 @@ page's rows from `status` answers, and the front-end install step's refusal."""
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
 import trio
 
 from cluster.client import BrokerStatus
-from cluster.console import assets, dashboard, messages
+from cluster.console import acl, assets, dashboard, messages
 from cluster.console.brokers import broker_rows
+from cluster.console.cli import _duration
 from cluster.console.consumers import parse_when
 from cluster.console.inputs import InputError, checked_group, checked_int, checked_topic
+from cluster.console.sessions import DEFAULT_LIFETIME_S
 from cluster.console.topics import perm_text, topic_kind
 from wire.protocol import StatusReply
 from wire.protocol.values import WireHASlave, WireHAView
@@ -100,3 +103,24 @@ def test_dashboard_series_keep_one_time_axis():
 def test_install_assets_names_a_missing_npm():
     with pytest.raises(assets.AssetsError, match="no-such-npm is not installed"):
         assets.install(npm="no-such-npm")
+
+
+def test_the_acl_form_is_checked_with_the_nodes_parsers_before_anything_is_sent():
+    form = acl.account_form({"access_key": " ops ", "secret": "", "admin": "1", "default_topic_perm": "pub|sub",
+                             "topic_perms": "orders=PUB|SUB,  logs-*=SUB", "white_remote_address": "10.0.0.0/8"})
+    assert form == acl.AccountForm("ops", None, True, "PUB|SUB", "DENY", ("orders=PUB|SUB", "logs-*=SUB"), (),
+                                   ("10.0.0.0/8",))
+    for bad, said in [({"access_key": "a=b"}, "account name"), ({"access_key": ""}, "account name"),
+                      ({"access_key": "ops", "default_group_perm": "ALL"}, "default group perm: 'ALL'"),
+                      ({"access_key": "ops", "group_perms": "billing"}, "group perms: in 'billing'"),
+                      ({"access_key": "ops", "white_remote_address": "10.0.0.300"}, "remote addresses: '10.0.0.300'")]:
+        with pytest.raises(InputError, match=said):
+            acl.account_form(bad)
+
+
+def test_a_session_lifetime_is_given_as_people_say_it():
+    assert [_duration(t) for t in ("90", "90s", "30m", "8h")] == [90.0, 90.0, 1800.0, 8 * 3600.0]
+    assert _duration("8h") == DEFAULT_LIFETIME_S  # the option's default is the sessions'
+    for bad in ("", "h", "0", "-5m", "soon", "infh"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _duration(bad)

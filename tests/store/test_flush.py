@@ -34,8 +34,10 @@ def flushed_where(store) -> int:
 # ---- SYNC_FLUSH: group commit ------------------------------------------------------------
 
 
-async def test_sync_flush_put_returns_only_once_durable(tmp_path):
-    async with open_store(config(tmp_path, flush_disk_type=FlushDiskType.SYNC_FLUSH)) as store:
+@pytest.mark.parametrize("inline", [False, True], ids=["thread", "inline"])
+async def test_sync_flush_put_returns_only_once_durable(tmp_path, inline):
+    async with open_store(config(tmp_path, flush_disk_type=FlushDiskType.SYNC_FLUSH,
+                                 sync_flush_inline=inline)) as store:
         for i in range(40):
             r = await store.put_message(Message("T", body(i, 300)))
             assert r.status is PutMessageStatus.PUT_OK, r.error
@@ -43,10 +45,11 @@ async def test_sync_flush_put_returns_only_once_durable(tmp_path):
         assert store.group_commit.flush_count >= 1
 
 
-async def test_group_commit_groups_concurrent_puts(tmp_path):
+@pytest.mark.parametrize("inline", [False, True], ids=["thread", "inline"])
+async def test_group_commit_groups_concurrent_puts(tmp_path, inline):
     results = []
     cfg = config(tmp_path, flush_disk_type=FlushDiskType.SYNC_FLUSH,
-                 mapped_file_size_commit_log=1024 * 1024)
+                 mapped_file_size_commit_log=1024 * 1024, sync_flush_inline=inline)
     async with open_store(cfg) as store:
         before = store.group_commit.flush_count
 

@@ -52,18 +52,19 @@ class FailingDisk:
         return self.commitlog_syncs - self.failed_at
 
 
-def config(root, flush: FlushDiskType) -> StoreConfig:
+def config(root, flush: FlushDiskType, inline: bool = False) -> StoreConfig:
     return StoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=SEG, flush_disk_type=flush,
-                       flush_interval_commit_log=10, flush_commit_log_least_pages=0)
+                       flush_interval_commit_log=10, flush_commit_log_least_pages=0, sync_flush_inline=inline)
 
 
 def body(i: int) -> bytes:
     return f"m{i}-".encode().ljust(300, b".")
 
 
-async def test_sync_flush_failure_fails_the_waiting_puts_and_stops_writes(tmp_path, monkeypatch):
+@pytest.mark.parametrize("inline", [False, True], ids=["thread", "inline"])
+async def test_sync_flush_failure_fails_the_waiting_puts_and_stops_writes(tmp_path, monkeypatch, inline):
     disk = FailingDisk(monkeypatch)
-    cfg = config(tmp_path, FlushDiskType.SYNC_FLUSH)
+    cfg = config(tmp_path, FlushDiskType.SYNC_FLUSH, inline)
     async with open_store(cfg) as store:
         for i in range(5):
             r = await store.put_message(Message("T", body(i)))

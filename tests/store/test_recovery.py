@@ -8,6 +8,7 @@ import os
 import random
 from pathlib import Path
 
+import attrs
 import pytest
 
 from store import GetMessageStatus, Message, StoreConfig, open_store
@@ -173,7 +174,9 @@ async def test_zeroed_page_in_the_last_segment(config, caplog):
     assert f"invalid record at offset {placed[victim][0]}" in caplog.text
 
 
-async def test_bit_flip_in_a_body_is_caught_by_the_crc(config, caplog):
+async def test_bit_flip_in_a_body_is_caught_by_the_crc_and_a_slave_cuts_there(config, caplog):
+    """A slave refetches from its master what it cuts; a master keeps such a record as damage
+    (tests/store/test_corrupt.py)."""
     placed = await write_messages(config, 150)
     victim = len(placed) - 10
     offset, size, _ = placed[victim]
@@ -185,6 +188,8 @@ async def test_bit_flip_in_a_body_is_caught_by_the_crc(config, caplog):
         f.seek(body_pos)
         f.write(bytes([byte ^ 0x10]))
     caplog.set_level(logging.INFO, logger="tidemq.store")
+    async with open_store(attrs.evolve(config, broker_role="SLAVE")) as slave:
+        assert slave.get_max_phy_offset() == offset  # cut at the damaged record
     await check_survivors(config, placed, victim, offset)
     assert "body CRC mismatch" in caplog.text
 

@@ -207,11 +207,14 @@ def pipeline_answer(fx: Fixture) -> Answer:
 
 async def recovery_answer(fx: Fixture, caplog) -> tuple[Answer, int]:
     """Recovery's answer after a crash with no checkpoint (every segment validated), and
-    where it cut the log; the damage is what it logged."""
+    where it cut the log; the damage is what it logged. A slave's: it cuts at the first
+    record failing its CRC, where verify says valid data ends; a master keeps such a record
+    when a good one follows it (store/damage.py, tests/store/test_corrupt.py)."""
     root = fx.store.root
     (root / "abort").touch()
     config = StoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=fx.store.seg_size,
-                         mapped_file_size_consume_queue=20 * 50, max_hash_slot_num=101, max_index_num=300)
+                         mapped_file_size_consume_queue=20 * 50, max_hash_slot_num=101, max_index_num=300,
+                         broker_role="SLAVE")
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="tidemq.store"):
         async with open_store(config) as store:

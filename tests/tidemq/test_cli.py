@@ -48,6 +48,20 @@ def test_a_node_start_imports_no_cluster_chaos_or_pipeline_command_module():
     assert out.stdout.strip() == "[]", out.stdout
 
 
+OPTIONAL_LIBRARIES = ("prometheus_client", "httpx", "scramp", "lark", "rich")
+"""What a default node, name server or client command never needs: the metrics exporter
+(metricsExporterType DISABLE), etcd's HTTP client (manual mode), SCRAM (no aclEnable), the SQL92
+parser (no filter yet) and the tables' renderer. Each costs 30-90 ms of start-up, which every
+process the launcher, the drills and the tests start would pay."""
+
+
+def test_default_processes_import_no_optional_library():
+    code = ("import sys; import node.broker, cluster.namesrv.server, cluster.cli.client, tidemq.cli;"
+            f"print(sorted(m for m in sys.modules if m.split('.')[0] in {OPTIONAL_LIBRARIES!r}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
 @pytest.mark.parametrize(
     ("argv", "named", "suggested"),
     [

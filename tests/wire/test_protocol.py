@@ -203,6 +203,8 @@ MINIMAL = {
     "broker_write_perm": {"writeable": False},
     "stats_all": {},
     "acl_list": {},
+    "acl_put": {"access_key": "alice"},
+    "acl_remove": {"access_key": "alice"},
     "end_transaction": {"producer_group": "PG", "tran_state_table_offset": 0, "commitlog_offset": 0,
                         "outcome": "COMMIT"},
     "transaction_check_watch": {"group": "PG", "client_id": "c1"},

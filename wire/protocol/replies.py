@@ -44,7 +44,7 @@ __all__ = [
     "MembersReply", "MessageReply", "MessagesReply", "OffsetForEpochReply", "OffsetListReply", "OffsetReply", "ProducerListReply",
     "ProducerUnregisterReply", "PromoteCheckReply", "PromoteReply", "PullReply", "TransactionChecksReply",
     "TransactionListReply", "TransactionResumeReply",
-    "AclListReply", "ReplyError", "SendBackReply", "StatsAllReply", "SubGroupDeleteReply", "SubGroupListReply", "SubGroupReply",
+    "AclChangeReply", "AclListReply", "ReplyError", "SendBackReply", "StatsAllReply", "SubGroupDeleteReply", "SubGroupListReply", "SubGroupReply",
     "SendBatchReply", "SendReply", "StatusReply", "TopicDeleteReply", "TopicListReply", "TopicReply",
     "TopicStatusReply", "WireControllerView", "WireDiskUsage", "WireGroupRoute", "WireHAClient", "WireHASlave", "WireHAView", "WireMessage", "WireNodeStats", "WirePromoteCheck", "WireQueueData", "WireReply", "WireRouteBroker", "WireTruncation", "WireValue", "WritePermReply", "nested",
 ]
@@ -291,6 +291,15 @@ class AclListReply(WireReply):
 
 
 @attrs.define(kw_only=True)
+class AclChangeReply(WireReply):
+    """`acl_put` / `acl_remove`: whether the account was there before (replaced, removed)
+    and the node's ACL file, which its guard reloads at once."""
+
+    existed: bool
+    acl_file: str
+
+
+@attrs.define(kw_only=True)
 class TopicListReply(WireReply):
     """`topic_list`: every topic's config."""
 
@@ -505,6 +514,9 @@ class StatusReply(WireReply):
     running_flags: list[str] = attrs.field(factory=list)
     not_writeable: str | None = None
     """Why the store refuses writes (a failed flush, a full disk, ...); None: it takes them."""
+    damaged: list[dict[str, Any]] = attrs.field(factory=list)
+    """CommitLog records that failed their body CRC, each {start, end, reason, found_by}:
+    never served; gone unless a replica holds them (docs/store.md, "Corrupt records")."""
     last_store_timestamp: int = 0
     stats: WireNodeStats | None = nested(WireNodeStats, default=None)
     ha: WireHAView = nested(WireHAView, factory=WireHAView)

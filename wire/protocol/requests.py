@@ -59,6 +59,7 @@ from .codec import (
     wrong_type,
 )
 from .replies import (
+    AclChangeReply,
     AclListReply,
     BrokerConfigReply,
     BrokerConfigUpdateReply,
@@ -170,7 +171,7 @@ def _client_id_field() -> Any:
 
 
 __all__ = [
-    "CLIENT_LOCK_LIFE_MS", "FIELD_TYPES", "LOCK_LIFE_MS", "MESSAGES", "NODE_REQUESTS", "OPS", "AclList", "BatchMessage", "CommitOffset", "ConsumerHeartbeat",
+    "CLIENT_LOCK_LIFE_MS", "FIELD_TYPES", "LOCK_LIFE_MS", "MESSAGES", "NODE_REQUESTS", "OPS", "AclList", "AclPut", "AclRemove", "BatchMessage", "CommitOffset", "ConsumerHeartbeat",
     "ConsumerList", "ConsumerLock", "ConsumerSendBack", "ConsumerUnlock", "ConsumerUnregister", "ConsumerWatch",
     "BrokerWritePerm", "GetBrokerConfig", "UpdateBrokerConfig",
     "CountMessages", "DeleteExpiredFiles", "EndTransaction", "Epoch", "FetchOffset", "GetByMsgId", "MaxOffset",
@@ -340,6 +341,34 @@ class AclList(WireRequest):
 
     OP = "acl_list"
     REPLY = AclListReply
+
+
+@attrs.define(kw_only=True)
+class AclPut(WireRequest):
+    """Add an account to the node's ACL file, or replace its permissions (the console's ACL
+    page; admin-only). `scram` is the account's new SCRAM verifier, made by the client, so
+    no secret crosses the wire; None keeps the account's own (a new account needs one).
+    The node checks the permissions and rules (refused whole, the file unchanged)."""
+
+    OP = "acl_put"
+    REPLY = AclChangeReply
+    access_key: str = wire(STR, check_non_empty)
+    scram: str | None = wire(STR, check_non_empty, default=None)
+    admin: bool = wire(BOOL, default=False)
+    default_topic_perm: str = wire(STR, check_non_empty, default="DENY")
+    default_group_perm: str = wire(STR, check_non_empty, default="DENY")
+    topic_perms: list[str] = wire(LIST_STR, default=[])
+    group_perms: list[str] = wire(LIST_STR, default=[])
+    white_remote_address: list[str] = wire(LIST_STR, default=[])
+
+
+@attrs.define(kw_only=True)
+class AclRemove(WireRequest):
+    """Remove an account from the node's ACL file (admin-only); its connections lose access."""
+
+    OP = "acl_remove"
+    REPLY = AclChangeReply
+    access_key: str = wire(STR, check_non_empty)
 
 
 # ---------------------------------------------------------------- consumer groups
@@ -653,7 +682,7 @@ NODE_REQUESTS: dict[str, type[WireRequest]] = {cls.OP: cls for cls in (
     ConsumerSendBack, SubGroupUpdate, SubGroupList, SubGroupDelete, EndTransaction, TransactionCheckWatch,
     TransactionList, TransactionResume, ProducerHeartbeat, ProducerUnregister, ProducerList, GetStatus, DeleteExpiredFiles, Epoch,
     Promote, PromoteCheck, CountMessages, TopicStatus, GetBrokerConfig, UpdateBrokerConfig,
-    BrokerWritePerm, StatsAll, AclList)}
+    BrokerWritePerm, StatsAll, AclList, AclPut, AclRemove)}
 """The node's op table: op name → request class."""
 
 OPS: dict[str, tuple[Field, ...]] = {op: schema_of(cls) for op, cls in NODE_REQUESTS.items()}

@@ -26,10 +26,11 @@ import functools
 import math
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import lark
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+if TYPE_CHECKING:
+    import lark
+    from lark.exceptions import UnexpectedInput
 
 __all__ = ["SQL92", "Sql92Error", "Sql92Filter", "compile_sql92", "sql92_error"]
 
@@ -88,7 +89,15 @@ BLOCK_COMMENT: /\/\*[^*]*\*+([^*\/][^*]*\*+)*\//
 %ignore BLOCK_COMMENT
 """
 
-_PARSER = lark.Lark(_GRAMMAR, parser="lalr", propagate_positions=True, maybe_placeholders=False)
+
+
+@functools.cache
+def _parser() -> lark.Lark:
+    """Built on the first expression compiled, not at import: lark and the table build cost
+    ~90 ms, which every node, name server and CLI process would pay for a filter few use."""
+    import lark
+
+    return lark.Lark(_GRAMMAR, parser="lalr", propagate_positions=True, maybe_placeholders=False)
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
@@ -377,6 +386,8 @@ def _literal(tree: lark.Tree[lark.Token]) -> _Node:
 
 
 def _compile(tree: lark.Tree[lark.Token] | lark.Token) -> _Node:  # noqa: C901 - one branch per grammar rule
+    import lark
+
     if isinstance(tree, lark.Token):
         raise _fail(f"unexpected {tree.type}", tree)
     name, kids, meta = tree.data, tree.children, tree.meta
@@ -449,6 +460,8 @@ class Sql92Filter:
 
 
 def _parse_error(e: UnexpectedInput, text: str) -> Sql92Error:
+    from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedToken
+
     if isinstance(e, UnexpectedEOF) or (isinstance(e, UnexpectedToken) and e.token.type == "$END"):
         lines = text.split("\n")
         return Sql92Error("unexpected end of expression", len(lines), len(lines[-1]) + 1)
@@ -465,8 +478,10 @@ def compile_sql92(expression: str) -> Sql92Filter:
     Cached (bounded LRU): a subscription's expression is compiled once, not per pull."""
     if not expression.strip():
         raise Sql92Error("a SQL92 expression must not be empty", 1, 1)
+    from lark.exceptions import UnexpectedInput
+
     try:
-        tree = _PARSER.parse(expression)
+        tree = _parser().parse(expression)
     except UnexpectedInput as e:
         raise _parse_error(e, expression) from None
     return Sql92Filter(expression, _as_boolean(_compile(tree)))

@@ -37,8 +37,13 @@
 
   function poll() {
     fetch("/dashboard/data", { headers: { "Accept": "application/json" } })
-      .then(function (r) { return r.json(); })
+      .then(function (r) {
+        // a session past its lifetime is sent to the login page: follow it there
+        if (r.redirected) { window.location.assign(r.url); return null; }
+        return r.json();
+      })
       .then(function (d) {
+        if (d === null) { return; }
         var err = document.getElementById("dashboard-error");
         err.hidden = !d.error; err.textContent = d.error || "";
         draw("chart-put", d.t, d.put);
