@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from node.failover.election import (
     Step,
-    deferred_to,
     eligible,
+    longer_logs,
     riding_out_outage,
     step,
     write_refusal,
@@ -61,11 +61,16 @@ def test_only_a_sync_master_that_led_rides_out_an_etcd_outage() -> None:
     assert not riding_out_outage(leading=True, reachable=False, fenced=True, role=BrokerRole.SYNC_MASTER)
 
 
-def test_a_candidate_restarted_after_an_abnormal_exit_leaves_the_election_to_its_in_sync_slaves() -> None:
-    """Issue 45, seed 8: the old master lost its unflushed tail in a power loss; the set's
-    member holds every PUT_OK, so it is elected first, until the deferral runs out."""
-    assert deferred_to(SET, address="m:1", abnormal_candidate=True, now=1.0, until=5.0) == ["s1:1"]
-    assert deferred_to(SET, address="m:1", abnormal_candidate=True, now=5.0, until=5.0) == []  # they may be gone
-    assert deferred_to(SET, address="m:1", abnormal_candidate=False, now=1.0, until=5.0) == []  # a clean exit
-    assert deferred_to({**SET, "in_sync": []}, address="m:1", abnormal_candidate=True, now=1.0, until=5.0) == []
-    assert deferred_to(None, address="m:1", abnormal_candidate=True, now=1.0, until=5.0) == []
+def test_a_member_leaves_the_election_to_members_with_longer_logs_until_the_deferral_ends() -> None:
+    """Issue 45, seeds 8 and 28: the old master lost its unflushed tail in a power loss (or the
+    whole group lost power); the member whose log ends furthest is elected first."""
+    ends = {"m:1": 100, "s1:1": 500}
+    assert longer_logs(SET, ends, address="m:1", own_end=100, now=1.0, until=5.0) == ["s1:1"]
+    assert longer_logs(SET, ends, address="m:1", own_end=100, now=5.0, until=5.0) == []  # it may be gone
+    assert longer_logs(SET, ends, address="s1:1", own_end=500, now=1.0, until=5.0) == []  # the longest
+    assert longer_logs(SET, {**ends, "s1:1": 100}, address="m:1", own_end=100, now=1.0, until=5.0) == []  # a tie
+    assert longer_logs(SET, {}, address="m:1", own_end=100, now=1.0, until=5.0) == []  # not published
+    assert longer_logs(SET, {}, address="m:1", own_end=100, now=1.0, until=5.0, await_unknown=True) == ["s1:1"]
+    assert longer_logs({**SET, "in_sync": ["s2:1"]}, {"s1:1": 900}, address="m:1", own_end=100, now=1.0,
+                       until=5.0) == []  # not a member
+    assert longer_logs(None, ends, address="m:1", own_end=100, now=1.0, until=5.0) == []
