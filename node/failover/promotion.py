@@ -534,6 +534,13 @@ class Failover:
         clamped = clamp_offsets(services.offsets, store) if unclean else []
         if clamped:
             await services.offsets.persist(force=True)
+        if epoch is None:
+            # a master restarted after an abnormal exit begins an epoch of its own (term.py),
+            # which this slave may not have seen (it was refused while that epoch was due, or
+            # the master paused before it reconnected): the name servers have it, so this
+            # promotion takes a newer one and the two never share a number (seed 1447)
+            views, _answered = await self.asker.group_epochs(set())
+            self.term.newest_seen = max([self.term.newest_seen, *(v.epoch for v in views)])
         epoch = epoch if epoch is not None else max(self.term.newest_seen, self.epoch) + 1
         max_offset = store.get_max_phy_offset()
         reason = f"promoted to master of {self.cfg.broker_name} with epoch {epoch} (was brokerId {self.cfg.broker_id})"
