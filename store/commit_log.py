@@ -124,7 +124,7 @@ class CommitLog:
         """Cut the log at `offset` (a record boundary); returns the deleted segments' names.
         The topic-queue table is the caller's to rebuild."""
         self.damage.forget_from(offset)
-        return truncate(self.queue, offset)
+        return truncate(self.queue, offset, sync=True)
 
     # ---- append ------------------------------------------------------------------------------
     def is_os_page_cache_busy(self) -> bool:

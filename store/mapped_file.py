@@ -295,8 +295,8 @@ class MappedFile:
     def zero_tail(self, position: int) -> None:
         """Zero [position, file_size) so truncated bytes cannot come back: a hole punched in
         the file where it can (no page written through the map, the tail's blocks freed),
-        else write zeros; then fdatasync (blocking), or a power loss could bring them back
-        (seed 38 with `--storage`: a slave's cut came back, and its ConsumeQueues with it)."""
+        else write zeros. Not synced here: a cut that must outlive a power loss syncs after
+        (`sync`; seed 38 with `--storage`: a slave's cut came back, its ConsumeQueues too)."""
         length = self.file_size - position
         if length <= 0:
             return
@@ -310,7 +310,6 @@ class MappedFile:
             for start in range(position, self.file_size, chunk):
                 end = min(self.file_size, start + chunk)
                 self.write_buffer[start:end] = bytes(end - start)
-        runtime.fdatasync(self._fd, self.path)
 
     def get_read_position(self) -> int:
         """Readers see committed bytes only, so the write buffer's unsaved tail is invisible."""

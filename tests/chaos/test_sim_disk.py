@@ -246,7 +246,8 @@ async def test_a_cut_and_a_deleted_segment_stay_gone_after_a_power_loss(tmp_path
         mf = MappedFile(path, 2 * PAGE)
         mf.append(b"a" * 3000)
         mf.flush(0)
-        mf.zero_tail(1000)  # a cut: synced, so the cut bytes cannot come back
+        mf.zero_tail(1000)  # a rejoining node's cut (recovery.truncate(sync=True)): synced
+        mf.sync()
         assert disk.durable("00000000000000000000").rstrip(b"\0") == b"a" * 1000
         mf.destroy(0)
         again = MappedFile(path, 2 * PAGE)  # the same name, new content, never synced
@@ -257,8 +258,8 @@ async def test_a_cut_and_a_deleted_segment_stay_gone_after_a_power_loss(tmp_path
 
 
 def test_recovery_after_a_crash_makes_what_it_trusts_durable(tmp_path):
-    """A SIGKILLed store's files hold what it wrote, maybe only in the page cache; recovery
-    trusts it, so it syncs it before the checkpoint can claim it (seeds 45, 103, 127 with
+    """A SIGKILLed store's ConsumeQueues hold what it wrote, maybe only in the page cache;
+    recovery trusts them, so it syncs them before the checkpoint can claim them (seeds 45, 103, 127 with
     `--storage`: ConsumeQueue units a later power loss took although the checkpoint claimed them)."""
     root = str(tmp_path)
     config = StoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=256 * 1024,
@@ -284,4 +285,3 @@ def test_recovery_after_a_crash_makes_what_it_trusts_durable(tmp_path):
     trio.run(crash_then_load, clock=trio.testing.MockClock(autojump_threshold=0))
     queues = [rel for rel in disk.images if rel.startswith("consumequeue/T/")]
     assert len(queues) == 2 and all(disk.images[rel].rstrip(b"\0") for rel in queues)
-    assert disk.images["commitlog/00000000000000000000"].rstrip(b"\0")
