@@ -103,8 +103,8 @@ SYSTEMS = {
         System("tidemq-both", ALL),
         System("tidemq-secure", ALL),
         System("tidemq-async-metrics", ALL),
-        System("tidemq-syncflush-inline", ALL),
-        System("tidemq-both-inline", ALL),
+        System("tidemq-syncflush-thread", ALL),
+        System("tidemq-both-thread", ALL),
         System("tidemq-async-2groups", SPREAD),
         System("tidemq-syncflush-2groups", SPREAD),
         System("redis-everysec", ALL, ("redis-server",)),
@@ -128,8 +128,8 @@ MODES = {  # system key -> (flushDiskType, brokerRole)
     "tidemq-both": ("SYNC_FLUSH", "SYNC_MASTER"),
     "tidemq-secure": ("ASYNC_FLUSH", "ASYNC_MASTER"),  # tidemq-async with TLS and logins on
     "tidemq-async-metrics": ("ASYNC_FLUSH", "ASYNC_MASTER"),  # tidemq-async with /metrics scraped every second
-    "tidemq-syncflush-inline": ("SYNC_FLUSH", "ASYNC_MASTER"),  # tidemq-syncflush, fdatasync in the event loop
-    "tidemq-both-inline": ("SYNC_FLUSH", "SYNC_MASTER"),  # tidemq-both, fdatasync in the event loop
+    "tidemq-syncflush-thread": ("SYNC_FLUSH", "ASYNC_MASTER"),  # tidemq-syncflush, fdatasync in a worker thread
+    "tidemq-both-thread": ("SYNC_FLUSH", "SYNC_MASTER"),  # tidemq-both, fdatasync in a worker thread
 }
 RMQ_MODES = {  # CBOR and remoting rows against one node of the mode
     "tidemq-async-rmq": MODES["tidemq-async"],
@@ -142,18 +142,18 @@ SECURE = {"tidemq-secure"}
 METRICS = {"tidemq-async-metrics"}
 """Rows run only when named (`--only floor,tidemq-async,tidemq-async-metrics`): the cost of
 /metrics beside tidemq-async (docs/metrics.md)."""
-INLINE = {"tidemq-syncflush-inline", "tidemq-both-inline"}
+THREAD = {"tidemq-syncflush-thread", "tidemq-both-thread"}
+"""Rows run only when named (`--only tidemq-syncflush,tidemq-syncflush-thread,...`): SYNC_FLUSH
+with `syncFlushInline = false` (the fdatasync in a worker thread, as before issue 48) beside
+the default, the event loop's (docs/request-path.md)."""
 GROUPS = {"tidemq-async-2groups": "ASYNC_FLUSH", "tidemq-syncflush-2groups": "SYNC_FLUSH"}
 """Two broker groups on this host (peers.tidemq_groups), run when named beside tidemq-async /
 tidemq-syncflush: how throughput adds up per host (issue 48 item 4, docs/bench-compare.md)."""
-"""Rows run only when named (`--only tidemq-syncflush,tidemq-syncflush-inline,...`): SYNC_FLUSH
-with `syncFlushInline = true` (the fdatasync in the event loop) beside the worker thread's
-(docs/request-path.md)."""
 
 
-ONLY_WHEN_NAMED = {*RMQ_MODES, *METRICS, *INLINE, *GROUPS, *CLIENT_MODES, "redis-everysec-client"}
+ONLY_WHEN_NAMED = {*RMQ_MODES, *METRICS, *THREAD, *GROUPS, *CLIENT_MODES, "redis-everysec-client"}
 """Rows a default run leaves out (each is a question of its own, asked with `--only`): the
-remoting rows, the metrics cost, the inline flush, two groups per host, the client libraries."""
+remoting rows, the metrics cost, the thread flush, two groups per host, the client libraries."""
 
 
 @attrs.frozen
@@ -176,7 +176,7 @@ def _system(key: str, procs: Processes, work: Path, bases: list[Path]) -> contex
         return peers.floor(procs, work)
     if key in MODES:
         return peers.tidemq(work, *MODES[key], bases=bases, secure=key in SECURE, metrics=key in METRICS,
-                            keys={"syncFlushInline": True} if key in INLINE else None)
+                            keys={"syncFlushInline": False} if key in THREAD else None)
     if key in RMQ_MODES:
         return peers.tidemq(work, *RMQ_MODES[key], bases=bases)
     if key in CLIENT_MODES:

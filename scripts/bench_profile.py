@@ -35,7 +35,7 @@ async def profile(spy: str, work: Path, mode: str, case: str, seconds: float) ->
     raw = work / "py-spy.txt"
     async with peers.tidemq(work / "cluster", *compare.MODES[mode], bases=bases, secure=mode in compare.SECURE,
                             metrics=mode in compare.METRICS,
-                            keys={"syncFlushInline": True} if mode in compare.INLINE else None) as target:
+                            keys={"syncFlushInline": False} if mode in compare.THREAD else None) as target:
         master = target.master
         assert master is not None
         sampler = subprocess.Popen([spy, "record", "-p", str(master.pid), "-d", f"{seconds:g}", "-r", "250",

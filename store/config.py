@@ -133,10 +133,11 @@ class StoreConfig:
     flush_commit_log_thorough_interval: int = attrs.field(default=10_000, validator=_non_negative)
     flush_commit_log_timed: bool = False
     sync_flush_timeout: int = attrs.field(default=5000, validator=_positive)
-    sync_flush_inline: bool = False
-    """SYNC_FLUSH's fdatasync in the event loop (Redis's `appendfsync always` way) instead of a
-    worker thread: no thread hop per flush, but nothing else runs while the disk syncs
-    (docs/request-path.md has both measured). Not a RocketMQ key."""
+    sync_flush_inline: bool = True
+    """SYNC_FLUSH's fdatasync in the event loop (Redis's `appendfsync always` way), false: in a
+    worker thread. Inline has no thread hop per flush, but nothing else runs while the disk
+    syncs; measured faster (16 x 1: 1.57 x the messages, 0.59 x the CPU each), so the default
+    (docs/request-path.md). Not a RocketMQ key."""
     commit_interval_commit_log: int = attrs.field(default=200, validator=_positive)
     commit_commit_log_least_pages: int = attrs.field(default=4, validator=_non_negative)
     commit_commit_log_thorough_interval: int = attrs.field(default=200, validator=_non_negative)

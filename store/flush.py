@@ -173,10 +173,7 @@ class GroupCommitService:
 
     async def _flush_once(self) -> bool:
         """One fdatasync round; False when it failed (the store then takes no more writes)."""
-        if self.inline:
-            error = try_flush(self.queue, 0)  # the loop waits for the disk: no thread hop either way
-        else:
-            error = await runtime.run_sync(try_flush, self.queue, 0)
+        error = await (runtime.run_inline if self.inline else runtime.run_sync)(try_flush, self.queue, 0)
         if error is not None:
             flush_failed(self._flags, self.queue, error)
             return False

@@ -32,7 +32,7 @@ import attrs
 import trio
 
 __all__ = ["Disk", "Gate", "Simulation", "disk_used_ratio", "fdatasync", "hosted", "killed", "monotonic", "rewrote",
-           "run_sync", "simulated", "simulation", "sleep", "synced", "wall_clock"]
+           "run_inline", "run_sync", "simulated", "simulation", "sleep", "synced", "wall_clock"]
 
 T = TypeVar("T")
 
@@ -105,6 +105,14 @@ def killed() -> bool:
     store, persisting offsets) leaves everything as a SIGKILL would."""
     sim = _SIMULATION.get()
     return sim is not None and sim.gate is not None and sim.gate.killed
+
+
+async def run_inline(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` in the event loop, blocking it (no worker thread's hop there and back);
+    under simulation as `run_sync`, whose disk delays model the device either way."""
+    if _SIMULATION.get() is None:
+        return fn(*args)
+    return await run_sync(fn, *args)
 
 
 async def run_sync(fn: Callable[..., T], *args: Any, abandon_on_cancel: bool = False) -> T:

@@ -64,6 +64,8 @@ class SimStream(trio.abc.HalfCloseableStream):
         self._network = network
         self._host = split_host_port(local)[0]
         self._peer_host = split_host_port(peer)[0]
+        self._link = frozenset((self._host, self._peer_host))  # the key of `SimNetwork.delays`
+        self._direction = (self._host, self._peer_host)  # the key of `SimNetwork.one_way`
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         if self._sending:
@@ -72,10 +74,11 @@ class SimStream(trio.abc.HalfCloseableStream):
         try:
             net = self._network
             await trio.lowlevel.checkpoint()
-            await net.wait_running(self._host)
-            while (self._host, self._peer_host) in net.one_way:
+            if self._host in net.paused:
+                await net.wait_running(self._host)
+            while self._direction in net.one_way:
                 await net.changed()
-            delay = net.delays.get(frozenset((self._host, self._peer_host)))
+            delay = net.delays.get(self._link)
             if delay:
                 await trio.sleep(delay)  # virtual: the link's simulated delay, on the MockClock
             if self._closed or self._out.eof:
@@ -89,8 +92,8 @@ class SimStream(trio.abc.HalfCloseableStream):
         or BlockingIOError when a send would wait (the host paused, the link held one way or
         delayed, a send in progress); a closed connection is a broken pipe."""
         net = self._network
-        if (self._sending or self._host in net.paused or (self._host, self._peer_host) in net.one_way
-                or frozenset((self._host, self._peer_host)) in net.delays):
+        if (self._sending or self._host in net.paused or self._direction in net.one_way
+                or self._link in net.delays):
             raise BlockingIOError(errno.EAGAIN, "the send would wait (simulated)")
         if self._closed or self._out.eof:
             raise BrokenPipeError(errno.EPIPE, "the connection is closed (simulated)")
@@ -119,10 +122,14 @@ class SimStream(trio.abc.HalfCloseableStream):
             await pipe.lot.park()
         if self._closed:
             raise trio.ClosedResourceError("this end is closed")
-        size = len(pipe.data) if max_bytes is None else min(max_bytes, len(pipe.data))
-        data = bytes(pipe.data[:size])
-        del pipe.data[:size]
-        await self._network.wait_running(self._host)
+        if max_bytes is None or max_bytes >= len(pipe.data):  # all of it: one copy
+            data = bytes(pipe.data)
+            pipe.data.clear()
+        else:
+            data = bytes(pipe.data[:max_bytes])
+            del pipe.data[:max_bytes]
+        if self._host in self._network.paused:
+            await self._network.wait_running(self._host)
         return data
 
     async def aclose(self) -> None:

@@ -28,6 +28,8 @@ import attrs
 import trio
 import trio.testing
 
+from .clock import sim_clock
+from .collector import relaxed_collector
 from .mutations import MUTATIONS, mutated
 from .schedule import Schedule, draw
 from .simulation import Simulation
@@ -109,10 +111,10 @@ def run_seed(seed: int, *, mode: str = MODES[0], schedule: Schedule | None = Non
     began = time.perf_counter()
     sim = Simulation(schedule, mode, base, slaves=slaves, etcd=controller == "etcd", groups=groups,
                      orderly=orderly, storage=storage)
-    clock = trio.testing.MockClock(autojump_threshold=0)
+    clock = sim_clock()
     sim.spin_guard = SpinGuard(clock)
     try:
-        with _quiet_logs(), mutated(mutation):
+        with _quiet_logs(), mutated(mutation), relaxed_collector():
             trio.run(sim.main, clock=clock, instruments=[sim.spin_guard])
     except BaseException as e:  # a crash of the simulated cluster is a finding, not the runner's end
         if isinstance(e, KeyboardInterrupt):

@@ -13,7 +13,7 @@ import functools
 import os
 import secrets
 from collections.abc import Callable, Sequence
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import tomlkit
 
@@ -103,9 +103,26 @@ def put_account(
     sign with the secret in that file (made, random, when missing); the entry names it
     relative to the ACL file."""
     document = _read_document(path)
+    entry = _entry(access_key, {"scram": make_verifier(secret).text()}, admin, default_topic_perm, default_group_perm,
+                   topic_perms, group_perms, white_remote_address)
+    if remoting_secret_file is not None:
+        if not os.path.exists(remoting_secret_file):
+            new_secret(remoting_secret_file)
+        entry["remotingSecretFile"] = os.path.relpath(os.path.abspath(remoting_secret_file),
+                                                      os.path.dirname(os.path.abspath(path)))
+    replaced = _put(_accounts(document), entry)
+    _save(path, document)
+    return replaced
+
+
+def _entry(access_key: str, verifier: dict[str, Any], admin: bool, default_topic_perm: str, default_group_perm: str,
+           topic_perms: Sequence[str], group_perms: Sequence[str],
+           white_remote_address: Sequence[str]) -> tomlkit.items.Table:
+    """An account's table: its key, `verifier` (scram, or an old secretKey) and its permissions."""
     entry = tomlkit.table()
     entry["accessKey"] = access_key
-    entry["scram"] = make_verifier(secret).text()
+    for key, value in verifier.items():
+        entry[key] = value
     entry["admin"] = admin
     entry["defaultTopicPerm"] = default_topic_perm
     entry["defaultGroupPerm"] = default_group_perm
@@ -113,21 +130,17 @@ def put_account(
     entry["groupPerms"] = list(group_perms)
     if white_remote_address:
         entry["whiteRemoteAddress"] = list(white_remote_address)
-    if remoting_secret_file is not None:
-        if not os.path.exists(remoting_secret_file):
-            new_secret(remoting_secret_file)
-        entry["remotingSecretFile"] = os.path.relpath(os.path.abspath(remoting_secret_file),
-                                                      os.path.dirname(os.path.abspath(path)))
-    accounts = _accounts(document)
-    replaced = False
+    return entry
+
+
+def _put(accounts: Any, entry: tomlkit.items.Table) -> bool:
+    """Replace the account of `entry`'s key in place, or append it; True when it replaced one."""
     for index, old in enumerate(accounts):
-        if old.get("accessKey") == access_key:
+        if old.get("accessKey") == entry["accessKey"]:
             accounts[index] = entry
-            replaced = True
-    if not replaced:
-        accounts.append(entry)
-    _save(path, document)
-    return replaced
+            return True
+    accounts.append(entry)
+    return False
 
 
 @_one_writer
@@ -147,33 +160,19 @@ def edit_account(
     old = next((a for a in accounts if a.get("accessKey") == access_key), None)
     if old is None and scram is None:
         raise AclError(f"{access_key} is a new account: give it a secret")
-    entry = tomlkit.table()
-    entry["accessKey"] = access_key
+    kept = ("scram", "secretKey") if scram is None else ()  # the old verifier, when no new one
+    verifier = {k: old[k] for k in kept if old is not None and k in old}
     if scram is not None:
-        entry["scram"] = scram
-    else:
-        assert old is not None
-        for key in ("scram", "secretKey"):
-            if key in old:
-                entry[key] = old[key]
-    entry["admin"] = admin
-    entry["defaultTopicPerm"] = default_topic_perm
-    entry["defaultGroupPerm"] = default_group_perm
-    entry["topicPerms"] = list(topic_perms)
-    entry["groupPerms"] = list(group_perms)
-    if white_remote_address:
-        entry["whiteRemoteAddress"] = list(white_remote_address)
+        verifier["scram"] = scram
+    entry = _entry(access_key, verifier, admin, default_topic_perm, default_group_perm, topic_perms, group_perms,
+                   white_remote_address)
     if old is not None:
         for key in ("remotingSecret", "remotingSecretFile"):
             if key in old:
                 entry[key] = old[key]
-    for index, a in enumerate(accounts):
-        if a.get("accessKey") == access_key:
-            accounts[index] = entry
-    if old is None:
-        accounts.append(entry)
+    replaced = _put(accounts, entry)
     _save(path, document)
-    return old is not None
+    return replaced
 
 
 @_one_writer
