@@ -354,9 +354,9 @@ class Failover:
                     ha.expect(slaves)
             outcome = fencing.finish_check(check, answered=bool(answered) or not self.cfg.namesrv_addresses)
             if outcome is CheckOutcome.CONFIRMED and self.term.restart_epoch_due \
-                    and check.started >= fencing.settle_until:
-                # only once a slave promoted just before this start has announced its epoch
-                # (PROMOTE_SETTLE_S): the two would pick the same number
+                    and check.started >= max(fencing.settle_until, fencing.stalled_at + PROMOTE_SETTLE_S):
+                # only once a slave promoted just before this start (or during a stall since)
+                # has announced its epoch (PROMOTE_SETTLE_S): the two would pick the same number
                 self.term.begin_restart_epoch()
             if outcome is CheckOutcome.UNANSWERED:
                 log.warning("no name server or peer answered with the group's epoch%s",

@@ -16,6 +16,7 @@ import trio.testing
 from chaos.sim.network import SimNetwork
 from cluster.namesrv import NameServer, NamesrvConfig
 from node.config import load_config
+from node.failover.fencing import STALL_S
 from node.failover.promotion import Failover
 from node.failover.term import PROMOTE_SETTLE_S
 from node.ops.services import OpError
@@ -88,7 +89,9 @@ async def test_the_first_answered_check_begins_a_new_epoch_at_the_recovered_end(
         with pytest.raises(OpError):  # a slave promoted just before this start may not have announced yet
             await f.before_write()
         assert f.epoch == 1
-        clock.jump(PROMOTE_SETTLE_S)
+        for _ in range(int(PROMOTE_SETTLE_S / (STALL_S / 2)) + 1):  # the loop runs on: no stall
+            clock.jump(STALL_S / 2)
+            f._observe_stall()
         await f.before_write()  # a check after the settle time, no newer master: epoch 2 begins at the end
         assert f.epoch == 2 and [e.to_wire() for e in f.epochs.entries] == [[1, 0], [2, end]]
         assert f.epoch_answer()["pending"] is None and not f.status()["writes_held"]
