@@ -108,11 +108,23 @@ class CommitLog:
                 return at == offset
         return False
 
+    def record_start_at_or_before(self, offset: int) -> int:
+        """The last record boundary (`is_record_boundary`) at or before `offset`."""
+        if self.is_record_boundary(offset):
+            return offset
+        start = offset - offset % self.file_size
+        found = start
+        for at, _decoded in self.iter_records(start, read_body=False):
+            if at >= offset:
+                break
+            found = at
+        return found
+
     def truncate(self, offset: int) -> tuple[str, ...]:
         """Cut the log at `offset` (a record boundary); returns the deleted segments' names.
         The topic-queue table is the caller's to rebuild."""
         self.damage.forget_from(offset)
-        return truncate(self.queue, offset)
+        return truncate(self.queue, offset, sync=True)
 
     # ---- append ------------------------------------------------------------------------------
     def is_os_page_cache_busy(self) -> bool:

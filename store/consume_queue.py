@@ -214,6 +214,7 @@ class ConsumeQueue:
                 if not is_blank_unit(offset, size):
                     self.max_physic_offset = offset + size
             mf.zero_tail(mf.wrote_position)  # stale units must not come back at the next recovery
+            mf.sync()  # nor at a power loss (seed 38 with `--storage`)
             return
 
     def correct_min_offset(self, min_phy_offset: int) -> None:

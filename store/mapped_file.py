@@ -295,7 +295,8 @@ class MappedFile:
     def zero_tail(self, position: int) -> None:
         """Zero [position, file_size) so truncated bytes cannot come back: a hole punched in
         the file where it can (no page written through the map, the tail's blocks freed),
-        else write zeros."""
+        else write zeros. Not synced here: a cut that must outlive a power loss syncs after
+        (`sync`; seed 38 with `--storage`: a slave's cut came back, its ConsumeQueues too)."""
         length = self.file_size - position
         if length <= 0:
             return
@@ -362,6 +363,10 @@ class MappedFile:
             finally:
                 self.release()
         return self.flushed_position
+
+    def sync(self) -> None:
+        """fdatasync now, whatever the positions say (blocking)."""
+        runtime.fdatasync(self._fd, self.path)
 
     def rewrite(self, start: int, end: int) -> None:
         """Write [start, end) back over itself and fdatasync it (blocking): pages a failed
@@ -452,6 +457,9 @@ class MappedFile:
             return False
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
+        # the simulation's disk model takes a deletion as durable at once: a file created
+        # later under this name must not come back with this one's content at a power loss
+        runtime.synced(self.path)
         log.info("deleted segment %s", self.path)
         return True
 

@@ -232,14 +232,18 @@ def _good_record_at(mm: Buffer, pos: int) -> bool:
     return pos < len(mm) and decode_record(mm, pos, check_crc=True).kind in (RecordKind.MESSAGE, RecordKind.BLANK)
 
 
-def truncate(queue: MappedFileQueue, end: int) -> tuple[str, ...]:
+def truncate(queue: MappedFileQueue, end: int, *, sync: bool = False) -> tuple[str, ...]:
     """Cut the log at `end`: zero the tail of its segment (so cut bytes cannot come back),
-    delete every later segment. Returns the names of the deleted segments."""
+    delete every later segment. Returns the names of the deleted segments. `sync`: make the
+    zeroed tail durable (a rejoining node's cut; recovery's own cut is of bytes that were
+    never durable)."""
     queue.flushed_where = queue.committed_where = end
     doomed = tuple(os.path.basename(mf.path) for mf in queue.files if mf.file_from_offset > end)
     holder = queue.find_by_offset(end)
     if holder is not None:  # also a whole segment starting at `end`: its records must not come back
         holder.zero_tail(end % queue.file_size)
+        if sync:
+            holder.sync()
     queue.truncate_dirty_files(end)
     if doomed:
         log.warning("deleted %d CommitLog segment(s) after offset %d: %s", len(doomed), end, ", ".join(doomed))

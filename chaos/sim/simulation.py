@@ -143,7 +143,8 @@ class Simulation:
             self._note_moves_back()
             self.phase = "resolving the transactions"
             await self.transactions.drain()
-            self.tx_violations = self.transactions.judge(self.observed, replication=self.replication)
+            self.tx_violations = self.transactions.judge(self.observed, replication=self.replication,
+                                                         flush=self.flush)
             stop_transactions.set()
             for group in self.cluster.groups:
                 self.observed[group.name].committed = self.load.committed(group)

@@ -215,9 +215,11 @@ class SimTransactions:
 
     # ---------------------------------------------------------------- the promises
 
-    def judge(self, observed: dict[str, Observed], *, replication: str) -> list[str]:
+    def judge(self, observed: dict[str, Observed], *, replication: str, flush: str = "SYNC_FLUSH") -> list[str]:
         """The broken promises (module docstring), read off each group's final master; call
-        it before the nodes stop."""
+        it before the nodes stop. `flush`: with ASYNC_FLUSH a half message in a power loss's
+        window is the unflushed window's loss, for a SYNC_MASTER when a cut reported dropping
+        it or the whole group lost power (verdict.py)."""
         found: dict[str, list[str]] = {}
 
         def finding(label: str, item: str) -> None:
@@ -264,15 +266,19 @@ class SimTransactions:
                         and record.body.rstrip(b".") == tx.key.encode())
                 ended = table.ended.get(tx.origin) if held else None
                 truncated = any(lo <= tx.origin < hi for lo, hi in observed[group.name].truncated_ranges)
+                # its half message lay in a power loss's window: ASYNC_FLUSH had not made it durable
+                unflushed = flush == "ASYNC_FLUSH" and any(
+                    lo <= tx.origin < hi for _n, lo, hi in observed[group.name].power_windows)
                 sync = replication == "SYNC_MASTER"
                 acked_put_ok = (tx.end_status or "").startswith(Status.PUT_OK.value)
                 if held and ended is not None and ended.outcome is Outcome.ROLLBACK:
                     finding("committed transaction(s) rolled back", tx.key)
                 elif held:
                     finding("committed transaction(s) not delivered", f"{tx.key} ({tx.end_status})")
-                elif sync and (tx.prepared_status == Status.PUT_OK.value or acked_put_ok):
+                elif sync and (tx.prepared_status == Status.PUT_OK.value or acked_put_ok) and not (
+                        unflushed and (truncated or observed[group.name].group_power_losses)):
                     finding("committed transaction(s) a SYNC_MASTER lost", f"{tx.key} ({tx.end_status})")
-                elif not truncated:
+                elif not truncated and not unflushed:
                     finding("committed transaction(s) whose half message vanished", tx.key)
         for key, copies in sorted(stored.items()):
             mine = self.by_key.get(key)

@@ -106,7 +106,9 @@ def verdict(report: CheckReport, history: History, observed: Observed, *, replic
                                                       report.acked_missing_msg_ids, report.acked_missing_statuses,
                                                       strict=True)
             if not (m in observed.truncated or _power_lost(k, s, observed, flush))
-            or (replication == "SYNC_MASTER" and s == "PUT_OK" and not _unclean_drop(m, math.inf, observed))]
+            or (replication == "SYNC_MASTER" and s == "PUT_OK" and not _unclean_drop(m, math.inf, observed)
+                and not ((m in observed.truncated or observed.group_power_losses)
+                         and _power_lost(k, s, observed, flush)))]
     finding("acknowledged message(s) lost beyond the mode's promise", lost)
     master_lost = set(report.acked_missing)
     for name, node in report.nodes.items():
@@ -142,8 +144,9 @@ def verdict(report: CheckReport, history: History, observed: Observed, *, replic
     held = report.nodes[master].records if master in report.nodes else set()
     finding("record(s) a consumer read that a node later dropped (msgId key)",
             sorted(f"{m} {k}" for (m, k), at in (read_ids or {}).items()
-                   if (m, k) not in held and any(m in ids and at < cut_at and not _unclean_drop(m, cut_at, observed)
-                                                 for cut_at, ids in observed.cuts)))
+                   if (m, k) not in held and not _power_lost(k, "", observed, flush)
+                   and any(m in ids and at < cut_at and not _unclean_drop(m, cut_at, observed)
+                           for cut_at, ids in observed.cuts)))
     finding("acknowledged message(s) the consumer committed past without reading",
             [k for k, _o in _skipped(report, history, observed, consumed)])
     if replication == "SYNC_MASTER":
@@ -155,7 +158,10 @@ def _power_lost(key: str, status: str, observed: Observed, flush: str) -> bool:
     """An acknowledgement a power loss may take: its record lay in the window a power loss
     took from the node that stored it, and the mode did not promise it durable there (a
     SYNC_FLUSH PUT_OK was fsynced before it was answered). SYNC_MASTER's PUT_OK is judged
-    apart: it must survive the loss of any one node."""
+    apart: it must survive the loss of any one node, but for one in its master's unflushed
+    window (ASYNC_FLUSH) that a cut reported dropping (the master restarted with a new epoch
+    at its recovered end and its slaves cut their tails there) or that a power loss of the
+    whole group took (every copy was unflushed) (docs/simulation.md)."""
     return key in observed.power_lost and not (flush == "SYNC_FLUSH" and status == "PUT_OK")
 
 

@@ -16,6 +16,7 @@ import attrs
 import trio
 
 from ha.net import TCP, Network
+from store.config import BrokerRole
 from wire.client import TidemqError, connect
 from wire.protocol import Epoch, EpochReply, WireRequest
 from wire.protocol.namesrv import ClusterInfo, ClusterInfoReply
@@ -71,14 +72,16 @@ class EpochAsker:
                 peers.add(b["address"])
                 used_ids.add(b.get("broker_id", 0))
                 if type(b.get("epoch")) is int:
-                    views.append(EpochView(b["epoch"], b["address"], f"name server {address}"))
+                    views.append(EpochView(b["epoch"], b["address"], f"name server {address}",
+                                           master=b.get("broker_id", 0) == 0))
 
         async def ask_peer(address: str) -> None:
             nonlocal answered
             answer: EpochReply | None = await self.ask(address, Epoch())
             answered += answer is not None
             if answer and not answer.fenced:
-                views.append(EpochView(answer.epoch, address, f"peer {address}"))
+                views.append(EpochView(answer.epoch, address, f"peer {address}",
+                                       master=answer.role != BrokerRole.SLAVE.value and not answer.pending))
 
         with trio.move_on_after(ASK_TIMEOUT_S):
             async with trio.open_nursery() as nursery:

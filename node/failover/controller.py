@@ -61,7 +61,7 @@ from wire.protocol import Status
 from ..config import BrokerConfig
 from ..ops.services import OpError
 from ..tables.changes import Changes
-from .election import Step, eligible, riding_out_outage, step, write_refusal
+from .election import Step, eligible, longer_logs, riding_out_outage, step, write_refusal
 from .etcd import (
     EtcdClient,
     EtcdError,
@@ -84,6 +84,8 @@ log = logging.getLogger("tidemq.node")
 __all__ = ["EtcdController", "key_prefix"]
 
 REVOKE_TIMEOUT_S = 1.0
+DEFER_LEASES = 2
+"""Leases a member of the set leaves the election to members whose logs are longer (`_defers`)."""
 UNNAMED_TICKS = 3
 """In-sync checks an HA connection may stay unnamed before it is reported."""
 
@@ -117,6 +119,7 @@ class EtcdController:
         prefix = key_prefix(cfg.broker_cluster_name, cfg.broker_name)
         self.key_master, self.key_epoch = prefix + "master", prefix + "epoch"
         self.key_sync, self.replicas_prefix = prefix + "syncStateSet", prefix + "replicas/"
+        self.ends_prefix = prefix + "ends/"
         self.ttl_s = cfg.controller_lease_ms // 1000
         self.interval_s = cfg.controller_lease_ms / 3000
         self.endpoints = parse_endpoints(cfg.etcd_endpoints)
@@ -142,6 +145,13 @@ class EtcdController:
         self._published_replica: str | None = None
         self._publish_lock = trio.Lock()
         self._unnamed: dict[str, int] = {}
+        self._ends: dict[str, int] = {}
+        """Client address → CommitLog end each node published under `ends/` (each tick)."""
+        self._published_end: int | None = None
+        self._vacant_since: float | None = None
+        """When this node first found the leadership key vacant (None: it is held)."""
+        self._deferred_since: float | None = None
+        """The vacancy whose deferral was reported (`_defers`)."""
         self._replicas: dict[str, str] = {}
         """HA connection address → client address, from the `replicas/` entries (each tick)."""
 
@@ -285,14 +295,18 @@ class EtcdController:
         try:
             await self._renew()
             result = await self.etcd.txn([], [op_get(self.key_master), op_get(self.key_sync),
-                                              op_get(self.key_epoch), op_get_prefix(self.replicas_prefix)], [])
-            *keys, replicas = result.ranges
+                                              op_get(self.key_epoch), op_get_prefix(self.replicas_prefix),
+                                              op_get_prefix(self.ends_prefix)], [])
+            *keys, replicas, ends = result.ranges
             master_kv, sync_kv, epoch_kv = (r[0] if r else None for r in keys)
             self.sync_set = _json(sync_kv)
             self._replicas = {r["ha_local"]: r["address"] for r in map(_json, replicas)
                               if r and isinstance(r.get("ha_local"), str) and isinstance(r.get("address"), str)}
+            self._ends = {e["address"]: e["max_offset"] for e in map(_json, ends)
+                          if e and isinstance(e.get("address"), str) and type(e.get("max_offset")) is int}
             await self._decide(master_kv, epoch_kv)
             await self._publish_replica()
+            await self._publish_end()
         except EtcdError as e:
             self.last_error = f"etcd unreachable: {e}"
             if self.reachable is not False:
@@ -316,10 +330,13 @@ class EtcdController:
         self.lease = await self.etcd.grant(self.ttl_s)
         self.lease_deadline = sent + self.ttl_s
         self._published_replica = None
+        self._published_end = None
 
     async def _decide(self, master_kv: KeyValue | None, epoch_kv: KeyValue | None) -> None:
         """What this tick does is election.step's decision; the state it read is kept here."""
         failover = self.failover
+        if master_kv is not None:
+            self._vacant_since = None
         if master_kv is None:
             if self.leading:
                 self._event("the leadership key is gone (lease %x)", self.lease)
@@ -328,7 +345,7 @@ class EtcdController:
             self.leader, self.leading = _json(master_kv) or {}, master_kv.lease == self.lease
         may_campaign = master_kv is None and eligible(
             self.sync_set, address=self.cfg.address, is_master=self.cfg.role.is_master,
-            fenced=failover.fenced is not None)
+            fenced=failover.fenced is not None) and not self._defers()
         action = step(None if master_kv is None else master_kv.lease, self.lease,
                       busy=failover.transition is not None or failover.term.services is None,
                       may_campaign=may_campaign, is_master=self.cfg.role.is_master)
@@ -339,6 +356,39 @@ class EtcdController:
             await self._publish_sync()
         elif action is Step.FOLLOW:
             await self._follow(self.leader or {})
+
+    def _defers(self) -> bool:
+        """Another member of the set published a longer log (`ends/`): leave the election to
+        it for DEFER_LEASES leases from when this node found the key vacant (it may be gone).
+        A node that started less than a lease ago also gives members that published nothing
+        yet one tick to do so."""
+        services = self.failover.term.services
+        if services is None:
+            return False
+        now = trio.current_time()
+        if self._vacant_since is None:
+            self._vacant_since = now
+        own = services.store.get_max_phy_offset()
+        # just restarted (its peers may have too): members get a tick to publish their ends
+        fresh = now < min(self._vacant_since + self.interval_s, self.failover.term.started_at + self.ttl_s)
+        longer = longer_logs(self.sync_set, self._ends, address=self.cfg.address, own_end=own, now=now,
+                             until=self._vacant_since + DEFER_LEASES * self.ttl_s, await_unknown=fresh)
+        if longer and self._deferred_since != self._vacant_since:
+            self._deferred_since = self._vacant_since
+            self._event("leaving the election of %s to %s: their logs end past this node's %d",
+                        self.cfg.broker_name, ", ".join(longer), own)
+        return bool(longer)
+
+    async def _publish_end(self) -> None:
+        """Publish this node's CommitLog end (under its lease), which `_defers` compares."""
+        services = self.failover.term.services
+        if services is None or not self.lease:
+            return
+        end = services.store.get_max_phy_offset()
+        if end != self._published_end:
+            await self.etcd.put(self.ends_prefix + self.cfg.address,
+                                json.dumps({"address": self.cfg.address, "max_offset": end}), lease=self.lease)
+            self._published_end = end
 
     def _stop_acking(self) -> None:
         """A slave about to campaign first leaves the master whose lease is gone: a master

@@ -14,7 +14,7 @@ from typing import Any
 
 from store.config import BrokerRole
 
-__all__ = ["Step", "eligible", "riding_out_outage", "step", "write_refusal"]
+__all__ = ["Step", "eligible", "longer_logs", "riding_out_outage", "step", "write_refusal"]
 
 
 class Step(enum.Enum):
@@ -36,6 +36,21 @@ def eligible(sync_set: Mapping[str, Any] | None, *, address: str, is_master: boo
     if sync_set is None:
         return is_master
     return address == sync_set.get("master") or address in (sync_set.get("in_sync") or [])
+
+
+def longer_logs(sync_set: Mapping[str, Any] | None, ends: Mapping[str, int], *, address: str, own_end: int,
+                now: float, until: float, await_unknown: bool = False) -> list[str]:
+    """The set's other members (its master and in-sync slaves) whose published CommitLog
+    end (`ends`) is past this node's: it leaves the election to them until `until`, so the
+    member holding the most, and so the confirm offset, is elected. A master that lost its
+    unflushed tail in a crash or power loss is not elected over a slave that holds it.
+    `await_unknown`: members that published no end yet count too (this node just
+    restarted, its peers may have as well: a group's power loss). Empty: it may campaign."""
+    if now >= until or sync_set is None:
+        return []
+    members = {sync_set.get("master"), *(sync_set.get("in_sync") or [])} - {address, None}
+    return sorted(a for a in members if isinstance(a, str)
+                  and (ends.get(a, -1) > own_end or (await_unknown and a not in ends)))
 
 
 def step(holder_lease: int | None, own_lease: int, *, busy: bool, may_campaign: bool, is_master: bool) -> Step:

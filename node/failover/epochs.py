@@ -26,15 +26,26 @@ class EpochView:
     epoch: int
     address: str
     source: str
+    master: bool = True
+    """The node serves as master (brokerId 0, or a role other than SLAVE): only such a view
+    of the same epoch makes a master that yields ties fence."""
 
 
-def newer_master(views: Iterable[EpochView], own_epoch: int, own_addresses: Collection[str]) -> EpochView | None:
+def newer_master(views: Iterable[EpochView], own_epoch: int, own_addresses: Collection[str], *,
+                 yield_ties: bool = False) -> EpochView | None:
     """The newest view when it names another node with a newer epoch than this one's: the
-    group moved on, this master must fence (None: keep serving)."""
+    group moved on, this master must fence (None: keep serving). `yield_ties`: the same
+    epoch counts as newer (a master restarted after an abnormal exit, whose epoch number a
+    slave promoted meanwhile may have picked too: the promoted one keeps it)."""
+    views = list(views)
     newest = max(views, key=lambda v: v.epoch, default=None)
-    if newest is None or newest.epoch <= own_epoch or newest.address in own_addresses:
+    if newest is None or newest.address in own_addresses:
         return None
-    return newest
+    if newest.epoch > own_epoch:
+        return newest
+    if yield_ties and newest.epoch == own_epoch:
+        return next((v for v in views if v.epoch == own_epoch and v.master and v.address not in own_addresses), None)
+    return None
 
 
 @attrs.frozen
@@ -84,6 +95,8 @@ def admission(answer: EpochReply | None, *, address: str | None, own: EpochFileC
     assert answer is not None
     if answer.fenced or answer.role == BrokerRole.SLAVE.value:
         return Refuse(f"it is not serving as master ({answer.fenced or 'SLAVE'})", follow_namesrv=True)
+    if answer.pending:  # its log may lack what this one holds: wait for its new epoch
+        return Refuse(f"its epoch is not the group's yet ({answer.pending})")
     if epoch < newest_seen:
         return Refuse(f"its epoch {epoch} is older than the newest seen, {newest_seen}", follow_namesrv=True)
     entries = tuple(EpochEntry(e, s) for e, s in answer.entries)

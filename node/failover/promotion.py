@@ -254,14 +254,21 @@ class Failover:
             serving = self.cfg.role.is_master and self.term.transition is None and self.term.fenced is None
             if serving:
                 self._observe()
-                if self.term.fencing.wants_check(trio.current_time(), LONELY_RECHECK_S):
+                if self._wants_check(LONELY_RECHECK_S):
                     await self._check()
             fencing = self.term.fencing
             # fenced or leaving: no more checks, so no timer (it would be due at once, forever)
-            lonely = serving and (fencing.slave_left_at is not None or fencing.held)
+            lonely = serving and (fencing.slave_left_at is not None or fencing.held or self.term.restart_epoch_due)
             with trio.move_on_at(fencing.last_check + LONELY_RECHECK_S if lonely else math.inf):
                 await self._wake.wait()
             self._wake = trio.Event()
+
+    def _wants_check(self, recheck_s: float) -> bool:
+        """Fencing's rule, and a new epoch due after an abnormal restart (asked again every
+        `recheck_s` until a check is answered)."""
+        now = trio.current_time()
+        due = self.term.restart_epoch_due and now >= self.term.fencing.last_check + recheck_s
+        return due or self.term.fencing.wants_check(now, recheck_s)
 
     async def before_write(self) -> float:
         """Raise OpError (SERVICE_NOT_AVAILABLE) when this master must not take the write;
@@ -272,11 +279,11 @@ class Failover:
             await self.controller.before_write()
         self._observe()
         # a fresh answer first (at most LONELY_WRITE_RECHECK_S old), so a fenced node stores nothing
-        if self.term.fenced is None and self.term.fencing.wants_check(trio.current_time(), LONELY_WRITE_RECHECK_S):
+        if self.term.fenced is None and self._wants_check(LONELY_WRITE_RECHECK_S):
             await self._check()
         if self.term.fenced is not None:
             raise OpError(Status.SERVICE_NOT_AVAILABLE, self.term.fenced)
-        held = self.term.fencing.held_reason()
+        held = self.term.restart_epoch_reason() or self.term.fencing.held_reason()
         if held is not None:
             raise OpError(Status.SERVICE_NOT_AVAILABLE, f"{held}: no write until one does")
         return trio.current_time()
@@ -329,13 +336,13 @@ class Failover:
             if since is not None:
                 if fencing.confirmed_at >= since:
                     return None  # a check that ran while this one waited for the lock did it
-            elif not fencing.wants_check(trio.current_time(), LONELY_WRITE_RECHECK_S):
+            elif not self._wants_check(LONELY_WRITE_RECHECK_S):
                 return None
             check = fencing.start_check(trio.current_time())
             self.term.used_ids = set()
             views, answered = await self.asker.group_epochs(self.term.used_ids)
             self.term.newest_seen = max([self.term.newest_seen, *(v.epoch for v in views)])
-            newer = newer_master(views, self.epoch, self.cfg.own_addresses())
+            newer = newer_master(views, self.epoch, self.cfg.own_addresses(), yield_ties=self.term.yields_ties())
             if newer is not None:
                 self._fence(newer.epoch, newer.address, newer.source)
                 return None
@@ -346,6 +353,11 @@ class Failover:
                 if ha is not None:
                     ha.expect(slaves)
             outcome = fencing.finish_check(check, answered=bool(answered) or not self.cfg.namesrv_addresses)
+            if outcome is CheckOutcome.CONFIRMED and self.term.restart_epoch_due \
+                    and check.started >= max(fencing.settle_until, fencing.stalled_at + PROMOTE_SETTLE_S):
+                # only once a slave promoted just before this start (or during a stall since)
+                # has announced its epoch (PROMOTE_SETTLE_S): the two would pick the same number
+                self.term.begin_restart_epoch()
             if outcome is CheckOutcome.UNANSWERED:
                 log.warning("no name server or peer answered with the group's epoch%s",
                             ": writes stay held after the stall" if fencing.held
@@ -525,6 +537,13 @@ class Failover:
         clamped = clamp_offsets(services.offsets, store) if unclean else []
         if clamped:
             await services.offsets.persist(force=True)
+        if epoch is None:
+            # a master restarted after an abnormal exit begins an epoch of its own (term.py),
+            # which this slave may not have seen (it was refused while that epoch was due, or
+            # the master paused before it reconnected): the name servers have it, so this
+            # promotion takes a newer one and the two never share a number (seed 1447)
+            views, _answered = await self.asker.group_epochs(set())
+            self.term.newest_seen = max([self.term.newest_seen, *(v.epoch for v in views)])
         epoch = epoch if epoch is not None else max(self.term.newest_seen, self.epoch) + 1
         max_offset = store.get_max_phy_offset()
         reason = f"promoted to master of {self.cfg.broker_name} with epoch {epoch} (was brokerId {self.cfg.broker_id})"

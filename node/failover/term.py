@@ -9,6 +9,11 @@ tested) as plain state changes. Its only writes are its own files: the epoch fil
   first start) and checks before its first write; one restarted on its old epoch waits
   PROMOTE_SETTLE_S for a check (its slave may be mid-promotion); in etcd mode a master
   read from local files is a candidate until elected (`begin_epoch`).
+- **A master restarted after an abnormal exit** (the abort file was there: a crash or a
+  power loss, whose recovery may have cut an unflushed tail its slaves hold) takes no
+  write on its old epoch: the first check that finds no newer master begins a new one at
+  its recovered end (`begin_restart_epoch`), so the slaves' admission cuts their tails
+  there instead of keeping bytes the master now writes differently (issue 45).
 - **It ends** (`fence`, or a transition Failover requests): the role a node serves next.
 - **What it tells others**: the `epoch` op's answer and `status`.
 """
@@ -88,6 +93,20 @@ class TermState:
     replication_refused: str | None = None
     """Why the HA client may not replicate from the master it found (a config mismatch
     that would corrupt this store); None while replication is allowed."""
+    restart_epoch_due: bool = False
+    """Manual mode: this master restarted after an abnormal exit and has not begun its new
+    epoch yet (no check answered so far): it takes no write."""
+    restart_end: int = 0
+    """Where its recovery ended: the new epoch starts there (a record its own services,
+    such as the schedule service, stored meanwhile belongs to the new epoch)."""
+    restarted_epoch: int | None = None
+    """The epoch this node began itself after an abnormal restart. A master serving it
+    yields to another master of the same epoch (one promoted while it was down, that
+    picked the same number): only a promotion or an election makes an epoch number its own."""
+    abnormal_restart: bool = False
+    """This term's store found the abort file (a crash or a power loss before it)."""
+    started_at: float = 0.0
+    """When this term started (trio's clock)."""
 
     @classmethod
     def load(cls, cfg: BrokerConfig) -> TermState:
@@ -121,7 +140,10 @@ class TermState:
         self.fenced = None
         self.candidate = False
         self.fencing = Fencing(last_beat=trio.current_time())
+        self.started_at = trio.current_time()
         store = services.store
+        self.restart_epoch_due = False
+        self.abnormal_restart = not store.last_exit_ok
         if not self.cfg.role.is_master:
             return
         max_offset = store.get_max_phy_offset()
@@ -145,6 +167,10 @@ class TermState:
             epoch, start = max(self.newest_seen, 0) + 1, max(store.get_min_phy_offset(), 0)
             self.cache.append(EpochEntry(epoch, start))
             log.info("epoch %d starts at CommitLog offset %d (first term with epochs)", epoch, start)
+        elif self.abnormal_restart:
+            self.restart_epoch_due, self.restart_end = True, max_offset
+            log.warning("restarted after an abnormal exit at CommitLog offset %d: a new epoch begins there "
+                        "once a name server or peer confirms that no newer master serves", max_offset)
         self.newest_seen = max(self.newest_seen, self.cache.last_epoch())
         self.fencing.needs_check = True  # a node that starts as master asks before its first write
         if pending is None and not elected and self.cfg.namesrv_addresses:
@@ -165,6 +191,37 @@ class TermState:
         self.epoch_changes.bump()  # register as the master of `epoch` now
         log.warning("epoch %d starts at CommitLog offset %d: this node is the elected master of %s",
                     epoch, max_offset, self.cfg.broker_name)
+
+    def begin_restart_epoch(self) -> None:
+        """A check found no newer master: the master restarted after an abnormal exit begins
+        epoch newest+1 where its recovery ended (one write of the epoch file: an empty term
+        of its own that starts there is replaced)."""
+        if self.services is None or not self.restart_epoch_due:
+            return
+        max_offset = self.restart_end
+        epoch = max(self.newest_seen, self.cache.last_epoch()) + 1
+        kept = [e for e in self.cache.entries if e.start_offset < max_offset]
+        self.cache.replace([*kept, EpochEntry(epoch, max_offset)])
+        self.restart_epoch_due = False
+        self.restarted_epoch = epoch
+        self.newest_seen = max(self.newest_seen, epoch)
+        self.epoch_changes.bump()  # register as the master of `epoch` now
+        log.warning("epoch %d starts at CommitLog offset %d: this master of %s restarted after an abnormal exit",
+                    epoch, max_offset, self.cfg.broker_name)
+
+    def restart_epoch_reason(self) -> str | None:
+        """Why writes wait for the new epoch (None: they do not)."""
+        if not self.restart_epoch_due:
+            return None
+        return ("this master restarted after an abnormal exit and begins a new epoch once a name server or "
+                "peer confirms that no newer master serves")
+
+    def yields_ties(self) -> bool:
+        """Does this master yield to another one on its own epoch? While its new epoch is
+        due (it wrote nothing this term), and while it serves the epoch it began itself
+        (`restarted_epoch`)."""
+        return self.restart_epoch_due or (
+            self.restarted_epoch is not None and self.restarted_epoch == self.cache.last_epoch())
 
     def take_role(self, role: RoleState) -> None:
         """Between terms: serve as `role` from the next term on."""
@@ -195,7 +252,8 @@ class TermState:
         if self.master.epoch is None:
             return None
         self.newest_seen = max(self.newest_seen, self.master.epoch)
-        if (self.cfg.role.is_master and self.master.epoch > self.epoch
+        newer = self.master.epoch > self.epoch or (self.master.epoch == self.epoch and self.yields_ties())
+        if (self.cfg.role.is_master and newer
                 and self.master.address not in self.cfg.own_addresses()):
             return self.master
         return None
@@ -227,7 +285,16 @@ class TermState:
             "role": self.cfg.role.value,
             "fenced": self.fenced,
             "mapped_file_size_commit_log": self.cfg.store.mapped_file_size_commit_log,
+            "pending": self.pending_reason(),
         }
+
+    def pending_reason(self) -> str | None:
+        """Why this master's epoch is not the group's yet (None: it is, or this is a slave).
+        A candidate after a clean exit holds every byte it ever served; one after an abnormal
+        exit may have lost a tail its slaves hold."""
+        if self.candidate and self.abnormal_restart:
+            return "a candidate: no election has made this node master yet (controllerMode etcd)"
+        return self.restart_epoch_reason()
 
     def status(self, controller: dict[str, Any] | None) -> dict[str, Any]:
         """`status`'s failover fields; `controller`: the etcd controller's view, if any."""
@@ -239,7 +306,7 @@ class TermState:
             "stalls": self.fencing.stalls,
             "last_stall_s": self.fencing.last_stall_s,
             "writes_held": ("a candidate: no election has made this node master yet (controllerMode etcd)"
-                            if self.candidate else self.fencing.held_reason()),
+                            if self.candidate else self.restart_epoch_reason() or self.fencing.held_reason()),
             "slave_left": self.fencing.slave_left_at is not None,
             "role_file": self.role_state.to_json() if self.role_state else None,
             "last_truncation": self.last_truncation,

@@ -232,3 +232,56 @@ async def test_a_failed_sync_raises_eio_and_loses_its_pages_for_good(tmp_path):
     assert [loss.dropped for loss in losses] == [[1]]
     with open(os.path.join(root, rel), "rb") as f:
         assert f.read(3 * PAGE) == b"a" * PAGE + b"\0" * PAGE + b"c" * PAGE
+
+
+async def test_a_cut_and_a_deleted_segment_stay_gone_after_a_power_loss(tmp_path):
+    """Seed 38 with `--storage`: a slave's cut came back at its next power loss (the zeroed
+    tail was never synced), and a ConsumeQueue segment deleted by the cut and created again
+    under the same name came back with the deleted file's content."""
+    root = str(tmp_path)
+    disk = SimDisk(root)
+    path = os.path.join(root, "00000000000000000000")
+    with runtime.simulated(0.0):
+        runtime.hosted(Host(disk))
+        mf = MappedFile(path, 2 * PAGE)
+        mf.append(b"a" * 3000)
+        mf.flush(0)
+        mf.zero_tail(1000)  # a rejoining node's cut (recovery.truncate(sync=True)): synced
+        mf.sync()
+        assert disk.durable("00000000000000000000").rstrip(b"\0") == b"a" * 1000
+        mf.destroy(0)
+        again = MappedFile(path, 2 * PAGE)  # the same name, new content, never synced
+        again.append(b"b" * 100)
+        again.shutdown(0)
+        again.destroy(0)
+        assert disk.durable("00000000000000000000") is None
+
+
+def test_recovery_after_a_crash_makes_what_it_trusts_durable(tmp_path):
+    """A SIGKILLed store's ConsumeQueues hold what it wrote, maybe only in the page cache;
+    recovery trusts them, so it syncs them before the checkpoint can claim them (seeds 45, 103, 127 with
+    `--storage`: ConsumeQueue units a later power loss took although the checkpoint claimed them)."""
+    root = str(tmp_path)
+    config = StoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=256 * 1024,
+                         mapped_file_size_consume_queue=6000, flush_disk_type="ASYNC_FLUSH")
+    disk = SimDisk(root)
+
+    async def crash_then_load() -> None:
+        store = MessageStore(config)  # not simulated: no disk model sees these writes
+        store.load()
+        async with trio.open_nursery() as nursery:
+            await store.start(nursery)
+            for i in range(20):
+                assert (await store.put_message(Message(topic="T", body=b"x" * 40, queue_id=i % 2))).ok
+            await trio.sleep(1)  # virtual: dispatch catches up
+            store.abandon()
+            nursery.cancel_scope.cancel()
+        with runtime.simulated(0.0):
+            runtime.hosted(Host(disk))
+            again = MessageStore(config)
+            again.load()  # the abort file is there: a crash
+            again.close()
+
+    trio.run(crash_then_load, clock=trio.testing.MockClock(autojump_threshold=0))
+    queues = [rel for rel in disk.images if rel.startswith("consumequeue/T/")]
+    assert len(queues) == 2 and all(disk.images[rel].rstrip(b"\0") for rel in queues)

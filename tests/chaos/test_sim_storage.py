@@ -2,7 +2,8 @@
 losses, fsync errors and corrupt sectors replay bit for bit, the modes that promise
 durability keep it, a corrupt record is never served and is reported, the deliberate
 durability bugs are caught, the seed that found the abort-file bug keeps its promises, and
-the seeds that show the promises ASYNC_FLUSH cannot keep yet are pinned as known failures.
+the ASYNC_FLUSH seeds that broke a promise until a restarted master began a new epoch
+(issue 45) are kept as regression seeds.
 The 300-seed sweep is in test_sim_sweeps.py."""
 
 from __future__ import annotations
@@ -101,6 +102,18 @@ def test_each_durability_bug_is_caught(mutation, seed, mode, shape, found, tmp_p
     assert any(found in v for v in result.violations), result.violations
 
 
+def test_a_master_restarted_after_a_power_loss_begins_a_new_epoch(tmp_path):
+    """Seed 2 (ASYNC_MASTER+ASYNC_FLUSH): the master loses its whole unflushed log in a power
+    loss while its slave holds 8 records of epoch 1. Before issue 45's fix it wrote new
+    records at those offsets in epoch 1 and the logs diverged; now it begins epoch 2 at its
+    recovered end and the slave's admission cuts its tail there, reporting what it dropped."""
+    result = run_seed(2, mode="ASYNC_MASTER+ASYNC_FLUSH", base_dir=str(tmp_path), storage=True)
+    assert any("a recovered to 0" in line for line in result.log)
+    assert any("a: ASYNC_MASTER epoch 2" in line for line in result.log)
+    assert any("b dropped [0, 2533)" in line for line in result.log)
+    assert result.ok, result.violations
+
+
 def test_a_corrupt_sector_of_a_slave_is_never_served_and_refetched(tmp_path):
     """Seed 161 (SYNC_MASTER+SYNC_FLUSH) flips bits in a record the slave made durable long
     ago: a pull of it answers an error naming the range, `status` reports it, and the
@@ -137,15 +150,20 @@ def test_a_corrupt_sector_of_a_master_is_kept_as_damage_across_its_power_loss(tm
     assert any("a recovered to 111961: its CommitLog lost nothing" in line for line in result.log)
 
 
-@pytest.mark.sweep  # known failures, each 1-2 s: the sweep tier keeps them in view
-@pytest.mark.xfail(strict=True, reason="a master that lost its unflushed tail serves on with its old epoch "
-                                        "(docs/simulation.md, Storage faults: not fixed)")
+@pytest.mark.sweep  # each 1.5-4 s of CPU: the sweep tier keeps them
 @pytest.mark.parametrize(("seed", "mode", "slaves", "controller", "groups"), [
-    (2, "ASYNC_MASTER+ASYNC_FLUSH", 1, "manual", 1),  # the slave's tail diverges inside epoch 1
-    (4, "SYNC_MASTER+ASYNC_FLUSH", 2, "manual", 1),  # the old master is cut inside a record: it crashes
-    (8, "SYNC_MASTER+ASYNC_FLUSH", 1, "etcd", 1),  # the re-elected master's shorter log cuts PUT_OKs
+    (4, "SYNC_MASTER+ASYNC_FLUSH", 2, "manual", 1),  # the old master was cut inside a record: it crashed
+    (8, "SYNC_MASTER+ASYNC_FLUSH", 1, "etcd", 1),  # the re-elected master's shorter log cut PUT_OKs
+    (12, "SYNC_MASTER+ASYNC_FLUSH", 2, "etcd", 1),
+    (24, "SYNC_MASTER+ASYNC_FLUSH", 1, "etcd", 2),
+    (28, "SYNC_MASTER+ASYNC_FLUSH", 2, "etcd", 2),  # a group power loss: the longest log is elected
+    (38, "ASYNC_MASTER+ASYNC_FLUSH", 2, "manual", 1),  # a slave's cut came back at its power loss
+    (40, "SYNC_MASTER+ASYNC_FLUSH", 1, "etcd", 1),
 ])
-def test_async_flush_seeds_that_break_a_promise(seed, mode, slaves, controller, groups, tmp_path):
+def test_async_flush_seeds_that_broke_a_promise(seed, mode, slaves, controller, groups, tmp_path):
+    """Issue 45's ASYNC_FLUSH seeds: a master that restarts after an abnormal exit begins a
+    new epoch, an election prefers the member whose log ends furthest, and a cut stays cut
+    across a power loss (docs/simulation.md, Storage faults)."""
     result = run_seed(seed, mode=mode, base_dir=str(tmp_path), slaves=slaves, controller=controller, groups=groups,
                       storage=True)
     assert result.ok, result.violations

@@ -7,7 +7,14 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from node.failover.election import Step, eligible, riding_out_outage, step, write_refusal
+from node.failover.election import (
+    Step,
+    eligible,
+    longer_logs,
+    riding_out_outage,
+    step,
+    write_refusal,
+)
 from store.config import BrokerRole
 
 SET = {"master": "m:1", "in_sync": ["s1:1"], "epoch": 3, "role": "SYNC_MASTER"}
@@ -52,3 +59,18 @@ def test_only_a_sync_master_that_led_rides_out_an_etcd_outage() -> None:
     assert not riding_out_outage(leading=True, reachable=None, fenced=False, role=BrokerRole.SYNC_MASTER)
     assert not riding_out_outage(leading=False, reachable=False, fenced=False, role=BrokerRole.SYNC_MASTER)
     assert not riding_out_outage(leading=True, reachable=False, fenced=True, role=BrokerRole.SYNC_MASTER)
+
+
+def test_a_member_leaves_the_election_to_members_with_longer_logs_until_the_deferral_ends() -> None:
+    """Issue 45, seeds 8 and 28: the old master lost its unflushed tail in a power loss (or the
+    whole group lost power); the member whose log ends furthest is elected first."""
+    ends = {"m:1": 100, "s1:1": 500}
+    assert longer_logs(SET, ends, address="m:1", own_end=100, now=1.0, until=5.0) == ["s1:1"]
+    assert longer_logs(SET, ends, address="m:1", own_end=100, now=5.0, until=5.0) == []  # it may be gone
+    assert longer_logs(SET, ends, address="s1:1", own_end=500, now=1.0, until=5.0) == []  # the longest
+    assert longer_logs(SET, {**ends, "s1:1": 100}, address="m:1", own_end=100, now=1.0, until=5.0) == []  # a tie
+    assert longer_logs(SET, {}, address="m:1", own_end=100, now=1.0, until=5.0) == []  # not published
+    assert longer_logs(SET, {}, address="m:1", own_end=100, now=1.0, until=5.0, await_unknown=True) == ["s1:1"]
+    assert longer_logs({**SET, "in_sync": ["s2:1"]}, {"s1:1": 900}, address="m:1", own_end=100, now=1.0,
+                       until=5.0) == []  # not a member
+    assert longer_logs(None, ends, address="m:1", own_end=100, now=1.0, until=5.0) == []

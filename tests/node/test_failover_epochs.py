@@ -72,3 +72,35 @@ def test_a_master_fences_exactly_when_another_node_has_a_newer_epoch(views, own_
             e == newest and a == "me:1" for e, a in views)
     else:
         assert got.epoch == newest > own_epoch and got.address != "me:1"
+
+
+def test_a_master_whose_epoch_is_pending_is_refused_and_the_slave_keeps_its_tail() -> None:
+    """Issue 45: a master restarted after an abnormal exit (or an etcd candidate after one)
+    answers with `pending`: its log may lack a tail this slave holds, so no cut, no history
+    taken, and the slave keeps its configured address (no follow_namesrv)."""
+    pending = _decide(_answer(1, [(1, 0)], 0, pending="restarted after an abnormal exit"), own=[(1, 0)],
+                      max_offset=7488)
+    assert isinstance(pending, Refuse) and not pending.follow_namesrv and "abnormal" in pending.reason
+
+
+def test_the_new_epoch_at_the_restarted_master_s_end_cuts_the_slave_s_tail_there() -> None:
+    # the master lost [2000, 7488) in a power loss and began epoch 2 at 2000: the slave's
+    # tail of epoch 1 past 2000 is cut, never kept because the master's end has passed it
+    got = _decide(_answer(2, [(1, 0), (2, 2000)], 9000), own=[(1, 0)], max_offset=7488)
+    assert isinstance(got, Cut) and got.offset == 2000 and "[2000, 7488)" in got.reason
+    everything = _decide(_answer(2, [(2, 0)], 9000), own=[(1, 0)], max_offset=7488)
+    assert isinstance(everything, Cut) and everything.offset == 0
+
+
+@given(st.lists(st.tuples(st.integers(-1, 9), st.sampled_from(["a:1", "b:1", "me:1"]), st.booleans()), max_size=6),
+       st.integers(-1, 9))
+def test_a_master_that_yields_ties_fences_on_another_master_of_its_epoch(views, own_epoch) -> None:
+    got = newer_master([EpochView(e, a, "test", master=m) for e, a, m in views], own_epoch, {"me:1"},
+                       yield_ties=True)
+    newest = max((e for e, _a, _m in views), default=None)
+    if got is None:  # as without ties, a view of its own at the newest epoch may win
+        assert newest is None or newest < own_epoch or any(e == newest and a == "me:1" for e, a, _m in views) or (
+            newest == own_epoch and not any(e == own_epoch and m and a != "me:1" for e, a, m in views))
+    else:
+        assert got.address != "me:1" and got.epoch == newest >= own_epoch
+        assert got.epoch > own_epoch or got.master

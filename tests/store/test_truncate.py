@@ -158,3 +158,31 @@ async def test_recovery_progress_reports_validated_bytes(tmp_path):
     assert all(t == total for _d, t in calls)
     done = [d for d, _t in calls]
     assert done == sorted(done) and len(calls) >= 2
+
+
+async def test_a_clamped_cut_inside_a_record_cuts_from_that_record_s_start(tmp_path):
+    """A rejoining node asked to cut inside one of its records (issue 45, seed 4: logs that
+    diverged inside one epoch) cuts from the start of the record that holds the point and
+    keeps running; without `clamp` the point is refused as before."""
+    config = make_config(tmp_path)
+    placed = await write(config, [("TA", 0, 100) for _ in range(5)])
+    inside = placed[2][1] + 3
+    report = await trio.to_thread.run_sync(lambda: truncate_store(config, inside, clamp=True))
+    assert report.from_offset == placed[2][1] and report.message_count == 3
+    async with open_store(config) as store:
+        assert_holds_exactly(store, placed[:2], placed[2:], placed[2][1])
+
+
+async def test_a_cut_resets_the_checkpoint_s_timestamps(tmp_path):
+    """Records a new master sends after the cut may be stored earlier than those cut: the
+    checkpoint must not claim their ConsumeQueue units durable (seed 38 with `--storage`)."""
+    config = make_config(tmp_path)
+    placed = await write(config, [("TA", 0, 100) for _ in range(5)])
+    await trio.to_thread.run_sync(truncate_store, config, placed[0][1])  # nothing kept
+    store = MessageStore(config)
+    store.load()
+    try:
+        cp = store.checkpoint
+        assert (cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp) == (0, 0, 0)
+    finally:
+        store.close()

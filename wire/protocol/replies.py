@@ -438,6 +438,9 @@ class EpochReply(WireReply):
     role: str
     fenced: str | None = None
     mapped_file_size_commit_log: int | None = None
+    pending: str | None = None
+    """Why this master's epoch is not yet the group's (an etcd candidate not elected, a
+    master whose new epoch after an abnormal restart is due): no slave takes its history."""
 
 
 @attrs.define(kw_only=True)
