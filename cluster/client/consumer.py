@@ -62,6 +62,10 @@ class _GroupState:
     on_slave: bool = False
     retry_at: float = 0.0
     backoff: float = 0.0
+    commits_retry_at: float | None = None
+    """Pending commits the master refused when its reads came back (a master restarted after
+    an abnormal exit takes writes only once its new epoch begins): tried again from then on,
+    with a read from the master, until they go through."""
 
 
 @attrs.frozen
@@ -91,8 +95,10 @@ class PullConsumer(_Client):
     Commits go to the master only (a slave refuses them). While only a slave is
     reachable, `commit` keeps the offset in this consumer and returns False; pending
     offsets are committed when the master answers again (or by `flush_commits`, or on
-    leaving the `async with`). If the process ends first they are lost and the group
-    re-reads from its last committed offset: at-least-once, never a skip.
+    leaving the `async with`); a master that answers reads but refuses writes still (one
+    restarted after a kill, until its new epoch begins) gets them again with a later read,
+    `master_retry_s` on. If the process ends first they are lost and the group re-reads
+    from its last committed offset: at-least-once, never a skip.
 
     After a promotion (a pull answered by a node in a newer epoch than the one that served
     the queue's last record) the consumer first asks that node whether its log still holds
@@ -467,8 +473,16 @@ class PullConsumer(_Client):
         log.info("master %s of %s answers again; reading from it", state.master, state.broker_name)
         state.on_slave = False
         state.backoff = 0.0
+        await self._flush_group_commits(state)
+
+    async def _flush_group_commits(self, state: _GroupState) -> None:
+        """The group's pending commits to its master; what it refuses is tried again with a
+        later read (`commits_retry_at`, master_retry_s on)."""
+        state.commits_retry_at = None
         if any(q.broker_name == state.broker_name for q in self._pending_commits):
-            await self.flush_commits()
+            left = await self.flush_commits()
+            if any(q.broker_name == state.broker_name for q in left):
+                state.commits_retry_at = trio.current_time() + self.master_retry_s
 
     def _commit(self, queue: MessageQueue, offset: int) -> CommitOffset:
         return CommitOffset(group=self.group, topic=queue.topic, queue_id=queue.queue_id, offset=offset)
@@ -497,6 +511,8 @@ class PullConsumer(_Client):
             is_master = address == state.master
             if is_master and state.on_slave:
                 await self._master_back(state)
+            elif is_master and state.commits_retry_at is not None and trio.current_time() >= state.commits_retry_at:
+                await self._flush_group_commits(state)
             return response, address, not is_master
         self.invalidate(self.topic)
         if not errors:
