@@ -1,8 +1,8 @@
 """The console during the etcd-mode failover drill, with the Cluster page open: the
 election promotes the slave, and the page shows the new master within seconds, the Failover
-page the election. Its own cluster of four brokers and etcd: slow tier (~26 s). The manual
-drill (the slave promoted from the page) is the last test of test_console_actions.py, on
-that module's cluster, in the default tier."""
+page the election. Its own cluster of four brokers and etcd (~26 s). The manual drill (the
+slave promoted from the page) is the last test of test_console_pages.py, on that module's
+cluster."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from cluster.launch import launcher
 from tests.cluster.helpers import REPO, cli
 from tests.console.browser import Page, chromium
 
-pytestmark = [pytest.mark.slow, pytest.mark.sweep]
+pytestmark = pytest.mark.slow  # a cluster of its own, etcd and a browser: the whole suite (CI) runs it
 
 
 def test_etcd_mode_the_cluster_page_shows_the_elected_master_within_seconds(tmp_path):

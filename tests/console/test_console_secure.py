@@ -29,7 +29,7 @@ from cluster.launch.secrets import NAMESRV_KEYS, NODE_KEYS, forget_layout_secret
 from tests.cluster.helpers import REPO, cli
 from tests.console.browser import Page, chromium
 
-pytestmark = [pytest.mark.slow, pytest.mark.sweep]  # a secure cluster (~30-45 s with its tests): over the default tier's budget
+pytestmark = pytest.mark.slow  # a secure cluster and a browser (~30-45 s with its tests): the whole suite (CI) runs it
 
 
 def secure_layout(conf: Path) -> None:
