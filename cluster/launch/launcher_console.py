@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 import psutil
 
 from .layout import free_port
+from .processes import terminate
 from .state import LauncherError
 
 __all__ = ["CONSOLE_STATE", "console_url", "start_console", "stop_console"]
@@ -91,12 +91,6 @@ def stop_console(base: Path, grace_s: float = 10.0) -> str | None:
     if running is None:
         return None
     proc = running[0]
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(grace_s)
-        how = "stopped by SIGTERM"
-    except psutil.TimeoutExpired:
-        proc.kill()
-        how = "KILLED"
+    how = terminate(proc, grace_s)
     os.remove(base / CONSOLE_STATE)
     return f"console        pid {proc.pid} {how}"

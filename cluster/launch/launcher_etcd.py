@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 from pathlib import Path
 
 import psutil
@@ -20,6 +19,7 @@ from node.config import ConfigError, load_config
 from store.address import split_host_port
 
 from .etcd_server import EtcdServer, EtcdUnavailable
+from .processes import terminate
 from .state import LauncherError, LayoutError, NodeRecord, Stage
 
 __all__ = ["ETCD_STATE", "etcd_endpoint", "start_etcd", "stop_etcd"]
@@ -86,13 +86,7 @@ def stop_etcd(base: Path, grace_s: float = 10.0) -> str | None:
     proc = _running(base)
     if proc is None:
         return None
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(grace_s)
-        how = "stopped by SIGTERM"
-    except psutil.TimeoutExpired:
-        proc.kill()
-        how = "KILLED"
+    how = terminate(proc, grace_s)
     os.remove(base / ETCD_STATE)
     return f"etcd           pid {proc.pid} {how}"
 

@@ -28,7 +28,7 @@ from store.layout import ABORT_FILE
 
 from .state import LauncherError, NodeRecord
 
-__all__ = ["Launch", "StopResult", "abandon", "process", "spawn", "state_of", "stop", "wait_gone", "wait_ready"]
+__all__ = ["Launch", "StopResult", "abandon", "process", "spawn", "state_of", "stop", "terminate", "wait_gone", "wait_ready"]
 
 TAIL_LINES = 25
 POLL_S = 0.02
@@ -202,6 +202,17 @@ def wait_gone(procs: Iterable[tuple[NodeRecord, psutil.Process]], timeout_s: flo
         if not left or time.monotonic() >= deadline:
             return [r for r, _ in left]
         time.sleep(POLL_S)  # poll: wait for exits with a deadline
+
+
+def terminate(proc: psutil.Process, grace_s: float) -> str:
+    """SIGTERM a helper process (the console, etcd), SIGKILL it after `grace_s`: how it went."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(grace_s)
+        return "stopped by SIGTERM"
+    except psutil.TimeoutExpired:
+        proc.kill()
+        return "KILLED"
 
 
 def _signal(proc: psutil.Process, sig: int) -> None:

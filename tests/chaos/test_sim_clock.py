@@ -20,7 +20,7 @@ async def _timeline() -> list[float]:
     async with trio.open_nursery() as nursery:
         for delay in (0.25, 1.5, 0.001, 3.0):
             nursery.start_soon(trio.sleep, delay)
-        await trio.sleep(0.1)
+        await trio.sleep(0.1)  # virtual
         seen.append(trio.current_time())
     seen.append(trio.current_time())
     with trio.move_on_after(0.7) as scope:
@@ -28,7 +28,7 @@ async def _timeline() -> list[float]:
     assert scope.cancelled_caught
     seen.append(trio.current_time())
     with trio.move_on_after(10):
-        await trio.sleep(1 / 3)
+        await trio.sleep(1 / 3)  # virtual
     seen.append(trio.current_time())
     return seen
 
