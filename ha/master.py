@@ -144,6 +144,8 @@ class HAConnection:
     """The slave offered the confirm-offset extension (a tidemq slave; ha/protocol.py)."""
     confirm_sent: int = -1
     """The confirm offset last sent to it."""
+    confirms_alone: int = 0
+    """Writes that carried a confirm offset and nothing else (most ride on the next frame)."""
     reports: ReportDecoder = attrs.field(factory=ReportDecoder)
     frame_sent: bool = False
     """A transfer or heartbeat was written to it (a tidemq slave offers on its first one)."""
@@ -796,6 +798,7 @@ class HAService:
                 conn.frame_sent = True
                 continue
             if confirm or commits:
+                conn.confirms_alone += not commits
                 await stream.send_all(confirm + commits)
                 continue  # an append during the send did not wake this writer: look again
             if next_offset < self.log.start():
