@@ -66,3 +66,15 @@ def test_the_client_library_row_sets_producer_send_beside_redis_py_and_judges_th
     assert "| client library ÷ lean 1 × 1 (same server) | 0.80 | 1.25 | — |" in md
     assert report.client_markdown(report.summarize({"runs": runs[:1], "fio": [], "catch_up": []}))[-7].endswith(
         "| 4,000/s | — | — |")
+
+
+def test_jetstreams_goal_holds_in_every_run_not_only_for_the_medians() -> None:
+    """Issue 48: SYNC_MASTER 16 x 1 >= 1.0 x JetStream R3 in every run. Medians that pass
+    with one round below fail the goal; the rounds' ratios are listed."""
+    runs = [_run("tidemq-syncmaster", "16x1", 9000, run=1), _run("js-r3", "16x1", 8000, run=1),
+            _run("tidemq-syncmaster", "16x1", 7000, run=2), _run("js-r3", "16x1", 7500, run=2),
+            _run("tidemq-syncmaster", "16x1", 9500, run=3), _run("js-r3", "16x1", 7600, run=3)]
+    summary = report.summarize({"runs": runs, "fio": [], "catch_up": []})
+    goal = next(g for g in report.goals(summary) if "JetStream R3" in g["goal"])
+    assert goal["ratio"] > 1.0  # the medians: 9,000 / 7,600
+    assert goal["ratios_each"] == [1.125, 0.933, 1.25] and goal["met"] is False
