@@ -194,19 +194,29 @@ class MessageStore:
         return self
 
     def _hold_lost_confirm(self) -> None:
-        """A replicated store whose abnormal exit left no confirm offset in its checkpoint
-        (a power loss took the file, or it was never synced) must not take its whole log as
-        confirmed: its tail may be what no slave holds, cut when a slave is elected after a
-        consumer read it (seed 251 with --storage). What its recovered ConsumeQueues index
-        was dispatched under an earlier confirm offset: that is the confirm offset known."""
-        if (not self.replicated or self.last_exit_ok or self.config.read_un_committed
-                or self.replica_log.known_confirm is not None
-                or self.commit_log.max_offset() <= max(self.commit_log.min_offset(), 0)):
+        """The confirm offset known is never below what the recovered ConsumeQueues index:
+        those units were dispatched under an earlier confirm offset (so were visible), and a
+        hold below them would leave the queues that lost those units to a power loss unbuilt
+        while the next start dispatches from the furthest queue's end (seed 264 with
+        --storage: contiguity breaks). A replicated store whose abnormal exit left no confirm
+        offset at all (a power loss took the checkpoint, or it was never synced) takes that
+        too, not its whole log: its tail may be what no slave holds, cut when a slave is
+        elected after a consumer read it (seed 251). A lone store (tools, tests) keeps no
+        confirm offset and dispatches everything it recovers."""
+        if self.config.read_un_committed:
             return
-        known = max(self.consume_queues.max_physic_offset_of_all(), self.commit_log.min_offset(), 0)
-        log.warning("the checkpoint keeps no confirm offset after an abnormal exit: consumers see up to "
-                    "offset %d (what the ConsumeQueues index) until the group confirms more", known)
-        self.checkpoint.note_confirm(known)
+        known = self.replica_log.known_confirm
+        indexed = max(self.consume_queues.max_physic_offset_of_all(), self.commit_log.min_offset(), 0)
+        if known is None:
+            lost = (self.replicated and not self.last_exit_ok
+                    and self.commit_log.max_offset() > max(self.commit_log.min_offset(), 0))
+            if not lost:
+                return
+            log.warning("the checkpoint keeps no confirm offset after an abnormal exit: consumers see up to "
+                        "offset %d (what the ConsumeQueues index) until the group confirms more", indexed)
+        elif known >= indexed:
+            return
+        self.checkpoint.note_confirm(indexed)
         self.replica_log.hold_at_known_confirm()
 
     def _build_services(self) -> None:

@@ -143,10 +143,12 @@ class ReplicaLog:
             self.checkpoint.note_caught_up(int(at * 1000))
 
     def note_confirm(self, offset: int) -> None:
-        """The replication service's newest confirm offset (a master's own, a slave's learned)."""
+        """The replication service's newest confirm offset (a master's own, a slave's learned).
+        Never past `cap`: a candidate's service confirms its whole log alone, which its next
+        start must not take as confirmed."""
         self.noted = True
         if self.checkpoint is not None:
-            self.checkpoint.note_confirm(offset)
+            self.checkpoint.note_confirm(offset if self.cap is None else min(offset, self.cap))
 
     def hold_at_known_confirm(self) -> None:
         """Dispatch nothing past the confirm offset known while no limit is attached: a
