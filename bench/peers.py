@@ -69,10 +69,11 @@ async def floor(procs: Processes, work: Path) -> AsyncIterator[Target]:
         procs.stop([s])
 
 
-def _layout(work: Path, flush: str, role: str, *, secure: bool = False, keys: Mapping[str, Any] | None = None) -> Path:
+def _layout(work: Path, flush: str, role: str, *, secure: bool = False, keys: Mapping[str, Any] | None = None,
+            slave: bool = False) -> Path:
     """conf/1m-1s-dev copied with free ports, the mode and 1 GiB segments; without the
-    slave for an ASYNC_MASTER (master alone); `secure`: accounts, permissions and TLS on
-    (docs/security.md), with fresh secrets; `keys`: more keys for both nodes."""
+    slave for an ASYNC_MASTER (master alone) unless `slave`; `secure`: accounts, permissions
+    and TLS on (docs/security.md), with fresh secrets; `keys`: more keys for both nodes."""
     conf = work / "conf"
     size = {"mappedFileSizeCommitLog": SEGMENT_BYTES, "flushDiskType": flush, **(NODE_KEYS if secure else {}),
             **(keys or {})}
@@ -82,7 +83,7 @@ def _layout(work: Path, flush: str, role: str, *, secure: bool = False, keys: Ma
     if secure:
         make_dev_secrets(conf)
     (conf / "broker-a.properties").unlink(missing_ok=True)  # the .toml twin is the one used
-    if role == "ASYNC_MASTER":
+    if role == "ASYNC_MASTER" and not slave:
         (conf / "broker-a-s.toml").unlink()
     return conf
 
@@ -118,13 +119,15 @@ async def tidemq_groups(work: Path, flush: str, *, bases: list[Path]) -> AsyncIt
 
 @contextlib.asynccontextmanager
 async def tidemq(work: Path, flush: str, role: str, *, bases: list[Path], secure: bool = False,
-                 metrics: bool = False, keys: Mapping[str, Any] | None = None) -> AsyncIterator[Target]:
+                 metrics: bool = False, keys: Mapping[str, Any] | None = None,
+                 slave: bool = False) -> AsyncIterator[Target]:
     """A name server, a master and (SYNC_MASTER) its slave as real processes. `bases`
     records the launcher base dir so the harness can stop it whatever happens. `secure`:
     every connection uses TLS and logs in (the lean client as the layout's `app` account).
-    `metrics`: `cluster up --metrics`, and a scraper reads the master's /metrics every second."""
+    `metrics`: `cluster up --metrics`, and a scraper reads the master's /metrics every second.
+    `slave`: an ASYNC_MASTER gets its slave too."""
     work.mkdir(parents=True, exist_ok=True)
-    conf, base = _layout(work, flush, role, secure=secure, keys=keys), work / "data"
+    conf, base = _layout(work, flush, role, secure=secure, keys=keys, slave=slave), work / "data"
     bases.append(base)
     lean_args: tuple[str, ...] = ()
     scraper: subprocess.Popen[bytes] | None = None

@@ -25,6 +25,9 @@ STAGES = (
     "send handling (checks, message, failover)",
     "store append (encode, CommitLog write)",
     "dispatch (ConsumeQueue, index)",
+    "HA push (the master's writer, HA frames)",
+    "HA acks (the master's reader, waiting puts)",
+    "HA receive (the slave's reader, its reports)",
     "counting (node/stats.py, node/metrics/: status and /metrics)",
     "other",
 )
@@ -33,7 +36,12 @@ _IDLE = ("EpollIOManager._epoll_wait", "EpollIOManager.get_events", "Condition.w
 _FILE = re.compile(r"\(([^:()]+):\d+\)$")
 _COUNTING = re.compile(r"\((?:[^:();]*/)?node/(?:stats\.py|metrics/)")
 """A frame in the counters or the exporter, anywhere in the stack (what issue 46 bounds at 2 %)."""
+_HA_PUSH = ("HAService._write_loop", "HAService._read_batch", "HAService._wait_for_data",
+            "HAService._wake_writers", "HAService._on_append", "HAService._take_offsets")
+"""The master's functions that ship bytes to a slave; the rest of ha/master.py takes its acks."""
 _BY_MODULE = (  # (path prefixes, stage): first match wins
+    (("ha/master", "store/waiters"), "HA acks (the master's reader, waiting puts)"),
+    (("ha/",), "HA receive (the slave's reader, its reports)"),
     (("wire/framing",), "frames (CBOR decode / encode)"),
     (("wire/protocol",), "request parsing and replies"),
     (("node/server",), "server (read loop, turns, answers)"),
@@ -59,6 +67,11 @@ def stage_of(stack: str) -> str | None:
         return "socket reads and writes (syscalls)"
     match = _FILE.search(leaf)
     path = match.group(1) if match else ""
+    if (path.startswith("ha/master") and function in _HA_PUSH) or (
+            path.startswith("ha/protocol") and function.startswith("encode_transfer")):
+        return "HA push (the master's writer, HA frames)"
+    if path.startswith("ha/protocol") and function.startswith("ReportDecoder."):
+        return "HA acks (the master's reader, waiting puts)"
     for prefixes, stage in _BY_MODULE:
         if path.startswith(prefixes):
             return stage

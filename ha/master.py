@@ -81,6 +81,12 @@ PUSH_MARKS = 256
 WAKEUP_FALLBACK_S = 0.1
 """A caught-up writer re-checks at least this often even without an append wakeup."""
 
+CONFIRM_LINGER_S = 0.002
+"""A new confirm offset with no frame to ride waits this long for one (the next append's):
+under load it then costs no write of its own, and no wake-up of the slave, per round trip
+(SYNC_MASTER 1 × 1 sent one after every ack). A slave's readers see it this much later at
+most; a later confirm is the safe side (it serves less)."""
+
 
 
 @functools.lru_cache(maxsize=1024)
@@ -138,6 +144,8 @@ class HAConnection:
     """The slave offered the confirm-offset extension (a tidemq slave; ha/protocol.py)."""
     confirm_sent: int = -1
     """The confirm offset last sent to it."""
+    confirms_alone: int = 0
+    """Writes that carried a confirm offset and nothing else (most ride on the next frame)."""
     reports: ReportDecoder = attrs.field(factory=ReportDecoder)
     frame_sent: bool = False
     """A transfer or heartbeat was written to it (a tidemq slave offers on its first one)."""
@@ -763,16 +771,25 @@ class HAService:
         # tidemq slave offers the extension on its first frame, and commits wait until it did
         last_write = trio.current_time() - heartbeat_s
         timed_out = False
+        linger_until: float | None = None  # a confirm offset alone waits for a frame to ride
         while True:
-            confirm = b""  # a new confirm offset rides in the same write as the next frames
-            if conn.extension and (offset := self.confirm_offset()) > conn.confirm_sent:
-                confirm, conn.confirm_sent = encode_confirm(offset), offset
-            if conn.offsets_pending_seq:  # and so do commits of consumer offsets
-                confirm += self._take_offsets(conn)
-            size, frame = self._read_batch(next_offset, batch_size, confirm)
+            # a new confirm offset, and commits of consumer offsets, ride in the same write as
+            # the next frames
+            offset = self.confirm_offset() if conn.extension else conn.confirm_sent
+            confirm = encode_confirm(offset) if offset > conn.confirm_sent else b""
+            commits = self._take_offsets(conn) if conn.offsets_pending_seq else b""
+            size, frame = self._read_batch(next_offset, batch_size, confirm + commits)
             if size and timed_out:
                 self.missed_wakeups += 1  # appended while this writer was not waiting yet
             timed_out = False
+            if confirm and (size or commits or linger_until is not None and trio.current_time() >= linger_until):
+                conn.confirm_sent = offset
+            elif confirm:  # alone: wait a little for a frame to ride (a commit never waits)
+                if linger_until is None:
+                    linger_until = trio.current_time() + CONFIRM_LINGER_S
+                await self._wait_for_data(linger_until)
+                continue
+            linger_until = None
             if size:
                 conn.push_marks.append((self.log.end(), trio.current_time()))
                 await stream.send_all(frame)
@@ -780,8 +797,9 @@ class HAService:
                 last_write = trio.current_time()
                 conn.frame_sent = True
                 continue
-            if confirm:
-                await stream.send_all(confirm)
+            if confirm or commits:
+                conn.confirms_alone += not commits
+                await stream.send_all(confirm + commits)
                 continue  # an append during the send did not wake this writer: look again
             if next_offset < self.log.start():
                 log.warning(

@@ -843,3 +843,26 @@ async def test_an_append_during_a_confirm_only_write_wakes_the_writer(tmp_path):
             while master.get_max_offset_in_queue(TOPIC, 0) <= result.append.queue_offset:
                 await master.reput.wait_dispatched(TOPIC, 0)
         assert ha.missed_wakeups == 0
+
+
+async def test_a_confirm_offset_rides_on_the_next_push_and_alone_only_when_none_comes(tmp_path):
+    """Each ack moves the confirm offset; sent alone at once, it woke the slave a second time
+    per SYNC_MASTER round trip. It waits up to CONFIRM_LINGER_S for the next append's frame,
+    so sequential puts send few confirm-only frames, and after the last put the slave still
+    learns the final confirm offset."""
+    async with running_master(tmp_path / "m", broker_role=BrokerRole.SYNC_MASTER, slave_timeout=3000) as (
+        master,
+        ha,
+    ), running_slave(tmp_path / "s", ha.port) as (_, client):
+        await slaves_joined(ha)
+        assert (await master.put_message(make_message(0, queue_id=0))).status is PutMessageStatus.PUT_OK
+        await wait_until(lambda: any(c.extension for c in ha._connections), what="the slave took the extension")
+        (conn,) = ha._connections
+        before = conn.confirms_alone
+        for i in range(1, 41):
+            assert (await master.put_message(make_message(i, queue_id=0))).status is PutMessageStatus.PUT_OK
+            await trio.sleep(0.0003)  # poll: a producer's think time between puts, well within the linger
+        end = master.commit_log.max_offset()
+        await wait_until(lambda: client.confirm_offset == end, what="the slave learns the last confirm offset")
+        assert conn.confirms_alone - before <= 20  # one after every ack (40) without the linger
+        assert ha.missed_wakeups == 0
