@@ -307,7 +307,7 @@ class Broker:
         """One term: the store and services in the current role until a stop or a role change."""
         cfg = self.cfg
         name_role(cfg)  # log lines name the role this term serves
-        async with open_store(cfg.store, recovery_progress=self.recovery_progress) as store:
+        async with open_store(cfg.store, recovery_progress=self.recovery_progress, replicated=True) as store:
             await runtime.run_sync(write_broker_properties, cfg)
             try:
                 async with trio.open_nursery() as nursery:

@@ -88,9 +88,13 @@ class MessageStore:
         *,
         clock: Callable[[], float] = runtime.wall_clock,
         disk_usage: DiskUsage | None = None,
+        replicated: bool = False,
     ) -> None:
         self.config = config
         self.clock = clock
+        self.replicated = replicated
+        """The store of a replicated node: its consumers see only what the group confirmed
+        (`_hold_lost_confirm`); a lone store (tools, tests) dispatches all it recovers."""
         self.disk_usage = disk_usage  # cleanup's disk probe (None: psutil on the real partition)
         self.flags = RunningFlags()
         self.lock = StoreLock(config.store_path_root_dir)
@@ -173,6 +177,7 @@ class MessageStore:
             self._cut_queues_and_index(self._recover_commit_log(recovery_progress))
             if not self.last_exit_ok:
                 self._sync_after_crash()
+            self._hold_lost_confirm()
             # the topic-queue table is rebuilt in start(), after dispatch has caught up
             self.reput = ReputMessageService(
                 self.commit_log, self.consume_queues, self.index, self.checkpoint, self.flags,
@@ -187,6 +192,32 @@ class MessageStore:
             raise
         self.loaded = True
         return self
+
+    def _hold_lost_confirm(self) -> None:
+        """The confirm offset known is never below what the recovered ConsumeQueues index:
+        those units were dispatched under an earlier confirm offset (so were visible), and a
+        hold below them would leave the queues that lost those units to a power loss unbuilt
+        while the next start dispatches from the furthest queue's end (seed 264 with
+        --storage: contiguity breaks). A replicated store whose abnormal exit left no confirm
+        offset at all (a power loss took the checkpoint, or it was never synced) takes that
+        too, not its whole log: its tail may be what no slave holds, cut when a slave is
+        elected after a consumer read it (seed 251). A lone store (tools, tests) keeps no
+        confirm offset and dispatches everything it recovers."""
+        if self.config.read_un_committed:
+            return
+        known = self.replica_log.known_confirm
+        indexed = max(self.consume_queues.max_physic_offset_of_all(), self.commit_log.min_offset(), 0)
+        if known is None:
+            lost = (self.replicated and not self.last_exit_ok
+                    and self.commit_log.max_offset() > max(self.commit_log.min_offset(), 0))
+            if not lost:
+                return
+            log.warning("the checkpoint keeps no confirm offset after an abnormal exit: consumers see up to "
+                        "offset %d (what the ConsumeQueues index) until the group confirms more", indexed)
+        elif known >= indexed:
+            return
+        self.checkpoint.note_confirm(indexed)
+        self.replica_log.hold_at_known_confirm()
 
     def _build_services(self) -> None:
         """Everything `start()` runs and the puts and reads, each handed what it uses."""
@@ -622,13 +653,15 @@ async def open_store(
     clock: Callable[[], float] = runtime.wall_clock,
     disk_usage: DiskUsage | None = None,
     recovery_progress: RecoveryProgress | None = None,
+    replicated: bool = False,
 ) -> AsyncIterator[MessageStore]:
     """Open, recover and start a store; shut it down cleanly when the block exits.
 
     `recovery_progress(validated_bytes, total_bytes)` is called while the CommitLog is
-    validated (from the loading worker thread), ending with (total, total).
+    validated (from the loading worker thread), ending with (total, total). `replicated`:
+    a node's store (`MessageStore.replicated`).
     """
-    store = MessageStore(config, clock=clock, disk_usage=disk_usage)
+    store = MessageStore(config, clock=clock, disk_usage=disk_usage, replicated=replicated)
     await runtime.run_sync(store.load, recovery_progress)
     try:
         async with trio.open_nursery() as nursery:

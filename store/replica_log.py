@@ -56,6 +56,9 @@ class ReplicaLog:
         self.hold: int | None = None
         """Where dispatch stops while no limit is attached: the confirm offset known, held by
         the store at a slave's start and at every shutdown (`hold_at_known_confirm`)."""
+        self.cap: int | None = None
+        """Where dispatch stops whatever the limit says (None: nowhere): an etcd candidate's
+        confirm offset known, until an election makes it master (`cap_at_known_confirm`)."""
         self.noted = False
         """A confirm offset was noted since the store opened (a replication service ran)."""
         self.backlog_until = -math.inf
@@ -115,8 +118,11 @@ class ReplicaLog:
 
     def visible_end(self) -> int | None:
         """The offset consumers may see up to now, or None when no limit applies: the
-        attached limit's, else `hold`."""
-        return self.hold if self.visible_limit is None else self.visible_limit()
+        attached limit's, else `hold`; never past `cap`."""
+        end = self.hold if self.visible_limit is None else self.visible_limit()
+        if self.cap is None:
+            return end
+        return self.cap if end is None else min(end, self.cap)
 
     # ---- the confirm offset known, across restarts ----------------------------------------------
     @property
@@ -137,16 +143,32 @@ class ReplicaLog:
             self.checkpoint.note_caught_up(int(at * 1000))
 
     def note_confirm(self, offset: int) -> None:
-        """The replication service's newest confirm offset (a master's own, a slave's learned)."""
+        """The replication service's newest confirm offset (a master's own, a slave's learned).
+        Never past `cap`: a candidate's service confirms its whole log alone, which its next
+        start must not take as confirmed."""
         self.noted = True
         if self.checkpoint is not None:
-            self.checkpoint.note_confirm(offset)
+            self.checkpoint.note_confirm(offset if self.cap is None else min(offset, self.cap))
 
     def hold_at_known_confirm(self) -> None:
         """Dispatch nothing past the confirm offset known while no limit is attached: a
         restarted slave, and every node shutting down after a replication service ran (a
         fenced master's unconfirmed tail must not reach the ConsumeQueues it reopens with)."""
         self.hold = self.known_confirm
+
+    def cap_at_known_confirm(self) -> None:
+        """Dispatch nothing past the confirm offset known, whatever limit the replication
+        service attaches (an etcd candidate's, which waits for no member, is none): a
+        candidate is not the group's master, and its tail is cut if another is elected
+        (seed 251 with --storage: a consumer read it from a candidate restarted after a
+        power loss). None known (a first start): no cap."""
+        self.cap = self.known_confirm
+        self.visibility_moved()
+
+    def release_cap(self) -> None:
+        """Elected: what it holds is the group's log."""
+        self.cap = None
+        self.visibility_moved()
 
     def release_hold(self) -> None:
         """No limit while none is attached (a promoted slave dispatches everything it holds)."""

@@ -156,6 +156,15 @@ class SimNode:
             return None
         return broker.services.store.commit_log.max_offset()
 
+    def dispatched(self) -> bool:
+        """Its dispatch reached its CommitLog's end (or stopped at a record it cannot read):
+        a slave holds dispatch at the confirm offset it knows until its master sends one."""
+        broker = self.broker
+        if broker is None or broker.services is None:
+            return False
+        store = broker.services.store
+        return store.reput.dispatch_behind_bytes() == 0 or store.reput.stopped_at_error is not None
+
 
 class SimGroup:
     """A broker group: its nodes (the first starts as master) and the node the producers

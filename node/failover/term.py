@@ -157,6 +157,7 @@ class TermState:
             # master served on its old epoch after a newer one was elected)
             self.candidate = True
             self.fencing.needs_check = True
+            store.replica_log.cap_at_known_confirm()  # its consumers see no tail a slave may lack
             return
         if elected_now and pending is not None:
             self.cache.truncate_suffix_by_offset(max_offset)
@@ -188,6 +189,7 @@ class TermState:
         self.cache.append(EpochEntry(epoch, max_offset))
         self.newest_seen = max(self.newest_seen, epoch)
         self.candidate = False
+        self.services.store.replica_log.release_cap()
         self.epoch_changes.bump()  # register as the master of `epoch` now
         log.warning("epoch %d starts at CommitLog offset %d: this node is the elected master of %s",
                     epoch, max_offset, self.cfg.broker_name)

@@ -120,3 +120,19 @@ async def test_a_clean_restart_keeps_its_epoch(tmp_path, clock) -> None:
         assert f.epoch == 1 and f.epoch_answer()["pending"] is None and not f.term.restart_epoch_due
     finally:
         store.close()
+
+
+async def test_an_etcd_candidate_shows_consumers_nothing_past_its_confirm_offset(tmp_path, clock) -> None:
+    """A candidate is not the group's master: a slave elected instead cuts the tail no member
+    holds, so its consumers see nothing past the confirm offset it knew (seed 251 with
+    --storage), until its own election (`begin_epoch`)."""
+    f, store = await _stored_master(tmp_path, crashed=True)
+    try:
+        store.replica_log.note_confirm(100)
+        f.term.start(_Services(store), None, elected=True)
+        assert f.term.candidate and store.replica_log.cap == 100
+        assert store.replica_log.visible_end() == 100
+        f.term.begin_epoch(2)
+        assert not f.term.candidate and store.replica_log.cap is None
+    finally:
+        store.close()

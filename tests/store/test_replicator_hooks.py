@@ -200,3 +200,25 @@ async def test_a_store_reopened_as_master_holds_at_the_confirm_offset_known_unti
             while store.get_max_offset_in_queue("V", 0) < 3:
                 await trio.sleep(0.01)  # poll: the reput service dispatches on its own turn
         assert [m.body for m in store.get_message("g", "V", 0, 0, 10).messages] == [b"m0", b"m1", b"m2"]
+
+
+async def test_a_cap_bounds_what_dispatch_shows_whatever_the_limit_says(tmp_path):
+    """An etcd candidate's replication service attaches a limit that waits for no member
+    (None: the whole log); its cap, the confirm offset it knew, still bounds dispatch until
+    an election makes it master (chaos/sim seed 251 --storage)."""
+    config = StoreConfig(store_path_root_dir=str(tmp_path), mapped_file_size_commit_log=64 * 1024)
+    async with open_store(config) as store:
+        first = await store.put_message(Message("T", b"confirmed"))
+        store.reput.do_reput()
+        log = store.replica_log
+        log.note_confirm(first.append.end_offset)
+        log.cap_at_known_confirm()
+        log.limit_visibility(lambda: None)
+        assert log.visible_end() == first.append.end_offset
+        assert (await store.put_message(Message("T", b"unconfirmed"))).ok
+        store.reput.do_reput()
+        assert store.get_max_offset_in_queue("T", 0) == 1
+        log.release_cap()
+        assert log.visible_end() is None
+        store.reput.do_reput()
+        assert store.get_max_offset_in_queue("T", 0) == 2
