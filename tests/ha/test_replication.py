@@ -228,13 +228,15 @@ async def test_master_killed_mid_transfer(tmp_path):
         port = ha.port
         async with running_slave(tmp_path / "s", port, ha_transfer_batch_size=4096) as (slave, client):
             await slaves_joined(ha)
-            await put_workload(master, 0, 200)
 
             def kill_master_at_two_segments() -> None:
                 if slave.commit_log.max_offset() >= 2 * SEG:
                     kill.cancel()
 
+            # armed before the writes: a slave that keeps up would otherwise hold all of them
+            # before the hook is there, and the master is never killed
             slave.commit_log.on_append.append(kill_master_at_two_segments)
+            await put_workload(master, 0, 200)
             # the slave can see its connection close before the cancelled service's own
             # clean-up has run (the connection's ends before the service's): wait for both
             await wait_until(lambda: kill.cancel_called and not client.connected and master.replicator is None)
