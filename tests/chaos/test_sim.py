@@ -5,7 +5,6 @@ reported within the seeds the issue allows."""
 
 from __future__ import annotations
 
-import itertools
 import os
 import subprocess
 import sys
@@ -140,23 +139,21 @@ def test_a_sweep_prints_progress_a_summary_and_exits_0_when_every_seed_kept_its_
     assert os.listdir(tmp_path) == []  # each run's stores are removed
 
 
-CI_SEEDS = [s for s in range(1, 33) if bin(s % 32).count("1") % 2 == 0]
-"""16 of the 32 shapes a sweep cycles through (seed bits 0-1: the mode, 2: one slave or two,
-3: the controller, 4: one group or two): the half with an even number of bits set, so every
-three of the four dimensions meet in every combination (seed 32 stands for seed 0)."""
+CI_SEEDS = list(range(1, 301))
+"""Issue 42: at least 300 seeds in CI. A sweep cycles seeds through the 32 shapes (seed bits
+0-1: the mode, 2: one slave or two, 3: the controller, 4: one group or two), so 300 seeds
+hold every shape nine times or more; about a minute of both cores (~290 schedules a minute)."""
 
 
 @pytest.mark.slow  # worker processes
-def test_a_ci_sweep_keeps_every_promise_in_every_shape():
-    result = sweep(CI_SEEDS, mode="all", jobs=2)  # the 300 of the figures: tests/chaos/test_sim_sweeps.py
-    n = len(CI_SEEDS)
-    assert result.schedules == n == 16 and result.sends >= n * 500 and result.faults >= n * 3
+def test_a_ci_sweep_of_300_seeds_keeps_every_promise_in_every_shape():
+    result = sweep(CI_SEEDS, mode="all", jobs=2)  # on /dev/shm, as the CLI runs them
+    assert result.schedules == 300 and result.sends >= 300 * 500 and result.faults >= 300 * 3
     assert not result.failing, [(r["seed"], r["mode"], r["slaves"], r["violations"]) for r in result.failing]
     shapes = {(mode_of(s, "all"), slaves_of(s, "all"), controller_of(s, "all"), groups_of(s, "all")) for s in CI_SEEDS}
-    for i, j, k in itertools.combinations(range(4), 3):  # every three dimensions, every combination
-        assert len({(x[i], x[j], x[k]) for x in shapes}) == [4, 2, 2, 2][i] * [4, 2, 2, 2][j] * [4, 2, 2, 2][k]
-    assert result.by_slaves == {1: 8, 2: 8} and result.by_controller == {"manual": 8, "etcd": 8}
-    assert result.by_groups == {1: 8, 2: 8}
+    assert len(shapes) == 32  # every mode, slave count, controller and group count together
+    assert result.by_slaves == {1: 151, 2: 149} and result.by_controller == {"manual": 151, "etcd": 149}
+    assert result.by_groups == {1: 156, 2: 144}
 
 
 @pytest.mark.slow

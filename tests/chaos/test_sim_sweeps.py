@@ -1,8 +1,7 @@
 """The simulation's sweeps (`scripts/test --sweeps`; the whole suite leaves them out: about
-ten minutes of both cores): the 300 seeds the docs' figures quote keep their promises, and
-each deliberate bug (chaos/sim/mutations.py) is reported within the seeds the issue allows.
-The whole suite keeps a shorter sweep and each mutation on a seed it breaks
-(tests/chaos/test_sim.py)."""
+ten minutes of both cores): each deliberate bug (chaos/sim/mutations.py) is reported within
+the seeds the issue allows, and the storage faults' sweeps. The whole suite sweeps seeds
+1..300 (the docs' figures) and each mutation on a seed it breaks (tests/chaos/test_sim.py)."""
 
 from __future__ import annotations
 
@@ -34,16 +33,6 @@ def test_each_deliberate_bug_is_reported_within_the_seeds_allowed(mutation, mode
     assert min(r["seed"] for r in result.failing) <= int(seeds.split("..")[1])
     crashed = [r["seed"] for r in result.failing if any("simulation crashed" in v for v in r["violations"])]
     assert not crashed, f"{mutation}: the mutation crashed the run instead of breaking a promise: {crashed}"
-
-
-def test_the_300_seeds_the_figures_quote_keep_their_promises():
-    result = sweep(list(range(1, 301)), mode="all", jobs=2)  # on /dev/shm, as the CLI runs them
-    assert result.schedules == 300 and result.sends >= 300 * 500 and result.faults >= 300 * 3
-    assert not result.failing, [(r["seed"], r["mode"], r["slaves"], r["violations"]) for r in result.failing]
-    assert result.by_slaves == {1: 151, 2: 149} and result.by_controller == {"manual": 151, "etcd": 149}
-    assert result.by_groups == {1: 156, 2: 144}
-
-
 
 
 # ---- storage faults (--storage, docs/simulation.md "Storage faults")
