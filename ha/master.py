@@ -798,7 +798,8 @@ class HAService:
                 conn.frame_sent = True
                 continue
             if confirm or commits:
-                conn.confirms_alone += not commits
+                if not commits:
+                    conn.confirms_alone += 1
                 await stream.send_all(confirm + commits)
                 continue  # an append during the send did not wake this writer: look again
             if next_offset < self.log.start():
