@@ -212,7 +212,8 @@ def _lean_argv(target: peers.Target, case: Case, seconds: float, warmup: float) 
             *target.lean_args]
 
 
-def _cpu(p: psutil.Process) -> float:
+def cpu_seconds(p: psutil.Process) -> float:
+    """User + system CPU seconds of `p` (NaN once it is gone)."""
     try:
         return sum(p.cpu_times()[:2])
     except psutil.Error:
@@ -233,7 +234,7 @@ async def _sample_rss(proc: psutil.Process, into: list[float], anon: list[float]
 
 async def run_case(target: peers.Target, case: Case, seconds: float, warmup: float) -> dict[str, Any]:
     """One lean-client run against `target`; its JSON plus server CPU cores and master RSS."""
-    before = {name: _cpu(p) for name, p in target.procs.items()}
+    before = {name: cpu_seconds(p) for name, p in target.procs.items()}
     rss: list[float] = []
     anon: list[float] = []
     async with trio.open_nursery() as nursery:
@@ -247,11 +248,11 @@ async def run_case(target: peers.Target, case: Case, seconds: float, warmup: flo
                            f"{done.stderr.decode(errors='replace')[-400:]}")
     result = json.loads(done.stdout)
     loaded = warmup + seconds  # the servers are idle while the client starts and drains
-    result["cpu_cores"] = {name: round((_cpu(p) - before[name]) / loaded, 2) for name, p in target.procs.items()}
+    result["cpu_cores"] = {name: round((cpu_seconds(p) - before[name]) / loaded, 2) for name, p in target.procs.items()}
     if target.serving and result.get("msgs_per_s"):
         # CPU seconds of the serving process (its master; every master of tidemq_groups) over the
         # messages it answered
-        spent = sum(_cpu(target.procs[name]) - before[name] for name in target.serving_all or (target.serving,))
+        spent = sum(cpu_seconds(target.procs[name]) - before[name] for name in target.serving_all or (target.serving,))
         result["server_us_per_msg"] = round(spent * 1e6 / (result["msgs_per_s"] * loaded), 1)
     if rss:
         result["master_rss_mb"] = {"max": round(max(rss), 1), "last": round(rss[-1], 1),

@@ -26,15 +26,10 @@ PULL_EVERY_S = 0.005
 LAG_EVERY_S = 0.02
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def _summary(values: list[float], scale: float = 1.0, digits: int = 3) -> dict[str, float]:
     if not values:
         return {}
-    return {"p50": round(statistics.median(values) * scale, digits), "p99": round(_pct(values, 0.99) * scale, digits),
+    return {"p50": round(statistics.median(values) * scale, digits), "p99": round(lean.percentile(values, 0.99) * scale, digits),
             "max": round(max(values) * scale, digits), "samples": len(values)}
 
 

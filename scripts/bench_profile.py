@@ -44,9 +44,9 @@ async def profile(spy: str, work: Path, mode: str, case: str, seconds: float) ->
         nodes = {name: proc for name, proc in target.procs.items() if name != "namesrv" and proc.pid != master.pid}
         nodes = {target.serving: master, **nodes}
         samplers = {name: _sample(spy, proc.pid, work / f"py-spy-{name}.txt", seconds) for name, proc in nodes.items()}
-        before = {name: (_cpu(proc), _thread_cpu(proc, proc.pid)) for name, proc in nodes.items()}
+        before = {name: (compare.cpu_seconds(proc), _thread_cpu(proc, proc.pid)) for name, proc in nodes.items()}
         result = await compare.run_case(target, compare.CASES[case], seconds, WARMUP_S)
-        after = {name: (_cpu(proc), _thread_cpu(proc, proc.pid)) for name, proc in nodes.items()}
+        after = {name: (compare.cpu_seconds(proc), _thread_cpu(proc, proc.pid)) for name, proc in nodes.items()}
         for name, sampler in samplers.items():
             _, err = sampler.communicate(timeout=60)
             if sampler.returncode != 0 or not (work / f"py-spy-{name}.txt").exists():
@@ -72,11 +72,6 @@ def _sample(spy: str, pid: int, raw: Path, seconds: float) -> subprocess.Popen[b
     return subprocess.Popen([spy, "record", "-p", str(pid), "-d", f"{seconds:g}", "-r", "250",
                              "-f", "raw", "-o", str(raw), "--nonblocking"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-
-def _cpu(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return times.user + times.system
 
 
 def _thread_cpu(process: psutil.Process, thread_id: int) -> float:
