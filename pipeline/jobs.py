@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import uuid
 from collections.abc import Sequence
 from typing import IO, Any
 
@@ -38,44 +39,57 @@ def read_source(spark: Any, source: str, *, topic: str | None = None, options: d
 
 class Progress:
     """Prints `[job] stage S: done/total tasks` lines while Spark jobs run (polls the status
-    tracker from a thread; Spark's own console bar is off in the CLI's session)."""
+    tracker from a thread; Spark's own console bar is off in the CLI's session), and at the
+    end each stage's last count: the jobs run under a job group of their own, so a job
+    quicker than one poll still shows what it did."""
 
     def __init__(self, spark: Any, label: str, out: IO[str], interval: float = 0.5) -> None:
-        self.tracker = spark.sparkContext.statusTracker()
+        self.context = spark.sparkContext
+        self.tracker = self.context.statusTracker()
         self.label = label
         self.out = out
         self.interval = interval
+        self.group = f"tidemq-{label}-{uuid.uuid4().hex}"
+        self._outer_group: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="tidemq-progress")
         self._last: dict[int, tuple[int, int]] = {}
 
     def __enter__(self) -> Progress:
+        self._outer_group = self.context.getLocalProperty("spark.jobGroup.id")
+        self.context.setJobGroup(self.group, f"tidemq pipeline {self.label}")
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self._report()
+        try:
+            jobs = [self.tracker.getJobInfo(jid) for jid in self.tracker.getJobIdsForGroup(self.group)]
+            self._report(sorted({sid for job in jobs if job is not None for sid in job.stageIds}), ran_only=True)
+        except Exception:  # the session is stopping: nothing more to show
+            pass
+        self.context.setLocalProperty("spark.jobGroup.id", self._outer_group)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            self._report()
+            try:
+                self._report(self.tracker.getActiveStageIds())
+            except Exception:  # the session is stopping: nothing more to show
+                return
 
-    def _report(self) -> None:
-        try:
-            stages = self.tracker.getActiveStageIds()
-            for sid in stages:
-                info = self.tracker.getStageInfo(sid)
-                if info is None:
-                    continue
-                state = (info.numCompletedTasks, info.numTasks)
-                if self._last.get(sid) != state:
-                    self._last[sid] = state
-                    print(f"[{self.label}] stage {sid}: {state[0]}/{state[1]} tasks "
-                          f"({info.numActiveTasks} running)", file=self.out, flush=True)
-        except Exception:  # the session is stopping: nothing more to show
-            return
+    def _report(self, stages: list[int], *, ran_only: bool = False) -> None:
+        """A line for each stage whose count changed since its last line (`ran_only`: not
+        for a stage that never ran a task, as one Spark skipped)."""
+        for sid in stages:
+            info = self.tracker.getStageInfo(sid)
+            if info is None or (ran_only and info.numCompletedTasks == 0 and info.numActiveTasks == 0):
+                continue
+            state = (info.numCompletedTasks, info.numTasks)
+            if self._last.get(sid) != state:
+                self._last[sid] = state
+                print(f"[{self.label}] stage {sid}: {state[0]}/{state[1]} tasks "
+                      f"({info.numActiveTasks} running)", file=self.out, flush=True)
 
 
 # ---------------------------------------------------------------------------------------

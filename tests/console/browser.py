@@ -78,6 +78,7 @@ class Page:
         self.requests: list[str] = []  # what the page asked, for a failure's message
         self.page.on("request", lambda r: self.requests.append(f"{r.method} {r.url}"))
         self.page.on("requestfinished", lambda r: self.requests.append(f"done {r.method} {r.url}"))
+        self.page.on("response", lambda r: self.requests.append(f"{r.status} {r.request.method} {r.url}"))
         self.page.on("console", lambda m: self.errors.append(f"console: {m.text}") if m.type == "error" else None)
         self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
 

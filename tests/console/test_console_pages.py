@@ -283,12 +283,18 @@ def test_dlq_page_lists_resends_and_exports(page, cluster):
     page.screenshot("dlq")
     dlq_ids = [rows.nth(i).get_attribute("data-msgid") for i in range(3)]
 
+    # the answer stays, and the table refreshes in place (not into the answer's box, where
+    # the form's hx-target would put it: the answer vanished as soon as the refresh came)
+    page.page.evaluate("document.querySelector('#dlq-messages').dataset.before = '1'")
     rows.nth(0).locator("button.resend-one").click()
     try:
-        said = page.page.wait_for_selector("#dlq-result .result").inner_text()
-    except Exception:
-        raise AssertionError(page.requests[-10:]) from None
+        page.page.wait_for_function("!document.querySelector('#dlq-table #dlq-messages').dataset.before")
+    except Exception as e:
+        shown = page.page.inner_html("#dlq-result")
+        raise AssertionError(f"{e}; #dlq-result holds {shown!r}; {page.errors}; {page.requests[-12:]}") from None
+    said = page.page.inner_text("#dlq-result")
     assert said.startswith("resent 1 message(s)"), said
+    assert page.page.locator("#dlq-messages").count() == 1
     page.page.evaluate("document.querySelector('#dlq-result').innerHTML = ''")
     rows.nth(1).locator("input[type=checkbox]").check()
     rows.nth(2).locator("input[type=checkbox]").check()

@@ -4,6 +4,7 @@ the CLI group's handlers (in this process, on the shared Spark session)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -33,7 +34,7 @@ def test_export_to_parquet_and_json(spark, store, tmp_path, capsys):
     code, out, err = run(capsys, "export", str(store.root), "--topic", "Orders", "--to", str(tmp_path / "o.parquet"))
     assert code == 0, err
     assert json.loads(out)["rows"] == 30
-    assert "[export] stage" in err, "progress is shown"
+    assert re.search(r"\[export\] stage \d+: (\d+)/\1 tasks", err), f"each stage's last count is shown: {err!r}"
     back = spark.read.parquet(str(tmp_path / "o.parquet"))
     assert {r["topic"] for r in back.select("topic").collect()} == {"Orders"}
     assert sorted(r["queue_offset"] for r in back.where("queue_id = 1").collect()) == list(range(20))
