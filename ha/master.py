@@ -159,6 +159,9 @@ class HAConnection:
     """Commits to send, by (group, topic, queue id): the newest wins."""
     offsets_replace: bool = False
     """The pending batch is the whole table (the first one on a connection)."""
+    offsets_raise: bool = False
+    """The whole table pending holds offsets from the master's file (`file_keys`): it goes
+    to raise the slave's, then the rest of the table goes as commits."""
     offsets_pending_seq: int = 0
     """The commit sequence number the pending batch brings the slave to."""
     offsets_acked: int = 0
@@ -182,6 +185,7 @@ class HAService:
                  net: Network = TCP, max_gap: int = DEFAULT_MAX_GAP,
                  max_silence_s: float = DEFAULT_MAX_SILENCE_S,
                  offset_table: Callable[[], list[OffsetCommit] | None] | None = None,
+                 offset_file_keys: Callable[[], frozenset[tuple[str, str, int]]] = frozenset,
                  hold_start: bool = False, hold_restart: bool = True) -> None:
         self.net = net  # where connections come from (ha/net.py): TCP, or a simulated network
         self.secure_accept = secure_accept
@@ -240,6 +244,11 @@ class HAService:
         It answers None while the node's table is not the group's (an etcd-mode candidate:
         a slave would replace its fresher table with a restarted node's file); `offsets_ready`
         streams it once it is."""
+        self.offset_file_keys = offset_file_keys
+        """The table's keys whose offset is still the node's file's (a restarted master's,
+        up to 5 s old): a slave's higher offset for them is kept (seed 6025: a master killed
+        and elected again streamed its file's table, which replaced its slave's, and that
+        slave, elected next, lacked commits answered OK)."""
         self.offsets_seq = 1
         """The master's commit sequence number: batch `offsets_seq` holds every commit so far."""
         self._offsets_acked = trio.Event()  # set (and replaced) on each offsets ack
@@ -326,10 +335,15 @@ class HAService:
         """The slaves a SYNC_MASTER's commit must reach that are not connected, counted as a
         put counts them (`is_slave_ok`): etcd mode, members of the published set; manual
         mode, connections short of `acks_needed` (the one that left a moment ago may be the
-        slave being promoted, which then lacks the commit)."""
+        slave being promoted, which then lacks the commit). A set of the master alone counts
+        as one away: no slave holds the commit, and the master's table reaches its file only
+        every 5 s (seed 6025: commits answered OK by a master alone in its set, killed 0.15 s
+        later and elected again with its file's table, which its slave then took)."""
         if self.on_ack_timeout is not None:
+            if not self.ack_members:
+                return ["(no slave in the in-sync set)"]
             connected = {c.address for c in self._connections}
-            return sorted(a for a in self.ack_members or () if a not in connected)
+            return sorted(a for a in self.ack_members if a not in connected)
         short = max(self.acks_needed(), 1) - self.connection_count
         return [f"({short} slave(s) not connected)"] if short > 0 else []
 
@@ -709,6 +723,7 @@ class HAService:
         conn.reports.offsets_acks = True  # before the table goes out, so its ack is understood
         conn.offsets_pending = {(e.group, e.topic, e.queue_id): e for e in table}
         conn.offsets_replace = True
+        conn.offsets_raise = bool(self.offset_file_keys())
         conn.offsets_pending_seq = self.offsets_seq
         self._wake_writers()
 
@@ -727,9 +742,15 @@ class HAService:
         """The offsets frames of the commits pending for `conn` (b"" for none)."""
         if not conn.offsets_pending_seq:
             return b""
-        frames = encode_offsets(conn.offsets_pending_seq, tuple(conn.offsets_pending.values()),
-                                replace=conn.offsets_replace)
-        conn.offsets_pending, conn.offsets_replace, conn.offsets_pending_seq = {}, False, 0
+        seq, pending = conn.offsets_pending_seq, tuple(conn.offsets_pending.values())
+        if conn.offsets_raise:  # the table raises the slave's; what is not the file's then sets
+            stale = self.offset_file_keys()
+            fresh = [e for e in pending if (e.group, e.topic, e.queue_id) not in stale]
+            frames = encode_offsets(seq, pending, replace=True, raise_only=True)
+            frames += encode_offsets(seq, fresh, replace=False) if fresh else b""
+        else:
+            frames = encode_offsets(seq, pending, replace=conn.offsets_replace)
+        conn.offsets_pending, conn.offsets_replace, conn.offsets_raise, conn.offsets_pending_seq = {}, False, False, 0
         return frames
 
     def _accept_first(self, conn: HAConnection, offset: int) -> bool:

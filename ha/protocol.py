@@ -68,6 +68,9 @@ OFFSETS_REPLACE = 0x01
 """Offsets frame flag: this batch is the master's whole table (replace, do not merge)."""
 OFFSETS_MORE = 0x02
 """Offsets frame flag: more frames of this batch follow (apply and ack after the last)."""
+OFFSETS_RAISE = 0x04
+"""Offsets frame flag, only with `OFFSETS_REPLACE`: the table is the master's file's (a
+restarted master, up to 5 s old): raise each offset to it, lower and drop none."""
 MAX_NAME_BYTES = 0xFFFF
 
 _OFFSETS_HEAD = struct.Struct(">qBI")  # seq, flags, entry count
@@ -140,11 +143,13 @@ class OffsetCommit:
 @attrs.frozen
 class OffsetsBatch:
     """A complete batch of commits: the master's whole table (`replace`) or commits since
-    the previous batch, all committed up to sequence number `seq`."""
+    the previous batch, all committed up to sequence number `seq`. `raise_only` (with
+    `replace`): the table may be behind the slave's, which keeps any higher offset."""
 
     seq: int
     replace: bool
     entries: tuple[OffsetCommit, ...]
+    raise_only: bool = False
 
 
 def _encode_entry(entry: OffsetCommit) -> bytes:
@@ -159,9 +164,11 @@ def _encode_entry(entry: OffsetCommit) -> bytes:
 
 
 def encode_offsets(seq: int, entries: list[OffsetCommit] | tuple[OffsetCommit, ...], *, replace: bool,
-                   max_body: int = OFFSETS_MAX_BODY) -> bytes:
+                   raise_only: bool = False, max_body: int = OFFSETS_MAX_BODY) -> bytes:
     """One batch of commits as offsets frames of at most `max_body` body bytes each (all but
     the last flagged `OFFSETS_MORE`); an empty table is one frame with no entries."""
+    if raise_only and not replace:
+        raise ProtocolError("only a whole table (replace) is sent to raise offsets")
     if seq <= 0:
         raise ProtocolError(f"offsets sequence number {seq} must be positive")
     _check_offset(seq, "offsets sequence number")
@@ -179,7 +186,8 @@ def encode_offsets(seq: int, entries: list[OffsetCommit] | tuple[OffsetCommit, .
         used += len(encoded)
     out: list[bytes] = []
     for i, chunk in enumerate(chunks):
-        flags = (OFFSETS_REPLACE if replace else 0) | (OFFSETS_MORE if i < len(chunks) - 1 else 0)
+        flags = ((OFFSETS_REPLACE if replace else 0) | (OFFSETS_RAISE if raise_only else 0)
+                 | (OFFSETS_MORE if i < len(chunks) - 1 else 0))
         body = _OFFSETS_HEAD.pack(seq, flags, len(chunk)) + b"".join(chunk)
         out += (_HEADER.pack(OFFSETS_MARK, len(body)), body)
     return b"".join(out)
@@ -193,8 +201,10 @@ def decode_offsets_body(body: bytes | memoryview) -> tuple[int, int, list[Offset
     seq, flags, count = _OFFSETS_HEAD.unpack_from(body, 0)
     if seq <= 0:
         raise ProtocolError(f"offsets frame with sequence number {seq}")
-    if flags & ~(OFFSETS_REPLACE | OFFSETS_MORE):
+    if flags & ~(OFFSETS_REPLACE | OFFSETS_MORE | OFFSETS_RAISE):
         raise ProtocolError(f"offsets frame with unknown flags {flags:#x}")
+    if flags & OFFSETS_RAISE and not flags & OFFSETS_REPLACE:
+        raise ProtocolError(f"offsets frame flagged RAISE without REPLACE (flags {flags:#x})")
     pos = _OFFSETS_HEAD.size
     entries = []
     try:
@@ -317,7 +327,7 @@ class TransferDecoder:
         self.offsets: list[OffsetsBatch] = []
         """Complete offsets batches received, oldest first; the caller takes them (`take_offsets`)."""
         self._batch: list[OffsetCommit] = []  # entries of a batch whose last frame is to come
-        self._batch_head: tuple[int, bool] | None = None  # its (seq, replace)
+        self._batch_head: tuple[int, bool, bool] | None = None  # its (seq, replace, raise)
 
     def take_offsets(self) -> list[OffsetsBatch]:
         """The complete offsets batches decoded so far (and forget them)."""
@@ -390,13 +400,13 @@ class TransferDecoder:
 
     def _offsets_frame(self, body: bytes | memoryview) -> None:
         seq, flags, entries = decode_offsets_body(body)
-        head = (seq, bool(flags & OFFSETS_REPLACE))
+        head = (seq, bool(flags & OFFSETS_REPLACE), bool(flags & OFFSETS_RAISE))
         if self._batch_head is not None and self._batch_head != head:
             raise ProtocolError(f"offsets frame of batch {seq} inside batch {self._batch_head[0]}")
         self._batch_head = head
         self._batch += entries
         if not flags & OFFSETS_MORE:
-            self.offsets.append(OffsetsBatch(seq, head[1], tuple(self._batch)))
+            self.offsets.append(OffsetsBatch(seq, head[1], tuple(self._batch), raise_only=head[2]))
             self._batch, self._batch_head = [], None
 
     def _check_header(self, offset: int, size: int) -> tuple[int, int]:

@@ -37,7 +37,9 @@ def offset_table(offsets: ConsumerOffsetManager, held: Callable[[], bool] = lamb
 class OffsetFollower:
     """A slave's side of one term's offsets stream: takes each batch into the node's table.
 
-    A whole table replaces the slave's, but not when it comes from the same master restarted
+    A whole table replaces the slave's, but not when the master flags it as its file's
+    (`raise_only`: a restarted master's table, which a commit since has not touched), nor
+    when it comes from the same master restarted
     since the last batch this term took (its sequence numbers start again: its table is its
     `consumerOffset.json`, up to 5 s old, while this slave's holds every commit it acked):
     then each offset is raised to the master's where that is higher and nothing is lowered
@@ -57,7 +59,7 @@ class OffsetFollower:
         restarted = self.last is not None and self.last[0] == master and batch.seq <= self.last[1]
         self.last = (master, batch.seq)
         entries = [OffsetEntry(c.group, c.topic, c.queue_id, c.offset) for c in batch.entries]
-        if batch.replace and not restarted:
+        if batch.replace and not restarted and not batch.raise_only:
             if self.offsets.replace_all(entries):
                 log.info("took %d consumer offset(s) from the master's HA stream", len(entries))
             return

@@ -50,6 +50,10 @@ class ConsumerOffsetManager:
     def __init__(self, store_root: str) -> None:
         self.path = os.path.join(store_root, "config", "consumerOffset.json")
         self._table: dict[_Key, int] = {}
+        self._file_keys: set[_Key] = set()
+        """Keys whose offset is still the file's: not committed since the node started, nor
+        taken from a master's table. The file is up to 5 s old, so such an offset may be
+        behind commits answered before a crash (`file_keys`)."""
         self._version = 0  # bumped on every change
         self._persisted_version = 0
         self._lock = trio.Lock()
@@ -72,10 +76,12 @@ class ConsumerOffsetManager:
                     raise ConfigFileError(f"{self.path}: {key}: bad queue offset {qid!r}: {offset!r}")
                 loaded[(group, topic, int(qid))] = offset
         self._table = loaded
+        self._file_keys = set(loaded)
         log.info("loaded %d committed offset(s) from %s", len(loaded), self.path)
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         key = (group, topic, queue_id)
+        self._file_keys.discard(key)
         if self._table.get(key) != offset:
             self._table[key] = offset
             self._version += 1
@@ -86,9 +92,16 @@ class ConsumerOffsetManager:
     def entries(self) -> list[OffsetEntry]:
         return [OffsetEntry(g, t, q, o) for (g, t, q), o in sorted(self._table.items())]
 
+    def file_keys(self) -> frozenset[_Key]:
+        """The keys whose offset may be behind the group's: read from this node's file and
+        not committed or replaced since (a master sends its slaves these to raise, never to
+        lower: node/offset_stream.py)."""
+        return frozenset(self._file_keys)
+
     def replace_all(self, entries: Iterable[OffsetEntry]) -> bool:
         """Take another node's table (a slave syncing from its master); True if it changed."""
         table = {(e.group, e.topic, e.queue_id): e.offset for e in entries}
+        self._file_keys.clear()
         if table == self._table:
             return False
         self._table = table

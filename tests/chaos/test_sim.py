@@ -242,6 +242,10 @@ def test_bad_arguments_are_usage_errors_with_a_message(args, message, capsys):
      "the schedule's operator took a promotion whose answer was lost (the slave killed mid-promotion) "
      "for a failed one, though the slave came back as master in a newer epoch; the judge held the old "
      "master as the group's (the 10,000-seed sweep: seeds 800, 1253, 2629, 3170)"),
+    (6025, "SYNC_MASTER+SYNC_FLUSH", 1, "etcd", 1,
+     "a master killed and elected again streamed its file's offset table (5 s old) whole to its slave, "
+     "which had restarted (cutting its log) and so could not tell; the slave, elected next, lacked "
+     "commits answered OK (the 10,000-seed sweep)"),
 ])
 def test_seeds_that_found_bugs_keep_their_promises(seed, mode, slaves, controller, groups, found, tmp_path):
     result = run_seed(seed, mode=mode, base_dir=str(tmp_path), slaves=slaves, controller=controller, groups=groups)

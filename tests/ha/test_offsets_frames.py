@@ -53,15 +53,18 @@ def test_offsets_frame_golden():
     assert encode_offsets_ack(7) == bytes.fromhex("fffffffffffffff9")  # a report of -7
 
 
-@given(st.lists(commits, max_size=30), st.booleans(), st.integers(1, 2**40), st.lists(st.integers(0, 10_000)))
-def test_offsets_round_trip_any_split_between_transfers(entries, replace, seq, cuts):
+@given(st.lists(commits, max_size=30), st.sampled_from([(False, False), (True, False), (True, True)]),
+       st.integers(1, 2**40), st.lists(st.integers(0, 10_000)))
+def test_offsets_round_trip_any_split_between_transfers(entries, kind, seq, cuts):
     """Offsets frames between transfers, cut anywhere: the transfers come out as sent and
-    the batch whole, with its sequence number and kind."""
-    data = encode_transfer(0, b"abc") + encode_offsets(seq, entries, replace=replace) + encode_transfer(3, b"de")
+    the batch whole, with its sequence number and kind (commits, a table, a file's table)."""
+    replace, raise_only = kind
+    data = (encode_transfer(0, b"abc") + encode_offsets(seq, entries, replace=replace, raise_only=raise_only)
+            + encode_transfer(3, b"de"))
     decoder = extended()
     frames = [f for chunk in split(data, cuts) for f in decoder.feed(chunk)]
     assert frames == [Transfer(0, b"abc"), Transfer(3, b"de")]
-    assert decoder.take_offsets() == [OffsetsBatch(seq, replace, tuple(entries))]
+    assert decoder.take_offsets() == [OffsetsBatch(seq, replace, tuple(entries), raise_only=raise_only)]
     assert decoder.take_offsets() == []
 
 
@@ -101,7 +104,8 @@ def test_offsets_frames_only_after_the_offer():
 @pytest.mark.parametrize("body, error", [
     (b"\x00" * 12, "offsets frame of 12 bytes"),
     (bytes.fromhex("0000000000000000 00 00000000"), "sequence number 0"),
-    (bytes.fromhex("0000000000000001 04 00000000"), "unknown flags"),
+    (bytes.fromhex("0000000000000001 08 00000000"), "unknown flags"),
+    (bytes.fromhex("0000000000000001 04 00000000"), "RAISE without REPLACE"),
     (bytes.fromhex("0000000000000001 00 00000001 00000000"), "malformed"),
     (bytes.fromhex("0000000000000001 00 00000000 00"), "1 byte"),
     (bytes.fromhex("0000000000000001 00 00000001 00000000 ffffffffffffffff 0001 47 0001 54"), "negative committed"),
@@ -135,6 +139,8 @@ def test_encoders_reject_impossible_values():
         encode_offsets(1, [OffsetCommit("G", "T", 0, -1)], replace=False)
     with pytest.raises(ProtocolError):
         encode_offsets(1, [OffsetCommit("G" * 70_000, "T", 0, 1)], replace=False)
+    with pytest.raises(ProtocolError, match="whole table"):
+        encode_offsets(1, [], replace=False, raise_only=True)
     with pytest.raises(ProtocolError, match="does not fit"):
         encode_offsets(1, [OffsetCommit("G" * 100, "T", 0, 1)], replace=False, max_body=64)
     with pytest.raises(ProtocolError):

@@ -48,6 +48,30 @@ async def test_a_tidemq_slave_gets_the_table_then_each_commit_and_acks_them(tmp_
         nursery.cancel_scope.cancel()
 
 
+async def test_a_table_still_the_files_goes_to_raise_then_its_fresh_part_to_set(tmp_path):
+    """A master whose table holds offsets read from its file and untouched since (a restarted
+    master elected again) sends the table flagged to raise the slave's, then the offsets
+    committed since as plain commits (which may lower: an offset reset is the group's)."""
+    table = [OffsetCommit("G", "T", 0, 5), OffsetCommit("G", "T", 1, 9)]
+    taken: list[OffsetsBatch] = []
+    async with (
+        running_master(tmp_path / "m", broker_role=BrokerRole.SYNC_MASTER) as (master, ha),
+        open_store(make_config(tmp_path / "s", BrokerRole.SLAVE)) as slave,
+        trio.open_nursery() as nursery,
+    ):
+        ha.offset_table = lambda: list(table)
+        ha.offset_file_keys = lambda: frozenset({("G", "T", 0)})
+        client = HAClient(slave.replica_log, slave.config, f"127.0.0.1:{ha.port}", on_offsets=taken.append)
+        await nursery.start(client.run)
+        await slaves_joined(ha)
+        assert (await master.put_message(make_message(0))).ok  # the slave holds data: it offers
+        await wait_until(lambda: len(taken) >= 2, what="the table and its fresh part on the slave")
+        seq = taken[0].seq
+        assert taken == [OffsetsBatch(seq, True, tuple(table), raise_only=True),
+                         OffsetsBatch(seq, False, (OffsetCommit("G", "T", 1, 9),))]
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_held_table_is_streamed_only_once_ready(tmp_path):
     """A master whose table is not the group's yet (an etcd-mode candidate: its file may be
     5 s old) sends a slave that takes the extension nothing, so the slave keeps its own

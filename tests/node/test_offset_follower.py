@@ -4,6 +4,10 @@ lowers what the slave holds."""
 
 from __future__ import annotations
 
+from functools import partial
+
+import trio
+
 from ha.protocol import OffsetCommit, OffsetsBatch
 from node.offset_stream import OffsetFollower
 from node.tables.offsets import ConsumerOffsetManager
@@ -38,3 +42,35 @@ def test_a_table_from_another_master_replaces_even_with_a_lower_sequence(tmp_pat
     source[0] = "b:1"
     follower.take(OffsetsBatch(2, True, (OffsetCommit("G", "T", 0, 30),)))
     assert offsets.fetch("G", "T", 0) == 30
+
+
+def test_a_table_flagged_as_the_masters_file_raises_and_lowers_nothing(tmp_path):
+    """A master whose table is still its file's (restarted, up to 5 s old) flags it: even a
+    slave that restarted itself meanwhile (a new follower, no sequence to compare) keeps
+    each higher offset and every queue the table lacks (seed 6025: the table replaced the
+    slave's, and the slave, elected next, lacked commits answered OK)."""
+    offsets = ConsumerOffsetManager(str(tmp_path))
+    offsets.commit("G", "T", 0, 30)
+    offsets.commit("G", "T", 9, 3)
+    follower = OffsetFollower(offsets, lambda: "a:1")
+    follower.take(OffsetsBatch(1, True, (OffsetCommit("G", "T", 0, 12), OffsetCommit("G", "T", 1, 8)), raise_only=True))
+    assert {(e.queue_id, e.offset) for e in offsets.entries()} == {(0, 30), (1, 8), (9, 3)}
+    follower.take(OffsetsBatch(1, False, (OffsetCommit("G", "T", 1, 6),)))  # a commit since sets
+    assert offsets.fetch("G", "T", 1) == 6
+
+
+def test_the_keys_of_the_file_are_those_nothing_touched_since(tmp_path):
+    """`file_keys`: what the node read from consumerOffset.json and has not committed or
+    replaced since, the offsets that may be behind the group's."""
+    first = ConsumerOffsetManager(str(tmp_path))
+    first.commit("G", "T", 0, 5)
+    first.commit("G", "T", 1, 7)
+    trio.run(partial(first.persist, force=True))
+    offsets = ConsumerOffsetManager(str(tmp_path))
+    assert offsets.file_keys() == frozenset()
+    offsets.load()
+    assert offsets.file_keys() == {("G", "T", 0), ("G", "T", 1)}
+    offsets.commit("G", "T", 1, 7)  # a commit, even of the same offset, is the group's
+    assert offsets.file_keys() == {("G", "T", 0)}
+    offsets.replace_all([])
+    assert offsets.file_keys() == frozenset()
