@@ -25,6 +25,7 @@ import mmap
 import os
 import struct
 import threading
+from collections.abc import Callable
 
 from . import runtime
 from .mapped_file import grow_file
@@ -36,6 +37,8 @@ _THREE = struct.Struct(">qqq")
 _OFFSET = struct.Struct(">q")
 CONFIRM_AT = 32
 CAUGHT_UP_AT = 40
+LOGICS, INDEX = 1, 2
+"""Which timestamp a failed ConsumeQueue or index flush freezes (`freeze`)."""
 
 
 class StoreCheckpoint:
@@ -61,6 +64,12 @@ class StoreCheckpoint:
             raise
         self._lock = threading.Lock()
         self._closed = False
+        self._durable = [0, 0, 0]  # the three timestamps as the last good flush left them
+        self._ceiling: dict[int, int] = {}  # a frozen timestamp's most (`freeze`)
+        self.flush_error: str | None = None
+        """Why a flush of this file failed (EIO...): it is never flushed again (fsyncgate)."""
+        self.on_flush_error: Callable[[OSError], None] = lambda _e: None
+        """Told of this file's failed flush, once (the store refuses writes until a restart)."""
         self.physic_msg_timestamp = 0
         self.logics_msg_timestamp = 0
         self.index_msg_timestamp = 0
@@ -70,6 +79,7 @@ class StoreCheckpoint:
                 self.logics_msg_timestamp,
                 self.index_msg_timestamp,
             ) = _THREE.unpack_from(self._mm, 0)
+            self._durable = [self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp]
         (confirm,) = _OFFSET.unpack_from(self._mm, CONFIRM_AT) if exists else (0,)
         self.confirm_phy_offset: int | None = confirm if confirm > 0 else None
         """The confirm offset last noted (None: none known; a 4.x file has 0 there)."""
@@ -99,16 +109,37 @@ class StoreCheckpoint:
             self.caught_up_ms = ms
             _OFFSET.pack_into(self._mm, CAUGHT_UP_AT, ms)
 
-    def flush(self) -> None:
-        """Write the three timestamps into the map and fdatasync (blocking: use a worker thread)."""
+    def freeze(self, which: int) -> None:
+        """A flush of the files behind timestamp `which` (LOGICS: the ConsumeQueues, INDEX:
+        the index files) failed, so what it covered may never reach the disk: the file never
+        claims more for it than the last good flush wrote, and the restart's recovery
+        dispatches again from there."""
         with self._lock:
-            if self._closed:
+            self._ceiling[which] = self._durable[which]
+        log.error("checkpoint: the %s timestamp stays at %d (a flush of those files failed)",
+                  "logics" if which == LOGICS else "index", self._durable[which])
+
+    def flush(self) -> None:
+        """Write the three timestamps into the map and fdatasync (blocking: use a worker
+        thread). A failed fdatasync is never retried (`flush_error`, `on_flush_error`): the
+        file on disk keeps older timestamps, the cautious side for recovery."""
+        with self._lock:
+            if self._closed or self.flush_error is not None:
                 return
-            _THREE.pack_into(
-                self._mm, 0,
-                self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp,
-            )
-            runtime.fdatasync(self._fd, self.path)
+            three = [self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp]
+            for which, most in self._ceiling.items():
+                three[which] = min(three[which], most)
+            _THREE.pack_into(self._mm, 0, *three)
+            try:
+                runtime.fdatasync(self._fd, self.path)
+            except OSError as e:
+                self.flush_error = f"{e.strerror or e}"
+                error = e
+            else:
+                self._durable = three
+                return
+        log.error("checkpoint %s: flush failed (%s); it is not flushed again until a restart", self.path, error)
+        self.on_flush_error(error)
 
     @property
     def min_timestamp(self) -> int:

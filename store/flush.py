@@ -35,7 +35,7 @@ from collections.abc import Callable
 import trio
 
 from . import runtime
-from .checkpoint import StoreCheckpoint
+from .checkpoint import LOGICS, StoreCheckpoint
 from .lost_writes import LostWrites
 from .mapped_file_queue import MappedFileQueue
 from .running_flags import RunningFlags
@@ -338,16 +338,30 @@ class CommitRealTimeService:
 class FlushConsumeQueueService:
     """Flushes every ConsumeQueue (least pages) each interval; thoroughly, followed by the
     checkpoint, every thorough interval. The logics timestamp is captured before the flush
-    so the checkpoint never claims more than is on disk."""
+    so the checkpoint never claims more than is on disk. A failed flush is never retried:
+    the checkpoint's logics timestamp stays where the last good one left it and the store
+    refuses writes (`on_error`) until a restart's recovery dispatches again from there."""
 
-    def __init__(self, flush_queues: Callable[[int], None], checkpoint: StoreCheckpoint, cadence: Cadence) -> None:
+    def __init__(self, flush_queues: Callable[[int], None], checkpoint: StoreCheckpoint, cadence: Cadence,
+                 on_error: Callable[[OSError], None] = lambda _e: None) -> None:
         self._flush_queues = flush_queues
         self.checkpoint = checkpoint
         self.cadence = cadence
+        self.on_error = on_error
+        self.failed = False
 
     async def flush(self, least_pages: int) -> None:
+        if self.failed:
+            return
         logics_ts = self.checkpoint.logics_msg_timestamp
-        await runtime.run_sync(self._flush_queues, least_pages)
+        try:
+            await runtime.run_sync(self._flush_queues, least_pages)
+        except OSError as e:
+            self.failed = True
+            self.checkpoint.freeze(LOGICS)
+            log.error("ConsumeQueue flush failed: %s; the store refuses writes until a restart", e)
+            self.on_error(e)
+            return
         if least_pages == 0:
             self.checkpoint.logics_msg_timestamp = logics_ts
             await runtime.run_sync(self.checkpoint.flush)

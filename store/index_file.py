@@ -31,7 +31,7 @@ import attrs
 
 from . import runtime
 from .accel import COMPILED
-from .checkpoint import StoreCheckpoint
+from .checkpoint import INDEX, StoreCheckpoint
 from .mapped_file import MappedFile
 from .message import java_string_hash
 from .properties import KEY_SEPARATOR
@@ -326,6 +326,10 @@ class IndexService:
         # lowest CommitLog offset whose keys were in a destroyed file: recovery dispatches
         # from there again so no acknowledged key goes missing from the index
         self.rebuild_from: int | None = None
+        self.flush_failed = False
+        """An index file's flush failed: none is flushed again (fsyncgate), the checkpoint's
+        index timestamp stays where the last good flush left it (`on_flush_error`)."""
+        self.on_flush_error: Callable[[OSError], None] = lambda _e: None
 
     # ---- loading ------------------------------------------------------------------------------
     def load(self, last_exit_ok: bool) -> None:
@@ -399,9 +403,24 @@ class IndexService:
             self._flush_file(prev)
         return f
 
+    def _flush_one(self, f: IndexFile) -> bool:
+        """`f.flush()`; False (and never again) once one failed."""
+        if self.flush_failed:
+            return False
+        try:
+            f.flush()
+        except OSError as e:
+            self.flush_failed = True
+            self.checkpoint.freeze(INDEX)
+            log.error("index file %s: flush failed (%s); the store refuses writes until a restart", f.path, e)
+            self.on_flush_error(e)
+            return False
+        return True
+
     def _flush_file(self, f: IndexFile) -> None:
         index_ts = f.end_timestamp if f.is_write_full() else 0
-        f.flush()
+        if not self._flush_one(f):
+            return
         if index_ts > 0:
             self.checkpoint.index_msg_timestamp = index_ts
             self.checkpoint.flush()
@@ -510,7 +529,8 @@ class IndexService:
             files = list(self.files)
         newest_full_ts = 0
         for f in files:
-            f.flush()
+            if not self._flush_one(f):
+                return
             if f.is_write_full():
                 newest_full_ts = max(newest_full_ts, f.end_timestamp)
         if newest_full_ts > self.checkpoint.index_msg_timestamp:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import trio
@@ -159,6 +160,7 @@ class MessageStore:
             self.commit_log.load()
             self.consume_queues.load()
             self.checkpoint = StoreCheckpoint(self.config.path(CHECKPOINT_FILE))
+            self.checkpoint.on_flush_error = partial(self.flags.file_flush_failed, "checkpoint")
             self.replica_log.checkpoint = self.checkpoint
             if not self.config.read_un_committed:
                 # a slave serves nothing past what it knew; a master nothing past what it
@@ -172,6 +174,7 @@ class MessageStore:
                 clock=lambda: int(self.clock() * 1000),
             ) if self.config.message_index_enable else None
             if self.index is not None:
+                self.index.on_flush_error = partial(self.flags.file_flush_failed, "index file")
                 self.index.load(self.last_exit_ok)
             self.consume_queues.recover()
             self._cut_queues_and_index(self._recover_commit_log(recovery_progress))
@@ -229,6 +232,7 @@ class MessageStore:
             self.consume_queues.flush, self.checkpoint,
             Cadence(config.flush_interval_consume_queue, config.flush_consume_queue_least_pages,
                     config.flush_consume_queue_thorough_interval),
+            on_error=partial(self.flags.file_flush_failed, "ConsumeQueue"),
         )
         self.clean_commit_log = CleanCommitLogService(
             config, self.commit_log.queue, consume_queue_path=self.consume_queues.store_path,

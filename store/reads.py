@@ -259,7 +259,8 @@ class MessageReads:
         """Messages of `topic` whose KEYS or UNIQ_KEY equal `key`, stored in [begin_ts, end_ts],
         newest first, and where the index stood (DefaultMessageStore.queryMessage). The
         index gives candidates; each is re-read so hash collisions never return another
-        key's message."""
+        key's message, and each offset once: a crash's recovery indexes again the record at
+        the newest file's end offset, which it cannot tell apart from one half indexed."""
         self._check_readable()
         result = QueryMessageResult()
         if self.index is None:
@@ -267,7 +268,7 @@ class MessageReads:
         candidates = self.index.query_offset(topic, key, self.config.max_msgs_num_batch, begin_ts, end_ts)
         result.index_last_update_timestamp = candidates.index_last_update_timestamp
         result.index_last_update_phyoffset = candidates.index_last_update_phyoffset
-        for offset in candidates.phy_offsets:
+        for offset in dict.fromkeys(candidates.phy_offsets):
             msg = self.look_message_by_offset(offset)
             if msg is not None and msg.topic == topic and (key in msg.keys or msg.uniq_key == key):
                 result.messages.append(msg)

@@ -15,13 +15,16 @@ class RunningFlags:
     WRITE_INDEX_FILE_ERROR = 8
     DISK_FULL = 16
     FLUSH_DISK_ERROR = 32
+    CHECKPOINT_FLUSH_ERROR = 64  # tidemq's: the checkpoint's fdatasync failed
 
     _NAMES = {
         1: "NOT_READABLE", 2: "NOT_WRITEABLE", 4: "WRITE_LOGICS_QUEUE_ERROR",
-        8: "WRITE_INDEX_FILE_ERROR", 16: "DISK_FULL", 32: "FLUSH_DISK_ERROR",
+        8: "WRITE_INDEX_FILE_ERROR", 16: "DISK_FULL", 32: "FLUSH_DISK_ERROR", 64: "CHECKPOINT_FLUSH_ERROR",
     }
     _NOT_WRITEABLE_MASK = (NOT_WRITEABLE | WRITE_LOGICS_QUEUE_ERROR | DISK_FULL | WRITE_INDEX_FILE_ERROR
-                           | FLUSH_DISK_ERROR)
+                           | FLUSH_DISK_ERROR | CHECKPOINT_FLUSH_ERROR)
+    _FILE_FLUSH_BITS = {"ConsumeQueue": WRITE_LOGICS_QUEUE_ERROR, "index file": WRITE_INDEX_FILE_ERROR,
+                        "checkpoint": CHECKPOINT_FLUSH_ERROR}
 
     def __init__(self) -> None:
         self.bits = 0
@@ -59,8 +62,19 @@ class RunningFlags:
                                 f"until a restart recovers it")
         self.set(self.FLUSH_DISK_ERROR)
 
+    def file_flush_failed(self, what: str, error: OSError) -> None:
+        """A flush of a ConsumeQueue, an index file or the checkpoint (`what`) failed: the
+        checkpoint claims nothing past the last good flush (StoreCheckpoint.freeze), and the
+        store refuses writes until a restart, whose recovery dispatches again from there
+        (any failed fsync stops writes, as PostgreSQL's does since "fsyncgate")."""
+        if not self.flush_error:
+            self.flush_error = (f"a {what} flush failed ({error.strerror or error}): the store takes no writes "
+                                f"until a restart recovers it (the CommitLog holds every acknowledged message)")
+        self.set(self._FILE_FLUSH_BITS[what])
+
     def why_not_writeable(self) -> str:
-        if self.bits & self.FLUSH_DISK_ERROR:
+        if self.flush_error and self.bits & (self.FLUSH_DISK_ERROR | self.CHECKPOINT_FLUSH_ERROR
+                                             | self.WRITE_LOGICS_QUEUE_ERROR | self.WRITE_INDEX_FILE_ERROR):
             return self.flush_error
         if self.bits & self.DISK_FULL:
             return "the disk is full (usage above diskSpaceWarningLevelRatio); writes resume after cleanup frees space"
