@@ -484,6 +484,15 @@ class PullConsumer(_Client):
             if any(q.broker_name == state.broker_name for q in left):
                 state.commits_retry_at = trio.current_time() + self.master_retry_s
 
+    def _commits_due(self, state: _GroupState) -> bool:
+        """The group has pending commits to try with a read its master answered: at once, or
+        from `commits_retry_at` after a refusal (seed 106 --storage: commits kept while the
+        route named no master waited for a later commit of the same queue, which a consumer
+        at the end never makes)."""
+        if not any(q.broker_name == state.broker_name for q in self._pending_commits):
+            return False
+        return state.commits_retry_at is None or trio.current_time() >= state.commits_retry_at
+
     def _commit(self, queue: MessageQueue, offset: int) -> CommitOffset:
         return CommitOffset(group=self.group, topic=queue.topic, queue_id=queue.queue_id, offset=offset)
 
@@ -492,7 +501,13 @@ class PullConsumer(_Client):
         """`request` on the group's master when it is (or may again be) reachable, else on a
         slave; returns (its reply, address, answered_by_slave)."""
         state = await self._state(broker_name)
-        if state.on_slave and trio.current_time() >= state.retry_at:
+        if state.master is None and trio.current_time() >= state.retry_at:
+            # no route named a master yet (an election): look again every master_retry_s (the
+            # route is asked again once its cache expires, as RocketMQ's 30 s route poll)
+            self._learn_quietly(await self._route_or_none())
+            if state.master is None:
+                state.retry_at = trio.current_time() + self.master_retry_s
+        elif state.on_slave and trio.current_time() >= state.retry_at:
             self._learn_quietly(await self._route_or_none())
         try_master = state.master is not None and (not state.on_slave or trio.current_time() >= state.retry_at)
         order = ([state.master] if try_master else []) + [s for s in state.slaves if s != state.master]
@@ -511,7 +526,7 @@ class PullConsumer(_Client):
             is_master = address == state.master
             if is_master and state.on_slave:
                 await self._master_back(state)
-            elif is_master and state.commits_retry_at is not None and trio.current_time() >= state.commits_retry_at:
+            elif is_master and self._commits_due(state):
                 await self._flush_group_commits(state)
             return response, address, not is_master
         self.invalidate(self.topic)

@@ -211,6 +211,19 @@ def test_queues_a_power_loss_left_uneven_are_all_rebuilt(tmp_path):
     assert result.ok, result.violations
 
 
+def test_a_consumer_that_started_without_a_master_finds_it_and_commits(tmp_path):
+    """Seed 106 (ASYNC_MASTER+ASYNC_FLUSH, etcd): a consumer made while the route named no
+    master (the master's power cut, an election under way) read from the slave and never
+    asked the route again, since those reads went well; its commits waited for a later
+    commit of the same queue, which a consumer at the end never makes (the run's drain
+    timed out). It now looks for the master every master_retry_s and sends what waits with
+    the first read the master answers."""
+    result = run_seed(106, mode="ASYNC_MASTER+ASYNC_FLUSH", base_dir=str(tmp_path), controller="etcd", storage=True)
+    assert any("a dropped [53481, 56298)" in line for line in result.log)
+    assert not any("did not reach the end" in line for line in result.log)
+    assert result.ok, result.violations
+
+
 @pytest.mark.sweep  # each 1-1.5 s of CPU: the sweep tier keeps them
 @pytest.mark.parametrize(("seed", "mode", "slaves", "controller", "groups", "shown"), [
     # a COMMIT answered PUT_OK in the master's unflushed window, cut, committed again by a check
