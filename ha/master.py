@@ -160,8 +160,8 @@ class HAConnection:
     offsets_replace: bool = False
     """The pending batch is the whole table (the first one on a connection)."""
     offsets_raise: bool = False
-    """The whole table pending holds offsets from the master's file (`file_keys`): it goes
-    to raise the slave's, then the rest of the table goes as commits."""
+    """The whole table pending may be behind the slave's (`offset_stale_keys`): it goes to
+    raise the slave's, then its keys committed since the master started go as commits."""
     offsets_pending_seq: int = 0
     """The commit sequence number the pending batch brings the slave to."""
     offsets_acked: int = 0
@@ -185,7 +185,7 @@ class HAService:
                  net: Network = TCP, max_gap: int = DEFAULT_MAX_GAP,
                  max_silence_s: float = DEFAULT_MAX_SILENCE_S,
                  offset_table: Callable[[], list[OffsetCommit] | None] | None = None,
-                 offset_file_keys: Callable[[], frozenset[tuple[str, str, int]]] = frozenset,
+                 offset_stale_keys: Callable[[], frozenset[tuple[str, str, int]] | None] = lambda: None,
                  hold_start: bool = False, hold_restart: bool = True) -> None:
         self.net = net  # where connections come from (ha/net.py): TCP, or a simulated network
         self.secure_accept = secure_accept
@@ -244,11 +244,12 @@ class HAService:
         It answers None while the node's table is not the group's (an etcd-mode candidate:
         a slave would replace its fresher table with a restarted node's file); `offsets_ready`
         streams it once it is."""
-        self.offset_file_keys = offset_file_keys
-        """The table's keys whose offset is still the node's file's (a restarted master's,
-        up to 5 s old): a slave's higher offset for them is kept (seed 6025: a master killed
-        and elected again streamed its file's table, which replaced its slave's, and that
-        slave, elected next, lacked commits answered OK)."""
+        self.offset_stale_keys = offset_stale_keys
+        """None when the node's table is the group's whole table; else the keys not committed
+        since the node started, whose offsets may be behind a slave's, which keeps its higher
+        ones (seed 6025: a master killed and elected again streamed its file's table, which
+        replaced its slave's, and that slave, elected next, lacked commits answered OK;
+        seed 5292: a slave restarted with no file yet, elected, did the same)."""
         self.offsets_seq = 1
         """The master's commit sequence number: batch `offsets_seq` holds every commit so far."""
         self._offsets_acked = trio.Event()  # set (and replaced) on each offsets ack
@@ -723,7 +724,7 @@ class HAService:
         conn.reports.offsets_acks = True  # before the table goes out, so its ack is understood
         conn.offsets_pending = {(e.group, e.topic, e.queue_id): e for e in table}
         conn.offsets_replace = True
-        conn.offsets_raise = bool(self.offset_file_keys())
+        conn.offsets_raise = self.offset_stale_keys() is not None
         conn.offsets_pending_seq = self.offsets_seq
         self._wake_writers()
 
@@ -744,7 +745,7 @@ class HAService:
             return b""
         seq, pending = conn.offsets_pending_seq, tuple(conn.offsets_pending.values())
         if conn.offsets_raise:  # the table raises the slave's; what is not the file's then sets
-            stale = self.offset_file_keys()
+            stale = self.offset_stale_keys() or frozenset()
             fresh = [e for e in pending if (e.group, e.topic, e.queue_id) not in stale]
             frames = encode_offsets(seq, pending, replace=True, raise_only=True)
             frames += encode_offsets(seq, fresh, replace=False) if fresh else b""

@@ -254,7 +254,7 @@ class Broker:
                                   max_gap=cfg.ha_max_gap_not_in_sync,
                                   max_silence_s=cfg.ha_max_time_slave_not_catchup / 1000,
                                   offset_table=partial(offset_table, self.offsets, lambda: self.failover.candidate),
-                                  offset_file_keys=self.offsets.file_keys,
+                                  offset_stale_keys=self.offsets.stale_keys,
                                   hold_start=self.failover.promoted_term(),
                                   hold_restart=bool(cfg.namesrv_addresses))
             schedule = ScheduleMessageService(store)

@@ -37,9 +37,9 @@ def offset_table(offsets: ConsumerOffsetManager, held: Callable[[], bool] = lamb
 class OffsetFollower:
     """A slave's side of one term's offsets stream: takes each batch into the node's table.
 
-    A whole table replaces the slave's, but not when the master flags it as its file's
-    (`raise_only`: a restarted master's table, which a commit since has not touched), nor
-    when it comes from the same master restarted
+    A whole table replaces the slave's, but not when the master flags it `raise_only` (its
+    own table was not the group's whole table: it restarted from its file, up to 5 s old, or
+    had none), nor when it comes from the same master restarted
     since the last batch this term took (its sequence numbers start again: its table is its
     `consumerOffset.json`, up to 5 s old, while this slave's holds every commit it acked):
     then each offset is raised to the master's where that is higher and nothing is lowered
@@ -60,15 +60,16 @@ class OffsetFollower:
         self.last = (master, batch.seq)
         entries = [OffsetEntry(c.group, c.topic, c.queue_id, c.offset) for c in batch.entries]
         if batch.replace and not restarted and not batch.raise_only:
-            if self.offsets.replace_all(entries):
+            if self.offsets.replace_all(entries, complete=True):
                 log.info("took %d consumer offset(s) from the master's HA stream", len(entries))
             return
         if batch.replace:
             log.warning("the master restarted (offsets batch %d): its table is its file's; keeping each "
                         "offset at least where this slave had it", batch.seq)
         for e in entries:
-            held = self.offsets.fetch(e.group, e.topic, e.queue_id)
-            if not batch.replace or held is None or e.offset > held:
+            if batch.replace:
+                self.offsets.raise_to(e.group, e.topic, e.queue_id, e.offset)
+            else:
                 self.offsets.commit(e.group, e.topic, e.queue_id, e.offset)
 
 

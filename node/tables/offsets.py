@@ -50,10 +50,12 @@ class ConsumerOffsetManager:
     def __init__(self, store_root: str) -> None:
         self.path = os.path.join(store_root, "config", "consumerOffset.json")
         self._table: dict[_Key, int] = {}
-        self._file_keys: set[_Key] = set()
-        """Keys whose offset is still the file's: not committed since the node started, nor
-        taken from a master's table. The file is up to 5 s old, so such an offset may be
-        behind commits answered before a crash (`file_keys`)."""
+        self._fresh: set[_Key] = set()
+        """Keys committed since this process started (here, or by the master streaming them)."""
+        self._complete = False
+        """The table is the group's whole table: taken from a complete master's stream since
+        this process started. Until then it holds what the file (up to 5 s old, or none) and
+        the slave's 10 s pull gave, which may lack commits answered OK (`stale_keys`)."""
         self._version = 0  # bumped on every change
         self._persisted_version = 0
         self._lock = trio.Lock()
@@ -76,12 +78,11 @@ class ConsumerOffsetManager:
                     raise ConfigFileError(f"{self.path}: {key}: bad queue offset {qid!r}: {offset!r}")
                 loaded[(group, topic, int(qid))] = offset
         self._table = loaded
-        self._file_keys = set(loaded)
         log.info("loaded %d committed offset(s) from %s", len(loaded), self.path)
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         key = (group, topic, queue_id)
-        self._file_keys.discard(key)
+        self._fresh.add(key)
         if self._table.get(key) != offset:
             self._table[key] = offset
             self._version += 1
@@ -92,16 +93,29 @@ class ConsumerOffsetManager:
     def entries(self) -> list[OffsetEntry]:
         return [OffsetEntry(g, t, q, o) for (g, t, q), o in sorted(self._table.items())]
 
-    def file_keys(self) -> frozenset[_Key]:
-        """The keys whose offset may be behind the group's: read from this node's file and
-        not committed or replaced since (a master sends its slaves these to raise, never to
-        lower: node/offset_stream.py)."""
-        return frozenset(self._file_keys)
+    def raise_to(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Keep at least `offset` (a master's table that may be behind this one's): not a
+        commit, so the key stays as fresh as it was."""
+        key = (group, topic, queue_id)
+        if self._table.get(key, -1) < offset:
+            self._table[key] = offset
+            self._version += 1
 
-    def replace_all(self, entries: Iterable[OffsetEntry]) -> bool:
-        """Take another node's table (a slave syncing from its master); True if it changed."""
+    def stale_keys(self) -> frozenset[_Key] | None:
+        """None when the table is the group's whole table; else the keys not committed since
+        this process started, whose offsets may be behind (a master sends such a table to
+        raise its slaves', never to lower them, and the fresh keys as commits:
+        node/offset_stream.py)."""
+        if self._complete:
+            return None
+        return frozenset(k for k in self._table if k not in self._fresh)
+
+    def replace_all(self, entries: Iterable[OffsetEntry], *, complete: bool = False) -> bool:
+        """Take another node's table (a slave syncing from its master); True if it changed.
+        `complete`: a complete master's whole table from its HA stream (not the 10 s pull)."""
         table = {(e.group, e.topic, e.queue_id): e.offset for e in entries}
-        self._file_keys.clear()
+        self._complete = complete
+        self._fresh = set(table) if complete else set()
         if table == self._table:
             return False
         self._table = table

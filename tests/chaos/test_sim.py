@@ -246,6 +246,10 @@ def test_bad_arguments_are_usage_errors_with_a_message(args, message, capsys):
      "a master killed and elected again streamed its file's offset table (5 s old) whole to its slave, "
      "which had restarted (cutting its log) and so could not tell; the slave, elected next, lacked "
      "commits answered OK (the 10,000-seed sweep)"),
+    (5292, "SYNC_MASTER+ASYNC_FLUSH", 2, "etcd", 1,
+     "a slave killed before its first offsets file write, restarted and elected, streamed its "
+     "table (no file: taken for the group's) whole; the other slave, elected next, lost a commit "
+     "answered OK (the 10,000-seed sweep after seed 6025's fix)"),
     (1258, "ASYNC_MASTER+ASYNC_FLUSH", 1, "etcd", 1,
      "the harness took an old master not fenced yet (epoch 1, its lease gone) for an election "
      "when the newest master (epoch 2) was killed: 'promotions did not take ascending epochs' "

@@ -48,10 +48,10 @@ async def test_a_tidemq_slave_gets_the_table_then_each_commit_and_acks_them(tmp_
         nursery.cancel_scope.cancel()
 
 
-async def test_a_table_still_the_files_goes_to_raise_then_its_fresh_part_to_set(tmp_path):
-    """A master whose table holds offsets read from its file and untouched since (a restarted
-    master elected again) sends the table flagged to raise the slave's, then the offsets
-    committed since as plain commits (which may lower: an offset reset is the group's)."""
+async def test_a_table_not_known_whole_goes_to_raise_then_its_fresh_part_to_set(tmp_path):
+    """A master whose table is not known to be the group's whole table (it restarted from
+    its file, or had none) sends it flagged to raise the slave's, then the offsets committed
+    since it started as plain commits (which may lower: an offset reset is the group's)."""
     table = [OffsetCommit("G", "T", 0, 5), OffsetCommit("G", "T", 1, 9)]
     taken: list[OffsetsBatch] = []
     async with (
@@ -60,7 +60,7 @@ async def test_a_table_still_the_files_goes_to_raise_then_its_fresh_part_to_set(
         trio.open_nursery() as nursery,
     ):
         ha.offset_table = lambda: list(table)
-        ha.offset_file_keys = lambda: frozenset({("G", "T", 0)})
+        ha.offset_stale_keys = lambda: frozenset({("G", "T", 0)})
         client = HAClient(slave.replica_log, slave.config, f"127.0.0.1:{ha.port}", on_offsets=taken.append)
         await nursery.start(client.run)
         await slaves_joined(ha)

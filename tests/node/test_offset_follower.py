@@ -10,7 +10,7 @@ import trio
 
 from ha.protocol import OffsetCommit, OffsetsBatch
 from node.offset_stream import OffsetFollower
-from node.tables.offsets import ConsumerOffsetManager
+from node.tables.offsets import ConsumerOffsetManager, OffsetEntry
 
 
 def test_a_table_replaces_then_commits_follow_and_a_restarted_master_lowers_nothing(tmp_path):
@@ -59,18 +59,25 @@ def test_a_table_flagged_as_the_masters_file_raises_and_lowers_nothing(tmp_path)
     assert offsets.fetch("G", "T", 1) == 6
 
 
-def test_the_keys_of_the_file_are_those_nothing_touched_since(tmp_path):
-    """`file_keys`: what the node read from consumerOffset.json and has not committed or
-    replaced since, the offsets that may be behind the group's."""
+def test_a_table_is_the_groups_only_once_taken_whole_from_a_complete_master(tmp_path):
+    """`stale_keys`: None once the table came whole from a complete master's stream; until
+    then (a process that started from its file, or with none) the keys not committed since,
+    which a master sends to raise its slaves' offsets, never to lower them (seed 5292: a
+    slave restarted before its first file write was elected and its table, taken for
+    complete, replaced the other slave's)."""
     first = ConsumerOffsetManager(str(tmp_path))
     first.commit("G", "T", 0, 5)
     first.commit("G", "T", 1, 7)
     trio.run(partial(first.persist, force=True))
     offsets = ConsumerOffsetManager(str(tmp_path))
-    assert offsets.file_keys() == frozenset()
+    assert offsets.stale_keys() == frozenset()  # no file read yet: nothing, but not complete
     offsets.load()
-    assert offsets.file_keys() == {("G", "T", 0), ("G", "T", 1)}
+    assert offsets.stale_keys() == {("G", "T", 0), ("G", "T", 1)}
     offsets.commit("G", "T", 1, 7)  # a commit, even of the same offset, is the group's
-    assert offsets.file_keys() == {("G", "T", 0)}
-    offsets.replace_all([])
-    assert offsets.file_keys() == frozenset()
+    assert offsets.stale_keys() == {("G", "T", 0)}
+    offsets.raise_to("G", "T", 2, 9)  # a floor from a table that may be behind: not a commit
+    assert offsets.stale_keys() == {("G", "T", 0), ("G", "T", 2)}
+    offsets.replace_all([OffsetEntry("G", "T", 0, 1)])  # the 10 s pull: not the group's whole table
+    assert offsets.stale_keys() == {("G", "T", 0)}
+    OffsetFollower(offsets).take(OffsetsBatch(4, True, (OffsetCommit("G", "T", 0, 3),)))
+    assert offsets.stale_keys() is None and offsets.fetch("G", "T", 0) == 3
