@@ -61,15 +61,7 @@ from wire.protocol import Status
 from ..config import BrokerConfig
 from ..ops.services import OpError
 from ..tables.changes import Changes
-from .election import (
-    Step,
-    awaits_unknown,
-    eligible,
-    longer_logs,
-    riding_out_outage,
-    step,
-    write_refusal,
-)
+from .election import Step, eligible, longer_logs, riding_out_outage, step, write_refusal
 from .etcd import (
     EtcdClient,
     EtcdError,
@@ -160,9 +152,6 @@ class EtcdController:
         """When this node first found the leadership key vacant (None: it is held)."""
         self._deferred_since: float | None = None
         """The vacancy whose deferral was reported (`_defers`)."""
-        self._back_at = -math.inf
-        """When etcd answered again after an outage: every lease, so every published log end,
-        may have expired meanwhile (`_defers`)."""
         self._replicas: dict[str, str] = {}
         """HA connection address → client address, from the `replicas/` entries (each tick)."""
 
@@ -308,8 +297,6 @@ class EtcdController:
             result = await self.etcd.txn([], [op_get(self.key_master), op_get(self.key_sync),
                                               op_get(self.key_epoch), op_get_prefix(self.replicas_prefix),
                                               op_get_prefix(self.ends_prefix)], [])
-            if self.reachable is False:
-                self._back_at = trio.current_time()
             *keys, replicas, ends = result.ranges
             master_kv, sync_kv, epoch_kv = (r[0] if r else None for r in keys)
             self.sync_set = _json(sync_kv)
@@ -373,8 +360,8 @@ class EtcdController:
     def _defers(self) -> bool:
         """Another member of the set published a longer log (`ends/`): leave the election to
         it for DEFER_LEASES leases from when this node found the key vacant (it may be gone).
-        Members that published nothing yet count too just after a start or an etcd outage
-        (`awaits_unknown`)."""
+        A node that started less than a lease ago also gives members that published nothing
+        yet one tick to do so."""
         services = self.failover.term.services
         if services is None:
             return False
@@ -382,8 +369,8 @@ class EtcdController:
         if self._vacant_since is None:
             self._vacant_since = now
         own = services.store.get_max_phy_offset()
-        fresh = awaits_unknown(now, vacant_since=self._vacant_since, started_at=self.failover.term.started_at,
-                               back_at=self._back_at, interval_s=self.interval_s, ttl_s=self.ttl_s)
+        # just restarted (its peers may have too): members get a tick to publish their ends
+        fresh = now < min(self._vacant_since + self.interval_s, self.failover.term.started_at + self.ttl_s)
         longer = longer_logs(self.sync_set, self._ends, address=self.cfg.address, own_end=own, now=now,
                              until=self._vacant_since + DEFER_LEASES * self.ttl_s, await_unknown=fresh)
         if longer and self._deferred_since != self._vacant_since:

@@ -14,7 +14,7 @@ from typing import Any
 
 from store.config import BrokerRole
 
-__all__ = ["Step", "awaits_unknown", "eligible", "longer_logs", "riding_out_outage", "step", "write_refusal"]
+__all__ = ["Step", "eligible", "longer_logs", "riding_out_outage", "step", "write_refusal"]
 
 
 class Step(enum.Enum):
@@ -51,17 +51,6 @@ def longer_logs(sync_set: Mapping[str, Any] | None, ends: Mapping[str, int], *, 
     members = {sync_set.get("master"), *(sync_set.get("in_sync") or [])} - {address, None}
     return sorted(a for a in members if isinstance(a, str)
                   and (ends.get(a, -1) > own_end or (await_unknown and a not in ends)))
-
-
-def awaits_unknown(now: float, *, vacant_since: float, started_at: float, back_at: float,
-                   interval_s: float, ttl_s: float) -> bool:
-    """Do members that published no log end yet count as longer (`longer_logs`)? Just
-    after this node started (its peers may have too: a tick, while within a lease of the
-    start), and for a lease after etcd answered again following an outage: every lease, so
-    every published end, may have expired in it, and a peer's first tick after it may come
-    an interval and a request timeout later (storage seed 142: a slave that cut its log at
-    a damaged record during an outage was elected on its short log, the others' ends gone)."""
-    return now < min(vacant_since + interval_s, started_at + ttl_s) or now < back_at + ttl_s
 
 
 def step(holder_lease: int | None, own_lease: int, *, busy: bool, may_campaign: bool, is_master: bool) -> Step:
