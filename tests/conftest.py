@@ -49,6 +49,7 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
 
 
 LONGEST_FILES = (
+    "tests/chaos/test_sim.py",  # the two 300-seed sweeps, one after the other
     "tests/chaos/test_scenarios.py",
     "tests/cluster/test_auto_failover.py",
     "tests/tidemq/test_readme.py",

@@ -13,7 +13,6 @@ import pytest
 from chaos.cli import main as chaos_main
 from chaos.sim.run import run_seed
 from chaos.sim.schedule import STORAGE_KINDS, draw
-from chaos.sim.sweep import sweep
 
 SYNC_SYNC = "SYNC_MASTER+SYNC_FLUSH"
 
@@ -241,15 +240,3 @@ def test_async_flush_window_losses_are_judged_as_the_documented_loss(seed, mode,
     assert any(shown in line for line in result.log), shown
     assert result.ok, result.violations
 
-
-CI_STORAGE_SEEDS = list(range(1, 301))
-"""Issue 45: at least 300 seeds with storage faults in CI, every shape nine times or more
-(as tests/chaos/test_sim.py's CI seeds); about two minutes of both cores."""
-
-
-@pytest.mark.slow  # worker processes
-def test_a_ci_sweep_of_300_seeds_with_storage_faults_keeps_every_promise():
-    result = sweep(CI_STORAGE_SEEDS, mode="all", jobs=2, storage=True)  # on /dev/shm, as the CLI runs them
-    assert result.schedules == 300 and result.sends >= 300 * 500
-    assert not result.failing, [(r["seed"], r["mode"], r["slaves"], r["violations"]) for r in result.failing]
-    assert result.by_controller == {"manual": 151, "etcd": 149} and result.by_groups == {1: 156, 2: 144}
