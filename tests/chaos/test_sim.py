@@ -158,11 +158,13 @@ def test_a_ci_sweep_of_300_seeds_keeps_every_promise_in_every_shape():
 
 CI_STORAGE_SEEDS = list(range(1, 301))
 """Issue 45: at least 300 seeds with storage faults in CI, every shape nine times or more;
-about 80 s of both cores. In this file, so it runs after the sweep above on the same
-worker (two sweeps at once on two cores starved the process tests beside them)."""
+about 80 s of both cores alone. In the sweep tier for now: in the whole suite (after the
+plain sweep, or beside it) two process tests timed out under its load (a paused master's
+rejoin, the auto-partition drill), which pass alone."""
 
 
-@pytest.mark.slow  # worker processes
+@pytest.mark.sweep  # worker processes; in the whole suite it starved process tests beside it (see above)
+@pytest.mark.slow
 def test_a_ci_sweep_of_300_seeds_with_storage_faults_keeps_every_promise():
     result = sweep(CI_STORAGE_SEEDS, mode="all", jobs=2, storage=True)  # on /dev/shm, as the CLI runs them
     assert result.schedules == 300 and result.sends >= 300 * 500
