@@ -117,6 +117,8 @@ class MessageStore:
         self.consume_queues = ConsumeQueueTable(config.path(CONSUMEQUEUE_DIR), config.cq_file_size)
         self.loaded = False
         self.last_exit_ok = True
+        self.recovery_dropped = False
+        """Recovery cut bytes the log held (a torn or damaged record): RecoveredLog.dropped."""
         self._dispatch_from: int | None = None
         self._nursery: trio.Nursery | None = None
         self.replica_log = ReplicaLog(self.commit_log)
@@ -322,6 +324,7 @@ class MessageStore:
             safe = (cp.min_timestamp_index if self.config.message_index_enable and self.config.message_index_safe
                     else cp.min_timestamp)
         recovered = self.commit_log.recover(safe_timestamp=safe, progress=progress)
+        self.recovery_dropped = recovered.dropped
         self._dispatch_again_from(recovered.dispatch_from)
         self._write_back_lost(recovered.end)
         return recovered.end

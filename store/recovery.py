@@ -47,7 +47,7 @@ from .record_codec import (
     read_store_timestamp,
     read_total_size,
 )
-from .segment_walker import Blank, Record, holds_data, skip_clean, step
+from .segment_walker import LOOK_AHEAD, Blank, Record, first_nonzero, holds_data, skip_clean, step
 
 log = logging.getLogger("tidemq.store")
 
@@ -66,6 +66,10 @@ class RecoveredLog:
     dispatch_from: int | None
     """Abnormal exit: the first offset to dispatch again; None after a clean exit."""
     deleted_segments: tuple[str, ...] = ()
+    dropped: bool = False
+    """The cut dropped bytes the log held (a torn or damaged record, or data after one):
+    the log may lack what this node held, and acknowledged, before (node/failover: such a
+    node does not campaign on it before it has caught up or its peers' ends are known)."""
 
 
 @attrs.frozen
@@ -110,10 +114,23 @@ def recover(
     first = files[index]
     keep = None if damage is None else _Keep(damage, safe_timestamp)
     end = scan_valid_end(files, queue.file_size, index, check_crc=check_crc, progress=progress, keep=keep)
+    dropped = holds_data_from(files, queue.file_size, end)
     deleted = truncate(queue, end)
-    log.info("recovery (%s exit): CommitLog valid up to offset %d (validated from segment %s)",
-             "clean" if clean else "abnormal", end, first.file_name)
-    return RecoveredLog(end, None if clean else first.file_from_offset, deleted)
+    log.info("recovery (%s exit): CommitLog valid up to offset %d (validated from segment %s)%s",
+             "clean" if clean else "abnormal", end, first.file_name, "; bytes past it dropped" if dropped else "")
+    return RecoveredLog(end, None if clean else first.file_from_offset, deleted, dropped)
+
+
+def holds_data_from(files: list[MappedFile], file_size: int, offset: int) -> bool:
+    """Whether any of the log's bytes from `offset` on is non-zero (LOOK_AHEAD bytes at
+    `offset` and at the start of each later segment, as the walker looks)."""
+    for mf in files:
+        if mf.file_from_offset + file_size <= offset:
+            continue
+        pos = max(offset - mf.file_from_offset, 0)
+        if first_nonzero(mf.mm, pos, min(len(mf.mm), pos + LOOK_AHEAD), mf.fd) is not None:
+            return True
+    return False
 
 
 def abnormal_start(files: list[MappedFile], safe_timestamp: int) -> int:

@@ -61,7 +61,15 @@ from wire.protocol import Status
 from ..config import BrokerConfig
 from ..ops.services import OpError
 from ..tables.changes import Changes
-from .election import Step, eligible, longer_logs, riding_out_outage, step, write_refusal
+from .election import (
+    Step,
+    awaits_unknown,
+    eligible,
+    longer_logs,
+    riding_out_outage,
+    step,
+    write_refusal,
+)
 from .etcd import (
     EtcdClient,
     EtcdError,
@@ -360,19 +368,22 @@ class EtcdController:
     def _defers(self) -> bool:
         """Another member of the set published a longer log (`ends/`): leave the election to
         it for DEFER_LEASES leases from when this node found the key vacant (it may be gone).
-        A node that started less than a lease ago also gives members that published nothing
-        yet one tick to do so."""
-        services = self.failover.term.services
+        Members that published nothing yet count too just after a start, or while this
+        node's log is in doubt (`awaits_unknown`)."""
+        term = self.failover.term
+        services = term.services
         if services is None:
             return False
         now = trio.current_time()
         if self._vacant_since is None:
             self._vacant_since = now
         own = services.store.get_max_phy_offset()
-        # just restarted (its peers may have too): members get a tick to publish their ends
-        fresh = now < min(self._vacant_since + self.interval_s, self.failover.term.started_at + self.ttl_s)
+        caught_up = services.ha_client.caught_up_at if services.ha_client is not None else None
+        in_doubt = term.log_in_doubt and (caught_up is None or caught_up < term.started_wall)
+        unknown = awaits_unknown(now, vacant_since=self._vacant_since, started_at=term.started_at,
+                                 interval_s=self.interval_s, ttl_s=self.ttl_s, log_in_doubt=in_doubt)
         longer = longer_logs(self.sync_set, self._ends, address=self.cfg.address, own_end=own, now=now,
-                             until=self._vacant_since + DEFER_LEASES * self.ttl_s, await_unknown=fresh)
+                             until=self._vacant_since + DEFER_LEASES * self.ttl_s, await_unknown=unknown)
         if longer and self._deferred_since != self._vacant_since:
             self._deferred_since = self._vacant_since
             self._event("leaving the election of %s to %s: their logs end past this node's %d",

@@ -14,7 +14,7 @@ from typing import Any
 
 from store.config import BrokerRole
 
-__all__ = ["Step", "eligible", "longer_logs", "riding_out_outage", "step", "write_refusal"]
+__all__ = ["Step", "awaits_unknown", "eligible", "longer_logs", "riding_out_outage", "step", "write_refusal"]
 
 
 class Step(enum.Enum):
@@ -51,6 +51,19 @@ def longer_logs(sync_set: Mapping[str, Any] | None, ends: Mapping[str, int], *, 
     members = {sync_set.get("master"), *(sync_set.get("in_sync") or [])} - {address, None}
     return sorted(a for a in members if isinstance(a, str)
                   and (ends.get(a, -1) > own_end or (await_unknown and a not in ends)))
+
+
+def awaits_unknown(now: float, *, vacant_since: float, started_at: float, interval_s: float, ttl_s: float,
+                   log_in_doubt: bool) -> bool:
+    """Do members that published no log end count as longer (`longer_logs`)? For a tick
+    after this node found the key vacant, while within a lease of its start (its peers may
+    have restarted too: a group's power loss); and while its own log is in doubt (it
+    restarted after a crash or a power loss, or its recovery cut a damaged record, and it
+    has not caught up with a master since): it may lack what it acknowledged, and after an
+    etcd outage every published end may have expired (storage seed 142: a slave that cut its
+    log at a damaged record was elected on it, 74 PUT_OK lost). Either way only until
+    `longer_logs`'s `until`: a member that never publishes is taken for gone."""
+    return log_in_doubt or now < min(vacant_since + interval_s, started_at + ttl_s)
 
 
 def step(holder_lease: int | None, own_lease: int, *, busy: bool, may_campaign: bool, is_master: bool) -> Step:

@@ -27,6 +27,7 @@ from typing import Any
 import attrs
 import trio
 
+from store import runtime
 from store.config import BrokerRole
 from store.epoch_file import EPOCH_FILE_NAME, EpochEntry, EpochFileCache, EpochFileError
 from wire.protocol.namesrv import RegisterReply
@@ -105,8 +106,14 @@ class TermState:
     picked the same number): only a promotion or an election makes an epoch number its own."""
     abnormal_restart: bool = False
     """This term's store found the abort file (a crash or a power loss before it)."""
+    log_in_doubt: bool = False
+    """This term's store may lack what the node held, and acknowledged, before: it found
+    the abort file, or its recovery cut bytes the log held (a damaged record). Cleared when
+    the node is elected (its log is the group's from then); node/failover/controller.py."""
     started_at: float = 0.0
     """When this term started (trio's clock)."""
+    started_wall: float = 0.0
+    """When this term started (`runtime.wall_clock`, the HA client's caught-up clock)."""
 
     @classmethod
     def load(cls, cfg: BrokerConfig) -> TermState:
@@ -141,9 +148,11 @@ class TermState:
         self.candidate = False
         self.fencing = Fencing(last_beat=trio.current_time())
         self.started_at = trio.current_time()
+        self.started_wall = runtime.wall_clock()
         store = services.store
         self.restart_epoch_due = False
         self.abnormal_restart = not store.last_exit_ok
+        self.log_in_doubt = self.abnormal_restart or store.recovery_dropped
         if not self.cfg.role.is_master:
             return
         max_offset = store.get_max_phy_offset()
@@ -189,6 +198,7 @@ class TermState:
         self.cache.append(EpochEntry(epoch, max_offset))
         self.newest_seen = max(self.newest_seen, epoch)
         self.candidate = False
+        self.log_in_doubt = False
         self.services.store.replica_log.release_cap()
         self.epoch_changes.bump()  # register as the master of `epoch` now
         log.warning("epoch %d starts at CommitLog offset %d: this node is the elected master of %s",

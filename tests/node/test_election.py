@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from node.failover.election import (
     Step,
+    awaits_unknown,
     eligible,
     longer_logs,
     riding_out_outage,
@@ -74,3 +75,24 @@ def test_a_member_leaves_the_election_to_members_with_longer_logs_until_the_defe
     assert longer_logs({**SET, "in_sync": ["s2:1"]}, {"s1:1": 900}, address="m:1", own_end=100, now=1.0,
                        until=5.0) == []  # not a member
     assert longer_logs(None, ends, address="m:1", own_end=100, now=1.0, until=5.0) == []
+
+
+def test_members_that_published_no_end_are_awaited_after_a_start_and_while_the_log_is_in_doubt() -> None:
+    """A tick after this node found the key vacant (within a lease of its start), and for the
+    whole deferral while its own log is in doubt (a crash, a power loss or a damaged record
+    cut it, and it has not caught up since): storage seed 142, a slave that had cut its log
+    at a damaged record was elected on it after an etcd outage had expired every end."""
+    base = {"interval_s": 1.0, "ttl_s": 3.0}
+    assert awaits_unknown(100.5, vacant_since=100.0, started_at=99.0, log_in_doubt=False, **base)
+    assert not awaits_unknown(101.0, vacant_since=100.0, started_at=99.0, log_in_doubt=False, **base)
+    assert not awaits_unknown(100.5, vacant_since=100.0, started_at=90.0, log_in_doubt=False, **base)  # long up
+    assert awaits_unknown(105.0, vacant_since=100.0, started_at=90.0, log_in_doubt=True, **base)
+    # with those members unknown the short log defers; once they publish, only longer ones
+    # count, and at the deferral's end it campaigns whatever it awaits (they may be gone)
+    outage_set = {"master": "b:1", "in_sync": ["a:1", "c:1"], "epoch": 2}
+    assert longer_logs(outage_set, {}, address="a:1", own_end=1248, now=101.0, until=106.0,
+                       await_unknown=True) == ["b:1", "c:1"]
+    assert longer_logs(outage_set, {"b:1": 28134, "c:1": 1000}, address="a:1", own_end=1248, now=101.0,
+                       until=106.0, await_unknown=True) == ["b:1"]
+    assert longer_logs(outage_set, {}, address="a:1", own_end=1248, now=106.0, until=106.0,
+                       await_unknown=True) == []

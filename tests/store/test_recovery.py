@@ -154,6 +154,8 @@ async def test_garbage_after_the_valid_end(config, caplog):
     placed = await write_messages(config, 120)
     last_offset, last_size, _ = placed[-1]
     end = last_offset + last_size
+    async with open_store(config) as whole:
+        assert not whole.recovery_dropped  # a clean exit at the end of the data
     patch_file(segment_path(config, end), end % SEGMENT, random.Random(7).randbytes(300))
     mark_crashed(config)
     caplog.set_level(logging.INFO, logger="tidemq.store")
@@ -190,8 +192,11 @@ async def test_bit_flip_in_a_body_is_caught_by_the_crc_and_a_slave_cuts_there(co
     caplog.set_level(logging.INFO, logger="tidemq.store")
     async with open_store(attrs.evolve(config, broker_role="SLAVE")) as slave:
         assert slave.get_max_phy_offset() == offset  # cut at the damaged record
+        assert slave.last_exit_ok and slave.recovery_dropped  # a clean exit, yet the log lost records
     await check_survivors(config, placed, victim, offset)
     assert "body CRC mismatch" in caplog.text
+    async with open_store(attrs.evolve(config, broker_role="SLAVE")) as again:
+        assert not again.recovery_dropped  # the cut is made: nothing past the end now
 
 
 async def test_deleted_checkpoint_loses_nothing(config):
