@@ -193,8 +193,14 @@ async def promote(args: argparse.Namespace, admin: Any) -> int:
         print_json({**result, "dropped": None if check is None or check["clean"] else {
             k: check[k] for k in ("drop_from", "drop_to", "drop_count", "count_note")}})
     else:
+        if result.get("answer_lost"):
+            print(f"{args.broker_name}: the promotion's answer was lost ({result['answer_lost']}); "
+                  f"{result['address']} serves as master since", flush=True)
+        elif result["serving_epoch"] != result["epoch"]:
+            print(f"{args.broker_name}: {result['address']} took epoch {result['epoch']} and restarted since",
+                  flush=True)
         print(f"{args.broker_name}: {result['address']} is the master now (brokerId 0, {result['role']}), "
-              f"epoch {result['epoch']} from CommitLog offset {result['start_offset']}")
+              f"epoch {result['serving_epoch']} from CommitLog offset {result['start_offset']}")
         if result.get("offsets_clamped"):
             print(f"{args.broker_name}: {result['offsets_clamped']} committed consumer offset(s) past the new "
                   "log's queue ends set back to the ends (their records were dropped)")

@@ -13,6 +13,7 @@ from store.msg_id import decode_msg_id
 from wire.client import (
     BadRequest,
     NotFound,
+    OutcomeUnknown,
     ServiceUnavailable,
     TidemqError,
 )
@@ -578,38 +579,67 @@ class Admin(_Client):
 
     async def promote(
         self, broker_name: str, broker_id: int, *, role: str | None = None, timeout: float = 30.0,
-        unclean: bool = False,
+        unclean: bool = False, answer_timeout: float | None = None,
     ) -> dict[str, Any]:
         """Make slave `broker_id` of `broker_name` the group's master (node op `promote`) and
-        wait until it serves as brokerId 0 with its new epoch. `role` (SYNC_MASTER or
-        ASYNC_MASTER) defaults to the role the group's master registered, else the one the
-        slave last learnt. A slave outside its master's in-sync set or behind the confirm
-        offset is refused (BadRequest naming both) unless `unclean` (see `promote_check`).
-        Returns the node's answer plus `address` and `start_offset`."""
+        wait until it serves as brokerId 0 with its new epoch (or a newer one: it may have
+        restarted since). `role` (SYNC_MASTER or ASYNC_MASTER) defaults to the role the
+        group's master registered, else the one the slave last learnt. A slave outside its
+        master's in-sync set or behind the confirm offset is refused (BadRequest naming both)
+        unless `unclean` (see `promote_check`). Returns the node's answer plus `address`,
+        `serving_epoch` and `start_offset`. When the answer is lost (no answer within
+        `answer_timeout`, default `timeout`, or the connection broke), the node is watched
+        for `timeout`: serving as master in a newer epoch than before, that is returned with
+        `answer_lost` (why); else OutcomeUnknown, for the promotion may still take."""
         target, infos = await self._slave_of(broker_name, broker_id)
         if role is None:
             master = next((b for b in infos if b.broker_name == broker_name and b.is_master), None)
             role = master.role if master is not None and master.role != "SLAVE" else None
-        answer: PromoteReply = await self.pool.call(target.address, Promote(role=role, unclean=unclean),
-                                                    timeout=timeout)
-        epoch = answer.epoch
-        status = StatusReply()
+        before = await self._status_or_none(target.address)
+        try:
+            answer: PromoteReply = await self.pool.call(target.address, Promote(role=role, unclean=unclean),
+                                                        timeout=timeout if answer_timeout is None else answer_timeout)
+        except OutcomeUnknown as e:
+            # the answer was lost (the node killed mid-promotion, say): it may have taken
+            status = await self._serving_as_master(target.address, ((before.epoch or 0) if before else 0) + 1,
+                                                   timeout)
+            if status is None:
+                raise OutcomeUnknown(e.status, f"{target.address} did not answer the promotion ({e}) and does "
+                                     f"not serve as master {timeout:.0f} s later: it may still take; see "
+                                     "`tidemq status`", address=target.address) from None
+            return {"epoch": status.epoch, "max_offset": status.max_phy_offset, "broker_id": 0, "role": status.role,
+                    "check": None, "offsets_clamped": 0, "answer_lost": str(e),
+                    **self._promoted(broker_name, target.address, status)}
+        status = await self._serving_as_master(target.address, answer.epoch, timeout)
+        if status is None:
+            raise ServiceUnavailable(Status.SERVICE_NOT_AVAILABLE.value,
+                                     f"{target.address} accepted the promotion to epoch {answer.epoch} but does "
+                                     f"not serve as master {timeout:.0f} s later")
+        return {**attrs.asdict(answer), **self._promoted(broker_name, target.address, status)}
+
+    async def _status_or_none(self, address: str) -> StatusReply | None:
+        try:
+            reply: StatusReply = await self.pool.call(address, GetStatus())
+        except TidemqError:
+            return None
+        return reply
+
+    async def _serving_as_master(self, address: str, epoch: int, timeout: float) -> StatusReply | None:
+        """The node's status once it serves as brokerId 0 in `epoch` or a newer one (it may
+        have restarted since it took the promotion: a new epoch begins then), None if not
+        within `timeout`."""
         with trio.move_on_after(timeout):
             while True:
-                try:
-                    status = await self.pool.call(target.address, GetStatus())
-                except TidemqError:
-                    status = StatusReply()
-                if status.broker_id == 0 and status.epoch == epoch:
-                    break
+                status = await self._status_or_none(address)
+                if status is not None and status.broker_id == 0 and (status.epoch or 0) >= epoch:
+                    return status
                 await trio.sleep(0.1)
-        if status.epoch != epoch:
-            raise ServiceUnavailable(Status.SERVICE_NOT_AVAILABLE.value,
-                                     f"{target.address} accepted the promotion to epoch {epoch} but does not "
-                                     f"serve as master {timeout:.0f} s later")
+        return None
+
+    @staticmethod
+    def _promoted(broker_name: str, address: str, status: StatusReply) -> dict[str, Any]:
         entries = status.epochs
-        return {**attrs.asdict(answer),
-                "broker_name": broker_name, "address": target.address,
+        return {"broker_name": broker_name, "address": address, "serving_epoch": status.epoch,
                 "start_offset": entries[-1][1] if entries else None}
 
     async def transactions(self, address: str, *, topic: str | None = None, limit: int = 1000) -> TransactionListReply:

@@ -160,3 +160,20 @@ async def test_with_the_master_reachable_its_confirm_offset_refuses_and_the_drop
         assert f"master {m.address} not asked (unclean)" in result["check"]["reason"] and not result["check"]["master_reachable"]
         assert (await status(s.address)).broker_id == 0
         nursery.cancel_scope.cancel()
+
+
+async def test_a_promotion_whose_answer_is_lost_is_reported_by_what_the_node_serves(tmp_path, nodes) -> None:
+    """The node answers a promotion after PROMOTE_SETTLE_S (0.5 s); waiting 0.1 s for it loses
+    the answer as a killed connection or a lost packet would. The promotion takes all the
+    same, and `admin promote` says so (seed 800's operator took such a one for a failure)."""
+    ns, m, s = group(nodes, tmp_path)
+    await call(m.address, TopicCreate(topic=TOPIC))
+    await wait_slave_connected(m.address)
+    await send(m.address, 3, 100)
+    await wait_for(lambda: in_sync(m.address, s.address), what="the slave caught up, in the set")
+    async with Admin(namesrv=ns.address) as admin:
+        result = await admin.promote(GROUP, 1, answer_timeout=0.1)
+    now = await status(s.address)
+    assert (now.broker_id, now.epoch) == (0, 2) and result["answer_lost"], result
+    assert (result["broker_id"], result["epoch"], result["serving_epoch"]) == (0, 2, 2), result
+    assert result["start_offset"] == now.epochs[-1][1] == now.max_phy_offset
