@@ -5,8 +5,13 @@ slave gets none of it and, once known as one, is not waited for."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
 import trio
 
+from ha.master import HAService
 from ha.protocol import (
     OffsetCommit,
     OffsetsBatch,
@@ -22,19 +27,33 @@ from tests.ha.test_replication import make_config, make_message, running_master,
 from tests.waiting import wait_until
 
 
-async def test_a_tidemq_slave_gets_the_table_then_each_commit_and_acks_them(tmp_path):
-    table = [OffsetCommit("G", "T", 0, 5), OffsetCommit("G", "T", 1, 9)]
-    taken: list[OffsetsBatch] = []
+@asynccontextmanager
+async def streaming(tmp_path: Path, table: Callable[[], list[OffsetCommit] | None],
+                    on_offsets: Callable[[OffsetsBatch], None] | None = None,
+                    stale: frozenset[tuple[str, str, int]] | None = None,
+                    ) -> AsyncIterator[tuple[HAService, HAClient]]:
+    """A SYNC_MASTER whose offset table is `table` (keys not known whole: `stale`) and a
+    tidemq slave joined to it over TCP, holding data (so it offers the extension)."""
     async with (
         running_master(tmp_path / "m", broker_role=BrokerRole.SYNC_MASTER) as (master, ha),
         open_store(make_config(tmp_path / "s", BrokerRole.SLAVE)) as slave,
         trio.open_nursery() as nursery,
     ):
-        ha.offset_table = lambda: list(table)
-        client = HAClient(slave.replica_log, slave.config, f"127.0.0.1:{ha.port}", on_offsets=taken.append)
+        ha.offset_table = table
+        if stale is not None:
+            ha.offset_stale_keys = lambda: stale
+        client = HAClient(slave.replica_log, slave.config, f"127.0.0.1:{ha.port}", on_offsets=on_offsets)
         await nursery.start(client.run)
         await slaves_joined(ha)
         assert (await master.put_message(make_message(0))).ok  # the slave holds data: it offers
+        yield ha, client
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_tidemq_slave_gets_the_table_then_each_commit_and_acks_them(tmp_path):
+    table = [OffsetCommit("G", "T", 0, 5), OffsetCommit("G", "T", 1, 9)]
+    taken: list[OffsetsBatch] = []
+    async with streaming(tmp_path, lambda: list(table), taken.append) as (ha, client):
         await wait_until(lambda: taken, what="the table on the slave")
         assert taken[0].replace and set(taken[0].entries) == set(table)
         assert client.offsets_streamed()
@@ -45,7 +64,6 @@ async def test_a_tidemq_slave_gets_the_table_then_each_commit_and_acks_them(tmp_
             assert await ha.wait_for_offsets(seq, 5.0) == []
         assert taken[-1] == OffsetsBatch(seq, False, (commit,))
         assert ha.offsets_missing(seq) == []
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_table_not_known_whole_goes_to_raise_then_its_fresh_part_to_set(tmp_path):
@@ -54,22 +72,11 @@ async def test_a_table_not_known_whole_goes_to_raise_then_its_fresh_part_to_set(
     since it started as plain commits (which may lower: an offset reset is the group's)."""
     table = [OffsetCommit("G", "T", 0, 5), OffsetCommit("G", "T", 1, 9)]
     taken: list[OffsetsBatch] = []
-    async with (
-        running_master(tmp_path / "m", broker_role=BrokerRole.SYNC_MASTER) as (master, ha),
-        open_store(make_config(tmp_path / "s", BrokerRole.SLAVE)) as slave,
-        trio.open_nursery() as nursery,
-    ):
-        ha.offset_table = lambda: list(table)
-        ha.offset_stale_keys = lambda: frozenset({("G", "T", 0)})
-        client = HAClient(slave.replica_log, slave.config, f"127.0.0.1:{ha.port}", on_offsets=taken.append)
-        await nursery.start(client.run)
-        await slaves_joined(ha)
-        assert (await master.put_message(make_message(0))).ok  # the slave holds data: it offers
+    async with streaming(tmp_path, lambda: list(table), taken.append, stale=frozenset({("G", "T", 0)})):
         await wait_until(lambda: len(taken) >= 2, what="the table and its fresh part on the slave")
         seq = taken[0].seq
         assert taken == [OffsetsBatch(seq, True, tuple(table), raise_only=True),
                          OffsetsBatch(seq, False, (OffsetCommit("G", "T", 1, 9),))]
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_held_table_is_streamed_only_once_ready(tmp_path):
@@ -79,43 +86,23 @@ async def test_a_held_table_is_streamed_only_once_ready(tmp_path):
     table = [OffsetCommit("G", "T", 0, 5)]
     held = [True]
     taken: list[OffsetsBatch] = []
-    async with (
-        running_master(tmp_path / "m", broker_role=BrokerRole.SYNC_MASTER) as (master, ha),
-        open_store(make_config(tmp_path / "s", BrokerRole.SLAVE)) as slave,
-        trio.open_nursery() as nursery,
-    ):
-        ha.offset_table = lambda: None if held[0] else list(table)
-        client = HAClient(slave.replica_log, slave.config, f"127.0.0.1:{ha.port}", on_offsets=taken.append)
-        await nursery.start(client.run)
-        await slaves_joined(ha)
-        assert (await master.put_message(make_message(0))).ok  # the slave holds data: it offers
+    async with streaming(tmp_path, lambda: None if held[0] else list(table), taken.append) as (ha, client):
         await wait_until(lambda: all(c.extension for c in ha._connections), what="the extension taken")
         assert taken == [] and not client.offsets_streamed()
         held[0] = False
         ha.offsets_ready()
         await wait_until(lambda: taken, what="the table on the slave once ready")
         assert taken[0].replace and set(taken[0].entries) == set(table)
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_slave_that_does_not_ack_is_waited_for_until_the_timeout(tmp_path):
     """A tidemq slave that takes no batches (no `on_offsets`) never acks: the wait names it."""
-    async with (
-        running_master(tmp_path / "m", broker_role=BrokerRole.SYNC_MASTER) as (master, ha),
-        open_store(make_config(tmp_path / "s", BrokerRole.SLAVE)) as slave,
-        trio.open_nursery() as nursery,
-    ):
-        ha.offset_table = list
-        client = HAClient(slave.replica_log, slave.config, f"127.0.0.1:{ha.port}")
-        await nursery.start(client.run)
-        await slaves_joined(ha)
-        assert (await master.put_message(make_message(0))).ok
+    async with streaming(tmp_path, list) as (ha, _client):
         # the table went out (commit number offsets_seq) and is not acked: the slave is missing
         await wait_until(lambda: ha.offsets_missing(ha.offsets_seq), what="the extension taken")
         seq = ha.offsets_committed([OffsetCommit("G", "T", 0, 1)])
         missing = await ha.wait_for_offsets(seq, 0.3)
         assert missing == [ha.status()[0].address]
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_rocketmq_4x_slave_gets_no_offsets_and_is_not_waited_for(tmp_path):
