@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterator
 from typing import TextIO
 
-from store.cli import EXIT_OK, UsageError, handled
+from store.cli import EXIT_OK, EXIT_PROBLEM, UsageError, error, handled
 from store.recovery import RecoveryProgress
 
 
@@ -54,6 +54,7 @@ def _cmd_node_start(args: argparse.Namespace) -> int:
 
     from node.broker import Broker
     from node.config import ConfigError, check_ports_free, load_config
+    from node.failover.truncation import CutFailed
     from node.logs import setup_logging
     from node.security.acl import AclError
     from node.tables.jsonfile import ConfigFileError
@@ -92,6 +93,9 @@ def _cmd_node_start(args: argparse.Namespace) -> int:
                 raise UsageError(str(cause)) from None
             if isinstance(cause, OSError) and not serving:  # e.g. a port taken since the check
                 raise UsageError(f"{cfg.source}: cannot start: {cause}") from None
+            if isinstance(cause, CutFailed):  # the disk failed a role change's cut: the node stops
+                error(f"{cfg.source}: {cause}")
+                return EXIT_PROBLEM
             raise
     return EXIT_OK
 

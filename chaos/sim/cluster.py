@@ -22,6 +22,7 @@ from cluster.namesrv.config import NamesrvConfig
 from cluster.namesrv.server import NameServer
 from node.broker import Broker
 from node.config import BrokerConfig
+from node.failover.truncation import CutFailed
 from store import runtime
 
 from .disk import SimDisk
@@ -87,6 +88,8 @@ class SimNode:
         self.disk: SimDisk | None = None  # the durability model, when the run strikes power losses (disk.py)
         self.broker: Broker | None = None
         self.restarts = 0
+        self.exited: str | None = None
+        """Why the process last stopped itself (node/failover/truncation.py CutFailed), if it did."""
         self._scope: trio.CancelScope | None = None
         self._done = trio.Event()
         self._done.set()
@@ -111,6 +114,9 @@ class SimNode:
                 self.broker = Broker(self.cfg, handle_signals=False, net=self.network.host(self.host),
                                      etcd=self._etcd_client if self.etcd is not None else None)
                 await self.broker.run(task_status=task_status)
+        except* CutFailed as stopped:
+            # the process stops itself, as `tidemq node start` exits 1 (the operator restarts it)
+            self.exited = str(stopped.exceptions[0])
         finally:
             self._done.set()
 

@@ -68,6 +68,8 @@ class FsyncErrors:
         flushed = int(os.path.basename(file)) + durable  # the segment's synced end: nothing past it is durable
         self._report(node, file, flushed, trio.current_time() - (runtime.wall_clock() - began))
         self.failures.append(_Failure(node.name, flushed, began, runtime.wall_clock()))
+        if not node.up and node.exited:
+            self.log.add(f"{node.name}'s process had stopped: {node.exited}")
         self.log.add(f"operator restarts {node.name}'s process")
         await node.kill()
         await self.restart(node)

@@ -23,9 +23,13 @@ from ..tables.jsonfile import write_json_atomic
 
 log = logging.getLogger("tidemq.node")
 
-__all__ = ["TRUNCATION_FILE", "cut_log", "load_truncation"]
+__all__ = ["TRUNCATION_FILE", "CutFailed", "cut_log", "load_truncation"]
 
 TRUNCATION_FILE = "lastTruncation.json"
+
+
+class CutFailed(RuntimeError):
+    """The disk failed a cut of the log (an I/O error, a failed fsync): the node stops."""
 
 
 def load_truncation(root: str) -> dict[str, Any] | None:
@@ -42,12 +46,20 @@ def load_truncation(root: str) -> dict[str, Any] | None:
 def cut_log(cfg: BrokerConfig, cache: EpochFileCache, offset: int, reason: str) -> dict[str, Any] | None:
     """With the store closed: cut the log back to `offset` and the epochs that start past
     what is left. Returns the report written to `lastTruncation.json`, None when nothing
-    was dropped (the last report stands). Raises ValueError when the store cannot be cut there."""
+    was dropped (the last report stands). Raises ValueError when the store cannot be cut there,
+    CutFailed when the disk failed the cut."""
     try:
         report = truncate_store(cfg.store, offset, clamp=True)
     except ValueError as e:
         log.error("cannot cut the CommitLog back to %d to rejoin: %s; stopping", offset, e)
         raise
+    except OSError as e:
+        # fsyncgate: a failed sync is not retried and then believed; the process ends and its
+        # restart's recovery reads what the disk holds (the divergence is found, and cut, again)
+        log.error("cannot cut the CommitLog back to %d to rejoin: %s; stopping", offset, e)
+        raise CutFailed(f"cannot cut the CommitLog back to offset {offset} to rejoin ({e}): the node stops; "
+                        "restart it once the disk is sound (recovery reads the log again and the cut is "
+                        "made again)") from e
     cache.truncate_suffix_by_offset(report.from_offset)
     if not (report.message_count or report.dropped_bytes):
         return None
