@@ -180,6 +180,8 @@ class MessageStore:
                 self.index.load(self.last_exit_ok)
             self.consume_queues.recover()
             self._cut_queues_and_index(self._recover_commit_log(recovery_progress))
+            if self.recovery_dropped:
+                self._restart_checkpoint_times()
             if not self.last_exit_ok:
                 self._sync_after_crash()
             self._hold_lost_confirm()
@@ -371,6 +373,17 @@ class MessageStore:
                 log.info("rebuilding the index from CommitLog offset %d", rebuild)
                 self._dispatch_again_from(rebuild)
 
+    def _restart_checkpoint_times(self) -> None:
+        """After a cut of records the log held: the records that come next (a master's,
+        replicated) may be stored earlier than those cut, so a checkpoint timestamp past them
+        would claim their ConsumeQueue units and index entries durable before any flush
+        (seeds 38 and 1641 with `--storage`: a truncation, a recovery's cut at a damaged
+        record). The timestamps start again from 0, durable at once; the next abnormal
+        recovery starts from the first segment."""
+        cp = self.checkpoint
+        cp.physic_msg_timestamp = cp.logics_msg_timestamp = cp.index_msg_timestamp = 0
+        cp.flush()
+
     def truncate_to(self, phy_offset: int) -> TruncateReport:
         """Cut the CommitLog, the ConsumeQueues and the index at `phy_offset` and report what
         was dropped: a rejoining old master drops its divergent tail this way.
@@ -396,12 +409,7 @@ class MessageStore:
         self._cut_queues_and_index(phy_offset)
         self.replica_log.forget_confirm_past(phy_offset)
         if phy_offset < end:
-            # the records that come next (a new master's, replicated) may be stored earlier than
-            # those cut: a checkpoint timestamp past them would claim their ConsumeQueue units
-            # and index entries durable before any flush (seed 38 with `--storage`); the next
-            # abnormal recovery starts from the first segment instead
-            cp = self.checkpoint
-            cp.physic_msg_timestamp = cp.logics_msg_timestamp = cp.index_msg_timestamp = 0
+            self._restart_checkpoint_times()
         report = TruncateReport(phy_offset, end, len(msg_ids), msg_ids, segments)
         if phy_offset < end:
             log.warning("truncated the store to offset %d: dropped [%d, %d), %d message(s), %d segment(s)",
