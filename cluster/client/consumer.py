@@ -268,12 +268,19 @@ class PullConsumer(_Client):
     def _advance(queue: MessageQueue, begin: int, status: Status, reported: int, from_slave: bool) -> int:
         """Where to pull next. Never backwards on a no-message answer: a slave that lags
         (or lacks the queue) answers with its own end, which would re-read."""
+        if status is Status.NO_MESSAGE_IN_QUEUE and not from_slave and reported < begin:
+            # a master's empty queue under a consumer that read from it: what it read is gone
+            # (a power loss took the whole queue), and the queue's next messages start at 0
+            # (storage seed 414: a consumer at 6 waited there and skipped 0..5; RocketMQ's
+            # broker answers 0 too, and its client takes it)
+            log.warning("%s: the master's queue is empty below offset %d; continuing from %d", queue, begin, reported)
+            return reported
         if status in (Status.NO_MESSAGE_IN_QUEUE, Status.OFFSET_OVERFLOW_ONE, Status.NO_MATCHED_LOGIC_QUEUE):
             return begin
         if status is Status.OFFSET_OVERFLOW_BADLY:
             if from_slave:
                 return begin  # the slave has not caught up yet
-            log.warning("%s: offset %d is beyond the queue's end %d; continuing from the end",
+            log.warning("%s: offset %d is beyond the queue's end; continuing from %d (the master's answer)",
                         queue, begin, reported)
             return reported
         if status is Status.OFFSET_TOO_SMALL:
@@ -377,6 +384,8 @@ class PullConsumer(_Client):
         if state.master is None or (state.on_slave and now < state.retry_at):
             return False
         try:
+            if state.on_slave:  # read while the master was away: it may have lost what was read
+                offset = await self._checked(queue, offset, state.master)
             answer = await self.pool.request(state.master, self._commit(queue, offset))
         except (*UNREACHABLE, ServiceUnavailable) as e:
             self._master_failed(state, e)
@@ -395,14 +404,39 @@ class PullConsumer(_Client):
             if state.master is None:
                 continue
             try:
-                answer = await self.pool.request(state.master, self._commit(queue, offset))
+                checked = await self._checked(queue, offset, state.master)
+                answer = await self.pool.request(state.master, self._commit(queue, checked))
             except (*UNREACHABLE, ServiceUnavailable) as e:
                 log.debug("pending commit of %s=%d still waits: %s", queue, offset, e)
                 continue
-            self._committed(queue, offset, state.master, answer)
-            if self._pending_commits.get(queue) == offset:
+            self._committed(queue, checked, state.master, answer)
+            if self._pending_commits.get(queue) in (offset, checked):
                 del self._pending_commits[queue]
         return dict(self._pending_commits)
+
+    async def _checked(self, queue: MessageQueue, offset: int, master: str) -> int:
+        """The offset to commit on `master` for reads that may be gone from it: a commit kept
+        while the master was unreachable (or made from a slave's reads) goes after the
+        divergence check a pull makes (`_diverged`), since the master may have lost what was
+        read meanwhile (a power loss of an ASYNC_FLUSH master, restarted with a shorter log:
+        storage seed 898, whose new messages took those queue offsets and a consumer that
+        started from the commit skipped them). Moves the queue back when the master's log no
+        longer holds the last record read."""
+        mark = self._marks.get(queue)
+        if mark is None:
+            return offset
+        answer = await self.pool.call(master, OffsetForEpoch(
+            topic=queue.topic, queue_id=queue.queue_id, epoch=mark.epoch, commitlog_offset=mark.commitlog_offset,
+            offset=offset, group=self.group))
+        back = min(int(answer.offset), offset)
+        if back < offset:
+            log.warning("%s: the master %s holds epoch %d only up to CommitLog offset %d, not past the last "
+                        "record read (%d): committing queue offset %d (was %d) and reading again from there",
+                        queue, master, mark.epoch, answer.end_offset, mark.commitlog_offset, back, offset)
+            self._pending_commits[queue] = back
+            self._positions[queue] = min(self._positions.get(queue, back), back)
+            self.moved_back.append((queue, offset, back))
+        return back
 
     def _committed(self, queue: MessageQueue, offset: int, master: str, answer: dict[str, Any]) -> None:
         """The master holds the commit; a SYNC_MASTER's FLUSH_SLAVE_TIMEOUT says its in-sync

@@ -240,3 +240,32 @@ def test_async_flush_window_losses_are_judged_as_the_documented_loss(seed, mode,
     assert any(shown in line for line in result.log), shown
     assert result.ok, result.violations
 
+
+
+@pytest.mark.parametrize(("seed", "mode", "slaves", "controller", "groups"), [
+    # a commit kept while the master was away, sent after it came back short (a power loss)
+    (898, "ASYNC_MASTER+ASYNC_FLUSH", 1, "manual", 1),
+    # a group power loss took a whole queue: the master's empty queue moves a consumer to 0
+    (414, "ASYNC_MASTER+ASYNC_FLUSH", 2, "etcd", 2),
+    # the epoch a consumer read in is missing from the promoted slave's log
+    (3026, "ASYNC_MASTER+ASYNC_FLUSH", 1, "manual", 2),
+    # a recovery that cut a damaged record left the checkpoint claiming refetched units
+    (1641, "SYNC_MASTER+SYNC_FLUSH", 1, "etcd", 1),
+])
+def test_seeds_of_the_first_10000_seed_storage_sweep(seed, mode, slaves, controller, groups, tmp_path):
+    """Broken promises the first 10,000-seed sweep with storage faults found (2026-11-28,
+    docs/simulation.md "What it found"): a consumer that skipped messages taking the queue
+    offsets of records a power loss or a promotion dropped, and a checkpoint past what was
+    durable."""
+    result = run_seed(seed, mode=mode, base_dir=str(tmp_path), slaves=slaves, controller=controller, groups=groups,
+                      storage=True)
+    assert result.ok, result.violations
+
+
+def test_a_cut_the_disk_fails_ends_the_node_s_process_not_the_simulation(tmp_path):
+    """Seed 2344: a failed fsync struck a master's role change's cut; the OSError ended the
+    broker and crashed the run. The node now stops itself with the reason (CutFailed), as
+    `tidemq node start` exits 1, and the operator restarts it."""
+    result = run_seed(2344, mode="SYNC_MASTER+ASYNC_FLUSH", base_dir=str(tmp_path), controller="etcd", storage=True)
+    assert any("a's process had stopped: cannot cut the CommitLog back to offset" in line for line in result.log)
+    assert not any("simulation crashed" in v for v in result.violations), result.violations
