@@ -168,9 +168,21 @@ class Failover:
         """A master elected by the controller starts `epoch` at its max offset; its offset
         table is the group's from now on (streamed to its slaves: HAService.offsets_ready)."""
         self.term.begin_epoch(epoch)
+        self._clamp_offsets()
         ha = self.term.services.ha_master if self.term.services else None
         if ha is not None and not self.term.candidate:
             ha.offsets_ready()
+
+    def _clamp_offsets(self) -> None:
+        """A new epoch begins on this log: a committed offset past a queue's end here names
+        records this log does not hold (a power loss took them, or a peer's term that was
+        cut), and the epoch's new records take those queue offsets. Set back to the end, a
+        consumer that starts from it reads them instead of skipping them (storage seed 414: a
+        group power loss took a whole queue; the elected master kept the group's offset 12).
+        Within an epoch nothing is lost, so a clean election or restart changes nothing."""
+        services = self.term.services
+        if services is not None:
+            clamp_offsets(services.offsets, services.store)
 
     def request_transition(self, transition: Transition) -> None:
         """Save the new role and end the term (the node restarts its services with it)."""
@@ -358,6 +370,7 @@ class Failover:
                 # only once a slave promoted just before this start (or during a stall since)
                 # has announced its epoch (PROMOTE_SETTLE_S): the two would pick the same number
                 self.term.begin_restart_epoch()
+                self._clamp_offsets()
             if outcome is CheckOutcome.UNANSWERED:
                 log.warning("no name server or peer answered with the group's epoch%s",
                             ": writes stay held after the stall" if fencing.held
@@ -584,9 +597,9 @@ def clamp_offsets(offsets: ConsumerOffsetManager, store: MessageStore) -> list[O
         if entry.offset > end:
             out.append(entry)
             offsets.commit(entry.group, entry.topic, entry.queue_id, end)
-            log.warning("promotion: group %s's committed offset of %s:%d was %d, past this log's end %d "
-                        "(records an unclean promotion dropped); set to %d", entry.group, entry.topic,
-                        entry.queue_id, entry.offset, end, end)
+            log.warning("new epoch: group %s's committed offset of %s:%d was %d, past this log's end %d "
+                        "(records this log no longer holds: an unclean promotion, a power loss); set to %d",
+                        entry.group, entry.topic, entry.queue_id, entry.offset, end, end)
     return out
 
 

@@ -148,26 +148,7 @@ async def read_queue(s: NodeServices, f: Pull,
     next_begin = result.next_begin_offset
     if len(messages) < len(result.messages):
         next_begin = result.messages[len(messages)].queue_offset
-    if result.status is GetMessageStatus.OFFSET_OVERFLOW_BADLY:
-        next_begin = _overflow_restart(s, topic, queue_id, next_begin)
     return PullOutcome(result, messages, next_begin)
-
-
-def _overflow_restart(s: NodeServices, topic: str, queue_id: int, end: int) -> int:
-    """Where a consumer past a master's queue end continues: not at the end, but at the
-    first unit of the master's current epoch, if that is lower. Within an epoch a master
-    loses nothing, so an offset past its end was read in an earlier epoch, of records the
-    master no longer holds (a power loss of an ASYNC_FLUSH master, an unclean promotion),
-    and the messages stored since the epoch began took those queue offsets: the end would
-    skip them (storage seed 414: a group power loss took a whole queue, a consumer at 12
-    continued at the new end 6 and never read 0..5). RocketMQ answers maxOffset (4.9.0:
-    minOffset when it is 0); a slave answers as the store does (its client keeps its offset)."""
-    if s.failover is None or not s.cfg.role.is_master:
-        return end
-    entry = s.failover.epochs.last_entry()
-    if entry is None:
-        return end
-    return min(end, s.store.get_queue_offset_at_or_after(topic, queue_id, entry.start_offset))
 
 
 async def _pull(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:

@@ -245,7 +245,7 @@ def test_async_flush_window_losses_are_judged_as_the_documented_loss(seed, mode,
 @pytest.mark.parametrize(("seed", "mode", "slaves", "controller", "groups"), [
     # a commit kept while the master was away, sent after it came back short (a power loss)
     (898, "ASYNC_MASTER+ASYNC_FLUSH", 1, "manual", 1),
-    # a group power loss took a whole queue: the master's empty queue moves a consumer to 0
+    # a group power loss took whole queues: an empty queue moves a consumer to 0, a new epoch clamps commits
     (414, "ASYNC_MASTER+ASYNC_FLUSH", 2, "etcd", 2),
     # the epoch a consumer read in is missing from the promoted slave's log
     (3026, "ASYNC_MASTER+ASYNC_FLUSH", 1, "manual", 2),

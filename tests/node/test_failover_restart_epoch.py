@@ -20,6 +20,7 @@ from node.failover.fencing import STALL_S
 from node.failover.promotion import Failover
 from node.failover.term import PROMOTE_SETTLE_S
 from node.ops.services import OpError
+from node.tables.offsets import ConsumerOffsetManager
 from store import Message, MessageStore, open_store
 from store.epoch_file import EPOCH_FILE_NAME, EpochEntry, EpochFileCache
 from store.layout import ABORT_FILE
@@ -34,9 +35,11 @@ NAMESRV_ADDRESS = f"{NAMESRV}:9876"
 
 @attrs.define
 class _Services:
-    """What a term's start and its checks read of NodeServices: the store (and no HA)."""
+    """What a term's start and its checks read of NodeServices: the store and the offset
+    table (and no HA)."""
 
     store: MessageStore
+    offsets: ConsumerOffsetManager = attrs.field(factory=lambda: ConsumerOffsetManager(os.devnull))
     ha_master: None = None
 
 
@@ -84,8 +87,12 @@ async def test_the_first_answered_check_begins_a_new_epoch_at_the_recovered_end(
     f, store = await _stored_master(tmp_path, crashed=True, net=net)
     end = store.get_max_phy_offset()
 
+    services = _Services(store)
+    services.offsets.commit("G", "TA", 0, 7)  # past the queue's end (3): records a power loss took
+    services.offsets.commit("H", "TA", 0, 2)
+
     async def body() -> None:
-        f.start_term(_Services(store))
+        f.start_term(services)
         with pytest.raises(OpError):  # a slave promoted just before this start may not have announced yet
             await f.before_write()
         assert f.epoch == 1
@@ -94,6 +101,8 @@ async def test_the_first_answered_check_begins_a_new_epoch_at_the_recovered_end(
             f._observe_stall()
         await f.before_write()  # a check after the settle time, no newer master: epoch 2 begins at the end
         assert f.epoch == 2 and [e.to_wire() for e in f.epochs.entries] == [[1, 0], [2, end]]
+        # the new epoch's messages take queue offsets 3..: a consumer starting from 7 skipped them
+        assert (services.offsets.fetch("G", "TA", 0), services.offsets.fetch("H", "TA", 0)) == (3, 2)
         assert f.epoch_answer()["pending"] is None and not f.status()["writes_held"]
         reloaded = EpochFileCache.load(os.path.join(f.term.root, EPOCH_FILE_NAME))
         assert reloaded.entries == f.epochs.entries  # durable before the first write

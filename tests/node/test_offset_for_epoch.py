@@ -94,19 +94,6 @@ async def test_an_epoch_missing_from_the_log_moves_back_to_the_start_of_the_one_
             assert (held.offset, held.diverged) == (2, False)
 
 
-async def test_a_pull_past_a_master_s_end_continues_where_its_epoch_began(tmp_path):
-    """Within an epoch a master loses nothing: an offset past its end was read in an earlier
-    epoch, and what the epoch stored since took those offsets (storage seed 414)."""
-    async with six_records(tmp_path) as (services, at):
-        history = _History([EpochEntry(1, 0), EpochEntry(2, at[3])])
-        async with answering(services, history) as conn:
-            past = await conn.call(Pull(topic=TOPIC, queue_id=0, offset=40))
-            assert (past.status.value, past.next_begin_offset, past.max_offset) == ("OFFSET_OVERFLOW_BADLY", 3, 6)
-        async with answering(services, None) as conn:  # no epochs: the end, as RocketMQ answers
-            past = await conn.call(Pull(topic=TOPIC, queue_id=0, offset=40))
-            assert (past.status.value, past.next_begin_offset) == ("OFFSET_OVERFLOW_BADLY", 6)
-
-
 async def test_a_node_without_epochs_leaves_the_offset_and_says_so(tmp_path):
     async with six_records(tmp_path) as (services, at), answering(services, _History([])) as conn:
         answer = await conn.call(ask(1, at[5] + 10_000, 9))
