@@ -266,8 +266,9 @@ class PullConsumer(_Client):
 
     @staticmethod
     def _advance(queue: MessageQueue, begin: int, status: Status, reported: int, from_slave: bool) -> int:
-        """Where to pull next. Never backwards on a no-message answer: a slave that lags
-        (or lacks the queue) answers with its own end, which would re-read."""
+        """Where to pull next. Never backwards on a no-message answer from a slave: one that
+        lags (or lacks the queue) answers with its own end, which would re-read; a master's
+        empty queue is the one exception."""
         if status is Status.NO_MESSAGE_IN_QUEUE and not from_slave and reported < begin:
             # a master's empty queue under a consumer that read from it: what it read is gone
             # (a power loss took the whole queue), and the queue's next messages start at 0

@@ -586,11 +586,12 @@ class Failover:
 
 
 def clamp_offsets(offsets: ConsumerOffsetManager, store: MessageStore) -> list[OffsetEntry]:
-    """An unclean promotion's committed offsets past the promoted slave's ConsumeQueue ends
-    (the records there are gone, and the new epoch's records take those offsets) come back
-    to the ends, so the group reads the new records instead of skipping them. Returns the
-    entries as they were. A clean promotion keeps every committed offset exactly (consumers
-    read only up to the confirm offset, which the slave holds)."""
+    """Committed offsets past this log's ConsumeQueue ends as a new epoch begins on it (an
+    unclean promotion, an election or restart after a power loss: the records there are
+    gone, and the new epoch's records take those offsets) come back to the ends, so the group
+    reads the new records instead of skipping them. Returns the entries as they were. A clean
+    promotion keeps every committed offset exactly (consumers read only up to the confirm
+    offset, which the slave holds)."""
     out = []
     for entry in offsets.entries():
         end = store.get_max_offset_in_queue(entry.topic, entry.queue_id)
