@@ -250,9 +250,7 @@ class PullConsumer(_Client):
         """Ask the node at `address` (in a newer epoch than `mark`'s) where to continue; move
         the queue back there and commit it when its log no longer holds the mark's epoch past
         the mark. Returns the position (`begin` when nothing moved)."""
-        answer = await self.pool.call(address, OffsetForEpoch(
-            topic=queue.topic, queue_id=queue.queue_id, epoch=mark.epoch, commitlog_offset=mark.commitlog_offset,
-            offset=begin, group=self.group))
+        answer = await self._offset_for_epoch(queue, address, mark, begin)
         back = min(int(answer.offset), begin)
         if back < begin:
             log.warning("%s: the log of %s (epoch %d) holds epoch %d only up to CommitLog offset %d, not past the "
@@ -415,6 +413,12 @@ class PullConsumer(_Client):
                 del self._pending_commits[queue]
         return dict(self._pending_commits)
 
+    async def _offset_for_epoch(self, queue: MessageQueue, address: str, mark: _ReadMark, offset: int) -> Any:
+        """The node's `offset_for_epoch` answer for the last record read (`mark`)."""
+        return await self.pool.call(address, OffsetForEpoch(
+            topic=queue.topic, queue_id=queue.queue_id, epoch=mark.epoch, commitlog_offset=mark.commitlog_offset,
+            offset=offset, group=self.group))
+
     async def _checked(self, queue: MessageQueue, offset: int, master: str) -> int:
         """The offset to commit on `master` for reads that may be gone from it: a commit kept
         while the master was unreachable (or made from a slave's reads) goes after the
@@ -426,9 +430,7 @@ class PullConsumer(_Client):
         mark = self._marks.get(queue)
         if mark is None:
             return offset
-        answer = await self.pool.call(master, OffsetForEpoch(
-            topic=queue.topic, queue_id=queue.queue_id, epoch=mark.epoch, commitlog_offset=mark.commitlog_offset,
-            offset=offset, group=self.group))
+        answer = await self._offset_for_epoch(queue, master, mark, offset)
         back = min(int(answer.offset), offset)
         if back < offset:
             log.warning("%s: the master %s holds epoch %d only up to CommitLog offset %d, not past the last "
