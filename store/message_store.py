@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
+import attrs
 import trio
 
 from . import runtime
@@ -44,7 +45,7 @@ from .reads import GetMessageResult as GetMessageResult  # importable from here,
 from .reads import MessageReads
 from .reads import QueryMessageResult as QueryMessageResult
 from .reads import StoreUnavailableError as StoreUnavailableError
-from .recovery import RecoveryProgress, TruncateReport
+from .recovery import RecoveredLog, RecoveryProgress, TruncateReport
 from .replica_log import ReplicaLog
 from .replica_log import Replicator as Replicator  # importable from here, as before
 from .reput import TRANSACTION_COMMIT, ReputMessageService
@@ -119,6 +120,8 @@ class MessageStore:
         self.last_exit_ok = True
         self.recovery_dropped = False
         """Recovery cut bytes the log held (a torn or damaged record): RecoveredLog.dropped."""
+        self.recovery_cut: RecoveredLog | None = None
+        """What this load's recovery found, and the readable records it cut."""
         self._dispatch_from: int | None = None
         self._nursery: trio.Nursery | None = None
         self.replica_log = ReplicaLog(self.commit_log)
@@ -327,6 +330,7 @@ class MessageStore:
                     else cp.min_timestamp)
         recovered = self.commit_log.recover(safe_timestamp=safe, progress=progress)
         self.recovery_dropped = recovered.dropped
+        self.recovery_cut = recovered
         self._dispatch_again_from(recovered.dispatch_from)
         self._write_back_lost(recovered.end)
         return recovered.end
@@ -656,9 +660,16 @@ def truncate_store(config: StoreConfig, phy_offset: int, *, clamp: bool = False)
                 log.warning("no record starts at offset %d: cutting from the record that holds it, at %d",
                             phy_offset, start)
                 phy_offset = start
-        return store.truncate_to(phy_offset)
+        report = store.truncate_to(phy_offset)
     finally:
         store.close()
+    recovered = store.recovery_cut
+    if recovered is None or recovered.dropped_to <= report.to_offset:
+        return report
+    # the load's recovery cut at a damaged record already: what it dropped past there was
+    # this node's too, and the report names it (storage seed 352)
+    ids = report.msg_ids + recovered.dropped_msg_ids
+    return attrs.evolve(report, to_offset=recovered.dropped_to, message_count=len(ids), msg_ids=ids)
 
 
 @asynccontextmanager

@@ -70,6 +70,11 @@ class RecoveredLog:
     """The cut dropped bytes the log held (a torn or damaged record, or data after one):
     the log may lack what this node held, and acknowledged, before (node/failover: such a
     node does not campaign on it before it has caught up or its peers' ends are known)."""
+    dropped_to: int = 0
+    """Just past the last record the cut dropped whose header still reads (== end: none)."""
+    dropped_msg_ids: tuple[str, ...] = ()
+    """Offset msgIds of those records (a damaged record's and the good ones after it): a
+    rejoining node's cut report names them too (storage seed 352)."""
 
 
 @attrs.frozen
@@ -115,10 +120,29 @@ def recover(
     keep = None if damage is None else _Keep(damage, safe_timestamp)
     end = scan_valid_end(files, queue.file_size, index, check_crc=check_crc, progress=progress, keep=keep)
     dropped = holds_data_from(files, queue.file_size, end)
+    dropped_to, msg_ids = readable_records_from(files, queue.file_size, end) if dropped else (end, ())
     deleted = truncate(queue, end)
     log.info("recovery (%s exit): CommitLog valid up to offset %d (validated from segment %s)%s",
-             "clean" if clean else "abnormal", end, first.file_name, "; bytes past it dropped" if dropped else "")
-    return RecoveredLog(end, None if clean else first.file_from_offset, deleted, dropped)
+             "clean" if clean else "abnormal", end, first.file_name,
+             f"; bytes past it dropped, {len(msg_ids)} readable record(s) up to {dropped_to}" if dropped else "")
+    return RecoveredLog(end, None if clean else first.file_from_offset, deleted, dropped, dropped_to, msg_ids)
+
+
+def readable_records_from(files: list[MappedFile], file_size: int, offset: int) -> tuple[int, tuple[str, ...]]:
+    """(end, msgIds) of the records from `offset` on whose headers read, CRC unchecked (a
+    damaged record, and the good ones after it), up to the first position that holds none."""
+    ids: list[str] = []
+    by_start = {mf.file_from_offset: mf for mf in files}
+    while (mf := by_start.get(offset - offset % file_size)) is not None:
+        decoded = decode_record(mf.mm, offset % file_size, check_crc=False, read_body=False)
+        if decoded.kind is RecordKind.BLANK:
+            offset += file_size - offset % file_size
+        elif decoded.kind is RecordKind.MESSAGE and decoded.message is not None and decoded.size > 0:
+            ids.append(decoded.message.msg_id)
+            offset += decoded.size
+        else:
+            break
+    return offset, tuple(ids)
 
 
 def holds_data_from(files: list[MappedFile], file_size: int, offset: int) -> bool:

@@ -54,26 +54,32 @@ class EpochAsker:
 
     async def group_epochs(self, used_ids: set[int]) -> tuple[list[EpochView], int]:
         """(epoch, address, source) from every name server and every peer of the group that
-        answers within ASK_TIMEOUT_S, and how many of them answered. The brokerIds the name
-        servers list for the group are added to `used_ids` as their answers arrive (a fenced
-        master rejoins under one that is free)."""
+        answers within ASK_TIMEOUT_S, and how many of them answered. The group's master as
+        last known is asked at once, beside the name servers: a name server that answers
+        late must not hide the epoch that master began (storage seed 965: a slave promoted
+        while its name servers were slow took its master's restart epoch again). The
+        brokerIds the name servers list for the group are added to `used_ids` as their
+        answers arrive (a fenced master rejoins under one that is free)."""
         cfg = self.term.cfg
         views: list[EpochView] = []
         answered = 0
-        peers: set[str] = set()
+        own = cfg.own_addresses()
+        asked = {a for a in (self.term.master.address, cfg.master_addr) if a and a not in own}
 
         async def ask_namesrv(address: str) -> None:
             nonlocal answered
             answer: ClusterInfoReply | None = await self.ask(address, ClusterInfo())
             answered += answer is not None
             for b in answer.brokers if answer else []:
-                if b.get("broker_name") != cfg.broker_name or b.get("address") in cfg.own_addresses():
+                if b.get("broker_name") != cfg.broker_name or b.get("address") in own:
                     continue
-                peers.add(b["address"])
                 used_ids.add(b.get("broker_id", 0))
                 if type(b.get("epoch")) is int:
                     views.append(EpochView(b["epoch"], b["address"], f"name server {address}",
                                            master=b.get("broker_id", 0) == 0))
+                if b["address"] not in asked:
+                    asked.add(b["address"])
+                    peers.start_soon(ask_peer, b["address"])
 
         async def ask_peer(address: str) -> None:
             nonlocal answered
@@ -84,12 +90,11 @@ class EpochAsker:
                                        master=answer.role != BrokerRole.SLAVE.value and not answer.pending))
 
         with trio.move_on_after(ASK_TIMEOUT_S):
-            async with trio.open_nursery() as nursery:
+            async with trio.open_nursery() as peers:
+                for address in sorted(asked):
+                    peers.start_soon(ask_peer, address)
                 for address in cfg.namesrv_addresses:
-                    nursery.start_soon(ask_namesrv, address)
-            async with trio.open_nursery() as nursery:
-                for address in peers:
-                    nursery.start_soon(ask_peer, address)
+                    peers.start_soon(ask_namesrv, address)
         return views, answered
 
     async def master_topics(self) -> list[dict[str, Any]]:

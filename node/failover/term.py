@@ -39,7 +39,7 @@ from ..tables.changes import Changes
 from ..tables.jsonfile import ConfigFileError
 from .fencing import STALL_S, Fencing
 from .role import RoleState, Transition, effective_config
-from .truncation import load_truncation
+from .truncation import keep_report, load_truncation
 
 log = logging.getLogger("tidemq.node")
 
@@ -154,6 +154,15 @@ class TermState:
         self.abnormal_restart = not store.last_exit_ok
         self.log_in_doubt = self.abnormal_restart or store.recovery_dropped
         if not self.cfg.role.is_master:
+            recovered = store.recovery_cut
+            if recovered is not None and recovered.dropped_msg_ids:
+                # a slave's recovery cuts at a damaged or torn record and fetches the rest
+                # again from its master: what the master no longer holds is gone, and the
+                # operator learns which (storage seed 1521: an old master rejoining over a
+                # record a flipped bit damaged dropped its own tail so)
+                self.last_truncation = keep_report(
+                    self.cfg, recovered.end, recovered.dropped_to, recovered.dropped_msg_ids,
+                    "recovery cut the log at a damaged or torn record; the rest is fetched again from the master")
             return
         max_offset = store.get_max_phy_offset()
         pending = self.role_state.pending_epoch if self.role_state else None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from store import runtime
@@ -23,7 +24,7 @@ from ..tables.jsonfile import write_json_atomic
 
 log = logging.getLogger("tidemq.node")
 
-__all__ = ["TRUNCATION_FILE", "CutFailed", "cut_log", "load_truncation"]
+__all__ = ["TRUNCATION_FILE", "CutFailed", "cut_log", "keep_report", "load_truncation"]
 
 TRUNCATION_FILE = "lastTruncation.json"
 
@@ -63,13 +64,19 @@ def cut_log(cfg: BrokerConfig, cache: EpochFileCache, offset: int, reason: str) 
     cache.truncate_suffix_by_offset(report.from_offset)
     if not (report.message_count or report.dropped_bytes):
         return None
+    return keep_report(cfg, report.from_offset, report.to_offset, report.msg_ids, reason)
+
+
+def keep_report(cfg: BrokerConfig, from_offset: int, to_offset: int, msg_ids: Sequence[str],
+                reason: str) -> dict[str, Any]:
+    """Write and log what a cut dropped: `lastTruncation.json`, shown by `status`."""
     kept = {
-        "from_offset": report.from_offset, "to_offset": report.to_offset,
-        "dropped_bytes": report.dropped_bytes, "message_count": report.message_count,
-        "msg_ids": list(report.msg_ids), "at_ms": int(runtime.wall_clock() * 1000),
+        "from_offset": from_offset, "to_offset": to_offset,
+        "dropped_bytes": to_offset - from_offset, "message_count": len(msg_ids),
+        "msg_ids": list(msg_ids), "at_ms": int(runtime.wall_clock() * 1000),
         "reason": reason,
     }
     write_json_atomic(os.path.join(cfg.store.store_path_root_dir, TRUNCATION_FILE), kept)
-    log.warning("dropped CommitLog [%d, %d): %d message(s), msgIds %s", report.from_offset,
-                report.to_offset, report.message_count, ",".join(report.msg_ids) or "-")
+    log.warning("dropped CommitLog [%d, %d): %d message(s), msgIds %s", from_offset,
+                to_offset, len(msg_ids), ",".join(msg_ids) or "-")
     return kept

@@ -251,12 +251,18 @@ def test_async_flush_window_losses_are_judged_as_the_documented_loss(seed, mode,
     (3026, "ASYNC_MASTER+ASYNC_FLUSH", 1, "manual", 2),
     # a recovery that cut a damaged record left the checkpoint claiming refetched units
     (1641, "SYNC_MASTER+SYNC_FLUSH", 1, "etcd", 1),
+    # a slave promoted while its name servers were slow took its master's restart epoch again
+    (965, "SYNC_MASTER+SYNC_FLUSH", 2, "manual", 1),
+    # a rejoin's cut report stopped at a damaged record the load's recovery had cut at
+    (352, "SYNC_MASTER+ASYNC_FLUSH", 1, "manual", 1),
+    # an old master rejoining over a damaged record: its recovery dropped its tail unreported
+    (1521, "SYNC_MASTER+SYNC_FLUSH", 1, "manual", 2),
 ])
 def test_seeds_of_the_first_10000_seed_storage_sweep(seed, mode, slaves, controller, groups, tmp_path):
     """Broken promises the first 10,000-seed sweep with storage faults found (2026-11-28,
     docs/simulation.md "What it found"): a consumer that skipped messages taking the queue
-    offsets of records a power loss or a promotion dropped, and a checkpoint past what was
-    durable."""
+    offsets of records a power loss or a promotion dropped, a checkpoint past what was
+    durable, two masters in one epoch, and cuts that did not name what they dropped."""
     result = run_seed(seed, mode=mode, base_dir=str(tmp_path), slaves=slaves, controller=controller, groups=groups,
                       storage=True)
     assert result.ok, result.violations

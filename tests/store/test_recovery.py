@@ -193,6 +193,12 @@ async def test_bit_flip_in_a_body_is_caught_by_the_crc_and_a_slave_cuts_there(co
     async with open_store(attrs.evolve(config, broker_role="SLAVE")) as slave:
         assert slave.get_max_phy_offset() == offset  # cut at the damaged record
         assert slave.last_exit_ok and slave.recovery_dropped  # a clean exit, yet the log lost records
+        # the damaged record and the good ones after it are named: a rejoin's report and a
+        # slave's `last_truncation` say which offsets it must fetch again (storage seed 352)
+        cut = slave.recovery_cut
+        assert cut is not None and cut.end == offset
+        assert cut.dropped_msg_ids == tuple(m for _o, _s, m in placed[victim:])
+        assert cut.dropped_to == placed[-1][0] + placed[-1][1]
         # what it refetches may be stored earlier than what it cut: its checkpoint claims
         # nothing until the next flushes, on disk at once (storage seed 1641)
         with open(os.path.join(config.store_path_root_dir, "checkpoint"), "rb") as f:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import tempfile
 
+import attrs
 import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
@@ -186,3 +187,25 @@ async def test_a_cut_resets_the_checkpoint_s_timestamps(tmp_path):
         assert (cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp) == (0, 0, 0)
     finally:
         store.close()
+
+
+async def test_a_cut_names_what_the_load_s_recovery_cut_at_a_damaged_record(tmp_path):
+    """A slave's recovery cuts at a record whose body fails its CRC; a rejoin's cut to an
+    earlier point then reports the records past the damage too, the damaged one included
+    (storage seed 352: the report stopped at the damage, hiding what the rejoin dropped)."""
+    config = make_config(tmp_path)
+    placed = await write(config, [("TA", 0, 100) for _ in range(6)])
+    damaged = placed[3][1]
+    path = os.path.join(config.store_path_root_dir, "commitlog", f"{damaged - damaged % SEGMENT:020d}")
+    with open(path, "r+b") as f:  # a flipped bit in the body (IPv4 hosts: the body starts at 88)
+        f.seek(damaged % SEGMENT + 90)
+        byte = f.read(1)[0]
+        f.seek(damaged % SEGMENT + 90)
+        f.write(bytes([byte ^ 0x04]))
+    slave = attrs.evolve(config, broker_role="SLAVE")
+    report = await trio.to_thread.run_sync(truncate_store, slave, placed[1][1])
+    assert report.from_offset == placed[1][1]
+    assert report.msg_ids == tuple(msg_id for _m, _o, msg_id in placed[1:])
+    assert report.message_count == 5
+    async with open_store(slave) as store:
+        assert_holds_exactly(store, placed[:1], placed[1:], placed[1][1])
