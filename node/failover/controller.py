@@ -65,6 +65,7 @@ from .election import (
     Step,
     awaits_unknown,
     eligible,
+    hand_over_to,
     longer_logs,
     riding_out_outage,
     step,
@@ -155,7 +156,9 @@ class EtcdController:
         self._unnamed: dict[str, int] = {}
         self._ends: dict[str, int] = {}
         """Client address → CommitLog end each node published under `ends/` (each tick)."""
-        self._published_end: int | None = None
+        self._logs: dict[str, tuple[int, int]] = {}
+        """Client address → (last epoch, CommitLog end) for the nodes that published both."""
+        self._published_end: tuple[int, int] | None = None
         self._vacant_since: float | None = None
         """When this node first found the leadership key vacant (None: it is held)."""
         self._deferred_since: float | None = None
@@ -312,6 +315,8 @@ class EtcdController:
                               if r and isinstance(r.get("ha_local"), str) and isinstance(r.get("address"), str)}
             self._ends = {e["address"]: e["max_offset"] for e in map(_json, ends)
                           if e and isinstance(e.get("address"), str) and type(e.get("max_offset")) is int}
+            self._logs = {e["address"]: (e["epoch"], e["max_offset"]) for e in map(_json, ends)
+                          if e and e.get("address") in self._ends and type(e.get("epoch")) is int}
             await self._decide(master_kv, epoch_kv)
             await self._publish_replica()
             await self._publish_end()
@@ -359,7 +364,11 @@ class EtcdController:
                       may_campaign=may_campaign, is_master=self.cfg.role.is_master)
         if action is Step.CAMPAIGN:
             self._stop_acking()
-            await self._campaign(epoch_kv)
+            target = self._more_up_to_date()
+            if target is not None:
+                await self._hand_over(target, epoch_kv)
+            else:
+                await self._campaign(epoch_kv)
         elif action is Step.PUBLISH:
             await self._publish_sync()
         elif action is Step.FOLLOW:
@@ -378,10 +387,8 @@ class EtcdController:
         if self._vacant_since is None:
             self._vacant_since = now
         own = services.store.get_max_phy_offset()
-        caught_up = services.ha_client.caught_up_at if services.ha_client is not None else None
-        in_doubt = term.log_in_doubt and (caught_up is None or caught_up < term.started_wall)
         unknown = awaits_unknown(now, vacant_since=self._vacant_since, started_at=term.started_at,
-                                 interval_s=self.interval_s, ttl_s=self.ttl_s, log_in_doubt=in_doubt)
+                                 interval_s=self.interval_s, ttl_s=self.ttl_s, log_in_doubt=self._in_doubt())
         longer = longer_logs(self.sync_set, self._ends, address=self.cfg.address, own_end=own, now=now,
                              until=self._vacant_since + DEFER_LEASES * self.ttl_s, await_unknown=unknown)
         if longer and self._deferred_since != self._vacant_since:
@@ -390,16 +397,55 @@ class EtcdController:
                         self.cfg.broker_name, ", ".join(longer), own)
         return bool(longer)
 
+    def _in_doubt(self) -> bool:
+        """This node's log may lack what it acknowledged: it restarted after a crash or a
+        power loss (or its recovery cut a damaged record) and has not caught up with a master
+        since (TermState.log_in_doubt)."""
+        term = self.failover.term
+        services = term.services
+        if services is None or not term.log_in_doubt:
+            return False
+        caught_up = services.ha_client.caught_up_at if services.ha_client is not None else None
+        return caught_up is None or caught_up < term.started_wall
+
+    def _more_up_to_date(self) -> str | None:
+        """A node about to campaign on a log in doubt: another live node whose published log
+        is more up to date (election.hand_over_to), else None."""
+        services = self.failover.term.services
+        if services is None or not self._in_doubt():
+            return None
+        return hand_over_to(self._logs, address=self.cfg.address, own_epoch=self.failover.epoch,
+                            own_end=services.store.get_max_phy_offset())
+
+    async def _hand_over(self, target: str, epoch_kv: KeyValue | None) -> None:
+        """Name `target` the set's master, this node its member, instead of campaigning: in
+        the transaction a campaign uses (the key still vacant, the epoch counter unmoved), so
+        no holder's set is overwritten. `target` may campaign then, and this node, whose log
+        is shorter, leaves the election to it (`_defers`)."""
+        role = (self.sync_set or {}).get("role") or self.failover.term.master.role or BrokerRole.SYNC_MASTER.value
+        epoch = int(epoch_kv.value or b"0") if epoch_kv else 0
+        handed = {"master": target, "epoch": epoch, "role": role, "in_sync": [self.cfg.address]}
+        result = await self.etcd.txn(
+            [cmp_absent(self.key_master), cmp_mod_revision(self.key_epoch, epoch_kv.mod_revision if epoch_kv else 0)],
+            [op_put(self.key_sync, json.dumps(handed))], [])
+        if result.succeeded:
+            self.sync_set = handed
+            epoch_end = self._logs.get(target)
+            self._event("not campaigning on a log in doubt: %s's log (epoch %s, end %s) is more up to date; "
+                        "it may campaign now", target, *(epoch_end or ("?", "?")))
+
     async def _publish_end(self) -> None:
-        """Publish this node's CommitLog end (under its lease), which `_defers` compares."""
+        """Publish this node's CommitLog end and last epoch (under its lease), which
+        `_defers` and `_more_up_to_date` compare."""
         services = self.failover.term.services
         if services is None or not self.lease:
             return
-        end = services.store.get_max_phy_offset()
-        if end != self._published_end:
+        published = (self.failover.epoch, services.store.get_max_phy_offset())
+        if published != self._published_end:
             await self.etcd.put(self.ends_prefix + self.cfg.address,
-                                json.dumps({"address": self.cfg.address, "max_offset": end}), lease=self.lease)
-            self._published_end = end
+                                json.dumps({"address": self.cfg.address, "epoch": published[0],
+                                            "max_offset": published[1]}), lease=self.lease)
+            self._published_end = published
 
     def _stop_acking(self) -> None:
         """A slave about to campaign first leaves the master whose lease is gone: a master

@@ -14,7 +14,8 @@ from typing import Any
 
 from store.config import BrokerRole
 
-__all__ = ["Step", "awaits_unknown", "eligible", "longer_logs", "riding_out_outage", "step", "write_refusal"]
+__all__ = ["Step", "awaits_unknown", "eligible", "hand_over_to", "longer_logs", "riding_out_outage", "step",
+           "write_refusal"]
 
 
 class Step(enum.Enum):
@@ -64,6 +65,20 @@ def awaits_unknown(now: float, *, vacant_since: float, started_at: float, interv
     log at a damaged record was elected on it, 74 PUT_OK lost). Either way only until
     `longer_logs`'s `until`: a member that never publishes is taken for gone."""
     return log_in_doubt or now < min(vacant_since + interval_s, started_at + ttl_s)
+
+
+def hand_over_to(logs: Mapping[str, tuple[int, int]], *, address: str, own_epoch: int, own_end: int) -> str | None:
+    """A node whose log is in doubt, about to campaign: the node whose published log
+    (last epoch, end: `logs`) is the most up to date, if it is more than this node's (Raft's
+    comparison). Such a node may sit outside the set: a slave elected alone, which lost its
+    unflushed tail (and the promotion it never began) to a power loss, is the set's only
+    member, while the old master it fenced still holds every PUT_OK the slave acknowledged
+    from its page cache (storage seed 4744). This node then names that node the set's master
+    instead of campaigning (controller.py `_hand_over`). None: campaign."""
+    best = max(((epoch, end, a) for a, (epoch, end) in logs.items() if a != address), default=None)
+    if best is None or (best[0], best[1]) <= (own_epoch, own_end):
+        return None
+    return best[2]
 
 
 def step(holder_lease: int | None, own_lease: int, *, busy: bool, may_campaign: bool, is_master: bool) -> Step:

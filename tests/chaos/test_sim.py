@@ -111,7 +111,7 @@ def test_the_spin_guard_ends_a_loop_that_never_lets_the_clock_move():
 @pytest.mark.parametrize(("mutation", "seed", "mode", "shape", "found"), [
     ("in-sync-wait", 66, SYNC, {}, "acknowledged message(s) lost beyond the mode's promise"),
     ("pause-fencing", 1, "ASYNC_MASTER+ASYNC_FLUSH", {}, "acknowledged by another node than the new master"),
-    ("confirm-offset", 101, "SYNC_MASTER+SYNC_FLUSH", {"slaves": 2, "controller": "etcd"},
+    ("confirm-offset", 395, "SYNC_MASTER+SYNC_FLUSH", {"slaves": 1, "controller": "etcd"},
      "record(s) a consumer read that a node later dropped"),
     ("commit-wait", 66, "SYNC_MASTER+SYNC_FLUSH", {}, "commit(s) a SYNC_MASTER answered OK missing"),
     ("commit-twice", 2, "ASYNC_MASTER+ASYNC_FLUSH", {}, "committed transaction(s) stored more than once"),

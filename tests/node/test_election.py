@@ -11,6 +11,7 @@ from node.failover.election import (
     Step,
     awaits_unknown,
     eligible,
+    hand_over_to,
     longer_logs,
     riding_out_outage,
     step,
@@ -96,3 +97,18 @@ def test_members_that_published_no_end_are_awaited_after_a_start_and_while_the_l
                        until=106.0, await_unknown=True) == ["b:1"]
     assert longer_logs(outage_set, {}, address="a:1", own_end=1248, now=106.0, until=106.0,
                        await_unknown=True) == []
+
+
+def test_a_log_in_doubt_hands_the_election_to_a_more_up_to_date_log_by_epoch_then_end() -> None:
+    """Storage seed 4744: slave b, elected alone (epoch 2), lost its promotion and its
+    unflushed tail to a power loss; the old master a, fenced and outside the set, still held
+    the PUT_OK messages b had acknowledged from its page cache. b names a instead of
+    campaigning. A longer log of an older epoch is not more up to date (its tail past the
+    newer epoch's start is cut when it rejoins)."""
+    logs = {"a:1": (1, 43158), "b:1": (1, 33142)}
+    assert hand_over_to(logs, address="b:1", own_epoch=1, own_end=33142) == "a:1"
+    assert hand_over_to(logs, address="a:1", own_epoch=1, own_end=43158) is None
+    assert hand_over_to({"a:1": (1, 43158)}, address="b:1", own_epoch=2, own_end=100) is None
+    assert hand_over_to({"a:1": (3, 10), "c:1": (2, 90000)}, address="b:1", own_epoch=2, own_end=100) == "a:1"
+    assert hand_over_to({"a:1": (2, 100)}, address="b:1", own_epoch=2, own_end=100) is None  # equal: campaign
+    assert hand_over_to({}, address="b:1", own_epoch=2, own_end=100) is None
