@@ -108,6 +108,7 @@ class PowerLosses:
     async def strike(self, fault: Fault, nodes: list[SimNode], wait: Callable[[], Awaitable[None]]) -> None:
         """Cut the power of `nodes` at once, wait (`wait`: the fault's duration), restart them."""
         before = {n.name: n.store_max_offset() for n in nodes}
+        struck_at = runtime.wall_clock()
         if len(nodes) > 1:
             self.observed[nodes[0].group].group_power_losses.append(runtime.wall_clock())
         for node in nodes:
@@ -117,7 +118,7 @@ class PowerLosses:
         await wait()
         for node in nodes:
             await self.restart(node)
-            self._note_window(node, before[node.name])
+            self._note_window(node, before[node.name], struck_at)
 
     def _lose(self, fault: Fault, node: SimNode) -> None:
         """Drop what `node` never made durable; log each file's pages kept, dropped and torn."""
@@ -137,7 +138,7 @@ class PowerLosses:
         for loss in losses:
             self.log.add(f"  {node.name} {loss.describe()}")
 
-    def _note_window(self, node: SimNode, end_before: int | None) -> None:
+    def _note_window(self, node: SimNode, end_before: int | None, struck_at: float) -> None:
         """The CommitLog bytes the loss took from `node` and the acknowledged sends among them."""
         after = node.store_max_offset()
         if end_before is None or after is None or after >= end_before:
@@ -145,6 +146,7 @@ class PowerLosses:
             return
         observed = self.observed[node.group]
         observed.power_windows.append((node.name, after, end_before))
+        observed.power_struck.append((struck_at, node.name, after, end_before))
         keys = set()
         for op in self.history.ops:
             if op.outcome == OK and op.msg_id:

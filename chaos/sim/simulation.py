@@ -68,7 +68,8 @@ class Simulation:
         self.orderly = SimOrderly(self.network, schedule) if orderly else None  # orderly.py
         self.tx_violations: list[str] = []  # judged before the nodes stop (transactions.py)
         addresses = {n.address: n.name for n in self.cluster.nodes}
-        self.observed = {g.name: Observed(first_master=g.master.name, addresses=addresses)
+        self.observed = {g.name: Observed(first_master=g.master.name, addresses=addresses,
+                                          nodes=frozenset(n.name for n in g.nodes))
                          for g in self.cluster.groups}  # what the run saw of each group
         self.violations: list[str] = []
         self.crash = ""

@@ -53,6 +53,7 @@ class Observed:
     promotions: list[tuple[float, str, int]] = attrs.field(factory=list)  # (wall time it returned, node, epoch)
     first_master: str = ""  # the node serving as master before any promotion
     addresses: dict[str, str] = attrs.field(factory=dict)  # client address "ip:port" → node
+    nodes: frozenset[str] = frozenset()  # the group's nodes
     cut_off: list[tuple[str, float, float]] = attrs.field(factory=list)
     """(node, from, to): wall times its link to the name server was cut or slowed past an
     epoch check's timeout; it learns of peers only there (docs/failover.md, Limits)."""
@@ -73,6 +74,8 @@ class Observed:
     corrupted: list[tuple[str, int, int]] = attrs.field(factory=list)
     """(node, start, end) of each CommitLog record a `corrupt` fault damaged (corrupt.py): its
     bad CRC on that node, and the difference from the other nodes' copies, are the fault's."""
+    power_struck: list[tuple[float, str, int, int]] = attrs.field(factory=list)
+    """(wall time, node, recovered end, end before) of each such power loss."""
     group_power_losses: list[float] = attrs.field(factory=list)
     """Wall times of each power loss of the whole group: every node restarts with its offsets
     file (written every 5 s), so commits answered before it may be gone (docs/simulation.md)."""
@@ -102,12 +105,14 @@ def verdict(report: CheckReport, history: History, observed: Observed, *, replic
         if items:
             out.append(f"{len(items)} {label}: {items[:SHOWN]}")
 
+    acked_at = {op.key: op.completed_at for op in history.ops if op.outcome == OK}
     lost = [f"{k} ({s} at {o})" for k, o, m, s in zip(report.acked_missing, report.acked_missing_offsets,
                                                       report.acked_missing_msg_ids, report.acked_missing_statuses,
                                                       strict=True)
             if not (m in observed.truncated or _power_lost(k, s, observed, flush))
             or (replication == "SYNC_MASTER" and s == "PUT_OK" and not _unclean_drop(m, math.inf, observed)
-                and not ((m in observed.truncated or observed.group_power_losses)
+                and not ((m in observed.truncated or observed.group_power_losses
+                          or _lost_on_every_node(m, acked_at.get(k), observed))
                          and _power_lost(k, s, observed, flush)))]
     finding("acknowledged message(s) lost beyond the mode's promise", lost)
     master_lost = set(report.acked_missing)
@@ -175,6 +180,18 @@ def _power_lost(key: str, status: str, observed: Observed, flush: str) -> bool:
     at its recovered end and its slaves cut their tails there) or that a power loss of the
     whole group took (every copy was unflushed) (docs/simulation.md)."""
     return key in observed.power_lost and not (flush == "SYNC_FLUSH" and status == "PUT_OK")
+
+
+def _lost_on_every_node(msg_id: str, acked_at: float | None, observed: Observed) -> bool:
+    """Did every node of the group lose the record's offset to a power loss after it was
+    acknowledged? With ASYNC_FLUSH no copy was durable: the power losses of the nodes one
+    after the other take it as a power loss of the whole group does (storage seed 5160:
+    SYNC_MASTER+ASYNC_FLUSH, the master's power cut, then its slave's before the lease let it
+    be elected). Any one node's power loss still loses no SYNC_MASTER PUT_OK."""
+    offset = decode_msg_id(msg_id)[1]
+    return acked_at is not None and bool(observed.nodes) and all(
+        any(n == node and at >= acked_at and low <= offset < high for at, n, low, high in observed.power_struck)
+        for node in observed.nodes)
 
 
 UNCLEAN_LOOKBACK_S = 40.0
