@@ -162,6 +162,14 @@ class SimNode:
             return None
         return broker.services.store.commit_log.max_offset()
 
+    def recovered_end(self) -> int | None:
+        """Where its store's last recovery ended the CommitLog, before anything it fetched
+        since (a slave may have replicated past it by the time a restart returns)."""
+        broker = self.broker
+        if broker is None or broker.services is None or broker.services.store.recovery_cut is None:
+            return self.store_max_offset()
+        return broker.services.store.recovery_cut.end
+
     def dispatched(self) -> bool:
         """Its dispatch reached its CommitLog's end (or stopped at a record it cannot read):
         a slave holds dispatch at the confirm offset it knows until its master sends one."""

@@ -140,7 +140,7 @@ class PowerLosses:
 
     def _note_window(self, node: SimNode, end_before: int | None, struck_at: float) -> None:
         """The CommitLog bytes the loss took from `node` and the acknowledged sends among them."""
-        after = node.store_max_offset()
+        after = node.recovered_end()
         if end_before is None or after is None or after >= end_before:
             self.log.add(f"{node.name} recovered to {after}: its CommitLog lost nothing")
             return

@@ -52,8 +52,13 @@ class MasterView:
 
     @classmethod
     def of(cls, address: str, status: StatusReply) -> MasterView:
+        """The confirm offset is at least the master's `acked_floor`: one restarted after an
+        abnormal exit may have acknowledged its whole recovered log before, whatever confirm
+        offset it knows now (storage seed 1104: after a group power loss the master knew 0,
+        and a slave that had lost everything passed as clean)."""
         rows = status.ha.slaves or []
-        return cls(address, status.max_phy_offset, status.confirm_offset,
+        confirms = [c for c in (status.confirm_offset, status.acked_floor) if c is not None]
+        return cls(address, status.max_phy_offset, max(confirms) if confirms else None,
                    tuple(r.address for r in rows), tuple(sorted(r.address for r in rows if r.in_sync)))
 
 

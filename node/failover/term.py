@@ -98,6 +98,10 @@ class TermState:
     """Manual mode: this master restarted after an abnormal exit and has not begun its new
     epoch yet (no check answered so far): it takes no write."""
     restart_end: int = 0
+    acked_floor: int | None = None
+    """A master restarted after an abnormal exit: its recovered CommitLog end. It may have
+    acknowledged all of it before (its confirm offset may not have survived), so a slave
+    below it is not promoted cleanly (storage seed 1104)."""
     """Where its recovery ended: the new epoch starts there (a record its own services,
     such as the schedule service, stored meanwhile belongs to the new epoch)."""
     restarted_epoch: int | None = None
@@ -165,6 +169,7 @@ class TermState:
                     "recovery cut the log at a damaged or torn record; the rest is fetched again from the master")
             return
         max_offset = store.get_max_phy_offset()
+        self.acked_floor = max_offset if self.abnormal_restart else None
         pending = self.role_state.pending_epoch if self.role_state else None
         elected_now = pending is not None and pending > self.cache.last_epoch()
         if elected and not elected_now:
@@ -331,6 +336,7 @@ class TermState:
             "slave_left": self.fencing.slave_left_at is not None,
             "role_file": self.role_state.to_json() if self.role_state else None,
             "last_truncation": self.last_truncation,
+            "acked_floor": self.acked_floor if self.cfg.role.is_master else None,
             "replication_refused": self.replication_refused,
             "controller": controller,
         }

@@ -268,6 +268,10 @@ def test_async_flush_window_losses_are_judged_as_the_documented_loss(seed, mode,
     # the judge: the master's power cut, then its slave's before the lease let it be elected;
     # with ASYNC_FLUSH no copy was durable (verdict._lost_on_every_node)
     (5160, "SYNC_MASTER+ASYNC_FLUSH", 1, "etcd", 1),
+    # the judge: a power window measured after the restarted slave had fetched past it
+    (3504, "SYNC_MASTER+ASYNC_FLUSH", 1, "manual", 2),
+    # a master that knew confirm offset 0 after a group power loss: its empty slave passed as clean
+    (1104, "SYNC_MASTER+ASYNC_FLUSH", 1, "manual", 2),
 ])
 def test_seeds_of_the_first_10000_seed_storage_sweep(seed, mode, slaves, controller, groups, tmp_path):
     """Broken promises the first 10,000-seed sweep with storage faults found (2026-11-28,

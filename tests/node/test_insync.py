@@ -89,3 +89,16 @@ def test_a_master_view_reads_the_in_sync_rows_of_its_status():
     rows = [WireHASlave(address=HA, in_sync=True), WireHASlave(address="127.0.0.1:50002", in_sync=False)]
     view = MasterView.of("127.0.0.1:1001", StatusReply(max_phy_offset=5, confirm_offset=4, ha=WireHAView(slaves=rows)))
     assert view == MasterView("127.0.0.1:1001", 5, 4, (HA, "127.0.0.1:50002"), (HA,))
+
+
+def test_a_master_restarted_after_an_abnormal_exit_counts_its_recovered_log_as_confirmed():
+    """Storage seed 1104: after a group power loss the master knew confirm offset 0 (its
+    checkpoint was gone) though it had acknowledged [0, 3786) before; a slave that had lost
+    everything passed as clean and its promotion cut those PUT_OK messages."""
+    status = StatusReply(max_phy_offset=6573, confirm_offset=0, acked_floor=3786)
+    view = MasterView.of(MASTER, status)
+    assert view.confirm_offset == 3786
+    check = verdict(0, None, None, view)
+    assert not check.clean and "behind the confirm offset" in check.reason
+    assert MasterView.of(MASTER, StatusReply(max_phy_offset=9, confirm_offset=9, acked_floor=4)).confirm_offset == 9
+    assert MasterView.of(MASTER, StatusReply(max_phy_offset=9, confirm_offset=None)).confirm_offset is None

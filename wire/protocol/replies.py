@@ -539,6 +539,9 @@ class StatusReply(WireReply):
     slave_left: bool = False
     role_file: dict[str, Any] | None = None
     last_truncation: WireTruncation | None = nested(WireTruncation, default=None)
+    acked_floor: int | None = None
+    """A master restarted after an abnormal exit: the CommitLog end it recovered to, all of
+    which it may have acknowledged before (a promotion check's confirm offset is at least it)."""
     replication_refused: str | None = None
     controller: WireControllerView | None = nested(WireControllerView, default=None)
     confirm_offset: int | None = None
