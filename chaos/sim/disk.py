@@ -93,6 +93,9 @@ class SimDisk:
         self.poisoned: dict[str, dict[int, tuple[bytes, bytes]]] = {}
         """File → page index → the durable content of each page a failed fdatasync lost:
         later syncs keep that content until the page is written again."""
+        self.restored: list[tuple[str, float]] = []
+        """(file, wall-clock time) each time the last page a failed fdatasync lost was
+        written again (a restarted store's write-back: store/lost_writes.py)."""
 
     def _relative(self, path: str) -> str | None:
         rel = os.path.relpath(os.path.abspath(path), os.path.abspath(self.root))
@@ -156,6 +159,8 @@ class SimDisk:
         if lost:
             for page in range(start // PAGE, -(-end // PAGE)):
                 lost.pop(page, None)
+            if not lost and rel is not None:
+                self.restored.append((rel, runtime.wall_clock()))
 
     def durable(self, rel: str) -> bytes | None:
         """The content of `rel` a power loss now would at least keep (None: never synced)."""

@@ -28,6 +28,7 @@ from store.layout import COMMITLOG_DIR
 from store.msg_id import decode_msg_id
 
 from .cluster import SimNode
+from .disk import SimDisk
 from .events import EventLog
 from .schedule import Fault
 from .verdict import Observed
@@ -38,6 +39,7 @@ __all__ = ["FsyncErrors"]
 @attrs.frozen
 class _Failure:
     node: str
+    file: str  # the segment whose fdatasync failed, relative to the node's root
     flushed: int  # where the failed segment's durable content ended: nothing past it is durable
     began: float  # wall-clock times: the failure seen, the restart begun
     ended: float
@@ -53,10 +55,12 @@ class FsyncErrors:
         self.observed = observed
         self.restart = restart
         self.failures: list[_Failure] = []
+        self.disks: dict[str, SimDisk] = {}
 
     async def strike(self, fault: Fault, node: SimNode) -> None:
         disk = node.disk
         assert disk is not None, "an fsync error needs the node's disk model"
+        self.disks[node.name] = disk
         failed = len(disk.failed)
         disk.fail_next_sync(COMMITLOG_DIR)
         await trio.sleep(fault.duration)  # poll: simulated time (the schedule's holds, pacing, polls of the nodes)
@@ -67,7 +71,7 @@ class FsyncErrors:
         file, began, durable = disk.failed[-1]
         flushed = int(os.path.basename(file)) + durable  # the segment's synced end: nothing past it is durable
         self._report(node, file, flushed, trio.current_time() - (runtime.wall_clock() - began))
-        self.failures.append(_Failure(node.name, flushed, began, runtime.wall_clock()))
+        self.failures.append(_Failure(node.name, file, flushed, began, runtime.wall_clock()))
         if not node.up and node.exited:
             self.log.add(f"{node.name}'s process had stopped: {node.exited}")
         self.log.add(f"operator restarts {node.name}'s process")
@@ -89,11 +93,15 @@ class FsyncErrors:
             return []
         out = []
         for failure in self.failures:
+            # the window ends at the operator's restart, or sooner where a role change's new
+            # term reopened the store and its recovery wrote the lost pages back (seed 7593)
+            ended = min([failure.ended, *(at for rel, at in self.disks[failure.node].restored
+                                          if rel == failure.file and at >= failure.began)])
             keys = []
             for op in self.history.ops:
                 if op.outcome != OK or not op.msg_id or op.completed_at is None:
                     continue
-                if not failure.began <= op.completed_at <= failure.ended:
+                if not failure.began <= op.completed_at <= ended:
                     continue
                 host, offset = decode_msg_id(op.msg_id)
                 if any(o.addresses.get(host) == failure.node for o in self.observed.values()) \
