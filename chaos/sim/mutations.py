@@ -46,8 +46,8 @@ MUTATIONS = {
     "commit-wait": "a SYNC_MASTER answers a commit OK while a slave it needs is not connected "
                    "(HAService.members_away is empty): the slave being promoted lacks it",
     "kip320": "a consumer never moves back to the divergence point after an unclean promotion "
-              "(PullConsumer._diverged keeps its position): it skips the new master's records at the "
-              "queue offsets of those it read",
+              "(PullConsumer._diverged, _confirm_start and _past_the_end keep its position): it skips "
+              "the new master's records at the queue offsets of those it read",
     "commit-twice": "a retried END COMMIT writes the committed record again (the END's duplicate check "
                     "forgets a COMMIT it already applied), as RocketMQ #8158's double commit",
     "check-ended": "an END leaves its transaction in the check service's open set (TransactionTable.end "
@@ -103,6 +103,14 @@ def _none_away(self: HAService) -> list[str]:
 
 async def _never_back(self: PullConsumer, queue: MessageQueue, address: str, mark: Any, begin: int) -> int:
     return begin
+
+
+async def _start_kept(self: PullConsumer, queue: MessageQueue, begin: int, start: Any) -> int:
+    return begin
+
+
+async def _end_kept(self: PullConsumer, queue: MessageQueue, end: int) -> int:
+    return end
 
 
 def _commit_again(original: Handler) -> Handler:
@@ -176,7 +184,8 @@ def mutated(name: str | None) -> Iterator[None]:
         "in-sync-wait": [(HAService, "wait_for_slave", _acked)],
         "confirm-offset": [(HAService, "confirm_limit", _unconfirmed)],
         "commit-wait": [(HAService, "members_away", _none_away)],
-        "kip320": [(PullConsumer, "_diverged", _never_back)],
+        "kip320": [(PullConsumer, "_diverged", _never_back), (PullConsumer, "_confirm_start", _start_kept),
+                   (PullConsumer, "_past_the_end", _end_kept)],
         "check-ended": [(TransactionTable, "end", _end_keeps_open)],
         "orderly-lock": [(ConsumerManager, "lock", _lock_anything)],
         "skip-fsync": [(GroupCommitService, "_flush_once", _flush_unsynced)],

@@ -69,6 +69,24 @@ class _GroupState:
 
 
 @attrs.frozen
+class _Start:
+    """A position taken from the group's committed offset (`on_slave`: a slave's copy), and
+    the epoch of the master that answered its pulls since (None: none has)."""
+
+    offset: int
+    on_slave: bool
+    node_epoch: int | None = None
+    address: str | None = None
+
+    def due(self, node_epoch: int | None, address: str) -> bool:
+        """Check it against the master's committed offset now: the first master answer for a
+        slave's copy, another master than before, or one answering in a newer epoch."""
+        if self.on_slave or (self.address is not None and address != self.address):
+            return True
+        return self.node_epoch is not None and node_epoch is not None and node_epoch > self.node_epoch
+
+
+@attrs.frozen
 class _ReadMark:
     """A queue's last record read: its CommitLog offset and epoch, and the newest epoch the
     node that served it knew (KIP-320: a node in a newer epoch is asked first whether its
@@ -156,6 +174,9 @@ class PullConsumer(_Client):
         (a SYNC_MASTER: on its in-sync slaves too): for applications and judges that keep
         what the group promised to hold."""
         self._marks: dict[MessageQueue, _ReadMark] = {}
+        self._unconfirmed: dict[MessageQueue, _Start] = {}
+        """Positions taken from a committed offset and not yet confirmed by a read from the
+        master (`_confirm_start`)."""
         self.moved_back: list[tuple[MessageQueue, int, int]] = []
         """(queue, from, to) of every move back to a divergence point, oldest first."""
 
@@ -196,6 +217,7 @@ class PullConsumer(_Client):
         (a consumer group member that gained the queue from another member)."""
         self._positions.pop(queue, None)
         self._marks.pop(queue, None)
+        self._unconfirmed.pop(queue, None)
 
     async def master_address(self, broker_name: str) -> str | None:
         """The last known master of a broker group (None when no route named one)."""
@@ -230,6 +252,17 @@ class PullConsumer(_Client):
                                     sql_filter=self.sql_filter),
             timeout=timeout_ms / 1000 + self.options.request_timeout,
         )
+        start = self._unconfirmed.get(queue) if offset is None and not from_slave else None
+        if start is not None and start.due(response.node_epoch, address):
+            back = await self._confirm_start(queue, begin, start)
+            if back < begin:
+                return await self.pull(queue, max_msgs, timeout_ms=timeout_ms)
+        if start is not None:
+            if response.messages:
+                del self._unconfirmed[queue]  # read from the master: the mark takes over
+            else:
+                self._unconfirmed[queue] = attrs.evolve(start, node_epoch=response.node_epoch, on_slave=False,
+                                                        address=address)
         mark = self._marks.get(queue) if offset is None else None
         if mark is not None and response.node_epoch is not None and response.node_epoch > mark.node_epoch:
             back = await self._diverged(queue, address, mark, begin)
@@ -239,6 +272,8 @@ class PullConsumer(_Client):
         status = response.status
         messages = [ReceivedMessage.from_wire(m, queue.broker_name) for m in response.messages]
         following = self._advance(queue, begin, status, response.next_begin_offset, from_slave)
+        if status is Status.OFFSET_OVERFLOW_BADLY and not from_slave and offset is None:
+            following = await self._past_the_end(queue, following)
         self._positions[queue] = following
         if offset is None and response.messages and response.epoch is not None and response.node_epoch is not None:
             self._marks[queue] = _ReadMark(response.messages[-1].commitlog_offset, response.epoch,
@@ -261,6 +296,54 @@ class PullConsumer(_Client):
             self.moved_back.append((queue, begin, back))
             await self.commit(queue, back)
         return back
+
+    async def _confirm_start(self, queue: MessageQueue, begin: int, start: _Start) -> int:
+        """A position taken from a committed offset, nothing read since, meets the master in
+        another epoch than it was taken in (or it came from a slave's copy while the master
+        was away): a master that lost records (a power loss) set its committed offset back to
+        its queue's end when its new epoch began, and the epoch's records took those offsets.
+        Continue from the master's committed offset when it is below where this consumer
+        started (storage seeds 1584, a position from the slave's copy while the master was
+        down; 7770, from the master itself as an etcd candidate before its election; 2842,
+        from an old master before another was elected).
+        Returns the position (`begin` when nothing moved)."""
+        try:
+            response, _, on_slave = await self._read(
+                queue.broker_name, FetchOffset(group=self.group, topic=queue.topic, queue_id=queue.queue_id))
+        except (NotFound, *UNREACHABLE, ServiceUnavailable):
+            return begin
+        committed = int(response.offset)
+        if on_slave or committed >= start.offset or committed >= begin:
+            return begin
+        log.warning("%s: the master's committed offset %d is below the %d this consumer started from; reading "
+                    "again from %d", queue, committed, start.offset, committed)
+        del self._unconfirmed[queue]
+        self._positions[queue] = committed
+        self._marks.pop(queue, None)
+        self._pending_commits.pop(queue, None)
+        self.moved_back.append((queue, begin, committed))
+        return committed
+
+    async def _past_the_end(self, queue: MessageQueue, end: int) -> int:
+        """The position was past the master's queue end: the records it counted are gone (a
+        power loss, an unclean promotion), and the new epoch's records took their offsets
+        from the end the queue had when that epoch began, where the master set the group's
+        committed offset back (Failover._clamp_offsets). Continue from the master's
+        committed offset when it is below the end now, else from the end (storage seed
+        6388: a consumer that restarted during a group power loss took the old committed 7,
+        met a queue the new epoch had written 0 into, and skipped it)."""
+        try:
+            response, _, on_slave = await self._read(
+                queue.broker_name, FetchOffset(group=self.group, topic=queue.topic, queue_id=queue.queue_id))
+        except (NotFound, *UNREACHABLE, ServiceUnavailable):
+            return end
+        committed = int(response.offset)
+        if on_slave or committed >= end:
+            return end
+        log.warning("%s: continuing from the group's committed offset %d, below the queue's end %d", queue,
+                    committed, end)
+        self._pending_commits.pop(queue, None)  # a commit kept from before counts what is gone
+        return committed
 
     @staticmethod
     def _advance(queue: MessageQueue, begin: int, status: Status, reported: int, from_slave: bool) -> int:
@@ -367,6 +450,8 @@ class PullConsumer(_Client):
     async def _position(self, queue: MessageQueue) -> int:
         if queue not in self._positions:
             committed = await self.fetch_offset(queue)
+            if committed is not None and queue not in self._pending_commits:
+                self._unconfirmed[queue] = _Start(committed, self.reading_from_slave(queue.broker_name))
             if committed is None:
                 committed = await (self.min_offset(queue) if self.start == "first" else self.max_offset(queue))
             self._positions.setdefault(queue, committed)

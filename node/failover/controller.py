@@ -491,7 +491,7 @@ class EtcdController:
         self.leading, self.leader, self.sync_set = True, info, own_set
         if self.cfg.role.is_master:
             self._event("elected master of %s with epoch %d", self.cfg.broker_name, epoch)
-            failover.begin_epoch(epoch)
+            await failover.begin_epoch(epoch)
             await self._publish_sync(force=True)
             return
         self._event("elected master of %s with epoch %d: promoting this slave (%s)",

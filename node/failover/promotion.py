@@ -164,25 +164,29 @@ class Failover:
         """Services are built for `self.cfg`; a master starts its epoch and checks before writing."""
         self.term.start(services, sync, elected=self.controller is not None)
 
-    def begin_epoch(self, epoch: int) -> None:
+    async def begin_epoch(self, epoch: int) -> None:
         """A master elected by the controller starts `epoch` at its max offset; its offset
         table is the group's from now on (streamed to its slaves: HAService.offsets_ready)."""
         self.term.begin_epoch(epoch)
-        self._clamp_offsets()
+        await self._clamp_offsets()
         ha = self.term.services.ha_master if self.term.services else None
         if ha is not None and not self.term.candidate:
             ha.offsets_ready()
 
-    def _clamp_offsets(self) -> None:
+    async def _clamp_offsets(self) -> None:
         """A new epoch begins on this log: a committed offset past a queue's end here names
         records this log does not hold (a power loss took them, or a peer's term that was
         cut), and the epoch's new records take those queue offsets. Set back to the end, a
         consumer that starts from it reads them instead of skipping them (storage seed 414: a
         group power loss took a whole queue; the elected master kept the group's offset 12).
-        Within an epoch nothing is lost, so a clean election or restart changes nothing."""
+        Within an epoch nothing is lost, so a clean election or restart changes nothing.
+        What it set back is written at once: the file a later crash restarts from must not
+        name the old offsets again (storage seed 5840: a group power loss restarted the
+        master from a file that still held 31 over a queue the clamp had set back to 19, and
+        the consumer skipped what the epoch stored at 20..24)."""
         services = self.term.services
-        if services is not None:
-            clamp_offsets(services.offsets, services.store)
+        if services is not None and clamp_offsets(services.offsets, services.store):
+            await services.offsets.persist(force=True)
 
     def request_transition(self, transition: Transition) -> None:
         """Save the new role and end the term (the node restarts its services with it)."""
@@ -370,7 +374,7 @@ class Failover:
                 # only once a slave promoted just before this start (or during a stall since)
                 # has announced its epoch (PROMOTE_SETTLE_S): the two would pick the same number
                 self.term.begin_restart_epoch()
-                self._clamp_offsets()
+                await self._clamp_offsets()
             if outcome is CheckOutcome.UNANSWERED:
                 log.warning("no name server or peer answered with the group's epoch%s",
                             ": writes stay held after the stall" if fencing.held
@@ -547,7 +551,12 @@ class Failover:
         while store.reput.do_reput():  # everything received is in the ConsumeQueues
             await trio.lowlevel.checkpoint()
         await self._adopt_master_topics(services)
-        clamped = clamp_offsets(services.offsets, store) if unclean else []
+        # committed offsets past this log's queue ends come back to the ends: an unclean
+        # promotion's, and an election's of a slave outside a set that had shrunk to the
+        # master alone, which lacks the tail consumers read there (storage seed 2842,
+        # ASYNC_MASTER: the consumer skipped the new epoch's records at those offsets). A
+        # clean manual promotion holds every offset a consumer could commit.
+        clamped = clamp_offsets(services.offsets, store) if unclean or epoch is not None else []
         if clamped:
             await services.offsets.persist(force=True)
         if epoch is None:
@@ -590,8 +599,9 @@ def clamp_offsets(offsets: ConsumerOffsetManager, store: MessageStore) -> list[O
     unclean promotion, an election or restart after a power loss: the records there are
     gone, and the new epoch's records take those offsets) come back to the ends, so the group
     reads the new records instead of skipping them. Returns the entries as they were. A clean
-    promotion keeps every committed offset exactly (consumers read only up to the confirm
-    offset, which the slave holds)."""
+    manual promotion keeps every committed offset exactly (consumers read only up to the
+    confirm offset, which the slave holds); an election clamps (the set may have shrunk to
+    the master alone, whose tail consumers read)."""
     out = []
     for entry in offsets.entries():
         end = store.get_max_offset_in_queue(entry.topic, entry.queue_id)

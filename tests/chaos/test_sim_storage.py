@@ -275,6 +275,16 @@ def test_async_flush_window_losses_are_judged_as_the_documented_loss(seed, mode,
     # the judge: a role change's new term wrote a failed flush's pages back before the
     # operator's restart; the sends answered after it were durable
     (7593, "SYNC_MASTER+SYNC_FLUSH", 1, "etcd", 1),
+    # consumers that skipped what a new epoch stored at the offsets of lost records: a
+    # position past the master's queue end (6388), one taken from a slave's copy (1584), from
+    # an etcd candidate before its election (7770), from an old master before an elected
+    # slave clamped (2842, 6392), and a clamp a later power loss undid (5840)
+    (6388, "SYNC_MASTER+ASYNC_FLUSH", 2, "manual", 2),
+    (1584, "SYNC_MASTER+ASYNC_FLUSH", 1, "manual", 2),
+    (7770, "ASYNC_MASTER+ASYNC_FLUSH", 1, "etcd", 2),
+    (2842, "ASYNC_MASTER+ASYNC_FLUSH", 1, "etcd", 2),
+    (6392, "SYNC_MASTER+ASYNC_FLUSH", 1, "etcd", 2),
+    (5840, "SYNC_MASTER+ASYNC_FLUSH", 1, "manual", 2),
 ])
 def test_seeds_of_the_first_10000_seed_storage_sweep(seed, mode, slaves, controller, groups, tmp_path):
     """Broken promises the first 10,000-seed sweep with storage faults found (2026-11-28,
