@@ -82,10 +82,15 @@ class Observed:
 
 
 def _struck(damage: str, struck: set[tuple[str, int]]) -> bool:
-    """A checker damage line ("node@offset: reason") at a record a `corrupt` fault flipped."""
+    """A checker damage line ("node@offset: reason") at a record a `corrupt` fault flipped,
+    on that node or on another of the group: a master keeps a damaged record (its only
+    copy, once the slave that held a good one cut its log at damage of its own) and the HA
+    stream carries its bytes as they are to a slave fetching again (storage seed 6474); the
+    master reports the range, and the slave serves none of it (a read checks the CRC)."""
     where = damage.split(":", 1)[0]
-    name, _, offset = where.rpartition("@")
-    return offset.lstrip("-").isdigit() and (name, int(offset)) in struck and "body CRC mismatch" in damage
+    _name, _, offset = where.rpartition("@")
+    return offset.lstrip("-").isdigit() and int(offset) in {start for _n, start in struck} \
+        and "body CRC mismatch" in damage
 
 
 def _diverged_at(divergence: str, offsets: set[int]) -> bool:
