@@ -291,6 +291,17 @@ class HAService:
             return 1
         return max(1, self.peak_slaves, self.expected_slaves)
 
+    def _restart_hold(self) -> int | None:
+        """Where a restarted master holds the confirm offset (`hold_restart`): the one its
+        checkpoint kept, else, after an abnormal exit that lost the checkpoint (a power loss),
+        its log's end at the start: what it held may have been shown before, what it writes
+        now its slaves lack (storage seed 7104: a master that lost its whole log showed
+        consumers its new epoch's records, cut when the slave promoted meanwhile led)."""
+        kept = self.log.known_confirm
+        if kept is None and self.log.abnormal_start:
+            return self.log.end()
+        return kept
+
     def expect(self, slaves: int) -> None:
         """The group has `slaves` slaves registered with the name servers (an epoch check
         found them): one that has not connected to this term yet is waited for too."""
@@ -533,7 +544,7 @@ class HAService:
         self.log.add_append_listener(self._on_append)
         if self.hold_start and self.on_ack_timeout is None:
             self._departed[_PROMOTED] = (self.log.end(), trio.current_time())
-        elif self.hold_restart and self.on_ack_timeout is None and (kept := self.log.known_confirm) is not None:
+        elif self.hold_restart and self.on_ack_timeout is None and (kept := self._restart_hold()) is not None:
             self._departed[_RESTARTED] = (kept, trio.current_time())
         self.log.limit_visibility(self.visible_end)
         log.info("HA service listening on %s:%d", self.host, self.port)

@@ -162,6 +162,7 @@ class MessageStore:
             if self.pool is not None:
                 self.pool.allocate()
             self.last_exit_ok = not self.abort_file.exists()
+            self.replica_log.abnormal_start = not self.last_exit_ok
             self.commit_log.load()
             self.consume_queues.load()
             self.checkpoint = StoreCheckpoint(self.config.path(CHECKPOINT_FILE))

@@ -61,6 +61,9 @@ class ReplicaLog:
         confirm offset known, until an election makes it master (`cap_at_known_confirm`)."""
         self.noted = False
         """A confirm offset was noted since the store opened (a replication service ran)."""
+        self.abnormal_start = False
+        """The store opened after an abnormal exit (set by the store at load): a confirm
+        offset known is then missing only because its checkpoint was lost."""
         self.backlog_until = -math.inf
         """trio time until which the follower counts as receiving a backlog: each read that
         comes in full (it is behind its leader) moves it BACKLOG_WINDOW_S on. The store's

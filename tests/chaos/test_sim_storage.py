@@ -287,6 +287,8 @@ def test_async_flush_window_losses_are_judged_as_the_documented_loss(seed, mode,
     (5840, "SYNC_MASTER+ASYNC_FLUSH", 1, "manual", 2),
     # the judge: a master's damaged record, its only copy left, fetched by a slave as it is
     (6474, "ASYNC_MASTER+ASYNC_FLUSH", 1, "etcd", 1),
+    # a master whose power loss took its checkpoint held nothing back at its restart
+    (7104, "SYNC_MASTER+ASYNC_FLUSH", 1, "manual", 1),
 ])
 def test_seeds_of_the_first_10000_seed_storage_sweep(seed, mode, slaves, controller, groups, tmp_path):
     """Broken promises the first 10,000-seed sweep with storage faults found (2026-11-28,
