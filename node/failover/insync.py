@@ -64,14 +64,16 @@ class MasterView:
 
 def assess(address: str, *, end: int, whole_end: int, known_confirm: int | None, ha_local: str | None,
            master: MasterView | None, master_address: str | None, asked: bool = True,
-           caught_up_s: float | None = None, max_silence_s: float = 15.0) -> WirePromoteCheck:
+           caught_up_s: float | None = None, max_silence_s: float = 15.0,
+           in_doubt: bool = False) -> WirePromoteCheck:
     """The verdict for the slave at `address` whose CommitLog ends at `end` (its last whole
     record at `whole_end`: a promotion cuts the partial one), that last learned
     `known_confirm` and connects to its master from `ha_local`; `master` is None when the
     master at `master_address` did not answer, or was not `asked` (an unclean promotion).
     `caught_up_s`: seconds since it last caught up with its master (None: never; kept in its
     checkpoint across restarts), judged against haMaxTimeSlaveNotCatchup `max_silence_s` when
-    the master is gone."""
+    the master is gone. `in_doubt`: the slave restarted after an abnormal exit (its
+    checkpoint, and the confirm offset it kept, may be gone)."""
     confirms = [c for c in (known_confirm, master.confirm_offset if master else None) if c is not None]
     confirm = max(confirms) if confirms else None
     in_set = None
@@ -80,7 +82,12 @@ def assess(address: str, *, end: int, whole_end: int, known_confirm: int | None,
     drop_to = max(end, confirm or 0, master.max_offset if master else 0)
     behind = confirm is not None and end < confirm
     margin = min(SILENCE_MARGIN_S, max_silence_s / 4)
-    stale = master is None and asked and confirm is not None and (  # a 4.x master promises none
+    # the master gone, a slave that has not caught up with it lately cannot tell what it
+    # confirmed meanwhile: judged when it learned a confirm offset (a 4.x master sends none,
+    # and promises nothing), and when its log is in doubt, whose checkpoint may have lost it
+    # (storage seed 4438: a slave that lost its whole log to a power loss was promoted clean
+    # over its master's new epoch, which consumers had read)
+    stale = master is None and asked and (confirm is not None or in_doubt) and (
         caught_up_s is None or caught_up_s > max_silence_s - margin)
     holds_all = master is not None and end >= master.max_offset  # out of the set by silence alone
     if master is not None:

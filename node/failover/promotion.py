@@ -489,7 +489,8 @@ class Failover:
                       known_confirm=known, ha_local=client.local_address if client is not None else None,
                       master=master, master_address=master_address, asked=ask_master,
                       caught_up_s=None if caught_up is None else max(0.0, runtime.wall_clock() - caught_up),
-                      max_silence_s=self.cfg.ha_max_time_slave_not_catchup / 1000)
+                      max_silence_s=self.cfg.ha_max_time_slave_not_catchup / 1000,
+                      in_doubt=store.replica_log.abnormal_start)
 
     async def promote(self, role: str | None, *, epoch: int | None = None, unclean: bool = False) -> dict[str, Any]:
         """`_promote`, counted by result in `promotions` (rocketmq_failover_promotions_total):

@@ -289,6 +289,10 @@ def test_async_flush_window_losses_are_judged_as_the_documented_loss(seed, mode,
     (6474, "ASYNC_MASTER+ASYNC_FLUSH", 1, "etcd", 1),
     # a master whose power loss took its checkpoint held nothing back at its restart
     (7104, "SYNC_MASTER+ASYNC_FLUSH", 1, "manual", 1),
+    # the judge: a slave's cut at damage of its own, then its unclean promotion, lost the record
+    (7075, "ASYNC_MASTER+SYNC_FLUSH", 1, "manual", 1),
+    # a slave that lost its whole log (and checkpoint) promoted clean while its master was cut off
+    (4438, "ASYNC_MASTER+ASYNC_FLUSH", 2, "manual", 2),
 ])
 def test_seeds_of_the_first_10000_seed_storage_sweep(seed, mode, slaves, controller, groups, tmp_path):
     """Broken promises the first 10,000-seed sweep with storage faults found (2026-11-28,

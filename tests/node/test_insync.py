@@ -77,6 +77,11 @@ def test_with_the_master_gone_a_slave_that_has_not_caught_up_lately_is_refused()
     assert not never.clean and "last caught up with its master never" in never.reason
     assert verdict(700, 700, HA, master(700, 700), caught_up_s=None).clean  # the master answers: it decides
     assert verdict(700, None, None, None, caught_up_s=None).clean  # a RocketMQ 4.x master promises nothing
+    # unless its log is in doubt: a power loss may have taken the checkpoint that kept one
+    # (storage seed 4438)
+    doubt = assess(SLAVE, end=0, whole_end=0, known_confirm=None, ha_local=None, master=None,
+                   master_address=MASTER, caught_up_s=None, in_doubt=True)
+    assert not doubt.clean and "last caught up with its master never" in doubt.reason
 
 
 def test_a_partial_record_at_the_slave_s_end_is_dropped_too():
