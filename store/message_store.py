@@ -580,6 +580,19 @@ class MessageStore:
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         return self.reads.get_max_offset_in_queue(topic, queue_id)
 
+    def queue_ends_held(self) -> dict[tuple[str, int], int]:
+        """(topic, queueId) → where each queue ends once the CommitLog's records not yet
+        dispatched are (their stored queue offsets): a restarted master holds dispatch at its
+        confirm offset, so its ConsumeQueues may end short of what its log holds. Only the
+        queues those records name; read from the dispatch position to the log's end."""
+        out: dict[tuple[str, int], int] = {}
+        for _at, decoded in self.commit_log.iter_records(self.reput.reput_from_offset, read_body=False):
+            message = decoded.message
+            if message is not None:
+                key = (message.topic, message.queue_id)
+                out[key] = max(out.get(key, 0), message.queue_offset + 1)
+        return out
+
     def get_queue_offset_at_or_after(self, topic: str, queue_id: int, commitlog_offset: int) -> int:
         return self.reads.get_queue_offset_at_or_after(topic, queue_id, commitlog_offset)
 

@@ -604,8 +604,10 @@ def clamp_offsets(offsets: ConsumerOffsetManager, store: MessageStore) -> list[O
     confirm offset, which the slave holds); an election clamps (the set may have shrunk to
     the master alone, whose tail consumers read)."""
     out = []
+    held = store.queue_ends_held()  # records not dispatched yet are the log's (storage seed 6961)
     for entry in offsets.entries():
-        end = store.get_max_offset_in_queue(entry.topic, entry.queue_id)
+        end = max(store.get_max_offset_in_queue(entry.topic, entry.queue_id),
+                  held.get((entry.topic, entry.queue_id), 0))
         if entry.offset > end:
             out.append(entry)
             offsets.commit(entry.group, entry.topic, entry.queue_id, end)

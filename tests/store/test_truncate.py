@@ -209,3 +209,20 @@ async def test_a_cut_names_what_the_load_s_recovery_cut_at_a_damaged_record(tmp_
     assert report.message_count == 5
     async with open_store(slave) as store:
         assert_holds_exactly(store, placed[:1], placed[1:], placed[1][1])
+
+
+async def test_queue_ends_held_name_where_undispatched_records_end_each_queue(tmp_path):
+    """A restarted master holds dispatch at its confirm offset: its ConsumeQueues end short of
+    its log, and a committed offset between the two is not past what it holds (storage seed
+    6961: a new epoch's clamp lowered a SYNC_MASTER's commit answered OK)."""
+    config = make_config(tmp_path)
+    placed = await write(config, [("TA", i % 2, 100) for i in range(7)] + [("TB", 0, 100)])
+    store = MessageStore(config)
+    store.load()
+    try:
+        store.reput.reput_from_offset = store.get_max_phy_offset()
+        assert store.queue_ends_held() == {}  # all dispatched
+        store.reput.reput_from_offset = placed[3][1]  # as if held after the third record
+        assert store.queue_ends_held() == {("TA", 1): 3, ("TA", 0): 4, ("TB", 0): 1}
+    finally:
+        store.close()
