@@ -13,7 +13,8 @@ walks the CommitLog past what is dispatched and past the last op record: the fir
 records not yet in any queue (a master dispatches only what its in-sync slaves hold), the
 second a COMMIT whose committed record was written but whose op record was not (the END
 appends them back to back, so a crash between them leaves the committed record after the
-last op record). Such a transaction is known as committed (`op_missing`), so a retried
+last op record; a power loss, which keeps pages on their own, may leave it before later op
+records: the halves still open are then looked up by UNIQ_KEY and KEYS in the index). Such a transaction is known as committed (`op_missing`), so a retried
 COMMIT does not write it twice; the END path writes the missing op record then.
 """
 
@@ -228,7 +229,28 @@ class TransactionTable:
                 self.note_discard(msg)
             elif is_commit_record(msg):
                 self.note_commit(msg)
+        self._find_commits(store)
         self.loaded = True
+
+    def _find_commits(self, store: MessageStore) -> None:
+        """Committed records of halves still open, found by their UNIQ_KEY or KEYS in the index: a
+        power loss keeps or drops each page on its own, so a COMMIT's committed record can
+        survive while its op record, appended right after, is gone, and the op records of
+        later transactions then lie past it, where the walk above starts (storage seed 5104:
+        the promoted slave checked the half again and committed it a second time)."""
+        for origin in list(self.open):
+            half = store.look_message_by_offset(origin)
+            open_half = self.open.get(origin)
+            if half is None or open_half is None:
+                continue
+            # the committed record keeps the half's UNIQ_KEY and KEYS, both indexed
+            keys = [k for k in (half.uniq_key, *half.keys) if k]
+            for key in keys[:4]:
+                if origin not in self.open:
+                    break
+                for msg in store.query_message(open_half.real_topic, key, 8):
+                    if is_commit_record(msg) and msg.prepared_transaction_offset == origin:
+                        self.note_commit(msg)
 
     def ensure_loaded(self, store: MessageStore) -> None:
         if not self.loaded:

@@ -341,6 +341,31 @@ async def test_a_commit_whose_op_record_a_crash_cut_is_known_committed_after_the
         assert await delivered(conn) == [b"order 1"]
 
 
+async def test_a_commit_whose_op_record_a_power_loss_took_is_found_past_later_op_records(tmp_path):
+    """A power loss keeps or drops each page on its own: a COMMIT's committed record can
+    survive while its op record is gone and later transactions' op records follow. The walk
+    from the last op record misses it; the index finds it by the half's KEYS, so a check's
+    COMMIT is a duplicate, not a second copy (storage seed 5104)."""
+    conf = conf_of(tmp_path)
+    async with serving_ops(conf) as (services, conn):
+        await create_topic(conn)
+        half = await prepare(conn)
+        stored = services.store.look_message_by_offset(half.commitlog_offset)
+        assert stored is not None
+        orphan = await services.store.put_message(committed_message(stored))  # its op record: gone
+        assert orphan.ok and orphan.append is not None
+        later = await prepare(conn, b"order 2")
+        await end(conn, later, "ROLLBACK")  # an op record past the orphan
+    async with serving_ops(conf) as (services, conn):
+        status = await conn.call(GetStatus())
+        assert status.transactions is not None
+        assert (status.transactions["open"], status.transactions["committed"],
+                status.transactions["op_missing"]) == (0, 1, 1)
+        again = await end(conn, half, "COMMIT", from_check=True)
+        assert again.duplicate and again.commitlog_offset == orphan.append.wrote_offset
+        assert await delivered(conn) == [b"order 1"]
+
+
 async def test_a_half_message_keeps_its_properties_through_half_of(tmp_path):
     """half_of swaps the topic and queue into REAL_TOPIC/REAL_QID and keeps the rest."""
     async with serving_ops(conf_of(tmp_path)) as (services, _conn):
