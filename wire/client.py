@@ -237,6 +237,9 @@ class Connection:
         self.address = address
         self.request_timeout = request_timeout
         self.max_frame_size = max_frame_size
+        self.last_received = trio.current_time()
+        """When the peer last sent anything (trio time): a pool drops a connection silent for a
+        whole request's timeout (ConnectionPool)."""
         self._stream = stream
         raw = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
         sock = getattr(raw, "socket", None)
@@ -501,6 +504,7 @@ class Connection:
                 data = await self._stream.receive_some(size)
                 if not data:
                     break
+                self.last_received = trio.current_time()
                 size = RECEIVE_SIZE if len(data) >= size else SMALL_RECEIVE_SIZE
                 for frame in self._decoder.feed(data):
                     request_id = frame.get("id")
@@ -588,6 +592,10 @@ def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
 # ---------------------------------------------------------------- ConnectionPool
 
 
+PROBE_TIMEOUT_S = 1.0
+"""How long a pool waits for any answer on a connection a request timed out on (silently)."""
+
+
 class ConnectionPool:
     """One Connection per address, opened on first use and reopened after it broke; reader
     tasks run in the owner's nursery (the cluster client library's Producer, PullConsumer
@@ -615,12 +623,46 @@ class ConnectionPool:
                       **fields: Any) -> dict[str, Any]:
         """`op` on `address`'s connection (opened if needed); the typed errors of Connection."""
         conn = await self.get(address)
-        return await conn.request(op, timeout=timeout, **fields)
+        sent = trio.current_time()
+        try:
+            return await conn.request(op, timeout=timeout, **fields)
+        except RequestTimeout:
+            await self._drop_if_silent(address, conn, sent)
+            raise
 
     async def call(self, address: str, request: WireRequest, *, timeout: float | None = None) -> Any:
         """`request` on `address`'s connection, its answer read as its reply class."""
         conn = await self.get(address)
-        return await conn.call(request, timeout=timeout)
+        sent = trio.current_time()
+        try:
+            return await conn.call(request, timeout=timeout)
+        except RequestTimeout:
+            await self._drop_if_silent(address, conn, sent)
+            raise
+
+    async def _drop_if_silent(self, address: str, conn: Connection, since: float) -> None:
+        """A request timed out on a connection the peer sent nothing on since it was sent, and
+        a probe (`epoch`, any answer will do, an error too) gets no answer within
+        PROBE_TIMEOUT_S either: the peer may be gone without a reset (a host that lost its
+        power and came back, a NAT that forgot the flow), and every later request would time
+        out the same way (storage seed 5792: a producer's sends timed out for 120 s after its
+        master's power loss). Close it; the next request opens a new one. A peer that answers
+        the probe is only slow (a SYNC_MASTER waiting for its slave, a long poll): kept."""
+        if conn.last_received >= since or conn.closed:
+            return
+        try:
+            await conn.request("epoch", timeout=PROBE_TIMEOUT_S)
+        except RequestTimeout:
+            pass
+        except TidemqError:
+            return  # answered (or already lost)
+        else:
+            return
+        log.warning("%s: no answer and nothing received for %.1f s: closing the connection", address,
+                    trio.current_time() - since)
+        if self._conns.get(address) is conn:
+            del self._conns[address]
+        await conn.aclose()
 
     async def aclose(self) -> None:
         for conn in list(self._conns.values()):

@@ -4,12 +4,16 @@ node that goes away fails the requests in flight with ConnectionLost."""
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 import trio
 import trio.testing
 
 from cluster.client import BadRequest, ConnectionLost, NotFound, RequestTimeout, connect
 from tests.node.nodeproc import master_conf
+from wire.client import ConnectionPool
+from wire.protocol import GetStatus, TopicCreate
 
 pytestmark = pytest.mark.slow  # every test here starts node processes
 
@@ -84,3 +88,32 @@ async def test_frames_larger_than_the_socket_buffer_and_concurrent_senders_arriv
                 stored |= {len(stored) + k: m["body"] for k, m in enumerate(pulled.get("messages", []))}
         by_offset = {a["queue_offset"]: i for i, a in answers.items()}
         assert all(stored[offset] == bodies[i] for offset, i in by_offset.items())
+
+
+async def test_a_pool_drops_a_connection_the_peer_stayed_silent_on_for_a_whole_timeout(tmp_path, nodes):
+    """A peer that sends nothing for a request's whole timeout may be gone without a reset
+    (a host that lost its power, a NAT that forgot the flow): the pool closes that connection
+    and the next request opens a new one (storage seed 5792: a producer timed out for 120 s
+    on the connection to a master that had restarted). A connection the peer answered other
+    requests on meanwhile, or that answers a probe, is kept. The silent peer here is a
+    SIGSTOPped node."""
+    node = nodes.start(master_conf(tmp_path, role="ASYNC_MASTER"))
+    async with trio.open_nursery() as nursery:
+        pool = ConnectionPool(nursery)
+        assert (await pool.call(node.address, GetStatus())).role == "ASYNC_MASTER"
+        first = await pool.get(node.address)
+        await pool.call(node.address, TopicCreate(topic="Silent"))
+        with pytest.raises(RequestTimeout):  # a parked pull: the peer answers the probe, it stays
+            await pool.request(node.address, "pull", topic="Silent", queue_id=0, offset=0, timeout_ms=3000,
+                               timeout=0.3)
+        assert await pool.get(node.address) is first and not first.closed
+        node.proc.send_signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(RequestTimeout):
+                await pool.call(node.address, GetStatus(), timeout=0.5)
+            assert first.closed
+        finally:
+            node.proc.send_signal(signal.SIGCONT)
+        assert (await pool.call(node.address, GetStatus())).role == "ASYNC_MASTER"
+        assert await pool.get(node.address) is not first
+        await pool.aclose()
