@@ -121,7 +121,11 @@ def recover(
     end = scan_valid_end(files, queue.file_size, index, check_crc=check_crc, progress=progress, keep=keep)
     dropped = holds_data_from(files, queue.file_size, end)
     dropped_to, msg_ids = readable_records_from(files, queue.file_size, end) if dropped else (end, ())
-    deleted = truncate(queue, end)
+    # a cut of bytes the log held is made durable: after a power loss what the disk kept (a
+    # torn record, the tail of an older term) is durable already, and a later power loss
+    # would bring it back over what this term writes there (storage seeds 2756, 7968: a
+    # ConsumeQueue unit then named a resurrected record of another queue offset)
+    deleted = truncate(queue, end, sync=dropped)
     log.info("recovery (%s exit): CommitLog valid up to offset %d (validated from segment %s)%s",
              "clean" if clean else "abnormal", end, first.file_name,
              f"; bytes past it dropped, {len(msg_ids)} readable record(s) up to {dropped_to}" if dropped else "")
@@ -276,8 +280,8 @@ def _good_record_at(mm: Buffer, pos: int) -> bool:
 def truncate(queue: MappedFileQueue, end: int, *, sync: bool = False) -> tuple[str, ...]:
     """Cut the log at `end`: zero the tail of its segment (so cut bytes cannot come back),
     delete every later segment. Returns the names of the deleted segments. `sync`: make the
-    zeroed tail durable (a rejoining node's cut; recovery's own cut is of bytes that were
-    never durable)."""
+    zeroed tail durable (a rejoining node's cut; a recovery's cut of bytes the log held,
+    which a power loss left on the disk)."""
     queue.flushed_where = queue.committed_where = end
     doomed = tuple(os.path.basename(mf.path) for mf in queue.files if mf.file_from_offset > end)
     holder = queue.find_by_offset(end)

@@ -303,6 +303,9 @@ def test_async_flush_window_losses_are_judged_as_the_documented_loss(seed, mode,
     (5104, "SYNC_MASTER+ASYNC_FLUSH", 1, "manual", 2),
     # a producer's connection to a master that lost its power stayed open, silent, for good
     (5792, "SYNC_MASTER+ASYNC_FLUSH", 1, "manual", 1),
+    # a recovery's unsynced cut of a torn record: the next power loss brought the record back
+    (2756, "SYNC_MASTER+ASYNC_FLUSH", 2, "manual", 1),
+    (7968, "SYNC_MASTER+ASYNC_FLUSH", 1, "manual", 1),
 ])
 def test_seeds_of_the_first_10000_seed_storage_sweep(seed, mode, slaves, controller, groups, tmp_path):
     """Broken promises the first 10,000-seed sweep with storage faults found (2026-11-28,

@@ -11,7 +11,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from store import GetMessageStatus, Message, StoreConfig, open_store
+from store import GetMessageStatus, Message, StoreConfig, open_store, runtime
 from store.mapped_file import SegmentSizeError
 from store.tools import verify
 
@@ -110,6 +110,28 @@ async def test_torn_tail_mid_record(config, caplog, crashed):
     caplog.set_level(logging.INFO, logger="tidemq.store")
     await check_survivors(config, placed, victim, offset)
     assert f"invalid record at offset {offset}" in caplog.text
+
+
+async def test_a_recovery_cut_of_bytes_the_log_held_is_made_durable(config, monkeypatch):
+    """What a power loss left on the disk (a torn record) is durable already: the zeroed
+    tail must be too, or a later power loss brings the torn bytes back over what the next
+    term writes there (storage seeds 2756, 7968)."""
+    placed = await write_messages(config, 40)
+    offset, size, _ = placed[-3]
+    path = segment_path(config, offset)
+    patch_file(path, offset % SEGMENT + size // 2, bytes(size // 2))  # torn mid-record, data after it
+    mark_crashed(config)
+    synced: list[str] = []
+    real = runtime.fdatasync
+
+    def fdatasync(fd: int, p: str) -> None:
+        synced.append(p)
+        real(fd, p)
+
+    monkeypatch.setattr(runtime, "fdatasync", fdatasync)
+    async with open_store(config) as store:
+        assert store.get_max_phy_offset() == offset and store.recovery_dropped
+        assert path in synced, synced
 
 
 @pytest.mark.parametrize("crashed", [False, True], ids=["clean-exit", "crash"])
