@@ -297,6 +297,16 @@ class PullConsumer(_Client):
             await self.commit(queue, back)
         return back
 
+    async def _masters_committed(self, queue: MessageQueue) -> int | None:
+        """The group's committed offset for `queue` as its master has it now; None when the
+        master does not answer (a slave's copy is not asked for) or has none."""
+        try:
+            response, _, on_slave = await self._read(
+                queue.broker_name, FetchOffset(group=self.group, topic=queue.topic, queue_id=queue.queue_id))
+        except (NotFound, *UNREACHABLE, ServiceUnavailable):
+            return None
+        return None if on_slave else int(response.offset)
+
     async def _confirm_start(self, queue: MessageQueue, begin: int, start: _Start) -> int:
         """A position taken from a committed offset, nothing read since, meets the master in
         another epoch than it was taken in (or it came from a slave's copy while the master
@@ -307,13 +317,8 @@ class PullConsumer(_Client):
         down; 7770, from the master itself as an etcd candidate before its election; 2842,
         from an old master before another was elected).
         Returns the position (`begin` when nothing moved)."""
-        try:
-            response, _, on_slave = await self._read(
-                queue.broker_name, FetchOffset(group=self.group, topic=queue.topic, queue_id=queue.queue_id))
-        except (NotFound, *UNREACHABLE, ServiceUnavailable):
-            return begin
-        committed = int(response.offset)
-        if on_slave or committed >= start.offset or committed >= begin:
+        committed = await self._masters_committed(queue)
+        if committed is None or committed >= start.offset or committed >= begin:
             return begin
         log.warning("%s: the master's committed offset %d is below the %d this consumer started from; reading "
                     "again from %d", queue, committed, start.offset, committed)
@@ -332,13 +337,8 @@ class PullConsumer(_Client):
         committed offset when it is below the end now, else from the end (storage seed
         6388: a consumer that restarted during a group power loss took the old committed 7,
         met a queue the new epoch had written 0 into, and skipped it)."""
-        try:
-            response, _, on_slave = await self._read(
-                queue.broker_name, FetchOffset(group=self.group, topic=queue.topic, queue_id=queue.queue_id))
-        except (NotFound, *UNREACHABLE, ServiceUnavailable):
-            return end
-        committed = int(response.offset)
-        if on_slave or committed >= end:
+        committed = await self._masters_committed(queue)
+        if committed is None or committed >= end:
             return end
         log.warning("%s: continuing from the group's committed offset %d, below the queue's end %d", queue,
                     committed, end)

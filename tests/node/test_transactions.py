@@ -19,6 +19,7 @@ from node.ops.transactions import half_of
 from node.tables.transactions import TransactionTable
 from store.message import Message
 from store.message_store import MessageStore
+from store.status import PutMessageResult
 from store.sysflag import TRANSACTION_MASK, SysFlag
 from store.transaction import (
     HALF_TOPIC,
@@ -313,18 +314,24 @@ async def test_rocketmq_1517_and_7933_an_ended_transaction_stays_ended_across_a_
         assert await delivered(conn) == [b"c", b"o"]
 
 
+async def _orphan_commit(services: NodeServices, conn: Connection) -> tuple[SendReply, PutMessageResult]:
+    """A half message and its committed record with no op record after it."""
+    await create_topic(conn)
+    half = await prepare(conn)
+    stored = services.store.look_message_by_offset(half.commitlog_offset)
+    assert stored is not None
+    orphan = await services.store.put_message(committed_message(stored))
+    assert orphan.ok and orphan.append is not None
+    return half, orphan
+
+
 async def test_a_commit_whose_op_record_a_crash_cut_is_known_committed_after_the_restart(tmp_path):
     """The END appends the committed record, then the op record: a crash between them leaves
     the first alone at the log's end. Building the table again finds it, so a retried
     COMMIT is a duplicate (and writes the missing op record) and a ROLLBACK is refused."""
     conf = conf_of(tmp_path)
     async with serving_ops(conf) as (services, conn):
-        await create_topic(conn)
-        half = await prepare(conn)
-        stored = services.store.look_message_by_offset(half.commitlog_offset)
-        assert stored is not None
-        orphan = await services.store.put_message(committed_message(stored))  # what the crash left
-        assert orphan.ok
+        half, orphan = await _orphan_commit(services, conn)  # what the crash left
     async with serving_ops(conf) as (services, conn):
         status = await conn.call(GetStatus())
         assert status.transactions is not None
@@ -348,12 +355,7 @@ async def test_a_commit_whose_op_record_a_power_loss_took_is_found_past_later_op
     COMMIT is a duplicate, not a second copy (storage seed 5104)."""
     conf = conf_of(tmp_path)
     async with serving_ops(conf) as (services, conn):
-        await create_topic(conn)
-        half = await prepare(conn)
-        stored = services.store.look_message_by_offset(half.commitlog_offset)
-        assert stored is not None
-        orphan = await services.store.put_message(committed_message(stored))  # its op record: gone
-        assert orphan.ok and orphan.append is not None
+        half, orphan = await _orphan_commit(services, conn)  # its op record: gone
         later = await prepare(conn, b"order 2")
         await end(conn, later, "ROLLBACK")  # an op record past the orphan
     async with serving_ops(conf) as (services, conn):
