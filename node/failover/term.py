@@ -98,12 +98,12 @@ class TermState:
     """Manual mode: this master restarted after an abnormal exit and has not begun its new
     epoch yet (no check answered so far): it takes no write."""
     restart_end: int = 0
+    """Where its recovery ended: the new epoch starts there (a record its own services,
+    such as the schedule service, stored meanwhile belongs to the new epoch)."""
     acked_floor: int | None = None
     """A master restarted after an abnormal exit: its recovered CommitLog end. It may have
     acknowledged all of it before (its confirm offset may not have survived), so a slave
     below it is not promoted cleanly (storage seed 1104)."""
-    """Where its recovery ended: the new epoch starts there (a record its own services,
-    such as the schedule service, stored meanwhile belongs to the new epoch)."""
     restarted_epoch: int | None = None
     """The epoch this node began itself after an abnormal restart. A master serving it
     yields to another master of the same epoch (one promoted while it was down, that
