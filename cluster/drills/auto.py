@@ -23,7 +23,7 @@ from typing import Any
 
 import trio
 
-from wire.client import TidemqError, connect
+from wire.client import ConnectionLost, OutcomeUnknown, TidemqError, connect
 from wire.protocol import Send, StatusReply, WireControllerView
 
 from ..launch import launcher_etcd
@@ -67,11 +67,17 @@ async def _elected(run: DrillRun, address: str) -> StatusReply | None:
 
 
 async def _probe_write(address: str) -> tuple[bool, str]:
-    """(refused with SERVICE_NOT_AVAILABLE, what it answered)."""
+    """(acknowledged nothing, what it answered): refused with SERVICE_NOT_AVAILABLE, or no
+    connection at all (the fenced node is restarting its services as a slave: its listener is
+    closed for that moment, and a write it never received is one it cannot acknowledge)."""
     try:
         async with connect(address, connect_timeout=2.0, request_timeout=10.0) as conn:
             answer = await conn.call(Send(topic=TOPIC, body=b"probe"))
         return False, f"answered {answer.status.value}"
+    except OutcomeUnknown as e:  # sent, then the connection broke or no answer: not proven
+        return False, e.message
+    except ConnectionLost as e:  # never sent (no connection): nothing it could acknowledge
+        return True, e.message
     except TidemqError as e:
         return e.status == "SERVICE_NOT_AVAILABLE", e.message
 

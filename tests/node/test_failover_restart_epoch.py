@@ -87,7 +87,7 @@ async def test_the_first_answered_check_begins_a_new_epoch_at_the_recovered_end(
     f, store = await _stored_master(tmp_path, crashed=True, net=net)
     end = store.get_max_phy_offset()
 
-    services = _Services(store)
+    services = _Services(store, ConsumerOffsetManager(str(tmp_path / "offsets")))
     services.offsets.commit("G", "TA", 0, 7)  # past the queue's end (3): records a power loss took
     services.offsets.commit("H", "TA", 0, 2)
 
@@ -103,6 +103,10 @@ async def test_the_first_answered_check_begins_a_new_epoch_at_the_recovered_end(
         assert f.epoch == 2 and [e.to_wire() for e in f.epochs.entries] == [[1, 0], [2, end]]
         # the new epoch's messages take queue offsets 3..: a consumer starting from 7 skipped them
         assert (services.offsets.fetch("G", "TA", 0), services.offsets.fetch("H", "TA", 0)) == (3, 2)
+        # and written at once: a crash soon after restarts from the clamped table (seed 5840)
+        written = ConsumerOffsetManager(str(tmp_path / "offsets"))
+        written.load()
+        assert (written.fetch("G", "TA", 0), written.fetch("H", "TA", 0)) == (3, 2)
         assert f.epoch_answer()["pending"] is None and not f.status()["writes_held"]
         reloaded = EpochFileCache.load(os.path.join(f.term.root, EPOCH_FILE_NAME))
         assert reloaded.entries == f.epochs.entries  # durable before the first write
