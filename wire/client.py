@@ -599,7 +599,9 @@ PROBE_TIMEOUT_S = 1.0
 class ConnectionPool:
     """One Connection per address, opened on first use and reopened after it broke; reader
     tasks run in the owner's nursery (the cluster client library's Producer, PullConsumer
-    and Admin each own one)."""
+    and Admin each own one). A request that times out on a connection the peer stayed silent
+    on raises RequestTimeout up to PROBE_TIMEOUT_S later: the pool probes the peer first,
+    and closes the connection when the probe goes unanswered too (`_drop_if_silent`)."""
 
     def __init__(self, nursery: trio.Nursery, options: ConnectOptions | None = None,
                  **keywords: Unpack[ConnectKeywords]) -> None:
