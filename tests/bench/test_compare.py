@@ -73,7 +73,13 @@ def _start(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
     argv = [sys.executable, "-m", "scripts.bench_compare", "--quick", "--no-install",
             "--out", str(tmp_path / "out"), "--dir", str(tmp_path / "work"), *extra]
     return subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_default_sigint)
+
+
+def _default_sigint() -> None:
+    """The harness takes Ctrl-C as a terminal gives it: a suite started as a background job of
+    a shell inherits SIGINT ignored, and the interrupt test then saw the run go on to its end."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.mark.slow
