@@ -118,8 +118,6 @@ class MessageStore:
         self.consume_queues = ConsumeQueueTable(config.path(CONSUMEQUEUE_DIR), config.cq_file_size)
         self.loaded = False
         self.last_exit_ok = True
-        self.recovery_dropped = False
-        """Recovery cut bytes the log held (a torn or damaged record): RecoveredLog.dropped."""
         self.recovery_cut: RecoveredLog | None = None
         """What this load's recovery found, and the readable records it cut."""
         self._dispatch_from: int | None = None
@@ -330,7 +328,6 @@ class MessageStore:
             safe = (cp.min_timestamp_index if self.config.message_index_enable and self.config.message_index_safe
                     else cp.min_timestamp)
         recovered = self.commit_log.recover(safe_timestamp=safe, progress=progress)
-        self.recovery_dropped = recovered.dropped
         self.recovery_cut = recovered
         self._dispatch_again_from(recovered.dispatch_from)
         self._write_back_lost(recovered.end)
@@ -579,6 +576,11 @@ class MessageStore:
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         return self.reads.get_max_offset_in_queue(topic, queue_id)
+
+    @property
+    def recovery_dropped(self) -> bool:
+        """Recovery cut bytes the log held (a torn or damaged record): RecoveredLog.dropped."""
+        return self.recovery_cut is not None and self.recovery_cut.dropped
 
     def queue_ends_held(self) -> dict[tuple[str, int], int]:
         """(topic, queueId) → where each queue ends once the CommitLog's records not yet
