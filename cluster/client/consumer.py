@@ -449,9 +449,13 @@ class PullConsumer(_Client):
 
     async def _position(self, queue: MessageQueue) -> int:
         if queue not in self._positions:
-            committed = await self.fetch_offset(queue)
-            if committed is not None and queue not in self._pending_commits:
-                self._unconfirmed[queue] = _Start(committed, self.reading_from_slave(queue.broker_name))
+            committed, address, on_slave = await self._fetch_committed(queue)
+            if committed is not None and address is not None:
+                # where the offset came from, not where reads go now: a slave's copy fetched
+                # while the group's reads had not failed over yet is a slave's copy still
+                # (storage seed 5150: taken as the master's, its 6 was never checked
+                # against the elected slave's clamped 0, and the new epoch's 0..5 were skipped)
+                self._unconfirmed[queue] = _Start(committed, on_slave, address=None if on_slave else address)
             if committed is None:
                 committed = await (self.min_offset(queue) if self.start == "first" else self.max_offset(queue))
             self._positions.setdefault(queue, committed)
@@ -539,14 +543,19 @@ class PullConsumer(_Client):
         """The group's committed offset for `queue` (a pending local commit wins), from the
         master, or from a slave's synced copy while the master is unreachable; None when
         the group never committed one."""
+        return (await self._fetch_committed(queue))[0]
+
+    async def _fetch_committed(self, queue: MessageQueue) -> tuple[int | None, str | None, bool]:
+        """`fetch_offset`'s answer, the node that gave it (None: a pending local commit) and
+        whether that node answered as a slave."""
         if queue in self._pending_commits:
-            return self._pending_commits[queue]
+            return self._pending_commits[queue], None, False
         try:
-            response, _, _ = await self._read(
+            response, address, on_slave = await self._read(
                 queue.broker_name, FetchOffset(group=self.group, topic=queue.topic, queue_id=queue.queue_id))
         except NotFound:
-            return None
-        return int(response.offset)
+            return None, None, False
+        return int(response.offset), address, on_slave
 
     async def min_offset(self, queue: MessageQueue) -> int:
         response, _, _ = await self._read(queue.broker_name, MinOffset(topic=queue.topic, queue_id=queue.queue_id))

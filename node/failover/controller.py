@@ -163,6 +163,9 @@ class EtcdController:
         """When this node first found the leadership key vacant (None: it is held)."""
         self._deferred_since: float | None = None
         """The vacancy whose deferral was reported (`_defers`)."""
+        self._granted_at = -math.inf
+        """When this node's current lease was granted: the others' `ends/` entries, gone with
+        their leases when etcd was out of reach, come back within a lease of it."""
         self._replicas: dict[str, str] = {}
         """HA connection address → client address, from the `replicas/` entries (each tick)."""
 
@@ -342,6 +345,7 @@ class EtcdController:
             self.lease, self.leading = 0, False
         self.lease = await self.etcd.grant(self.ttl_s)
         self.lease_deadline = sent + self.ttl_s
+        self._granted_at = sent
         self._published_replica = None
         self._published_end = None
 
@@ -379,7 +383,7 @@ class EtcdController:
         it for DEFER_LEASES leases from when this node found the key vacant (it may be gone).
         Members that published nothing yet count too just after a start, or while this
         node's log is in doubt (`awaits_unknown`); a log in doubt waits a lease from its
-        start whatever it knows."""
+        start, and from each new lease, whatever it knows."""
         term = self.failover.term
         services = term.services
         if services is None:
@@ -388,11 +392,14 @@ class EtcdController:
         if self._vacant_since is None:
             self._vacant_since = now
         own = services.store.get_max_phy_offset()
-        if self._in_doubt() and now < term.started_at + self.ttl_s:
+        if self._in_doubt() and now < max(term.started_at, self._granted_at) + self.ttl_s:
             # the nodes that restarted with it (a group's power loss) publish their log ends
             # first, members of the set or not, so `_more_up_to_date` sees them (storage seed
             # 4872: the slave elected alone won again 85 ms after the restart, on a log its
-            # old master's was longer than)
+            # old master's was longer than). So do nodes whose leases expired with this
+            # one's while etcd was out of reach, their `ends/` with them (storage seeds
+            # 2828, 6440, 7528: the slave won in the tick that granted its new lease, and
+            # the old master's longer log, published a tick later, was cut)
             return True
         unknown = awaits_unknown(now, vacant_since=self._vacant_since, started_at=term.started_at,
                                  interval_s=self.interval_s, ttl_s=self.ttl_s, log_in_doubt=self._in_doubt())

@@ -109,4 +109,12 @@ def admission(answer: EpochReply | None, *, address: str | None, own: EpochFileC
         if cut < max_offset:
             return Cut(cut, f"this log diverges from master {address} (epoch {epoch}) at offset {cut}; "
                             f"cutting [{cut}, {max_offset})")
+    elif max_offset > 0 and entries and entries[0].start_offset < max_offset:
+        # No history vouches for this log's bytes past where the master's epochs begin: they
+        # came from a term this node never recorded (the HA bytes carry no epoch, and a term
+        # began while it replicated: storage seed 7566). RocketMQ refuses such a slave forever;
+        # only what the master wrote before its first epoch is shared, the rest is cut.
+        cut = entries[0].start_offset
+        return Cut(cut, f"this log holds [{cut}, {max_offset}) under no epoch it recorded, and master "
+                        f"{address} (epoch {epoch}) has epochs from {cut}; cutting [{cut}, {max_offset})")
     return Admit(epoch, entries)

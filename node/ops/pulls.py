@@ -154,12 +154,19 @@ async def read_queue(s: NodeServices, f: Pull,
 async def _pull(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
     got = await read_queue(s, r.fields)
     result = got.result
-    history = s.failover.epochs if s.failover is not None and len(s.failover.epochs) else None
-    epoch = history.epoch_at(got.messages[-1].commitlog_offset) if history and got.messages else None
+    history = s.failover.epochs if s.failover is not None else None
+    epoch = None
+    if history is not None and got.messages:
+        # -1: written before any epoch this node recorded. A slave that replicated while a
+        # term began holds such records until it takes its master's history; a consumer
+        # that read them is checked like any other when a node in an epoch answers next
+        # (storage seed 7566: the records were cut and the new epoch's took their offsets)
+        found = history.epoch_at(got.messages[-1].commitlog_offset)
+        epoch = -1 if found is None else found
     return PullReply(status=Status(result.status.value), messages=[WireMessage.of(m) for m in got.messages],
                      next_begin_offset=got.next_begin_offset, min_offset=result.min_offset,
                      max_offset=result.max_offset, epoch=epoch,
-                     node_epoch=history.last_epoch() if history else None).to_wire(r.id)
+                     node_epoch=history.last_epoch() if history is not None else None).to_wire(r.id)
 
 
 async def _offset_for_epoch(s: NodeServices, r: Request, peer: str | None) -> dict[str, Any]:
@@ -176,7 +183,9 @@ async def _offset_for_epoch(s: NodeServices, r: Request, peer: str | None) -> di
     if history is None or not len(history):  # no epochs here (a RocketMQ 4.x history): nothing to check
         return OffsetForEpochReply(offset=f.offset, end_offset=log_end, node_epoch=-1, diverged=False).to_wire(r.id)
     end = history.end_after(f.epoch, log_end)
-    if history.entry(f.epoch) is None and f.epoch < history.last_epoch():
+    if f.epoch < 0:
+        pass  # read before any epoch: only what this log holds before its first one is shared
+    elif history.entry(f.epoch) is None and f.epoch < history.last_epoch():
         # this log lacks the epoch the consumer read in (its writer's term was cut from
         # here: a master restarted after a power loss wrote it over a slave's longer log,
         # and that slave was promoted next): the records read may differ from here from the

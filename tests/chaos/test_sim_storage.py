@@ -306,6 +306,11 @@ def test_async_flush_window_losses_are_judged_as_the_documented_loss(seed, mode,
     # a recovery's unsynced cut of a torn record: the next power loss brought the record back
     (2756, "SYNC_MASTER+ASYNC_FLUSH", 2, "manual", 1),
     (7968, "SYNC_MASTER+ASYNC_FLUSH", 1, "manual", 1),
+    # the second sweep: a slave's records of a term it never recorded (a group power loss
+    # before it took the history) kept over the elected master's, and read by a consumer
+    (7566, "ASYNC_MASTER+ASYNC_FLUSH", 2, "etcd", 1),
+    # the second sweep: a committed offset from a slave's copy taken as the master's
+    (5150, "ASYNC_MASTER+ASYNC_FLUSH", 2, "etcd", 2),
 ])
 def test_seeds_of_the_first_10000_seed_storage_sweep(seed, mode, slaves, controller, groups, tmp_path):
     """Broken promises the first 10,000-seed sweep with storage faults found (2026-11-28,

@@ -42,6 +42,16 @@ def test_no_common_epoch_cuts_everything() -> None:
     assert isinstance(got, Cut) and got.offset == 0
 
 
+def test_bytes_no_recorded_epoch_vouches_for_are_cut_where_the_master_s_epochs_begin() -> None:
+    """The HA bytes carry no epoch: a slave that replicated while its master's term began,
+    and lost power before it took that history, holds them under none (storage seed 7566)."""
+    got = _decide(_answer(2, [(2, 0)], 9000), own=[], max_offset=3756)
+    assert isinstance(got, Cut) and got.offset == 0 and "[0, 3756)" in got.reason
+    upgraded = _decide(_answer(1, [(1, 5000)], 9000), own=[], max_offset=3756)  # written before epochs
+    assert upgraded == Admit(1, (EpochEntry(1, 5000),))
+    assert _decide(_answer(1, [(1, 0)], 9000), own=[], max_offset=0) == Admit(1, (EpochEntry(1, 0),))
+
+
 def test_masters_that_are_not_the_groups_are_refused() -> None:
     older = _decide(_answer(1, [(1, 0)], 10), own=[(1, 0)], max_offset=0, newest_seen=2)
     assert older == Refuse("its epoch 1 is older than the newest seen, 2", follow_namesrv=True)

@@ -99,7 +99,25 @@ async def test_a_node_without_epochs_leaves_the_offset_and_says_so(tmp_path):
         answer = await conn.call(ask(1, at[5] + 10_000, 9))
         assert (answer.offset, answer.node_epoch, answer.diverged) == (9, -1, False)
         pulled = await conn.call(Pull(topic=TOPIC, queue_id=0, offset=0))
-        assert (pulled.epoch, pulled.node_epoch) == (None, None)
+        assert (pulled.epoch, pulled.node_epoch) == (-1, -1)  # read before any epoch: checked later
+    (tmp_path / "plain").mkdir()
+    async with six_records(tmp_path / "plain") as (services, at), answering(services, None) as conn:
+        pulled = await conn.call(Pull(topic=TOPIC, queue_id=0, offset=0))
+        assert (pulled.epoch, pulled.node_epoch) == (None, None)  # a node without failover says nothing
+
+
+async def test_a_record_read_before_any_epoch_is_shared_only_up_to_the_first_one(tmp_path):
+    """A slave that replicated while a term began held records of an epoch it had not
+    recorded, and a consumer read them (epoch -1); the elected node's first epoch starts
+    where its own log diverges from that slave's (storage seed 7566)."""
+    async with six_records(tmp_path) as (services, at), \
+            answering(services, _History([EpochEntry(2, at[3])])) as conn:
+        before = await conn.call(Pull(topic=TOPIC, queue_id=0, offset=0, max_msgs=2))
+        assert (before.epoch, before.node_epoch) == (-1, 2)
+        shared = await conn.call(ask(-1, at[2], 3))
+        assert (shared.offset, shared.end_offset, shared.diverged) == (3, at[3], False)
+        gone = await conn.call(ask(-1, at[4], 5))
+        assert (gone.offset, gone.end_offset, gone.diverged) == (3, at[3], True)
 
 
 async def test_a_promotion_clamps_committed_offsets_past_its_queue_ends(tmp_path):

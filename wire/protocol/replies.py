@@ -224,10 +224,12 @@ class PullReply(WireReply):
     max_offset: int = 0
     epoch: int | None = None
     """The epoch whose range of the node's epoch history holds the last message's CommitLog
-    offset (None: no message, or no history): a consumer keeps it with that offset (KIP-320)."""
+    offset (-1: before the history's first epoch, or none; None: no message, or a node
+    without failover): a consumer keeps it with that offset (KIP-320)."""
     node_epoch: int | None = None
-    """The newest epoch the answering node knows (None from a node without epochs): a newer
-    one than when the consumer last read means its position must be checked first."""
+    """The newest epoch the answering node knows (-1: none yet; None from a node without
+    failover): a newer one than when the consumer last read means its position must be
+    checked first."""
 
 
 @attrs.define(kw_only=True)

@@ -299,7 +299,8 @@ class OffsetForEpoch(WireRequest):
     REPLY = OffsetForEpochReply
     topic: str = _topic_field()
     queue_id: int = _queue_id()
-    epoch: int = wire(INT, NON_NEG64)
+    epoch: int = wire(INT, value_range(-1, INT64_MAX))
+    """-1: the record was read before any epoch its node had recorded."""
     commitlog_offset: int = wire(INT, NON_NEG64)
     offset: int = wire(INT, NON_NEG64)
     group: str | None = wire(STR, check_group, default=None)
