@@ -8,6 +8,7 @@ everything, writes the checkpoint and removes the abort file last.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
@@ -35,7 +36,7 @@ from .flush import (
     flush_to_end,
 )
 from .index_file import IndexService
-from .layout import ABORT_FILE, CHECKPOINT_FILE, CONSUMEQUEUE_DIR, INDEX_DIR
+from .layout import ABORT_FILE, CHECKPOINT_FILE, COMMITLOG_DIR, CONSUMEQUEUE_DIR, INDEX_DIR
 from .lost_writes import LostWrites
 from .markers import AbortFile, StoreLock
 from .markers import StoreLockedError as StoreLockedError  # importable from here, as before
@@ -157,6 +158,11 @@ class MessageStore:
         `recovery_progress(validated_bytes, total_bytes)` follows CommitLog validation."""
         self.lock.acquire()
         try:
+            for directory in (COMMITLOG_DIR, CONSUMEQUEUE_DIR):
+                # as RocketMQ's DefaultMessageStore does: a store has its directories before
+                # its first record, and again after a power loss took their unsynced entries
+                # (storage seed 90: tools found a node that stored nothing no store at all)
+                os.makedirs(self.config.path(directory), exist_ok=True)
             if self.pool is not None:
                 self.pool.allocate()
             self.last_exit_ok = not self.abort_file.exists()

@@ -118,6 +118,7 @@ class PowerLosses:
         await wait()
         for node in nodes:
             await self.restart(node)
+            self.observed[node.group].powered_off.append((node.name, struck_at, runtime.wall_clock()))
             self._note_window(node, before[node.name], struck_at)
 
     def _lose(self, fault: Fault, node: SimNode) -> None:

@@ -304,7 +304,7 @@ class Simulation:
                     seen[node.name] = now
                     self.log.add(f"{node.name}: {now[0] + ' epoch ' + str(now[1]) if now else 'down'}")
                     if now is not None:
-                        self.observed[node.group].terms.append((trio.current_time(), node.name, now[0], now[1]))
+                        self.observed[node.group].terms.append((runtime.wall_clock(), node.name, now[0], now[1]))
                     if now is not None and now[0] != "SLAVE" and (now[1] or 0) > newest.get(node.group, -1):
                         newest[node.group] = now[1] or 0
                         # a promoted slave (not a restarted master) that a master streamed its table to

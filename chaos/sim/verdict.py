@@ -49,7 +49,7 @@ class Observed:
     cuts: list[tuple[float, frozenset[str]]] = attrs.field(factory=list)
     """(wall time, msgIds) of each cut: a msgId read before a cut that dropped it was a
     dropped record (one read after it is another record the node stored at that offset)."""
-    terms: list[tuple[float, str, str, int | None]] = attrs.field(factory=list)  # (time, node, role, epoch)
+    terms: list[tuple[float, str, str, int | None]] = attrs.field(factory=list)  # (wall time, node, role, epoch)
     promotions: list[tuple[float, str, int]] = attrs.field(factory=list)  # (wall time it returned, node, epoch)
     first_master: str = ""  # the node serving as master before any promotion
     addresses: dict[str, str] = attrs.field(factory=dict)  # client address "ip:port" → node
@@ -79,6 +79,8 @@ class Observed:
     group_power_losses: list[float] = attrs.field(factory=list)
     """Wall times of each power loss of the whole group: every node restarts with its offsets
     file (written every 5 s), so commits answered before it may be gone (docs/simulation.md)."""
+    powered_off: list[tuple[str, float, float]] = attrs.field(factory=list)
+    """(node, from, to): wall times each power loss kept a node off."""
 
 
 def _struck(damage: str, struck: set[tuple[str, int]]) -> bool:
@@ -118,7 +120,8 @@ def verdict(report: CheckReport, history: History, observed: Observed, *, replic
             or (replication == "SYNC_MASTER" and s == "PUT_OK" and not _unclean_drop(m, math.inf, observed)
                 and not ((m in observed.truncated or observed.group_power_losses
                           or _lost_on_every_node(m, acked_at.get(k), observed))
-                         and _power_lost(k, s, observed, flush)))]
+                         and _power_lost(k, s, observed, flush))
+                and not (flush == "ASYNC_FLUSH" and m in observed.truncated and _kept_only_while_off(m, observed)))]
     finding("acknowledged message(s) lost beyond the mode's promise", lost)
     master_lost = set(report.acked_missing)
     for name, node in report.nodes.items():
@@ -209,6 +212,28 @@ def _lost_on_every_node(msg_id: str, acked_at: float | None, observed: Observed)
     return acked_at is not None and bool(observed.nodes) and all(
         any(n == node and at >= acked_at and low <= offset < high for at, n, low, high in observed.power_struck)
         for node in observed.nodes)
+
+
+def _kept_only_while_off(msg_id: str, observed: Observed) -> bool:
+    """ASYNC_FLUSH: a power loss of the whole group took the record's offset from a node
+    that was elected next, while every node that had kept it was powered off again. No copy
+    was promised durable (the group's unflushed window); the election prefers the longest
+    live log, and waits a bounded time for a longer one to come back (docs/auto-failover.md,
+    the two-lease deferral): what only an absent node held is cut when it rejoins, and the
+    cut reports it (storage seed 7528; RocketMQ 5's controller elects the live member of the
+    SyncStateSet at once). A holder that was up at the election keeps the promise judged."""
+    offset = decode_msg_id(msg_id)[1]
+    for struck_at in observed.group_power_losses:
+        lost_on = {n for at, n, low, high in observed.power_struck if at == struck_at and low <= offset < high}
+        kept_by = observed.nodes - lost_on
+        if not lost_on or not kept_by:
+            continue
+        for elected_at, node, role, _epoch in observed.terms:
+            if elected_at > struck_at and node in lost_on and role != "SLAVE" and all(
+                    any(n == holder and off <= elected_at < back for n, off, back in observed.powered_off)
+                    for holder in kept_by):
+                return True
+    return False
 
 
 UNCLEAN_LOOKBACK_S = 40.0

@@ -8,11 +8,14 @@ The 300-seed sweep is in test_sim_sweeps.py."""
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from chaos.cli import main as chaos_main
 from chaos.sim.run import run_seed
 from chaos.sim.schedule import STORAGE_KINDS, draw
+from chaos.sim.verdict import Observed, _kept_only_while_off
+from store.msg_id import encode_msg_id
 
 SYNC_SYNC = "SYNC_MASTER+SYNC_FLUSH"
 
@@ -311,6 +314,10 @@ def test_async_flush_window_losses_are_judged_as_the_documented_loss(seed, mode,
     (7566, "ASYNC_MASTER+ASYNC_FLUSH", 2, "etcd", 1),
     # the second sweep: a committed offset from a slave's copy taken as the master's
     (5150, "ASYNC_MASTER+ASYNC_FLUSH", 2, "etcd", 2),
+    # the second sweep: every lease, and every ends/ entry, expired in an etcd outage; the slave
+    # in doubt was elected in the tick that granted its new lease, over the old master's longer log
+    (2828, "SYNC_MASTER+ASYNC_FLUSH", 2, "etcd", 1),
+    (6440, "SYNC_MASTER+ASYNC_FLUSH", 1, "etcd", 1),
 ])
 def test_seeds_of_the_first_10000_seed_storage_sweep(seed, mode, slaves, controller, groups, tmp_path):
     """Broken promises the first 10,000-seed sweep with storage faults found (2026-11-28,
@@ -320,6 +327,34 @@ def test_seeds_of_the_first_10000_seed_storage_sweep(seed, mode, slaves, control
     result = run_seed(seed, mode=mode, base_dir=str(tmp_path), slaves=slaves, controller=controller, groups=groups,
                       storage=True)
     assert result.ok, result.violations
+
+
+def test_what_only_a_powered_off_node_kept_through_a_group_power_loss_is_the_window_s_loss(tmp_path):
+    """Storage seed 7528 (SYNC_MASTER+ASYNC_FLUSH, etcd): a group power loss took the slave's
+    unflushed tail; the master kept it, lost its power again for longer than the deferral,
+    and the slave was elected. The master's rejoin cut reports the 6 PUT_OK, and the judge
+    takes them as the group's unflushed window (docs/simulation.md); a holder that was up at
+    the election is still judged (seeds 2828, 6440 above)."""
+    result = run_seed(7528, mode="SYNC_MASTER+ASYNC_FLUSH", base_dir=str(tmp_path), slaves=1, controller="etcd",
+                      storage=True)
+    assert any("a dropped [0, 1872): 6 message(s)" in line for line in result.log), result.log[-20:]
+    assert result.ok, result.violations
+
+
+def test_the_judge_allows_a_group_window_only_while_every_node_that_kept_it_was_off() -> None:
+    def at(offset: int) -> str:
+        return encode_msg_id("10.0.0.1:10911", offset)
+
+    observed = Observed(nodes=frozenset({"a", "b"}), group_power_losses=[100.0],
+                        power_struck=[(100.0, "a", 1872, 3744), (100.0, "b", 0, 3744)],
+                        powered_off=[("a", 100.0, 101.5), ("b", 100.0, 101.5), ("a", 106.0, 110.0)],
+                        terms=[(109.0, "b", "SYNC_MASTER", 2)])
+    assert _kept_only_while_off(at(624), observed)  # kept by a alone, off when b was elected
+    assert not _kept_only_while_off(at(2000), observed)  # lost on both: the master's window rule's
+    up = attrs.evolve(observed, terms=[(105.0, "b", "SYNC_MASTER", 2)])
+    assert not _kept_only_while_off(at(624), up)  # a was up: the longest live log must win
+    before = attrs.evolve(observed, terms=[(99.0, "b", "SYNC_MASTER", 2)])
+    assert not _kept_only_while_off(at(624), before)  # an election before the loss proves nothing
 
 
 def test_a_cut_the_disk_fails_ends_the_node_s_process_not_the_simulation(tmp_path):

@@ -388,3 +388,18 @@ async def test_a_key_query_after_a_crash_names_each_message_once(tmp_path):
         store.abandon()  # a SIGKILL: the abort file stays
     async with open_store(config) as store:
         assert [len(store.query_message(TOPIC, f"k{i}")) for i in range(40)] == [1] * 40
+
+
+async def test_a_store_that_stored_nothing_is_a_store_after_its_directories_were_lost(config):
+    """A power loss before the first sync takes the directories' entries; a store opened again
+    that stores nothing is still a store to the tools (storage seed 90), as RocketMQ's
+    DefaultMessageStore makes its directories when it is built."""
+    root = Path(config.store_path_root_dir)
+    async with open_store(config):
+        pass
+    for name in ("commitlog", "consumequeue"):
+        os.rmdir(root / name)
+    async with open_store(config):
+        assert (root / "commitlog").is_dir() and (root / "consumequeue").is_dir()
+    report = verify(root)
+    assert report["clean"] and report["messages"] == 0
