@@ -7,7 +7,8 @@ restores it after; the code under test is otherwise the production code.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import math
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -16,6 +17,7 @@ import attrs
 from cluster.client.consumer import PullConsumer
 from cluster.client.routing import MessageQueue
 from ha.master import HAService
+from node.failover.controller import EtcdController
 from node.failover.fencing import Fencing
 from node.failover.promotion import Failover, Transition
 from node.ops import dispatch
@@ -66,6 +68,9 @@ MUTATIONS = {
     "retry-fsync": "a failed CommitLog fdatasync is tried again and, when that one succeeds, believed "
                    "(GroupCommitService._flush_once), PostgreSQL's fsyncgate: the pages the failure lost are "
                    "counted flushed and their puts answered PUT_OK (storage faults: --storage, fsync_error)",
+    "new-lease": "a node whose log is in doubt campaigns in the tick that grants it a new lease "
+                 "(EtcdController._renew forgets the grant): after an etcd outage every ends/ entry expired "
+                 "with its lease, and a longer log not published again yet is cut (etcd mode, --storage)",
     "skip-crc": "reads trust CommitLog records without checking their body CRC (MessageReads.look_message_by_offset "
                 "decodes as before issue 45's corrupt): a record whose sector flipped bits is served as good "
                 "(storage faults: --storage, corrupt)",
@@ -161,6 +166,13 @@ def _trust_records(self: MessageReads, commitlog_offset: int, size: int | None =
     return decoded.message
 
 
+def _forget_grant(renew: Callable[[EtcdController], Awaitable[None]]) -> Callable[[EtcdController], Awaitable[None]]:
+    async def renew_forgetting(self: EtcdController) -> None:
+        await renew(self)
+        self._granted_at = -math.inf
+    return renew_forgetting
+
+
 def _end_keeps_open(self: TransactionTable, origin: int, ended: Ended) -> None:
     self.ended[origin] = ended
 
@@ -192,6 +204,7 @@ def mutated(name: str | None) -> Iterator[None]:
         "trust-checkpoint": [(FlushedTime, "note", _claim_written)],
         "retry-fsync": [(GroupCommitService, "_flush_once", _retry_until_believed)],
         "skip-crc": [(MessageReads, "look_message_by_offset", _trust_records)],
+        "new-lease": [(EtcdController, "_renew", _forget_grant(EtcdController._renew))],
     }
     if name == "commit-twice":  # a handler in the dispatch table, not a method
         handler = dispatch.HANDLERS[EndTransaction]
