@@ -398,8 +398,8 @@ class EtcdController:
             # 4872: the slave elected alone won again 85 ms after the restart, on a log its
             # old master's was longer than). So do nodes whose leases expired with this
             # one's while etcd was out of reach, their `ends/` with them (storage seeds
-            # 2828, 6440, 7528: the slave won in the tick that granted its new lease, and
-            # the old master's longer log, published a tick later, was cut)
+            # 2828, 6440: the slave won in the tick that granted its new lease, and the old
+            # master's longer log, published a tick later, was cut)
             return True
         unknown = awaits_unknown(now, vacant_since=self._vacant_since, started_at=term.started_at,
                                  interval_s=self.interval_s, ttl_s=self.ttl_s, log_in_doubt=self._in_doubt())
