@@ -88,8 +88,10 @@ class _LocalPullConsumer(PullConsumer):
     async def flush_commits(self) -> dict[MessageQueue, int]:
         return {}
 
-    async def fetch_offset(self, queue: MessageQueue) -> int | None:
-        return self.store.get(queue)
+    async def _fetch_committed(self, queue: MessageQueue) -> tuple[int | None, str | None, bool]:
+        """The member's own position (`fetch_offset` and the first pull read it): no node
+        gave it, so no node's committed offset is checked against it."""
+        return self.store.get(queue), None, False
 
 
 class BroadcastConsumer(_LifeCycle):
